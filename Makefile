@@ -1,0 +1,46 @@
+# gpucaas: the two set-up commands are `make sandbox` and `make test`.
+# Installing means: the system packages the code needs (only those missing), a
+# virtual environment in .venv, and `pip install -e .[dev]` into it.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# libvirt-python builds against libvirt-dev; the fabric tests run a real libvirtd
+# with QEMU (software emulation); openssl makes the sandbox's self-signed pair.
+APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
+	libvirt-clients qemu-system-x86 qemu-utils openssl
+
+.PHONY: install system-deps sandbox test bench clean
+
+install: system-deps $(VENV)/.installed
+
+system-deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:" $$missing; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+sandbox: install
+	$(VENV)/bin/gpucaas sandbox
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	@for b in $$(ls benchmarks/*.py | xargs -n1 basename | sed 's/\.py$$//' | grep -v '^_'); do \
+	  echo "== benchmarks.$$b"; $(PY) -m benchmarks.$$b || exit 1; \
+	done
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

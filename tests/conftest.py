@@ -1,0 +1,7 @@
+"""Fixtures shared by every service's tests live in tests/fixtures/, one module per part."""
+
+pytest_plugins = [
+    "tests.fixtures.kube",
+    "tests.fixtures.db",
+    "tests.fixtures.hardware",
+]
