@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
 	libvirt-clients qemu-system-x86 qemu-utils openssl
 
-.PHONY: install system-deps sandbox test bench clean
+.PHONY: install system-deps sandbox test bench clean checkov
 
 install: system-deps $(VENV)/.installed
 
@@ -29,12 +29,25 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m services.device_plugin.api.build
+	touch $@
+
+# checkov pins many libraries tightly; it lives in its own venv so it never fights
+# the project's dependencies. tests/deploy runs .venv-checkov/bin/checkov on the chart.
+CHECKOV_VENV := .venv-checkov
+
+checkov: $(CHECKOV_VENV)/.installed
+
+$(CHECKOV_VENV)/.installed:
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install -q 'checkov>=3.2,<4'
 	touch $@
 
 sandbox: install
 	$(VENV)/bin/gpucaas sandbox
 
-test: install
+test: install checkov
 	$(PY) -m pytest
 
 bench: install
@@ -43,4 +56,4 @@ bench: install
 	done
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache build *.egg-info

@@ -25,3 +25,16 @@ def version() -> None:
 
 
 # Service registrations (one line per service; keep alphabetical).
+from gpucaas.sandbox import cli as sandbox_cli  # noqa: E402
+from services.api import cli as api_cli  # noqa: E402
+from services.device_plugin import cli as device_plugin_cli  # noqa: E402
+from services.placement import cli as placement_cli  # noqa: E402
+from services.tenancy_controller import cli as tenancy_controller_cli  # noqa: E402
+
+app.command("device-plugin")(device_plugin_cli.command)
+app.command("api")(api_cli.command)
+app.command("controller")(tenancy_controller_cli.command)
+app.command("scheduler-extender")(placement_cli.command)
+app.command("sandbox")(sandbox_cli.command)
+app.command("node-agent")(sandbox_cli.node_agent_command)
+app.command("sandbox-scheduler")(sandbox_cli.scheduler_command)

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.kube",
     "tests.fixtures.db",
     "tests.fixtures.hardware",
+    "tests.fixtures.kubelet",
 ]

@@ -1,0 +1,318 @@
+"""`gpucaas sandbox`: the whole control plane and two simulated HGX H100 nodes on one machine.
+
+Start order (each step waits until the part answers):
+  1. the Kubernetes API emulator (HTTP) and the cluster objects a real cluster would
+     already have (CRDs, Cilium's policy CRD, the RuntimeClass, kube-dns's namespace);
+  2. the tenancy + lease controller (Kopf);
+  3. per node: a fake sysfs board, the fabric service (Fabric Manager simulator, and the
+     service VM under libvirt's test driver), the node agent (plays the kubelet: node
+     object, device-plugin registration, pod lifecycle, PodResources) and the device
+     plugin, which registers with that node agent over gRPC;
+  4. the scheduler extender and the sandbox scheduler that asks it;
+  5. the API over HTTPS with a self-signed certificate.
+With ``--kubeconfig`` a real cluster is used and only the control-plane parts run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import ssl
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucaas.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready, unix_socket_ready
+from gpucaas.sandbox.tls import TLSFiles, ensure_self_signed
+from gpucaas.testing.fake_sysfs import build_hgx_h100, load_board
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NODES = ("gpu-node-a", "gpu-node-b")
+DEMO_TENANCY = "demo"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class NodePaths:
+    name: str
+    root: Path
+
+    @property
+    def board(self) -> Path:
+        return self.root / "board"
+
+    @property
+    def sysfs(self) -> Path:
+        return self.board / "sys"
+
+    @property
+    def dev(self) -> Path:
+        return self.board / "dev"
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def device_plugin_dir(self) -> Path:
+        return self.kubelet_dir / "device-plugins"
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.kubelet_dir / "pod-resources" / "kubelet.sock"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def fabric_socket(self) -> Path:
+        return self.root / "fabric.sock"
+
+    @property
+    def fabric_state_dir(self) -> Path:
+        return self.root / "fabric-state"
+
+
+@dataclass
+class Sandbox:
+    """What a running sandbox offers: URLs, tokens, files, and its supervisor."""
+
+    state_dir: Path
+    supervisor: Supervisor
+    api_url: str
+    kubeconfig: Path
+    tls: TLSFiles
+    admin_token: str
+    tenant_token: str | None = None
+    nodes: list[NodePaths] = field(default_factory=list)
+    extender_url: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.tls.ca_cert))
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.api_url + path, data=data, method=method)  # noqa: S310
+        req.add_header("Authorization", f"Bearer {token or self.admin_token}")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=30, context=self.ssl_context()) as resp:  # noqa: S310
+            return json.loads(resp.read() or b"null")
+
+    def stop(self) -> None:
+        self.supervisor.stop_all()
+
+
+def _node_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
+    return {
+        "GPUCAAS_NODE_NAME": node.name,
+        "GPUCAAS_KUBECONFIG": str(kubeconfig),
+        "KUBECONFIG": str(kubeconfig),
+        "GPUCAAS_SYSFS_ROOT": str(node.sysfs),
+        "GPUCAAS_DEV_ROOT": str(node.dev),
+        "GPUCAAS_FABRIC_SOCKET": str(node.fabric_socket),
+    }
+
+
+def _apply(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
+    """Create objects through the API (create, or leave an existing one alone)."""
+    from kubernetes import config, dynamic
+    from kubernetes.client import ApiClient
+    from kubernetes.dynamic.exceptions import ConflictError
+
+    with ApiClient(config.new_client_from_config(str(kubeconfig)).configuration) as api:
+        dyn = dynamic.DynamicClient(api)
+        for m in manifests:
+            for attempt in range(20):
+                try:
+                    res = dyn.resources.get(api_version=m["apiVersion"], kind=m["kind"])
+                    res.create(body=m, namespace=m["metadata"].get("namespace"))
+                    break
+                except ConflictError:
+                    break
+                except Exception:  # noqa: BLE001 (a CRD just created may take a moment to be served)
+                    if attempt == 19:
+                        raise
+                    time.sleep(0.25)
+                    dyn = dynamic.DynamicClient(api)
+
+
+def cluster_objects() -> list[dict[str, Any]]:
+    """What a real GPU cluster has before gpucaas: CRDs, Cilium's CRD, the RuntimeClass, kube-dns."""
+    from gpucaas.core.crds import crd_manifests
+
+    cilium = yaml.safe_load((Path(__file__).parent / "cilium-crd.yaml").read_text())
+    return [
+        *crd_manifests(),
+        cilium,
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "kata-qemu-nvidia-gpu"},
+            "handler": "kata-qemu-nvidia-gpu",
+            "scheduling": {"nodeSelector": {"gpucaas.dev/gpu-node": "true"}},
+        },
+    ]
+
+
+def start(
+    state_dir: Path,
+    *,
+    nodes: tuple[str, ...] = DEFAULT_NODES,
+    api_port: int = 8443,
+    kubeconfig: Path | None = None,
+    admin_token: str | None = None,
+    run_seconds: float = 6.0,
+    progress: Any = None,
+) -> Sandbox:
+    """Start everything; returns once every part answers. The caller owns ``stop()``."""
+    say = progress or (lambda msg: log.info("%s", msg))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    sup = Supervisor(state_dir / "logs")
+    tls = ensure_self_signed(state_dir / "tls")
+    token_file = state_dir / "admin-token"
+    admin_token = admin_token or (token_file.read_text().strip() if token_file.exists() else None)
+    admin_token = admin_token or f"gca_{secrets.token_urlsafe(32)}"
+    token_file.write_text(admin_token + "\n")
+    token_file.chmod(0o600)
+    real_cluster = kubeconfig is not None
+
+    try:
+        if not real_cluster:
+            kubeconfig = state_dir / "kubeconfig"
+            port = free_port()
+            say(f"starting the Kubernetes API emulator on 127.0.0.1:{port}")
+            sup.start(ServiceSpec(
+                "kube-emulator",
+                ["kube-emulator", "--port", str(port), "--kubeconfig", str(kubeconfig),
+                 "--persist", str(state_dir / "kube-objects.json")],
+                ready=http_ready(f"http://127.0.0.1:{port}/version"),
+            ))
+        assert kubeconfig is not None
+        say("creating CRDs, Cilium's policy CRD and the RuntimeClass")
+        _apply(kubeconfig, cluster_objects())
+
+        common = {"GPUCAAS_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig)}
+        say("starting the tenancy and GPU lease controller")
+        sup.start(ServiceSpec("controller", ["controller", "--standalone", "--kubeconfig", str(kubeconfig)],
+                              env=common, ready=None))
+
+        node_paths: list[NodePaths] = []
+        if not real_cluster:
+            for name in nodes:
+                node = NodePaths(name, state_dir / "nodes" / name)
+                node_paths.append(node)
+                if not (node.board / "board.json").exists():
+                    build_hgx_h100(node.board)
+                load_board(node.board)
+                for d in (node.device_plugin_dir, node.cdi_dir, node.fabric_state_dir,
+                          node.pod_resources_socket.parent):
+                    d.mkdir(parents=True, exist_ok=True)
+                env = {**common, **_node_env(node, kubeconfig)}
+                say(f"[{name}] starting the fabric service (Fabric Manager simulator)")
+                sup.start(ServiceSpec(
+                    f"fabric-{name}",
+                    ["fabric", "--socket", str(node.fabric_socket), "--state-dir", str(node.fabric_state_dir),
+                     "--fm-backend", "simulator", "--board", str(node.board / "board.json"),
+                     "--libvirt-uri", "test:///default", "--node-name", name],
+                    env=env, ready=unix_socket_ready(node.fabric_socket),
+                ))
+                say(f"[{name}] starting the node agent (kubelet stand-in)")
+                sup.start(ServiceSpec(
+                    f"node-agent-{name}",
+                    ["node-agent", "--node-name", name, "--kubelet-dir", str(node.kubelet_dir),
+                     "--kubeconfig", str(kubeconfig), "--run-seconds", str(run_seconds)],
+                    env=env, ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
+                ))
+                say(f"[{name}] starting the device plugin")
+                sup.start(ServiceSpec(
+                    f"device-plugin-{name}",
+                    ["device-plugin", "--device-plugin-dir", str(node.device_plugin_dir),
+                     "--cdi-dir", str(node.cdi_dir), "--pod-resources-socket", str(node.pod_resources_socket),
+                     "--metrics-port", str(free_port()), "--node-name", name],
+                    env=env, ready=file_ready(node.root / "kubelet" / "registered"),
+                ))
+
+        extender_port = free_port()
+        extender_url = f"http://127.0.0.1:{extender_port}"
+        say("starting the scheduler extender")
+        sup.start(ServiceSpec(
+            "scheduler-extender", ["scheduler-extender", "--host", "127.0.0.1", "--port", str(extender_port),
+                                   "--kubeconfig", str(kubeconfig)],
+            env=common, ready=http_ready(f"{extender_url}/healthz"),
+        ))
+        if not real_cluster:
+            say("starting the sandbox scheduler (asks the extender, binds pods)")
+            sup.start(ServiceSpec(
+                "scheduler", ["sandbox-scheduler", "--extender-url", extender_url, "--kubeconfig", str(kubeconfig)],
+                env=common, ready=None,
+            ))
+
+        api_url = f"https://127.0.0.1:{api_port}"
+        say(f"starting the API on {api_url}")
+        sup.start(ServiceSpec(
+            "api",
+            ["api", "--host", "127.0.0.1", "--port", str(api_port),
+             "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
+             "--database-url", f"sqlite:///{state_dir / 'gpucaas.db'}", "--kubeconfig", str(kubeconfig)],
+            env={**common, "GPUCAAS_ADMIN_TOKEN": admin_token},
+            ready=http_ready(f"{api_url}/healthz", ca_file=tls.ca_cert),
+        ))
+        sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
+                          nodes=node_paths, extender_url=extender_url)
+        say(f"creating the tenancy {DEMO_TENANCY!r} and a tenant token")
+        sandbox.tenant_token = ensure_demo_tenant(sandbox)
+        (state_dir / "tenant-token").write_text(sandbox.tenant_token + "\n")
+        (state_dir / "tenant-token").chmod(0o600)
+        return sandbox
+    except BaseException:
+        sup.stop_all()
+        raise
+
+
+def ensure_demo_tenant(sandbox: Sandbox) -> str:
+    import urllib.error
+
+    try:
+        sandbox.api("POST", "/v1/admin/tenancies", {"name": DEMO_TENANCY, "gpu_quota": 16})
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise
+    return sandbox.api("POST", f"/v1/admin/tenancies/{DEMO_TENANCY}/tokens", {})["token"]
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.25, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def env_summary(sandbox: Sandbox) -> str:
+    return "\n".join([
+        f"export GPUCAAS_URL={sandbox.api_url}",
+        f"export GPUCAAS_CA_CERT={sandbox.tls.ca_cert}",
+        f"export GPUCAAS_TOKEN={sandbox.admin_token}",
+        f"export KUBECONFIG={sandbox.kubeconfig}",
+    ])
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("GPUCAAS_SANDBOX_DIR", ".sandbox")).resolve()

@@ -1,0 +1,172 @@
+"""The sandbox's stand-in for kube-scheduler: binds pending pods, asking the extender.
+
+A real cluster runs kube-scheduler configured with the gpucaas extender
+(deploy/scheduler/). The sandbox has no kube-scheduler, so this loop plays its
+part for GPU pods: it lists the candidate nodes, sends the scheduler extender
+the same ``filter`` and ``prioritize`` requests kube-scheduler would (the
+extender's HTTP JSON protocol), and binds the pod to the best node through the
+pods/binding subresource. Pods that fit nowhere stay Pending with a
+``PodScheduled=False`` condition, retried as capacity frees up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import httpx
+from kubernetes import client, watch
+
+log = logging.getLogger(__name__)
+
+GPU_NODE_LABEL = "gpucaas.dev/gpu-node"
+
+
+def gpu_request(pod: dict[str, Any], resource: str) -> int:
+    total = 0
+    for c in pod.get("spec", {}).get("containers", []):
+        res = c.get("resources") or {}
+        val = (res.get("limits") or {}).get(resource) or (res.get("requests") or {}).get(resource)
+        if val:
+            total += int(val)
+    return total
+
+
+class SandboxScheduler:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        extender_url: str | None,
+        resource_name: str = "nvidia.com/gpu",
+        scheduler_name: str = "default-scheduler",
+        retry_seconds: float = 2.0,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.api = api
+        self.extender_url = extender_url.rstrip("/") if extender_url else None
+        self.resource = resource_name
+        self.scheduler_name = scheduler_name
+        self.retry_seconds = retry_seconds
+        self.http = httpx.Client(timeout=10)
+        self._stop = threading.Event()
+
+    # --- one decision ---------------------------------------------------------
+    def candidate_nodes(self) -> list[dict[str, Any]]:
+        nodes = self.api.sanitize_for_serialization(
+            self.core.list_node(label_selector=f"{GPU_NODE_LABEL}=true").items
+        )
+        ready = []
+        for n in nodes:
+            conds = {c["type"]: c["status"] for c in n.get("status", {}).get("conditions", [])}
+            if conds.get("Ready") == "True" and not n.get("spec", {}).get("unschedulable"):
+                ready.append(n)
+        return ready
+
+    def choose_node(self, pod: dict[str, Any]) -> tuple[str | None, str]:
+        nodes = self.candidate_nodes()
+        if not nodes:
+            return None, "no Ready GPU node"
+        names = sorted(n["metadata"]["name"] for n in nodes)
+        if gpu_request(pod, self.resource) == 0 or self.extender_url is None:
+            return names[0], "no GPUs requested"
+        args = {"Pod": pod, "Nodes": None, "NodeNames": names}
+        resp = self.http.post(f"{self.extender_url}/filter", json=args)
+        resp.raise_for_status()
+        result = resp.json()
+        if result.get("Error"):
+            return None, f"extender filter error: {result['Error']}"
+        fitting = result.get("NodeNames") or []
+        if not fitting:
+            failed = {**(result.get("FailedNodes") or {}), **(result.get("FailedAndUnresolvableNodes") or {})}
+            why = "; ".join(f"{n}: {r}" for n, r in sorted(failed.items())) or "no node fits"
+            return None, f"0/{len(names)} nodes fit: {why}"
+        resp = self.http.post(
+            f"{self.extender_url}/prioritize", json={"Pod": pod, "Nodes": None, "NodeNames": fitting}
+        )
+        resp.raise_for_status()
+        scores = {h["Host"]: h["Score"] for h in resp.json() or []}
+        best = max(fitting, key=lambda n: (scores.get(n, 0), [-ord(ch) for ch in n]))
+        return best, f"extender score {scores.get(best, 0)} among {len(fitting)} fitting node(s)"
+
+    def bind(self, pod: dict[str, Any], node: str) -> None:
+        md = pod["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": md["name"], "namespace": md["namespace"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        # _preload_content=False: the client's V1Binding response model rejects the
+        # Status object the API server answers with (kubernetes-client/python#825).
+        self.core.create_namespaced_binding(md["namespace"], body, _preload_content=False)
+
+    def mark_unschedulable(self, pod: dict[str, Any], message: str) -> None:
+        md = pod["metadata"]
+        conds = [c for c in pod.get("status", {}).get("conditions", []) or [] if c.get("type") != "PodScheduled"]
+        conds.append({
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })
+        try:
+            self.core.patch_namespaced_pod_status(md["name"], md["namespace"], {"status": {"conditions": conds}})
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def schedule_one(self, pod: dict[str, Any]) -> bool:
+        md = pod["metadata"]
+        node, why = self.choose_node(pod)
+        if node is None:
+            log.info("pod %s/%s unschedulable: %s", md["namespace"], md["name"], why)
+            self.mark_unschedulable(pod, why)
+            return False
+        try:
+            self.bind(pod, node)
+        except client.ApiException as exc:
+            if exc.status in (404, 409):  # deleted, or bound meanwhile
+                return False
+            raise
+        log.info("bound pod %s/%s to %s (%s)", md["namespace"], md["name"], node, why)
+        return True
+
+    # --- loop -------------------------------------------------------------------
+    def pending_pods(self) -> list[dict[str, Any]]:
+        pods = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=,status.phase=Pending")
+        out = []
+        for p in self.api.sanitize_for_serialization(pods.items):
+            if p["metadata"].get("deletionTimestamp"):
+                continue
+            if p["spec"].get("schedulerName", "default-scheduler") != self.scheduler_name:
+                continue
+            out.append(p)
+        return sorted(out, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+
+    def run(self) -> None:
+        """Schedule until stopped: on every pod or node event, and every retry period."""
+        wake = threading.Event()
+        threading.Thread(target=self._watch_events, args=(wake,), daemon=True).start()
+        while not self._stop.is_set():
+            try:
+                for pod in self.pending_pods():
+                    self.schedule_one(pod)
+            except (client.ApiException, httpx.HTTPError, OSError) as exc:
+                log.warning("scheduling pass failed, retrying: %s", exc)
+            wake.wait(self.retry_seconds)
+            wake.clear()
+
+    def _watch_events(self, wake: threading.Event) -> None:
+        while not self._stop.is_set():
+            try:
+                w = watch.Watch()
+                for _ in w.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=30):
+                    wake.set()
+                    if self._stop.is_set():
+                        w.stop()
+            except Exception as exc:  # noqa: BLE001 (the watch is only a wake-up hint)
+                log.debug("pod watch ended: %s", exc)
+                time.sleep(1)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,178 @@
+"""Runs the sandbox's services as child processes and keeps an eye on them.
+
+Every part of the sandbox is the real service started through its own
+``gpucaas <service>`` command, so the parts talk over their real protocols
+(HTTP to the Kubernetes API emulator, HTTPS to the API, gRPC on unix sockets
+between the node agent and the device plugin, HTTP on a unix socket to the
+fabric service). The supervisor starts each one, waits until it answers, can
+restart one (the end-to-end tests use that to prove convergence), and stops
+them all in reverse order on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ReadyCheck = Callable[[], bool]
+
+
+class ServiceFailed(RuntimeError):
+    """A sandbox service exited or never became ready."""
+
+
+def http_ready(url: str, ca_file: Path | None = None) -> ReadyCheck:
+    """Ready when GET url answers with a status below 500."""
+
+    def check() -> bool:
+        ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:  # noqa: S310 (local URL)
+                return resp.status < 500
+        except urllib.error.HTTPError as exc:
+            return exc.code < 500
+        except OSError:
+            return False
+
+    return check
+
+
+def unix_socket_ready(path: Path) -> ReadyCheck:
+    """Ready when something accepts connections on the unix socket."""
+
+    def check() -> bool:
+        if not path.exists():
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1)
+            try:
+                s.connect(str(path))
+            except OSError:
+                return False
+        return True
+
+    return check
+
+
+def file_ready(path: Path) -> ReadyCheck:
+    return path.exists
+
+
+@dataclass
+class ServiceSpec:
+    name: str
+    args: list[str]  # arguments after `gpucaas`
+    env: dict[str, str] = field(default_factory=dict)
+    ready: ReadyCheck | None = None
+    ready_timeout: float = 90.0
+
+
+@dataclass
+class RunningService:
+    spec: ServiceSpec
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    restarts: int = 0
+
+
+class Supervisor:
+    """Start, watch, restart and stop the sandbox's service processes."""
+
+    def __init__(self, log_dir: Path, base_env: dict[str, str] | None = None) -> None:
+        self.log_dir = log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.services: dict[str, RunningService] = {}
+
+    def _spawn(self, spec: ServiceSpec) -> tuple[subprocess.Popen[bytes], Path]:
+        log_path = self.log_dir / f"{spec.name}.log"
+        env = {**self.base_env, **spec.env, "PYTHONUNBUFFERED": "1"}
+        cmd = [sys.executable, "-m", "gpucaas", *spec.args]
+        out = open(log_path, "ab")  # noqa: SIM115 (handed to the child)
+        try:
+            proc = subprocess.Popen(  # noqa: S603 (our own command line)
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            out.close()
+        log.info("started %s (pid %d), log %s", spec.name, proc.pid, log_path)
+        return proc, log_path
+
+    def start(self, spec: ServiceSpec) -> RunningService:
+        proc, log_path = self._spawn(spec)
+        svc = RunningService(spec, proc, log_path)
+        self.services[spec.name] = svc
+        self.wait_ready(svc)
+        return svc
+
+    def wait_ready(self, svc: RunningService) -> None:
+        if svc.spec.ready is None:
+            return
+        deadline = time.monotonic() + svc.spec.ready_timeout
+        while time.monotonic() < deadline:
+            if svc.process.poll() is not None:
+                raise ServiceFailed(
+                    f"{svc.spec.name} exited with code {svc.process.returncode}; "
+                    f"last log lines:\n{tail(svc.log_path)}"
+                )
+            if svc.spec.ready():
+                return
+            time.sleep(0.2)
+        raise ServiceFailed(
+            f"{svc.spec.name} not ready after {svc.spec.ready_timeout:.0f}s; "
+            f"last log lines:\n{tail(svc.log_path)}"
+        )
+
+    def restart(self, name: str, kill: bool = False) -> RunningService:
+        """Stop one service (SIGTERM, or SIGKILL with ``kill``) and start it again."""
+        svc = self.services[name]
+        self._stop_process(svc, kill=kill)
+        proc, log_path = self._spawn(svc.spec)
+        svc.process, svc.log_path = proc, log_path
+        svc.restarts += 1
+        self.wait_ready(svc)
+        return svc
+
+    def check_alive(self) -> list[str]:
+        """Names of services that have exited."""
+        return [n for n, s in self.services.items() if s.process.poll() is not None]
+
+    def _stop_process(self, svc: RunningService, kill: bool = False, timeout: float = 15.0) -> None:
+        proc = svc.process
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %.0fs; killing it", svc.spec.name, timeout)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def stop_all(self) -> None:
+        for name in reversed(list(self.services)):
+            self._stop_process(self.services[name])
+            log.info("stopped %s", name)
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,104 @@
+"""The FastAPI application: wiring of settings, database, Kubernetes, worker and routes.
+
+``create_app`` builds an app whose lifespan migrates the database (``alembic
+upgrade head``), makes sure an admin token exists, and starts the submission
+worker; everything it opens it closes on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from gpucaas import __version__
+from services.api import crud, db
+from services.api.edge import Edge, Metrics
+from services.api.errors import install_handlers
+from services.api.kube import Kube
+from services.api.routes import api_router
+from services.api.settings import Settings
+from services.api.worker import SubmissionWorker
+
+log = logging.getLogger(__name__)
+
+
+def bootstrap(engine: Engine, settings: Settings) -> str | None:
+    """Migrate, then make sure an admin token exists. Returns a newly generated token
+    (to be shown once) when none was configured and none existed."""
+    db.upgrade(engine)
+    with Session(engine) as session:
+        if settings.admin_token is not None:
+            crud.ensure_admin_token(session, secret=settings.admin_token.get_secret_value())
+            return None
+        if crud.count_admin_tokens(session) > 0:
+            return None
+        _row, secret = crud.create_token(session, tenancy=None, name="generated")
+    if settings.admin_token_file is not None:
+        settings.admin_token_file.parent.mkdir(parents=True, exist_ok=True)
+        settings.admin_token_file.touch(mode=0o600)
+        settings.admin_token_file.write_text(secret + "\n")
+    return secret
+
+
+def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        eng = engine or db.make_engine(settings.database_url)
+        app.state.engine = eng
+        app.state.generated_admin_token = await anyio.to_thread.run_sync(bootstrap, eng, settings)
+        app.state.kube = Kube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
+        worker = None
+        if settings.run_worker:
+            worker = SubmissionWorker(engine=eng, kube=app.state.kube, settings=settings)
+            worker.start()
+        app.state.worker = worker
+        log.info("gpucaas api ready (database %s)", eng.dialect.name)
+        try:
+            yield
+        finally:
+            if worker is not None:
+                await anyio.to_thread.run_sync(worker.stop)
+            app.state.kube.close()
+            if engine is None:
+                eng.dispose()
+
+    app = FastAPI(
+        title="gpucaas API",
+        version=__version__,
+        description="GPU containers as a service: submit containers with 1-8 GPUs; admins manage tenancies.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.worker = None
+    install_handlers(app)
+    app.include_router(api_router)
+    app.add_middleware(Edge, max_body_bytes=settings.max_body_bytes, metrics=metrics)  # type: ignore[arg-type]
+    return app
+
+
+def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
+    """The uvicorn configuration for ``app`` (TLS when a cert/key pair is set)."""
+    import uvicorn
+
+    kwargs: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,
+        "lifespan": "on",
+    }
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        kwargs["ssl_certfile"] = str(settings.tls_cert)
+        kwargs["ssl_keyfile"] = str(settings.tls_key)
+    kwargs.update(overrides)
+    return uvicorn.Config(app, **kwargs)

@@ -1,0 +1,81 @@
+"""Request dependencies as ``Annotated`` aliases: the session, the caller, the adapters.
+
+``CurrentTenant`` is whoever holds a valid token (a tenant token bound to its
+tenancy, or an admin token with ``tenancy=None``); ``AdminUser`` additionally
+requires an admin token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlmodel import Session
+
+from services.api import crud, errors
+from services.api.kube import Kube
+from services.api.settings import Settings
+from services.api.worker import SubmissionWorker
+
+_bearer = HTTPBearer(auto_error=False, description="A tenant or admin token.")
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with Session(request.app.state.engine) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+@dataclass(frozen=True)
+class Caller:
+    token_id: str
+    tenancy: str | None  # None: an admin token
+
+    @property
+    def is_admin(self) -> bool:
+        return self.tenancy is None
+
+
+def get_caller(
+    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Caller:
+    if credentials is None or not credentials.credentials:
+        raise errors.Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+    token = crud.token_by_secret(session, secret=credentials.credentials)
+    if token is None:
+        raise errors.Unauthorized("invalid or revoked token")
+    return Caller(token_id=token.id, tenancy=token.tenancy)
+
+
+CurrentTenant = Annotated[Caller, Depends(get_caller)]
+
+
+def get_admin(caller: CurrentTenant) -> Caller:
+    if not caller.is_admin:
+        raise errors.Forbidden("this endpoint needs an admin token")
+    return caller
+
+
+AdminUser = Annotated[Caller, Depends(get_admin)]
+
+
+def get_kube(request: Request) -> Kube:
+    return request.app.state.kube
+
+
+def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_worker(request: Request) -> SubmissionWorker | None:
+    return request.app.state.worker
+
+
+KubeDep = Annotated[Kube, Depends(get_kube)]
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+WorkerDep = Annotated[SubmissionWorker | None, Depends(get_worker)]

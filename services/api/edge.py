@@ -1,0 +1,119 @@
+"""ASGI middleware at the edge: the request-body size limit and Prometheus request metrics.
+
+A plain ASGI middleware rather than ``BaseHTTPMiddleware``: it adds no task or
+stream copy per request, which matters for the submission hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.api import errors
+
+
+class Metrics:
+    """The API's metrics, in a registry of its own (one per app instance)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "gpucaas_api_requests_total", "HTTP requests by route and status.", ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "gpucaas_api_request_seconds", "HTTP request latency by route.", ["method", "route"],
+            registry=self.registry,
+        )
+        self.submissions = Counter(
+            "gpucaas_api_submissions_total", "Containers accepted (202, new).", registry=self.registry
+        )
+        self.queued = Gauge(
+            "gpucaas_api_queued_containers", "Containers committed but without a pod yet.", registry=self.registry
+        )
+        self.pods_created = Gauge(
+            "gpucaas_api_pods_created", "Pods this replica's worker created since start.", registry=self.registry
+        )
+
+
+class Edge:
+    def __init__(self, app: Any, *, max_body_bytes: int, metrics: Metrics) -> None:
+        self.app = app
+        self.max_body = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status_holder = [500]
+        limit = self.max_body
+
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    length = -1
+                if length > limit:
+                    await _reply(send, 413, errors.PayloadTooLarge(_too_large(length, limit)))
+                    self._observe(scope, 413, start)
+                    return
+                break
+
+        seen = [0]
+        rejected = [False]
+
+        async def limited_receive() -> dict[str, Any]:
+            if rejected[0]:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen[0] += len(message.get("body", b""))
+                if seen[0] > limit:
+                    # Answer 413 now; the app sees a disconnect and whatever it sends is dropped.
+                    rejected[0] = True
+                    status_holder[0] = 413
+                    await _reply(send, 413, errors.PayloadTooLarge(_too_large(-1, limit)))
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def send_wrapper(message: dict[str, Any]) -> None:
+            if rejected[0]:
+                return
+            if message["type"] == "http.response.start":
+                status_holder[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, send_wrapper)
+        finally:
+            self._observe(scope, status_holder[0], start)
+
+    def _observe(self, scope: dict[str, Any], status: int, start: float) -> None:
+        route = scope.get("route")
+        path = getattr(route, "path", None) or "unmatched"
+        method = scope.get("method", "")
+        self.metrics.requests.labels(method, path, str(status)).inc()
+        self.metrics.latency.labels(method, path).observe(time.perf_counter() - start)
+
+
+def _too_large(size: int, limit: int) -> str:
+    shown = f"is {size} bytes" if size >= 0 else "is too large"
+    return f"body: request body {shown}; at most {limit} bytes are allowed"
+
+
+async def _reply(send: Any, status: int, err: errors.ApiError) -> None:
+    body = json.dumps({"code": err.code, "detail": err.detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

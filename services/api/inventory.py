@@ -1,0 +1,131 @@
+"""Pure summaries of the cluster's GPU inventory for the admin read endpoints.
+
+Inputs are wire dicts (Node, GPULease, FabricState); outputs are plain JSON-able
+dicts. No I/O here: the routes fetch, these functions shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def fabric_summary(fs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if fs is None:
+        return None
+    st = fs.get("status") or {}
+    parts = st.get("partitions") or []
+    return {
+        "service_vm": (st.get("serviceVM") or {}).get("state"),
+        "fabric_manager_reachable": (st.get("fabricManager") or {}).get("reachable"),
+        "active_partitions": [p.get("id") for p in parts if p.get("active")],
+        "failed_devices": len(st.get("failedDevices") or []),
+        "updated_at": st.get("updatedAt"),
+    }
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def node_summaries(
+    nodes: Iterable[Mapping[str, Any]], fabric_states: Iterable[Mapping[str, Any]], gpu_resource: str
+) -> list[dict[str, Any]]:
+    by_node = {fs["metadata"]["name"]: fs for fs in fabric_states}
+    out = []
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = node["metadata"]["name"]
+        st = node.get("status") or {}
+        out.append(
+            {
+                "name": name,
+                "ready": _ready(node),
+                "unschedulable": bool((node.get("spec") or {}).get("unschedulable", False)),
+                "gpu_capacity": _int((st.get("capacity") or {}).get(gpu_resource)),
+                "gpu_allocatable": _int((st.get("allocatable") or {}).get(gpu_resource)),
+                "fabric": fabric_summary(by_node.get(name)),
+            }
+        )
+    return out
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def lease_summary(lease: Mapping[str, Any]) -> dict[str, Any]:
+    spec = lease.get("spec") or {}
+    st = lease.get("status") or {}
+    holder = st.get("holder") or None
+    return {
+        "name": lease["metadata"]["name"],
+        "node": spec.get("node"),
+        "pci_address": spec.get("pciAddress"),
+        "physical_id": spec.get("physicalId"),
+        "device_id": spec.get("deviceId"),
+        "model": spec.get("model"),
+        "state": st.get("state") or "Free",
+        "reason": st.get("reason"),
+        "message": st.get("message"),
+        "holder": holder,
+        "last_check": st.get("lastCheck"),
+    }
+
+
+def gpu_summaries(
+    leases: Iterable[Mapping[str, Any]], fabric_states: Iterable[Mapping[str, Any]], node: str | None
+) -> list[dict[str, Any]]:
+    """One row per GPU: its lease state joined with the fabric's view of its health."""
+    health: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for fs in fabric_states:
+        for g in (fs.get("status") or {}).get("gpus") or []:
+            if g.get("pciBusId"):
+                health[(fs["metadata"]["name"], g["pciBusId"].lower())] = g
+    rows = []
+    for lease in leases:
+        s = lease_summary(lease)
+        if node is not None and s["node"] != node:
+            continue
+        fab = health.get((s["node"] or "", (s["pci_address"] or "").lower()), {})
+        rows.append(
+            {
+                "node": s["node"],
+                "pci_address": s["pci_address"],
+                "physical_id": s["physical_id"] if s["physical_id"] is not None else fab.get("physicalId"),
+                "model": s["model"],
+                "state": s["state"],
+                "tenancy": (s["holder"] or {}).get("tenancy"),
+                "pod": (s["holder"] or {}).get("pod"),
+                "healthy": fab.get("healthy"),
+                "reason": s["reason"] or fab.get("reason"),
+                "lease": s["name"],
+            }
+        )
+    return sorted(rows, key=lambda r: (r["node"] or "", r["pci_address"] or ""))
+
+
+def partition_rows(fabric_states: Iterable[Mapping[str, Any]], node: str | None) -> list[dict[str, Any]]:
+    rows = []
+    for fs in fabric_states:
+        name = fs["metadata"]["name"]
+        if node is not None and name != node:
+            continue
+        for p in (fs.get("status") or {}).get("partitions") or []:
+            rows.append(
+                {
+                    "node": name,
+                    "id": p.get("id"),
+                    "gpus": p.get("gpus") or [],
+                    "nvlinks": p.get("nvlinks"),
+                    "active": bool(p.get("active")),
+                    "supported": p.get("supported", True),
+                    "holder": p.get("holder"),
+                }
+            )
+    return sorted(rows, key=lambda r: (r["node"], r["id"] if r["id"] is not None else -1))

@@ -1,0 +1,35 @@
+"""Entry module of ``gpucaas api``: load settings, configure logging, wire, run — only."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from services.api.settings import Settings
+
+
+def run(settings: Settings) -> None:
+    import uvicorn
+
+    from services.api import db
+    from services.api.app import bootstrap, create_app, uvicorn_config
+
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    log = logging.getLogger("services.api")
+    log.info("configuration: %s", settings.redacted())
+    engine = db.make_engine(settings.database_url)
+    generated = bootstrap(engine, settings)
+    if generated is not None:
+        # The one time this secret is shown (stored only hashed).
+        print(f"gpucaas api: generated admin token (shown once): {generated}", file=sys.stderr, flush=True)
+        if settings.admin_token_file is not None:
+            print(f"gpucaas api: admin token also written to {settings.admin_token_file}", file=sys.stderr)
+    app = create_app(settings, engine=engine)
+    scheme = "https" if settings.tls_cert else "http"
+    log.info("serving on %s://%s:%s", scheme, settings.host, settings.port)
+    try:
+        uvicorn.Server(uvicorn_config(app, settings)).run()
+    finally:
+        engine.dispose()

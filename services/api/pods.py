@@ -1,0 +1,186 @@
+"""Pure builders of the Kubernetes objects the API creates, and the pod → status mapping.
+
+``build_pod`` and ``build_tenancy`` take typed inputs and return wire-format dicts
+(tested by equality); ``pod_name`` derives the pod's name from the container id so
+that a retried or restarted submission can never create a second pod;
+``container_status_from_pod`` reads a pod (as a wire dict) back into the fields
+the API reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gpucaas.core import crds
+
+POD_NAME_PREFIX = "gpucaas-"
+CONTAINER_NAME = "main"
+NFS_VOLUME = "tenant-storage"
+NFS_CLAIM = "tenant-storage"
+NFS_MOUNT_PATH = "/data"
+MANAGED_BY = "gpucaas-api"
+
+
+def pod_name(container_id: str) -> str:
+    """The one pod name a container can ever have."""
+    return f"{POD_NAME_PREFIX}{container_id}"
+
+
+def build_tenancy(
+    *,
+    name: str,
+    gpu_quota: int,
+    pod_quota: int,
+    allow_internet: bool = False,
+    nfs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Tenancy custom resource for a tenancy's database record (``nfs`` in API snake_case)."""
+    spec: dict[str, Any] = {
+        "gpuQuota": gpu_quota,
+        "podQuota": pod_quota,
+        "network": {"allowInternet": allow_internet},
+    }
+    if nfs:
+        spec["nfs"] = {
+            "server": nfs["server"],
+            "path": nfs["path"],
+            "readOnly": bool(nfs.get("read_only", False)),
+            "capacity": nfs.get("capacity") or "1Ti",
+        }
+    return {
+        "apiVersion": crds.API_VERSION,
+        "kind": "Tenancy",
+        "metadata": {"name": name, "labels": {crds.LABEL_MANAGED_BY: MANAGED_BY}},
+        "spec": spec,
+    }
+
+
+def build_pod(
+    *,
+    container_id: str,
+    tenancy: str,
+    image: str,
+    gpus: int,
+    command: Sequence[str] | None = None,
+    args: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_seconds: int | None = None,
+    nfs: Mapping[str, Any] | None = None,
+    gpu_resource: str = "nvidia.com/gpu",
+    runtime_class: str = "kata-qemu-nvidia-gpu",
+) -> dict[str, Any]:
+    """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
+
+    ``nfs`` is the Tenancy's ``spec.nfs`` (camelCase, as on the custom resource); when
+    set, the tenancy's PVC ``tenant-storage`` is mounted at ``/data``.
+    """
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "resources": {"limits": {gpu_resource: gpus}},
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if command:
+        container["command"] = list(command)
+    if args:
+        container["args"] = list(args)
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    spec: dict[str, Any] = {
+        "runtimeClassName": runtime_class,
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+    }
+    if timeout_seconds:
+        spec["activeDeadlineSeconds"] = timeout_seconds
+    if nfs:
+        read_only = bool(nfs.get("readOnly", False))
+        spec["volumes"] = [
+            {"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}}
+        ]
+        container["volumeMounts"] = [{"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(container_id),
+            "namespace": crds.tenant_namespace(tenancy),
+            "labels": {
+                crds.LABEL_CONTAINER: container_id,
+                crds.LABEL_TENANCY: tenancy,
+                crds.LABEL_MANAGED_BY: MANAGED_BY,
+            },
+        },
+        "spec": spec,
+    }
+
+
+@dataclass(frozen=True)
+class PodReport:
+    """What a pod says about its container, in the API's terms."""
+
+    status: str  # a ContainerStatus value
+    node_name: str | None
+    gpus: int | None
+    message: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def _time(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        dt = value
+    else:
+        dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidia.com/gpu") -> PodReport:
+    """Map a pod (wire dict) to the container's status, node, GPU count, message and times."""
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase not in ("Pending", "Running", "Succeeded", "Failed"):
+        phase = "Pending"  # Unknown: the node lost contact; report it as not running
+    gpus = None
+    for c in spec.get("containers") or []:
+        if c.get("name") == CONTAINER_NAME:
+            limit = ((c.get("resources") or {}).get("limits") or {}).get(gpu_resource)
+            gpus = int(limit) if limit is not None else None
+    message = status.get("message") or status.get("reason")
+    finished = None
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "waiting" in state and not message:
+            w = state["waiting"] or {}
+            reason, detail = w.get("reason"), w.get("message")
+            message = f"{reason}: {detail}" if reason and detail else (reason or detail)
+        if "terminated" in state:
+            t = state["terminated"] or {}
+            finished = _time(t.get("finishedAt")) or finished
+            if not message:
+                reason, code = t.get("reason"), t.get("exitCode")
+                message = f"{reason or 'Terminated'} (exit code {code})" if code is not None else reason
+    return PodReport(
+        status=phase,
+        node_name=spec.get("nodeName"),
+        gpus=gpus,
+        message=message,
+        started_at=_time(status.get("startTime")),
+        finished_at=finished,
+    )

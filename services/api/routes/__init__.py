@@ -1,0 +1,14 @@
+"""HTTP routes, one router per resource; ``api_router`` gathers them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from services.api.routes import cluster, containers, health, tenancies
+
+api_router = APIRouter()
+api_router.include_router(health.router)
+api_router.include_router(containers.router)
+api_router.include_router(containers.admin_router)
+api_router.include_router(tenancies.router)
+api_router.include_router(cluster.router)

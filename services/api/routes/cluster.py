@@ -1,0 +1,62 @@
+"""Admin read endpoints over the cluster's GPU inventory (nodes, GPUs, leases, partitions),
+read from Kubernetes (Nodes, GPULease and FabricState custom resources)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from fastapi import APIRouter, Query
+
+from gpucaas.core import crds
+from services.api import errors, inventory
+from services.api.deps import AdminUser, KubeDep, SettingsDep
+from services.api.errors import KubeError
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+NodeFilter = Annotated[str | None, Query(max_length=253, description="Only this node.")]
+T = TypeVar("T")
+
+
+def _read(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except KubeError as exc:
+        raise errors.Unavailable(f"Kubernetes API unavailable: {exc}") from exc
+
+
+@router.get("/nodes")
+def list_nodes(kube: KubeDep, settings: SettingsDep, _admin: AdminUser) -> dict[str, Any]:
+    """Nodes with their GPU capacity and a summary of their FabricState."""
+    nodes = _read(kube.list_nodes)
+    states = _read(lambda: kube.list_cluster_objects(crds.FABRICSTATE_PLURAL))
+    data = inventory.node_summaries(nodes, states, settings.gpu_resource)
+    return {"data": data, "count": len(data)}
+
+
+@router.get("/gpus")
+def list_gpus(kube: KubeDep, _admin: AdminUser, node: NodeFilter = None) -> dict[str, Any]:
+    """One row per GPU (from GPULeases), with the fabric's health view."""
+    leases = _read(lambda: kube.list_cluster_objects(crds.GPULEASE_PLURAL))
+    states = _read(lambda: kube.list_cluster_objects(crds.FABRICSTATE_PLURAL))
+    data = inventory.gpu_summaries(leases, states, node)
+    return {"data": data, "count": len(data)}
+
+
+@router.get("/leases")
+def list_leases(kube: KubeDep, _admin: AdminUser, node: NodeFilter = None) -> dict[str, Any]:
+    """GPULease resources: state, holder, last firmware check."""
+    leases = _read(lambda: kube.list_cluster_objects(crds.GPULEASE_PLURAL))
+    data = sorted(
+        (s for s in map(inventory.lease_summary, leases) if node is None or s["node"] == node),
+        key=lambda s: s["name"],
+    )
+    return {"data": data, "count": len(data)}
+
+
+@router.get("/partitions")
+def list_partitions(kube: KubeDep, _admin: AdminUser, node: NodeFilter = None) -> dict[str, Any]:
+    """NVLink partitions per node (from FabricState resources)."""
+    states = _read(lambda: kube.list_cluster_objects(crds.FABRICSTATE_PLURAL))
+    data = inventory.partition_rows(states, node)
+    return {"data": data, "count": len(data)}

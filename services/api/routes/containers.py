@@ -1,0 +1,159 @@
+"""Containers: submit, list, read, cancel, logs (tenant scope), and the admin listing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from gpucaas.core import crds
+from services.api import crud, errors
+from services.api.deps import AdminUser, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
+from services.api.errors import KubeError, KubeNotFound
+from services.api.models import (
+    TERMINAL_STATUSES,
+    Container,
+    ContainerCreate,
+    ContainerPublic,
+    ContainersPublic,
+    ContainerStatus,
+    TenancyName,
+)
+
+router = APIRouter(prefix="/v1/containers", tags=["containers"])
+admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])
+
+Limit = Annotated[int, Query(ge=1, le=500, description="Page size (1-500).")]
+Offset = Annotated[int, Query(ge=0, description="Rows to skip.")]
+StatusFilter = Annotated[ContainerStatus | None, Query(description="Only containers in this status.")]
+
+
+def to_public(row: Container) -> ContainerPublic:
+    return ContainerPublic.model_validate(row, update={"namespace": crds.tenant_namespace(row.tenancy)})
+
+
+def _not_found(container_id: str) -> errors.NotFound:
+    return errors.NotFound(f"container {container_id!r} not found")
+
+
+def _visible(session: SessionDep, caller: CurrentTenant, container_id: str) -> Container:
+    row = crud.get_container(session, container_id=container_id, tenancy=caller.tenancy)
+    if row is None:
+        raise _not_found(container_id)
+    return row
+
+
+@router.post("", status_code=202, response_model=ContainerPublic)
+def submit_container(
+    body: ContainerCreate,
+    session: SessionDep,
+    caller: CurrentTenant,
+    settings: SettingsDep,
+    worker: WorkerDep,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> ContainerPublic:
+    """Queue a container (committed before the 202); the worker creates its pod."""
+    if caller.is_admin:
+        if body.tenancy is None:
+            raise errors.Invalid("tenancy: field required with an admin token (a DNS-label tenancy name)")
+        tenancy = crud.ensure_tenancy(
+            session, name=body.tenancy, gpu_quota=settings.default_gpu_quota, pod_quota=settings.default_pod_quota
+        )
+    else:
+        name = body.tenancy or caller.tenancy
+        tenancy = crud.get_tenancy(session, name=name) if name == caller.tenancy else None
+        if tenancy is None:  # another tenancy's name: as if it did not exist
+            raise errors.NotFound(f"tenancy {name!r} not found")
+    row, created = crud.submit_container(session, tenancy=tenancy, data=body, idempotency_key=idempotency_key)
+    if created:
+        request.app.state.metrics.submissions.inc()
+        if worker is not None:
+            worker.wake()
+    response.headers["Location"] = f"/v1/containers/{row.id}"
+    return to_public(row)
+
+
+@router.get("", response_model=ContainersPublic)
+def list_containers(
+    session: SessionDep, caller: CurrentTenant, status: StatusFilter = None, limit: Limit = 50, offset: Offset = 0
+) -> ContainersPublic:
+    """The caller's containers, newest first, paginated, optionally filtered by status."""
+    rows, total = crud.list_containers(session, tenancy=caller.tenancy, status=status, limit=limit, offset=offset)
+    return ContainersPublic(data=[to_public(r) for r in rows], count=total, limit=limit, offset=offset)
+
+
+@router.get("/{container_id}", response_model=ContainerPublic)
+def get_container(container_id: str, session: SessionDep, caller: CurrentTenant) -> ContainerPublic:
+    """One container (404 when it is not the caller's)."""
+    return to_public(_visible(session, caller, container_id))
+
+
+@router.delete("/{container_id}", response_model=ContainerPublic)
+def cancel_container(
+    container_id: str, session: SessionDep, caller: CurrentTenant, worker: WorkerDep
+) -> ContainerPublic:
+    """Cancel: status becomes Cancelled and the worker deletes the pod."""
+    row = _visible(session, caller, container_id)
+    if row.status in TERMINAL_STATUSES:
+        if row.status == ContainerStatus.CANCELLED:
+            return to_public(row)
+        raise errors.Conflict(f"container {container_id!r} already finished ({row.status})")
+    row = crud.cancel_container(session, container=row)
+    if worker is not None:
+        worker.wake()
+    return to_public(row)
+
+
+@router.get("/{container_id}/logs", response_class=PlainTextResponse)
+def container_logs(
+    container_id: str,
+    session: SessionDep,
+    caller: CurrentTenant,
+    kube: KubeDep,
+    follow: bool = False,
+    tail_lines: Annotated[int | None, Query(ge=1, le=100000)] = None,
+) -> Response:
+    """The container's output (from its pod); ``follow=true`` streams until it ends."""
+    row = _visible(session, caller, container_id)
+    if not row.pod_created:
+        raise errors.Conflict(f"container {container_id!r} has no pod yet (status {row.status})")
+    try:
+        resp = kube.pod_log(crds.tenant_namespace(row.tenancy), row.pod_name, follow=follow, tail_lines=tail_lines)
+    except KubeNotFound as exc:
+        raise errors.NotFound(f"the pod of container {container_id!r} no longer exists") from exc
+    except KubeError as exc:
+        raise errors.Unavailable(f"logs unavailable: {exc}") from exc
+
+    if not follow:
+        try:
+            return PlainTextResponse(resp.data.decode(errors="replace"))
+        finally:
+            resp.release_conn()
+
+    def chunks() -> Iterator[bytes]:
+        try:
+            yield from resp.stream(4096, decode_content=True)
+        except Exception:  # noqa: BLE001 - the client or the pod went away: end the stream
+            return
+        finally:
+            resp.release_conn()
+
+    return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")
+
+
+@admin_router.get("", response_model=ContainersPublic)
+def admin_list_containers(
+    session: SessionDep,
+    _admin: AdminUser,
+    tenancy: TenancyName | None = None,
+    status: StatusFilter = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> ContainersPublic:
+    """Every tenancy's containers (admin), optionally by tenancy and status."""
+    rows, total = crud.list_containers(session, tenancy=tenancy, status=status, limit=limit, offset=offset)
+    return ContainersPublic(data=[to_public(r) for r in rows], count=total, limit=limit, offset=offset)

@@ -1,0 +1,129 @@
+"""Tenancies and their tokens (admin only). The database row is the source; the
+Tenancy custom resource is upserted from it (here when Kubernetes answers, and
+again by the worker before every submission)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Response
+
+from services.api import crud, errors, pods
+from services.api.deps import AdminUser, KubeDep, SessionDep
+from services.api.errors import KubeError
+from services.api.kube import Kube
+from services.api.models import (
+    Tenancy,
+    TenanciesPublic,
+    TenancyCreate,
+    TenancyName,
+    TenancyPublic,
+    TenancyUpdate,
+    TokenCreate,
+    TokenIssued,
+    TokenPublic,
+    TokensPublic,
+)
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/admin/tenancies", tags=["admin"])
+
+
+def _public(row: Tenancy, active: int = 0) -> TenancyPublic:
+    return TenancyPublic.model_validate(row, update={"active_gpus": active})
+
+
+def _get(session: SessionDep, name: str) -> Tenancy:
+    row = crud.get_tenancy(session, name=name)
+    if row is None:
+        raise errors.NotFound(f"tenancy {name!r} not found")
+    return row
+
+
+def _push(kube: Kube, row: Tenancy) -> None:
+    """Upsert the custom resource now if Kubernetes answers (the worker repeats it anyway)."""
+    try:
+        kube.upsert_tenancy(
+            pods.build_tenancy(
+                name=row.name,
+                gpu_quota=row.gpu_quota,
+                pod_quota=row.pod_quota,
+                allow_internet=row.allow_internet,
+                nfs=row.nfs,
+            )
+        )
+    except KubeError as exc:
+        log.warning("tenancy %s: custom resource not upserted yet (%s)", row.name, exc)
+
+
+@router.post("", status_code=201, response_model=TenancyPublic)
+def create_tenancy(body: TenancyCreate, session: SessionDep, kube: KubeDep, _admin: AdminUser) -> TenancyPublic:
+    """Create a tenancy (and its Tenancy custom resource)."""
+    row = crud.create_tenancy(session, data=body)
+    _push(kube, row)
+    return _public(row)
+
+
+@router.get("", response_model=TenanciesPublic)
+def list_tenancies(session: SessionDep, _admin: AdminUser) -> TenanciesPublic:
+    """Every tenancy with its GPUs in use."""
+    active = crud.active_gpus_by_tenancy(session)
+    rows = crud.list_tenancies(session)
+    return TenanciesPublic(data=[_public(r, active.get(r.name, 0)) for r in rows], count=len(rows))
+
+
+@router.get("/{name}", response_model=TenancyPublic)
+def get_tenancy(name: TenancyName, session: SessionDep, _admin: AdminUser) -> TenancyPublic:
+    """One tenancy."""
+    row = _get(session, name)
+    return _public(row, crud.active_gpus(session, tenancy=name))
+
+
+@router.patch("/{name}", response_model=TenancyPublic)
+def update_tenancy(
+    name: TenancyName, body: TenancyUpdate, session: SessionDep, kube: KubeDep, _admin: AdminUser
+) -> TenancyPublic:
+    """Change quotas, internet access or storage; the custom resource follows."""
+    row = crud.update_tenancy(session, tenancy=_get(session, name), data=body)
+    _push(kube, row)
+    return _public(row, crud.active_gpus(session, tenancy=name))
+
+
+@router.delete("/{name}", status_code=204)
+def delete_tenancy(name: TenancyName, session: SessionDep, kube: KubeDep, _admin: AdminUser) -> Response:
+    """Delete the tenancy: its custom resource (the controller removes the namespace and
+    its pods), its tokens and its container records."""
+    _get(session, name)
+    try:
+        kube.delete_tenancy(name)
+    except KubeError as exc:
+        raise errors.Unavailable(f"cannot delete the Tenancy resource now: {exc}") from exc
+    crud.delete_tenancy(session, name=name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/tokens", status_code=201, response_model=TokenIssued)
+def issue_token(
+    name: TenancyName, session: SessionDep, _admin: AdminUser, body: TokenCreate | None = None
+) -> TokenIssued:
+    """Issue a tenant token bound to this tenancy; the secret is shown only here."""
+    _get(session, name)
+    row, secret = crud.create_token(session, tenancy=name, name=body.name if body else None)
+    return TokenIssued.model_validate(row, update={"token": secret})
+
+
+@router.get("/{name}/tokens", response_model=TokensPublic)
+def list_tokens(name: TenancyName, session: SessionDep, _admin: AdminUser) -> TokensPublic:
+    """The tenancy's tokens (ids and names only)."""
+    _get(session, name)
+    rows = crud.list_tokens(session, tenancy=name)
+    return TokensPublic(data=[TokenPublic.model_validate(r) for r in rows], count=len(rows))
+
+
+@router.delete("/{name}/tokens/{token_id}", status_code=204)
+def revoke_token(name: TenancyName, token_id: str, session: SessionDep, _admin: AdminUser) -> Response:
+    """Revoke one of the tenancy's tokens."""
+    _get(session, name)
+    if not crud.delete_token(session, tenancy=name, token_id=token_id):
+        raise errors.NotFound(f"token {token_id!r} not found in tenancy {name!r}")
+    return Response(status_code=204)

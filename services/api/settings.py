@@ -1,0 +1,70 @@
+"""Configuration of the API service: one pydantic-settings class, env prefix ``GPUCAAS_``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of ``gpucaas api``; each field maps to ``GPUCAAS_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address the HTTP(S) server binds to.")
+    port: int = Field(8443, ge=0, le=65535, description="TCP port (0 = ephemeral).")
+    tls_cert: Path | None = Field(None, description="PEM certificate; HTTPS when given with tls_key.")
+    tls_key: Path | None = Field(None, description="PEM private key for tls_cert.")
+    database_url: str = Field(
+        "sqlite:///gpucaas.db",
+        description="SQLAlchemy URL: a SQLite file by default, postgresql+psycopg://... in production.",
+    )
+    kubeconfig: Path | None = Field(
+        None, description="kubeconfig file; unset = in-cluster config, else ~/.kube/config."
+    )
+    admin_token: SecretStr | None = Field(
+        None, description="The first admin token; generated and printed once when unset."
+    )
+    admin_token_file: Path | None = Field(
+        None, description="Where a generated admin token is also written (mode 0600)."
+    )
+    gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name pods request GPUs by.")
+    runtime_class: str = Field("kata-qemu-nvidia-gpu", description="RuntimeClass of tenant pods.")
+    default_gpu_quota: int = Field(8, ge=0, description="GPU quota of tenancies created on the fly.")
+    default_pod_quota: int = Field(50, ge=1, description="Pod quota of tenancies created on the fly.")
+    max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
+    run_worker: bool = Field(True, description="Run the submission worker in this process.")
+    worker_poll_seconds: float = Field(1.0, gt=0, description="Queue poll interval of the worker.")
+    worker_claim_seconds: float = Field(
+        60.0, gt=0, description="How long a replica owns a claimed submission before others may retry it."
+    )
+    retry_max_seconds: float = Field(30.0, gt=0, description="Cap of the exponential retry backoff.")
+    kube_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one Kubernetes request.")
+    log_level: str = Field("INFO", description="Python logging level.")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key must be given together")
+        return self
+
+    def redacted(self) -> dict[str, object]:
+        """The effective configuration for the start-up log line (secrets hidden)."""
+        data = self.model_dump()
+        data["admin_token"] = "***" if self.admin_token else None
+        url = self.database_url
+        if "@" in url and "://" in url:
+            scheme, rest = url.split("://", 1)
+            creds, host = rest.rsplit("@", 1)
+            user = creds.split(":", 1)[0]
+            data["database_url"] = f"{scheme}://{user}:***@{host}" if ":" in creds else url
+        return data
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

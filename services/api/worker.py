@@ -1,0 +1,267 @@
+"""The submission worker: durable queue → Tenancy → Pod, and pod phases → container status.
+
+Two threads per API process:
+
+* the *submitter* claims due ``Queued`` rows (``FOR UPDATE SKIP LOCKED`` on PostgreSQL,
+  so replicas share the queue), upserts the row's Tenancy from the database record,
+  waits (by rescheduling, never by blocking) until the Tenancy's ``status.phase`` is
+  ``Ready``, then creates the pod. The pod name is derived from the container id and
+  409 AlreadyExists counts as success, so a submission retried after a crash or an
+  API restart can never produce a second pod. Kubernetes being unreachable only
+  reschedules the row with exponential backoff; it stays ``Queued`` until it works.
+  It also deletes the pods of cancelled containers.
+* the *watcher* lists then watches pods labelled ``gpucaas.dev/container-id`` and
+  copies phase, node, GPU count, message and times into the container rows. After
+  every (re)list it fails containers whose pod vanished without being cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from gpucaas.core import crds
+from services.api import crud, pods
+from services.api.errors import KubeError, KubeRejected, KubeUnavailable
+from services.api.kube import Kube
+from services.api.models import Container, ContainerStatus, Tenancy, utcnow
+from services.api.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TENANCY_READY_POLL = 0.5
+
+
+class SubmissionWorker:
+    def __init__(self, *, engine: Engine, kube: Kube, settings: Settings, replica: str | None = None) -> None:
+        self.engine = engine
+        self.kube = kube
+        self.settings = settings
+        self.replica = replica or f"{socket.gethostname()}-{id(self):x}"[:64]
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watch_resp: Any = None
+        self._watch_lock = threading.Lock()
+        self.submitted = 0  # pods created by this replica (for metrics)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        for target, name in ((self._submit_loop, "gpucaas-submitter"), (self._watch_loop, "gpucaas-pod-watch")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        log.info("submission worker started (replica %s)", self.replica)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        with self._watch_lock:
+            if self._watch_resp is not None:
+                try:
+                    self._watch_resp.shutdown()
+                except Exception:  # noqa: BLE001 - best effort to unblock the read
+                    pass
+        for t in self._threads:
+            t.join(timeout)
+        self._threads.clear()
+        log.info("submission worker stopped (replica %s)", self.replica)
+
+    def wake(self) -> None:
+        """A new submission or cancellation was committed: look at the queue now."""
+        self._wake.set()
+
+    # -- submitter ------------------------------------------------------------------
+
+    def _submit_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self.run_once()
+            except Exception:  # noqa: BLE001 - e.g. database briefly unreachable
+                log.exception("submission pass failed")
+                busy = False
+            if not busy:
+                self._wake.wait(self.settings.worker_poll_seconds)
+                self._wake.clear()
+
+    def run_once(self) -> bool:
+        """One pass: reap cancelled pods, then submit what is due. True if it did anything."""
+        did = self._reap_cancelled()
+        with Session(self.engine) as session:
+            claimed = crud.claim_due(session, replica=self.replica, claim_seconds=self.settings.worker_claim_seconds)
+        ready_cache: dict[str, dict[str, Any]] = {}
+        for row in claimed:
+            if self._stop.is_set():
+                break
+            self._submit(row, ready_cache)
+            did = True
+        return did
+
+    def _backoff(self, attempts: int) -> float:
+        return min(self.settings.retry_max_seconds, 0.5 * 2 ** max(0, attempts))
+
+    def _submit(self, row: Container, ready_cache: dict[str, dict[str, Any]]) -> None:
+        ctx = f"container {row.id} tenancy {row.tenancy}"
+        try:
+            tenancy_cr = ready_cache.get(row.tenancy)
+            if tenancy_cr is None:
+                with Session(self.engine) as session:
+                    tenancy = session.get(Tenancy, row.tenancy)
+                if tenancy is None:
+                    with Session(self.engine) as session:
+                        crud.mark_failed(session, container_id=row.id, message=f"tenancy {row.tenancy!r} was deleted")
+                    return
+                tenancy_cr = self.kube.upsert_tenancy(
+                    pods.build_tenancy(
+                        name=tenancy.name,
+                        gpu_quota=tenancy.gpu_quota,
+                        pod_quota=tenancy.pod_quota,
+                        allow_internet=tenancy.allow_internet,
+                        nfs=tenancy.nfs,
+                    )
+                )
+                phase = (tenancy_cr.get("status") or {}).get("phase") or "Pending"
+                if phase != "Ready":
+                    message = (tenancy_cr.get("status") or {}).get("message")
+                    text = f"waiting for tenancy {row.tenancy!r} to be Ready (phase {phase})"
+                    with Session(self.engine) as session:
+                        crud.reschedule(
+                            session,
+                            container_id=row.id,
+                            delay=TENANCY_READY_POLL,
+                            message=f"{text}: {message}" if message else text,
+                            count_attempt=False,
+                        )
+                    return
+                ready_cache[row.tenancy] = tenancy_cr
+            body = pods.build_pod(
+                container_id=row.id,
+                tenancy=row.tenancy,
+                image=row.image,
+                gpus=row.gpus,
+                command=row.command,
+                args=row.args,
+                env=row.env,
+                timeout_seconds=row.timeout_seconds,
+                nfs=(tenancy_cr.get("spec") or {}).get("nfs"),
+                gpu_resource=self.settings.gpu_resource,
+                runtime_class=self.settings.runtime_class,
+            )
+            created = self.kube.create_pod(body)
+            log.info("%s: pod %s/%s %s", ctx, body["metadata"]["namespace"], body["metadata"]["name"],
+                     "created" if created else "already existed")
+            self.submitted += created
+            with Session(self.engine) as session:
+                still_wanted = crud.mark_pod_created(session, container_id=row.id)
+            if not still_wanted:  # cancelled while we were creating it
+                self._delete_pod(row)
+        except KubeRejected as exc:
+            log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)
+            with Session(self.engine) as session:
+                crud.mark_failed(session, container_id=row.id, message=f"Kubernetes rejected the pod: {exc}")
+        except (KubeUnavailable, KubeError) as exc:
+            delay = self._backoff(row.attempts)
+            log.warning("%s: Kubernetes unavailable (%s); retry in %.1fs", ctx, exc, delay)
+            with Session(self.engine) as session:
+                crud.reschedule(
+                    session,
+                    container_id=row.id,
+                    delay=delay,
+                    message=f"queued: Kubernetes unavailable ({exc}); retrying",
+                    count_attempt=True,
+                )
+
+    def _delete_pod(self, row: Container) -> None:
+        try:
+            self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
+        except KubeError as exc:
+            log.warning("container %s: pod delete failed (%s); will retry", row.id, exc)
+            return
+        with Session(self.engine) as session:
+            crud.mark_pod_deleted(session, container_id=row.id)
+        log.info("container %s tenancy %s: pod %s deleted (cancelled)", row.id, row.tenancy, row.pod_name)
+
+    def _reap_cancelled(self) -> bool:
+        with Session(self.engine) as session:
+            rows = list(crud.cancelled_with_pods(session))
+        for row in rows:
+            if self._stop.is_set():
+                break
+            self._delete_pod(row)
+        return False  # retries of failed deletes wait for the next poll
+
+    # -- watcher --------------------------------------------------------------------
+
+    def _watch_loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                rv = self._relist()
+                failures = 0
+                for event in self.kube.watch_pods(crds.LABEL_CONTAINER, rv, on_open=self._set_watch_resp):
+                    if self._stop.is_set():
+                        break
+                    kind = event.get("type")
+                    obj = event.get("object") or {}
+                    if kind == "ERROR":  # e.g. 410 Gone: resourceVersion too old → relist
+                        log.info("pod watch ended: %s", obj.get("message"))
+                        break
+                    if kind == "BOOKMARK":
+                        continue
+                    self._apply(obj, deleted=kind == "DELETED")
+            except Exception as exc:  # noqa: BLE001 - Kubernetes down or DB hiccup: back off
+                if self._stop.is_set():
+                    break
+                failures += 1
+                delay = min(self.settings.retry_max_seconds, 0.25 * 2**failures)
+                log.warning("pod watch failed (%s); retry in %.1fs", exc, delay)
+                self._stop.wait(delay)
+            finally:
+                self._set_watch_resp(None)
+
+    def _set_watch_resp(self, resp: Any) -> None:
+        with self._watch_lock:
+            self._watch_resp = resp
+            if resp is not None and self._stop.is_set():
+                resp.shutdown()
+
+    def _relist(self) -> str:
+        started = utcnow()
+        listing = self.kube.list_pods(crds.LABEL_CONTAINER)
+        present: set[str] = set()
+        for pod in listing.get("items", []):
+            cid = self._apply(pod, deleted=False)
+            if cid:
+                present.add(cid)
+        with Session(self.engine) as session:
+            for row in crud.running_without_pod(session, present=present, before=started):
+                crud.mark_failed(session, container_id=row.id, message="pod disappeared")
+                log.warning("container %s tenancy %s: pod disappeared", row.id, row.tenancy)
+        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _apply(self, pod: dict[str, Any], *, deleted: bool) -> str | None:
+        meta = pod.get("metadata") or {}
+        cid = (meta.get("labels") or {}).get(crds.LABEL_CONTAINER)
+        if not cid:
+            return None
+        with Session(self.engine) as session:
+            if deleted:
+                row = session.get(Container, cid)
+                if row is not None and row.status in (ContainerStatus.PENDING, ContainerStatus.RUNNING):
+                    report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
+                    if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
+                        crud.apply_pod_report(session, container_id=cid, report=report)
+                    else:
+                        crud.mark_failed(session, container_id=cid, message="pod deleted")
+                return cid
+            report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
+            if crud.apply_pod_report(session, container_id=cid, report=report):
+                log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")
+        return cid
+

@@ -1,0 +1,39 @@
+"""Errors of the device plugin, named by meaning; the gRPC servicer maps them to status codes."""
+
+from __future__ import annotations
+
+
+class DevicePluginError(Exception):
+    """Base of every device plugin error."""
+
+
+class InvalidRequest(DevicePluginError):
+    """A kubelet request that cannot be served as asked (bad size, empty list)."""
+
+
+class UnknownDevice(InvalidRequest):
+    """A device id this plugin does not advertise."""
+
+
+class DeviceUnhealthy(DevicePluginError):
+    """A requested GPU is currently unhealthy (gone, unbound from vfio, fabric failure)."""
+
+
+class FabricUnavailable(DevicePluginError):
+    """The node's fabric service cannot be reached (or its Fabric Manager is down)."""
+
+
+class ActivationConflict(DevicePluginError):
+    """The fabric service refused: a needed partition is held by another allocation."""
+
+
+class ActivationRejected(DevicePluginError):
+    """The fabric service refused the activation for another reason."""
+
+
+class RegistrationFailed(DevicePluginError):
+    """The kubelet did not accept (or could not be reached for) registration."""
+
+
+class CDISpecError(DevicePluginError):
+    """The CDI spec built for the devices breaks a CDI rule; nothing was written."""

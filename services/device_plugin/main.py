@@ -1,0 +1,101 @@
+"""Entry: load settings, configure logging, wire the parts, run until signalled."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+
+from services.device_plugin.fabric import FabricService, NoFabric
+from services.device_plugin.metrics import Metrics
+from services.device_plugin.plugin import PluginCore
+from services.device_plugin.podresources import PodResourcesReader
+from services.device_plugin.ports import FabricPort, HealthSource
+from services.device_plugin.registration import KubeletRegistrar
+from services.device_plugin.server import DevicePluginServicer
+from services.device_plugin.settings import DevicePluginSettings
+from services.device_plugin.usage import UsageMonitor
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DevicePlugin:
+    """Every part of a running plugin, wired; ``start``/``stop`` in order."""
+
+    settings: DevicePluginSettings
+    metrics: Metrics
+    core: PluginCore
+    registrar: KubeletRegistrar
+    usage: UsageMonitor
+    fabric: FabricPort
+    _metrics_server: object | None = field(default=None, repr=False)
+    metrics_port: int | None = None
+
+    def start(self) -> None:
+        logger.info("node=%s starting device plugin: %s", self.settings.node_name, self.settings.summary())
+        self.core.start()
+        self.registrar.start()
+        self.usage.start()
+        if self.settings.metrics_port >= 0:
+            from prometheus_client import start_http_server
+
+            server, _ = start_http_server(self.settings.metrics_port, registry=self.metrics.registry)
+            self._metrics_server = server
+            self.metrics_port = server.server_port
+            logger.info("node=%s metrics on :%d/metrics", self.settings.node_name, self.metrics_port)
+
+    def stop(self) -> None:
+        self.usage.stop()
+        self.registrar.stop()
+        self.core.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()  # type: ignore[attr-defined]
+            self._metrics_server.server_close()  # type: ignore[attr-defined]
+            self._metrics_server = None
+        self.fabric.close()
+        logger.info("node=%s device plugin stopped", self.settings.node_name)
+
+
+def build(settings: DevicePluginSettings, *, fabric: FabricPort | None = None,
+          health_sources: list[HealthSource] | None = None) -> DevicePlugin:
+    metrics = Metrics(settings.node_name)
+    if fabric is None:
+        fabric = (FabricService(settings.fabric_socket, timeout=settings.fabric_timeout)
+                  if settings.fabric_socket is not None else NoFabric())
+    core = PluginCore(settings, fabric, metrics, health_sources or ())
+    registrar = KubeletRegistrar(DevicePluginServicer(core), plugin_dir=settings.device_plugin_dir,
+                                 resource_name=settings.resource_name, metrics=metrics,
+                                 node=settings.node_name, watch_interval=settings.kubelet_watch_interval)
+    usage = UsageMonitor(core, PodResourcesReader(settings.pod_resources_socket), metrics,
+                         resource_name=settings.resource_name, interval=settings.pod_resources_interval,
+                         grace=settings.fabric_sync_grace)
+    core.on_conflict = usage.sync_now
+    return DevicePlugin(settings, metrics, core, registrar, usage, fabric)
+
+
+def run(settings: DevicePluginSettings) -> None:
+    """Run until SIGTERM/SIGINT."""
+    plugin = build(settings)
+    done = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        logger.info("node=%s signal %d: stopping", settings.node_name, signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    plugin.start()
+    try:
+        done.wait()
+    finally:
+        plugin.stop()
+
+
+def configure_logging(level: str = "INFO", json_logs: bool = False) -> None:
+    if json_logs:
+        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}'
+    else:
+        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=level.upper(), format=fmt)

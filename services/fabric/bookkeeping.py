@@ -1,0 +1,207 @@
+"""Which partitions the service activated, and for whom: the activation records.
+
+Every activation is recorded *before* Fabric Manager is asked (a write-ahead
+intent), and removed only after the partitions are deactivated. So whatever
+crashes when -- this process, Fabric Manager, the service VM -- the records are
+a superset of what is active, and replaying them (``set_activated_list`` after
+a Fabric Manager restart) or releasing them (holder gone) never leaks a
+partition.
+
+The records live in one JSON file written atomically (temp file, fsync,
+rename, fsync of the directory). The in-memory :class:`ActivationBook` is pure;
+:class:`ActivationStore` adds the file. Callers serialise access (the service
+holds one lock around every change); a ``flock`` on ``<state_dir>/lock`` keeps a
+second service process on the same node from sharing the file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from services.fabric.errors import StateError
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "activations.json"
+LOCK_FILE = "lock"
+FORMAT_VERSION = 1
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """The partitions activated for one holder."""
+
+    holder: str
+    gpus: tuple[str, ...]  # PCI addresses, sorted
+    partition_ids: tuple[int, ...]  # sorted
+    physical_ids: tuple[int, ...] = ()
+    pod: str | None = None
+    since: datetime = field(default_factory=utcnow)
+    nvlink: bool = False
+    releasing: bool = False  # deactivation asked but not confirmed by Fabric Manager
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["gpus"] = list(self.gpus)
+        d["partition_ids"] = list(self.partition_ids)
+        d["physical_ids"] = list(self.physical_ids)
+        d["since"] = self.since.isoformat()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Activation:
+        return cls(
+            holder=str(d["holder"]),
+            gpus=tuple(d["gpus"]),
+            partition_ids=tuple(int(i) for i in d["partition_ids"]),
+            physical_ids=tuple(int(i) for i in d.get("physical_ids", ())),
+            pod=d.get("pod"),
+            since=datetime.fromisoformat(d["since"]),
+            nvlink=bool(d.get("nvlink", False)),
+            releasing=bool(d.get("releasing", False)),
+        )
+
+
+class ActivationBook:
+    """The records in memory: holder -> Activation. Pure; no I/O."""
+
+    def __init__(self, records: Iterable[Activation] = ()) -> None:
+        self._by_holder: dict[str, Activation] = {a.holder: a for a in records}
+
+    def __iter__(self) -> Iterator[Activation]:
+        return iter(sorted(self._by_holder.values(), key=lambda a: a.holder))
+
+    def __len__(self) -> int:
+        return len(self._by_holder)
+
+    def get(self, holder: str) -> Activation | None:
+        return self._by_holder.get(holder)
+
+    def put(self, activation: Activation) -> None:
+        self._by_holder[activation.holder] = activation
+
+    def remove(self, holder: str) -> Activation | None:
+        return self._by_holder.pop(holder, None)
+
+    def holder_of(self, partition_id: int) -> Activation | None:
+        """The record that holds this partition (active or being activated)."""
+        for a in self._by_holder.values():
+            if partition_id in a.partition_ids:
+                return a
+        return None
+
+    def desired_active(self) -> list[int]:
+        """Partitions that must be active: every record not being released."""
+        return sorted({p for a in self._by_holder.values() if not a.releasing for p in a.partition_ids})
+
+    def held(self) -> list[int]:
+        """Partitions any record names (releasing ones included)."""
+        return sorted({p for a in self._by_holder.values() for p in a.partition_ids})
+
+    def snapshot(self) -> list[Activation]:
+        return list(self)
+
+
+class ActivationStore:
+    """An :class:`ActivationBook` persisted atomically under ``state_dir``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.path = self.state_dir / STATE_FILE
+        self.book = ActivationBook()
+        self._lock_fd: int | None = None
+
+    # --- lifecycle ------------------------------------------------------------------
+    def open(self) -> ActivationStore:
+        """Take the node-wide lock and load the records."""
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StateError(f"state_dir {self.state_dir}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StateError(f"another fabric service holds {self.state_dir / LOCK_FILE}") from None
+        self._lock_fd = fd
+        self.book = ActivationBook(self._load())
+        log.info("loaded %d activation record(s) from %s", len(self.book), self.path)
+        return self
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> ActivationStore:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- file -----------------------------------------------------------------------
+    def _load(self) -> list[Activation]:
+        if not self.path.exists():
+            return []
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("version") != FORMAT_VERSION:
+                raise ValueError(f"version {data.get('version')!r}, expected {FORMAT_VERSION}")
+            return [Activation.from_json(d) for d in data["activations"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"cannot read activation records {self.path}: {exc}") from exc
+
+    def save(self) -> None:
+        """Write every record atomically (temp + fsync + rename + directory fsync)."""
+        data = {"version": FORMAT_VERSION, "activations": [a.to_json() for a in self.book]}
+        tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            dfd = os.open(self.state_dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            raise StateError(f"cannot write activation records {self.path}: {exc}") from exc
+
+    # --- changes (each persisted before it returns) -----------------------------------
+    def put(self, activation: Activation) -> None:
+        self.book.put(activation)
+        self.save()
+
+    def remove(self, holder: str) -> Activation | None:
+        old = self.book.remove(holder)
+        if old is not None:
+            self.save()
+        return old
+
+    def mark_releasing(self, holder: str) -> Activation | None:
+        a = self.book.get(holder)
+        if a is None or a.releasing:
+            return a
+        a = replace(a, releasing=True)
+        self.put(a)
+        return a
+
+    def set_pod(self, holder: str, pod: str | None) -> None:
+        a = self.book.get(holder)
+        if a is not None and pod and a.pod != pod:
+            self.put(replace(a, pod=pod))

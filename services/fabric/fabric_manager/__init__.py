@@ -1,0 +1,1 @@
+"""Fabric Manager access behind one interface (see ``interface.py``)."""

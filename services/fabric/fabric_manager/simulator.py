@@ -1,0 +1,394 @@
+"""A Fabric Manager simulator with the rules of the shared NVSwitch model.
+
+Real NVSwitch boards cannot be had here, so the fabric service runs against
+this simulator everywhere but on GPU nodes. It plays one Fabric Manager
+instance (``SimulatedFabric``: the partition table, which partitions are
+active, failed NVLinks, whether the process is up) and hands out clients
+(``SimulatedFabricManager``) that implement ``interface.FabricManager`` the way
+the libnvfm binding does.
+
+Rules, as Fabric Manager applies them (and as ``libnvfm_fake`` in the tests
+applies them too, so both backends agree):
+
+* the table is HGX H100's default partition table (``gpucaas.core.topology``);
+  GPUs are known by physical id and PCI bus id (from a board description);
+* two partitions that share a GPU are never active together; activating an
+  active partition is refused as in use;
+* a GPU with failed NVLinks makes every partition that contains it
+  unsupported (refused on activation); partitions already active stay active
+  until deactivated, as the hardware keeps them;
+* a restart (``restart()``, or ``stop()`` then ``start()``) makes Fabric
+  Manager forget which partitions are active; in resiliency (restart) mode it
+  then refuses activation and deactivation (``NotReady``) until the caller
+  sets the activated list, which becomes the active set as given;
+* while stopped every call fails with ``FabricManagerUnavailable``; a client
+  whose connection was cut reconnects on its next call once Fabric Manager is
+  up again.
+
+The NVLink failures the simulator injects are reported by
+``nvlink_failed_devices`` even though real Fabric Manager on HGX H100 returns
+an empty list there (links train in hardware); that is what lets tests play
+degraded GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpucaas.core import topology
+from services.fabric.fabric_manager import rules
+from services.fabric.fabric_manager.errors import (
+    FabricManagerUnavailable,
+    NotReady,
+    PartitionAlreadyActive,
+    PartitionConflict,
+    PartitionNotActive,
+    PartitionUnsupported,
+    UnknownPartition,
+)
+from services.fabric.fabric_manager.interface import (
+    FailedDevice,
+    FailedDevices,
+    GpuInfo,
+    PartitionInfo,
+)
+from services.fabric.fabric_manager.pci import normalize_pci_bus_id
+
+logger = logging.getLogger(__name__)
+
+#: Per-NVLink line rate an H100 reports (NVLink 4, MB/s).
+H100_NVLINK_LINE_RATE_MBPS = 26562
+#: Ports on an NVSwitch (third generation) / NVLinks on an H100.
+NVSWITCH_PORTS = 64
+
+
+def default_gpu_map() -> dict[int, str]:
+    """Physical id -> PCI bus id of the reference DGX H100 board (the fake sysfs one)."""
+    from gpucaas.testing.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS
+
+    return dict(zip(GPU_PHYSICAL_IDS, GPU_BDFS, strict=True))
+
+
+def default_switches() -> tuple[str, ...]:
+    from gpucaas.testing.fake_sysfs import NVSWITCH_BDFS
+
+    return NVSWITCH_BDFS
+
+
+def gpu_uuid(pci_bus_id: str) -> str:
+    """A stable, made-up GPU UUID for a PCI address (the simulator has no real ones)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpucaas-sim:{pci_bus_id}"))
+
+
+class SimulatedFabric:
+    """One simulated Fabric Manager instance: its state and its failure switches.
+
+    ``resiliency``: started with ``--restart`` semantics (the shared NVSwitch
+    resiliency mode gpucaas configures); after a restart, activation waits for
+    the activated list. Without it a restart simply comes back with nothing
+    active and ready.
+    """
+
+    def __init__(
+        self,
+        gpus: Mapping[int, str] | None = None,
+        *,
+        partitions: Sequence[topology.Partition] = topology.HGX_H100_PARTITIONS,
+        switches: Iterable[str] | None = None,
+        nvlinks_per_gpu: int = topology.NVLINKS_PER_GPU,
+        resiliency: bool = True,
+    ) -> None:
+        gpu_map = default_gpu_map() if gpus is None else dict(gpus)
+        self._gpus = {int(p): normalize_pci_bus_id(b) for p, b in gpu_map.items()}
+        self._partitions = {p.id: p for p in partitions}
+        missing = {g for p in partitions for g in p.gpus} - set(self._gpus)
+        if missing:
+            raise ValueError(
+                f"gpus: no PCI bus id for physical id(s) {sorted(missing)} used by the "
+                f"partition table; give one for each of {sorted({g for p in partitions for g in p.gpus})}"
+            )
+        self._switches = tuple(
+            normalize_pci_bus_id(s) for s in (default_switches() if switches is None else switches)
+        )
+        self._nvlinks_per_gpu = nvlinks_per_gpu
+        self.resiliency = resiliency
+        self.lock = threading.RLock()
+        self._active: set[int] = set()
+        self._gpu_failures: dict[int, tuple[int, ...]] = {}
+        self._switch_failures: dict[str, tuple[int, ...]] = {}
+        self._running = True
+        self._awaiting_list = False
+        #: bumped whenever the process goes away: connections of an older epoch are dead.
+        self.epoch = 0
+        self.restarts = 0
+
+    # --- what tests and the sandbox use to play events --------------------------------
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def awaiting_activated_list(self) -> bool:
+        return self._awaiting_list
+
+    @property
+    def gpu_map(self) -> dict[int, str]:
+        return dict(self._gpus)
+
+    def active_partition_ids(self) -> frozenset[int]:
+        """The partitions Fabric Manager holds active now (empty while it has forgotten)."""
+        with self.lock:
+            return frozenset(self._active)
+
+    def stop(self) -> None:
+        """The Fabric Manager process goes away (service VM down, crash)."""
+        with self.lock:
+            if self._running:
+                self._running = False
+                self.epoch += 1
+                self._active.clear()
+                logger.info("simulated fabric manager stopped")
+
+    def start(self) -> None:
+        """The process comes back; it remembers nothing of the partitions it had active."""
+        with self.lock:
+            if self._running:
+                return
+            self._running = True
+            self._active.clear()
+            self.restarts += 1
+            self._awaiting_list = self.resiliency
+            logger.info(
+                "simulated fabric manager started (restart %d, %s)", self.restarts,
+                "waiting for the activated partition list" if self._awaiting_list else "ready",
+            )
+
+    def restart(self) -> None:
+        """Stop then start: an FM restart (in resiliency mode, NotReady until the list is set)."""
+        with self.lock:
+            self.stop()
+            self.start()
+
+    def inject_gpu_nvlink_failure(self, physical_id: int, ports: Iterable[int] = (0,)) -> None:
+        """A GPU loses NVLinks (added to those failed before): every partition
+        containing it becomes unsupported."""
+        self._check_gpu(physical_id)
+        with self.lock:
+            self._gpu_failures[physical_id] = self._ports(
+                (*self._gpu_failures.get(physical_id, ()), *self._ports(ports))
+            )
+            logger.info("simulated NVLink failure on GPU %d (%s)", physical_id,
+                        self._gpus[physical_id])
+
+    def clear_gpu_nvlink_failure(self, physical_id: int) -> None:
+        self._check_gpu(physical_id)
+        with self.lock:
+            self._gpu_failures.pop(physical_id, None)
+
+    def inject_switch_nvlink_failure(self, pci_bus_id: str, ports: Iterable[int] = (0,)) -> None:
+        """An NVSwitch reports failed ports (listed in failed devices; partitions unaffected)."""
+        bdf = normalize_pci_bus_id(pci_bus_id)
+        if bdf not in self._switches:
+            raise ValueError(f"pci_bus_id: {pci_bus_id!r} is not an NVSwitch here; "
+                             f"allowed: {list(self._switches)}")
+        with self.lock:
+            self._switch_failures[bdf] = self._ports(
+                (*self._switch_failures.get(bdf, ()), *self._ports(ports))
+            )
+
+    def clear_switch_nvlink_failure(self, pci_bus_id: str) -> None:
+        with self.lock:
+            self._switch_failures.pop(normalize_pci_bus_id(pci_bus_id), None)
+
+    def _check_gpu(self, physical_id: int) -> None:
+        if physical_id not in self._gpus:
+            raise ValueError(f"physical_id: no GPU {physical_id}; allowed: {sorted(self._gpus)}")
+
+    @staticmethod
+    def _ports(ports: Iterable[int]) -> tuple[int, ...]:
+        out = tuple(sorted({int(p) for p in ports}))
+        if not out or any(not 0 <= p < NVSWITCH_PORTS for p in out):
+            raise ValueError(f"ports: give 1..{NVSWITCH_PORTS} port numbers in 0..{NVSWITCH_PORTS - 1}")
+        return out
+
+    # --- the Fabric Manager API, as the clients call it ---------------------------------
+    def _require_running(self) -> None:
+        if not self._running:
+            raise FabricManagerUnavailable("fabric manager is not running (simulated)")
+
+    def _require_ready(self, what: str) -> None:
+        if self._awaiting_list:
+            raise NotReady(
+                f"{what} refused: fabric manager restarted and waits for the activated "
+                "partition list (set_activated_list)"
+            )
+
+    def _partition(self, partition_id: int) -> topology.Partition:
+        try:
+            return self._partitions[partition_id]
+        except (KeyError, TypeError):
+            raise UnknownPartition(
+                partition_id,
+                f"no fabric partition {partition_id}; ids are {sorted(self._partitions)}",
+            ) from None
+
+    def _unsupported_ids(self) -> set[int]:
+        bad = set(self._gpu_failures)
+        return {pid for pid, p in self._partitions.items() if p.gpus & bad}
+
+    def list_partitions(self) -> list[PartitionInfo]:
+        with self.lock:
+            self._require_running()
+            unsupported = self._unsupported_ids()
+            return [
+                self._info(p, pid in self._active, pid not in unsupported)
+                for pid, p in sorted(self._partitions.items())
+            ]
+
+    def _info(self, p: topology.Partition, active: bool, supported: bool) -> PartitionInfo:
+        multi = p.size > 1
+        gpus = []
+        for g in p.sorted_gpus():
+            failed = len(self._gpu_failures.get(g, ()))
+            available = max(self._nvlinks_per_gpu - failed, 0) if multi else 0
+            gpus.append(GpuInfo(
+                physical_id=g, pci_bus_id=self._gpus[g], uuid=gpu_uuid(self._gpus[g]),
+                nvlinks_available=available, max_nvlinks=self._nvlinks_per_gpu,
+                nvlink_line_rate_mbps=H100_NVLINK_LINE_RATE_MBPS,
+            ))
+        return PartitionInfo(
+            id=p.id, gpus=tuple(gpus), nvlinks=sum(g.nvlinks_available for g in gpus),
+            active=active, supported=supported,
+        )
+
+    def activate(self, partition_id: int) -> None:
+        with self.lock:
+            self._require_running()
+            self._require_ready(f"activating partition {partition_id}")
+            part = self._partition(partition_id)
+            if partition_id in self._unsupported_ids():
+                bad = sorted(part.gpus & set(self._gpu_failures))
+                raise PartitionUnsupported(
+                    partition_id,
+                    f"partition {partition_id} is unsupported: GPU(s) {bad} have failed NVLinks",
+                )
+            if partition_id in self._active:
+                raise PartitionAlreadyActive(partition_id)
+            conflicting = rules.overlapping_active(part, sorted(self._active), self._partitions)
+            if conflicting:
+                raise PartitionConflict(partition_id, conflicting=conflicting)
+            self._active.add(partition_id)
+            logger.info("simulated fabric manager activated partition %d (GPUs %s)",
+                        partition_id, part.sorted_gpus())
+
+    def deactivate(self, partition_id: int) -> None:
+        with self.lock:
+            self._require_running()
+            self._require_ready(f"deactivating partition {partition_id}")
+            self._partition(partition_id)
+            if partition_id not in self._active:
+                raise PartitionNotActive(partition_id)
+            self._active.discard(partition_id)
+            logger.info("simulated fabric manager deactivated partition %d", partition_id)
+
+    def set_activated_list(self, partition_ids: Sequence[int]) -> None:
+        ids = list(partition_ids)
+        with self.lock:
+            self._require_running()
+            rules.check_activated_list(ids, self._partitions)
+            self._active = set(ids)
+            self._awaiting_list = False
+            logger.info("simulated fabric manager activated list set to %s", sorted(ids))
+
+    def nvlink_failed_devices(self) -> FailedDevices:
+        with self.lock:
+            self._require_running()
+            return FailedDevices(
+                gpus=tuple(
+                    FailedDevice(pci_bus_id=self._gpus[g], uuid=gpu_uuid(self._gpus[g]),
+                                 ports=ports, physical_id=g)
+                    for g, ports in sorted(self._gpu_failures.items())
+                ),
+                switches=tuple(
+                    FailedDevice(pci_bus_id=s, ports=ports)
+                    for s, ports in sorted(self._switch_failures.items())
+                ),
+            )
+
+    def unsupported_partitions(self) -> list[int]:
+        with self.lock:
+            self._require_running()
+            return sorted(self._unsupported_ids())
+
+
+class SimulatedFabricManager:
+    """A client of a ``SimulatedFabric``; implements ``interface.FabricManager``."""
+
+    backend = "simulator"
+
+    def __init__(self, fabric: SimulatedFabric | None = None) -> None:
+        self.fabric = fabric if fabric is not None else SimulatedFabric()
+        self._epoch: int | None = None  # epoch of the live connection, None when closed
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SimulatedFabricManager(connected={self._epoch is not None})"
+
+    # convenience: the fabric's event switches, reachable from the client
+    def stop(self) -> None:
+        self.fabric.stop()
+
+    def start(self) -> None:
+        self.fabric.start()
+
+    def restart(self) -> None:
+        self.fabric.restart()
+
+    def connect(self) -> None:
+        with self._lock, self.fabric.lock:
+            if not self.fabric.running:
+                self._epoch = None
+                raise FabricManagerUnavailable("cannot connect: fabric manager is not running "
+                                               "(simulated)")
+            self._epoch = self.fabric.epoch
+
+    def close(self) -> None:
+        with self._lock:
+            self._epoch = None
+
+    def _ensure(self) -> None:
+        """Reconnect when the connection is gone (never made, closed, or cut by a stop)."""
+        with self._lock, self.fabric.lock:
+            if self._epoch is not None and self._epoch == self.fabric.epoch:
+                return
+            if not self.fabric.running:
+                self._epoch = None
+                raise FabricManagerUnavailable("fabric manager is not running (simulated)")
+            self._epoch = self.fabric.epoch
+
+    def list_partitions(self) -> list[PartitionInfo]:
+        self._ensure()
+        return self.fabric.list_partitions()
+
+    def activate(self, partition_id: int) -> None:
+        self._ensure()
+        self.fabric.activate(partition_id)
+
+    def deactivate(self, partition_id: int) -> None:
+        self._ensure()
+        self.fabric.deactivate(partition_id)
+
+    def set_activated_list(self, partition_ids: list[int]) -> None:
+        self._ensure()
+        self.fabric.set_activated_list(partition_ids)
+
+    def nvlink_failed_devices(self) -> FailedDevices:
+        self._ensure()
+        return self.fabric.nvlink_failed_devices()
+
+    def unsupported_partitions(self) -> list[int]:
+        self._ensure()
+        return self.fabric.unsupported_partitions()

@@ -1,0 +1,560 @@
+"""Partitions follow allocations: the fabric service's domain logic.
+
+:class:`PartitionService` joins Fabric Manager (any ``FabricManager``
+implementation) and the activation records (``bookkeeping``):
+
+- ``activate(holder, gpus)``: the partitions the GPU set needs
+  (``gpucaas.core.topology.partitions_for_gpus``: the set's own partition, or
+  one single-GPU partition per GPU) are activated for ``holder``; idempotent for
+  the same holder and set; refused with :class:`Conflict` naming the other holder
+  when a needed partition overlaps one that is active or held.
+- ``release(holder)``, ``sync(live, grace)``: deactivate what a holder held.
+- ``replay()``: after a Fabric Manager (or service VM) restart, tell it the
+  active list again (``set_activated_list``).
+- ``reconcile()``: the periodic check that brings Fabric Manager back in line
+  with the records (replay after a restart, finish pending releases).
+
+Consistency: one lock serialises every change, so two racing allocations are
+decided one after the other -- exactly one wins. A record is written before
+Fabric Manager is asked and removed only after deactivation; a multi-partition
+activation that fails half-way is rolled back before the error is returned, and
+if even the rollback cannot reach Fabric Manager the record is kept as
+``releasing`` so ``reconcile`` finishes it. Nothing is left half-activated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from gpucaas.core import topology
+from services.fabric.bookkeeping import Activation, ActivationStore, utcnow
+from services.fabric.discovery import normalize_bdf
+from services.fabric.errors import Conflict, InvalidRequest, NotFound, Unavailable, Unsupported
+from services.fabric.fabric_manager.interface import (
+    FabricManager,
+    FabricManagerError,
+    FabricManagerUnavailable,
+    NotReady,
+    PartitionAlreadyActive,
+    PartitionConflict,
+    PartitionInfo,
+    PartitionNotActive,
+    PartitionUnsupported,
+    UnknownPartition,
+)
+
+log = logging.getLogger(__name__)
+
+ADMIN_HOLDER_PREFIX = "admin:partition-"
+MAX_HOLDER_LEN = 512
+T = TypeVar("T")
+
+
+@dataclass
+class FabricStatus:
+    """What the service knows about Fabric Manager, for health and publishing."""
+
+    reachable: bool = False
+    message: str = ""
+    replays: int = 0
+    last_replay_at: datetime | None = None
+    last_replay_s: float | None = None
+
+
+class PartitionService:
+    """Activation bookkeeping on top of Fabric Manager. Thread-safe."""
+
+    def __init__(
+        self,
+        fm: FabricManager,
+        store: ActivationStore,
+        *,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.fm = fm
+        self.store = store
+        self.status = FabricStatus()
+        self._lock = threading.RLock()
+        self._on_change = [on_change] if on_change else []
+        self._connected = False
+
+    @property
+    def backend(self) -> str:
+        return getattr(self.fm, "backend", type(self.fm).__name__)
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        self._on_change.append(fn)
+
+    def _changed(self) -> None:
+        for fn in list(self._on_change):
+            try:
+                fn()
+            except Exception:  # a listener never breaks an allocation
+                log.exception("fabric change listener failed")
+
+    # --- Fabric Manager calls -------------------------------------------------------
+    def _ensure_connected(self) -> None:
+        if not self._connected:
+            try:
+                self.fm.connect()
+            except FabricManagerUnavailable as exc:
+                self._unreachable(exc)
+                raise Unavailable(f"Fabric Manager ({self.backend}) unreachable: {exc}") from exc
+            self._connected = True
+
+    def _unreachable(self, exc: Exception) -> None:
+        self.status.reachable = False
+        self.status.message = str(exc)
+        if self._connected:
+            self.fm.close()
+            self._connected = False
+
+    def _call(self, fn: Callable[[], T], *, replay_on_not_ready: bool = True) -> T:
+        """One Fabric Manager call: connect if needed; after a restart (NotReady) replay and retry once."""
+        self._ensure_connected()
+        try:
+            try:
+                result = fn()
+            except NotReady:
+                if not replay_on_not_ready:
+                    raise
+                log.warning("Fabric Manager is waiting for the activated list (restarted): replaying")
+                self._replay_locked()
+                result = fn()
+        except FabricManagerUnavailable as exc:
+            self._unreachable(exc)
+            raise Unavailable(f"Fabric Manager ({self.backend}) unreachable: {exc}") from exc
+        except NotReady as exc:
+            raise Unavailable(f"Fabric Manager not ready: {exc}") from exc
+        self.status.reachable = True
+        self.status.message = ""
+        return result
+
+    def _partitions(self) -> list[PartitionInfo]:
+        return self._call(self.fm.list_partitions)
+
+    # --- queries ----------------------------------------------------------------------
+    def list_partitions(self) -> list[dict[str, Any]]:
+        with self._lock:
+            parts = self._partitions()
+            return [self._partition_view(p) for p in parts]
+
+    def _partition_view(self, p: PartitionInfo) -> dict[str, Any]:
+        rec = self.store.book.holder_of(p.id)
+        return {
+            "id": p.id,
+            "gpus": [{"physical_id": g.physical_id, "pci_bus_id": g.pci_bus_id} for g in p.gpus],
+            "nvlinks": p.nvlinks,
+            "active": p.active,
+            "supported": p.supported,
+            "holder": rec.holder if rec else None,
+        }
+
+    def topology(self) -> dict[str, Any]:
+        with self._lock:
+            parts = self._partitions()
+            failed = self._call(self.fm.nvlink_failed_devices)
+        reasons = {d.pci_bus_id: f"NVLink failure on ports {list(d.ports)}" if d.ports else "NVLink failure"
+                   for d in failed.gpus}
+        gpus: dict[int, str] = {}
+        for p in parts:
+            for g in p.gpus:
+                gpus[g.physical_id] = g.pci_bus_id
+        return {
+            "source": "fabric-manager",
+            "gpus": [
+                {"physical_id": pid, "pci_bus_id": pci, "healthy": pci not in reasons, "reason": reasons.get(pci)}
+                for pid, pci in sorted(gpus.items())
+            ],
+        }
+
+    def activations(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [activation_view(a) for a in self.store.book]
+
+    def failed_gpus(self) -> list[str]:
+        with self._lock:
+            return sorted(self._call(self.fm.nvlink_failed_devices).gpu_pci_bus_ids)
+
+    def probe(self) -> bool:
+        """Is Fabric Manager reachable now? Updates ``status``; never raises."""
+        with self._lock:
+            try:
+                self._partitions()
+            except Unavailable:
+                return False
+            return True
+
+    # --- allocations --------------------------------------------------------------------
+    def _resolve(self, parts: list[PartitionInfo], gpus: Iterable[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        by_pci: dict[str, int] = {}
+        for p in parts:
+            for g in p.gpus:
+                by_pci[g.pci_bus_id] = g.physical_id
+        pcis = []
+        for raw in gpus:
+            try:
+                pcis.append(normalize_bdf(str(raw), field="gpus"))
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
+        if not pcis:
+            raise InvalidRequest("gpus: give at least one GPU PCI address")
+        if len(set(pcis)) != len(pcis):
+            raise InvalidRequest(f"gpus: duplicate PCI addresses in {pcis}")
+        unknown = [p for p in pcis if p not in by_pci]
+        if unknown:
+            raise InvalidRequest(f"gpus: {unknown} not known to Fabric Manager (known: {sorted(by_pci)})")
+        pcis.sort()
+        return tuple(pcis), tuple(sorted(by_pci[p] for p in pcis))
+
+    def _needed(self, parts: list[PartitionInfo], physical_ids: tuple[int, ...]) -> list[PartitionInfo]:
+        by_id = {p.id: p for p in parts}
+        out = []
+        for want in topology.partitions_for_gpus(physical_ids):
+            have = by_id.get(want.id)
+            if have is None or have.physical_ids != want.gpus:
+                raise Unavailable(
+                    f"Fabric Manager's partition table does not have partition {want.id} "
+                    f"= GPUs {want.sorted_gpus()} (not an HGX H100 table?)"
+                )
+            out.append(have)
+        return out
+
+    def _blockers(self, parts: list[PartitionInfo], needed: list[PartitionInfo], holder: str | None) -> list[str]:
+        """Who holds what overlaps ``needed`` (active in Fabric Manager or held in the records)."""
+        by_id = {p.id: p for p in parts}
+        busy = {p.id for p in parts if p.active} | set(self.store.book.held())
+        out = []
+        for n in needed:
+            for pid in sorted(busy):
+                other = by_id.get(pid)
+                if other is None or not (other.physical_ids & n.physical_ids):
+                    continue
+                rec = self.store.book.holder_of(pid)
+                if rec is not None and rec.holder == holder:
+                    continue
+                who = describe_holder(rec) if rec else "no holder (active in Fabric Manager, unrecorded)"
+                out.append(f"partition {pid} (GPUs {sorted(other.physical_ids)}) held by {who}")
+        return sorted(set(out))
+
+    def activate(self, holder: str, gpus: Iterable[str], pod: str | None = None) -> dict[str, Any]:
+        """Activate the partitions ``gpus`` need for ``holder``; see the module docstring."""
+        check_holder(holder)
+        with self._lock:
+            parts = self._partitions()
+            pcis, physical = self._resolve(parts, gpus)
+            existing = self.store.book.get(holder)
+            if existing is not None and existing.releasing:
+                self._release_locked(existing)
+                existing = self.store.book.get(holder)
+                if existing is not None:
+                    raise Unavailable(f"holder {holder} is still being released; retry")
+                parts = self._partitions()
+            if existing is not None:
+                if existing.gpus != pcis:
+                    raise Conflict(
+                        f"holder {holder} already holds GPUs {list(existing.gpus)}; release it before "
+                        f"asking for {list(pcis)}", holder=holder)
+                self._activate_missing(existing, parts)
+                return result_view(existing)
+            needed = self._needed(parts, physical)
+            unsupported = [p.id for p in needed if not p.supported]
+            if unsupported:
+                raise Unsupported(f"partition(s) {unsupported} for GPUs {list(pcis)} are unsupported "
+                                  "by Fabric Manager (NVLink failure)")
+            blockers = self._blockers(parts, needed, holder)
+            if blockers:
+                raise Conflict(f"GPUs {list(pcis)} need a partition that overlaps: " + "; ".join(blockers),
+                               holder=blockers[0])
+            rec = Activation(
+                holder=holder, gpus=pcis, partition_ids=tuple(sorted(p.id for p in needed)),
+                physical_ids=physical, pod=pod, since=utcnow(),
+                nvlink=len(needed) == 1 and needed[0].nvlinks > 0,
+            )
+            self.store.put(rec)  # write-ahead: recorded before Fabric Manager is asked
+            self._activate_all(rec, [p for p in needed if not p.active])
+            log.info("activated partitions %s for %s (GPUs %s)", list(rec.partition_ids), holder, list(pcis))
+        self._changed()
+        return result_view(rec)
+
+    def _activate_all(self, rec: Activation, todo: list[PartitionInfo]) -> None:
+        done: list[int] = []
+        try:
+            for p in todo:
+                self._call(lambda pid=p.id: self.fm.activate(pid))
+                done.append(p.id)
+        except (FabricManagerError, Unavailable) as exc:
+            self._rollback(rec, done)
+            raise _translate(exc, rec.holder) from exc
+
+    def _rollback(self, rec: Activation, done: list[int]) -> None:
+        """Undo a half-done activation; if that fails too, leave it to reconcile as 'releasing'."""
+        try:
+            for pid in reversed(done):
+                self._deactivate_quiet(pid)
+        except (FabricManagerError, Unavailable) as exc:
+            log.error("rollback of %s failed (%s); kept as releasing for reconcile", rec.holder, exc)
+            self.store.mark_releasing(rec.holder)
+            return
+        self.store.remove(rec.holder)
+
+    def _deactivate_quiet(self, pid: int) -> None:
+        """Deactivate; 'not active' and 'forgotten by a restart' both count as done."""
+        try:
+            self._call(lambda: self.fm.deactivate(pid), replay_on_not_ready=False)
+        except (PartitionNotActive, UnknownPartition):
+            pass
+        except Unavailable as exc:
+            if isinstance(exc.__cause__, NotReady):
+                return  # restarted Fabric Manager forgot it; replay will not bring it back
+            raise
+
+    def _activate_missing(self, rec: Activation, parts: list[PartitionInfo]) -> None:
+        active = {p.id for p in parts if p.active}
+        for pid in rec.partition_ids:
+            if pid not in active:
+                try:
+                    self._call(lambda pid=pid: self.fm.activate(pid))
+                except PartitionAlreadyActive:
+                    pass
+                except FabricManagerError as exc:
+                    raise _translate(exc, rec.holder) from exc
+
+    def release(self, holder: str) -> dict[str, Any]:
+        """Deactivate what ``holder`` holds; idempotent (unknown holder: nothing to do)."""
+        with self._lock:
+            rec = self.store.book.get(holder)
+            if rec is None:
+                return {"holder": holder, "released": False, "partition_ids": [], "pending": False}
+            released = self._release_locked(rec)
+        self._changed()
+        return {"holder": holder, "released": released, "partition_ids": list(rec.partition_ids),
+                "pending": not released}
+
+    def _release_locked(self, rec: Activation) -> bool:
+        self.store.mark_releasing(rec.holder)
+        try:
+            for pid in rec.partition_ids:
+                self._deactivate_quiet(pid)
+        except (Unavailable, FabricManagerError) as exc:
+            log.warning("release of %s pending: %s", rec.holder, exc)
+            return False
+        self.store.remove(rec.holder)
+        log.info("released partitions %s of %s", list(rec.partition_ids), rec.holder)
+        return True
+
+    def sync(self, live: Iterable[Mapping[str, Any]], grace_s: float) -> dict[str, Any]:
+        """Release every record whose holder is not live and older than ``grace_s``."""
+        live_pods = {}
+        for item in live:
+            h = item.get("holder")
+            if not isinstance(h, str) or not h:
+                raise InvalidRequest("live[].holder: a non-empty string is required")
+            live_pods[h] = item.get("pod")
+        if grace_s < 0:
+            raise InvalidRequest(f"grace_seconds: must be >= 0, got {grace_s}")
+        now = utcnow()
+        released, kept, pending = [], [], []
+        with self._lock:
+            for rec in self.store.book.snapshot():
+                if rec.holder in live_pods:
+                    self.store.set_pod(rec.holder, live_pods[rec.holder])
+                    kept.append(rec.holder)
+                elif rec.holder.startswith(ADMIN_HOLDER_PREFIX):
+                    kept.append(rec.holder)  # admin activations are released by the admin
+                elif (now - rec.since).total_seconds() >= grace_s:
+                    (released if self._release_locked(rec) else pending).append(rec.holder)
+                else:
+                    kept.append(rec.holder)
+        if released or pending:
+            self._changed()
+        return {"released": released, "pending": pending, "kept": kept}
+
+    # --- restarts -------------------------------------------------------------------------
+    def replay(self) -> list[int]:
+        """Tell Fabric Manager the active list (after it or its VM restarted)."""
+        with self._lock:
+            ids = self._call(self._replay_locked, replay_on_not_ready=False)
+        self._changed()
+        return ids
+
+    def _replay_locked(self) -> list[int]:
+        t0 = time.monotonic()
+        ids = self.store.book.desired_active()
+        self.fm.set_activated_list(ids)
+        for rec in self.store.book.snapshot():
+            if rec.releasing:  # not replayed: a restarted Fabric Manager has forgotten it
+                self.store.remove(rec.holder)
+        self.status.replays += 1
+        self.status.last_replay_at = datetime.now(UTC)
+        self.status.last_replay_s = time.monotonic() - t0
+        log.info("replayed activated partition list %s to Fabric Manager", ids)
+        return ids
+
+    def reconnect(self, timeout_s: float, interval_s: float = 0.5) -> None:
+        """Drop the connection and connect again, waiting up to ``timeout_s`` (FM booting)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            if self._connected:
+                self.fm.close()
+                self._connected = False
+        while True:
+            try:
+                with self._lock:
+                    self._ensure_connected()
+                    self.fm.list_partitions()
+                    return
+            except (Unavailable, FabricManagerUnavailable) as exc:
+                with self._lock:
+                    self._unreachable(exc)
+                if time.monotonic() >= deadline:
+                    raise Unavailable(f"Fabric Manager not back after {timeout_s}s: {exc}") from exc
+            except NotReady:
+                return  # reachable, waiting for the activated list
+            time.sleep(interval_s)
+
+    def fabric_restarted(self, timeout_s: float = 60.0) -> list[int]:
+        """Fabric Manager (or the service VM it runs in) restarted: reconnect, then replay."""
+        self.reconnect(timeout_s)
+        return self.replay()
+
+    def reconcile(self) -> dict[str, Any]:
+        """Bring Fabric Manager in line with the records; called periodically. Never raises Unavailable."""
+        report: dict[str, Any] = {"reachable": False, "activated": [], "released": [], "unrecorded": []}
+        with self._lock:
+            try:
+                parts = self._partitions()
+                for rec in self.store.book.snapshot():
+                    if rec.releasing and self._release_locked(rec):
+                        report["released"].append(rec.holder)
+                parts = self._partitions()
+                active = {p.id for p in parts if p.active}
+                missing = [pid for pid in self.store.book.desired_active() if pid not in active]
+                if missing:
+                    try:
+                        for pid in missing:
+                            self.fm.activate(pid)
+                            report["activated"].append(pid)
+                    except NotReady:
+                        self._call(self._replay_locked, replay_on_not_ready=False)
+                        report["activated"] = missing
+                    except FabricManagerError as exc:
+                        log.error("cannot re-activate recorded partitions %s: %s", missing, exc)
+                report["unrecorded"] = sorted(active - set(self.store.book.held()))
+                if report["unrecorded"]:
+                    log.warning("partitions %s active in Fabric Manager without a record", report["unrecorded"])
+                report["reachable"] = True
+            except Unavailable as exc:
+                log.warning("reconcile: %s", exc)
+        if report["activated"] or report["released"]:
+            self._changed()
+        return report
+
+    # --- admin (caasctl) ------------------------------------------------------------------
+    def _partition(self, parts: list[PartitionInfo], pid: int) -> PartitionInfo:
+        for p in parts:
+            if p.id == pid:
+                return p
+        raise NotFound(f"partition {pid}: no such partition (ids {[p.id for p in parts]})")
+
+    def _evict(self, parts: list[PartitionInfo], target: PartitionInfo) -> list[str]:
+        """Force: deactivate every partition and record overlapping ``target``."""
+        evicted = []
+        for p in parts:
+            if p.id == target.id or not (p.physical_ids & target.physical_ids):
+                continue
+            rec = self.store.book.holder_of(p.id)
+            if rec is not None:
+                if not self._release_locked(rec):
+                    raise Unavailable(f"cannot release {rec.holder} to make room for partition {target.id}")
+                evicted.append(rec.holder)
+            elif p.active:
+                self._deactivate_quiet(p.id)
+                evicted.append(f"unrecorded partition {p.id}")
+        return evicted
+
+    def admin_activate(self, pid: int, force: bool = False) -> dict[str, Any]:
+        with self._lock:
+            parts = self._partitions()
+            target = self._partition(parts, pid)
+            holder = f"{ADMIN_HOLDER_PREFIX}{pid}"
+            rec = self.store.book.holder_of(pid)
+            if target.active and rec is not None:
+                return {"id": pid, "active": True, "holder": rec.holder, "evicted": []}
+            if not target.supported:
+                raise Unsupported(f"partition {pid} is unsupported by Fabric Manager (NVLink failure)")
+            evicted: list[str] = []
+            blockers = self._blockers(parts, [target], holder)
+            if blockers:
+                if not force:
+                    raise Conflict(f"partition {pid} overlaps: " + "; ".join(blockers) + " (use force)")
+                evicted = self._evict(parts, target)
+                parts = self._partitions()
+                target = self._partition(parts, pid)
+            rec = Activation(holder=holder, gpus=tuple(sorted(target.pci_bus_ids)), partition_ids=(pid,),
+                             physical_ids=tuple(sorted(target.physical_ids)), since=utcnow(),
+                             nvlink=target.nvlinks > 0)
+            self.store.put(rec)
+            if not target.active:
+                self._activate_all(rec, [target])
+            log.warning("admin activated partition %s (force=%s, evicted %s)", pid, force, evicted)
+        self._changed()
+        return {"id": pid, "active": True, "holder": holder, "evicted": evicted}
+
+    def admin_deactivate(self, pid: int, force: bool = False) -> dict[str, Any]:
+        with self._lock:
+            parts = self._partitions()
+            target = self._partition(parts, pid)
+            rec = self.store.book.holder_of(pid)
+            if rec is not None and not rec.holder.startswith(ADMIN_HOLDER_PREFIX) and not force:
+                raise Conflict(f"partition {pid} is held by {describe_holder(rec)} (use force)", holder=rec.holder)
+            if rec is not None:
+                if not self._release_locked(rec):
+                    raise Unavailable(f"Fabric Manager unreachable; release of {rec.holder} pending")
+            elif target.active:
+                self._deactivate_quiet(pid)
+            log.warning("admin deactivated partition %s (force=%s, holder %s)", pid, force,
+                        rec.holder if rec else None)
+        self._changed()
+        return {"id": pid, "active": False, "released_holder": rec.holder if rec else None}
+
+
+def check_holder(holder: object) -> None:
+    if not isinstance(holder, str) or not holder.strip():
+        raise InvalidRequest("holder: a non-empty string is required")
+    if len(holder) > MAX_HOLDER_LEN or any(c in holder for c in "\n\r\x00"):
+        raise InvalidRequest(f"holder: at most {MAX_HOLDER_LEN} characters, no control characters")
+
+
+def describe_holder(rec: Activation) -> str:
+    return f"{rec.holder} (pod {rec.pod})" if rec.pod else rec.holder
+
+
+def activation_view(a: Activation) -> dict[str, Any]:
+    return {"holder": a.holder, "gpus": list(a.gpus), "partition_ids": list(a.partition_ids),
+            "pod": a.pod, "since": a.since.isoformat(), "releasing": a.releasing}
+
+
+def result_view(a: Activation) -> dict[str, Any]:
+    return {"holder": a.holder, "gpus": list(a.gpus), "partition_ids": list(a.partition_ids), "nvlink": a.nvlink}
+
+
+def _translate(exc: Exception, holder: str) -> Exception:
+    if isinstance(exc, Unavailable):
+        return exc
+    if isinstance(exc, PartitionUnsupported):
+        return Unsupported(str(exc))
+    if isinstance(exc, PartitionConflict):
+        return Conflict(f"Fabric Manager refused for {holder}: {exc}")
+    if isinstance(exc, UnknownPartition):
+        return NotFound(str(exc))
+    return Unavailable(f"Fabric Manager error: {exc}")
+
+
+__all__ = ["ADMIN_HOLDER_PREFIX", "FabricStatus", "PartitionService"]

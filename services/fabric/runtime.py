@@ -1,0 +1,236 @@
+"""Wiring of one node's fabric service: records, Fabric Manager, service VM, local API, publisher.
+
+:class:`FabricNode` is what ``gpucaas fabric`` runs (and what the tests and the
+benchmark start): it builds the parts from :class:`FabricSettings`, starts them
+in order and stops them in reverse. Nothing here decides anything; the rules
+live in ``partitions`` (allocations), ``service_vm`` (VM lifecycle) and
+``bookkeeping`` (records).
+
+Start order: records (node lock) -> service VM (define or reuse, start) ->
+Fabric Manager (connect, reconcile: replays after a restart) -> local API ->
+VM watcher -> reconcile loop -> FabricState publisher.
+
+When the service VM restarts (crash, then restart by the watcher), the Fabric
+Manager inside it restarted too: the node reconnects and replays the records
+(``PartitionService.fabric_restarted``). With the simulator backend the
+simulator stands for "Fabric Manager inside the VM" (real Fabric Manager cannot
+run in the test VM here), so ``simulate_fm_in_vm`` makes a VM restart call
+``restart()`` on the simulator first: it forgets its active partitions and
+waits for the activated list, exactly as nv-fabricmanager in resiliency mode
+does after its VM rebooted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from services.fabric.bookkeeping import ActivationStore
+from services.fabric.discovery import discover_fabric_devices
+from services.fabric.domain_xml import DomainSpec
+from services.fabric.errors import FabricServiceError
+from services.fabric.fabric_manager.interface import FabricManager
+from services.fabric.partitions import PartitionService
+from services.fabric.publisher import FabricStatePublisher, build_fabric_state_status
+from services.fabric.server import UnixServer, create_app
+from services.fabric.service_vm import BackoffPolicy, ServiceVM
+from services.fabric.settings import FabricSettings
+
+log = logging.getLogger(__name__)
+
+
+def domain_spec(settings: FabricSettings, hostdevs: tuple[str, ...]) -> DomainSpec:
+    return DomainSpec(
+        name=settings.domain_name,
+        domain_type=settings.domain_type,
+        vcpus=settings.vcpus,
+        memory_mib=settings.memory_mib,
+        hostdevs=hostdevs,
+        disk_image=None if settings.kernel else (str(settings.disk_image) if settings.disk_image else None),
+        kernel=str(settings.kernel) if settings.kernel else None,
+        initrd=str(settings.initrd) if settings.initrd else None,
+        cmdline=settings.kernel_cmdline,
+        fm_channel=settings.fm_channel,
+        fm_network=settings.fm_network,
+        fm_channel_socket=str(settings.fm_channel_socket),
+        node=settings.node_name,
+    )
+
+
+def passthrough_devices(settings: FabricSettings) -> tuple[str, ...]:
+    """The NVSwitches + memory controller to pass (discovered or configured); () when disabled."""
+    if not settings.passthrough:
+        return ()
+    found = discover_fabric_devices(settings.sysfs_root, nvswitches=settings.nvswitches,
+                                    memory_controller=settings.memory_controller)
+    log.info("service VM gets NVSwitches %s and memory controller %s (IOMMU groups %s%s)",
+             [d.bdf for d in found.nvswitches],
+             found.memory_controller.bdf if found.memory_controller else None,
+             sorted(found.iommu_groups), ", shared" if found.shared_iommu_group else "")
+    return tuple(d.bdf for d in found.passthrough)
+
+
+def make_fabric_manager(settings: FabricSettings) -> FabricManager:
+    from services.fabric.fabric_manager.factory import make_fabric_manager as factory
+
+    unix = settings.fm_channel == "unix"
+    return factory(
+        backend=settings.fm_backend,
+        library=settings.fm_library,
+        address=str(settings.fm_channel_socket) if unix else settings.fm_address,
+        unix_socket=unix,
+        timeout_ms=int(min(settings.fm_connect_timeout_s, 30) * 1000),
+        board=settings.board,
+    )
+
+
+class FabricNode:
+    """One node's fabric service, assembled from settings."""
+
+    def __init__(
+        self,
+        settings: FabricSettings,
+        *,
+        fm: FabricManager | None = None,
+        template: str | None = None,
+        kube_client: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.fm = fm if fm is not None else make_fabric_manager(settings)
+        self.store = ActivationStore(settings.state_dir)
+        self.service = PartitionService(self.fm, self.store)
+        self.vm: ServiceVM | None = None
+        self._template = template
+        self._kube_client = kube_client
+        self.publisher: FabricStatePublisher | None = None
+        self.server: UnixServer | None = None
+        self._stop = threading.Event()
+        self._reconciler: threading.Thread | None = None
+        self.vm_restart_replays = 0
+
+    # --- parts ----------------------------------------------------------------------
+    def _template_text(self) -> str:
+        if self._template is not None:
+            return self._template
+        if self.settings.domain_template is not None:
+            return Path(self.settings.domain_template).read_text()
+        from vm_images.domain import template_text
+
+        return template_text()
+
+    def build_vm(self) -> ServiceVM:
+        s = self.settings
+        return ServiceVM(
+            s.libvirt_uri, domain_spec(s, passthrough_devices(s)), self._template_text(),
+            watch_interval_s=s.watch_interval_s,
+            backoff=BackoffPolicy(s.restart_backoff_initial_s, s.restart_backoff_max_s, s.restart_stable_s),
+            stop_timeout_s=s.stop_timeout_s,
+            on_restarted=self._vm_restarted,
+        )
+
+    def _vm_restarted(self) -> None:
+        """The service VM came back: the Fabric Manager in it is fresh. Reconnect and replay."""
+        if self.settings.simulate_fm_in_vm and getattr(self.fm, "backend", "") == "simulator":
+            self.fm.restart()  # type: ignore[attr-defined]  # the simulator plays FM-in-the-VM
+        ids = self.service.fabric_restarted(self.settings.fm_connect_timeout_s)
+        self.vm_restart_replays += 1
+        log.warning("service VM restart handled: replayed partitions %s", ids)
+
+    def vm_state(self) -> dict[str, Any]:
+        if self.vm is None:
+            return {"state": "unmanaged", "restarts": 0}
+        return self.vm.state()
+
+    def collect_status(self) -> dict[str, Any]:
+        fm_state = {"reachable": False, "backend": self.service.backend, "message": ""}
+        partitions = gpus = switches = None
+        try:
+            partitions = self.service.list_partitions()
+            gpus = self.service.topology()["gpus"]
+            failed = self.fm.nvlink_failed_devices()
+            switches = [{"pci_bus_id": d.pci_bus_id, "reason": f"NVLink failure on ports {list(d.ports)}"}
+                        for d in failed.switches]
+            fm_state["reachable"] = True
+        except Exception as exc:
+            fm_state["message"] = str(exc)
+        return build_fabric_state_status(partitions=partitions, gpus=gpus, failed_switches=switches,
+                                         service_vm=self.vm_state(), fabric_manager=fm_state)
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        s = self.settings
+        log.info("fabric service starting on node %s: %s", s.node_name, s.redacted())
+        self.store.open()
+        try:
+            if s.vm_enabled:
+                self.vm = self.build_vm()
+                self.vm.start()
+            report = self.service.reconcile()
+            if not report["reachable"]:
+                log.warning("Fabric Manager not reachable yet; partitions wait for it")
+            self.server = UnixServer(create_app(self.service, self.vm_state), s.socket, s.socket_mode)
+            self.server.start()
+            if self.vm is not None:
+                self.vm.start_watch()
+            self._stop.clear()
+            self._reconciler = threading.Thread(target=self._reconcile_loop, name="fabric-reconcile", daemon=True)
+            self._reconciler.start()
+            if s.publish:
+                self.publisher = FabricStatePublisher(self._kube(), s.node_name, self.collect_status,
+                                                      interval_s=s.publish_interval_s)
+                self.service.add_listener(self.publisher.notify)
+                self.publisher.start()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("fabric service ready on %s", s.socket)
+
+    def _kube(self) -> Any:
+        if self._kube_client is not None:
+            return self._kube_client
+        from kubernetes import client, config
+
+        if self.settings.kubeconfig:
+            return config.new_client_from_config(str(self.settings.kubeconfig))
+        config.load_incluster_config()
+        return client.ApiClient()
+
+    def _reconcile_loop(self) -> None:
+        while not self._stop.wait(self.settings.reconcile_interval_s):
+            try:
+                self.service.reconcile()
+            except FabricServiceError as exc:
+                log.warning("reconcile: %s", exc)
+            except Exception:
+                log.exception("reconcile failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.publisher is not None:
+            self.publisher.stop()
+        if self.vm is not None:
+            self.vm.stop_watch()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self._reconciler is not None:
+            self._reconciler.join(timeout=15)
+            self._reconciler = None
+        if self.vm is not None:
+            try:
+                if self.settings.stop_vm_on_exit:
+                    self.vm.stop()
+            finally:
+                self.vm.close()
+        self.fm.close()
+        self.store.close()
+        log.info("fabric service stopped")
+
+    def __enter__(self) -> FabricNode:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,340 @@
+"""The service VM under libvirt (the one adapter that imports ``libvirt``).
+
+:class:`ServiceVM` owns one domain: it defines it from the XML builder (or
+reuses an existing domain of the same name instead of duplicating it), starts
+it, watches it and restarts it when it dies unasked, and stops it cleanly.
+
+Watching is by polling ``virDomainGetState`` every ``watch_interval_s``: it works
+with every libvirt driver (``test:///`` included), survives a libvirtd restart
+(the connection is reopened) and catches what an event could be missed for
+(the domain undefined behind our back is redefined). A crash -- QEMU killed,
+guest panic with ``on_crash=destroy``, host OOM -- shows as ``shut off``; the
+watcher restarts the domain after a backoff (``restart_backoff_initial_s``,
+doubling up to ``restart_backoff_max_s``, reset once the VM stayed up
+``restart_stable_s``) and then calls ``on_restarted`` so the fabric service
+reconnects to the Fabric Manager inside and replays the active partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from services.fabric.domain_xml import DomainSpec, build_domain_xml, network_xml, spec_hash
+from services.fabric.errors import ServiceVMError
+
+log = logging.getLogger(__name__)
+
+
+def _libvirt() -> Any:
+    import libvirt
+
+    return libvirt
+
+
+_STATE_NAMES = {
+    0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown",
+    5: "shutoff", 6: "crashed", 7: "pmsuspended",
+}
+_RUNNING = {1, 2}  # running, blocked (idle vCPU)
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    initial_s: float = 1.0
+    max_s: float = 60.0
+    stable_s: float = 120.0
+
+    def delay(self, consecutive: int) -> float:
+        """Delay before restart number ``consecutive`` (1-based) of a crash streak."""
+        return min(self.max_s, self.initial_s * (2 ** max(consecutive - 1, 0)))
+
+
+class ServiceVM:
+    """Lifecycle of the Fabric Manager service VM domain."""
+
+    def __init__(
+        self,
+        uri: str,
+        spec: DomainSpec,
+        template: str,
+        *,
+        watch_interval_s: float = 1.0,
+        backoff: BackoffPolicy | None = None,
+        stop_timeout_s: float = 30.0,
+        on_restarted: Callable[[], None] | None = None,
+    ) -> None:
+        self.uri = uri
+        self.spec = spec
+        self.xml = build_domain_xml(spec, template)
+        self.watch_interval_s = watch_interval_s
+        self.backoff = backoff or BackoffPolicy()
+        self.stop_timeout_s = stop_timeout_s
+        self.on_restarted = on_restarted
+        self.restarts = 0
+        self.reused = False
+        self.message = ""
+        self._conn: Any = None
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._streak = 0
+        self._up_since: float | None = None
+        self._last_id: int | None = None
+        self._state = "unknown"
+
+    # --- connection -----------------------------------------------------------------
+    def _connection(self) -> Any:
+        libvirt = _libvirt()
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    if self._conn.isAlive():
+                        return self._conn
+                except libvirt.libvirtError:
+                    pass
+                self._close_conn()
+            try:
+                self._conn = libvirt.open(self.uri)
+            except libvirt.libvirtError as exc:
+                raise ServiceVMError(f"cannot connect to libvirt at {self.uri}: {exc}") from exc
+            return self._conn
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # already dead
+                pass
+            self._conn = None
+
+    def _lookup(self) -> Any | None:
+        libvirt = _libvirt()
+        try:
+            return self._connection().lookupByName(self.spec.name)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return None
+            raise ServiceVMError(f"looking up domain {self.spec.name}: {exc}") from exc
+
+    # --- define / start / stop ------------------------------------------------------------
+    def ensure_network(self) -> None:
+        """For fm_channel=network: the isolated network exists and is active."""
+        if self.spec.fm_channel != "network":
+            return
+        libvirt = _libvirt()
+        conn = self._connection()
+        try:
+            net = conn.networkLookupByName(self.spec.fm_network)
+        except libvirt.libvirtError:
+            try:
+                net = conn.networkDefineXML(network_xml(self.spec.fm_network))
+                log.info("defined isolated network %s for the Fabric Manager API", self.spec.fm_network)
+            except libvirt.libvirtError as exc:
+                raise ServiceVMError(f"defining network {self.spec.fm_network}: {exc}") from exc
+        try:
+            if not net.isActive():
+                net.create()
+            net.setAutostart(True)
+        except libvirt.libvirtError as exc:
+            raise ServiceVMError(f"starting network {self.spec.fm_network}: {exc}") from exc
+
+    def ensure_defined(self) -> Any:
+        """Define the domain, or reuse the existing one of the same name.
+
+        An existing domain whose metadata hash matches is reused as is; one that
+        differs gets its persistent definition updated (a running domain keeps
+        running and picks the new definition up at its next start).
+        """
+        libvirt = _libvirt()
+        dom = self._lookup()
+        want = spec_hash(self.xml)
+        if dom is not None:
+            have = spec_hash(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            self.reused = True
+            if have == want:
+                log.info("reusing existing domain %s", self.spec.name)
+                return dom
+            log.warning("domain %s exists with another definition (hash %s, want %s): redefining",
+                        self.spec.name, have, want)
+        try:
+            dom = self._connection().defineXML(self.xml)
+        except libvirt.libvirtError as exc:
+            raise ServiceVMError(f"defining domain {self.spec.name}: {exc}") from exc
+        log.info("defined domain %s (type %s, %d hostdevs)", self.spec.name, self.spec.domain_type,
+                 len(self.spec.hostdevs))
+        return dom
+
+    def start(self) -> None:
+        """Define (or reuse) and start the domain if it is not running; idempotent."""
+        libvirt = _libvirt()
+        with self._lock:
+            self._stopping = False
+            self.ensure_network()
+            dom = self.ensure_defined()
+            state = dom.state()[0]
+            if state == libvirt.VIR_DOMAIN_PAUSED:
+                dom.resume()
+            elif state not in _RUNNING:
+                try:
+                    dom.create()
+                except libvirt.libvirtError as exc:
+                    self.message = str(exc)
+                    raise ServiceVMError(f"starting domain {self.spec.name}: {exc}") from exc
+                log.info("started service VM %s (id %s)", self.spec.name, dom.ID())
+            else:
+                log.info("service VM %s already running (id %s)", self.spec.name, dom.ID())
+            self._last_id = dom.ID()
+            self._up_since = time.monotonic()
+            self._state = "running"
+            self.message = ""
+
+    def stop(self, *, timeout_s: float | None = None) -> None:
+        """Shut the VM down (ACPI), destroying it after ``timeout_s``; stops the watcher first."""
+        libvirt = _libvirt()
+        self.stop_watch()
+        with self._lock:
+            self._stopping = True
+            dom = self._lookup()
+            if dom is None or dom.state()[0] not in (*_RUNNING, libvirt.VIR_DOMAIN_PAUSED):
+                self._state = "shutoff"
+                return
+            try:
+                dom.shutdown()
+            except libvirt.libvirtError as exc:
+                log.warning("shutdown of %s refused (%s); destroying", self.spec.name, exc)
+            deadline = time.monotonic() + (self.stop_timeout_s if timeout_s is None else timeout_s)
+            while time.monotonic() < deadline and dom.state()[0] in _RUNNING:
+                time.sleep(0.2)
+            if dom.state()[0] != libvirt.VIR_DOMAIN_SHUTOFF:
+                try:
+                    dom.destroy()
+                except libvirt.libvirtError as exc:
+                    raise ServiceVMError(f"destroying domain {self.spec.name}: {exc}") from exc
+            self._state = "shutoff"
+            log.info("service VM %s stopped", self.spec.name)
+
+    def undefine(self) -> None:
+        libvirt = _libvirt()
+        dom = self._lookup()
+        if dom is not None:
+            if dom.isActive():
+                dom.destroy()
+            try:
+                dom.undefine()
+            except libvirt.libvirtError as exc:
+                raise ServiceVMError(f"undefining {self.spec.name}: {exc}") from exc
+
+    def close(self) -> None:
+        self.stop_watch()
+        with self._lock:
+            self._close_conn()
+
+    # --- state ------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {"state": self._state, "domain": self.spec.name, "restarts": self.restarts,
+                "message": self.message}
+
+    def domain_id(self) -> int | None:
+        dom = self._lookup()
+        return dom.ID() if dom is not None and dom.isActive() else None
+
+    # --- watching ---------------------------------------------------------------------------
+    def start_watch(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch_loop, name=f"watch-{self.spec.name}", daemon=True)
+        self._thread.start()
+
+    def stop_watch(self) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=max(self.watch_interval_s * 4, 10))
+        self._thread = None
+
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(self.watch_interval_s):
+            try:
+                self.check_once()
+            except ServiceVMError as exc:
+                self.message = str(exc)
+                self._state = "unknown"
+                log.warning("service VM watch: %s", exc)
+                with self._lock:
+                    self._close_conn()
+            except Exception:
+                log.exception("service VM watch failed")
+
+    def check_once(self) -> bool:
+        """One look at the domain; restart it if it died. Returns True when it was restarted."""
+        libvirt = _libvirt()
+        with self._lock:
+            if self._stopping:
+                return False
+            dom = self._lookup()
+            if dom is None:
+                log.error("domain %s disappeared: redefining", self.spec.name)
+                dom = self.ensure_defined()
+                state, reason = libvirt.VIR_DOMAIN_SHUTOFF, 0
+            else:
+                state, reason = dom.state()
+            if state in _RUNNING:
+                now = time.monotonic()
+                if self._up_since is not None and now - self._up_since >= self.backoff.stable_s:
+                    self._streak = 0
+                dom_id = dom.ID()
+                changed = self._last_id is not None and dom_id != self._last_id
+                self._last_id = dom_id
+                self._state = "running"
+                if not changed:
+                    return False
+                # Restarted by someone else (libvirt autostart, an operator): FM restarted too.
+                log.warning("service VM %s restarted outside the watcher (id %s)", self.spec.name, dom_id)
+                self._up_since = now
+                self.restarts += 1
+            elif state == libvirt.VIR_DOMAIN_PAUSED:
+                self._state = "paused"
+                return False
+            else:
+                self._state = "crashed" if state in (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_CRASHED) else \
+                    _STATE_NAMES.get(state, str(state))
+                self._streak += 1
+                delay = self.backoff.delay(self._streak)
+                log.error("service VM %s is %s (reason %s); restarting in %.1fs (crash %d in a row)",
+                          self.spec.name, _STATE_NAMES.get(state, state), reason, delay, self._streak)
+        if state not in _RUNNING and state != libvirt.VIR_DOMAIN_PAUSED:
+            if self._stop.wait(delay):
+                return False
+            with self._lock:
+                if self._stopping:
+                    return False
+                self._state = "restarting"
+                try:
+                    dom = self._lookup() or self.ensure_defined()
+                    if not dom.isActive():
+                        dom.create()
+                except libvirt.libvirtError as exc:
+                    self.message = f"restart failed: {exc}"
+                    log.error("restarting %s failed: %s", self.spec.name, exc)
+                    return False
+                self.restarts += 1
+                self._last_id = dom.ID()
+                self._up_since = time.monotonic()
+                self._state = "running"
+                self.message = ""
+                log.warning("service VM %s restarted (restart %d, id %s)", self.spec.name, self.restarts,
+                            self._last_id)
+        if self.on_restarted is not None:
+            try:
+                self.on_restarted()
+            except Exception as exc:
+                self.message = f"after restart: {exc}"
+                log.exception("after-restart hook failed")
+        return True

@@ -1,0 +1,296 @@
+"""Kubernetes adapter: keeps the fleet index in step with the cluster, and binds pods.
+
+Three list+watch loops (one thread each, the official ``kubernetes`` client):
+FabricState (one per node, cluster-scoped), GPULease (cluster-scoped) and pods
+(all namespaces). Each event updates a cache and recomputes only the nodes it
+touches through the pure ``nodestate.derive_node``; a watch that expires or
+answers 410 Gone relists. The extender is ready once every loop has listed once.
+
+``bind`` posts the pod's ``Binding`` (the pods/binding subresource) and at once
+counts the pod as bound to the node, so the next decision sees the GPUs taken
+even before the pod watch or the node's FabricState say so.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from gpucaas.core import crds
+from services.placement.errors import BindFailed, KubernetesUnavailable
+from services.placement.extender import GPU_RESOURCE, BindingArgs
+from services.placement.fleet import FleetIndex
+from services.placement.nodestate import PodClaim, derive_node, pod_claim
+
+log = logging.getLogger(__name__)
+
+
+def new_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """An API client from a kubeconfig file, else in-cluster, else ~/.kube/config (or $KUBECONFIG)."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+class FleetWatcher:
+    """Caches FabricStates, GPULeases and GPU pods; feeds ``FleetIndex``; binds pods."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        index: FleetIndex,
+        *,
+        gpu_resource: str = GPU_RESOURCE,
+        watch_timeout_seconds: int = 300,
+        request_timeout_seconds: float = 10.0,
+        retry_seconds: float = 1.0,
+    ) -> None:
+        self.api = api
+        self.index = index
+        self.gpu_resource = gpu_resource
+        self.watch_timeout = watch_timeout_seconds
+        self.request_timeout = request_timeout_seconds
+        self.retry_seconds = retry_seconds
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._lock = threading.RLock()
+        self._fabric: dict[str, dict[str, Any]] = {}
+        self._leases: dict[str, dict[str, Any]] = {}  # lease name -> lease
+        self._claims: dict[str, PodClaim] = {}  # "ns/name" -> claim of a bound GPU pod
+        self._synced: dict[str, threading.Event] = {
+            k: threading.Event() for k in ("fabricstates", "gpuleases", "pods")
+        }
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watches: list[watch.Watch] = []
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        loops: list[tuple[str, Callable[..., Any], tuple[Any, ...], Callable[[list[dict[str, Any]]], None], Callable[[str, dict[str, Any]], None]]] = [
+            (
+                "fabricstates",
+                self.custom.list_cluster_custom_object,
+                (crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL),
+                self._replace_fabric,
+                self._on_fabric,
+            ),
+            (
+                "gpuleases",
+                self.custom.list_cluster_custom_object,
+                (crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL),
+                self._replace_leases,
+                self._on_lease,
+            ),
+            ("pods", self.core.list_pod_for_all_namespaces, (), self._replace_pods, self._on_pod),
+        ]
+        for kind, lister, args, replace, on_event in loops:
+            thread = threading.Thread(
+                target=self._loop,
+                args=(kind, lister, args, replace, on_event),
+                name=f"placement-watch-{kind}",
+                daemon=True,
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for w in list(self._watches):
+            w.stop()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def is_synced(self) -> bool:
+        return all(e.is_set() for e in self._synced.values())
+
+    def wait_synced(self, timeout: float) -> bool:
+        for event in self._synced.values():
+            if not event.wait(timeout):
+                return False
+        return True
+
+    # -- list + watch --------------------------------------------------------------
+
+    def _loop(self, kind, lister, args, replace, on_event) -> None:  # type: ignore[no-untyped-def]
+        while not self._stop.is_set():
+            try:
+                listing = self._raw(lister(*args, _request_timeout=self.request_timeout))
+                replace(listing.get("items") or [])
+                self._synced[kind].set()
+                rv = (listing.get("metadata") or {}).get("resourceVersion")
+                log.info("listed %d %s (resourceVersion %s)", len(listing.get("items") or []), kind, rv)
+                self._watch(kind, lister, args, on_event, rv)
+            except ApiException as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("%s list/watch failed (%s %s); retrying", kind, exc.status, exc.reason)
+                self._stop.wait(self.retry_seconds)
+            except Exception as exc:  # network errors: keep the last state, retry
+                if self._stop.is_set():
+                    return
+                log.warning("%s list/watch failed: %s; retrying", kind, exc)
+                self._stop.wait(self.retry_seconds)
+
+    def _watch(self, kind, lister, args, on_event, rv) -> None:  # type: ignore[no-untyped-def]
+        while not self._stop.is_set():
+            w = watch.Watch()
+            self._watches.append(w)
+            try:
+                for event in w.stream(
+                    lister,
+                    *args,
+                    resource_version=rv,
+                    timeout_seconds=self.watch_timeout,
+                    allow_watch_bookmarks=True,
+                    _preload_content=False,
+                ):
+                    etype = event["type"]
+                    obj = event["raw_object"]
+                    if etype == "ERROR":
+                        if obj.get("code") == 410:
+                            log.info("%s watch expired (410 Gone); relisting", kind)
+                            return
+                        raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if etype != "BOOKMARK":
+                        on_event(etype, obj)
+                    if self._stop.is_set():
+                        return
+            except ApiException as exc:
+                if exc.status == 410:
+                    return
+                raise
+            finally:
+                self._watches.remove(w)
+
+    def _raw(self, listing: Any) -> dict[str, Any]:
+        if isinstance(listing, dict):
+            return listing
+        return self.api.sanitize_for_serialization(listing)
+
+    # -- caches ----------------------------------------------------------------------
+
+    def _replace_fabric(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            old = set(self._fabric)
+            self._fabric = {_fabric_node(o): o for o in items}
+            for node in old | set(self._fabric):
+                self._recompute(node)
+
+    def _on_fabric(self, etype: str, obj: dict[str, Any]) -> None:
+        node = _fabric_node(obj)
+        with self._lock:
+            if etype == "DELETED":
+                self._fabric.pop(node, None)
+            else:
+                self._fabric[node] = obj
+            self._recompute(node)
+
+    def _replace_leases(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            nodes = {_lease_node(o) for o in self._leases.values()}
+            self._leases = {o["metadata"]["name"]: o for o in items}
+            nodes |= {_lease_node(o) for o in self._leases.values()}
+            for node in nodes:
+                self._recompute(node)
+
+    def _on_lease(self, etype: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        with self._lock:
+            old = self._leases.pop(name, None)
+            if etype != "DELETED":
+                self._leases[name] = obj
+            for node in {_lease_node(obj), _lease_node(old) if old else None} - {None}:
+                self._recompute(node)  # type: ignore[arg-type]
+
+    def _replace_pods(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            nodes = {c.node for c in self._claims.values()}
+            self._claims = {}
+            for pod in items:
+                claim = pod_claim(pod, self.gpu_resource)
+                if claim is not None:
+                    self._claims[claim.key] = claim
+            nodes |= {c.node for c in self._claims.values()}
+            for node in nodes:
+                self._recompute(node)
+
+    def _on_pod(self, etype: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        claim = None if etype == "DELETED" else pod_claim(obj, self.gpu_resource)
+        with self._lock:
+            old = self._claims.pop(key, None)
+            if claim is not None:
+                self._claims[key] = claim
+            for node in {c.node for c in (old, claim) if c is not None}:
+                self._recompute(node)
+
+    def _recompute(self, node: str) -> None:
+        fabric = self._fabric.get(node)
+        if fabric is None:
+            self.index.remove_node(node)
+            return
+        leases = [o for o in self._leases.values() if _lease_node(o) == node]
+        claims = [c for c in self._claims.values() if c.node == node]
+        state = derive_node(node, fabric, leases, claims)
+        previous = self.index.node(node)
+        self.index.set_node(state)
+        if previous != state:
+            log.debug(
+                "node %s: free mask %#04x healthy %#04x usable %s", node, state.free_mask,
+                state.healthy_mask, state.usable,
+            )
+
+    # -- bind ------------------------------------------------------------------------
+
+    def bind(self, args: BindingArgs) -> None:
+        """Bind the pod to the node (pods/binding) and count its GPUs there at once."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": args.pod_name, "namespace": args.pod_namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
+        }
+        if args.pod_uid:
+            body["metadata"]["uid"] = args.pod_uid
+        try:
+            # _preload_content=False: the client's V1Binding model rejects the Status the
+            # API server answers with (kubernetes-client/python#825).
+            self.core.create_namespaced_binding(
+                args.pod_namespace, body, _preload_content=False, _request_timeout=self.request_timeout
+            )
+            pod = self._raw(
+                self.core.read_namespaced_pod(
+                    args.pod_name, args.pod_namespace, _request_timeout=self.request_timeout
+                )
+            )
+        except ApiException as exc:
+            raise BindFailed(
+                f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: "
+                f"{exc.status} {exc.reason}"
+            ) from exc
+        except Exception as exc:
+            raise KubernetesUnavailable(f"binding pod {args.pod_namespace}/{args.pod_name}: {exc}") from exc
+        pod.setdefault("spec", {})["nodeName"] = args.node
+        self._on_pod("MODIFIED", pod)
+
+
+def _fabric_node(obj: dict[str, Any]) -> str:
+    return (obj.get("spec") or {}).get("node") or obj["metadata"]["name"]
+
+
+def _lease_node(obj: dict[str, Any] | None) -> str | None:
+    if not obj:
+        return None
+    return (obj.get("spec") or {}).get("node")

@@ -1,0 +1,48 @@
+"""Entry module of ``gpucaas scheduler-extender``: load settings, configure logging, wire, run — only."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from services.placement.settings import PlacementSettings
+
+
+def run(settings: PlacementSettings) -> None:
+    import uvicorn
+
+    from services.placement.fleet import FleetIndex
+    from services.placement.kube import FleetWatcher, new_api_client
+    from services.placement.server import create_app
+
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    log = logging.getLogger("services.placement")
+    log.info("configuration: %s", settings.model_dump(mode="json"))
+    index = FleetIndex()
+    api = new_api_client(str(settings.kubeconfig) if settings.kubeconfig else None)
+    watcher = FleetWatcher(
+        api,
+        index,
+        gpu_resource=settings.gpu_resource,
+        watch_timeout_seconds=settings.watch_timeout_seconds,
+        request_timeout_seconds=settings.kube_timeout_seconds,
+    )
+    watcher.start()
+    app = create_app(
+        index,
+        binder=watcher if settings.bind else None,
+        ready=watcher.is_synced,
+        gpu_resource=settings.gpu_resource,
+    )
+    log.info("serving the scheduler extender on http://%s:%s", settings.host, settings.port)
+    try:
+        uvicorn.Server(
+            uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False)
+        ).run()
+    finally:
+        watcher.stop()
+        api.close()

@@ -1,0 +1,156 @@
+"""Which GPUs of a node are free, derived from what the node reports.
+
+Pure functions over wire dicts. Three sources, all read from the Kubernetes API
+by ``kube.py``:
+
+* the node's **FabricState** (published by its fabric service): ``status.gpus``
+  (physical id <-> PCI address, healthy), ``status.failedDevices``,
+  ``status.fabricManager.reachable`` and ``status.partitions`` — a GPU inside an
+  *active partition with a holder* is in use. An active partition without a
+  holder (e.g. activated by an admin) does not pin its GPUs;
+* the node's **GPULease**s: a GPU whose lease is not ``Free`` (Leased, Releasing,
+  Checking — the firmware check between tenants — or Quarantined) is not free;
+  a lease's ``status.holder`` names the pod that holds it;
+* the **pods** bound to the node that request GPUs and have not ended. A pod
+  the node does not show yet (bound a moment ago; its device plugin has not
+  activated its partition) would otherwise look free: such pods are *assumed*
+  onto the GPUs ``choose_gpus`` will give them, oldest first, after the busy GPUs
+  no lease explains have been credited to them (those are most likely theirs).
+
+The result is a ``NodeFree`` (free mask, healthy mask, usable) for the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpucaas.core.topology import GPU_COUNT
+from services.placement.errors import InvalidRequest
+from services.placement.extender import pod_gpu_count
+from services.placement.fit import FIT_TABLE, mask_of
+from services.placement.fleet import NodeFree
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """A pod bound to a node that asks for GPUs."""
+
+    namespace: str
+    name: str
+    node: str
+    gpus: int
+    created: str  # RFC 3339, sorts chronologically
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def normalize_pci(address: str) -> str:
+    """``00000000:18:00.0`` (Fabric Manager) and ``0000:18:00.0`` (sysfs) -> the latter."""
+    address = address.strip().lower()
+    parts = address.split(":")
+    if len(parts) == 3:
+        try:
+            parts[0] = f"{int(parts[0], 16):04x}"
+        except ValueError:
+            return address
+        return ":".join(parts)
+    return address
+
+
+def pod_claim(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu") -> PodClaim | None:
+    """The GPU claim of a pod bound to a node, or None (unbound, ended, no GPUs)."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    phase = (pod.get("status") or {}).get("phase")
+    if not node or phase in TERMINAL_PHASES:
+        return None
+    try:
+        gpus = pod_gpu_count(dict(pod), resource)
+    except InvalidRequest:
+        return None
+    if gpus <= 0:
+        return None
+    meta = pod.get("metadata") or {}
+    return PodClaim(
+        meta.get("namespace", ""), meta.get("name", ""), node, gpus, str(meta.get("creationTimestamp") or "")
+    )
+
+
+def _phys(value: Any) -> int | None:
+    return value if isinstance(value, int) and 1 <= value <= GPU_COUNT else None
+
+
+def derive_node(
+    name: str,
+    fabric_state: Mapping[str, Any],
+    leases: Iterable[Mapping[str, Any]] = (),
+    pods: Iterable[PodClaim] = (),
+) -> NodeFree:
+    """The node's free and healthy GPU masks from its reports (see module docstring)."""
+    status = fabric_state.get("status") or {}
+    pci_to_phys: dict[str, int] = {}
+    healthy: set[int] = set()
+    for gpu in status.get("gpus") or []:
+        pid = _phys(gpu.get("physicalId"))
+        if pid is None:
+            continue
+        if gpu.get("pciBusId"):
+            pci_to_phys[normalize_pci(gpu["pciBusId"])] = pid
+        if gpu.get("healthy", True):
+            healthy.add(pid)
+    for failed in status.get("failedDevices") or []:
+        pid = _phys(failed.get("physicalId"))
+        if pid is None and failed.get("pciBusId"):
+            pid = pci_to_phys.get(normalize_pci(failed["pciBusId"]))
+        healthy.discard(pid)  # type: ignore[arg-type]
+
+    busy: set[int] = set()
+    for part in status.get("partitions") or []:
+        if part.get("active") and part.get("holder"):
+            busy.update(g for g in part.get("gpus") or [] if _phys(g))
+
+    leased_pods: set[str] = set()
+    leased_gpus = 0
+    for lease in leases:
+        spec = lease.get("spec") or {}
+        lstatus = lease.get("status") or {}
+        state = lstatus.get("state") or "Free"
+        if state == "Free":
+            continue
+        pid = _phys(spec.get("physicalId"))
+        if pid is None and spec.get("pciAddress"):
+            pid = pci_to_phys.get(normalize_pci(spec["pciAddress"]))
+        if pid is not None:
+            busy.add(pid)
+        holder = lstatus.get("holder") or {}
+        if state == "Leased" and holder.get("pod"):
+            leased_pods.add(f"{holder.get('namespace', '')}/{holder['pod']}")
+            leased_gpus += 1
+
+    free_mask = mask_of(healthy - busy)
+    # Busy GPUs that no lease explains are credited to the oldest unleased pods first.
+    unexplained = max(0, len(busy) - leased_gpus)
+    for claim in sorted(pods, key=lambda c: (c.created, c.key)):
+        if claim.key in leased_pods or claim.gpus > GPU_COUNT:
+            continue
+        if claim.gpus <= unexplained:
+            unexplained -= claim.gpus
+            continue
+        choice = FIT_TABLE[claim.gpus][free_mask]
+        if choice.choice is not None:
+            free_mask &= ~choice.gpus_mask
+
+    fm = status.get("fabricManager") or {}
+    usable = fm.get("reachable", True) is not False
+    reason = None
+    if not usable:
+        reason = "Fabric Manager unreachable on the node" + (
+            f": {fm['message']}" if fm.get("message") else ""
+        )
+    return NodeFree(name, free_mask, mask_of(healthy), usable, reason)

@@ -1,0 +1,38 @@
+"""Configuration of the scheduler extender: one pydantic-settings class, env prefix ``GPUCAAS_PLACEMENT_``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class PlacementSettings(BaseSettings):
+    """Every knob of ``gpucaas scheduler-extender``; each field maps to ``GPUCAAS_PLACEMENT_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_PLACEMENT_", extra="ignore")
+
+    host: str = Field("0.0.0.0", description="Address the extender's HTTP server binds to.")
+    port: int = Field(8888, ge=0, le=65535, description="TCP port (0 = ephemeral).")
+    kubeconfig: Path | None = Field(
+        None, description="kubeconfig file; unset = in-cluster config, else ~/.kube/config."
+    )
+    gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name pods request GPUs by.")
+    bind: bool = Field(
+        True,
+        description="Serve the bind verb: bind pods through the API and count them at once "
+        "(closes the gap until the node reports the new partition).",
+    )
+    watch_timeout_seconds: int = Field(
+        300, ge=1, description="Server-side timeout of one watch request before it is renewed."
+    )
+    kube_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one Kubernetes request.")
+    log_level: str = Field("INFO", description="Python logging level.")
+
+
+@lru_cache
+def get_settings() -> PlacementSettings:
+    """The process-wide settings, read once from the environment."""
+    return PlacementSettings()

@@ -1,0 +1,168 @@
+"""Typed, pure builders of every object a Tenancy owns: one ``build_<kind>`` per kind.
+
+Inputs are typed values (the validated :class:`~.spec.Tenancy`, names, numbers);
+outputs are wire-format dicts ready for the API server. The network policies
+live in :mod:`.policies`; this module holds the namespace, quota and storage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucaas.core import crds
+
+from .spec import NFSSpec, Tenancy
+
+MANAGER = "gpucaas-tenancy-controller"
+
+# Names of the children inside the tenant namespace (PVC name is a cross-service contract).
+POLICY_NAME = "tenant-isolation"
+QUOTA_NAME = "tenant-quota"
+LIMIT_RANGE_NAME = "tenant-limits"
+PVC_NAME = "tenant-storage"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# LimitRange defaults for containers that do not say: small enough that a
+# forgotten request does not eat a node, large enough for a Kata guest to boot.
+DEFAULT_CPU_LIMIT = "2"
+DEFAULT_MEMORY_LIMIT = "8Gi"
+DEFAULT_CPU_REQUEST = "500m"
+DEFAULT_MEMORY_REQUEST = "1Gi"
+MIN_MEMORY = "128Mi"  # below this a Kata guest kernel does not come up
+NFS_MOUNT_OPTIONS = ("nfsvers=4.1", "hard", "noresvport")
+
+
+def persistent_volume_name(tenancy: str) -> str:
+    return f"{crds.tenant_namespace(tenancy)}-storage"
+
+
+def owner_reference(tenancy: Tenancy) -> dict[str, Any]:
+    """The ownerReference every child carries: garbage collection follows the Tenancy."""
+    return {
+        "apiVersion": crds.API_VERSION,
+        "kind": "Tenancy",
+        "name": tenancy.name,
+        "uid": tenancy.uid,
+        "controller": True,
+    }
+
+
+def child_labels(tenancy: Tenancy) -> dict[str, str]:
+    return {crds.LABEL_TENANCY: tenancy.name, crds.LABEL_MANAGED_BY: MANAGER}
+
+
+def child_metadata(tenancy: Tenancy, name: str, *, namespaced: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": child_labels(tenancy),
+        "ownerReferences": [owner_reference(tenancy)],
+    }
+    if namespaced:
+        meta["namespace"] = tenancy.namespace
+    return meta
+
+
+def build_namespace(tenancy: Tenancy, *, owned: bool = True, pod_security_level: str = "baseline") -> dict[str, Any]:
+    """Namespace tenant-<name> with the tenancy label and Pod Security admission labels.
+
+    Kata pods run in a micro-VM, so ``baseline`` (no hostPath, hostNetwork,
+    privileged, host PID/IPC: the ways out of the VM boundary through the node)
+    is enforced; ``restricted`` is warned and audited. ``owned=False`` is for a
+    namespace that existed before the Tenancy: it gets the labels but no
+    ownerReference, so neither garbage collection nor the finalizer deletes it.
+    """
+    labels = {
+        **child_labels(tenancy),
+        "pod-security.kubernetes.io/enforce": pod_security_level,
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/warn-version": "latest",
+        "pod-security.kubernetes.io/audit": "restricted",
+        "pod-security.kubernetes.io/audit-version": "latest",
+    }
+    meta: dict[str, Any] = {"name": tenancy.namespace, "labels": labels}
+    if owned:
+        meta["ownerReferences"] = [owner_reference(tenancy)]
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def build_resource_quota(tenancy: Tenancy) -> dict[str, Any]:
+    """Caps GPUs (requests of nvidia.com/gpu) and pods; no Services that open the node to the world."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": child_metadata(tenancy, QUOTA_NAME),
+        "spec": {
+            "hard": {
+                f"requests.{GPU_RESOURCE}": str(tenancy.spec.gpu_quota),
+                "pods": str(tenancy.spec.pod_quota),
+                "persistentvolumeclaims": "1",
+                "services.loadbalancers": "0",
+                "services.nodeports": "0",
+            }
+        },
+    }
+
+
+def build_limit_range(tenancy: Tenancy) -> dict[str, Any]:
+    """Default requests/limits for containers that give none, and a floor a Kata guest needs."""
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": child_metadata(tenancy, LIMIT_RANGE_NAME),
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "default": {"cpu": DEFAULT_CPU_LIMIT, "memory": DEFAULT_MEMORY_LIMIT},
+                    "defaultRequest": {"cpu": DEFAULT_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST},
+                    "min": {"memory": MIN_MEMORY},
+                }
+            ]
+        },
+    }
+
+
+def build_persistent_volume(tenancy: Tenancy, nfs: NFSSpec) -> dict[str, Any]:
+    """NFS PersistentVolume (ReadWriteMany, Retain) pre-bound to the tenancy's PVC.
+
+    ``claimRef`` reserves the volume for ``<namespace>/tenant-storage`` so no
+    other claim in the cluster can bind it; Retain keeps the data when the
+    Tenancy goes (the export itself is never touched by Kubernetes).
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": child_metadata(tenancy, persistent_volume_name(tenancy.name), namespaced=False),
+        "spec": {
+            "capacity": {"storage": nfs.capacity},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "volumeMode": "Filesystem",
+            "mountOptions": list(NFS_MOUNT_OPTIONS),
+            "nfs": {"server": nfs.server, "path": nfs.path, "readOnly": nfs.read_only},
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": tenancy.namespace,
+                "name": PVC_NAME,
+            },
+        },
+    }
+
+
+def build_persistent_volume_claim(tenancy: Tenancy, nfs: NFSSpec) -> dict[str, Any]:
+    """PVC tenant-storage bound by name to the tenancy's PV (no storage class, no dynamic provisioning)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": child_metadata(tenancy, PVC_NAME),
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": nfs.capacity}},
+            "storageClassName": "",
+            "volumeMode": "Filesystem",
+            "volumeName": persistent_volume_name(tenancy.name),
+        },
+    }

@@ -1,0 +1,122 @@
+"""The operator process: one Kopf operator hosting the handlers of several modules.
+
+``gpucaas controller`` loads ``settings.handler_modules`` (the tenancy
+controller's :mod:`.handlers`, and later the GPULease handlers); each module's
+``register(registry, settings)`` adds its handlers to one registry. All Kopf
+settings (peering, event posting, persistence, backoff, watching) are set here
+in :func:`configure_kopf`, and nowhere else.
+
+Authentication: the ``kubernetes`` client's configuration (kubeconfig or
+in-cluster) is loaded once; Kopf's login handler hands the same credentials to
+Kopf, and modules find the configuration in ``memo.kube_configuration`` to build
+their own clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+import kopf
+import kubernetes
+
+from . import kube
+from .settings import ControllerSettings
+
+log = logging.getLogger(__name__)
+
+#: Annotation prefix under which Kopf keeps its progress and last-handled state.
+KOPF_ANNOTATION_PREFIX = "gpucaas.dev"
+FINALIZER = "gpucaas.dev/controller"
+
+
+def configure_kopf(ks: kopf.OperatorSettings, settings: ControllerSettings) -> None:
+    """Every Kopf setting of the operator process, in one place."""
+    ks.peering.name = settings.peering
+    ks.peering.standalone = settings.standalone
+    ks.peering.priority = settings.priority
+    ks.peering.clusterwide = True
+    ks.peering.mandatory = not settings.standalone
+    ks.posting.enabled = settings.post_events
+    ks.posting.level = logging.WARNING
+    ks.persistence.finalizer = FINALIZER
+    # Annotations only: our CRDs' status schemas hold no kopf field (it would be pruned).
+    ks.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_ANNOTATION_PREFIX)
+    ks.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    ks.execution.max_workers = settings.workers
+    ks.networking.request_timeout = settings.request_timeout_s
+    ks.watching.server_timeout = settings.watch_timeout_s
+    ks.watching.client_timeout = settings.watch_timeout_s + 10
+    ks.watching.reconnect_backoff = 1.0
+    ks.batching.error_delays = (1, 2, 5, 10, 20, 30)
+
+
+def build_registry(settings: ControllerSettings) -> kopf.OperatorRegistry:
+    """A registry holding the handlers of every module in ``settings.handler_modules``."""
+    registry = kopf.OperatorRegistry()
+    for name in settings.handler_modules:
+        module = importlib.import_module(name)
+        module.register(registry, settings)
+        log.debug("registered handlers of %s", name)
+    return registry
+
+
+def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
+    """Kopf credentials equal to the kubernetes client's (cf. kopf.login_via_client)."""
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
+async def serve(
+    settings: ControllerSettings,
+    *,
+    stop_flag: asyncio.Future[Any] | asyncio.Event | threading.Event | None = None,
+    ready_flag: asyncio.Future[Any] | asyncio.Event | threading.Event | None = None,
+    identity: str | None = None,
+) -> None:
+    """Run the operator until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread)."""
+    cfg = kube.load_configuration(settings.kubeconfig, context=settings.context, pool_size=settings.workers * 2)
+    registry = build_registry(settings)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(cfg)
+
+    ks = kopf.OperatorSettings()
+    configure_kopf(ks, settings)
+    peer_id = identity or f"{socket.gethostname()}/{os.getpid()}"
+    log.info(
+        "controller starting: modules=%s peering=%s standalone=%s priority=%d identity=%s server=%s",
+        ",".join(settings.handler_modules), settings.peering, settings.standalone, settings.priority, peer_id, cfg.host,
+    )
+    await kopf.operator(
+        registry=registry,
+        settings=ks,
+        clusterwide=True,
+        # peering name/standalone/priority come from configure_kopf (passing them here would
+        # make peering mandatory even when standalone).
+        liveness_endpoint=settings.liveness,
+        identity=peer_id,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str
+        memo=kopf.Memo(settings=settings, kube_configuration=cfg, identity=peer_id),
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )

@@ -1,0 +1,244 @@
+"""The pure heart of the controller: what a Tenancy should own, and what its status says.
+
+``reconcile_tenancy`` turns a Tenancy (wire dict) plus the few observations it
+depends on (the existing namespace, the NFS server's addresses) into a
+:class:`Plan`: the desired objects grouped by component. The caller applies
+the plan through the Kubernetes adapter, records per-component outcomes, and
+asks ``tenancy_status`` for the status to write. No I/O here; everything is
+tested by equality.
+
+Status: ``phase`` is Ready only when every component's objects exist as
+specified; Failed when the spec cannot be realised (the Ready condition names
+the field); Pending otherwise; Terminating while the finalizer runs.
+Conditions follow the Kubernetes convention and keep ``lastTransitionTime``
+unless their status flips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpucaas.core import crds
+
+from . import builders, policies
+from .errors import InvalidSpec, NotReadyYet
+from .spec import Tenancy, parse_tenancy
+
+# Components, in the order they are applied; each becomes a <Component>Ready condition.
+NAMESPACE = "Namespace"
+NETWORK = "NetworkPolicy"
+QUOTA = "Quota"
+STORAGE = "Storage"
+COMPONENTS = (NAMESPACE, NETWORK, QUOTA, STORAGE)
+
+PENDING, READY, TERMINATING, FAILED = "Pending", "Ready", "Terminating", "Failed"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Desired children of one Tenancy, by component (Storage may be empty: no NFS asked)."""
+
+    tenancy: Tenancy
+    components: dict[str, list[dict[str, Any]]]
+    namespace_owned: bool = True
+    notes: dict[str, str] = field(default_factory=dict)
+    #: (kind, name, namespace) of children the Tenancy no longer wants (deleted when it owns them).
+    absent: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        return [obj for comp in COMPONENTS for obj in self.components.get(comp, [])]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What applying one component came to."""
+
+    ok: bool
+    reason: str
+    message: str
+
+
+def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
+    """True when ``obj`` carries an ownerReference to the Tenancy with this uid."""
+    if not obj:
+        return False
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("kind") == "Tenancy" and r.get("uid") == uid for r in refs)
+
+
+def reconcile_tenancy(
+    body: Mapping[str, Any],
+    *,
+    network: policies.NetworkConfig,
+    observed_namespace: Mapping[str, Any] | None = None,
+    nfs_addresses: Sequence[str] = (),
+    pod_security_level: str = "baseline",
+) -> Plan:
+    """The desired children of the Tenancy ``body``.
+
+    Raises InvalidSpec when the spec cannot be realised and NotReadyYet when the
+    namespace is still being deleted (a recreate must wait for it to go).
+    """
+    tenancy = parse_tenancy(body)
+    notes: dict[str, str] = {}
+    owned = True
+    if observed_namespace is not None:
+        meta = observed_namespace.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            raise NotReadyYet(f"namespace {tenancy.namespace} is being deleted; waiting for it to go")
+        owned = owned_by(observed_namespace, tenancy.uid)
+        if not owned:
+            other = [r for r in meta.get("ownerReferences") or [] if r.get("kind") == "Tenancy"]
+            if other:
+                raise InvalidSpec(
+                    "metadata.name",
+                    f"namespace {tenancy.namespace} belongs to another Tenancy (uid {other[0].get('uid')})",
+                )
+            notes[NAMESPACE] = f"namespace {tenancy.namespace} existed before the tenancy; it is used but never deleted"
+    components: dict[str, list[dict[str, Any]]] = {
+        NAMESPACE: [builders.build_namespace(tenancy, owned=owned, pod_security_level=pod_security_level)],
+        NETWORK: [
+            policies.build_cilium_network_policy(tenancy, network),
+            policies.build_network_policy(tenancy, network, nfs_addresses=nfs_addresses),
+        ],
+        QUOTA: [builders.build_resource_quota(tenancy), builders.build_limit_range(tenancy)],
+        STORAGE: [],
+    }
+    nfs = tenancy.spec.nfs
+    absent: list[tuple[str, str, str | None]] = []
+    if nfs is not None:
+        components[STORAGE] = [
+            builders.build_persistent_volume(tenancy, nfs),
+            builders.build_persistent_volume_claim(tenancy, nfs),
+        ]
+    else:
+        absent = [
+            ("PersistentVolumeClaim", builders.PVC_NAME, tenancy.namespace),
+            ("PersistentVolume", builders.persistent_volume_name(tenancy.name), None),
+        ]
+    return Plan(tenancy=tenancy, components=components, namespace_owned=owned, notes=notes, absent=absent)
+
+
+def is_subset(desired: Any, observed: Any) -> bool:
+    """True when every field of ``desired`` is present and equal in ``observed``.
+
+    Lists must have the same length and match element-wise; fields the server
+    adds (defaults, status, resourceVersion, a bound PV's claimRef.uid) are ignored.
+    """
+    if isinstance(desired, Mapping):
+        return isinstance(observed, Mapping) and all(
+            k in observed and is_subset(v, observed[k]) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(observed, list)
+            and len(desired) == len(observed)
+            and all(is_subset(d, o) for d, o in zip(desired, observed, strict=True))
+        )
+    return desired == observed
+
+
+def matches(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
+    """True when ``observed`` is the ``desired`` object as specified (spec, labels, owners)."""
+    if observed is None or (observed.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    meta_d, meta_o = desired.get("metadata") or {}, observed.get("metadata") or {}
+    for key in ("labels", "ownerReferences"):
+        if key in meta_d and not is_subset(meta_d[key], meta_o.get(key)):
+            return False
+    return all(is_subset(v, observed.get(k)) for k, v in desired.items() if k not in ("metadata", "apiVersion", "kind"))
+
+
+def _condition(ctype: str, ok: bool, reason: str, message: str, generation: int | None,
+               previous: Mapping[str, Mapping[str, Any]], now: str) -> dict[str, Any]:
+    status = "True" if ok else "False"
+    before = previous.get(ctype)
+    since = before.get("lastTransitionTime") if before and before.get("status") == status else None
+    cond: dict[str, Any] = {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since or now,
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
+
+
+def _previous(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    return {c.get("type"): c for c in (status or {}).get("conditions") or [] if isinstance(c, Mapping)}
+
+
+def timestamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tenancy_status(
+    plan: Plan,
+    outcomes: Mapping[str, Outcome],
+    *,
+    previous: Mapping[str, Any] | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """Status after applying ``plan``: Ready iff every component's outcome is ok."""
+    t = plan.tenancy
+    prev = _previous(previous)
+    stamp = timestamp(now)
+    conditions = []
+    for comp in COMPONENTS:
+        out = outcomes.get(comp) or Outcome(False, "NotApplied", "not reconciled yet")
+        conditions.append(_condition(f"{comp}Ready", out.ok, out.reason, out.message, t.generation, prev, stamp))
+    failing = [c for c in conditions if c["status"] != "True"]
+    if failing:
+        message = "; ".join(f"{c['type']}: {c['message']}" for c in failing)
+        ready = _condition("Ready", False, failing[0]["reason"], message, t.generation, prev, stamp)
+        phase = PENDING
+    else:
+        message = f"namespace {t.namespace} is ready"
+        ready = _condition("Ready", True, "Reconciled", message, t.generation, prev, stamp)
+        phase = READY
+    status: dict[str, Any] = {
+        "phase": phase,
+        "namespace": t.namespace,
+        "message": message,
+        "conditions": [ready, *conditions],
+    }
+    if t.generation is not None:
+        status["observedGeneration"] = t.generation
+    return status
+
+
+def failed_status(body: Mapping[str, Any], error: InvalidSpec, *, previous: Mapping[str, Any] | None,
+                  now: datetime) -> dict[str, Any]:
+    """Status of a Tenancy whose spec cannot be realised: phase Failed, Ready=False/InvalidSpec."""
+    meta = body.get("metadata") or {}
+    generation = meta.get("generation")
+    ready = _condition("Ready", False, "InvalidSpec", str(error), generation, _previous(previous), timestamp(now))
+    status: dict[str, Any] = {"phase": FAILED, "message": str(error), "conditions": [ready]}
+    name = meta.get("name")
+    if isinstance(name, str) and error.field != "metadata.name":
+        status["namespace"] = crds.tenant_namespace(name)
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def terminating_status(body: Mapping[str, Any], message: str, *, previous: Mapping[str, Any] | None,
+                       now: datetime) -> dict[str, Any]:
+    """Status while the finalizer cleans up (or waits for pods)."""
+    meta = body.get("metadata") or {}
+    generation = meta.get("generation")
+    ready = _condition("Ready", False, "Terminating", message, generation, _previous(previous), timestamp(now))
+    status = {**(previous or {}), "phase": TERMINATING, "message": message, "conditions": [ready]}
+    return status
+
+
+def status_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether writing ``new`` would change anything (ignoring nothing: timestamps are kept stable)."""
+    old = old or {}
+    return any(old.get(k) != v for k, v in new.items())

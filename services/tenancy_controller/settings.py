@@ -1,0 +1,85 @@
+"""Settings of the tenancy controller (``gpucaas controller``), env prefix ``GPUCAAS_CONTROLLER_``.
+
+Precedence: command-line flag > environment variable > default. The kubeconfig
+also honours the conventional ``KUBECONFIG``; without either, the in-cluster
+service account is used.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Handler modules the operator process loads; each exposes ``register(registry, settings)``.
+DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers",)
+
+
+class ControllerSettings(BaseSettings):
+    """Everything ``gpucaas controller`` can be told."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_CONTROLLER_", extra="ignore")
+
+    kubeconfig: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("GPUCAAS_CONTROLLER_KUBECONFIG", "GPUCAAS_KUBECONFIG", "KUBECONFIG"),
+        description="kubeconfig file; unset = in-cluster service account.",
+    )
+    context: str | None = Field(default=None, description="kubeconfig context; unset = current context.")
+    peering: str = Field(
+        default="gpucaas-controller",
+        description="Name of the ClusterKopfPeering object through which replicas elect the one active instance.",
+    )
+    standalone: bool = Field(default=False, description="Run without peering (a single replica; tests, development).")
+    priority: int = Field(default=0, description="Peering priority; the highest-priority live replica acts, the others pause.")
+    liveness: str | None = Field(
+        default=None, description="Liveness endpoint served by Kopf, e.g. http://0.0.0.0:8080/healthz; unset = none."
+    )
+    handler_modules: tuple[str, ...] = Field(
+        default=DEFAULT_HANDLER_MODULES,
+        description="Python modules whose register(registry, settings) adds Kopf handlers to this operator process.",
+    )
+    resync_interval_s: float = Field(
+        default=60.0, gt=0, description="Every Tenancy is re-reconciled this often even without events (drift repair)."
+    )
+    retry_delay_s: float = Field(default=5.0, gt=0, description="Delay before retrying a reconcile that hit a transient error.")
+    workers: int = Field(default=16, ge=1, description="Threads running the (synchronous) reconciles.")
+    request_timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one Kubernetes API request.")
+    watch_timeout_s: int = Field(default=300, ge=1, description="Server-side timeout of a watch request, after which it is renewed.")
+    post_events: bool = Field(default=True, description="Post Kubernetes Events for warnings and errors about Tenancies.")
+    dns_namespace: str = Field(default="kube-system", description="Namespace of the cluster DNS pods.")
+    dns_labels: dict[str, str] = Field(
+        default_factory=lambda: {"k8s-app": "kube-dns"}, description="Labels selecting the cluster DNS pods."
+    )
+    node_cidrs: list[str] = Field(
+        default_factory=list,
+        description="Node address ranges to exclude from internet egress when they are public (private ranges are always excluded).",
+    )
+    pod_security_level: str = Field(
+        default="baseline", description="Pod Security admission level enforced in tenant namespaces (baseline|restricted)."
+    )
+
+    @field_validator("node_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"node_cidrs: {cidr!r} is not a CIDR such as 203.0.113.0/24") from exc
+        return value
+
+    @field_validator("pod_security_level")
+    @classmethod
+    def _psa(cls, value: str) -> str:
+        if value not in ("baseline", "restricted"):
+            raise ValueError("pod_security_level: must be 'baseline' or 'restricted'")
+        return value
+
+
+@cache
+def get_settings() -> ControllerSettings:
+    return ControllerSettings()

@@ -1,0 +1,116 @@
+"""Fixtures of the API tests: a TLS pair, API servers on either database, tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from services.api.settings import Settings
+from tests.api.harness import ADMIN_TOKEN, ApiServer, write_dead_kubeconfig
+
+
+@pytest.fixture(scope="session")
+def tls_ca() -> Any:
+    import trustme
+
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def tls_pair(tls_ca: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed (test CA) certificate for 127.0.0.1 and its key, as PEM files."""
+    cert = tls_ca.issue_cert("127.0.0.1", "localhost")
+    folder = tmp_path_factory.mktemp("tls")
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert.cert_chain_pems[0].write_to_path(cert_file)
+    for pem in cert.cert_chain_pems[1:]:
+        pem.write_to_path(cert_file, append=True)
+    cert.private_key_pem.write_to_path(key_file)
+    return cert_file, key_file
+
+
+@pytest.fixture
+def dead_kubeconfig(tmp_path: Path) -> Path:
+    return write_dead_kubeconfig(tmp_path / "kubeconfig-down")
+
+
+@pytest.fixture
+def make_settings(tls_pair: tuple[Path, Path]) -> Callable[..., Settings]:
+    def make(database_url: str, kubeconfig: Path, **overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "host": "127.0.0.1",
+            "port": 0,
+            "tls_cert": tls_pair[0],
+            "tls_key": tls_pair[1],
+            "database_url": database_url,
+            "kubeconfig": kubeconfig,
+            "admin_token": ADMIN_TOKEN,
+            "worker_poll_seconds": 0.2,
+            "retry_max_seconds": 1.0,
+            "kube_timeout_seconds": 5.0,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def serve(make_settings: Callable[..., Settings], tls_ca: Any) -> Iterator[Callable[..., ApiServer]]:
+    """Start API servers (stopped at teardown): ``serve(database_url, kubeconfig, **settings)``."""
+    servers: list[ApiServer] = []
+
+    def start(database_url: str, kubeconfig: Path, **overrides: Any) -> ApiServer:
+        server = ApiServer(make_settings(database_url, kubeconfig, **overrides), ca=tls_ca).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in reversed(servers):
+        server.stop()
+
+
+@pytest.fixture
+def api_down(serve: Callable[..., ApiServer], database_url: str, dead_kubeconfig: Path) -> ApiServer:
+    """The API on both databases, with Kubernetes unreachable (submissions stay Queued)."""
+    return serve(database_url, dead_kubeconfig)
+
+
+@pytest.fixture
+def admin(api_down: ApiServer) -> Iterator[httpx.Client]:
+    with api_down.client() as client:
+        yield client
+
+
+def new_tenancy(admin: httpx.Client, name: str, **fields: Any) -> str:
+    """Create a tenancy and return a fresh tenant token for it."""
+    r = admin.post("/v1/admin/tenancies", json={"name": name, **fields})
+    assert r.status_code == 201, r.text
+    r = admin.post(f"/v1/admin/tenancies/{name}/tokens", json={"name": "test"})
+    assert r.status_code == 201, r.text
+    return r.json()["token"]
+
+
+@pytest.fixture(scope="module")
+def module_api(tls_ca: Any, tls_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """One API server (SQLite, Kubernetes down) shared by a module's read-mostly tests."""
+    folder = tmp_path_factory.mktemp("api")
+    settings = Settings(
+        host="127.0.0.1",
+        port=0,
+        tls_cert=tls_pair[0],
+        tls_key=tls_pair[1],
+        database_url=f"sqlite:///{folder / 'api.db'}",
+        kubeconfig=write_dead_kubeconfig(folder / "kubeconfig-down"),
+        admin_token=ADMIN_TOKEN,
+        retry_max_seconds=1.0,
+    )
+    server = ApiServer(settings, ca=tls_ca).start()
+    try:
+        yield server
+    finally:
+        server.stop()

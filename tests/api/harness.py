@@ -1,0 +1,101 @@
+"""Serve the API for tests: uvicorn with TLS on 127.0.0.1:0 in a thread, stoppable and restartable."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from services.api.app import create_app, uvicorn_config
+from services.api.settings import Settings
+
+ADMIN_TOKEN = "admin-test-token-0123456789"
+
+
+class ApiServer:
+    """One API process stand-in: start() serves on a fresh port, stop() shuts down cleanly."""
+
+    def __init__(self, settings: Settings, *, ca: Any) -> None:
+        self.settings = settings
+        self.ca = ca  # trustme.CA, to verify the server's certificate
+        self.server: uvicorn.Server | None = None
+        self.thread: threading.Thread | None = None
+        self.app: Any = None
+        self.port: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> ApiServer:
+        self.app = create_app(self.settings)
+        config = uvicorn_config(self.app, self.settings, port=0, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("API server did not start")
+            time.sleep(0.02)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None and self.thread is not None:
+            self.server.should_exit = True
+            self.thread.join(60)
+            assert not self.thread.is_alive(), "API server did not stop"
+        self.server = None
+        self.thread = None
+
+    def client(self, token: str | None = ADMIN_TOKEN, **kwargs: Any) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        ctx = self.ca.client_context() if hasattr(self.ca, "client_context") else None
+        if ctx is None:
+            import ssl
+
+            ctx = ssl.create_default_context()
+            self.ca.configure_trust(ctx)
+        return httpx.Client(base_url=self.base_url, headers=headers, verify=ctx, timeout=30, **kwargs)
+
+    @property
+    def worker(self) -> Any:
+        return self.app.state.worker
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1) -> Any:
+    """Poll until ``predicate()`` is truthy; return its value or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
+
+
+def write_dead_kubeconfig(path: Path) -> Path:
+    """A kubeconfig whose API server refuses connections: Kubernetes is down."""
+    path.write_text(
+        """apiVersion: v1
+kind: Config
+clusters:
+- name: down
+  cluster: {server: "http://127.0.0.1:9"}
+users:
+- name: nobody
+  user: {token: nothing}
+contexts:
+- name: down
+  context: {cluster: down, user: nobody}
+current-context: down
+"""
+    )
+    return path

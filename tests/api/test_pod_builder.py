@@ -1,0 +1,152 @@
+"""The pure builders: the tenant pod and the Tenancy resource, tested by equality."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from services.api.pods import build_pod, build_tenancy, container_status_from_pod, pod_name
+
+
+def test_pod_name_is_derived_from_the_container_id() -> None:
+    assert pod_name("0a1b2c") == "gpucaas-0a1b2c"
+    assert pod_name("0a1b2c") == pod_name("0a1b2c")
+
+
+def test_minimal_pod() -> None:
+    assert build_pod(container_id="abc123", tenancy="landon", image="nvcr.io/nvidia/cuda:12.5.0", gpus=1) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "gpucaas-abc123",
+            "namespace": "tenant-landon",
+            "labels": {
+                "gpucaas.dev/container-id": "abc123",
+                "gpucaas.dev/tenancy": "landon",
+                "app.kubernetes.io/managed-by": "gpucaas-api",
+            },
+        },
+        "spec": {
+            "runtimeClassName": "kata-qemu-nvidia-gpu",
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "hostNetwork": False,
+            "hostPID": False,
+            "hostIPC": False,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/cuda:12.5.0",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    "securityContext": {
+                        "privileged": False,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_full_pod_with_nfs_timeout_and_custom_resource() -> None:
+    pod = build_pod(
+        container_id="c1",
+        tenancy="acme",
+        image="registry.example.com:5000/team/train@sha256:" + "a" * 64,
+        gpus=8,
+        command=["python"],
+        args=["train.py", "--epochs", "3"],
+        env={"EPOCHS": "3", "WANDB_MODE": "offline"},
+        timeout_seconds=3600,
+        nfs={"server": "10.0.0.5", "path": "/export/acme", "readOnly": True, "capacity": "1Ti"},
+        gpu_resource="nvidia.com/h100",
+        runtime_class="kata-custom",
+    )
+    spec = pod["spec"]
+    main = spec["containers"][0]
+    assert spec["runtimeClassName"] == "kata-custom"
+    assert spec["activeDeadlineSeconds"] == 3600
+    assert main["resources"] == {"limits": {"nvidia.com/h100": 8}}
+    assert main["command"] == ["python"]
+    assert main["args"] == ["train.py", "--epochs", "3"]
+    assert main["env"] == [{"name": "EPOCHS", "value": "3"}, {"name": "WANDB_MODE", "value": "offline"}]
+    assert spec["volumes"] == [
+        {"name": "tenant-storage", "persistentVolumeClaim": {"claimName": "tenant-storage", "readOnly": True}}
+    ]
+    assert main["volumeMounts"] == [{"name": "tenant-storage", "mountPath": "/data", "readOnly": True}]
+    assert "hostPath" not in str(pod)
+
+
+def test_tenancy_resource() -> None:
+    assert build_tenancy(name="landon", gpu_quota=16, pod_quota=10) == {
+        "apiVersion": "gpucaas.dev/v1alpha1",
+        "kind": "Tenancy",
+        "metadata": {"name": "landon", "labels": {"app.kubernetes.io/managed-by": "gpucaas-api"}},
+        "spec": {"gpuQuota": 16, "podQuota": 10, "network": {"allowInternet": False}},
+    }
+    with_nfs = build_tenancy(
+        name="acme", gpu_quota=8, pod_quota=5, allow_internet=True, nfs={"server": "nfs.local", "path": "/x"}
+    )
+    assert with_nfs["spec"] == {
+        "gpuQuota": 8,
+        "podQuota": 5,
+        "network": {"allowInternet": True},
+        "nfs": {"server": "nfs.local", "path": "/x", "readOnly": False, "capacity": "1Ti"},
+    }
+
+
+T0 = "2026-01-02T03:04:05Z"
+T1 = "2026-01-02T04:00:00Z"
+SPEC = {"nodeName": "gpu-node-1", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        pytest.param({"spec": {"containers": []}}, ("Pending", None, None, None), id="fresh"),
+        pytest.param(
+            {"spec": SPEC, "status": {"phase": "Pending", "containerStatuses": [
+                {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}},
+            ("Pending", "gpu-node-1", 2, "ImagePullBackOff: not found"),
+            id="image-pull",
+        ),
+        pytest.param(
+            {"spec": SPEC, "status": {"phase": "Running", "startTime": T0}},
+            ("Running", "gpu-node-1", 2, None),
+            id="running",
+        ),
+        pytest.param(
+            {"spec": SPEC, "status": {"phase": "Failed", "reason": "DeadlineExceeded", "message": "too long"}},
+            ("Failed", "gpu-node-1", 2, "too long"),
+            id="deadline",
+        ),
+        pytest.param(
+            {"spec": SPEC, "status": {"phase": "Succeeded", "containerStatuses": [
+                {"state": {"terminated": {"reason": "Completed", "exitCode": 0, "finishedAt": T1}}}]}},
+            ("Succeeded", "gpu-node-1", 2, "Completed (exit code 0)"),
+            id="succeeded",
+        ),
+        pytest.param({"spec": SPEC, "status": {"phase": "Unknown"}}, ("Pending", "gpu-node-1", 2, None), id="unknown"),
+    ],
+)
+def test_status_from_pod(pod: dict, expected: tuple) -> None:
+    report = container_status_from_pod(pod)
+    assert (report.status, report.node_name, report.gpus, report.message) == expected
+
+
+def test_times_from_pod() -> None:
+    pod = {
+        "spec": SPEC,
+        "status": {
+            "phase": "Succeeded",
+            "startTime": T0,
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "finishedAt": T1}}}],
+        },
+    }
+    report = container_status_from_pod(pod)
+    assert report.started_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert report.finished_at == datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC)

@@ -1,0 +1,78 @@
+"""Health, readiness, metrics, OpenAPI/docs, the CLI entry, and the admin-token bootstrap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from services.api import db
+from services.api.app import bootstrap
+from services.api.settings import Settings
+from tests.api.harness import ApiServer
+
+
+def test_health_and_readiness_with_kubernetes_down(module_api: ApiServer) -> None:
+    with module_api.client(None) as anon:
+        assert anon.get("/healthz").json() == {"status": "ok"}
+        ready = anon.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["database"] == "ok"
+    assert "unreachable" in ready.json()["kubernetes"]
+
+
+def test_metrics_openapi_and_docs(module_api: ApiServer) -> None:
+    with module_api.client() as admin:
+        admin.post("/v1/containers", json={"image": "ubuntu", "tenancy": "metrics"})
+        text = admin.get("/metrics").text
+        spec = admin.get("/openapi.json").json()
+        docs = admin.get("/docs")
+    assert 'gpucaas_api_requests_total{method="POST",route="/v1/containers",status="202"}' in text
+    assert "gpucaas_api_submissions_total 1.0" in text
+    assert "gpucaas_api_queued_containers" in text
+    for path in ("/v1/containers", "/v1/containers/{container_id}", "/v1/containers/{container_id}/logs",
+                 "/v1/admin/tenancies", "/v1/admin/tenancies/{name}/tokens", "/v1/admin/containers",
+                 "/v1/admin/nodes", "/v1/admin/gpus", "/v1/admin/leases", "/v1/admin/partitions"):
+        assert path in spec["paths"], path
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+def test_tls_is_served_and_plain_http_is_refused(module_api: ApiServer) -> None:
+    assert module_api.base_url.startswith("https://")
+    try:
+        httpx.get(f"http://127.0.0.1:{module_api.port}/healthz", timeout=5)
+    except httpx.HTTPError:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("plain HTTP answered on the TLS port")
+
+
+def test_generated_admin_token_is_returned_once_and_stored_hashed(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'a.db'}", admin_token_file=tmp_path / "admin-token")
+    engine = db.make_engine(settings.database_url)
+    try:
+        token = bootstrap(engine, settings)
+        assert token and token.startswith("gpc_")
+        assert (tmp_path / "admin-token").read_text().strip() == token
+        assert (tmp_path / "admin-token").stat().st_mode & 0o077 == 0
+        assert bootstrap(engine, settings) is None  # not again
+    finally:
+        engine.dispose()
+
+
+def test_cli_options_have_env_vars() -> None:
+    from gpucaas.cli import app
+
+    out = CliRunner().invoke(app, ["api", "--help"], env={"COLUMNS": "200"}).output
+    for env in ("GPUCAAS_HOST", "GPUCAAS_PORT", "GPUCAAS_TLS_CERT", "GPUCAAS_TLS_KEY", "GPUCAAS_DATABASE_URL",
+                "GPUCAAS_KUBECONFIG"):
+        assert env in out
+
+
+def test_cli_refuses_half_a_tls_pair(tmp_path: Path) -> None:
+    from gpucaas.cli import app
+
+    result = CliRunner().invoke(app, ["api", "--tls-cert", str(tmp_path / "c.pem")])
+    assert result.exit_code != 0
+    assert "tls_cert and tls_key must be given together" in result.output

@@ -1,0 +1,129 @@
+"""Tokens and tenancies: a tenant token acts only within its tenancy; another tenancy's
+things answer exactly like things that do not exist. Admin endpoints need an admin token."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.api.conftest import new_tenancy
+from tests.api.harness import ApiServer
+
+IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"
+
+
+@pytest.fixture
+def two_tenants(api_down: ApiServer, admin: httpx.Client) -> dict:
+    out = {}
+    for name in ("alpha", "beta"):
+        token = new_tenancy(admin, name)
+        with api_down.client(token) as c:
+            r = c.post("/v1/containers", json={"image": IMAGE})
+            assert r.status_code == 202, r.text
+            out[name] = {"token": token, "container": r.json()["id"]}
+    return out
+
+
+def _scrub(body: dict, secret_id: str) -> dict:
+    return {k: str(v).replace(secret_id, "<id>") for k, v in body.items()}
+
+
+CONTAINER_ENDPOINTS = [
+    ("GET", "/v1/containers/{id}"),
+    ("DELETE", "/v1/containers/{id}"),
+    ("GET", "/v1/containers/{id}/logs"),
+    ("GET", "/v1/containers/{id}/logs?follow=true"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), CONTAINER_ENDPOINTS, ids=[f"{m} {p}" for m, p in CONTAINER_ENDPOINTS])
+def test_other_tenancys_container_is_not_found(api_down: ApiServer, two_tenants: dict, method: str, path: str) -> None:
+    beta_id = two_tenants["beta"]["container"]
+    with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+        theirs = alpha.request(method, path.format(id=beta_id))
+        missing = alpha.request(method, path.format(id="00000000000000000000"))
+    assert theirs.status_code == 404 and missing.status_code == 404
+    assert _scrub(theirs.json(), beta_id) == _scrub(missing.json(), "00000000000000000000")
+    with api_down.client() as admin:  # untouched
+        assert admin.get(f"/v1/containers/{beta_id}").json()["status"] == "Queued"
+
+
+def test_submitting_into_another_tenancy_is_not_found(api_down: ApiServer, two_tenants: dict) -> None:
+    with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+        other = alpha.post("/v1/containers", json={"image": IMAGE, "tenancy": "beta"})
+        nowhere = alpha.post("/v1/containers", json={"image": IMAGE, "tenancy": "nowhere"})
+        own = alpha.post("/v1/containers", json={"image": IMAGE, "tenancy": "alpha"})
+    assert other.status_code == nowhere.status_code == 404
+    assert other.json()["detail"].replace("beta", "X") == nowhere.json()["detail"].replace("nowhere", "X")
+    assert own.status_code == 202 and own.json()["tenancy"] == "alpha"
+
+
+def test_lists_show_only_the_callers_containers(api_down: ApiServer, two_tenants: dict) -> None:
+    with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+        mine = alpha.get("/v1/containers").json()
+    assert [c["id"] for c in mine["data"]] == [two_tenants["alpha"]["container"]]
+    assert mine["count"] == 1
+    with api_down.client() as admin:
+        everything = admin.get("/v1/admin/containers").json()
+        only_beta = admin.get("/v1/admin/containers", params={"tenancy": "beta"}).json()
+    assert everything["count"] == 2
+    assert [c["id"] for c in only_beta["data"]] == [two_tenants["beta"]["container"]]
+
+
+ADMIN_ENDPOINTS = [
+    ("POST", "/v1/admin/tenancies", {"name": "gamma"}),
+    ("GET", "/v1/admin/tenancies", None),
+    ("GET", "/v1/admin/tenancies/beta", None),
+    ("PATCH", "/v1/admin/tenancies/beta", {"gpu_quota": 64}),
+    ("DELETE", "/v1/admin/tenancies/beta", None),
+    ("POST", "/v1/admin/tenancies/alpha/tokens", {}),
+    ("GET", "/v1/admin/tenancies/alpha/tokens", None),
+    ("DELETE", "/v1/admin/tenancies/beta/tokens/tok_x", None),
+    ("GET", "/v1/admin/containers", None),
+    ("GET", "/v1/admin/nodes", None),
+    ("GET", "/v1/admin/gpus", None),
+    ("GET", "/v1/admin/leases", None),
+    ("GET", "/v1/admin/partitions", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ADMIN_ENDPOINTS, ids=[f"{m} {p}" for m, p, _ in ADMIN_ENDPOINTS])
+def test_tenant_tokens_cannot_use_admin_endpoints(
+    api_down: ApiServer, two_tenants: dict, method: str, path: str, body: dict | None
+) -> None:
+    with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+        r = alpha.request(method, path, json=body)
+    assert r.status_code == 403
+    assert r.json() == {"code": "forbidden", "detail": "this endpoint needs an admin token"}
+    with api_down.client() as admin:
+        assert admin.get("/v1/admin/tenancies/beta").status_code == 200
+
+
+@pytest.mark.parametrize("header", [None, "Bearer", "Bearer wrong", "Basic abc"], ids=["none", "empty", "wrong", "basic"])
+def test_missing_or_bad_tokens_are_401(api_down: ApiServer, header: str | None) -> None:
+    with api_down.client(None) as anon:
+        r = anon.get("/v1/containers", headers={"Authorization": header} if header else {})
+    assert r.status_code == 401
+    assert r.json()["code"] == "unauthorized"
+    assert r.headers["www-authenticate"] == "Bearer"
+
+
+def test_tokens_are_shown_once_stored_hashed_and_revocable(api_down: ApiServer, admin: httpx.Client) -> None:
+    admin.post("/v1/admin/tenancies", json={"name": "delta"})
+    issued = admin.post("/v1/admin/tenancies/delta/tokens", json={"name": "ci"}).json()
+    assert issued["token"].startswith("gpc_") and issued["tenancy"] == "delta"
+    listed = admin.get("/v1/admin/tenancies/delta/tokens").json()
+    assert listed["count"] == 1 and "token" not in listed["data"][0]
+    with api_down.client(issued["token"]) as delta:
+        assert delta.get("/v1/containers").status_code == 200
+        assert admin.delete(f"/v1/admin/tenancies/delta/tokens/{issued['id']}").status_code == 204
+        assert delta.get("/v1/containers").status_code == 401
+    assert admin.delete(f"/v1/admin/tenancies/delta/tokens/{issued['id']}").status_code == 404
+    # the digest, never the secret, is what the database holds
+    from sqlmodel import Session, select
+
+    from services.api.models import ApiToken
+
+    with Session(api_down.app.state.engine) as session:
+        hashes = [t.token_hash for t in session.exec(select(ApiToken)).all()]
+    assert issued["token"] not in hashes and all(len(h) == 64 for h in hashes)

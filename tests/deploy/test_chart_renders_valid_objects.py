@@ -1,0 +1,276 @@
+"""The chart renders, lints strictly, and every object is valid Kubernetes.
+
+Built-in kinds are checked by kubernetes-validate in strict mode (unknown fields
+are errors) for the oldest and newest Kubernetes the chart targets; custom
+resources against the schema of their own CRD.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from gpucaas.core import crds as core_crds
+from tests.deploy.rendering import (
+    CHART,
+    CORE_CRDS,
+    KUBE_VERSIONS,
+    chart_crds,
+    find,
+    production_values,
+    render,
+    render_notes,
+)
+
+#: The part of cert-manager's Certificate (cert-manager.io/v1) the chart uses;
+#: cert-manager's CRD is not vendored, so this subset is checked strictly.
+CERTIFICATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "cert-manager.io/v1"},
+        "kind": {"const": "Certificate"},
+        "metadata": {"type": "object", "required": ["name", "namespace"]},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["secretName", "issuerRef", "dnsNames"],
+            "properties": {
+                "secretName": {"type": "string", "minLength": 1},
+                "issuerRef": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "kind": {"enum": ["Issuer", "ClusterIssuer"]},
+                        "group": {"type": "string"},
+                    },
+                },
+                "privateKey": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]},
+                        "size": {"type": "integer"},
+                        "rotationPolicy": {"enum": ["Never", "Always"]},
+                    },
+                },
+                "duration": {"type": "string", "pattern": "^[0-9]+h$"},
+                "renewBefore": {"type": "string", "pattern": "^[0-9]+h$"},
+                "dnsNames": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            },
+        },
+    },
+}
+
+VALUE_SETS = {
+    "defaults": {},
+    "production": production_values(),
+    "everything-on": {
+        "schedulerExtender": {"enabled": True},
+        "certManager": {"enabled": True, "issuerRef": {"name": "ca"}},
+        "api": {"ingress": {"enabled": True, "tlsSecretName": "edge-tls"}},
+        "database": {"existingSecret": "", "url": "postgresql+psycopg://u:p@db:5432/gpucaas"},
+        "fabric": {"libvirtGroupId": 108},
+    },
+}
+
+
+def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> openAPIV3Schema of every CRD in the chart's crds/."""
+    schemas = {}
+    for crd in chart_crds():
+        for version in crd["spec"]["versions"]:
+            key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+            schemas[key] = version["schema"]["openAPIV3Schema"]
+    schemas[("cert-manager.io/v1", "Certificate")] = CERTIFICATE_SCHEMA
+    return schemas
+
+
+def _validate_custom(obj: dict[str, Any], schemas: dict[tuple[str, str], dict[str, Any]]) -> None:
+    schema = schemas[(obj["apiVersion"], obj["kind"])]
+    jsonschema.validate(obj, schema, cls=jsonschema.Draft7Validator)
+
+
+@pytest.fixture(scope="module")
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    return _crd_schemas()
+
+
+@pytest.mark.parametrize("values_name", list(VALUE_SETS), ids=list(VALUE_SETS))
+def test_every_rendered_object_is_valid(values_name: str, crd_schemas: dict) -> None:
+    objects = render(VALUE_SETS[values_name])
+    assert objects, "the chart rendered nothing"
+    checked_builtin = checked_custom = 0
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) in crd_schemas:
+            _validate_custom(obj, crd_schemas)
+            checked_custom += 1
+            continue
+        for version in KUBE_VERSIONS:
+            # raises ValidationError / SchemaNotFoundError: an unknown kind is a failure here
+            kubernetes_validate.validate(obj, version, strict=True)
+        checked_builtin += 1
+    assert checked_builtin >= 15
+    assert checked_custom >= 1  # the ClusterKopfPeering at least
+
+
+@pytest.mark.parametrize("values_name", list(VALUE_SETS), ids=list(VALUE_SETS))
+def test_lint_strict_is_clean(values_name: str) -> None:
+    import helm_python
+
+    report = helm_python.lint(CHART, VALUE_SETS[values_name], strict=True, namespace="gpucaas-system")
+    assert report["errors"] == []
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert problems == []
+
+
+def test_example_custom_resources_match_their_crds(crd_schemas: dict) -> None:
+    """The objects the services exchange fit the schemas the chart installs."""
+    tenancy = {
+        "apiVersion": "gpucaas.dev/v1alpha1", "kind": "Tenancy", "metadata": {"name": "acme"},
+        "spec": {"gpuQuota": 16, "podQuota": 20, "network": {"allowInternet": True},
+                 "nfs": {"server": "10.0.0.5", "path": "/export/acme", "readOnly": False}},
+        "status": {"phase": "Ready", "namespace": "tenant-acme", "observedGeneration": 1},
+    }
+    lease = {
+        "apiVersion": "gpucaas.dev/v1alpha1", "kind": "GPULease",
+        "metadata": {"name": "node-a-0000-18-00-0"},
+        "spec": {"node": "node-a", "pciAddress": "0000:18:00.0", "deviceId": "0x2330",
+                 "physicalId": 2, "model": "H100-SXM5"},
+        "status": {"state": "Free"},
+    }
+    fabric = {
+        "apiVersion": "gpucaas.dev/v1alpha1", "kind": "FabricState", "metadata": {"name": "node-a"},
+    }
+    for obj in (tenancy, lease, fabric):
+        _validate_custom(obj, crd_schemas)
+    bad = copy.deepcopy(lease)
+    bad["status"]["state"] = "Borrowed"
+    with pytest.raises(jsonschema.ValidationError):
+        _validate_custom(bad, crd_schemas)
+    bad_tenancy = copy.deepcopy(tenancy)
+    bad_tenancy["spec"]["gpuQuota"] = -1
+    with pytest.raises(jsonschema.ValidationError):
+        _validate_custom(bad_tenancy, crd_schemas)
+
+
+def test_chart_crds_are_the_core_crds() -> None:
+    """crds/ carries exact copies of gpucaas/core/crds/*.yaml, plus Kopf's peering CRDs."""
+    chart_dir = CHART / "crds"
+    for name in core_crds.CRD_FILES:
+        core_text = (CORE_CRDS / name).read_text()
+        assert (chart_dir / name).read_text() == core_text, f"crds/{name} differs from gpucaas/core/crds/{name}"
+    extra = {p.name for p in chart_dir.iterdir()} - set(core_crds.CRD_FILES)
+    assert extra == {"kopfpeerings.kopf.dev.yaml"}
+    kinds = {crd["spec"]["names"]["kind"] for crd in chart_crds()}
+    assert kinds == {"Tenancy", "GPULease", "FabricState", "ClusterKopfPeering", "KopfPeering"}
+    for crd in chart_crds():
+        kubernetes_validate.validate(crd, KUBE_VERSIONS[-1], strict=True)
+
+
+def test_runtime_class_targets_gpu_nodes() -> None:
+    objects = render(production_values())
+    rc = find(objects, "RuntimeClass", "kata-qemu-nvidia-gpu")
+    assert rc["handler"] == "kata-qemu-nvidia-gpu"
+    assert rc["scheduling"]["nodeSelector"] == {"gpucaas.dev/gpu-node": "true"}
+    assert rc["scheduling"]["tolerations"][0]["key"] == "gpucaas.dev/gpu-node"
+    assert set(rc["overhead"]["podFixed"]) == {"cpu", "memory"}
+
+
+def test_values_map_to_env_vars() -> None:
+    """Each component setting reaches its container as one GPUCAAS_* variable."""
+    objects = render({
+        "logLevel": "DEBUG", "resourceName": "example.com/gpu",
+        "fabricSocket": "/run/gpucaas/fm.sock",
+        "api": {"port": 9443, "maxGpusPerContainer": 4, "adminToken": {"existingSecret": "adm"}},
+        "fabric": {"fmAddress": "10.1.1.1:6666", "fmBackend": "simulator"},
+        "devicePlugin": {"iommufd": True},
+        "controller": {"peering": {"name": "gpucaas-peers"}},
+    })
+
+    def env(kind: str, name: str) -> dict[str, Any]:
+        container = find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+    api = env("Deployment", "gpucaas-api")
+    assert api["GPUCAAS_PORT"] == "9443"
+    assert api["GPUCAAS_MAX_GPUS_PER_CONTAINER"] == "4"
+    assert api["GPUCAAS_RESOURCE_NAME"] == "example.com/gpu"
+    assert api["GPUCAAS_LOG_LEVEL"] == "DEBUG"
+    assert api["GPUCAAS_DATABASE_URL"] == {"secretKeyRef": {"name": "gpucaas-database", "key": "database-url"}}
+    assert api["GPUCAAS_ADMIN_TOKEN"] == {"secretKeyRef": {"name": "adm", "key": "admin-token"}}
+    assert api["GPUCAAS_TLS_CERT"] == "/etc/gpucaas/tls/tls.crt"
+    plugin = env("DaemonSet", "gpucaas-device-plugin")
+    fabric = env("DaemonSet", "gpucaas-fabric")
+    assert plugin["GPUCAAS_FABRIC_SOCKET"] == fabric["GPUCAAS_FABRIC_SOCKET"] == "/run/gpucaas/fm.sock"
+    assert plugin["GPUCAAS_IOMMUFD"] == "true"
+    assert plugin["GPUCAAS_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert fabric["GPUCAAS_FM_ADDRESS"] == "10.1.1.1:6666"
+    assert fabric["GPUCAAS_FM_BACKEND"] == "simulator"
+    assert env("Deployment", "gpucaas-controller")["GPUCAAS_PEERING_NAME"] == "gpucaas-peers"
+    assert find(objects, "ClusterKopfPeering", "gpucaas-peers")
+
+
+def test_database_url_value_becomes_a_secret() -> None:
+    url = "postgresql+psycopg://u:p@db:5432/gpucaas"
+    objects = render({"database": {"existingSecret": "", "url": url}})
+    secret = find(objects, "Secret", "gpucaas-database")
+    import base64
+
+    assert base64.b64decode(secret["data"]["database-url"]).decode() == url
+    assert not any(o["kind"] == "Secret" for o in render({}))
+
+
+def test_notes_tell_how_to_reach_the_api() -> None:
+    assert "https://gpus.example.com/" in render_notes(production_values())
+    notes = render_notes({})
+    assert "port-forward svc/gpucaas-api" in notes
+    assert "gpucaas doctor" in notes
+
+
+def uncommented_keys(text: str) -> list[str]:
+    """Keys of the top two levels with no comment above them.
+
+    A key is commented when the line above it is a comment, or when it continues a
+    group of same-level one-line keys that a comment opens (``nodeSelector: {}``,
+    ``tolerations: []``, ``affinity: {}`` under one comment). Deeper keys are
+    described by their block's comment.
+    """
+    lines = text.splitlines()
+    missing = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if not stripped or stripped.startswith(("#", "-")) or ":" not in stripped or indent > 2:
+            continue
+        j = i - 1
+        while j >= 0:
+            above = lines[j]
+            above_indent = len(above) - len(above.lstrip())
+            if above.strip().startswith("#"):
+                break
+            one_line_sibling = (
+                above.strip() and above_indent == indent and not above.rstrip().endswith(":")
+            )
+            if not one_line_sibling:
+                j = -1
+                break
+            j -= 1
+        if j < 0:
+            missing.append(stripped)
+    return missing
+
+
+def test_every_value_is_commented() -> None:
+    text = (CHART / "values.yaml").read_text()
+    assert uncommented_keys(text) == []
+    # the rule bites: a new key after a blank line, or a block without a comment
+    assert uncommented_keys(text + "\nsneaky: 1\n") == ["sneaky: 1"]
+    assert uncommented_keys("api:\n  # -- ok\n  a: 1\n\n  block:\n    x: 1\n") == ["api:", "block:"]

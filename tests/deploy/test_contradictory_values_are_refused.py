@@ -1,0 +1,54 @@
+"""templates/validation.yaml and values.schema.json refuse bad values at render time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python
+import pytest
+
+from tests.deploy.rendering import render
+
+CONTRADICTIONS = [
+    ("both database sources", {"database": {"url": "postgresql://u@h/db"}}, "either database.existingSecret or database.url"),
+    ("no database", {"database": {"existingSecret": ""}}, "the API needs PostgreSQL"),
+    ("not a postgres url", {"database": {"existingSecret": "", "url": "mysql://h/db"}}, "database.url must be a PostgreSQL URL"),
+    ("pod tls without certificate", {"api": {"tls": {"existingSecret": ""}}}, "api.tls.enabled needs"),
+    ("ingress without tls", {"api": {"ingress": {"enabled": True}}}, "api.ingress.enabled needs TLS"),
+    ("cert-manager without issuer", {"certManager": {"enabled": True}}, "certManager.enabled needs certManager.issuerRef.name"),
+    ("two controllers without peering", {"controller": {"replicas": 2, "peering": {"enabled": False}}}, "needs controller.peering.enabled"),
+    ("pdb blocks every api pod", {"api": {"replicas": 2, "pdb": {"maxUnavailable": 2}}}, "api.pdb.maxUnavailable must be smaller"),
+    ("privileged and non-root fabric", {"fabric": {"privileged": True, "libvirtGroupId": 108}}, "fabric.privileged and fabric.libvirtGroupId contradict"),
+]
+
+SCHEMA_ERRORS = [
+    ("zero replicas", {"api": {"replicas": 0}}, "/api/replicas"),
+    ("nine gpus", {"api": {"maxGpusPerContainer": 9}}, "/api/maxGpusPerContainer"),
+    ("unknown key", {"api": {"replica": 3}}, "replica"),
+    ("socket outside /run/gpucaas", {"fabricSocket": "/tmp/fabric.sock"}, "/fabricSocket"),
+    ("bad log level", {"logLevel": "LOUD"}, "/logLevel"),
+    ("bad fm backend", {"fabric": {"fmBackend": "magic"}}, "/fabric/fmBackend"),
+    ("bad digest", {"image": {"digest": "latest"}}, "/image/digest"),
+    ("non-string node label", {"gpuNodes": {"nodeSelector": {"gpucaas.dev/gpu-node": True}}}, "/gpuNodes/nodeSelector"),
+]
+
+
+@pytest.mark.parametrize(("values", "message"), [c[1:] for c in CONTRADICTIONS], ids=[c[0] for c in CONTRADICTIONS])
+def test_contradictions_fail_with_a_reason(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm_python.HelmRenderError) as err:
+        render(values)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(("values", "where"), [c[1:] for c in SCHEMA_ERRORS], ids=[c[0] for c in SCHEMA_ERRORS])
+def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError) as err:
+        render(values)
+    assert where in str(err.value)
+
+
+def test_contradiction_fixed_renders() -> None:
+    """Each refusal has a way out: the hinted fix renders."""
+    assert render({"controller": {"replicas": 2}})
+    assert render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge"}}})
+    assert render({"certManager": {"enabled": True, "issuerRef": {"name": "ca"}}, "api": {"tls": {"existingSecret": ""}}})

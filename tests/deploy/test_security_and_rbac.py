@@ -1,0 +1,216 @@
+"""Least privilege: what each component may touch on the node and in the API.
+
+The tenant-facing API (Deployment, Service, Ingress) and every pod the chart runs
+are checked for privilege; each component's RBAC rules are compared with the
+table of what that component needs, nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.deploy.rendering import component, find, pod_spec, production_values, render, workloads
+
+VALUE_SETS = {"defaults": {}, "production": production_values()}
+
+# (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
+EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
+    "api": {
+        ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "create", "patch"},
+        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch"},
+        ("gpucaas.dev", "fabricstates"): {"get", "list", "watch"},
+        ("", "pods"): {"get", "list", "watch", "create", "delete"},
+        ("", "pods/log"): {"get"},
+        ("", "nodes"): {"get", "list", "watch"},
+    },
+    "controller": {
+        ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "patch", "update"},
+        ("gpucaas.dev", "tenancies/status"): {"get", "patch", "update"},
+        ("gpucaas.dev", "tenancies/finalizers"): {"update"},
+        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+        ("gpucaas.dev", "gpuleases/status"): {"get", "patch", "update"},
+        ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
+        **{("", r): {"get", "list", "watch", "create", "patch", "update", "delete"}
+           for r in ("resourcequotas", "limitranges", "persistentvolumeclaims", "persistentvolumes")},
+        ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+        ("cilium.io", "ciliumnetworkpolicies"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+        ("", "pods"): {"get", "list", "watch", "delete"},
+        ("", "events"): {"create", "patch"},
+        ("events.k8s.io", "events"): {"create", "patch"},
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+        ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
+    },
+    "device-plugin": {
+        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create", "patch"},
+        ("gpucaas.dev", "gpuleases/status"): {"get", "patch"},
+        ("", "nodes"): {"get"},
+    },
+    "fabric": {
+        ("gpucaas.dev", "fabricstates"): {"get", "create", "patch"},
+        ("gpucaas.dev", "fabricstates/status"): {"get", "patch", "update"},
+    },
+    "scheduler-extender": {
+        ("", "nodes"): {"get", "list", "watch"},
+        ("", "pods"): {"get", "list", "watch"},
+        ("gpucaas.dev", "fabricstates"): {"get", "list", "watch"},
+        ("", "pods/binding"): {"create"},
+        ("", "bindings"): {"create"},
+    },
+}
+EXPECTED_NAMESPACED_RULES = {
+    "controller": {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}},
+}
+
+# hostPath -> must it be read-only, per component. Nothing else from the host.
+EXPECTED_HOST_PATHS: dict[str, dict[str, bool]] = {
+    "device-plugin": {
+        "/var/lib/kubelet/device-plugins": False,
+        "/var/lib/kubelet/pod-resources": True,
+        "/var/run/cdi": False,
+        "/dev/vfio": True,
+        "/sys": True,
+        "/run/gpucaas": False,
+    },
+    "fabric": {
+        "/var/run/libvirt": True,
+        "/sys": True,
+        "/run/gpucaas": False,
+        "/var/lib/gpucaas/images": True,
+    },
+}
+
+
+def _flatten(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    flat: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        assert "resourceNames" not in rule or rule["resourceNames"], rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                flat.setdefault((group, resource), set()).update(rule["verbs"])
+    return flat
+
+
+@pytest.mark.parametrize("values_name", list(VALUE_SETS), ids=list(VALUE_SETS))
+def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
+    objects = render(VALUE_SETS[values_name] | {"schedulerExtender": {"enabled": True}})
+    cluster_roles = {component(o): o for o in objects if o["kind"] == "ClusterRole"}
+    roles = {component(o): o for o in objects if o["kind"] == "Role"}
+    assert set(cluster_roles) == set(EXPECTED_CLUSTER_RULES)
+    assert set(roles) == set(EXPECTED_NAMESPACED_RULES)
+    for name, expected in EXPECTED_CLUSTER_RULES.items():
+        rules = cluster_roles[name]["rules"]
+        flat = _flatten(rules)
+        assert flat == expected, f"{name}: {flat} != {expected}"
+        for rule in rules:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+        assert not any(res == "secrets" for _, res in flat), f"{name} may not touch Secrets"
+        assert ("", "pods/exec") not in flat and ("", "nodes/proxy") not in flat
+    for name, expected in EXPECTED_NAMESPACED_RULES.items():
+        assert _flatten(roles[name]["rules"]) == expected
+    # each binding ties one component's role to that component's own ServiceAccount
+    for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        name = component(binding)
+        assert binding["roleRef"]["name"] == f"gpucaas-{name}"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": f"gpucaas-{name}", "namespace": "gpucaas-system"}
+        ]
+    for workload in workloads(objects):
+        assert pod_spec(workload)["serviceAccountName"] == f"gpucaas-{component(workload)}"
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return spec.get("initContainers", []) + spec["containers"]
+
+
+def _effective(spec: dict[str, Any], container: dict[str, Any], key: str) -> Any:
+    own = container.get("securityContext", {})
+    return own[key] if key in own else spec.get("securityContext", {}).get(key)
+
+
+@pytest.mark.parametrize("values_name", list(VALUE_SETS), ids=list(VALUE_SETS))
+def test_no_tenant_facing_object_is_privileged(values_name: str) -> None:
+    objects = render(VALUE_SETS[values_name] | {"schedulerExtender": {"enabled": True}})
+    api = find(objects, "Deployment", "gpucaas-api")
+    spec = pod_spec(api)
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+    assert all("hostPath" not in v for v in spec.get("volumes", []))
+    for c in _containers(spec):
+        assert _effective(spec, c, "privileged") in (False, None)
+        assert _effective(spec, c, "allowPrivilegeEscalation") is False
+        assert _effective(spec, c, "runAsNonRoot") is True
+        assert _effective(spec, c, "readOnlyRootFilesystem") is True
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert _effective(spec, c, "seccompProfile") == {"type": "RuntimeDefault"}
+        assert "hostPort" not in str(c.get("ports"))
+    # the tenant-facing Service exposes the API port only; the Ingress terminates TLS
+    service = find(objects, "Service", "gpucaas-api")
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["https"]
+    if VALUE_SETS[values_name].get("api", {}).get("ingress", {}).get("enabled"):
+        ingress = find(objects, "Ingress", "gpucaas-api")
+        assert ingress["spec"]["tls"][0]["hosts"] == [ingress["spec"]["rules"][0]["host"]]
+
+
+@pytest.mark.parametrize("values_name", list(VALUE_SETS), ids=list(VALUE_SETS))
+def test_no_workload_is_privileged_and_host_access_is_minimal(values_name: str) -> None:
+    objects = render(VALUE_SETS[values_name] | {"schedulerExtender": {"enabled": True}})
+    seen = set()
+    for workload in workloads(objects):
+        name = component(workload)
+        seen.add(name)
+        spec = pod_spec(workload)
+        assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC"), name
+        for c in _containers(spec):
+            assert _effective(spec, c, "privileged") in (False, None), name
+            assert _effective(spec, c, "allowPrivilegeEscalation") is False, name
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, name
+            assert _effective(spec, c, "readOnlyRootFilesystem") is True, name
+            assert _effective(spec, c, "seccompProfile") == {"type": "RuntimeDefault"}, name
+            assert "livenessProbe" in c and "readinessProbe" in c, name
+            assert set(c["resources"]) == {"requests", "limits"}, name
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        host = {v["hostPath"]["path"]: n for n, v in volumes.items() if "hostPath" in v}
+        expected = EXPECTED_HOST_PATHS.get(name, {})
+        assert set(host) == set(expected), f"{name} mounts {sorted(host)}"
+        mounts = {m["name"]: m for c in _containers(spec) for m in c.get("volumeMounts", [])}
+        for path, read_only in expected.items():
+            assert mounts[host[path]].get("readOnly", False) is read_only, f"{name}: {path}"
+        if name in EXPECTED_HOST_PATHS:
+            assert spec["nodeSelector"] == {"gpucaas.dev/gpu-node": "true"}
+    assert seen == {"api", "controller", "device-plugin", "fabric", "scheduler-extender"}
+
+
+def test_fabric_runs_non_root_in_the_libvirt_group_when_told() -> None:
+    objects = render({"fabric": {"libvirtGroupId": 108}})
+    spec = pod_spec(find(objects, "DaemonSet", "gpucaas-fabric"))
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 65532
+    assert spec["securityContext"]["supplementalGroups"] == [108]
+    default = pod_spec(find(render({}), "DaemonSet", "gpucaas-fabric"))
+    assert default["securityContext"]["runAsUser"] == 0
+    assert default["containers"][0]["securityContext"]["privileged"] is False
+
+
+def test_privileged_fabric_is_explicit_and_only_fabric() -> None:
+    objects = render({"fabric": {"privileged": True}})
+    fabric = find(objects, "DaemonSet", "gpucaas-fabric")
+    container = pod_spec(fabric)["containers"][0]
+    assert container["securityContext"]["privileged"] is True
+    assert "CKV_K8S_16" in fabric["metadata"]["annotations"]["checkov.io/skip6"]
+    for workload in workloads(objects):
+        if workload is not fabric:
+            for c in _containers(pod_spec(workload)):
+                assert c["securityContext"].get("privileged") in (False, None)
+
+
+def test_pdbs_and_network_policies_cover_the_services() -> None:
+    objects = render(production_values())
+    pdbs = {component(o) for o in objects if o["kind"] == "PodDisruptionBudget"}
+    assert pdbs == {"api", "controller", "scheduler-extender"}
+    policies = {component(o): o for o in objects if o["kind"] == "NetworkPolicy"}
+    assert set(policies) == {"api", "controller", "device-plugin", "fabric", "scheduler-extender"}
+    assert policies["controller"]["spec"]["ingress"] == []
+    assert policies["api"]["spec"]["ingress"][0]["from"][0]["namespaceSelector"]
+    assert policies["api"]["spec"]["ingress"][0]["ports"] == [{"port": 8443, "protocol": "TCP"}]

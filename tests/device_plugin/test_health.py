@@ -1,0 +1,102 @@
+"""Health in ListAndWatch: sysfs entry, /dev/vfio node, vfio binding, fabric failures, extra sources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpucaas.testing.fake_kubelet import FakeKubelet, PluginConnection
+from gpucaas.testing.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
+from services.device_plugin.main import DevicePlugin
+from tests.device_plugin.fabric_double import FabricDouble
+
+GPU = GPU_BDFS[4]
+
+
+def _health(conn: PluginConnection, bdf: str, want: str) -> bool:
+    return conn.wait_for(lambda c: c.health().get(bdf) == want, timeout=10)
+
+
+def test_vfio_node_disappearing_and_returning(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                              hgx_board: FakeBoard) -> None:
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    hgx_board.remove_vfio_node(GPU)
+    assert _health(conn, GPU, "Unhealthy")
+    assert [b for b, h in conn.health().items() if h == "Unhealthy"] == [GPU]
+    hgx_board.restore_vfio_node(GPU)
+    assert _health(conn, GPU, "Healthy")
+
+
+def test_sysfs_entry_disappearing(plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard) -> None:
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    hgx_board.remove_device(GPU)
+    assert _health(conn, GPU, "Unhealthy")
+    states = {d.bdf: d for d in plugin.core.snapshot()[0]}
+    assert states[GPU].reason == "PCI device gone from sysfs"
+    text = plugin.metrics.render().decode()
+    assert f'gpucaas_device_plugin_gpu_healthy{{gpu="{GPU}",model="NVIDIA H100 80GB HBM3 SXM5",node="gpu-node-1"}} 0.0' in text
+
+
+def test_unbinding_from_vfio_and_rebinding(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                           hgx_board: FakeBoard) -> None:
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    hgx_board.bind(GPU, "nvidia")
+    assert _health(conn, GPU, "Unhealthy")
+    assert {d.bdf: d.reason for d in plugin.core.snapshot()[0]}[GPU] == "bound to nvidia, not a vfio driver"
+    hgx_board.bind(GPU, "vfio-pci")
+    assert _health(conn, GPU, "Healthy")
+
+
+def test_fabric_reported_failure_and_recovery(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                              fabric: FabricDouble) -> None:
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    with fabric.lock:
+        fabric.failed[GPU] = "NVLink training failed on 4 links"
+    assert _health(conn, GPU, "Unhealthy")
+    assert {d.bdf: d.reason for d in plugin.core.snapshot()[0]}[GPU] == "NVLink training failed on 4 links"
+    with fabric.lock:
+        fabric.failed.clear()
+    assert _health(conn, GPU, "Healthy")
+
+
+def test_extra_health_source_hook(plugin: DevicePlugin, fake_kubelet: FakeKubelet) -> None:
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    leases = {GPU: "GPULease is Quarantined"}
+    plugin.core.add_health_source(lambda: dict(leases))
+    assert _health(conn, GPU, "Unhealthy")
+    leases.clear()
+    assert _health(conn, GPU, "Healthy")
+
+
+def test_broken_health_source_is_ignored(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                         hgx_board: FakeBoard) -> None:
+    def broken() -> dict[str, str]:
+        raise RuntimeError("lease cache not ready")
+
+    plugin.core.add_health_source(broken)
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    hgx_board.remove_vfio_node(GPU)
+    assert _health(conn, GPU, "Unhealthy")  # the device watcher keeps going
+
+
+def test_gpu_appearing_on_vfio_is_advertised(tmp_path: Path, fake_kubelet: FakeKubelet, make_settings,
+                                             run_plugin) -> None:
+    board = build_hgx_h100(tmp_path / "node", gpu_drivers={GPU: "nvidia"})
+    run_plugin(make_settings(board, fabric_socket=""))
+    conn = fake_kubelet.wait_for_plugin("nvidia.com/gpu")
+    assert GPU not in conn.health()
+    board.bind(GPU, "vfio-pci")
+    board.restore_vfio_node(GPU)
+    assert _health(conn, GPU, "Healthy")
+
+
+def test_unhealthy_gpu_refused_at_allocate(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                           hgx_board: FakeBoard) -> None:
+    import pytest
+
+    from gpucaas.testing.fake_kubelet import AdmissionError
+
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    hgx_board.remove_vfio_node(GPU)
+    assert _health(conn, GPU, "Unhealthy")
+    with pytest.raises(AdmissionError, match=r"FAILED_PRECONDITION.*0000:9a:00.0 \(device node /dev/vfio/\d+ is missing\)"):
+        fake_kubelet.admit("tenant-a", "p", "nvidia.com/gpu", 1, devices=[GPU])

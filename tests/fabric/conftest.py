@@ -1,0 +1,57 @@
+"""Fixtures of the fabric service tests: the FM simulator, the records, the service and its API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpucaas.core.fabric_client import FabricClient
+from services.fabric.bookkeeping import ActivationStore
+from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
+from services.fabric.partitions import PartitionService
+from services.fabric.server import UnixServer, create_app
+
+
+@pytest.fixture
+def fabric() -> SimulatedFabric:
+    """One simulated Fabric Manager (HGX H100 table, the fake board's GPU map)."""
+    return SimulatedFabric()
+
+
+@pytest.fixture
+def fm(fabric: SimulatedFabric) -> SimulatedFabricManager:
+    return SimulatedFabricManager(fabric)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ActivationStore]:
+    s = ActivationStore(tmp_path / "state").open()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def service(fm: SimulatedFabricManager, store: ActivationStore) -> PartitionService:
+    return PartitionService(fm, store)
+
+
+@pytest.fixture
+def socket_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # unix socket paths are limited to 107 bytes: a short pytest temp dir, not tmp_path.
+    return tmp_path_factory.mktemp("sock") / "fabric.sock"
+
+
+@pytest.fixture
+def api(service: PartitionService, socket_path: Path) -> Iterator[UnixServer]:
+    server = UnixServer(create_app(service), socket_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(api: UnixServer) -> Iterator[FabricClient]:
+    with FabricClient(api.socket_path, timeout=30) as c:
+        yield c

@@ -1,0 +1,69 @@
+"""Free GPUs of a node derived from its FabricState, its GPULeases and the pods bound to it."""
+
+from __future__ import annotations
+
+from services.placement.fit import gpus_of
+from services.placement.nodestate import PodClaim, derive_node, normalize_pci, pod_claim
+from tests.placement.factories import fabric_state, lease, pod
+
+
+def free(node) -> set[int]:  # type: ignore[no-untyped-def]
+    return set(gpus_of(node.free_mask))
+
+
+def test_idle_node_is_all_free() -> None:
+    node = derive_node("n", fabric_state("n"))
+    assert free(node) == set(range(1, 9)) and node.usable
+
+
+def test_active_partitions_with_holders_are_busy_holderless_ones_are_not() -> None:
+    node = derive_node("n", fabric_state("n", active={3: "gpus:0000:18:00.0+0000:38:00.0", 2: None}))
+    assert free(node) == {2, 4, 5, 6, 7, 8}
+
+
+def test_unhealthy_and_failed_gpus_are_neither_free_nor_healthy() -> None:
+    node = derive_node("n", fabric_state("n", unhealthy=(2,), failed=(7,)))
+    assert free(node) == {1, 3, 4, 5, 6, 8}
+    assert set(gpus_of(node.healthy_mask)) == {1, 3, 4, 5, 6, 8}
+
+
+def test_unreachable_fabric_manager_makes_the_node_unusable() -> None:
+    node = derive_node("n", fabric_state("n", reachable=False))
+    assert not node.usable and "Fabric Manager unreachable" in (node.reason or "")
+
+
+def test_leases_not_free_hold_their_gpu_by_physical_id_from_the_pci_address() -> None:
+    leases = [lease("n", 5, "Checking"), lease("n", 6, "Quarantined"), lease("n", 7, "Free")]
+    assert free(derive_node("n", fabric_state("n"), leases)) == {1, 2, 3, 4, 7, 8}
+
+
+def test_a_bound_pod_the_node_does_not_show_yet_is_assumed_on_choose_gpus_choice() -> None:
+    holder = PodClaim("tenant-other", "quad", "n", 4, "2026-11-21T04:00:00Z")
+    claim = PodClaim("tenant-acme", "job", "n", 2, "2026-11-21T05:00:00Z")
+    node = derive_node("n", fabric_state("n", active={1: "gpus:a"}), pods=[claim, holder])
+    # GPUs 1-4 are the older pod's quad; the new 2-GPU pod will get the pair {5,7}
+    assert free(node) == {6, 8}
+    # without the bound pod the node looks freer
+    assert free(derive_node("n", fabric_state("n", active={1: "gpus:a"}), pods=[holder])) == {5, 6, 7, 8}
+
+
+def test_pods_already_shown_by_the_node_are_not_counted_twice() -> None:
+    shown = PodClaim("tenant-acme", "old", "n", 2, "2026-11-21T04:00:00Z")
+    new = PodClaim("tenant-acme", "new", "n", 1, "2026-11-21T05:00:00Z")
+    node = derive_node("n", fabric_state("n", active={3: "gpus:x"}), pods=[shown, new])
+    assert free(node) == set(range(1, 9)) - {1, 3} - {2}  # the new pod is assumed on GPU 2 (breaks only the pair {2,4})
+    leased = [lease("n", 1, "Leased", pod="old"), lease("n", 3, "Leased", pod="old")]
+    node = derive_node("n", fabric_state("n", active={3: "gpus:x"}), leased, pods=[shown, new])
+    assert len(free(node)) == 5
+
+
+def test_pod_claim_and_pci_normalisation() -> None:
+    bound = pod(4)
+    bound["spec"]["nodeName"] = "gpu-node-a"
+    claim = pod_claim(bound)
+    assert claim == PodClaim("tenant-acme", "job-7f3a", "gpu-node-a", 4, "2026-11-21T05:00:00Z")
+    assert pod_claim(pod(4)) is None  # not bound
+    bound["status"]["phase"] = "Succeeded"
+    assert pod_claim(bound) is None
+    assert normalize_pci("00000000:18:00.0") == "0000:18:00.0"
+    assert normalize_pci("0000:1A:00.0") == "0000:1a:00.0"

@@ -1,0 +1,5 @@
+import sys
+
+from vm_images.test_image import main
+
+raise SystemExit(main(sys.argv))
