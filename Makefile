@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
 	libvirt-clients qemu-system-x86 qemu-utils openssl
 
-.PHONY: install system-deps sandbox test bench clean checkov
+.PHONY: install system-deps sandbox test bench clean checkov crds
 
 install: system-deps $(VENV)/.installed
 
@@ -43,6 +43,10 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/python -m pip install -q --upgrade pip
 	$(CHECKOV_VENV)/bin/python -m pip install -q 'checkov>=3.2,<4'
 	touch $@
+
+# The chart's crds/ carries exact copies of the core CRDs (tests/deploy checks it).
+crds:
+	cp gpucaas/core/crds/*.gpucaas.dev.yaml deploy/helm/gpucaas/crds/
 
 sandbox: install
 	$(VENV)/bin/gpucaas sandbox

@@ -25,6 +25,8 @@ def version() -> None:
 
 
 # Service registrations (one line per service; keep alphabetical).
+from gpucaas.doctor import cli as doctor_cli  # noqa: E402
+from gpucaas.kube_emulator import cli as kube_emulator_cli  # noqa: E402
 from gpucaas.sandbox import cli as sandbox_cli  # noqa: E402
 from services.api import cli as api_cli  # noqa: E402
 from services.device_plugin import cli as device_plugin_cli  # noqa: E402
@@ -38,3 +40,5 @@ app.command("scheduler-extender")(placement_cli.command)
 app.command("sandbox")(sandbox_cli.command)
 app.command("node-agent")(sandbox_cli.node_agent_command)
 app.command("sandbox-scheduler")(sandbox_cli.scheduler_command)
+app.command("kube-emulator")(kube_emulator_cli.command)
+app.command("doctor")(doctor_cli.command)

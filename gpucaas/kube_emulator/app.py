@@ -201,8 +201,9 @@ async def _resource(request: web.Request, store: Store, group: str, version: str
                 f"the body of the request was in an unknown format - accepted media types include: "
                 f"{', '.join(patching.PATCH_TYPES)}")
         body = await _body(request, yaml_ok=ctype == patching.APPLY_PATCH)
-        return _json_response(store.patch(rt, namespace, name, ctype, body, subresource=sub, version=version,
-                                          dry_run=dry_run))
+        existed = (namespace or "", name) in store.objects.get(rt.key, {})
+        out = store.patch(rt, namespace, name, ctype, body, subresource=sub, version=version, dry_run=dry_run)
+        return _json_response(out, 200 if existed else 201)
     if method == "DELETE" and sub is None:
         options = await _delete_options(request)
         obj = store.delete(rt, namespace, name, options, version=version, dry_run=dry_run)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.kube_emulator import errors, validation
+from gpucaas.kube_emulator import errors, quota, validation
 from gpucaas.kube_emulator.resources import Registry, ResourceType, type_from_crd
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ ObjKey = tuple[str, str]  # (namespace or "", name)
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 NS_KEY = ("", "namespaces")
 POD_KEY = ("", "pods")
+QUOTA_KEY = ("", "resourcequotas")
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 NAMESPACE_FINALIZER = "kubernetes"
 CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
@@ -98,6 +99,7 @@ class Store:
         self.log_waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
         self.pod_graceful_deletion = pod_graceful_deletion
         self.on_change: Callable[[], None] | None = None
+        self._quota_refresh: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         for ns in SEED_NAMESPACES:
             self.create(self.registry.get(*NS_KEY), None, {"metadata": {"name": ns}})  # type: ignore[arg-type]
@@ -129,6 +131,10 @@ class Store:
             w.offer(ev)
         if self.on_change:
             self.on_change()
+        if rt.namespaced and okey[0] not in self._quota_refresh and any(
+                k[0] == okey[0] for k in self._table(QUOTA_KEY)):
+            self._quota_refresh.add(okey[0])
+            self._defer(0, self._refresh_quotas, okey[0])
         return copy.deepcopy(obj)
 
     def compact(self) -> None:
@@ -253,6 +259,8 @@ class Store:
         okey = (meta.get("namespace", ""), meta["name"])
         if okey in self._table(rt.key):
             raise errors.already_exists(rt.plural, meta["name"], rt.group)
+        if rt.namespaced:
+            self._admit_quota(rt, obj)
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(k, None)
         meta["uid"] = str(uuid.uuid4())
@@ -599,6 +607,76 @@ class Store:
                 if any(r.get("uid") == owner_uid for r in refs):
                     self.patch(rt, okey[0] or None, okey[1], "application/merge-patch+json",
                                {"metadata": {"ownerReferences": [r for r in refs if r.get("uid") != owner_uid] or None}})
+
+    # ---- resource quotas -----------------------------------------------------------
+
+    def _quotas(self, namespace: str) -> list[Obj]:
+        return [q for (ns, _), q in self._table(QUOTA_KEY).items() if ns == namespace]
+
+    def _used(self, namespace: str, tracked: list[str]) -> dict[str, Any]:
+        used = {name: quota.Decimal(0) for name in tracked}
+        for rt in self.registry.all():
+            if not rt.namespaced:
+                continue
+            for (ns, _), obj in self._table(rt.key).items():
+                if ns != namespace:
+                    continue
+                for name, value in quota.usage(obj, rt.key, tracked).items():
+                    used[name] += value
+        return used
+
+    def _admit_quota(self, rt: ResourceType, obj: Obj) -> None:
+        """The ResourceQuota admission plugin: 403 Forbidden when a create would exceed a quota."""
+        namespace = obj["metadata"]["namespace"]
+        name = obj["metadata"]["name"]
+        for q in self._quotas(namespace):
+            hard_text = (q.get("spec") or {}).get("hard") or {}
+            try:
+                hard = {k: quota.parse_quantity(v) for k, v in hard_text.items()}
+                wanted = quota.usage(obj, rt.key, list(hard))
+            except ValueError as exc:
+                raise errors.BadRequest(str(exc)) from exc
+            qname = q["metadata"]["name"]
+            if rt.key == POD_KEY and quota.counts(obj, rt.key):
+                missing = quota.missing_compute(obj, list(hard))
+                if missing:
+                    raise errors.Forbidden(
+                        f'pods "{name}" is forbidden: failed quota: {qname}: must specify {",".join(sorted(missing))}',
+                        details={"name": name, "kind": "pods"})
+            if not wanted:
+                continue
+            used = self._used(namespace, list(wanted))
+            over = [k for k, v in wanted.items() if used[k] + v > hard[k]]
+            if over:
+                over.sort()
+
+                def fmt(values: dict[str, Any], over: list[str] = over, hard_text: dict[str, Any] = hard_text) -> str:
+                    return ",".join(f"{k}={quota.format_quantity(values[k], hard_text[k])}" for k in over)
+
+                raise errors.Forbidden(
+                    f'{rt.display()} "{name}" is forbidden: exceeded quota: {qname}, requested: {fmt(wanted)}, '
+                    f"used: {fmt(used)}, limited: {fmt(hard)}",
+                    details={"name": name, "group": rt.group, "kind": rt.plural})
+
+    def _refresh_quotas(self, namespace: str) -> None:
+        """The quota controller: ``status.hard`` = ``spec.hard``, ``status.used`` = current usage."""
+        self._quota_refresh.discard(namespace)
+        rt = self.registry.get(*QUOTA_KEY)
+        assert rt is not None
+        for q in self._quotas(namespace):
+            hard_text = (q.get("spec") or {}).get("hard") or {}
+            try:
+                used = self._used(namespace, list(hard_text))
+            except ValueError:
+                continue
+            status = {"hard": dict(hard_text),
+                      "used": {k: quota.format_quantity(v, hard_text[k]) for k, v in used.items()}}
+            if q.get("status") == status:
+                continue
+            new = copy.deepcopy(q)
+            new["status"] = status
+            new["metadata"]["resourceVersion"] = str(self._next_rv())
+            self._commit(rt, "MODIFIED", new, q)
 
     # ---- pod binding, eviction and logs -------------------------------------------
 

@@ -308,6 +308,12 @@ def validate_crd(crd: dict[str, Any]) -> list[dict[str, str]]:
         causes.append(field_error("spec.versions", "FieldValueRequired", "Required value"))
     elif sum(1 for v in versions if v.get("storage")) != 1:
         causes.append(field_error("spec.versions", "FieldValueInvalid", "Invalid value: must have exactly one version marked as storage version"))
+    for i, v in enumerate(versions):
+        if not isinstance(v, dict) or not v.get("name"):
+            causes.append(field_error(f"spec.versions[{i}].name", "FieldValueRequired", "Required value"))
+        elif not isinstance((v.get("schema") or {}).get("openAPIV3Schema"), dict):
+            causes.append(field_error(f"spec.versions[{i}].schema.openAPIV3Schema", "FieldValueRequired",
+                                      "Required value: schemas are required"))
     name = (crd.get("metadata") or {}).get("name")
     if names.get("plural") and spec.get("group") and name != f"{names['plural']}.{spec['group']}":
         causes.append(field_error("metadata.name", "FieldValueInvalid",

@@ -332,7 +332,8 @@ def claim_due(session: Session, *, replica: str, claim_seconds: float, limit: in
 
 
 def mark_pod_created(session: Session, *, container_id: str) -> bool:
-    """Queued → Pending once the pod exists; False when the container was cancelled meanwhile."""
+    """Queued → Pending once the pod exists. False only when the container was cancelled
+    meanwhile (its pod must go); the pod watch may already have moved it on, which is fine."""
     now = utcnow()
     result = session.exec(
         update(Container)
@@ -347,7 +348,10 @@ def mark_pod_created(session: Session, *, container_id: str) -> bool:
         )
     )
     session.commit()
-    return bool(result.rowcount)
+    if result.rowcount:
+        return True
+    row = session.get(Container, container_id)
+    return row is not None and row.status != ContainerStatus.CANCELLED
 
 
 def reschedule(session: Session, *, container_id: str, delay: float, message: str, count_attempt: bool) -> None:

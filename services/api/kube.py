@@ -30,6 +30,8 @@ class Kube:
         self.timeout = timeout
         self._error: str | None = None
         self._api: Any = None
+        self.core: Any = _NotConfigured()
+        self.custom: Any = _NotConfigured()
         try:
             self._api = _new_api_client(kubeconfig)
         except Exception as exc:  # no configuration at all: run, but report unavailable
@@ -72,7 +74,7 @@ class Kube:
 
     def ping(self) -> None:
         """Raise unless the API server answers a cheap list."""
-        self._json(self.core.list_namespace, limit=1) if self._api else self._call(lambda: None)
+        self._json(self.core.list_namespace, limit=1)
 
     # -- tenancies ------------------------------------------------------------------
 
@@ -185,7 +187,7 @@ class Kube:
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
         if follow:
-            kwargs["_request_timeout"] = (self.timeout, None)
+            kwargs["_request_timeout"] = (self.timeout, 24 * 3600)
         return self._call(self.core.read_namespaced_pod_log, name, namespace, **kwargs)
 
     # -- cluster inventory (admin) --------------------------------------------------
@@ -197,6 +199,23 @@ class Kube:
         return self._call(self.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, plural).get(
             "items", []
         )
+
+    def get_cluster_object(self, plural: str, name: str) -> dict[str, Any]:
+        return self._call(self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, plural, name)
+
+    def replace_cluster_object_status(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Replace the status subresource; 409 (KubeConflict) when ``metadata.resourceVersion`` is stale."""
+        return self._call(
+            self.custom.replace_cluster_custom_object_status,
+            crds.GROUP, crds.VERSION, plural, body["metadata"]["name"], body,
+        )
+
+
+class _NotConfigured:
+    """Stands in for the client APIs when there is no configuration (``_call`` refuses first)."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
 
 
 def _new_api_client(kubeconfig: Path | None) -> Any:

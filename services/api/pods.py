@@ -80,7 +80,7 @@ def build_pod(
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
-        "resources": {"limits": {gpu_resource: gpus}},
+        "resources": {"limits": {gpu_resource: str(gpus)}},  # a quantity
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,

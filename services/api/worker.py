@@ -27,7 +27,7 @@ from sqlmodel import Session
 
 from gpucaas.core import crds
 from services.api import crud, pods
-from services.api.errors import KubeError, KubeRejected, KubeUnavailable
+from services.api.errors import KubeError, KubeRejected
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
@@ -165,7 +165,9 @@ class SubmissionWorker:
             log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)
             with Session(self.engine) as session:
                 crud.mark_failed(session, container_id=row.id, message=f"Kubernetes rejected the pod: {exc}")
-        except (KubeUnavailable, KubeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - Kubernetes down, or anything unexpected: retry later
+            if not isinstance(exc, KubeError):
+                log.exception("%s: unexpected error while submitting", ctx)
             delay = self._backoff(row.attempts)
             log.warning("%s: Kubernetes unavailable (%s); retry in %.1fs", ctx, exc, delay)
             with Session(self.engine) as session:

@@ -39,15 +39,12 @@ class FabricService:
         self._available()
         try:
             topo = self._client.topology()
-            health = self._client.health()
         except fc.FabricError as exc:
             raise _translate(exc) from exc
         failed: dict[str, str] = {}
         for g in topo.get("gpus", []):
             if g.get("healthy") is False and isinstance(g.get("pci_bus_id"), str):
                 failed[normalise_bdf(g["pci_bus_id"])] = str(g.get("reason") or "reported unhealthy by the fabric service")
-        for pci in health.get("failed_gpus", []) or []:
-            failed.setdefault(normalise_bdf(pci), "reported failed by Fabric Manager (NVLink)")
         return FabricTopology(gpus=tuple(topo.get("gpus", [])), source=str(topo.get("source", "fabric-manager")),
                               failed=failed)
 

@@ -87,7 +87,8 @@ class PluginCore:
         self._inventory = Inventory()
         self._fabric_topo: FabricTopology | None = None
         self._fabric_reachable: bool | None = None
-        self._pmap = PhysicalMap.pci_order(())
+        self._pmap = PhysicalMap({}, "unknown")  # until the first refresh
+        self._fabric_map: PhysicalMap | None = None
         self._snap = _Snapshot()
         self._extra: dict[str, str] = {}
         self._logged_left_out: set[tuple[str, str]] = set()
@@ -104,6 +105,11 @@ class PluginCore:
         """Extra health input: ``source()`` -> {pci address: reason} of GPUs to report Unhealthy."""
         with self._lock:
             self._health_sources.append(source)
+
+    def inventory(self) -> Inventory:
+        """The latest discovery pass."""
+        with self._lock:
+            return self._inventory
 
     # --- refresh ---------------------------------------------------------------------
     def refresh_devices(self) -> None:
@@ -134,8 +140,9 @@ class PluginCore:
                 if reachable:
                     logger.info("node=%s fabric service reachable at %s", self.node, self.settings.fabric_socket)
                 else:
-                    logger.warning("node=%s fabric service unreachable (%s): physical ids fall back to PCI "
-                                   "order, partitions cannot be activated", self.node, error)
+                    logger.warning("node=%s fabric service unreachable (%s): partitions cannot be activated%s",
+                                   self.node, error, "" if self._fabric_map else
+                                   "; physical ids fall back to PCI order")
             self._fabric_reachable = reachable
             self._fabric_topo = topo
             self.metrics.fabric_reachable.labels(self.node).set(1 if reachable else 0)
@@ -165,9 +172,13 @@ class PluginCore:
                 self._logged_problems.add(problem)
 
         # Physical ids: the fabric service's map, else PCI order.
+        # Physical ids do not change while the node runs: once learnt from the fabric
+        # service, the map is kept through its outages (only never-learnt means PCI order).
         topo = self._fabric_topo
         if topo is not None and topo.gpus:
-            pmap = PhysicalMap.from_fabric(topo.gpus)
+            self._fabric_map = PhysicalMap.from_fabric(topo.gpus)
+        if self._fabric_map is not None:
+            pmap = self._fabric_map
         else:
             pmap = PhysicalMap.pci_order(inv.all_gpu_bdfs or tuple(self._known))
         if pmap.source != self._pmap.source:

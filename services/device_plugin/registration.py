@@ -61,6 +61,7 @@ class KubeletRegistrar:
         self._lock = threading.Lock()
         self.registrations = 0
         self.registered = threading.Event()
+        self._last_failure: str | None = None
 
     # --- server ----------------------------------------------------------------------
     def serve(self) -> None:
@@ -118,9 +119,13 @@ class KubeletRegistrar:
     def _try_register(self) -> bool:
         try:
             self.register()
+            self._last_failure = None
             return True
         except RegistrationFailed as exc:
-            logger.warning("node=%s %s; will retry", self.node, exc)
+            # Logged once per distinct failure; retried every watch interval.
+            level = logging.DEBUG if str(exc) == self._last_failure else logging.WARNING
+            logger.log(level, "node=%s %s; will retry", self.node, exc)
+            self._last_failure = str(exc)
             return False
 
     def _watch(self) -> None:

@@ -287,7 +287,10 @@ class PartitionService:
         done: list[int] = []
         try:
             for p in todo:
-                self._call(lambda pid=p.id: self.fm.activate(pid))
+                try:
+                    self._call(lambda pid=p.id: self.fm.activate(pid))
+                except PartitionAlreadyActive:
+                    pass  # a replay on the way (NotReady) activated it from our write-ahead record
                 done.append(p.id)
         except (FabricManagerError, Unavailable) as exc:
             self._rollback(rec, done)

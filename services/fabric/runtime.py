@@ -56,6 +56,7 @@ def domain_spec(settings: FabricSettings, hostdevs: tuple[str, ...]) -> DomainSp
         fm_network=settings.fm_network,
         fm_channel_socket=str(settings.fm_channel_socket),
         node=settings.node_name,
+        serial_log=str(settings.console_log) if settings.console_log else None,
     )
 
 
@@ -109,6 +110,7 @@ class FabricNode:
         self._stop = threading.Event()
         self._reconciler: threading.Thread | None = None
         self.vm_restart_replays = 0
+        self._stopped = False
 
     # --- parts ----------------------------------------------------------------------
     def _template_text(self) -> str:
@@ -162,6 +164,7 @@ class FabricNode:
     def start(self) -> None:
         s = self.settings
         log.info("fabric service starting on node %s: %s", s.node_name, s.redacted())
+        self._stopped = False
         self.store.open()
         try:
             if s.vm_enabled:
@@ -207,6 +210,10 @@ class FabricNode:
                 log.exception("reconcile failed")
 
     def stop(self) -> None:
+        """Stop everything started; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._stop.set()
         if self.publisher is not None:
             self.publisher.stop()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,15 @@ log = logging.getLogger(__name__)
 def _libvirt() -> Any:
     import libvirt
 
+    global _quiet
+    if not _quiet:
+        # libvirt prints every error to stderr by default; ours are raised and logged instead.
+        libvirt.registerErrorHandler(lambda *_: None, None)
+        _quiet = True
     return libvirt
+
+
+_quiet = False
 
 
 _STATE_NAMES = {
@@ -52,6 +61,16 @@ class BackoffPolicy:
     def delay(self, consecutive: int) -> float:
         """Delay before restart number ``consecutive`` (1-based) of a crash streak."""
         return min(self.max_s, self.initial_s * (2 ** max(consecutive - 1, 0)))
+
+
+def with_uuid(xml: str, uuid: str) -> str:
+    root = ET.fromstring(xml)
+    for old in root.findall("uuid"):
+        root.remove(old)
+    el = ET.Element("uuid")
+    el.text = uuid
+    root.insert(1, el)
+    return ET.tostring(root, encoding="unicode")
 
 
 class ServiceVM:
@@ -154,6 +173,7 @@ class ServiceVM:
         libvirt = _libvirt()
         dom = self._lookup()
         want = spec_hash(self.xml)
+        xml = self.xml
         if dom is not None:
             have = spec_hash(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
             self.reused = True
@@ -162,8 +182,9 @@ class ServiceVM:
                 return dom
             log.warning("domain %s exists with another definition (hash %s, want %s): redefining",
                         self.spec.name, have, want)
+            xml = with_uuid(self.xml, dom.UUIDString())  # same domain, new definition
         try:
-            dom = self._connection().defineXML(self.xml)
+            dom = self._connection().defineXML(xml)
         except libvirt.libvirtError as exc:
             raise ServiceVMError(f"defining domain {self.spec.name}: {exc}") from exc
         log.info("defined domain %s (type %s, %d hostdevs)", self.spec.name, self.spec.domain_type,
@@ -302,6 +323,9 @@ class ServiceVM:
             elif state == libvirt.VIR_DOMAIN_PAUSED:
                 self._state = "paused"
                 return False
+            elif state == libvirt.VIR_DOMAIN_SHUTDOWN:
+                self._state = "shutting down"  # on its way to shut off: restart once it is there
+                return False
             else:
                 self._state = "crashed" if state in (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_CRASHED) else \
                     _STATE_NAMES.get(state, str(state))
@@ -309,7 +333,7 @@ class ServiceVM:
                 delay = self.backoff.delay(self._streak)
                 log.error("service VM %s is %s (reason %s); restarting in %.1fs (crash %d in a row)",
                           self.spec.name, _STATE_NAMES.get(state, state), reason, delay, self._streak)
-        if state not in _RUNNING and state != libvirt.VIR_DOMAIN_PAUSED:
+        if state not in _RUNNING:
             if self._stop.wait(delay):
                 return False
             with self._lock:

@@ -61,6 +61,7 @@ class FabricSettings(BaseSettings):
     fm_network: str = Field("gpucaas-fabric", description="Isolated libvirt network for fm_channel=network.")
     fm_channel_socket: Path = Field(Path("/run/gpucaas/fabric-fm.sock"),
                                     description="Host unix socket of the virtio-serial channel (fm_channel=unix).")
+    console_log: Path | None = Field(None, description="Write the VM's serial console to this file (else a pty).")
     nvswitches: list[str] = Field(default_factory=list,
                                   description="NVSwitch PCI addresses to pass through (default: discovered in sysfs).")
     memory_controller: str | None = Field(None, description="NVSwitch memory controller PCI address (default: discovered).")

@@ -174,7 +174,9 @@ class FleetIndex:
         for mask in PREFERENCE[size]:
             bucket = buckets[mask]
             if bucket:
-                return Placement(next(iter(bucket)), table[mask])
+                node = next(iter(bucket), None)  # None: emptied by another thread meanwhile
+                if node is not None:
+                    return Placement(node, table[mask])
         return None
 
     def choose_on(self, name: str, size: int) -> Fit:
@@ -197,18 +199,20 @@ class FleetIndex:
         fits = _FITS_X[size]
         state = self._state
         passed: list[str] = []
-        rejected: list[tuple[str, int]] = []
+        rejected: list[str] = []  # two flat lists, not tuples: no GC-tracked garbage per node
+        rejected_masks: list[int] = []
         for name in names:
             mask = state.get(name, _UNKNOWN)
             if fits[mask]:
                 passed.append(name)
             else:
-                rejected.append((name, mask))
+                rejected.append(name)
+                rejected_masks.append(mask)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         healthy_of = self._healthy
         reasons: dict[int, str] = {}
-        for name, mask in rejected:
+        for name, mask in zip(rejected, rejected_masks, strict=True):
             if mask < _UNUSABLE and fits[healthy_of.get(name, 0)]:
                 reason = reasons.get(mask)
                 if reason is None:

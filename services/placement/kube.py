@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from datetime import UTC, datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -103,12 +105,15 @@ class FleetWatcher:
             self._threads.append(thread)
             thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the loops. A watch blocked on a quiet stream ends at its next event or
+        server timeout; the threads are daemons, so they are waited for only briefly."""
         self._stop.set()
         for w in list(self._watches):
             w.stop()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def is_synced(self) -> bool:
         return all(e.is_set() for e in self._synced.values())
@@ -133,6 +138,16 @@ class FleetWatcher:
             except ApiException as exc:
                 if self._stop.is_set():
                     return
+                if kind == "gpuleases" and exc.status in (403, 404):
+                    # Leases refine the node state (GPUs in a firmware check) but are not
+                    # required: without access (RBAC) or the CRD, go on from the fabric alone.
+                    (log.debug if self._synced[kind].is_set() else log.warning)(
+                        "cannot list GPULeases (%s %s): placing from FabricState and pods only",
+                        exc.status, exc.reason,
+                    )
+                    self._synced[kind].set()
+                    self._stop.wait(max(self.retry_seconds, 30.0))
+                    continue
                 log.warning("%s list/watch failed (%s %s); retrying", kind, exc.status, exc.reason)
                 self._stop.wait(self.retry_seconds)
             except Exception as exc:  # network errors: keep the last state, retry
@@ -283,6 +298,10 @@ class FleetWatcher:
         except Exception as exc:
             raise KubernetesUnavailable(f"binding pod {args.pod_namespace}/{args.pod_name}: {exc}") from exc
         pod.setdefault("spec", {})["nodeName"] = args.node
+        conditions = [c for c in (pod.setdefault("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now})
+        pod["status"]["conditions"] = conditions  # bound now, whatever the API echoed
         self._on_pod("MODIFIED", pod)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from gpucaas.core.topology import GPU_COUNT
@@ -44,6 +45,7 @@ class PodClaim:
     node: str
     gpus: int
     created: str  # RFC 3339, sorts chronologically
+    bound_at: str = ""  # when it was bound (PodScheduled), RFC 3339; "" = unknown
 
     @property
     def key(self) -> str:
@@ -77,9 +79,22 @@ def pod_claim(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu") -> PodCl
     if gpus <= 0:
         return None
     meta = pod.get("metadata") or {}
-    return PodClaim(
-        meta.get("namespace", ""), meta.get("name", ""), node, gpus, str(meta.get("creationTimestamp") or "")
-    )
+    created = str(meta.get("creationTimestamp") or "")
+    bound_at = created
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "True" and cond.get("lastTransitionTime"):
+            bound_at = str(cond["lastTransitionTime"])
+    return PodClaim(meta.get("namespace", ""), meta.get("name", ""), node, gpus, created, bound_at)
+
+
+def _seconds(stamp: Any) -> float | None:
+    """An RFC 3339 time as whole epoch seconds (the API's resolution), or None."""
+    if not stamp:
+        return None
+    try:
+        return float(int(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()))
+    except ValueError:
+        return None
 
 
 def _phys(value: Any) -> int | None:
@@ -117,6 +132,7 @@ def derive_node(
 
     leased_pods: set[str] = set()
     leased_gpus = 0
+    not_pod_held: set[int] = set()  # Releasing / Checking / Quarantined: no running pod has them
     for lease in leases:
         spec = lease.get("spec") or {}
         lstatus = lease.get("status") or {}
@@ -128,18 +144,25 @@ def derive_node(
             pid = pci_to_phys.get(normalize_pci(spec["pciAddress"]))
         if pid is not None:
             busy.add(pid)
+            if state != "Leased":
+                not_pod_held.add(pid)
         holder = lstatus.get("holder") or {}
         if state == "Leased" and holder.get("pod"):
             leased_pods.add(f"{holder.get('namespace', '')}/{holder['pod']}")
             leased_gpus += 1
 
     free_mask = mask_of(healthy - busy)
-    # Busy GPUs that no lease explains are credited to the oldest unleased pods first.
-    unexplained = max(0, len(busy) - leased_gpus)
+    # A pod bound no earlier than the node's last report (same second included) cannot
+    # be in it. Older unleased pods are credited with the busy GPUs no lease explains,
+    # oldest first; what is left over is assumed on choose_gpus' choice.
+    reported = _seconds(status.get("updatedAt"))
+    unexplained = max(0, len(busy - not_pod_held) - leased_gpus)
     for claim in sorted(pods, key=lambda c: (c.created, c.key)):
         if claim.key in leased_pods or claim.gpus > GPU_COUNT:
             continue
-        if claim.gpus <= unexplained:
+        bound = _seconds(claim.bound_at)
+        too_new = reported is not None and bound is not None and bound >= reported
+        if not too_new and claim.gpus <= unexplained:
             unexplained -= claim.gpus
             continue
         choice = FIT_TABLE[claim.gpus][free_mask]

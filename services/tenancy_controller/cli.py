@@ -68,6 +68,6 @@ def command(
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.WARNING)
-        logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
+        logging.getLogger("kopf._core.engines.peering").setLevel(logging.INFO)  # pause/resume matter
     logging.getLogger(__name__).info("effective settings: %s", settings.model_dump_json())
     asyncio.run(serve(settings))

@@ -198,10 +198,18 @@ class KubeClient:
         )
 
     # -- create-or-replace ---------------------------------------------------
-    def ensure(self, desired: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Make the live object match ``desired``; returns (action, live object)."""
+    def ensure(self, desired: Mapping[str, Any], *, expect_absent: bool = False) -> tuple[str, dict[str, Any]]:
+        """Make the live object match ``desired``; returns (action, live object).
+
+        ``expect_absent`` (a namespace just created) tries the create first, saving the read.
+        """
         kind = desired["kind"]
         meta = desired["metadata"]
+        if expect_absent:
+            try:
+                return CREATED, self.create(desired)
+            except errors.Conflict:
+                pass  # it was there after all: compare below
         for _attempt in range(3):
             live = self.get(kind, meta["name"], meta.get("namespace"))
             if live is None:

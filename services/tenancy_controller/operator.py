@@ -25,7 +25,7 @@ from typing import Any
 import kopf
 import kubernetes
 
-from . import kube
+from . import errors, kube
 from .settings import ControllerSettings
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,25 @@ def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo
     )
 
 
+PEERING_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
+
+
+def ensure_peering_object(cfg: kubernetes.client.Configuration, settings: ControllerSettings) -> None:
+    """Create the ClusterKopfPeering object replicas meet in (Kopf only patches it, never creates it)."""
+    client = kube.KubeClient(cfg, timeout=settings.request_timeout_s)
+    body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": settings.peering}}
+    try:
+        client.request("POST", PEERING_PATH, body=body)
+        log.info("created ClusterKopfPeering %s", settings.peering)
+    except errors.Conflict:
+        pass
+    except errors.NotFound:
+        log.error("the ClusterKopfPeering CRD (clusterkopfpeerings.kopf.dev) is not installed: "
+                  "the controller stays paused until it is (or run with --standalone)")
+    finally:
+        client.close()
+
+
 async def serve(
     settings: ControllerSettings,
     *,
@@ -101,6 +120,8 @@ async def serve(
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(cfg)
 
+    if not settings.standalone:
+        ensure_peering_object(cfg, settings)
     ks = kopf.OperatorSettings()
     configure_kopf(ks, settings)
     peer_id = identity or f"{socket.gethostname()}/{os.getpid()}"

@@ -15,7 +15,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Handler modules the operator process loads; each exposes ``register(registry, settings)``.
-DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers",)
+DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers", "services.tenancy_controller.lease_handlers")
 
 
 class ControllerSettings(BaseSettings):

@@ -149,9 +149,13 @@ def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
             raise pending_error
         outcomes: dict[str, reconcile.Outcome] = {}
         retry: Exception | None = None
+        fresh = namespace is None  # a namespace created in this pass holds nothing yet
         for comp in reconcile.COMPONENTS:
             objects = plan.components.get(comp) or []
             if not objects:
+                if fresh:
+                    outcomes[comp] = reconcile.Outcome(True, "NotRequested", "spec.nfs is not set: no storage")
+                    continue
                 try:
                     for kind, child, ns in plan.absent:
                         _delete_if_owned(ctx, kind, child, ns, plan.tenancy.uid)
@@ -164,7 +168,9 @@ def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
             actions = []
             try:
                 for obj in objects:
-                    actions.append(ctx.kube.ensure(obj))
+                    actions.append(ctx.kube.ensure(obj, expect_absent=fresh))
+                    if obj["kind"] == "Namespace":
+                        fresh = actions[-1][0] == kube.CREATED
                     if actions[-1][0] in (kube.CREATED, kube.REPLACED):
                         log.info("tenancy %s: %s %s %s", name, obj["kind"], obj["metadata"]["name"], actions[-1][0])
             except (errors.KubeError, errors.NotReadyYet) as exc:

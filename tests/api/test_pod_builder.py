@@ -40,7 +40,7 @@ def test_minimal_pod() -> None:
                 {
                     "name": "main",
                     "image": "nvcr.io/nvidia/cuda:12.5.0",
-                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
                     "securityContext": {
                         "privileged": False,
                         "allowPrivilegeEscalation": False,
@@ -70,7 +70,7 @@ def test_full_pod_with_nfs_timeout_and_custom_resource() -> None:
     main = spec["containers"][0]
     assert spec["runtimeClassName"] == "kata-custom"
     assert spec["activeDeadlineSeconds"] == 3600
-    assert main["resources"] == {"limits": {"nvidia.com/h100": 8}}
+    assert main["resources"] == {"limits": {"nvidia.com/h100": "8"}}
     assert main["command"] == ["python"]
     assert main["args"] == ["train.py", "--epochs", "3"]
     assert main["env"] == [{"name": "EPOCHS", "value": "3"}, {"name": "WANDB_MODE", "value": "offline"}]

@@ -22,6 +22,14 @@ def test_health_and_readiness_with_kubernetes_down(module_api: ApiServer) -> Non
     assert "unreachable" in ready.json()["kubernetes"]
 
 
+def test_admin_inventory_with_kubernetes_down_is_503(module_api: ApiServer) -> None:
+    with module_api.client() as admin:
+        for path in ("/v1/admin/nodes", "/v1/admin/gpus", "/v1/admin/leases", "/v1/admin/partitions"):
+            r = admin.get(path)
+            assert r.status_code == 503, path
+            assert r.json()["code"] == "unavailable"
+
+
 def test_metrics_openapi_and_docs(module_api: ApiServer) -> None:
     with module_api.client() as admin:
         admin.post("/v1/containers", json={"image": "ubuntu", "tenancy": "metrics"})
@@ -76,3 +84,17 @@ def test_cli_refuses_half_a_tls_pair(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["api", "--tls-cert", str(tmp_path / "c.pem")])
     assert result.exit_code != 0
     assert "tls_cert and tls_key must be given together" in result.output
+
+
+def test_without_any_kubernetes_configuration_the_api_still_runs(tmp_path: Path) -> None:
+    import pytest
+
+    from services.api.errors import KubeUnavailable
+    from services.api.kube import Kube
+
+    kube = Kube(tmp_path / "missing-kubeconfig")
+    with pytest.raises(KubeUnavailable, match="no usable Kubernetes configuration"):
+        kube.ping()
+    with pytest.raises(KubeUnavailable):
+        kube.upsert_tenancy({"metadata": {"name": "x"}, "spec": {}})
+    kube.close()

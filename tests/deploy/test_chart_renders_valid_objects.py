@@ -8,6 +8,7 @@ resources against the schema of their own CRD.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import jsonschema
@@ -166,7 +167,7 @@ def test_chart_crds_are_the_core_crds() -> None:
     chart_dir = CHART / "crds"
     for name in core_crds.CRD_FILES:
         core_text = (CORE_CRDS / name).read_text()
-        assert (chart_dir / name).read_text() == core_text, f"crds/{name} differs from gpucaas/core/crds/{name}"
+        assert (chart_dir / name).read_text() == core_text, f"crds/{name} differs from gpucaas/core/crds/{name}: run `make crds`"
     extra = {p.name for p in chart_dir.iterdir()} - set(core_crds.CRD_FILES)
     assert extra == {"kopfpeerings.kopf.dev.yaml"}
     kinds = {crd["spec"]["names"]["kind"] for crd in chart_crds()}
@@ -185,24 +186,27 @@ def test_runtime_class_targets_gpu_nodes() -> None:
 
 
 def test_values_map_to_env_vars() -> None:
-    """Each component setting reaches its container as one GPUCAAS_* variable."""
+    """Each component setting reaches its container as the variable its settings class reads."""
     objects = render({
         "logLevel": "DEBUG", "resourceName": "example.com/gpu",
         "fabricSocket": "/run/gpucaas/fm.sock",
-        "api": {"port": 9443, "maxGpusPerContainer": 4, "adminToken": {"existingSecret": "adm"}},
-        "fabric": {"fmAddress": "10.1.1.1:6666", "fmBackend": "simulator"},
-        "devicePlugin": {"iommufd": True},
-        "controller": {"peering": {"name": "gpucaas-peers"}},
+        "api": {"port": 9443, "defaultGpuQuota": 4, "adminToken": {"existingSecret": "adm"}},
+        "fabric": {"fmAddress": "10.1.1.1:6666", "fmBackend": "simulator", "diskImage": "fm.qcow2"},
+        "devicePlugin": {"fabricRequired": False},
+        "controller": {"peering": {"name": "gpucaas-peers"}, "nodeCidrs": ["203.0.113.0/24"]},
+        "schedulerExtender": {"enabled": True, "bind": False},
     })
 
     def env(kind: str, name: str) -> dict[str, Any]:
         container = find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0]
+        names = [e["name"] for e in container["env"]]
+        assert len(names) == len(set(names)), f"{name}: duplicate env {names}"
         return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
     api = env("Deployment", "gpucaas-api")
     assert api["GPUCAAS_PORT"] == "9443"
-    assert api["GPUCAAS_MAX_GPUS_PER_CONTAINER"] == "4"
-    assert api["GPUCAAS_RESOURCE_NAME"] == "example.com/gpu"
+    assert api["GPUCAAS_DEFAULT_GPU_QUOTA"] == "4"
+    assert api["GPUCAAS_GPU_RESOURCE"] == "example.com/gpu"
     assert api["GPUCAAS_LOG_LEVEL"] == "DEBUG"
     assert api["GPUCAAS_DATABASE_URL"] == {"secretKeyRef": {"name": "gpucaas-database", "key": "database-url"}}
     assert api["GPUCAAS_ADMIN_TOKEN"] == {"secretKeyRef": {"name": "adm", "key": "admin-token"}}
@@ -210,12 +214,68 @@ def test_values_map_to_env_vars() -> None:
     plugin = env("DaemonSet", "gpucaas-device-plugin")
     fabric = env("DaemonSet", "gpucaas-fabric")
     assert plugin["GPUCAAS_FABRIC_SOCKET"] == fabric["GPUCAAS_FABRIC_SOCKET"] == "/run/gpucaas/fm.sock"
-    assert plugin["GPUCAAS_IOMMUFD"] == "true"
+    assert plugin["GPUCAAS_RESOURCE_NAME"] == "example.com/gpu"
+    assert plugin["GPUCAAS_FABRIC_REQUIRED"] == "false"
     assert plugin["GPUCAAS_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert fabric["GPUCAAS_FM_ADDRESS"] == "10.1.1.1:6666"
-    assert fabric["GPUCAAS_FM_BACKEND"] == "simulator"
-    assert env("Deployment", "gpucaas-controller")["GPUCAAS_PEERING_NAME"] == "gpucaas-peers"
+    assert fabric["GPUCAAS_FABRIC_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert fabric["GPUCAAS_FABRIC_FM_ADDRESS"] == "10.1.1.1:6666"
+    assert fabric["GPUCAAS_FABRIC_FM_BACKEND"] == "simulator"
+    assert fabric["GPUCAAS_FABRIC_DISK_IMAGE"] == "/var/lib/gpucaas/images/fm.qcow2"
+    controller = env("Deployment", "gpucaas-controller")
+    assert controller["GPUCAAS_CONTROLLER_PEERING"] == "gpucaas-peers"
+    assert controller["GPUCAAS_CONTROLLER_STANDALONE"] == "false"
+    assert controller["GPUCAAS_CONTROLLER_VERBOSE"] == "true"
+    assert controller["GPUCAAS_CONTROLLER_LIVENESS"] == "http://0.0.0.0:8080/healthz"
+    assert json.loads(controller["GPUCAAS_CONTROLLER_NODE_CIDRS"]) == ["203.0.113.0/24"]
     assert find(objects, "ClusterKopfPeering", "gpucaas-peers")
+    extender = env("Deployment", "gpucaas-scheduler-extender")
+    assert extender["GPUCAAS_PLACEMENT_GPU_RESOURCE"] == "example.com/gpu"
+    assert extender["GPUCAAS_PLACEMENT_BIND"] == "false"
+    standalone = render({"controller": {"peering": {"enabled": False}}})
+    container = find(standalone, "Deployment", "gpucaas-controller")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "GPUCAAS_CONTROLLER_STANDALONE", "value": "true"} in container["env"]
+    assert not any(o["kind"] == "ClusterKopfPeering" for o in standalone)
+
+
+@pytest.mark.parametrize(
+    ("settings_module", "settings_class", "kind", "name"),
+    [
+        ("services.api.settings", "Settings", "Deployment", "gpucaas-api"),
+        ("services.tenancy_controller.settings", "ControllerSettings", "Deployment", "gpucaas-controller"),
+        ("services.device_plugin.settings", "DevicePluginSettings", "DaemonSet", "gpucaas-device-plugin"),
+        ("services.fabric.settings", "FabricSettings", "DaemonSet", "gpucaas-fabric"),
+        ("services.placement.settings", "PlacementSettings", "Deployment", "gpucaas-scheduler-extender"),
+    ],
+    ids=["api", "controller", "device-plugin", "fabric", "scheduler-extender"],
+)
+def test_rendered_env_is_accepted_by_the_service_settings(
+    settings_module: str, settings_class: str, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The env the chart sets builds the service's settings class, and every
+    GPUCAAS_* variable the chart sets is one that class (or its CLI) reads."""
+    module = pytest.importorskip(settings_module)
+    cls = getattr(module, settings_class)
+    objects = render(production_values() | {"schedulerExtender": {"enabled": True}})
+    container = find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0]
+    prefix = cls.model_config.get("env_prefix", "")
+    known = {f"{prefix}{field}".upper() for field in cls.model_fields}
+    for field in cls.model_fields.values():
+        alias = field.validation_alias
+        if alias is not None and hasattr(alias, "choices"):
+            known.update(str(c).upper() for c in alias.choices)
+    # variables read by the CLI wrapper rather than the settings class
+    cli_only = {"GPUCAAS_LOG_LEVEL", "GPUCAAS_LOG_JSON", "GPUCAAS_CONTROLLER_VERBOSE"}
+    for var in container["env"]:
+        assert var["name"] in known | cli_only, f"{name}: {var['name']} is read by nobody"
+        source = var.get("valueFrom", {})
+        if "secretKeyRef" in source:
+            value = "postgresql+psycopg://gpucaas:secret@db:5432/gpucaas"
+        elif "fieldRef" in source:
+            value = "node-a"
+        else:
+            value = var["value"]
+        monkeypatch.setenv(var["name"], value)
+    cls()  # pydantic-settings reads the environment: every value the chart passes must validate
 
 
 def test_database_url_value_becomes_a_secret() -> None:
@@ -270,6 +330,7 @@ def uncommented_keys(text: str) -> list[str]:
 
 def test_every_value_is_commented() -> None:
     text = (CHART / "values.yaml").read_text()
+    assert yaml.safe_load(text)["api"]["enabled"] is True  # the file the rule reads is the real values
     assert uncommented_keys(text) == []
     # the rule bites: a new key after a blank line, or a block without a comment
     assert uncommented_keys(text + "\nsneaky: 1\n") == ["sneaky: 1"]

@@ -23,7 +23,8 @@ CONTRADICTIONS = [
 
 SCHEMA_ERRORS = [
     ("zero replicas", {"api": {"replicas": 0}}, "/api/replicas"),
-    ("nine gpus", {"api": {"maxGpusPerContainer": 9}}, "/api/maxGpusPerContainer"),
+    ("negative quota", {"api": {"defaultGpuQuota": -1}}, "/api/defaultGpuQuota"),
+    ("unknown pod security level", {"controller": {"podSecurityLevel": "privileged"}}, "/controller/podSecurityLevel"),
     ("unknown key", {"api": {"replica": 3}}, "replica"),
     ("socket outside /run/gpucaas", {"fabricSocket": "/tmp/fabric.sock"}, "/fabricSocket"),
     ("bad log level", {"logLevel": "LOUD"}, "/logLevel"),

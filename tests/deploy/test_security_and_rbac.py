@@ -78,6 +78,7 @@ EXPECTED_HOST_PATHS: dict[str, dict[str, bool]] = {
         "/sys": True,
         "/run/gpucaas": False,
         "/var/lib/gpucaas/images": True,
+        "/var/lib/gpucaas/fabric": False,
     },
 }
 

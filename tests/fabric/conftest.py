@@ -55,3 +55,28 @@ def api(service: PartitionService, socket_path: Path) -> Iterator[UnixServer]:
 def client(api: UnixServer) -> Iterator[FabricClient]:
     with FabricClient(api.socket_path, timeout=30) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def libvirtd():
+    """A private libvirtd + virtlogd (session mode, started here, stopped by PID)."""
+    from vm_images.test_image.daemon import DaemonUnavailable, PrivateLibvirtd
+
+    daemon = PrivateLibvirtd()
+    try:
+        daemon.start()
+    except DaemonUnavailable as exc:
+        pytest.skip(f"libvirtd with QEMU unavailable: {exc}")
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def test_image():
+    """The kernel + busybox initramfs the libvirtd tests boot (built once, cached)."""
+    from vm_images.test_image import ImageBuildError, build_test_image
+
+    try:
+        return build_test_image()
+    except ImageBuildError as exc:
+        pytest.skip(f"test image cannot be built here: {exc}")

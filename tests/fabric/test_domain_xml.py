@@ -14,7 +14,7 @@ from services.fabric.discovery import discover_fabric_devices
 from services.fabric.domain_xml import CHANNEL_NAME, DomainSpec, build_domain_xml, hostdev_addresses, spec_hash
 from services.fabric.errors import DomainXMLError
 from services.fabric.runtime import domain_spec, passthrough_devices
-from services.fabric.service_vm import ServiceVM
+from services.fabric.service_vm import BackoffPolicy, ServiceVM
 from services.fabric.settings import FabricSettings
 from vm_images.domain import template_text
 
@@ -156,8 +156,6 @@ def test_existing_domain_is_reused_not_duplicated(test_conn) -> None:
 
 
 def test_crash_is_restarted_with_backoff(test_conn) -> None:
-    from services.fabric.service_vm import BackoffPolicy
-
     calls: list[int] = []
     vm = ServiceVM("test:///default", spec(name="fab-crash", domain_type="test"), template_text(),
                    backoff=BackoffPolicy(initial_s=0.01, max_s=0.04), on_restarted=lambda: calls.append(1))
@@ -181,7 +179,7 @@ def test_crash_is_restarted_with_backoff(test_conn) -> None:
 
 def test_undefined_domain_is_redefined(test_conn) -> None:
     vm = ServiceVM("test:///default", spec(name="fab-gone", domain_type="test"), template_text(),
-                   backoff=__import__("services.fabric.service_vm", fromlist=["x"]).BackoffPolicy(initial_s=0.01))
+                   backoff=BackoffPolicy(initial_s=0.01))
     try:
         vm.start()
         dom = test_conn.lookupByName("fab-gone")

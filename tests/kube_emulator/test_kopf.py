@@ -92,11 +92,11 @@ class Operator:
         def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             settings.watching.server_timeout = 30
             settings.persistence.finalizer = "example.gpucaas.dev/widget-operator"
-            settings.posting.level = 20
 
         @kopf.on.create(GROUP, VERSION, PLURAL, registry=reg)
-        def created(spec: Any, patch: kopf.Patch, **_: Any) -> None:
+        def created(body: Any, spec: Any, patch: kopf.Patch, **_: Any) -> None:
             self.calls.append(("create", spec.get("size")))
+            kopf.info(body, reason="Created", message="widget seen")
             patch.status["phase"] = "Created"
             patch.status["seenSize"] = spec.get("size")
 
@@ -164,8 +164,8 @@ def _exercise(api: client.CustomObjectsApi, op: Operator, core: client.CoreV1Api
     wait_for(lambda: _get(api, "w1") is None, what="w1 gone after its finalizer was removed")
     assert op.calls == [("create", 1), ("update", 3), ("delete", "w1")]
     assert op.error is None
-    events = core.list_namespaced_event("default").items
-    assert any(e.involved_object.name == "w1" for e in events), "Kopf posts k8s events"
+    wait_for(lambda: any(e.involved_object.name == "w1" for e in core.list_namespaced_event("default").items),
+             what="the k8s events Kopf posts")
 
 
 def test_kopf_standalone_operator(kube_emulator, k8s: client.ApiClient, widget_api: client.CustomObjectsApi) -> None:

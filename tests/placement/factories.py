@@ -63,11 +63,12 @@ def fabric_status(
     unhealthy: tuple[int, ...] = (),
     failed: tuple[int, ...] = (),
     reachable: bool = True,
+    updated_at: str = "2026-11-21T05:00:00Z",
 ) -> dict[str, Any]:
     """FabricState.status as the fabric service publishes it; ``active`` maps partition id -> holder."""
     active = active or {}
     return {
-        "updatedAt": "2026-11-21T05:00:00Z",
+        "updatedAt": updated_at,
         "activePartitionIds": ",".join(str(i) for i in sorted(active)),
         "fabricManager": {"reachable": reachable, "backend": "simulator"},
         "serviceVM": {"state": "running", "domain": "gpucaas-fm", "restarts": 0},

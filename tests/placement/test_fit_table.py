@@ -83,3 +83,19 @@ def test_fit_rejects_out_of_range_input_naming_it(mask: int, size: int, field: s
 def test_mask_of_rejects_bad_ids() -> None:
     with pytest.raises(ValueError, match="physical GPU id must be 1..8"):
         mask_of([0])
+
+
+def test_the_device_plugins_numa_input_does_not_change_the_choice_on_hgx(hgx_board) -> None:  # type: ignore[no-untyped-def]
+    """The device plugin passes each GPU's NUMA node to choose_gpus; the table has none.
+
+    On HGX H100 boards (and the fake board the tests build) GPUs 1-4 sit on one socket and
+    5-8 on the other, so every partition stays within one NUMA node and NUMA never breaks
+    a tie differently: the extender's GPUs are the device plugin's GPUs."""
+    numa = {gpu.physical_id: gpu.numa_node for gpu in hgx_board.gpus}
+    assert numa == {g: (0 if g <= 4 else 1) for g in range(1, 9)}
+    for size in SIZES:
+        for mask in range(FULL_MASK + 1):
+            with_numa = choose_gpus(gpus_of(mask), size, numa=numa)
+            assert (with_numa.gpus if with_numa else None) == (
+                FIT_TABLE[size][mask].choice.gpus if FIT_TABLE[size][mask].choice else None  # type: ignore[union-attr]
+            )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,6 +41,7 @@ def put_fabric_state(custom: client.CustomObjectsApi, node: str, **status: Any) 
     except client.ApiException as exc:
         if exc.status != 409:
             raise
+    status.setdefault("updated_at", datetime.now(UTC).isoformat().replace("+00:00", "Z"))  # as the fabric service stamps it
     custom.patch_cluster_custom_object_status(
         crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, node, {"status": fabric_status(**status)}
     )
@@ -78,24 +80,28 @@ def test_fleet_follows_fabric_states_leases_and_pods(k8s: client.ApiClient, watc
     put_fabric_state(custom, "gpu-node-a")
     eventually(lambda: free_of(watcher, "gpu-node-a") == set(range(1, 9)))
 
-    # the fabric service activates pair {1,3} for a container
-    put_fabric_state(custom, "gpu-node-a", active={3: "gpus:0000:18:00.0+0000:38:00.0"})
+    # a 2-GPU pod is bound; until the node reports it, it is assumed on choose_gpus' pair {1,3}
+    holder = pod(2, name="pair-job")
+    holder["spec"]["nodeName"] = "gpu-node-a"
+    core.create_namespaced_pod("tenant-acme", _strip(holder))
     eventually(lambda: free_of(watcher, "gpu-node-a") == {2, 4, 5, 6, 7, 8})
+    time.sleep(1.1)  # API timestamps have one-second resolution
+    # then the fabric service activates pair {1,3} for it: the pod is credited, not counted twice
+    put_fabric_state(custom, "gpu-node-a", active={3: "gpus:0000:18:00.0+0000:38:00.0"})
+    eventually(lambda: watcher.index.node("gpu-node-a").healthy_mask == 0xFF)  # type: ignore[union-attr]
+    time.sleep(0.2)
+    assert free_of(watcher, "gpu-node-a") == {2, 4, 5, 6, 7, 8}
 
     # a GPU between tenants is being checked: not free
     put_lease(custom, lease("gpu-node-a", 8, "Checking"))
     eventually(lambda: free_of(watcher, "gpu-node-a") == {2, 4, 5, 6, 7})
 
-    # a 4-GPU pod bound to the node, not yet shown by its fabric state: assumed where choose_gpus puts it
-    holder = pod(2, name="pair-job")
-    holder["spec"]["nodeName"] = "gpu-node-a"
-    holder["metadata"]["creationTimestamp"] = None
-    core.create_namespaced_pod("tenant-acme", _strip(holder))
-    time.sleep(0.01)
-    quad = pod(1, name="one-gpu")
-    quad["spec"]["nodeName"] = "gpu-node-a"
-    core.create_namespaced_pod("tenant-acme", _strip(quad))
-    eventually(lambda: len(free_of(watcher, "gpu-node-a") or ()) == 4)
+    # a newer 1-GPU pod the node does not show yet is assumed where choose_gpus will put it:
+    # GPU 6, whose pair mate 8 is being checked
+    newer = pod(1, name="one-gpu")
+    newer["spec"]["nodeName"] = "gpu-node-a"
+    core.create_namespaced_pod("tenant-acme", _strip(newer))
+    eventually(lambda: free_of(watcher, "gpu-node-a") == {2, 4, 5, 7})
 
     # a second node without a Fabric Manager is known but unusable; deleting a FabricState forgets the node
     put_fabric_state(custom, "gpu-node-b", reachable=False)
@@ -140,3 +146,16 @@ def test_extender_over_http_binds_and_counts_the_pod_at_once(k8s: client.ApiClie
 def _strip(body: dict[str, Any]) -> dict[str, Any]:
     meta = {k: v for k, v in body["metadata"].items() if k in ("name", "namespace", "labels")}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body["spec"]}
+
+
+def test_without_gpu_leases_the_fabric_alone_places(k8s: client.ApiClient) -> None:
+    client.ApiextensionsV1Api(k8s).delete_custom_resource_definition("gpuleases.gpucaas.dev")
+    custom = client.CustomObjectsApi(k8s)
+    put_fabric_state(custom, "gpu-node-a", active={2: "gpus:q"})
+    w = FleetWatcher(k8s, FleetIndex(), watch_timeout_seconds=5, retry_seconds=0.2)
+    w.start()
+    try:
+        assert w.wait_synced(30)
+        eventually(lambda: free_of(w, "gpu-node-a") == {1, 2, 3, 4})
+    finally:
+        w.stop()

@@ -61,9 +61,29 @@ def test_pod_claim_and_pci_normalisation() -> None:
     bound = pod(4)
     bound["spec"]["nodeName"] = "gpu-node-a"
     claim = pod_claim(bound)
-    assert claim == PodClaim("tenant-acme", "job-7f3a", "gpu-node-a", 4, "2026-11-21T05:00:00Z")
+    assert claim == PodClaim("tenant-acme", "job-7f3a", "gpu-node-a", 4, "2026-11-21T05:00:00Z", "2026-11-21T05:00:00Z")
     assert pod_claim(pod(4)) is None  # not bound
     bound["status"]["phase"] = "Succeeded"
     assert pod_claim(bound) is None
     assert normalize_pci("00000000:18:00.0") == "0000:18:00.0"
     assert normalize_pci("0000:1A:00.0") == "0000:1a:00.0"
+
+
+def test_a_pod_bound_after_the_last_report_is_never_credited_with_busy_gpus() -> None:
+    # GPUs 1-4 are busy for a holder whose pod is gone; a pod bound after the report is
+    # not that holder, so it is assumed on its own GPUs
+    fs = fabric_state("n", active={1: "gpus:gone"}, updated_at="2026-11-21T05:00:00.250Z")
+    late = PodClaim("tenant-acme", "late", "n", 4, "2026-11-21T05:00:00Z", bound_at="2026-11-21T05:00:00Z")
+    assert free(derive_node("n", fs, pods=[late])) == set()
+    early = PodClaim("tenant-acme", "early", "n", 4, "2026-11-21T04:59:00Z", bound_at="2026-11-21T04:59:00Z")
+    assert free(derive_node("n", fs, pods=[early])) == {5, 6, 7, 8}
+
+
+def test_pod_claim_takes_the_bind_time_from_pod_scheduled() -> None:
+    bound = pod(1)
+    bound["spec"]["nodeName"] = "n"
+    bound["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-21T05:01:00Z"}
+    ]
+    claim = pod_claim(bound)
+    assert claim is not None and claim.bound_at == "2026-11-21T05:01:00Z"

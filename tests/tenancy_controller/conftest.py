@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,8 @@ ROOT = HERE.parent.parent
 MANIFESTS = HERE / "manifests"
 EXTRA_CRDS = ("ciliumnetworkpolicies.cilium.io.yaml", "clusterkopfpeerings.kopf.dev.yaml")
 TIMEOUT = 60.0
+#: Only this service's handlers (the operator process may host others; they have their own tests).
+HANDLER_MODULES = ("services.tenancy_controller.handlers",)
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = TIMEOUT, what: str = "condition") -> Any:
@@ -61,7 +64,7 @@ def api(kubeconfig: Path) -> Iterator[kube.KubeClient]:
 def controller_settings(kubeconfig: Path, **overrides: Any) -> ControllerSettings:
     values: dict[str, Any] = dict(
         kubeconfig=kubeconfig, standalone=True, resync_interval_s=30.0, retry_delay_s=0.5, workers=4,
-        post_events=False,
+        post_events=False, handler_modules=HANDLER_MODULES,
     )
     values.update(overrides)
     return ControllerSettings(**values)
@@ -112,7 +115,8 @@ class ControllerProcess:
     """``gpucaas controller`` as a real process (for restarts and peering)."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, *args: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT),
+               "GPUCAAS_CONTROLLER_HANDLER_MODULES": json.dumps(list(HANDLER_MODULES))}
         env.pop("KUBECONFIG", None)
         self.log_path = log_path
         self._log = log_path.open("wb")

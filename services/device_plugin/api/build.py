@@ -99,8 +99,18 @@ def _relativise(path: Path) -> None:
 
 
 def ensure() -> None:
-    if not is_current():
+    """Generate the stubs unless current ones exist; a read-only install keeps what it has."""
+    if is_current():
+        return
+    try:
         generate()
+    except OSError as exc:
+        if not (GENERATED / "deviceplugin" / "v1beta1" / "api_pb2.py").exists():
+            raise StubGenerationError(
+                f"kubelet gRPC stubs missing and {GENERATED} not writable ({exc}); run "
+                "`python -m services.device_plugin.api.build` at install time") from exc
+        logger.warning("kubelet gRPC stubs in %s are stale and cannot be regenerated (%s); using them",
+                       GENERATED, exc)
 
 
 def main() -> int:

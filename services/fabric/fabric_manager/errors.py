@@ -74,7 +74,7 @@ class PartitionNotActive(FabricManagerError):
 
 
 class PartitionUnsupported(FabricManagerError):
-    """The partition cannot be activated: one of its GPUs (or a switch it needs) has failed NVLinks."""
+    """The partition cannot be activated: a GPU in it has failed NVLinks."""
 
     def __init__(self, partition_id: int, detail: str | None = None, *, code: int | None = None):
         super().__init__(

@@ -90,7 +90,7 @@ def make_fabric_manager(
         logger.info("Fabric Manager backend: nvfm (library %s, address %s%s)",
                     found or library, address, " unix socket" if unix_socket else "")
         return nvfm.NvfmFabricManager(
-            library=library if library else found, address=address, unix_socket=unix_socket,
+            library=library, address=address, unix_socket=unix_socket,
             timeout_ms=timeout_ms, gpu_map=gpu_map,
         )
 

@@ -22,7 +22,10 @@ Semantics follow the Fabric Manager SDK (shared NVSwitch virtualization model):
 * ``nvlink_failed_devices`` = ``fmGetNvlinkFailedDevices``.
 
 Every method may raise ``FabricManagerUnavailable`` when Fabric Manager cannot
-be reached. Implementations are safe to call from several threads.
+be reached. Methods connect on demand: a client whose connection was cut (Fabric
+Manager restarted) connects again on its next call, so after a restart callers
+see ``NotReady``, not a dead handle. Implementations are safe to call from
+several threads.
 """
 
 from __future__ import annotations
@@ -155,8 +158,10 @@ class FabricManager(Protocol):
     def set_activated_list(self, partition_ids: list[int]) -> None:
         """Tell a restarted Fabric Manager (resiliency mode) which partitions are active.
 
-        Raises UnknownPartition, PartitionConflict (the list overlaps itself),
-        InvalidArgument, FabricManagerUnavailable.
+        The list becomes the active set as given (an empty list is valid and needed
+        when nothing was active); Fabric Manager is ready afterwards. Raises
+        UnknownPartition, PartitionConflict (the list overlaps itself), InvalidArgument
+        (duplicates, more than 64), FabricManagerUnavailable.
         """
 
     def nvlink_failed_devices(self) -> FailedDevices:

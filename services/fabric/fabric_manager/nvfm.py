@@ -260,10 +260,22 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
 
 # --- loading ------------------------------------------------------------------------
 def find_libnvfm(path: str | os.PathLike[str] | None = None) -> str | None:
-    """The libnvfm to load: ``path`` if it exists, else what the loader finds, else None."""
-    if path:
-        return os.fspath(path) if os.path.exists(path) else None
-    return ctypes.util.find_library("nvfm")
+    """The libnvfm to load, or None when there is none.
+
+    ``path``: a file path (used when it exists) or a bare soname such as
+    ``libnvfm.so.1`` (used when the dynamic loader can open it); default: what
+    ``find_library('nvfm')`` finds.
+    """
+    if not path:
+        return ctypes.util.find_library("nvfm")
+    text = os.fspath(path)
+    if os.sep in text:
+        return text if os.path.exists(text) else None
+    try:
+        ctypes.CDLL(text)
+    except OSError:
+        return None
+    return text
 
 
 _libs: dict[str, ctypes.CDLL] = {}
@@ -427,8 +439,10 @@ class NvfmFabricManager:
         if rc != FM_ST_SUCCESS:
             raise self._fail("fmGetSupportedFabricPartitions", rc)
         if out.numPartitions > FM_MAX_FABRIC_PARTITIONS:
-            raise FabricManagerError(f"fmGetSupportedFabricPartitions returned "
-                                     f"{out.numPartitions} partitions (max {FM_MAX_FABRIC_PARTITIONS})")
+            raise FabricManagerError(
+                f"fmGetSupportedFabricPartitions returned {out.numPartitions} partitions "
+                f"(max {FM_MAX_FABRIC_PARTITIONS})"
+            )
         return out
 
     def _unsupported(self) -> dict[int, tuple[int, ...]]:

@@ -104,11 +104,12 @@ class SimulatedFabric:
         gpu_map = default_gpu_map() if gpus is None else dict(gpus)
         self._gpus = {int(p): normalize_pci_bus_id(b) for p, b in gpu_map.items()}
         self._partitions = {p.id: p for p in partitions}
-        missing = {g for p in partitions for g in p.gpus} - set(self._gpus)
+        needed = {g for p in partitions for g in p.gpus}
+        missing = needed - set(self._gpus)
         if missing:
             raise ValueError(
                 f"gpus: no PCI bus id for physical id(s) {sorted(missing)} used by the "
-                f"partition table; give one for each of {sorted({g for p in partitions for g in p.gpus})}"
+                f"partition table; give one for each of {sorted(needed)}"
             )
         self._switches = tuple(
             normalize_pci_bus_id(s) for s in (default_switches() if switches is None else switches)
@@ -211,7 +212,9 @@ class SimulatedFabric:
     def _ports(ports: Iterable[int]) -> tuple[int, ...]:
         out = tuple(sorted({int(p) for p in ports}))
         if not out or any(not 0 <= p < NVSWITCH_PORTS for p in out):
-            raise ValueError(f"ports: give 1..{NVSWITCH_PORTS} port numbers in 0..{NVSWITCH_PORTS - 1}")
+            raise ValueError(
+                f"ports: give 1..{NVSWITCH_PORTS} port numbers in 0..{NVSWITCH_PORTS - 1}"
+            )
         return out
 
     # --- the Fabric Manager API, as the clients call it ---------------------------------

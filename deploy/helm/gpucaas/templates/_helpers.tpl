@@ -62,6 +62,10 @@ app.kubernetes.io/part-of: gpucaas
 {{- end -}}
 
 {{/* Secret with the API's in-pod TLS pair. */}}
+{{- define "gpucaas.peeringName" -}}
+{{- default (include "gpucaas.componentName" (list . "controller")) .Values.controller.peering.name -}}
+{{- end -}}
+
 {{- define "gpucaas.apiTlsSecret" -}}
 {{- if .Values.api.tls.existingSecret -}}
 {{- .Values.api.tls.existingSecret -}}
@@ -70,17 +74,17 @@ app.kubernetes.io/part-of: gpucaas
 {{- end -}}
 {{- end -}}
 
-{{/* Env every component gets: log settings. */}}
+{{/* Log settings of the components that read GPUCAAS_LOG_LEVEL / GPUCAAS_LOG_JSON. */}}
 {{- define "gpucaas.commonEnv" -}}
 - name: GPUCAAS_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
-- name: GPUCAAS_LOG_FORMAT
-  value: {{ .Values.logFormat | quote }}
+- name: GPUCAAS_LOG_JSON
+  value: {{ .Values.logJson | quote }}
 {{- end -}}
 
-{{/* Env of the node-local components: which node they run on. */}}
-{{- define "gpucaas.nodeEnv" -}}
-- name: GPUCAAS_NODE_NAME
+{{/* The node a pod runs on, as env var (name given). */}}
+{{- define "gpucaas.nodeNameEnv" -}}
+- name: {{ . }}
   valueFrom:
     fieldRef:
       fieldPath: spec.nodeName

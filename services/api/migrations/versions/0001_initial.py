@@ -63,6 +63,8 @@ def upgrade() -> None:
         sa.Column("claimed_until", sa.DateTime(timezone=True), nullable=True),
         sa.UniqueConstraint("tenancy", "idempotency_key", name="uq_container_idempotency"),
     )
+    # the quota check sums the GPUs of a tenancy's active containers on every submission
+    op.create_index("ix_container_tenancy_status", "container", ["tenancy", "status"])
 
 
 def downgrade() -> None:

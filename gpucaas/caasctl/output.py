@@ -1,0 +1,64 @@
+"""Rendering of caasctl results: a rich table, or JSON/YAML for scripts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+err_console = Console(stderr=True)
+
+
+def _console() -> Console:
+    # Made per call so that the terminal width (or $COLUMNS) of this invocation is used.
+    return Console()
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+Column = tuple[str, Callable[[dict[str, Any]], Any]]
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def emit(data: Any, fmt: Format, columns: Sequence[Column] | None = None, title: str | None = None) -> None:
+    """Print ``data`` (a row list, or one object) in the chosen format."""
+    # JSON and YAML are written verbatim (no rich wrapping or colour), so that scripts can parse them.
+    if fmt is Format.json:
+        typer.echo(json.dumps(data, default=str, indent=2))
+        return
+    if fmt is Format.yaml:
+        typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+        return
+    console = _console()
+    if isinstance(data, dict) and columns is None:
+        table = Table(show_header=False, title=title, box=None)
+        for key, value in data.items():
+            table.add_row(f"[bold]{key}[/]", _cell(value) if not isinstance(value, dict) else json.dumps(value))
+        console.print(table)
+        return
+    rows = data if isinstance(data, list) else [data]
+    table = Table(title=title, header_style="bold")
+    for name, _ in columns or []:
+        table.add_column(name)
+    for row in rows:
+        table.add_row(*(_cell(get(row)) for _, get in columns or []))
+    console.print(table)

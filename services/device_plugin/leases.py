@@ -1,0 +1,173 @@
+"""The node side of GPU leases, run inside the device plugin.
+
+Every ``interval`` it:
+1. makes sure each GPU the plugin discovered has a GPULease (created ``Free``);
+2. keeps leases in step with what the kubelet allocated (PodResources): a GPU held by
+   a pod becomes ``Leased`` (holder pod, namespace, tenancy, since); a ``Leased`` GPU
+   no pod holds any more becomes ``Releasing``;
+3. runs the firmware check for leases the controller moved to ``Checking`` and
+   writes the result (``Free``, or ``Quarantined`` with the reason);
+and it serves the plugin a health source: every GPU whose lease is not ``Free`` or
+``Leased`` is reported Unhealthy, so the kubelet never hands out a GPU that is
+releasing, being checked, or quarantined.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from gpucaas.core import lease_states as states
+from gpucaas.core.crds import LABEL_TENANCY, TENANT_NAMESPACE_PREFIX
+from gpucaas.core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
+from services.device_plugin.firmware import FirmwareCheck
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeGPU:
+    pci_address: str
+    device_id: str | None = None
+    physical_id: int | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class PodHolding:
+    namespace: str
+    pod: str
+    device_ids: tuple[str, ...]
+
+
+class LeaseNodeAgent:
+    def __init__(self, api: client.ApiClient, node: str, gpus: Callable[[], Iterable[NodeGPU]],
+                 holdings: Callable[[], Iterable[PodHolding]], checker: FirmwareCheck,
+                 interval: float = 1.0) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.store = LeaseStore(api)
+        self.node = node
+        self.gpus = gpus
+        self.holdings = holdings
+        self.checker = checker
+        self.interval = interval
+        self._unhealthy: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the device plugin's health source ----------------------------------------------
+    def health(self) -> Mapping[str, str]:
+        """{pci address: reason} for every GPU that must not be allocated."""
+        with self._lock:
+            return dict(self._unhealthy)
+
+    # --- one round ---------------------------------------------------------------------------
+    def _holder(self, namespace: str, pod: str) -> states.Holder:
+        tenancy = namespace[len(TENANT_NAMESPACE_PREFIX):] if namespace.startswith(TENANT_NAMESPACE_PREFIX) else None
+        uid = None
+        try:
+            obj = self.core.read_namespaced_pod(pod, namespace)
+            uid = obj.metadata.uid
+            tenancy = (obj.metadata.labels or {}).get(LABEL_TENANCY, tenancy)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        return states.Holder(pod=pod, namespace=namespace, tenancy=tenancy, pod_uid=uid)
+
+    def reconcile_once(self) -> None:
+        known = {g.pci_address: g for g in self.gpus()}
+        leases = {lz["spec"]["pciAddress"]: lz for lz in self.store.list(self.node)}
+        for bdf, gpu in known.items():
+            if bdf not in leases:
+                leases[bdf] = self.store.ensure(build_gpu_lease(
+                    self.node, bdf, gpu.device_id, gpu.physical_id, gpu.model))
+        held: dict[str, PodHolding] = {}
+        for h in self.holdings():
+            for d in h.device_ids:
+                held[d] = h
+        for lease in leases.values():
+            try:
+                self._step(lease, held.get(lease["spec"]["pciAddress"]))
+            except LeaseConflict:
+                log.debug("lease %s changed during the round; next round decides", lease["metadata"]["name"])
+            except states.IllegalTransition as exc:
+                log.warning("node=%s lease %s: %s", self.node, lease["metadata"]["name"], exc)
+        self._refresh_health()
+
+    def _step(self, lease: dict[str, Any], holding: PodHolding | None) -> None:
+        status = lease.get("status") or {}
+        state = states.state_of(status)
+        name = lease["metadata"]["name"]
+        bdf = lease["spec"]["pciAddress"]
+        if holding is not None:
+            holder = status.get("holder") or {}
+            same = (holder.get("namespace"), holder.get("pod")) == (holding.namespace, holding.pod)
+            if state is states.LeaseState.FREE:
+                self.store.write_status(lease, states.allocated(status, self._holder(holding.namespace, holding.pod)))
+                log.info("node=%s gpu=%s leased to %s/%s", self.node, bdf, holding.namespace, holding.pod)
+            elif state is states.LeaseState.LEASED and not same:
+                # The previous holder is gone and the kubelet already gave the GPU to another pod.
+                log.error("node=%s gpu=%s now held by %s/%s while leased to %s/%s: releasing for a check",
+                          self.node, bdf, holding.namespace, holding.pod, holder.get("namespace"), holder.get("pod"))
+                self.store.write_status(lease, states.released(status, "the kubelet reassigned the GPU"))
+            elif state not in states.ALLOCATABLE_STATES:
+                log.error("node=%s gpu=%s is %s but allocated to %s/%s", self.node, bdf, state,
+                          holding.namespace, holding.pod)
+            return
+        if state is states.LeaseState.LEASED:
+            holder = status.get("holder") or {}
+            why = f"pod {holder.get('namespace')}/{holder.get('pod')} no longer holds the GPU (PodResources)"
+            self.store.write_status(lease, states.released(status, why))
+            log.info("node=%s gpu=%s releasing: %s", self.node, bdf, why)
+        elif state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
+            self._check(name, bdf)
+
+    def _check(self, name: str, bdf: str) -> None:
+        result = self.checker.check(bdf)
+        if result.passed:
+            def change(st: dict[str, Any] | None) -> dict[str, Any]:
+                return states.check_passed(st, result.rom_sha256 or "", result.rom_version)
+        else:
+            def change(st: dict[str, Any] | None) -> dict[str, Any]:
+                return states.check_failed(st, result.reason, result.message, result.rom_sha256, result.rom_version)
+        self.store.transition(name, change)
+        log.log(logging.INFO if result.passed else logging.WARNING,
+                "node=%s gpu=%s check %s: %s", self.node, bdf, result.reason, result.message)
+
+    def _refresh_health(self) -> None:
+        bad = {}
+        for lz in self.store.list(self.node):
+            st = states.state_of(lz.get("status"))
+            if st not in states.ALLOCATABLE_STATES:
+                reason = (lz.get("status") or {}).get("reason", "")
+                bad[lz["spec"]["pciAddress"]] = f"GPU lease {lz['metadata']['name']} is {st}: {reason}"
+        with self._lock:
+            self._unhealthy = bad
+
+    # --- loop -----------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile_once()
+            except Exception as exc:  # noqa: BLE001 (the API may be away; the next round retries)
+                log.warning("node=%s lease round failed: %s", self.node, exc)
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="gpu-leases", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+__all__ = ["LeaseNodeAgent", "NodeGPU", "PodHolding", "lease_name"]

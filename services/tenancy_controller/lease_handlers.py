@@ -1,0 +1,121 @@
+"""GPULease handlers for `gpucaas controller`: drive Releasing -> Checking -> result.
+
+Kopf timers visit every lease (level-triggered, so a controller restart mid-check
+simply continues from the status it finds):
+
+* ``Leased`` whose holder pod is gone, or finished longer than the grace period ago
+  (the node side normally notices first; this covers a node agent that is down);
+* ``Releasing`` -> ``Checking`` (attempt 1): the node side runs the firmware check;
+* ``Checking`` without a result after ``CHECK_TIMEOUT_S`` -> a new attempt, up to
+  ``CHECK_ATTEMPTS``; then ``Quarantined`` with reason ``CheckTimedOut``.
+The node writes the check result itself; the controller never guesses one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+from gpucaas.core import lease_states as states
+from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
+from gpucaas.core.lease_store import LeaseConflict, LeaseStore
+
+log = logging.getLogger(__name__)
+
+LEASE = (GROUP, VERSION, GPULEASE_PLURAL)
+CHECK_TIMEOUT_S = 30.0
+CHECK_ATTEMPTS = 3
+TERMINATED_GRACE_S = 10.0
+INTERVAL_S = 2.0
+
+
+def _age_s(stamp: str | None, now: dt.datetime) -> float:
+    if not stamp:
+        return float("inf")
+    return (now - dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
+
+
+def holder_gone(core: client.CoreV1Api, holder: dict[str, Any], now: dt.datetime) -> str | None:
+    """Why the holder pod no longer needs the GPU, or None while it does."""
+    ns, pod = holder.get("namespace"), holder.get("pod")
+    if not ns or not pod:
+        return "lease has no holder pod"
+    try:
+        obj = core.read_namespaced_pod(pod, ns)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return f"pod {ns}/{pod} was deleted"
+        raise
+    if holder.get("podUID") and obj.metadata.uid != holder["podUID"]:
+        return f"pod {ns}/{pod} was replaced by a new pod of the same name"
+    phase = obj.status.phase if obj.status else None
+    if phase in ("Succeeded", "Failed"):
+        finished = [cs.state.terminated.finished_at for cs in (obj.status.container_statuses or [])
+                    if cs.state and cs.state.terminated and cs.state.terminated.finished_at]
+        if not finished or (now - max(finished)).total_seconds() >= TERMINATED_GRACE_S:
+            return f"pod {ns}/{pod} {phase}"
+    return None
+
+
+def step(store: LeaseStore, core: client.CoreV1Api, lease: dict[str, Any], now: dt.datetime,
+         check_timeout_s: float = CHECK_TIMEOUT_S, check_attempts: int = CHECK_ATTEMPTS) -> str | None:
+    """Advance one lease if it is the controller's turn; returns what was done."""
+    status = lease.get("status") or {}
+    state = states.state_of(status)
+    if state is states.LeaseState.LEASED:
+        why = holder_gone(core, status.get("holder") or {}, now)
+        if why:
+            store.write_status(lease, states.released(status, why, now))
+            return f"released: {why}"
+    elif state is states.LeaseState.RELEASING:
+        store.write_status(lease, states.check_started(status, now))
+        return "check requested"
+    elif state is states.LeaseState.CHECKING:
+        check = status.get("lastCheck") or {}
+        if not check.get("result") and _age_s(check.get("at"), now) >= check_timeout_s:
+            attempts = int(check.get("attempts", 1))
+            if attempts < check_attempts:
+                store.write_status(lease, states.check_started(status, now))
+                return f"check retried (attempt {attempts + 1})"
+            node = lease["spec"]["node"]
+            store.write_status(lease, states.check_failed(
+                status, "CheckTimedOut",
+                f"no check result from node {node} after {attempts} attempts of {check_timeout_s:.0f}s; "
+                "is the device plugin running there?", now=now))
+            return "quarantined: check timed out"
+    return None
+
+
+def register(registry: kopf.OperatorRegistry, settings: Any) -> None:
+    """Add the GPULease handlers to ``registry``."""
+
+    @kopf.on.startup(registry=registry)
+    def gpu_leases_startup(memo: Any, **_: Any) -> None:
+        api = client.ApiClient(memo.kube_configuration)
+        memo.gpu_leases = (LeaseStore(api), client.CoreV1Api(api), api)
+
+    @kopf.on.cleanup(registry=registry)
+    def gpu_leases_cleanup(memo: Any, **_: Any) -> None:
+        if getattr(memo, "gpu_leases", None):
+            memo.gpu_leases[2].close()
+
+    @kopf.timer(*LEASE, id="lease-lifecycle", interval=INTERVAL_S, sharp=False, registry=registry)
+    def lease_lifecycle(body: kopf.Body, memo: Any, logger: logging.Logger, **_: Any) -> None:
+        store, core, _api = memo.gpu_leases
+        lease = store.get(body["metadata"]["name"])  # the freshest copy, with its resourceVersion
+        if lease is None:
+            return
+        try:
+            done = step(store, core, lease, dt.datetime.now(dt.UTC))
+        except LeaseConflict:
+            return  # the node side moved it; the next tick looks again
+        except states.IllegalTransition as exc:
+            logger.warning("lease %s: %s", lease["metadata"]["name"], exc)
+            return
+        if done:
+            logger.info("lease %s (%s %s): %s", lease["metadata"]["name"], lease["spec"]["node"],
+                        lease["spec"]["pciAddress"], done)

@@ -1,0 +1,78 @@
+"""What the other parts of the cluster would do, done through the Kubernetes API by tests:
+the tenancy controller marking a Tenancy Ready, the scheduler binding a pod, the kubelet
+reporting its phase."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpucaas.core import crds
+
+from tests.api.harness import wait_for
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def mark_tenancy_ready(k8s: Any, name: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Wait for the API to upsert the Tenancy, then do the controller's part: namespace + Ready."""
+    custom = client.CustomObjectsApi(k8s)
+    core = client.CoreV1Api(k8s)
+
+    def get() -> dict[str, Any] | None:
+        try:
+            return custom.get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    tenancy = wait_for(get, timeout)
+    ns = crds.tenant_namespace(name)
+    try:
+        core.create_namespace({"metadata": {"name": ns, "labels": {crds.LABEL_TENANCY: name}}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return custom.patch_cluster_custom_object_status(
+        crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name,
+        {"status": {"phase": "Ready", "namespace": ns, "observedGeneration": tenancy["metadata"].get("generation", 1)}},
+    )
+
+
+def get_pod(k8s: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    core = client.CoreV1Api(k8s)
+    try:
+        pod = core.read_namespaced_pod(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return k8s.sanitize_for_serialization(pod)
+
+
+def list_api_pods(k8s: Any) -> list[dict[str, Any]]:
+    core = client.CoreV1Api(k8s)
+    pods = core.list_pod_for_all_namespaces(label_selector=crds.LABEL_CONTAINER)
+    return [k8s.sanitize_for_serialization(p) for p in pods.items]
+
+
+def bind_pod(k8s: Any, namespace: str, name: str, node: str) -> None:
+    """The scheduler's part: bind the pod to a node."""
+    core = client.CoreV1Api(k8s)
+    core.create_namespaced_pod_binding(
+        name, namespace,
+        {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+         "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+        _preload_content=False,
+    )
+
+
+def set_pod_status(k8s: Any, namespace: str, name: str, status: dict[str, Any]) -> None:
+    """The kubelet's part: report the pod's status."""
+    client.CoreV1Api(k8s).patch_namespaced_pod_status(name, namespace, {"status": status})

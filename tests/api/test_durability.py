@@ -1,0 +1,143 @@
+"""Nothing lost, nothing duplicated: Kubernetes outages, API restarts mid-way, a crash
+between creating a pod and recording it, and two replicas sharing one queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as kc
+from kubernetes import config as kconfig
+
+from gpucaas.kube_emulator import KubeEmulator
+from services.api.pods import build_pod
+from tests.api.harness import ApiServer, wait_for
+from tests.api.conftest import new_tenancy
+from tests.api.kube_helpers import get_pod, list_api_pods, mark_tenancy_ready, set_pod_status
+
+IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"
+
+
+def pods_by_container(k8s: Any) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for pod in list_api_pods(k8s):
+        out.setdefault(pod["metadata"]["labels"]["gpucaas.dev/container-id"], []).append(pod["metadata"]["name"])
+    return out
+
+
+def statuses(api: ApiServer, token: str) -> dict[str, str]:
+    with api.client(token) as c:
+        return {x["id"]: x["status"] for x in c.get("/v1/containers", params={"limit": 500}).json()["data"]}
+
+
+@pytest.fixture
+def restartable_emulator(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """An emulator that keeps its state on disk, so it can be stopped and started on the same port."""
+    state = tmp_path / "emulator-state.json"
+    holder: dict[str, Any] = {"emu": KubeEmulator(port=0, persist_path=state, install_project_crds=True).start()}
+    holder["port"] = holder["emu"].port
+    holder["kubeconfig"] = holder["emu"].write_kubeconfig(tmp_path / "kubeconfig")
+
+    def restart() -> None:
+        holder["emu"] = KubeEmulator(port=holder["port"], persist_path=state, install_project_crds=True).start()
+
+    holder["restart"] = restart
+    holder["k8s"] = kconfig.new_client_from_config(config_file=str(holder["kubeconfig"]))
+    try:
+        yield holder
+    finally:
+        holder["k8s"].close()
+        holder["emu"].stop()
+
+
+def test_kubernetes_outage_queues_then_completes(
+    restartable_emulator: dict[str, Any], serve: Callable[..., ApiServer], database_url: str
+) -> None:
+    k8s = restartable_emulator["k8s"]
+    api = serve(database_url, restartable_emulator["kubeconfig"])
+    with api.client() as admin:
+        token = new_tenancy(admin, "outage", gpu_quota=64)
+    mark_tenancy_ready(k8s, "outage")
+
+    restartable_emulator["emu"].stop()  # Kubernetes goes away
+    with api.client(token) as c:
+        ids = [c.post("/v1/containers", json={"image": IMAGE}).json()["id"] for _ in range(4)]
+        queued = wait_for(lambda: all("Kubernetes unavailable" in (c.get(f"/v1/containers/{i}").json()["message"] or "")
+                                      for i in ids))
+        assert queued
+        assert set(statuses(api, token).values()) == {"Queued"}
+        assert c.get("/readyz").status_code == 503
+
+    restartable_emulator["restart"]()  # and comes back
+    wait_for(lambda: set(statuses(api, token).values()) == {"Pending"}, timeout=90)
+    pods = pods_by_container(k8s)
+    assert sorted(pods) == sorted(ids)
+    assert all(names == [f"gpucaas-{cid}"] for cid, names in pods.items())
+
+
+def test_api_restart_mid_way_loses_and_duplicates_nothing(
+    kube_emulator: Any, kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str
+) -> None:
+    first = serve(database_url, kubeconfig)
+    with first.client() as admin:
+        token = new_tenancy(admin, "restart", gpu_quota=64)
+    mark_tenancy_ready(k8s, "restart")
+    with first.client(token) as c:
+        ids = [c.post("/v1/containers", json={"image": IMAGE}).json()["id"] for _ in range(12)]
+    wait_for(lambda: pods_by_container(k8s))
+    first.stop()  # stopped mid-way through the burst
+    created_before = set(pods_by_container(k8s))
+    # while the API is down, one pod starts running (an event the API must not miss)
+    some = sorted(created_before)[0]
+    set_pod_status(k8s, "tenant-restart", f"gpucaas-{some}", {"phase": "Running"})
+
+    second = serve(database_url, kubeconfig)
+    wait_for(lambda: "Queued" not in statuses(second, token).values(), timeout=90)
+    pods = pods_by_container(k8s)
+    assert sorted(pods) == sorted(ids)
+    assert all(len(names) == 1 for names in pods.values())
+    wait_for(lambda: statuses(second, token)[some] == "Running")
+
+
+def test_crash_between_pod_creation_and_commit(
+    kube_emulator: Any, kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str, dead_kubeconfig: Path
+) -> None:
+    # Submissions committed while Kubernetes was unreachable...
+    offline = serve(database_url, dead_kubeconfig)
+    with offline.client() as admin:
+        token = new_tenancy(admin, "crash")
+    with offline.client(token) as c:
+        ids = [c.post("/v1/containers", json={"image": IMAGE}).json()["id"] for _ in range(2)]
+    offline.stop()
+    # ...then a replica created the first one's pod and died before recording it.
+    kc.CoreV1Api(k8s).create_namespace({"metadata": {"name": "tenant-crash"}})
+    kc.CoreV1Api(k8s).create_namespaced_pod(
+        "tenant-crash", build_pod(container_id=ids[0], tenancy="crash", image=IMAGE, gpus=1)
+    )
+    online = serve(database_url, kubeconfig)
+    mark_tenancy_ready(k8s, "crash")
+    wait_for(lambda: set(statuses(online, token).values()) == {"Pending"}, timeout=90)
+    pods = pods_by_container(k8s)
+    assert sorted(pods) == sorted(ids) and all(len(v) == 1 for v in pods.values())
+    assert get_pod(k8s, "tenant-crash", f"gpucaas-{ids[0]}") is not None
+
+
+@pytest.mark.postgres
+def test_two_replicas_share_the_queue(
+    kube_emulator: Any, kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], postgres_url: str
+) -> None:
+    one = serve(postgres_url, kubeconfig)
+    two = serve(postgres_url, kubeconfig)
+    with one.client() as admin:
+        token = new_tenancy(admin, "replicas", gpu_quota=64)
+    mark_tenancy_ready(k8s, "replicas")
+    ids = []
+    for i in range(16):
+        with (one if i % 2 else two).client(token) as c:
+            ids.append(c.post("/v1/containers", json={"image": IMAGE}).json()["id"])
+    wait_for(lambda: set(statuses(one, token).values()) == {"Pending"}, timeout=90)
+    pods = pods_by_container(k8s)
+    assert sorted(pods) == sorted(ids) and all(len(v) == 1 for v in pods.values())
+    assert one.worker.submitted + two.worker.submitted == 16

@@ -1,0 +1,167 @@
+"""The submission worker against the Kubernetes API emulator, over HTTPS, on both databases:
+Tenancy upsert and wait for Ready, the pod's fields, phases flowing back, cancel, logs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.conftest import new_tenancy
+from tests.api.harness import ApiServer, wait_for
+from tests.api.kube_helpers import bind_pod, get_pod, mark_tenancy_ready, set_pod_status
+
+SEED = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
+
+
+@pytest.fixture
+def api(kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str) -> ApiServer:
+    return serve(database_url, kubeconfig)
+
+
+def status_of(client: httpx.Client, cid: str) -> dict[str, Any]:
+    r = client.get(f"/v1/containers/{cid}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_seed_payload_becomes_a_kata_pod_once_the_tenancy_is_ready(api: ApiServer, k8s: Any) -> None:
+    with api.client() as admin:
+        r = admin.post("/v1/admin/tenancies", json={"name": "landon", "gpu_quota": 16,
+                                                     "nfs": {"server": "10.0.0.5", "path": "/export/landon"}})
+        assert r.status_code == 201, r.text
+        token = admin.post("/v1/admin/tenancies/landon/tokens").json()["token"]
+    with api.client(token) as landon:
+        cid = landon.post("/v1/containers", json=SEED).json()["id"]
+        # no controller yet: the Tenancy exists (upserted from the DB record) but is not Ready
+        waiting = wait_for(lambda: (s := status_of(landon, cid))["message"] and "waiting for tenancy" in s["message"] and s)
+        assert waiting["status"] == "Queued"
+        tenancy = mark_tenancy_ready(k8s, "landon")
+        assert tenancy["spec"]["gpuQuota"] == 16 and tenancy["spec"]["podQuota"] == 50
+        assert tenancy["spec"]["nfs"]["server"] == "10.0.0.5"
+        pod = wait_for(lambda: get_pod(k8s, "tenant-landon", f"gpucaas-{cid}"))
+        assert wait_for(lambda: status_of(landon, cid)["status"] == "Pending")
+    spec, main = pod["spec"], pod["spec"]["containers"][0]
+    assert pod["metadata"]["labels"]["gpucaas.dev/container-id"] == cid
+    assert pod["metadata"]["labels"]["gpucaas.dev/tenancy"] == "landon"
+    assert spec["runtimeClassName"] == "kata-qemu-nvidia-gpu"
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+    assert main["image"] == SEED["container-url"]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert main["securityContext"]["privileged"] is False
+    assert main["securityContext"]["allowPrivilegeEscalation"] is False
+    assert all("hostPath" not in v for v in spec.get("volumes", []))
+    assert spec["volumes"] == [{"name": "tenant-storage",
+                                "persistentVolumeClaim": {"claimName": "tenant-storage", "readOnly": False}}]
+    assert main["volumeMounts"] == [{"name": "tenant-storage", "mountPath": "/data", "readOnly": False}]
+    assert "activeDeadlineSeconds" not in spec
+
+
+def test_pod_options_and_phases_flow_back(api: ApiServer, k8s: Any) -> None:
+    with api.client() as admin:
+        token = new_tenancy(admin, "flow")
+    mark_tenancy_ready(k8s, "flow")
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ghcr.io/acme/train:v1", "gpus": 4, "command": ["python"],
+                                             "args": ["train.py"], "env": {"EPOCHS": "3"},
+                                             "timeout_seconds": 600}).json()["id"]
+        name = f"gpucaas-{cid}"
+        pod = wait_for(lambda: get_pod(k8s, "tenant-flow", name))
+        assert pod["spec"]["activeDeadlineSeconds"] == 600
+        main = pod["spec"]["containers"][0]
+        assert (main["command"], main["args"], main["env"]) == (["python"], ["train.py"], [{"name": "EPOCHS", "value": "3"}])
+        assert main["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+        assert "volumes" not in pod["spec"] or not pod["spec"]["volumes"]  # no NFS on this tenancy
+
+        bind_pod(k8s, "tenant-flow", name, "gpu-node-7")
+        set_pod_status(k8s, "tenant-flow", name, {"phase": "Running", "startTime": "2026-01-02T03:04:05Z"})
+        running = wait_for(lambda: (s := status_of(c, cid))["status"] == "Running" and s)
+        assert running["node_name"] == "gpu-node-7" and running["gpus"] == 4
+        assert running["started_at"] == "2026-01-02T03:04:05Z"
+
+        set_pod_status(k8s, "tenant-flow", name, {"phase": "Succeeded", "containerStatuses": [
+            {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}}}]})
+        done = wait_for(lambda: (s := status_of(c, cid))["status"] == "Succeeded" and s)
+        assert done["finished_at"] == "2026-01-02T04:00:00Z"
+        assert done["message"] == "Completed (exit code 0)"
+        # a finished container frees its GPUs, and cannot be cancelled
+        assert c.delete(f"/v1/containers/{cid}").status_code == 409
+
+
+def test_failed_pod_and_vanished_pod(api: ApiServer, k8s: Any) -> None:
+    with api.client() as admin:
+        token = new_tenancy(admin, "fails")
+    mark_tenancy_ready(k8s, "fails")
+    with api.client(token) as c:
+        a = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
+        b = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
+        wait_for(lambda: get_pod(k8s, "tenant-fails", f"gpucaas-{b}"))
+        set_pod_status(k8s, "tenant-fails", f"gpucaas-{a}",
+                       {"phase": "Failed", "reason": "DeadlineExceeded", "message": "Pod was active too long"})
+        failed = wait_for(lambda: (s := status_of(c, a))["status"] == "Failed" and s)
+        assert failed["message"] == "Pod was active too long"
+        from kubernetes import client as kc
+
+        kc.CoreV1Api(k8s).delete_namespaced_pod(f"gpucaas-{b}", "tenant-fails")
+        gone = wait_for(lambda: (s := status_of(c, b))["status"] == "Failed" and s)
+        assert gone["message"] == "pod deleted"
+
+
+def test_cancel_deletes_the_pod(api: ApiServer, k8s: Any) -> None:
+    with api.client() as admin:
+        token = new_tenancy(admin, "cancels")
+    mark_tenancy_ready(k8s, "cancels")
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
+        wait_for(lambda: get_pod(k8s, "tenant-cancels", f"gpucaas-{cid}"))
+        assert c.delete(f"/v1/containers/{cid}").json()["status"] == "Cancelled"
+        wait_for(lambda: get_pod(k8s, "tenant-cancels", f"gpucaas-{cid}") is None)
+        assert status_of(c, cid)["status"] == "Cancelled"
+
+
+def test_logs_and_follow(api: ApiServer, k8s: Any, kube_emulator: Any) -> None:
+    with api.client() as admin:
+        token = new_tenancy(admin, "logs")
+    mark_tenancy_ready(k8s, "logs")
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
+        name = f"gpucaas-{cid}"
+        wait_for(lambda: status_of(c, cid)["status"] == "Pending")
+        kube_emulator.set_pod_log("tenant-logs", name, "Starting...\nDetected 1 CUDA Capable device(s)\n", container="main")
+        r = c.get(f"/v1/containers/{cid}/logs")
+        assert r.status_code == 200 and r.text == "Starting...\nDetected 1 CUDA Capable device(s)\n"
+        with c.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}) as stream:
+            lines = stream.iter_lines()
+            assert next(lines) == "Starting..."
+            assert next(lines) == "Detected 1 CUDA Capable device(s)"
+            kube_emulator.set_pod_log("tenant-logs", name, "Result = PASS\n", container="main")
+            assert next(lines) == "Result = PASS"
+
+
+def test_admin_tenancy_changes_reach_the_resource(api: ApiServer, k8s: Any) -> None:
+    from kubernetes import client as kc
+
+    custom = kc.CustomObjectsApi(k8s)
+    with api.client() as admin:
+        admin.post("/v1/admin/tenancies", json={"name": "crd", "gpu_quota": 4})
+        assert custom.get_cluster_custom_object("gpucaas.dev", "v1alpha1", "tenancies", "crd")["spec"]["gpuQuota"] == 4
+        admin.patch("/v1/admin/tenancies/crd", json={"gpu_quota": 12, "allow_internet": True})
+        spec = custom.get_cluster_custom_object("gpucaas.dev", "v1alpha1", "tenancies", "crd")["spec"]
+        assert spec["gpuQuota"] == 12 and spec["network"]["allowInternet"] is True
+        assert admin.delete("/v1/admin/tenancies/crd").status_code == 204
+        assert admin.get("/v1/admin/tenancies/crd").status_code == 404
+    with pytest.raises(kc.exceptions.ApiException) as exc:
+        custom.get_cluster_custom_object("gpucaas.dev", "v1alpha1", "tenancies", "crd")
+    assert exc.value.status == 404
+
+
+def test_readyz_when_everything_answers(api: ApiServer) -> None:
+    with api.client(None) as anon:
+        r = anon.get("/readyz")
+    assert r.status_code == 200 and r.json() == {"status": "ok", "database": "ok", "kubernetes": "ok"}

@@ -1,0 +1,70 @@
+"""PodResources: GPUs by state and by namespace/pod in metrics; the fabric's live-holder sync."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucaas.testing.fake_kubelet import FakeKubelet
+from gpucaas.testing.fake_sysfs import GPU_BDFS, FakeBoard
+from services.device_plugin.api import pr_pb2
+from services.device_plugin.main import DevicePlugin
+from services.device_plugin.podresources import PodResourcesReader, PodResourcesUnavailable
+from tests.device_plugin.fabric_double import FabricDouble
+
+
+def test_metrics_by_state_and_pod(plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard) -> None:
+    a = fake_kubelet.admit("tenant-acme", "train-0", "nvidia.com/gpu", 2)
+    fake_kubelet.admit("tenant-beta", "notebook", "nvidia.com/gpu", 1)
+    hgx_board.remove_vfio_node(GPU_BDFS[7])
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    assert conn.wait_for(lambda c: c.health()[GPU_BDFS[7]] == "Unhealthy")
+    containers = plugin.usage.scan()
+    assert {(c.namespace, c.pod) for c in containers} == {("tenant-acme", "train-0"), ("tenant-beta", "notebook")}
+    text = plugin.metrics.render().decode()
+    assert 'gpucaas_device_plugin_gpus{node="gpu-node-1",state="allocated"} 3.0' in text
+    assert 'gpucaas_device_plugin_gpus{node="gpu-node-1",state="unhealthy"} 1.0' in text
+    assert 'gpucaas_device_plugin_gpus{node="gpu-node-1",state="free"} 4.0' in text
+    assert 'gpucaas_device_plugin_namespace_gpus{namespace="tenant-acme",node="gpu-node-1"} 2.0' in text
+    for b in a.device_ids:
+        assert f'gpu="{b}",namespace="tenant-acme"' in text and 'pod="train-0"' in text
+
+
+def test_sync_releases_partitions_of_pods_gone(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                               fabric: FabricDouble) -> None:
+    plugin.usage.stop()  # scans below are explicit
+    a = fake_kubelet.admit("tenant-acme", "train-0", "nvidia.com/gpu", 4)
+    b = fake_kubelet.admit("tenant-acme", "train-1", "nvidia.com/gpu", 2)
+    holder_a = "gpus:" + "+".join(a.device_ids)
+    holder_b = "gpus:" + "+".join(b.device_ids)
+    plugin.usage.scan()
+    assert fabric.activations[holder_a]["pod"] == "tenant-acme/train-0"
+    fake_kubelet.remove_pod("tenant-acme", "train-0")
+    plugin.usage.scan()
+    assert list(fabric.activations) == [holder_a, holder_b] or list(fabric.activations) == [holder_b, holder_a]
+    plugin.usage.grace = 0.0  # the activation is younger than the grace period; pretend it aged
+    plugin.usage.scan()
+    assert list(fabric.activations) == [holder_b]
+    sync = [body for m, path, body in fabric.requests if path == "/v1/activations/sync"][-1]
+    assert sync == {"live": [{"holder": holder_b, "pod": "tenant-acme/train-1"}], "grace_seconds": 0.0}
+
+
+def test_pod_resources_get_and_allocatable(plugin: DevicePlugin, fake_kubelet: FakeKubelet) -> None:
+    import grpc
+
+    from services.device_plugin.api import pr_grpc
+
+    fake_kubelet.admit("tenant-acme", "train-0", "nvidia.com/gpu", 1)
+    with grpc.insecure_channel(f"unix://{fake_kubelet.pod_resources_socket}") as ch:
+        stub = pr_grpc.PodResourcesListerStub(ch)
+        got = stub.Get(pr_pb2.GetPodResourcesRequest(pod_name="train-0", pod_namespace="tenant-acme"), timeout=5)
+        assert got.pod_resources.containers[0].devices[0].resource_name == "nvidia.com/gpu"
+        alloc = stub.GetAllocatableResources(pr_pb2.AllocatableResourcesRequest(), timeout=5)
+        assert sorted(alloc.devices[0].device_ids) == list(GPU_BDFS)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Get(pr_pb2.GetPodResourcesRequest(pod_name="nope", pod_namespace="x"), timeout=5)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_missing_pod_resources_socket_is_a_clear_error(tmp_path) -> None:
+    with pytest.raises(PodResourcesUnavailable, match="does not exist"):
+        PodResourcesReader(tmp_path / "none.sock").list()

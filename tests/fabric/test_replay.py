@@ -1,0 +1,123 @@
+"""Fabric Manager or service VM restart -> the active partitions are replayed from the records."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import libvirt
+import pytest
+
+from gpucaas.core.fabric_client import FabricClient
+from gpucaas.testing.fake_sysfs import build_hgx_h100
+from services.fabric.bookkeeping import ActivationStore
+from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
+from services.fabric.partitions import PartitionService
+from services.fabric.runtime import FabricNode
+from services.fabric.settings import FabricSettings
+from tests.fabric.factories import holder, pcis
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_fm_restart_then_activation_replays_first(client: FabricClient, fabric: SimulatedFabric) -> None:
+    client.activate(holder(1, 3), pcis(1, 3))
+    client.activate(holder(5, 6, 7, 8), pcis(5, 6, 7, 8))
+    fabric.restart()
+    assert fabric.active_partition_ids() == frozenset()  # FM forgot; waits for the list
+    assert fabric.awaiting_activated_list
+    # The next change meets NotReady, replays the records, then proceeds.
+    client.activate(holder(2, 4), pcis(2, 4))
+    assert fabric.active_partition_ids() == {3, 2, 4}
+    # An idempotent re-activation of a forgotten partition is re-done too.
+    assert client.health()["fabric_manager"]["replays"] == 1
+
+
+def test_reconcile_replays_after_fm_restart(service: PartitionService, fabric: SimulatedFabric) -> None:
+    service.activate(holder(1, 2, 3, 4), pcis(1, 2, 3, 4))
+    fabric.restart()
+    report = service.reconcile()
+    assert report["activated"] == [1]
+    assert fabric.active_partition_ids() == {1} and not fabric.awaiting_activated_list
+
+
+def test_fm_down_then_back(service: PartitionService, fabric: SimulatedFabric) -> None:
+    service.activate(holder(6, 8), pcis(6, 8))
+    fabric.stop()
+    assert service.reconcile()["reachable"] is False
+    assert service.status.reachable is False
+    fabric.start()
+    assert service.reconcile()["reachable"] is True
+    assert fabric.active_partition_ids() == {6}
+
+
+def test_release_while_fm_restarted_is_not_replayed(service: PartitionService, fabric: SimulatedFabric) -> None:
+    service.activate(holder(1), pcis(1))
+    service.activate(holder(2), pcis(2))
+    fabric.restart()
+    assert service.release(holder(1))["released"] is True  # FM forgot it anyway
+    service.reconcile()
+    assert fabric.active_partition_ids() == {8}
+
+
+def test_records_survive_a_service_restart(tmp_path: Path, fabric: SimulatedFabric) -> None:
+    with ActivationStore(tmp_path / "st") as store:
+        PartitionService(SimulatedFabricManager(fabric), store).activate(holder(5, 7), pcis(5, 7))
+    fabric.restart()  # the node rebooted: FM restarted, the service too
+    with ActivationStore(tmp_path / "st") as store:
+        assert [a.holder for a in store.book] == [holder(5, 7)]
+        PartitionService(SimulatedFabricManager(fabric), store).reconcile()
+    assert fabric.active_partition_ids() == {5}
+
+
+def test_second_service_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
+    from services.fabric.errors import StateError
+
+    with ActivationStore(tmp_path / "st"), pytest.raises(StateError, match="another fabric service"):
+        ActivationStore(tmp_path / "st").open()
+
+
+@pytest.fixture
+def node(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricNode]:
+    board = build_hgx_h100(tmp_path / "board", variant="supermicro")
+    settings = FabricSettings(
+        node_name="gpu-node-1", socket=tmp_path_factory.mktemp("s") / "fabric.sock",
+        state_dir=tmp_path / "state", sysfs_root=board.sysfs, fm_backend="simulator",
+        libvirt_uri="test:///default", domain_type="test", domain_name=f"fabric-{tmp_path.name}",
+        fm_channel="unix", fm_channel_socket=tmp_path / "fm.sock", watch_interval_s=0.05,
+        restart_backoff_initial_s=0.01, restart_backoff_max_s=0.05, reconcile_interval_s=0.2,
+        publish=False, stop_vm_on_exit=True,
+    )
+    n = FabricNode(settings, fm=SimulatedFabricManager(SimulatedFabric()))
+    n.start()
+    yield n
+    n.stop()
+    n.vm.undefine()
+
+
+def test_vm_crash_restarts_vm_and_replays(node: FabricNode) -> None:
+    fabric = node.fm.fabric  # type: ignore[attr-defined]
+    with FabricClient(node.settings.socket) as c:
+        c.activate(holder(1, 2, 3, 4), pcis(1, 2, 3, 4))
+        c.activate(holder(6, 8), pcis(6, 8))
+        assert c.health()["service_vm"]["state"] == "running"
+        conn = libvirt.open("test:///default")
+        try:
+            conn.lookupByName(node.settings.domain_name).destroy()  # the VM dies
+            wait_for(lambda: node.vm_restart_replays == 1, what="restart + replay")
+            assert conn.lookupByName(node.settings.domain_name).isActive()
+        finally:
+            conn.close()
+        assert fabric.restarts == 1  # FM-in-the-VM restarted with it (simulated)
+        assert fabric.active_partition_ids() == {1, 6}
+        h = c.health()
+        assert h["service_vm"]["restarts"] == 1 and h["service_vm"]["state"] == "running"
+        assert h["fabric_manager"]["replays"] >= 1
+        assert {p["id"] for p in c.partitions() if p["active"]} == {1, 6}

@@ -1,0 +1,166 @@
+"""The full lease cycle on the fake board with the Kubernetes API emulator.
+
+The node side (LeaseNodeAgent, as the device plugin runs it) and the controller's
+``step`` are driven round by round, so every intermediate state is observed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from kubernetes import client
+
+from gpucaas.testing.fake_sysfs import FakeBoard, rom_image
+from services.tenancy_controller import lease_handlers as handlers
+from services.device_plugin.leases import LeaseNodeAgent
+from gpucaas.core.lease_store import LeaseStore, lease_name
+
+from .conftest import NODE, Kubelet, make_pod
+
+GPU = "0000:18:00.0"
+NAME = lease_name(NODE, GPU)
+
+
+def state(store: LeaseStore, name: str = NAME) -> str:
+    return store.get(name)["status"]["state"]
+
+
+def controller_step(store: LeaseStore, k8s: client.ApiClient, now: dt.datetime | None = None) -> str | None:
+    return handlers.step(store, client.CoreV1Api(k8s), store.get(NAME), now or dt.datetime.now(dt.UTC))
+
+
+def test_every_gpu_gets_a_free_lease(lease_agent: LeaseNodeAgent, store: LeaseStore, hgx_board: FakeBoard) -> None:
+    lease_agent.reconcile_once()
+    leases = store.list(NODE)
+    assert sorted(lz["spec"]["pciAddress"] for lz in leases) == sorted(d.bdf for d in hgx_board.gpus)
+    assert {lz["status"]["state"] for lz in leases} == {"Free"}
+    lz = store.get(NAME)
+    assert lz["spec"] == {"node": NODE, "pciAddress": GPU, "deviceId": "0x2330", "physicalId": 2,
+                          "model": "NVIDIA H100 80GB HBM3"}
+    assert lease_agent.health() == {}
+    lease_agent.reconcile_once()  # idempotent
+    assert len(store.list(NODE)) == 8
+
+
+def test_full_cycle_free_leased_releasing_checking_free(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+) -> None:
+    lease_agent.reconcile_once()
+    pod = make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    lz = store.get(NAME)
+    assert lz["status"]["state"] == "Leased"
+    assert lz["status"]["holder"]["tenancy"] == "acme"
+    assert lz["status"]["holder"]["podUID"] == pod["metadata"]["uid"]
+    assert lease_agent.health() == {}  # Leased GPUs stay advertised
+
+    kubelet.drop("tenant-acme", "c-1")
+    lease_agent.reconcile_once()
+    assert state(store) == "Releasing"
+    assert GPU in lease_agent.health() and "Releasing" in lease_agent.health()[GPU]
+
+    assert controller_step(store, k8s) == "check requested"
+    assert state(store) == "Checking"
+    assert GPU in lease_agent.health()
+
+    lease_agent.reconcile_once()  # the node runs the check
+    lz = store.get(NAME)
+    assert lz["status"]["state"] == "Free"
+    assert lz["status"]["lastCheck"]["result"] == "Passed"
+    assert lz["status"]["history"][-1]["tenancy"] == "acme"
+    assert lz["status"]["history"][-1]["check"] == "Passed"
+    assert lease_agent.health() == {}
+
+
+def test_tampered_rom_is_quarantined_and_reported_unhealthy(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient, hgx_board: FakeBoard,
+) -> None:
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    hgx_board.write_rom(GPU, rom_image(tampered=True))  # what a tenant's flash would leave
+    kubelet.drop("tenant-acme", "c-1")
+    lease_agent.reconcile_once()
+    controller_step(store, k8s)
+    lease_agent.reconcile_once()
+    lz = store.get(NAME)
+    assert lz["status"]["state"] == "Quarantined"
+    assert lz["status"]["reason"] == "RomMismatch"
+    assert lz["status"]["lastCheck"]["result"] == "Failed"
+    assert "Quarantined" in lease_agent.health()[GPU]
+    # It stays quarantined: neither side moves it on later rounds.
+    lease_agent.reconcile_once()
+    assert controller_step(store, k8s) is None
+    assert state(store) == "Quarantined"
+
+
+def test_gpu_vanishing_mid_check_ends_quarantined(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient, hgx_board: FakeBoard,
+) -> None:
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    kubelet.drop("tenant-acme", "c-1")
+    lease_agent.reconcile_once()
+    controller_step(store, k8s)
+    hgx_board.remove_device(GPU)
+    lease_agent.reconcile_once()
+    lz = store.get(NAME)
+    assert lz["status"]["state"] == "Quarantined"
+    assert lz["status"]["reason"] == "DeviceVanished"
+    assert GPU in lz["status"]["message"]
+
+
+def test_controller_releases_a_lease_whose_pod_is_gone(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+) -> None:
+    """A node agent that is down cannot release; the controller sees the pod is gone."""
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    assert controller_step(store, k8s) is None  # the pod is alive: nothing to do
+    client.CoreV1Api(k8s).delete_namespaced_pod("c-1", "tenant-acme")
+    assert controller_step(store, k8s) == "released: pod tenant-acme/c-1 was deleted"
+    assert state(store) == "Releasing"
+
+
+def test_check_timeout_retries_then_quarantines(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+) -> None:
+    """No node answers (its agent is down): retried, then Quarantined with the reason."""
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    kubelet.drop("tenant-acme", "c-1")
+    lease_agent.reconcile_once()
+    controller_step(store, k8s)
+    later = dt.datetime.now(dt.UTC)
+    outcomes = []
+    for _ in range(handlers.CHECK_ATTEMPTS):
+        later += dt.timedelta(seconds=handlers.CHECK_TIMEOUT_S + 1)
+        outcomes.append(controller_step(store, k8s, later))
+    assert outcomes == ["check retried (attempt 2)", "check retried (attempt 3)", "quarantined: check timed out"]
+    lz = store.get(NAME)
+    assert lz["status"]["reason"] == "CheckTimedOut"
+    assert NODE in lz["status"]["message"]
+
+
+def test_a_restarted_controller_continues_a_check(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+) -> None:
+    """All state is in the lease: a fresh controller (a new step call) picks up mid-check."""
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    kubelet.drop("tenant-acme", "c-1")
+    lease_agent.reconcile_once()
+    controller_step(store, k8s)  # "old" controller requested the check, then died
+    assert controller_step(store, k8s) is None  # the "new" one sees a check in progress, not timed out
+    lease_agent.reconcile_once()
+    assert state(store) == "Free"

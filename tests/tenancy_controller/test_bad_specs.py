@@ -1,0 +1,71 @@
+"""Bad input: refused by the CRD schema where it can say so, else phase Failed naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.tenancy_controller import errors
+
+from .factories import new_tenancy
+from .helpers import conditions, merge_patch, wait_phase
+
+
+@pytest.mark.parametrize(
+    "spec,field",
+    [
+        (dict(gpu_quota=-1), "spec.gpuQuota"),
+        (dict(pod_quota=0), "spec.podQuota"),
+        (dict(nfs={"server": "not a host!", "path": "/x"}), "spec.nfs.server"),
+        (dict(nfs={"server": "10.0.0.1", "path": "relative/path"}), "spec.nfs.path"),
+        (dict(nfs={"server": "10.0.0.1"}), "spec.nfs.path"),
+        (dict(nfs={"server": "10.0.0.1", "path": "/x", "capacity": "lots"}), "spec.nfs.capacity"),
+    ],
+    ids=["negative-gpu-quota", "zero-pod-quota", "nfs-server-not-a-host", "nfs-path-relative", "nfs-path-missing",
+         "nfs-capacity-not-a-quantity"],
+)
+def test_schema_rejects(api, spec, field):
+    with pytest.raises(errors.Invalid) as info:
+        api.create(new_tenancy("bad", **spec))
+    assert field.removeprefix("spec.").split(".")[-1] in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name,spec,field,detail",
+    [
+        ("a" * 57, {}, "metadata.name", "cannot form namespace tenant-<name>"),
+        ("loopback", dict(nfs={"server": "127.0.0.1", "path": "/x"}), "spec.nfs.server", "loopback"),
+        ("metadata", dict(nfs={"server": "169.254.169.254", "path": "/x"}), "spec.nfs.server", "link-local"),
+        ("dotdot", dict(nfs={"server": "10.0.0.1", "path": "/exports/../etc"}), "spec.nfs.path", "'..'"),
+    ],
+    ids=["name-too-long", "nfs-loopback", "nfs-metadata-address", "nfs-path-dotdot"],
+)
+def test_failed_with_precise_condition_while_others_keep_working(api, controller, name, spec, field, detail):
+    """Rules the emulator's schema cannot check (CEL, semantics) end as phase Failed; a good tenancy is unaffected."""
+    api.create(new_tenancy(name, **spec))
+    api.create(new_tenancy("good"))
+    failed = wait_phase(api, name, "Failed")
+    ready = conditions(failed)["Ready"]
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
+    assert ready["message"].startswith(f"{field}: ") and detail in ready["message"]
+    assert failed["status"]["message"] == ready["message"]
+    assert api.get("Namespace", f"tenant-{name}") is None
+    wait_phase(api, "good", "Ready")
+
+
+def test_failed_tenancy_recovers_when_its_spec_is_fixed(api, controller):
+    api.create(new_tenancy("fixme", nfs={"server": "127.0.0.1", "path": "/x"}))
+    wait_phase(api, "fixme", "Failed")
+    merge_patch(api, "fixme", {"spec": {"nfs": {"server": "10.20.0.9"}}})
+    tenancy = wait_phase(api, "fixme", "Ready", generation=2)
+    assert conditions(tenancy)["StorageReady"]["status"] == "True"
+
+
+def test_namespace_owned_by_another_tenancy_fails(api, controller):
+    other = api.create(new_tenancy("other"))
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "tenant-taken",
+        "ownerReferences": [{"apiVersion": "gpucaas.dev/v1alpha1", "kind": "Tenancy", "name": "other",
+                             "uid": other["metadata"]["uid"], "controller": True}]}})
+    api.create(new_tenancy("taken"))
+    failed = wait_phase(api, "taken", "Failed")
+    assert "belongs to another Tenancy" in conditions(failed)["Ready"]["message"]
