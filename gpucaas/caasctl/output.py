@@ -11,13 +11,15 @@ import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 err_console = Console(stderr=True)
 
 
 def _console() -> Console:
     # Made per call so that the terminal width (or $COLUMNS) of this invocation is used.
-    return Console()
+    # No emoji codes (":ab:" in a PCI address is not an emoji) and no markup in server data.
+    return Console(emoji=False)
 
 
 class Format(StrEnum):
@@ -29,7 +31,7 @@ class Format(StrEnum):
 Column = tuple[str, Callable[[dict[str, Any]], Any]]
 
 
-def _cell(value: Any) -> str:
+def _text(value: Any) -> str:
     if value is None or value == "":
         return "-"
     if isinstance(value, bool):
@@ -37,6 +39,10 @@ def _cell(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value) or "-"
     return str(value)
+
+
+def _cell(value: Any) -> Text:
+    return Text(_text(value))  # Text, not a str: "[...]" in server data is not rich markup
 
 
 def emit(data: Any, fmt: Format, columns: Sequence[Column] | None = None, title: str | None = None) -> None:
@@ -52,7 +58,8 @@ def emit(data: Any, fmt: Format, columns: Sequence[Column] | None = None, title:
     if isinstance(data, dict) and columns is None:
         table = Table(show_header=False, title=title, box=None)
         for key, value in data.items():
-            table.add_row(f"[bold]{key}[/]", _cell(value) if not isinstance(value, dict) else json.dumps(value))
+            table.add_row(Text(str(key), style="bold"),
+                          _cell(value) if not isinstance(value, dict) else Text(json.dumps(value)))
         console.print(table)
         return
     rows = data if isinstance(data, list) else [data]

@@ -29,6 +29,14 @@ def command(
     node_name: Annotated[str | None, typer.Option(envvar="GPUCAAS_NODE_NAME", help="Node name (default hostname).")] = None,
     metrics_port: Annotated[int, typer.Option(envvar="GPUCAAS_METRICS_PORT",
                                               help="Prometheus port (-1 disables, 0 picks one).")] = 9402,
+    leases: Annotated[bool, typer.Option(envvar="GPUCAAS_LEASES",
+                                         help="Keep GPULeases in step and run the firmware check between tenants.")] = False,
+    kubeconfig: Annotated[Path | None, typer.Option(envvar="GPUCAAS_KUBECONFIG",
+                                                    help="kubeconfig for lease updates (default: in-cluster).")] = None,
+    firmware_golden_file: Annotated[Path | None, typer.Option(
+        envvar="GPUCAAS_FIRMWARE_GOLDEN_FILE", help="JSON of accepted ROM SHA-256s/versions per PCI device id.")] = None,
+    firmware_rom_toggle: Annotated[bool, typer.Option(
+        envvar="GPUCAAS_FIRMWARE_ROM_TOGGLE", help="Write 1/0 around the sysfs ROM read (off only for fake trees).")] = True,
     log_level: Annotated[str, typer.Option(envvar="GPUCAAS_LOG_LEVEL", help="Log level.")] = "INFO",
     log_json: Annotated[bool, typer.Option(envvar="GPUCAAS_LOG_JSON", help="JSON log lines.")] = False,
 ) -> None:
@@ -41,7 +49,8 @@ def command(
     overrides = dict(sysfs_root=sysfs_root, dev_root=dev_root, device_plugin_dir=device_plugin_dir, cdi_dir=cdi_dir,
                      resource_name=resource_name, cdi_kind=cdi_kind, fabric_socket=fabric_socket,
                      fabric_required=fabric_required, pod_resources_socket=pod_resources_socket,
-                     metrics_port=metrics_port)
+                     metrics_port=metrics_port, leases=leases, kubeconfig=kubeconfig,
+                     firmware_golden_file=firmware_golden_file, firmware_rom_toggle=firmware_rom_toggle)
     if node_name:
         overrides["node_name"] = node_name
     try:

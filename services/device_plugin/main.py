@@ -96,7 +96,7 @@ def build_leases(settings: DevicePluginSettings, core: PluginCore) -> LeaseNodeA
     reader = PodResourcesReader(settings.pod_resources_socket)
 
     def gpus() -> list[NodeGPU]:
-        physical = core.physical_map().by_bdf
+        physical = core.physical_map.by_bdf
         return [NodeGPU(g.bdf, f"0x{g.device_id:04x}", physical.get(g.bdf), g.model) for g in core.inventory().gpus]
 
     def holdings() -> list[PodHolding]:

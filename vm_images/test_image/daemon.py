@@ -152,7 +152,7 @@ class PrivateLibvirtd:
         """PID of the QEMU process of a running domain of this daemon."""
         if self.workdir is None:
             return None
-        p = self.workdir / "config" / "libvirt" / "qemu" / "run" / f"{domain}.pid"
+        p = self.workdir / "run" / "libvirt" / "qemu" / "run" / f"{domain}.pid"
         try:
             pid = int(p.read_text().strip())
         except (OSError, ValueError):

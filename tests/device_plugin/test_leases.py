@@ -1,0 +1,84 @@
+"""The device plugin keeps GPU leases: leased on allocation, released, checked, and a
+quarantined GPU is never handed out (real gRPC with the fake kubelet, the Kubernetes emulator)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from gpucaas.core import lease_states
+from gpucaas.core.lease_store import LeaseStore, lease_name
+from gpucaas.testing.fake_kubelet import AdmissionError, FakeKubelet
+from gpucaas.testing.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
+from services.device_plugin.main import DevicePlugin
+from services.tenancy_controller import lease_handlers
+from tests.device_plugin.fabric_double import FabricDouble
+
+NODE = "gpu-node-1"
+RESOURCE = "nvidia.com/gpu"
+
+
+def wait(predicate: Callable[[], object], timeout: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+@pytest.fixture
+def leased_plugin(hgx_board: FakeBoard, fabric: FabricDouble, fake_kubelet: FakeKubelet, make_settings,
+                  run_plugin, kubeconfig: Path, tmp_path: Path) -> DevicePlugin:
+    golden = tmp_path / "golden.json"
+    golden.write_text(json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}))
+    plugin = run_plugin(make_settings(hgx_board, leases=True, kubeconfig=kubeconfig, firmware_golden_file=golden,
+                                      firmware_rom_toggle=False, lease_interval=0.1))
+    fake_kubelet.wait_for_plugin(RESOURCE)
+    return plugin
+
+
+def test_leases_follow_allocations_and_checks(leased_plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                              k8s: client.ApiClient) -> None:
+    store = LeaseStore(k8s)
+    wait(lambda: len(store.list(NODE)) == 8)
+    alloc = fake_kubelet.admit("tenant-acme", "c-1", RESOURCE, 2)
+    names = [lease_name(NODE, d) for d in alloc.device_ids]
+    wait(lambda: all(store.get(n)["status"]["state"] == "Leased" for n in names))
+    assert store.get(names[0])["status"]["holder"]["tenancy"] == "acme"
+
+    fake_kubelet.remove_pod("tenant-acme", "c-1")
+    wait(lambda: all(store.get(n)["status"]["state"] == "Releasing" for n in names))
+    conn = fake_kubelet.plugins[RESOURCE]
+    assert conn.wait_for(lambda c: all(c.health()[d] == "Unhealthy" for d in alloc.device_ids), timeout=10)
+
+    core = client.CoreV1Api(k8s)
+    import datetime as dt
+    for n in names:  # the controller's turn
+        lease_handlers.step(store, core, store.get(n), dt.datetime.now(dt.UTC))
+    wait(lambda: all(store.get(n)["status"]["state"] == "Free" for n in names))
+    assert conn.wait_for(lambda c: all(c.health()[d] == "Healthy" for d in alloc.device_ids), timeout=10)
+
+
+def test_a_quarantined_gpu_is_never_allocated(leased_plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                              k8s: client.ApiClient) -> None:
+    store = LeaseStore(k8s)
+    wait(lambda: len(store.list(NODE)) == 8)
+    bad = GPU_BDFS[2]
+    store.transition(lease_name(NODE, bad), lambda st: lease_states.admin_quarantine(st, "suspect firmware"))
+    conn = fake_kubelet.plugins[RESOURCE]
+    assert conn.wait_for(lambda c: c.health().get(bad) == "Unhealthy", timeout=10)
+    given: set[str] = set()
+    for i in range(7):
+        given |= set(fake_kubelet.admit("tenant-acme", f"c-{i}", RESOURCE, 1).device_ids)
+    assert bad not in given and len(given) == 7
+    with pytest.raises(AdmissionError):
+        fake_kubelet.admit("tenant-acme", "c-last", RESOURCE, 1)
+    with pytest.raises(AdmissionError):  # even asked by name, Allocate refuses it
+        fake_kubelet.admit("tenant-acme", "c-named", RESOURCE, 1, devices=[bad])
