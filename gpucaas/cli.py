@@ -30,6 +30,7 @@ from gpucaas.kube_emulator import cli as kube_emulator_cli  # noqa: E402
 from gpucaas.sandbox import cli as sandbox_cli  # noqa: E402
 from services.api import cli as api_cli  # noqa: E402
 from services.device_plugin import cli as device_plugin_cli  # noqa: E402
+from services.fabric import cli as fabric_cli  # noqa: E402
 from services.placement import cli as placement_cli  # noqa: E402
 from services.tenancy_controller import cli as tenancy_controller_cli  # noqa: E402
 
@@ -42,3 +43,4 @@ app.command("node-agent")(sandbox_cli.node_agent_command)
 app.command("sandbox-scheduler")(sandbox_cli.scheduler_command)
 app.command("kube-emulator")(kube_emulator_cli.command)
 app.command("doctor")(doctor_cli.command)
+app.command("fabric")(fabric_cli.command)

@@ -43,12 +43,16 @@ class Config:
             try:
                 data = yaml.safe_load(path.read_text()) or {}
             except yaml.YAMLError as exc:
-                raise CaasctlError(f"config file {path} is not valid YAML: {exc}") from exc
+                mark = getattr(exc, "problem_mark", None)
+                where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+                raise CaasctlError(f"config file {path} is not valid YAML: {getattr(exc, 'problem', None) or exc}{where}") from exc
             if not isinstance(data, dict):
                 raise CaasctlError(f"config file {path} must be a mapping with url, token, ca_cert")
         elif config_path:
             raise CaasctlError(f"config file {path} does not exist")
         nodes = data.get("nodes") or {}
+        if not isinstance(nodes, dict):
+            raise CaasctlError(f"config file {path}: nodes must be a mapping of node name to {{fabric_socket: path}}")
         return cls(
             url=url or os.environ.get("GPUCAAS_URL") or data.get("url"),
             token=token or os.environ.get("GPUCAAS_TOKEN") or data.get("token"),

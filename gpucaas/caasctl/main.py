@@ -28,8 +28,12 @@ class _OneLineErrors(TyperGroup):
         try:
             return super().invoke(ctx)
         except (CaasctlError, FabricError) as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {one_line(exc)}", err=True)
             ctx.exit(1)
+
+
+def one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 app = typer.Typer(name="caasctl", help="Administer gpucaas: partitions, nodes, GPUs, leases, tenancies, tokens, containers.",
@@ -54,11 +58,11 @@ SocketOpt = Annotated[str | None, typer.Option("--fabric-socket", envvar="GPUCAA
 @app.callback()
 def main(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help="API base URL, e.g. https://gpucaas.example.com. [env: GPUCAAS_URL]")] = None,
-    token: Annotated[str | None, typer.Option(help="Admin bearer token. [env: GPUCAAS_TOKEN]")] = None,
-    ca_cert: Annotated[str | None, typer.Option(help="CA bundle to trust. [env: GPUCAAS_CA_CERT]")] = None,
+    url: Annotated[str | None, typer.Option(help="API base URL, e.g. https://gpucaas.example.com. \\[env: GPUCAAS_URL]")] = None,
+    token: Annotated[str | None, typer.Option(help="Admin bearer token. \\[env: GPUCAAS_TOKEN]")] = None,
+    ca_cert: Annotated[str | None, typer.Option(help="CA bundle to trust. \\[env: GPUCAAS_CA_CERT]")] = None,
     insecure: Annotated[bool, typer.Option(help="Skip TLS verification (development only).")] = False,
-    config: Annotated[str | None, typer.Option(help="Config file. [env: GPUCAAS_CONFIG; default ~/.config/gpucaas/config.yaml]")] = None,
+    config: Annotated[str | None, typer.Option(help="Config file. \\[env: GPUCAAS_CONFIG; default ~/.config/gpucaas/config.yaml]")] = None,
 ) -> None:
     ctx.obj = {"args": dict(url=url, token=token, ca_cert=ca_cert, insecure=insecure, config_path=config)}
 
@@ -331,5 +335,5 @@ def run() -> None:
     try:
         app()
     except CaasctlError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {one_line(exc)}\n")
         sys.exit(1)

@@ -140,14 +140,18 @@ class FabricClient:
 
         return self._request("DELETE", f"/v1/activations/{quote(holder, safe='')}")
 
-    def sync(self, live: Iterable[Mapping[str, Any] | str], grace_seconds: float = 30.0) -> dict[str, Any]:
+    def sync(self, live: Iterable[Mapping[str, Any] | str], grace_seconds: float | None = 30.0) -> dict[str, Any]:
         """Tell the service which holders are alive; it releases the others older than grace.
 
         ``live`` items are ``{"holder": str, "pod": "ns/name" | None}`` or plain holder strings.
+        ``grace_seconds=None`` leaves the grace to the service (GPUCAAS_FABRIC_RELEASE_GRACE_S).
+        Returns ``{"released": [...], "pending": [...], "kept": [...]}``.
         """
         items = [{"holder": x, "pod": None} if isinstance(x, str) else dict(x) for x in live]
-        return self._request("POST", "/v1/activations/sync",
-                             json={"live": items, "grace_seconds": grace_seconds})
+        body: dict[str, Any] = {"live": items}
+        if grace_seconds is not None:
+            body["grace_seconds"] = grace_seconds
+        return self._request("POST", "/v1/activations/sync", json=body)
 
     # --- admin (caasctl) --------------------------------------------------------------
     def activate_partition(self, partition_id: int, force: bool = False) -> dict[str, Any]:

@@ -146,6 +146,13 @@ async def _resource(request: web.Request, store: Store, group: str, version: str
         raise errors.resource_not_found()
     method = request.method
     dry_run = bool(query.get("dryRun"))
+    if sub is None:
+        verb = {("GET", True): "watch" if watch else "list", ("GET", False): "watch" if watch else "get",
+                ("POST", True): "create", ("PUT", False): "update", ("PATCH", False): "patch",
+                ("DELETE", True): "deletecollection", ("DELETE", False): "delete"}.get((method, name is None))
+        if verb is None or verb not in rt.verbs:
+            raise errors.MethodNotAllowed(
+                f"the server does not allow this method on the requested resource ({method} {rt.display()})")
 
     if name is None:  # collection
         if rt.key == ("", "bindings") and method == "POST":

@@ -40,6 +40,7 @@ QUOTA_KEY = ("", "resourcequotas")
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 NAMESPACE_FINALIZER = "kubernetes"
 CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+FOREGROUND_FINALIZER = "foregroundDeletion"
 _GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -375,8 +376,10 @@ class Store:
                 meta[k] = cur_meta[k]
             else:
                 meta.pop(k, None)
-        if rt.key == NS_KEY and subresource != "finalize":
-            new["spec"] = copy.deepcopy(current.get("spec", {}))
+        if rt.key == NS_KEY:
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = cur_meta["name"]
+            if subresource != "finalize":
+                new["spec"] = copy.deepcopy(current.get("spec", {}))
         if cur_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(cur_meta.get("finalizers") or [])
             if added:
@@ -386,6 +389,12 @@ class Store:
                     f"{json.dumps(sorted(added))}")], rt.group)
         if rt.key == CRD_KEY:
             _crd_status(new)
+        if rt.key == POD_KEY and subresource is None and not _pod_spec_update_allowed(current, new):
+            raise errors.Invalid("Pod", cur_meta["name"], [errors.field_error(
+                "spec", "FieldValueForbidden",
+                "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions "
+                "to existing tolerations), `spec.terminationGracePeriodSeconds` or `spec.schedulingGates`")])
         self._validate(rt, new, version)
         meta["generation"] = cur_meta.get("generation", 1)
         if _spec_part(new) != _spec_part(current):
@@ -431,6 +440,24 @@ class Store:
         policy = options.get("propagationPolicy")
         if policy == "Orphan" or options.get("orphanDependents") is True:
             self._orphan_dependents(meta["uid"])
+        elif policy == "Foreground" and not meta.get("deletionTimestamp"):
+            dependents = self._dependents(meta["uid"])
+            if dependents:
+                new = copy.deepcopy(current)
+                new["metadata"]["deletionTimestamp"] = now()
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
+                new["metadata"]["finalizers"] = [*(meta.get("finalizers") or []), FOREGROUND_FINALIZER]
+                new["metadata"]["resourceVersion"] = str(self._next_rv())
+                stored = self._commit(rt, "MODIFIED", new, current)
+                for drt, dobj in dependents:
+                    dmeta = dobj["metadata"]
+                    try:
+                        self.delete(drt, dmeta.get("namespace"), dmeta["name"],
+                                    {"propagationPolicy": "Foreground", "gracePeriodSeconds": 0})
+                    except errors.ApiError:
+                        log.debug("foreground deletion of %s failed", dmeta["name"], exc_info=True)
+                self._defer(0, self._foreground_check, meta["uid"])
+                return self.render(rt, stored, version)
         if meta.get("deletionTimestamp"):
             if rt.key == POD_KEY and not meta.get("finalizers") and options.get("gracePeriodSeconds") == 0:
                 return self.render(rt, self._remove(rt, current), version)
@@ -474,6 +501,9 @@ class Store:
                 for okey in [k for k in table if k[0] == meta["name"]]:
                     table.pop(okey)  # nothing should be left; never leave orphans in a missing namespace
         self._defer(0, self._gc_dependents, meta["uid"])
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("uid"):
+                self._defer(0, self._foreground_check, ref["uid"])
         if rt.namespaced:
             ns = self._table(NS_KEY).get(("", meta.get("namespace", "")))
             if ns is not None and ns["metadata"].get("deletionTimestamp"):
@@ -599,6 +629,34 @@ class Store:
                            {"metadata": {"ownerReferences": [r for r in refs if r.get("uid") in live]}})
         except errors.ApiError:
             log.debug("gc of %s %s failed", rt.plural, okey, exc_info=True)
+
+    def _dependents(self, owner_uid: str) -> list[tuple[ResourceType, Obj]]:
+        out = []
+        for rt in self.registry.all():
+            for obj in self._table(rt.key).values():
+                if any(r.get("uid") == owner_uid for r in obj["metadata"].get("ownerReferences") or []):
+                    out.append((rt, obj))
+        return out
+
+    def _foreground_check(self, owner_uid: str) -> None:
+        """Drop ``foregroundDeletion`` from an owner once its dependents are gone."""
+        for rt in self.registry.all():
+            for obj in list(self._table(rt.key).values()):
+                meta = obj["metadata"]
+                if meta["uid"] != owner_uid or FOREGROUND_FINALIZER not in (meta.get("finalizers") or []):
+                    continue
+                if self._dependents(owner_uid):
+                    return
+                new = copy.deepcopy(obj)
+                new["metadata"]["finalizers"] = [f for f in meta["finalizers"] if f != FOREGROUND_FINALIZER]
+                if not new["metadata"]["finalizers"]:
+                    del new["metadata"]["finalizers"]
+                    if not _spec_finalizers(rt, new):
+                        self._remove(rt, new)
+                        return
+                new["metadata"]["resourceVersion"] = str(self._next_rv())
+                self._commit(rt, "MODIFIED", new, obj)
+                return
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         for rt in self.registry.all():
@@ -759,6 +817,24 @@ class Store:
         self.rv = int(state.get("resourceVersion", 0))
         self.history.clear()
         self.compacted_rv = self.rv
+
+
+_POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates")
+
+
+def _pod_spec_update_allowed(current: Obj, new: Obj) -> bool:
+    """The API server's pod update rule: only images and a few scheduling fields may change."""
+    def frozen(spec: Any) -> Any:
+        spec = copy.deepcopy(spec or {})
+        for k in _POD_MUTABLE:
+            spec.pop(k, None)
+        for field in ("containers", "initContainers"):
+            for c in spec.get(field) or []:
+                if isinstance(c, dict):
+                    c.pop("image", None)
+        return spec
+
+    return frozen(current.get("spec")) == frozen(new.get("spec"))
 
 
 def _spec_part(obj: Obj) -> Obj:

@@ -36,7 +36,7 @@ def command(
     from gpucaas.sandbox import runner
     from gpucaas.sandbox.supervisor import ServiceFailed
 
-    console = Console(stderr=False)
+    console = Console(emoji=False)
     logging.basicConfig(level=logging.WARNING, format=_FORMAT)
     state_dir = state_dir.resolve()
     try:

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpucaas.core.crds import GROUP, GPULEASE_PLURAL, LABEL_CONTAINER, TENANCY_PLURAL, VERSION, tenant_namespace
 from gpucaas.core.fabric_client import FabricClient, FabricError
-from gpucaas.sandbox.runner import Sandbox
+from gpucaas.sandbox.runner import Sandbox, wait_for
 
 SEED_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
 IMAGE = SEED_PAYLOAD["container-url"]
@@ -78,7 +79,7 @@ class Observer:
             return
         t.seen[step] = detail
         title = dict(STEPS)[step]
-        self.console.print(f"  [cyan]{t.label:<22}[/] [green]✓[/] {title}: {detail}")
+        self.console.print(f"  [cyan]{t.label:<22}[/] [green]✓[/] {title}: {escape(detail)}")
 
     # --- sources --------------------------------------------------------------------
     def _container(self, t: Tracked) -> dict[str, Any]:
@@ -258,28 +259,19 @@ def run_demo(sandbox: Sandbox, console: Console, timeout: float = 240.0) -> bool
         seed = Tracked("landon (1 GPU)", "landon", 1)
         _submit(sandbox, console, obs, seed, dict(SEED_PAYLOAD))
         all_tracked.append(seed)
-        _wait(lambda: _done(seed), timeout)
+        wait_for(lambda: _done(seed), timeout, what="the seed container's steps")
         console.print("[bold]2.[/] a 2-, a 4- and an 8-GPU container for three other tenancies, at once")
         for tenancy, gpus in (("acme", 2), ("globex", 4), ("initech", 8)):
             t = Tracked(f"{tenancy} ({gpus} GPUs)", tenancy, gpus)
             _submit(sandbox, console, obs, t, {"image": IMAGE, "tenancy": tenancy, "gpus": gpus})
             all_tracked.append(t)
-        _wait(lambda: all(_done(t) for t in all_tracked), timeout)
+        wait_for(lambda: all(_done(t) for t in all_tracked), timeout, what="every container's steps")
     except TimeoutError:
         console.print("[red]timed out waiting for the remaining steps[/]")
     finally:
         obs.stop()
         thread.join(timeout=5)
     return _summary(console, all_tracked)
-
-
-def _wait(predicate: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise TimeoutError
 
 
 def _summary(console: Console, tracked: list[Tracked]) -> bool:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from kubernetes import client, watch
 
 from gpucaas.core.crds import LABEL_TENANCY
@@ -197,14 +198,20 @@ class NodeAgent:
                 raise
 
     def _append_log(self, pod: dict[str, Any], text: str) -> None:
+        """Store the simulated output through the emulator's log endpoint (emulator-only)."""
         md = pod["metadata"]
-        container = pod["spec"]["containers"][0]["name"]
-        path = f"/emulator/v1/namespaces/{md['namespace']}/pods/{md['name']}/log"
+        cfg = self.api.configuration
+        url = f"{cfg.host}/emulator/v1/namespaces/{md['namespace']}/pods/{md['name']}/log"
+        headers = {"Content-Type": "text/plain"}
+        token = cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix("BearerToken")
+        if token:
+            headers["Authorization"] = token
         try:
-            self.api.call_api(path, "POST", query_params=[("container", container)], body=text,
-                              header_params={"Content-Type": "text/plain"}, _preload_content=False)
-        except client.ApiException as exc:
-            log.warning("cannot store the log of %s/%s: %s", md["namespace"], md["name"], exc.reason)
+            resp = httpx.post(url, params={"container": pod["spec"]["containers"][0]["name"]}, content=text,
+                              headers=headers, verify=cfg.ssl_ca_cert or cfg.verify_ssl, timeout=10)
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("cannot store the log of %s/%s: %s", md["namespace"], md["name"], exc)
 
     def _container_status(self, pod: dict[str, Any], state: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
         c = pod["spec"]["containers"][0]
@@ -241,7 +248,6 @@ class NodeAgent:
                            for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
             "containerStatuses": self._container_status(pod, {"running": {"startedAt": started}}, True),
         })
-        self._append_log(pod, simulated_log(pod, alloc, self.node))
         deadline = pod["spec"].get("activeDeadlineSeconds")
         now = time.monotonic()
         with self._lock:
@@ -249,6 +255,7 @@ class NodeAgent:
                                          now + run_seconds_of(pod, self.default_run_seconds),
                                          now + float(deadline) if deadline else None)
         self._wake.set()
+        self._append_log(pod, simulated_log(pod, alloc, self.node))
 
     def release(self, namespace: str, name: str) -> None:
         before = len(self.kubelet.allocations)

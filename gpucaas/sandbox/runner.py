@@ -127,6 +127,45 @@ def _node_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
     }
 
 
+def fabric_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
+    """The fabric service of a simulated node: FM simulator on the fake board, service VM on libvirt's test driver."""
+    return {
+        "GPUCAAS_FABRIC_NODE_NAME": node.name,
+        "GPUCAAS_FABRIC_SOCKET": str(node.fabric_socket),
+        "GPUCAAS_FABRIC_STATE_DIR": str(node.fabric_state_dir),
+        "GPUCAAS_FABRIC_SYSFS_ROOT": str(node.sysfs),
+        "GPUCAAS_FABRIC_FM_BACKEND": "simulator",
+        "GPUCAAS_FABRIC_BOARD": str(node.board / "board.json"),
+        "GPUCAAS_FABRIC_SIMULATE_FM_IN_VM": "true",
+        "GPUCAAS_FABRIC_LIBVIRT_URI": "test:///default",
+        "GPUCAAS_FABRIC_DOMAIN_TYPE": "test",
+        "GPUCAAS_FABRIC_DOMAIN_NAME": f"gpucaas-fabric-{node.name}",
+        "GPUCAAS_FABRIC_FM_CHANNEL": "none",
+        "GPUCAAS_FABRIC_DISK_IMAGE": str(node.fabric_state_dir / "service-vm.qcow2"),
+        "GPUCAAS_FABRIC_KUBECONFIG": str(kubeconfig),
+        "GPUCAAS_FABRIC_PUBLISH_INTERVAL_S": "2",
+        "GPUCAAS_FABRIC_RELEASE_GRACE_S": "3",
+    }
+
+
+def device_plugin_env(state_dir: Path) -> dict[str, str]:
+    """Leases on, golden firmware of the fake board, quick PodResources scans for a lively sandbox."""
+    golden = state_dir / "golden-firmware.json"
+    if not golden.exists():
+        from gpucaas.testing.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
+
+        golden.write_text(json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()],
+                                                          "versions": [GOLDEN_ROM_VERSION]}}))
+    return {
+        "GPUCAAS_LEASES": "true",
+        "GPUCAAS_FIRMWARE_GOLDEN_FILE": str(golden),
+        "GPUCAAS_FIRMWARE_ROM_TOGGLE": "false",  # the fake board's rom is a plain file
+        "GPUCAAS_POD_RESOURCES_INTERVAL": "1",
+        "GPUCAAS_FABRIC_SYNC_GRACE": "3",
+        "GPUCAAS_LEASE_INTERVAL": "0.5",
+    }
+
+
 def _apply(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
     """Create objects through the API (create, or leave an existing one alone)."""
     from kubernetes import config, dynamic
@@ -222,13 +261,10 @@ def start(
                           node.pod_resources_socket.parent):
                     d.mkdir(parents=True, exist_ok=True)
                 env = {**common, **_node_env(node, kubeconfig)}
-                say(f"[{name}] starting the fabric service (Fabric Manager simulator)")
+                say(f"[{name}] starting the fabric service (Fabric Manager simulator, service VM on libvirt test:///)")
                 sup.start(ServiceSpec(
-                    f"fabric-{name}",
-                    ["fabric", "--socket", str(node.fabric_socket), "--state-dir", str(node.fabric_state_dir),
-                     "--fm-backend", "simulator", "--board", str(node.board / "board.json"),
-                     "--libvirt-uri", "test:///default", "--node-name", name],
-                    env=env, ready=unix_socket_ready(node.fabric_socket),
+                    f"fabric-{name}", ["fabric"],
+                    env={**env, **fabric_env(node, kubeconfig)}, ready=unix_socket_ready(node.fabric_socket),
                 ))
                 say(f"[{name}] starting the node agent (kubelet stand-in)")
                 sup.start(ServiceSpec(
@@ -243,7 +279,7 @@ def start(
                     ["device-plugin", "--device-plugin-dir", str(node.device_plugin_dir),
                      "--cdi-dir", str(node.cdi_dir), "--pod-resources-socket", str(node.pod_resources_socket),
                      "--metrics-port", str(free_port()), "--node-name", name],
-                    env=env, ready=file_ready(node.root / "kubelet" / "registered"),
+                    env={**env, **device_plugin_env(state_dir)}, ready=file_ready(node.kubelet_dir / "registered"),
                 ))
 
         extender_port = free_port()

@@ -96,6 +96,8 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
         "log_config": None,
         "access_log": False,
         "lifespan": "on",
+        # long-lived log follows must not hold a shutdown (or a restart) forever
+        "timeout_graceful_shutdown": 10,
     }
     if settings.tls_cert is not None and settings.tls_key is not None:
         kwargs["ssl_certfile"] = str(settings.tls_cert)

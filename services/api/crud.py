@@ -198,24 +198,28 @@ def _by_idempotency_key(session: Session, *, tenancy: str, key: str) -> Containe
 
 
 def submit_container(
-    session: Session, *, tenancy: Tenancy, data: ContainerCreate, idempotency_key: str | None
+    session: Session, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None
 ) -> tuple[Container, bool]:
     """Commit a new submission (status Queued) after the quota check; returns (row, created).
 
     With an idempotency key already used for the same request, the existing row comes
-    back (created False); used for a different request, Conflict.
+    back (created False); used for a different request, Conflict. NotFound when the
+    tenancy does not exist.
     """
-    digest = request_hash(tenancy=tenancy.name, data=data)
+    digest = request_hash(tenancy=tenancy_name, data=data)
     if idempotency_key is not None:
-        existing = _by_idempotency_key(session, tenancy=tenancy.name, key=idempotency_key)
+        existing = _by_idempotency_key(session, tenancy=tenancy_name, key=idempotency_key)
         if existing is not None:
             return _same_request(existing, digest), False
     use_lock = not _is_postgres(session)
     if use_lock:
         _sqlite_quota_lock.acquire()
     try:
-        locked = get_tenancy(session, name=tenancy.name, lock=True)  # serialises quota checks
-        quota = locked.gpu_quota if locked is not None else tenancy.gpu_quota
+        tenancy = get_tenancy(session, name=tenancy_name, lock=True)  # serialises quota checks
+        if tenancy is None:
+            session.rollback()
+            raise errors.NotFound(f"tenancy {tenancy_name!r} not found")
+        quota = tenancy.gpu_quota
         in_use = active_gpus(session, tenancy=tenancy.name)
         if in_use + data.gpus > quota:
             session.rollback()
@@ -255,7 +259,6 @@ def submit_container(
     finally:
         if use_lock:
             _sqlite_quota_lock.release()
-    session.refresh(row)
     return row, True
 
 
@@ -392,8 +395,10 @@ def cancelled_with_pods(session: Session, *, limit: int = 32) -> Sequence[Contai
     ).all()
 
 
-def mark_pod_deleted(session: Session, *, container_id: str) -> None:
-    session.exec(update(Container).where(col(Container.id) == container_id).values(pod_deleted=True))
+def mark_pod_deleted(session: Session, *, container_id: str, deleted: bool = True) -> None:
+    """Record that the pod of a cancelled container is gone (or, ``deleted=False``, that it
+    still exists and must be deleted again)."""
+    session.exec(update(Container).where(col(Container.id) == container_id).values(pod_deleted=deleted))
     session.commit()
 
 

@@ -1,5 +1,8 @@
 """Request dependencies as ``Annotated`` aliases: the session, the caller, the adapters.
 
+Dependencies that do no I/O are ``async`` so that FastAPI does not hop to a worker
+thread for each of them on the submission hot path.
+
 ``CurrentTenant`` is whoever holds a valid token (a tenant token bound to its
 tenancy, or an admin token with ``tenancy=None``); ``AdminUser`` additionally
 requires an admin token.
@@ -24,7 +27,8 @@ _bearer = HTTPBearer(auto_error=False, description="A tenant or admin token.")
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    with Session(request.app.state.engine) as session:
+    # Rows stay readable after commit without a reload: a request's session is short-lived.
+    with Session(request.app.state.engine, expire_on_commit=False) as session:
         yield session
 
 
@@ -55,7 +59,7 @@ def get_caller(
 CurrentTenant = Annotated[Caller, Depends(get_caller)]
 
 
-def get_admin(caller: CurrentTenant) -> Caller:
+async def get_admin(caller: CurrentTenant) -> Caller:
     if not caller.is_admin:
         raise errors.Forbidden("this endpoint needs an admin token")
     return caller
@@ -64,15 +68,15 @@ def get_admin(caller: CurrentTenant) -> Caller:
 AdminUser = Annotated[Caller, Depends(get_admin)]
 
 
-def get_kube(request: Request) -> Kube:
+async def get_kube(request: Request) -> Kube:
     return request.app.state.kube
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_worker(request: Request) -> SubmissionWorker | None:
+async def get_worker(request: Request) -> SubmissionWorker | None:
     return request.app.state.worker
 
 

@@ -74,6 +74,17 @@ def check_env_names(env: Mapping[str, str]) -> Mapping[str, str]:
     return env
 
 
+# What is allowed, appended to pydantic's own message for these fields.
+FIELD_RULES = {
+    "gpus": "allowed: an integer from 1 to 8",
+    "timeout_seconds": "allowed: an integer number of seconds from 1 to 2592000 (30 days)",
+    "gpu_quota": "allowed: an integer from 0 to 100000",
+    "pod_quota": "allowed: an integer from 1 to 100000",
+    "limit": "allowed: an integer from 1 to 500",
+    "offset": "allowed: an integer from 0",
+}
+
+
 def _location(loc: Iterable[Any]) -> str:
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
@@ -102,5 +113,8 @@ def describe_validation_errors(errors: Iterable[Mapping[str, Any]], allowed: Ite
             msg = f"malformed JSON ({err.get('ctx', {}).get('error', 'parse error')})"
         elif kind == "missing":
             msg = "field required"
+        rule = FIELD_RULES.get(field.rsplit(".", 1)[-1])
+        if rule and kind != "missing":
+            msg = f"{msg} ({rule})"
         lines.append(f"{field}: {msg}")
     return "; ".join(lines) or "invalid request"

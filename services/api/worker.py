@@ -96,17 +96,31 @@ class SubmissionWorker:
         with Session(self.engine) as session:
             claimed = crud.claim_due(session, replica=self.replica, claim_seconds=self.settings.worker_claim_seconds)
         ready_cache: dict[str, dict[str, Any]] = {}
+        not_ready: dict[str, str] = {}  # tenancy -> why, found earlier in this pass
+        unavailable: str | None = None  # Kubernetes did not answer: do not try the rest now
         for row in claimed:
             if self._stop.is_set():
                 break
-            self._submit(row, ready_cache)
+            if unavailable is not None or row.tenancy in not_ready:
+                with Session(self.engine) as session:
+                    if unavailable is not None:
+                        crud.reschedule(session, container_id=row.id, delay=self._backoff(row.attempts),
+                                        message=unavailable, count_attempt=True)
+                    else:
+                        crud.reschedule(session, container_id=row.id, delay=TENANCY_READY_POLL,
+                                        message=not_ready[row.tenancy], count_attempt=False)
+                continue
+            unavailable = self._submit(row, ready_cache, not_ready)
             did = True
         return did
 
     def _backoff(self, attempts: int) -> float:
         return min(self.settings.retry_max_seconds, 0.5 * 2 ** max(0, attempts))
 
-    def _submit(self, row: Container, ready_cache: dict[str, dict[str, Any]]) -> None:
+    def _submit(
+        self, row: Container, ready_cache: dict[str, dict[str, Any]], not_ready: dict[str, str]
+    ) -> str | None:
+        """Move one claimed row on; returns the queue message when Kubernetes did not answer."""
         ctx = f"container {row.id} tenancy {row.tenancy}"
         try:
             tenancy_cr = ready_cache.get(row.tenancy)
@@ -130,12 +144,13 @@ class SubmissionWorker:
                 if phase != "Ready":
                     message = (tenancy_cr.get("status") or {}).get("message")
                     text = f"waiting for tenancy {row.tenancy!r} to be Ready (phase {phase})"
+                    not_ready[row.tenancy] = f"{text}: {message}" if message else text
                     with Session(self.engine) as session:
                         crud.reschedule(
                             session,
                             container_id=row.id,
                             delay=TENANCY_READY_POLL,
-                            message=f"{text}: {message}" if message else text,
+                            message=not_ready[row.tenancy],
                             count_attempt=False,
                         )
                     return
@@ -170,20 +185,19 @@ class SubmissionWorker:
                 log.exception("%s: unexpected error while submitting", ctx)
             delay = self._backoff(row.attempts)
             log.warning("%s: Kubernetes unavailable (%s); retry in %.1fs", ctx, exc, delay)
+            message = f"queued: Kubernetes unavailable ({exc}); retrying"
             with Session(self.engine) as session:
-                crud.reschedule(
-                    session,
-                    container_id=row.id,
-                    delay=delay,
-                    message=f"queued: Kubernetes unavailable ({exc}); retrying",
-                    count_attempt=True,
-                )
+                crud.reschedule(session, container_id=row.id, delay=delay, message=message, count_attempt=True)
+            return message
+        return None
 
     def _delete_pod(self, row: Container) -> None:
         try:
             self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
         except KubeError as exc:
             log.warning("container %s: pod delete failed (%s); will retry", row.id, exc)
+            with Session(self.engine) as session:
+                crud.mark_pod_deleted(session, container_id=row.id, deleted=False)
             return
         with Session(self.engine) as session:
             crud.mark_pod_deleted(session, container_id=row.id)
@@ -261,6 +275,13 @@ class SubmissionWorker:
                         crud.apply_pod_report(session, container_id=cid, report=report)
                     else:
                         crud.mark_failed(session, container_id=cid, message="pod deleted")
+                return cid
+            row = session.get(Container, cid)
+            if row is not None and row.status == ContainerStatus.CANCELLED:
+                if row.pod_deleted and not meta.get("deletionTimestamp"):
+                    # a pod that outlived its cancellation (created late by a crashed replica)
+                    crud.mark_pod_deleted(session, container_id=cid, deleted=False)
+                    self.wake()
                 return cid
             report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
             if crud.apply_pod_report(session, container_id=cid, report=report):

@@ -8,7 +8,9 @@ a Fabric Manager restart) or releasing them (holder gone) never leaks a
 partition.
 
 The records live in one JSON file written atomically (temp file, fsync,
-rename, fsync of the directory). The in-memory :class:`ActivationBook` is pure;
+rename, fsync of the directory), stamped with the kernel's boot id: records of
+an earlier boot of the node are dropped on load (a reboot reset every GPU and
+NVSwitch and no tenant VM survived it), wherever the state directory lives. The in-memory :class:`ActivationBook` is pure;
 :class:`ActivationStore` adds the file. Callers serialise access (the service
 holds one lock around every change); a ``flock`` on ``<state_dir>/lock`` keeps a
 second service process on the same node from sharing the file.
@@ -32,6 +34,14 @@ log = logging.getLogger(__name__)
 STATE_FILE = "activations.json"
 LOCK_FILE = "lock"
 FORMAT_VERSION = 1
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def current_boot_id() -> str:
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
 
 
 def utcnow() -> datetime:
@@ -116,10 +126,13 @@ class ActivationBook:
 class ActivationStore:
     """An :class:`ActivationBook` persisted atomically under ``state_dir``."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, boot_id: str | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / STATE_FILE
         self.book = ActivationBook()
+        self.boot_id = current_boot_id() if boot_id is None else boot_id
+        #: True when records of an earlier boot of the node were found and dropped.
+        self.discarded_stale = False
         self._lock_fd: int | None = None
 
     # --- lifecycle ------------------------------------------------------------------
@@ -136,7 +149,16 @@ class ActivationStore:
             os.close(fd)
             raise StateError(f"another fabric service holds {self.state_dir / LOCK_FILE}") from None
         self._lock_fd = fd
-        self.book = ActivationBook(self._load())
+        records, boot_id = self._read()
+        if records and boot_id != self.boot_id:
+            # The node rebooted: every GPU and NVSwitch was reset, no tenant VM survived.
+            log.warning("dropping %d activation record(s) of an earlier boot of the node (%s)",
+                        len(records), boot_id or "unknown")
+            records = []
+            self.discarded_stale = True
+        self.book = ActivationBook(records)
+        if self.discarded_stale:
+            self.save()
         log.info("loaded %d activation record(s) from %s", len(self.book), self.path)
         return self
 
@@ -153,20 +175,24 @@ class ActivationStore:
         self.close()
 
     # --- file -----------------------------------------------------------------------
-    def _load(self) -> list[Activation]:
+    def _read(self) -> tuple[list[Activation], str]:
         if not self.path.exists():
-            return []
+            return [], self.boot_id
         try:
             data = json.loads(self.path.read_text())
             if data.get("version") != FORMAT_VERSION:
                 raise ValueError(f"version {data.get('version')!r}, expected {FORMAT_VERSION}")
-            return [Activation.from_json(d) for d in data["activations"]]
+            return [Activation.from_json(d) for d in data["activations"]], str(data.get("boot_id", ""))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StateError(f"cannot read activation records {self.path}: {exc}") from exc
 
+    def _load(self) -> list[Activation]:
+        return self._read()[0]
+
     def save(self) -> None:
         """Write every record atomically (temp + fsync + rename + directory fsync)."""
-        data = {"version": FORMAT_VERSION, "activations": [a.to_json() for a in self.book]}
+        data = {"version": FORMAT_VERSION, "boot_id": self.boot_id,
+                "activations": [a.to_json() for a in self.book]}
         tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
         try:
             with open(tmp, "w") as f:

@@ -24,6 +24,8 @@ from services.fabric.errors import DomainXMLError
 
 METADATA_NS = "https://gpucaas.dev/xmlns/fabric-vm/v1"
 CHANNEL_NAME = "dev.gpucaas.fabricmanager"
+#: SMBIOS OEM string the service VM image reads (dmidecode -t 11) to choose FABRIC_MODE_RESTART.
+FM_RESTART_OEM_STRING = "gpucaas.fm-restart="
 DOMAIN_TYPES = ("kvm", "qemu", "test")
 FM_CHANNELS = ("network", "unix", "none")
 
@@ -46,6 +48,7 @@ class DomainSpec:
     fm_channel_socket: str | None = None
     node: str = ""
     serial_log: str | None = None  # write the serial console to this file (tests); else a pty
+    fm_restart: bool = False  # boot Fabric Manager in resiliency/restart mode (not the node's first boot)
 
     def validate(self) -> None:
         if not self.name or any(c in self.name for c in "/ \t\n"):
@@ -139,9 +142,18 @@ def build_domain_xml(spec: DomainSpec, template: str) -> str:
     if os_el is None:
         os_el = _sub(root, "os")
         _sub(os_el, "type", "hvm", arch="x86_64", machine="q35")
-    for tag in ("kernel", "initrd", "cmdline", "boot"):
+    for tag in ("kernel", "initrd", "cmdline", "boot", "smbios"):
         for old in os_el.findall(tag):
             os_el.remove(old)
+    # Tell the image whether Fabric Manager starts fresh (first boot since the host booted)
+    # or in restart mode (the VM restarted while partitions may be active): SMBIOS type 11.
+    _sub(os_el, "smbios", mode="sysinfo")
+    for old in root.findall("sysinfo"):
+        root.remove(old)
+    sysinfo = ET.Element("sysinfo", type="smbios")
+    oem = _sub(sysinfo, "oemStrings")
+    _sub(oem, "entry", f"{FM_RESTART_OEM_STRING}{int(spec.fm_restart)}")
+    root.insert(list(root).index(os_el), sysinfo)
     if spec.kernel:
         _sub(os_el, "kernel", spec.kernel)
         _sub(os_el, "initrd", spec.initrd)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def domain_spec(settings: FabricSettings, hostdevs: tuple[str, ...]) -> DomainSp
         vcpus=settings.vcpus,
         memory_mib=settings.memory_mib,
         hostdevs=hostdevs,
-        disk_image=None if settings.kernel else (str(settings.disk_image) if settings.disk_image else None),
+        disk_image=str(settings.disk_image) if settings.disk_image else None,
         kernel=str(settings.kernel) if settings.kernel else None,
         initrd=str(settings.initrd) if settings.initrd else None,
         cmdline=settings.kernel_cmdline,
@@ -122,10 +123,23 @@ class FabricNode:
 
         return template_text()
 
+    @property
+    def _booted_marker(self) -> Path:
+        return self.settings.state_dir / "service-vm-booted"
+
+    def _mark_first_boot(self) -> None:
+        """After the VM's first boot since the host booted, later boots start FM in restart mode."""
+        assert self.vm is not None
+        if not self._booted_marker.exists():
+            self._booted_marker.write_text("1\n")
+        if not self.vm.spec.fm_restart:
+            self.vm.set_spec(replace(self.vm.spec, fm_restart=True), self._template_text())
+
     def build_vm(self) -> ServiceVM:
         s = self.settings
+        spec = replace(domain_spec(s, passthrough_devices(s)), fm_restart=self._booted_marker.exists())
         return ServiceVM(
-            s.libvirt_uri, domain_spec(s, passthrough_devices(s)), self._template_text(),
+            s.libvirt_uri, spec, self._template_text(),
             watch_interval_s=s.watch_interval_s,
             backoff=BackoffPolicy(s.restart_backoff_initial_s, s.restart_backoff_max_s, s.restart_stable_s),
             stop_timeout_s=s.stop_timeout_s,
@@ -133,12 +147,28 @@ class FabricNode:
         )
 
     def _vm_restarted(self) -> None:
-        """The service VM came back: the Fabric Manager in it is fresh. Reconnect and replay."""
-        if self.settings.simulate_fm_in_vm and getattr(self.fm, "backend", "") == "simulator":
-            self.fm.restart()  # type: ignore[attr-defined]  # the simulator plays FM-in-the-VM
-        ids = self.service.fabric_restarted(self.settings.fm_connect_timeout_s)
+        """The watcher restarted the service VM: the Fabric Manager in it is fresh."""
+        ids = self._fabric_fresh()
+        if ids is None:
+            raise FabricServiceError("Fabric Manager did not come back after the VM restart")
         self.vm_restart_replays += 1
         log.warning("service VM restart handled: replayed partitions %s", ids)
+
+    def _fabric_fresh(self) -> list[int] | None:
+        """The service VM was (re)booted: reconnect to its Fabric Manager and replay the records.
+
+        With the simulator backend and ``simulate_fm_in_vm`` the simulator is
+        restarted first: it plays the Fabric Manager that booted with the VM.
+        Returns the replayed ids, or None when Fabric Manager did not come up in
+        time (the reconcile loop replays once it does).
+        """
+        if self.settings.simulate_fm_in_vm and getattr(self.fm, "backend", "") == "simulator":
+            self.fm.restart()  # type: ignore[attr-defined]
+        try:
+            return self.service.fabric_restarted(self.settings.fm_connect_timeout_s)
+        except FabricServiceError as exc:
+            log.error("after the service VM boot: %s", exc)
+            return None
 
     def vm_state(self) -> dict[str, Any]:
         if self.vm is None:
@@ -166,14 +196,20 @@ class FabricNode:
         log.info("fabric service starting on node %s: %s", s.node_name, s.redacted())
         self._stopped = False
         self.store.open()
+        if self.store.discarded_stale:
+            self._booted_marker.unlink(missing_ok=True)  # the node rebooted: FM starts fresh
         try:
+            booted = False
             if s.vm_enabled:
                 self.vm = self.build_vm()
-                self.vm.start()
-            report = self.service.reconcile()
-            if not report["reachable"]:
+                booted = self.vm.start()
+                self._mark_first_boot()
+            if booted:
+                self._fabric_fresh()
+            elif not self.service.reconcile()["reachable"]:
                 log.warning("Fabric Manager not reachable yet; partitions wait for it")
-            self.server = UnixServer(create_app(self.service, self.vm_state), s.socket, s.socket_mode)
+            self.server = UnixServer(create_app(self.service, self.vm_state, default_grace_s=s.release_grace_s),
+                                     s.socket, s.socket_mode)
             self.server.start()
             if self.vm is not None:
                 self.vm.start_watch()

@@ -46,10 +46,11 @@ class LiveHolder(BaseModel):
 
 class SyncRequest(BaseModel):
     live: list[LiveHolder]
-    grace_seconds: float = Field(30.0, ge=0)
+    grace_seconds: float | None = Field(None, ge=0, description="Default: the service's release_grace_s")
 
 
-def create_app(service: PartitionService, vm_state: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
+def create_app(service: PartitionService, vm_state: Callable[[], dict[str, Any]] | None = None,
+               *, default_grace_s: float = 30.0) -> FastAPI:
     """The API over ``service``; ``vm_state`` reports the service VM (None: no VM managed)."""
     app = FastAPI(title="gpucaas fabric service", version="1", docs_url=None, redoc_url=None)
 
@@ -88,7 +89,8 @@ def create_app(service: PartitionService, vm_state: Callable[[], dict[str, Any]]
     @app.post("/v1/activations/sync")
     def sync(body: SyncRequest) -> dict[str, Any]:
         """Release every activation whose holder is not live and older than the grace."""
-        return service.sync([h.model_dump() for h in body.live], body.grace_seconds)
+        grace = default_grace_s if body.grace_seconds is None else body.grace_seconds
+        return service.sync([h.model_dump() for h in body.live], grace)
 
     @app.delete("/v1/activations/{holder:path}")
     def release(holder: str) -> dict[str, Any]:

@@ -163,6 +163,13 @@ class ServiceVM:
         except libvirt.libvirtError as exc:
             raise ServiceVMError(f"starting network {self.spec.fm_network}: {exc}") from exc
 
+    def set_spec(self, spec: DomainSpec, template: str) -> None:
+        """Change the definition; applied to the persistent domain now, to the VM at its next boot."""
+        with self._lock:
+            self.spec = spec
+            self.xml = build_domain_xml(spec, template)
+            self.ensure_defined()
+
     def ensure_defined(self) -> Any:
         """Define the domain, or reuse the existing one of the same name.
 
@@ -191,17 +198,22 @@ class ServiceVM:
                  len(self.spec.hostdevs))
         return dom
 
-    def start(self) -> None:
-        """Define (or reuse) and start the domain if it is not running; idempotent."""
+    def start(self) -> bool:
+        """Define (or reuse) and start the domain if it is not running; idempotent.
+
+        Returns True when the domain was booted now (the Fabric Manager in it is fresh).
+        """
         libvirt = _libvirt()
         with self._lock:
             self._stopping = False
             self.ensure_network()
             dom = self.ensure_defined()
             state = dom.state()[0]
+            booted = False
             if state == libvirt.VIR_DOMAIN_PAUSED:
                 dom.resume()
             elif state not in _RUNNING:
+                booted = True
                 try:
                     dom.create()
                 except libvirt.libvirtError as exc:
@@ -214,6 +226,7 @@ class ServiceVM:
             self._up_since = time.monotonic()
             self._state = "running"
             self.message = ""
+            return booted
 
     def stop(self, *, timeout_s: float | None = None) -> None:
         """Shut the VM down (ACPI), destroying it after ``timeout_s``; stops the watcher first."""
@@ -259,7 +272,7 @@ class ServiceVM:
     # --- state ------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {"state": self._state, "domain": self.spec.name, "restarts": self.restarts,
-                "message": self.message}
+                "crash_streak": self._streak, "message": self.message}
 
     def domain_id(self) -> int | None:
         dom = self._lookup()

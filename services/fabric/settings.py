@@ -25,8 +25,10 @@ class FabricSettings(BaseSettings):
     node_name: str = Field("localhost", description="Kubernetes node this service runs on (FabricState name).")
     socket: Path = Field(Path(DEFAULT_SOCKET), description="Unix socket of the local API.")
     socket_mode: int = Field(0o660, description="Permission bits of the local API socket.")
-    state_dir: Path = Field(Path("/var/lib/gpucaas/fabric"),
-                            description="Where activation records are kept (activations.json).")
+    state_dir: Path = Field(
+        Path("/run/gpucaas/fabric"),
+        description="Activation records (activations.json); kept across service restarts, dropped after a "
+                    "node reboot (boot id), which resets every GPU.")
     sysfs_root: Path = Field(Path("/sys"), description="Root of sysfs (tests point it at a fake tree).")
 
     # --- Fabric Manager ---------------------------------------------------------------
@@ -39,7 +41,7 @@ class FabricSettings(BaseSettings):
     simulate_fm_in_vm: bool = Field(
         True, description="Simulator only: treat a service VM restart as a Fabric Manager restart (FM lives in the VM).")
     fm_connect_timeout_s: float = Field(60.0, gt=0, description="How long to wait for Fabric Manager after a (re)start.")
-    release_grace_s: float = Field(30.0, ge=0, description="Default grace before an orphan activation is released by sync.")
+    release_grace_s: float = Field(30.0, ge=0, description="Grace of /v1/activations/sync when the request gives none.")
     reconcile_interval_s: float = Field(5.0, gt=0, description="How often Fabric Manager state is checked against the records.")
 
     # --- service VM (libvirt) ---------------------------------------------------------
@@ -51,11 +53,11 @@ class FabricSettings(BaseSettings):
     domain_template: Path | None = Field(None, description="Domain XML template (default: vm_images/domain/service-vm.xml).")
     vcpus: int = Field(2, ge=1, le=64, description="vCPUs of the service VM.")
     memory_mib: int = Field(4096, ge=64, description="Memory of the service VM in MiB.")
-    disk_image: Path | None = Field(Path("/var/lib/gpucaas/fabric/service-vm.qcow2"),
-                                    description="Service VM disk image (qcow2) built by vm_images/build-service-vm.sh.")
-    kernel: Path | None = Field(None, description="Direct-boot kernel (test image); replaces booting the disk.")
+    disk_image: Path | None = Field(None, description="Service VM disk image (qcow2) built by vm_images/service-vm/build.sh.")
+    kernel: Path | None = Field(None, description="Direct-boot kernel (with initrd; the disk, if any, is attached as vda).")
     initrd: Path | None = Field(None, description="Direct-boot initramfs (with kernel).")
-    kernel_cmdline: str = Field("console=ttyS0 quiet", description="Kernel command line for direct boot.")
+    kernel_cmdline: str = Field("console=ttyS0 root=LABEL=fabricvm ro quiet",
+                                description="Kernel command line for direct boot.")
     fm_channel: Literal["network", "unix", "none"] = Field(
         "network", description="How the host reaches Fabric Manager: a private libvirt network or a virtio-serial unix socket.")
     fm_network: str = Field("gpucaas-fabric", description="Isolated libvirt network for fm_channel=network.")
@@ -103,6 +105,8 @@ class FabricSettings(BaseSettings):
     def _cross_checks(self) -> FabricSettings:
         if (self.kernel is None) != (self.initrd is None):
             raise ValueError("kernel and initrd must be given together (direct boot), or neither")
+        if self.vm_enabled and self.kernel is None and self.disk_image is None:
+            raise ValueError("vm_enabled needs disk_image and/or kernel+initrd (or vm_enabled=false)")
         if self.restart_backoff_max_s < self.restart_backoff_initial_s:
             raise ValueError("restart_backoff_max_s must be >= restart_backoff_initial_s")
         return self

@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from gpucaas.core import crds
 
 from . import errors
-from .reconcile import matches
+from .comparison import matches
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +250,6 @@ def _merge_for_replace(desired: Mapping[str, Any], live: Mapping[str, Any]) -> d
     merged = {k: v for k, v in live.items() if k not in ("metadata",)}
     merged.update({k: v for k, v in desired.items() if k != "metadata"})
     merged["metadata"] = meta
-    if desired["kind"] == "Namespace":
-        merged.pop("spec", None)  # spec.finalizers is the namespace controller's
     if desired["kind"] == "PersistentVolume" and "claimRef" in (live.get("spec") or {}):
         spec = dict(merged["spec"])
         claim = dict(spec["claimRef"])

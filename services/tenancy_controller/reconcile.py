@@ -24,6 +24,7 @@ from typing import Any
 from gpucaas.core import crds
 
 from . import builders, policies
+from .comparison import is_subset, matches  # noqa: F401 - part of this module's API
 from .errors import InvalidSpec, NotReadyYet
 from .spec import Tenancy, parse_tenancy
 
@@ -121,36 +122,6 @@ def reconcile_tenancy(
             ("PersistentVolume", builders.persistent_volume_name(tenancy.name), None),
         ]
     return Plan(tenancy=tenancy, components=components, namespace_owned=owned, notes=notes, absent=absent)
-
-
-def is_subset(desired: Any, observed: Any) -> bool:
-    """True when every field of ``desired`` is present and equal in ``observed``.
-
-    Lists must have the same length and match element-wise; fields the server
-    adds (defaults, status, resourceVersion, a bound PV's claimRef.uid) are ignored.
-    """
-    if isinstance(desired, Mapping):
-        return isinstance(observed, Mapping) and all(
-            k in observed and is_subset(v, observed[k]) for k, v in desired.items()
-        )
-    if isinstance(desired, list):
-        return (
-            isinstance(observed, list)
-            and len(desired) == len(observed)
-            and all(is_subset(d, o) for d, o in zip(desired, observed, strict=True))
-        )
-    return desired == observed
-
-
-def matches(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
-    """True when ``observed`` is the ``desired`` object as specified (spec, labels, owners)."""
-    if observed is None or (observed.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    meta_d, meta_o = desired.get("metadata") or {}, observed.get("metadata") or {}
-    for key in ("labels", "ownerReferences"):
-        if key in meta_d and not is_subset(meta_d[key], meta_o.get(key)):
-            return False
-    return all(is_subset(v, observed.get(k)) for k, v in desired.items() if k not in ("metadata", "apiVersion", "kind"))
 
 
 def _condition(ctype: str, ok: bool, reason: str, message: str, generation: int | None,

@@ -125,6 +125,26 @@ def test_cancel_deletes_the_pod(api: ApiServer, k8s: Any) -> None:
         assert status_of(c, cid)["status"] == "Cancelled"
 
 
+def test_a_pod_that_outlives_its_cancellation_is_deleted(api: ApiServer, k8s: Any) -> None:
+    from kubernetes import client as kc
+
+    from services.api.pods import build_pod
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "late")
+    mark_tenancy_ready(k8s, "late")
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
+        wait_for(lambda: get_pod(k8s, "tenant-late", f"gpucaas-{cid}"))
+        c.delete(f"/v1/containers/{cid}")
+        wait_for(lambda: get_pod(k8s, "tenant-late", f"gpucaas-{cid}") is None)
+        # a replica that crashed mid-submission creates the pod after the cancellation
+        kc.CoreV1Api(k8s).create_namespaced_pod("tenant-late", build_pod(container_id=cid, tenancy="late",
+                                                                          image="ubuntu", gpus=1))
+        wait_for(lambda: get_pod(k8s, "tenant-late", f"gpucaas-{cid}") is None)
+        assert status_of(c, cid)["status"] == "Cancelled"
+
+
 def test_logs_and_follow(api: ApiServer, k8s: Any, kube_emulator: Any) -> None:
     with api.client() as admin:
         token = new_tenancy(admin, "logs")

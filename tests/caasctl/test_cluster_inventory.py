@@ -1,7 +1,7 @@
 """caasctl nodes, gpus (+ quarantine/release), leases and partitions list through the API.
 
 The cluster is what the other services would publish: a Node with GPU capacity, GPULeases
-(the CRD's wire form, statuses from ``gpucaas.core.lease_states``, the lease state machine),
+(``gpucaas.core.lease_store``, moved by the lease state machine ``gpucaas.core.lease_states``),
 and the FabricState that the fabric service's own publisher writes from a fabric service
 running over the Fabric Manager simulator (one partition held by a container, one GPU with
 a failed NVLink).
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpucaas.core import crds, lease_states
+from gpucaas.core import lease_states
 from gpucaas.core.fabric_client import holder_for_gpus
+from gpucaas.core.lease_store import LeaseStore, build_gpu_lease, lease_name
 from services.fabric.fabric_manager.simulator import default_gpu_map
 from services.fabric.publisher import FabricStatePublisher, build_fabric_state_status
 
@@ -29,24 +30,10 @@ HOLDER = holder_for_gpus(GPUS[p] for p in HELD)
 BROKEN = 8  # the GPU with a failed NVLink
 
 
-def lease_name(node: str, pci: str) -> str:
-    return f"{node}-{pci.replace(':', '-').replace('.', '-')}"
-
-
-def create_lease(kube: Any, node: str, pci: str, physical_id: int, status: dict[str, Any]) -> None:
-    """A GPULease as the device plugin's lease agent makes it (contract in gpucaas/core/crds)."""
-    custom = client.CustomObjectsApi(kube)
-    name = lease_name(node, pci)
-    custom.create_cluster_custom_object(crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL, {
-        "apiVersion": crds.API_VERSION, "kind": "GPULease", "metadata": {"name": name},
-        "spec": {"node": node, "pciAddress": pci, "deviceId": "0x2330", "physicalId": physical_id,
-                 "model": "H100-SXM5-80GB"}})
-    custom.patch_cluster_custom_object_status(crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL, name, {"status": status})
-
-
 def get_lease(kube: Any, node: str, pci: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(kube).get_cluster_custom_object(
-        crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL, lease_name(node, pci))
+    lease = LeaseStore(kube).get(lease_name(node, pci))
+    assert lease is not None
+    return lease
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +45,12 @@ def cluster(kube: Any, fabric_service: Fabric) -> dict[str, Any]:
             "capacity": {"nvidia.com/gpu": str(gpus)}, "allocatable": {"nvidia.com/gpu": str(gpus)},
             "conditions": [{"type": "Ready", "status": "True" if name == NODE else "False",
                             "reason": "KubeletReady", "message": "ok"}]}})
-    holder = lease_states.Holder("gpucaas-c1", "tenant-acme", "acme")
+    store = LeaseStore(kube)
     for physical_id, pci in GPUS.items():
-        status = lease_states.initial()
-        if physical_id in HELD:
-            status = lease_states.allocated(status, holder)
-        create_lease(kube, NODE, pci, physical_id, status)
+        store.ensure(build_gpu_lease(NODE, pci, "0x2330", physical_id, "H100-SXM5-80GB"))
+    holder = lease_states.Holder("gpucaas-c1", "tenant-acme", "acme")
+    for physical_id in HELD:
+        store.transition(lease_name(NODE, GPUS[physical_id]), lambda st: lease_states.allocated(st, holder))
 
     svc = fabric_service.service
     svc.activate(HOLDER, [GPUS[p] for p in HELD], pod="tenant-acme/gpucaas-c1")

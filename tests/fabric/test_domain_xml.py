@@ -109,7 +109,7 @@ def test_bad_template() -> None:
 def test_defined_and_started_on_the_test_driver(tmp_path: Path, test_conn, variant: str) -> None:
     board = build_hgx_h100(tmp_path / "n", variant=variant)
     settings = FabricSettings(sysfs_root=board.sysfs, domain_type="test", domain_name=f"fab-{variant}",
-                              libvirt_uri="test:///default", fm_channel="unix",
+                              libvirt_uri="test:///default", fm_channel="unix", disk_image=tmp_path / "d.qcow2",
                               fm_channel_socket=tmp_path / "fm.sock")
     devs = passthrough_devices(settings)
     assert devs == ALL
@@ -190,3 +190,10 @@ def test_undefined_domain_is_redefined(test_conn) -> None:
     finally:
         vm.undefine()
         vm.close()
+
+
+@pytest.mark.parametrize(("restart", "entry"), [(False, "gpucaas.fm-restart=0"), (True, "gpucaas.fm-restart=1")])
+def test_fm_restart_mode_is_an_smbios_oem_string(restart: bool, entry: str) -> None:
+    root = ET.fromstring(build_domain_xml(spec(fm_restart=restart), template_text()))
+    assert root.find("os/smbios").get("mode") == "sysinfo"
+    assert [e.text for e in root.findall("sysinfo/oemStrings/entry")] == [entry]

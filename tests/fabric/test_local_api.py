@@ -187,3 +187,13 @@ def test_unreachable_socket_raises_unavailable(tmp_path_factory: pytest.TempPath
     with FabricClient(tmp_path_factory.mktemp("none") / "absent.sock", timeout=2) as c, \
             pytest.raises(FabricUnavailable):
         c.health()
+
+
+def test_sync_without_grace_uses_the_service_default(service, tmp_path_factory, fabric: SimulatedFabric) -> None:
+    from services.fabric.server import UnixServer, create_app
+
+    with UnixServer(create_app(service, default_grace_s=0), tmp_path_factory.mktemp("g") / "f.sock") as srv, \
+            FabricClient(srv.socket_path) as c:
+        c.activate(holder(4), pcis(4))
+        assert c.sync([], grace_seconds=None)["released"] == [holder(4)]
+        assert active(fabric) == set()

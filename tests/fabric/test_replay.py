@@ -91,6 +91,7 @@ def node(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
         node_name="gpu-node-1", socket=tmp_path_factory.mktemp("s") / "fabric.sock",
         state_dir=tmp_path / "state", sysfs_root=board.sysfs, fm_backend="simulator",
         libvirt_uri="test:///default", domain_type="test", domain_name=f"fabric-{tmp_path.name}",
+        disk_image=tmp_path / "service-vm.qcow2",
         fm_channel="unix", fm_channel_socket=tmp_path / "fm.sock", watch_interval_s=0.05,
         restart_backoff_initial_s=0.01, restart_backoff_max_s=0.05, reconcile_interval_s=0.2,
         publish=False, stop_vm_on_exit=True,
@@ -112,12 +113,25 @@ def test_vm_crash_restarts_vm_and_replays(node: FabricNode) -> None:
         try:
             conn.lookupByName(node.settings.domain_name).destroy()  # the VM dies
             wait_for(lambda: node.vm_restart_replays == 1, what="restart + replay")
-            assert conn.lookupByName(node.settings.domain_name).isActive()
+            dom = conn.lookupByName(node.settings.domain_name)
+            assert dom.isActive()
+            assert "gpucaas.fm-restart=1" in dom.XMLDesc()  # FM booted in restart mode this time
         finally:
             conn.close()
-        assert fabric.restarts == 1  # FM-in-the-VM restarted with it (simulated)
+        assert fabric.restarts == 2  # FM-in-the-VM booted with it, then restarted with it (simulated)
         assert fabric.active_partition_ids() == {1, 6}
         h = c.health()
         assert h["service_vm"]["restarts"] == 1 and h["service_vm"]["state"] == "running"
         assert h["fabric_manager"]["replays"] >= 1
         assert {p["id"] for p in c.partitions() if p["active"]} == {1, 6}
+
+
+def test_records_of_an_earlier_boot_are_dropped(tmp_path: Path, fabric: SimulatedFabric) -> None:
+    with ActivationStore(tmp_path / "st", boot_id="boot-1") as store:
+        PartitionService(SimulatedFabricManager(fabric), store).activate(holder(1), pcis(1))
+    with ActivationStore(tmp_path / "st", boot_id="boot-1") as store:  # service restart: kept
+        assert not store.discarded_stale and len(store.book) == 1
+    with ActivationStore(tmp_path / "st", boot_id="boot-2") as store:  # node reboot: dropped
+        assert store.discarded_stale and len(store.book) == 0
+    with ActivationStore(tmp_path / "st", boot_id="boot-2") as store:
+        assert not store.discarded_stale and len(store.book) == 0

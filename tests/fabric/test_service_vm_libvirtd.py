@@ -73,12 +73,13 @@ def test_boot_crash_restart_replay_and_clean_stop(
             wait_for(lambda: node.vm_restart_replays == 1, 120, "VM restart + replay")
             assert conn.lookupByName(name).ID() != first_id
             assert libvirtd.qemu_pid(name) not in (None, pid)
-            assert fabric.restarts == 1
+            assert fabric.restarts == 2  # booted with the VM, then restarted with it
             assert fabric.active_partition_ids() == {1, 5}  # replayed
             wait_for(lambda: console.read_text(errors="replace").count(READY_LINE) >= 2, 120,
                      "the guest to boot again")
             h = c.health()
-            assert h["service_vm"] == {"state": "running", "domain": name, "restarts": 1, "message": ""}
+            assert h["service_vm"] == {"state": "running", "domain": name, "restarts": 1, "crash_streak": 1,
+                                      "message": ""}
             assert {p["id"] for p in c.partitions() if p["active"]} == {1, 5}
 
         node.stop()  # clean stop: the VM is shut down, not restarted
@@ -86,6 +87,18 @@ def test_boot_crash_restart_replay_and_clean_stop(
         assert libvirtd.qemu_pid(name) is None
         time.sleep(3 * settings.watch_interval_s)
         assert not dom.isActive()  # the watcher did not bring it back
+
+        # The service comes back (DaemonSet pod restarted): it reuses the domain, boots it,
+        # and replays the records it kept on disk into the fresh Fabric Manager.
+        node = FabricNode(settings, fm=node.fm)
+        node.start()
+        assert node.vm is not None and node.vm.reused
+        assert [d.name() for d in conn.listAllDomains()].count(name) == 1
+        assert conn.lookupByName(name).isActive()
+        assert fabric.restarts == 3
+        assert fabric.active_partition_ids() == {1, 5}
+        node.stop()
+        assert not conn.lookupByName(name).isActive()
     finally:
         node.stop()
         try:

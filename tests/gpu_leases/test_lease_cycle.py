@@ -29,6 +29,18 @@ def controller_step(store: LeaseStore, k8s: client.ApiClient, now: dt.datetime |
     return handlers.step(store, client.CoreV1Api(k8s), store.get(NAME), now or dt.datetime.now(dt.UTC))
 
 
+def to_checking(agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient) -> None:
+    """Lease the GPU to a pod, let the pod go, and let the controller request the check."""
+    agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    agent.reconcile_once()
+    kubelet.drop("tenant-acme", "c-1")
+    agent.reconcile_once()
+    controller_step(store, k8s)
+    assert state(store) == "Checking"
+
+
 def test_every_gpu_gets_a_free_lease(lease_agent: LeaseNodeAgent, store: LeaseStore, hgx_board: FakeBoard) -> None:
     lease_agent.reconcile_once()
     leases = store.list(NODE)
@@ -99,13 +111,7 @@ def test_tampered_rom_is_quarantined_and_reported_unhealthy(
 def test_gpu_vanishing_mid_check_ends_quarantined(
     lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient, hgx_board: FakeBoard,
 ) -> None:
-    lease_agent.reconcile_once()
-    make_pod(k8s, "acme", "c-1")
-    kubelet.hold("tenant-acme", "c-1", GPU)
-    lease_agent.reconcile_once()
-    kubelet.drop("tenant-acme", "c-1")
-    lease_agent.reconcile_once()
-    controller_step(store, k8s)
+    to_checking(lease_agent, store, kubelet, k8s)
     hgx_board.remove_device(GPU)
     lease_agent.reconcile_once()
     lz = store.get(NAME)
@@ -132,13 +138,7 @@ def test_check_timeout_retries_then_quarantines(
     lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
 ) -> None:
     """No node answers (its agent is down): retried, then Quarantined with the reason."""
-    lease_agent.reconcile_once()
-    make_pod(k8s, "acme", "c-1")
-    kubelet.hold("tenant-acme", "c-1", GPU)
-    lease_agent.reconcile_once()
-    kubelet.drop("tenant-acme", "c-1")
-    lease_agent.reconcile_once()
-    controller_step(store, k8s)
+    to_checking(lease_agent, store, kubelet, k8s)
     later = dt.datetime.now(dt.UTC)
     outcomes = []
     for _ in range(handlers.CHECK_ATTEMPTS):

@@ -216,3 +216,13 @@ def test_wrong_kind_is_400(core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as err:
         core.create_namespaced_pod("default", {"kind": "Service", "metadata": {"name": "x"}})
     assert err.value.status == 400
+
+
+def test_pod_spec_is_immutable_but_images(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("p"))
+    out = core.patch_namespaced_pod("p", "default", {"spec": {"containers": [{"name": "main", "image": "busybox:2"}]}})
+    assert out.spec.containers[0].image == "busybox:2"
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_pod("p", "default", {"spec": {"nodeName": "gpu-1"}})  # use pods/binding instead
+    body = _status(err.value)
+    assert err.value.status == 422 and body["details"]["causes"][0]["field"] == "spec"

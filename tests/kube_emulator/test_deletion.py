@@ -156,3 +156,17 @@ def test_crd_deletion_removes_its_objects_and_discovery(crds: client.Apiextensio
     with pytest.raises(ApiException) as err:
         custom.list_cluster_custom_object(*LEASES)
     assert err.value.status == 404
+
+
+def test_foreground_deletion_waits_for_dependents(core: client.CoreV1Api) -> None:
+    owner = core.create_namespaced_config_map("default", {"metadata": {"name": "owner"}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid,
+           "blockOwnerDeletion": True}
+    core.create_namespaced_secret("default", {"metadata": {"name": "s", "ownerReferences": [ref],
+                                                           "finalizers": ["x.dev/hold"]}})
+    core.delete_namespaced_config_map("owner", "default", propagation_policy="Foreground")
+    held = core.read_namespaced_config_map("owner", "default")
+    assert held.metadata.deletion_timestamp is not None and "foregroundDeletion" in held.metadata.finalizers
+    assert core.read_namespaced_secret("s", "default").metadata.deletion_timestamp is not None
+    core.patch_namespaced_secret("s", "default", {"metadata": {"finalizers": None}})
+    wait_for(lambda: _gone(lambda: core.read_namespaced_config_map("owner", "default")), what="owner removed")

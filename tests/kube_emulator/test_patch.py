@@ -14,36 +14,46 @@ SMP = "application/strategic-merge-patch+json"
 LEASES = ("gpucaas.dev", "v1alpha1", "gpuleases")
 
 
-def _pod(core: client.CoreV1Api) -> None:
-    body = pod_body("p")
-    body["spec"]["containers"] = [
-        {"name": "a", "image": "img:1", "env": [{"name": "X", "value": "1"}]},
-        {"name": "b", "image": "img:1"},
-    ]
-    core.create_namespaced_pod("default", body)
+def _deployment(k8s: client.ApiClient) -> client.AppsV1Api:
+    apps = client.AppsV1Api(k8s)
+    apps.create_namespaced_deployment("default", {
+        "metadata": {"name": "d"},
+        "spec": {"selector": {"matchLabels": {"app": "d"}}, "template": {
+            "metadata": {"labels": {"app": "d"}},
+            "spec": {"containers": [
+                {"name": "a", "image": "img:1", "env": [{"name": "X", "value": "1"}]},
+                {"name": "b", "image": "img:1"},
+            ]}}}})
+    return apps
 
 
-def test_strategic_merge_merges_containers_by_name(core: client.CoreV1Api) -> None:
-    _pod(core)
-    out = core.patch_namespaced_pod("p", "default", {"spec": {"containers": [{"name": "b", "image": "img:2"}]}})
-    assert [(c.name, c.image) for c in out.spec.containers] == [("a", "img:1"), ("b", "img:2")]
-    out = core.patch_namespaced_pod("p", "default", {"spec": {"containers": [
-        {"name": "a", "env": [{"name": "Y", "value": "2"}]}]}})
-    assert [e.name for e in out.spec.containers[0].env] == ["X", "Y"]
+def _containers(patch: list) -> dict:
+    return {"spec": {"template": {"spec": {"containers": patch}}}}
 
 
-def test_strategic_merge_delete_directive(core: client.CoreV1Api) -> None:
-    _pod(core)
-    out = core.patch_namespaced_pod("p", "default", {"spec": {"containers": [{"name": "b", "$patch": "delete"}]}})
-    assert [c.name for c in out.spec.containers] == ["a"]
+def test_strategic_merge_merges_containers_by_name(k8s: client.ApiClient) -> None:
+    apps = _deployment(k8s)
+    out = apps.patch_namespaced_deployment("d", "default", _containers([{"name": "b", "image": "img:2"}]))
+    assert [(c.name, c.image) for c in out.spec.template.spec.containers] == [("a", "img:1"), ("b", "img:2")]
+    out = apps.patch_namespaced_deployment("d", "default", _containers([
+        {"name": "a", "env": [{"name": "Y", "value": "2"}]}]))
+    assert [e.name for e in out.spec.template.spec.containers[0].env] == ["X", "Y"]
+    assert out.metadata.generation == 3
 
 
-def test_merge_patch_replaces_lists(core: client.CoreV1Api) -> None:
-    _pod(core)
-    out = core.patch_namespaced_pod("p", "default", {"spec": {"containers": [{"name": "only", "image": "i"}]}},
-                                    _content_type=MERGE)
-    assert [c.name for c in out.spec.containers] == ["only"]
-    out = core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"k": "v"}}}, _content_type=MERGE)
+def test_strategic_merge_delete_directive(k8s: client.ApiClient) -> None:
+    apps = _deployment(k8s)
+    out = apps.patch_namespaced_deployment("d", "default", _containers([{"name": "b", "$patch": "delete"}]))
+    assert [c.name for c in out.spec.template.spec.containers] == ["a"]
+
+
+def test_merge_patch_replaces_lists(k8s: client.ApiClient, core: client.CoreV1Api) -> None:
+    apps = _deployment(k8s)
+    out = apps.patch_namespaced_deployment("d", "default", _containers([{"name": "only", "image": "i"}]),
+                                           _content_type=MERGE)
+    assert [c.name for c in out.spec.template.spec.containers] == ["only"]
+    core.create_namespaced_pod("default", pod_body("p"))
+    core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"k": "v"}}}, _content_type=MERGE)
     out = core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"k": None}}}, _content_type=MERGE)
     assert not out.metadata.labels
 

@@ -152,3 +152,15 @@ def test_watch_single_object_by_name(core: client.CoreV1Api) -> None:
                            resource_version=rv, timeout_seconds=10), 1)
     w.stop()
     assert got == [("ADDED", "b")]
+
+
+def test_send_initial_events_ends_with_marked_bookmark(kube_emulator, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("a"))
+    http = urllib3.PoolManager()
+    r = http.request(
+        "GET", f"{kube_emulator.url}/api/v1/namespaces/default/pods?watch=true&sendInitialEvents=true"
+               "&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1", timeout=30)
+    events = [json.loads(line) for line in r.data.decode().splitlines() if line]
+    http.clear()
+    assert [e["type"] for e in events[:2]] == ["ADDED", "BOOKMARK"]
+    assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}

@@ -6,6 +6,7 @@ import pytest
 
 from services.tenancy_controller import errors
 
+from .conftest import wait_for
 from .factories import new_tenancy
 from .helpers import conditions, merge_patch, wait_phase
 
@@ -50,6 +51,8 @@ def test_failed_with_precise_condition_while_others_keep_working(api, controller
     assert failed["status"]["message"] == ready["message"]
     assert api.get("Namespace", f"tenant-{name}") is None
     wait_phase(api, "good", "Ready")
+    api.delete("Tenancy", name)  # a Failed tenancy's finalizer must not get stuck
+    wait_for(lambda: api.get("Tenancy", name) is None, what=f"failed tenancy {name} deleted")
 
 
 def test_failed_tenancy_recovers_when_its_spec_is_fixed(api, controller):

@@ -46,8 +46,14 @@ def test_two_replicas_only_the_higher_priority_one_acts(api, spawn):
         return len(obj.get("status") or {}) == 2
 
     wait_for(lambda: _safe(peers), timeout=120, what="both replicas registered in the peering object")
+    def low_paused():
+        # Kopf starts paused; it logs "Resuming" when it finds itself alone and "Pausing" when a
+        # higher-priority peer appears: the last word says the state.
+        log = low.log()
+        return log.rfind("Pausing operations in favour of") >= log.rfind("Resuming operations")
+
     try:
-        wait_for(lambda: "Pausing operations in favour of" in low.log(), timeout=60, what="the low replica pausing")
+        wait_for(low_paused, timeout=60, what="the low replica paused")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n--- high:\n{high.log()}\n--- low:\n{low.log()}") from None
 
@@ -70,3 +76,24 @@ def _safe(fn):
         return fn()
     except Exception:  # noqa: BLE001 - the peering object may not exist yet
         return False
+
+
+def test_liveness_endpoint_answers(api, spawn):
+    import json
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = spawn("--standalone", "--liveness", f"http://127.0.0.1:{port}/healthz")
+
+    def probe():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+                return resp.status == 200 and json.loads(resp.read() or b"{}") is not None
+        except OSError:
+            return False
+
+    wait_for(probe, timeout=120, what="the liveness endpoint")
+    proc.terminate()

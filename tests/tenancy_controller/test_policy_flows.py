@@ -35,3 +35,15 @@ def test_readme_table_renders():
     table = markdown()
     assert table.count("\n") == len(ROWS) + 1
     assert "cilium" not in table.split("\n", 2)[2]  # both enforcers agree on every row
+
+
+def test_egress_deny_holds_even_if_someone_adds_an_allow_all_rule():
+    """Defence in depth: an extra allow-everything rule in the namespace still cannot reach metadata or nodes."""
+    from .policy_table import APISERVER, HOST, INTERNET, METADATA, A1, policies_for
+
+    cnps, _ = policies_for("closed")
+    widened = [dict(p, spec={**p["spec"], "egress": [*p["spec"]["egress"], {"toEntities": ["all"]}]})
+               if p["metadata"]["namespace"] == "tenant-a" else p for p in cnps]
+    assert cilium_allows(widened, Flow(A1, INTERNET, 443))  # the rule did widen egress...
+    for dst in (METADATA, HOST, APISERVER):  # ...but not to these
+        assert not cilium_allows(widened, Flow(A1, dst, 443)), dst

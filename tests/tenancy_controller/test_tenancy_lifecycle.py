@@ -191,3 +191,16 @@ def test_parse_matches_what_the_api_server_defaulted(api):
     spec = parse_tenancy(created).spec
     assert (spec.gpu_quota, spec.pod_quota, spec.allow_internet, spec.nfs) == (8, 50, False, None)
     assert builders.build_resource_quota(parse_tenancy(created))["spec"]["hard"]["pods"] == "50"
+
+
+@pytest.mark.cluster
+def test_create_ready_and_delete_on_a_real_cluster(api, controller):
+    """The same path against the cluster named by $KUBECONFIG (skipped otherwise); needs Cilium there."""
+    api.create(new_tenancy("gpucaas-e2e", gpu_quota=1))
+    try:
+        tenancy = wait_phase(api, "gpucaas-e2e", "Ready", timeout=120)
+        for child in expected_children(tenancy):
+            assert_child_as_built(api, child)
+    finally:
+        api.delete("Tenancy", "gpucaas-e2e")
+        wait_for(lambda: api.get("Tenancy", "gpucaas-e2e") is None, timeout=120, what="e2e tenancy deleted")

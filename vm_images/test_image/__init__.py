@@ -84,7 +84,7 @@ def build_initramfs(path: Path, busybox: Path = BUSYBOX) -> Path:
     entries = [(n, d, b"") for n in ("bin", "dev", "proc", "sys", "tmp", "run", "sbin", "etc")]
     entries += [("bin/busybox", x, busybox.read_bytes()), ("init", x, INIT_SCRIPT.encode()),
                 ("etc/hostname", f, b"gpucaas-test-vm\n")]
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent test runs build side by side
     tmp.write_bytes(gzip.compress(_cpio_newc(entries), compresslevel=6))
     tmp.chmod(0o644)
     os.replace(tmp, path)
@@ -125,9 +125,10 @@ def fetch_kernel(dest: Path) -> Path:
         kernels = sorted((t / "x" / "boot").glob("vmlinuz-*"))
         if not kernels:
             raise ImageBuildError(f"{debs[0].name} holds no /boot/vmlinuz-*")
-        shutil.copyfile(kernels[0], dest.with_suffix(".tmp"))
-    dest.with_suffix(".tmp").chmod(0o644)
-    os.replace(dest.with_suffix(".tmp"), dest)
+        tmp_dest = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        shutil.copyfile(kernels[0], tmp_dest)
+    tmp_dest.chmod(0o644)
+    os.replace(tmp_dest, dest)
     return dest
 
 
@@ -142,6 +143,7 @@ def build_test_image(cache_dir: Path = DEFAULT_CACHE, kernel: Path | None = None
             raise ImageBuildError(f"{p} is not world-readable: QEMU (user libvirt-qemu) cannot read the image")
     k = cache_dir / "vmlinuz"
     if kernel is not None:
+        k = cache_dir / "vmlinuz.given"
         shutil.copyfile(kernel, k)
         k.chmod(0o644)
     elif not k.exists():

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
+
+import anyio
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
@@ -60,15 +62,14 @@ def submit_container(
     if caller.is_admin:
         if body.tenancy is None:
             raise errors.Invalid("tenancy: field required with an admin token (a DNS-label tenancy name)")
-        tenancy = crud.ensure_tenancy(
+        name = crud.ensure_tenancy(
             session, name=body.tenancy, gpu_quota=settings.default_gpu_quota, pod_quota=settings.default_pod_quota
-        )
+        ).name
     else:
-        name = body.tenancy or caller.tenancy
-        tenancy = crud.get_tenancy(session, name=name) if name == caller.tenancy else None
-        if tenancy is None:  # another tenancy's name: as if it did not exist
+        name = body.tenancy or caller.tenancy or ""
+        if name != caller.tenancy:  # another tenancy's name: as if it did not exist
             raise errors.NotFound(f"tenancy {name!r} not found")
-    row, created = crud.submit_container(session, tenancy=tenancy, data=body, idempotency_key=idempotency_key)
+    row, created = crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key)
     if created:
         request.app.state.metrics.submissions.inc()
         if worker is not None:
@@ -134,12 +135,21 @@ def container_logs(
         finally:
             resp.release_conn()
 
-    def chunks() -> Iterator[bytes]:
+    async def chunks() -> AsyncIterator[bytes]:
+        # Each blocking read runs in a thread that is abandoned when the client goes away;
+        # shutting the upstream response down then ends that read too.
+        stream = resp.stream(4096, decode_content=True)
         try:
-            yield from resp.stream(4096, decode_content=True)
-        except Exception:  # noqa: BLE001 - the client or the pod went away: end the stream
-            return
+            while True:
+                try:
+                    chunk = await anyio.to_thread.run_sync(next, stream, None, abandon_on_cancel=True)
+                except Exception:  # noqa: BLE001 - the pod or the API server went away: end the stream
+                    return
+                if chunk is None:
+                    return
+                yield chunk
         finally:
+            resp.shutdown()
             resp.release_conn()
 
     return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")

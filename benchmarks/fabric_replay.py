@@ -1,0 +1,154 @@
+"""Fabric replay benchmark: service VM crash -> partitions replayed, in seconds.
+
+Run: ``python -m benchmarks.fabric_replay [--quick] [--driver auto|libvirtd|test]``.
+The last line of stdout is one JSON object with ``replay_s`` (median), its runs, and
+``driver`` saying which libvirt ran the VM.
+
+Method: a full ``FabricNode`` (records on disk, local API on a unix socket, the VM
+watcher, the reconcile loop) runs the service VM with the production defaults for
+watching and restarting (poll every ``watch_interval_s`` = 1 s, first restart after
+``restart_backoff_initial_s`` = 1 s). Through the local API it activates three
+partitions (a quad, a pair, a single). Then each run:
+
+1. kills the VM's QEMU process with SIGKILL (real libvirtd), or destroys the domain
+   (``test:///default`` driver, when libvirtd/QEMU/the test image are unavailable);
+2. waits until the watcher has restarted the domain and the partitions are active
+   again in Fabric Manager, equal to the records -> ``replay_s`` is that time;
+3. (real libvirtd) also waits for the guest's console to show it booted ->
+   ``guest_ready_s``: a real Fabric Manager inside the VM can only take the
+   replay after that, so ``guest_ready_s`` is the floor of a production replay.
+
+Fabric Manager is the simulator standing for "FM inside the VM" (it cannot run in
+the test VM here): the VM restart restarts it and the service replays into it.
+The VM is the test image (Debian cloud kernel + busybox initramfs) under QEMU
+software emulation (``type='qemu'``) without PCI passthrough.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpucaas.core.fabric_client import FabricClient, holder_for_gpus
+from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager, default_gpu_map
+from services.fabric.runtime import FabricNode
+from services.fabric.settings import FabricSettings
+
+GPU = default_gpu_map()
+SETS = [(1, 2, 3, 4), (5, 7), (6,)]
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def run(driver: str, runs: int) -> dict[str, Any]:
+    daemon = image = None
+    if driver in ("auto", "libvirtd"):
+        from vm_images.test_image import ImageBuildError, build_test_image
+        from vm_images.test_image.daemon import DaemonUnavailable, PrivateLibvirtd
+
+        try:
+            image = build_test_image()
+            daemon = PrivateLibvirtd().start()
+        except (DaemonUnavailable, ImageBuildError) as exc:
+            if driver == "libvirtd":
+                raise
+            print(f"libvirtd unavailable ({exc}); using test:///default", file=sys.stderr)
+    real = daemon is not None
+    tmp = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
+    name = f"gpucaas-fabric-bench-{os.getpid()}"
+    console = (daemon.workdir / "console.log") if real else None
+    settings = FabricSettings(
+        node_name="bench-node", socket=tmp / "fabric.sock", state_dir=tmp / "state", fm_backend="simulator",
+        libvirt_uri=daemon.uri if real else "test:///default", domain_type="qemu" if real else "test",
+        domain_name=name, vcpus=1, memory_mib=256,
+        kernel=image.kernel if real else None, initrd=image.initrd if real else None,
+        disk_image=None if real else tmp / "none.qcow2",
+        kernel_cmdline="console=ttyS0 panic=-1", fm_channel="none", passthrough=False,
+        console_log=console, publish=False, stop_vm_on_exit=True, stop_timeout_s=3, restart_stable_s=1.0,
+    )
+    fabric = SimulatedFabric()
+    node = FabricNode(settings, fm=SimulatedFabricManager(fabric))
+    replay: list[float] = []
+    ready: list[float] = []
+    try:
+        node.start()
+        assert node.vm is not None
+        if console is not None:
+            wait_for(lambda: console.exists() and "gpucaas-test-vm: up" in console.read_text(errors="replace"),
+                     180, "first boot")
+        with FabricClient(settings.socket) as c:
+            for s in SETS:
+                c.activate(holder_for_gpus(GPU[g] for g in s), [GPU[g] for g in s])
+        want = set(fabric.active_partition_ids())
+        for i in range(runs):
+            before = node.vm_restart_replays
+            boots = console.read_text(errors="replace").count("gpucaas-test-vm: up") if console else 0
+            t0 = time.monotonic()
+            if real:
+                pid = daemon.qemu_pid(name)
+                os.kill(pid, signal.SIGKILL)
+            else:
+                import libvirt
+
+                conn = libvirt.open("test:///default")
+                conn.lookupByName(name).destroy()
+                conn.close()
+            wait_for(lambda: node.vm_restart_replays > before and set(fabric.active_partition_ids()) == want,
+                     300, "restart + replay")
+            replay.append(time.monotonic() - t0)
+            if console is not None:
+                wait_for(lambda: console.read_text(errors="replace").count("gpucaas-test-vm: up") > boots,
+                         300, "guest boot")
+                ready.append(time.monotonic() - t0)
+            # Every run measures a first crash: wait for the backoff streak to reset
+            # (the VM stayed up restart_stable_s).
+            wait_for(lambda: node.vm.state()["crash_streak"] == 0, 60, "backoff reset")
+    finally:
+        node.stop()
+        if node.vm is not None:
+            node.vm.undefine()
+        if daemon is not None:
+            daemon.stop()
+    out: dict[str, Any] = {
+        "replay_s": round(statistics.median(replay), 3),
+        "replay_runs_s": [round(x, 3) for x in replay],
+        "driver": "libvirtd+qemu (type=qemu, TCG)" if real else "test:///default",
+        "fabric_manager": "simulator (stands for FM inside the VM)",
+        "partitions_replayed": sorted(want),
+        "watch_interval_s": settings.watch_interval_s,
+        "restart_backoff_initial_s": settings.restart_backoff_initial_s,
+    }
+    if ready:
+        out["guest_ready_s"] = round(statistics.median(ready), 3)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one crash instead of three")
+    ap.add_argument("--driver", choices=["auto", "libvirtd", "test"], default="auto")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    result = run(args.driver, 1 if args.quick else 3)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""``gpucaas fabric`` as a process: starts, serves the socket, stops on SIGTERM removing it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
+from gpucaas.testing.fake_sysfs import FakeBoard
+from tests.fabric.factories import holder, pcis
+
+GPUCAAS = str(Path(sys.executable).parent / "gpucaas")
+
+
+def test_cli_serves_and_stops(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, hgx_board: FakeBoard) -> None:
+    sock = tmp_path_factory.mktemp("cli") / "fabric.sock"
+    env = {**os.environ, "GPUCAAS_FABRIC_SOCKET": str(sock), "GPUCAAS_FABRIC_STATE_DIR": str(tmp_path / "st"),
+           "GPUCAAS_FABRIC_FM_BACKEND": "simulator", "GPUCAAS_FABRIC_BOARD": str(hgx_board.root),
+           "GPUCAAS_FABRIC_VM_ENABLED": "false", "GPUCAAS_FABRIC_PUBLISH": "false"}
+    proc = subprocess.Popen([GPUCAAS, "fabric", "--node-name", "n1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with FabricClient(sock, timeout=10) as c:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    health = c.health()
+                    break
+                except FabricUnavailable:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        pytest.fail(f"gpucaas fabric did not serve: {proc.stdout.read() if proc.stdout else ''}")
+                    time.sleep(0.1)
+            assert health["fabric_manager"] == {"reachable": True, "backend": "simulator", "message": "",
+                                                "replays": 0}
+            assert c.activate(holder(1, 2), pcis(1, 2))["partition_ids"] == [7, 8]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert not sock.exists()
+    assert (tmp_path / "st" / "activations.json").exists()
+
+
+def test_cli_rejects_bad_settings(tmp_path: Path) -> None:
+    res = subprocess.run([GPUCAAS, "fabric", "--domain-type", "xen",
+                          "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    assert "domain_type" in res.stdout + res.stderr
