@@ -6,8 +6,8 @@ The last line of stdout is one JSON object with ``replay_s`` (median), its runs,
 
 Method: a full ``FabricNode`` (records on disk, local API on a unix socket, the VM
 watcher, the reconcile loop) runs the service VM with the production defaults for
-watching and restarting (poll every ``watch_interval_s`` = 1 s, first restart after
-``restart_backoff_initial_s`` = 1 s). Through the local API it activates three
+watching and restarting (libvirt lifecycle events plus a 1 s poll, first restart
+after ``restart_backoff_initial_s`` = 1 s). Through the local API it activates three
 partitions (a quad, a pair, a single). Then each run:
 
 1. kills the VM's QEMU process with SIGKILL (real libvirtd), or destroys the domain
@@ -132,6 +132,7 @@ def run(driver: str, runs: int) -> dict[str, Any]:
         "fabric_manager": "simulator (stands for FM inside the VM)",
         "partitions_replayed": sorted(want),
         "watch_interval_s": settings.watch_interval_s,
+        "vm_events": settings.vm_events,
         "restart_backoff_initial_s": settings.restart_backoff_initial_s,
     }
     if ready:

@@ -75,7 +75,12 @@ class LeaseStore:
             assert live is not None
             return live
         log.info("lease %s created for %s", created["metadata"]["name"], body["spec"]["pciAddress"])
-        return self.write_status(created, states.initial())
+        return self.initialize(created["metadata"]["name"])
+
+    def initialize(self, name: str) -> dict[str, Any]:
+        """Give a lease without a state its initial ``Free`` status (retried: a controller may
+        add its finalizer right after creation, which changes the resourceVersion)."""
+        return self.transition(name, lambda st: st if st and st.get("state") else states.initial())
 
     def write_status(self, lease: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """Replace the status, guarded by the lease's resourceVersion."""

@@ -48,6 +48,8 @@ class KubeEmulator:
 
     ``start()``/``stop()`` run it in a thread with its own event loop; inside a running
     loop use ``async with KubeEmulator(...) as emu`` (or ``await emu.astart()``/``astop()``).
+    ``emu.store`` belongs to the emulator's loop: from other threads go through HTTP, the
+    helpers here (``set_pod_log``, ``compact``) or ``emu.call(fn, ...)``.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, persist_path: str | os.PathLike[str] | None = None,

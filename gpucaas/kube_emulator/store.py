@@ -285,9 +285,8 @@ class Store:
             obj["status"] = {"phase": "Active"}
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
         elif rt.key == POD_KEY:
-            status = obj.setdefault("status", {})
-            status.setdefault("phase", "Pending")
             spec = obj.setdefault("spec", {})
+            obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}  # a created pod's status is reset
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("schedulerName", "default-scheduler")
             spec.setdefault("terminationGracePeriodSeconds", 30)
@@ -817,6 +816,23 @@ class Store:
         self.rv = int(state.get("resourceVersion", 0))
         self.history.clear()
         self.compacted_rv = self.rv
+
+
+def _qos_class(spec: Obj) -> str:
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    requests_any = False
+    guaranteed = bool(containers)
+    for c in containers:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if limits or requests:
+            requests_any = True
+        for r in ("cpu", "memory"):
+            if r not in limits or requests.get(r, limits[r]) != limits[r]:
+                guaranteed = False
+    if guaranteed:
+        return "Guaranteed"
+    return "Burstable" if requests_any else "BestEffort"
 
 
 _POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates")

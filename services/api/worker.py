@@ -277,12 +277,12 @@ class SubmissionWorker:
                         crud.mark_failed(session, container_id=cid, message="pod deleted")
                 return cid
             row = session.get(Container, cid)
-            if row is not None and row.status == ContainerStatus.CANCELLED:
-                if row.pod_deleted and not meta.get("deletionTimestamp"):
-                    # a pod that outlived its cancellation (created late by a crashed replica)
-                    crud.mark_pod_deleted(session, container_id=cid, deleted=False)
-                    self.wake()
-                return cid
+        if row is not None and row.status == ContainerStatus.CANCELLED:
+            if not meta.get("deletionTimestamp"):
+                # a live pod of a cancelled container (e.g. created late by a crashed replica)
+                self._delete_pod(row)
+            return cid
+        with Session(self.engine) as session:
             report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
             if crud.apply_pod_report(session, container_id=cid, report=report):
                 log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")

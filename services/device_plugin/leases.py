@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,7 @@ class PodHolding:
 class LeaseNodeAgent:
     def __init__(self, api: client.ApiClient, node: str, gpus: Callable[[], Iterable[NodeGPU]],
                  holdings: Callable[[], Iterable[PodHolding]], checker: FirmwareCheck,
-                 interval: float = 1.0) -> None:
+                 interval: float = 1.0, unseen_grace: float = 5.0) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.store = LeaseStore(api)
@@ -57,7 +58,9 @@ class LeaseNodeAgent:
         self.holdings = holdings
         self.checker = checker
         self.interval = interval
+        self.unseen_grace = unseen_grace
         self._unhealthy: dict[str, str] = {}
+        self._allocated: dict[str, float] = {}  # pci address -> monotonic time of its last Allocate
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,6 +70,25 @@ class LeaseNodeAgent:
         """{pci address: reason} for every GPU that must not be allocated."""
         with self._lock:
             return dict(self._unhealthy)
+
+    def note_allocation(self, device_ids: Iterable[str]) -> None:
+        """Allocate gave these GPUs to a container. Even a pod that is gone before PodResources
+        shows it may have used them, so such an allocation still ends in a check."""
+        now = time.monotonic()
+        with self._lock:
+            for d in device_ids:
+                self._allocated[d] = now
+
+    def _unseen_allocations(self, held: Mapping[str, PodHolding]) -> set[str]:
+        """GPUs allocated more than ``unseen_grace`` ago that no pod is seen holding."""
+        now = time.monotonic()
+        with self._lock:
+            for d in [d for d in self._allocated if d in held]:
+                del self._allocated[d]
+            due = {d for d, t in self._allocated.items() if now - t >= self.unseen_grace}
+            for d in due:
+                del self._allocated[d]
+        return due
 
     # --- one round ---------------------------------------------------------------------------
     def _holder(self, namespace: str, pod: str) -> states.Holder:
@@ -88,12 +110,18 @@ class LeaseNodeAgent:
             if bdf not in leases:
                 leases[bdf] = self.store.ensure(build_gpu_lease(
                     self.node, bdf, gpu.device_id, gpu.physical_id, gpu.model))
+            elif not (leases[bdf].get("status") or {}).get("state"):
+                leases[bdf] = self.store.initialize(leases[bdf]["metadata"]["name"])
         held: dict[str, PodHolding] = {}
         for h in self.holdings():
             for d in h.device_ids:
                 held[d] = h
+        unseen = self._unseen_allocations(held)
         for lease in leases.values():
             try:
+                if lease["spec"]["pciAddress"] in unseen:
+                    self._allocated_but_gone(lease)
+                    continue
                 self._step(lease, held.get(lease["spec"]["pciAddress"]))
             except LeaseConflict:
                 log.debug("lease %s changed during the round; next round decides", lease["metadata"]["name"])
@@ -128,6 +156,16 @@ class LeaseNodeAgent:
             log.info("node=%s gpu=%s releasing: %s", self.node, bdf, why)
         elif state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
             self._check(name, bdf)
+
+    def _allocated_but_gone(self, lease: dict[str, Any]) -> None:
+        status = lease.get("status") or {}
+        if states.state_of(status) is not states.LeaseState.FREE:
+            return  # already on its way through a check (or held): nothing more to do
+        holder = states.Holder(pod="(not seen)", namespace="(unknown)", tenancy=None)
+        leased = states.allocated(status, holder)
+        why = f"allocated, but no pod was seen holding it within {self.unseen_grace:.0f}s"
+        self.store.write_status(lease, states.released(leased, why))
+        log.warning("node=%s gpu=%s %s: checking it anyway", self.node, lease["spec"]["pciAddress"], why)
 
     def _check(self, name: str, bdf: str) -> None:
         result = self.checker.check(bdf)

@@ -106,6 +106,7 @@ def build_leases(settings: DevicePluginSettings, core: PluginCore) -> LeaseNodeA
                            SysfsFirmwareCheck(settings.sysfs_root, golden, toggle_rom=settings.firmware_rom_toggle),
                            interval=settings.lease_interval)
     core.add_health_source(agent.health)
+    core.add_allocation_listener(agent.note_allocation)
     return agent
 
 

@@ -81,6 +81,7 @@ class PluginCore:
         self.metrics = metrics
         self.node = settings.node_name
         self._health_sources: list[HealthSource] = list(health_sources)
+        self._allocation_listeners: list[Callable[[tuple[str, ...]], None]] = []
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._known: dict[str, GPU] = {}
@@ -105,6 +106,11 @@ class PluginCore:
         """Extra health input: ``source()`` -> {pci address: reason} of GPUs to report Unhealthy."""
         with self._lock:
             self._health_sources.append(source)
+
+    def add_allocation_listener(self, listener: Callable[[tuple[str, ...]], None]) -> None:
+        """``listener(device_ids)`` after every successful Allocate (the GPU leases use it)."""
+        with self._lock:
+            self._allocation_listeners.append(listener)
 
     def inventory(self) -> Inventory:
         """The latest discovery pass."""
@@ -310,6 +316,11 @@ class PluginCore:
         logger.info("node=%s holder=%s allocated %s physical=%s partitions=%s nvlink=%s", self.node, holder,
                     list(ids), list(shape.physical_ids),
                     list(activation.partition_ids) if activation else None, nvlink)
+        for listener in list(self._allocation_listeners):
+            try:
+                listener(ids)
+            except Exception:  # a broken listener must not fail the kubelet's Allocate
+                logger.exception("node=%s allocation listener %r failed", self.node, listener)
         return ContainerAllocation(
             device_ids=ids,
             cdi_devices=tuple(qualified_name(self.settings.cdi_kind, i) for i in ids),

@@ -65,7 +65,7 @@ def passthrough_devices(settings: FabricSettings) -> tuple[str, ...]:
     """The NVSwitches + memory controller to pass (discovered or configured); () when disabled."""
     if not settings.passthrough:
         return ()
-    found = discover_fabric_devices(settings.sysfs_root, nvswitches=settings.nvswitches,
+    found = discover_fabric_devices(settings.sysfs_root, nvswitches=settings.nvswitch_addresses,
                                     memory_controller=settings.memory_controller)
     log.info("service VM gets NVSwitches %s and memory controller %s (IOMMU groups %s%s)",
              [d.bdf for d in found.nvswitches],
@@ -144,6 +144,7 @@ class FabricNode:
             backoff=BackoffPolicy(s.restart_backoff_initial_s, s.restart_backoff_max_s, s.restart_stable_s),
             stop_timeout_s=s.stop_timeout_s,
             on_restarted=self._vm_restarted,
+            use_events=s.vm_events,
         )
 
     def _vm_restarted(self) -> None:

@@ -4,10 +4,12 @@
 reuses an existing domain of the same name instead of duplicating it), starts
 it, watches it and restarts it when it dies unasked, and stops it cleanly.
 
-Watching is by polling ``virDomainGetState`` every ``watch_interval_s``: it works
-with every libvirt driver (``test:///`` included), survives a libvirtd restart
-(the connection is reopened) and catches what an event could be missed for
-(the domain undefined behind our back is redefined). A crash -- QEMU killed,
+Watching is by polling ``virDomainGetState`` every ``watch_interval_s``, woken
+early by libvirt lifecycle events (``use_events``: a "stopped"/"crashed" event of
+our domain triggers the check at once). Polling stays the ground truth: it works
+with every driver, survives a libvirtd restart (the connection is reopened, the
+event callback registered again) and catches what no event reports (the domain
+undefined behind our back is redefined). A crash -- QEMU killed,
 guest panic with ``on_crash=destroy``, host OOM -- shows as ``shut off``; the
 watcher restarts the domain after a backoff (``restart_backoff_initial_s``,
 doubling up to ``restart_backoff_max_s``, reset once the VM stayed up
@@ -43,6 +45,25 @@ def _libvirt() -> Any:
 
 
 _quiet = False
+_event_loop_lock = threading.Lock()
+_event_loop_started = False
+
+
+def _ensure_event_loop() -> None:
+    """Run libvirt's default event loop in a daemon thread (once per process)."""
+    global _event_loop_started
+    libvirt = _libvirt()
+    with _event_loop_lock:
+        if _event_loop_started:
+            return
+        libvirt.virEventRegisterDefaultImpl()
+
+        def run() -> None:
+            while True:
+                libvirt.virEventRunDefaultImpl()
+
+        threading.Thread(target=run, name="libvirt-events", daemon=True).start()
+        _event_loop_started = True
 
 
 _STATE_NAMES = {
@@ -86,6 +107,7 @@ class ServiceVM:
         backoff: BackoffPolicy | None = None,
         stop_timeout_s: float = 30.0,
         on_restarted: Callable[[], None] | None = None,
+        use_events: bool = True,
     ) -> None:
         self.uri = uri
         self.spec = spec
@@ -100,6 +122,9 @@ class ServiceVM:
         self._conn: Any = None
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.use_events = use_events
+        self._callback_id: int | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._streak = 0
@@ -118,14 +143,34 @@ class ServiceVM:
                 except libvirt.libvirtError:
                     pass
                 self._close_conn()
+            if self.use_events:
+                _ensure_event_loop()  # before open: the connection delivers events from then on
             try:
                 self._conn = libvirt.open(self.uri)
             except libvirt.libvirtError as exc:
                 raise ServiceVMError(f"cannot connect to libvirt at {self.uri}: {exc}") from exc
+            if self.use_events:
+                try:
+                    self._callback_id = self._conn.domainEventRegisterAny(
+                        None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None)
+                except libvirt.libvirtError as exc:
+                    log.warning("libvirt lifecycle events unavailable (%s); polling only", exc)
             return self._conn
+
+    def _on_lifecycle(self, _conn: Any, dom: Any, event: int, _detail: int, _opaque: Any) -> None:
+        libvirt = _libvirt()
+        if dom.name() == self.spec.name and event in (libvirt.VIR_DOMAIN_EVENT_STOPPED,
+                                                      libvirt.VIR_DOMAIN_EVENT_CRASHED):
+            self._wake.set()
 
     def _close_conn(self) -> None:
         if self._conn is not None:
+            if self._callback_id is not None:
+                try:
+                    self._conn.domainEventDeregisterAny(self._callback_id)
+                except Exception:  # connection already dead
+                    pass
+                self._callback_id = None
             try:
                 self._conn.close()
             except Exception:  # already dead
@@ -283,18 +328,25 @@ class ServiceVM:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
+        self._wake.clear()
+        self._connection()  # registers the event callback before the first event can matter
         self._thread = threading.Thread(target=self._watch_loop, name=f"watch-{self.spec.name}", daemon=True)
         self._thread.start()
 
     def stop_watch(self) -> None:
         self._stop.set()
+        self._wake.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout=max(self.watch_interval_s * 4, 10))
         self._thread = None
 
     def _watch_loop(self) -> None:
-        while not self._stop.wait(self.watch_interval_s):
+        while True:
+            self._wake.wait(self.watch_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.check_once()
             except ServiceVMError as exc:

@@ -64,11 +64,12 @@ class FabricSettings(BaseSettings):
     fm_channel_socket: Path = Field(Path("/run/gpucaas/fabric-fm.sock"),
                                     description="Host unix socket of the virtio-serial channel (fm_channel=unix).")
     console_log: Path | None = Field(None, description="Write the VM's serial console to this file (else a pty).")
-    nvswitches: list[str] = Field(default_factory=list,
-                                  description="NVSwitch PCI addresses to pass through (default: discovered in sysfs).")
+    nvswitches: str = Field("", description="Comma-separated NVSwitch PCI addresses to pass through "
+                                            "(default: discovered in sysfs).")
     memory_controller: str | None = Field(None, description="NVSwitch memory controller PCI address (default: discovered).")
     passthrough: bool = Field(True, description="Pass the NVSwitches and memory controller to the VM as managed hostdevs.")
     watch_interval_s: float = Field(1.0, gt=0, description="Service VM state polling interval.")
+    vm_events: bool = Field(True, description="Also watch libvirt lifecycle events (a crash is seen at once).")
     restart_backoff_initial_s: float = Field(1.0, gt=0, description="First delay before restarting a crashed VM.")
     restart_backoff_max_s: float = Field(60.0, gt=0, description="Largest restart delay (doubles each crash).")
     restart_stable_s: float = Field(120.0, gt=0, description="Uptime after which the restart backoff resets.")
@@ -82,17 +83,15 @@ class FabricSettings(BaseSettings):
 
     @field_validator("nvswitches", mode="before")
     @classmethod
-    def _split_list(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
-        return value
-
-    @field_validator("nvswitches")
-    @classmethod
-    def _check_bdfs(cls, value: list[str]) -> list[str]:
+    def _check_bdfs(cls, value: object) -> str:
         from services.fabric.discovery import normalize_bdf
 
-        return [normalize_bdf(v, field="nvswitches") for v in value]
+        items = value.split(",") if isinstance(value, str) else list(value or [])  # type: ignore[call-overload]
+        return ",".join(normalize_bdf(str(v), field="nvswitches") for v in items if str(v).strip())
+
+    @property
+    def nvswitch_addresses(self) -> list[str]:
+        return [v for v in self.nvswitches.split(",") if v]
 
     @field_validator("memory_controller")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -56,12 +57,8 @@ class ApiServer:
 
     def client(self, token: str | None = ADMIN_TOKEN, **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        ctx = self.ca.client_context() if hasattr(self.ca, "client_context") else None
-        if ctx is None:
-            import ssl
-
-            ctx = ssl.create_default_context()
-            self.ca.configure_trust(ctx)
+        ctx = ssl.create_default_context()
+        self.ca.configure_trust(ctx)
         return httpx.Client(base_url=self.base_url, headers=headers, verify=ctx, timeout=30, **kwargs)
 
     @property

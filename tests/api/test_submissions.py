@@ -39,6 +39,8 @@ def test_seed_payload_from_the_tenancys_own_token(api_down: ApiServer, admin: ht
         assert r2.status_code == 202, r2.text
         assert r2.json()["tenancy"] == "landon"  # a tenant POST without tenancy uses its own
         got = landon.get(f"/v1/containers/{r2.json()['id']}").json()
+        logs = landon.get(f"/v1/containers/{r2.json()['id']}/logs")
+    assert logs.status_code == 409 and "has no pod yet (status Queued)" in logs.json()["detail"]
     assert (got["gpus"], got["command"], got["env"], got["timeout_seconds"]) == (2, ["nvidia-smi"], {"A": "1"}, 60)
 
 

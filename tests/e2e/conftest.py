@@ -7,7 +7,9 @@ the outcome, the Kubernetes API (emulator), the nodes' fabric sockets and CDI sp
 from __future__ import annotations
 
 import json
+import shutil
 import ssl
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -49,13 +51,15 @@ class Caller:
 
 
 @pytest.fixture(scope="package")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner.Sandbox]:
-    state = tmp_path_factory.mktemp("sandbox")
+def sandbox() -> Iterator[runner.Sandbox]:
+    # A short path: unix socket paths (kubelet and plugin sockets) must stay under 108 bytes.
+    state = Path(tempfile.mkdtemp(prefix="gpucaas-e2e-", dir="/tmp"))
     sb = runner.start(state, api_port=runner.free_port(), run_seconds=4.0)
     try:
         yield sb
     finally:
         sb.stop()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")

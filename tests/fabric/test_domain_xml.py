@@ -197,3 +197,23 @@ def test_fm_restart_mode_is_an_smbios_oem_string(restart: bool, entry: str) -> N
     root = ET.fromstring(build_domain_xml(spec(fm_restart=restart), template_text()))
     assert root.find("os/smbios").get("mode") == "sysinfo"
     assert [e.text for e in root.findall("sysinfo/oemStrings/entry")] == [entry]
+
+
+def test_lifecycle_event_wakes_the_watcher(test_conn) -> None:
+    """With a poll interval far beyond the wait, only the 'stopped' event can trigger the restart."""
+    import threading
+
+    restarted = threading.Event()
+    vm = ServiceVM("test:///default", spec(name="fab-events", domain_type="test"), template_text(),
+                   watch_interval_s=3600, backoff=BackoffPolicy(initial_s=0.01), on_restarted=restarted.set)
+    try:
+        vm.start()
+        vm.start_watch()
+        test_conn.lookupByName("fab-events").destroy()
+        assert restarted.wait(60), "the lifecycle event did not wake the watcher"
+        assert test_conn.lookupByName("fab-events").isActive()
+        assert vm.restarts == 1
+    finally:
+        vm.stop_watch()
+        vm.undefine()
+        vm.close()

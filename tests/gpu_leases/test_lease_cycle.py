@@ -164,3 +164,47 @@ def test_a_restarted_controller_continues_a_check(
     assert controller_step(store, k8s) is None  # the "new" one sees a check in progress, not timed out
     lease_agent.reconcile_once()
     assert state(store) == "Free"
+
+
+def test_a_lease_left_without_status_is_initialised(lease_agent: LeaseNodeAgent, store: LeaseStore,
+                                                    k8s: client.ApiClient) -> None:
+    """A lease created but never given its status (the write lost a race) becomes Free next round."""
+    from gpucaas.core.lease_store import build_gpu_lease
+
+    client.CustomObjectsApi(k8s).create_cluster_custom_object(
+        "gpucaas.dev", "v1alpha1", "gpuleases", build_gpu_lease(NODE, GPU, "0x2330", 2))
+    assert not store.get(NAME).get("status")
+    lease_agent.reconcile_once()
+    assert state(store) == "Free"
+
+
+def test_an_allocation_no_pod_was_seen_holding_is_still_checked(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, k8s: client.ApiClient,
+) -> None:
+    """A pod that ran and vanished between two rounds never shows in PodResources; its GPU
+    went through Allocate, so it is released and checked all the same."""
+    lease_agent.unseen_grace = 0.0
+    lease_agent.reconcile_once()
+    lease_agent.note_allocation([GPU])
+    lease_agent.reconcile_once()
+    lz = store.get(NAME)
+    assert lz["status"]["state"] == "Releasing"
+    assert "no pod was seen holding it" in lz["status"]["message"]
+    assert controller_step(store, k8s) == "check requested"
+    lease_agent.reconcile_once()
+    assert state(store) == "Free"
+    assert store.get(NAME)["status"]["history"][-1]["check"] == "Passed"
+
+
+def test_an_allocation_seen_in_pod_resources_takes_the_normal_path(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+) -> None:
+    lease_agent.unseen_grace = 0.0
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    lease_agent.note_allocation([GPU])
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    assert state(store) == "Leased"
+    lease_agent.reconcile_once()  # the noted allocation was consumed: still Leased
+    assert state(store) == "Leased"

@@ -226,3 +226,19 @@ def test_pod_spec_is_immutable_but_images(core: client.CoreV1Api) -> None:
         core.patch_namespaced_pod("p", "default", {"spec": {"nodeName": "gpu-1"}})  # use pods/binding instead
     body = _status(err.value)
     assert err.value.status == 422 and body["details"]["causes"][0]["field"] == "spec"
+
+
+@pytest.mark.parametrize(
+    ("resources", "qos"),
+    [
+        ({}, "BestEffort"),
+        ({"limits": {"nvidia.com/gpu": "1"}}, "Burstable"),
+        ({"limits": {"cpu": "1", "memory": "1Gi"}}, "Guaranteed"),
+    ],
+)
+def test_pod_create_resets_status(core: client.CoreV1Api, resources: dict, qos: str) -> None:
+    body = pod_body("p")
+    body["spec"]["containers"][0]["resources"] = resources
+    body["status"] = {"phase": "Running", "podIP": "10.0.0.1"}
+    pod = core.create_namespaced_pod("default", body)
+    assert pod.status.phase == "Pending" and pod.status.pod_ip is None and pod.status.qos_class == qos
