@@ -67,13 +67,13 @@ def command(
     console.print(f"  tenant token   {sandbox.tenant_token}   (tenancy '{runner.DEMO_TENANCY}')")
     console.print(f"  kubeconfig     {sandbox.kubeconfig}")
     console.print()
-    console.print("Try:")
+    console.print("Try, as the tenant 'demo':")
     console.print(f"  curl --cacert {sandbox.tls.ca_cert} -H 'Authorization: Bearer {sandbox.tenant_token}' \\\n"
                   f"       -d '{{\"image\": \"nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8\", \"gpus\": 2}}' \\\n"
-                  f"       {sandbox.api_url}/v1/containers")
-    console.print("  # or, for caasctl:")
-    console.print("  " + runner.env_summary(sandbox).replace("\n", "\n  "))
-    console.print("  caasctl partitions list")
+                  f"       {sandbox.api_url}/v1/containers", soft_wrap=True)
+    console.print("and as the admin, with caasctl (and kubectl, if you have it):")
+    console.print("  " + runner.env_summary(sandbox).replace("\n", "\n  "), soft_wrap=True)
+    console.print("  caasctl nodes; caasctl containers list; caasctl partitions list --node gpu-node-a; caasctl gpus")
     console.print("\nCtrl-C stops everything.")
 
     stopping = threading.Event()

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 from kubernetes import client, watch
 
-from gpucaas.core.crds import LABEL_TENANCY
+from gpucaas.kube_emulator.logs_client import write_pod_log
 from gpucaas.sandbox.scheduler import GPU_NODE_LABEL, gpu_request
 from gpucaas.testing.fake_kubelet import AdmissionError, Allocation, FakeKubelet
 from services.device_plugin.api import dp_pb2
@@ -92,6 +91,7 @@ class NodeAgent:
         self.resource = resource_name
         self.default_run_seconds = default_run_seconds
         self.status_interval = status_interval
+        self.registration_timeout = 60.0
         self.kubelet = FakeKubelet(self.dir / "device-plugins", self.dir / "pod-resources" / "kubelet.sock")
         self._running: dict[str, Running] = {}
         self._handled: set[str] = set()
@@ -100,9 +100,42 @@ class NodeAgent:
         self._wake = threading.Event()
 
     # --- node object -----------------------------------------------------------------
-    def _healthy_devices(self) -> list[str]:
+    def _live_plugin(self):  # noqa: ANN202
+        """The registered plugin, unless its ListAndWatch stream ended (it went away)."""
         conn = self.kubelet.plugins.get(self.resource)
+        return conn if conn is not None and not conn.stream_ended else None
+
+    def _healthy_devices(self) -> list[str]:
+        conn = self._live_plugin()
         return conn.healthy() if conn else []
+
+    def _wait_for_live_plugin(self) -> None:
+        """After a restart of the plugin or of this agent, wait for the plugin to register again."""
+        conn = self.kubelet.plugins.get(self.resource)
+        if conn is not None and not conn.stream_ended:
+            return
+        seen = sum(r.resource_name == self.resource for r in self.kubelet.registrations)
+        want = seen + 1 if conn is not None else max(1, seen)
+        try:
+            self.kubelet.wait_for_plugin(self.resource, registrations=want, timeout=self.registration_timeout)
+        except TimeoutError:
+            log.warning("no live %s device plugin after %.0fs", self.resource, self.registration_timeout)
+
+    def _admit_devices(self, pod: dict[str, Any], count: int) -> Allocation:
+        md = pod["metadata"]
+        container = pod["spec"]["containers"][0]["name"]
+        self._wait_for_live_plugin()
+        try:
+            return self.kubelet.admit(md["namespace"], md["name"], self.resource, count, container=container)
+        except AdmissionError as exc:
+            if "UNAVAILABLE" not in str(exc):
+                raise
+            # The plugin died under us: wait until the kubelet side notices, then for its return.
+            conn = self.kubelet.plugins.get(self.resource)
+            if conn is not None:
+                conn.wait_for(lambda c: c.stream_ended, timeout=10)
+            self._wait_for_live_plugin()
+            return self.kubelet.admit(md["namespace"], md["name"], self.resource, count, container=container)
 
     def _all_devices(self) -> list[str]:
         conn = self.kubelet.plugins.get(self.resource)
@@ -200,17 +233,10 @@ class NodeAgent:
     def _append_log(self, pod: dict[str, Any], text: str) -> None:
         """Store the simulated output through the emulator's log endpoint (emulator-only)."""
         md = pod["metadata"]
-        cfg = self.api.configuration
-        url = f"{cfg.host}/emulator/v1/namespaces/{md['namespace']}/pods/{md['name']}/log"
-        headers = {"Content-Type": "text/plain"}
-        token = cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix("BearerToken")
-        if token:
-            headers["Authorization"] = token
         try:
-            resp = httpx.post(url, params={"container": pod["spec"]["containers"][0]["name"]}, content=text,
-                              headers=headers, verify=cfg.ssl_ca_cert or cfg.verify_ssl, timeout=10)
-            resp.raise_for_status()
-        except httpx.HTTPError as exc:
+            write_pod_log(self.api, md["namespace"], md["name"], text,
+                          container=pod["spec"]["containers"][0]["name"])
+        except (client.ApiException, OSError) as exc:
             log.warning("cannot store the log of %s/%s: %s", md["namespace"], md["name"], exc)
 
     def _container_status(self, pod: dict[str, Any], state: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
@@ -227,8 +253,7 @@ class NodeAgent:
             (a for a in self.kubelet.allocations if (a.namespace, a.pod) == (md["namespace"], md["name"])), None)
         if count and alloc is None:
             try:
-                alloc = self.kubelet.admit(md["namespace"], md["name"], self.resource, count,
-                                           container=pod["spec"]["containers"][0]["name"])
+                alloc = self._admit_devices(pod, count)
             except AdmissionError as exc:
                 log.warning("admission of %s failed: %s", key, exc)
                 self._event(pod, "UnexpectedAdmissionError", str(exc), "Warning")

@@ -313,10 +313,28 @@ def start(
         sandbox.tenant_token = ensure_demo_tenant(sandbox)
         (state_dir / "tenant-token").write_text(sandbox.tenant_token + "\n")
         (state_dir / "tenant-token").chmod(0o600)
+        write_caasctl_config(sandbox)
         return sandbox
     except BaseException:
         sup.stop_all()
         raise
+
+
+def caasctl_config_path(sandbox: Sandbox) -> Path:
+    return sandbox.state_dir / "caasctl.yaml"
+
+
+def write_caasctl_config(sandbox: Sandbox) -> Path:
+    """A caasctl config for this sandbox: `export GPUCAAS_CONFIG=<this file>` and caasctl just works."""
+    path = caasctl_config_path(sandbox)
+    path.write_text(yaml.safe_dump({
+        "url": sandbox.api_url,
+        "token": sandbox.admin_token,
+        "ca_cert": str(sandbox.tls.ca_cert),
+        "nodes": {n.name: {"fabric_socket": str(n.fabric_socket)} for n in sandbox.nodes},
+    }, sort_keys=False))
+    path.chmod(0o600)
+    return path
 
 
 def ensure_demo_tenant(sandbox: Sandbox) -> str:
@@ -343,10 +361,8 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.25, what: str =
 
 def env_summary(sandbox: Sandbox) -> str:
     return "\n".join([
-        f"export GPUCAAS_URL={sandbox.api_url}",
-        f"export GPUCAAS_CA_CERT={sandbox.tls.ca_cert}",
-        f"export GPUCAAS_TOKEN={sandbox.admin_token}",
-        f"export KUBECONFIG={sandbox.kubeconfig}",
+        f"export GPUCAAS_CONFIG={caasctl_config_path(sandbox)}   # caasctl: URL, admin token, CA, fabric sockets",
+        f"export KUBECONFIG={sandbox.kubeconfig}   # kubectl/the kubernetes client: the emulated cluster",
     ])
 
 

@@ -1,7 +1,8 @@
 """The tenant and admin REST API (FastAPI), its persistence and the submission worker.
 
-Layers, bottom-up: ``settings``/``errors`` → pure domain (``validation``, ``pods``,
-``security``) → adapters (``db`` for SQL, ``kube`` for Kubernetes) → ``crud`` →
-``worker`` (durable queue → Kubernetes) and the transport (``routes/``, ``deps``,
-``app``) → the entry module ``main`` and the CLI ``cli``.
+Layers, top-down (kept by an import-linter contract in pyproject.toml): ``cli`` → ``main``
+(entry) → ``app`` (wiring) → ``routes/`` → ``deps``/``edge`` (dependencies, ASGI edge) →
+``worker`` (durable queue → Kubernetes, pod watch) → ``crud`` (queries) → adapters ``kube``
+(Kubernetes) and ``db`` (engine, migrations) → pure ``models``, ``pods`` (builders),
+``inventory``, ``security``, ``errors`` → ``validation``, ``settings``.
 """

@@ -9,6 +9,9 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})
+
+
 class Settings(BaseSettings):
     """Every knob of ``gpucaas api``; each field maps to ``GPUCAAS_<FIELD>``."""
 
@@ -49,6 +52,17 @@ class Settings(BaseSettings):
     def _tls_pair(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key must be given together")
+        return self
+
+    @model_validator(mode="after")
+    def _real_admin_token(self) -> Settings:
+        if self.admin_token is not None:
+            secret = self.admin_token.get_secret_value()
+            if len(secret) < 16 or secret.lower() in PLACEHOLDER_SECRETS:
+                raise ValueError(
+                    "admin_token (GPUCAAS_ADMIN_TOKEN) must be a random secret of at least 16 characters; "
+                    "leave it unset to have one generated"
+                )
         return self
 
     def redacted(self) -> dict[str, object]:

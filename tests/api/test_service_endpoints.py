@@ -98,3 +98,12 @@ def test_without_any_kubernetes_configuration_the_api_still_runs(tmp_path: Path)
     with pytest.raises(KubeUnavailable):
         kube.upsert_tenancy({"metadata": {"name": "x"}, "spec": {}})
     kube.close()
+
+
+def test_placeholder_admin_tokens_are_refused() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    for weak in ("changeme", "short"):
+        with pytest.raises(ValidationError, match="at least 16 characters"):
+            Settings(admin_token=weak)

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer

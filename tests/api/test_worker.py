@@ -62,6 +62,16 @@ def test_seed_payload_becomes_a_kata_pod_once_the_tenancy_is_ready(api: ApiServe
     assert "activeDeadlineSeconds" not in spec
 
 
+def test_never_before_seen_tenancy_flow(api: ApiServer, k8s: Any) -> None:
+    """The seed's flow: a submission for a tenancy nobody prepared creates it on the fly."""
+    with api.client() as admin:
+        cid = admin.post("/v1/containers", json={**SEED, "tenancy": "newcomer"}).json()["id"]
+        tenancy = mark_tenancy_ready(k8s, "newcomer")  # the Tenancy was upserted by the worker
+        assert tenancy["spec"]["gpuQuota"] == 8 and "nfs" not in tenancy["spec"]
+        assert wait_for(lambda: get_pod(k8s, "tenant-newcomer", f"gpucaas-{cid}"))
+        assert wait_for(lambda: status_of(admin, cid)["status"] == "Pending")
+
+
 def test_pod_options_and_phases_flow_back(api: ApiServer, k8s: Any) -> None:
     with api.client() as admin:
         token = new_tenancy(admin, "flow")

@@ -30,6 +30,7 @@ def test_restart_mid_flight_converges(sandbox: runner.Sandbox, tenant_factory, k
     assert status == 202, body
     ids.append(body["id"])
     for cid in ids:
-        assert wait_status(tenant, cid, "Succeeded", "Failed", timeout=180)["status"] == "Succeeded"
+        final = wait_status(tenant, cid, "Succeeded", "Failed", timeout=180)
+        assert final["status"] == "Succeeded", f"{cid}: {final['status']}: {final.get('message')}"
     wait_for(lambda: settled(sandbox, k8s), timeout=180, what="no partition active and every lease Free")
     assert all(not acts for acts in activations(sandbox).values())
