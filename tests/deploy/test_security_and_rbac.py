@@ -43,8 +43,9 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
     },
     "device-plugin": {
-        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create", "patch"},
-        ("gpucaas.dev", "gpuleases/status"): {"get", "patch"},
+        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create"},
+        ("gpucaas.dev", "gpuleases/status"): {"get", "update"},
+        ("", "pods"): {"get"},
         ("", "nodes"): {"get"},
     },
     "fabric": {
@@ -55,6 +56,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "nodes"): {"get", "list", "watch"},
         ("", "pods"): {"get", "list", "watch"},
         ("gpucaas.dev", "fabricstates"): {"get", "list", "watch"},
+        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch"},
         ("", "pods/binding"): {"create"},
         ("", "bindings"): {"create"},
     },
