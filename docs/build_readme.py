@@ -17,12 +17,7 @@ SECTIONS = (
 
 
 def render() -> str:
-    parts = []
-    for name in SECTIONS:
-        text = (ROOT / "docs" / "readme" / f"{name}.md").read_text().strip()
-        if not name.startswith("_"):
-            text = text.replace("\n## ", "\n### ").replace("\n### ", "\n### ")  # keep one top level per part
-        parts.append(text)
+    parts = [(ROOT / "docs" / "readme" / f"{name}.md").read_text().strip() for name in SECTIONS]
     return "\n\n".join(parts) + "\n"
 
 

@@ -103,7 +103,9 @@ def gpu_summaries(
                 "tenancy": (s["holder"] or {}).get("tenancy"),
                 "pod": (s["holder"] or {}).get("pod"),
                 "healthy": fab.get("healthy"),
-                "reason": s["reason"] or fab.get("reason"),
+                # An unhealthy GPU shows why it is unhealthy; otherwise the lease's last reason.
+                "reason": (fab.get("reason") if fab.get("healthy") is False else None)
+                or s["reason"] or fab.get("reason"),
                 "lease": s["name"],
             }
         )
