@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static
 
-.PHONY: install system-deps sandbox test bench clean checkov crds
+.PHONY: install system-deps sandbox test bench clean checkov crds test-image
 
 install: system-deps $(VENV)/.installed
 
@@ -48,10 +48,15 @@ $(CHECKOV_VENV)/.installed:
 crds:
 	cp gpucaas/core/crds/*.gpucaas.dev.yaml deploy/helm/gpucaas/crds/
 
+# The kernel + busybox image the fabric tests boot under QEMU, fetched from Debian's
+# archive (apt-get download) and cached in /var/cache/gpucaas/test-vm at install time.
+test-image: install
+	$(PY) -m vm_images.test_image
+
 sandbox: install
 	$(VENV)/bin/gpucaas sandbox
 
-test: install checkov
+test: install checkov test-image
 	$(PY) -m pytest
 
 bench: install
