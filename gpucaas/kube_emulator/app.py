@@ -114,7 +114,7 @@ async def _route(request: web.Request, store: Store) -> web.StreamResponse:
         raise errors.resource_not_found()
     if not rest:
         if method != "GET":
-            raise errors.MethodNotAllowed(f"the server does not allow this method on the requested resource")
+            raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         doc = store.registry.resource_list(group, version)
         if doc is None:
             raise errors.resource_not_found()

@@ -844,8 +844,8 @@ def _pod_spec_update_allowed(current: Obj, new: Obj) -> bool:
         spec = copy.deepcopy(spec or {})
         for k in _POD_MUTABLE:
             spec.pop(k, None)
-        for field in ("containers", "initContainers"):
-            for c in spec.get(field) or []:
+        for key in ("containers", "initContainers"):
+            for c in spec.get(key) or []:
                 if isinstance(c, dict):
                     c.pop("image", None)
         return spec

@@ -23,7 +23,8 @@ from rich.table import Table
 
 from gpucaas.core.crds import GROUP, GPULEASE_PLURAL, LABEL_CONTAINER, TENANCY_PLURAL, VERSION, tenant_namespace
 from gpucaas.core.fabric_client import FabricClient, FabricError
-from gpucaas.sandbox.runner import Sandbox, wait_for
+from gpucaas.sandbox.runner import Sandbox
+from gpucaas.testing.waiting import wait_for
 
 SEED_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
 IMAGE = SEED_PAYLOAD["container-url"]

@@ -348,16 +348,6 @@ def ensure_demo_tenant(sandbox: Sandbox) -> str:
     return sandbox.api("POST", f"/v1/admin/tenancies/{DEMO_TENANCY}/tokens", {})["token"]
 
 
-def wait_for(predicate: Any, timeout: float, interval: float = 0.25, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-
 
 def env_summary(sandbox: Sandbox) -> str:
     return "\n".join([

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+
 import ssl
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +66,6 @@ class ApiServer:
         return self.app.state.worker
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1) -> Any:
-    """Poll until ``predicate()`` is truthy; return its value or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
 
 
 def write_dead_kubeconfig(path: Path) -> Path:

@@ -4,6 +4,8 @@ reporting its phase."""
 
 from __future__ import annotations
 
+from gpucaas.testing.waiting import wait_for
+
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +14,6 @@ from kubernetes.client.exceptions import ApiException
 
 from gpucaas.core import crds
 
-from tests.api.harness import wait_for
 
 
 def now() -> str:

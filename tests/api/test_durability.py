@@ -3,6 +3,8 @@ between creating a pod and recording it, and two replicas sharing one queue."""
 
 from __future__ import annotations
 
+from gpucaas.testing.waiting import wait_for
+
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from kubernetes import config as kconfig
 
 from gpucaas.kube_emulator import KubeEmulator
 from services.api.pods import build_pod
-from tests.api.harness import ApiServer, wait_for
+from tests.api.harness import ApiServer
 from tests.api.conftest import new_tenancy
 from tests.api.kube_helpers import get_pod, list_api_pods, mark_tenancy_ready, set_pod_status
 

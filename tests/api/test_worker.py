@@ -3,6 +3,8 @@ Tenancy upsert and wait for Ready, the pod's fields, phases flowing back, cancel
 
 from __future__ import annotations
 
+from gpucaas.testing.waiting import wait_for
+
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import new_tenancy
-from tests.api.harness import ApiServer, wait_for
+from tests.api.harness import ApiServer
 from tests.api.kube_helpers import bind_pod, get_pod, mark_tenancy_ready, set_pod_status
 
 SEED = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}

@@ -3,9 +3,11 @@ in the Kubernetes emulator (the tenancy controller's and the kubelet's parts don
 
 from __future__ import annotations
 
+from gpucaas.testing.waiting import wait_for
+
 from typing import Any
 
-from tests.api.harness import ApiServer, wait_for
+from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready
 
 from .conftest import Caasctl

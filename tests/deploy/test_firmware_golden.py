@@ -8,7 +8,7 @@ import pytest
 
 from gpucaas.testing.fake_sysfs import GOLDEN_ROM_VERSION, golden_rom_sha256
 from services.device_plugin.firmware import GoldenTable
-from tests.deploy.rendering import find, pod_spec, render, render_notes, workloads
+from tests.deploy.rendering import pod_spec, render, render_notes, workloads
 
 GOLDEN = {"0x2330": {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}
 

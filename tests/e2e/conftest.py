@@ -6,11 +6,12 @@ the outcome, the Kubernetes API (emulator), the nodes' fabric sockets and CDI sp
 
 from __future__ import annotations
 
+from gpucaas.testing.waiting import wait_for
+
 import json
 import shutil
 import ssl
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -86,15 +87,6 @@ def tenant_factory(admin: Caller, sandbox: runner.Sandbox) -> Callable[[str], Ca
     return make
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def container_status(caller: Caller, cid: str) -> dict[str, Any]:

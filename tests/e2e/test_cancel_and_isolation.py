@@ -6,7 +6,7 @@ from kubernetes import client
 
 from gpucaas.sandbox import runner
 
-from .conftest import Caller, activations, allocated_devices, leases, settled, wait_for, wait_status
+from .conftest import activations, allocated_devices, leases, settled, wait_for, wait_status
 
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 

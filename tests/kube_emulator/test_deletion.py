@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpucaas.testing.waiting import wait_for
+
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,14 +17,6 @@ from tests.kube_emulator.conftest import lease_body, pod_body
 LEASES = ("gpucaas.dev", "v1alpha1", "gpuleases")
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _gone(fn: Callable[[], Any]) -> bool:

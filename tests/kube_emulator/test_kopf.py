@@ -7,10 +7,11 @@ drives it with the official client only.
 
 from __future__ import annotations
 
+from gpucaas.testing.waiting import wait_for
+
 import asyncio
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -61,14 +62,6 @@ PEERING_CRD = {
 }
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Operator:

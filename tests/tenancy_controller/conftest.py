@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpucaas.testing import waiting
+
 import asyncio
 import json
 import os
@@ -9,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,7 @@ HANDLER_MODULES = ("services.tenancy_controller.handlers",)
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = TIMEOUT, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy (bounded, generous)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
-
+    return waiting.wait_for(predicate, timeout, interval=0.05, what=what)
 
 def install_crds(client: kube.KubeClient) -> None:
     for name in EXTRA_CRDS:
