@@ -35,25 +35,22 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpucaas.core.fabric_client import FabricClient, holder_for_gpus
-from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager, default_gpu_map
+from gpucaas.testing.waiting import wait_for
+from services.fabric.fabric_manager.simulator import (
+    SimulatedFabric,
+    SimulatedFabricManager,
+    default_gpu_map,
+)
 from services.fabric.runtime import FabricNode
 from services.fabric.settings import FabricSettings
 
 GPU = default_gpu_map()
 SETS = [(1, 2, 3, 4), (5, 7), (6,)]
 
-
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def run(driver: str, runs: int) -> dict[str, Any]:
@@ -91,7 +88,7 @@ def run(driver: str, runs: int) -> dict[str, Any]:
         assert node.vm is not None
         if console is not None:
             wait_for(lambda: console.exists() and "gpucaas-test-vm: up" in console.read_text(errors="replace"),
-                     180, "first boot")
+                     180, interval=0.01, what="first boot")
         with FabricClient(settings.socket) as c:
             for s in SETS:
                 c.activate(holder_for_gpus(GPU[g] for g in s), [GPU[g] for g in s])
@@ -110,15 +107,15 @@ def run(driver: str, runs: int) -> dict[str, Any]:
                 conn.lookupByName(name).destroy()
                 conn.close()
             wait_for(lambda: node.vm_restart_replays > before and set(fabric.active_partition_ids()) == want,
-                     300, "restart + replay")
+                     300, interval=0.01, what="restart + replay")
             replay.append(time.monotonic() - t0)
             if console is not None:
                 wait_for(lambda: console.read_text(errors="replace").count("gpucaas-test-vm: up") > boots,
-                         300, "guest boot")
+                         300, interval=0.01, what="guest boot")
                 ready.append(time.monotonic() - t0)
             # Every run measures a first crash: wait for the backoff streak to reset
             # (the VM stayed up restart_stable_s).
-            wait_for(lambda: node.vm.state()["crash_streak"] == 0, 60, "backoff reset")
+            wait_for(lambda: node.vm.state()["crash_streak"] == 0, 60, interval=0.01, what="backoff reset")
     finally:
         node.stop()
         if node.vm is not None:

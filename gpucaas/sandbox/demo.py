@@ -21,7 +21,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpucaas.core.crds import GROUP, GPULEASE_PLURAL, LABEL_CONTAINER, TENANCY_PLURAL, VERSION, tenant_namespace
+from gpucaas.core.crds import (
+    GPULEASE_PLURAL,
+    GROUP,
+    LABEL_CONTAINER,
+    TENANCY_PLURAL,
+    VERSION,
+    tenant_namespace,
+)
 from gpucaas.core.fabric_client import FabricClient, FabricError
 from gpucaas.sandbox.runner import Sandbox
 from gpucaas.testing.waiting import wait_for

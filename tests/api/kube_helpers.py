@@ -4,8 +4,6 @@ reporting its phase."""
 
 from __future__ import annotations
 
-from gpucaas.testing.waiting import wait_for
-
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +11,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpucaas.core import crds
-
+from gpucaas.testing.waiting import wait_for
 
 
 def now() -> str:

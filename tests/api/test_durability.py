@@ -3,8 +3,6 @@ between creating a pod and recording it, and two replicas sharing one queue."""
 
 from __future__ import annotations
 
-from gpucaas.testing.waiting import wait_for
-
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +12,16 @@ from kubernetes import client as kc
 from kubernetes import config as kconfig
 
 from gpucaas.kube_emulator import KubeEmulator
+from gpucaas.testing.waiting import wait_for
 from services.api.pods import build_pod
-from tests.api.harness import ApiServer
 from tests.api.conftest import new_tenancy
-from tests.api.kube_helpers import get_pod, list_api_pods, mark_tenancy_ready, set_pod_status
+from tests.api.harness import ApiServer
+from tests.api.kube_helpers import (
+    get_pod,
+    list_api_pods,
+    mark_tenancy_ready,
+    set_pod_status,
+)
 
 IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"
 

@@ -3,8 +3,6 @@ Tenancy upsert and wait for Ready, the pod's fields, phases flowing back, cancel
 
 from __future__ import annotations
 
-from gpucaas.testing.waiting import wait_for
-
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpucaas.testing.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import bind_pod, get_pod, mark_tenancy_ready, set_pod_status

@@ -3,10 +3,9 @@ in the Kubernetes emulator (the tenancy controller's and the kubelet's parts don
 
 from __future__ import annotations
 
-from gpucaas.testing.waiting import wait_for
-
 from typing import Any
 
+from gpucaas.testing.waiting import wait_for
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready
 

@@ -6,8 +6,6 @@ the outcome, the Kubernetes API (emulator), the nodes' fabric sockets and CDI sp
 
 from __future__ import annotations
 
-from gpucaas.testing.waiting import wait_for
-
 import json
 import shutil
 import ssl
@@ -24,6 +22,7 @@ from kubernetes import client, config
 from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from gpucaas.core.fabric_client import FabricClient
 from gpucaas.sandbox import runner
+from gpucaas.testing.waiting import wait_for
 
 
 class Caller:
@@ -97,7 +96,7 @@ def container_status(caller: Caller, cid: str) -> dict[str, Any]:
 
 def wait_status(caller: Caller, cid: str, *wanted: str, timeout: float = 120.0) -> dict[str, Any]:
     return wait_for(lambda: (c := container_status(caller, cid))["status"] in wanted and c,
-                    timeout, f"container {cid} in {wanted}")
+                    timeout, what=f"container {cid} in {wanted}")
 
 
 def activations(sandbox: runner.Sandbox) -> dict[str, list[dict[str, Any]]]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import libvirt
@@ -11,20 +10,16 @@ import pytest
 
 from gpucaas.core.fabric_client import FabricClient
 from gpucaas.testing.fake_sysfs import build_hgx_h100
+from gpucaas.testing.waiting import wait_for
 from services.fabric.bookkeeping import ActivationStore
-from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
+from services.fabric.fabric_manager.simulator import (
+    SimulatedFabric,
+    SimulatedFabricManager,
+)
 from services.fabric.partitions import PartitionService
 from services.fabric.runtime import FabricNode
 from services.fabric.settings import FabricSettings
 from tests.fabric.factories import holder, pcis
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_fm_restart_then_activation_replays_first(client: FabricClient, fabric: SimulatedFabric) -> None:
@@ -112,7 +107,7 @@ def test_vm_crash_restarts_vm_and_replays(node: FabricNode) -> None:
         conn = libvirt.open("test:///default")
         try:
             conn.lookupByName(node.settings.domain_name).destroy()  # the VM dies
-            wait_for(lambda: node.vm_restart_replays == 1, what="restart + replay")
+            wait_for(lambda: node.vm_restart_replays == 1, 60, interval=0.02, what="restart + replay")
             dom = conn.lookupByName(node.settings.domain_name)
             assert dom.isActive()
             assert "gpucaas.fm-restart=1" in dom.XMLDesc()  # FM booted in restart mode this time

@@ -13,14 +13,17 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import libvirt
 import pytest
 
 from gpucaas.core.fabric_client import FabricClient
-from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
+from gpucaas.testing.waiting import wait_for
+from services.fabric.fabric_manager.simulator import (
+    SimulatedFabric,
+    SimulatedFabricManager,
+)
 from services.fabric.runtime import FabricNode
 from services.fabric.settings import FabricSettings
 from tests.fabric.factories import holder, pcis
@@ -29,13 +32,6 @@ from vm_images.test_image.daemon import PrivateLibvirtd
 
 pytestmark = pytest.mark.libvirtd
 
-
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_boot_crash_restart_replay_and_clean_stop(
@@ -59,7 +55,7 @@ def test_boot_crash_restart_replay_and_clean_stop(
         dom = conn.lookupByName(name)
         assert dom.isActive()
         wait_for(lambda: console.exists() and READY_LINE in console.read_text(errors="replace"),
-                 120, "the guest to boot")
+                 120, what="the guest to boot")
 
         with FabricClient(settings.socket) as c:
             c.activate(holder(1, 2, 3, 4), pcis(1, 2, 3, 4))
@@ -70,13 +66,13 @@ def test_boot_crash_restart_replay_and_clean_stop(
             assert pid is not None
 
             os.kill(pid, signal.SIGKILL)  # crash: QEMU dies
-            wait_for(lambda: node.vm_restart_replays == 1, 120, "VM restart + replay")
+            wait_for(lambda: node.vm_restart_replays == 1, 120, what="VM restart + replay")
             assert conn.lookupByName(name).ID() != first_id
             assert libvirtd.qemu_pid(name) not in (None, pid)
             assert fabric.restarts == 2  # booted with the VM, then restarted with it
             assert fabric.active_partition_ids() == {1, 5}  # replayed
             wait_for(lambda: console.read_text(errors="replace").count(READY_LINE) >= 2, 120,
-                     "the guest to boot again")
+                     what="the guest to boot again")
             h = c.health()
             assert h["service_vm"] == {"state": "running", "domain": name, "restarts": 1, "crash_streak": 1,
                                       "message": ""}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from gpucaas.testing.waiting import wait_for
-
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gpucaas.testing.waiting import wait_for
 from tests.kube_emulator.conftest import lease_body, pod_body
 
 LEASES = ("gpucaas.dev", "v1alpha1", "gpuleases")

@@ -7,8 +7,6 @@ drives it with the official client only.
 
 from __future__ import annotations
 
-from gpucaas.testing.waiting import wait_for
-
 import asyncio
 import threading
 from collections.abc import Iterator
@@ -18,6 +16,8 @@ import kopf
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from gpucaas.testing.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "example.gpucaas.dev", "v1", "widgets"
 ARGS = (GROUP, VERSION, "default", PLURAL)

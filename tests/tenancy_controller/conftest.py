@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from gpucaas.testing import waiting
-
 import asyncio
 import json
 import os
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucaas.testing import waiting
 from services.tenancy_controller import kube, operator
 from services.tenancy_controller.settings import ControllerSettings
 
