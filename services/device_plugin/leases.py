@@ -117,19 +117,24 @@ class LeaseNodeAgent:
             for d in h.device_ids:
                 held[d] = h
         unseen = self._unseen_allocations(held)
+        after: list[dict[str, Any]] = []
         for lease in leases.values():
             try:
                 if lease["spec"]["pciAddress"] in unseen:
-                    self._allocated_but_gone(lease)
-                    continue
-                self._step(lease, held.get(lease["spec"]["pciAddress"]))
+                    lease = self._allocated_but_gone(lease)
+                else:
+                    lease = self._step(lease, held.get(lease["spec"]["pciAddress"]))
             except LeaseConflict:
+                # Someone else moved it (the controller, an admin): health follows what they wrote.
                 log.debug("lease %s changed during the round; next round decides", lease["metadata"]["name"])
+                lease = self.store.get(lease["metadata"]["name"]) or lease
             except states.IllegalTransition as exc:
                 log.warning("node=%s lease %s: %s", self.node, lease["metadata"]["name"], exc)
-        self._refresh_health()
+            after.append(lease)
+        self._refresh_health(after)
 
-    def _step(self, lease: dict[str, Any], holding: PodHolding | None) -> None:
+    def _step(self, lease: dict[str, Any], holding: PodHolding | None) -> dict[str, Any]:
+        """Advance one lease if it is the node's turn; returns the lease as it now stands."""
         status = lease.get("status") or {}
         state = states.state_of(status)
         name = lease["metadata"]["name"]
@@ -138,36 +143,38 @@ class LeaseNodeAgent:
             holder = status.get("holder") or {}
             same = (holder.get("namespace"), holder.get("pod")) == (holding.namespace, holding.pod)
             if state is states.LeaseState.FREE:
-                self.store.write_status(lease, states.allocated(status, self._holder(holding.namespace, holding.pod)))
                 log.info("node=%s gpu=%s leased to %s/%s", self.node, bdf, holding.namespace, holding.pod)
-            elif state is states.LeaseState.LEASED and not same:
+                return self.store.write_status(
+                    lease, states.allocated(status, self._holder(holding.namespace, holding.pod)))
+            if state is states.LeaseState.LEASED and not same:
                 # The previous holder is gone and the kubelet already gave the GPU to another pod.
                 log.error("node=%s gpu=%s now held by %s/%s while leased to %s/%s: releasing for a check",
                           self.node, bdf, holding.namespace, holding.pod, holder.get("namespace"), holder.get("pod"))
-                self.store.write_status(lease, states.released(status, "the kubelet reassigned the GPU"))
-            elif state not in states.ALLOCATABLE_STATES:
+                return self.store.write_status(lease, states.released(status, "the kubelet reassigned the GPU"))
+            if state not in states.ALLOCATABLE_STATES:
                 log.error("node=%s gpu=%s is %s but allocated to %s/%s", self.node, bdf, state,
                           holding.namespace, holding.pod)
-            return
+            return lease
         if state is states.LeaseState.LEASED:
             holder = status.get("holder") or {}
             why = f"pod {holder.get('namespace')}/{holder.get('pod')} no longer holds the GPU (PodResources)"
-            self.store.write_status(lease, states.released(status, why))
             log.info("node=%s gpu=%s releasing: %s", self.node, bdf, why)
-        elif state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
-            self._check(name, bdf)
+            return self.store.write_status(lease, states.released(status, why))
+        if state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
+            return self._check(name, bdf)
+        return lease
 
-    def _allocated_but_gone(self, lease: dict[str, Any]) -> None:
+    def _allocated_but_gone(self, lease: dict[str, Any]) -> dict[str, Any]:
         status = lease.get("status") or {}
         if states.state_of(status) is not states.LeaseState.FREE:
-            return  # already on its way through a check (or held): nothing more to do
+            return lease  # already on its way through a check (or held): nothing more to do
         holder = states.Holder(pod="(not seen)", namespace="(unknown)", tenancy=None)
         leased = states.allocated(status, holder)
         why = f"allocated, but no pod was seen holding it within {self.unseen_grace:.0f}s"
-        self.store.write_status(lease, states.released(leased, why))
         log.warning("node=%s gpu=%s %s: checking it anyway", self.node, lease["spec"]["pciAddress"], why)
+        return self.store.write_status(lease, states.released(leased, why))
 
-    def _check(self, name: str, bdf: str) -> None:
+    def _check(self, name: str, bdf: str) -> dict[str, Any]:
         result = self.checker.check(bdf)
         if result.passed:
             def change(st: dict[str, Any] | None) -> dict[str, Any]:
@@ -175,13 +182,13 @@ class LeaseNodeAgent:
         else:
             def change(st: dict[str, Any] | None) -> dict[str, Any]:
                 return states.check_failed(st, result.reason, result.message, result.rom_sha256, result.rom_version)
-        self.store.transition(name, change)
         log.log(logging.INFO if result.passed else logging.WARNING,
                 "node=%s gpu=%s check %s: %s", self.node, bdf, result.reason, result.message)
+        return self.store.transition(name, change)
 
-    def _refresh_health(self) -> None:
+    def _refresh_health(self, leases: list[dict[str, Any]]) -> None:
         bad = {}
-        for lz in self.store.list(self.node):
+        for lz in leases:
             st = states.state_of(lz.get("status"))
             if st not in states.ALLOCATABLE_STATES:
                 reason = (lz.get("status") or {}).get("reason", "")
