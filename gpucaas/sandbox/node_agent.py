@@ -92,6 +92,7 @@ class NodeAgent:
         self.default_run_seconds = default_run_seconds
         self.status_interval = status_interval
         self.registration_timeout = 60.0
+        self.device_wait_timeout = 15.0
         self.kubelet = FakeKubelet(self.dir / "device-plugins", self.dir / "pod-resources" / "kubelet.sock")
         self._running: dict[str, Running] = {}
         self._handled: set[str] = set()
@@ -121,10 +122,21 @@ class NodeAgent:
         except TimeoutError:
             log.warning("no live %s device plugin after %.0fs", self.resource, self.registration_timeout)
 
+    def _wait_for_devices(self, count: int) -> None:
+        """The sandbox scheduler places by partitions and leases, not by the kubelet's device health,
+        so a pod can be bound a moment before its GPUs are reported Healthy again (a lease checked
+        and Free, the next ListAndWatch update not yet sent): give them that moment."""
+        conn = self._live_plugin()
+        if conn is None:
+            return
+        conn.wait_for(lambda c: len(set(c.healthy()) - self.kubelet.allocated_ids(self.resource)) >= count,
+                      timeout=self.device_wait_timeout)
+
     def _admit_devices(self, pod: dict[str, Any], count: int) -> Allocation:
         md = pod["metadata"]
         container = pod["spec"]["containers"][0]["name"]
         self._wait_for_live_plugin()
+        self._wait_for_devices(count)
         try:
             return self.kubelet.admit(md["namespace"], md["name"], self.resource, count, container=container)
         except AdmissionError as exc:

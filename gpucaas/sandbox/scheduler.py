@@ -5,7 +5,8 @@ A real cluster runs kube-scheduler configured with the gpucaas extender
 part for GPU pods: it lists the candidate nodes, sends the scheduler extender
 the same ``filter`` and ``prioritize`` requests kube-scheduler would (the
 extender's HTTP JSON protocol), and binds the pod to the best node through the
-pods/binding subresource. Pods that fit nowhere stay Pending with a
+extender's ``bind`` verb (pods without GPUs through pods/binding). Pods that fit
+nowhere stay Pending with a
 ``PodScheduled=False`` condition, retried as capacity frees up.
 """
 
@@ -91,7 +92,17 @@ class SandboxScheduler:
         return best, f"extender score {scores.get(best, 0)} among {len(fitting)} fitting node(s)"
 
     def bind(self, pod: dict[str, Any], node: str) -> None:
+        """Bind through the extender for GPU pods (its bindVerb, as kube-scheduler does), so it
+        counts the pod's GPUs the moment it binds rather than when its pod watch catches up."""
         md = pod["metadata"]
+        if self.extender_url is not None and gpu_request(pod, self.resource) > 0:
+            resp = self.http.post(f"{self.extender_url}/bind", json={
+                "PodName": md["name"], "PodNamespace": md["namespace"], "PodUID": md.get("uid", ""), "Node": node})
+            resp.raise_for_status()
+            error = (resp.json() or {}).get("Error")
+            if error:
+                raise client.ApiException(status=409, reason=f"extender bind: {error}")
+            return
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

@@ -51,7 +51,7 @@ class Caller:
 
 
 @pytest.fixture(scope="package")
-def sandbox() -> Iterator[runner.Sandbox]:
+def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
     # A short path: unix socket paths (kubelet and plugin sockets) must stay under 108 bytes.
     state = Path(tempfile.mkdtemp(prefix="gpucaas-e2e-", dir="/tmp"))
     sb = runner.start(state, api_port=runner.free_port(), run_seconds=4.0)
@@ -59,7 +59,10 @@ def sandbox() -> Iterator[runner.Sandbox]:
         yield sb
     finally:
         sb.stop()
-        shutil.rmtree(state, ignore_errors=True)
+        if request.session.testsfailed:
+            print(f"\nsandbox state and service logs kept in {state}/logs")
+        else:
+            shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")
@@ -120,10 +123,13 @@ def allocated_devices(k8s: client.ApiClient, namespace: str, pod: str) -> list[s
 
 
 def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:
-    """Nothing held: no active activation on any node and every lease Free."""
+    """Nothing held: no active activation on any node, every lease Free, and every node's
+    kubelet (the node agent) sees all 8 GPUs healthy again."""
     acts = activations(sandbox)
-    return all(not a for a in acts.values()) and all(
-        (lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))
+    nodes = client.CoreV1Api(k8s).list_node(label_selector="gpucaas.dev/gpu-node=true").items
+    return (all(not a for a in acts.values())
+            and all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))
+            and all((n.status.allocatable or {}).get("nvidia.com/gpu") == "8" for n in nodes))
 
 
 def sandbox_dir(sandbox: runner.Sandbox) -> Path:
