@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpucaas.core.topology import GPU_COUNT
+from gpucaas.core.topology import GPU_COUNT, HGX_H100_PARTITIONS, cover_size
 from services.placement.errors import InvalidRequest
 from services.placement.extender import pod_gpu_count
 from services.placement.fit import FIT_TABLE, mask_of
@@ -87,6 +87,15 @@ def pod_claim(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu") -> PodCl
     return PodClaim(meta.get("namespace", ""), meta.get("name", ""), node, gpus, created, bound_at)
 
 
+def _partition_mask_holding(gpus: set[int], size: int) -> int:
+    """GPUs of the smallest partition of ``size``'s covering size that holds ``gpus`` (all if none)."""
+    cover = cover_size(size)
+    for part in HGX_H100_PARTITIONS:
+        if part.size == cover and gpus <= part.gpus:
+            return mask_of(part.gpus)
+    return mask_of(list(range(1, GPU_COUNT + 1)))
+
+
 def _seconds(stamp: Any) -> float | None:
     """An RFC 3339 time as whole epoch seconds (the API's resolution), or None."""
     if not stamp:
@@ -130,7 +139,7 @@ def derive_node(
         if part.get("active") and part.get("holder"):
             busy.update(g for g in part.get("gpus") or [] if _phys(g))
 
-    leased_pods: set[str] = set()
+    leased_pods: dict[str, set[int]] = {}  # pod -> its GPUs whose lease already says Leased
     leased_gpus = 0
     not_pod_held: set[int] = set()  # Releasing / Checking / Quarantined: no running pod has them
     for lease in leases:
@@ -148,7 +157,8 @@ def derive_node(
                 not_pod_held.add(pid)
         holder = lstatus.get("holder") or {}
         if state == "Leased" and holder.get("pod"):
-            leased_pods.add(f"{holder.get('namespace', '')}/{holder['pod']}")
+            leased_pods.setdefault(f"{holder.get('namespace', '')}/{holder['pod']}", set()).update(
+                {pid} if pid is not None else set())
             leased_gpus += 1
 
     free_mask = mask_of(healthy - busy)
@@ -158,7 +168,14 @@ def derive_node(
     reported = _seconds(status.get("updatedAt"))
     unexplained = max(0, len(busy - not_pod_held) - leased_gpus)
     for claim in sorted(pods, key=lambda c: (c.created, c.key)):
-        if claim.key in leased_pods or claim.gpus > GPU_COUNT:
+        if claim.gpus > GPU_COUNT:
+            continue
+        if claim.key in leased_pods:
+            # The node writes a pod's leases one GPU at a time: until all are Leased, the rest
+            # of the pod's partition is still its own, not free.
+            held = leased_pods[claim.key]
+            if len(held) < claim.gpus:
+                free_mask &= ~_partition_mask_holding(held, claim.gpus)
             continue
         bound = _seconds(claim.bound_at)
         too_new = reported is not None and bound is not None and bound >= reported

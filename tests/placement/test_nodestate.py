@@ -87,3 +87,16 @@ def test_pod_claim_takes_the_bind_time_from_pod_scheduled() -> None:
     ]
     claim = pod_claim(bound)
     assert claim is not None and claim.bound_at == "2026-11-21T05:01:00Z"
+
+
+def test_a_pod_whose_leases_are_only_partly_written_still_holds_its_whole_partition() -> None:
+    """The node writes a pod's leases one GPU at a time; between those writes the pod must
+    not look like it holds a single GPU (the sandbox once placed a 1-GPU pod on a full board)."""
+    board = PodClaim("tenant-acme", "board", "n", 8, "2026-11-21T04:00:00Z")
+    one_leased = [lease("n", 1, "Leased", pod="board")]
+    assert free(derive_node("n", fabric_state("n"), one_leased, pods=[board])) == set()
+    pair = PodClaim("tenant-acme", "pair", "n", 2, "2026-11-21T04:00:00Z")
+    half = [lease("n", 5, "Leased", pod="pair")]
+    assert free(derive_node("n", fabric_state("n"), half, pods=[pair])) == set(range(1, 9)) - {5, 7}
+    whole = [lease("n", 5, "Leased", pod="pair"), lease("n", 7, "Leased", pod="pair")]
+    assert free(derive_node("n", fabric_state("n"), whole, pods=[pair])) == set(range(1, 9)) - {5, 7}
