@@ -33,9 +33,10 @@ from typing import Any
 from kubernetes import client, watch
 
 from gpucaas.kube_emulator.logs_client import write_pod_log
-from gpucaas.sandbox.scheduler import GPU_NODE_LABEL, gpu_request
+from gpucaas.sandbox.scheduler import GPU_NODE_LABEL
 from gpucaas.testing.fake_kubelet import AdmissionError, Allocation, FakeKubelet
 from services.device_plugin.api import dp_pb2
+from services.placement.extender import pod_gpu_count
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ class NodeAgent:
     def admit(self, pod: dict[str, Any]) -> None:
         md = pod["metadata"]
         key = f"{md['namespace']}/{md['name']}"
-        count = gpu_request(pod, self.resource)
+        count = pod_gpu_count(pod, self.resource)
         alloc: Allocation | None = next(
             (a for a in self.kubelet.allocations if (a.namespace, a.pod) == (md["namespace"], md["name"])), None)
         if count and alloc is None:

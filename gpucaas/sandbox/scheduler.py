@@ -20,19 +20,13 @@ from typing import Any
 import httpx
 from kubernetes import client, watch
 
+from services.placement.errors import PlacementError
+from services.placement.extender import pod_gpu_count
+
 log = logging.getLogger(__name__)
 
 GPU_NODE_LABEL = "gpucaas.dev/gpu-node"
 
-
-def gpu_request(pod: dict[str, Any], resource: str) -> int:
-    total = 0
-    for c in pod.get("spec", {}).get("containers", []):
-        res = c.get("resources") or {}
-        val = (res.get("limits") or {}).get(resource) or (res.get("requests") or {}).get(resource)
-        if val:
-            total += int(val)
-    return total
 
 
 class SandboxScheduler:
@@ -70,7 +64,7 @@ class SandboxScheduler:
         if not nodes:
             return None, "no Ready GPU node"
         names = sorted(n["metadata"]["name"] for n in nodes)
-        if gpu_request(pod, self.resource) == 0 or self.extender_url is None:
+        if pod_gpu_count(pod, self.resource) == 0 or self.extender_url is None:
             return names[0], "no GPUs requested"
         args = {"Pod": pod, "Nodes": None, "NodeNames": names}
         resp = self.http.post(f"{self.extender_url}/filter", json=args)
@@ -95,7 +89,7 @@ class SandboxScheduler:
         """Bind through the extender for GPU pods (its bindVerb, as kube-scheduler does), so it
         counts the pod's GPUs the moment it binds rather than when its pod watch catches up."""
         md = pod["metadata"]
-        if self.extender_url is not None and gpu_request(pod, self.resource) > 0:
+        if self.extender_url is not None and pod_gpu_count(pod, self.resource) > 0:
             resp = self.http.post(f"{self.extender_url}/bind", json={
                 "PodName": md["name"], "PodNamespace": md["namespace"], "PodUID": md.get("uid", ""), "Node": node})
             resp.raise_for_status()
@@ -128,7 +122,10 @@ class SandboxScheduler:
 
     def schedule_one(self, pod: dict[str, Any]) -> bool:
         md = pod["metadata"]
-        node, why = self.choose_node(pod)
+        try:
+            node, why = self.choose_node(pod)
+        except PlacementError as exc:  # a malformed GPU request: say so on the pod
+            node, why = None, str(exc)
         if node is None:
             log.info("pod %s/%s unschedulable: %s", md["namespace"], md["name"], why)
             self.mark_unschedulable(pod, why)

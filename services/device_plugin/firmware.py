@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from services.device_plugin.devices import NVIDIA_VENDOR
+
 log = logging.getLogger(__name__)
 
 ROM_SIGNATURE = b"\x55\xaa"
 _VERSION_RE = re.compile(rb"Version\s+([0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f]{2}){3,4})")
-NVIDIA_VENDOR = "0x10de"
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,14 @@ class GoldenTable:
 
 class FirmwareCheck(Protocol):
     def check(self, pci_address: str) -> CheckResult: ...
+
+
+def _hex(text: str) -> int | None:
+    """A sysfs hex attribute ("0x10de") as a number; None for anything else."""
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
 
 
 def rom_version(image: bytes) -> str | None:
@@ -125,7 +134,7 @@ class SysfsFirmwareCheck:
             pci_class = self._read_attr(d, "class")
         except OSError as exc:
             return CheckResult(False, "DeviceVanished", f"{pci_address}: cannot read its identity: {exc}")
-        if vendor != NVIDIA_VENDOR or not pci_class.startswith("0x0302"):
+        if _hex(vendor) != NVIDIA_VENDOR or not pci_class.startswith("0x0302"):
             return CheckResult(False, "IdentityChanged",
                                f"{pci_address} now reports vendor {vendor} class {pci_class}; expected an NVIDIA 3D controller")
         driver_link = d / "driver"

@@ -87,3 +87,9 @@ def test_golden_table_rejects_bad_config(text: str) -> None:
 def test_rom_version_parsing() -> None:
     assert rom_version(rom_image()) == GOLDEN_ROM_VERSION
     assert rom_version(b"nothing here") is None
+
+
+def test_garbage_identity_is_an_identity_change(hgx_board: FakeBoard, checker: SysfsFirmwareCheck) -> None:
+    (hgx_board.device_dir(GPU) / "vendor").write_text("not-hex\n")
+    result = checker.check(GPU)
+    assert (result.passed, result.reason) == (False, "IdentityChanged")

@@ -154,13 +154,7 @@ def test_a_restarted_controller_continues_a_check(
     lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
 ) -> None:
     """All state is in the lease: a fresh controller (a new step call) picks up mid-check."""
-    lease_agent.reconcile_once()
-    make_pod(k8s, "acme", "c-1")
-    kubelet.hold("tenant-acme", "c-1", GPU)
-    lease_agent.reconcile_once()
-    kubelet.drop("tenant-acme", "c-1")
-    lease_agent.reconcile_once()
-    controller_step(store, k8s)  # "old" controller requested the check, then died
+    to_checking(lease_agent, store, kubelet, k8s)  # the "old" controller requested the check, then died
     assert controller_step(store, k8s) is None  # the "new" one sees a check in progress, not timed out
     lease_agent.reconcile_once()
     assert state(store) == "Free"

@@ -8,13 +8,13 @@ that says why; a concurrent change of the lease is retried.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpucaas.core import crds, lease_states
+from gpucaas.core.lease_store import lease_name
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep
 from services.api.errors import KubeConflict, KubeError, KubeNotFound
@@ -35,9 +35,6 @@ class ReleaseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     skip_check: bool = Field(False, description="Free the GPU without a new firmware check.")
 
-
-def lease_name(node: str, pci: str) -> str:
-    return f"{node}-{re.sub(r'[:.]', '-', pci)}"
 
 
 def _transition(kube: Any, node: str, pci: str, change: Any) -> dict[str, Any]:
