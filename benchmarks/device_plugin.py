@@ -39,8 +39,8 @@ def _ms(samples: list[float]) -> dict[str, float]:
 
 def run(quick: bool) -> dict[str, Any]:
     from gpucaas.core import topology
-    from gpucaas.testing.fake_kubelet import FakeKubelet
-    from gpucaas.testing.fake_sysfs import build_hgx_h100
+    from gpucaas.devtools.fake_kubelet import FakeKubelet
+    from gpucaas.devtools.fake_sysfs import build_hgx_h100
     from services.device_plugin import sysfs
     from services.device_plugin.api import dp_pb2
     from services.device_plugin.main import build

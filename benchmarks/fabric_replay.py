@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucaas.core.fabric_client import FabricClient, holder_for_gpus
-from gpucaas.testing.waiting import wait_for
+from gpucaas.devtools.waiting import wait_for
 from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,
     SimulatedFabricManager,

@@ -34,7 +34,7 @@ def main() -> None:
 
     from kubernetes import client, config, watch
 
-    from gpucaas.kube_emulator import KubeEmulator
+    from gpucaas.devtools.kube_emulator import KubeEmulator
 
     with KubeEmulator(install_project_crds=True) as emu, tempfile.TemporaryDirectory() as tmp:
         api = config.new_client_from_config(config_file=str(emu.write_kubeconfig(Path(tmp) / "kc")))

@@ -43,7 +43,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "from gpucaas.cli import app; app()", *args],
+    return subprocess.Popen([sys.executable, "-c", "from gpucaas.programs.cli import app; app()", *args],
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
 

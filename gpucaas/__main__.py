@@ -1,5 +1,5 @@
 """`python -m gpucaas` is the `gpucaas` command."""
 
-from gpucaas.cli import app
+from gpucaas.programs.cli import app
 
 app()

@@ -1,6 +1,6 @@
 """Adapter: discover vfio-bound NVIDIA GPUs in sysfs and check their device nodes.
 
-Reads, under a configurable root (tests use gpucaas.testing.fake_sysfs)::
+Reads, under a configurable root (tests use gpucaas.devtools.fake_sysfs)::
 
     <sysfs>/bus/pci/devices/<BDF>/{vendor,device,class,numa_node,driver,iommu_group,vfio-dev/}
     <sysfs>/kernel/iommu_groups/<N>/devices/

@@ -11,7 +11,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpucaas.core import crds
-from gpucaas.testing.waiting import wait_for
+from gpucaas.devtools.waiting import wait_for
 
 
 def now() -> str:

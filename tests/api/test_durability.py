@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client as kc
 from kubernetes import config as kconfig
 
-from gpucaas.kube_emulator import KubeEmulator
-from gpucaas.testing.waiting import wait_for
+from gpucaas.devtools.kube_emulator import KubeEmulator
+from gpucaas.devtools.waiting import wait_for
 from services.api.pods import build_pod
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer

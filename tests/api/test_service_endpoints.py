@@ -70,7 +70,7 @@ def test_generated_admin_token_is_returned_once_and_stored_hashed(tmp_path: Path
 
 
 def test_cli_options_have_env_vars() -> None:
-    from gpucaas.cli import app
+    from gpucaas.programs.cli import app
 
     out = CliRunner().invoke(app, ["api", "--help"], env={"COLUMNS": "200"}).output
     for env in ("GPUCAAS_HOST", "GPUCAAS_PORT", "GPUCAAS_TLS_CERT", "GPUCAAS_TLS_KEY", "GPUCAAS_DATABASE_URL",
@@ -79,7 +79,7 @@ def test_cli_options_have_env_vars() -> None:
 
 
 def test_cli_refuses_half_a_tls_pair(tmp_path: Path) -> None:
-    from gpucaas.cli import app
+    from gpucaas.programs.cli import app
 
     result = CliRunner().invoke(app, ["api", "--tls-cert", str(tmp_path / "c.pem")])
     assert result.exit_code != 0

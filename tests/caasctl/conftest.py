@@ -20,7 +20,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpucaas.caasctl.main import app
+from gpucaas.programs.caasctl.main import app
 from services.api.settings import Settings
 from tests.api.harness import ADMIN_TOKEN, ApiServer
 
@@ -28,7 +28,7 @@ from tests.api.harness import ADMIN_TOKEN, ApiServer
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[Any]:
     """A Kubernetes API emulator with the project's CRDs, shared by the module."""
-    from gpucaas.kube_emulator import KubeEmulator
+    from gpucaas.devtools.kube_emulator import KubeEmulator
 
     emu = KubeEmulator(host="127.0.0.1", port=0, install_project_crds=True).start()
     try:
@@ -171,7 +171,7 @@ def caasctl(api: ApiServer, ca_file: Path, no_config: dict[str, str]) -> Caasctl
 
 @pytest.fixture(scope="module")
 def caasctl_bin() -> Path:
-    """The installed console script (pyproject's ``caasctl = gpucaas.caasctl.main:run``)."""
+    """The installed console script (pyproject's ``caasctl = gpucaas.programs.caasctl.main:run``)."""
     import sys
 
     path = Path(sys.executable).parent / "caasctl"

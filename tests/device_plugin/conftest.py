@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpucaas.testing.fake_kubelet import FakeKubelet
-from gpucaas.testing.fake_sysfs import FakeBoard
+from gpucaas.devtools.fake_kubelet import FakeKubelet
+from gpucaas.devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
 from tests.device_plugin.fabric_double import FabricDouble

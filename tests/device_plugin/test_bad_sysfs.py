@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.testing.fake_kubelet import FakeKubelet
-from gpucaas.testing.fake_sysfs import GPU_BDFS, FakeBoard
+from gpucaas.devtools.fake_kubelet import FakeKubelet
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from services.device_plugin import sysfs
 
 BDF = GPU_BDFS[2]

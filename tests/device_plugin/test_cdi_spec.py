@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpucaas.testing.fake_kubelet import FakeKubelet
-from gpucaas.testing.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
+from gpucaas.devtools.fake_kubelet import FakeKubelet
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
 from services.device_plugin import sysfs
 from services.device_plugin.cdi import CDI_VERSION, SpecWriter, build_cdi_spec, check_cdi_spec
 from services.device_plugin.errors import CDISpecError

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.testing.fake_kubelet import FakeKubelet
-from gpucaas.testing.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, build_hgx_h100
+from gpucaas.devtools.fake_kubelet import FakeKubelet
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, build_hgx_h100
 from services.device_plugin import sysfs
 
 

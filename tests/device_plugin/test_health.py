@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucaas.testing.fake_kubelet import FakeKubelet, PluginConnection
-from gpucaas.testing.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
+from gpucaas.devtools.fake_kubelet import FakeKubelet, PluginConnection
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
 from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.fabric_double import FabricDouble
 
@@ -93,7 +93,7 @@ def test_unhealthy_gpu_refused_at_allocate(plugin: DevicePlugin, fake_kubelet: F
                                            hgx_board: FakeBoard) -> None:
     import pytest
 
-    from gpucaas.testing.fake_kubelet import AdmissionError
+    from gpucaas.devtools.fake_kubelet import AdmissionError
 
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     hgx_board.remove_vfio_node(GPU)

@@ -12,8 +12,8 @@ from kubernetes import client
 
 from gpucaas.core import lease_states
 from gpucaas.core.lease_store import LeaseStore, lease_name
-from gpucaas.testing.fake_kubelet import AdmissionError, FakeKubelet
-from gpucaas.testing.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
+from gpucaas.devtools.fake_kubelet import AdmissionError, FakeKubelet
+from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
 from services.device_plugin.main import DevicePlugin
 from services.tenancy_controller import lease_handlers
 from tests.device_plugin.fabric_double import FabricDouble

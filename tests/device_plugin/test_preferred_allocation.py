@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucaas.core import topology
-from gpucaas.testing.fake_kubelet import FakeKubelet
-from gpucaas.testing.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS, FakeBoard
+from gpucaas.devtools.fake_kubelet import FakeKubelet
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS, FakeBoard
 from services.device_plugin.allocation import PhysicalMap, preferred
 from services.device_plugin.api import dp_pb2
 from services.device_plugin.errors import InvalidRequest

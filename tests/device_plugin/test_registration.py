@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucaas.testing.fake_kubelet import FakeKubelet
-from gpucaas.testing.fake_sysfs import GPU_BDFS, FakeBoard
+from gpucaas.devtools.fake_kubelet import FakeKubelet
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from services.device_plugin.registration import endpoint_name
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpucaas.core import topology
-from gpucaas.testing.fake_kubelet import FakeKubelet
-from gpucaas.testing.fake_sysfs import FakeBoard
+from gpucaas.devtools.fake_kubelet import FakeKubelet
+from gpucaas.devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.fabric_double import FabricDouble
 

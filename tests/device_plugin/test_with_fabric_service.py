@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpucaas.core import topology
-from gpucaas.testing.fake_kubelet import AdmissionError, FakeKubelet
-from gpucaas.testing.fake_sysfs import FakeBoard
+from gpucaas.devtools.fake_kubelet import AdmissionError, FakeKubelet
+from gpucaas.devtools.fake_sysfs import FakeBoard
 
 fabric_sim = pytest.importorskip("services.fabric.fabric_manager.simulator")
 from services.fabric.bookkeeping import ActivationStore  # noqa: E402

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.doctor.paths import HostPaths
-from gpucaas.testing.fake_sysfs import FakeBoard
+from gpucaas.programs.doctor.paths import HostPaths
+from gpucaas.devtools.fake_sysfs import FakeBoard
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
 from services.fabric.partitions import PartitionService

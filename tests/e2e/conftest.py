@@ -21,8 +21,8 @@ from kubernetes import client, config
 
 from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from gpucaas.core.fabric_client import FabricClient
-from gpucaas.sandbox import runner
-from gpucaas.testing.waiting import wait_for
+from gpucaas.programs.sandbox import runner
+from gpucaas.devtools.waiting import wait_for
 
 
 class Caller:

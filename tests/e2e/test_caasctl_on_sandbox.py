@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpucaas.sandbox import runner
+from gpucaas.programs.sandbox import runner
 
 from .conftest import activations, allocated_devices, wait_for, wait_status
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from gpucaas.sandbox import runner
+from gpucaas.programs.sandbox import runner
 
 from .conftest import activations, allocated_devices, leases, settled, wait_for, wait_status
 

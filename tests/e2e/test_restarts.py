@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from gpucaas.sandbox import runner
+from gpucaas.programs.sandbox import runner
 
 from .conftest import activations, settled, wait_for, wait_status
 

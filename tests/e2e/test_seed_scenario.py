@@ -6,7 +6,7 @@ from kubernetes import client
 
 from gpucaas.core import topology
 from gpucaas.core.fabric_client import FabricClient
-from gpucaas.sandbox import runner
+from gpucaas.programs.sandbox import runner
 
 from .conftest import Caller, activations, allocated_devices, settled, wait_for, wait_status
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
-from gpucaas.testing.fake_sysfs import FakeBoard
+from gpucaas.devtools.fake_sysfs import FakeBoard
 from tests.fabric.factories import holder, pcis
 
 GPUCAAS = str(Path(sys.executable).parent / "gpucaas")

@@ -9,8 +9,8 @@ import libvirt
 import pytest
 
 from gpucaas.core.fabric_client import FabricClient
-from gpucaas.testing.fake_sysfs import build_hgx_h100
-from gpucaas.testing.waiting import wait_for
+from gpucaas.devtools.fake_sysfs import build_hgx_h100
+from gpucaas.devtools.waiting import wait_for
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,

@@ -19,7 +19,7 @@ import libvirt
 import pytest
 
 from gpucaas.core.fabric_client import FabricClient
-from gpucaas.testing.waiting import wait_for
+from gpucaas.devtools.waiting import wait_for
 from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,
     SimulatedFabricManager,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpucaas.testing.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
+from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
 from services.device_plugin.firmware import GoldenTable, SysfsFirmwareCheck
 from services.device_plugin.leases import LeaseNodeAgent, NodeGPU, PodHolding
 from gpucaas.core.lease_store import LeaseStore

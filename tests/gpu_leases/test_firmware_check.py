@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.testing.fake_sysfs import (
+from gpucaas.devtools.fake_sysfs import (
     GOLDEN_ROM_VERSION,
     H100_SXM5_DEVICE,
     FakeBoard,

@@ -10,7 +10,7 @@ import datetime as dt
 
 from kubernetes import client
 
-from gpucaas.testing.fake_sysfs import FakeBoard, rom_image
+from gpucaas.devtools.fake_sysfs import FakeBoard, rom_image
 from services.tenancy_controller import lease_handlers as handlers
 from services.device_plugin.leases import LeaseNodeAgent
 from gpucaas.core.lease_store import LeaseStore, lease_name

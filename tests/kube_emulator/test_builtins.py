@@ -7,7 +7,7 @@ import json
 import pytest
 from kubernetes import client
 
-from gpucaas.kube_emulator.resources import builtin_types
+from gpucaas.devtools.kube_emulator.resources import builtin_types
 
 KINDS = [rt for rt in builtin_types() if "get" in rt.verbs]
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpucaas.testing.waiting import wait_for
+from gpucaas.devtools.waiting import wait_for
 from tests.kube_emulator.conftest import lease_body, pod_body
 
 LEASES = ("gpucaas.dev", "v1alpha1", "gpuleases")

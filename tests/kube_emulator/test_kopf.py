@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpucaas.testing.waiting import wait_for
+from gpucaas.devtools.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "example.gpucaas.dev", "v1", "widgets"
 ARGS = (GROUP, VERSION, "default", PLURAL)

@@ -105,7 +105,7 @@ def test_eviction_deletes_pod(core: client.CoreV1Api) -> None:
 def test_graceful_pod_deletion_when_enabled(tmp_path) -> None:
     from kubernetes import config
 
-    from gpucaas.kube_emulator import KubeEmulator
+    from gpucaas.devtools.kube_emulator import KubeEmulator
 
     with KubeEmulator(pod_graceful_deletion=True) as emu:
         api = config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kc")))
@@ -123,7 +123,7 @@ def test_graceful_pod_deletion_when_enabled(tmp_path) -> None:
 
 
 def test_write_pod_log_through_the_official_client(core: client.CoreV1Api, k8s: client.ApiClient) -> None:
-    from gpucaas.kube_emulator.logs_client import write_pod_log
+    from gpucaas.devtools.kube_emulator.logs_client import write_pod_log
 
     core.create_namespaced_pod("default", pod_body("p"))
     write_pod_log(k8s, "default", "p", "a\n", container="main")

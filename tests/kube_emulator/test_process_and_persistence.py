@@ -12,14 +12,14 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from gpucaas.kube_emulator import KubeEmulator
+from gpucaas.devtools.kube_emulator import KubeEmulator
 from tests.kube_emulator.conftest import pod_body
 
 
 def _start(kubeconfig: Path, persist: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_KUBE_EMULATOR_")}
     return subprocess.Popen(
-        [sys.executable, "-c", "from gpucaas.cli import app; app()", "kube-emulator", "--port", "0",
+        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "kube-emulator", "--port", "0",
          "--kubeconfig", str(kubeconfig), "--persist", str(persist)],
         cwd=Path(__file__).resolve().parents[2], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 

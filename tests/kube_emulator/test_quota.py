@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpucaas.kube_emulator.quota import format_quantity, parse_quantity
+from gpucaas.devtools.kube_emulator.quota import format_quantity, parse_quantity
 
 
 def gpu_pod(name: str, gpus: int, **resources: str) -> dict:

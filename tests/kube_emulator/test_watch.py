@@ -114,7 +114,7 @@ def test_watch_timeout_seconds_ends_stream(core: client.CoreV1Api) -> None:
 def test_watch_bookmarks_are_sent_when_asked(tmp_path) -> None:
     from kubernetes import config
 
-    from gpucaas.kube_emulator import KubeEmulator
+    from gpucaas.devtools.kube_emulator import KubeEmulator
 
     with KubeEmulator(bookmark_interval=0.2) as emu:
         api = config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kc")))

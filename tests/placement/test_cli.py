@@ -34,7 +34,7 @@ def test_the_command_serves_the_extender_from_the_cluster(kubeconfig: Path, k8s:
     port = _free_port()
     env = {**os.environ, "GPUCAAS_PLACEMENT_KUBECONFIG": str(kubeconfig), "GPUCAAS_PLACEMENT_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from gpucaas.cli import app; app()", "scheduler-extender",
+        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "scheduler-extender",
          "--host", "127.0.0.1", "--port", str(port)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucaas.testing import waiting
+from gpucaas.devtools import waiting
 from services.tenancy_controller import kube, operator
 from services.tenancy_controller.settings import ControllerSettings
 
@@ -113,7 +113,7 @@ class ControllerProcess:
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from gpucaas.cli import app; app()", "controller",
+            [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "controller",
              "--kubeconfig", str(kubeconfig), "--retry-delay", "0.5", "--workers", "4", *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
         )

@@ -67,15 +67,15 @@ NVSWITCH_PORTS = 64
 
 def default_gpu_map() -> dict[int, str]:
     """Physical id -> PCI bus id of the reference DGX H100 board (the fake sysfs one)."""
-    from gpucaas.testing.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS
+    from gpucaas.core.platforms import DGX_H100
 
-    return dict(zip(GPU_PHYSICAL_IDS, GPU_BDFS, strict=True))
+    return DGX_H100.physical_id_to_bdf()
 
 
 def default_switches() -> tuple[str, ...]:
-    from gpucaas.testing.fake_sysfs import NVSWITCH_BDFS
+    from gpucaas.core.platforms import DGX_H100
 
-    return NVSWITCH_BDFS
+    return DGX_H100.nvswitch_bdfs
 
 
 def gpu_uuid(pci_bus_id: str) -> str:

@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 )
 
 from gpucaas.core import topology
-from gpucaas.testing.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS
 from services.fabric.fabric_manager.errors import (
     FabricManagerUnavailable,
     PartitionConflict,

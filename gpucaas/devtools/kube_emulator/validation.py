@@ -17,7 +17,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from gpucaas.kube_emulator.errors import field_error
+from gpucaas.devtools.kube_emulator.errors import field_error
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

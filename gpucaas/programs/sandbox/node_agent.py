@@ -5,7 +5,7 @@ What a kubelet does for a gpucaas pod, it does over the same protocols:
   allocatable from the device plugin's ListAndWatch stream);
 * is the device plugins' kubelet: a real v1beta1 Registration server on
   ``<kubelet-dir>/device-plugins/kubelet.sock`` and a PodResources server
-  (``gpucaas.testing.fake_kubelet``);
+  (``gpucaas.devtools.fake_kubelet``);
 * admits each pod bound to the node: GetPreferredAllocation, Allocate (the device
   plugin activates the NVLink partition through the fabric service), records the
   allocation in a checkpoint file (as the kubelet's ``kubelet_internal_checkpoint``),
@@ -32,9 +32,9 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from gpucaas.kube_emulator.logs_client import write_pod_log
-from gpucaas.sandbox.scheduler import GPU_NODE_LABEL
-from gpucaas.testing.fake_kubelet import AdmissionError, Allocation, FakeKubelet
+from gpucaas.devtools.kube_emulator.logs_client import write_pod_log
+from gpucaas.programs.sandbox.scheduler import GPU_NODE_LABEL
+from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet
 from services.device_plugin.api import dp_pb2
 from services.placement.extender import pod_gpu_count
 

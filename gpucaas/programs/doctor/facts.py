@@ -17,7 +17,7 @@ from glob import glob
 from pathlib import Path
 from typing import Any
 
-from gpucaas.doctor.paths import HostPaths
+from gpucaas.programs.doctor.paths import HostPaths
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonpatch
 
-from gpucaas.kube_emulator.errors import BadRequest, Invalid, field_error
+from gpucaas.devtools.kube_emulator.errors import BadRequest, Invalid, field_error
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gpucaas.kube_emulator.errors import BadRequest
+from gpucaas.devtools.kube_emulator.errors import BadRequest
 
 Predicate = Callable[[dict[str, Any]], bool]
 

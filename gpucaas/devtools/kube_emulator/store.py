@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.kube_emulator import errors, quota, validation
-from gpucaas.kube_emulator.resources import Registry, ResourceType, type_from_crd
+from gpucaas.devtools.kube_emulator import errors, quota, validation
+from gpucaas.devtools.kube_emulator.resources import Registry, ResourceType, type_from_crd
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ class Store:
 
     def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, patch: Any, *,
               subresource: str | None = None, version: str | None = None, dry_run: bool = False) -> Obj:
-        from gpucaas.kube_emulator import patching
+        from gpucaas.devtools.kube_emulator import patching
 
         if patch_type == patching.STRATEGIC_MERGE_PATCH and rt.custom:
             raise errors.UnsupportedMediaType(

@@ -29,9 +29,9 @@ from typing import Any
 
 import yaml
 
-from gpucaas.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready, unix_socket_ready
-from gpucaas.sandbox.tls import TLSFiles, ensure_self_signed
-from gpucaas.testing.fake_sysfs import build_hgx_h100, load_board
+from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready, unix_socket_ready
+from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
+from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def device_plugin_env(state_dir: Path) -> dict[str, str]:
     """Leases on, golden firmware of the fake board, quick PodResources scans for a lively sandbox."""
     golden = state_dir / "golden-firmware.json"
     if not golden.exists():
-        from gpucaas.testing.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
+        from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
 
         golden.write_text(json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()],
                                                           "versions": [GOLDEN_ROM_VERSION]}}))

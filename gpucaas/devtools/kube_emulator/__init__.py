@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpucaas.kube_emulator.server import KubeEmulator, kubeconfig_dict
+    from gpucaas.devtools.kube_emulator.server import KubeEmulator, kubeconfig_dict
 
 __all__ = ["KubeEmulator", "kubeconfig_dict"]
 
@@ -20,7 +20,7 @@ __all__ = ["KubeEmulator", "kubeconfig_dict"]
 def __getattr__(name: str) -> Any:
     # Lazy, so that ``gpucaas --help`` does not import aiohttp through the CLI registration.
     if name in __all__:
-        from gpucaas.kube_emulator import server
+        from gpucaas.devtools.kube_emulator import server
 
         return getattr(server, name)
     raise AttributeError(name)

@@ -42,10 +42,10 @@ def command(
     """Check this node's prerequisites for GPU containers (run on the node); exit 1 if one blocks them."""
     import sys
 
-    from gpucaas.doctor import report
-    from gpucaas.doctor.checks import CHECK_IDS, Options, run_checks
-    from gpucaas.doctor.facts import gather
-    from gpucaas.doctor.paths import HostPaths
+    from gpucaas.programs.doctor import report
+    from gpucaas.programs.doctor.checks import CHECK_IDS, Options, run_checks
+    from gpucaas.programs.doctor.facts import gather
+    from gpucaas.programs.doctor.paths import HostPaths
 
     unknown = sorted(set(only or ()) - set(CHECK_IDS))
     if unknown:

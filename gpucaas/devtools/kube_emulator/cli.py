@@ -33,8 +33,8 @@ def command(
     import logging
     import signal
 
-    from gpucaas.kube_emulator.server import KubeEmulator
-    from gpucaas.kube_emulator.settings import Settings
+    from gpucaas.devtools.kube_emulator.server import KubeEmulator
+    from gpucaas.devtools.kube_emulator.settings import Settings
 
     try:
         settings = Settings(host=host, port=port, kubeconfig=kubeconfig, persist=persist,

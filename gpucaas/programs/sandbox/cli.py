@@ -33,8 +33,8 @@ def command(
     """Run the whole control plane and two simulated HGX H100 nodes on this machine."""
     from rich.console import Console
 
-    from gpucaas.sandbox import runner
-    from gpucaas.sandbox.supervisor import ServiceFailed
+    from gpucaas.programs.sandbox import runner
+    from gpucaas.programs.sandbox.supervisor import ServiceFailed
 
     console = Console(emoji=False)
     logging.basicConfig(level=logging.WARNING, format=_FORMAT)
@@ -51,7 +51,7 @@ def command(
         raise typer.Exit(1) from exc
 
     if demo:
-        from gpucaas.sandbox.demo import run_demo
+        from gpucaas.programs.sandbox.demo import run_demo
 
         try:
             ok = run_demo(sandbox, console)
@@ -96,7 +96,7 @@ def node_agent_command(
     run_seconds: Annotated[float, typer.Option(envvar="GPUCAAS_SANDBOX_RUN_SECONDS", help="How long a simulated container runs unless its command is `sleep N`.")] = 3.0,
 ) -> None:
     """(sandbox) Play a GPU node's kubelet: node object, device plugin registration, pod lifecycle."""
-    from gpucaas.sandbox.node_agent import NodeAgent
+    from gpucaas.programs.sandbox.node_agent import NodeAgent
 
     logging.basicConfig(level=logging.INFO, format=_FORMAT)
     agent = NodeAgent(_api_client(kubeconfig), node_name, kubelet_dir, resource_name, run_seconds)
@@ -110,7 +110,7 @@ def scheduler_command(
     resource_name: Annotated[str, typer.Option(envvar="GPUCAAS_RESOURCE_NAME")] = "nvidia.com/gpu",
 ) -> None:
     """(sandbox) Bind pending pods to nodes, asking the scheduler extender, as kube-scheduler would."""
-    from gpucaas.sandbox.scheduler import SandboxScheduler
+    from gpucaas.programs.sandbox.scheduler import SandboxScheduler
 
     logging.basicConfig(level=logging.INFO, format=_FORMAT)
     sched = SandboxScheduler(_api_client(kubeconfig), extender_url, resource_name)

@@ -25,9 +25,9 @@ def version() -> None:
 
 
 # Service registrations (one line per service; keep alphabetical).
-from gpucaas.doctor import cli as doctor_cli  # noqa: E402
-from gpucaas.kube_emulator import cli as kube_emulator_cli  # noqa: E402
-from gpucaas.sandbox import cli as sandbox_cli  # noqa: E402
+from gpucaas.programs.doctor import cli as doctor_cli  # noqa: E402
+from gpucaas.devtools.kube_emulator import cli as kube_emulator_cli  # noqa: E402
+from gpucaas.programs.sandbox import cli as sandbox_cli  # noqa: E402
 from services.api import cli as api_cli  # noqa: E402
 from services.device_plugin import cli as device_plugin_cli  # noqa: E402
 from services.fabric import cli as fabric_cli  # noqa: E402

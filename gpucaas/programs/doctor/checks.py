@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpucaas.doctor.facts import HostFacts, PciDevice
+from gpucaas.programs.doctor.facts import HostFacts, PciDevice
 
 Status = Literal["ok", "warn", "fail", "skip"]
 

@@ -4,7 +4,7 @@ aiohttp rather than an ASGI app under uvicorn: watches and ``log?follow=true`` a
 long-lived chunked streams that must be cut when a client goes away or the emulator
 stops, and aiohttp's ``StreamResponse`` plus handler cancellation give exactly that,
 while the whole server (``AppRunner``/``TCPSite``) starts and stops inside any event
-loop, e.g. the background thread of :class:`gpucaas.kube_emulator.server.KubeEmulator`,
+loop, e.g. the background thread of :class:`gpucaas.devtools.kube_emulator.server.KubeEmulator`,
 without uvicorn's process-level signal handling. It is already a dependency (Kopf's
 client is aiohttp too).
 
@@ -24,10 +24,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from gpucaas.kube_emulator import errors, patching
-from gpucaas.kube_emulator.resources import ResourceType
-from gpucaas.kube_emulator.selectors import parse_field_selector, parse_label_selector
-from gpucaas.kube_emulator.store import POD_KEY, Store, Watcher
+from gpucaas.devtools.kube_emulator import errors, patching
+from gpucaas.devtools.kube_emulator.resources import ResourceType
+from gpucaas.devtools.kube_emulator.selectors import parse_field_selector, parse_label_selector
+from gpucaas.devtools.kube_emulator.store import POD_KEY, Store, Watcher
 
 log = logging.getLogger(__name__)
 

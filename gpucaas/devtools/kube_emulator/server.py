@@ -1,6 +1,6 @@
 """Running the emulator: in a background thread (tests, sandbox) or inside a running loop.
 
-:class:`KubeEmulator` owns a :class:`~gpucaas.kube_emulator.store.Store`, serves it
+:class:`KubeEmulator` owns a :class:`~gpucaas.devtools.kube_emulator.store.Store`, serves it
 with aiohttp on ``host:port`` (port 0 = ephemeral), writes a kubeconfig the official
 client and Kopf load unchanged, and optionally persists every object to a JSON file
 (written atomically, shortly after each change, and on stop; loaded on start).
@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from gpucaas.kube_emulator.app import build_app
-from gpucaas.kube_emulator.store import Store
+from gpucaas.devtools.kube_emulator.app import build_app
+from gpucaas.devtools.kube_emulator.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +191,8 @@ class KubeEmulator:
 
     def _install_project_crds(self) -> None:
         from gpucaas.core.crds import crd_manifests
-        from gpucaas.kube_emulator import errors
-        from gpucaas.kube_emulator.store import CRD_KEY
+        from gpucaas.devtools.kube_emulator import errors
+        from gpucaas.devtools.kube_emulator.store import CRD_KEY
 
         rt = self.store.registry.get(*CRD_KEY)
         assert rt is not None

@@ -16,8 +16,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from gpucaas.caasctl.client import ApiClient, CaasctlError, Config, fabric_socket_for
-from gpucaas.caasctl.output import Format, emit, err_console
+from gpucaas.programs.caasctl.client import ApiClient, CaasctlError, Config, fabric_socket_for
+from gpucaas.programs.caasctl.output import Format, emit, err_console
 from gpucaas.core.fabric_client import FabricError
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import IO, Any
 
-from gpucaas.doctor.checks import CheckResult
+from gpucaas.programs.doctor.checks import CheckResult
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 _MARK = {"ok": "OK", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}

@@ -26,6 +26,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpucaas.core.platforms import DGX_H100
+
 NVIDIA_VENDOR = "0x10de"
 H100_SXM5_DEVICE = "0x2330"
 GPU_CLASS = "0x030200"
@@ -35,20 +37,11 @@ PMC_SIERRA_VENDOR = "0x11f8"
 MEMORY_CONTROLLER_DEVICE = "0x4128"
 MEMORY_CONTROLLER_CLASS = "0x058000"
 
-GPU_BDFS: tuple[str, ...] = (
-    "0000:18:00.0",
-    "0000:2a:00.0",
-    "0000:3a:00.0",
-    "0000:5d:00.0",
-    "0000:9a:00.0",
-    "0000:ab:00.0",
-    "0000:ba:00.0",
-    "0000:db:00.0",
-)
-#: Fabric Manager physical (module) id of each GPU above. On HGX boards the module
-#: ids do not follow PCI bus order; this fake makes that visible on purpose.
-GPU_PHYSICAL_IDS: tuple[int, ...] = (2, 4, 1, 3, 7, 5, 8, 6)
-NVSWITCH_BDFS: tuple[str, ...] = ("0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0")
+#: The board follows the DGX H100 layout of the core (Fabric Manager physical (module)
+#: ids do not follow PCI bus order there; this fake makes that visible on purpose).
+GPU_BDFS: tuple[str, ...] = DGX_H100.gpu_bdfs
+GPU_PHYSICAL_IDS: tuple[int, ...] = DGX_H100.gpu_physical_ids
+NVSWITCH_BDFS: tuple[str, ...] = DGX_H100.nvswitch_bdfs
 MEMORY_CONTROLLER_BDF = "0000:03:00.1"
 
 GOLDEN_ROM_VERSION = "96.00.74.00.01"
