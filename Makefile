@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # libvirt-python builds against libvirt-dev; the fabric tests run a real libvirtd
 # with QEMU (software emulation); openssl makes the sandbox's self-signed pair.
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
-	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static
+	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk
 
 .PHONY: install system-deps sandbox test bench clean checkov crds test-image
 
