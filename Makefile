@@ -30,6 +30,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m services.device_plugin.api.build
+	$(PY) -m services.dra_driver.api.build
 	touch $@
 
 # checkov pins many libraries tightly; it lives in its own venv so it never fights
