@@ -104,6 +104,11 @@ def builtin_types() -> list[ResourceType]:
         _b("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
         _b("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, short=["pc"]),
         _b("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, short=["sc"]),
+        # Dynamic Resource Allocation (resource.k8s.io/v1, GA in 1.34).
+        _b("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+        _b("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+        _b("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, subs=["status"]),
+        _b("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
         _b("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
            short=["crd", "crds"], subs=["status"]),
         _b("apps", "v1", "deployments", "Deployment", True, short=["deploy"], subs=["status"], cats=["all"]),

@@ -1,0 +1,221 @@
+"""The DRA driver as the kubelet sees it: registration, Prepare/Unprepare, health, restart.
+
+The kubelet side is played by this test over the real gRPC protocols on unix sockets;
+claims live in the Kubernetes API emulator; partitions are activated by the real fabric
+service with the Fabric Manager simulator. Allocation is done by the stand-in structured
+allocator from the slices the driver publishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from kubernetes import client
+
+from gpucaas.core import dra
+from gpucaas.core.topology import partition_by_id
+from gpucaas.devtools.dra_allocator import allocate
+from gpucaas.devtools.fake_sysfs import FakeBoard
+from gpucaas.devtools.waiting import wait_for
+from services.dra_driver import api
+from services.dra_driver.checkpoint import Checkpoint
+from services.dra_driver.driver import Driver
+from services.dra_driver.server import DraServer, HealthBoard
+from services.dra_driver.slices import PublishedGpu, build_slices, partition_of_device
+from services.fabric.bookkeeping import ActivationStore
+from services.fabric.fabric_manager import simulator as fabric_sim
+from services.fabric.partitions import PartitionService
+from services.fabric.server import UnixServer, create_app
+from gpucaas.core.fabric_client import FabricClient
+
+NODE = "gpu-node-a"
+NS = "tenant-a"
+CLASSES = {dra.device_class_name(s): dra.device_class(s) for s in (1, 2, 4, 8)}
+
+
+@pytest.fixture
+def sockets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # unix socket paths must stay short (108 bytes)
+    return tmp_path_factory.mktemp("dra")
+
+
+@pytest.fixture
+def fm_fabric(hgx_board: FakeBoard):
+    return fabric_sim.SimulatedFabric(hgx_board.physical_id_map())
+
+
+@pytest.fixture
+def fabric_socket(fm_fabric, sockets: Path, tmp_path: Path) -> Iterator[Path]:
+    store = ActivationStore(tmp_path / "fabric-state").open()
+    service = PartitionService(fabric_sim.SimulatedFabricManager(fm_fabric), store)
+    server = UnixServer(create_app(service), sockets / "fabric.sock")
+    server.start()
+    try:
+        yield sockets / "fabric.sock"
+    finally:
+        server.stop()
+        store.close()
+
+
+class Node:
+    """The driver of one node, restartable with the same checkpoint file."""
+
+    def __init__(self, board: FakeBoard, fabric_socket: Path, sockets: Path, k8s: client.ApiClient,
+                 state: Path) -> None:
+        self.board, self.fabric_socket, self.sockets, self.k8s, self.state = board, fabric_socket, sockets, k8s, state
+        self.server: DraServer | None = None
+        self.fabric: FabricClient | None = None
+
+    def start(self) -> DraServer:
+        objects = client.CustomObjectsApi(self.k8s)
+        self.fabric = FabricClient(self.fabric_socket)
+        driver = Driver(
+            node_name=NODE, checkpoint=Checkpoint(self.state / "checkpoint.json"), fabric=self.fabric,
+            read_claim=lambda ns, name: objects.get_namespaced_custom_object(
+                "resource.k8s.io", "v1", ns, "resourceclaims", name),
+            physical_to_pci=self.board.physical_id_map,
+            cdi_id=lambda bdf: f"nvidia.com/gpu={bdf}",
+        )
+        health = HealthBoard({g: (True, "") for g in self.board.physical_id_map()})
+        self.server = DraServer(driver, health, registry_dir=self.sockets / "registry",
+                                plugins_dir=self.sockets / "plugins")
+        self.server.start()
+        return self.server
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.stop()
+            self.server = None
+        if self.fabric:
+            self.fabric.close()
+
+
+@pytest.fixture
+def node(hgx_board: FakeBoard, fabric_socket: Path, sockets: Path, k8s: client.ApiClient,
+         tmp_path: Path) -> Iterator[Node]:
+    n = Node(hgx_board, fabric_socket, sockets, k8s, tmp_path / "dra-state")
+    n.start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def kubelet_call(sock: Path, stub_cls, method: str, request):
+    with grpc.insecure_channel(f"unix://{sock}") as ch:
+        return getattr(stub_cls(ch), method)(request, timeout=10)
+
+
+def make_claim(k8s: client.ApiClient, name: str, gpus: int, allocated: list) -> dict:
+    objects = client.CustomObjectsApi(k8s)
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [dra.claim_request(gpus)]}}}
+    claim = objects.create_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims", body)
+    board = [PublishedGpu(pid, bdf) for pid, bdf in FakeBoardIds.pci.items()]
+    chosen = allocate(claim, NODE, build_slices(NODE, board), CLASSES, allocated)
+    assert chosen is not None
+    allocated.extend(d.ref for d in chosen)
+    claim["status"] = {"allocation": {"devices": {"results": [d.as_result() for d in chosen]}}}
+    return objects.replace_namespaced_custom_object_status("resource.k8s.io", "v1", NS, "resourceclaims", name,
+                                                           claim)
+
+
+class FakeBoardIds:
+    pci: dict[int, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def _namespace(k8s: client.ApiClient, hgx_board: FakeBoard) -> None:
+    FakeBoardIds.pci = hgx_board.physical_id_map()
+    client.CoreV1Api(k8s).create_namespace({"metadata": {"name": NS}})
+
+
+def prepare(node: Node, *claims: dict):
+    req = api.dra_pb2.NodePrepareResourcesRequest(claims=[
+        api.dra_pb2.Claim(namespace=NS, uid=c["metadata"]["uid"], name=c["metadata"]["name"]) for c in claims])
+    return kubelet_call(node.server.endpoint, api.dra_grpc.DRAPluginStub, "NodePrepareResources", req)
+
+
+def unprepare(node: Node, *claims: dict):
+    req = api.dra_pb2.NodeUnprepareResourcesRequest(claims=[
+        api.dra_pb2.Claim(namespace=NS, uid=c["metadata"]["uid"], name=c["metadata"]["name"]) for c in claims])
+    return kubelet_call(node.server.endpoint, api.dra_grpc.DRAPluginStub, "NodeUnprepareResources", req)
+
+
+def test_registration_announces_a_dra_plugin_and_its_endpoint(node: Node) -> None:
+    info = kubelet_call(node.server.registration_socket, api.reg_grpc.RegistrationStub, "GetInfo",
+                        api.reg_pb2.InfoRequest())
+    assert info.type == "DRAPlugin" and info.name == dra.DRIVER
+    assert info.endpoint == str(node.sockets / "plugins" / dra.DRIVER / "dra.sock")
+    assert list(info.supported_versions) == ["v1.DRAPlugin"]
+    kubelet_call(node.server.registration_socket, api.reg_grpc.RegistrationStub, "NotifyRegistrationStatus",
+                 api.reg_pb2.RegistrationStatus(plugin_registered=True))
+    assert node.server.registration.registered.is_set()
+
+
+def test_prepare_activates_the_partition_and_returns_its_cdi_ids_once(node: Node, k8s, fm_fabric,
+                                                                      hgx_board: FakeBoard) -> None:
+    allocated: list = []
+    pair = make_claim(k8s, "pair", 2, allocated)
+    quad = make_claim(k8s, "quad", 4, allocated)
+    answer = prepare(node, pair, quad)
+    by_uid = {c["metadata"]["uid"]: c for c in (pair, quad)}
+    pci = hgx_board.physical_id_map()
+    active = set()
+    for uid, res in answer.claims.items():
+        assert res.error == ""
+        (dev,) = res.devices
+        partition = partition_by_id(partition_of_device(dev.device_name))
+        assert len(partition.gpus) == {"pair": 2, "quad": 4}[by_uid[uid]["metadata"]["name"]]
+        assert list(dev.cdi_device_ids) == [f"nvidia.com/gpu={pci[g]}" for g in partition.sorted_gpus()]
+        assert dev.pool_name == NODE and list(dev.request_names) == ["gpus"]
+        active.add(partition.id)
+    assert set(fm_fabric.active_partition_ids()) == active
+    again = prepare(node, pair)
+    assert again.claims[pair["metadata"]["uid"]] == answer.claims[pair["metadata"]["uid"]]
+    assert set(fm_fabric.active_partition_ids()) == active
+
+
+def test_unprepare_after_a_plugin_restart_releases_the_partition(node: Node, k8s, fm_fabric) -> None:
+    claim = make_claim(k8s, "eight", 8, [])
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    assert set(fm_fabric.active_partition_ids()) == {0}
+    node.stop()
+    client.CustomObjectsApi(k8s).delete_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims",
+                                                                 "eight")
+    node.start()
+    res = unprepare(node, claim)
+    assert res.claims[claim["metadata"]["uid"]].error == ""
+    assert fm_fabric.active_partition_ids() == frozenset()
+    assert unprepare(node, claim).claims[claim["metadata"]["uid"]].error == ""  # idempotent
+
+
+def test_a_recreated_claim_with_another_uid_is_refused(node: Node, k8s, fm_fabric) -> None:
+    claim = make_claim(k8s, "single", 1, [])
+    stale = {**claim, "metadata": {**claim["metadata"], "uid": "00000000-dead-beef-0000-000000000000"}}
+    res = prepare(node, stale).claims[stale["metadata"]["uid"]]
+    assert "deleted and re-created" in res.error and not res.devices
+    assert fm_fabric.active_partition_ids() == frozenset()
+
+
+def test_an_unhealthy_gpu_marks_every_partition_containing_it(node: Node, hgx_board: FakeBoard) -> None:
+    with grpc.insecure_channel(f"unix://{node.server.endpoint}") as ch:
+        stream = api.health_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+            api.health_pb2.NodeWatchResourcesRequest(), timeout=30)
+        first = next(stream)
+        assert len(first.devices) == 15
+        assert all(d.health == api.health_pb2.HEALTHY for d in first.devices)
+        health = {g: (True, "") for g in hgx_board.physical_id_map()}
+        health[3] = (False, "firmware check failed")
+        node.server.board.update(health)
+        second = next(stream)
+        sick = {d.device.device_name for d in second.devices if d.health == api.health_pb2.UNHEALTHY}
+        assert {partition_of_device(n) for n in sick} == {p.id for p in
+                                                          (partition_by_id(i) for i in range(15)) if 3 in p.gpus}
+        assert all("GPU 3: firmware check failed" in d.message for d in second.devices
+                   if d.health == api.health_pb2.UNHEALTHY)
+        stream.cancel()
+    wait_for(lambda: True, timeout=1)
