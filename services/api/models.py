@@ -161,7 +161,7 @@ class ContainerBase(SQLModel):
 
 
 class ContainerCreate(StrictInput, ContainerBase):
-    """A submission: ``image`` (or the seed's ``container-url``) and what to run it with."""
+    """A submission: ``image`` (or the design's ``container-url``) and what to run it with."""
 
     image: str | None = PField(None, max_length=1024)
     container_url: str | None = PField(None, alias="container-url", max_length=1024)

@@ -4,7 +4,7 @@ Intent (both policies say the same, Cilium is the enforcing one, the Kubernetes
 NetworkPolicy is defence in depth should Cilium's policy be removed or another
 CNI chained in):
 
-* ingress only from pods of the same namespace (the seed's rule);
+* ingress only from pods of the same namespace (the design's rule);
 * egress to pods of the same namespace, to the cluster DNS (port 53 UDP/TCP),
   to the NFS server on ports 2049/111 when ``spec.nfs`` is set, and to public
   internet addresses only when ``spec.network.allowInternet`` is true;

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ssl
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
 
+from gpucaas.devtools.waiting import wait_for
 from services.api.app import create_app, uvicorn_config
 from services.api.settings import Settings
 
@@ -38,11 +38,12 @@ class ApiServer:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("API server did not start")
-            time.sleep(0.02)
+        def started() -> bool:
+            if not self.thread.is_alive():  # type: ignore[union-attr]
+                raise RuntimeError("API server thread ended before serving")
+            return self.server.started  # type: ignore[union-attr]
+
+        wait_for(started, 60, interval=0.02, what="the API server to start")
         self.port = self.server.servers[0].sockets[0].getsockname()[1]
         return self
 

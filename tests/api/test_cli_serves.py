@@ -9,12 +9,12 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from gpucaas.devtools.waiting import wait_for
 from tests.api.harness import write_dead_kubeconfig
 
 
@@ -26,16 +26,19 @@ def _free_port() -> int:
 
 def _run_until_healthy(args: list[str], env: dict[str, str], url: str, verify: Any) -> subprocess.Popen[str]:
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         assert proc.poll() is None, proc.communicate()[1]
         try:
-            if httpx.get(f"{url}/healthz", verify=verify, timeout=2).status_code == 200:
-                return proc
+            return httpx.get(f"{url}/healthz", verify=verify, timeout=2).status_code == 200
         except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("gpucaas api did not come up")
+            return False
+
+    try:
+        wait_for(healthy, 90, interval=0.2, what="gpucaas api to answer /healthz")
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc
 
 
 def _stop(proc: subprocess.Popen[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +12,12 @@ from services.api.pods import build_pod, build_tenancy, container_status_from_po
 
 def test_pod_name_is_derived_from_the_container_id() -> None:
     assert pod_name("0a1b2c") == "gpucaas-0a1b2c"
-    assert pod_name("0a1b2c") == pod_name("0a1b2c")
+    # Distinct containers never share a pod, and every name is a DNS-1123 label, as the
+    # API server requires of a pod's name (Kubernetes docs, "Object Names and IDs").
+    ids = ["0a1b2c", "0a1b2d", "d7a3556918ebc3aba0e7"]
+    names = [pod_name(i) for i in ids]
+    assert len(set(names)) == len(ids)
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n) and len(n) <= 63 for n in names)
 
 
 def test_minimal_pod() -> None:

@@ -1,18 +1,24 @@
-"""Fixtures for the device plugin: settings over a fake board, the fabric double, a running plugin."""
+"""Fixtures for the device plugin: settings over a fake board, the node's real fabric service
+(``services.fabric`` with the Fabric Manager simulator, on its unix socket), a running plugin."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpucaas.core.fabric_client import FabricClient
 from gpucaas.devtools.fake_kubelet import FakeKubelet
 from gpucaas.devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
-from tests.device_plugin.fabric_double import FabricDouble
+from services.fabric.bookkeeping import ActivationStore
+from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
+from services.fabric.partitions import PartitionService
+from services.fabric.server import UnixServer, create_app
 
 SettingsFactory = Callable[..., DevicePluginSettings]
 
@@ -35,13 +41,33 @@ def make_settings(socket_dir: Path, tmp_path: Path) -> SettingsFactory:
     return make
 
 
+@dataclass
+class RunningFabric:
+    """The node's fabric service as the plugin meets it: its socket, and the simulated Fabric
+    Manager behind it (``fm``), whose switches the tests flip (stop, NVLink failures)."""
+
+    socket: Path
+    fm: SimulatedFabric
+
+    def activations(self) -> dict[str, dict[str, Any]]:
+        """What the service holds, read over its HTTP API: holder -> activation."""
+        with FabricClient(self.socket) as client:
+            return {a["holder"]: a for a in client.activations()}
+
+
 @pytest.fixture
-def fabric(socket_dir: Path, hgx_board: FakeBoard) -> Iterator[FabricDouble]:
-    double = FabricDouble(socket_dir / "fabric.sock", hgx_board.physical_id_map()).start()
+def fabric(socket_dir: Path, hgx_board: FakeBoard, tmp_path: Path) -> Iterator[RunningFabric]:
+    """The real fabric service (services/fabric: FastAPI over the unix socket the plugin's
+    settings name, PartitionService, its activation records) on the board's FM simulator."""
+    fm = SimulatedFabric(hgx_board.physical_id_map())
+    store = ActivationStore(tmp_path / "fabric-state").open()
+    server = UnixServer(create_app(PartitionService(SimulatedFabricManager(fm), store)), socket_dir / "fabric.sock")
+    server.start()
     try:
-        yield double
+        yield RunningFabric(socket_dir / "fabric.sock", fm)
     finally:
-        double.stop()
+        server.stop()
+        store.close()
 
 
 @pytest.fixture
@@ -60,7 +86,7 @@ def run_plugin() -> Iterator[Callable[[DevicePluginSettings], DevicePlugin]]:
 
 
 @pytest.fixture
-def plugin(hgx_board: FakeBoard, fabric: FabricDouble, fake_kubelet: FakeKubelet,
+def plugin(hgx_board: FakeBoard, fabric: RunningFabric, fake_kubelet: FakeKubelet,
            make_settings: SettingsFactory, run_plugin: Callable[..., DevicePlugin]) -> DevicePlugin:
     """The plugin on the DGX board, fabric service up, registered with the fake kubelet."""
     p = run_plugin(make_settings(hgx_board))

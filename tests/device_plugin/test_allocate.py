@@ -11,7 +11,7 @@ from gpucaas.devtools.fake_kubelet import AdmissionError, FakeKubelet
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS, FakeBoard
 from services.device_plugin.api import dp_pb2
 from services.device_plugin.main import DevicePlugin
-from tests.device_plugin.fabric_double import FabricDouble
+from tests.device_plugin.conftest import RunningFabric
 
 BDF = dict(zip(GPU_PHYSICAL_IDS, GPU_BDFS, strict=True))
 
@@ -23,7 +23,7 @@ def _allocate(fake_kubelet: FakeKubelet, ids: list[str]) -> dp_pb2.AllocateRespo
 
 
 def test_quad_is_activated_and_named_by_cdi(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                            fabric: FabricDouble) -> None:
+                                            fabric: RunningFabric) -> None:
     quad = [BDF[p] for p in (5, 6, 7, 8)]
     resp = _allocate(fake_kubelet, list(reversed(quad)))
     (c,) = resp.container_responses
@@ -32,14 +32,15 @@ def test_quad_is_activated_and_named_by_cdi(plugin: DevicePlugin, fake_kubelet: 
                             "GPUCAAS_FABRIC_PARTITIONS": "2"}
     holder = "gpus:" + "+".join(sorted(quad))
     assert c.annotations["gpucaas.dev/fabric-holder"] == holder
-    assert fabric.activations[holder]["partition_ids"] == [2]
+    assert fabric.activations()[holder]["partition_ids"] == [2]
+    assert fabric.fm.active_partition_ids() == {2}  # Fabric Manager holds the quad 5-8
     assert not c.devices and not c.mounts  # CDI carries the device nodes
     # Idempotent for the same holder (the kubelet may retry Allocate).
     assert _allocate(fake_kubelet, quad).container_responses[0].envs["GPUCAAS_FABRIC_PARTITIONS"] == "2"
 
 
 def test_non_partition_set_is_allowed_logged_and_counted(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                                         fabric: FabricDouble,
+                                                         fabric: RunningFabric,
                                                          caplog: pytest.LogCaptureFixture) -> None:
     ids = [BDF[1], BDF[2]]  # {1,2} is not a pair partition
     with caplog.at_level(logging.WARNING):
@@ -52,7 +53,7 @@ def test_non_partition_set_is_allowed_logged_and_counted(plugin: DevicePlugin, f
 
 
 def test_conflict_fails_allocate_with_the_holder_named(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                                       fabric: FabricDouble) -> None:
+                                                       fabric: RunningFabric) -> None:
     fake_kubelet.admit("tenant-a", "big", "nvidia.com/gpu", 4, devices=[BDF[p] for p in (1, 2, 3, 4)])
     with pytest.raises(grpc.RpcError) as err:
         _allocate(fake_kubelet, [BDF[1], BDF[3]])
@@ -61,7 +62,7 @@ def test_conflict_fails_allocate_with_the_holder_named(plugin: DevicePlugin, fak
 
 
 def test_conflict_with_a_pod_that_is_gone_is_resolved_by_sync(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                                              fabric: FabricDouble) -> None:
+                                                              fabric: RunningFabric) -> None:
     """The old pod left; its activation lingers until the sync, which the conflict triggers."""
     plugin.usage.stop()  # no periodic sync: only the conflict path may release it
     plugin.usage.grace = 0.0
@@ -69,14 +70,15 @@ def test_conflict_with_a_pod_that_is_gone_is_resolved_by_sync(plugin: DevicePlug
     fake_kubelet.remove_pod("tenant-a", "old")
     alloc = fake_kubelet.admit("tenant-b", "new", "nvidia.com/gpu", 2, devices=[BDF[1], BDF[3]])
     assert alloc.response.envs["GPUCAAS_FABRIC_PARTITIONS"] == "3"
-    assert list(fabric.activations) == ["gpus:" + "+".join(sorted([BDF[1], BDF[3]]))]
+    assert list(fabric.activations()) == ["gpus:" + "+".join(sorted([BDF[1], BDF[3]]))]
+    assert fabric.fm.active_partition_ids() == {3}  # the old quad was deactivated
 
 
 def test_fabric_manager_down_fails_allocate_clearly(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                                    fabric: FabricDouble) -> None:
-    fabric.unavailable = True
+                                                    fabric: RunningFabric) -> None:
+    fabric.fm.stop()  # the Fabric Manager process goes away (its service VM is down)
     with pytest.raises(AdmissionError, match="UNAVAILABLE: cannot activate the NVLink partition for .*"
-                                             "Fabric Manager unreachable"):
+                                             "Fabric Manager .*unreachable"):
         fake_kubelet.admit("tenant-a", "p", "nvidia.com/gpu", 2)
     assert 'reason="fabric-unavailable"' in plugin.metrics.render().decode()
 
@@ -128,10 +130,10 @@ def test_pci_order_fallback_logged_and_exported(hgx_board: FakeBoard, fake_kubel
     assert 'source="pci-order"' in p.metrics.render().decode()
 
 
-def test_learnt_map_kept_through_fabric_outage(plugin: DevicePlugin, fabric: FabricDouble,
+def test_learnt_map_kept_through_fabric_outage(plugin: DevicePlugin, fabric: RunningFabric,
                                                fake_kubelet: FakeKubelet) -> None:
     before = plugin.core.physical_map
-    fabric.unavailable = True
+    fabric.fm.stop()
     plugin.core.refresh_fabric()
     assert plugin.core.physical_map == before and before.source == "fabric-manager"
     assert 'gpucaas_device_plugin_fabric_reachable{node="gpu-node-1"} 0.0' in plugin.metrics.render().decode()

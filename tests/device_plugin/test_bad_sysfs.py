@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from gpucaas.devtools.fake_kubelet import FakeKubelet
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
+from gpucaas.devtools.waiting import wait_for
 from services.device_plugin import sysfs
 
 BDF = GPU_BDFS[2]
@@ -72,9 +72,8 @@ def test_running_plugin_logs_and_survives_corruption(hgx_board: FakeBoard, fake_
         shutil.rmtree(hgx_board.sysfs / "bus" / "pci" / "devices")
         assert conn.wait_for(lambda c: set(c.health().values()) == {"Unhealthy"})
         assert not conn.stream_ended
-        deadline = time.monotonic() + 10
-        while not any("cannot list" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: any("cannot list" in r.getMessage() for r in caplog.records), 10, interval=0.05,
+                 what="the 'cannot list' warning")
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"{BDF}" in m and "expected a hex PCI vendor id" in m for m in messages)
     assert any("cannot list" in m for m in messages)

@@ -7,7 +7,7 @@ from pathlib import Path
 from gpucaas.devtools.fake_kubelet import FakeKubelet, PluginConnection
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
 from services.device_plugin.main import DevicePlugin
-from tests.device_plugin.fabric_double import FabricDouble
+from tests.device_plugin.conftest import RunningFabric
 
 GPU = GPU_BDFS[4]
 
@@ -47,14 +47,13 @@ def test_unbinding_from_vfio_and_rebinding(plugin: DevicePlugin, fake_kubelet: F
 
 
 def test_fabric_reported_failure_and_recovery(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                              fabric: FabricDouble) -> None:
+                                              fabric: RunningFabric, hgx_board: FakeBoard) -> None:
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
-    with fabric.lock:
-        fabric.failed[GPU] = "NVLink training failed on 4 links"
+    physical_id = next(g.physical_id for g in hgx_board.gpus if g.bdf == GPU)
+    fabric.fm.inject_gpu_nvlink_failure(physical_id, ports=(4, 5))
     assert _health(conn, GPU, "Unhealthy")
-    assert {d.bdf: d.reason for d in plugin.core.snapshot()[0]}[GPU] == "NVLink training failed on 4 links"
-    with fabric.lock:
-        fabric.failed.clear()
+    assert {d.bdf: d.reason for d in plugin.core.snapshot()[0]}[GPU] == "NVLink failure on ports [4, 5]"
+    fabric.fm.clear_gpu_nvlink_failure(physical_id)
     assert _health(conn, GPU, "Healthy")
 
 

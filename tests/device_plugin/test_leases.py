@@ -14,27 +14,21 @@ from gpucaas.core import lease_states
 from gpucaas.core.lease_store import LeaseStore, lease_name
 from gpucaas.devtools.fake_kubelet import AdmissionError, FakeKubelet
 from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
+from gpucaas.devtools.waiting import wait_for
 from services.device_plugin.main import DevicePlugin
 from services.tenancy_controller import lease_handlers
-from tests.device_plugin.fabric_double import FabricDouble
+from tests.device_plugin.conftest import RunningFabric
 
 NODE = "gpu-node-1"
 RESOURCE = "nvidia.com/gpu"
 
 
 def wait(predicate: Callable[[], object], timeout: float = 20.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
+    wait_for(predicate, timeout, interval=0.05)
 
 
 @pytest.fixture
-def leased_plugin(hgx_board: FakeBoard, fabric: FabricDouble, fake_kubelet: FakeKubelet, make_settings,
+def leased_plugin(hgx_board: FakeBoard, fabric: RunningFabric, fake_kubelet: FakeKubelet, make_settings,
                   run_plugin, kubeconfig: Path, tmp_path: Path) -> DevicePlugin:
     golden = tmp_path / "golden.json"
     golden.write_text(json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}))

@@ -59,7 +59,7 @@ def test_every_state_and_size_agrees_with_choose_gpus() -> None:
 
 
 def test_every_state_over_grpc(plugin: DevicePlugin, fake_kubelet: FakeKubelet) -> None:
-    """The same, through the plugin's socket (the map comes from the fabric double)."""
+    """The same, through the plugin's socket (the map comes from the fabric service's Fabric Manager)."""
     stub = fake_kubelet.plugins["nvidia.com/gpu"].stub
     assert plugin.core.physical_map.by_bdf == PID
     for free in STATES:

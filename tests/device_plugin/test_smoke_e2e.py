@@ -6,11 +6,11 @@ from gpucaas.core import topology
 from gpucaas.devtools.fake_kubelet import FakeKubelet
 from gpucaas.devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin
-from tests.device_plugin.fabric_double import FabricDouble
+from tests.device_plugin.conftest import RunningFabric
 
 
 def test_pod_gets_an_nvlink_pair_as_cdi_devices(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                                 hgx_board: FakeBoard, fabric: FabricDouble) -> None:
+                                                 hgx_board: FakeBoard, fabric: RunningFabric) -> None:
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     assert conn.healthy() == sorted(g.bdf for g in hgx_board.gpus)
     alloc = fake_kubelet.admit("tenant-a", "pod-1", "nvidia.com/gpu", 2)
@@ -19,4 +19,6 @@ def test_pod_gets_an_nvlink_pair_as_cdi_devices(plugin: DevicePlugin, fake_kubel
     assert [c.name for c in alloc.response.cdi_devices] == [f"nvidia.com/gpu={b}" for b in alloc.device_ids]
     assert alloc.response.envs["GPUCAAS_NVLINK"] == "true"
     holder = "gpus:" + "+".join(sorted(alloc.device_ids))
-    assert holder in fabric.activations
+    assert holder in fabric.activations()
+    part = topology.partition_for(pid[b] for b in alloc.device_ids)
+    assert part is not None and fabric.fm.active_partition_ids() == {part.id}

@@ -21,8 +21,12 @@ from kubernetes import client, config
 
 from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from gpucaas.core.fabric_client import FabricClient
-from gpucaas.programs.sandbox import runner
+from gpucaas.core.lease_store import lease_name
 from gpucaas.devtools.waiting import wait_for
+from gpucaas.programs.sandbox import runner
+from gpucaas.programs.sandbox.node_agent import CHECKPOINT
+from services.device_plugin.cdi import spec_filename
+from services.device_plugin.podresources import PodResourcesReader
 
 
 class Caller:
@@ -114,12 +118,43 @@ def leases(k8s: client.ApiClient) -> list[dict[str, Any]]:
     return client.CustomObjectsApi(k8s).list_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL)["items"]
 
 
-def allocated_devices(k8s: client.ApiClient, namespace: str, pod: str) -> list[str]:
-    for ev in client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items:
-        if ev.reason == "DevicesAllocated":
-            ids = ev.message.split(": ", 1)[1].split(";")[0].split(" (preferred")[0]
-            return [d.strip() for d in ids.split(",")]
+def allocated_devices(sandbox: runner.Sandbox, namespace: str, pod: str) -> list[str]:
+    """The GPUs the pod holds, as the node's kubelet reports them over the PodResources API
+    (the node agent serves the kubelet's v1 PodResources from the Allocate answers it got)."""
+    for node in sandbox.nodes:
+        for c in PodResourcesReader(node.pod_resources_socket).list("nvidia.com/gpu"):
+            if (c.namespace, c.pod) == (namespace, pod):
+                return sorted(c.device_ids)
     return []
+
+
+def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str, dict[str, Any]] | None:
+    """(node, record) of what the device plugin's Allocate handed the kubelet for the pod: the
+    device ids and the CDI device names, from the node agent's kubelet checkpoint (written
+    from the AllocateResponse, as the kubelet's ``kubelet_internal_checkpoint`` is)."""
+    for node in sandbox.nodes:
+        path = node.kubelet_dir / CHECKPOINT
+        try:
+            records = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):  # not written yet, or being replaced
+            continue
+        for r in records:
+            if (r["namespace"], r["pod"]) == (namespace, pod):
+                return node.name, r
+    return None
+
+
+def cdi_device_nodes(sandbox: runner.Sandbox, node_name: str) -> dict[str, list[str]]:
+    """CDI name -> the device nodes the node's CDI spec (written by the device plugin) gives it."""
+    node = next(n for n in sandbox.nodes if n.name == node_name)
+    spec = json.loads((node.cdi_dir / spec_filename("nvidia.com/gpu")).read_text())
+    return {f"{spec['kind']}={d['name']}": [n["path"] for n in d["containerEdits"]["deviceNodes"]]
+            for d in spec["devices"]}
+
+
+def lease_of(k8s: client.ApiClient, node: str, pci_address: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(k8s).get_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL,
+                                                                  lease_name(node, pci_address))
 
 
 def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:

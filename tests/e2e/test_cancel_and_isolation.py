@@ -17,7 +17,7 @@ def test_cancel_releases_gpus_and_partition(sandbox: runner.Sandbox, tenant_fact
     assert status == 202, body
     cid = body["id"]
     running = wait_status(tenant, cid, "Running")
-    devices = wait_for(lambda: allocated_devices(k8s, "tenant-canceller", running["pod_name"]), what="devices")
+    devices = wait_for(lambda: allocated_devices(sandbox, "tenant-canceller", running["pod_name"]), what="devices")
     holder = "gpus:" + "+".join(sorted(devices))
     wait_for(lambda: any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
              what="the partition to be active")

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
 from gpucaas.devtools.fake_sysfs import FakeBoard
+from gpucaas.devtools.waiting import wait_for
 from tests.fabric.factories import holder, pcis
 
 GPUCAAS = str(Path(sys.executable).parent / "gpucaas")
@@ -27,15 +27,15 @@ def test_cli_serves_and_stops(tmp_path: Path, tmp_path_factory: pytest.TempPathF
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         with FabricClient(sock, timeout=10) as c:
-            deadline = time.monotonic() + 120
-            while True:
+            def serving() -> dict | None:
                 try:
-                    health = c.health()
-                    break
+                    return c.health()
                 except FabricUnavailable:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"gpucaas fabric did not serve: {proc.stdout.read() if proc.stdout else ''}")
-                    time.sleep(0.1)
+                    if proc.poll() is not None:
+                        pytest.fail(f"gpucaas fabric exited: {proc.stdout.read() if proc.stdout else ''}")
+                    return None
+
+            health = wait_for(serving, 120, what="gpucaas fabric to serve its socket")
             assert health["fabric_manager"] == {"reachable": True, "backend": "simulator", "message": "",
                                                 "replays": 0}
             assert c.activate(holder(1, 2), pcis(1, 2))["partition_ids"] == [7, 8]

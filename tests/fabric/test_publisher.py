@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client as kclient
 
 from gpucaas.core.crds import FABRICSTATE_PLURAL, GROUP, VERSION
+from gpucaas.devtools.waiting import wait_for
 from services.fabric.fabric_manager.simulator import SimulatedFabric
 from services.fabric.partitions import PartitionService
 from services.fabric.publisher import FabricStatePublisher, build_fabric_state_status
@@ -97,16 +97,13 @@ def test_background_publisher_follows_changes(k8s, service: PartitionService) ->
     pub.start()
     try:
         service.activate(holder(5, 6, 7, 8), pcis(5, 6, 7, 8))
-        deadline = time.monotonic() + 30
-        while True:
+        def shows_partition_2() -> bool:
             try:
                 obj = api.get_cluster_custom_object(GROUP, VERSION, FABRICSTATE_PLURAL, "gpu-node-8")
-                if obj.get("status", {}).get("activePartitionIds") == "2":
-                    break
             except kclient.ApiException:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("FabricState never showed partition 2 active")
-            time.sleep(0.05)
+                return False
+            return obj.get("status", {}).get("activePartitionIds") == "2"
+
+        wait_for(shows_partition_2, 30, interval=0.05, what="FabricState showing partition 2 active")
     finally:
         pub.stop()

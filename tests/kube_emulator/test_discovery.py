@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gpucaas.devtools.waiting import wait_for
 from tests.kube_emulator.test_kopf import WIDGET_CRD
 
 
@@ -78,13 +78,9 @@ def test_crd_appears_in_discovery_and_goes(k8s: client.ApiClient, crds: client.A
     res = _resources(k8s, "/apis/example.gpucaas.dev/v1")
     assert res["widgets"]["namespaced"] is True and "widgets/status" in res
     crds.delete_custom_resource_definition(WIDGET_CRD["metadata"]["name"])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + "/apis/example.gpucaas.dev/v1")
-        if resp.status == 404:
-            break
-        time.sleep(0.05)
-    assert resp.status == 404
+    url = k8s.configuration.host + "/apis/example.gpucaas.dev/v1"
+    wait_for(lambda: k8s.rest_client.pool_manager.request("GET", url).status == 404, 30, interval=0.05,
+             what="the deleted CRD's group version gone from discovery")
 
 
 def test_multi_version_crd(k8s: client.ApiClient, crds: client.ApiextensionsV1Api,

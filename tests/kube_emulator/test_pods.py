@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gpucaas.devtools.waiting import wait_for
 from tests.kube_emulator.conftest import pod_body
 
 
@@ -54,12 +54,9 @@ def test_log_follow_streams_until_pod_terminates(core: client.CoreV1Api, kube_em
 
     t = threading.Thread(target=follow)
     t.start()
-    deadline = time.monotonic() + 30
-    while "start\n" not in "".join(chunks) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: "start\n" in "".join(chunks), 30, interval=0.05, what="the first log chunk")
     kube_emulator.set_pod_log("default", "p", "more\n")
-    while "more\n" not in "".join(chunks) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: "more\n" in "".join(chunks), 30, interval=0.05, what="the appended log chunk")
     assert t.is_alive(), "follow keeps streaming while the pod runs"
     core.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Succeeded"}})
     t.join(30)

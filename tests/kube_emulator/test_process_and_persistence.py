@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from kubernetes import client, config
 
 from gpucaas.devtools.kube_emulator import KubeEmulator
+from gpucaas.devtools.waiting import wait_for
 from tests.kube_emulator.conftest import pod_body
 
 
@@ -25,11 +25,11 @@ def _start(kubeconfig: Path, persist: Path) -> subprocess.Popen[bytes]:
 
 
 def _wait_file(path: Path, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while not path.exists():
+    def written() -> bool:
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else "exited"
-        assert time.monotonic() < deadline, "no kubeconfig written"
-        time.sleep(0.05)
+        return path.exists()
+
+    wait_for(written, 60, interval=0.05, what="the kubeconfig written")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

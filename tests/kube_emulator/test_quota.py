@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gpucaas.devtools.kube_emulator.quota import format_quantity, parse_quantity
+from gpucaas.devtools.waiting import wait_for
 
 
 def gpu_pod(name: str, gpus: int, **resources: str) -> dict:
@@ -19,13 +19,11 @@ def gpu_pod(name: str, gpus: int, **resources: str) -> dict:
 
 
 def _wait_used(core: client.CoreV1Api, key: str, value: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def used() -> bool:
         q = core.read_namespaced_resource_quota("q", "default")
-        if (q.status and q.status.used or {}).get(key) == value:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"status.used[{key}] never became {value}: {q.status}")
+        return (q.status and q.status.used or {}).get(key) == value
+
+    wait_for(used, 30, interval=0.05, what=f"status.used[{key}] == {value}")
 
 
 @pytest.mark.parametrize(("text", "value"), [("8", 8), ("500m", 0.5), ("2Gi", 2 * 1024**3), ("1k", 1000),

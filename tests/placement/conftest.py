@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +11,7 @@ import httpx
 import pytest
 import uvicorn
 
+from gpucaas.devtools.waiting import wait_for
 from services.placement.fit import mask_of
 from services.placement.fleet import FleetIndex, NodeFree
 from services.placement.server import Binder, create_app
@@ -31,11 +31,12 @@ class ServedExtender:
 
     def __enter__(self) -> ServedExtender:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("extender server did not start")
-            time.sleep(0.01)
+        def started() -> bool:
+            if not self.thread.is_alive():
+                raise RuntimeError("extender server thread ended before serving")
+            return self.server.started
+
+        wait_for(started, 30, interval=0.01, what="the extender server to start")
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,13 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 from kubernetes import client
 
 from gpucaas.core import crds
+from gpucaas.devtools.waiting import wait_for
 from tests.placement.factories import fabric_status, pod
 
 
@@ -41,16 +41,16 @@ def test_the_command_serves_the_extender_from_the_cluster(kubeconfig: Path, k8s:
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(timeout=5) as http:
-            deadline = time.monotonic() + 60
-            while True:
+            def ready() -> bool:
                 try:
                     if http.get(f"{url}/readyz").status_code == 200 and http.get(f"{url}/v1/nodes").json()["nodes"]:
-                        break
+                        return True
                 except httpx.TransportError:
                     pass
                 assert proc.poll() is None, proc.stdout.read().decode()  # type: ignore[union-attr]
-                assert time.monotonic() < deadline, "extender did not become ready"
-                time.sleep(0.1)
+                return False
+
+            wait_for(ready, 60, what="the extender to become ready with a node")
             [node] = http.get(f"{url}/v1/nodes").json()["nodes"]
             assert node["free"] == [1, 2, 3, 4, 6, 8]
             result = http.post(f"{url}/filter", json={"Pod": pod(4), "Nodes": None, "NodeNames": ["gpu-node-a"]}).json()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from gpucaas.core import crds
+from gpucaas.devtools.waiting import wait_for
 from services.placement.fit import gpus_of
 from services.placement.fleet import FleetIndex
 from services.placement.kube import FleetWatcher
@@ -20,21 +21,18 @@ from tests.placement.factories import fabric_status, lease, pod
 
 
 def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    """Wait until ``check()`` is truthy; an AssertionError inside it counts as not yet."""
+    def holds() -> Any:
         try:
-            result = check()
-            if result:
-                return result
+            return check()
         except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in {timeout}s: {check}")
-        time.sleep(0.05)
+            return None
+
+    return wait_for(holds, timeout, interval=0.05, what=str(check))
 
 
-def put_fabric_state(custom: client.CustomObjectsApi, node: str, **status: Any) -> None:
+def put_fabric_state(custom: client.CustomObjectsApi, node: str, **status: Any) -> str:
+    """Create or update the node's FabricState; returns the resourceVersion written."""
     body = {"apiVersion": crds.API_VERSION, "kind": "FabricState", "metadata": {"name": node}, "spec": {"node": node}}
     try:
         custom.create_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, body)
@@ -42,9 +40,18 @@ def put_fabric_state(custom: client.CustomObjectsApi, node: str, **status: Any) 
         if exc.status != 409:
             raise
     status.setdefault("updated_at", datetime.now(UTC).isoformat().replace("+00:00", "Z"))  # as the fabric service stamps it
-    custom.patch_cluster_custom_object_status(
+    written = custom.patch_cluster_custom_object_status(
         crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, node, {"status": fabric_status(**status)}
     )
+    return written["metadata"]["resourceVersion"]
+
+
+def seen_fabric_version(w: FleetWatcher, node: str) -> str | None:
+    """The resourceVersion of the node's FabricState the watcher last took in (read under its
+    lock, so the node's free mask has been recomputed from it)."""
+    with w._lock:  # noqa: SLF001 - the watcher's own record of what it has seen
+        obj = w._fabric.get(node)  # noqa: SLF001
+    return None if obj is None else obj["metadata"]["resourceVersion"]
 
 
 def put_lease(custom: client.CustomObjectsApi, body: dict[str, Any]) -> None:
@@ -85,11 +92,13 @@ def test_fleet_follows_fabric_states_leases_and_pods(k8s: client.ApiClient, watc
     holder["spec"]["nodeName"] = "gpu-node-a"
     core.create_namespaced_pod("tenant-acme", _strip(holder))
     eventually(lambda: free_of(watcher, "gpu-node-a") == {2, 4, 5, 6, 7, 8})
-    time.sleep(1.1)  # API timestamps have one-second resolution
+    # API timestamps have one-second resolution: the fabric service's report must carry a
+    # later second than the pod's creation to count as made after it.
+    created = core.read_namespaced_pod("pair-job", "tenant-acme").metadata.creation_timestamp
+    eventually(lambda: datetime.now(UTC).replace(microsecond=0) > created)
     # then the fabric service activates pair {1,3} for it: the pod is credited, not counted twice
-    put_fabric_state(custom, "gpu-node-a", active={3: "gpus:0000:18:00.0+0000:38:00.0"})
-    eventually(lambda: watcher.index.node("gpu-node-a").healthy_mask == 0xFF)  # type: ignore[union-attr]
-    time.sleep(0.2)
+    rv = put_fabric_state(custom, "gpu-node-a", active={3: "gpus:0000:18:00.0+0000:38:00.0"})
+    eventually(lambda: seen_fabric_version(watcher, "gpu-node-a") == rv)
     assert free_of(watcher, "gpu-node-a") == {2, 4, 5, 6, 7, 8}
 
     # a GPU between tenants is being checked: not free

@@ -25,7 +25,7 @@ def _stop_on_signals(stop) -> None:  # noqa: ANN001
 
 
 def command(
-    demo: Annotated[bool, typer.Option("--demo", help="Run the seed's scenario, print each step, and exit (0 only if every step happened).")] = False,
+    demo: Annotated[bool, typer.Option("--demo", help="Run the design's scenario (docs/design.md), print each step, and exit (0 only if every step happened).")] = False,
     state_dir: Annotated[Path, typer.Option("--dir", envvar="GPUCAAS_SANDBOX_DIR", help="Where the sandbox keeps its state, logs, tokens and TLS files.")] = Path(".sandbox"),
     api_port: Annotated[int, typer.Option(envvar="GPUCAAS_SANDBOX_API_PORT", help="HTTPS port of the API.")] = 8443,
     kubeconfig: Annotated[Path | None, typer.Option(envvar="GPUCAAS_SANDBOX_KUBECONFIG", help="Use this real cluster instead of the emulator; only the control-plane parts run.")] = None,
@@ -69,6 +69,7 @@ def command(
     console.print()
     console.print("Try, as the tenant 'demo':")
     console.print(f"  curl --cacert {sandbox.tls.ca_cert} -H 'Authorization: Bearer {sandbox.tenant_token}' \\\n"
+                  f"       -H 'Content-Type: application/json' \\\n"
                   f"       -d '{{\"image\": \"nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8\", \"gpus\": 2}}' \\\n"
                   f"       {sandbox.api_url}/v1/containers", soft_wrap=True)
     console.print("and as the admin, with caasctl (in .venv/bin: `source .venv/bin/activate` first):")

@@ -1,6 +1,6 @@
-"""`gpucaas sandbox --demo`: the seed's scenario, step by step, against the running sandbox.
+"""`gpucaas sandbox --demo`: the design's scenario (docs/design.md), step by step, against the running sandbox.
 
-It submits the seed's exact payload for the never-before-seen tenancy "landon",
+It submits the design's exact payload for the never-before-seen tenancy "landon",
 follows it to the end, then submits a 2-, a 4- and an 8-GPU container for three
 other tenancies at once. An observer polls every source of truth — the API, the
 Kubernetes objects, the nodes' CDI specs and fabric services, the GPU leases — and
@@ -33,8 +33,8 @@ from gpucaas.core.fabric_client import FabricClient, FabricError
 from gpucaas.programs.sandbox.runner import Sandbox
 from gpucaas.devtools.waiting import wait_for
 
-SEED_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
-IMAGE = SEED_PAYLOAD["container-url"]
+DESIGN_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
+IMAGE = DESIGN_PAYLOAD["container-url"]
 
 STEPS = (
     ("accepted", "request accepted (202)"),
@@ -257,17 +257,17 @@ def _done(t: Tracked) -> bool:
 
 
 def run_demo(sandbox: Sandbox, console: Console, timeout: float = 240.0) -> bool:
-    console.rule("[bold]gpucaas demo: the seed's scenario")
+    console.rule("[bold]gpucaas demo: the design's scenario")
     obs = Observer(sandbox, console)
     thread = threading.Thread(target=obs.run, daemon=True)
     thread.start()
     all_tracked: list[Tracked] = []
     try:
-        console.print("[bold]1.[/] the seed's payload, for the never-before-seen tenancy 'landon'")
-        seed = Tracked("landon (1 GPU)", "landon", 1)
-        _submit(sandbox, console, obs, seed, dict(SEED_PAYLOAD))
-        all_tracked.append(seed)
-        wait_for(lambda: _done(seed), timeout, what="the seed container's steps")
+        console.print("[bold]1.[/] the design's payload, for the never-before-seen tenancy 'landon'")
+        first = Tracked("landon (1 GPU)", "landon", 1)
+        _submit(sandbox, console, obs, first, dict(DESIGN_PAYLOAD))
+        all_tracked.append(first)
+        wait_for(lambda: _done(first), timeout, what="the design's container's steps")
         console.print("[bold]2.[/] a 2-, a 4- and an 8-GPU container for three other tenancies, at once")
         for tenancy, gpus in (("acme", 2), ("globex", 4), ("initech", 8)):
             t = Tracked(f"{tenancy} ({gpus} GPUs)", tenancy, gpus)

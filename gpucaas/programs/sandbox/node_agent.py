@@ -10,8 +10,8 @@ What a kubelet does for a gpucaas pod, it does over the same protocols:
   plugin activates the NVLink partition through the fabric service), records the
   allocation in a checkpoint file (as the kubelet's ``kubelet_internal_checkpoint``),
   and reports the CDI devices in an Event;
-* "runs" the container: marks it Running, writes a simulated log (what the seed's
-  CUDA sample prints, for the GPUs it got), and after the run time (``sleep N`` in the
+* "runs" the container: marks it Running, writes a log that says plainly that nothing
+  ran and what the control plane handed over (GPUs, CDI devices, NVLink), and after the run time (``sleep N`` in the
   command, else a default) marks it Succeeded — or Failed on ``activeDeadlineSeconds``;
 * frees the devices when the pod terminates or is deleted, and completes deletion.
 No container or VM really runs: that is the simulated part.
@@ -58,18 +58,17 @@ def run_seconds_of(pod: dict[str, Any], default: float) -> float:
 
 
 def simulated_log(pod: dict[str, Any], alloc: Allocation | None, node: str) -> str:
+    """What the sandbox writes as the container's log: no image runs here, so it prints no
+    program output, only what the control plane really did for the pod."""
     image = pod["spec"]["containers"][0].get("image", "")
-    lines = [f"[gpucaas sandbox] {node}: simulated run of {image}", "Starting...", "",
-             " CUDA Device Query (Runtime API) version (CUDART static linking)", ""]
     devices = list(alloc.device_ids) if alloc else []
-    lines.append(f"Detected {len(devices)} CUDA Capable device(s)")
-    cdi = list(alloc.response.cdi_devices) if alloc else []
-    for i, bdf in enumerate(devices):
-        lines += ["", f'Device {i}: "NVIDIA H100 80GB HBM3"',
-                  f"  Device PCI Domain ID / Bus ID / location ID:   {bdf}",
-                  f"  CDI device:                                     {cdi[i].name if i < len(cdi) else '-'}"]
-    lines += ["", "Result = PASS", ""]
-    return "\n".join(lines)
+    cdi = [d.name for d in alloc.response.cdi_devices] if alloc else []
+    nvlink = alloc.response.envs.get("GPUCAAS_NVLINK", "false") if alloc else "false"
+    lines = [f"[gpucaas sandbox] SIMULATED: no container runs in the sandbox; {image} was not pulled or started.",
+             f"[gpucaas sandbox] node {node}: {len(devices)} GPU(s) allocated by the device plugin, NVLink {nvlink}."]
+    lines += [f"[gpucaas sandbox]   GPU {bdf} -> CDI device {cdi[i] if i < len(cdi) else '-'}"
+              for i, bdf in enumerate(devices)]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass

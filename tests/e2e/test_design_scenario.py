@@ -1,0 +1,117 @@
+"""The design's scenario through the running sandbox, and GPU containers of every size.
+
+Nothing runs inside a container in the sandbox, so the tests check what the control plane
+did: the GPUs and CDI names the device plugin's Allocate handed the kubelet, the partition
+the fabric service activated for them, the CDI spec behind those names, and the GPU leases.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kubernetes import client
+
+from gpucaas.core import topology
+from gpucaas.core.fabric_client import FabricClient
+from gpucaas.programs.sandbox import runner
+
+from .conftest import (
+    Caller,
+    activations,
+    allocated_devices,
+    cdi_device_nodes,
+    handed_over,
+    lease_of,
+    settled,
+    wait_for,
+    wait_status,
+)
+
+#: The request the design itself submits, for a tenancy the cluster has never seen.
+DESIGN_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
+
+
+def physical_ids(sandbox: runner.Sandbox, node: str, devices: list[str]) -> list[int]:
+    path = next(n.fabric_socket for n in sandbox.nodes if n.name == node)
+    with FabricClient(path) as fc:
+        topo = {g["pci_bus_id"]: g["physical_id"] for g in fc.topology()["gpus"]}
+    return sorted(topo[d] for d in devices)
+
+
+def test_design_payload_runs_to_completion(sandbox: runner.Sandbox, admin: Caller, k8s: client.ApiClient) -> None:
+    status, body = admin.call("POST", "/v1/containers", DESIGN_PAYLOAD)
+    assert status == 202, body
+    cid, pod_name = body["id"], body["pod_name"]
+
+    # While the pod holds its GPU: what Allocate handed over, and the partition held for it.
+    def held() -> tuple[str, dict, dict] | None:
+        got = handed_over(sandbox, "tenant-landon", pod_name)
+        if got is None:
+            return None
+        node, record = got
+        holder = "gpus:" + "+".join(sorted(record["devices"]))
+        active = [a for a in activations(sandbox)[node] if a["holder"] == holder]
+        return (node, record, active[0]) if active else None
+
+    node, record, activation = wait_for(held, 120, interval=0.05, what="the GPU allocated and its partition active")
+    [gpu] = record["devices"]
+    assert record["cdi"] == [f"nvidia.com/gpu={gpu}"]
+    [vfio_node] = cdi_device_nodes(sandbox, node)[record["cdi"][0]]
+    assert re.fullmatch(r"/dev/vfio/\d+", vfio_node), vfio_node
+    [physical] = physical_ids(sandbox, node, [gpu])
+    assert activation["partition_ids"] == [topology.single_gpu_partition(physical).id]
+
+    done = wait_status(admin, cid, "Succeeded", "Failed")
+    assert done["status"] == "Succeeded", done
+    assert done["node_name"] == node
+    pod = client.CoreV1Api(k8s).read_namespaced_pod(pod_name, "tenant-landon")
+    assert pod.spec.runtime_class_name == "kata-qemu-nvidia-gpu"
+    assert pod.spec.containers[0].image == DESIGN_PAYLOAD["container-url"]
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    assert pod.spec.automount_service_account_token is False
+    tn = client.CustomObjectsApi(k8s).get_cluster_custom_object("gpucaas.dev", "v1alpha1", "tenancies", "landon")
+    assert tn["status"]["phase"] == "Ready"
+    status, logs = admin.call("GET", f"/v1/containers/{cid}/logs")
+    assert status == 200 and "SIMULATED" in logs and "Result = PASS" not in logs  # the sandbox claims no run
+
+    wait_for(lambda: settled(sandbox, k8s), what="partitions released and leases Free")
+    lease = lease_of(k8s, node, gpu)["status"]
+    assert lease["state"] == "Free"
+    last = lease["history"][-1]
+    assert (last["tenancy"], last["namespace"], last["pod"], last["check"]) == (
+        "landon", "tenant-landon", pod_name, "Passed")
+
+
+def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient) -> None:
+    tenant = tenant_factory("sizes")
+    ids = {}
+    for gpus in (8, 4, 2, 1):  # 15 GPUs over two 8-GPU boards: only a partition-aware placement fits them all
+        status, body = tenant.call("POST", "/v1/containers", {
+            "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": gpus,
+            "command": ["sleep", "20"]})
+        assert status == 202, body
+        ids[gpus] = body["id"]
+    placed = {}
+    for gpus, cid in ids.items():
+        c = wait_status(tenant, cid, "Running", "Succeeded", "Failed")
+        assert c["status"] != "Failed", c
+        devices = wait_for(lambda c=c: allocated_devices(sandbox, "tenant-sizes", c["pod_name"]), what="devices")
+        phys = physical_ids(sandbox, c["node_name"], devices)
+        part = topology.partition_for(phys)
+        assert part is not None and part.size == gpus, (gpus, c["node_name"], phys)
+        # the fabric service holds exactly that partition for these GPUs, and Allocate named
+        # them to the kubelet by their CDI names
+        holder = "gpus:" + "+".join(sorted(devices))
+        assert [a["partition_ids"] for a in activations(sandbox)[c["node_name"]] if a["holder"] == holder] == [[part.id]]
+        got = handed_over(sandbox, "tenant-sizes", c["pod_name"])
+        assert got is not None and got[0] == c["node_name"]
+        assert got[1]["cdi"] == [f"nvidia.com/gpu={d}" for d in sorted(devices)]
+        placed[gpus] = (c["node_name"], set(devices))
+    by_node: dict[str, set[str]] = {}
+    for node, devices in placed.values():
+        assert not (by_node.setdefault(node, set()) & devices), "two containers share a GPU"
+        by_node[node] |= devices
+    for cid in ids.values():
+        assert wait_status(tenant, cid, "Succeeded", "Failed")["status"] == "Succeeded"
+    wait_for(lambda: settled(sandbox, k8s), what="partitions released and leases Free")
+    assert all(not a for a in activations(sandbox).values())
