@@ -28,6 +28,16 @@ Policies, all on the same arrival sequence:
 * ``spread_plugin``: the same spreading, but the node's GPUs chosen by our device
   plugin (``choose_gpus``): what the device plugin alone, without the extender,
   recovers;
+* ``most_allocated``: the baseline an operator would configure without gpucaas'
+  extender — kube-scheduler's NodeResourcesFit with ``MostAllocated`` scoring on the GPU
+  resource (bin packing by count: the feasible node with the fewest free GPUs, ties at
+  random) and the node's GPUs from our device plugin's preferred allocation;
+* ``dra``: the DRA mode with the stock scheduler — the node is any node on which the
+  structured allocator finds the claim (DRA adds no node score; ties at random) and the
+  devices are the first fit in the order the driver publishes them (buddy order, see
+  services/dra_driver/slices.py), whole partitions only;
+* ``dra_extender``: the DRA mode with gpucaas' extender as a prioritize-only extender:
+  the node is the extender's best fit, the devices still the allocator's first fit;
 * ``bound``: perfect defragmentation — the cluster as one pool of 8 N GPUs (as if
   running jobs could be migrated at no cost), a job is accepted iff enough GPUs
   are free anywhere. Also ``fluid_bound``: min(offered, capacity) GPU-hours.
@@ -48,6 +58,7 @@ from pathlib import Path
 from random import Random
 
 from gpucaas.core.topology import GPU_COUNT, partition_for
+from services.dra_driver.slices import buddy_order
 from services.placement.fit import FIT_TABLE, FULL_MASK, gpus_of, mask_of
 from services.placement.fleet import FleetIndex, NodeFree
 
@@ -206,6 +217,112 @@ class Spread:
         return len(self.by_count[GPU_COUNT].items)
 
 
+class MostAllocated(Spread):
+    """kube-scheduler's MostAllocated scoring on the GPU count + our device plugin's choice."""
+
+    def __init__(self, nodes: int, *, seed: int) -> None:
+        super().__init__(nodes, gpu_pick="plugin", seed=seed)
+        self.name = "most_allocated"
+
+    def place(self, size: int) -> tuple[int, int, bool] | None:
+        for count in range(size, GPU_COUNT + 1):
+            bucket = self.by_count[count]
+            if bucket.items:
+                node = bucket.pick(self.rng)
+                break
+        else:
+            return None
+        free = self.free[node]
+        gpus = FIT_TABLE[size][free].gpus_mask
+        self._move(node, free, free & ~gpus)
+        return node, gpus, _nvlink_ok(size, gpus)
+
+
+#: Partition masks per size in the DRA driver's published (buddy) order.
+_DRA_ORDER: dict[int, list[int]] = {}
+for _p in buddy_order():
+    _DRA_ORDER.setdefault(_p.size, []).append(mask_of(_p.gpus))
+
+
+def dra_first_fit(free: int, size: int) -> int | None:
+    """The devices kube-scheduler's allocator takes on a node: first fit in published order.
+
+    Sizes 1/2/4/8 are one partition device; other counts are that many single-GPU devices
+    of the plain class, each the first free one.
+    """
+    if size in _DRA_ORDER:
+        return next((m for m in _DRA_ORDER[size] if m & free == m), None)
+    taken = 0
+    for m in _DRA_ORDER[1]:
+        if m & free and taken.bit_count() < size:
+            taken |= m
+    return taken if taken.bit_count() == size else None
+
+
+_DRA_FEASIBLE: dict[int, tuple[bool, ...]] = {
+    size: tuple(dra_first_fit(mask, size) is not None for mask in range(FULL_MASK + 1))
+    for size in range(1, GPU_COUNT + 1)
+}
+
+
+class Dra:
+    """The DRA mode: nodes where the claim fits, at random; devices by first fit."""
+
+    name = "dra"
+
+    def __init__(self, nodes: int, *, seed: int) -> None:
+        self.rng = Random(seed)
+        self.free = [FULL_MASK] * nodes
+        self.by_mask = [_PickSet() for _ in range(FULL_MASK + 1)]
+        for i in range(nodes):
+            self.by_mask[FULL_MASK].add(i)
+
+    def place(self, size: int) -> tuple[int, int, bool] | None:
+        feasible = _DRA_FEASIBLE[size]
+        total = sum(len(self.by_mask[m].items) for m in range(FULL_MASK + 1) if feasible[m])
+        if total == 0:
+            return None
+        k = self.rng.randrange(total)
+        for m in range(FULL_MASK + 1):
+            if feasible[m]:
+                n = len(self.by_mask[m].items)
+                if k < n:
+                    node = self.by_mask[m].items[k]
+                    break
+                k -= n
+        gpus = dra_first_fit(self.free[node], size)
+        assert gpus is not None
+        self._move(node, self.free[node] & ~gpus)
+        return node, gpus, True  # only whole partitions can be allocated
+
+    def release(self, node: int, gpus_mask: int) -> None:
+        self._move(node, self.free[node] | gpus_mask)
+
+    def _move(self, node: int, new: int) -> None:
+        self.by_mask[self.free[node]].remove(node)
+        self.by_mask[new].add(node)
+        self.free[node] = new
+
+    def empty_nodes(self) -> int:
+        return len(self.by_mask[FULL_MASK].items)
+
+
+class DraExtender(Ours):
+    """The DRA mode with the extender choosing the node (prioritize only)."""
+
+    name = "dra_extender"
+
+    def place(self, size: int) -> tuple[str, int, bool] | None:
+        placement = self.index.best(size)
+        if placement is None:
+            return None
+        gpus = dra_first_fit(placement.fit.free_mask, size)
+        if gpus is None:  # the extender's fit and the allocator's disagree: try no other node
+            return None
+        self.index.take(placement.node, gpus)
+        return placement.node, gpus, True
+
+
 class Pool:
     """Perfect defragmentation: one pool of GPUs, any job that fits by count runs."""
 
@@ -338,6 +455,9 @@ def run_level(
         ours,
         Spread(nodes, gpu_pick="random", seed=seed + 1),
         Spread(nodes, gpu_pick="plugin", seed=seed + 2),
+        MostAllocated(nodes, seed=seed + 3),
+        Dra(nodes, seed=seed + 4),
+        DraExtender(nodes),
         Pool(nodes),
     ):
         results[policy.name] = replay(policy, jobs, nodes=nodes, window=window, drain=policy is not ours)
@@ -352,6 +472,13 @@ def run_level(
     out["ratio_vs_spread_placed"] = served["ours"] / results["spread"].gpu_hours_placed
     out["ratio_vs_spread_plugin"] = served["ours"] / served["spread_plugin"]
     out["ratio_vs_bound"] = served["ours"] / served["bound"]
+    out["ratio_vs_most_allocated"] = served["ours"] / served["most_allocated"]
+    out["dra_ratio_vs_most_allocated"] = served["dra"] / served["most_allocated"]
+    out["dra_extender_ratio_vs_most_allocated"] = served["dra_extender"] / served["most_allocated"]
+    out["dra_ratio_vs_spread"] = served["dra"] / served["spread"]
+    out["dra_extender_ratio_vs_spread"] = served["dra_extender"] / served["spread"]
+    out["dra_ratio_vs_extender"] = served["dra"] / served["ours"]
+    out["dra_extender_ratio_vs_extender"] = served["dra_extender"] / served["ours"]
     out["ratio_vs_fluid_bound"] = served["ours"] / float(out["fluid_bound_gpu_hours"])  # type: ignore[arg-type]
     out["_decision_ns"] = ours.decision_ns
     out["_index"] = ours.index
@@ -423,6 +550,9 @@ def plot(levels: list[dict[str, object]], path: Path, nodes: int) -> None:
         "bound": ("perfect defragmentation (bound)", "k--"),
         "ours": ("partition-aware best fit (ours)", "C0-o"),
         "spread_plugin": ("spreading + our device plugin", "C2-^"),
+        "most_allocated": ("MostAllocated + our device plugin", "C4-v"),
+        "dra": ("DRA, stock scheduler (first fit)", "C1-x"),
+        "dra_extender": ("DRA + extender prioritize", "C5-+"),
         "spread": ("default scheduler (spreading, any GPUs)", "C3-s"),
     }
     for key, (label, style) in styles.items():
@@ -496,7 +626,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         print(
             f"load {load:.2f}: ours {lv['ours']['acceptance']:.3f} "  # type: ignore[index]
             f"spread {lv['spread']['acceptance']:.3f} bound {lv['bound']['acceptance']:.3f} "  # type: ignore[index]
-            f"served vs spread {lv['ratio_vs_spread']:.2f}x vs bound {lv['ratio_vs_bound']:.3f}",
+            f"served vs spread {lv['ratio_vs_spread']:.2f}x vs bound {lv['ratio_vs_bound']:.3f} "
+            f"vs most-allocated {lv['ratio_vs_most_allocated']:.3f}; dra {lv['dra_ratio_vs_most_allocated']:.3f} "
+            f"dra+extender {lv['dra_extender_ratio_vs_most_allocated']:.3f} (vs most-allocated)",
             file=sys.stderr,
         )
     at90 = next(lv for lv in levels if math.isclose(float(lv["load"]), 0.9))  # type: ignore[arg-type]
@@ -520,6 +652,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         "gpu_hours_ratio_vs_spread_placed": round(float(at90["ratio_vs_spread_placed"]), 3),  # type: ignore[arg-type]
         "gpu_hours_ratio_vs_spread_plugin": round(float(at90["ratio_vs_spread_plugin"]), 3),  # type: ignore[arg-type]
         "gpu_hours_ratio_vs_fluid_bound": round(float(at90["ratio_vs_fluid_bound"]), 4),  # type: ignore[arg-type]
+        # Against what an operator would configure without gpucaas' extender (bin packing
+        # by GPU count + our device plugin), and the two DRA modes beside the extender's.
+        "gpu_hours_ratio_vs_most_allocated": round(float(at90["ratio_vs_most_allocated"]), 3),  # type: ignore[arg-type]
+        "dra_gpu_hours_ratio_vs_most_allocated": round(float(at90["dra_ratio_vs_most_allocated"]), 3),  # type: ignore[arg-type]
+        "dra_extender_gpu_hours_ratio_vs_most_allocated": round(
+            float(at90["dra_extender_ratio_vs_most_allocated"]), 3),  # type: ignore[arg-type]
+        "dra_gpu_hours_ratio_vs_spread": round(float(at90["dra_ratio_vs_spread"]), 3),  # type: ignore[arg-type]
+        "dra_extender_gpu_hours_ratio_vs_spread": round(float(at90["dra_extender_ratio_vs_spread"]), 3),  # type: ignore[arg-type]
+        "dra_gpu_hours_ratio_vs_extender": round(float(at90["dra_ratio_vs_extender"]), 4),  # type: ignore[arg-type]
+        "dra_extender_gpu_hours_ratio_vs_extender": round(float(at90["dra_extender_ratio_vs_extender"]), 4),  # type: ignore[arg-type]
         # The scheduler waits on filter + prioritize over every candidate name (JSON in/out).
         "decision_p50_ms_1k": round(ext_1k["p50_ms"], 3),
         "decision_p99_ms_1k": round(ext_1k["p99_ms"], 3),

@@ -46,3 +46,28 @@ def test_quick_run_prints_one_json_object_last(capsys: pytest.CaptureFixture[str
     for key in ("gpu_hours_ratio_vs_spread", "gpu_hours_ratio_vs_bound", "decision_p99_ms_1k", "decision_p99_ms_10k"):
         assert isinstance(figures[key], float)
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_dra_first_fit_takes_a_whole_free_partition_or_nothing() -> None:
+    from gpucaas.core.topology import HGX_H100_PARTITIONS
+    from services.placement.fit import gpus_of
+
+    for free in range(FULL_MASK + 1):
+        for size in (1, 2, 4, 8):
+            got = sim.dra_first_fit(free, size)
+            possible = [p for p in HGX_H100_PARTITIONS if p.size == size and p.gpus <= gpus_of(free)]
+            assert (got is None) == (not possible)
+            if got is not None:
+                assert gpus_of(got) in {p.gpus for p in possible}
+
+
+def test_dra_policies_place_only_whole_partitions_and_leave_nothing_behind() -> None:
+    level = sim.run_level(nodes=40, load=1.1, warmup_h=1.0, measure_h=2.0, mix=sim.MIX_WITH_ODD, seed=4)
+    for name in ("dra", "dra_extender"):
+        assert level[name]["gpu_hours_placed"] == level[name]["gpu_hours_served"]
+        assert level[name]["gpu_hours_placed"] <= 40 * 8 * 2.0 + 1e-6
+    assert level["most_allocated"]["gpu_hours_served"] <= level["most_allocated"]["gpu_hours_placed"]
+    jobs = sim.workload(nodes=20, load=0.9, horizon_h=2.0, mix=sim.MIX_WITH_ODD, seed=6)
+    dra = sim.Dra(20, seed=1)
+    sim.replay(dra, jobs, nodes=20, window=(0.0, 2.0))
+    assert dra.free == [FULL_MASK] * 20
