@@ -30,6 +30,9 @@ def test_builtin_kind_round_trip(k8s: client.ApiClient, rt) -> None:
         extra = {"spec": {"group": "example.dev", "scope": "Cluster", "names": {"plural": "things", "kind": "Thing"},
                           "versions": [{"name": "v1", "served": True, "storage": True,
                                         "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+    elif rt.key == ("resource.k8s.io", "resourceslices"):  # a slice must name its driver, pool and node
+        extra = {"spec": {"driver": "gpu.example.dev", "nodeName": "n", "pool": {"name": "n", "resourceSliceCount": 1},
+                          "devices": [{"name": "d0"}]}}
     else:
         extra = {}
     code, obj = _request(k8s, "POST", coll, {"apiVersion": rt.api_version(), "kind": rt.kind,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.devtools.kube_emulator import errors, quota, validation
+from gpucaas.devtools.kube_emulator import dra_validation, errors, quota, validation
 from gpucaas.devtools.kube_emulator.resources import Registry, ResourceType, type_from_crd
 
 log = logging.getLogger(__name__)
@@ -231,6 +231,8 @@ class Store:
                     {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}, schema)
         elif rt.key == CRD_KEY:
             causes += validation.validate_crd(obj)
+        elif rt.group == "resource.k8s.io":
+            causes += dra_validation.validate(rt.kind, obj)
         if causes:
             raise errors.Invalid(rt.kind, meta["name"], causes, rt.group)
 
