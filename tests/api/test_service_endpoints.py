@@ -89,7 +89,7 @@ def test_cli_refuses_half_a_tls_pair(tmp_path: Path) -> None:
 def test_without_any_kubernetes_configuration_the_api_still_runs(tmp_path: Path) -> None:
     import pytest
 
-    from services.api.errors import KubeUnavailable
+    from gpucaas.core.kube import Unavailable as KubeUnavailable
     from services.api.kube import Kube
 
     kube = Kube(tmp_path / "missing-kubeconfig")

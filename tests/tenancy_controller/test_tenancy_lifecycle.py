@@ -58,7 +58,7 @@ def test_create_reaches_ready_with_every_child_as_specified(api, controller):
 
     owner = live["Namespace"]["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Tenancy", "acme", tenancy["metadata"]["uid"])
-    assert live["Namespace"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert live["Namespace"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert live["ResourceQuota"]["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
     assert live["ResourceQuota"]["spec"]["hard"]["pods"] == "10"
     assert live["PersistentVolume"]["spec"]["nfs"] == {"server": "10.20.0.5", "path": "/exports/acme", "readOnly": False}
