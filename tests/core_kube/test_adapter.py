@@ -8,75 +8,14 @@ server documents (``metav1.Status`` bodies, see gpucaas/core/kube/errors.py).
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from gpucaas.core import crds
 from gpucaas.core import kube as k
-
-#: The 403 a real kube-apiserver answers a ServiceAccount without the namespaces list right
-#: (format of forbiddenMessage in k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go).
-FORBIDDEN_STATUS = {
-    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-    "message": 'namespaces is forbidden: User "system:serviceaccount:gpucaas-system:gpucaas-api" cannot list '
-               'resource "namespaces" in API group "" at the cluster scope',
-    "reason": "Forbidden", "details": {"kind": "namespaces"}, "code": 403,
-}
-
-
-class Scripted(ThreadingHTTPServer):
-    """Answers each request with the next (status, body) of ``script`` (the last one repeats)."""
-
-    daemon_threads = True
-
-    def __init__(self, script: list[tuple[int, dict]]) -> None:
-        self.script = list(script)
-        self.requests: list[str] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(inner) -> None:  # noqa: N802, N805
-                self.requests.append(inner.path)
-                status, body = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-                data = json.dumps(body).encode()
-                inner.send_response(status)
-                inner.send_header("Content-Type", "application/json")
-                inner.send_header("Content-Length", str(len(data)))
-                inner.end_headers()
-                inner.wfile.write(data)
-
-            do_POST = do_GET  # noqa: N815
-
-            def log_message(inner, *args: object) -> None:  # noqa: N805
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-@pytest.fixture
-def scripted() -> Iterator[callable]:
-    servers: list[Scripted] = []
-
-    def start(script: list[tuple[int, dict]]) -> Scripted:
-        srv = Scripted(script)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
-
+from tests.core_kube.scripted import FORBIDDEN_STATUS, scripted  # noqa: F401 - the fixture
 
 def no_wait_retry(attempts: int = 3) -> k.RetryPolicy:
     return k.RetryPolicy(attempts=attempts, initial_s=0.0, max_s=0.0)
