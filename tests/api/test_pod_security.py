@@ -145,3 +145,15 @@ def test_production_values_enforce_restricted_and_the_api_builds_for_it() -> Non
     uid = prod.get("api", {}).get("tenantRunAsUser", defaults["api"]["tenantRunAsUser"])
     assert level == "restricted"
     assert uid > 0
+
+
+def test_a_pod_refused_by_admission_fails_the_container_with_the_reason() -> None:
+    """A 403 from admission (no "User ... cannot") is a definite refusal, an RBAC 403 is retried."""
+    from gpucaas.core.kube import from_status
+    from services.api.worker import _rejected
+
+    psa = from_status(403, {"message": 'pods "gpucaas-x" is forbidden: violates PodSecurity "restricted:latest": '
+                                       'runAsNonRoot != true'})
+    rbac = from_status(403, {"message": 'pods is forbidden: User "system:serviceaccount:gpucaas-system:gpucaas-api" '
+                                        'cannot create resource "pods" in API group "" in the namespace "tenant-a"'})
+    assert _rejected(psa) and not _rejected(rbac)
