@@ -16,6 +16,7 @@ from kubernetes import client
 
 from gpucaas.core import lease_states as states
 from gpucaas.core.crds import API_VERSION, GPULEASE_PLURAL, GROUP, VERSION
+from gpucaas.core.kube import Conflict, Kube, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -49,28 +50,30 @@ def build_gpu_lease(node: str, pci_address: str, device_id: str | None = None,
 
 
 class LeaseStore:
-    def __init__(self, api: client.ApiClient) -> None:
-        self.custom = client.CustomObjectsApi(api)
+    """GPULeases through the core Kubernetes adapter (its errors, timeouts and retries)."""
+
+    def __init__(self, api: Kube | client.ApiClient) -> None:
+        self.kube = Kube.of(api)
+        self.custom = self.kube.custom
 
     def list(self, node: str | None = None) -> list[dict[str, Any]]:
         kwargs = {"label_selector": f"{LABEL_NODE}={node}"} if node else {}
-        return self.custom.list_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL, **kwargs)["items"]
+        return self.kube.call(self.custom.list_cluster_custom_object, GROUP, VERSION, GPULEASE_PLURAL,
+                              what="list gpuleases", idempotent=True, **kwargs)["items"]
 
     def get(self, name: str) -> dict[str, Any] | None:
         try:
-            return self.custom.get_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL, name)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            return self.kube.call(self.custom.get_cluster_custom_object, GROUP, VERSION, GPULEASE_PLURAL, name,
+                                  what=f"get gpulease {name}", idempotent=True)
+        except NotFound:
+            return None
 
     def ensure(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create the lease (state Free) unless it exists; return the live object."""
         try:
-            created = self.custom.create_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL, body)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
+            created = self.kube.call(self.custom.create_cluster_custom_object, GROUP, VERSION, GPULEASE_PLURAL,
+                                     body, what="create gpulease", idempotent=True)  # 409 handled below
+        except Conflict:
             live = self.get(body["metadata"]["name"])
             assert live is not None
             return live
@@ -92,12 +95,11 @@ class LeaseStore:
             "status": status,
         }
         try:
-            return self.custom.replace_cluster_custom_object_status(
-                GROUP, VERSION, GPULEASE_PLURAL, lease["metadata"]["name"], body)
-        except client.ApiException as exc:
-            if exc.status == 409:
-                raise LeaseConflict(f"lease {lease['metadata']['name']} changed meanwhile") from exc
-            raise
+            return self.kube.call(self.custom.replace_cluster_custom_object_status,
+                                  GROUP, VERSION, GPULEASE_PLURAL, lease["metadata"]["name"], body,
+                                  what=f"update gpulease {lease['metadata']['name']} status")
+        except Conflict as exc:
+            raise LeaseConflict(f"lease {lease['metadata']['name']} changed meanwhile") from exc
 
     def transition(self, name: str, change: Callable[[dict[str, Any] | None], dict[str, Any]],
                    attempts: int = 5) -> dict[str, Any]:

@@ -68,33 +68,6 @@ class Unavailable(ApiError):
     code = "unavailable"
 
 
-# --- Kubernetes adapter errors (never reach a client directly) -----------------
-
-
-class KubeError(Exception):
-    """A Kubernetes API call failed; ``status`` is the HTTP status or None (no answer)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class KubeUnavailable(KubeError):
-    """The Kubernetes API did not answer (connection refused, timeout, 5xx): retry later."""
-
-
-class KubeNotFound(KubeError):
-    pass
-
-
-class KubeConflict(KubeError):
-    """409: AlreadyExists on create, or a resourceVersion conflict on update."""
-
-
-class KubeRejected(KubeError):
-    """4xx other than 404/409: the request itself is wrong (schema, quota, forbidden)."""
-
-
 def install_handlers(app: Any) -> None:
     """Register the one handler that renders every API error as ``{code, detail}``."""
     from fastapi import Request

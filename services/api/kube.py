@@ -1,8 +1,9 @@
-"""Kubernetes adapter: the official (synchronous) ``kubernetes`` client, wire dicts in and out.
+"""Kubernetes adapter of the API: the core adapter (:mod:`gpucaas.core.kube`), wire dicts in and out.
 
-Every call goes through ``_call``, which re-raises the client's errors as the API's
-own (``KubeUnavailable`` when nothing answered or the server failed, so callers
-retry; ``KubeNotFound``/``KubeConflict``/``KubeRejected`` for definite answers).
+Every call goes through ``_call``, which runs it through the core adapter: its
+timeouts, its retries of idempotent calls, and its one error tree
+(``Unavailable`` when nothing answered or the server failed, so callers retry;
+``NotFound``/``Conflict``/``Forbidden``/``Invalid`` for definite answers).
 Reads use ``_preload_content=False`` and parse the JSON themselves, so the rest
 of the service sees exactly the wire format (camelCase), never model objects.
 Callers on the event loop run these methods in a thread.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpucaas.core import crds
-from services.api.errors import KubeConflict, KubeError, KubeNotFound, KubeRejected, KubeUnavailable
+from gpucaas.core.kube import Conflict, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -26,61 +27,57 @@ T = TypeVar("T")
 class Kube:
     """The handful of Kubernetes operations the API needs."""
 
-    def __init__(self, kubeconfig: Path | None = None, *, timeout: float = 10.0) -> None:
+    def __init__(self, kubeconfig: Path | None = None, *, timeout: float = 10.0,
+                 connection: KubeConnection | None = None) -> None:
         self.timeout = timeout
         self._error: str | None = None
-        self._api: Any = None
+        self._kube: CoreKube | None = None
         self.core: Any = _NotConfigured()
         self.custom: Any = _NotConfigured()
+        conn = connection or KubeConnection(kubeconfig=kubeconfig, connect_timeout_s=min(5.0, timeout),
+                                            read_timeout_s=timeout)
         try:
-            self._api = _new_api_client(kubeconfig)
-        except Exception as exc:  # no configuration at all: run, but report unavailable
-            self._error = f"no usable Kubernetes configuration: {exc}"
+            self._kube = CoreKube(conn)
+        except KubeError as exc:  # no configuration at all: run, but report unavailable
+            self._error = str(exc)
             log.warning("%s", self._error)
-        if self._api is not None:
-            from kubernetes import client
+        if self._kube is not None:
+            self.core = self._kube.core
+            self.custom = self._kube.custom
 
-            self.core = client.CoreV1Api(self._api)
-            self.custom = client.CustomObjectsApi(self._api)
+    @property
+    def server(self) -> str | None:
+        return self._kube.server if self._kube is not None else None
 
     def close(self) -> None:
-        if self._api is not None:
-            self._api.close()
+        if self._kube is not None:
+            self._kube.close()
 
     # -- plumbing -------------------------------------------------------------------
 
-    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if self._api is None:
-            raise KubeUnavailable(self._error or "Kubernetes is not configured")
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError as Urllib3Error
-
-        kwargs.setdefault("_request_timeout", self.timeout)
-        try:
-            return fn(*args, **kwargs)
-        except ApiException as exc:
-            raise _translate(exc) from exc
-        except (Urllib3Error, OSError) as exc:
-            raise KubeUnavailable(f"Kubernetes API unreachable: {exc.__class__.__name__}: {exc}") from exc
+    def _call(self, fn: Callable[..., T], *args: Any, idempotent: bool = False, **kwargs: Any) -> T:
+        if self._kube is None:
+            raise Unavailable(self._error or "Kubernetes is not configured")
+        return self._kube.call(fn, *args, idempotent=idempotent, **kwargs)
 
     def _json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        resp = self._call(fn, *args, _preload_content=False, **kwargs)
-        try:
-            return json.loads(resp.data)
-        finally:
-            resp.release_conn()
+        if self._kube is None:
+            raise Unavailable(self._error or "Kubernetes is not configured")
+        return self._kube.json(fn, *args, idempotent=True, **kwargs)
 
     # -- health ---------------------------------------------------------------------
 
     def ping(self) -> None:
-        """Raise unless the API server answers a cheap list."""
-        self._json(self.core.list_namespace, limit=1)
+        """Raise unless the API server answers a cheap list the API's role grants (tenancies, limit 1)."""
+        self._call(self.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL,
+                   limit=1, what="list tenancies", idempotent=True)
 
     # -- tenancies ------------------------------------------------------------------
 
     def get_tenancy(self, name: str) -> dict[str, Any]:
         return self._call(
-            self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name
+            self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name,
+            idempotent=True,
         )
 
     def upsert_tenancy(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +85,7 @@ class Kube:
         name = body["metadata"]["name"]
         try:
             current = self.get_tenancy(name)
-        except KubeNotFound:
+        except NotFound:
             try:
                 return self._call(
                     self.custom.create_cluster_custom_object,
@@ -96,8 +93,9 @@ class Kube:
                     crds.VERSION,
                     crds.TENANCY_PLURAL,
                     body,
+                    idempotent=True,  # a repeated create answers 409, handled below
                 )
-            except KubeConflict:  # created meanwhile by another replica
+            except Conflict:  # created meanwhile by another replica
                 current = self.get_tenancy(name)
         wanted = body["spec"]
         have = current.get("spec") or {}
@@ -113,14 +111,16 @@ class Kube:
             crds.TENANCY_PLURAL,
             name,
             patch,
+            idempotent=True,  # a merge patch to the same spec
         )
 
     def delete_tenancy(self, name: str) -> None:
         try:
             self._call(
-                self.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name
+                self.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name,
+                idempotent=True,
             )
-        except KubeNotFound:
+        except NotFound:
             pass
 
     # -- pods -----------------------------------------------------------------------
@@ -128,17 +128,17 @@ class Kube:
     def create_pod(self, body: dict[str, Any]) -> bool:
         """Create the pod; False when it already exists (a retried submission: success)."""
         try:
-            self._call(self.core.create_namespaced_pod, body["metadata"]["namespace"], body)
+            self._call(self.core.create_namespaced_pod, body["metadata"]["namespace"], body, idempotent=True)
             return True
-        except KubeConflict:
+        except Conflict:
             return False
 
     def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete the pod; False when it did not exist."""
         try:
-            self._call(self.core.delete_namespaced_pod, name, namespace)
+            self._call(self.core.delete_namespaced_pod, name, namespace, idempotent=True)
             return True
-        except KubeNotFound:
+        except NotFound:
             return False
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
@@ -163,6 +163,7 @@ class Kube:
             timeout_seconds=300,
             _preload_content=False,
             _request_timeout=(self.timeout, 330),
+            idempotent=True,
         )
         if on_open is not None:
             on_open(resp)
@@ -177,7 +178,7 @@ class Kube:
                     if line.strip():
                         yield json.loads(line)
         except (Urllib3Error, OSError, ValueError) as exc:
-            raise KubeUnavailable(f"pod watch interrupted: {exc}") from exc
+            raise Unavailable(f"pod watch interrupted: {exc}") from exc
         finally:
             resp.release_conn()
 
@@ -188,7 +189,7 @@ class Kube:
             kwargs["tail_lines"] = tail_lines
         if follow:
             kwargs["_request_timeout"] = (self.timeout, 24 * 3600)
-        return self._call(self.core.read_namespaced_pod_log, name, namespace, **kwargs)
+        return self._call(self.core.read_namespaced_pod_log, name, namespace, idempotent=True, **kwargs)
 
     # -- cluster inventory (admin) --------------------------------------------------
 
@@ -196,15 +197,17 @@ class Kube:
         return self._json(self.core.list_node).get("items", [])
 
     def list_cluster_objects(self, plural: str) -> list[dict[str, Any]]:
-        return self._call(self.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, plural).get(
+        return self._call(self.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, plural,
+                          idempotent=True).get(
             "items", []
         )
 
     def get_cluster_object(self, plural: str, name: str) -> dict[str, Any]:
-        return self._call(self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, plural, name)
+        return self._call(self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, plural, name,
+                          idempotent=True)
 
     def replace_cluster_object_status(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Replace the status subresource; 409 (KubeConflict) when ``metadata.resourceVersion`` is stale."""
+        """Replace the status subresource; 409 (Conflict) when ``metadata.resourceVersion`` is stale."""
         return self._call(
             self.custom.replace_cluster_custom_object_status,
             crds.GROUP, crds.VERSION, plural, body["metadata"]["name"], body,
@@ -216,39 +219,3 @@ class _NotConfigured:
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *args, **kwargs: None
-
-
-def _new_api_client(kubeconfig: Path | None) -> Any:
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig is not None:
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg, persist_config=False)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=cfg, persist_config=False)
-    # Fail fast and let our own backoff retry; urllib3's default retries hide outages.
-    cfg.retries = False
-    cfg.connection_pool_maxsize = 32
-    return client.ApiClient(cfg)
-
-
-def _translate(exc: Any) -> KubeError:
-    status = getattr(exc, "status", None)
-    reason = getattr(exc, "reason", "")
-    message = reason
-    try:
-        body = json.loads(exc.body) if exc.body else {}
-        message = body.get("message") or reason
-    except (TypeError, ValueError):
-        pass
-    text = f"{status} {message}".strip()
-    if not status or status >= 500 or status == 429:
-        return KubeUnavailable(text, status)
-    if status == 404:
-        return KubeNotFound(text, status)
-    if status == 409:
-        return KubeConflict(text, status)
-    return KubeRejected(text, status)

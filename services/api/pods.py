@@ -22,6 +22,9 @@ NFS_VOLUME = "tenant-storage"
 NFS_CLAIM = "tenant-storage"
 NFS_MOUNT_PATH = "/data"
 MANAGED_BY = "gpucaas-api"
+#: UID (and GID) tenant containers run as inside their Kata VM by default: Pod Security
+#: ``restricted`` requires a non-root user (see docs/pod-security.md).
+DEFAULT_RUN_AS_USER = 1000
 
 
 def pod_name(container_id: str) -> str:
@@ -71,11 +74,17 @@ def build_pod(
     nfs: Mapping[str, Any] | None = None,
     gpu_resource: str = "nvidia.com/gpu",
     runtime_class: str = "kata-qemu-nvidia-gpu",
+    run_as_user: int = DEFAULT_RUN_AS_USER,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
 
     ``nfs`` is the Tenancy's ``spec.nfs`` (camelCase, as on the custom resource); when
     set, the tenancy's PVC ``tenant-storage`` is mounted at ``/data``.
+
+    The pod passes Pod Security ``restricted`` (no privilege escalation, every
+    capability dropped, seccomp RuntimeDefault, a non-root UID/GID ``run_as_user``,
+    only a PVC volume). ``run_as_user=0`` keeps the image's own user (root inside
+    the VM): such a pod passes ``baseline`` only. docs/pod-security.md says why.
     """
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
@@ -101,7 +110,7 @@ def build_pod(
         "hostNetwork": False,
         "hostPID": False,
         "hostIPC": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": _pod_security_context(run_as_user),
         "containers": [container],
     }
     if timeout_seconds:
@@ -126,6 +135,13 @@ def build_pod(
         },
         "spec": spec,
     }
+
+
+def _pod_security_context(run_as_user: int) -> dict[str, Any]:
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if run_as_user:
+        context.update(runAsNonRoot=True, runAsUser=run_as_user, runAsGroup=run_as_user)
+    return context
 
 
 @dataclass(frozen=True)

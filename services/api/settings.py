@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     )
     gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name pods request GPUs by.")
     runtime_class: str = Field("kata-qemu-nvidia-gpu", description="RuntimeClass of tenant pods.")
+    tenant_run_as_user: int = Field(
+        1000, ge=0, description="UID/GID tenant containers run as inside their VM (Pod Security restricted); "
+        "0 = the image's own user, root allowed (tenant namespaces must then enforce baseline).",
+    )
     default_gpu_quota: int = Field(8, ge=0, description="GPU quota of tenancies created on the fly.")
     default_pod_quota: int = Field(50, ge=1, description="Pod quota of tenancies created on the fly.")
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")

@@ -26,8 +26,8 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from gpucaas.core import crds
+from gpucaas.core.kube import Forbidden, Invalid, KubeError
 from services.api import crud, pods
-from services.api.errors import KubeError, KubeRejected
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
@@ -167,6 +167,7 @@ class SubmissionWorker:
                 nfs=(tenancy_cr.get("spec") or {}).get("nfs"),
                 gpu_resource=self.settings.gpu_resource,
                 runtime_class=self.settings.runtime_class,
+                run_as_user=self.settings.tenant_run_as_user,
             )
             created = self.kube.create_pod(body)
             log.info("%s: pod %s/%s %s", ctx, body["metadata"]["namespace"], body["metadata"]["name"],
@@ -176,20 +177,29 @@ class SubmissionWorker:
                 still_wanted = crud.mark_pod_created(session, container_id=row.id)
             if not still_wanted:  # cancelled while we were creating it
                 self._delete_pod(row)
-        except KubeRejected as exc:
+        except KubeError as exc:
+            if not _rejected(exc):
+                return self._retry_later(row, ctx, exc)
             log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)
             with Session(self.engine) as session:
                 crud.mark_failed(session, container_id=row.id, message=f"Kubernetes rejected the pod: {exc}")
-        except Exception as exc:  # noqa: BLE001 - Kubernetes down, or anything unexpected: retry later
-            if not isinstance(exc, KubeError):
-                log.exception("%s: unexpected error while submitting", ctx)
-            delay = self._backoff(row.attempts)
-            log.warning("%s: Kubernetes unavailable (%s); retry in %.1fs", ctx, exc, delay)
-            message = f"queued: Kubernetes unavailable ({exc}); retrying"
-            with Session(self.engine) as session:
-                crud.reschedule(session, container_id=row.id, delay=delay, message=message, count_attempt=True)
-            return message
+        except Exception as exc:  # noqa: BLE001 - anything unexpected: retry later
+            log.exception("%s: unexpected error while submitting", ctx)
+            return self._retry_later(row, ctx, exc)
         return None
+
+    def _retry_later(self, row: Container, ctx: str, exc: Exception) -> str:
+        delay = self._backoff(row.attempts)
+        why = exc.summary() if isinstance(exc, KubeError) else str(exc)
+        if isinstance(exc, Forbidden):  # RBAC: the platform's fault, not the tenant's; say which permission
+            log.error("%s: %s; retry in %.1fs (grant it in the API's ClusterRole)", ctx, why, delay)
+            message = f"queued: the API may not submit pods ({why}); retrying"
+        else:
+            log.warning("%s: Kubernetes unavailable (%s); retry in %.1fs", ctx, why, delay)
+            message = f"queued: Kubernetes unavailable ({why}); retrying"
+        with Session(self.engine) as session:
+            crud.reschedule(session, container_id=row.id, delay=delay, message=message, count_attempt=True)
+        return message
 
     def _delete_pod(self, row: Container) -> None:
         try:
@@ -288,3 +298,15 @@ class SubmissionWorker:
                 log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")
         return cid
 
+
+def _rejected(exc: KubeError) -> bool:
+    """A definite refusal of this submission (fail it), rather than an outage or RBAC gap (retry).
+
+    422/400 (schema), 403 from admission (Pod Security, quota: no "User ... cannot" in the message)
+    and other 4xx are final; 403 RBAC denials, 401, 404, 409 and Unavailable are retried.
+    """
+    if isinstance(exc, Invalid):
+        return True
+    if isinstance(exc, Forbidden):
+        return not exc.is_rbac
+    return type(exc) is KubeError and exc.status is not None and 400 <= exc.status < 500

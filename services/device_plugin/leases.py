@@ -25,6 +25,7 @@ from kubernetes import client
 
 from gpucaas.core import lease_states as states
 from gpucaas.core.crds import LABEL_TENANCY, TENANT_NAMESPACE_PREFIX
+from gpucaas.core.kube import Kube, KubeError, NotFound
 from gpucaas.core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
 from services.device_plugin.firmware import FirmwareCheck
 
@@ -47,12 +48,12 @@ class PodHolding:
 
 
 class LeaseNodeAgent:
-    def __init__(self, api: client.ApiClient, node: str, gpus: Callable[[], Iterable[NodeGPU]],
+    def __init__(self, api: Kube | client.ApiClient, node: str, gpus: Callable[[], Iterable[NodeGPU]],
                  holdings: Callable[[], Iterable[PodHolding]], checker: FirmwareCheck,
                  interval: float = 1.0, unseen_grace: float = 5.0) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.store = LeaseStore(api)
+        self.kube = Kube.of(api)
+        self.core = self.kube.core
+        self.store = LeaseStore(self.kube)
         self.node = node
         self.gpus = gpus
         self.holdings = holdings
@@ -95,12 +96,12 @@ class LeaseNodeAgent:
         tenancy = namespace[len(TENANT_NAMESPACE_PREFIX):] if namespace.startswith(TENANT_NAMESPACE_PREFIX) else None
         uid = None
         try:
-            obj = self.core.read_namespaced_pod(pod, namespace)
+            obj = self.kube.call(self.core.read_namespaced_pod, pod, namespace, idempotent=True,
+                                 what=f"get pod {namespace}/{pod}")
             uid = obj.metadata.uid
             tenancy = (obj.metadata.labels or {}).get(LABEL_TENANCY, tenancy)
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+        except NotFound:
+            pass
         return states.Holder(pod=pod, namespace=namespace, tenancy=tenancy, pod_uid=uid)
 
     def reconcile_once(self) -> None:
@@ -201,7 +202,9 @@ class LeaseNodeAgent:
         while not self._stop.is_set():
             try:
                 self.reconcile_once()
-            except Exception as exc:  # noqa: BLE001 (the API may be away; the next round retries)
+            except KubeError as exc:  # forbidden vs unreachable, said as such; the next round retries
+                log.warning("node=%s lease round failed: %s", self.node, exc.summary())
+            except Exception as exc:  # noqa: BLE001 (anything else: the next round retries)
                 log.warning("node=%s lease round failed: %s", self.node, exc)
             self._stop.wait(self.interval)
 

@@ -85,10 +85,9 @@ def build(settings: DevicePluginSettings, *, fabric: FabricPort | None = None,
 
 def build_leases(settings: DevicePluginSettings, core: PluginCore) -> LeaseNodeAgent:
     """The node side of GPU leases, reporting non-allocatable GPUs to ``core`` as Unhealthy."""
-    from kubernetes import config
+    from gpucaas.core.kube import Kube, KubeConnection
 
-    api = (config.new_client_from_config(str(settings.kubeconfig)) if settings.kubeconfig
-           else _default_kube_client())
+    api = Kube(KubeConnection(kubeconfig=settings.kubeconfig)) if settings.kubeconfig else _default_kube_client()
     golden = GoldenTable.load(settings.firmware_golden_file) if settings.firmware_golden_file else GoldenTable()
     if not golden.by_device_id:
         logger.warning("node=%s no golden firmware configured: every GPU check will fail (NoGoldenFirmware)",
@@ -111,13 +110,9 @@ def build_leases(settings: DevicePluginSettings, core: PluginCore) -> LeaseNodeA
 
 
 def _default_kube_client():  # noqa: ANN202
-    from kubernetes import client, config
+    from gpucaas.core.kube import Kube
 
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+    return Kube()  # in-cluster ServiceAccount, else $KUBECONFIG / ~/.kube/config
 
 
 def run(settings: DevicePluginSettings) -> None:

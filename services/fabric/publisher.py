@@ -96,9 +96,10 @@ class FabricStatePublisher:
 
     def __init__(self, api_client: Any, node: str, collect: Callable[[], dict[str, Any]],
                  *, interval_s: float = 15.0, debounce_s: float = 0.2) -> None:
-        from kubernetes import client
+        from gpucaas.core.kube import Kube
 
-        self.api = client.CustomObjectsApi(api_client)
+        self.kube = Kube.of(api_client)
+        self.api = self.kube.custom
         self.node = node
         self.collect = collect
         self.interval_s = interval_s
@@ -110,26 +111,25 @@ class FabricStatePublisher:
         self._thread: threading.Thread | None = None
 
     def ensure_object(self) -> None:
-        from kubernetes.client.exceptions import ApiException
+        from gpucaas.core.kube import Conflict, NotFound
 
         try:
-            self.api.get_cluster_custom_object(GROUP, VERSION, FABRICSTATE_PLURAL, self.node)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            self.kube.call(self.api.get_cluster_custom_object, GROUP, VERSION, FABRICSTATE_PLURAL, self.node,
+                           what=f"get fabricstate {self.node}", idempotent=True)
+        except NotFound:
             try:
-                self.api.create_cluster_custom_object(GROUP, VERSION, FABRICSTATE_PLURAL,
-                                                      build_fabric_state(self.node))
+                self.kube.call(self.api.create_cluster_custom_object, GROUP, VERSION, FABRICSTATE_PLURAL,
+                               build_fabric_state(self.node), what=f"create fabricstate {self.node}",
+                               idempotent=True)  # a repeated create answers 409: fine
                 log.info("created FabricState %s", self.node)
-            except ApiException as exc2:
-                if exc2.status != 409:
-                    raise
+            except Conflict:
+                pass
 
     def publish_once(self) -> dict[str, Any]:
         status = self.collect()
         self.ensure_object()
-        self.api.patch_cluster_custom_object_status(
-            GROUP, VERSION, FABRICSTATE_PLURAL, self.node, {"status": status})
+        self.kube.call(self.api.patch_cluster_custom_object_status, GROUP, VERSION, FABRICSTATE_PLURAL, self.node,
+                       {"status": status}, what=f"patch fabricstate {self.node} status", idempotent=True)
         self.published += 1
         self.last_error = None
         return status
@@ -155,8 +155,9 @@ class FabricStatePublisher:
             try:
                 self.publish_once()
             except Exception as exc:  # Kubernetes down or refusing: retry next round
-                self.last_error = str(exc)
-                log.warning("publishing FabricState %s failed: %s", self.node, exc)
+                # KubeError.summary(): "forbidden: <user> cannot <verb> <resource>" / "Kubernetes unreachable at <url>"
+                self.last_error = exc.summary() if hasattr(exc, "summary") else str(exc)
+                log.warning("publishing FabricState %s failed: %s", self.node, self.last_error)
             self._wake.wait(self.interval_s)
             self._wake.clear()
             if self._stop.wait(self.debounce_s):

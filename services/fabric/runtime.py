@@ -230,12 +230,10 @@ class FabricNode:
     def _kube(self) -> Any:
         if self._kube_client is not None:
             return self._kube_client
-        from kubernetes import client, config
+        from gpucaas.core.kube import Kube, KubeConnection
 
-        if self.settings.kubeconfig:
-            return config.new_client_from_config(str(self.settings.kubeconfig))
-        config.load_incluster_config()
-        return client.ApiClient()
+        # A kubeconfig when given, else the in-cluster ServiceAccount (the core adapter decides).
+        return Kube(KubeConnection(kubeconfig=self.settings.kubeconfig))
 
     def _reconcile_loop(self) -> None:
         while not self._stop.wait(self.settings.reconcile_interval_s):

@@ -16,14 +16,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client, watch
 
 from gpucaas.core import crds
+from gpucaas.core.kube import (
+    Forbidden, Gone, Kube, KubeConnection, KubeError, NotFound, Unavailable, from_status, translated,
+)
 from services.placement.errors import BindFailed, KubernetesUnavailable
 from services.placement.extender import GPU_RESOURCE, BindingArgs
 from services.placement.fleet import FleetIndex
@@ -32,15 +35,10 @@ from services.placement.nodestate import PodClaim, derive_node, pod_claim
 log = logging.getLogger(__name__)
 
 
-def new_api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """An API client from a kubeconfig file, else in-cluster, else ~/.kube/config (or $KUBECONFIG)."""
-    if kubeconfig:
-        return config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+def new_kube(kubeconfig: str | None = None, *, timeout_s: float = 10.0) -> Kube:
+    """The core adapter from a kubeconfig file, else in-cluster, else ~/.kube/config (or $KUBECONFIG)."""
+    return Kube(KubeConnection(kubeconfig=Path(kubeconfig) if kubeconfig else None,
+                               connect_timeout_s=min(5.0, timeout_s), read_timeout_s=timeout_s))
 
 
 class FleetWatcher:
@@ -48,7 +46,7 @@ class FleetWatcher:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: Kube | client.ApiClient,
         index: FleetIndex,
         *,
         gpu_resource: str = GPU_RESOURCE,
@@ -56,14 +54,15 @@ class FleetWatcher:
         request_timeout_seconds: float = 10.0,
         retry_seconds: float = 1.0,
     ) -> None:
-        self.api = api
+        self.kube = Kube.of(api)
+        self.api = self.kube.api_client
         self.index = index
         self.gpu_resource = gpu_resource
         self.watch_timeout = watch_timeout_seconds
         self.request_timeout = request_timeout_seconds
         self.retry_seconds = retry_seconds
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.core = self.kube.core
+        self.custom = self.kube.custom
         self._lock = threading.RLock()
         self._fabric: dict[str, dict[str, Any]] = {}
         self._leases: dict[str, dict[str, Any]] = {}  # lease name -> lease
@@ -129,26 +128,27 @@ class FleetWatcher:
     def _loop(self, kind, lister, args, replace, on_event) -> None:  # type: ignore[no-untyped-def]
         while not self._stop.is_set():
             try:
-                listing = self._raw(lister(*args, _request_timeout=self.request_timeout))
+                with translated(f"list {kind}", server=self.kube.server):
+                    listing = self._raw(lister(*args, _request_timeout=self.request_timeout))
                 replace(listing.get("items") or [])
                 self._synced[kind].set()
                 rv = (listing.get("metadata") or {}).get("resourceVersion")
                 log.info("listed %d %s (resourceVersion %s)", len(listing.get("items") or []), kind, rv)
                 self._watch(kind, lister, args, on_event, rv)
-            except ApiException as exc:
+            except KubeError as exc:
                 if self._stop.is_set():
                     return
-                if kind == "gpuleases" and exc.status in (403, 404):
+                if kind == "gpuleases" and isinstance(exc, Forbidden | NotFound):
                     # Leases refine the node state (GPUs in a firmware check) but are not
                     # required: without access (RBAC) or the CRD, go on from the fabric alone.
                     (log.debug if self._synced[kind].is_set() else log.warning)(
-                        "cannot list GPULeases (%s %s): placing from FabricState and pods only",
-                        exc.status, exc.reason,
+                        "cannot list GPULeases (%s): placing from FabricState and pods only", exc.summary(),
                     )
                     self._synced[kind].set()
                     self._stop.wait(max(self.retry_seconds, 30.0))
                     continue
-                log.warning("%s list/watch failed (%s %s); retrying", kind, exc.status, exc.reason)
+                # "forbidden: <user> cannot list <resource>" or "Kubernetes unreachable at <url>"
+                log.warning("%s list/watch failed (%s); retrying", kind, exc.summary())
                 self._stop.wait(self.retry_seconds)
             except Exception as exc:  # network errors: keep the last state, retry
                 if self._stop.is_set():
@@ -157,34 +157,32 @@ class FleetWatcher:
                 self._stop.wait(self.retry_seconds)
 
     def _watch(self, kind, lister, args, on_event, rv) -> None:  # type: ignore[no-untyped-def]
+        """Watch from ``rv`` until stopped; returns (so the caller relists) on 410 Gone."""
         while not self._stop.is_set():
             w = watch.Watch()
             self._watches.append(w)
             try:
-                for event in w.stream(
-                    lister,
-                    *args,
-                    resource_version=rv,
-                    timeout_seconds=self.watch_timeout,
-                    allow_watch_bookmarks=True,
-                    _preload_content=False,
-                ):
-                    etype = event["type"]
-                    obj = event["raw_object"]
-                    if etype == "ERROR":
-                        if obj.get("code") == 410:
-                            log.info("%s watch expired (410 Gone); relisting", kind)
+                with translated(f"watch {kind}", server=self.kube.server):
+                    for event in w.stream(
+                        lister,
+                        *args,
+                        resource_version=rv,
+                        timeout_seconds=self.watch_timeout,
+                        allow_watch_bookmarks=True,
+                        _preload_content=False,
+                    ):
+                        etype = event["type"]
+                        obj = event["raw_object"]
+                        if etype == "ERROR":  # a Status in the stream (410 Gone when rv is too old)
+                            raise from_status(obj.get("code"), obj, what=f"watch {kind}", server=self.kube.server)
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if etype != "BOOKMARK":
+                            on_event(etype, obj)
+                        if self._stop.is_set():
                             return
-                        raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                    if etype != "BOOKMARK":
-                        on_event(etype, obj)
-                    if self._stop.is_set():
-                        return
-            except ApiException as exc:
-                if exc.status == 410:
-                    return
-                raise
+            except Gone:
+                log.info("%s watch expired (410 Gone); relisting", kind)
+                return
             finally:
                 self._watches.remove(w)
 
@@ -279,24 +277,18 @@ class FleetWatcher:
         }
         if args.pod_uid:
             body["metadata"]["uid"] = args.pod_uid
+        what = f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}"
         try:
             # _preload_content=False: the client's V1Binding model rejects the Status the
             # API server answers with (kubernetes-client/python#825).
-            self.core.create_namespaced_binding(
-                args.pod_namespace, body, _preload_content=False, _request_timeout=self.request_timeout
-            )
-            pod = self._raw(
-                self.core.read_namespaced_pod(
-                    args.pod_name, args.pod_namespace, _request_timeout=self.request_timeout
-                )
-            )
-        except ApiException as exc:
-            raise BindFailed(
-                f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: "
-                f"{exc.status} {exc.reason}"
-            ) from exc
-        except Exception as exc:
-            raise KubernetesUnavailable(f"binding pod {args.pod_namespace}/{args.pod_name}: {exc}") from exc
+            self.kube.call(self.core.create_namespaced_binding, args.pod_namespace, body,
+                           _preload_content=False, _request_timeout=self.request_timeout, what=what)
+            pod = self._raw(self.kube.call(self.core.read_namespaced_pod, args.pod_name, args.pod_namespace,
+                                           _request_timeout=self.request_timeout, idempotent=True, what=what))
+        except Unavailable as exc:
+            raise KubernetesUnavailable(exc.summary()) from exc
+        except KubeError as exc:  # 403 reads "forbidden: <user> cannot create pods/binding"
+            raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
         pod.setdefault("spec", {})["nodeName"] = args.node
         conditions = [c for c in (pod.setdefault("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -12,7 +12,7 @@ def run(settings: PlacementSettings) -> None:
     import uvicorn
 
     from services.placement.fleet import FleetIndex
-    from services.placement.kube import FleetWatcher, new_api_client
+    from services.placement.kube import FleetWatcher, new_kube
     from services.placement.server import create_app
 
     logging.basicConfig(
@@ -23,7 +23,7 @@ def run(settings: PlacementSettings) -> None:
     log = logging.getLogger("services.placement")
     log.info("configuration: %s", settings.model_dump(mode="json"))
     index = FleetIndex()
-    api = new_api_client(str(settings.kubeconfig) if settings.kubeconfig else None)
+    api = new_kube(str(settings.kubeconfig) if settings.kubeconfig else None, timeout_s=settings.kube_timeout_seconds)
     watcher = FleetWatcher(
         api,
         index,

@@ -2,6 +2,15 @@
 
 Used by the planner (Ready means every child matches) and by the Kubernetes
 adapter (replace only what differs), so it sits below both.
+
+Quantities are compared as quantities: an API server stores ``resource.Quantity``
+fields in canonical form (``1024Gi`` reads back as ``1Ti``, ``1000m`` as ``1``;
+k8s.io/apimachinery/pkg/api/resource, "Quantity ... serialized in canonical
+form"), so a string comparison would see drift on every pass. The values of the
+maps that hold quantities in the kinds the controller writes (PV
+``spec.capacity``, PVC ``spec.resources.requests|limits``, ResourceQuota
+``spec.hard``, LimitRange ``spec.limits[].default|defaultRequest|max|min|
+maxLimitRequestRatio``) are parsed with ``kubernetes.utils.parse_quantity``.
 """
 
 from __future__ import annotations
@@ -9,23 +18,44 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kubernetes.utils import parse_quantity
 
-def is_subset(desired: Any, observed: Any) -> bool:
+#: Keys whose mapping value holds resource name -> Quantity (in the kinds the controller writes).
+QUANTITY_MAPS = frozenset({"capacity", "requests", "limits", "hard", "default", "defaultRequest", "max", "min",
+                           "maxLimitRequestRatio"})
+
+
+def same_quantity(desired: Any, observed: Any) -> bool:
+    """True when both are the same quantity (``1024Gi`` == ``1Ti``); equal values otherwise."""
+    if desired == observed:
+        return True
+    try:
+        return bool(parse_quantity(desired) == parse_quantity(observed))
+    except (ValueError, TypeError):
+        return False
+
+
+def is_subset(desired: Any, observed: Any, *, quantities: bool = False) -> bool:
     """True when every field of ``desired`` is present and equal in ``observed``.
 
     Lists must have the same length and match element-wise; fields the server
     adds (defaults, status, resourceVersion, a bound PV's claimRef.uid) are ignored.
+    ``quantities``: the leaves are resource quantities (see the module docstring).
     """
     if isinstance(desired, Mapping):
         return isinstance(observed, Mapping) and all(
-            k in observed and is_subset(v, observed[k]) for k, v in desired.items()
+            k in observed
+            and is_subset(v, observed[k], quantities=quantities or (k in QUANTITY_MAPS and isinstance(v, Mapping)))
+            for k, v in desired.items()
         )
     if isinstance(desired, list):
         return (
             isinstance(observed, list)
             and len(desired) == len(observed)
-            and all(is_subset(d, o) for d, o in zip(desired, observed, strict=True))
+            and all(is_subset(d, o, quantities=quantities) for d, o in zip(desired, observed, strict=True))
         )
+    if quantities:
+        return same_quantity(desired, observed)
     return desired == observed
 
 

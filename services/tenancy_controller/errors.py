@@ -2,13 +2,22 @@
 
 Domain code raises :class:`InvalidSpec` for a Tenancy the controller cannot
 realise (it becomes ``phase: Failed`` with a condition naming the field); the
-Kubernetes adapter re-raises client errors as :class:`KubeError` subclasses
-chained to the original. Kopf handlers translate them at the edge:
+core Kubernetes adapter raises its :class:`KubeError` subclasses chained to the
+original. Kopf handlers translate them at the edge:
 ``InvalidSpec`` -> Failed status (no retry until the spec changes), the others
 -> ``kopf.TemporaryError`` (retried with backoff).
 """
 
 from __future__ import annotations
+
+# The Kubernetes errors are the core adapter's one tree (gpucaas.core.kube.errors), named here
+# for the controller's modules; the controller defines none of its own.
+from gpucaas.core.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
+
+__all__ = [
+    "Conflict", "Forbidden", "InvalidSpec", "Invalid", "KubeError", "NFSServerUnresolvable", "NotFound",
+    "NotReadyYet", "PodsRemaining", "TenancyControllerError", "Unavailable",
+]
 
 
 class TenancyControllerError(Exception):
@@ -40,32 +49,3 @@ class PodsRemaining(NotReadyYet):
 
 class NFSServerUnresolvable(NotReadyYet):
     """spec.nfs.server is a host name that does not resolve (yet)."""
-
-
-class KubeError(TenancyControllerError):
-    """The Kubernetes API answered with an error (or could not be reached)."""
-
-    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-
-
-class KubeUnavailable(KubeError):
-    """The API server could not be reached or answered 5xx / 429."""
-
-
-class NotFound(KubeError):
-    """404: the object (or its kind) does not exist."""
-
-
-class Conflict(KubeError):
-    """409: a write raced another writer, or the object already exists."""
-
-
-class Invalid(KubeError):
-    """422 / 400: the API server refused the object (schema, immutable field)."""
-
-
-class Forbidden(KubeError):
-    """403: not allowed (RBAC), or the namespace is being terminated."""

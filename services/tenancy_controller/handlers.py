@@ -50,7 +50,9 @@ def _ctx(memo: Any) -> workflow.Context:
 def _retrying(settings: ControllerSettings, fn: Callable[[], Any]) -> Any:
     try:
         return fn()
-    except (errors.NotReadyYet, errors.KubeError) as exc:
+    except errors.KubeError as exc:  # "forbidden: <user> cannot <verb> <resource>" / "Kubernetes unreachable at <url>"
+        raise kopf.TemporaryError(exc.summary(), delay=settings.retry_delay_s) from exc
+    except errors.NotReadyYet as exc:
         raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_s) from exc
 
 
@@ -65,7 +67,7 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
     @kopf.on.startup(registry=registry)
     def tenancy_controller_startup(memo: Any, **_: Any) -> None:
         cfg = memo.kube_configuration
-        client = kube.KubeClient(cfg, timeout=settings.request_timeout_s)
+        client = kube.KubeClient(cfg, timeout=settings.request_timeout_s)  # the core adapter, as Kopf's login
         memo.tenancy_controller = workflow.Context.from_settings(settings, client, identity=memo.identity)
 
     @kopf.on.cleanup(registry=registry)

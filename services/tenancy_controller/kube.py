@@ -1,7 +1,8 @@
 """Kubernetes adapter: every read and write the tenancy controller makes.
 
-It speaks to the API server over HTTP through the official ``kubernetes``
-client's ``ApiClient`` (the same code path in a cluster, against the project's
+It speaks to the API server over HTTP through the core adapter
+(:mod:`gpucaas.core.kube`: the official client's ``ApiClient`` with its timeouts,
+retries and error tree; the same code path in a cluster, against the project's
 emulator, or through ``kubectl proxy``), on raw JSON: the controller's objects
 are wire dicts from the builders, so no model round trip can drop a field (e.g.
 of the CiliumNetworkPolicy, which the client has no model for).
@@ -10,13 +11,12 @@ Writes are create-or-replace (``ensure``): read, create when absent, leave
 alone when the live object already matches the desired one, otherwise replace
 it keeping the live object's resourceVersion, foreign labels/annotations and
 finalizers. A replace the server refuses as invalid (immutable PV/PVC fields)
-becomes delete + recreate on the next pass. Client errors surface as
-:mod:`.errors` ``KubeError`` subclasses chained to the original.
+becomes delete + recreate on the next pass. Client errors surface as the core
+adapter's ``KubeError`` subclasses chained to the original.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from gpucaas.core import crds
+from gpucaas.core.kube import Kube, KubeConnection
 
 from . import errors
 from .comparison import matches
@@ -68,55 +67,29 @@ RECREATE_ON_INVALID = frozenset({"PersistentVolume", "PersistentVolumeClaim"})
 CREATED, REPLACED, UNCHANGED, RECREATING = "created", "replaced", "unchanged", "recreating"
 
 
-def load_configuration(
-    kubeconfig: Path | None, *, context: str | None = None, pool_size: int = 32
-) -> kubernetes.client.Configuration:
-    """Client configuration from a kubeconfig file, else the in-cluster service account."""
-    cfg = kubernetes.client.Configuration()
-    if kubeconfig is not None:
-        kubernetes.config.load_kube_config(
-            config_file=str(kubeconfig), context=context, client_configuration=cfg, persist_config=False
-        )
-    else:
-        kubernetes.config.load_incluster_config(client_configuration=cfg)
-    cfg.connection_pool_maxsize = pool_size
-    return cfg
-
-
-def _raise(exc: ApiException, what: str) -> None:
-    status = exc.status or 0
-    reason = None
-    message = exc.reason or ""
-    try:
-        body = json.loads(exc.body) if exc.body else {}
-        reason = body.get("reason")
-        message = body.get("message") or message
-    except (ValueError, AttributeError):
-        pass
-    text = f"{what}: {status} {message}".strip()
-    cls: type[errors.KubeError]
-    if status == 404:
-        cls = errors.NotFound
-    elif status == 409:
-        cls = errors.Conflict
-    elif status in (400, 422):
-        cls = errors.Invalid
-    elif status == 403:
-        cls = errors.Forbidden
-    else:
-        cls = errors.KubeUnavailable
-    raise cls(text, status=status, reason=reason) from exc
+def connection(kubeconfig: Path | None, *, context: str | None = None, timeout_s: float = 30.0,
+               pool_size: int = 32) -> KubeConnection:
+    """The controller's connection: a kubeconfig file, else the in-cluster service account."""
+    return KubeConnection(kubeconfig=kubeconfig, context=context, connect_timeout_s=min(5.0, timeout_s),
+                          read_timeout_s=timeout_s, pool_size=pool_size)
 
 
 class KubeClient:
-    """Thread-safe (one urllib3 pool) JSON client for the kinds in :data:`KINDS`."""
+    """Thread-safe (one urllib3 pool) JSON client for the kinds in :data:`KINDS`, on the core adapter."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration, *, timeout: float = 30.0) -> None:
-        self._api = kubernetes.client.ApiClient(configuration)
-        self._timeout = timeout
+    def __init__(self, connection: KubeConnection | kubernetes.client.Configuration | Kube,
+                 *, timeout: float | None = None) -> None:
+        if isinstance(connection, Kube):
+            self.kube = connection
+        else:
+            self.kube = Kube(connection, timeout=timeout)
+
+    @property
+    def server(self) -> str:
+        return self.kube.server
 
     def close(self) -> None:
-        self._api.close()
+        self.kube.close()
 
     # -- raw -----------------------------------------------------------------
     def request(
@@ -128,27 +101,7 @@ class KubeClient:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        what = f"{method} {path}"
-        try:
-            m, url, hdrs, data, post = self._api.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=query or None,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            resp = self._api.call_api(m, url, header_params=hdrs, body=data, post_params=post,
-                                      _request_timeout=self._timeout)
-            raw = resp.read()
-        except ApiException as exc:
-            _raise(exc, what)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise errors.KubeUnavailable(f"{what}: {exc}") from exc
-        if not 200 <= resp.status <= 299:
-            _raise(ApiException(http_resp=resp), what)
-        return json.loads(raw) if raw else {}
+        return self.kube.request(method, path, body=body, query=query, content_type=content_type)
 
     # -- typed by kind -------------------------------------------------------
     @staticmethod

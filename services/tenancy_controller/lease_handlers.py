@@ -22,6 +22,7 @@ from kubernetes import client
 
 from gpucaas.core import lease_states as states
 from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
+from gpucaas.core.kube import Kube, KubeError, NotFound, translated
 from gpucaas.core.lease_store import LeaseConflict, LeaseStore
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,10 @@ def holder_gone(core: client.CoreV1Api, holder: dict[str, Any], now: dt.datetime
     if not ns or not pod:
         return "lease has no holder pod"
     try:
-        obj = core.read_namespaced_pod(pod, ns)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return f"pod {ns}/{pod} was deleted"
-        raise
+        with translated(f"get pod {ns}/{pod}"):
+            obj = core.read_namespaced_pod(pod, ns)
+    except NotFound:
+        return f"pod {ns}/{pod} was deleted"
     if holder.get("podUID") and obj.metadata.uid != holder["podUID"]:
         return f"pod {ns}/{pod} was replaced by a new pod of the same name"
     phase = obj.status.phase if obj.status else None
@@ -95,8 +95,8 @@ def register(registry: kopf.OperatorRegistry, settings: Any) -> None:
 
     @kopf.on.startup(registry=registry)
     def gpu_leases_startup(memo: Any, **_: Any) -> None:
-        api = client.ApiClient(memo.kube_configuration)
-        memo.gpu_leases = (LeaseStore(api), client.CoreV1Api(api), api)
+        api = Kube(memo.kube_configuration)
+        memo.gpu_leases = (LeaseStore(api), api.core, api)
 
     @kopf.on.cleanup(registry=registry)
     def gpu_leases_cleanup(memo: Any, **_: Any) -> None:
@@ -116,6 +116,8 @@ def register(registry: kopf.OperatorRegistry, settings: Any) -> None:
         except states.IllegalTransition as exc:
             logger.warning("lease %s: %s", lease["metadata"]["name"], exc)
             return
+        except KubeError as exc:  # "forbidden: <user> cannot ..." or "Kubernetes unreachable at ..."
+            raise kopf.TemporaryError(f"lease {lease['metadata']['name']}: {exc.summary()}", delay=INTERVAL_S) from exc
         if done:
             logger.info("lease %s (%s %s): %s", lease["metadata"]["name"], lease["spec"]["node"],
                         lease["spec"]["pciAddress"], done)

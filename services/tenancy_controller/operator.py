@@ -6,10 +6,14 @@ controller's :mod:`.handlers`, and later the GPULease handlers); each module's
 settings (peering, event posting, persistence, backoff, watching) are set here
 in :func:`configure_kopf`, and nowhere else.
 
-Authentication: the ``kubernetes`` client's configuration (kubeconfig or
-in-cluster) is loaded once; Kopf's login handler hands the same credentials to
-Kopf, and modules find the configuration in ``memo.kube_configuration`` to build
-their own clients.
+Authentication: the core adapter (:mod:`gpucaas.core.kube`) loads the client
+configuration (kubeconfig or in-cluster) once; Kopf's login handler hands the
+same credentials to Kopf (``kopf_connection_info``), and modules find the
+configuration in ``memo.kube_configuration`` to build their own clients.
+
+The ClusterKopfPeering object is the chart's (templates/controller/peering.yaml);
+the controller creates it only when it is missing and it may, and says so
+clearly when it may not (403) instead of dying.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 
 import kopf
 import kubernetes
+
+from gpucaas.core.kube import kopf_connection_info, load_configuration
 
 from . import errors, kube
 from .settings import ControllerSettings
@@ -52,6 +58,7 @@ def configure_kopf(ks: kopf.OperatorSettings, settings: ControllerSettings) -> N
     )
     ks.execution.max_workers = settings.workers
     ks.networking.request_timeout = settings.request_timeout_s
+    ks.networking.connect_timeout = min(5.0, settings.request_timeout_s)
     ks.watching.server_timeout = settings.watch_timeout_s
     ks.watching.client_timeout = settings.watch_timeout_s + 10
     ks.watching.reconnect_backoff = 1.0
@@ -68,39 +75,42 @@ def build_registry(settings: ControllerSettings) -> kopf.OperatorRegistry:
     return registry
 
 
-def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
-    """Kopf credentials equal to the kubernetes client's (cf. kopf.login_via_client)."""
-    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
-    parts = header.split(" ", 1) if header else []
-    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
-    return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        username=cfg.username or None,
-        password=cfg.password or None,
-        scheme=scheme,
-        token=token,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
-    )
-
-
 PEERING_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
 
 
-def ensure_peering_object(cfg: kubernetes.client.Configuration, settings: ControllerSettings) -> None:
-    """Create the ClusterKopfPeering object replicas meet in (Kopf only patches it, never creates it)."""
+def ensure_peering_object(cfg: kubernetes.client.Configuration, settings: ControllerSettings) -> str:
+    """Make sure the ClusterKopfPeering replicas meet in exists (Kopf only patches it, never creates it).
+
+    The chart creates it; this reads it first (``get`` is granted) and creates it only when
+    absent. Returns what happened; a 403 or an unreachable API is logged clearly and the
+    controller goes on (Kopf then waits, paused, until the object appears).
+    """
     client = kube.KubeClient(cfg, timeout=settings.request_timeout_s)
     body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": settings.peering}}
     try:
+        try:
+            client.request("GET", f"{PEERING_PATH}/{settings.peering}")
+            return "present"
+        except errors.NotFound:
+            pass
         client.request("POST", PEERING_PATH, body=body)
         log.info("created ClusterKopfPeering %s", settings.peering)
+        return "created"
     except errors.Conflict:
-        pass
+        return "present"
+    except errors.Forbidden as exc:
+        log.error("ClusterKopfPeering %s: %s; the controller stays paused until the object exists "
+                  "(the Helm chart creates it: controller.peering.enabled) or run with --standalone",
+                  settings.peering, exc.summary())
+        return "forbidden"
     except errors.NotFound:
         log.error("the ClusterKopfPeering CRD (clusterkopfpeerings.kopf.dev) is not installed: "
                   "the controller stays paused until it is (or run with --standalone)")
+        return "no-crd"
+    except errors.KubeError as exc:
+        log.error("ClusterKopfPeering %s: %s; the controller starts anyway and retries through Kopf",
+                  settings.peering, exc.summary())
+        return "unavailable"
     finally:
         client.close()
 
@@ -113,12 +123,13 @@ async def serve(
     identity: str | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread)."""
-    cfg = kube.load_configuration(settings.kubeconfig, context=settings.context, pool_size=settings.workers * 2)
+    cfg = load_configuration(kube.connection(settings.kubeconfig, context=settings.context,
+                                             timeout_s=settings.request_timeout_s, pool_size=settings.workers * 2))
     registry = build_registry(settings)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return connection_info(cfg)
+        return kopf_connection_info(cfg)
 
     if not settings.standalone:
         ensure_peering_object(cfg, settings)

@@ -77,7 +77,7 @@ def reconcile_tenancy(
     network: policies.NetworkConfig,
     observed_namespace: Mapping[str, Any] | None = None,
     nfs_addresses: Sequence[str] = (),
-    pod_security_level: str = "baseline",
+    pod_security_level: str = "restricted",
 ) -> Plan:
     """The desired children of the Tenancy ``body``.
 

@@ -59,7 +59,9 @@ class ControllerSettings(BaseSettings):
         description="Node address ranges to exclude from internet egress when they are public (private ranges are always excluded).",
     )
     pod_security_level: str = Field(
-        default="baseline", description="Pod Security admission level enforced in tenant namespaces (baseline|restricted)."
+        default="restricted",
+        description="Pod Security admission level enforced in tenant namespaces (restricted|baseline; "
+        "baseline only for tenants that run as root in their VM, see docs/pod-security.md).",
     )
 
     @field_validator("node_cidrs")

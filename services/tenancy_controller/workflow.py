@@ -53,7 +53,7 @@ class Context:
 
     kube: kube.KubeClient
     network: NetworkConfig
-    pod_security_level: str = "baseline"
+    pod_security_level: str = "restricted"
     resolve: Callable[[str], list[str]] = resolve_host
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     locks: LockTable = field(default_factory=LockTable)

@@ -41,7 +41,12 @@ def test_minimal_pod() -> None:
             "hostNetwork": False,
             "hostPID": False,
             "hostIPC": False,
-            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "securityContext": {
+                "seccompProfile": {"type": "RuntimeDefault"},
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+            },
             "containers": [
                 {
                     "name": "main",

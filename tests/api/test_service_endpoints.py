@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 from typer.testing import CliRunner
@@ -11,6 +12,7 @@ from services.api import db
 from services.api.app import bootstrap
 from services.api.settings import Settings
 from tests.api.harness import ApiServer
+from tests.core_kube.scripted import forbidden, scripted, write_kubeconfig  # noqa: F401 - scripted: a fixture
 
 
 def test_health_and_readiness_with_kubernetes_down(module_api: ApiServer) -> None:
@@ -89,7 +91,7 @@ def test_cli_refuses_half_a_tls_pair(tmp_path: Path) -> None:
 def test_without_any_kubernetes_configuration_the_api_still_runs(tmp_path: Path) -> None:
     import pytest
 
-    from services.api.errors import KubeUnavailable
+    from gpucaas.core.kube import Unavailable as KubeUnavailable
     from services.api.kube import Kube
 
     kube = Kube(tmp_path / "missing-kubeconfig")
@@ -107,3 +109,22 @@ def test_placeholder_admin_tokens_are_refused() -> None:
     for weak in ("changeme", "short"):
         with pytest.raises(ValidationError, match="at least 16 characters"):
             Settings(admin_token=weak)
+
+
+def test_readiness_tells_forbidden_from_unreachable(
+    serve: Any, database_url: str, tmp_path: Path, scripted: Any, dead_kubeconfig: Path
+) -> None:
+    """A 403 on the readiness call names the identity and the permission it lacks."""
+    user = "system:serviceaccount:gpucaas-system:gpucaas-api"
+    srv = scripted([(403, forbidden(user, "list", "tenancies", "gpucaas.dev"))])
+    api = serve(database_url, write_kubeconfig(tmp_path / "kubeconfig-forbidden", srv.url), run_worker=False)
+    with api.client(None) as anon:
+        ready = anon.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["kubernetes"] == f"forbidden: {user} cannot list tenancies.gpucaas.dev"
+    assert srv.requests and srv.requests[0].startswith("/apis/gpucaas.dev/v1alpha1/tenancies")  # a call the role grants
+
+    down = serve(database_url, dead_kubeconfig, run_worker=False)
+    with down.client(None) as anon:
+        ready = anon.get("/readyz")
+    assert ready.json()["kubernetes"].startswith("Kubernetes unreachable at http://127.0.0.1:9")

@@ -33,20 +33,30 @@ def test_kubeconfig_works_for_a_subprocess(kubeconfig: Path) -> None:
 
 
 @pytest.mark.cluster
-def test_cluster_marked_tests_use_the_real_cluster(kube_emulator, kubeconfig: Path, k8s: client.ApiClient) -> None:
-    assert kube_emulator is None
-    assert str(kubeconfig) == os.environ["KUBECONFIG"].split(os.pathsep)[0]
+def test_cluster_marked_tests_use_the_real_cluster_when_given(
+    kube_emulator, kubeconfig: Path, k8s: client.ApiClient, on_real_cluster: bool
+) -> None:
+    if on_real_cluster:
+        assert kube_emulator is None
+        assert str(kubeconfig) == os.environ["KUBECONFIG"].split(os.pathsep)[0]
+    else:
+        assert kube_emulator is not None
     assert client.CoreV1Api(k8s).read_namespace("default").metadata.name == "default"
 
 
-def test_cluster_marker_is_skipped_without_kubeconfig(tmp_path: Path) -> None:
+def test_cluster_marked_tests_run_on_the_emulator_without_kubeconfig(tmp_path: Path) -> None:
+    """``cluster`` tests run (on the emulator) without KUBECONFIG; ``cluster_only`` ones are skipped."""
     root = Path(__file__).resolve().parents[2]
     (tmp_path / "test_marked.py").write_text(
-        "import pytest\n\n@pytest.mark.cluster\ndef test_x(k8s):\n    raise AssertionError('ran')\n")
+        "import pytest\n\n"
+        "@pytest.mark.cluster\ndef test_on_emulator(kube_emulator, on_real_cluster):\n"
+        "    assert kube_emulator is not None and not on_real_cluster\n\n"
+        "@pytest.mark.cluster\n@pytest.mark.cluster_only\ndef test_x(k8s):\n    raise AssertionError('ran')\n")
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["PYTHONPATH"] = str(root)
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "tests.fixtures.kube", "-p", "no:cacheprovider",
-         "-o", "markers=cluster: real cluster", "--rootdir", str(tmp_path), str(tmp_path / "test_marked.py")],
+         "-o", "markers=cluster: real cluster\ncluster_only: real cluster only", "--rootdir", str(tmp_path),
+         str(tmp_path / "test_marked.py")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert "1 skipped" in out.stdout, out.stdout + out.stderr
+    assert "1 passed, 1 skipped" in out.stdout, out.stdout + out.stderr

@@ -13,6 +13,18 @@ from services.placement.fleet import FleetIndex
 from services.placement.server import create_app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "scheduler"
+#: A (kubeadm, host network): the Service's fixed ClusterIP; B (a pod): its DNS name.
+URL_PREFIX = {"default": "http://10.96.0.88:8888",
+              "second": "http://gpucaas-scheduler-extender.gpucaas-system.svc:8888"}
+
+#: The Lease rules of the bootstrap ClusterRole system:kube-scheduler (Kubernetes'
+#: plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go): create any Lease,
+#: get/update only the one named kube-scheduler.
+SYSTEM_KUBE_SCHEDULER_LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+     "resourceNames": ["kube-scheduler"]},
+]
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
@@ -37,7 +49,7 @@ def test_extender_entry_matches_the_server(which: str, config: dict[str, Any]) -
     assert ext["nodeCacheCapable"] is True
     assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
     assert ext["ignorable"] is False
-    assert ext["urlPrefix"] == "http://gpucaas-scheduler-extender.gpucaas-system.svc:8888"
+    assert ext["urlPrefix"] == URL_PREFIX[which]
     assert 1 <= ext["weight"]
     fit = config["profiles"][0]["pluginConfig"][0]
     assert fit["name"] == "NodeResourcesFit" and fit["args"]["scoringStrategy"]["type"] == "MostAllocated"
@@ -45,10 +57,83 @@ def test_extender_entry_matches_the_server(which: str, config: dict[str, Any]) -
 
 def test_both_ways_configure_the_same_extender() -> None:
     (_, default), (_, second) = _extenders()
-    assert default["extenders"] == second["extenders"]
+    strip = lambda exts: [{k: v for k, v in e.items() if k != "urlPrefix"} for e in exts]  # noqa: E731
+    assert strip(default["extenders"]) == strip(second["extenders"])
     assert second["profiles"][0]["schedulerName"] == "gpucaas-scheduler"
 
 
 def test_second_scheduler_manifests_validate() -> None:
     for doc in _docs("second-scheduler.yaml"):
         kubernetes_validate.validate(doc, "1.31.0", strict=True)
+
+
+def _allows(rules: list[dict[str, Any]], verb: str, group: str, resource: str, name: str) -> bool:
+    """One RBAC rule check as the authorizer makes it (verbs, apiGroups, resources, resourceNames)."""
+    for r in rules:
+        if (verb in r["verbs"] or "*" in r["verbs"]) and (group in r["apiGroups"] or "*" in r["apiGroups"]) \
+                and (resource in r["resources"] or "*" in r["resources"]) \
+                and (not r.get("resourceNames") or name in r["resourceNames"]):
+            return True
+    return False
+
+
+def _rules_of(docs: list[dict[str, Any]], sa: str, sa_ns: str, namespace: str) -> list[dict[str, Any]]:
+    """Rules bound to the ServiceAccount that apply in ``namespace`` (system:kube-scheduler from the bootstrap policy)."""
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d.get("rules", [])
+             for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    roles[("ClusterRole", None, "system:kube-scheduler")] = SYSTEM_KUBE_SCHEDULER_LEASE_RULES
+    rules: list[dict[str, Any]] = []
+    for b in docs:
+        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == sa and s["namespace"] == sa_ns for s in b["subjects"]):
+            continue
+        if b["kind"] == "RoleBinding" and b["metadata"]["namespace"] != namespace:
+            continue
+        ref = b["roleRef"]
+        ns = b["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        rules += roles.get((ref["kind"], ns, ref["name"]), [])
+    return rules
+
+
+def test_the_second_scheduler_may_hold_its_leader_lease() -> None:
+    docs = _docs("second-scheduler.yaml")
+    _, second = _extenders()[1]
+    election = second["leaderElection"]
+    lease_ns, lease = election["resourceNamespace"], election["resourceName"]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    rules = _rules_of(docs, sa, deployment["metadata"]["namespace"], lease_ns)
+    for verb in ("get", "create", "update"):
+        assert _allows(rules, verb, "coordination.k8s.io", "leases", lease), (verb, lease)
+    # and no more than that Lease: another one in the namespace stays read/update-protected
+    assert not _allows(rules, "update", "coordination.k8s.io", "leases", "someone-elses-lease")
+    # the bootstrap role alone would not do (the defect this Role fixes)
+    assert not _allows(SYSTEM_KUBE_SCHEDULER_LEASE_RULES, "update", "coordination.k8s.io", "leases", lease)
+
+
+def test_the_default_scheduler_keeps_its_own_lease() -> None:
+    default = _extenders()[0][1]
+    election = default["leaderElection"]
+    assert election["leaderElect"] is True
+    assert election.get("resourceName", "kube-scheduler") == "kube-scheduler"
+    assert election.get("resourceNamespace", "kube-system") == "kube-system"
+    assert _allows(SYSTEM_KUBE_SCHEDULER_LEASE_RULES, "update", "coordination.k8s.io", "leases", "kube-scheduler")
+
+
+def test_the_kubeadm_url_is_the_charts_fixed_cluster_ip() -> None:
+    """A host-network static scheduler cannot resolve *.svc: it calls the Service's fixed ClusterIP."""
+    from urllib.parse import urlsplit
+
+    from tests.deploy.rendering import find, render
+
+    url = urlsplit(URL_PREFIX["default"])
+    objects = render({"schedulerExtender": {"enabled": True, "service": {"clusterIP": url.hostname}}})
+    service = find(objects, "Service", "gpucaas-scheduler-extender")
+    assert service["spec"]["clusterIP"] == url.hostname
+    assert [p["port"] for p in service["spec"]["ports"]] == [url.port]
+    assert not url.hostname.endswith(".svc")
+    kubernetes_validate.validate(service, "1.31.0", strict=True)
+    # unset: the Service gets an address allocated as usual
+    plain = find(render({"schedulerExtender": {"enabled": True}}), "Service", "gpucaas-scheduler-extender")
+    assert "clusterIP" not in plain["spec"]

@@ -45,7 +45,7 @@ def install_crds(client: kube.KubeClient) -> None:
 @pytest.fixture
 def api(kubeconfig: Path) -> Iterator[kube.KubeClient]:
     """A JSON client on the emulator, with the Cilium and Kopf peering CRDs installed."""
-    client = kube.KubeClient(kube.load_configuration(kubeconfig))
+    client = kube.KubeClient(kube.connection(kubeconfig))
     install_crds(client)
     try:
         yield client

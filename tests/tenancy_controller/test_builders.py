@@ -23,7 +23,7 @@ def test_namespace_owned_with_pod_security_labels():
             "name": "tenant-acme",
             "labels": {
                 **LABELS,
-                "pod-security.kubernetes.io/enforce": "baseline",
+                "pod-security.kubernetes.io/enforce": "restricted",
                 "pod-security.kubernetes.io/enforce-version": "latest",
                 "pod-security.kubernetes.io/warn": "restricted",
                 "pod-security.kubernetes.io/warn-version": "latest",
@@ -36,9 +36,10 @@ def test_namespace_owned_with_pod_security_labels():
 
 
 def test_namespace_not_owned_carries_no_owner_reference():
-    ns = builders.build_namespace(tenancy(), owned=False, pod_security_level="restricted")
+    ns = builders.build_namespace(tenancy(), owned=False, pod_security_level="baseline")
     assert "ownerReferences" not in ns["metadata"]
-    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
 
 
 def test_resource_quota():

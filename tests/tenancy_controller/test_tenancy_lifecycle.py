@@ -58,7 +58,7 @@ def test_create_reaches_ready_with_every_child_as_specified(api, controller):
 
     owner = live["Namespace"]["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Tenancy", "acme", tenancy["metadata"]["uid"])
-    assert live["Namespace"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert live["Namespace"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert live["ResourceQuota"]["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
     assert live["ResourceQuota"]["spec"]["hard"]["pods"] == "10"
     assert live["PersistentVolume"]["spec"]["nfs"] == {"server": "10.20.0.5", "path": "/exports/acme", "readOnly": False}
@@ -194,13 +194,19 @@ def test_parse_matches_what_the_api_server_defaulted(api):
 
 
 @pytest.mark.cluster
-def test_create_ready_and_delete_on_a_real_cluster(api, controller):
-    """The same path against the cluster named by $KUBECONFIG (skipped otherwise); needs Cilium there."""
-    api.create(new_tenancy("gpucaas-e2e", gpu_quota=1))
+def test_create_ready_and_delete_on_the_emulator_or_a_real_cluster(api, controller, unique_name):
+    """The same path on the emulator, or on the cluster named by $KUBECONFIG (which needs Cilium's CRDs)."""
+    name = unique_name("gpucaas-e2e")
+    api.create(new_tenancy(name, gpu_quota=1, nfs={"server": "10.20.0.5", "path": f"/exports/{name}",
+                                                   "capacity": "1024Gi"}))
     try:
-        tenancy = wait_phase(api, "gpucaas-e2e", "Ready", timeout=120)
+        tenancy = wait_phase(api, name, "Ready", timeout=120)
         for child in expected_children(tenancy):
-            assert_child_as_built(api, child)
+            meta = child["metadata"]
+            assert api.get(child["kind"], meta["name"], meta.get("namespace")) is not None, child["kind"]
+        ns = api.get("Namespace", f"tenant-{name}")
+        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     finally:
-        api.delete("Tenancy", "gpucaas-e2e")
-        wait_for(lambda: api.get("Tenancy", "gpucaas-e2e") is None, timeout=120, what="e2e tenancy deleted")
+        api.delete("Tenancy", name)
+        wait_for(lambda: api.get("Tenancy", name) is None, timeout=120, what="e2e tenancy deleted")
+    assert api.get("PersistentVolume", builders.persistent_volume_name(name)) is None

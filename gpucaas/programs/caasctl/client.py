@@ -77,7 +77,9 @@ def _detail(resp: httpx.Response) -> str:
     return str(body)[:300]
 
 
-class ApiClient:
+class RestClient:
+    """The gpucaas REST API over HTTPS (httpx): caasctl's only client; no Kubernetes access."""
+
     def __init__(self, cfg: Config, timeout: float = 30.0) -> None:
         if not cfg.url:
             raise CaasctlError("no API URL: pass --url, set GPUCAAS_URL, or put url: in ~/.config/gpucaas/config.yaml")

@@ -16,7 +16,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from gpucaas.programs.caasctl.client import ApiClient, CaasctlError, Config, fabric_socket_for
+from gpucaas.programs.caasctl.client import RestClient, CaasctlError, Config, fabric_socket_for
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 from gpucaas.core.fabric_client import FabricError
 
@@ -74,8 +74,8 @@ def _cfg(ctx: typer.Context) -> Config:
     return root.obj["config"]
 
 
-def _api(ctx: typer.Context) -> ApiClient:
-    api = ApiClient(_cfg(ctx))
+def _api(ctx: typer.Context) -> RestClient:
+    api = RestClient(_cfg(ctx))
     ctx.find_root().call_on_close(api.close)  # close the TLS connection cleanly when the command ends
     return api
 

@@ -14,9 +14,11 @@ _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _api_client(kubeconfig: str | None):  # noqa: ANN202
-    from kubernetes import config
+    from pathlib import Path
 
-    return config.new_client_from_config(kubeconfig) if kubeconfig else config.new_client_from_config()
+    from gpucaas.core.kube import KubeConnection, new_api_client
+
+    return new_api_client(KubeConnection(kubeconfig=Path(kubeconfig) if kubeconfig else None))
 
 
 def _stop_on_signals(stop) -> None:  # noqa: ANN001

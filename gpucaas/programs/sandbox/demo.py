@@ -15,6 +15,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -69,11 +70,13 @@ class Tracked:
 
 class Observer:
     def __init__(self, sandbox: Sandbox, console: Console) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
+
+        from gpucaas.core.kube import KubeConnection, new_api_client
 
         self.sandbox = sandbox
         self.console = console
-        api = config.new_client_from_config(str(sandbox.kubeconfig))
+        api = new_api_client(KubeConnection(kubeconfig=Path(sandbox.kubeconfig)))
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)

@@ -168,11 +168,12 @@ def device_plugin_env(state_dir: Path) -> dict[str, str]:
 
 def _apply(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
     """Create objects through the API (create, or leave an existing one alone)."""
-    from kubernetes import config, dynamic
-    from kubernetes.client import ApiClient
+    from kubernetes import dynamic
     from kubernetes.dynamic.exceptions import ConflictError
 
-    with ApiClient(config.new_client_from_config(str(kubeconfig)).configuration) as api:
+    from gpucaas.core.kube import KubeConnection, new_api_client
+
+    with new_api_client(KubeConnection(kubeconfig=kubeconfig)) as api:
         dyn = dynamic.DynamicClient(api)
         for m in manifests:
             for attempt in range(20):

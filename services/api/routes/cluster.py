@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from gpucaas.core import crds
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep, SettingsDep
-from services.api.errors import KubeError
+from gpucaas.core.kube import KubeError
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 NodeFilter = Annotated[str | None, Query(max_length=253, description="Only this node.")]
@@ -22,7 +22,7 @@ def _read(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except KubeError as exc:
-        raise errors.Unavailable(f"Kubernetes API unavailable: {exc}") from exc
+        raise errors.Unavailable(f"Kubernetes API unavailable: {exc.summary()}") from exc
 
 
 @router.get("/nodes")

@@ -13,7 +13,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from gpucaas.core import crds
 from services.api import crud, errors
 from services.api.deps import AdminUser, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
-from services.api.errors import KubeError, KubeNotFound
+from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api.models import (
     TERMINAL_STATUSES,
     Container,

@@ -17,7 +17,7 @@ from gpucaas.core import crds, lease_states
 from gpucaas.core.lease_store import lease_name
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep
-from services.api.errors import KubeConflict, KubeError, KubeNotFound
+from gpucaas.core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
 
 router = APIRouter(prefix="/v1/admin/gpus", tags=["admin"])
 

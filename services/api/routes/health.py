@@ -1,4 +1,9 @@
-"""Liveness, readiness (database and Kubernetes reachable) and Prometheus metrics."""
+"""Liveness, readiness (database and Kubernetes reachable) and Prometheus metrics.
+
+Readiness lists tenancies (limit 1): a call the API's ClusterRole grants, so a
+ready API can do its job; a 403 reads "forbidden: <user> cannot <verb> <resource>",
+no answer reads "Kubernetes unreachable at <url>".
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from services.api import crud
-from services.api.errors import KubeError
+from gpucaas.core.kube import KubeError
 
 router = APIRouter(tags=["health"])
 
@@ -34,8 +39,8 @@ def _check_kube(request: Request) -> str | None:
     try:
         request.app.state.kube.ping()
         return None
-    except KubeError as exc:
-        return str(exc)
+    except KubeError as exc:  # "forbidden: <user> cannot <verb> <resource>" or "Kubernetes unreachable at <url>"
+        return exc.summary()
 
 
 @router.get("/readyz")

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Response
 
 from services.api import crud, errors, pods
 from services.api.deps import AdminUser, KubeDep, SessionDep
-from services.api.errors import KubeError
+from gpucaas.core.kube import KubeError
 from services.api.kube import Kube
 from services.api.models import (
     Tenancy,

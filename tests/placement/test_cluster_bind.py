@@ -1,0 +1,80 @@
+"""The extender's Kubernetes side on the emulator or (``KUBECONFIG`` set) on a real cluster:
+it lists and watches FabricStates, and binds a pod through ``pods/binding``.
+
+On a real cluster it uses a real Node (its first), creates its FabricState and pod under
+unique names, and removes them; the project's CRDs must be installed there
+(docs/real-cluster-tests.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpucaas.core import crds
+from gpucaas.core.kube import Conflict, Kube, NotFound
+from gpucaas.devtools.waiting import wait_for
+from services.placement.extender import BindingArgs
+from services.placement.fleet import FleetIndex
+from services.placement.kube import FleetWatcher
+from tests.placement.factories import fabric_status
+
+
+@pytest.mark.cluster
+def test_the_extender_sees_the_fabric_and_binds(k8s: Any, on_real_cluster: bool,
+                                                 unique_name: Callable[[str], str]) -> None:
+    kube = Kube.of(k8s)
+    nodes = kube.json(kube.core.list_node)["items"]
+    if nodes:
+        node = nodes[0]["metadata"]["name"]
+    else:  # the emulator starts without nodes: register one, as a kubelet would
+        assert not on_real_cluster
+        node = "gpu-node-a"
+        kube.call(kube.core.create_node, {"metadata": {"name": node}})
+    namespace = unique_name("placement-e2e")
+    pod_name = unique_name("bind-me")
+    kube.call(kube.core.create_namespace, {"metadata": {"name": namespace}})
+    made_fabric_state = False
+    watcher = FleetWatcher(kube, FleetIndex(), watch_timeout_seconds=5, retry_seconds=0.2)
+    watcher.start()
+    try:
+        assert watcher.wait_synced(60)
+        body = {"apiVersion": crds.API_VERSION, "kind": "FabricState", "metadata": {"name": node},
+                "spec": {"node": node}}
+        try:
+            kube.call(kube.custom.create_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, body)
+            made_fabric_state = True
+        except Conflict:  # a real cluster may have it already (the fabric service writes it)
+            pass
+        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        kube.call(kube.custom.patch_cluster_custom_object_status, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL,
+                  node, {"status": fabric_status(updated_at=stamp)})
+        wait_for(lambda: watcher.index.node(node), 60, what=f"FabricState {node} in the fleet index")
+
+        # a pod no scheduler picks up (unknown schedulerName): the extender's bind places it
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name, "namespace": namespace},
+               "spec": {"schedulerName": "gpucaas-test-nobody", "restartPolicy": "Never",
+                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                            "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9",
+                                        "securityContext": {"allowPrivilegeEscalation": False,
+                                                            "capabilities": {"drop": ["ALL"]}}}]}}
+        created = kube.call(kube.core.create_namespaced_pod, namespace, pod)
+        watcher.bind(BindingArgs(pod_name, namespace, created.metadata.uid, node))
+        bound = kube.json(kube.core.read_namespaced_pod, pod_name, namespace)
+        assert bound["spec"]["nodeName"] == node
+    finally:
+        watcher.stop()
+        try:
+            kube.call(kube.core.delete_namespace, namespace)
+        except NotFound:
+            pass
+        if not (on_real_cluster and made_fabric_state):
+            return
+        try:  # only a FabricState this test made; one the fabric service wrote stays
+            kube.call(kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, node)
+        except NotFound:
+            pass
