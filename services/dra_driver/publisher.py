@@ -1,0 +1,97 @@
+"""Publish this node's ResourceSlices and keep them current.
+
+What is published comes from the fabric service's topology (physical id <-> PCI address,
+GPU health as the fabric sees it) and the node's GPU leases (a GPU whose lease is
+Releasing, Checking or Quarantined holds every partition containing it out of the
+slice). The pool's ``generation`` grows each time the content changes, so the scheduler
+never mixes slices of two generations (it uses only complete pools); slices of this
+driver and node that are no longer wanted are deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gpucaas.core.dra import DRIVER
+from gpucaas.core.kube import Kube, NotFound
+from services.dra_driver.slices import PublishedGpu, build_slices
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
+#: Lease phases during which a GPU is not offered (gpucaas.core.lease_states).
+HELD_PHASES = frozenset({"Releasing", "Checking", "Quarantined"})
+
+
+class SlicePublisher:
+    def __init__(self, kube: Kube, node_name: str, gpus: Callable[[], Iterable[PublishedGpu]], *,
+                 binding_conditions: bool = False) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.gpus = gpus
+        self.binding_conditions = binding_conditions
+        self._published: str | None = None  # the content last written (generation excluded)
+        self.generation = 0
+
+    def _current(self) -> dict[str, dict[str, Any]]:
+        items = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                               field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
+                               idempotent=True, what="list this node's ResourceSlices")["items"]
+        return {i["metadata"]["name"]: i for i in items}
+
+    def publish(self) -> bool:
+        """Write the slices if what they say changed; True when something was written."""
+        gpus = sorted(self.gpus(), key=lambda g: g.physical_id)
+        wanted = build_slices(self.node_name, gpus, generation=0, binding_conditions=self.binding_conditions)
+        content = json.dumps([s["spec"] for s in wanted], sort_keys=True)
+        current = self._current()
+        if content == self._published and set(current) == {s["metadata"]["name"] for s in wanted}:
+            return False
+        if self.generation == 0:  # after a restart: continue above what the cluster holds
+            self.generation = max((i["spec"]["pool"].get("generation", 0) for i in current.values()), default=0)
+        self.generation += 1
+        for s in wanted:
+            s["spec"]["pool"]["generation"] = self.generation
+            name = s["metadata"]["name"]
+            if name in current:
+                s["metadata"]["resourceVersion"] = current[name]["metadata"]["resourceVersion"]
+                self.kube.call(self.kube.custom.replace_cluster_custom_object, GROUP, VERSION, PLURAL, name, s,
+                               what=f"update ResourceSlice {name}")
+            else:
+                self.kube.call(self.kube.custom.create_cluster_custom_object, GROUP, VERSION, PLURAL, s,
+                               what=f"create ResourceSlice {name}")
+        for name in set(current) - {s["metadata"]["name"] for s in wanted}:
+            try:
+                self.kube.call(self.kube.custom.delete_cluster_custom_object, GROUP, VERSION, PLURAL, name,
+                               what=f"delete ResourceSlice {name}")
+            except NotFound:
+                pass
+        self._published = content
+        log.info("published ResourceSlices of %s at generation %d (%d partition devices)", self.node_name,
+                 self.generation, len(wanted[1]["spec"]["devices"]))
+        return True
+
+    def withdraw(self) -> None:
+        """Delete this node's slices (the driver is being removed from the node)."""
+        for name in self._current():
+            try:
+                self.kube.call(self.kube.custom.delete_cluster_custom_object, GROUP, VERSION, PLURAL, name,
+                               what=f"delete ResourceSlice {name}")
+            except NotFound:
+                pass
+        self._published = None
+
+
+def gpus_from(topology: dict[str, Any], leases: Iterable[dict[str, Any]]) -> list[PublishedGpu]:
+    """The node's GPUs as the fabric service sees them, held out while their lease is not usable."""
+    phase_by_bdf = {(l.get("spec") or {}).get("pciAddress"): (l.get("status") or {}).get("phase") for l in leases}
+    out = []
+    for g in topology.get("gpus", []):
+        bdf = g["pci_bus_id"]
+        usable = bool(g.get("healthy", True)) and phase_by_bdf.get(bdf) not in HELD_PHASES
+        out.append(PublishedGpu(int(g["physical_id"]), bdf, numa_node=int(g.get("numa_node") or 0),
+                                allocatable=usable))
+    return out

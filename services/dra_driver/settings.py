@@ -1,0 +1,29 @@
+"""Configuration of ``gpucaas dra-driver``: one pydantic-settings class, env prefix ``GPUCAAS_DRA_``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DraDriverSettings(BaseSettings):
+    """Every knob of the DRA kubelet plugin; each field maps to ``GPUCAAS_DRA_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_DRA_", extra="ignore")
+
+    node_name: str = Field(..., min_length=1, description="This node's name (the pool name of its slices).")
+    kubeconfig: Path | None = Field(None, description="kubeconfig file; unset = in-cluster, else ~/.kube/config.")
+    registry_dir: Path = Field(Path("/var/lib/kubelet/plugins_registry"),
+                               description="The kubelet's plugin registration directory.")
+    plugins_dir: Path = Field(Path("/var/lib/kubelet/plugins"),
+                              description="Where the driver's endpoint socket goes (<dir>/<driver>/dra.sock).")
+    state_dir: Path = Field(Path("/var/lib/gpucaas/dra"), description="Checkpoint of prepared claims.")
+    fabric_socket: Path = Field(Path("/run/gpucaas/fabric.sock"), description="The fabric service's unix socket.")
+    cdi_kind: str = Field("nvidia.com/gpu", description="CDI kind of the device plugin's spec (same CDI ids).")
+    binding_conditions: bool = Field(
+        False, description="Publish devices with binding conditions and activate partitions before pods bind "
+                           "(Kubernetes 1.36+, feature gates DRADeviceBindingConditions and DRAResourceClaimDeviceStatus).")
+    publish_interval_s: float = Field(10.0, gt=0, description="How often the slices are re-derived and published.")
+    binding_interval_s: float = Field(1.0, gt=0, description="How often allocated claims are checked for binding.")
