@@ -136,11 +136,3 @@ def run(settings: DevicePluginSettings) -> None:
         done.wait()
     finally:
         plugin.stop()
-
-
-def configure_logging(level: str = "INFO", json_logs: bool = False) -> None:
-    if json_logs:
-        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}'
-    else:
-        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=level.upper(), format=fmt)

@@ -55,7 +55,8 @@ class DevicePluginSettings(BaseSettings):
     pod_resources_interval: float = Field(10.0, gt=0, description="Seconds between PodResources scans.")
     health_interval: float = Field(0.25, gt=0, description="Seconds between sysfs / device node health checks.")
     kubelet_watch_interval: float = Field(0.5, gt=0, description="Seconds between checks of kubelet.sock.")
-    node_name: str = Field(default_factory=socket.gethostname, description="This node's name (logs, metrics).")
+    node_name: str = Field(default_factory=socket.gethostname, description="This node's name (logs, metrics).",
+                           json_schema_extra={"default_text": "the host name"})
     metrics_port: int = Field(9402, ge=-1, le=65535, description="Prometheus port on 0.0.0.0; -1 disables, 0 picks one.")
     leases: bool = Field(
         False, description="Keep GPULeases in step with allocations and run the firmware check between tenants "
