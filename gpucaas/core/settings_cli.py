@@ -200,9 +200,10 @@ def settings_command(*sections: type[BaseSettings] | Section,
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
         taken = {p.name for p in own}
         generated = [o for o in opts if not o.secret]
-        clash = taken & {o.param for o in generated}
+        params = [o.param for o in generated]
+        clash = (taken & set(params)) | {p for p in params if params.count(p) > 1}
         if clash:
-            raise TypeError(f"{fn.__qualname__}: options {sorted(clash)} are settings fields already")
+            raise TypeError(f"{fn.__qualname__}: options {sorted(clash)} are declared twice")
         command = name or fn.__name__.replace("_", "-")
 
         def build(kwargs: dict[str, Any]) -> list[BaseSettings]:

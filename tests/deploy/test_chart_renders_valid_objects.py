@@ -246,18 +246,20 @@ def test_values_map_to_env_vars() -> None:
         ("services.api.settings", "Settings", "Deployment", "gpucaas-api"),
         ("services.tenancy_controller.settings", "ControllerSettings", "Deployment", "gpucaas-controller"),
         ("services.device_plugin.settings", "DevicePluginSettings", "DaemonSet", "gpucaas-device-plugin"),
+        ("services.gpu_leases.settings", "LeaseAgentSettings", "DaemonSet", "gpucaas-device-plugin"),
         ("services.fabric.settings", "FabricSettings", "DaemonSet", "gpucaas-fabric"),
         ("services.placement.settings", "PlacementSettings", "Deployment", "gpucaas-scheduler-extender"),
     ],
-    ids=["api", "controller", "device-plugin", "fabric", "scheduler-extender"],
+    ids=["api", "controller", "device-plugin", "gpu-leases", "fabric", "scheduler-extender"],
 )
 def test_rendered_env_is_accepted_by_the_service_settings(
     settings_module: str, settings_class: str, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The env the chart sets builds the service's settings class, and every
     GPUCAAS_* variable the chart sets is one that class (or its CLI) reads."""
-    module = pytest.importorskip(settings_module)
-    cls = getattr(module, settings_class)
+    import importlib
+
+    cls = getattr(importlib.import_module(settings_module), settings_class)
     objects = render(production_values() | {"schedulerExtender": {"enabled": True}})
     container = find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0]
     prefix = cls.model_config.get("env_prefix", "")
@@ -266,12 +268,16 @@ def test_rendered_env_is_accepted_by_the_service_settings(
         alias = field.validation_alias
         if alias is not None and hasattr(alias, "choices"):
             known.update(str(c).upper() for c in alias.choices)
-    # the logging variables every process reads (gpucaas/core/logging.py)
+    # the logging variables every process reads (gpucaas/core/logging.py), and the classes
+    # `gpucaas device-plugin` reads beside each other (gpucaas/programs/gpu_node.py)
     from gpucaas.core.logging import LoggingSettings
+    from gpucaas.programs.gpu_node import command as device_plugin_command
 
-    logging_vars = {f"GPUCAAS_LOG_{field}".upper() for field in LoggingSettings.model_fields}
+    also_read = {f"GPUCAAS_LOG_{field}".upper() for field in LoggingSettings.model_fields}
+    if name == "gpucaas-device-plugin":
+        also_read |= {env for o in device_plugin_command.settings_options for env in o.env}
     for var in container["env"]:
-        assert var["name"] in known | logging_vars, f"{name}: {var['name']} is read by nobody"
+        assert var["name"] in known | also_read, f"{name}: {var['name']} is read by nobody"
         source = var.get("valueFrom", {})
         if "secretKeyRef" in source:
             value = "postgresql+psycopg://gpucaas:secret@db:5432/gpucaas"
