@@ -132,8 +132,10 @@ def options_of(*sections: type[BaseSettings] | Section) -> list[SettingOption]:
             elif isinstance(tp, type) and issubclass(tp, enum.Enum):
                 choices = tuple(str(m.value) for m in tp)
                 opt_type = str
-            elif tp in (bool, int, float, str, Path):
+            elif tp in (bool, int, float, str):
                 opt_type = tp
+            elif tp is Path:  # given to the class as text: pydantic makes the Path ("" stays "", not ".")
+                opt_type = str
             elif secret:
                 opt_type = str
             else:  # lists, tuples, mappings: the same JSON text as the env var
@@ -156,6 +158,8 @@ def _parameter(opt: SettingOption) -> inspect.Parameter:
     help_text = f"{opt.description} \\[env: {env}]"  # escaped: typer's rich help reads [..] as markup
     decls = [f"{opt.flag}/--no-{opt.flag[2:]}"] if opt.is_bool else [opt.flag]
     kwargs: dict[str, Any] = {"help": help_text, "show_default": opt.default_text}
+    if opt.info is not None and _unwrap_optional(opt.info.annotation) is Path:
+        kwargs["metavar"] = "PATH"
     tp = Literal[opt.choices] if opt.choices else opt.type  # type: ignore[valid-type]
     annotation = Annotated[tp | None, typer.Option(*decls, **kwargs)]
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)

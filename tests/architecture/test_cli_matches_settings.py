@@ -137,3 +137,12 @@ def test_secrets_get_no_flag(clean_env: None, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("GPUCAAS_ADMIN_TOKEN", "a-real-random-secret-0123456789")
     api_settings, _ = _callback("api").build_settings({})
     assert api_settings.admin_token.get_secret_value() == "a-real-random-secret-0123456789"
+
+
+def test_an_empty_path_flag_reaches_the_class_as_empty(clean_env: None) -> None:
+    """``--fabric-socket ''`` disables the fabric service (the class maps "" to None), not a socket at '.'."""
+    result = CliRunner().invoke(app, ["device-plugin", "--fabric-socket", "", "--metrics-port", "-1"])
+    assert result.exit_code == 2 and "fabric_required=false" in result.output
+    plugin, _leases, _logs = _callback("device-plugin").build_settings(
+        {"fabric_socket": "", "fabric_required": False})
+    assert plugin.fabric_socket is None
