@@ -38,7 +38,8 @@ def command(
     from gpucaas.programs.sandbox.supervisor import ServiceFailed
 
     console = Console(emoji=False)
-    configure_logging(logging_settings, level="WARNING")
+    # the console shows progress; the sandbox's own log lines only when something is wrong, unless asked
+    configure_logging(logging_settings, level=None if "level" in logging_settings.model_fields_set else "WARNING")
     state_dir, api_port, kubeconfig = settings.dir.resolve(), settings.api_port, settings.kubeconfig
     try:
         with console.status("starting the sandbox…") as status:
