@@ -127,7 +127,7 @@ def run(count: int, single: int, workers: int) -> dict:
             api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                         body=yaml.safe_load((MANIFESTS / name).read_text()))
         controller = _spawn(["controller", "--kubeconfig", str(kubeconfig), "--standalone",
-                             "--workers", str(workers), "--retry-delay", "0.5"], tmp / "controller.log", env)
+                             "--workers", str(workers), "--retry-delay-s", "0.5"], tmp / "controller.log", env)
         procs.append(controller)
         watch = ReadyWatch(config.new_client_from_config(config_file=str(kubeconfig)))
 

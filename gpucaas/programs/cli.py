@@ -25,16 +25,16 @@ def version() -> None:
 
 
 # Service registrations (one line per service; keep alphabetical).
+from gpucaas.programs import gpu_node  # noqa: E402
 from gpucaas.programs.doctor import cli as doctor_cli  # noqa: E402
 from gpucaas.devtools.kube_emulator import cli as kube_emulator_cli  # noqa: E402
 from gpucaas.programs.sandbox import cli as sandbox_cli  # noqa: E402
 from services.api import cli as api_cli  # noqa: E402
-from services.device_plugin import cli as device_plugin_cli  # noqa: E402
 from services.fabric import cli as fabric_cli  # noqa: E402
 from services.placement import cli as placement_cli  # noqa: E402
 from services.tenancy_controller import cli as tenancy_controller_cli  # noqa: E402
 
-app.command("device-plugin")(device_plugin_cli.command)
+app.command("device-plugin")(gpu_node.command)
 app.command("api")(api_cli.command)
 app.command("controller")(tenancy_controller_cli.command)
 app.command("scheduler-extender")(placement_cli.command)

@@ -14,9 +14,6 @@ def run(settings: Settings) -> None:
     from services.api import db
     from services.api.app import bootstrap, create_app, uvicorn_config
 
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
     log = logging.getLogger("services.api")
     log.info("configuration: %s", settings.redacted())
     engine = db.make_engine(settings.database_url)

@@ -50,7 +50,6 @@ class Settings(BaseSettings):
     )
     retry_max_seconds: float = Field(30.0, gt=0, description="Cap of the exponential retry backoff.")
     kube_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one Kubernetes request.")
-    log_level: str = Field("INFO", description="Python logging level.")
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

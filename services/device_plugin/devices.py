@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-NVIDIA_VENDOR = 0x10DE
-#: PCI class 0x0302xx: display controller / 3D controller (datacenter GPUs).
-GPU_CLASS_PREFIX = 0x0302
+from gpucaas.core.pci import GPU_CLASS_PREFIX as GPU_CLASS_PREFIX
+from gpucaas.core.pci import NVIDIA_VENDOR as NVIDIA_VENDOR
 
 #: PCI device id -> model name, for the GPUs this plugin is meant for.
 MODEL_NAMES: dict[int, str] = {

@@ -1,15 +1,15 @@
-"""Entry: load settings, configure logging, wire the parts, run until signalled."""
+"""Wiring: the device plugin's parts built from its settings, started and stopped in order.
+
+The process entry (``gpucaas device-plugin``) is ``gpucaas/programs/gpu_node.py``: it runs
+this plugin and, beside it, the GPU-lease node agent (``services/gpu_leases``).
+"""
 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from dataclasses import dataclass, field
 
 from services.device_plugin.fabric import FabricService, NoFabric
-from services.device_plugin.firmware import GoldenTable, SysfsFirmwareCheck
-from services.device_plugin.leases import LeaseNodeAgent, NodeGPU, PodHolding
 from services.device_plugin.metrics import Metrics
 from services.device_plugin.plugin import PluginCore
 from services.device_plugin.podresources import PodResourcesReader
@@ -32,7 +32,6 @@ class DevicePlugin:
     registrar: KubeletRegistrar
     usage: UsageMonitor
     fabric: FabricPort
-    leases: LeaseNodeAgent | None = None
     _metrics_server: object | None = field(default=None, repr=False)
     metrics_port: int | None = None
 
@@ -41,8 +40,6 @@ class DevicePlugin:
         self.core.start()
         self.registrar.start()
         self.usage.start()
-        if self.leases is not None:
-            self.leases.start()
         if self.settings.metrics_port >= 0:
             from prometheus_client import start_http_server
 
@@ -52,8 +49,6 @@ class DevicePlugin:
             logger.info("node=%s metrics on :%d/metrics", self.settings.node_name, self.metrics_port)
 
     def stop(self) -> None:
-        if self.leases is not None:
-            self.leases.stop()
         self.usage.stop()
         self.registrar.stop()
         self.core.stop()
@@ -79,63 +74,4 @@ def build(settings: DevicePluginSettings, *, fabric: FabricPort | None = None,
                          resource_name=settings.resource_name, interval=settings.pod_resources_interval,
                          grace=settings.fabric_sync_grace)
     core.on_conflict = usage.sync_now
-    leases = build_leases(settings, core) if settings.leases else None
-    return DevicePlugin(settings, metrics, core, registrar, usage, fabric, leases)
-
-
-def build_leases(settings: DevicePluginSettings, core: PluginCore) -> LeaseNodeAgent:
-    """The node side of GPU leases, reporting non-allocatable GPUs to ``core`` as Unhealthy."""
-    from gpucaas.core.kube import Kube, KubeConnection
-
-    api = Kube(KubeConnection(kubeconfig=settings.kubeconfig)) if settings.kubeconfig else _default_kube_client()
-    golden = GoldenTable.load(settings.firmware_golden_file) if settings.firmware_golden_file else GoldenTable()
-    if not golden.by_device_id:
-        logger.warning("node=%s no golden firmware configured: every GPU check will fail (NoGoldenFirmware)",
-                       settings.node_name)
-    reader = PodResourcesReader(settings.pod_resources_socket)
-
-    def gpus() -> list[NodeGPU]:
-        physical = core.physical_map.by_bdf
-        return [NodeGPU(g.bdf, f"0x{g.device_id:04x}", physical.get(g.bdf), g.model) for g in core.inventory().gpus]
-
-    def holdings() -> list[PodHolding]:
-        return [PodHolding(c.namespace, c.pod, tuple(c.device_ids)) for c in reader.list(settings.resource_name)]
-
-    agent = LeaseNodeAgent(api, settings.node_name, gpus, holdings,
-                           SysfsFirmwareCheck(settings.sysfs_root, golden, toggle_rom=settings.firmware_rom_toggle),
-                           interval=settings.lease_interval)
-    core.add_health_source(agent.health)
-    core.add_allocation_listener(agent.note_allocation)
-    return agent
-
-
-def _default_kube_client():  # noqa: ANN202
-    from gpucaas.core.kube import Kube
-
-    return Kube()  # in-cluster ServiceAccount, else $KUBECONFIG / ~/.kube/config
-
-
-def run(settings: DevicePluginSettings) -> None:
-    """Run until SIGTERM/SIGINT."""
-    plugin = build(settings)
-    done = threading.Event()
-
-    def _stop(signum: int, _frame: object) -> None:
-        logger.info("node=%s signal %d: stopping", settings.node_name, signum)
-        done.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    plugin.start()
-    try:
-        done.wait()
-    finally:
-        plugin.stop()
-
-
-def configure_logging(level: str = "INFO", json_logs: bool = False) -> None:
-    if json_logs:
-        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}'
-    else:
-        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=level.upper(), format=fmt)
+    return DevicePlugin(settings, metrics, core, registrar, usage, fabric)

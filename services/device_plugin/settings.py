@@ -55,19 +55,9 @@ class DevicePluginSettings(BaseSettings):
     pod_resources_interval: float = Field(10.0, gt=0, description="Seconds between PodResources scans.")
     health_interval: float = Field(0.25, gt=0, description="Seconds between sysfs / device node health checks.")
     kubelet_watch_interval: float = Field(0.5, gt=0, description="Seconds between checks of kubelet.sock.")
-    node_name: str = Field(default_factory=socket.gethostname, description="This node's name (logs, metrics).")
+    node_name: str = Field(default_factory=socket.gethostname, description="This node's name (logs, metrics).",
+                           json_schema_extra={"default_text": "the host name"})
     metrics_port: int = Field(9402, ge=-1, le=65535, description="Prometheus port on 0.0.0.0; -1 disables, 0 picks one.")
-    leases: bool = Field(
-        False, description="Keep GPULeases in step with allocations and run the firmware check between tenants "
-                           "(needs the Kubernetes API; the Helm chart and the sandbox turn it on).")
-    kubeconfig: Path | None = Field(None, description="kubeconfig for lease updates; unset = in-cluster, then KUBECONFIG.")
-    firmware_golden_file: Path | None = Field(
-        None, description="JSON of accepted expansion-ROM SHA-256s and versions per PCI device id "
-                          "({\"0x2330\": {\"sha256\": [...], \"versions\": [...]}}); without it every check fails "
-                          "with NoGoldenFirmware and the GPU is quarantined.")
-    firmware_rom_toggle: bool = Field(
-        True, description="Write 1/0 to the sysfs rom attribute around the read; off only for fake sysfs trees.")
-    lease_interval: float = Field(1.0, gt=0, description="Seconds between lease rounds (PodResources -> leases, checks).")
 
     @field_validator("resource_name")
     @classmethod

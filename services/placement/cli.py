@@ -1,42 +1,20 @@
-"""``gpucaas scheduler-extender``: serve the partition-aware kube-scheduler extender."""
+"""``gpucaas scheduler-extender``: serve the partition-aware kube-scheduler extender.
+
+Options are generated from :class:`services.placement.settings.PlacementSettings` and
+the core's logging settings (flag > env > default); see docs/configuration.md.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
+from gpucaas.core.logging import LoggingSettings, configure_logging
+from gpucaas.core.settings_cli import Section, settings_command
+from services.placement.settings import PlacementSettings
 
-import typer
 
-
-def command(
-    host: Annotated[str, typer.Option(envvar="GPUCAAS_PLACEMENT_HOST", help="Bind address.")] = "0.0.0.0",
-    port: Annotated[
-        int, typer.Option(envvar="GPUCAAS_PLACEMENT_PORT", help="TCP port (0 = ephemeral).")
-    ] = 8888,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            envvar=["GPUCAAS_PLACEMENT_KUBECONFIG", "GPUCAAS_KUBECONFIG"],
-            help="kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config).",
-        ),
-    ] = None,
-    gpu_resource: Annotated[
-        str, typer.Option(envvar="GPUCAAS_PLACEMENT_GPU_RESOURCE", help="Extended resource of GPUs.")
-    ] = "nvidia.com/gpu",
-    bind: Annotated[
-        bool,
-        typer.Option(envvar="GPUCAAS_PLACEMENT_BIND", help="Serve the bind verb (bind pods through the API)."),
-    ] = True,
-    log_level: Annotated[str, typer.Option(envvar="GPUCAAS_PLACEMENT_LOG_LEVEL", help="Logging level.")] = "INFO",
-) -> None:
+@settings_command(PlacementSettings, Section(LoggingSettings, "log-"), name="scheduler-extender")
+def command(settings: PlacementSettings, logging_settings: LoggingSettings) -> None:
     """Serve the kube-scheduler extender that places GPU pods on whole NVLink partitions."""
     from services.placement.main import run
-    from services.placement.settings import PlacementSettings
 
-    try:
-        settings = PlacementSettings(
-            host=host, port=port, kubeconfig=kubeconfig, gpu_resource=gpu_resource, bind=bind, log_level=log_level
-        )
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    configure_logging(logging_settings)
     run(settings)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 from services.placement.settings import PlacementSettings
 
@@ -15,11 +14,6 @@ def run(settings: PlacementSettings) -> None:
     from services.placement.kube import FleetWatcher, new_kube
     from services.placement.server import create_app
 
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     log = logging.getLogger("services.placement")
     log.info("configuration: %s", settings.model_dump(mode="json"))
     index = FleetIndex()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -17,7 +17,9 @@ class PlacementSettings(BaseSettings):
     host: str = Field("0.0.0.0", description="Address the extender's HTTP server binds to.")
     port: int = Field(8888, ge=0, le=65535, description="TCP port (0 = ephemeral).")
     kubeconfig: Path | None = Field(
-        None, description="kubeconfig file; unset = in-cluster config, else ~/.kube/config."
+        None,
+        validation_alias=AliasChoices("GPUCAAS_PLACEMENT_KUBECONFIG", "GPUCAAS_KUBECONFIG"),
+        description="kubeconfig file; unset = in-cluster config, else ~/.kube/config.",
     )
     gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name pods request GPUs by.")
     bind: bool = Field(
@@ -29,7 +31,6 @@ class PlacementSettings(BaseSettings):
         300, ge=1, description="Server-side timeout of one watch request before it is renewed."
     )
     kube_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one Kubernetes request.")
-    log_level: str = Field("INFO", description="Python logging level.")
 
 
 @lru_cache

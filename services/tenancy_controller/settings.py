@@ -15,7 +15,9 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Handler modules the operator process loads; each exposes ``register(registry, settings)``.
-DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers", "services.tenancy_controller.lease_handlers")
+#: The GPU-lease timers live with the rest of the lease life cycle in services/gpu_leases and are
+#: loaded here by name, so the controller's code never imports that service.
+DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers", "services.gpu_leases.controller")
 
 
 class ControllerSettings(BaseSettings):

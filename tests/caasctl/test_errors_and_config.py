@@ -155,3 +155,25 @@ def test_console_script_exit_codes(caasctl_bin: Path, api: ApiServer, ca_file: P
 
     usage = sh("tenancies", "list", "-o", "xml")
     assert usage.returncode == 2 and "xml" in usage.stderr
+
+
+def test_each_setting_flag_over_env_over_file_over_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucaas.programs.caasctl.settings import CaasctlSettings
+
+    for name in ("GPUCAAS_URL", "GPUCAAS_TOKEN", "GPUCAAS_CA_CERT", "GPUCAAS_INSECURE", "GPUCAAS_FABRIC_SOCKET"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"url": "https://file", "token": "file-token", "insecure": True,
+                                   "nodes": {"gpu-node-a": {"fabric_socket": "/tmp/a.sock"}}}))
+    monkeypatch.setenv("GPUCAAS_CONFIG", str(cfg))
+    from_file = CaasctlSettings.load()
+    assert (from_file.url, from_file.token_value, from_file.insecure) == ("https://file", "file-token", True)
+    assert from_file.fabric_sockets == {"gpu-node-a": "/tmp/a.sock"}
+    assert from_file.ca_cert is None and from_file.fabric_socket == "/run/gpucaas/fabric.sock"  # defaults
+    monkeypatch.setenv("GPUCAAS_URL", "https://env")
+    monkeypatch.setenv("GPUCAAS_INSECURE", "false")
+    from_env = CaasctlSettings.load()
+    assert (from_env.url, from_env.token_value, from_env.insecure) == ("https://env", "file-token", False)
+    from_flag = CaasctlSettings.load(url="https://flag", token="flag-token")
+    assert (from_flag.url, from_flag.token_value) == ("https://flag", "flag-token")
+    assert "flag-token" not in repr(from_flag)  # a secret in repr would end up in tracebacks

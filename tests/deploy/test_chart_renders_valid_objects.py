@@ -225,13 +225,16 @@ def test_values_map_to_env_vars() -> None:
     controller = env("Deployment", "gpucaas-controller")
     assert controller["GPUCAAS_CONTROLLER_PEERING"] == "gpucaas-peers"
     assert controller["GPUCAAS_CONTROLLER_STANDALONE"] == "false"
-    assert controller["GPUCAAS_CONTROLLER_VERBOSE"] == "true"
+    assert controller["GPUCAAS_LOG_LEVEL"] == "DEBUG"
+    for component in (api, plugin, fabric, controller):
+        assert component["GPUCAAS_LOG_FORMAT"] == "json"  # logJson defaults to true
     assert controller["GPUCAAS_CONTROLLER_LIVENESS"] == "http://0.0.0.0:8080/healthz"
     assert json.loads(controller["GPUCAAS_CONTROLLER_NODE_CIDRS"]) == ["203.0.113.0/24"]
     assert find(objects, "ClusterKopfPeering", "gpucaas-peers")
     extender = env("Deployment", "gpucaas-scheduler-extender")
     assert extender["GPUCAAS_PLACEMENT_GPU_RESOURCE"] == "example.com/gpu"
     assert extender["GPUCAAS_PLACEMENT_BIND"] == "false"
+    assert extender["GPUCAAS_LOG_LEVEL"] == "DEBUG"
     standalone = render({"controller": {"peering": {"enabled": False}}})
     container = find(standalone, "Deployment", "gpucaas-controller")["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "GPUCAAS_CONTROLLER_STANDALONE", "value": "true"} in container["env"]
@@ -244,10 +247,11 @@ def test_values_map_to_env_vars() -> None:
         ("services.api.settings", "Settings", "Deployment", "gpucaas-api"),
         ("services.tenancy_controller.settings", "ControllerSettings", "Deployment", "gpucaas-controller"),
         ("services.device_plugin.settings", "DevicePluginSettings", "DaemonSet", "gpucaas-device-plugin"),
+        ("services.gpu_leases.settings", "LeaseAgentSettings", "DaemonSet", "gpucaas-device-plugin"),
         ("services.fabric.settings", "FabricSettings", "DaemonSet", "gpucaas-fabric"),
         ("services.placement.settings", "PlacementSettings", "Deployment", "gpucaas-scheduler-extender"),
     ],
-    ids=["api", "controller", "device-plugin", "fabric", "scheduler-extender"],
+    ids=["api", "controller", "device-plugin", "gpu-leases", "fabric", "scheduler-extender"],
 )
 def test_rendered_env_is_accepted_by_the_service_settings(
     settings_module: str, settings_class: str, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
@@ -264,10 +268,16 @@ def test_rendered_env_is_accepted_by_the_service_settings(
         alias = field.validation_alias
         if alias is not None and hasattr(alias, "choices"):
             known.update(str(c).upper() for c in alias.choices)
-    # variables read by the CLI wrapper rather than the settings class
-    cli_only = {"GPUCAAS_LOG_LEVEL", "GPUCAAS_LOG_JSON", "GPUCAAS_CONTROLLER_VERBOSE"}
+    # the logging variables every process reads (gpucaas/core/logging.py), and the classes
+    # `gpucaas device-plugin` reads beside each other (gpucaas/programs/gpu_node.py)
+    from gpucaas.core.logging import LoggingSettings
+    from gpucaas.programs.gpu_node import command as device_plugin_command
+
+    also_read = {f"GPUCAAS_LOG_{field}".upper() for field in LoggingSettings.model_fields}
+    if name == "gpucaas-device-plugin":
+        also_read |= {env for o in device_plugin_command.settings_options for env in o.env}
     for var in container["env"]:
-        assert var["name"] in known | cli_only, f"{name}: {var['name']} is read by nobody"
+        assert var["name"] in known | also_read, f"{name}: {var['name']} is read by nobody"
         source = var.get("valueFrom", {})
         if "secretKeyRef" in source:
             value = "postgresql+psycopg://gpucaas:secret@db:5432/gpucaas"

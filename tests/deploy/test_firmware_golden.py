@@ -7,7 +7,7 @@ import helm_python
 import pytest
 
 from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, golden_rom_sha256
-from services.device_plugin.firmware import GoldenTable
+from services.gpu_leases.firmware import GoldenTable
 from tests.deploy.rendering import pod_spec, render, render_notes, workloads
 
 GOLDEN = {"0x2330": {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}

@@ -1,10 +1,11 @@
-"""The device plugin keeps GPU leases: leased on allocation, released, checked, and a
-quarantined GPU is never handed out (real gRPC with the fake kubelet, the Kubernetes emulator)."""
+"""The device plugin with the GPU-lease agent beside it (as `gpucaas device-plugin` composes them,
+gpucaas/programs/gpu_node.py): leased on allocation, released, checked, and a quarantined GPU is
+never handed out (real gRPC with the fake kubelet, the Kubernetes emulator)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,9 @@ from gpucaas.core.lease_store import LeaseStore, lease_name
 from gpucaas.devtools.fake_kubelet import AdmissionError, FakeKubelet
 from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
 from gpucaas.devtools.waiting import wait_for
-from services.device_plugin.main import DevicePlugin
-from services.tenancy_controller import lease_handlers
+from gpucaas.programs.gpu_node import GpuNode, build_node
+from services.gpu_leases import controller as lease_handlers
+from services.gpu_leases.settings import LeaseAgentSettings
 from tests.device_plugin.conftest import RunningFabric
 
 NODE = "gpu-node-1"
@@ -29,16 +31,20 @@ def wait(predicate: Callable[[], object], timeout: float = 20.0) -> None:
 
 @pytest.fixture
 def leased_plugin(hgx_board: FakeBoard, fabric: RunningFabric, fake_kubelet: FakeKubelet, make_settings,
-                  run_plugin, kubeconfig: Path, tmp_path: Path) -> DevicePlugin:
+                  kubeconfig: Path, tmp_path: Path) -> Iterator[GpuNode]:
     golden = tmp_path / "golden.json"
     golden.write_text(json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}))
-    plugin = run_plugin(make_settings(hgx_board, leases=True, kubeconfig=kubeconfig, firmware_golden_file=golden,
-                                      firmware_rom_toggle=False, lease_interval=0.1))
-    fake_kubelet.wait_for_plugin(RESOURCE)
-    return plugin
+    node = build_node(make_settings(hgx_board), LeaseAgentSettings(
+        leases=True, kubeconfig=kubeconfig, firmware_golden_file=golden, firmware_rom_toggle=False, lease_interval=0.1))
+    node.start()
+    try:
+        fake_kubelet.wait_for_plugin(RESOURCE)
+        yield node
+    finally:
+        node.stop()
 
 
-def test_leases_follow_allocations_and_checks(leased_plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+def test_leases_follow_allocations_and_checks(leased_plugin: GpuNode, fake_kubelet: FakeKubelet,
                                               k8s: client.ApiClient) -> None:
     store = LeaseStore(k8s)
     wait(lambda: len(store.list(NODE)) == 8)
@@ -60,7 +66,7 @@ def test_leases_follow_allocations_and_checks(leased_plugin: DevicePlugin, fake_
     assert conn.wait_for(lambda c: all(c.health()[d] == "Healthy" for d in alloc.device_ids), timeout=10)
 
 
-def test_a_quarantined_gpu_is_never_allocated(leased_plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+def test_a_quarantined_gpu_is_never_allocated(leased_plugin: GpuNode, fake_kubelet: FakeKubelet,
                                               k8s: client.ApiClient) -> None:
     store = LeaseStore(k8s)
     wait(lambda: len(store.list(NODE)) == 8)

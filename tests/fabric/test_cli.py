@@ -51,4 +51,4 @@ def test_cli_rejects_bad_settings(tmp_path: Path) -> None:
     res = subprocess.run([GPUCAAS, "fabric", "--domain-type", "xen",
                           "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert res.returncode != 0
-    assert "domain_type" in res.stdout + res.stderr
+    assert "--domain-type" in res.stdout + res.stderr  # the flag generated from the domain_type field

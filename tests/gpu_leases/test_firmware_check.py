@@ -14,7 +14,7 @@ from gpucaas.devtools.fake_sysfs import (
     golden_rom_sha256,
     rom_image,
 )
-from services.device_plugin.firmware import GoldenTable, SysfsFirmwareCheck, rom_version
+from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck, rom_version
 
 GPU = "0000:18:00.0"
 

@@ -1,6 +1,6 @@
 """The full lease cycle on the fake board with the Kubernetes API emulator.
 
-The node side (LeaseNodeAgent, as the device plugin runs it) and the controller's
+The node side (LeaseNodeAgent, as it runs beside the device plugin) and the controller's
 ``step`` are driven round by round, so every intermediate state is observed.
 """
 
@@ -11,8 +11,8 @@ import datetime as dt
 from kubernetes import client
 
 from gpucaas.devtools.fake_sysfs import FakeBoard, rom_image
-from services.tenancy_controller import lease_handlers as handlers
-from services.device_plugin.leases import LeaseNodeAgent
+from services.gpu_leases import controller as handlers
+from services.gpu_leases.agent import LeaseNodeAgent
 from gpucaas.core.lease_store import LeaseStore, lease_name
 
 from .conftest import NODE, Kubelet, make_pod

@@ -32,7 +32,7 @@ def test_the_command_serves_the_extender_from_the_cluster(kubeconfig: Path, k8s:
         {"status": fabric_status(active={5: "gpus:x"})},  # pair {5,7} busy
     )
     port = _free_port()
-    env = {**os.environ, "GPUCAAS_PLACEMENT_KUBECONFIG": str(kubeconfig), "GPUCAAS_PLACEMENT_LOG_LEVEL": "WARNING"}
+    env = {**os.environ, "GPUCAAS_PLACEMENT_KUBECONFIG": str(kubeconfig), "GPUCAAS_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "scheduler-extender",
          "--host", "127.0.0.1", "--port", str(port)],

@@ -114,7 +114,7 @@ class ControllerProcess:
         self._log = log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "controller",
-             "--kubeconfig", str(kubeconfig), "--retry-delay", "0.5", "--workers", "4", *args],
+             "--kubeconfig", str(kubeconfig), "--retry-delay-s", "0.5", "--workers", "4", *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
         )
 

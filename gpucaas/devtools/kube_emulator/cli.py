@@ -2,47 +2,23 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 
+from gpucaas.core.logging import LoggingSettings, configure_logging
+from gpucaas.core.settings_cli import Section, settings_command
+from gpucaas.devtools.kube_emulator.settings import Settings
 
-def command(
-    host: Annotated[str, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_HOST", help="Bind address.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_PORT", help="TCP port (0 = ephemeral).")] = 6443,
-    kubeconfig: Annotated[
-        Path | None, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_KUBECONFIG", help="Write a kubeconfig for it here.")
-    ] = None,
-    persist: Annotated[
-        Path | None, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_PERSIST", help="Load/save the objects in this JSON file.")
-    ] = None,
-    install_project_crds: Annotated[
-        bool, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_INSTALL_PROJECT_CRDS", help="Create the gpucaas CRDs.")
-    ] = True,
-    event_history: Annotated[
-        int, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_EVENT_HISTORY", help="Watch events kept (older: 410 Gone).")
-    ] = 10000,
-    pod_graceful_deletion: Annotated[
-        bool, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_POD_GRACEFUL_DELETION",
-                           help="Keep deleted node-bound pods Terminating until deleted with grace 0.")
-    ] = False,
-) -> None:
+
+@settings_command(Settings, Section(LoggingSettings, "log-"), name="kube-emulator")
+def command(settings: Settings, logging_settings: LoggingSettings) -> None:
     """Serve a Kubernetes API emulator on HOST:PORT for development and tests (never production)."""
     import asyncio
     import logging
     import signal
 
     from gpucaas.devtools.kube_emulator.server import KubeEmulator
-    from gpucaas.devtools.kube_emulator.settings import Settings
 
-    try:
-        settings = Settings(host=host, port=port, kubeconfig=kubeconfig, persist=persist,
-                            install_project_crds=install_project_crds, event_history=event_history,
-                            pod_graceful_deletion=pod_graceful_deletion)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(logging_settings)
     logging.getLogger(__name__).info("kube emulator settings: %s", settings.model_dump(mode="json"))
 
     async def serve() -> None:

@@ -6,61 +6,20 @@ adapters. Errors come back as ``CaasctlError`` with the server's one-line detail
 
 from __future__ import annotations
 
-import os
 import ssl
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
-CONFIG_ENV = "GPUCAAS_CONFIG"
-DEFAULT_CONFIG = Path("~/.config/gpucaas/config.yaml")
+from gpucaas.programs.caasctl.errors import CaasctlError
+from gpucaas.programs.caasctl.settings import CaasctlSettings
 
+__all__ = ["ApiClient", "CaasctlError", "Config", "fabric_socket_for"]
 
-class CaasctlError(Exception):
-    """A failure to report on one line (exit code 1)."""
-
-
-@dataclass
-class Config:
-    """Where to reach the API, resolved flag > environment > config file."""
-
-    url: str | None = None
-    token: str | None = None
-    ca_cert: str | None = None
-    insecure: bool = False
-    fabric_sockets: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def resolve(cls, *, url: str | None, token: str | None, ca_cert: str | None, insecure: bool,
-                config_path: str | None) -> Config:
-        path = Path(config_path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG).expanduser()
-        data: dict[str, Any] = {}
-        if path.exists():
-            try:
-                data = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-                raise CaasctlError(f"config file {path} is not valid YAML: {getattr(exc, 'problem', None) or exc}{where}") from exc
-            if not isinstance(data, dict):
-                raise CaasctlError(f"config file {path} must be a mapping with url, token, ca_cert")
-        elif config_path:
-            raise CaasctlError(f"config file {path} does not exist")
-        nodes = data.get("nodes") or {}
-        if not isinstance(nodes, dict):
-            raise CaasctlError(f"config file {path}: nodes must be a mapping of node name to {{fabric_socket: path}}")
-        return cls(
-            url=url or os.environ.get("GPUCAAS_URL") or data.get("url"),
-            token=token or os.environ.get("GPUCAAS_TOKEN") or data.get("token"),
-            ca_cert=ca_cert or os.environ.get("GPUCAAS_CA_CERT") or data.get("ca_cert"),
-            insecure=insecure or bool(data.get("insecure", False)),
-            fabric_sockets={n: str(v.get("fabric_socket")) for n, v in nodes.items()
-                            if isinstance(v, dict) and v.get("fabric_socket")},
-        )
+#: The configuration (flag > env > file > default): see gpucaas/programs/caasctl/settings.py.
+Config = CaasctlSettings
 
 
 def _detail(resp: httpx.Response) -> str:
@@ -94,7 +53,7 @@ class RestClient:
             except (OSError, ssl.SSLError) as exc:
                 raise CaasctlError(f"CA certificate {cfg.ca_cert} cannot be loaded: {exc}") from exc
         self.http = httpx.Client(base_url=cfg.url.rstrip("/"), timeout=timeout, verify=verify,
-                                 headers={"Authorization": f"Bearer {cfg.token}"})
+                                 headers={"Authorization": f"Bearer {cfg.token_value}"})
 
     def close(self) -> None:
         self.http.close()
@@ -137,7 +96,7 @@ def fabric_socket_for(cfg: Config, node: str | None, explicit: str | None) -> st
         return explicit
     if node and node in cfg.fabric_sockets:
         return cfg.fabric_sockets[node]
-    local = os.environ.get("GPUCAAS_FABRIC_SOCKET", "/run/gpucaas/fabric.sock")
+    local = cfg.fabric_socket
     if Path(local).exists():
         return local
     where = f" for node {node}" if node else ""

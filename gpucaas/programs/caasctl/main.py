@@ -2,8 +2,9 @@
 
 Exit codes: 0 ok; 1 an error, with a one-line reason on stderr; 2 a usage error.
 Connection settings come from flags, then GPUCAAS_URL / GPUCAAS_TOKEN /
-GPUCAAS_CA_CERT, then ``~/.config/gpucaas/config.yaml`` (``url``, ``token``,
-``ca_cert``, ``insecure``, ``nodes: {<node>: {fabric_socket: ...}}``).
+GPUCAAS_CA_CERT / GPUCAAS_INSECURE, then ``~/.config/gpucaas/config.yaml`` (``url``, ``token``,
+``ca_cert``, ``insecure``, ``nodes: {<node>: {fabric_socket: ...}}``): one settings
+class, gpucaas/programs/caasctl/settings.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typer.core import TyperGroup
 
 from gpucaas.programs.caasctl.client import RestClient, CaasctlError, Config, fabric_socket_for
 from gpucaas.programs.caasctl.output import Format, emit, err_console
+from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
 from gpucaas.core.fabric_client import FabricError
 
 
@@ -55,14 +57,18 @@ SocketOpt = Annotated[str | None, typer.Option("--fabric-socket", envvar="GPUCAA
                                                help="The node's fabric service socket (default: from the config, or /run/gpucaas/fabric.sock).")]
 
 
+_F = CaasctlSettings.model_fields
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help="API base URL, e.g. https://gpucaas.example.com. \\[env: GPUCAAS_URL]")] = None,
-    token: Annotated[str | None, typer.Option(help="Admin bearer token. \\[env: GPUCAAS_TOKEN]")] = None,
-    ca_cert: Annotated[str | None, typer.Option(help="CA bundle to trust. \\[env: GPUCAAS_CA_CERT]")] = None,
-    insecure: Annotated[bool, typer.Option(help="Skip TLS verification (development only).")] = False,
-    config: Annotated[str | None, typer.Option(help="Config file. \\[env: GPUCAAS_CONFIG; default ~/.config/gpucaas/config.yaml]")] = None,
+    url: Annotated[str | None, typer.Option(help=f"{_F['url'].description} \\[env: GPUCAAS_URL]")] = None,
+    token: Annotated[str | None, typer.Option(help=f"{_F['token'].description} \\[env: GPUCAAS_TOKEN]")] = None,
+    ca_cert: Annotated[str | None, typer.Option(help=f"{_F['ca_cert'].description} \\[env: GPUCAAS_CA_CERT]")] = None,
+    insecure: Annotated[bool, typer.Option(help=f"{_F['insecure'].description} \\[env: GPUCAAS_INSECURE]")] = False,
+    config: Annotated[str | None, typer.Option(
+        help=f"{ConfigLocation.model_fields['config'].description} \\[env: GPUCAAS_CONFIG; default {DEFAULT_CONFIG}]")] = None,
 ) -> None:
     ctx.obj = {"args": dict(url=url, token=token, ca_cert=ca_cert, insecure=insecure, config_path=config)}
 
@@ -70,7 +76,7 @@ def main(
 def _cfg(ctx: typer.Context) -> Config:
     root = ctx.find_root()
     if "config" not in root.obj:
-        root.obj["config"] = Config.resolve(**root.obj["args"])
+        root.obj["config"] = Config.load(**root.obj["args"])
     return root.obj["config"]
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+from gpucaas.core.logging import LoggingSettings, configure_logging
+from gpucaas.core.settings_cli import Section, settings_command
+from gpucaas.programs.sandbox.settings import NodeAgentSettings, SandboxSettings, SchedulerSettings
 
 
 def _api_client(kubeconfig: str | None):  # noqa: ANN202
@@ -26,11 +27,11 @@ def _stop_on_signals(stop) -> None:  # noqa: ANN001
         signal.signal(sig, lambda *_: stop())
 
 
+@settings_command(SandboxSettings, Section(LoggingSettings, "log-"), name="sandbox")
 def command(
-    demo: Annotated[bool, typer.Option("--demo", help="Run the design's scenario (docs/design.md), print each step, and exit (0 only if every step happened).")] = False,
-    state_dir: Annotated[Path, typer.Option("--dir", envvar="GPUCAAS_SANDBOX_DIR", help="Where the sandbox keeps its state, logs, tokens and TLS files.")] = Path(".sandbox"),
-    api_port: Annotated[int, typer.Option(envvar="GPUCAAS_SANDBOX_API_PORT", help="HTTPS port of the API.")] = 8443,
-    kubeconfig: Annotated[Path | None, typer.Option(envvar="GPUCAAS_SANDBOX_KUBECONFIG", help="Use this real cluster instead of the emulator; only the control-plane parts run.")] = None,
+    settings: SandboxSettings,
+    logging_settings: LoggingSettings,
+    demo: Annotated[bool, typer.Option("--demo", help="Run the design's scenario, print each step, and exit (0 only if every step happened).")] = False,
 ) -> None:
     """Run the whole control plane and two simulated HGX H100 nodes on this machine."""
     from rich.console import Console
@@ -39,8 +40,9 @@ def command(
     from gpucaas.programs.sandbox.supervisor import ServiceFailed
 
     console = Console(emoji=False)
-    logging.basicConfig(level=logging.WARNING, format=_FORMAT)
-    state_dir = state_dir.resolve()
+    # the console shows progress; the sandbox's own log lines only when something is wrong, unless asked
+    configure_logging(logging_settings, level=None if "level" in logging_settings.model_fields_set else "WARNING")
+    state_dir, api_port, kubeconfig = settings.dir.resolve(), settings.api_port, settings.kubeconfig
     try:
         with console.status("starting the sandbox…") as status:
             def progress(msg: str) -> None:
@@ -91,31 +93,26 @@ def command(
     console.print("stopped.")
 
 
-def node_agent_command(
-    node_name: Annotated[str, typer.Option(envvar="GPUCAAS_NODE_NAME", help="Name of the Node object this agent plays.")],
-    kubelet_dir: Annotated[Path, typer.Option(envvar="GPUCAAS_KUBELET_DIR", help="Holds device-plugins/kubelet.sock, pod-resources/kubelet.sock and the checkpoint.")],
-    kubeconfig: Annotated[str | None, typer.Option(envvar="GPUCAAS_KUBECONFIG")] = None,
-    resource_name: Annotated[str, typer.Option(envvar="GPUCAAS_RESOURCE_NAME")] = "nvidia.com/gpu",
-    run_seconds: Annotated[float, typer.Option(envvar="GPUCAAS_SANDBOX_RUN_SECONDS", help="How long a simulated container runs unless its command is `sleep N`.")] = 3.0,
-) -> None:
+@settings_command(NodeAgentSettings, Section(LoggingSettings, "log-"), name="node-agent")
+def node_agent_command(settings: NodeAgentSettings, logging_settings: LoggingSettings) -> None:
     """(sandbox) Play a GPU node's kubelet: node object, device plugin registration, pod lifecycle."""
     from gpucaas.programs.sandbox.node_agent import NodeAgent
 
-    logging.basicConfig(level=logging.INFO, format=_FORMAT)
-    agent = NodeAgent(_api_client(kubeconfig), node_name, kubelet_dir, resource_name, run_seconds)
+    configure_logging(logging_settings)
+    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+    agent = NodeAgent(_api_client(kubeconfig), settings.node_name, settings.kubelet_dir, settings.resource_name,
+                      settings.run_seconds)
     _stop_on_signals(agent.stop)
     agent.run()
 
 
-def scheduler_command(
-    extender_url: Annotated[str | None, typer.Option(envvar="GPUCAAS_EXTENDER_URL", help="Scheduler extender base URL (filter/prioritize).")] = None,
-    kubeconfig: Annotated[str | None, typer.Option(envvar="GPUCAAS_KUBECONFIG")] = None,
-    resource_name: Annotated[str, typer.Option(envvar="GPUCAAS_RESOURCE_NAME")] = "nvidia.com/gpu",
-) -> None:
+@settings_command(SchedulerSettings, Section(LoggingSettings, "log-"), name="sandbox-scheduler")
+def scheduler_command(settings: SchedulerSettings, logging_settings: LoggingSettings) -> None:
     """(sandbox) Bind pending pods to nodes, asking the scheduler extender, as kube-scheduler would."""
     from gpucaas.programs.sandbox.scheduler import SandboxScheduler
 
-    logging.basicConfig(level=logging.INFO, format=_FORMAT)
-    sched = SandboxScheduler(_api_client(kubeconfig), extender_url, resource_name)
+    configure_logging(logging_settings)
+    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+    sched = SandboxScheduler(_api_client(kubeconfig), settings.extender_url, settings.resource_name)
     _stop_on_signals(sched.stop)
     sched.run()

@@ -274,7 +274,7 @@ def start(
                      "--kubeconfig", str(kubeconfig), "--run-seconds", str(run_seconds)],
                     env=env, ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
                 ))
-                say(f"[{name}] starting the device plugin")
+                say(f"[{name}] starting the device plugin (with the GPU-lease agent beside it)")
                 sup.start(ServiceSpec(
                     f"device-plugin-{name}",
                     ["device-plugin", "--device-plugin-dir", str(node.device_plugin_dir),

@@ -74,12 +74,12 @@ app.kubernetes.io/part-of: gpucaas
 {{- end -}}
 {{- end -}}
 
-{{/* Log settings of the components that read GPUCAAS_LOG_LEVEL / GPUCAAS_LOG_JSON. */}}
+{{/* Log settings every component reads (gpucaas/core/logging.py: GPUCAAS_LOG_LEVEL, GPUCAAS_LOG_FORMAT). */}}
 {{- define "gpucaas.commonEnv" -}}
 - name: GPUCAAS_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
-- name: GPUCAAS_LOG_JSON
-  value: {{ .Values.logJson | quote }}
+- name: GPUCAAS_LOG_FORMAT
+  value: {{ ternary "json" "text" .Values.logJson | quote }}
 {{- end -}}
 
 {{/* The node a pod runs on, as env var (name given). */}}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from services.device_plugin.devices import NVIDIA_VENDOR
+from gpucaas.core.pci import NVIDIA_VENDOR
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The node side of GPU leases, run inside the device plugin.
+"""The node side of GPU leases (``LeaseNodeAgent``), run beside the device plugin.
 
 Every ``interval`` it:
 1. makes sure each GPU the plugin discovered has a GPULease (created ``Free``);
@@ -27,7 +27,7 @@ from gpucaas.core import lease_states as states
 from gpucaas.core.crds import LABEL_TENANCY, TENANT_NAMESPACE_PREFIX
 from gpucaas.core.kube import Kube, KubeError, NotFound
 from gpucaas.core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
-from services.device_plugin.firmware import FirmwareCheck
+from services.gpu_leases.firmware import FirmwareCheck
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,97 @@
+"""``gpucaas device-plugin``: a GPU node's agents in one process — the device plugin and,
+beside it, the GPU-lease node agent.
+
+The two services never import each other; this composition root joins them through
+the plugin's ports: the agent reads the plugin's GPU inventory (PCI address, device
+id, physical id) and the kubelet's PodResources, hears every Allocate at once (a pod
+gone before PodResources shows it must still end in a firmware check), and gives the
+plugin a health source that withholds every GPU whose lease is not Free or Leased.
+The device plugin itself holds no Kubernetes client and writes no cluster object.
+
+Why one process and not a second container: the Allocate notification must not be
+lost between two processes (it is what sends a briefly-held GPU to the check), and
+the agent would otherwise repeat the plugin's sysfs discovery and PodResources
+client. The agent is still its own package, settings and tests; a separate
+container needs only a node-local channel for those two facts.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from gpucaas.core.logging import LoggingSettings, configure_logging
+from gpucaas.core.settings_cli import Section, settings_command
+from services.device_plugin.main import DevicePlugin, build
+from services.device_plugin.podresources import PodResourcesReader
+from services.device_plugin.settings import DevicePluginSettings
+from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
+from services.gpu_leases.node import build_agent
+from services.gpu_leases.settings import LeaseAgentSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GpuNode:
+    """The plugin and, when leases are on, the lease agent wired to it."""
+
+    plugin: DevicePlugin
+    leases: LeaseNodeAgent | None = None
+
+    def start(self) -> None:
+        self.plugin.start()
+        if self.leases is not None:
+            self.leases.start()
+
+    def stop(self) -> None:
+        if self.leases is not None:
+            self.leases.stop()
+        self.plugin.stop()
+
+
+def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> LeaseNodeAgent:
+    """A lease agent fed by ``plugin`` and withholding GPUs through it (before ``plugin.start``)."""
+    core, ps = plugin.core, plugin.settings
+    reader = PodResourcesReader(ps.pod_resources_socket)
+
+    def gpus() -> list[NodeGPU]:
+        physical = core.physical_map.by_bdf
+        return [NodeGPU(g.bdf, f"0x{g.device_id:04x}", physical.get(g.bdf), g.model) for g in core.inventory().gpus]
+
+    def holdings() -> list[PodHolding]:
+        return [PodHolding(c.namespace, c.pod, tuple(c.device_ids)) for c in reader.list(ps.resource_name)]
+
+    agent = build_agent(settings, node=ps.node_name, sysfs_root=ps.sysfs_root, gpus=gpus, holdings=holdings)
+    core.add_health_source(agent.health)
+    core.add_allocation_listener(agent.note_allocation)
+    return agent
+
+
+def build_node(plugin_settings: DevicePluginSettings, lease_settings: LeaseAgentSettings, **build_kw: Any) -> GpuNode:
+    plugin = build(plugin_settings, **build_kw)
+    return GpuNode(plugin, attach_leases(plugin, lease_settings) if lease_settings.leases else None)
+
+
+@settings_command(DevicePluginSettings, LeaseAgentSettings, Section(LoggingSettings, "log-"), name="device-plugin")
+def command(plugin_settings: DevicePluginSettings, lease_settings: LeaseAgentSettings,
+            logging_settings: LoggingSettings) -> None:
+    """Run the vfio CDI device plugin and, with --leases, the GPU-lease node agent beside it."""
+    configure_logging(logging_settings)
+    node = build_node(plugin_settings, lease_settings)
+    done = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        logger.info("node=%s signal %d: stopping", plugin_settings.node_name, signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    node.start()
+    try:
+        done.wait()
+    finally:
+        node.stop()

@@ -1,0 +1,47 @@
+"""Settings of ``gpucaas sandbox`` and the two sandbox-only processes it starts.
+
+Each class is the one source of its command's options (flag > env > default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SandboxSettings(BaseSettings):
+    """``gpucaas sandbox``; each field is ``GPUCAAS_SANDBOX_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_SANDBOX_", extra="ignore")
+
+    dir: Path = Field(Path(".sandbox"), description="Where the sandbox keeps its state, logs, tokens and TLS files.")
+    api_port: int = Field(8443, ge=0, le=65535, description="HTTPS port of the API.")
+    kubeconfig: Path | None = Field(
+        None, description="Use this real cluster instead of the emulator; only the control-plane parts run.")
+
+
+class NodeAgentSettings(BaseSettings):
+    """``gpucaas node-agent`` (sandbox only); each field is ``GPUCAAS_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
+
+    node_name: str = Field(description="Name of the Node object this agent plays.")
+    kubelet_dir: Path = Field(
+        description="Holds device-plugins/kubelet.sock, pod-resources/kubelet.sock and the checkpoint.")
+    kubeconfig: Path | None = Field(None, description="kubeconfig of the cluster (default: ~/.kube/config).")
+    resource_name: str = Field("nvidia.com/gpu", description="Extended resource the node's device plugin serves.")
+    run_seconds: float = Field(
+        3.0, gt=0, validation_alias=AliasChoices("GPUCAAS_SANDBOX_RUN_SECONDS"),
+        description="How long a simulated container runs unless its command is `sleep N`.")
+
+
+class SchedulerSettings(BaseSettings):
+    """``gpucaas sandbox-scheduler`` (sandbox only); each field is ``GPUCAAS_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
+
+    extender_url: str | None = Field(None, description="Scheduler extender base URL (filter/prioritize).")
+    kubeconfig: Path | None = Field(None, description="kubeconfig of the cluster (default: ~/.kube/config).")
+    resource_name: str = Field("nvidia.com/gpu", description="Extended resource of GPUs.")

@@ -1,0 +1,37 @@
+"""Wiring of the node agent: settings + what the node offers (GPUs, pod holdings) -> a LeaseNodeAgent."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
+from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
+from services.gpu_leases.settings import LeaseAgentSettings
+
+logger = logging.getLogger(__name__)
+
+
+def kube_client(kubeconfig: Path | None):  # noqa: ANN201
+    """A Kubernetes client: the kubeconfig given, else in-cluster, else KUBECONFIG / ~/.kube/config."""
+    from kubernetes import client, config
+
+    if kubeconfig is not None:
+        return config.new_client_from_config(str(kubeconfig))
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def build_agent(settings: LeaseAgentSettings, *, node: str, sysfs_root: Path,
+                gpus: Callable[[], Iterable[NodeGPU]], holdings: Callable[[], Iterable[PodHolding]]) -> LeaseNodeAgent:
+    """The node agent for ``node``; ``gpus`` and ``holdings`` come from whoever discovers them."""
+    golden = GoldenTable.load(settings.firmware_golden_file) if settings.firmware_golden_file else GoldenTable()
+    if not golden.by_device_id:
+        logger.warning("node=%s no golden firmware configured: every GPU check will fail (NoGoldenFirmware)", node)
+    checker = SysfsFirmwareCheck(sysfs_root, golden, toggle_rom=settings.firmware_rom_toggle)
+    return LeaseNodeAgent(kube_client(settings.kubeconfig), node, gpus, holdings, checker,
+                          interval=settings.lease_interval)

@@ -1,0 +1,26 @@
+"""Settings of the GPU-lease node agent, env prefix ``GPUCAAS_`` (names kept from the chart)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LeaseAgentSettings(BaseSettings):
+    """The node side of GPU leases; each field is ``GPUCAAS_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
+
+    leases: bool = Field(
+        False, description="Keep GPULeases in step with allocations and run the firmware check between tenants "
+                           "(needs the Kubernetes API; the Helm chart and the sandbox turn it on).")
+    kubeconfig: Path | None = Field(None, description="kubeconfig for lease updates; unset = in-cluster, then KUBECONFIG.")
+    firmware_golden_file: Path | None = Field(
+        None, description="JSON of accepted expansion-ROM SHA-256s and versions per PCI device id "
+                          "({\"0x2330\": {\"sha256\": [...], \"versions\": [...]}}); without it every check fails "
+                          "with NoGoldenFirmware and the GPU is quarantined.")
+    firmware_rom_toggle: bool = Field(
+        True, description="Write 1/0 to the sysfs rom attribute around the read; off only for fake sysfs trees.")
+    lease_interval: float = Field(1.0, gt=0, description="Seconds between lease rounds (PodResources -> leases, checks).")

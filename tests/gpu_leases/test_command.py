@@ -1,0 +1,44 @@
+"""`gpucaas device-plugin --leases` as a process: the lease agent runs beside the plugin, writes a
+lease per GPU through the Kubernetes API, and its logs are JSON lines when asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from kubernetes import client
+
+from gpucaas.core.lease_store import LeaseStore
+from gpucaas.devtools.fake_kubelet import FakeKubelet
+from gpucaas.devtools.fake_sysfs import FakeBoard
+from gpucaas.devtools.waiting import wait_for
+
+
+def test_leases_are_kept_by_the_device_plugin_process(hgx_board: FakeBoard, fake_kubelet: FakeKubelet,
+                                                      kubeconfig: Path, k8s: client.ApiClient, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
+    env |= {"GPUCAAS_LOG_FORMAT": "json", "GPUCAAS_FIRMWARE_ROM_TOGGLE": "false"}
+    cmd = [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "device-plugin",
+           "--sysfs-root", str(hgx_board.sysfs), "--dev-root", str(hgx_board.dev),
+           "--device-plugin-dir", str(fake_kubelet.plugin_dir), "--cdi-dir", str(tmp_path / "cdi"),
+           "--fabric-socket", "", "--no-fabric-required", "--metrics-port", "-1", "--node-name", "n1",
+           "--pod-resources-socket", str(fake_kubelet.pod_resources_socket),
+           "--leases", "--kubeconfig", str(kubeconfig), "--lease-interval", "0.2"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    store = LeaseStore(k8s)
+    try:
+        fake_kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60)
+        wait_for(lambda: len(store.list("n1")) == 8, what="a GPULease per GPU of node n1")
+        assert {lease["status"]["state"] for lease in store.list("n1")} == {"Free"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    records = [json.loads(line) for line in out.splitlines() if line.strip()]  # every line is one JSON object
+    messages = [r["message"] for r in records]
+    assert any("no golden firmware configured" in m for m in messages)  # the lease agent's own warning
+    assert any("registered nvidia.com/gpu" in m for m in messages)
