@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from gpucaas.core.kube import Kube, KubeConnection
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from services.gpu_leases.settings import LeaseAgentSettings
@@ -13,17 +14,9 @@ from services.gpu_leases.settings import LeaseAgentSettings
 logger = logging.getLogger(__name__)
 
 
-def kube_client(kubeconfig: Path | None):  # noqa: ANN201
-    """A Kubernetes client: the kubeconfig given, else in-cluster, else KUBECONFIG / ~/.kube/config."""
-    from kubernetes import client, config
-
-    if kubeconfig is not None:
-        return config.new_client_from_config(str(kubeconfig))
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+def kube_client(kubeconfig: Path | None) -> Kube:
+    """The core adapter: the kubeconfig given, else in-cluster, else KUBECONFIG / ~/.kube/config."""
+    return Kube(KubeConnection(kubeconfig=kubeconfig))
 
 
 def build_agent(settings: LeaseAgentSettings, *, node: str, sysfs_root: Path,
