@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from pydantic import Field
@@ -13,7 +14,9 @@ class DraDriverSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUCAAS_DRA_", extra="ignore")
 
-    node_name: str = Field(..., min_length=1, description="This node's name (the pool name of its slices).")
+    node_name: str = Field(default_factory=socket.gethostname, min_length=1,
+                           description="This node's name (the pool name of its slices).",
+                           json_schema_extra={"default_text": "the host name"})
     kubeconfig: Path | None = Field(None, description="kubeconfig file; unset = in-cluster, else ~/.kube/config.")
     registry_dir: Path = Field(Path("/var/lib/kubelet/plugins_registry"),
                                description="The kubelet's plugin registration directory.")

@@ -1,0 +1,130 @@
+"""``gpucaas dra-driver``: the DRA kubelet plugin of one node, wired and run.
+
+Parts (each in its own module): the kubelet-facing gRPC server (registration, Prepare/
+Unprepare, health), the slice publisher, and, with binding conditions on, the binding
+watcher. One background loop re-derives what the node offers from the fabric service
+(physical id <-> PCI, GPU health) and the node's GPU leases, updates the health streams
+and republishes the slices when they changed; another runs the binding rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+
+from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
+from gpucaas.core.kube import Kube, KubeConnection, KubeError
+from gpucaas.core.lease_store import LeaseStore
+from services.dra_driver.binding import BindingWatcher, run_round
+from services.dra_driver.checkpoint import Checkpoint
+from services.dra_driver.driver import Driver
+from services.dra_driver.publisher import SlicePublisher, gpus_from
+from services.dra_driver.server import DraServer, HealthBoard
+from services.dra_driver.settings import DraDriverSettings
+from services.dra_driver.slices import PublishedGpu
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DraDriverNode:
+    settings: DraDriverSettings
+    kube: Kube
+    fabric: FabricClient
+    checkpoint: Checkpoint
+    server: DraServer
+    publisher: SlicePublisher
+    binding: BindingWatcher | None
+    board: HealthBoard
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _pci: dict[int, str] = field(default_factory=dict)
+
+    def discover(self) -> list[PublishedGpu]:
+        """What the node offers now; the PCI map and health board are refreshed on the way."""
+        topology = self.fabric.topology()
+        leases = LeaseStore(self.kube).list(self.settings.node_name)
+        gpus = gpus_from(topology, leases)
+        self._pci = {g.physical_id: g.pci_bus_id for g in gpus}
+        self.board.update({g.physical_id: (g.allocatable, "" if g.allocatable else "not free or unhealthy")
+                           for g in gpus})
+        return gpus
+
+    def publish_once(self) -> None:
+        try:
+            self.publisher.publish()
+        except (KubeError, FabricUnavailable) as exc:
+            log.warning("could not publish the slices of %s: %s", self.settings.node_name, exc)
+
+    def start(self) -> None:
+        self.server.start()
+        self.publish_once()
+        self._loop("publish", self.settings.publish_interval_s, self.publish_once)
+        if self.binding is not None:
+            binding = self.binding
+            self._loop("binding", self.settings.binding_interval_s, lambda: run_round(binding))
+
+    def _loop(self, name: str, interval: float, step) -> None:  # noqa: ANN001
+        def run() -> None:
+            while not self._stop.wait(interval):
+                step()
+
+        t = threading.Thread(target=run, name=f"dra-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        self.server.stop()
+        self.fabric.close()
+        self.kube.close()
+
+
+def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriverNode:
+    kube = kube or Kube(KubeConnection(kubeconfig=settings.kubeconfig))
+    fabric = FabricClient(settings.fabric_socket)
+    checkpoint = Checkpoint(settings.state_dir / "checkpoint.json")
+    board = HealthBoard()
+    holder: dict[str, DraDriverNode] = {}
+
+    def physical_to_pci() -> dict[int, str]:
+        node = holder["node"]
+        if not node._pci:
+            node.discover()
+        return node._pci
+
+    driver = Driver(
+        node_name=settings.node_name, checkpoint=checkpoint, fabric=fabric,
+        read_claim=lambda ns, name: kube.call(kube.custom.get_namespaced_custom_object, "resource.k8s.io", "v1",
+                                              ns, "resourceclaims", name, idempotent=True,
+                                              what=f"read ResourceClaim {ns}/{name}"),
+        physical_to_pci=physical_to_pci,
+        cdi_id=lambda bdf: f"{settings.cdi_kind}={bdf}",
+    )
+    server = DraServer(driver, board, registry_dir=settings.registry_dir, plugins_dir=settings.plugins_dir)
+    node = DraDriverNode(settings, kube, fabric, checkpoint, server, None, None, board)  # type: ignore[arg-type]
+    holder["node"] = node
+    node.publisher = SlicePublisher(kube, settings.node_name, node.discover,
+                                    binding_conditions=settings.binding_conditions)
+    if settings.binding_conditions:
+        node.binding = BindingWatcher(kube, fabric, checkpoint, settings.node_name)
+    return node
+
+
+def run(settings: DraDriverSettings) -> None:
+    """Run until SIGTERM/SIGINT."""
+    node = build(settings)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    node.start()
+    log.info("DRA driver running on %s (binding conditions %s)", settings.node_name,
+             "on" if settings.binding_conditions else "off")
+    try:
+        done.wait()
+    finally:
+        node.stop()
