@@ -29,6 +29,9 @@ def command(
         "/var/run/libvirt/libvirt-sock"),
     fabric_socket: Annotated[Path, typer.Option(envvar="GPUCAAS_FABRIC_SOCKET", help="Fabric service socket.")] = Path(
         "/run/gpucaas/fabric.sock"),
+    kubeconfig: Annotated[Path | None, typer.Option(
+        envvar="GPUCAAS_DOCTOR_KUBECONFIG",
+        help="kubeconfig for the Kubernetes API check (default: in-cluster when run in a pod, else skipped).")] = None,
     min_hugepages_gib: Annotated[int, typer.Option(
         envvar="GPUCAAS_DOCTOR_MIN_HUGEPAGES_GIB", min=0, help="Hugepage memory below which to warn.")] = 16,
     expect_nvswitches: Annotated[bool, typer.Option(
@@ -53,7 +56,7 @@ def command(
                                  param_hint="--check")
     paths = HostPaths(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root, etc_root=etc_root,
                       containerd_config=containerd_config, cdi_dir=cdi_dir, kubelet_dir=kubelet_dir,
-                      libvirt_socket=libvirt_socket, fabric_socket=fabric_socket)
+                      libvirt_socket=libvirt_socket, fabric_socket=fabric_socket, kubeconfig=kubeconfig)
     options = Options(min_hugepages_kib=min_hugepages_gib * 1024 * 1024, expect_nvswitches=expect_nvswitches)
     results = run_checks(gather(paths), options, only=set(only) if only else None)
     if output is OutputFormat.json:
