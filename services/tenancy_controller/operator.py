@@ -29,6 +29,7 @@ from typing import Any
 import kopf
 import kubernetes
 
+from gpucaas.core import crds
 from gpucaas.core.kube import kopf_connection_info, load_configuration
 
 from . import errors, kube
@@ -115,6 +116,36 @@ def ensure_peering_object(cfg: kubernetes.client.Configuration, settings: Contro
         client.close()
 
 
+def check_access(cfg: kubernetes.client.Configuration, settings: ControllerSettings) -> list[str]:
+    """List (limit 1) every kind the controller watches; the problems, each logged as an error.
+
+    Kopf would retry a refused watch forever with a terse message; this says once, at start,
+    "forbidden: <user> cannot list <resource>" or "Kubernetes unreachable at <url>". Never fatal.
+    """
+    from . import handlers
+
+    kinds = [handlers.TENANCY, *handlers.CHILDREN]
+    if "services.tenancy_controller.lease_handlers" in settings.handler_modules:
+        kinds.append((crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL))
+    client = kube.KubeClient(cfg, timeout=settings.request_timeout_s)
+    problems: list[str] = []
+    try:
+        for group, version, plural in kinds:
+            path = f"/api/{version}/{plural}" if not group else f"/apis/{group}/{version}/{plural}"
+            try:
+                client.request("GET", path, query=[("limit", "1")])
+            except errors.Unavailable as exc:
+                problems.append(exc.summary())
+                break  # one line is enough when nothing answers
+            except errors.KubeError as exc:
+                problems.append(f"{plural}: {exc.summary()}")
+    finally:
+        client.close()
+    for problem in problems:
+        log.error("at start: %s", problem)
+    return problems
+
+
 async def serve(
     settings: ControllerSettings,
     *,
@@ -131,6 +162,7 @@ async def serve(
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kopf_connection_info(cfg)
 
+    check_access(cfg, settings)
     if not settings.standalone:
         ensure_peering_object(cfg, settings)
     ks = kopf.OperatorSettings()

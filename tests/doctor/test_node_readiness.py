@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from gpucaas.programs.cli import app
 from gpucaas.programs.doctor.checks import CHECK_IDS
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS
+from tests.core_kube.scripted import forbidden, scripted, write_kubeconfig  # noqa: F401 - scripted: a fixture
 from tests.doctor.conftest import CMDLINE, MODULES, REPO, FakeNode, meminfo
 
 
@@ -38,6 +39,7 @@ def test_healthy_hgx_node_is_ready(node: FakeNode) -> None:
     assert code == 0 and report["ready"] is True
     checks = by_id(report)
     assert list(checks) == list(CHECK_IDS)
+    assert checks.pop("kubernetes-api")["status"] == "skip"  # no kubeconfig given, not in a pod
     assert {c["status"] for c in checks.values()} == {"ok"}, checks
     assert "all 8 NVIDIA GPUs bound to vfio-pci" in checks["gpus-vfio"]["summary"]
     assert "all 4 NVSwitches" in checks["nvswitches-vfio"]["summary"]
@@ -221,3 +223,26 @@ def test_wrong_roots_fail_clearly(tmp_path: Path) -> None:
     assert "--sysfs-root" in checks["gpus-vfio"]["summary"]
     assert "--proc-root" in checks["nvidia-modules"]["summary"]
     assert checks["fabric-service"]["status"] == "skip"
+
+
+def test_kubernetes_api_check_reaches_the_cluster(node: FakeNode, kubeconfig: Path) -> None:
+    code, report = run_doctor(node, "--kubeconfig", str(kubeconfig), "--check", "kubernetes-api")
+    check = by_id(report)["kubernetes-api"]
+    assert code == 0 and check["status"] == "ok", check
+    assert "GPULeases can be listed" in check["summary"]
+
+
+def test_kubernetes_api_check_tells_forbidden_from_unreachable(node: FakeNode, tmp_path: Path, scripted) -> None:
+    user = "system:serviceaccount:gpucaas-system:gpucaas-device-plugin"
+    srv = scripted([(403, forbidden(user, "list", "gpuleases", "gpucaas.dev"))])
+    code, report = run_doctor(node, "--kubeconfig", str(write_kubeconfig(tmp_path / "kc", srv.url)),
+                              "--check", "kubernetes-api")
+    check = by_id(report)["kubernetes-api"]
+    assert code == 1 and check["status"] == "fail"
+    assert check["summary"] == f"forbidden: {user} cannot list gpuleases.gpucaas.dev"
+    assert "ClusterRole" in check["hint"]
+
+    code, report = run_doctor(node, "--kubeconfig", str(write_kubeconfig(tmp_path / "dead", "http://127.0.0.1:9")),
+                              "--check", "kubernetes-api")
+    check = by_id(report)["kubernetes-api"]
+    assert code == 1 and check["summary"].startswith("Kubernetes unreachable at http://127.0.0.1:9")

@@ -49,3 +49,18 @@ def test_unreachable_at_start_is_reported_not_fatal(tmp_path: Path, caplog) -> N
     with caplog.at_level(logging.ERROR, logger=operator.__name__):
         assert operator.ensure_peering_object(cfg, settings) == "unavailable"
     assert "Kubernetes unreachable at http://127.0.0.1:9" in caplog.text
+
+
+def test_missing_permissions_are_named_at_start(scripted: Any, tmp_path: Path, caplog) -> None:
+    srv = scripted([(403, forbidden(USER, "list", "tenancies", "gpucaas.dev"))])
+    settings = controller_settings(write_kubeconfig(tmp_path / "kubeconfig", srv.url))
+    cfg = load_configuration(KubeConnection(kubeconfig=settings.kubeconfig))
+    with caplog.at_level(logging.ERROR, logger=operator.__name__):
+        problems = operator.check_access(cfg, settings)
+    assert f"tenancies: forbidden: {USER} cannot list tenancies.gpucaas.dev" in problems
+    assert f"forbidden: {USER} cannot list tenancies.gpucaas.dev" in caplog.text
+
+
+def test_a_permitted_controller_starts_quietly(api, kubeconfig: Path) -> None:
+    settings = controller_settings(kubeconfig)
+    assert operator.check_access(load_configuration(KubeConnection(kubeconfig=kubeconfig)), settings) == []

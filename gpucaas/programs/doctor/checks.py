@@ -466,6 +466,27 @@ def check_fabric_service(facts: HostFacts, options: Options) -> CheckResult:
     return b.ok(f"service VM {vm.get('state')}, Fabric Manager ({fm.get('backend')}) answering")
 
 
+def check_kubernetes(facts: HostFacts, options: Options) -> CheckResult:
+    b = _Builder("kubernetes-api", "Kubernetes API (as the node's components reach it)")
+    kube = facts.kube
+    if kube is None:
+        return b.skip("no kubeconfig given (--kubeconfig) and not running in a pod")
+    b.details.append(f"server: {kube.server or '?'}")
+    if kube.ok:
+        return b.ok(f"{kube.server} answers; GPULeases can be listed")
+    if kube.kind == "Forbidden":
+        return b.fail(kube.error or "forbidden",
+                      "the identity lacks a permission of the chart's device-plugin ClusterRole: check the "
+                      "ClusterRoleBinding of its ServiceAccount (kubectl auth can-i list gpuleases.gpucaas.dev --as ...)")
+    if kube.kind == "NotFound":
+        return b.fail(f"the GPULease resource is not served: {kube.error}",
+                      "install the gpucaas CRDs (helm install of deploy/helm/gpucaas, or kubectl apply -f gpucaas/core/crds/)")
+    if kube.kind == "Unauthorized":
+        return b.fail(f"credentials refused: {kube.error}", "renew the token in the kubeconfig (or the pod's ServiceAccount token)")
+    return b.fail(kube.error or "Kubernetes unreachable",
+                  "check the API server address, the node's route and firewall to it, and that it is up")
+
+
 Check = Callable[[HostFacts, Options], CheckResult]
 
 #: Every check, in the order the report shows them.
@@ -485,12 +506,13 @@ CHECKS: tuple[Check, ...] = (
     check_kata_runtime,
     check_libvirt,
     check_fabric_service,
+    check_kubernetes,
 )
 
 CHECK_IDS: tuple[str, ...] = (
     "iommu", "gpus-vfio", "nvswitches-vfio", "memory-controller-vfio", "nvidia-modules", "iommu-groups",
     "vfio-device-nodes", "hugepages", "cdi-dir", "kubelet-device-plugins", "containerd-cri",
-    "containerd-cdi", "kata-runtime", "libvirt", "fabric-service",
+    "containerd-cdi", "kata-runtime", "libvirt", "fabric-service", "kubernetes-api",
 )
 
 

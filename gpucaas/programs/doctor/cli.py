@@ -39,7 +39,8 @@ def command(
     paths = HostPaths(sysfs_root=settings.sysfs_root, dev_root=settings.dev_root, proc_root=settings.proc_root,
                       etc_root=settings.etc_root, containerd_config=settings.containerd_config,
                       cdi_dir=settings.cdi_dir, kubelet_dir=settings.kubelet_dir,
-                      libvirt_socket=settings.libvirt_socket, fabric_socket=settings.fabric_socket)
+                      libvirt_socket=settings.libvirt_socket, fabric_socket=settings.fabric_socket,
+                      kubeconfig=settings.kubeconfig)
     options = Options(min_hugepages_kib=settings.min_hugepages_gib * 1024 * 1024,
                       expect_nvswitches=settings.expect_nvswitches)
     results = run_checks(gather(paths), options, only=set(only) if only else None)

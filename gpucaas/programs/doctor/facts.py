@@ -108,6 +108,16 @@ class FabricFacts:
 
 
 @dataclass(frozen=True)
+class KubeFacts:
+    """What the Kubernetes API answered the node's question (list GPULeases, as the device plugin does)."""
+
+    server: str | None
+    ok: bool
+    kind: str | None = None  # the core adapter's error class: Forbidden, Unavailable, NotFound, ...
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class HostFacts:
     paths: HostPaths
     pci: tuple[PciDevice, ...] | None
@@ -126,6 +136,7 @@ class HostFacts:
     containerd: ContainerdFacts | None = None
     libvirt: SocketFacts | None = None
     fabric: FabricFacts | None = None
+    kube: KubeFacts | None = None
 
 
 # --- readers ----------------------------------------------------------------------------
@@ -316,6 +327,34 @@ def probe_fabric(path: Path, *, timeout: float) -> FabricFacts:
     return FabricFacts(SocketFacts(path, True, True, connected=True), health=health)
 
 
+def probe_kubernetes(kubeconfig: Path | None, *, timeout: float) -> KubeFacts | None:
+    """Ask the API what the node's device plugin asks (list GPULeases); None when there is no configuration.
+
+    Through the core adapter, so a refusal reads "forbidden: <user> cannot <verb> <resource>"
+    and no answer "Kubernetes unreachable at <url>".
+    """
+    import os
+
+    if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    from gpucaas.core import crds
+    from gpucaas.core.kube import NO_RETRY, Kube, KubeConnection, KubeError
+
+    try:
+        kube = Kube(KubeConnection(kubeconfig=kubeconfig, connect_timeout_s=timeout, read_timeout_s=timeout),
+                    retry=NO_RETRY)
+    except KubeError as exc:
+        return KubeFacts(None, False, type(exc).__name__, exc.summary())
+    try:
+        kube.call(kube.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL, limit=1,
+                  what="list gpuleases")
+    except KubeError as exc:
+        return KubeFacts(kube.server, False, type(exc).__name__, exc.summary())
+    finally:
+        kube.close()
+    return KubeFacts(kube.server, True)
+
+
 def gather(paths: HostPaths, *, probe_timeout: float = 3.0) -> HostFacts:
     """Read everything the checks need from the host (or the fake host under test)."""
     facts = HostFacts(
@@ -336,6 +375,7 @@ def gather(paths: HostPaths, *, probe_timeout: float = 3.0) -> HostFacts:
         containerd=read_containerd(paths),
         libvirt=probe_socket(paths.libvirt_socket, connect=True, timeout=probe_timeout),
         fabric=probe_fabric(paths.fabric_socket, timeout=probe_timeout),
+        kube=probe_kubernetes(paths.kubeconfig, timeout=probe_timeout),
     )
     logger.debug("gathered host facts under %s", paths)
     return facts

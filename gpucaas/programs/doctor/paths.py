@@ -24,6 +24,8 @@ class HostPaths:
     kubelet_dir: Path = Path("/var/lib/kubelet")
     libvirt_socket: Path = Path("/var/run/libvirt/libvirt-sock")
     fabric_socket: Path = Path("/run/gpucaas/fabric.sock")
+    #: kubeconfig for the Kubernetes API check; None = in-cluster credentials when run in a pod, else skipped.
+    kubeconfig: Path | None = None
 
     @property
     def containerd_config_path(self) -> Path:

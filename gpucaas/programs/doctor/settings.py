@@ -26,6 +26,9 @@ class DoctorSettings(BaseSettings):
     kubelet_dir: Path = Field(Path("/var/lib/kubelet"), description="kubelet root directory.")
     libvirt_socket: Path = Field(Path("/var/run/libvirt/libvirt-sock"), description="libvirtd socket.")
     fabric_socket: Path = Field(Path("/run/gpucaas/fabric.sock"), description="Fabric service socket.")
+    kubeconfig: Path | None = Field(
+        None, validation_alias=AliasChoices("GPUCAAS_DOCTOR_KUBECONFIG"),
+        description="kubeconfig for the Kubernetes API check (default: in-cluster when run in a pod, else skipped).")
     min_hugepages_gib: int = Field(
         16, ge=0, validation_alias=AliasChoices("GPUCAAS_DOCTOR_MIN_HUGEPAGES_GIB"),
         description="Hugepage memory (GiB) below which to warn.")

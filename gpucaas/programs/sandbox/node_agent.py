@@ -32,6 +32,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound
 from gpucaas.devtools.kube_emulator.logs_client import write_pod_log
 from gpucaas.programs.sandbox.scheduler import GPU_NODE_LABEL
 from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet
@@ -84,8 +85,9 @@ class NodeAgent:
     def __init__(self, api: client.ApiClient, node_name: str, kubelet_dir: Path,
                  resource_name: str = "nvidia.com/gpu", default_run_seconds: float = 3.0,
                  status_interval: float = 1.0) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
+        self.kube = Kube.of(api)  # the core adapter: its timeouts and one error tree
+        self.api = self.kube.api_client
+        self.core = self.kube.core
         self.node = node_name
         self.dir = Path(kubelet_dir)
         self.resource = resource_name
@@ -164,10 +166,9 @@ class NodeAgent:
             "spec": {},
         }
         try:
-            self.core.create_node(body)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
+            self.kube.call(self.core.create_node, body, what=f"register node {self.node}")
+        except Conflict:
+            pass
         self.update_node_status()
 
     def update_node_status(self) -> None:
@@ -230,17 +231,17 @@ class NodeAgent:
             "firstTimestamp": now_iso(), "lastTimestamp": now_iso(), "count": 1,
         }
         try:
-            self.core.create_namespaced_event(md["namespace"], body)
-        except client.ApiException as exc:
-            log.debug("event for %s/%s not recorded: %s", md["namespace"], md["name"], exc.reason)
+            self.kube.call(self.core.create_namespaced_event, md["namespace"], body, what="create event")
+        except KubeError as exc:
+            log.debug("event for %s/%s not recorded: %s", md["namespace"], md["name"], exc.summary())
 
     def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         md = pod["metadata"]
         try:
-            self.core.patch_namespaced_pod_status(md["name"], md["namespace"], {"status": status})
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+            self.kube.call(self.core.patch_namespaced_pod_status, md["name"], md["namespace"], {"status": status},
+                           what=f"patch pod {md['namespace']}/{md['name']} status", idempotent=True)
+        except NotFound:
+            pass
 
     def _append_log(self, pod: dict[str, Any], text: str) -> None:
         """Store the simulated output through the emulator's log endpoint (emulator-only)."""
@@ -303,12 +304,10 @@ class NodeAgent:
 
     def finish(self, run: Running, deadline: bool) -> None:
         try:
-            pod = self.api.sanitize_for_serialization(self.core.read_namespaced_pod(run.name, run.namespace))
-        except client.ApiException as exc:
-            if exc.status == 404:
-                self.release(run.namespace, run.name)
-                return
-            raise
+            pod = self.kube.json(self.core.read_namespaced_pod, run.name, run.namespace, idempotent=True)
+        except NotFound:
+            self.release(run.namespace, run.name)
+            return
         finished = now_iso()
         started = (pod.get("status") or {}).get("startTime") or finished
         if deadline:
@@ -339,10 +338,10 @@ class NodeAgent:
             self.release(md["namespace"], md["name"])
             if not md.get("finalizers"):
                 try:  # the containers are stopped: complete the graceful deletion, as the kubelet does
-                    self.core.delete_namespaced_pod(md["name"], md["namespace"], grace_period_seconds=0)
-                except client.ApiException as exc:
-                    if exc.status != 404:
-                        raise
+                    self.kube.call(self.core.delete_namespaced_pod, md["name"], md["namespace"],
+                                   grace_period_seconds=0, idempotent=True)
+                except NotFound:
+                    pass
             return
         if phase in ("Succeeded", "Failed"):
             with self._lock:
