@@ -63,6 +63,9 @@ class RestClient:
             resp = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise CaasctlError(f"cannot reach the API at {self.http.base_url}: {exc}") from exc
+        if resp.status_code == 403 and path.startswith("/v1/admin"):
+            raise CaasctlError("this is an admin command and the token in use is not an admin token "
+                               "(a tenant token runs: run, ps, logs, cancel)")
         if resp.status_code >= 400:
             raise CaasctlError(f"{resp.status_code}: {_detail(resp)}")
         return resp.json() if resp.content else None

@@ -17,6 +17,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from gpucaas.programs.caasctl import tenant
 from gpucaas.programs.caasctl.client import RestClient, CaasctlError, Config, fabric_socket_for
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
@@ -38,8 +39,10 @@ def one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-app = typer.Typer(name="caasctl", help="Administer gpucaas: partitions, nodes, GPUs, leases, tenancies, tokens, containers.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, cls=_OneLineErrors)
+app = typer.Typer(name="caasctl",
+                  help="gpucaas from the command line. Tenants: run, ps, logs, cancel. Admins: partitions, nodes, "
+                       "GPUs, leases, tenancies, tokens, containers.",
+                  no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=_OneLineErrors)
 partitions_app = typer.Typer(help="NVLink partitions (Fabric Manager).", no_args_is_help=True)
 gpus_app = typer.Typer(help="GPUs: list, quarantine, release.", no_args_is_help=False, invoke_without_command=True)
 tenancies_app = typer.Typer(help="Tenancies: create, list, describe, delete.", no_args_is_help=True)
@@ -60,6 +63,14 @@ SocketOpt = Annotated[str | None, typer.Option("--fabric-socket", envvar="GPUCAA
 _F = CaasctlSettings.model_fields
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from gpucaas import __version__
+
+        typer.echo(f"caasctl {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
@@ -69,6 +80,8 @@ def main(
     insecure: Annotated[bool, typer.Option(help=f"{_F['insecure'].description} \\[env: GPUCAAS_INSECURE]")] = False,
     config: Annotated[str | None, typer.Option(
         help=f"{ConfigLocation.model_fields['config'].description} \\[env: GPUCAAS_CONFIG; default {DEFAULT_CONFIG}]")] = None,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print caasctl's version and exit.")] = False,
 ) -> None:
     ctx.obj = {"args": dict(url=url, token=token, ca_cert=ca_cert, insecure=insecure, config_path=config)}
 
@@ -84,6 +97,9 @@ def _api(ctx: typer.Context) -> RestClient:
     api = RestClient(_cfg(ctx))
     ctx.find_root().call_on_close(api.close)  # close the TLS connection cleanly when the command ends
     return api
+
+
+tenant.register(app, lambda ctx: _api(ctx))
 
 
 def _fabric(ctx: typer.Context, node: str | None, socket: str | None):  # noqa: ANN202
