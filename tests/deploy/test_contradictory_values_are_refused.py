@@ -19,6 +19,7 @@ CONTRADICTIONS = [
     ("two controllers without peering", {"controller": {"replicas": 2, "peering": {"enabled": False}}}, "needs controller.peering.enabled"),
     ("pdb blocks every api pod", {"api": {"replicas": 2, "pdb": {"maxUnavailable": 2}}}, "api.pdb.maxUnavailable must be smaller"),
     ("privileged and non-root fabric", {"fabric": {"privileged": True, "libvirtGroupId": 108}}, "fabric.privileged and fabric.libvirtGroupId contradict"),
+    ("root tenants in restricted namespaces", {"api": {"tenantRunAsUser": 0}}, "api.tenantRunAsUser 0 runs tenant containers as root"),
 ]
 
 SCHEMA_ERRORS = [
@@ -31,6 +32,9 @@ SCHEMA_ERRORS = [
     ("bad fm backend", {"fabric": {"fmBackend": "magic"}}, "/fabric/fmBackend"),
     ("bad digest", {"image": {"digest": "latest"}}, "/image/digest"),
     ("non-string node label", {"gpuNodes": {"nodeSelector": {"gpucaas.dev/gpu-node": True}}}, "/gpuNodes/nodeSelector"),
+    ("negative tenant uid", {"api": {"tenantRunAsUser": -1}}, "/api/tenantRunAsUser"),
+    ("extender cluster ip not an address", {"schedulerExtender": {"service": {"clusterIP": "extender.svc"}}},
+     "/schedulerExtender/service/clusterIP"),
 ]
 
 
@@ -51,5 +55,6 @@ def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
 def test_contradiction_fixed_renders() -> None:
     """Each refusal has a way out: the hinted fix renders."""
     assert render({"controller": {"replicas": 2}})
+    assert render({"api": {"tenantRunAsUser": 0}, "controller": {"podSecurityLevel": "baseline"}})
     assert render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge"}}})
     assert render({"certManager": {"enabled": True, "issuerRef": {"name": "ca"}}, "api": {"tls": {"existingSecret": ""}}})

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from kubernetes import client, watch
 
+from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound
 from services.placement.errors import PlacementError
 from services.placement.extender import pod_gpu_count
 
@@ -38,8 +39,9 @@ class SandboxScheduler:
         scheduler_name: str = "default-scheduler",
         retry_seconds: float = 2.0,
     ) -> None:
-        self.core = client.CoreV1Api(api)
-        self.api = api
+        self.kube = Kube.of(api)  # the core adapter: its timeouts and one error tree
+        self.core = self.kube.core
+        self.api = self.kube.api_client
         self.extender_url = extender_url.rstrip("/") if extender_url else None
         self.resource = resource_name
         self.scheduler_name = scheduler_name
@@ -95,7 +97,7 @@ class SandboxScheduler:
             resp.raise_for_status()
             error = (resp.json() or {}).get("Error")
             if error:
-                raise client.ApiException(status=409, reason=f"extender bind: {error}")
+                raise Conflict(f"extender bind: {error}", status=409)
             return
         body = {
             "apiVersion": "v1",
@@ -105,7 +107,8 @@ class SandboxScheduler:
         }
         # _preload_content=False: the client's V1Binding response model rejects the
         # Status object the API server answers with (kubernetes-client/python#825).
-        self.core.create_namespaced_binding(md["namespace"], body, _preload_content=False)
+        self.kube.call(self.core.create_namespaced_binding, md["namespace"], body, _preload_content=False,
+                       what=f"bind pod {md['namespace']}/{md['name']} to {node}")
 
     def mark_unschedulable(self, pod: dict[str, Any], message: str) -> None:
         md = pod["metadata"]
@@ -115,10 +118,10 @@ class SandboxScheduler:
             "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })
         try:
-            self.core.patch_namespaced_pod_status(md["name"], md["namespace"], {"status": {"conditions": conds}})
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+            self.kube.call(self.core.patch_namespaced_pod_status, md["name"], md["namespace"],
+                           {"status": {"conditions": conds}}, idempotent=True)
+        except NotFound:
+            pass
 
     def schedule_one(self, pod: dict[str, Any]) -> bool:
         md = pod["metadata"]
@@ -132,10 +135,8 @@ class SandboxScheduler:
             return False
         try:
             self.bind(pod, node)
-        except client.ApiException as exc:
-            if exc.status in (404, 409):  # deleted, or bound meanwhile
-                return False
-            raise
+        except (NotFound, Conflict):  # deleted, or bound meanwhile
+            return False
         log.info("bound pod %s/%s to %s (%s)", md["namespace"], md["name"], node, why)
         return True
 
@@ -159,6 +160,8 @@ class SandboxScheduler:
             try:
                 for pod in self.pending_pods():
                     self.schedule_one(pod)
+            except KubeError as exc:  # "forbidden: <user> cannot ..." or "Kubernetes unreachable at ..."
+                log.warning("scheduling pass failed, retrying: %s", exc.summary())
             except (client.ApiException, httpx.HTTPError, OSError) as exc:
                 log.warning("scheduling pass failed, retrying: %s", exc)
             wake.wait(self.retry_seconds)
