@@ -22,6 +22,7 @@ def test_cli_serves_and_stops(tmp_path: Path, tmp_path_factory: pytest.TempPathF
     sock = tmp_path_factory.mktemp("cli") / "fabric.sock"
     env = {**os.environ, "GPUCAAS_FABRIC_SOCKET": str(sock), "GPUCAAS_FABRIC_STATE_DIR": str(tmp_path / "st"),
            "GPUCAAS_FABRIC_FM_BACKEND": "simulator", "GPUCAAS_FABRIC_BOARD": str(hgx_board.root),
+           "GPUCAAS_FABRIC_SYSFS_ROOT": str(hgx_board.sysfs),
            "GPUCAAS_FABRIC_VM_ENABLED": "false", "GPUCAAS_FABRIC_PUBLISH": "false"}
     proc = subprocess.Popen([GPUCAAS, "fabric", "--node-name", "n1"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -39,6 +40,12 @@ def test_cli_serves_and_stops(tmp_path: Path, tmp_path_factory: pytest.TempPathF
             assert health["fabric_manager"] == {"reachable": True, "backend": "simulator", "message": "",
                                                 "replays": 0}
             assert c.activate(holder(1, 2), pcis(1, 2))["partition_ids"] == [7, 8]
+            # The GPUs were reset through sysfs before their partitions were activated.
+            assert hgx_board.reset_log() == {p: 1 for p in pcis(1, 2)}
+            # H100 simulator: FM gives no PCI bus ids; the host layout (the board) does.
+            topo = c.topology()
+            assert {g["physical_id"]: g["pci_bus_id"] for g in topo["gpus"]} == hgx_board.physical_id_map()
+            assert {g["pci_source"] for g in topo["gpus"]} == {"layout"}
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
@@ -52,3 +59,17 @@ def test_cli_rejects_bad_settings(tmp_path: Path) -> None:
                           "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert res.returncode != 0
     assert "domain_type" in res.stdout + res.stderr
+
+
+def test_cli_without_libnvfm_says_what_to_install_or_set(tmp_path: Path) -> None:
+    """No GPUCAAS_FABRIC_FM_BACKEND and no libnvfm: exit non-zero with one line naming the fix."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_FABRIC_")}
+    env.update({"GPUCAAS_FABRIC_STATE_DIR": str(tmp_path / "st"), "GPUCAAS_FABRIC_VM_ENABLED": "false",
+                "GPUCAAS_FABRIC_PUBLISH": "false",
+                "GPUCAAS_FABRIC_SOCKET": str(tmp_path / "s.sock")})
+    res = subprocess.run([GPUCAAS, "fabric"], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode != 0
+    lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    assert "libnvfm not found" in lines[0] and "install NVIDIA's libnvfm1" in lines[0]
+    assert "GPUCAAS_FABRIC_FM_LIBRARY" in lines[0] and "GPUCAAS_FABRIC_FM_BACKEND=simulator" in lines[0]
