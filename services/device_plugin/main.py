@@ -6,6 +6,7 @@ import logging
 import signal
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from services.device_plugin.fabric import FabricService, NoFabric
 from services.device_plugin.firmware import GoldenTable, SysfsFirmwareCheck
@@ -104,7 +105,7 @@ def build_leases(settings: DevicePluginSettings, core: PluginCore) -> LeaseNodeA
 
     agent = LeaseNodeAgent(api, settings.node_name, gpus, holdings,
                            SysfsFirmwareCheck(settings.sysfs_root, golden, toggle_rom=settings.firmware_rom_toggle),
-                           interval=settings.lease_interval)
+                           interval=settings.lease_interval, reset=_gpu_reset_hook(settings))
     core.add_health_source(agent.health)
     core.add_allocation_listener(agent.note_allocation)
     return agent
@@ -144,3 +145,12 @@ def configure_logging(level: str = "INFO", json_logs: bool = False) -> None:
     else:
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=level.upper(), format=fmt)
+
+
+def _gpu_reset_hook(settings: Any) -> Any:
+    """GPU reset after release, before the firmware check (issue 15; gpucaas.core.gpu_reset)."""
+    if not getattr(settings, "gpu_reset", True):
+        return None
+    from gpucaas.core.gpu_reset import reset_gpu
+
+    return lambda bdf: reset_gpu(settings.sysfs_root, bdf)
