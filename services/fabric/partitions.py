@@ -637,6 +637,7 @@ class PartitionService:
                              nvlink=target.nvlinks > 0)
             self.store.put(rec)
             if not target.active:
+                self._reset_gpus(rec)
                 self._activate_all(rec, [target])
             log.warning("admin activated partition %s (force=%s, evicted %s)", pid, force, evicted)
         self._changed()
