@@ -42,8 +42,9 @@ class FabricSettings(BaseSettings):
     fm_call_deadline_s: float = Field(
         5.0, gt=0, le=120, description="Longest wait for one Fabric Manager call; an overrun counts as "
                                        "FM unavailable (a silent FM blocks libnvfm calls ~70 s).")
-    fm_connect_params_version: Literal[1, 2] | None = Field(
-        None, description="fmConnectParams version for libnvfm (default: v2 for a 550+ library, else v1).")
+    fm_connect_params_version: int | None = Field(
+        None, ge=1, le=2, description="fmConnectParams version for libnvfm, 1 or 2 (default: v2 for a 550+ "
+                                      "library, else v1).")
     platform: str | None = Field(
         None, description="GPU layout (physical id = module id -> PCI address): a shipped name "
                           "(dgx-h100, supermicro-hgx-h100) or a JSON/YAML file (e.g. a mounted ConfigMap). "
