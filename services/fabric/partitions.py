@@ -241,7 +241,7 @@ class PartitionService:
         out = []
         for pid, pci in sorted(gpus.items()):
             reason = reasons.get(pci) or degraded.get(pid)
-            out.append({"physical_id": pid, "pci_bus_id": pci, "healthy": reason is None, "reason": reason,
+            out.append({"physical_id": pid, "pci_bus_id": pci or None, "healthy": reason is None, "reason": reason,
                         "pci_source": "fabric-manager" if pid in from_fm else ("layout" if pci else "unknown")})
         return {
             "source": "fabric-manager",

@@ -71,8 +71,8 @@ def build_fabric_state_status(
             for g in gpus
         ]
         failed = [
-            {"physicalId": g["physical_id"], "pciBusId": g["pci_bus_id"], "kind": "gpu",
-             "reason": g.get("reason") or "NVLink failure"}
+            {k: v for k, v in {"physicalId": g["physical_id"], "pciBusId": g["pci_bus_id"], "kind": "gpu",
+                               "reason": g.get("reason") or "NVLink failure"}.items() if v is not None}
             for g in gpus if not g["healthy"]
         ]
         failed += [
