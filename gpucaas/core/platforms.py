@@ -76,13 +76,19 @@ class PlatformLayout:
     def bdf_to_physical_id(self) -> dict[str, int]:
         return dict(zip(self.gpu_bdfs, self.gpu_physical_ids, strict=True))
 
-    def view(self) -> dict[str, Any]:
-        """JSON form (topology endpoint, doctor, caasctl)."""
+    def view(self, sysfs_root: str | Path | None = None) -> dict[str, Any]:
+        """JSON form (topology endpoint, doctor, caasctl); with ``sysfs_root`` each GPU also
+        carries what sysfs says about it (NUMA node, slot, upstream bridge)."""
         numa = self.gpu_numa_nodes or (None,) * len(self.gpu_bdfs)
+        gpus = []
+        for p, b, n in sorted(zip(self.gpu_physical_ids, self.gpu_bdfs, numa, strict=True)):
+            row: dict[str, Any] = {"physical_id": p, "pci_bus_id": b, "numa_node": n}
+            if sysfs_root is not None:
+                row["sysfs"] = sysfs_gpu_facts(sysfs_root, b)
+            gpus.append(row)
         return {
             "name": self.name, "source": self.source, "verified": self.verified,
-            "gpus": [{"physical_id": p, "pci_bus_id": b, "numa_node": n}
-                     for p, b, n in sorted(zip(self.gpu_physical_ids, self.gpu_bdfs, numa, strict=True))],
+            "gpus": gpus,
             "nvswitches": list(self.nvswitch_bdfs),
             "memory_controller": self.memory_controller_bdf,
         }
@@ -247,6 +253,35 @@ def cross_check_sysfs(layout: PlatformLayout, sysfs_root: str | Path) -> list[st
                     and (read(d.name, "class") or "").startswith("0x0302"):
                 problems.append(f"NVIDIA GPU {d.name} in sysfs is not in layout {layout.name}")
     return problems
+
+
+def sysfs_gpu_facts(sysfs_root: str | Path, bdf: str) -> dict[str, Any]:
+    """What sysfs says about one GPU address: NUMA node, the physical slot whose address
+    matches (``/sys/bus/pci/slots/*/address`` = domain:bus:device), and the upstream
+    bridge (the parent of the device's real directory). Missing pieces are None; shown
+    beside the layout so an operator can match module ids to slots and bridges."""
+    root = Path(sysfs_root)
+    dev = root / "bus" / "pci" / "devices" / bdf
+    facts: dict[str, Any] = {"present": dev.exists(), "numa_node": None, "slot": None, "upstream_bridge": None}
+    if not dev.exists():
+        return facts
+    try:
+        numa = int((dev / "numa_node").read_text().strip())
+        facts["numa_node"] = None if numa < 0 else numa
+    except (OSError, ValueError):
+        pass
+    slots = root / "bus" / "pci" / "slots"
+    if slots.is_dir():
+        for slot in sorted(slots.iterdir()):
+            try:
+                if (slot / "address").read_text().strip() == bdf.rsplit(".", 1)[0]:  # dddd:bb:dd
+                    facts["slot"] = slot.name
+            except OSError:
+                continue
+    parent = dev.resolve().parent.name
+    if _BDF.match(parent):
+        facts["upstream_bridge"] = parent
+    return facts
 
 
 def validate_against_table(layout: PlatformLayout, table: Iterable[Iterable[int]],

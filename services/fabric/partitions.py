@@ -97,12 +97,14 @@ class PartitionService:
         on_change: Callable[[], None] | None = None,
         layout: PlatformLayout | None = None,
         gpu_reset: Callable[[tuple[str, ...]], None] | None = None,
+        sysfs_root: Any = None,
     ) -> None:
         self.fm = fm
         self.store = store
         self.layout = layout
         self._layout_pci = layout.physical_id_to_bdf() if layout else {}
         self.gpu_reset = gpu_reset
+        self.sysfs_root = sysfs_root  # shown beside the layout: what sysfs says of each GPU
         self._fm_pci_ids: set[int] = set()  # physical ids Fabric Manager gave a PCI bus id for
         self.status = FabricStatus()
         self._lock = threading.RLock()
@@ -246,7 +248,7 @@ class PartitionService:
         return {
             "source": "fabric-manager",
             "gpus": out,
-            "layout": self.layout.view() if self.layout else None,
+            "layout": self.layout.view(self.sysfs_root) if self.layout else None,
             "layout_problems": self.status.layout_problems or [],
         }
 

@@ -145,7 +145,7 @@ class FabricNode:
         except LayoutError as exc:
             raise FabricServiceError(str(exc)) from exc
         self.service = PartitionService(self.fm, self.store, layout=self.layout,
-                                        gpu_reset=sysfs_gpu_reset(settings))
+                                        gpu_reset=sysfs_gpu_reset(settings), sysfs_root=settings.sysfs_root)
         self.fabric_resets = 0
         self.last_reset_report: dict[str, list[str]] | None = None
         self.vm: ServiceVM | None = None

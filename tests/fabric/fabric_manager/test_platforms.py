@@ -157,3 +157,26 @@ def test_layout_disagreeing_with_fm_pci_ids_is_reported(tmp_path: Path, hgx_boar
         service = PartitionService(fm, store, layout=SUPERMICRO_HGX_H100)
         problems = service.validate_layout()
     assert "GPU 1: Fabric Manager says 0000:3a:00.0, layout supermicro-hgx-h100 says 0000:19:00.0" in problems
+
+
+def test_sysfs_facts_beside_the_layout(hgx_board: FakeBoard) -> None:
+    """NUMA node, physical slot (slots/*/address) and upstream bridge, where sysfs has them."""
+    import os
+
+    from gpucaas.core.platforms import sysfs_gpu_facts
+
+    slot = hgx_board.sysfs / "bus" / "pci" / "slots" / "GPU-SXM-3"
+    slot.mkdir(parents=True)
+    (slot / "address").write_text("0000:3a:00\n")
+    # A device directory that lives under its bridge, as on real sysfs (bus/pci/devices/* are links).
+    bridge = hgx_board.sysfs / "devices" / "pci0000:00" / "0000:39:01.0"
+    bridge.mkdir(parents=True)
+    real = bridge / "0000:3a:00.0"
+    os.rename(hgx_board.device_dir("0000:3a:00.0"), real)
+    hgx_board.device_dir("0000:3a:00.0").symlink_to(real)
+    facts = sysfs_gpu_facts(hgx_board.sysfs, "0000:3a:00.0")
+    assert facts == {"present": True, "numa_node": 0, "slot": "GPU-SXM-3", "upstream_bridge": "0000:39:01.0"}
+    view = DGX_H100.view(hgx_board.sysfs)
+    row = next(g for g in view["gpus"] if g["physical_id"] == 1)
+    assert row["sysfs"]["slot"] == "GPU-SXM-3"
+    assert sysfs_gpu_facts(hgx_board.sysfs, "0000:99:00.0")["present"] is False
