@@ -152,6 +152,9 @@ def run(driver: str, runs: int) -> dict[str, Any]:
             print(f"libvirtd unavailable ({exc}); using test:///default", file=sys.stderr)
     real = daemon is not None
     tmp = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
+    from gpucaas.devtools.fake_sysfs import build_hgx_h100
+
+    board = build_hgx_h100(tmp / "board")  # GPUs are reset through its sysfs before activation
     name = f"gpucaas-fabric-bench-{os.getpid()}"
     console = (daemon.workdir / "console.log") if real else None
     settings = FabricSettings(
@@ -162,8 +165,9 @@ def run(driver: str, runs: int) -> dict[str, Any]:
         disk_image=None if real else tmp / "none.qcow2",
         kernel_cmdline="console=ttyS0 panic=-1", fm_channel="none", passthrough=False,
         console_log=console, publish=False, stop_vm_on_exit=True, stop_timeout_s=3, restart_stable_s=1.0,
+        sysfs_root=board.sysfs,
     )
-    fabric = SimulatedFabric()
+    fabric = SimulatedFabric(h100=True)
     node = FabricNode(settings, fm=SimulatedFabricManager(fabric))
     replay: list[float] = []
     ready: list[float] = []
