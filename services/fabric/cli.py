@@ -59,6 +59,16 @@ def command(
     from services.fabric.runtime import FabricNode
     from services.fabric.settings import FabricSettings
 
+    import os
+
+    from services.fabric.runtime import missing_library_error
+
+    # No silent simulator (issue 15): without libnvfm the default backend cannot run; say so in
+    # one line before anything else is validated. Keep this check when the CLI is generated.
+    problem = missing_library_error(fm_backend or os.environ.get(f"{_E}FM_BACKEND"), os.environ.get(f"{_E}FM_LIBRARY"))
+    if problem:
+        typer.echo(f"gpucaas fabric: {problem}", err=True)
+        raise typer.Exit(1)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     given = {
         "node_name": node_name, "socket": socket, "state_dir": state_dir, "sysfs_root": sysfs_root,

@@ -102,6 +102,16 @@ def make_fabric_manager(settings: FabricSettings) -> FabricManager:
     )
 
 
+def missing_library_error(backend: str | None, library: str | Path | None) -> str | None:
+    """The one-line start-up error when the nvfm backend (the default) has no libnvfm, else None."""
+    if (backend or "nvfm") != "nvfm":
+        return None
+    from services.fabric.fabric_manager.factory import missing_library_message
+    from services.fabric.fabric_manager.nvfm import find_libnvfm
+
+    return missing_library_message(library) if find_libnvfm(library) is None else None
+
+
 def resolve_layout(settings: FabricSettings) -> PlatformLayout | None:
     """The host's physical id -> PCI layout: the configured one (name or file), else the
     simulator's board, else the shipped layout sysfs matches; None when nothing matches."""
@@ -252,12 +262,10 @@ class FabricNode:
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
-        if s.fm_backend == "nvfm" and not self._fm_injected:
-            from services.fabric.fabric_manager.factory import missing_library_message
-            from services.fabric.fabric_manager.nvfm import find_libnvfm
-
-            if find_libnvfm(s.fm_library) is None:
-                raise FabricServiceError(missing_library_message(s.fm_library))
+        if not self._fm_injected:
+            problem = missing_library_error(s.fm_backend, s.fm_library)
+            if problem:
+                raise FabricServiceError(problem)
         log.info("fabric service starting on node %s: %s", s.node_name, s.redacted())
         if self.layout is None:
             log.error("no GPU layout: set GPUCAAS_FABRIC_PLATFORM (%s or a file); on H100 Fabric Manager "

@@ -55,7 +55,7 @@ def test_cli_serves_and_stops(tmp_path: Path, tmp_path_factory: pytest.TempPathF
 
 
 def test_cli_rejects_bad_settings(tmp_path: Path) -> None:
-    res = subprocess.run([GPUCAAS, "fabric", "--domain-type", "xen",
+    res = subprocess.run([GPUCAAS, "fabric", "--domain-type", "xen", "--fm-backend", "simulator",
                           "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert res.returncode != 0
     assert "domain_type" in res.stdout + res.stderr
@@ -64,12 +64,20 @@ def test_cli_rejects_bad_settings(tmp_path: Path) -> None:
 def test_cli_without_libnvfm_says_what_to_install_or_set(tmp_path: Path) -> None:
     """No GPUCAAS_FABRIC_FM_BACKEND and no libnvfm: exit non-zero with one line naming the fix."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_FABRIC_")}
-    env.update({"GPUCAAS_FABRIC_STATE_DIR": str(tmp_path / "st"), "GPUCAAS_FABRIC_VM_ENABLED": "false",
-                "GPUCAAS_FABRIC_PUBLISH": "false",
-                "GPUCAAS_FABRIC_SOCKET": str(tmp_path / "s.sock")})
-    res = subprocess.run([GPUCAAS, "fabric"], capture_output=True, text=True, timeout=120, env=env)
+    res = subprocess.run([GPUCAAS, "fabric"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert res.returncode != 0
     lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
     assert len(lines) == 1, lines
     assert "libnvfm not found" in lines[0] and "install NVIDIA's libnvfm1" in lines[0]
     assert "GPUCAAS_FABRIC_FM_LIBRARY" in lines[0] and "GPUCAAS_FABRIC_FM_BACKEND=simulator" in lines[0]
+
+
+def test_nvfm_forced_with_a_missing_library_path_names_it(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_FABRIC_")}
+    env |= {"GPUCAAS_FABRIC_FM_BACKEND": "nvfm", "GPUCAAS_FABRIC_FM_LIBRARY": str(tmp_path / "libnvfm.so.1")}
+    res = subprocess.run([GPUCAAS, "fabric"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        f"gpucaas fabric: libnvfm not found at {tmp_path / 'libnvfm.so.1'}: install NVIDIA's libnvfm1 "
+        "(Fabric Manager SDK, the driver branch of the service VM's nv-fabricmanager) on the node or set "
+        "GPUCAAS_FABRIC_FM_LIBRARY to it; for development only, set GPUCAAS_FABRIC_FM_BACKEND=simulator"]

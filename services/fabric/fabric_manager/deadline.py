@@ -98,7 +98,10 @@ class DeadlineFabricManager:
 
     def __getattr__(self, name: str) -> Any:
         # The simulator's event switches (restart, fabric, ...) stay reachable.
-        return getattr(self.__dict__["_inner"], name)
+        inner = self.__dict__.get("_inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
 
     def _run(self, what: str, fn: Callable[[FabricManager], T], deadline: float) -> T:
         with self._swap:
