@@ -166,11 +166,16 @@ class FabricStatePublisher:
         """A fabric reset took the partitions of ``lost`` (activation views): raise an Event on
         FabricState and on each pod, set the ``NVLinkFabricIntact=False`` condition on the pods'
         GPU leases, and per ``policy`` evict the pods ("evict") or leave them flagged ("flag").
-        Each step is tried for every holder; failures are logged and returned, never raised."""
+        Each step is tried for every holder; failures are logged and returned, never raised.
+        ``reported`` lists the holders fully handled (a pod already gone counts as handled);
+        the caller retries the others."""
         from kubernetes import client
 
+        def gone(exc: Exception) -> bool:
+            return getattr(exc, "status", None) == 404
+
         core = client.CoreV1Api(self.api.api_client)
-        done: dict[str, list[str]] = {"events": [], "leases": [], "evicted": [], "errors": []}
+        done: dict[str, list[str]] = {"events": [], "leases": [], "evicted": [], "errors": [], "reported": []}
         who = [a.get("pod") or a["holder"] for a in lost]
         try:
             self._event(core, "default", {"apiVersion": API_VERSION, "kind": "FabricState", "name": self.node},
@@ -180,6 +185,7 @@ class FabricStatePublisher:
         except Exception as exc:
             done["errors"].append(f"event on FabricState/{self.node}: {exc}")
         for a in lost:
+            errors_before = len(done["errors"])
             pod = a.get("pod")
             if pod and "/" in pod:
                 ns, name = pod.split("/", 1)
@@ -204,7 +210,10 @@ class FabricStatePublisher:
                         metadata=client.V1ObjectMeta(name=name, namespace=ns)))
                     done["evicted"].append(pod)
                 except Exception as exc:
-                    done["errors"].append(f"evicting {pod}: {exc}")
+                    if not gone(exc):
+                        done["errors"].append(f"evicting {pod}: {exc}")
+            if len(done["errors"]) == errors_before:
+                done["reported"].append(a["holder"])
         for e in done["errors"]:
             log.warning("fabric reset report: %s", e)
         self.notify()

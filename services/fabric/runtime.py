@@ -167,7 +167,8 @@ class FabricNode:
         self._reconciler: threading.Thread | None = None
         self.vm_restart_replays = 0
         self._stopped = False
-        self._pending_reset_report = False
+        self._unreported: set[str] = set()  # lost holders Kubernetes has not been told about yet
+        self._report_lock = threading.Lock()  # the VM watcher and the reconcile loop both report
 
     # --- parts ----------------------------------------------------------------------
     def _template_text(self) -> str:
@@ -215,9 +216,21 @@ class FabricNode:
     def _fabric_reset(self, reason: str) -> None:
         lost = self.service.fabric_reset(reason)
         self.fabric_resets += 1
-        if lost and self.publisher is not None:
-            self.last_reset_report = self.publisher.report_fabric_reset(
-                [activation_view(a) for a in lost], self.settings.fabric_reset_policy)
+        self._unreported |= {a.holder for a in lost}
+        self._report_lost()
+
+    def _report_lost(self) -> None:
+        """Tell Kubernetes about lost holders not reported yet (retried from the reconcile
+        loop until the API takes it: nothing keeps running on a broken fabric unseen)."""
+        with self._report_lock:
+            if self.publisher is None or not self._unreported:
+                return
+            views = [v for v in self.service.lost() if v["holder"] in self._unreported]
+            self._unreported &= {v["holder"] for v in views}  # released meanwhile: nothing to tell
+            if not views:
+                return
+            self.last_reset_report = self.publisher.report_fabric_reset(views, self.settings.fabric_reset_policy)
+            self._unreported -= set(self.last_reset_report.get("reported", []))
 
     def _fabric_fresh(self) -> list[int] | None:
         """The service VM was (re)booted: reconnect to its Fabric Manager and replay the records.
@@ -286,9 +299,7 @@ class FabricNode:
             if booted:
                 if len(self.store.book):
                     # The VM was down: its boot reset the NVSwitches, whatever the records say.
-                    self.service.fabric_reset("service VM booted while partitions were recorded "
-                                              "(NVSwitches reset)")
-                    self._pending_reset_report = True
+                    self._fabric_reset("service VM booted while partitions were recorded (NVSwitches reset)")
                 self._fabric_fresh()
             elif not self.service.reconcile()["reachable"]:
                 log.warning("Fabric Manager not reachable yet; partitions wait for it")
@@ -309,10 +320,7 @@ class FabricNode:
                                                       interval_s=s.publish_interval_s)
                 self.service.add_listener(self.publisher.notify)
                 self.publisher.start()
-                if self._pending_reset_report and self.service.store.book.lost():
-                    self.last_reset_report = self.publisher.report_fabric_reset(
-                        self.service.lost(), s.fabric_reset_policy)
-            self._pending_reset_report = False
+                self._report_lost()
         except BaseException:
             self.stop()
             raise
@@ -330,6 +338,10 @@ class FabricNode:
 
     def _reconcile_loop(self) -> None:
         while not self._stop.wait(self.settings.reconcile_interval_s):
+            try:
+                self._report_lost()
+            except Exception:
+                log.exception("reporting the fabric reset failed")
             try:
                 self.service.reconcile()
             except FabricServiceError as exc:

@@ -141,3 +141,25 @@ def test_vm_restart_reports_lost_fabric_and_new_pods_get_fresh_partitions(node: 
         wait_for(lambda: {x["type"]: x for x in (custom.get_cluster_custom_object(
             GROUP, VERSION, FABRICSTATE_PLURAL, NODE).get("status") or {}).get("conditions") or []}
             .get("NVLinkFabricIntact", {}).get("status") == "True", 30, what="NVLinkFabricIntact=True")
+
+
+def test_a_report_kubernetes_refused_is_retried(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                k8s, core, custom) -> None:
+    """The pod's namespace does not exist when the fabric resets (the Event is refused); the
+    reconcile loop keeps trying until Kubernetes takes it."""
+    node = start_node(tmp_path, tmp_path_factory.mktemp("s"), k8s, "flag")
+    try:
+        with FabricClient(node.settings.socket) as c:
+            c.activate(holder(2, 4), pcis(2, 4))
+            c.sync([{"holder": holder(2, 4), "pod": "late/pair"}], grace_seconds=0)
+            crash_vm(node)
+            wait_for(lambda: node.last_reset_report is not None, 30, what="the first report")
+            assert node.last_reset_report["reported"] == []  # refused: namespace "late" is missing
+            assert any("event on pod late/pair" in e for e in node.last_reset_report["errors"])
+            core.create_namespace(kclient.V1Namespace(metadata=kclient.V1ObjectMeta(name="late")))
+            wait_for(lambda: node.last_reset_report["reported"] == [holder(2, 4)], 30, what="the retried report")
+            assert [e.reason for e in fabric_events(core, "late")] == ["NVLinkLost"]
+            assert not node._unreported
+    finally:
+        node.stop()
+        node.vm.undefine()
