@@ -212,7 +212,7 @@ class PartitionService:
             "holder": rec.holder if rec else None,
         }
 
-    def _failed_devices(self) -> Any:
+    def failed_devices(self) -> Any:
         """fmGetNvlinkFailedDevices, or an empty answer where Fabric Manager does not support it
         (restart mode; FM User Guide, "Fabric Manager Restart Mode")."""
         from services.fabric.fabric_manager.interface import FailedDevices
@@ -228,7 +228,7 @@ class PartitionService:
         available than the GPU has (how H100 shows it: its failed list is always empty)."""
         with self._lock:
             parts = self._partitions()
-            failed = self._failed_devices()
+            failed = self.failed_devices()
         reasons = {d.pci_bus_id: f"NVLink failure on ports {list(d.ports)}" if d.ports else "NVLink failure"
                    for d in failed.gpus}
         gpus: dict[int, str] = {}
@@ -258,7 +258,7 @@ class PartitionService:
 
     def failed_gpus(self) -> list[str]:
         with self._lock:
-            failed = self._failed_devices()  # empty where FM does not support it (restart mode)
+            failed = self.failed_devices()  # empty where FM does not support it (restart mode)
             return sorted(failed.gpu_pci_bus_ids)
 
     def probe(self) -> bool:
@@ -587,6 +587,8 @@ class PartitionService:
                 if report["unrecorded"]:
                     log.warning("partitions %s active in Fabric Manager without a record", report["unrecorded"])
                 report["reachable"] = True
+                if self.layout is not None and self.status.layout_problems is None:
+                    self.validate_layout()  # not done at start (Fabric Manager was not reachable)
             except Unavailable as exc:
                 log.warning("reconcile: %s", exc)
         if report["activated"] or report["released"]:

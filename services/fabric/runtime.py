@@ -261,7 +261,7 @@ class FabricNode:
         try:
             partitions = self.service.list_partitions()
             gpus = self.service.topology()["gpus"]
-            failed = self.service._failed_devices()
+            failed = self.service.failed_devices()
             switches = [{"pci_bus_id": d.pci_bus_id, "reason": f"NVLink failure on ports {list(d.ports)}"}
                         for d in failed.switches]
             fm_state["reachable"] = True
