@@ -1,8 +1,22 @@
-"""Fabric replay benchmark: service VM crash -> partitions replayed, in seconds.
+"""Fabric replay benchmark: Fabric Manager restart -> partitions replayed (and, with
+``--event vm-crash``, service VM crash -> fabric reset handled), in seconds.
 
-Run: ``python -m benchmarks.fabric_replay [--quick] [--driver auto|libvirtd|test]``.
-The last line of stdout is one JSON object with ``replay_s`` (median), its runs, and
-``driver`` saying which libvirt ran the VM.
+Run: ``python -m benchmarks.fabric_replay [--quick] [--event fm-restart|vm-crash]
+[--driver auto|libvirtd|test] [--silent-s S]``. The last line of stdout is one JSON object.
+
+``--event fm-restart`` (the default; what FM's resiliency covers): a full ``FabricNode``
+with the production wiring -- the nvfm backend over the compiled C double of libnvfm
+(tests/fabric/fabric_manager/libnvfm_fake, H100 mode), each call bounded by
+``fm_call_deadline_s`` (5 s) and the reconcile loop every ``reconcile_interval_s`` (5 s).
+Three partitions are active. Each run: Fabric Manager goes silent for ``--silent-s``
+seconds (every call blocks, as a hung FM makes libnvfm block ~70 s), then restarts in
+restart mode (``FABRIC_MODE_RESTART=1``), which exits after 60 s without the activated
+list. ``replay_s`` is restart -> the list replayed and the partitions active again;
+``within_fm_window`` says it beat the 60 s. ``hang_to_replay_s`` counts from the hang.
+
+``--event vm-crash`` (below, the original method): the service VM is killed; since a VM
+restart resets the NVSwitches this is a fabric reset, not a replay: ``reset_s`` is the
+time until the watcher restarted the VM and the records were marked lost.
 
 Method: a full ``FabricNode`` (records on disk, local API on a unix socket, the VM
 watcher, the reconcile loop) runs the service VM with the production defaults for
@@ -53,6 +67,76 @@ SETS = [(1, 2, 3, 4), (5, 7), (6,)]
 
 
 
+def fm_restart(runs: int, silent_s: float) -> dict[str, Any]:
+    import ctypes
+    import shutil
+    import subprocess
+
+    from gpucaas.devtools.fake_sysfs import build_hgx_h100
+    from services.fabric.fabric_manager.nvfm import load_libnvfm
+
+    tmp = Path(tempfile.mkdtemp(prefix="fabric-bench-fm-"))
+    src = Path(__file__).resolve().parent.parent / "tests/fabric/fabric_manager/libnvfm_fake/nvfm_fake.c"
+    lib_path = tmp / "libnvfm.so.535.216.01"
+    subprocess.run([shutil.which("gcc") or "gcc", "-std=c11", "-O1", "-shared", "-fPIC", "-pthread", "-o",
+                    str(lib_path), str(src)], check=True)
+    lib = load_libnvfm(lib_path)
+    lib.fakeFmStall.argtypes = [ctypes.c_int]
+    lib.fakeFmReset()
+    lib.fakeFmSetH100(1)
+    board = build_hgx_h100(tmp / "board")
+    settings = FabricSettings(
+        node_name="bench-node", socket=tmp / "fabric.sock", state_dir=tmp / "state", fm_backend="nvfm",
+        fm_library=lib_path, vm_enabled=False, publish=False, sysfs_root=board.sysfs,
+    )
+    node = FabricNode(settings)
+    gpu = board.physical_id_map()
+    replay: list[float] = []
+    from_hang: list[float] = []
+    want = {1, 5, 12}
+    try:
+        node.start()
+        with FabricClient(settings.socket) as c:
+            for s in SETS:
+                c.activate(holder_for_gpus(gpu[g] for g in s), [gpu[g] for g in s])
+
+        def active() -> set[int]:
+            return {i for i in range(15) if lib.fakeFmIsActive(i) == 1}
+
+        assert active() == want, active()
+        for _ in range(runs):
+            before = node.service.status.replays
+            t_hang = time.monotonic()
+            lib.fakeFmStall(-1)  # FM silent: every call blocks
+            time.sleep(silent_s)
+            lib.fakeFmStop()
+            lib.fakeFmStart(1)  # back in restart mode: waits 60 s for the activated list
+            lib.fakeFmStall(0)
+            t0 = time.monotonic()
+            wait_for(lambda: node.service.status.replays > before and not lib.fakeFmAwaitingList()
+                     and active() == want, 120, interval=0.01, what="replay after the FM restart")
+            replay.append(time.monotonic() - t0)
+            from_hang.append(time.monotonic() - t_hang)
+            assert lib.fakeFmRunning() == 1
+    finally:
+        lib.fakeFmStall(0)
+        node.stop()
+    median = statistics.median(replay)
+    return {
+        "event": "fm-restart",
+        "replay_s": round(median, 3),
+        "replay_runs_s": [round(x, 3) for x in replay],
+        "hang_to_replay_s": [round(x, 3) for x in from_hang],
+        "within_fm_window": max(replay) < 60.0,
+        "fm_restart_window_s": 60,
+        "silent_s": silent_s,
+        "fm_call_deadline_s": settings.fm_call_deadline_s,
+        "reconcile_interval_s": settings.reconcile_interval_s,
+        "fabric_manager": "nvfm binding over the compiled libnvfm C double (H100 mode, restart mode)",
+        "partitions_replayed": sorted(want),
+    }
+
+
 def run(driver: str, runs: int) -> dict[str, Any]:
     daemon = image = None
     if driver in ("auto", "libvirtd"):
@@ -68,6 +152,9 @@ def run(driver: str, runs: int) -> dict[str, Any]:
             print(f"libvirtd unavailable ({exc}); using test:///default", file=sys.stderr)
     real = daemon is not None
     tmp = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
+    from gpucaas.devtools.fake_sysfs import build_hgx_h100
+
+    board = build_hgx_h100(tmp / "board")  # GPUs are reset through its sysfs before activation
     name = f"gpucaas-fabric-bench-{os.getpid()}"
     console = (daemon.workdir / "console.log") if real else None
     settings = FabricSettings(
@@ -78,8 +165,9 @@ def run(driver: str, runs: int) -> dict[str, Any]:
         disk_image=None if real else tmp / "none.qcow2",
         kernel_cmdline="console=ttyS0 panic=-1", fm_channel="none", passthrough=False,
         console_log=console, publish=False, stop_vm_on_exit=True, stop_timeout_s=3, restart_stable_s=1.0,
+        sysfs_root=board.sysfs,
     )
-    fabric = SimulatedFabric()
+    fabric = SimulatedFabric(h100=True)
     node = FabricNode(settings, fm=SimulatedFabricManager(fabric))
     replay: list[float] = []
     ready: list[float] = []
@@ -94,6 +182,11 @@ def run(driver: str, runs: int) -> dict[str, Any]:
                 c.activate(holder_for_gpus(GPU[g] for g in s), [GPU[g] for g in s])
         want = set(fabric.active_partition_ids())
         for i in range(runs):
+            if i:  # the holders of the last run lost their partitions: new pods take them again
+                with FabricClient(settings.socket) as c:
+                    c.sync([], grace_seconds=0)
+                    for s in SETS:
+                        c.activate(holder_for_gpus(GPU[g] for g in s), [GPU[g] for g in s])
             before = node.vm_restart_replays
             boots = console.read_text(errors="replace").count("gpucaas-test-vm: up") if console else 0
             t0 = time.monotonic()
@@ -106,8 +199,9 @@ def run(driver: str, runs: int) -> dict[str, Any]:
                 conn = libvirt.open("test:///default")
                 conn.lookupByName(name).destroy()
                 conn.close()
-            wait_for(lambda: node.vm_restart_replays > before and set(fabric.active_partition_ids()) == want,
-                     300, interval=0.01, what="restart + replay")
+            # A VM restart is a fabric reset: handled when the VM is back and the records lost.
+            wait_for(lambda: node.vm_restart_replays > before and not fabric.active_partition_ids()
+                     and len(node.store.book.lost()) == len(SETS), 300, interval=0.01, what="restart + reset")
             replay.append(time.monotonic() - t0)
             if console is not None:
                 wait_for(lambda: console.read_text(errors="replace").count("gpucaas-test-vm: up") > boots,
@@ -123,11 +217,12 @@ def run(driver: str, runs: int) -> dict[str, Any]:
         if daemon is not None:
             daemon.stop()
     out: dict[str, Any] = {
-        "replay_s": round(statistics.median(replay), 3),
-        "replay_runs_s": [round(x, 3) for x in replay],
+        "event": "vm-crash",
+        "reset_s": round(statistics.median(replay), 3),
+        "reset_runs_s": [round(x, 3) for x in replay],
         "driver": "libvirtd+qemu (type=qemu, TCG)" if real else "test:///default",
         "fabric_manager": "simulator (stands for FM inside the VM)",
-        "partitions_replayed": sorted(want),
+        "partitions_lost": sorted(want),
         "watch_interval_s": settings.watch_interval_s,
         "vm_events": settings.vm_events,
         "restart_backoff_initial_s": settings.restart_backoff_initial_s,
@@ -141,9 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one crash instead of three")
     ap.add_argument("--driver", choices=["auto", "libvirtd", "test"], default="auto")
+    ap.add_argument("--event", choices=["fm-restart", "vm-crash"], default="fm-restart")
+    ap.add_argument("--silent-s", type=float, default=12.0,
+                    help="fm-restart: how long FM is silent before it restarts (default 12 s)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    result = run(args.driver, 1 if args.quick else 3)
+    runs = 1 if args.quick else 3
+    result = fm_restart(runs, args.silent_s) if args.event == "fm-restart" else run(args.driver, runs)
     print(json.dumps(result))
     return 0
 

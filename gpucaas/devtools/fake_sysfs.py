@@ -136,6 +136,18 @@ class FakeBoard:
         dev = next(d for d in self.devices if d.bdf == bdf)
         (self.dev / "vfio" / str(dev.iommu_group)).write_bytes(b"")
 
+    def resets(self, bdf: str) -> int:
+        """How many times the device was reset through its sysfs ``reset`` attribute
+        (``gpucaas.core.gpu_reset`` appends one line per reset)."""
+        try:
+            return (self.device_dir(bdf) / "reset").read_text().count("1")
+        except FileNotFoundError:
+            return 0
+
+    def reset_log(self) -> dict[str, int]:
+        """Resets per GPU PCI address (GPUs reset at least once)."""
+        return {d.bdf: n for d in self.gpus if (n := self.resets(d.bdf))}
+
     def write_rom(self, bdf: str, content: bytes) -> None:
         (self.device_dir(bdf) / "rom").write_bytes(content)
 
@@ -249,6 +261,9 @@ def build_hgx_h100(
             _link_driver(sysfs, d.bdf, d.driver)
         if d.kind == "gpu":
             (dev_dir / "rom").write_bytes(rom_image())
+            # What Linux 5.15+ offers for an H100 behind a PCIe switch port; see gpucaas.core.gpu_reset.
+            (dev_dir / "reset_method").write_text("flr bus\n")
+            (dev_dir / "reset").write_text("")
         if d.vfio_dev is not None:
             (dev_dir / "vfio-dev" / f"vfio{d.vfio_dev}").mkdir(parents=True, exist_ok=True)
 

@@ -21,6 +21,12 @@ def fabric_summary(fs: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "active_partitions": [p.get("id") for p in parts if p.get("active")],
         "failed_devices": len(st.get("failedDevices") or []),
         "updated_at": st.get("updatedAt"),
+        # physical id (module id) -> PCI address, as the fabric service maps them (docs/fabric-manager.md)
+        "gpu_map": {str(g["physicalId"]): g.get("pciBusId") for g in st.get("gpus") or [] if "physicalId" in g},
+        # NVLinkFabricIntact: False after a fabric reset until the holders that lost NVLink are gone
+        "nvlink_fabric": next((("intact" if c.get("status") == "True" else "lost")
+                               for c in st.get("conditions") or [] if c.get("type") == "NVLinkFabricIntact"), None),
+        "lost_pods": [x.get("pod") or x.get("holder") for x in st.get("lostPartitions") or []],
     }
 
 

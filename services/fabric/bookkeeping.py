@@ -60,6 +60,10 @@ class Activation:
     since: datetime = field(default_factory=utcnow)
     nvlink: bool = False
     releasing: bool = False  # deactivation asked but not confirmed by Fabric Manager
+    #: Why the partitions are gone while the holder still holds the GPUs (a fabric reset:
+    #: the service VM restarted and reset the NVSwitches). None: the fabric is intact.
+    lost: str | None = None
+    lost_at: datetime | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -67,6 +71,7 @@ class Activation:
         d["partition_ids"] = list(self.partition_ids)
         d["physical_ids"] = list(self.physical_ids)
         d["since"] = self.since.isoformat()
+        d["lost_at"] = self.lost_at.isoformat() if self.lost_at else None
         return d
 
     @classmethod
@@ -80,6 +85,8 @@ class Activation:
             since=datetime.fromisoformat(d["since"]),
             nvlink=bool(d.get("nvlink", False)),
             releasing=bool(d.get("releasing", False)),
+            lost=d.get("lost"),
+            lost_at=datetime.fromisoformat(d["lost_at"]) if d.get("lost_at") else None,
         )
 
 
@@ -105,19 +112,25 @@ class ActivationBook:
         return self._by_holder.pop(holder, None)
 
     def holder_of(self, partition_id: int) -> Activation | None:
-        """The record that holds this partition (active or being activated)."""
+        """The record that holds this partition (active or being activated; not lost)."""
         for a in self._by_holder.values():
-            if partition_id in a.partition_ids:
+            if partition_id in a.partition_ids and a.lost is None:
                 return a
         return None
 
     def desired_active(self) -> list[int]:
         """Partitions that must be active: every record not being released."""
-        return sorted({p for a in self._by_holder.values() if not a.releasing for p in a.partition_ids})
+        return sorted({p for a in self._by_holder.values()
+                       if not a.releasing and a.lost is None for p in a.partition_ids})
 
     def held(self) -> list[int]:
-        """Partitions any record names (releasing ones included)."""
-        return sorted({p for a in self._by_holder.values() for p in a.partition_ids})
+        """Partitions any record names (releasing ones included, lost ones not: Fabric
+        Manager no longer has them)."""
+        return sorted({p for a in self._by_holder.values() if a.lost is None for p in a.partition_ids})
+
+    def lost(self) -> list[Activation]:
+        """Records whose partitions a fabric reset took away (holders still present)."""
+        return [a for a in self if a.lost is not None]
 
     def snapshot(self) -> list[Activation]:
         return list(self)
@@ -226,6 +239,21 @@ class ActivationStore:
         a = replace(a, releasing=True)
         self.put(a)
         return a
+
+    def mark_lost(self, reason: str) -> list[Activation]:
+        """Every intact record loses its partitions (fabric reset); returns those marked.
+        Records being released are dropped: there is nothing left to deactivate."""
+        now = utcnow()
+        marked = []
+        for a in self.book.snapshot():
+            if a.releasing:
+                self.book.remove(a.holder)
+            elif a.lost is None:
+                a = replace(a, lost=reason, lost_at=now)
+                self.book.put(a)
+                marked.append(a)
+        self.save()
+        return marked
 
     def set_pod(self, holder: str, pod: str | None) -> None:
         a = self.book.get(holder)

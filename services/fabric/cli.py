@@ -24,6 +24,14 @@ def command(settings: FabricSettings, logging_settings: LoggingSettings) -> None
 
     from services.fabric.errors import FabricServiceError
     from services.fabric.runtime import FabricNode
+    from services.fabric.runtime import missing_library_error
+
+    # No silent simulator (issue 15): without libnvfm the default backend cannot run; say so
+    # in one line before anything starts.
+    problem = missing_library_error(settings.fm_backend, settings.fm_library)
+    if problem:
+        typer.echo(f"gpucaas fabric: {problem}", err=True)
+        raise typer.Exit(1)
 
     configure_logging(logging_settings)
     stop = threading.Event()

@@ -13,6 +13,20 @@ implementation) and the activation records (``bookkeeping``):
   active list again (``set_activated_list``).
 - ``reconcile()``: the periodic check that brings Fabric Manager back in line
   with the records (replay after a restart, finish pending releases).
+- ``fabric_reset(reason)``: the service VM restarted, which resets the NVSwitches
+  (managed hostdevs go through a vfio reset): every partition active before is
+  gone and cannot be replayed. The records are marked *lost* (the holders are
+  reported; see ``runtime`` for the Event, conditions and the pod policy), and
+  Fabric Manager is told that nothing is active.
+
+GPU identity: on H100 Fabric Manager's partition info has empty PCI bus ids
+(physical id = module id); the service fills them from the host's platform
+layout (``gpucaas.core.platforms``), the one mapping every consumer reads through
+``/v1/topology`` and FabricState.
+
+GPU reset: before a holder's partitions are activated its GPUs are reset through
+sysfs (``gpu_reset`` hook, ``gpucaas.core.gpu_reset``); after release the GPU-lease
+agent resets them right before the firmware check.
 
 Consistency: one lock serialises every change, so two racing allocations are
 decided one after the other -- exactly one wins. A record is written before
@@ -28,11 +42,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from gpucaas.core import topology
+from gpucaas.core.platforms import PlatformLayout, validate_against_table
 from services.fabric.bookkeeping import Activation, ActivationStore, utcnow
 from services.fabric.discovery import normalize_bdf
 from services.fabric.errors import Conflict, InvalidRequest, NotFound, Unavailable, Unsupported
@@ -41,6 +56,7 @@ from services.fabric.fabric_manager.interface import (
     FabricManagerError,
     FabricManagerUnavailable,
     NotReady,
+    NotSupported,
     PartitionAlreadyActive,
     PartitionConflict,
     PartitionInfo,
@@ -65,6 +81,9 @@ class FabricStatus:
     replays: int = 0
     last_replay_at: datetime | None = None
     last_replay_s: float | None = None
+    fabric_resets: int = 0
+    last_fabric_reset_at: datetime | None = None
+    layout_problems: list[str] | None = None
 
 
 class PartitionService:
@@ -76,9 +95,17 @@ class PartitionService:
         store: ActivationStore,
         *,
         on_change: Callable[[], None] | None = None,
+        layout: PlatformLayout | None = None,
+        gpu_reset: Callable[[tuple[str, ...]], None] | None = None,
+        sysfs_root: Any = None,
     ) -> None:
         self.fm = fm
         self.store = store
+        self.layout = layout
+        self._layout_pci = layout.physical_id_to_bdf() if layout else {}
+        self.gpu_reset = gpu_reset
+        self.sysfs_root = sysfs_root  # shown beside the layout: what sysfs says of each GPU
+        self._fm_pci_ids: set[int] = set()  # physical ids Fabric Manager gave a PCI bus id for
         self.status = FabricStatus()
         self._lock = threading.RLock()
         self._on_change = [on_change] if on_change else []
@@ -137,7 +164,36 @@ class PartitionService:
         return result
 
     def _partitions(self) -> list[PartitionInfo]:
-        return self._call(self.fm.list_partitions)
+        return [self._with_host_pci(p) for p in self._call(self.fm.list_partitions)]
+
+    def _with_host_pci(self, p: PartitionInfo) -> PartitionInfo:
+        """Fill empty PCI bus ids (H100) from the host layout; Fabric Manager's own wins when given."""
+        self._fm_pci_ids |= {g.physical_id for g in p.gpus if g.pci_bus_id}
+        if not self._layout_pci or all(g.pci_bus_id for g in p.gpus):
+            return p
+        gpus = tuple(g if g.pci_bus_id else replace(g, pci_bus_id=self._layout_pci.get(g.physical_id, ""))
+                     for g in p.gpus)
+        return replace(p, gpus=gpus)
+
+    def validate_layout(self) -> list[str]:
+        """Compare the host layout with Fabric Manager's table (and FM's PCI ids, where it
+        gives them); the problems are kept in ``status.layout_problems`` and returned."""
+        if self.layout is None:
+            return []
+        with self._lock:
+            raw = self._call(self.fm.list_partitions)
+        problems = validate_against_table(self.layout, [p.physical_ids for p in raw])
+        for p in raw:
+            for g in p.gpus:
+                mapped = self._layout_pci.get(g.physical_id)
+                if g.pci_bus_id and mapped and g.pci_bus_id != mapped:
+                    problems.append(f"GPU {g.physical_id}: Fabric Manager says {g.pci_bus_id}, "
+                                    f"layout {self.layout.name} says {mapped}")
+        problems = sorted(set(problems))
+        self.status.layout_problems = problems
+        for line in problems:
+            log.error("platform layout: %s", line)
+        return problems
 
     # --- queries ----------------------------------------------------------------------
     def list_partitions(self) -> list[dict[str, Any]]:
@@ -156,22 +212,44 @@ class PartitionService:
             "holder": rec.holder if rec else None,
         }
 
+    def failed_devices(self) -> Any:
+        """fmGetNvlinkFailedDevices, or an empty answer where Fabric Manager does not support it
+        (restart mode; FM User Guide, "Fabric Manager Restart Mode")."""
+        from services.fabric.fabric_manager.interface import FailedDevices
+
+        try:
+            return self._call(self.fm.nvlink_failed_devices)
+        except NotSupported:
+            return FailedDevices()
+
     def topology(self) -> dict[str, Any]:
+        """GPUs by physical id with their PCI address (host layout where FM gives none) and
+        health: failed NVLinks where FM lists them, else degradation seen as fewer NVLinks
+        available than the GPU has (how H100 shows it: its failed list is always empty)."""
         with self._lock:
             parts = self._partitions()
-            failed = self._call(self.fm.nvlink_failed_devices)
+            failed = self.failed_devices()
         reasons = {d.pci_bus_id: f"NVLink failure on ports {list(d.ports)}" if d.ports else "NVLink failure"
                    for d in failed.gpus}
         gpus: dict[int, str] = {}
+        degraded: dict[int, str] = {}
         for p in parts:
             for g in p.gpus:
                 gpus[g.physical_id] = g.pci_bus_id
+                if len(p.gpus) > 1 and g.max_nvlinks and g.nvlinks_available < g.max_nvlinks:
+                    degraded[g.physical_id] = (f"NVLink degraded: {g.nvlinks_available} of {g.max_nvlinks} "
+                                               "NVLinks available")
+        from_fm = set(self._fm_pci_ids)
+        out = []
+        for pid, pci in sorted(gpus.items()):
+            reason = reasons.get(pci) or degraded.get(pid)
+            out.append({"physical_id": pid, "pci_bus_id": pci or None, "healthy": reason is None, "reason": reason,
+                        "pci_source": "fabric-manager" if pid in from_fm else ("layout" if pci else "unknown")})
         return {
             "source": "fabric-manager",
-            "gpus": [
-                {"physical_id": pid, "pci_bus_id": pci, "healthy": pci not in reasons, "reason": reasons.get(pci)}
-                for pid, pci in sorted(gpus.items())
-            ],
+            "gpus": out,
+            "layout": self.layout.view(self.sysfs_root) if self.layout else None,
+            "layout_problems": self.status.layout_problems or [],
         }
 
     def activations(self) -> list[dict[str, Any]]:
@@ -180,7 +258,8 @@ class PartitionService:
 
     def failed_gpus(self) -> list[str]:
         with self._lock:
-            return sorted(self._call(self.fm.nvlink_failed_devices).gpu_pci_bus_ids)
+            failed = self.failed_devices()  # empty where FM does not support it (restart mode)
+            return sorted(failed.gpu_pci_bus_ids)
 
     def probe(self) -> bool:
         """Is Fabric Manager reachable now? Updates ``status``; never raises."""
@@ -250,6 +329,9 @@ class PartitionService:
             parts = self._partitions()
             pcis, physical = self._resolve(parts, gpus)
             existing = self.store.book.get(holder)
+            if existing is not None and existing.lost is not None:
+                self._release_locked(existing)  # a lost record: its partitions are gone
+                existing = None
             if existing is not None and existing.releasing:
                 self._release_locked(existing)
                 existing = self.store.book.get(holder)
@@ -278,10 +360,24 @@ class PartitionService:
                 nvlink=len(needed) == 1 and needed[0].nvlinks > 0,
             )
             self.store.put(rec)  # write-ahead: recorded before Fabric Manager is asked
-            self._activate_all(rec, [p for p in needed if not p.active])
+            todo = [p for p in needed if not p.active]
+            if todo:
+                self._reset_gpus(rec)
+            self._activate_all(rec, todo)
             log.info("activated partitions %s for %s (GPUs %s)", list(rec.partition_ids), holder, list(pcis))
         self._changed()
         return result_view(rec)
+
+    def _reset_gpus(self, rec: Activation) -> None:
+        """Reset the holder's GPUs before activation (the hypervisor's part of the Shared
+        NVSwitch model); a GPU that cannot be reset is not handed out."""
+        if self.gpu_reset is None:
+            return
+        try:
+            self.gpu_reset(rec.gpus)
+        except Exception as exc:
+            self.store.remove(rec.holder)
+            raise Unavailable(f"GPU reset before activation failed for {rec.holder}: {exc}") from exc
 
     def _activate_all(self, rec: Activation, todo: list[PartitionInfo]) -> None:
         done: list[int] = []
@@ -341,6 +437,13 @@ class PartitionService:
                 "pending": not released}
 
     def _release_locked(self, rec: Activation) -> bool:
+        if rec.lost is not None:
+            # The fabric reset took these partitions; their ids may be active for a new
+            # holder by now, so nothing is deactivated: the record just goes.
+            self.store.remove(rec.holder)
+            log.info("dropped lost record of %s (partitions %s gone since %s)", rec.holder,
+                     list(rec.partition_ids), rec.lost_at)
+            return True
         self.store.mark_releasing(rec.holder)
         try:
             for pid in rec.partition_ids:
@@ -390,7 +493,14 @@ class PartitionService:
     def _replay_locked(self) -> list[int]:
         t0 = time.monotonic()
         ids = self.store.book.desired_active()
-        self.fm.set_activated_list(ids)
+        try:
+            self.fm.set_activated_list(ids)
+        except NotSupported:
+            # Fabric Manager is not waiting for a list (it did not restart, or runs without
+            # restart mode): the list is only taken after a restart; reconcile activates
+            # whatever is missing instead.
+            log.info("Fabric Manager takes no activated list now (not restarted); nothing to replay")
+            return []
         for rec in self.store.book.snapshot():
             if rec.releasing:  # not replayed: a restarted Fabric Manager has forgotten it
                 self.store.remove(rec.holder)
@@ -399,6 +509,30 @@ class PartitionService:
         self.status.last_replay_s = time.monotonic() - t0
         log.info("replayed activated partition list %s to Fabric Manager", ids)
         return ids
+
+    def fabric_reset(self, reason: str) -> list[Activation]:
+        """The NVSwitch fabric was reset (service VM restart): mark every record lost and
+        tell Fabric Manager, once reachable, that nothing is active. Returns the lost records.
+
+        Fabric Manager's resiliency (replaying the activated list) only covers its own
+        process restarting inside a running service VM, whose NVSwitch state survives
+        (FM User Guide, "Resiliency"/"Fabric Manager Restart Mode"). A VM restart with
+        managed hostdevs resets the NVSwitches through vfio, so the routing of running
+        tenant VMs is gone; claiming them active again would lie.
+        """
+        with self._lock:
+            lost = self.store.mark_lost(reason)
+            self.status.fabric_resets += 1
+            self.status.last_fabric_reset_at = datetime.now(UTC)
+        if lost:
+            log.error("fabric reset (%s): partitions of %d holder(s) lost: %s", reason, len(lost),
+                      ", ".join(describe_holder(a) for a in lost))
+        self._changed()
+        return lost
+
+    def lost(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [activation_view(a) for a in self.store.book.lost()]
 
     def reconnect(self, timeout_s: float, interval_s: float = 0.5) -> None:
         """Drop the connection and connect again, waiting up to ``timeout_s`` (FM booting)."""
@@ -453,6 +587,8 @@ class PartitionService:
                 if report["unrecorded"]:
                     log.warning("partitions %s active in Fabric Manager without a record", report["unrecorded"])
                 report["reachable"] = True
+                if self.layout is not None and self.status.layout_problems is None:
+                    self.validate_layout()  # not done at start (Fabric Manager was not reachable)
             except Unavailable as exc:
                 log.warning("reconcile: %s", exc)
         if report["activated"] or report["released"]:
@@ -505,6 +641,7 @@ class PartitionService:
                              nvlink=target.nvlinks > 0)
             self.store.put(rec)
             if not target.active:
+                self._reset_gpus(rec)
                 self._activate_all(rec, [target])
             log.warning("admin activated partition %s (force=%s, evicted %s)", pid, force, evicted)
         self._changed()
@@ -541,7 +678,8 @@ def describe_holder(rec: Activation) -> str:
 
 def activation_view(a: Activation) -> dict[str, Any]:
     return {"holder": a.holder, "gpus": list(a.gpus), "partition_ids": list(a.partition_ids),
-            "pod": a.pod, "since": a.since.isoformat(), "releasing": a.releasing}
+            "pod": a.pod, "since": a.since.isoformat(), "releasing": a.releasing,
+            "lost": a.lost, "lost_at": a.lost_at.isoformat() if a.lost_at else None}
 
 
 def result_view(a: Activation) -> dict[str, Any]:

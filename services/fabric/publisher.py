@@ -30,6 +30,8 @@ def build_fabric_state_status(
     service_vm: dict[str, Any],
     fabric_manager: dict[str, Any],
     now: datetime | None = None,
+    lost: list[dict[str, Any]] | None = None,
+    last_fabric_reset_at: datetime | None = None,
 ) -> dict[str, Any]:
     """The FabricState ``status`` (camelCase wire form). ``partitions``/``gpus`` None: FM unreachable."""
     parts = partitions or []
@@ -69,8 +71,8 @@ def build_fabric_state_status(
             for g in gpus
         ]
         failed = [
-            {"physicalId": g["physical_id"], "pciBusId": g["pci_bus_id"], "kind": "gpu",
-             "reason": g.get("reason") or "NVLink failure"}
+            {k: v for k, v in {"physicalId": g["physical_id"], "pciBusId": g["pci_bus_id"], "kind": "gpu",
+                               "reason": g.get("reason") or "NVLink failure"}.items() if v is not None}
             for g in gpus if not g["healthy"]
         ]
         failed += [
@@ -78,7 +80,33 @@ def build_fabric_state_status(
             for s in failed_switches or []
         ]
         status["failedDevices"] = failed
+    if lost is not None:
+        status["conditions"] = [fabric_intact_condition(lost, last_fabric_reset_at or now)]
+        status["lostPartitions"] = [
+            {k: v for k, v in {"holder": a["holder"], "pod": a.get("pod"), "partitionIds": a["partition_ids"],
+                               "reason": a.get("lost"), "since": a.get("lost_at")}.items() if v is not None}
+            for a in lost
+        ]
     return status
+
+
+#: Condition type on FabricState and on the GPU leases of pods whose partition was lost.
+FABRIC_CONDITION = "NVLinkFabricIntact"
+LOST_REASON = "FabricReset"
+
+
+def _ts(at: datetime | None) -> str:
+    return (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fabric_intact_condition(lost: list[dict[str, Any]], at: datetime | None) -> dict[str, Any]:
+    if not lost:
+        return {"type": FABRIC_CONDITION, "status": "True", "reason": "Intact",
+                "message": "every recorded partition is active in Fabric Manager", "lastTransitionTime": _ts(at)}
+    who = ", ".join(a.get("pod") or a["holder"] for a in lost)
+    return {"type": FABRIC_CONDITION, "status": "False", "reason": LOST_REASON,
+            "message": f"the service VM restarted and reset the NVSwitches; NVLink partitions lost by: {who}",
+            "lastTransitionTime": _ts(at)}
 
 
 def build_fabric_state(node: str) -> dict[str, Any]:
@@ -133,6 +161,100 @@ class FabricStatePublisher:
         self.published += 1
         self.last_error = None
         return status
+
+    def report_fabric_reset(self, lost: list[dict[str, Any]], policy: str) -> dict[str, list[str]]:
+        """A fabric reset took the partitions of ``lost`` (activation views): raise an Event on
+        FabricState and on each pod, set the ``NVLinkFabricIntact=False`` condition on the pods'
+        GPU leases, and per ``policy`` evict the pods ("evict") or leave them flagged ("flag").
+        Each step is tried for every holder; failures are logged and returned, never raised.
+        ``reported`` lists the holders fully handled (a pod already gone counts as handled);
+        the caller retries the others."""
+        from kubernetes import client
+
+        def gone(exc: Exception) -> bool:
+            return getattr(exc, "status", None) == 404
+
+        core = client.CoreV1Api(self.api.api_client)
+        done: dict[str, list[str]] = {"events": [], "leases": [], "evicted": [], "errors": [], "reported": []}
+        who = [a.get("pod") or a["holder"] for a in lost]
+        try:
+            self._event(core, "default", {"apiVersion": API_VERSION, "kind": "FabricState", "name": self.node},
+                        "FabricReset", f"service VM restart reset the NVSwitch fabric on {self.node}; "
+                        f"partitions lost by {', '.join(who) or 'nobody'}", "Warning")
+            done["events"].append(f"FabricState/{self.node}")
+        except Exception as exc:
+            done["errors"].append(f"event on FabricState/{self.node}: {exc}")
+        for a in lost:
+            errors_before = len(done["errors"])
+            pod = a.get("pod")
+            if pod and "/" in pod:
+                ns, name = pod.split("/", 1)
+                msg = (f"NVLink partition(s) {a['partition_ids']} of this pod were lost: the fabric service VM on "
+                       f"{self.node} restarted and reset the NVSwitches (policy: {policy})")
+                try:
+                    self._event(core, ns, {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns},
+                                "NVLinkLost", msg, "Warning")
+                    done["events"].append(pod)
+                except Exception as exc:
+                    done["errors"].append(f"event on pod {pod}: {exc}")
+            for bdf in a["gpus"]:
+                try:
+                    if self._flag_lease(bdf, a):
+                        done["leases"].append(bdf)
+                except Exception as exc:
+                    done["errors"].append(f"lease of {bdf}: {exc}")
+            if policy == "evict" and pod and "/" in pod:
+                ns, name = pod.split("/", 1)
+                try:
+                    core.create_namespaced_pod_eviction(name, ns, client.V1Eviction(
+                        metadata=client.V1ObjectMeta(name=name, namespace=ns)))
+                    done["evicted"].append(pod)
+                except Exception as exc:
+                    if not gone(exc):
+                        done["errors"].append(f"evicting {pod}: {exc}")
+            if len(done["errors"]) == errors_before:
+                done["reported"].append(a["holder"])
+        for e in done["errors"]:
+            log.warning("fabric reset report: %s", e)
+        self.notify()
+        return done
+
+    def _event(self, core: Any, namespace: str, regarding: dict[str, Any], reason: str, message: str,
+               kind: str) -> None:
+        from kubernetes import client
+
+        now = datetime.now(UTC)
+        core.create_namespaced_event(namespace, client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{regarding['name']}.fabric-", namespace=namespace),
+            involved_object=client.V1ObjectReference(**{k: v for k, v in {
+                "api_version": regarding["apiVersion"], "kind": regarding["kind"], "name": regarding["name"],
+                "namespace": regarding.get("namespace")}.items() if v}),
+            reason=reason, message=message[:1024], type=kind, first_timestamp=now, last_timestamp=now,
+            count=1, source=client.V1EventSource(component="gpucaas-fabric", host=self.node),
+            reporting_component="gpucaas-fabric", reporting_instance=self.node,
+        ))
+
+    def _flag_lease(self, bdf: str, lost: dict[str, Any]) -> bool:
+        """Set NVLinkFabricIntact=False on the GPU's lease (read-modify-replace, retried on conflict)."""
+        from gpucaas.core.lease_store import LeaseConflict, LeaseStore, lease_name
+
+        store = LeaseStore(self.api.api_client)
+        cond = {"type": FABRIC_CONDITION, "status": "False", "reason": LOST_REASON,
+                "message": f"partition(s) {lost['partition_ids']} lost in a fabric reset ({lost.get('lost')})",
+                "lastTransitionTime": _ts(None)}
+        for _ in range(5):
+            lease = store.get(lease_name(self.node, bdf))
+            if lease is None:
+                return False
+            status = dict(lease.get("status") or {})
+            status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != FABRIC_CONDITION]
+            status["conditions"].append(cond)
+            try:
+                store.write_status(lease, status)
+                return True
+            except LeaseConflict:
+                continue
+        raise RuntimeError(f"lease of {bdf} kept changing")
 
     def notify(self) -> None:
         """Something changed: publish soon."""

@@ -10,14 +10,23 @@ Start order: records (node lock) -> service VM (define or reuse, start) ->
 Fabric Manager (connect, reconcile: replays after a restart) -> local API ->
 VM watcher -> reconcile loop -> FabricState publisher.
 
-When the service VM restarts (crash, then restart by the watcher), the Fabric
-Manager inside it restarted too: the node reconnects and replays the records
-(``PartitionService.fabric_restarted``). With the simulator backend the
-simulator stands for "Fabric Manager inside the VM" (real Fabric Manager cannot
-run in the test VM here), so ``simulate_fm_in_vm`` makes a VM restart call
-``restart()`` on the simulator first: it forgets its active partitions and
-waits for the activated list, exactly as nv-fabricmanager in resiliency mode
-does after its VM rebooted.
+Two kinds of restart, told apart (docs/fabric-manager.md):
+
+* Fabric Manager's process restarts inside a running service VM: NVSwitch state
+  survives; FM (restart mode) waits for the activated list; the reconcile loop
+  sees ``NotReady`` and replays the records (resiliency).
+* The service VM restarts (crash, then restart by the watcher) or is booted
+  while records exist: the managed NVSwitch hostdevs were reset through vfio, so
+  every partition active before is gone and running tenant VMs lost NVLink. This
+  is a *fabric reset*: the records are marked lost, FM is told nothing is active,
+  the publisher raises a Kubernetes Event and ``NVLinkFabricIntact=False`` on
+  FabricState and on the holders' GPU leases, and ``fabric_reset_policy`` flags or
+  evicts the pods. New pods get fresh partitions.
+
+With the simulator backend the simulator stands for "Fabric Manager inside the
+VM" (real Fabric Manager cannot run in the test VM here), so ``simulate_fm_in_vm``
+makes a VM (re)boot restart the simulator: in restart mode after the first boot,
+as the VM's ``FABRIC_MODE_RESTART`` is set then.
 """
 
 from __future__ import annotations
@@ -28,12 +37,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpucaas.core.platforms import PLATFORMS, LayoutError, PlatformLayout, cross_check_sysfs, load_layout
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.discovery import discover_fabric_devices
 from services.fabric.domain_xml import DomainSpec
 from services.fabric.errors import FabricServiceError
 from services.fabric.fabric_manager.interface import FabricManager
-from services.fabric.partitions import PartitionService
+from services.fabric.partitions import PartitionService, activation_view
 from services.fabric.publisher import FabricStatePublisher, build_fabric_state_status
 from services.fabric.server import UnixServer, create_app
 from services.fabric.service_vm import BackoffPolicy, ServiceVM
@@ -83,9 +93,46 @@ def make_fabric_manager(settings: FabricSettings) -> FabricManager:
         library=settings.fm_library,
         address=str(settings.fm_channel_socket) if unix else settings.fm_address,
         unix_socket=unix,
-        timeout_ms=int(min(settings.fm_connect_timeout_s, 30) * 1000),
+        # fmConnect's own timeout; each later call is bounded by fm_call_deadline_s.
+        timeout_ms=int(min(settings.fm_connect_timeout_s, settings.fm_call_deadline_s) * 1000),
         board=settings.board,
+        h100=settings.simulator_h100,
+        deadline_s=settings.fm_call_deadline_s,
+        connect_params_version=settings.fm_connect_params_version,
     )
+
+
+def missing_library_error(backend: str | None, library: str | Path | None) -> str | None:
+    """The one-line start-up error when the nvfm backend (the default) has no libnvfm, else None."""
+    if (backend or "nvfm") != "nvfm":
+        return None
+    from services.fabric.fabric_manager.factory import missing_library_message
+    from services.fabric.fabric_manager.nvfm import find_libnvfm
+
+    return missing_library_message(library) if find_libnvfm(library) is None else None
+
+
+def resolve_layout(settings: FabricSettings) -> PlatformLayout | None:
+    """The host's physical id -> PCI layout: the configured one (name or file), else the
+    simulator's board, else the shipped layout sysfs matches; None when nothing matches."""
+    if settings.platform:
+        return load_layout(settings.platform)
+    if settings.board is not None:
+        return load_layout(settings.board)
+    for layout in PLATFORMS.values():
+        if not cross_check_sysfs(layout, settings.sysfs_root):
+            log.info("platform layout %s matches sysfs under %s", layout.name, settings.sysfs_root)
+            return layout
+    return None
+
+
+def sysfs_gpu_reset(settings: FabricSettings) -> Any:
+    """The GPU reset hook of the partition service (``gpucaas.core.gpu_reset``), or None."""
+    if not settings.gpu_reset:
+        return None
+    from gpucaas.core.gpu_reset import reset_gpus
+
+    return lambda bdfs: reset_gpus(settings.sysfs_root, list(bdfs))
 
 
 class FabricNode:
@@ -100,9 +147,17 @@ class FabricNode:
         kube_client: Any = None,
     ) -> None:
         self.settings = settings
+        self._fm_injected = fm is not None
         self.fm = fm if fm is not None else make_fabric_manager(settings)
         self.store = ActivationStore(settings.state_dir)
-        self.service = PartitionService(self.fm, self.store)
+        try:
+            self.layout = resolve_layout(settings)
+        except LayoutError as exc:
+            raise FabricServiceError(str(exc)) from exc
+        self.service = PartitionService(self.fm, self.store, layout=self.layout,
+                                        gpu_reset=sysfs_gpu_reset(settings), sysfs_root=settings.sysfs_root)
+        self.fabric_resets = 0
+        self.last_reset_report: dict[str, list[str]] | None = None
         self.vm: ServiceVM | None = None
         self._template = template
         self._kube_client = kube_client
@@ -112,6 +167,8 @@ class FabricNode:
         self._reconciler: threading.Thread | None = None
         self.vm_restart_replays = 0
         self._stopped = False
+        self._unreported: set[str] = set()  # lost holders Kubernetes has not been told about yet
+        self._report_lock = threading.Lock()  # the VM watcher and the reconcile loop both report
 
     # --- parts ----------------------------------------------------------------------
     def _template_text(self) -> str:
@@ -148,12 +205,32 @@ class FabricNode:
         )
 
     def _vm_restarted(self) -> None:
-        """The watcher restarted the service VM: the Fabric Manager in it is fresh."""
+        """The watcher restarted the service VM: a fabric reset (NVSwitches reset by vfio)."""
+        self._fabric_reset("service VM restarted (NVSwitches reset)")
         ids = self._fabric_fresh()
         if ids is None:
             raise FabricServiceError("Fabric Manager did not come back after the VM restart")
         self.vm_restart_replays += 1
-        log.warning("service VM restart handled: replayed partitions %s", ids)
+        log.warning("service VM restart handled: fabric reset, Fabric Manager told partitions %s", ids)
+
+    def _fabric_reset(self, reason: str) -> None:
+        lost = self.service.fabric_reset(reason)
+        self.fabric_resets += 1
+        self._unreported |= {a.holder for a in lost}
+        self._report_lost()
+
+    def _report_lost(self) -> None:
+        """Tell Kubernetes about lost holders not reported yet (retried from the reconcile
+        loop until the API takes it: nothing keeps running on a broken fabric unseen)."""
+        with self._report_lock:
+            if self.publisher is None or not self._unreported:
+                return
+            views = [v for v in self.service.lost() if v["holder"] in self._unreported]
+            self._unreported &= {v["holder"] for v in views}  # released meanwhile: nothing to tell
+            if not views:
+                return
+            self.last_reset_report = self.publisher.report_fabric_reset(views, self.settings.fabric_reset_policy)
+            self._unreported -= set(self.last_reset_report.get("reported", []))
 
     def _fabric_fresh(self) -> list[int] | None:
         """The service VM was (re)booted: reconnect to its Fabric Manager and replay the records.
@@ -164,7 +241,9 @@ class FabricNode:
         time (the reconcile loop replays once it does).
         """
         if self.settings.simulate_fm_in_vm and getattr(self.fm, "backend", "") == "simulator":
-            self.fm.restart()  # type: ignore[attr-defined]
+            # FABRIC_MODE_RESTART is set for every boot after the first (see _mark_first_boot).
+            restart_mode = bool(self.vm is not None and self.vm.spec.fm_restart)
+            self.fm.fabric.restart(restart_mode=restart_mode)  # type: ignore[attr-defined]
         try:
             return self.service.fabric_restarted(self.settings.fm_connect_timeout_s)
         except FabricServiceError as exc:
@@ -182,19 +261,31 @@ class FabricNode:
         try:
             partitions = self.service.list_partitions()
             gpus = self.service.topology()["gpus"]
-            failed = self.fm.nvlink_failed_devices()
+            failed = self.service.failed_devices()
             switches = [{"pci_bus_id": d.pci_bus_id, "reason": f"NVLink failure on ports {list(d.ports)}"}
                         for d in failed.switches]
             fm_state["reachable"] = True
         except Exception as exc:
             fm_state["message"] = str(exc)
         return build_fabric_state_status(partitions=partitions, gpus=gpus, failed_switches=switches,
-                                         service_vm=self.vm_state(), fabric_manager=fm_state)
+                                         service_vm=self.vm_state(), fabric_manager=fm_state,
+                                         lost=self.service.lost(),
+                                         last_fabric_reset_at=self.service.status.last_fabric_reset_at)
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
+        if not self._fm_injected:
+            problem = missing_library_error(s.fm_backend, s.fm_library)
+            if problem:
+                raise FabricServiceError(problem)
         log.info("fabric service starting on node %s: %s", s.node_name, s.redacted())
+        if self.layout is None:
+            log.error("no GPU layout: set GPUCAAS_FABRIC_PLATFORM (%s or a file); on H100 Fabric Manager "
+                      "gives no PCI bus ids, so GPUs cannot be matched", ", ".join(PLATFORMS))
+        else:
+            for problem in cross_check_sysfs(self.layout, s.sysfs_root):
+                log.error("platform layout %s vs sysfs: %s", self.layout.name, problem)
         self._stopped = False
         self.store.open()
         if self.store.discarded_stale:
@@ -206,9 +297,16 @@ class FabricNode:
                 booted = self.vm.start()
                 self._mark_first_boot()
             if booted:
+                if len(self.store.book):
+                    # The VM was down: its boot reset the NVSwitches, whatever the records say.
+                    self._fabric_reset("service VM booted while partitions were recorded (NVSwitches reset)")
                 self._fabric_fresh()
             elif not self.service.reconcile()["reachable"]:
                 log.warning("Fabric Manager not reachable yet; partitions wait for it")
+            try:
+                self.service.validate_layout()
+            except FabricServiceError as exc:
+                log.warning("layout not validated against Fabric Manager yet: %s", exc)
             self.server = UnixServer(create_app(self.service, self.vm_state, default_grace_s=s.release_grace_s),
                                      s.socket, s.socket_mode)
             self.server.start()
@@ -222,6 +320,7 @@ class FabricNode:
                                                       interval_s=s.publish_interval_s)
                 self.service.add_listener(self.publisher.notify)
                 self.publisher.start()
+                self._report_lost()
         except BaseException:
             self.stop()
             raise
@@ -237,6 +336,10 @@ class FabricNode:
 
     def _reconcile_loop(self) -> None:
         while not self._stop.wait(self.settings.reconcile_interval_s):
+            try:
+                self._report_lost()
+            except Exception:
+                log.exception("reporting the fabric reset failed")
             try:
                 self.service.reconcile()
             except FabricServiceError as exc:

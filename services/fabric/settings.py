@@ -32,12 +32,31 @@ class FabricSettings(BaseSettings):
     sysfs_root: Path = Field(Path("/sys"), description="Root of sysfs (tests point it at a fake tree).")
 
     # --- Fabric Manager ---------------------------------------------------------------
-    fm_backend: Literal["auto", "nvfm", "simulator"] = Field(
-        "auto", description="auto: libnvfm when present, else the simulator.")
+    fm_backend: Literal["nvfm", "simulator"] = Field(
+        "nvfm", description="nvfm: NVIDIA's libnvfm (the default; a missing library stops the service "
+                            "with the fix). simulator: only when asked for (sandbox, tests, development).")
     fm_address: str = Field("10.254.254.2:6666",
                             description="Fabric Manager API address inside the service VM (host:port or unix path).")
     fm_library: Path | None = Field(None, description="Path to libnvfm.so (default: found by the loader).")
     board: Path | None = Field(None, description="Simulator only: board description (board.json) giving physical id -> PCI.")
+    fm_call_deadline_s: float = Field(
+        5.0, gt=0, le=120, description="Longest wait for one Fabric Manager call; an overrun counts as "
+                                       "FM unavailable (a silent FM blocks libnvfm calls ~70 s).")
+    fm_connect_params_version: int | None = Field(
+        None, ge=1, le=2, description="fmConnectParams version for libnvfm, 1 or 2 (default: v2 for a 550+ "
+                                      "library, else v1).")
+    platform: str | None = Field(
+        None, description="GPU layout (physical id = module id -> PCI address): a shipped name "
+                          "(dgx-h100, supermicro-hgx-h100) or a JSON/YAML file (e.g. a mounted ConfigMap). "
+                          "Default: the shipped layout that sysfs matches (the simulator: its board).")
+    gpu_reset: bool = Field(True, description="Reset GPUs through sysfs before their partition is activated.")
+    fabric_reset_policy: Literal["flag", "evict"] = Field(
+        "flag", description="Pods whose NVLink partition a service VM restart destroyed: flag (Event + "
+                            "conditions, the pod keeps running without NVLink) or evict (Eviction API).")
+    simulator_h100: bool = Field(
+        True, description="Simulator only: behave as FM on H100 (empty PCI bus ids, no degradation lists).")
+    simulator_restart_timeout_s: float = Field(
+        60.0, gt=0, description="Simulator only: restart mode exits without the activated list after this.")
     simulate_fm_in_vm: bool = Field(
         True, description="Simulator only: treat a service VM restart as a Fabric Manager restart (FM lives in the VM).")
     fm_connect_timeout_s: float = Field(60.0, gt=0, description="How long to wait for Fabric Manager after a (re)start.")

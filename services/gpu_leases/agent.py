@@ -50,7 +50,8 @@ class PodHolding:
 class LeaseNodeAgent:
     def __init__(self, api: Kube | client.ApiClient, node: str, gpus: Callable[[], Iterable[NodeGPU]],
                  holdings: Callable[[], Iterable[PodHolding]], checker: FirmwareCheck,
-                 interval: float = 1.0, unseen_grace: float = 5.0) -> None:
+                 interval: float = 1.0, unseen_grace: float = 5.0,
+                 reset: Callable[[str], object] | None = None) -> None:
         self.kube = Kube.of(api)
         self.core = self.kube.core
         self.store = LeaseStore(self.kube)
@@ -58,6 +59,7 @@ class LeaseNodeAgent:
         self.gpus = gpus
         self.holdings = holdings
         self.checker = checker
+        self.reset = reset  # GPU reset before the firmware check (gpucaas.core.gpu_reset)
         self.interval = interval
         self.unseen_grace = unseen_grace
         self._unhealthy: dict[str, str] = {}
@@ -176,6 +178,18 @@ class LeaseNodeAgent:
         return self.store.write_status(lease, states.released(leased, why))
 
     def _check(self, name: str, bdf: str) -> dict[str, Any]:
+        # --- GPU reset hook (Fabric Manager truth, issue 15) -------------------------------
+        # After release the GPU is reset (secondary bus reset, as the Shared NVSwitch model
+        # asks of the hypervisor) and only then is its firmware checked: the check sees the
+        # GPU as the next tenant will. A GPU that cannot be reset is quarantined.
+        if self.reset is not None:
+            try:
+                self.reset(bdf)
+            except Exception as exc:
+                log.warning("node=%s gpu=%s reset before the firmware check failed: %s", self.node, bdf, exc)
+                return self.store.transition(
+                    name, lambda st: states.check_failed(st, "ResetFailed", f"GPU reset failed: {exc}"))
+        # -------------------------------------------------------------------------------------
         result = self.checker.check(bdf)
         if result.passed:
             def change(st: dict[str, Any] | None) -> dict[str, Any]:

@@ -27,4 +27,13 @@ def build_agent(settings: LeaseAgentSettings, *, node: str, sysfs_root: Path,
         logger.warning("node=%s no golden firmware configured: every GPU check will fail (NoGoldenFirmware)", node)
     checker = SysfsFirmwareCheck(sysfs_root, golden, toggle_rom=settings.firmware_rom_toggle)
     return LeaseNodeAgent(kube_client(settings.kubeconfig), node, gpus, holdings, checker,
-                          interval=settings.lease_interval)
+                          interval=settings.lease_interval, reset=gpu_reset_hook(settings, sysfs_root))
+
+
+def gpu_reset_hook(settings: LeaseAgentSettings, sysfs_root: Path) -> Callable[[str], object] | None:
+    """GPU reset after release, before the firmware check (gpucaas.core.gpu_reset), unless turned off."""
+    if not settings.gpu_reset:
+        return None
+    from gpucaas.core.gpu_reset import reset_gpu
+
+    return lambda bdf: reset_gpu(sysfs_root, bdf)

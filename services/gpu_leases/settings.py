@@ -24,3 +24,6 @@ class LeaseAgentSettings(BaseSettings):
     firmware_rom_toggle: bool = Field(
         True, description="Write 1/0 to the sysfs rom attribute around the read; off only for fake sysfs trees.")
     lease_interval: float = Field(1.0, gt=0, description="Seconds between lease rounds (PodResources -> leases, checks).")
+    gpu_reset: bool = Field(
+        True, description="Reset a released GPU through sysfs (the kernel's reset_method, secondary bus reset "
+                          "preferred) before its firmware check, as the shared NVSwitch model requires.")

@@ -66,7 +66,9 @@ def test_nodes_with_fabric_summary(admin: httpx.Client) -> None:
     a, b = body["data"]
     assert a == {"name": "gpu-a", "ready": True, "unschedulable": False, "gpu_capacity": 8, "gpu_allocatable": 8,
                  "fabric": {"service_vm": "running", "fabric_manager_reachable": True, "active_partitions": [9],
-                            "failed_devices": 1, "updated_at": None}}
+                            "failed_devices": 1, "updated_at": None,
+                            "gpu_map": {"1": "0000:18:00.0", "2": "0000:2a:00.0"}, "nvlink_fabric": None,
+                            "lost_pods": []}}
     assert b["name"] == "gpu-b" and b["ready"] is False and b["fabric"] is None
 
 

@@ -51,6 +51,12 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
     "fabric": {
         ("gpucaas.dev", "fabricstates"): {"get", "create", "patch"},
         ("gpucaas.dev", "fabricstates/status"): {"get", "patch", "update"},
+        # Fabric reset: the lost holders' GPU leases get a condition, the pods an Event,
+        # and with fabric.fabricResetPolicy=evict an Eviction (docs/fabric-manager.md).
+        ("gpucaas.dev", "gpuleases"): {"get"},
+        ("gpucaas.dev", "gpuleases/status"): {"update"},
+        ("", "events"): {"create"},
+        ("", "pods/eviction"): {"create"},
     },
     "scheduler-extender": {
         ("", "nodes"): {"get", "list", "watch"},
@@ -72,12 +78,12 @@ EXPECTED_HOST_PATHS: dict[str, dict[str, bool]] = {
         "/var/lib/kubelet/pod-resources": True,
         "/var/run/cdi": False,
         "/dev/vfio": True,
-        "/sys": True,
+        "/sys": False,  # writes: the ROM enable word and the GPU reset before the firmware check
         "/run/gpucaas": False,
     },
     "fabric": {
         "/var/run/libvirt": True,
-        "/sys": True,
+        "/sys": False,  # writes: the GPU reset (reset, reset_method) before a partition is activated
         "/run/gpucaas": False,
         "/var/lib/gpucaas/images": True,
         "/var/lib/gpucaas/fabric": False,

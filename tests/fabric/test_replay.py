@@ -1,4 +1,5 @@
-"""Fabric Manager or service VM restart -> the active partitions are replayed from the records."""
+"""Fabric Manager restart (inside a healthy VM) -> the active partitions are replayed from the
+records; service VM restart -> a fabric reset: the partitions are lost, the holders reported."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_reconcile_replays_after_fm_restart(service: PartitionService, fabric: S
     service.activate(holder(1, 2, 3, 4), pcis(1, 2, 3, 4))
     fabric.restart()
     report = service.reconcile()
-    assert report["activated"] == [1]
+    assert report["reachable"] and service.status.replays == 1  # listing met NotReady: replayed
     assert fabric.active_partition_ids() == {1} and not fabric.awaiting_activated_list
 
 
@@ -98,27 +99,42 @@ def node(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
     n.vm.undefine()
 
 
-def test_vm_crash_restarts_vm_and_replays(node: FabricNode) -> None:
+def test_vm_crash_is_a_fabric_reset(node: FabricNode) -> None:
+    """A service VM restart resets the NVSwitches: partitions are lost (not replayed), the
+    holders are reported, and new activations get fresh partitions."""
     fabric = node.fm.fabric  # type: ignore[attr-defined]
     with FabricClient(node.settings.socket) as c:
         c.activate(holder(1, 2, 3, 4), pcis(1, 2, 3, 4))
         c.activate(holder(6, 8), pcis(6, 8))
+        c.sync([{"holder": holder(1, 2, 3, 4), "pod": "t1/quad"}, {"holder": holder(6, 8)}], grace_seconds=0)
         assert c.health()["service_vm"]["state"] == "running"
         conn = libvirt.open("test:///default")
         try:
             conn.lookupByName(node.settings.domain_name).destroy()  # the VM dies
-            wait_for(lambda: node.vm_restart_replays == 1, 60, interval=0.02, what="restart + replay")
+            wait_for(lambda: node.vm_restart_replays == 1, 60, interval=0.02, what="restart + reset")
             dom = conn.lookupByName(node.settings.domain_name)
             assert dom.isActive()
             assert "gpucaas.fm-restart=1" in dom.XMLDesc()  # FM booted in restart mode this time
         finally:
             conn.close()
         assert fabric.restarts == 2  # FM-in-the-VM booted with it, then restarted with it (simulated)
-        assert fabric.active_partition_ids() == {1, 6}
+        assert fabric.active_partition_ids() == frozenset()  # nothing claimed active after the reset
+        assert not fabric.awaiting_activated_list  # told "nothing" in time (restart mode)
+        lost = {a["holder"]: a for a in c.activations() if a["lost"]}
+        assert set(lost) == {holder(1, 2, 3, 4), holder(6, 8)}
+        assert lost[holder(1, 2, 3, 4)]["pod"] == "t1/quad"
+        assert node.fabric_resets == 1
         h = c.health()
         assert h["service_vm"]["restarts"] == 1 and h["service_vm"]["state"] == "running"
-        assert h["fabric_manager"]["replays"] >= 1
-        assert {p["id"] for p in c.partitions() if p["active"]} == {1, 6}
+        assert not any(p["active"] for p in c.partitions())
+        # New pods get fresh partitions (same GPUs or others).
+        assert c.activate(holder(1, 2, 3, 4), pcis(1, 2, 3, 4))["partition_ids"] == [1]
+        assert c.activate(holder(5, 7), pcis(5, 7))["partition_ids"] == [5]
+        assert fabric.active_partition_ids() == {1, 5}
+        # The other lost holder goes when its pod is gone (sync); nothing is deactivated for it.
+        c.sync([{"holder": holder(1, 2, 3, 4)}, {"holder": holder(5, 7)}], grace_seconds=0)
+        assert {a["holder"] for a in c.activations()} == {holder(1, 2, 3, 4), holder(5, 7)}
+        assert fabric.active_partition_ids() == {1, 5}
 
 
 def test_records_of_an_earlier_boot_are_dropped(tmp_path: Path, fabric: SimulatedFabric) -> None:

@@ -37,3 +37,23 @@ def test_bad_settings_name_the_field(kw: dict, field: str) -> None:
 
 def test_no_vm_needs_no_image() -> None:
     assert FabricSettings(vm_enabled=False).disk_image is None
+
+
+def test_fabric_manager_truth_settings_from_env(monkeypatch) -> None:
+    monkeypatch.setenv("GPUCAAS_FABRIC_FM_CONNECT_PARAMS_VERSION", "2")
+    monkeypatch.setenv("GPUCAAS_FABRIC_PLATFORM", "supermicro-hgx-h100")
+    monkeypatch.setenv("GPUCAAS_FABRIC_FABRIC_RESET_POLICY", "evict")
+    monkeypatch.setenv("GPUCAAS_FABRIC_FM_CALL_DEADLINE_S", "2.5")
+    s = FabricSettings(vm_enabled=False)
+    assert (s.fm_connect_params_version, s.platform, s.fabric_reset_policy, s.fm_call_deadline_s) == (
+        2, "supermicro-hgx-h100", "evict", 2.5)
+    assert s.fm_backend == "nvfm"  # never the simulator unless asked for
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    ({"fm_backend": "auto"}, "fm_backend"), ({"fm_connect_params_version": 3}, "fm_connect_params_version"),
+    ({"fabric_reset_policy": "ignore"}, "fabric_reset_policy"), ({"fm_call_deadline_s": 0}, "fm_call_deadline_s"),
+])
+def test_bad_fabric_manager_settings_name_the_field(kw, field) -> None:
+    with pytest.raises(ValueError, match=field):
+        FabricSettings(vm_enabled=False, **kw)

@@ -181,6 +181,10 @@ def nodes(ctx: typer.Context, output: Output = Format.table) -> None:
         ("SERVICE VM", lambda r: (r.get("fabric") or {}).get("service_vm")),
         ("FABRIC MANAGER", lambda r: (r.get("fabric") or {}).get("fabric_manager_reachable")),
         ("ACTIVE PARTITIONS", lambda r: (r.get("fabric") or {}).get("active_partitions")),
+        ("NVLINK FABRIC", lambda r: (r.get("fabric") or {}).get("nvlink_fabric")),
+        ("GPU MAP (module id -> PCI)", lambda r: " ".join(
+            f"{k}:{v}" for k, v in sorted(((r.get("fabric") or {}).get("gpu_map") or {}).items(),
+                                          key=lambda kv: int(kv[0])))),
     ], title="nodes")
 
 

@@ -452,11 +452,27 @@ def check_fabric_service(facts: HostFacts, options: Options) -> CheckResult:
     failed = list(fabric.health.get("failed_gpus") or [])
     b.details.append(f"fabric manager: reachable={fm.get('reachable')} backend={fm.get('backend')}")
     b.details.append(f"service VM: state={vm.get('state')} restarts={vm.get('restarts')}")
+    topo = fabric.topology or {}
+    layout = topo.get("layout") or {}
+    if layout:
+        b.details.append(f"GPU layout: {layout.get('name')} ({layout.get('source')}, "
+                         f"{'verified' if layout.get('verified') else 'unverified on hardware'})")
+    for g in topo.get("gpus") or []:
+        b.details.append(f"GPU {g.get('physical_id')} (module id) -> {g.get('pci_bus_id') or '?'} "
+                         f"[{g.get('pci_source', 'fabric-manager')}]")
     # "unmanaged": Fabric Manager runs outside a VM this service manages; its reachability decides.
     if vm.get("state") not in ("running", "unmanaged"):
         return b.fail(f"the Fabric Manager service VM is {vm.get('state')!r}, not running", hint)
     if not fm.get("reachable"):
         return b.fail("Fabric Manager does not answer: no NVLink partition can be activated", hint)
+    problems = list(topo.get("layout_problems") or [])
+    unmapped = [g.get("physical_id") for g in topo.get("gpus") or [] if not g.get("pci_bus_id")]
+    if problems or unmapped:
+        b.details.extend(f"layout: {p}" for p in problems)
+        return b.warn(f"GPU layout does not match Fabric Manager or sysfs"
+                      f"{f' (GPUs {unmapped} have no PCI address)' if unmapped else ''}",
+                      "set GPUCAAS_FABRIC_PLATFORM (fabric.platform) to the board's layout or a layout file; "
+                      "see docs/hardware-runbook.md, step 'mapping'")
     if failed:
         b.details.extend(f"failed GPU: {g}" for g in failed)
         return b.warn(f"{len(failed)} GPU(s) failed in Fabric Manager: {', '.join(failed)}",

@@ -105,6 +105,8 @@ class FabricFacts:
     socket: SocketFacts
     health: dict[str, Any] | None = None
     error: str | None = None
+    #: the fabric service's /v1/topology: GPUs by physical id with PCI address and its source
+    topology: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -322,9 +324,13 @@ def probe_fabric(path: Path, *, timeout: float) -> FabricFacts:
     try:
         with FabricClient(path, timeout=timeout) as client:
             health = client.health()
+            try:
+                topology = client.topology()
+            except FabricError:
+                topology = None  # Fabric Manager down: health says so
     except FabricError as exc:
         return FabricFacts(SocketFacts(path, True, True, connected=exc.status is not None), error=str(exc))
-    return FabricFacts(SocketFacts(path, True, True, connected=True), health=health)
+    return FabricFacts(SocketFacts(path, True, True, connected=True), health=health, topology=topology)
 
 
 def probe_kubernetes(kubeconfig: Path | None, *, timeout: float) -> KubeFacts | None:

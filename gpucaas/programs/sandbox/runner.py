@@ -134,7 +134,11 @@ def fabric_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
         "GPUCAAS_FABRIC_SOCKET": str(node.fabric_socket),
         "GPUCAAS_FABRIC_STATE_DIR": str(node.fabric_state_dir),
         "GPUCAAS_FABRIC_SYSFS_ROOT": str(node.sysfs),
+        # The simulator only when asked for, and as Fabric Manager on H100 behaves: no PCI bus
+        # id or UUID in partition info (the board's layout maps module ids), restart mode after
+        # the service VM's first boot (docs/fabric-manager.md).
         "GPUCAAS_FABRIC_FM_BACKEND": "simulator",
+        "GPUCAAS_FABRIC_SIMULATOR_H100": "true",
         "GPUCAAS_FABRIC_BOARD": str(node.board / "board.json"),
         "GPUCAAS_FABRIC_SIMULATE_FM_IN_VM": "true",
         "GPUCAAS_FABRIC_LIBVIRT_URI": "test:///default",

@@ -23,6 +23,12 @@ class FabricManagerUnavailable(FabricManagerError):
     """Fabric Manager cannot be reached (not running, connection lost, timed out)."""
 
 
+class NotSupported(FabricManagerError):
+    """The call is not supported in Fabric Manager's current mode (FM_ST_NOT_SUPPORTED), e.g.
+    ``fmGetNvlinkFailedDevices`` in restart mode, or ``fmSetActivatedFabricPartitions``
+    outside a restart (FM User Guide, "Fabric Manager Restart Mode" / "Resiliency")."""
+
+
 class NotReady(FabricManagerError):
     """Fabric Manager restarted in resiliency mode: partition changes are refused
     until the activated partition list has been set again (``set_activated_list``)."""

@@ -1,5 +1,5 @@
-"""Choose the Fabric Manager backend: the libnvfm binding when the library is
-there (or asked for), the simulator otherwise. The one place that decides."""
+"""Choose the Fabric Manager backend: NVIDIA's libnvfm (the default) or, only when
+asked for by name, the simulator. The one place that decides."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from pathlib import Path
 from services.fabric.fabric_manager.interface import BACKENDS, FabricManager
 
 logger = logging.getLogger(__name__)
-
-AUTO = "auto"
 
 
 def load_gpu_map(board: str | os.PathLike[str]) -> dict[int, str]:
@@ -50,9 +48,20 @@ def load_gpu_map(board: str | os.PathLike[str]) -> dict[int, str]:
     return gpu_map
 
 
+class LibraryMissing(Exception):
+    """The nvfm backend was chosen but no libnvfm can be found (the message says the fix)."""
+
+
+def missing_library_message(library: str | os.PathLike[str] | None) -> str:
+    where = f"at {os.fspath(library)}" if library else "by the dynamic loader (find_library('nvfm'))"
+    return (f"libnvfm not found {where}: install NVIDIA's libnvfm1 (Fabric Manager SDK, the driver "
+            "branch of the service VM's nv-fabricmanager) on the node or set GPUCAAS_FABRIC_FM_LIBRARY "
+            "to it; for development only, set GPUCAAS_FABRIC_FM_BACKEND=simulator")
+
+
 def make_fabric_manager(
     *,
-    backend: str = AUTO,
+    backend: str = "nvfm",
     library: str | os.PathLike[str] | None = None,
     address: str = "127.0.0.1",
     unix_socket: bool = False,
@@ -60,42 +69,59 @@ def make_fabric_manager(
     gpu_map: Mapping[int, str] | None = None,
     board: str | os.PathLike[str] | None = None,
     resiliency: bool = True,
+    h100: bool = True,
+    deadline_s: float | None = None,
+    connect_params_version: int | None = None,
+    require_library: bool = False,
 ) -> FabricManager:
     """Build the Fabric Manager client the settings ask for.
 
-    backend: "auto" (libnvfm when found, else the simulator), "nvfm" (forced; a
-    missing library shows up as FabricManagerUnavailable on connect) or "simulator".
+    backend: "nvfm" (the default: NVIDIA's libnvfm) or "simulator" (only when asked
+    for: the sandbox and tests). There is no silent fallback: a production node
+    never runs on the simulator by accident. ``require_library``: raise
+    :class:`LibraryMissing` now when libnvfm cannot be found (the service's start-up
+    check); otherwise a missing library shows as FabricManagerUnavailable on connect.
     library: path to libnvfm.so; default: what ``find_library('nvfm')`` finds.
     address / unix_socket / timeout_ms: where Fabric Manager's API listens (nvfm).
     gpu_map or board: physical id -> PCI bus id (the simulator's board; the
-    binding's fallback for GPUs only named in unsupported partitions).
-    resiliency: the simulator restarts in resiliency mode (waits for the list).
+    binding's fallback where Fabric Manager gives no PCI bus id).
+    resiliency: the simulator restarts in restart mode (waits for the list).
+    h100: the simulator behaves as Fabric Manager on H100 (no PCI bus id/UUID in
+    partition info, no degradation lists).
+    deadline_s: wrap the nvfm client so every call returns within it
+    (``deadline.DeadlineFabricManager``).
+    connect_params_version: fmConnectParams v1/v2 (None: by the library's version).
     Nothing connects here; call ``connect()``.
     """
-    if backend not in (AUTO, *BACKENDS):
-        raise ValueError(f"backend: {backend!r} is not one of {[AUTO, *BACKENDS]}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: {backend!r} is not one of {list(BACKENDS)} (the simulator is "
+                         "only used when asked for by name)")
     if gpu_map is None and board is not None:
         gpu_map = load_gpu_map(board)
 
-    from services.fabric.fabric_manager import nvfm
+    if backend == "nvfm":
+        from services.fabric.fabric_manager import nvfm
 
-    found = nvfm.find_libnvfm(library)
-    chosen = backend
-    if backend == AUTO:
-        chosen = "nvfm" if found else "simulator"
-    if chosen == "nvfm":
-        if found is None:
-            logger.warning("Fabric Manager backend nvfm forced but libnvfm not found (%s)",
-                           library or "find_library('nvfm')")
-        logger.info("Fabric Manager backend: nvfm (library %s, address %s%s)",
+        found = nvfm.find_libnvfm(library)
+        if found is None and require_library:
+            raise LibraryMissing(missing_library_message(library))
+        logger.debug("Fabric Manager backend: nvfm (library %s, address %s%s)",
                     found or library, address, " unix socket" if unix_socket else "")
-        return nvfm.NvfmFabricManager(
-            library=library, address=address, unix_socket=unix_socket,
-            timeout_ms=timeout_ms, gpu_map=gpu_map,
-        )
+
+        def build() -> FabricManager:
+            return nvfm.NvfmFabricManager(
+                library=library, address=address, unix_socket=unix_socket,
+                timeout_ms=timeout_ms, gpu_map=gpu_map, connect_params_version=connect_params_version,
+            )
+
+        if deadline_s is None:
+            return build()
+        from services.fabric.fabric_manager.deadline import DeadlineFabricManager
+
+        return DeadlineFabricManager(build, deadline_s=deadline_s,
+                                     connect_deadline_s=deadline_s + timeout_ms / 1000)
 
     from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
 
-    logger.info("Fabric Manager backend: simulator (%s)",
-                "libnvfm not found" if backend == AUTO else "asked for")
-    return SimulatedFabricManager(SimulatedFabric(gpu_map, resiliency=resiliency))
+    logger.warning("Fabric Manager backend: SIMULATOR (asked for; no NVSwitch is driven)")
+    return SimulatedFabricManager(SimulatedFabric(gpu_map, resiliency=resiliency, h100=h100))

@@ -36,6 +36,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +48,7 @@ from services.fabric.fabric_manager.errors import (
     FabricManagerUnavailable,
     InvalidArgument,
     NotReady,
+    NotSupported,
     PartitionAlreadyActive,
     PartitionConflict,
     PartitionNotActive,
@@ -84,6 +86,35 @@ FM_ST_IN_USE = -7
 FM_ST_NOT_CONFIGURED = -8
 FM_ST_CONNECTION_NOT_VALID = -9
 FM_ST_NVLINK_ERROR = -10
+# Return codes FM 550+ adds (nv_fm_types.h of those releases); a 535 library never
+# returns them, a newer one may, so the binding names and maps them whatever it loaded.
+FM_ST_RESOURCE_BAD = -11
+FM_ST_RESOURCE_IN_USE = -12
+FM_ST_RESOURCE_NOT_IN_USE = -13
+FM_ST_RESOURCE_EXHAUSTED = -14
+FM_ST_RESOURCE_NOT_READY = -15
+FM_ST_PARTITION_EXISTS = -16
+FM_ST_PARTITION_ID_IN_USE = -17
+FM_ST_PARTITION_ID_NOT_IN_USE = -18
+FM_ST_PARTITION_NAME_IN_USE = -19
+FM_ST_PARTITION_NAME_NOT_IN_USE = -20
+FM_ST_PARTITION_ID_NAME_MISMATCH = -21
+FM_ST_NOT_READY = -22
+FM_ST_RESOURCE_USED_IN_THIS_PARTITION = -23
+FM_ST_RESOURCE_USED_IN_ANOTHER_PARTITION = -24
+FM_ST_PARTITION_MISWIRED_TRUNKS = -25
+FM_ST_PARTITION_INSUFFICIENT_TRUNKS = -26
+FM_ST_PARTITION_MISSING_SWITCHES = -27
+FM_ST_PARTITION_NETWORK_CONFIG_ERROR = -28
+FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR = -29
+
+#: nvFmApiAddrTypes (fmConnectParams_v2.addressType, FM 550+).
+NV_FM_API_ADDR_TYPE_INET = 1
+NV_FM_API_ADDR_TYPE_UNIX = 2
+
+#: First driver branch whose libnvfm expects fmConnectParams_v2 (its nv_fm_types.h makes
+#: fmConnectParams_t = fmConnectParams_v2); 525/535 libraries expect v1.
+CONNECT_PARAMS_V2_FROM_BRANCH = 550
 
 RETURN_NAMES: dict[int, str] = {
     FM_ST_SUCCESS: "FM_ST_SUCCESS",
@@ -97,7 +128,11 @@ RETURN_NAMES: dict[int, str] = {
     FM_ST_NOT_CONFIGURED: "FM_ST_NOT_CONFIGURED",
     FM_ST_CONNECTION_NOT_VALID: "FM_ST_CONNECTION_NOT_VALID",
     FM_ST_NVLINK_ERROR: "FM_ST_NVLINK_ERROR",
+    **{v: k for k, v in globals().items() if k.startswith("FM_ST_") and isinstance(v, int) and v <= -11},
 }
+
+#: Codes that mean "Fabric Manager cannot be reached now" (the connection is dropped).
+UNAVAILABLE_CODES = frozenset({FM_ST_CONNECTION_NOT_VALID, FM_ST_TIMEOUT, FM_ST_GENERIC_ERROR})
 
 fmReturn_t = ctypes.c_int
 fmHandle_t = ctypes.c_void_p
@@ -111,6 +146,18 @@ class fmConnectParams_v1(ctypes.Structure):
         ("addressInfo", ctypes.c_char * FM_MAX_STR_LENGTH),
         ("timeoutMs", ctypes.c_uint),
         ("addressIsUnixSocket", ctypes.c_uint),
+    ]
+
+
+class fmConnectParams_v2(ctypes.Structure):
+    """FM 550+: v1 plus ``addressType`` (nvFmApiAddrTypes; ``addressIsUnixSocket`` deprecated)."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("addressInfo", ctypes.c_char * FM_MAX_STR_LENGTH),
+        ("timeoutMs", ctypes.c_uint),
+        ("addressIsUnixSocket", ctypes.c_uint),
+        ("addressType", ctypes.c_int),  # a C enum: int-sized
     ]
 
 
@@ -209,6 +256,7 @@ def make_param_version(struct: type[ctypes.Structure], version: int) -> int:
 
 
 fmConnectParams_version = make_param_version(fmConnectParams_v1, 1)
+fmConnectParams_v2_version = make_param_version(fmConnectParams_v2, 2)
 fmFabricPartitionList_version = make_param_version(fmFabricPartitionList_v2, 1)
 fmActivatedFabricPartitionList_version = make_param_version(fmActivatedFabricPartitionList_v1, 1)
 fmNvlinkFailedDevices_version = make_param_version(fmNvlinkFailedDevices_v1, 1)
@@ -218,7 +266,8 @@ fmUnsupportedFabricPartitionList_version = make_param_version(
 
 #: Every structure the binding declares, by its SDK name (the layout test walks these).
 STRUCTURES: dict[str, type[ctypes.Structure]] = {
-    "fmConnectParams_t": fmConnectParams_t,
+    "fmConnectParams_v1": fmConnectParams_v1,
+    "fmConnectParams_v2": fmConnectParams_v2,
     "fmPciDevice_t": fmPciDevice_t,
     "fmFabricPartitionGpuInfo_t": fmFabricPartitionGpuInfo_t,
     "fmFabricPartitionInfo_t": fmFabricPartitionInfo_t,
@@ -231,7 +280,8 @@ STRUCTURES: dict[str, type[ctypes.Structure]] = {
 }
 
 VERSIONS: dict[str, int] = {
-    "fmConnectParams_version": fmConnectParams_version,
+    "fmConnectV1Params_version1": fmConnectParams_version,
+    "fmConnectV2Params_version2": fmConnectParams_v2_version,
     "fmFabricPartitionList_version": fmFabricPartitionList_version,
     "fmActivatedFabricPartitionList_version": fmActivatedFabricPartitionList_version,
     "fmNvlinkFailedDevices_version": fmNvlinkFailedDevices_version,
@@ -243,7 +293,7 @@ _P = ctypes.POINTER
 SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "fmLibInit": ([], fmReturn_t),
     "fmLibShutdown": ([], fmReturn_t),
-    "fmConnect": ([_P(fmConnectParams_t), _P(fmHandle_t)], fmReturn_t),
+    "fmConnect": ([ctypes.c_void_p, _P(fmHandle_t)], fmReturn_t),  # v1 or v2 params
     "fmDisconnect": ([fmHandle_t], fmReturn_t),
     "fmGetSupportedFabricPartitions": ([fmHandle_t, _P(fmFabricPartitionList_t)], fmReturn_t),
     "fmActivateFabricPartition": ([fmHandle_t, fmFabricPartitionId_t], fmReturn_t),
@@ -276,6 +326,22 @@ def find_libnvfm(path: str | os.PathLike[str] | None = None) -> str | None:
     except OSError:
         return None
     return text
+
+
+def library_branch(path: str | os.PathLike[str]) -> int | None:
+    """The driver branch (535, 550, ...) of a libnvfm, from the file the name resolves to.
+
+    NVIDIA ships ``libnvfm.so.<driver version>`` (e.g. ``libnvfm.so.535.216.01``) with
+    ``libnvfm.so.1`` linking to it; the library exports no version call, so the real
+    file name is the version. None when it cannot be told (a plain ``libnvfm.so``).
+    """
+    text = os.fspath(path)
+    if os.sep not in text:  # a soname: ask the loader where it is
+        found = ctypes.util.find_library(text.removeprefix("lib").split(".so")[0]) or text
+        text = found
+    real = os.path.realpath(text)
+    m = re.search(r"\.so\.(\d{3,})\.\d+", os.path.basename(real))
+    return int(m.group(1)) if m else None
 
 
 _libs: dict[str, ctypes.CDLL] = {}
@@ -346,7 +412,11 @@ class NvfmFabricManager:
         unix_socket: bool = False,
         timeout_ms: int = 5000,
         gpu_map: Mapping[int, str] | None = None,
+        connect_params_version: int | None = None,
     ) -> None:
+        if connect_params_version not in (None, 1, 2):
+            raise ValueError(f"connect_params_version: 1, 2 or None (by the library's version), "
+                             f"got {connect_params_version!r}")
         if not address or len(address.encode()) >= FM_MAX_STR_LENGTH:
             raise ValueError(f"address: give a host[:port] or socket path shorter than "
                              f"{FM_MAX_STR_LENGTH} bytes, got {address!r}")
@@ -362,6 +432,8 @@ class NvfmFabricManager:
         self._lib: ctypes.CDLL | None = None
         self._handle: fmHandle_t | None = None
         self._lock = threading.RLock()
+        self._connect_version = connect_params_version
+        self._table: dict[int, topology.Partition] = {}  # the partition table last listed
 
     def __repr__(self) -> str:
         return f"NvfmFabricManager(address={self.address!r}, connected={self._handle is not None})"
@@ -373,22 +445,50 @@ class NvfmFabricManager:
             self._lib = load_libnvfm(self._library_path)
         return self._lib
 
+    def connect_params_version(self) -> int:
+        """fmConnectParams version the loaded library expects: as configured, else v2 for
+        a 550+ library and v1 for 525/535 or an unknown one (nv_fm_types.h of each release)."""
+        if self._connect_version is None:
+            found = find_libnvfm(self._library_path)
+            branch = library_branch(found) if found else None
+            self._connect_version = 2 if branch is not None and branch >= CONNECT_PARAMS_V2_FROM_BRANCH else 1
+        return self._connect_version
+
+    def _params(self, version: int) -> ctypes.Structure:
+        params: ctypes.Structure
+        if version == 2:
+            params = fmConnectParams_v2()
+            params.version = fmConnectParams_v2_version
+            params.addressType = NV_FM_API_ADDR_TYPE_UNIX if self.unix_socket else NV_FM_API_ADDR_TYPE_INET
+        else:
+            params = fmConnectParams_v1()
+            params.version = fmConnectParams_version
+        params.addressInfo = self.address.encode()
+        params.timeoutMs = self.timeout_ms
+        params.addressIsUnixSocket = 1 if self.unix_socket else 0
+        return params
+
     def connect(self) -> None:
         with self._lock:
             self._disconnect_locked()
-            params = fmConnectParams_t()
-            params.version = fmConnectParams_version
-            params.addressInfo = self.address.encode()
-            params.timeoutMs = self.timeout_ms
-            params.addressIsUnixSocket = 1 if self.unix_socket else 0
+            lib = self.lib
+            version = self.connect_params_version()
             handle = fmHandle_t()
-            rc = self.lib.fmConnect(ctypes.byref(params), ctypes.byref(handle))
+            rc = lib.fmConnect(ctypes.byref(self._params(version)), ctypes.byref(handle))
+            if rc == FM_ST_VERSION_MISMATCH:
+                # The file name misled us (renamed library): the other layout is the only other one.
+                other = 1 if version == 2 else 2
+                rc = lib.fmConnect(ctypes.byref(self._params(other)), ctypes.byref(handle))
+                if rc == FM_ST_SUCCESS:
+                    logger.warning("libnvfm refused fmConnectParams v%d; it takes v%d", version, other)
+                    self._connect_version = other
             if rc != FM_ST_SUCCESS:
                 raise FabricManagerUnavailable(
                     f"cannot connect to Fabric Manager at {self.address}: {_name(rc)}", code=rc
                 )
             self._handle = handle
-            logger.info("connected to Fabric Manager at %s", self.address)
+            logger.info("connected to Fabric Manager at %s (fmConnectParams v%d)", self.address,
+                        self._connect_version)
 
     def close(self) -> None:
         with self._lock:
@@ -414,13 +514,19 @@ class NvfmFabricManager:
                 self._disconnect_locked()
                 self.connect()
                 rc = getattr(self.lib, name)(self._handle, *args)
-            if rc in (FM_ST_CONNECTION_NOT_VALID, FM_ST_TIMEOUT):
+            if rc in UNAVAILABLE_CODES:
+                # FM_ST_GENERIC_ERROR is what a call returns after ~70 s when Fabric
+                # Manager is gone or silent (the library's own request timeout): the
+                # connection is as good as lost, so it counts as unavailable.
                 self._disconnect_locked()
                 raise FabricManagerUnavailable(
                     f"{name}: Fabric Manager at {self.address} not reachable: {_name(rc)}",
                     code=rc,
                 )
-            if rc == FM_ST_NOT_CONFIGURED:
+            if rc == FM_ST_NOT_SUPPORTED:
+                raise NotSupported(f"{name}: not supported by Fabric Manager in its current mode "
+                                   f"({_name(rc)}; e.g. restart mode)", code=rc)
+            if rc in (FM_ST_NOT_CONFIGURED, FM_ST_NOT_READY, FM_ST_RESOURCE_NOT_READY):
                 raise NotReady(
                     f"{name}: Fabric Manager is initialising or waits for the activated "
                     f"partition list ({_name(rc)})", code=rc,
@@ -468,8 +574,14 @@ class NvfmFabricManager:
             gpus = []
             for j in range(min(info.numGpus, FM_MAX_NUM_GPUS)):
                 g = info.gpuInfo[j]
-                bdf = normalize_pci_bus_id(_text(g.pciBusId))
-                self._known_pci[int(g.physicalId)] = bdf
+                # H100: pciBusId and uuid are empty (FM User Guide, GPU Partitions for
+                # DGX/HGX H100): the PCI address comes from the host's mapping.
+                raw = _text(g.pciBusId)
+                if raw:
+                    bdf = normalize_pci_bus_id(raw)
+                    self._known_pci[int(g.physicalId)] = bdf
+                else:
+                    bdf = self._known_pci.get(int(g.physicalId), "")
                 gpus.append(GpuInfo(
                     physical_id=int(g.physicalId), pci_bus_id=bdf, uuid=_text(g.uuid),
                     nvlinks_available=int(g.numNvLinksAvailable),
@@ -491,6 +603,7 @@ class NvfmFabricManager:
             ]
             parts[pid] = PartitionInfo(id=pid, gpus=tuple(gpus), nvlinks=0, active=False,
                                        supported=False)
+        self._table = {p.id: topology.Partition(p.id, p.physical_ids) for p in parts.values()}
         return [parts[k] for k in sorted(parts)]
 
     def unsupported_partitions(self) -> list[int]:
@@ -504,14 +617,15 @@ class NvfmFabricManager:
             raise self._fail("fmGetNvlinkFailedDevices", rc)
         gpu_bdfs = {
             normalize_pci_bus_id(_text(out.gpuInfo[i].pciBusId))
-            for i in range(min(out.numGpus, FM_MAX_NUM_GPUS))
+            for i in range(min(out.numGpus, FM_MAX_NUM_GPUS)) if _text(out.gpuInfo[i].pciBusId)
         }
         if not gpu_bdfs <= set(self._known_pci.values()):
             self.list_partitions()  # learn physical id <-> PCI bus id from Fabric Manager
         by_pci = {v: k for k, v in self._known_pci.items()}
 
         def device(info: fmNvlinkFailedDeviceInfo_t, gpu: bool) -> FailedDevice:
-            bdf = normalize_pci_bus_id(_text(info.pciBusId))
+            raw = _text(info.pciBusId)
+            bdf = normalize_pci_bus_id(raw) if raw else ""
             n = min(info.numPorts, FM_MAX_NUM_NVLINK_PORTS)
             return FailedDevice(
                 pci_bus_id=bdf, uuid=_text(info.uuid),
@@ -544,15 +658,21 @@ class NvfmFabricManager:
             raise self._activate_error(partition_id, rc)
 
     def _activate_error(self, partition_id: int, rc: int) -> FabricManagerError:
-        if rc == FM_ST_NVLINK_ERROR:
+        kind = rc
+        if rc in (FM_ST_RESOURCE_IN_USE, FM_ST_RESOURCE_USED_IN_ANOTHER_PARTITION):
+            kind = FM_ST_IN_USE  # 550+ names the same refusal more precisely
+        elif rc in (FM_ST_RESOURCE_BAD, FM_ST_PARTITION_ID_NOT_IN_USE):
+            kind = FM_ST_BADPARAM
+        if kind == FM_ST_NVLINK_ERROR or \
+                FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR <= kind <= FM_ST_PARTITION_MISWIRED_TRUNKS:
             return PartitionUnsupported(
-                partition_id, f"partition {partition_id}: NVLink training failed on activation",
-                code=rc,
+                partition_id, f"partition {partition_id}: NVLink training/routing failed on activation "
+                f"({_name(rc)})", code=rc,
             )
-        if rc in (FM_ST_IN_USE, FM_ST_BADPARAM):
+        if kind in (FM_ST_IN_USE, FM_ST_BADPARAM):
             parts = {p.id: p for p in self.list_partitions()}
             target = parts.get(partition_id)
-            if rc == FM_ST_IN_USE:
+            if kind == FM_ST_IN_USE:
                 if target is not None and target.active:
                     return PartitionAlreadyActive(partition_id, code=rc)
                 conflicting = tuple(sorted(
@@ -572,7 +692,7 @@ class NvfmFabricManager:
             if rc == FM_ST_SUCCESS:
                 logger.info("Fabric Manager deactivated partition %d", partition_id)
                 return
-            if rc == FM_ST_UNINITIALIZED:
+            if rc in (FM_ST_UNINITIALIZED, FM_ST_RESOURCE_NOT_IN_USE):
                 raise PartitionNotActive(partition_id, code=rc)
             if rc == FM_ST_BADPARAM:
                 raise UnknownPartition(partition_id, code=rc)
@@ -602,9 +722,8 @@ class NvfmFabricManager:
 
     def _list_error(self, ids: list[int], rc: int) -> FabricManagerError:
         """Say why Fabric Manager refused an activated list."""
-        table = {
-            p.id: topology.Partition(p.id, p.physical_ids) for p in self.list_partitions()
-        }
+        # Not listed now: a restarted Fabric Manager refuses listing until it has a list.
+        table = self._table or {p.id: p for p in topology.HGX_H100_PARTITIONS}
         try:
             rules.check_activated_list(ids, table)
         except FabricManagerError as exc:

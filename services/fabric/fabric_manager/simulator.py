@@ -25,24 +25,39 @@ applies them too, so both backends agree):
   whose connection was cut reconnects on its next call once Fabric Manager is
   up again.
 
-The NVLink failures the simulator injects are reported by
-``nvlink_failed_devices`` even though real Fabric Manager on HGX H100 returns
-an empty list there (links train in hardware); that is what lets tests play
-degraded GPUs.
+Fabric Manager modes, per the NVIDIA Fabric Manager User Guide (each rule is
+listed with its section in docs/fabric-manager.md; the compiled C double in
+tests/fabric/fabric_manager/libnvfm_fake applies the same rules):
+
+* restart mode (``FABRIC_MODE_RESTART=1``, "Fabric Manager Restart Mode" and
+  "Resiliency" of the Shared NVSwitch model): until the activated list arrives,
+  every call but ``set_activated_list`` is refused (``NotReady``); without the
+  list within ``restart_timeout_s`` (60 s) Fabric Manager exits;
+  ``nvlink_failed_devices`` is not supported in restart mode (``NotSupported``);
+* ``set_activated_list`` is only accepted after a restart (``NotSupported``
+  otherwise);
+* ``h100=True`` (DGX/HGX H100, "GPU Partitions"): partition info carries no
+  UUID and no PCI bus id (the host maps physical id = module id to PCI); the
+  supported list ignores GPU degradation, the unsupported and failed-device
+  lists are empty; a degraded GPU shows as fewer ``nvlinks_available``.
+  Without ``h100`` the simulator keeps the A100-era behaviour (degraded GPUs
+  make their partitions unsupported and are listed as failed).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpucaas.core import topology
 from services.fabric.fabric_manager import rules
 from services.fabric.fabric_manager.errors import (
     FabricManagerUnavailable,
     NotReady,
+    NotSupported,
     PartitionAlreadyActive,
     PartitionConflict,
     PartitionNotActive,
@@ -100,6 +115,9 @@ class SimulatedFabric:
         switches: Iterable[str] | None = None,
         nvlinks_per_gpu: int = topology.NVLINKS_PER_GPU,
         resiliency: bool = True,
+        h100: bool = False,
+        restart_timeout_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         gpu_map = default_gpu_map() if gpus is None else dict(gpus)
         self._gpus = {int(p): normalize_pci_bus_id(b) for p, b in gpu_map.items()}
@@ -116,6 +134,12 @@ class SimulatedFabric:
         )
         self._nvlinks_per_gpu = nvlinks_per_gpu
         self.resiliency = resiliency
+        self.h100 = h100
+        self.restart_timeout_s = restart_timeout_s
+        self._clock = clock
+        self._restart_mode = False
+        self._list_deadline = 0.0
+        self.exits_without_list = 0
         self.lock = threading.RLock()
         self._active: set[int] = set()
         self._gpu_failures: dict[int, tuple[int, ...]] = {}
@@ -129,11 +153,32 @@ class SimulatedFabric:
     # --- what tests and the sandbox use to play events --------------------------------
     @property
     def running(self) -> bool:
-        return self._running
+        with self.lock:
+            self._check_list_deadline()
+            return self._running
+
+    @property
+    def restart_mode(self) -> bool:
+        """This Fabric Manager process started with FABRIC_MODE_RESTART=1."""
+        return self._restart_mode
+
+    def _check_list_deadline(self) -> None:
+        """Restart mode: no activated list within the timeout -> Fabric Manager exits
+        (FM User Guide, "Fabric Manager Restart Mode")."""
+        if self._running and self._awaiting_list and self._clock() > self._list_deadline:
+            logger.warning("simulated fabric manager: no activated partition list within %.0f s "
+                           "in restart mode; exiting", self.restart_timeout_s)
+            self.exits_without_list += 1
+            self._awaiting_list = False
+            self._running = False
+            self.epoch += 1
+            self._active.clear()
 
     @property
     def awaiting_activated_list(self) -> bool:
-        return self._awaiting_list
+        with self.lock:
+            self._check_list_deadline()
+            return self._awaiting_list
 
     @property
     def gpu_map(self) -> dict[int, str]:
@@ -153,25 +198,29 @@ class SimulatedFabric:
                 self._active.clear()
                 logger.info("simulated fabric manager stopped")
 
-    def start(self) -> None:
-        """The process comes back; it remembers nothing of the partitions it had active."""
+    def start(self, restart_mode: bool | None = None) -> None:
+        """The process comes back; it remembers nothing of the partitions it had active.
+        ``restart_mode`` (default: ``resiliency``): started with FABRIC_MODE_RESTART=1."""
         with self.lock:
             if self._running:
                 return
             self._running = True
             self._active.clear()
             self.restarts += 1
-            self._awaiting_list = self.resiliency
+            mode = self.resiliency if restart_mode is None else restart_mode
+            self._awaiting_list = mode
+            self._restart_mode = mode
+            self._list_deadline = self._clock() + self.restart_timeout_s
             logger.info(
                 "simulated fabric manager started (restart %d, %s)", self.restarts,
                 "waiting for the activated partition list" if self._awaiting_list else "ready",
             )
 
-    def restart(self) -> None:
-        """Stop then start: an FM restart (in resiliency mode, NotReady until the list is set)."""
+    def restart(self, restart_mode: bool | None = None) -> None:
+        """Stop then start: an FM restart (in restart mode, NotReady until the list is set)."""
         with self.lock:
             self.stop()
-            self.start()
+            self.start(restart_mode)
 
     def inject_gpu_nvlink_failure(self, physical_id: int, ports: Iterable[int] = (0,)) -> None:
         """A GPU loses NVLinks (added to those failed before): every partition
@@ -219,6 +268,7 @@ class SimulatedFabric:
 
     # --- the Fabric Manager API, as the clients call it ---------------------------------
     def _require_running(self) -> None:
+        self._check_list_deadline()
         if not self._running:
             raise FabricManagerUnavailable("fabric manager is not running (simulated)")
 
@@ -239,12 +289,15 @@ class SimulatedFabric:
             ) from None
 
     def _unsupported_ids(self) -> set[int]:
+        if self.h100:  # H100: the supported list ignores GPU degradation
+            return set()
         bad = set(self._gpu_failures)
         return {pid for pid, p in self._partitions.items() if p.gpus & bad}
 
     def list_partitions(self) -> list[PartitionInfo]:
         with self.lock:
             self._require_running()
+            self._require_ready("listing partitions")
             unsupported = self._unsupported_ids()
             return [
                 self._info(p, pid in self._active, pid not in unsupported)
@@ -257,8 +310,9 @@ class SimulatedFabric:
         for g in p.sorted_gpus():
             failed = len(self._gpu_failures.get(g, ()))
             available = max(self._nvlinks_per_gpu - failed, 0) if multi else 0
+            pci = "" if self.h100 else self._gpus[g]  # H100: no PCI bus id, no UUID
             gpus.append(GpuInfo(
-                physical_id=g, pci_bus_id=self._gpus[g], uuid=gpu_uuid(self._gpus[g]),
+                physical_id=g, pci_bus_id=pci, uuid=gpu_uuid(pci) if pci else "",
                 nvlinks_available=available, max_nvlinks=self._nvlinks_per_gpu,
                 nvlink_line_rate_mbps=H100_NVLINK_LINE_RATE_MBPS,
             ))
@@ -301,6 +355,9 @@ class SimulatedFabric:
         ids = list(partition_ids)
         with self.lock:
             self._require_running()
+            if not self._awaiting_list:
+                raise NotSupported("set_activated_list refused: Fabric Manager only takes the "
+                                   "activated list after a restart in restart mode")
             rules.check_activated_list(ids, self._partitions)
             self._active = set(ids)
             self._awaiting_list = False
@@ -309,6 +366,10 @@ class SimulatedFabric:
     def nvlink_failed_devices(self) -> FailedDevices:
         with self.lock:
             self._require_running()
+            if self._restart_mode:
+                raise NotSupported("fmGetNvlinkFailedDevices is not supported in restart mode")
+            if self.h100:
+                return FailedDevices()  # H100: always empty
             return FailedDevices(
                 gpus=tuple(
                     FailedDevice(pci_bus_id=self._gpus[g], uuid=gpu_uuid(self._gpus[g]),
@@ -324,6 +385,7 @@ class SimulatedFabric:
     def unsupported_partitions(self) -> list[int]:
         with self.lock:
             self._require_running()
+            self._require_ready("listing unsupported partitions")
             return sorted(self._unsupported_ids())
 
 

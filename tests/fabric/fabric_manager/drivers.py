@@ -36,6 +36,19 @@ class SimDriver:
     def fail_switch(self, pci_bus_id: str, port: int) -> None:
         self.fabric.inject_switch_nvlink_failure(pci_bus_id, ports=(port,))
 
+    def active(self) -> set[int]:
+        """What Fabric Manager holds active, read from its state (listing may be refused)."""
+        return set(self.fabric.active_partition_ids())
+
+    def set_h100(self, on: bool = True) -> None:
+        self.fabric.h100 = on
+
+    def set_restart_timeout(self, seconds: float) -> None:
+        self.fabric.restart_timeout_s = seconds
+
+    def running(self) -> bool:
+        return self.fabric.running
+
 
 @dataclass
 class LibDriver:
@@ -57,6 +70,18 @@ class LibDriver:
     def fail_switch(self, pci_bus_id: str, port: int) -> None:
         # Fabric Manager writes NVML's 8-digit-domain form.
         assert self.lib.fakeFmInjectSwitchFailure(f"0000{pci_bus_id}".upper().encode(), port) == 0
+
+    def active(self) -> set[int]:
+        return {i for i in range(15) if self.lib.fakeFmIsActive(i) == 1}
+
+    def set_h100(self, on: bool = True) -> None:
+        self.lib.fakeFmSetH100(1 if on else 0)
+
+    def set_restart_timeout(self, seconds: float) -> None:
+        self.lib.fakeFmSetRestartTimeoutMs(int(seconds * 1000))
+
+    def running(self) -> bool:
+        return bool(self.lib.fakeFmRunning())
 
 
 Driver = SimDriver | LibDriver
@@ -89,9 +114,17 @@ def apply(driver: Driver, step: tuple[Any, ...]) -> None:
         driver.start()
     elif op == "list":
         driver.client.list_partitions()
+    elif op == "failed":
+        driver.client.nvlink_failed_devices()
+    elif op == "h100":
+        driver.set_h100(True)
     else:
         raise ValueError(f"unknown step {step!r}")
 
 
 def active_ids(client: FabricManager) -> set[int]:
     return {p.id for p in client.list_partitions() if p.active}
+
+
+def active_in_fm(driver: Driver) -> set[int]:
+    return driver.active()

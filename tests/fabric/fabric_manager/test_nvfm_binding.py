@@ -9,6 +9,7 @@ import pytest
 
 from services.fabric.fabric_manager import nvfm
 from services.fabric.fabric_manager.errors import (
+    NotSupported,
     FabricManagerError,
     FabricManagerUnavailable,
     InvalidArgument,
@@ -125,9 +126,18 @@ ERROR_MAP = [
     ("initialising on activate", "fmActivateFabricPartition", nvfm.FM_ST_NOT_CONFIGURED,
      lambda c: c.activate(1), NotReady),
     ("not supported (not shared NVSwitch mode)", "fmGetSupportedFabricPartitions",
-     nvfm.FM_ST_NOT_SUPPORTED, lambda c: c.list_partitions(), FabricManagerError),
+     nvfm.FM_ST_NOT_SUPPORTED, lambda c: c.list_partitions(), NotSupported),
+    # A silent or gone FM: libnvfm returns GENERIC_ERROR after ~70 s -> unavailable.
     ("generic error on unsupported list", "fmGetUnsupportedFabricPartitions",
-     nvfm.FM_ST_GENERIC_ERROR, lambda c: c.unsupported_partitions(), FabricManagerError),
+     nvfm.FM_ST_GENERIC_ERROR, lambda c: c.unsupported_partitions(), FabricManagerUnavailable),
+    ("550+: not ready", "fmActivateFabricPartition", nvfm.FM_ST_NOT_READY,
+     lambda c: c.activate(1), NotReady),
+    ("550+: resource in use on activate", "fmActivateFabricPartition", nvfm.FM_ST_RESOURCE_IN_USE,
+     lambda c: c.activate(1), PartitionConflict),
+    ("550+: route programming error", "fmActivateFabricPartition",
+     nvfm.FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR, lambda c: c.activate(1), PartitionUnsupported),
+    ("550+: not in use on deactivate", "fmDeactivateFabricPartition", nvfm.FM_ST_RESOURCE_NOT_IN_USE,
+     lambda c: c.deactivate(1), PartitionNotActive),
     ("in use on deactivate", "fmDeactivateFabricPartition", nvfm.FM_ST_IN_USE,
      lambda c: c.deactivate(1), FabricManagerError),
     ("not active on deactivate", "fmDeactivateFabricPartition", nvfm.FM_ST_UNINITIALIZED,

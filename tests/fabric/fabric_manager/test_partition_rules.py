@@ -16,13 +16,14 @@ from services.fabric.fabric_manager.errors import (
     FabricManagerUnavailable,
     InvalidArgument,
     NotReady,
+    NotSupported,
     PartitionAlreadyActive,
     PartitionConflict,
     PartitionNotActive,
     PartitionUnsupported,
     UnknownPartition,
 )
-from tests.fabric.fabric_manager.drivers import active_ids, apply
+from tests.fabric.fabric_manager.drivers import active_ids, active_in_fm, apply
 
 Case = tuple[str, list[tuple[Any, ...]], tuple[Any, ...], type[FabricManagerError] | None, set[int]]
 
@@ -83,7 +84,21 @@ CASES: list[Case] = [
     ("list with an unknown id", [("restart",)], ("set_list", [2, 40]), UnknownPartition, set()),
     ("list longer than FM_MAX_FABRIC_PARTITIONS", [("restart",)],
      ("set_list", list(range(65))), InvalidArgument, set()),
-    ("list while ready replaces the set", [("activate", 7)], ("set_list", [2]), None, {2}),
+    # set-activated-list is only taken after a restart (FM User Guide, "Resiliency":
+    # the list is how a restarted FM learns what is active).
+    ("list while ready (no restart) is refused", [("activate", 7)], ("set_list", [2]), NotSupported, {7}),
+    # Restart mode ("Fabric Manager Restart Mode"): nothing but the list until it is sent.
+    ("restart: listing refused until the list", [("activate", 1), ("restart",)], ("list",), NotReady, set()),
+    ("restart: after the list listing works", [("activate", 1), ("restart",), ("set_list", [1])],
+     ("list",), None, {1}),
+    # Restart mode: fmGetNvlinkFailedDevices is not supported, before or after the list.
+    ("restart: failed devices not supported", [("restart",)], ("failed",), NotSupported, set()),
+    ("restart: failed devices not supported after the list", [("restart",), ("set_list", [])],
+     ("failed",), NotSupported, set()),
+    # H100 ("GPU Partitions" for DGX/HGX H100; degraded-mode handling): partitions stay
+    # supported whatever the GPU degradation; activation is not refused for it.
+    ("H100: degraded GPU's quad still activates", [("h100",), ("fail_gpu", 5)], ("activate", 2), None, {2}),
+    ("H100: degraded GPU's board still activates", [("h100",), ("fail_gpu", 8)], ("activate", 0), None, {0}),
     ("stopped: activate unavailable", [("stop",)], ("activate", 1),
      FabricManagerUnavailable, None),
     ("stopped: listing unavailable", [("stop",)], ("list",), FabricManagerUnavailable, None),
@@ -108,7 +123,7 @@ def test_rule(driver, setup, step, error, active) -> None:
         assert type(info.value) is error  # the exact error, not a wider one
     if active is None:  # Fabric Manager is down: nothing to read back
         return
-    assert active_ids(driver.client) == active
+    assert active_in_fm(driver) == active
 
 
 def test_conflict_names_the_active_partitions(driver) -> None:
@@ -168,3 +183,45 @@ def test_refused_list_leaves_fabric_manager_waiting(driver) -> None:
         driver.client.activate(1)
     driver.client.set_activated_list([1])
     assert active_ids(driver.client) == {1}
+
+
+def test_h100_partition_info_has_no_pci_bus_id_or_uuid(driver) -> None:
+    """H100: GPUs are known by physical id (= module id) only; listing must not fail."""
+    driver.set_h100()
+    parts = driver.client.list_partitions()
+    assert len(parts) == 15
+    assert all(g.uuid == "" for p in parts for g in p.gpus)
+    # The binding fills what it learnt before (its gpu_map); the simulator gives none.
+    assert {g.physical_id for p in parts for g in p.gpus} == set(range(1, 9))
+
+
+def test_h100_degradation_lists_are_empty_and_links_show_it(driver) -> None:
+    driver.set_h100()
+    driver.fail_gpu(3, 1)
+    driver.fail_gpu(3, 2)
+    assert driver.client.unsupported_partitions() == []
+    assert not driver.client.nvlink_failed_devices()
+    parts = {p.id: p for p in driver.client.list_partitions()}
+    assert all(p.supported for p in parts.values()) and len(parts) == 15
+    g3 = next(g for g in parts[1].gpus if g.physical_id == 3)
+    assert (g3.nvlinks_available, g3.max_nvlinks) == (16, 18)  # degradation seen here only
+
+
+def test_restart_mode_exits_without_the_list(driver) -> None:
+    """FM User Guide, "Fabric Manager Restart Mode": no activated list within 60 s -> FM exits."""
+    from gpucaas.devtools.waiting import wait_for
+
+    driver.set_restart_timeout(0.05)
+    apply(driver, ("activate", 1))
+    apply(driver, ("restart",))
+    wait_for(lambda: not driver.running(), 30, what="Fabric Manager to exit without the list")
+    with pytest.raises(FabricManagerUnavailable):
+        driver.client.set_activated_list([1])
+
+
+def test_restart_mode_list_in_time_keeps_it_running(driver) -> None:
+    driver.set_restart_timeout(3600)
+    apply(driver, ("activate", 1))
+    apply(driver, ("restart",))
+    driver.client.set_activated_list([1])
+    assert driver.running() and active_in_fm(driver) == {1}

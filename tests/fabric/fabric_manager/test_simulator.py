@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from gpucaas.core import topology
-from services.fabric.fabric_manager.errors import FabricManagerUnavailable, PartitionConflict
+from services.fabric.fabric_manager.errors import FabricManagerUnavailable, NotReady, PartitionConflict
 from services.fabric.fabric_manager.interface import FabricManager
 from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,
@@ -84,7 +84,23 @@ def test_restart_counts_and_forgets() -> None:
     client.restart()
     assert client.fabric.restarts == 1
     assert client.fabric.active_partition_ids() == frozenset()
-    assert not any(p.active for p in client.list_partitions())  # listing works meanwhile
+    # Restart mode: listing is refused until the activated list arrives (FM User Guide,
+    # "Fabric Manager Restart Mode").
+    with pytest.raises(NotReady):
+        client.list_partitions()
+    client.set_activated_list([])
+    assert not any(p.active for p in client.list_partitions())
+
+
+def test_restart_mode_deadline_follows_the_clock() -> None:
+    """FM exits when the list does not come within restart_timeout_s (60 s by default)."""
+    now = [1000.0]
+    fabric = SimulatedFabric(clock=lambda: now[0])
+    fabric.restart()
+    now[0] += 59.9
+    assert fabric.running and fabric.awaiting_activated_list
+    now[0] += 0.2
+    assert not fabric.running and fabric.exits_without_list == 1
 
 
 def test_degraded_gpu_loses_nvlinks_in_the_listing() -> None:

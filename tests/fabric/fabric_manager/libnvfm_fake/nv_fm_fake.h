@@ -30,7 +30,27 @@ typedef enum fmReturn_enum {
     FM_ST_IN_USE = -7,
     FM_ST_NOT_CONFIGURED = -8,
     FM_ST_CONNECTION_NOT_VALID = -9,
-    FM_ST_NVLINK_ERROR = -10
+    FM_ST_NVLINK_ERROR = -10,
+    /* FM 550+ (nv_fm_types.h of those releases): more codes after -10 */
+    FM_ST_RESOURCE_BAD = -11,
+    FM_ST_RESOURCE_IN_USE = -12,
+    FM_ST_RESOURCE_NOT_IN_USE = -13,
+    FM_ST_RESOURCE_EXHAUSTED = -14,
+    FM_ST_RESOURCE_NOT_READY = -15,
+    FM_ST_PARTITION_EXISTS = -16,
+    FM_ST_PARTITION_ID_IN_USE = -17,
+    FM_ST_PARTITION_ID_NOT_IN_USE = -18,
+    FM_ST_PARTITION_NAME_IN_USE = -19,
+    FM_ST_PARTITION_NAME_NOT_IN_USE = -20,
+    FM_ST_PARTITION_ID_NAME_MISMATCH = -21,
+    FM_ST_NOT_READY = -22,
+    FM_ST_RESOURCE_USED_IN_THIS_PARTITION = -23,
+    FM_ST_RESOURCE_USED_IN_ANOTHER_PARTITION = -24,
+    FM_ST_PARTITION_MISWIRED_TRUNKS = -25,
+    FM_ST_PARTITION_INSUFFICIENT_TRUNKS = -26,
+    FM_ST_PARTITION_MISSING_SWITCHES = -27,
+    FM_ST_PARTITION_NETWORK_CONFIG_ERROR = -28,
+    FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR = -29
 } fmReturn_t;
 
 typedef void *fmHandle_t;
@@ -56,8 +76,31 @@ typedef struct {
     unsigned int timeoutMs;
     unsigned int addressIsUnixSocket;
 } fmConnectParams_v1;
+/* FM 550+: addressType (nvFmApiAddrTypes) added; addressIsUnixSocket deprecated. */
+enum nvFmApiAddrTypes {
+    NV_FM_API_ADDR_TYPE_UNKNOWN = 0,
+    NV_FM_API_ADDR_TYPE_INET = 1,
+    NV_FM_API_ADDR_TYPE_UNIX = 2,
+    NV_FM_API_ADDR_TYPE_VSOCK = 3
+};
+typedef struct {
+    unsigned int version;
+    char addressInfo[FM_MAX_STR_LENGTH];
+    unsigned int timeoutMs;
+    unsigned int addressIsUnixSocket;
+    enum nvFmApiAddrTypes addressType;
+} fmConnectParams_v2;
+#define fmConnectV1Params_version1 MAKE_FM_PARAM_VERSION(fmConnectParams_v1, 1)
+#define fmConnectV2Params_version2 MAKE_FM_PARAM_VERSION(fmConnectParams_v2, 2)
+/* Built with -DNVFM_FAKE_API_V2 the double is a 550+ library (expects v2 params);
+ * without, a 525/535 one (expects v1), as NVIDIA's headers of those releases define. */
+#ifdef NVFM_FAKE_API_V2
+typedef fmConnectParams_v2 fmConnectParams_t;
+#define fmConnectParams_version fmConnectV2Params_version2
+#else
 typedef fmConnectParams_v1 fmConnectParams_t;
-#define fmConnectParams_version MAKE_FM_PARAM_VERSION(fmConnectParams_v1, 1)
+#define fmConnectParams_version fmConnectV1Params_version1
+#endif
 
 typedef struct {
     unsigned int domain;
@@ -158,6 +201,12 @@ int fakeFmClearGpuFailure(unsigned int physicalId);
 int fakeFmInjectSwitchFailure(const char *pciBusId, unsigned int port);
 int fakeFmIsActive(unsigned int partitionId); /* 1/0, -1 for an unknown id */
 int fakeFmAwaitingList(void);
+void fakeFmSetH100(int on);                   /* H100 semantics: empty pciBusId/UUID, no degradation lists */
+void fakeFmSetRestartTimeoutMs(unsigned int ms); /* restart mode: exit when no list within ms (60000) */
+int fakeFmRunning(void);
+void fakeFmStall(int ms);                     /* every SDK call waits ms first; <0: until fakeFmStall(0) */
+int fakeFmStalledCalls(void);                 /* SDK calls waiting in a stall now */
+int fakeFmLastConnectVersion(void);           /* 1 or 2: the params version of the last fmConnect */
 int fakeFmFailNext(const char *function, int rc); /* the next call of function returns rc */
 const char *fakeFmLastAddress(void);          /* addressInfo of the last fmConnect */
 unsigned int fakeFmLastTimeoutMs(void);

@@ -15,6 +15,21 @@
  *    fakeFmStart(1) comes back in resiliency mode: nothing active and
  *    activate/deactivate refused with FM_ST_NOT_CONFIGURED until
  *    fmSetActivatedFabricPartitions sets the list (which becomes the active set).
+ *
+ * Fabric Manager modes, per the NVIDIA Fabric Manager User Guide (see
+ * docs/fabric-manager.md for the rule list and the sections cited):
+ *  - restart mode (FABRIC_MODE_RESTART=1; "Fabric Manager Restart Mode",
+ *    "Resiliency"): until the activated list arrives every call but
+ *    fmSetActivatedFabricPartitions is refused (FM_ST_NOT_CONFIGURED); without
+ *    the list within 60 s (fakeFmSetRestartTimeoutMs) FM exits;
+ *    fmGetNvlinkFailedDevices is not supported in this mode (FM_ST_NOT_SUPPORTED);
+ *  - fmSetActivatedFabricPartitions outside a restart is refused (FM_ST_NOT_SUPPORTED);
+ *  - H100 (fakeFmSetH100(1); "GPU Partitions" for DGX/HGX H100, degraded-mode
+ *    handling): partition info carries no UUID/PCI bus id, the supported list is
+ *    returned regardless of GPU degradation (a degraded GPU shows fewer NVLinks
+ *    available), the unsupported and failed-device lists are empty.
+ *  - fakeFmStall: a silent Fabric Manager; calls block (outside the state lock,
+ *    as the real library blocks on its socket) for ms, or until released.
  */
 #include "nv_fm_fake.h"
 
@@ -24,6 +39,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define NUM_PARTITIONS 15
 #define NUM_GPUS 8
@@ -74,6 +90,59 @@ static unsigned int lastTimeoutMs = 0;
 static int lastIsUnix = 0;
 static char failNextName[64];
 static fmReturn_t failNextRc = FM_ST_SUCCESS;
+static int h100 = 0;
+static int restartMode = 0;            /* this FM process started with FABRIC_MODE_RESTART=1 */
+static unsigned int restartTimeoutMs = 60000;
+static long long restartDeadlineMs = 0;
+static int lastConnectVersion = 0;
+
+static pthread_mutex_t stallMu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stallCv = PTHREAD_COND_INITIALIZER;
+static int stallMs = 0;
+static unsigned int stallGen = 0;
+static int stalledCalls = 0;
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A silent Fabric Manager: block before touching state (no lock held), like the
+ * real library waiting on its socket. */
+static void stall(void) {
+    pthread_mutex_lock(&stallMu);
+    if (stallMs == 0) {
+        pthread_mutex_unlock(&stallMu);
+        return;
+    }
+    stalledCalls++;
+    unsigned int gen = stallGen;
+    if (stallMs < 0) {
+        while (stallMs < 0 && stallGen == gen) pthread_cond_wait(&stallCv, &stallMu);
+    } else {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        long long ns = until.tv_nsec + (long long)stallMs * 1000000;
+        until.tv_sec += ns / 1000000000;
+        until.tv_nsec = ns % 1000000000;
+        while (stallGen == gen && pthread_cond_timedwait(&stallCv, &stallMu, &until) == 0) {
+        }
+    }
+    stalledCalls--;
+    pthread_mutex_unlock(&stallMu);
+}
+
+/* Restart mode: FM exits when the activated list did not come in time; caller holds mu. */
+static void check_restart_deadline(void) {
+    if (running && awaitingList && now_ms() > restartDeadlineMs) {
+        running = 0;
+        awaitingList = 0;
+        epoch++;
+        fprintf(stderr, "libnvfm fake: no activated partition list within %u ms in restart mode: "
+                        "fabric manager exits\n", restartTimeoutMs);
+    }
+}
 
 /* An injected failure for this function (fakeFmFailNext), consumed once; caller holds mu. */
 static int take_failure(const char *fn, fmReturn_t *rc) {
@@ -98,6 +167,9 @@ static void reset_locked(void) {
     failNextName[0] = '\0';
     running = 1;
     awaitingList = 0;
+    restartMode = 0;
+    h100 = 0;
+    restartTimeoutMs = 60000;
     epoch++;
     memset(active, 0, sizeof(active));
     memset(gpuFailure, 0, sizeof(gpuFailure));
@@ -114,6 +186,7 @@ static int gpus_overlap(const partition_def *a, const partition_def *b) {
 }
 
 static int unsupported(const partition_def *p) {
+    if (h100) return 0; /* H100: partitions stay supported whatever the GPU degradation */
     for (unsigned int i = 0; i < p->numGpus; i++)
         if (gpuFailure[p->gpus[i]].numPorts > 0) return 1;
     return 0;
@@ -126,6 +199,7 @@ static const partition_def *find_partition(unsigned int id) {
 /* Common checks on a handle; the caller holds mu. */
 static fmReturn_t check_handle(fmHandle_t h) {
     if (!libInitialized) return FM_ST_UNINITIALIZED;
+    check_restart_deadline();
     conn_t *c = (conn_t *)h;
     if (c < &conns[0] || c >= &conns[MAX_CONNS] || c->magic != CONN_MAGIC || !c->inUse)
         return FM_ST_BADPARAM;
@@ -152,17 +226,24 @@ fmReturn_t fmLibShutdown(void) {
 }
 
 fmReturn_t fmConnect(fmConnectParams_t *params, fmHandle_t *pFmHandle) {
+    stall();
     pthread_mutex_lock(&mu);
     INJECTED();
     if (!libInitialized) LOCKED_RETURN(FM_ST_UNINITIALIZED);
     if (params == NULL || pFmHandle == NULL) LOCKED_RETURN(FM_ST_BADPARAM);
+    lastConnectVersion = (int)(params->version >> 24);
     if (params->version != fmConnectParams_version) LOCKED_RETURN(FM_ST_VERSION_MISMATCH);
     if (memchr(params->addressInfo, '\0', sizeof(params->addressInfo)) == NULL ||
         params->addressInfo[0] == '\0')
         LOCKED_RETURN(FM_ST_BADPARAM);
     copy_str(lastAddress, sizeof(lastAddress), params->addressInfo);
     lastTimeoutMs = params->timeoutMs;
+#ifdef NVFM_FAKE_API_V2
+    lastIsUnix = params->addressType == NV_FM_API_ADDR_TYPE_UNIX;
+#else
     lastIsUnix = (int)params->addressIsUnixSocket;
+#endif
+    check_restart_deadline();
     if (!running) LOCKED_RETURN(FM_ST_CONNECTION_NOT_VALID);
     for (int i = 0; i < MAX_CONNS; i++) {
         if (!conns[i].inUse) {
@@ -189,8 +270,10 @@ fmReturn_t fmDisconnect(fmHandle_t h) {
 static void fill_gpu(fmFabricPartitionGpuInfo_t *out, unsigned int g, int multi) {
     memset(out, 0, sizeof(*out));
     out->physicalId = g;
-    snprintf(out->uuid, sizeof(out->uuid), "GPU-fa6e0000-0000-4000-8000-%012x", g);
-    copy_str(out->pciBusId, sizeof(out->pciBusId), gpuPci[g]);
+    if (!h100) { /* H100: UUID and PCI bus id are empty; physicalId is the module id */
+        snprintf(out->uuid, sizeof(out->uuid), "GPU-fa6e0000-0000-4000-8000-%012x", g);
+        copy_str(out->pciBusId, sizeof(out->pciBusId), gpuPci[g]);
+    }
     unsigned int failed = gpuFailure[g].numPorts;
     out->numNvLinksAvailable = multi ? (failed >= NVLINKS_PER_GPU ? 0 : NVLINKS_PER_GPU - failed) : 0;
     out->maxNumNvLinks = NVLINKS_PER_GPU;
@@ -198,12 +281,14 @@ static void fill_gpu(fmFabricPartitionGpuInfo_t *out, unsigned int g, int multi)
 }
 
 fmReturn_t fmGetSupportedFabricPartitions(fmHandle_t h, fmFabricPartitionList_t *list) {
+    stall();
     pthread_mutex_lock(&mu);
     INJECTED();
     fmReturn_t rc = check_handle(h);
     if (rc != FM_ST_SUCCESS) LOCKED_RETURN(rc);
     if (list == NULL) LOCKED_RETURN(FM_ST_BADPARAM);
     if (list->version != fmFabricPartitionList_version) LOCKED_RETURN(FM_ST_VERSION_MISMATCH);
+    if (awaitingList) LOCKED_RETURN(FM_ST_NOT_CONFIGURED);
     unsigned int n = 0;
     for (unsigned int i = 0; i < NUM_PARTITIONS; i++) {
         const partition_def *p = &TABLE[i];
@@ -222,6 +307,7 @@ fmReturn_t fmGetSupportedFabricPartitions(fmHandle_t h, fmFabricPartitionList_t 
 }
 
 fmReturn_t fmActivateFabricPartition(fmHandle_t h, fmFabricPartitionId_t id) {
+    stall();
     pthread_mutex_lock(&mu);
     INJECTED();
     fmReturn_t rc = check_handle(h);
@@ -236,6 +322,7 @@ fmReturn_t fmActivateFabricPartition(fmHandle_t h, fmFabricPartitionId_t id) {
 }
 
 fmReturn_t fmDeactivateFabricPartition(fmHandle_t h, fmFabricPartitionId_t id) {
+    stall();
     pthread_mutex_lock(&mu);
     INJECTED();
     fmReturn_t rc = check_handle(h);
@@ -248,6 +335,7 @@ fmReturn_t fmDeactivateFabricPartition(fmHandle_t h, fmFabricPartitionId_t id) {
 }
 
 fmReturn_t fmSetActivatedFabricPartitions(fmHandle_t h, fmActivatedFabricPartitionList_t *list) {
+    stall();
     pthread_mutex_lock(&mu);
     INJECTED();
     fmReturn_t rc = check_handle(h);
@@ -255,6 +343,7 @@ fmReturn_t fmSetActivatedFabricPartitions(fmHandle_t h, fmActivatedFabricPartiti
     if (list == NULL) LOCKED_RETURN(FM_ST_BADPARAM);
     if (list->version != fmActivatedFabricPartitionList_version)
         LOCKED_RETURN(FM_ST_VERSION_MISMATCH);
+    if (!awaitingList) LOCKED_RETURN(FM_ST_NOT_SUPPORTED); /* only after a restart */
     if (list->numPartitions > FM_MAX_FABRIC_PARTITIONS) LOCKED_RETURN(FM_ST_BADPARAM);
     int wanted[NUM_PARTITIONS] = {0};
     for (unsigned int i = 0; i < list->numPartitions; i++) {
@@ -270,12 +359,17 @@ fmReturn_t fmSetActivatedFabricPartitions(fmHandle_t h, fmActivatedFabricPartiti
 }
 
 fmReturn_t fmGetNvlinkFailedDevices(fmHandle_t h, fmNvlinkFailedDevices_t *out) {
+    stall();
     pthread_mutex_lock(&mu);
     INJECTED();
     fmReturn_t rc = check_handle(h);
     if (rc != FM_ST_SUCCESS) LOCKED_RETURN(rc);
     if (out == NULL) LOCKED_RETURN(FM_ST_BADPARAM);
     if (out->version != fmNvlinkFailedDevices_version) LOCKED_RETURN(FM_ST_VERSION_MISMATCH);
+    if (restartMode) LOCKED_RETURN(FM_ST_NOT_SUPPORTED);
+    out->numGpus = 0;
+    out->numSwitches = 0;
+    if (h100) LOCKED_RETURN(FM_ST_SUCCESS); /* H100: the failed-device list is always empty */
     unsigned int n = 0;
     for (unsigned int g = 1; g <= NUM_GPUS; g++) {
         if (gpuFailure[g].numPorts == 0) continue;
@@ -299,6 +393,7 @@ fmReturn_t fmGetNvlinkFailedDevices(fmHandle_t h, fmNvlinkFailedDevices_t *out) 
 }
 
 fmReturn_t fmGetUnsupportedFabricPartitions(fmHandle_t h, fmUnsupportedFabricPartitionList_t *out) {
+    stall();
     pthread_mutex_lock(&mu);
     INJECTED();
     fmReturn_t rc = check_handle(h);
@@ -306,6 +401,7 @@ fmReturn_t fmGetUnsupportedFabricPartitions(fmHandle_t h, fmUnsupportedFabricPar
     if (out == NULL) LOCKED_RETURN(FM_ST_BADPARAM);
     if (out->version != fmUnsupportedFabricPartitionList_version)
         LOCKED_RETURN(FM_ST_VERSION_MISMATCH);
+    if (awaitingList) LOCKED_RETURN(FM_ST_NOT_CONFIGURED);
     unsigned int n = 0;
     for (unsigned int i = 0; i < NUM_PARTITIONS; i++) {
         const partition_def *p = &TABLE[i];
@@ -343,6 +439,8 @@ void fakeFmStart(int resiliency) {
         running = 1;
         memset(active, 0, sizeof(active));
         awaitingList = resiliency ? 1 : 0;
+        restartMode = resiliency ? 1 : 0;
+        restartDeadlineMs = now_ms() + restartTimeoutMs;
     }
     pthread_mutex_unlock(&mu);
 }
@@ -417,7 +515,50 @@ int fakeFmFailNext(const char *function, int rc) {
     return 0;
 }
 
-int fakeFmAwaitingList(void) { return awaitingList; }
+int fakeFmAwaitingList(void) {
+    pthread_mutex_lock(&mu);
+    check_restart_deadline();
+    int a = awaitingList;
+    pthread_mutex_unlock(&mu);
+    return a;
+}
+
+int fakeFmRunning(void) {
+    pthread_mutex_lock(&mu);
+    check_restart_deadline();
+    int r = running;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+void fakeFmSetH100(int on) {
+    pthread_mutex_lock(&mu);
+    h100 = on ? 1 : 0;
+    pthread_mutex_unlock(&mu);
+}
+
+void fakeFmSetRestartTimeoutMs(unsigned int ms) {
+    pthread_mutex_lock(&mu);
+    restartTimeoutMs = ms;
+    pthread_mutex_unlock(&mu);
+}
+
+void fakeFmStall(int ms) {
+    pthread_mutex_lock(&stallMu);
+    stallMs = ms;
+    stallGen++;
+    pthread_cond_broadcast(&stallCv);
+    pthread_mutex_unlock(&stallMu);
+}
+
+int fakeFmStalledCalls(void) {
+    pthread_mutex_lock(&stallMu);
+    int n = stalledCalls;
+    pthread_mutex_unlock(&stallMu);
+    return n;
+}
+
+int fakeFmLastConnectVersion(void) { return lastConnectVersion; }
 const char *fakeFmLastAddress(void) { return lastAddress; }
 unsigned int fakeFmLastTimeoutMs(void) { return lastTimeoutMs; }
 int fakeFmLastAddressIsUnixSocket(void) { return lastIsUnix; }
@@ -432,8 +573,11 @@ typedef struct {
 #define OFF(T, f) {#T "." #f, (long)offsetof(T, f)}
 
 static const layout_entry LAYOUT[] = {
-    SIZE(fmConnectParams_t), OFF(fmConnectParams_t, version), OFF(fmConnectParams_t, addressInfo),
-    OFF(fmConnectParams_t, timeoutMs), OFF(fmConnectParams_t, addressIsUnixSocket),
+    SIZE(fmConnectParams_v1), OFF(fmConnectParams_v1, version), OFF(fmConnectParams_v1, addressInfo),
+    OFF(fmConnectParams_v1, timeoutMs), OFF(fmConnectParams_v1, addressIsUnixSocket),
+    SIZE(fmConnectParams_v2), OFF(fmConnectParams_v2, version), OFF(fmConnectParams_v2, addressInfo),
+    OFF(fmConnectParams_v2, timeoutMs), OFF(fmConnectParams_v2, addressIsUnixSocket),
+    OFF(fmConnectParams_v2, addressType),
     SIZE(fmPciDevice_t), OFF(fmPciDevice_t, domain), OFF(fmPciDevice_t, bus),
     OFF(fmPciDevice_t, device), OFF(fmPciDevice_t, function),
     SIZE(fmFabricPartitionGpuInfo_t), OFF(fmFabricPartitionGpuInfo_t, physicalId),
@@ -474,7 +618,27 @@ static const layout_entry LAYOUT[] = {
     {"FM_ST_IN_USE", FM_ST_IN_USE}, {"FM_ST_NOT_CONFIGURED", FM_ST_NOT_CONFIGURED},
     {"FM_ST_CONNECTION_NOT_VALID", FM_ST_CONNECTION_NOT_VALID},
     {"FM_ST_NVLINK_ERROR", FM_ST_NVLINK_ERROR},
-    {"fmConnectParams_version", (long)fmConnectParams_version},
+    {"fmConnectV1Params_version1", (long)fmConnectV1Params_version1},
+    {"fmConnectV2Params_version2", (long)fmConnectV2Params_version2},
+    {"FM_ST_RESOURCE_BAD", FM_ST_RESOURCE_BAD},
+    {"FM_ST_RESOURCE_IN_USE", FM_ST_RESOURCE_IN_USE},
+    {"FM_ST_RESOURCE_NOT_IN_USE", FM_ST_RESOURCE_NOT_IN_USE},
+    {"FM_ST_RESOURCE_EXHAUSTED", FM_ST_RESOURCE_EXHAUSTED},
+    {"FM_ST_RESOURCE_NOT_READY", FM_ST_RESOURCE_NOT_READY},
+    {"FM_ST_PARTITION_EXISTS", FM_ST_PARTITION_EXISTS},
+    {"FM_ST_PARTITION_ID_IN_USE", FM_ST_PARTITION_ID_IN_USE},
+    {"FM_ST_PARTITION_ID_NOT_IN_USE", FM_ST_PARTITION_ID_NOT_IN_USE},
+    {"FM_ST_PARTITION_NAME_IN_USE", FM_ST_PARTITION_NAME_IN_USE},
+    {"FM_ST_PARTITION_NAME_NOT_IN_USE", FM_ST_PARTITION_NAME_NOT_IN_USE},
+    {"FM_ST_PARTITION_ID_NAME_MISMATCH", FM_ST_PARTITION_ID_NAME_MISMATCH},
+    {"FM_ST_NOT_READY", FM_ST_NOT_READY},
+    {"FM_ST_RESOURCE_USED_IN_THIS_PARTITION", FM_ST_RESOURCE_USED_IN_THIS_PARTITION},
+    {"FM_ST_RESOURCE_USED_IN_ANOTHER_PARTITION", FM_ST_RESOURCE_USED_IN_ANOTHER_PARTITION},
+    {"FM_ST_PARTITION_MISWIRED_TRUNKS", FM_ST_PARTITION_MISWIRED_TRUNKS},
+    {"FM_ST_PARTITION_INSUFFICIENT_TRUNKS", FM_ST_PARTITION_INSUFFICIENT_TRUNKS},
+    {"FM_ST_PARTITION_MISSING_SWITCHES", FM_ST_PARTITION_MISSING_SWITCHES},
+    {"FM_ST_PARTITION_NETWORK_CONFIG_ERROR", FM_ST_PARTITION_NETWORK_CONFIG_ERROR},
+    {"FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR", FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR},
     {"fmFabricPartitionList_version", (long)fmFabricPartitionList_version},
     {"fmActivatedFabricPartitionList_version", (long)fmActivatedFabricPartitionList_version},
     {"fmNvlinkFailedDevices_version", (long)fmNvlinkFailedDevices_version},
