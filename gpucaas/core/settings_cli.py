@@ -189,12 +189,16 @@ def build_settings(cls: type[BaseSettings], given: dict[str, Any]) -> BaseSettin
 
 
 def settings_command(*sections: type[BaseSettings] | Section,
-                     name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                     name: str | None = None,
+                     precheck: Callable[[dict[str, Any]], None] | None = None,
+                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate ``fn(settings_a, settings_b, ..., **own_options)`` into a typer command.
 
     The first ``len(sections)`` parameters of ``fn`` receive the built settings objects;
     its remaining parameters (typer-annotated, for what is not configuration, such as
-    ``--output``) are kept as they are.
+    ``--output``) are kept as they are. ``precheck(flags)``, if given, runs before the
+    settings are validated, with the flags given (by field name; unset ones absent): for a
+    start-up condition that must be reported first and alone (it may ``typer.Exit``).
     """
     secs = _sections(sections)
     opts = options_of(*secs)
@@ -235,6 +239,9 @@ def settings_command(*sections: type[BaseSettings] | Section,
             return built
 
         def command_fn(**kwargs: Any) -> Any:
+            if precheck is not None:
+                precheck({o.field: kwargs[o.param] for o in generated
+                          if o.param in kwargs and kwargs[o.param] is not None})
             built = build(kwargs)
             return fn(*built, **kwargs)
 

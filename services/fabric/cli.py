@@ -9,6 +9,9 @@ the core's logging settings: flag > env > default; see docs/configuration.md.
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import typer
 
 from gpucaas.core.logging import LoggingSettings, configure_logging
@@ -16,7 +19,21 @@ from gpucaas.core.settings_cli import Section, settings_command
 from services.fabric.settings import FabricSettings
 
 
-@settings_command(FabricSettings, Section(LoggingSettings, "log-"), name="fabric")
+def _library_first(flags: dict[str, Any]) -> None:
+    """No silent simulator (issue 15): without libnvfm the default backend cannot run. Said in
+    one line, before any other setting is checked, since it is the first thing to fix."""
+    from services.fabric.runtime import missing_library_error
+
+    env = FabricSettings.model_config.get("env_prefix", "")
+    backend = flags.get("fm_backend") or os.environ.get(f"{env}FM_BACKEND")
+    library = flags.get("fm_library") or os.environ.get(f"{env}FM_LIBRARY")
+    problem = missing_library_error(backend, library)
+    if problem:
+        typer.echo(f"gpucaas fabric: {problem}", err=True)
+        raise typer.Exit(1)
+
+
+@settings_command(FabricSettings, Section(LoggingSettings, "log-"), name="fabric", precheck=_library_first)
 def command(settings: FabricSettings, logging_settings: LoggingSettings) -> None:
     """Run the node's fabric service: service VM, Fabric Manager partitions, local API."""
     import signal
@@ -24,14 +41,6 @@ def command(settings: FabricSettings, logging_settings: LoggingSettings) -> None
 
     from services.fabric.errors import FabricServiceError
     from services.fabric.runtime import FabricNode
-    from services.fabric.runtime import missing_library_error
-
-    # No silent simulator (issue 15): without libnvfm the default backend cannot run; say so
-    # in one line before anything starts.
-    problem = missing_library_error(settings.fm_backend, settings.fm_library)
-    if problem:
-        typer.echo(f"gpucaas fabric: {problem}", err=True)
-        raise typer.Exit(1)
 
     configure_logging(logging_settings)
     stop = threading.Event()

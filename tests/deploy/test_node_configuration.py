@@ -66,4 +66,4 @@ def test_every_kata_setting_is_explained() -> None:
 def test_doc_files_exist() -> None:
     for path in ("containerd/README.md", "kata/README.md", "values-production.yaml"):
         assert (DEPLOY / path).is_file(), path
-    assert Path(REPO / "docs" / "readme" / "deploy.md").is_file()
+    assert Path(REPO / "docs" / "deploy.md").is_file()
