@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from gpucaas.devtools.kube_emulator import errors, openapi, patching, request_context, tables
+from gpucaas.devtools.kube_emulator import errors, fieldvalidation, openapi, patching, request_context, tables
 from gpucaas.devtools.kube_emulator.resources import ResourceType
 from gpucaas.devtools.kube_emulator.selectors import parse_field_selector, parse_label_selector
 from gpucaas.devtools.kube_emulator.store import POD_KEY, Store, Watcher
@@ -300,7 +300,7 @@ async def _body(request: web.Request, *, yaml_ok: bool = False) -> Any:
     try:
         if yaml_ok or request.content_type == "application/yaml":
             return yaml.safe_load(raw)
-        return json.loads(raw)
+        return fieldvalidation.loads_checking_duplicates(raw)
     except (ValueError, yaml.YAMLError) as exc:
         raise errors.BadRequest(f"the request body is not valid {'YAML' if yaml_ok else 'JSON'}: {exc}") from exc
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.devtools.kube_emulator import errors, quota, validation
+from gpucaas.devtools.kube_emulator import errors, fieldvalidation, quantities, quota, validation
 from gpucaas.devtools.kube_emulator.resources import Registry, ResourceType, type_from_crd
 
 log = logging.getLogger(__name__)
@@ -221,7 +221,10 @@ class Store:
 
     def _validate(self, rt: ResourceType, obj: Obj, version: str | None) -> None:
         meta = obj["metadata"]
+        fieldvalidation.enforce(rt, obj, version or rt.storage_version)  # unknown fields: fieldValidation
         causes = validation.validate_name(rt.key, meta["name"]) + validation.validate_metadata(meta)
+        if not rt.custom:
+            causes += quantities.canonicalise(rt.key, obj)  # 1024Gi is stored as 1Ti
         if rt.custom:
             schema = rt.schemas.get(version or rt.storage_version)
             if schema is not None:
