@@ -23,6 +23,7 @@ class RequestContext:
     field_validation: str = "Warn"  # the server's default since Kubernetes 1.27
     warnings: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)  # duplicate JSON keys in the body
+    applying: bool = False  # a server-side apply already set the object's managedFields
 
     def manager(self, default_operation: str = "Update") -> str:
         """The field manager of a write: ``fieldManager``, else the User-Agent's prefix.

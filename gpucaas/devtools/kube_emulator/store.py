@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.devtools.kube_emulator import errors, fieldvalidation, quantities, quota, validation
+from gpucaas.devtools.kube_emulator import (
+    errors,
+    fieldvalidation,
+    managed_fields,
+    quantities,
+    quota,
+    request_context,
+    validation,
+)
 from gpucaas.devtools.kube_emulator.resources import Registry, ResourceType, type_from_crd
 
 log = logging.getLogger(__name__)
@@ -267,6 +275,7 @@ class Store:
             self._admit_quota(rt, obj)
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(k, None)
+        managed_fields.track_update(rt, None, obj, version=version or rt.storage_version, subresource=None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now()
         meta["generation"] = 1
@@ -335,12 +344,19 @@ class Store:
             current = self.lookup(rt, namespace, name)
         except errors.NotFound:
             if patch_type == patching.APPLY_PATCH and subresource is None:
-                body = dict(patch)
+                body = managed_fields.apply(rt, None, patch, version=version or rt.storage_version,
+                                            subresource=None, name=name)
                 body.setdefault("metadata", {})["name"] = name
+                _mark_applying()
                 return self.create(rt, namespace, body, version=version, dry_run=dry_run)
             raise
         base = self.render(rt, current, version)
-        new = patching.apply(base, patch_type, patch, custom=rt.custom, kind=rt.kind, name=name)
+        if patch_type == patching.APPLY_PATCH:  # server-side apply: field ownership, 409 on conflicts
+            new = managed_fields.apply(rt, base, patch, version=version or rt.storage_version,
+                                       subresource=subresource, name=name)
+            _mark_applying()
+        else:
+            new = patching.apply(base, patch_type, patch, custom=rt.custom, kind=rt.kind, name=name)
         new = self._normalise(rt, namespace, new, version)
         new["metadata"]["name"] = name
         want_rv = new["metadata"].get("resourceVersion")
@@ -404,6 +420,7 @@ class Store:
         meta["resourceVersion"] = cur_meta["resourceVersion"]
         new["apiVersion"] = current.get("apiVersion", new["apiVersion"])
         new["kind"] = rt.kind
+        managed_fields.track_update(rt, current, new, version=version or rt.storage_version, subresource=subresource)
         if new == current:
             return self.render(rt, current, version)  # a no-op write is not a write
         if dry_run:
@@ -819,6 +836,12 @@ class Store:
         self.rv = int(state.get("resourceVersion", 0))
         self.history.clear()
         self.compacted_rv = self.rv
+
+
+def _mark_applying() -> None:
+    ctx = request_context.current()
+    if ctx is not None:
+        ctx.applying = True
 
 
 def _qos_class(spec: Obj) -> str:
