@@ -27,9 +27,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucaas.devtools.kube_emulator import (
+    cel,
     errors,
     fieldvalidation,
     managed_fields,
+    namespaces,
     quantities,
     quota,
     request_context,
@@ -181,17 +183,19 @@ class Store:
         items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return items
 
-    def _check_namespace(self, rt: ResourceType, namespace: str | None, creating: bool) -> None:
+    def _check_namespace(self, rt: ResourceType, namespace: str | None, creating: bool, name: str = "") -> None:
         if not rt.namespaced:
             return
         ns = self._table(NS_KEY).get(("", namespace or ""))
         if ns is None:
             raise errors.not_found("namespaces", namespace or "")
         if creating and ns["metadata"].get("deletionTimestamp"):
+            # NamespaceLifecycle admission: admission.NewForbidden words it like errors.NewForbidden
+            what = f'{rt.display()} "{name}"' if name else rt.display()
             raise errors.Forbidden(
-                f'{rt.display()} is forbidden: unable to create new content in namespace {namespace} '
+                f"{what} is forbidden: unable to create new content in namespace {namespace} "
                 "because it is being terminated",
-                details={"name": "", "group": rt.group, "kind": rt.plural,
+                details={"name": name, "group": rt.group, "kind": rt.plural,
                          "causes": [{"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
                                      "field": "metadata.namespace"}]},
             )
@@ -227,7 +231,7 @@ class Store:
             del meta[k]
         return obj
 
-    def _validate(self, rt: ResourceType, obj: Obj, version: str | None) -> None:
+    def _validate(self, rt: ResourceType, obj: Obj, version: str | None, old: Obj | None = None) -> None:
         meta = obj["metadata"]
         fieldvalidation.enforce(rt, obj, version or rt.storage_version)  # unknown fields: fieldValidation
         causes = validation.validate_name(rt.key, meta["name"]) + validation.validate_metadata(meta)
@@ -240,8 +244,10 @@ class Store:
                 validation.apply_defaults(obj, schema)
                 causes += validation.validate_schema(
                     {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}, schema)
+                if not causes:  # x-kubernetes-validations run on structurally valid objects only
+                    causes += cel.validate(obj, old, schema)
         elif rt.key == CRD_KEY:
-            causes += validation.validate_crd(obj)
+            causes += validation.validate_crd(obj) + cel.crd_rule_errors(obj)
         if causes:
             raise errors.Invalid(rt.kind, meta["name"], causes, rt.group)
 
@@ -253,7 +259,7 @@ class Store:
             raise errors.MethodNotAllowed(f"create is not supported on {rt.display()}")
         obj = self._normalise(rt, namespace, body, version)
         meta = obj["metadata"]
-        self._check_namespace(rt, namespace, creating=True)
+        self._check_namespace(rt, namespace, creating=True, name=meta.get("name") or "")
         if not meta.get("name"):
             if meta.get("generateName"):
                 for _ in range(10):
@@ -413,7 +419,7 @@ class Store:
                 "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
                 "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions "
                 "to existing tolerations), `spec.terminationGracePeriodSeconds` or `spec.schedulingGates`")])
-        self._validate(rt, new, version)
+        self._validate(rt, new, version, old=current)
         meta["generation"] = cur_meta.get("generation", 1)
         if _spec_part(new) != _spec_part(current):
             meta["generation"] += 1
@@ -567,9 +573,29 @@ class Store:
         ns = self._table(NS_KEY).get(("", name))
         if ns is None or not ns["metadata"].get("deletionTimestamp"):
             return
+        remaining: dict[str, int] = {}
+        finalizers: dict[str, int] = {}
         for rt in self.registry.all():
-            if rt.namespaced and any(k[0] == name for k in self._table(rt.key)):
-                return
+            if not rt.namespaced:
+                continue
+            for (ns_name, _), obj in self._table(rt.key).items():
+                if ns_name != name:
+                    continue
+                resource = f"{rt.plural}.{rt.group}"  # as the controller names them: "pods." for core
+                remaining[resource] = remaining.get(resource, 0) + 1
+                for f in obj["metadata"].get("finalizers") or []:
+                    finalizers[f] = finalizers.get(f, 0) + 1
+        conditions = namespaces.deletion_conditions(remaining, finalizers, now(),
+                                                    (ns.get("status") or {}).get("conditions"))
+        if [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in conditions] != [
+                {k: v for k, v in c.items() if k != "lastTransitionTime"}
+                for c in (ns.get("status") or {}).get("conditions") or []]:
+            new = copy.deepcopy(ns)
+            new.setdefault("status", {})["conditions"] = conditions
+            new["metadata"]["resourceVersion"] = str(self._next_rv())
+            ns = self._commit(self.registry.get(*NS_KEY), "MODIFIED", new, ns)  # type: ignore[arg-type]
+        if remaining:
+            return
         spec_finalizers = (ns.get("spec") or {}).get("finalizers") or []
         if NAMESPACE_FINALIZER in spec_finalizers:
             new = copy.deepcopy(ns)
