@@ -85,9 +85,18 @@ def _mantissa(amount: Decimal) -> tuple[int, int]:
     return digits, exponent
 
 
+def value(text: Any) -> Decimal:
+    """The amount of a quantity, rounded up to nano precision as ``ParseQuantity`` does."""
+    amount = Decimal(parse_quantity(str(text).strip()))
+    if amount.as_tuple().exponent < -9:  # type: ignore[operator]
+        sign = -1 if amount < 0 else 1
+        amount = sign * abs(amount).quantize(_NANO, rounding=ROUND_UP)
+    return amount
+
+
 def same(a: Any, b: Any) -> bool:
     """Whether two quantities are equal as quantities (``1024Gi`` == ``1Ti``)."""
-    return Decimal(parse_quantity(str(a))) == Decimal(parse_quantity(str(b)))
+    return value(a) == value(b)
 
 
 # (group, plural) -> paths of ResourceList maps; "*" walks every item of a list.
