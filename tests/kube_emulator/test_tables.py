@@ -74,3 +74,16 @@ def test_kubectl_get_pods_columns(kubectl, core: client.CoreV1Api) -> None:  # t
     lines = kubectl("get", "pods", "-n", "default").stdout.splitlines()
     assert lines[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert lines[1].split()[:4] == ["web", "0/1", "Pending", "0"]
+
+
+def test_watch_events_are_tables_when_asked(k8s: client.ApiClient, core: client.CoreV1Api) -> None:
+    import json
+
+    core.create_namespaced_pod("default", pod_body("web"))
+    status, _, raw = api_call(k8s, "GET", "/api/v1/namespaces/default/pods", headers={"Accept": TABLE},
+                              query={"watch": "true", "resourceVersion": "0", "timeoutSeconds": "1"})
+    assert status == 200
+    events = [json.loads(line) for line in (raw if isinstance(raw, bytes) else json.dumps(raw).encode()).splitlines()]
+    assert events[0]["type"] == "ADDED"
+    assert events[0]["object"]["kind"] == "Table"
+    assert events[0]["object"]["rows"][0]["cells"][:3] == ["web", "0/1", "Pending"]

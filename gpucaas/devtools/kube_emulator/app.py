@@ -370,6 +370,9 @@ async def _watch(request: web.Request, store: Store, rt: ResourceType, namespace
         except ValueError as exc:
             raise errors.BadRequest("timeoutSeconds must be a number") from exc
     watcher = Watcher(rt.key, namespace, match)
+    as_table = tables.wants_table(request.headers.get("Accept"))
+    if as_table:
+        tables.check_include_object(query.get("includeObject"))
     gone = False
     # Everything up to store.watchers.add() runs without awaiting: no write can slip between
     # the initial state (or the replayed history) and the live events.
@@ -427,7 +430,11 @@ async def _watch(request: web.Request, store: Store, rt: ResourceType, namespace
                                          "annotations": {"k8s.io/initial-events-end": "true"}}}
                 await resp.write((json.dumps({"type": "BOOKMARK", "object": bookmark}) + "\n").encode())
                 continue
-            line = json.dumps({"type": etype, "object": store.render(rt, obj, version)}) + "\n"
+            rendered = store.render(rt, obj, version)
+            if as_table:  # each event's object is a one-row Table, as the real server sends them
+                rendered = _table(store, rt, version, [rendered], {"resourceVersion": rendered["metadata"].get(
+                    "resourceVersion", "")}, query)
+            line = json.dumps({"type": etype, "object": rendered}) + "\n"
             await resp.write(line.encode())
     except (ConnectionResetError, asyncio.CancelledError):
         pass

@@ -309,13 +309,18 @@ def _columns(rt: Any, crd: dict[str, Any] | None, version: str) -> list[tuple[di
     return out
 
 
-def table(rt: Any, objects: list[dict[str, Any]], *, crd: dict[str, Any] | None, version: str,
-          list_meta: dict[str, Any], include_object: str | None) -> dict[str, Any]:
-    """A ``meta.k8s.io/v1`` Table of ``objects`` (already rendered in ``version``)."""
-    include = include_object or "Metadata"
+def check_include_object(value: str | None) -> str:
+    include = value or "Metadata"
     if include not in ("None", "Metadata", "Object"):
         raise errors.BadRequest(
             f'includeObject: Unsupported value: "{include}": supported values: "Metadata", "None", "Object"')
+    return include
+
+
+def table(rt: Any, objects: list[dict[str, Any]], *, crd: dict[str, Any] | None, version: str,
+          list_meta: dict[str, Any], include_object: str | None) -> dict[str, Any]:
+    """A ``meta.k8s.io/v1`` Table of ``objects`` (already rendered in ``version``)."""
+    include = check_include_object(include_object)
     columns = _columns(rt, crd, version)
     rows = []
     for obj in objects:
