@@ -24,7 +24,15 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from gpucaas.devtools.kube_emulator import errors, fieldvalidation, openapi, patching, request_context, tables
+from gpucaas.devtools.kube_emulator import (
+    errors,
+    fieldvalidation,
+    openapi,
+    patching,
+    protobuf,
+    request_context,
+    tables,
+)
 from gpucaas.devtools.kube_emulator.resources import ResourceType
 from gpucaas.devtools.kube_emulator.selectors import parse_field_selector, parse_label_selector
 from gpucaas.devtools.kube_emulator.store import POD_KEY, Store, Watcher
@@ -290,11 +298,10 @@ def _success() -> dict[str, Any]:
 
 async def _body(request: web.Request, *, yaml_ok: bool = False) -> Any:
     raw = await request.read()
-    if request.content_type == "application/vnd.kubernetes.protobuf":
-        # The emulator has no protobuf codec (docs/kube-emulator.md); 415 with the real wording.
-        raise errors.UnsupportedMediaType(
-            "the body of the request was in an unknown format - accepted media types include: "
-            "application/json, application/yaml")
+    if request.content_type == protobuf.MEDIA_TYPE:
+        # decoded with the Kubernetes descriptors the client binary carries (protobuf.py), else 415
+        return await asyncio.get_running_loop().run_in_executor(None, protobuf.decode, raw) \
+            if not protobuf.loaded() else protobuf.decode(raw)
     if not raw.strip():
         return None
     try:
