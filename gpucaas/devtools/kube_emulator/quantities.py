@@ -33,6 +33,7 @@ _EXPONENT = re.compile(r"[eE][-+]?\d+$")
 _SI = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
 _BIN = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
 _NANO = Decimal("1e-9")
+QUANTITY_ERROR = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 
 
 def _format_of(text: str) -> str:
@@ -127,8 +128,8 @@ QUANTITY_PATHS: dict[tuple[str, str], list[str]] = {
 def canonicalise(key: tuple[str, str], obj: dict[str, Any]) -> list[dict[str, str]]:
     """Rewrite the quantity fields of ``obj`` (a built-in of resource ``key``) in place.
 
-    Returns ``Status`` causes for values that are not quantities (the real server's
-    decoder refuses them with 400; the emulator reports them as 422 field errors).
+    Returns ``Status`` causes for values that are not quantities (the caller refuses the
+    object with 400, as the real server's decoder does).
     """
     causes: list[dict[str, str]] = []
     for path in QUANTITY_PATHS.get(key, ()):

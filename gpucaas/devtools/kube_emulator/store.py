@@ -235,8 +235,11 @@ class Store:
         meta = obj["metadata"]
         fieldvalidation.enforce(rt, obj, version or rt.storage_version)  # unknown fields: fieldValidation
         causes = validation.validate_name(rt.key, meta["name"]) + validation.validate_metadata(meta)
-        if not rt.custom:
-            causes += quantities.canonicalise(rt.key, obj)  # 1024Gi is stored as 1Ti
+        if not rt.custom and quantities.canonicalise(rt.key, obj):  # 1024Gi is stored as 1Ti
+            # the real server fails to decode a malformed Quantity: 400, not a field error
+            raise errors.BadRequest(
+                f'{rt.kind} in version "{version or rt.storage_version}" cannot be handled as a {rt.kind}: '
+                f"{quantities.QUANTITY_ERROR}")
         if rt.custom:
             schema = rt.schemas.get(version or rt.storage_version)
             if schema is not None:
