@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 
 from tests.kube_emulator.conftest import api_call
@@ -114,3 +115,25 @@ spec:
     kubectl("apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", write(3))
     out = kubectl("get", "deployment", "web", "-n", "default", "-o", "jsonpath={.spec.replicas}").stdout
     assert out == "3"
+
+
+def test_garbage_managed_fields_in_an_update_do_not_break_the_server(k8s: client.ApiClient,
+                                                                      core: client.CoreV1Api) -> None:
+    _apply(k8s, "alice", {"a": "1"})
+    cm = core.read_namespaced_config_map("settings", "default").to_dict()
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "settings", "managedFields": [{"manager": "x", "operation": "Update", "fieldsType": "FieldsV1",
+                                               "fieldsV1": {"k:{broken": {}, "f:data": {"f:a": {}}}}]},
+        "data": {"a": "2"}}
+    status, _, out = api_call(k8s, "PUT", "/api/v1/namespaces/default/configmaps/settings", body=body,
+                              query={"fieldManager": "editor"})
+    assert status == 200, out
+    assert cm["metadata"]["name"] == out["metadata"]["name"]
+    managers = {e["manager"] for e in out["metadata"]["managedFields"]}
+    assert "editor" in managers
+
+
+@pytest.mark.parametrize("doc", ["- a\n- b\n", "apiVersion: v1\nkind: ConfigMap\nmetadata: oops\n", "just text"])
+def test_malformed_apply_configurations_are_400(k8s: client.ApiClient, doc: str) -> None:
+    status, _, body = api_call(k8s, "PATCH", CM, body=doc, headers=APPLY, query={"fieldManager": "me"})
+    assert status == 400, body

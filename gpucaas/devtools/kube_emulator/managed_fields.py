@@ -221,14 +221,27 @@ def to_fields_v1(paths: set[Path]) -> dict[str, Any]:
     return root
 
 
+def _valid_element(key: Any) -> bool:
+    if not isinstance(key, str) or key[:2] not in ("f:", "k:", "v:"):
+        return False
+    if key[:2] == "f:":
+        return True
+    try:
+        parsed = json.loads(key[2:])
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) if key[:2] == "k:" else True
+
+
 def from_fields_v1(tree: Any, prefix: Path = ()) -> set[Path]:
+    """The set of a ``FieldsV1`` tree; elements that are not ``f:``/``k:``/``v:`` are skipped."""
     out: set[Path] = set()
     if not isinstance(tree, dict):
         return out
     if prefix and (not tree or "." in tree):
         out.add(prefix)
     for key, sub in tree.items():
-        if key != ".":
+        if key != "." and _valid_element(key):
             out |= from_fields_v1(sub, (*prefix, key))
     return out
 
@@ -348,6 +361,8 @@ def apply(rt: Any, live: dict[str, Any] | None, applied: Any, *, version: str, s
     for field in ("apiVersion", "kind"):
         if not applied.get(field):
             raise errors.BadRequest(f"invalid object type: {field} must be set in an apply configuration")
+    if not isinstance(applied.get("metadata", {}), dict):
+        raise errors.BadRequest("metadata must be an object in an apply configuration")
     applied = copy.deepcopy(applied)
     (applied.get("metadata") or {}).pop("managedFields", None)
     schema = root_schema(rt, version)
