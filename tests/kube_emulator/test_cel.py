@@ -98,3 +98,15 @@ def test_kubectl_refuses_a_tenancy_breaking_a_rule(kubectl, tmp_path) -> None:  
     assert proc.returncode != 0
     assert 'The Tenancy "greedy" is invalid: spec.gpuQuota: Invalid value: "object": gpuQuota 64 needs a podQuota' \
         in proc.stderr
+
+
+def test_gpulease_device_identity_is_immutable(custom: client.CustomObjectsApi) -> None:
+    from tests.kube_emulator.conftest import lease_body
+
+    custom.create_cluster_custom_object("gpucaas.dev", "v1alpha1", "gpuleases", lease_body())
+    custom.patch_cluster_custom_object("gpucaas.dev", "v1alpha1", "gpuleases", "node1-0000-18-00-0",
+                                       {"spec": {"model": "H100"}})
+    with pytest.raises(client.ApiException) as err:
+        custom.patch_cluster_custom_object("gpucaas.dev", "v1alpha1", "gpuleases", "node1-0000-18-00-0",
+                                           {"spec": {"pciAddress": "0000:19:00.0"}})
+    assert err.value.status == 422 and "spec.node and spec.pciAddress cannot change" in err.value.body
