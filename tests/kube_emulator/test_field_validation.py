@@ -69,3 +69,19 @@ def test_kubectl_strict_and_warn(kubectl, tmp_path) -> None:  # type: ignore[no-
     assert proc.returncode != 0 and 'strict decoding error: unknown field "bogus"' in proc.stderr
     proc = kubectl("apply", "--validate=warn", "-f", str(manifest))
     assert 'Warning: unknown field "bogus"' in proc.stderr and "configmap/k created" in proc.stdout
+
+
+@pytest.mark.parametrize("spec", ["x", {"containers": {"a": 1}}, {"containers": [1, "x"]},
+                                  {"containers": [{"name": "c", "image": 5}]}])
+def test_wrongly_typed_builtin_fields_are_the_decoders_400(k8s: client.ApiClient, spec: object) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "typed"}, "spec": spec}
+    status, _, body = api_call(k8s, "POST", "/api/v1/namespaces/default/pods", body=pod)
+    assert status == 400, body
+    assert body["message"].startswith('Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal ')
+
+
+def test_null_quantity_is_zero(core: client.CoreV1Api) -> None:
+    status, _, body = api_call(core.api_client, "POST", "/api/v1/namespaces/default/resourcequotas",
+                               body={"metadata": {"name": "q"}, "spec": {"hard": {"cpu": None}}})
+    assert status == 201, body
+    assert core.read_namespaced_resource_quota("q", "default").spec.hard == {"cpu": "0"}

@@ -122,6 +122,56 @@ def enforce(rt: Any, obj: dict[str, Any], version: str) -> None:
         ctx.warn(text)
 
 
+_JSON_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _type_errors(value: Any, schema: dict[str, Any] | None, path: str, found: list[str]) -> None:
+    schema = openapi.resolve(schema)
+    if schema is None or value is None or "oneOf" in schema:  # Quantity, IntOrString: strings or numbers
+        return
+    types = schema.get("type")
+    types = [t for t in (types if isinstance(types, list) else [types]) if t and t != "null"]
+    if types and not any(isinstance(value, _JSON_TYPES.get(t, object)) and not (
+            t in ("integer", "number") and isinstance(value, bool)) for t in types):
+        found.append(f"json: cannot unmarshal {_json_type(value)} into Go struct field {path} of type {types[0]}")
+        return
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, sub in value.items():
+            child = props.get(key) if key in props else (extra if isinstance(extra, dict) else None)
+            _type_errors(sub, child, f"{path}.{key}", found)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            _type_errors(item, schema["items"], path, found)
+
+
+def check_types(rt: Any, obj: dict[str, Any], version: str) -> None:
+    """400 for a built-in object whose JSON types do not fit its Go type, as the decoder refuses it."""
+    if rt.custom:
+        return
+    name = openapi.definition_for(rt.group, version, rt.kind)
+    if name is None:
+        return
+    found: list[str] = []
+    body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    _type_errors(body, {"$ref": "#/$defs/" + name}, rt.kind, found)
+    if found:
+        raise errors.BadRequest(f'{rt.kind} in version "{version}" cannot be handled as a {rt.kind}: {found[0]}')
+
+
 def loads_checking_duplicates(raw: bytes | str) -> Any:
     """``json.loads`` that records duplicate keys in the request context (last one wins, as in Go)."""
     ctx = request_context.current()

@@ -142,7 +142,8 @@ def _walk(node: Any, parts: list[str], where: str, causes: list[dict[str, str]])
         if not isinstance(node, dict):
             return
         for name, value in list(node.items()):
-            if value is None:
+            if value is None:  # JSON null decodes into Go's zero Quantity
+                node[name] = "0"
                 continue
             try:
                 node[name] = canonical(value)

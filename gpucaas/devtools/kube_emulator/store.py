@@ -229,6 +229,7 @@ class Store:
             meta.pop("namespace", None)
         for k in [k for k, v in meta.items() if v is None]:
             del meta[k]
+        fieldvalidation.check_types(rt, obj, version or rt.storage_version)  # the Go decoder's type errors
         return obj
 
     def _validate(self, rt: ResourceType, obj: Obj, version: str | None, old: Obj | None = None) -> None:
