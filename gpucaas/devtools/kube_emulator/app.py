@@ -24,7 +24,15 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from gpucaas.devtools.kube_emulator import errors, patching
+from gpucaas.devtools.kube_emulator import (
+    errors,
+    fieldvalidation,
+    openapi,
+    patching,
+    protobuf,
+    request_context,
+    tables,
+)
 from gpucaas.devtools.kube_emulator.resources import ResourceType
 from gpucaas.devtools.kube_emulator.selectors import parse_field_selector, parse_label_selector
 from gpucaas.devtools.kube_emulator.store import POD_KEY, Store, Watcher
@@ -70,23 +78,70 @@ def build_app(store: Store, *, bookmark_interval: float = 5.0) -> web.Applicatio
 
 async def _dispatch(request: web.Request) -> web.StreamResponse:
     store = request.app[STORE_KEY]
+    ctx = request_context.RequestContext(user_agent=request.headers.get("User-Agent", ""))
+    token = request_context.CURRENT.set(ctx)
     try:
-        return await _route(request, store)
+        resp = await _route(request, store)
     except errors.ApiError as exc:
-        return _error_response(exc)
+        resp = _error_response(exc)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug in the emulator: say so like the API server would
         log.exception("kube emulator: internal error on %s %s", request.method, request.path)
         err = errors.ApiError(f"emulator internal error: {exc!r}")
-        return _error_response(err)
+        resp = _error_response(err)
+    finally:
+        request_context.CURRENT.reset(token)
+    if not resp.prepared:
+        for text in ctx.warnings:  # RFC 7234 warn-code 299, as the API server sends them
+            resp.headers.add("Warning", '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return resp
+
+
+def _write_options(request: web.Request) -> None:
+    """``fieldManager``, ``force`` and ``fieldValidation`` of a write, into the request context."""
+    ctx = request_context.current()
+    if ctx is None:
+        return
+    q = request.query
+    ctx.field_manager = q.get("fieldManager") or None
+    if ctx.field_manager is not None and len(ctx.field_manager) > 128:
+        raise errors.Invalid("PatchOptions" if request.method == "PATCH" else "CreateOptions", "", [errors.field_error(
+            "fieldManager", "FieldValueTooLong", "Too long: may not be more than 128 bytes")])
+    ctx.force = truthy(q.get("force"))
+    value = q.get("fieldValidation")
+    if value:
+        if value not in request_context.FIELD_VALIDATION_VALUES:
+            raise errors.BadRequest(
+                f'fieldValidation: Unsupported value: "{value}": supported values: "Ignore", "Strict", "Warn"')
+        ctx.field_validation = value
+
+
+def _openapi(request: web.Request, store: Store, segs: list[str]) -> web.StreamResponse:
+    """``/openapi/v2`` (JSON only) and ``/openapi/v3[/{gv}]``."""
+    accept = request.headers.get("Accept", "")
+    if segs == ["v2"]:
+        if accept and not any(m in accept for m in ("application/json", "*/*")):
+            # kubectl asks for the protobuf encoding only; 406 is what a server without it sends.
+            raise errors.NotAcceptable(
+                "only the following media types are accepted: application/json")
+        return _json_response(openapi.v2(store.registry))
+    if segs and segs[0] == "v3":
+        if len(segs) == 1:
+            return _json_response(openapi.v3_index(store.registry))
+        doc = openapi.v3_document(store.registry, "/".join(segs[1:]))
+        if doc is None:
+            raise errors.resource_not_found()
+        return _json_response(doc)
+    raise errors.resource_not_found()
 
 
 async def _route(request: web.Request, store: Store) -> web.StreamResponse:
     segs = [s for s in request.path.split("/") if s]
     method = request.method
     if not segs:
-        return _json_response({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz", "/emulator/v1"]})
+        return _json_response({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v2",
+                                         "/openapi/v3", "/emulator/v1"]})
     head = segs[0]
     if head == "version" and len(segs) == 1:
         return _json_response(EMULATOR_VERSION)
@@ -94,6 +149,8 @@ async def _route(request: web.Request, store: Store) -> web.StreamResponse:
         return web.Response(text="ok")
     if head == "emulator":
         return await _emulator_endpoint(request, store, segs[1:])
+    if head == "openapi":
+        return _openapi(request, store, segs[1:])
     if head == "api":
         if len(segs) == 1:
             return _json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
@@ -146,6 +203,8 @@ async def _resource(request: web.Request, store: Store, group: str, version: str
         raise errors.resource_not_found()
     method = request.method
     dry_run = bool(query.get("dryRun"))
+    if method in ("POST", "PUT", "PATCH"):
+        _write_options(request)
     if sub is None:
         verb = {("GET", True): "watch" if watch else "list", ("GET", False): "watch" if watch else "get",
                 ("POST", True): "create", ("PUT", False): "update", ("PATCH", False): "patch",
@@ -163,7 +222,10 @@ async def _resource(request: web.Request, store: Store, group: str, version: str
             match = _matcher(query)
             if watch:
                 return await _watch(request, store, rt, namespace, match, version)
-            return _json_response(_list(store, rt, namespace, match, version, query))
+            listed = _list(store, rt, namespace, match, version, query)
+            if tables.wants_table(request.headers.get("Accept")):
+                return _json_response(_table(store, rt, version, listed["items"], listed["metadata"], query))
+            return _json_response(listed)
         if method == "POST":
             if rt.namespaced and namespace is None:
                 raise errors.resource_not_found()
@@ -196,7 +258,10 @@ async def _resource(request: web.Request, store: Store, group: str, version: str
         if watch:
             match = _matcher({"fieldSelector": f"metadata.name={name}"})
             return await _watch(request, store, rt, namespace, match, version)
-        return _json_response(store.get(rt, namespace, name, version))
+        obj = store.get(rt, namespace, name, version)
+        if sub is None and tables.wants_table(request.headers.get("Accept")):
+            return _json_response(_table(store, rt, version, [obj], {"resourceVersion": str(store.rv)}, query))
+        return _json_response(obj)
     if method == "PUT":
         body = await _body(request)
         return _json_response(store.update(rt, namespace, name, body, subresource=sub, version=version,
@@ -218,18 +283,31 @@ async def _resource(request: web.Request, store: Store, group: str, version: str
     raise errors.MethodNotAllowed(f"{method} is not supported on {rt.display()}{'/' + sub if sub else ''}")
 
 
+def _table(store: Store, rt: ResourceType, version: str, items: list[dict[str, Any]], meta: dict[str, Any],
+           query: Any) -> dict[str, Any]:
+    crd = None
+    if rt.custom:
+        crd = store.objects.get(("apiextensions.k8s.io", "customresourcedefinitions"), {}).get(
+            ("", f"{rt.plural}.{rt.group}"))
+    return tables.table(rt, items, crd=crd, version=version, list_meta=meta, include_object=query.get("includeObject"))
+
+
 def _success() -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 async def _body(request: web.Request, *, yaml_ok: bool = False) -> Any:
     raw = await request.read()
+    if request.content_type == protobuf.MEDIA_TYPE:
+        # decoded with the Kubernetes descriptors the client binary carries (protobuf.py), else 415
+        return await asyncio.get_running_loop().run_in_executor(None, protobuf.decode, raw) \
+            if not protobuf.loaded() else protobuf.decode(raw)
     if not raw.strip():
         return None
     try:
-        if yaml_ok:
+        if yaml_ok or request.content_type == "application/yaml":
             return yaml.safe_load(raw)
-        return json.loads(raw)
+        return fieldvalidation.loads_checking_duplicates(raw)
     except (ValueError, yaml.YAMLError) as exc:
         raise errors.BadRequest(f"the request body is not valid {'YAML' if yaml_ok else 'JSON'}: {exc}") from exc
 
@@ -299,6 +377,9 @@ async def _watch(request: web.Request, store: Store, rt: ResourceType, namespace
         except ValueError as exc:
             raise errors.BadRequest("timeoutSeconds must be a number") from exc
     watcher = Watcher(rt.key, namespace, match)
+    as_table = tables.wants_table(request.headers.get("Accept"))
+    if as_table:
+        tables.check_include_object(query.get("includeObject"))
     gone = False
     # Everything up to store.watchers.add() runs without awaiting: no write can slip between
     # the initial state (or the replayed history) and the live events.
@@ -356,7 +437,11 @@ async def _watch(request: web.Request, store: Store, rt: ResourceType, namespace
                                          "annotations": {"k8s.io/initial-events-end": "true"}}}
                 await resp.write((json.dumps({"type": "BOOKMARK", "object": bookmark}) + "\n").encode())
                 continue
-            line = json.dumps({"type": etype, "object": store.render(rt, obj, version)}) + "\n"
+            rendered = store.render(rt, obj, version)
+            if as_table:  # each event's object is a one-row Table, as the real server sends them
+                rendered = _table(store, rt, version, [rendered], {"resourceVersion": rendered["metadata"].get(
+                    "resourceVersion", "")}, query)
+            line = json.dumps({"type": etype, "object": rendered}) + "\n"
             await resp.write(line.encode())
     except (ConnectionResetError, asyncio.CancelledError):
         pass

@@ -72,6 +72,11 @@ class Gone(ApiError):
     reason = "Expired"
 
 
+class NotAcceptable(ApiError):
+    code = 406
+    reason = "NotAcceptable"
+
+
 class UnsupportedMediaType(ApiError):
     code = 415
     reason = "UnsupportedMediaType"

@@ -26,7 +26,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.devtools.kube_emulator import dra_validation, errors, quota, validation
+from gpucaas.devtools.kube_emulator import (
+    cel,
+    dra_validation,
+    errors,
+    fieldvalidation,
+    managed_fields,
+    namespaces,
+    quantities,
+    quota,
+    request_context,
+    validation,
+)
 from gpucaas.devtools.kube_emulator.resources import Registry, ResourceType, type_from_crd
 
 log = logging.getLogger(__name__)
@@ -173,17 +184,19 @@ class Store:
         items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return items
 
-    def _check_namespace(self, rt: ResourceType, namespace: str | None, creating: bool) -> None:
+    def _check_namespace(self, rt: ResourceType, namespace: str | None, creating: bool, name: str = "") -> None:
         if not rt.namespaced:
             return
         ns = self._table(NS_KEY).get(("", namespace or ""))
         if ns is None:
             raise errors.not_found("namespaces", namespace or "")
         if creating and ns["metadata"].get("deletionTimestamp"):
+            # NamespaceLifecycle admission: admission.NewForbidden words it like errors.NewForbidden
+            what = f'{rt.display()} "{name}"' if name else rt.display()
             raise errors.Forbidden(
-                f'{rt.display()} is forbidden: unable to create new content in namespace {namespace} '
+                f"{what} is forbidden: unable to create new content in namespace {namespace} "
                 "because it is being terminated",
-                details={"name": "", "group": rt.group, "kind": rt.plural,
+                details={"name": name, "group": rt.group, "kind": rt.plural,
                          "causes": [{"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
                                      "field": "metadata.namespace"}]},
             )
@@ -217,11 +230,18 @@ class Store:
             meta.pop("namespace", None)
         for k in [k for k, v in meta.items() if v is None]:
             del meta[k]
+        fieldvalidation.check_types(rt, obj, version or rt.storage_version)  # the Go decoder's type errors
         return obj
 
-    def _validate(self, rt: ResourceType, obj: Obj, version: str | None) -> None:
+    def _validate(self, rt: ResourceType, obj: Obj, version: str | None, old: Obj | None = None) -> None:
         meta = obj["metadata"]
+        fieldvalidation.enforce(rt, obj, version or rt.storage_version)  # unknown fields: fieldValidation
         causes = validation.validate_name(rt.key, meta["name"]) + validation.validate_metadata(meta)
+        if not rt.custom and quantities.canonicalise(rt.key, obj):  # 1024Gi is stored as 1Ti
+            # the real server fails to decode a malformed Quantity: 400, not a field error
+            raise errors.BadRequest(
+                f'{rt.kind} in version "{version or rt.storage_version}" cannot be handled as a {rt.kind}: '
+                f"{quantities.QUANTITY_ERROR}")
         if rt.custom:
             schema = rt.schemas.get(version or rt.storage_version)
             if schema is not None:
@@ -229,8 +249,10 @@ class Store:
                 validation.apply_defaults(obj, schema)
                 causes += validation.validate_schema(
                     {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}, schema)
+                if not causes:  # x-kubernetes-validations run on structurally valid objects only
+                    causes += cel.validate(obj, old, schema)
         elif rt.key == CRD_KEY:
-            causes += validation.validate_crd(obj)
+            causes += validation.validate_crd(obj) + cel.crd_rule_errors(obj)
         elif rt.group == "resource.k8s.io":
             causes += dra_validation.validate(rt.kind, obj)
         if causes:
@@ -244,7 +266,7 @@ class Store:
             raise errors.MethodNotAllowed(f"create is not supported on {rt.display()}")
         obj = self._normalise(rt, namespace, body, version)
         meta = obj["metadata"]
-        self._check_namespace(rt, namespace, creating=True)
+        self._check_namespace(rt, namespace, creating=True, name=meta.get("name") or "")
         if not meta.get("name"):
             if meta.get("generateName"):
                 for _ in range(10):
@@ -266,6 +288,7 @@ class Store:
             self._admit_quota(rt, obj)
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(k, None)
+        managed_fields.track_update(rt, None, obj, version=version or rt.storage_version, subresource=None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now()
         meta["generation"] = 1
@@ -334,12 +357,19 @@ class Store:
             current = self.lookup(rt, namespace, name)
         except errors.NotFound:
             if patch_type == patching.APPLY_PATCH and subresource is None:
-                body = dict(patch)
+                body = managed_fields.apply(rt, None, patch, version=version or rt.storage_version,
+                                            subresource=None, name=name)
                 body.setdefault("metadata", {})["name"] = name
+                _mark_applying()
                 return self.create(rt, namespace, body, version=version, dry_run=dry_run)
             raise
         base = self.render(rt, current, version)
-        new = patching.apply(base, patch_type, patch, custom=rt.custom, kind=rt.kind, name=name)
+        if patch_type == patching.APPLY_PATCH:  # server-side apply: field ownership, 409 on conflicts
+            new = managed_fields.apply(rt, base, patch, version=version or rt.storage_version,
+                                       subresource=subresource, name=name)
+            _mark_applying()
+        else:
+            new = patching.apply(base, patch_type, patch, custom=rt.custom, kind=rt.kind, name=name)
         new = self._normalise(rt, namespace, new, version)
         new["metadata"]["name"] = name
         want_rv = new["metadata"].get("resourceVersion")
@@ -396,13 +426,14 @@ class Store:
                 "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
                 "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions "
                 "to existing tolerations), `spec.terminationGracePeriodSeconds` or `spec.schedulingGates`")])
-        self._validate(rt, new, version)
+        self._validate(rt, new, version, old=current)
         meta["generation"] = cur_meta.get("generation", 1)
         if _spec_part(new) != _spec_part(current):
             meta["generation"] += 1
         meta["resourceVersion"] = cur_meta["resourceVersion"]
         new["apiVersion"] = current.get("apiVersion", new["apiVersion"])
         new["kind"] = rt.kind
+        managed_fields.track_update(rt, current, new, version=version or rt.storage_version, subresource=subresource)
         if new == current:
             return self.render(rt, current, version)  # a no-op write is not a write
         if dry_run:
@@ -549,9 +580,29 @@ class Store:
         ns = self._table(NS_KEY).get(("", name))
         if ns is None or not ns["metadata"].get("deletionTimestamp"):
             return
+        remaining: dict[str, int] = {}
+        finalizers: dict[str, int] = {}
         for rt in self.registry.all():
-            if rt.namespaced and any(k[0] == name for k in self._table(rt.key)):
-                return
+            if not rt.namespaced:
+                continue
+            for (ns_name, _), obj in self._table(rt.key).items():
+                if ns_name != name:
+                    continue
+                resource = f"{rt.plural}.{rt.group}"  # as the controller names them: "pods." for core
+                remaining[resource] = remaining.get(resource, 0) + 1
+                for f in obj["metadata"].get("finalizers") or []:
+                    finalizers[f] = finalizers.get(f, 0) + 1
+        conditions = namespaces.deletion_conditions(remaining, finalizers, now(),
+                                                    (ns.get("status") or {}).get("conditions"))
+        if [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in conditions] != [
+                {k: v for k, v in c.items() if k != "lastTransitionTime"}
+                for c in (ns.get("status") or {}).get("conditions") or []]:
+            new = copy.deepcopy(ns)
+            new.setdefault("status", {})["conditions"] = conditions
+            new["metadata"]["resourceVersion"] = str(self._next_rv())
+            ns = self._commit(self.registry.get(*NS_KEY), "MODIFIED", new, ns)  # type: ignore[arg-type]
+        if remaining:
+            return
         spec_finalizers = (ns.get("spec") or {}).get("finalizers") or []
         if NAMESPACE_FINALIZER in spec_finalizers:
             new = copy.deepcopy(ns)
@@ -818,6 +869,12 @@ class Store:
         self.rv = int(state.get("resourceVersion", 0))
         self.history.clear()
         self.compacted_rv = self.rv
+
+
+def _mark_applying() -> None:
+    ctx = request_context.current()
+    if ctx is not None:
+        ctx.applying = True
 
 
 def _qos_class(spec: Obj) -> str:
