@@ -29,6 +29,7 @@ from services.api.models import (
     Tenancy,
     TenancyCreate,
     TenancyUpdate,
+    quota_problem,
     utcnow,
 )
 from services.api.pods import PodReport, pod_name
@@ -85,6 +86,10 @@ def ensure_tenancy(session: Session, *, name: str, gpu_quota: int, pod_quota: in
 
 
 def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -> Tenancy:
+    problem = quota_problem(data.gpu_quota if data.gpu_quota is not None else tenancy.gpu_quota,
+                            data.pod_quota if data.pod_quota is not None else tenancy.pod_quota)
+    if problem:
+        raise errors.Invalid(problem)
     for field in ("gpu_quota", "pod_quota", "allow_internet"):
         value = getattr(data, field)
         if value is not None:

@@ -84,9 +84,28 @@ class TenancyBase(SQLModel):
     allow_internet: bool = False
 
 
+#: One pod holds at most one board's GPUs; the Tenancy CRD's CEL rule says the same
+#: (gpuQuota <= 8 * podQuota), so the API refuses what the cluster would refuse.
+GPUS_PER_POD_MAX = 8
+
+
+def quota_problem(gpu_quota: int, pod_quota: int) -> str | None:
+    if gpu_quota > GPUS_PER_POD_MAX * pod_quota:
+        return (f"gpu_quota {gpu_quota} needs a pod_quota of at least {-(-gpu_quota // GPUS_PER_POD_MAX)}: "
+                f"one pod holds at most {GPUS_PER_POD_MAX} GPUs")
+    return None
+
+
 class TenancyCreate(StrictInput, TenancyBase):
     name: TenancyName
     nfs: NfsSpec | None = None
+
+    @model_validator(mode="after")
+    def _quotas_agree(self) -> TenancyCreate:
+        problem = quota_problem(self.gpu_quota, self.pod_quota)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class TenancyUpdate(StrictInput):

@@ -107,3 +107,13 @@ def test_admin_post_without_tenancy_names_the_field(module_api: ApiServer) -> No
         r = admin.post("/v1/containers", json={"image": IMAGE})
     assert r.status_code == 422
     assert r.json()["detail"].startswith("tenancy: field required")
+
+
+def test_gpu_quota_beyond_eight_per_pod_is_refused_as_the_cluster_would(admin: httpx.Client) -> None:
+    """The Tenancy CRD's CEL rule (gpuQuota <= 8 * podQuota), said by the API with the fix."""
+    r = admin.post("/v1/admin/tenancies", json={"name": "wide", "gpu_quota": 64, "pod_quota": 4})
+    assert r.status_code == 422
+    assert "gpu_quota 64 needs a pod_quota of at least 8" in r.text
+    assert admin.post("/v1/admin/tenancies", json={"name": "wide", "gpu_quota": 64, "pod_quota": 8}).status_code == 201
+    r = admin.patch("/v1/admin/tenancies/wide", json={"pod_quota": 2})
+    assert r.status_code == 422 and "needs a pod_quota of at least 8" in r.text
