@@ -9,12 +9,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.kube_emulator.conftest import bearer
 from tests.kube_emulator.test_kopf import WIDGET_CRD
 
 
 def _resources(k8s: client.ApiClient, path: str) -> dict[str, dict]:
     """The raw APIResourceList at ``path`` (through the client's own connection pool)."""
-    resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + path)
+    resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + path, headers=bearer(k8s))
     assert resp.status == 200, path
     return {r["name"]: r for r in json.loads(resp.data)["resources"]}
 
@@ -80,7 +81,8 @@ def test_crd_appears_in_discovery_and_goes(k8s: client.ApiClient, crds: client.A
     crds.delete_custom_resource_definition(WIDGET_CRD["metadata"]["name"])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + "/apis/example.gpucaas.dev/v1")
+        resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + "/apis/example.gpucaas.dev/v1",
+                                                    headers=bearer(k8s))
         if resp.status == 404:
             break
         time.sleep(0.05)
@@ -108,5 +110,5 @@ def test_unknown_paths_are_404_status(k8s: client.ApiClient, custom: client.Cust
     with pytest.raises(ApiException) as err:
         custom.list_cluster_custom_object("nope.dev", "v1", "things")
     assert err.value.status == 404
-    resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + "/api/v2")
+    resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + "/api/v2", headers=bearer(k8s))
     assert resp.status == 404

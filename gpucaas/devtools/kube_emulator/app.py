@@ -26,6 +26,7 @@ from aiohttp import web
 
 from gpucaas.devtools.kube_emulator import errors, patching
 from gpucaas.devtools.kube_emulator.resources import ResourceType
+from gpucaas.devtools.kube_emulator.security import Security
 from gpucaas.devtools.kube_emulator.selectors import parse_field_selector, parse_label_selector
 from gpucaas.devtools.kube_emulator.store import POD_KEY, Store, Watcher
 
@@ -44,6 +45,7 @@ EMULATOR_VERSION = {
 }
 STORE_KEY = web.AppKey("store", Store)
 OPTIONS_KEY = web.AppKey("options", dict)
+SECURITY_KEY = web.AppKey("security", Security)
 
 
 def truthy(value: str | None) -> bool:
@@ -59,10 +61,11 @@ def _error_response(exc: errors.ApiError) -> web.Response:
     return _json_response(exc.status(), exc.code)
 
 
-def build_app(store: Store, *, bookmark_interval: float = 5.0) -> web.Application:
-    """The aiohttp application serving ``store`` as a Kubernetes API."""
+def build_app(store: Store, *, bookmark_interval: float = 5.0, security: Security | None = None) -> web.Application:
+    """The aiohttp application serving ``store`` as a Kubernetes API (authenticated, authorised: ``security``)."""
     app = web.Application(client_max_size=16 * 1024 * 1024)
     app[STORE_KEY] = store
+    app[SECURITY_KEY] = security or Security()
     app[OPTIONS_KEY] = {"bookmark_interval": bookmark_interval}
     app.router.add_route("*", "/{tail:.*}", _dispatch)
     return app
@@ -71,7 +74,14 @@ def build_app(store: Store, *, bookmark_interval: float = 5.0) -> web.Applicatio
 async def _dispatch(request: web.Request) -> web.StreamResponse:
     store = request.app[STORE_KEY]
     try:
-        return await _route(request, store)
+        # authentication, authorisation, review APIs, admission (security.py)
+        answered, warnings = await request.app[SECURITY_KEY].guard(request, store)
+        if answered is not None:
+            return answered
+        response = await _route(request, store)
+        for warning in warnings:  # RFC 7234 warn-code 299, as the API server sends them
+            response.headers.add("Warning", '299 - "' + warning.replace('"', '\\"') + '"')
+        return response
     except errors.ApiError as exc:
         return _error_response(exc)
     except asyncio.CancelledError:

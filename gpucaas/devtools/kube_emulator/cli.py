@@ -27,6 +27,22 @@ def command(
         bool, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_POD_GRACEFUL_DELETION",
                            help="Keep deleted node-bound pods Terminating until deleted with grace 0.")
     ] = False,
+    token_auth_file: Annotated[
+        Path | None, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_TOKEN_AUTH_FILE",
+                                  help='Static tokens as kube-apiserver reads them: token,user,uid,"g1,g2".')
+    ] = None,
+    anonymous_auth: Annotated[
+        bool, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_ANONYMOUS_AUTH",
+                           help="Treat requests without a token as system:anonymous instead of answering 401.")
+    ] = False,
+    audit_log: Annotated[
+        Path | None, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_AUDIT_LOG",
+                                  help="Append each authorisation decision here (JSON lines).")
+    ] = None,
+    admin_token_file: Annotated[
+        Path | None, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_ADMIN_TOKEN_FILE",
+                                  help="Read the cluster-admin bearer token from this file.")
+    ] = None,
 ) -> None:
     """Serve a Kubernetes API emulator on HOST:PORT for development and tests (never production)."""
     import asyncio
@@ -39,7 +55,8 @@ def command(
     try:
         settings = Settings(host=host, port=port, kubeconfig=kubeconfig, persist=persist,
                             install_project_crds=install_project_crds, event_history=event_history,
-                            pod_graceful_deletion=pod_graceful_deletion)
+                            pod_graceful_deletion=pod_graceful_deletion, token_auth_file=token_auth_file,
+                            anonymous_auth=anonymous_auth, audit_log=audit_log, admin_token_file=admin_token_file)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -48,7 +65,11 @@ def command(
     async def serve() -> None:
         emu = KubeEmulator(settings.host, settings.port, settings.persist, settings.install_project_crds,
                            event_history=settings.event_history, bookmark_interval=settings.bookmark_interval,
-                           pod_graceful_deletion=settings.pod_graceful_deletion)
+                           pod_graceful_deletion=settings.pod_graceful_deletion,
+                           token_auth_file=settings.token_auth_file, anonymous_auth=settings.anonymous_auth,
+                           audit_log=settings.audit_log,
+                           admin_token=(settings.admin_token_file.read_text().strip()
+                                        if settings.admin_token_file else None))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
