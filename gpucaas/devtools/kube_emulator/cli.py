@@ -11,6 +11,10 @@ import typer
 def command(
     host: Annotated[str, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_HOST", help="Bind address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_PORT", help="TCP port (0 = ephemeral).")] = 6443,
+    tls_port: Annotated[
+        int | None, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_TLS_PORT",
+                                 help="Also serve HTTPS here (0 = ephemeral); the kubeconfig then points at it.")
+    ] = 0,
     kubeconfig: Annotated[
         Path | None, typer.Option(envvar="GPUCAAS_KUBE_EMULATOR_KUBECONFIG", help="Write a kubeconfig for it here.")
     ] = None,
@@ -53,7 +57,7 @@ def command(
     from gpucaas.devtools.kube_emulator.settings import Settings
 
     try:
-        settings = Settings(host=host, port=port, kubeconfig=kubeconfig, persist=persist,
+        settings = Settings(host=host, port=port, tls_port=tls_port, kubeconfig=kubeconfig, persist=persist,
                             install_project_crds=install_project_crds, event_history=event_history,
                             pod_graceful_deletion=pod_graceful_deletion, token_auth_file=token_auth_file,
                             anonymous_auth=anonymous_auth, audit_log=audit_log, admin_token_file=admin_token_file)
@@ -67,7 +71,7 @@ def command(
                            event_history=settings.event_history, bookmark_interval=settings.bookmark_interval,
                            pod_graceful_deletion=settings.pod_graceful_deletion,
                            token_auth_file=settings.token_auth_file, anonymous_auth=settings.anonymous_auth,
-                           audit_log=settings.audit_log,
+                           audit_log=settings.audit_log, tls_port=settings.tls_port,
                            admin_token=(settings.admin_token_file.read_text().strip()
                                         if settings.admin_token_file else None))
         stop = asyncio.Event()
@@ -77,7 +81,8 @@ def command(
         async with emu:
             if settings.kubeconfig:
                 emu.write_kubeconfig(settings.kubeconfig)
-            typer.echo(f"gpucaas kube emulator (development only) serving on {emu.url}", err=True)
+            served = f"{emu.url} and {emu.https_url}" if emu.tls_port is not None else emu.url
+            typer.echo(f"gpucaas kube emulator (development only) serving on {served}", err=True)
             await stop.wait()
 
     asyncio.run(serve())

@@ -14,7 +14,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUCAAS_KUBE_EMULATOR_", extra="ignore")
 
     host: str = Field("127.0.0.1", description="Address to bind (plain HTTP, development only: keep it local).")
-    port: int = Field(6443, ge=0, le=65535, description="TCP port (0 = ephemeral).")
+    port: int = Field(6443, ge=0, le=65535, description="TCP port of plain HTTP (0 = ephemeral).")
+    tls_port: int | None = Field(None, ge=0, le=65535,
+                                 description="TCP port of HTTPS (0 = ephemeral; kubectl sends tokens over HTTPS only).")
     kubeconfig: Path | None = Field(None, description="Where to write a kubeconfig for the emulator.")
     persist: Path | None = Field(None, description="JSON file the objects are loaded from and saved to.")
     install_project_crds: bool = Field(True, description="Create the gpucaas CRDs at start.")
