@@ -18,9 +18,11 @@ VALUE_SETS = {"defaults": {}, "production": production_values()}
 # (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
 EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
     "api": {
-        ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "create", "patch"},
+        ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "create", "patch", "delete"},
         ("gpucaas.dev", "gpuleases"): {"get", "list", "watch"},
+        ("gpucaas.dev", "gpuleases/status"): {"update"},
         ("gpucaas.dev", "fabricstates"): {"get", "list", "watch"},
+        ("", "namespaces"): {"list"},
         ("", "pods"): {"get", "list", "watch", "create", "delete"},
         ("", "pods/log"): {"get"},
         ("", "nodes"): {"get", "list", "watch"},
@@ -31,7 +33,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("gpucaas.dev", "tenancies/finalizers"): {"update"},
         ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create", "patch", "update", "delete"},
         ("gpucaas.dev", "gpuleases/status"): {"get", "patch", "update"},
-        ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("", "namespaces"): {"get", "list", "watch", "create", "patch", "update", "delete"},
         **{("", r): {"get", "list", "watch", "create", "patch", "update", "delete"}
            for r in ("resourcequotas", "limitranges", "persistentvolumeclaims", "persistentvolumes")},
         ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "update", "delete"},
@@ -40,7 +42,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "events"): {"create", "patch"},
         ("events.k8s.io", "events"): {"create", "patch"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-        ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
+        ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
     },
     "device-plugin": {
         ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create"},
