@@ -79,9 +79,11 @@ class Security:
         user = self.authn.authenticate(request.headers.get("Authorization"), store)
         attrs = rbac.request_attributes(user, request.method, request.path, request.query)
         allowed, reason = rbac.authorize(store, attrs)
-        self._record(attrs.record(allowed))
         if not allowed:
-            raise rbac.forbidden(attrs, reason)
+            refusal = rbac.forbidden(attrs, reason)
+            self._record({**attrs.record(False), "message": refusal.message})
+            raise refusal
+        self._record(attrs.record(True))
         if not attrs.resource_request:
             return None, []
         if attrs.verb == "create":

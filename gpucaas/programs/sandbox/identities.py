@@ -109,3 +109,48 @@ def write_kubeconfig(admin_kubeconfig: Path, path: Path, user: str, token: str) 
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     path.chmod(0o600)
     return path
+
+
+class RBACRefused(RuntimeError):
+    """A gpucaas process was refused by RBAC: the chart lacks a permission it uses."""
+
+
+def audit_entries(audit_log: Path) -> list[dict[str, Any]]:
+    """The emulator's authorisation decisions so far (one JSON object a line)."""
+    import json
+
+    if not audit_log.exists():
+        return []
+    out = []
+    for line in audit_log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a line being written
+            continue
+    return out
+
+
+def refusals(audit_log: Path, users: set[str]) -> list[dict[str, Any]]:
+    """The requests of ``users`` that RBAC refused."""
+    return [e for e in audit_entries(audit_log) if not e["allowed"] and e["user"] in users]
+
+
+def check_no_refusals(audit_log: Path, ids: dict[str, Identity], *, settle_timeout: float = 60.0) -> None:
+    """Wait until every identity has talked to the API server, then fail on any RBAC refusal.
+
+    Raises :class:`RBACRefused` naming each refused permission with the server's own 403
+    message (``User "..." cannot <verb> resource "<resource>" in API group "<group>" ...``).
+    """
+    from gpucaas.devtools.waiting import WaitTimeout, wait_for
+
+    users = {i.user for i in ids.values()}
+    try:
+        wait_for(lambda: users <= {e["user"] for e in audit_entries(audit_log)}, settle_timeout,
+                 interval=0.2, what="every gpucaas process to reach the Kubernetes API")
+    except WaitTimeout:
+        pass  # a silent process is not an RBAC failure; report what was refused
+    refused = refusals(audit_log, users)
+    if refused:
+        lines = sorted({e.get("message", str(e)) for e in refused})
+        raise RBACRefused("the chart's RBAC refused gpucaas processes (a permission is missing):\n  "
+                          + "\n  ".join(lines))

@@ -220,11 +220,12 @@ def tenant_pod_security_level() -> str:
 
 
 def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dict[str, str],
-                     nodes: tuple[str, ...], say: Any) -> dict[str, identities.Identity]:
+                     nodes: tuple[str, ...], say: Any,
+                     chart_objects: list[dict[str, Any]] | None = None) -> dict[str, identities.Identity]:
     """Install the chart's cluster side and write one kubeconfig per gpucaas process."""
     from gpucaas.programs.chart import NAMESPACE
 
-    objects = identities.cluster_side()
+    objects = chart_objects if chart_objects is not None else identities.cluster_side()
     say("installing the chart's cluster side (rendered by Helm): ServiceAccounts, RBAC, RuntimeClass, ConfigMaps")
     _apply(admin_kubeconfig, [*objects, identities.node_admin_binding()])
     out: dict[str, identities.Identity] = {}
@@ -254,8 +255,13 @@ def start(
     admin_token: str | None = None,
     run_seconds: float = 6.0,
     progress: Any = None,
+    chart_objects: list[dict[str, Any]] | None = None,
 ) -> Sandbox:
-    """Start everything; returns once every part answers. The caller owns ``stop()``."""
+    """Start everything; returns once every part answers. The caller owns ``stop()``.
+
+    ``chart_objects``: the chart's cluster side to install instead of rendering it
+    (:func:`identities.cluster_side`), e.g. with a rule removed to see what breaks.
+    """
     say = progress or (lambda msg: log.info("%s", msg))
     state_dir.mkdir(parents=True, exist_ok=True)
     sup = Supervisor(state_dir / "logs")
@@ -295,7 +301,7 @@ def start(
         say("creating CRDs and Cilium's policy CRD")
         _apply(kubeconfig, cluster_objects())
         if not real_cluster:
-            ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say)
+            ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say, chart_objects)
 
         say("starting the tenancy and GPU lease controller")
         sup.start(ServiceSpec("controller", ["controller", "--standalone", "--kubeconfig", str(kc("controller"))],
@@ -366,6 +372,9 @@ def start(
         ))
         sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
                           nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log)
+        if audit_log is not None:
+            say("checking that RBAC refused none of the gpucaas processes")
+            identities.check_no_refusals(audit_log, ids)
         say(f"creating the tenancy {DEMO_TENANCY!r} and a tenant token")
         sandbox.tenant_token = ensure_demo_tenant(sandbox)
         (state_dir / "tenant-token").write_text(sandbox.tenant_token + "\n")
