@@ -1,0 +1,46 @@
+"""Deleting a tenancy tears its namespace down: every process's delete path runs under the chart's RBAC."""
+
+from __future__ import annotations
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gpucaas.core.crds import GROUP, TENANCY_PLURAL, VERSION
+from gpucaas.programs.sandbox import runner
+
+from .conftest import wait_for, wait_status
+
+IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
+
+
+def _gone(read, *args: str) -> bool:
+    try:
+        read(*args)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def test_deleting_a_tenancy_removes_its_namespace_and_pods(sandbox: runner.Sandbox, admin, tenant_factory,
+                                                          k8s: client.ApiClient) -> None:
+    tenant = tenant_factory("farewell")
+    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 1, "command": ["sleep", "600"]})
+    assert status == 202, body
+    running = wait_status(tenant, body["id"], "Running")
+    status, body = admin.call("PATCH", "/v1/admin/tenancies/farewell", {"gpu_quota": 8})
+    assert status == 200, body
+    custom = client.CustomObjectsApi(k8s)
+    wait_for(lambda: custom.get_cluster_custom_object(GROUP, VERSION, TENANCY_PLURAL, "farewell")["spec"]
+             ["gpuQuota"] == 8, what="the Tenancy to follow the new quota")
+    core = client.CoreV1Api(k8s)
+    assert core.read_namespaced_pod(running["pod_name"], "tenant-farewell").metadata.name == running["pod_name"]
+    status, body = admin.call("DELETE", "/v1/admin/tenancies/farewell")
+    assert status == 204, body
+    wait_for(lambda: _gone(custom.get_cluster_custom_object, GROUP, VERSION, TENANCY_PLURAL, "farewell"),
+             what="the Tenancy to be gone")
+    wait_for(lambda: _gone(core.read_namespace, "tenant-farewell"), what="the tenant namespace to be gone")
+
+
+def test_api_readiness_reaches_the_kubernetes_api(admin) -> None:
+    status, body = admin.call("GET", "/readyz")
+    assert status == 200, body
