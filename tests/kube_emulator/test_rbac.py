@@ -224,3 +224,30 @@ def test_kubectl_auth_can_i(kubeconfig: Path, kube_emulator, robot, rbac_api) ->
     assert denied.returncode != 0
     assert ('nodes is forbidden: User "system:serviceaccount:default:robot" cannot list resource "nodes" '
             'in API group "" at the cluster scope') in denied.stderr
+
+
+def test_every_decision_is_audited(kube_emulator, robot) -> None:
+    mine = client.CoreV1Api(robot)
+    forbidden(mine.list_namespaced_pod, "default")
+    entries = [e for e in kube_emulator.security.audit if e["user"] == "system:serviceaccount:default:robot"]
+    refused = [e for e in entries if not e["allowed"]]
+    assert refused[-1] | {"time": 0} == {
+        "user": "system:serviceaccount:default:robot",
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"],
+        "verb": "list", "group": "", "resource": "pods", "subresource": "", "namespace": "default", "name": "",
+        "allowed": False, "time": 0,
+        "message": 'pods is forbidden: User "system:serviceaccount:default:robot" cannot list resource "pods" '
+                   'in API group "" in the namespace "default"'}
+
+
+def test_audit_log_file(tmp_path: Path) -> None:
+    from gpucaas.devtools.kube_emulator import KubeEmulator
+
+    log = tmp_path / "audit.jsonl"
+    with KubeEmulator(audit_log=log) as emu:
+        http = urllib3.PoolManager()
+        assert http.request("GET", f"{emu.url}/api/v1/namespaces",
+                            headers={"Authorization": f"Bearer {emu.admin_token}"}).status == 200
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {"user": "kubernetes-admin", "verb": "list", "resource": "namespaces", "allowed": True}.items() <= \
+        entries[-1].items()
