@@ -37,7 +37,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
            for r in ("namespaces", "resourcequotas", "limitranges", "persistentvolumeclaims", "persistentvolumes")},
         ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "update", "delete"},
         ("cilium.io", "ciliumnetworkpolicies"): {"get", "list", "watch", "create", "update", "delete"},
-        ("", "pods"): {"get", "list", "delete"},
+        ("", "pods"): {"get", "list"},
         ("", "events"): {"create"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
