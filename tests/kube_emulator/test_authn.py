@@ -148,3 +148,14 @@ def test_kubectl_create_token_and_auth_whoami(kubeconfig: Path, core: client.Cor
     assert admin.returncode == 0 and "kubernetes-admin" in admin.stdout and "system:masters" in admin.stdout
     bad = kubectl(kubeconfig, "get", "pods", token="wrong")
     assert bad.returncode != 0 and "You must be logged in to the server" in bad.stderr
+
+
+@pytest.mark.parametrize("body", [b"[1]", b'{"spec": "x"}', b'{"spec": {"resourceAttributes": "x"}}', b"not json"])
+def test_malformed_review_bodies_are_400(kube_emulator, body: bytes) -> None:
+    http = urllib3.PoolManager()
+    for path in ("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                 "/apis/authentication.k8s.io/v1/selfsubjectreviews"):
+        r = http.request("POST", kube_emulator.url + path, body=body,
+                         headers={"Authorization": f"Bearer {kube_emulator.admin_token}",
+                                  "Content-Type": "application/json"})
+        assert r.status == 400, (path, r.data)

@@ -103,9 +103,9 @@ class Security:
     async def _review(self, request: web.Request, store: Any, attrs: rbac.Attributes) -> web.StreamResponse | None:
         key = (attrs.group, attrs.resource, attrs.subresource)
         if key == ("", "serviceaccounts", "token") and attrs.name:
-            return self._token_request(store, attrs, await _body(request) or {})
+            return self._token_request(store, attrs, await _object_body(request))
         if attrs.group == AUTHN and not attrs.name:
-            body = await _body(request) or {}
+            body = await _object_body(request)
             if attrs.resource == "selfsubjectreviews":
                 return _json({"kind": "SelfSubjectReview", "apiVersion": f"{AUTHN}/{attrs.version}",
                               "metadata": {"creationTimestamp": _now()},
@@ -113,7 +113,7 @@ class Security:
             if attrs.resource == "tokenreviews":
                 return self._token_review(store, attrs, body)
         if attrs.group == AUTHZ and not attrs.name:
-            body = await _body(request) or {}
+            body = await _object_body(request)
             if attrs.resource == "selfsubjectrulesreviews":
                 return self._rules_review(store, attrs, body)
             if attrs.resource in ("selfsubjectaccessreviews", "subjectaccessreviews", "localsubjectaccessreviews"):
@@ -202,6 +202,22 @@ class Security:
                                   "incomplete": incomplete}
         return _json({"kind": "SelfSubjectRulesReview", "apiVersion": f"{AUTHZ}/{attrs.version}",
                       "metadata": {"creationTimestamp": None}, "spec": spec, "status": status})
+
+
+async def _object_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object (its ``spec`` and attribute blocks objects too), or 400."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise errors.BadRequest(f"the request body is not valid JSON: {exc}") from exc
+    spec = body.get("spec") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or not isinstance(spec if spec is not None else {}, dict) or any(
+            not isinstance((spec or {}).get(k) or {}, dict) for k in ("resourceAttributes", "nonResourceAttributes")):
+        raise errors.BadRequest("the request body must be a JSON object whose spec (and its attributes) are objects")
+    return body
 
 
 async def _body(request: web.Request) -> Any:
