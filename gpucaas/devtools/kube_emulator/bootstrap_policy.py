@@ -35,6 +35,35 @@ def _events() -> dict[str, Any]:  # policy.go eventsRule()
     return _rule(["create", "update", "patch"], ["", "events.k8s.io"], ["events"])
 
 
+def node_rules() -> list[dict[str, Any]]:
+    """policy.go ``NodeRules()``: what a kubelet may do (RBAC part; the Node authorizer and
+    NodeRestriction, which narrow it to the node's own objects, are not modelled)."""
+    return [
+        _rule(["create"], ["authentication.k8s.io"], ["tokenreviews"]),
+        _rule(["create"], ["authorization.k8s.io"], ["subjectaccessreviews", "localsubjectaccessreviews"]),
+        _rule(READ, [""], ["services"]),
+        _rule(["create", "get", "list", "watch"], [""], ["nodes"]),
+        _rule(["update", "patch"], [""], ["nodes/status"]),
+        _rule(["update", "patch"], [""], ["nodes"]),
+        _rule(["create", "update", "patch"], ["", "events.k8s.io"], ["events"]),
+        _rule(READ, [""], ["pods"]),
+        _rule(["create", "delete"], [""], ["pods"]),
+        _rule(["update", "patch"], [""], ["pods/status"]),
+        _rule(["create"], [""], ["pods/eviction"]),
+        _rule(READ, [""], ["secrets", "configmaps"]),
+        _rule(["get"], [""], ["persistentvolumeclaims", "persistentvolumes"]),
+        _rule(["get"], [""], ["endpoints"]),
+        _rule(["create", "get", "list", "watch"], ["certificates.k8s.io"], ["certificatesigningrequests"]),
+        _rule(["get", "create", "update", "patch", "delete"], ["coordination.k8s.io"], ["leases"]),
+        _rule(["get"], ["storage.k8s.io"], ["volumeattachments"]),
+        _rule(["get", "update", "patch"], [""], ["persistentvolumeclaims/status"]),
+        _rule(["create"], [""], ["serviceaccounts/token"]),
+        _rule(["get", "watch", "list"], ["storage.k8s.io"], ["csidrivers"]),
+        _rule(["get", "create", "update", "patch", "delete"], ["storage.k8s.io"], ["csinodes"]),
+        _rule(READ, ["node.k8s.io"], ["runtimeclasses"]),
+    ]
+
+
 def cluster_roles() -> dict[str, list[dict[str, Any]]]:
     return {
         "cluster-admin": [_rule(["*"], ["*"], ["*"]), _rule(["*"], urls=["*"])],
@@ -69,6 +98,7 @@ def cluster_roles() -> dict[str, list[dict[str, Any]]]:
             _rule(READ, ["storage.k8s.io"], ["csidrivers"]),
             _rule(READ, ["storage.k8s.io"], ["csistoragecapacities"]),
         ],
+        "system:node": node_rules(),
         "system:volume-scheduler": [
             _rule(READ_UPDATE, [""], ["persistentvolumes"]),
             _rule(READ, ["storage.k8s.io"], ["storageclasses"]),
@@ -91,6 +121,8 @@ def cluster_role_bindings() -> dict[str, list[dict[str, Any]]]:
         "system:public-info-viewer": [group("system:authenticated"), group("system:unauthenticated")],
         "system:kube-scheduler": [user("system:kube-scheduler")],
         "system:volume-scheduler": [user("system:kube-scheduler")],
+        # Left without subjects since the Node authorizer (1.8); bind system:nodes to use it.
+        "system:node": [],
     }
 
 

@@ -10,9 +10,11 @@ its chart ServiceAccount, never as the admin, so a permission the chart lacks fa
 the sandbox as it would fail on a cluster.
 
 Two identities are not ServiceAccounts, as on a kubeadm cluster: the node agent plays
-the kubelet and authenticates as ``system:node:<node>`` in ``system:nodes``; it is bound
-to ``cluster-admin`` here (admin-like: there is no Node authorizer nor NodeRestriction in
-the emulator), which is a sandbox-only simplification. The sandbox scheduler plays
+the kubelet and authenticates as ``system:node:<node>`` in ``system:nodes``, bound to
+the bootstrap ``system:node`` ClusterRole (the kubelet's RBAC rules; the Node authorizer
+and NodeRestriction that narrow them to the node's own objects are not modelled) plus
+the emulator's pod-log endpoint (``/emulator/v1/...``, which stands in for the kubelet
+serving logs itself). The sandbox scheduler plays
 kube-scheduler and authenticates as ``system:kube-scheduler``, which the bootstrap
 policy binds to ``system:kube-scheduler`` and ``system:volume-scheduler``.
 """
@@ -34,7 +36,8 @@ CLUSTER_SIDE_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRole
 #: Values the sandbox renders the chart with: every component the sandbox runs.
 SANDBOX_VALUES: dict[str, Any] = {"schedulerExtender": {"enabled": True}}
 TOKEN_SECONDS = 30 * 24 * 3600
-NODES_BINDING = "gpucaas-sandbox:nodes-are-admin-like"
+NODES_BINDING = "gpucaas-sandbox:nodes"
+NODE_LOGS_ROLE = "gpucaas-sandbox:node-pod-logs"
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,20 @@ def service_accounts(objects: list[dict[str, Any]]) -> dict[str, str]:
     return {chart.component(o): o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
 
 
-def node_admin_binding() -> dict[str, Any]:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": NODES_BINDING},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]}
+def node_rbac() -> list[dict[str, Any]]:
+    """The node agents' rights: ``system:node`` and the emulator's pod-log endpoint, for ``system:nodes``."""
+    nodes = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": NODE_LOGS_ROLE},
+         "rules": [{"nonResourceURLs": ["/emulator/v1/namespaces/*"], "verbs": ["post", "put"]}]},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": NODES_BINDING},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+         "subjects": nodes},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": NODE_LOGS_ROLE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NODE_LOGS_ROLE},
+         "subjects": nodes},
+    ]
 
 
 def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:

@@ -227,7 +227,7 @@ def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dic
 
     objects = chart_objects if chart_objects is not None else identities.cluster_side()
     say("installing the chart's cluster side (rendered by Helm): ServiceAccounts, RBAC, RuntimeClass, ConfigMaps")
-    _apply(admin_kubeconfig, [*objects, identities.node_admin_binding()])
+    _apply(admin_kubeconfig, [*objects, *identities.node_rbac()])
     out: dict[str, identities.Identity] = {}
     folder = state_dir / "identities"
     for component, sa in identities.service_accounts(objects).items():
