@@ -18,39 +18,38 @@ VALUE_SETS = {"defaults": {}, "production": production_values()}
 # (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
 EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
     "api": {
-        ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "create", "patch"},
-        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch"},
-        ("gpucaas.dev", "fabricstates"): {"get", "list", "watch"},
-        ("", "pods"): {"get", "list", "watch", "create", "delete"},
+        ("gpucaas.dev", "tenancies"): {"get", "create", "patch", "delete"},
+        ("gpucaas.dev", "gpuleases"): {"get", "list"},
+        ("gpucaas.dev", "gpuleases/status"): {"update"},
+        ("gpucaas.dev", "fabricstates"): {"list"},
+        ("", "pods"): {"list", "watch", "create", "delete"},
         ("", "pods/log"): {"get"},
-        ("", "nodes"): {"get", "list", "watch"},
+        ("", "nodes"): {"list"},
+        ("", "namespaces"): {"list"},
     },
     "controller": {
-        ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "patch", "update"},
-        ("gpucaas.dev", "tenancies/status"): {"get", "patch", "update"},
+        ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "patch"},
+        ("gpucaas.dev", "tenancies/status"): {"patch"},
         ("gpucaas.dev", "tenancies/finalizers"): {"update"},
-        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-        ("gpucaas.dev", "gpuleases/status"): {"get", "patch", "update"},
-        ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
-        **{("", r): {"get", "list", "watch", "create", "patch", "update", "delete"}
-           for r in ("resourcequotas", "limitranges", "persistentvolumeclaims", "persistentvolumes")},
-        ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-        ("cilium.io", "ciliumnetworkpolicies"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-        ("", "pods"): {"get", "list", "watch", "delete"},
-        ("", "events"): {"create", "patch"},
-        ("events.k8s.io", "events"): {"create", "patch"},
+        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "patch"},
+        ("gpucaas.dev", "gpuleases/status"): {"update"},
+        **{("", r): {"get", "list", "watch", "create", "update", "delete"}
+           for r in ("namespaces", "resourcequotas", "limitranges", "persistentvolumeclaims", "persistentvolumes")},
+        ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "update", "delete"},
+        ("cilium.io", "ciliumnetworkpolicies"): {"get", "list", "watch", "create", "update", "delete"},
+        ("", "pods"): {"get", "list"},
+        ("", "events"): {"create"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-        ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
+        ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
     },
     "device-plugin": {
-        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create"},
-        ("gpucaas.dev", "gpuleases/status"): {"get", "update"},
+        ("gpucaas.dev", "gpuleases"): {"get", "list", "create"},
+        ("gpucaas.dev", "gpuleases/status"): {"update"},
         ("", "pods"): {"get"},
-        ("", "nodes"): {"get"},
     },
     "fabric": {
-        ("gpucaas.dev", "fabricstates"): {"get", "create", "patch"},
-        ("gpucaas.dev", "fabricstates/status"): {"get", "patch", "update"},
+        ("gpucaas.dev", "fabricstates"): {"get", "create"},
+        ("gpucaas.dev", "fabricstates/status"): {"patch"},
         # Fabric reset: the lost holders' GPU leases get a condition, the pods an Event,
         # and with fabric.fabricResetPolicy=evict an Eviction (docs/fabric-manager.md).
         ("gpucaas.dev", "gpuleases"): {"get"},
@@ -59,17 +58,14 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "pods/eviction"): {"create"},
     },
     "scheduler-extender": {
-        ("", "nodes"): {"get", "list", "watch"},
         ("", "pods"): {"get", "list", "watch"},
-        ("gpucaas.dev", "fabricstates"): {"get", "list", "watch"},
-        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch"},
-        ("", "pods/binding"): {"create"},
+        ("gpucaas.dev", "fabricstates"): {"list", "watch"},
+        ("gpucaas.dev", "gpuleases"): {"list", "watch"},
         ("", "bindings"): {"create"},
     },
 }
-EXPECTED_NAMESPACED_RULES = {
-    "controller": {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}},
-}
+# Kopf peering is cluster-wide (ClusterKopfPeering): no namespaced Role at all.
+EXPECTED_NAMESPACED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {}
 
 # hostPath -> must it be read-only, per component. Nothing else from the host.
 EXPECTED_HOST_PATHS: dict[str, dict[str, bool]] = {

@@ -21,6 +21,11 @@ def crds(k8s: client.ApiClient) -> client.ApiextensionsV1Api:
     return client.ApiextensionsV1Api(k8s)
 
 
+def bearer(k8s: client.ApiClient) -> dict[str, str]:
+    """The Authorization header of the ``k8s`` client, for raw HTTP requests in tests."""
+    return {"Authorization": k8s.configuration.auth_settings()["BearerToken"]["value"]}
+
+
 def pod_body(name: str, labels: dict[str, str] | None = None, **spec: object) -> dict[str, object]:
     return {
         "apiVersion": "v1",

@@ -8,6 +8,7 @@ import pytest
 from kubernetes import client
 
 from gpucaas.devtools.kube_emulator.resources import builtin_types
+from tests.kube_emulator.conftest import bearer
 
 KINDS = [rt for rt in builtin_types() if "get" in rt.verbs]
 
@@ -16,7 +17,7 @@ def _request(k8s: client.ApiClient, method: str, path: str, body: object = None,
              content_type: str = "application/json") -> tuple[int, dict]:
     resp = k8s.rest_client.pool_manager.request(
         method, k8s.configuration.host + path, body=json.dumps(body) if body is not None else None,
-        headers={"Content-Type": content_type})
+        headers={"Content-Type": content_type, **bearer(k8s)})
     return resp.status, json.loads(resp.data) if resp.data else {}
 
 
@@ -49,7 +50,7 @@ def test_builtin_kind_round_trip(k8s: client.ApiClient, rt) -> None:
     assert code == 200 and patched["metadata"]["labels"]["t"] == "2"
     watch_path = f"{prefix}/watch/" + (f"namespaces/default/{rt.plural}" if rt.namespaced else rt.plural)
     resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + watch_path + "?timeoutSeconds=30",
-                                                preload_content=False)
+                                                preload_content=False, headers=bearer(k8s))
     first = json.loads(next(resp.stream(65536)).decode().splitlines()[0])  # the current state comes first
     resp.close()
     assert first["type"] == "ADDED" and first["object"]["kind"] == rt.kind

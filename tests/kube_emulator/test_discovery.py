@@ -9,12 +9,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gpucaas.devtools.waiting import wait_for
+from tests.kube_emulator.conftest import bearer
 from tests.kube_emulator.test_kopf import WIDGET_CRD
 
 
 def _resources(k8s: client.ApiClient, path: str) -> dict[str, dict]:
     """The raw APIResourceList at ``path`` (through the client's own connection pool)."""
-    resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + path)
+    resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + path, headers=bearer(k8s))
     assert resp.status == 200, path
     return {r["name"]: r for r in json.loads(resp.data)["resources"]}
 
@@ -79,8 +80,8 @@ def test_crd_appears_in_discovery_and_goes(k8s: client.ApiClient, crds: client.A
     assert res["widgets"]["namespaced"] is True and "widgets/status" in res
     crds.delete_custom_resource_definition(WIDGET_CRD["metadata"]["name"])
     url = k8s.configuration.host + "/apis/example.gpucaas.dev/v1"
-    wait_for(lambda: k8s.rest_client.pool_manager.request("GET", url).status == 404, 30, interval=0.05,
-             what="the deleted CRD's group version gone from discovery")
+    wait_for(lambda: k8s.rest_client.pool_manager.request("GET", url, headers=bearer(k8s)).status == 404, 30,
+             interval=0.05, what="the deleted CRD's group version gone from discovery")
 
 
 def test_multi_version_crd(k8s: client.ApiClient, crds: client.ApiextensionsV1Api,
@@ -104,5 +105,5 @@ def test_unknown_paths_are_404_status(k8s: client.ApiClient, custom: client.Cust
     with pytest.raises(ApiException) as err:
         custom.list_cluster_custom_object("nope.dev", "v1", "things")
     assert err.value.status == 404
-    resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + "/api/v2")
+    resp = k8s.rest_client.pool_manager.request("GET", k8s.configuration.host + "/api/v2", headers=bearer(k8s))
     assert resp.status == 404

@@ -17,7 +17,7 @@ from gpucaas.core.crds import crd_manifests
 def test_fixtures_give_an_emulator_with_project_crds(kube_emulator, kubeconfig: Path, k8s: client.ApiClient) -> None:
     assert kube_emulator.url.startswith("http://127.0.0.1:")
     cfg = yaml.safe_load(kubeconfig.read_text())
-    assert cfg["clusters"][0]["cluster"]["server"] == kube_emulator.url
+    assert cfg["clusters"][0]["cluster"]["server"] == kube_emulator.https_url
     names = {c.metadata.name for c in client.ApiextensionsV1Api(k8s).list_custom_resource_definition().items}
     assert names == {c["metadata"]["name"] for c in crd_manifests()}
 

@@ -67,7 +67,7 @@ PEERING_CRD = {
 class Operator:
     """A Kopf operator in a thread, with the handlers' calls recorded."""
 
-    def __init__(self, url: str, *, standalone: bool, peering_name: str | None = None) -> None:
+    def __init__(self, url: str, token: str, *, standalone: bool, peering_name: str | None = None) -> None:
         self.calls: list[tuple[str, Any]] = []
         self.registry = kopf.OperatorRegistry()
         self.stop_flag = threading.Event()
@@ -79,7 +79,7 @@ class Operator:
 
         @kopf.on.login(registry=reg)
         def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf.ConnectionInfo(server=url, insecure=True, token="gpucaas-kube-emulator")
+            return kopf.ConnectionInfo(server=url, insecure=True, token=token)
 
         @kopf.on.startup(registry=reg)
         def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -162,7 +162,7 @@ def _exercise(api: client.CustomObjectsApi, op: Operator, core: client.CoreV1Api
 
 
 def test_kopf_standalone_operator(kube_emulator, k8s: client.ApiClient, widget_api: client.CustomObjectsApi) -> None:
-    with Operator(kube_emulator.url, standalone=True) as op:
+    with Operator(kube_emulator.url, kube_emulator.admin_token, standalone=True) as op:
         _exercise(widget_api, op, client.CoreV1Api(k8s))
 
 
@@ -172,7 +172,7 @@ def test_kopf_operator_with_peering(kube_emulator, k8s: client.ApiClient,
     custom = client.CustomObjectsApi(k8s)
     custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", {
         "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "widgets"}})
-    with Operator(kube_emulator.url, standalone=False, peering_name="widgets") as op:
+    with Operator(kube_emulator.url, kube_emulator.admin_token, standalone=False, peering_name="widgets") as op:
         peering = wait_for(
             lambda: (custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", "widgets")
                      .get("status") or None),

@@ -119,16 +119,17 @@ def test_apply_patch_creates_then_merges(k8s: client.ApiClient, kube_emulator) -
     import urllib3
 
     http = urllib3.PoolManager()
+    auth = {"Authorization": f"Bearer {kube_emulator.admin_token}"}
     url = f"{kube_emulator.url}/api/v1/namespaces/default/configmaps/applied?fieldManager=test"
     body = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: '1'\n"
-    r = http.request("PATCH", url, body=body, headers={"Content-Type": "application/apply-patch+yaml"})
+    r = http.request("PATCH", url, body=body, headers={"Content-Type": "application/apply-patch+yaml", **auth})
     assert r.status == 201
     # an apply configuration must name its apiVersion and kind, as on a real server
-    r = http.request("PATCH", url, body=b"data:\n  b: '2'\n", headers={"Content-Type": "application/apply-patch+yaml"})
+    r = http.request("PATCH", url, body=b"data:\n  b: '2'\n", headers={"Content-Type": "application/apply-patch+yaml", **auth})
     assert r.status == 400
     # the same manager applying a configuration without `a` gives `a` up: it is removed
     body = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  b: '2'\n"
-    r = http.request("PATCH", url, body=body, headers={"Content-Type": "application/apply-patch+yaml"})
+    r = http.request("PATCH", url, body=body, headers={"Content-Type": "application/apply-patch+yaml", **auth})
     assert r.status == 200
     assert client.CoreV1Api(k8s).read_namespaced_config_map("applied", "default").data == {"b": "2"}
     http.clear()

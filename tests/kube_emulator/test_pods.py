@@ -30,8 +30,9 @@ def test_log_set_through_emulator_endpoint(core: client.CoreV1Api, kube_emulator
     core.create_namespaced_pod("default", body)
     http = urllib3.PoolManager()
     base = f"{kube_emulator.url}/emulator/v1/namespaces/default/pods/p/log"
-    assert http.request("POST", base + "?container=side", body=b"from side\n").status == 200
-    assert http.request("POST", base + "?container=main", body=b"from main\n").status == 200
+    auth = {"Authorization": f"Bearer {kube_emulator.admin_token}"}
+    assert http.request("POST", base + "?container=side", body=b"from side\n", headers=auth).status == 200
+    assert http.request("POST", base + "?container=main", body=b"from main\n", headers=auth).status == 200
     http.clear()
     assert core.read_namespaced_pod_log("p", "default", container="side") == "from side\n"
     assert core.read_namespaced_pod_log("p", "default", container="main") == "from main\n"

@@ -98,6 +98,7 @@ async def test_async_context_manager() -> None:
     import aiohttp
 
     async with KubeEmulator() as emu, aiohttp.ClientSession() as http:
-        async with http.get(f"{emu.url}/api/v1/namespaces/default") as resp:
+        async with http.get(f"{emu.url}/api/v1/namespaces/default",
+                            headers={"Authorization": f"Bearer {emu.admin_token}"}) as resp:
             assert resp.status == 200
             assert (await resp.json())["metadata"]["name"] == "default"

@@ -64,7 +64,8 @@ def test_watch_query_capitalisation(k8s: client.ApiClient, kube_emulator) -> Non
     http = urllib3.PoolManager()
     for value in ("true", "True", "1"):
         r = http.request("GET", f"{kube_emulator.url}/api/v1/namespaces?watch={value}&timeoutSeconds=1",
-                         preload_content=True, timeout=10)
+                         preload_content=True, timeout=10,
+                         headers={"Authorization": f"Bearer {kube_emulator.admin_token}"})
         lines = [json.loads(line) for line in r.data.decode().splitlines() if line]
         assert r.status == 200
         assert {ev["object"]["metadata"]["name"] for ev in lines} >= {"default", "kube-system"}
@@ -98,7 +99,7 @@ def test_watch_410_error_event_on_the_wire(kube_emulator, core: client.CoreV1Api
     kube_emulator.compact()
     http = urllib3.PoolManager()
     r = http.request("GET", f"{kube_emulator.url}/api/v1/namespaces/default/pods?watch=true&resourceVersion=1",
-                     timeout=10)
+                     timeout=10, headers={"Authorization": f"Bearer {kube_emulator.admin_token}"})
     ev = json.loads(r.data.decode().splitlines()[0])
     assert ev["type"] == "ERROR"
     assert ev["object"]["code"] == 410 and ev["object"]["reason"] == "Expired"
@@ -159,7 +160,8 @@ def test_send_initial_events_ends_with_marked_bookmark(kube_emulator, core: clie
     http = urllib3.PoolManager()
     r = http.request(
         "GET", f"{kube_emulator.url}/api/v1/namespaces/default/pods?watch=true&sendInitialEvents=true"
-               "&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1", timeout=30)
+               "&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1", timeout=30,
+        headers={"Authorization": f"Bearer {kube_emulator.admin_token}"})
     events = [json.loads(line) for line in r.data.decode().splitlines() if line]
     http.clear()
     assert [e["type"] for e in events[:2]] == ["ADDED", "BOOKMARK"]

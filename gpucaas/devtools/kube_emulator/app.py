@@ -34,6 +34,7 @@ from gpucaas.devtools.kube_emulator import (
     tables,
 )
 from gpucaas.devtools.kube_emulator.resources import ResourceType
+from gpucaas.devtools.kube_emulator.security import Security
 from gpucaas.devtools.kube_emulator.selectors import parse_field_selector, parse_label_selector
 from gpucaas.devtools.kube_emulator.store import POD_KEY, Store, Watcher
 
@@ -52,6 +53,7 @@ EMULATOR_VERSION = {
 }
 STORE_KEY = web.AppKey("store", Store)
 OPTIONS_KEY = web.AppKey("options", dict)
+SECURITY_KEY = web.AppKey("security", Security)
 
 
 def truthy(value: str | None) -> bool:
@@ -67,10 +69,11 @@ def _error_response(exc: errors.ApiError) -> web.Response:
     return _json_response(exc.status(), exc.code)
 
 
-def build_app(store: Store, *, bookmark_interval: float = 5.0) -> web.Application:
-    """The aiohttp application serving ``store`` as a Kubernetes API."""
+def build_app(store: Store, *, bookmark_interval: float = 5.0, security: Security | None = None) -> web.Application:
+    """The aiohttp application serving ``store`` as a Kubernetes API (authenticated, authorised: ``security``)."""
     app = web.Application(client_max_size=16 * 1024 * 1024)
     app[STORE_KEY] = store
+    app[SECURITY_KEY] = security or Security()
     app[OPTIONS_KEY] = {"bookmark_interval": bookmark_interval}
     app.router.add_route("*", "/{tail:.*}", _dispatch)
     return app
@@ -81,6 +84,11 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     ctx = request_context.RequestContext(user_agent=request.headers.get("User-Agent", ""))
     token = request_context.CURRENT.set(ctx)
     try:
+        # authentication, authorisation, review APIs, admission (security.py)
+        answered, warnings = await request.app[SECURITY_KEY].guard(request, store)
+        if answered is not None:
+            return answered
+        ctx.warnings.extend(warnings)  # Pod Security warn mode, sent with the response below
         resp = await _route(request, store)
     except errors.ApiError as exc:
         resp = _error_response(exc)

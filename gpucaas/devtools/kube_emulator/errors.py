@@ -42,6 +42,11 @@ class BadRequest(ApiError):
     reason = "BadRequest"
 
 
+class Unauthorized(ApiError):
+    code = 401
+    reason = "Unauthorized"
+
+
 class Forbidden(ApiError):
     code = 403
     reason = "Forbidden"

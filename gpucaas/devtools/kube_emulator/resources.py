@@ -19,8 +19,9 @@ SUBRESOURCE_VERBS = {
     "binding": ("create",),
     "eviction": ("create",),
     "finalize": ("update",),
+    "token": ("create",),
 }
-SUBRESOURCE_KINDS = {"log": "Pod", "binding": "Binding", "eviction": "Eviction"}
+SUBRESOURCE_KINDS = {"log": "Pod", "binding": "Binding", "eviction": "Eviction", "token": "TokenRequest"}
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def builtin_types() -> list[ResourceType]:
         _b("", "v1", "endpoints", "Endpoints", True, short=["ep"]),
         _b("", "v1", "configmaps", "ConfigMap", True, short=["cm"]),
         _b("", "v1", "secrets", "Secret", True),
-        _b("", "v1", "serviceaccounts", "ServiceAccount", True, short=["sa"]),
+        _b("", "v1", "serviceaccounts", "ServiceAccount", True, short=["sa"], subs=["token"]),
         _b("", "v1", "resourcequotas", "ResourceQuota", True, short=["quota"], subs=["status"]),
         _b("", "v1", "limitranges", "LimitRange", True, short=["limits"]),
         _b("", "v1", "persistentvolumes", "PersistentVolume", False, short=["pv"], subs=["status"]),
@@ -121,6 +122,14 @@ def builtin_types() -> list[ResourceType]:
         _b("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
         _b("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
         _b("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+        # answered by security.py from the caller's identity, never stored
+        _b("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=["create"]),
+        _b("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False, verbs=["create"]),
+        _b("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, verbs=["create"]),
+        _b("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False, verbs=["create"]),
+        _b("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False, verbs=["create"]),
+        _b("authorization.k8s.io", "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", True,
+           verbs=["create"]),
     ]
 
 

@@ -21,6 +21,8 @@ import yaml
 from aiohttp import web
 
 from gpucaas.devtools.kube_emulator.app import build_app
+from gpucaas.devtools.kube_emulator.authn import Authenticator, User, parse_token_file
+from gpucaas.devtools.kube_emulator.security import Security
 from gpucaas.devtools.kube_emulator.store import Store
 
 log = logging.getLogger(__name__)
@@ -29,14 +31,20 @@ CONTEXT_NAME = "gpucaas-kube-emulator"
 PERSIST_DELAY_S = 0.2
 
 
-def kubeconfig_dict(url: str, namespace: str = "default") -> dict[str, Any]:
-    """A kubeconfig for an emulator at ``url`` (plain HTTP; the token is not checked)."""
+def kubeconfig_dict(url: str, namespace: str = "default", *, token: str, ca_pem: str | None = None,
+                    user: str = CONTEXT_NAME) -> dict[str, Any]:
+    """A kubeconfig for an emulator at ``url`` that authenticates with ``token`` (HTTPS: trusts ``ca_pem``)."""
+    import base64
+
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem.encode()).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": url}}],
-        "users": [{"name": CONTEXT_NAME, "user": {"token": "gpucaas-kube-emulator"}}],
-        "contexts": [{"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": CONTEXT_NAME,
+        "clusters": [{"name": CONTEXT_NAME, "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": user,
                                                          "namespace": namespace}}],
         "current-context": CONTEXT_NAME,
         "preferences": {},
@@ -54,9 +62,14 @@ class KubeEmulator:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, persist_path: str | os.PathLike[str] | None = None,
                  install_project_crds: bool = False, *, event_history: int = 10000,
-                 bookmark_interval: float = 5.0, pod_graceful_deletion: bool = False) -> None:
+                 bookmark_interval: float = 5.0, pod_graceful_deletion: bool = False,
+                 admin_token: str | None = None, token_auth_file: str | os.PathLike[str] | None = None,
+                 static_tokens: dict[str, User] | None = None, anonymous_auth: bool = False,
+                 audit_log: str | os.PathLike[str] | None = None, tls_port: int | None = None) -> None:
         self.host = host
         self.port = port
+        self.tls_port = tls_port  # None: no HTTPS listener; 0: an ephemeral one
+        self.tls_material: dict[str, str] | None = None
         self.persist_path = Path(persist_path) if persist_path else None
         self.install_project_crds = install_project_crds
         self.bookmark_interval = bookmark_interval
@@ -65,10 +78,32 @@ class KubeEmulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._persist_handle: asyncio.TimerHandle | None = None
+        tokens = dict(parse_token_file(token_auth_file)) if token_auth_file else {}
+        tokens.update(static_tokens or {})
+        self._fixed_admin_token = admin_token is not None
+        self.security = Security(Authenticator(admin_token=admin_token, static_tokens=tokens,
+                                               anonymous=anonymous_auth), audit_path=audit_log)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def https_url(self) -> str:
+        if self.tls_port is None:
+            raise RuntimeError("this emulator serves no HTTPS (start it with tls_port=0 or a port)")
+        return f"https://{self.host}:{self.tls_port}"
+
+    @property
+    def admin_token(self) -> str:
+        """The bearer token of the emulator's cluster-admin (group ``system:masters``)."""
+        return self.security.authn.admin_token
+
+    def add_token(self, token: str, user: User) -> None:
+        """Accept ``token`` as ``user`` (a static token, like ``--token-auth-file``)."""
+        from gpucaas.devtools.kube_emulator.authn import with_authenticated
+
+        self.security.authn.static[token] = with_authenticated(user)
 
     # ---- in-loop lifecycle ---------------------------------------------------------
 
@@ -76,13 +111,17 @@ class KubeEmulator:
         self._loop = asyncio.get_running_loop()
         self.store.bind_loop(self._loop)
         if self.persist_path and self.persist_path.exists():
-            self.store.restore(json.loads(self.persist_path.read_text()))
+            state = json.loads(self.persist_path.read_text())
+            self.store.restore(state)
+            self.security.authn.restore(state.get("authentication"), keep_admin_token=self._fixed_admin_token)
+            self.tls_material = state.get("tls")
             log.info("kube emulator: loaded %s (resourceVersion %s)", self.persist_path, self.store.rv)
+        self._install_bootstrap_policy()
         if self.install_project_crds:
             self._install_project_crds()
         if self.persist_path:
             self.store.on_change = self._schedule_persist
-        app = build_app(self.store, bookmark_interval=self.bookmark_interval)
+        app = build_app(self.store, bookmark_interval=self.bookmark_interval, security=self.security)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -90,6 +129,15 @@ class KubeEmulator:
         server = site._server  # the bound socket tells the ephemeral port
         if self.port == 0 and server is not None and server.sockets:  # type: ignore[union-attr]
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        if self.tls_port is not None:
+            from gpucaas.devtools.kube_emulator import tls
+
+            if self.tls_material is None:
+                self.tls_material = tls.generate((self.host,))
+            secure = web.TCPSite(self._runner, self.host, self.tls_port, ssl_context=tls.server_context(self.tls_material))
+            await secure.start()
+            if self.tls_port == 0 and secure._server is not None and secure._server.sockets:  # type: ignore[union-attr]
+                self.tls_port = secure._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         log.info("kube emulator serving on %s", self.url)
         return self
 
@@ -108,6 +156,7 @@ class KubeEmulator:
             self._persist_handle = None
         if self.persist_path:
             self.persist()
+        self.security.close()
 
     async def __aenter__(self) -> KubeEmulator:
         return await self.astart()
@@ -173,11 +222,20 @@ class KubeEmulator:
 
     # ---- conveniences --------------------------------------------------------------
 
-    def write_kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default") -> Path:
-        """Write a kubeconfig for this emulator to ``path`` and return it."""
+    def write_kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default", *,
+                         token: str | None = None, user: str = CONTEXT_NAME, tls: bool | None = None) -> Path:
+        """Write a kubeconfig for this emulator to ``path`` and return it.
+
+        It authenticates with ``token`` (default: the cluster-admin's) and points at the
+        HTTPS address when there is one (``tls``; kubectl sends no token over HTTP).
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(kubeconfig_dict(self.url, namespace), sort_keys=False))
+        secure = self.tls_port is not None if tls is None else tls
+        url, ca = (self.https_url, (self.tls_material or {}).get("ca")) if secure else (self.url, None)
+        doc = kubeconfig_dict(url, namespace, token=token or self.admin_token, ca_pem=ca, user=user)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        path.chmod(0o600)
         return path
 
     def set_pod_log(self, namespace: str, name: str, text: str, *, container: str | None = None,
@@ -188,6 +246,18 @@ class KubeEmulator:
     def compact(self) -> None:
         """Forget the watch history: watches from older resourceVersions get 410 Gone."""
         self.call(self.store.compact)
+
+    def _install_bootstrap_policy(self) -> None:
+        """Create the default RBAC objects a real server creates at start (missing ones only)."""
+        from gpucaas.devtools.kube_emulator import bootstrap_policy, errors
+
+        for obj in bootstrap_policy.objects():
+            rt = self.store.registry.by_kind(obj["apiVersion"], obj["kind"])
+            assert rt is not None
+            try:
+                self.store.create(rt, obj["metadata"].get("namespace"), obj)
+            except errors.AlreadyExists:
+                pass
 
     def _install_project_crds(self) -> None:
         from gpucaas.core.crds import crd_manifests
@@ -217,7 +287,8 @@ class KubeEmulator:
         """Write every object to ``persist_path`` atomically (no-op without a path)."""
         if not self.persist_path:
             return
-        data = json.dumps(self.store.snapshot())
+        data = json.dumps({**self.store.snapshot(), "authentication": self.security.authn.state(),
+                           "tls": self.tls_material})
         tmp = self.persist_path.with_name(self.persist_path.name + ".tmp")
         self.persist_path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(data)

@@ -37,6 +37,7 @@ def command(
     from rich.console import Console
 
     from gpucaas.programs.sandbox import runner
+    from gpucaas.programs.sandbox.identities import RBACRefused, check_no_refusals
     from gpucaas.programs.sandbox.supervisor import ServiceFailed
 
     console = Console(emoji=False)
@@ -50,7 +51,7 @@ def command(
                 console.print(f"[green]✓[/] {msg}")
 
             sandbox = runner.start(state_dir, api_port=api_port, kubeconfig=kubeconfig, progress=progress)
-    except (ServiceFailed, TimeoutError, OSError) as exc:
+    except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
         raise typer.Exit(1) from exc
 
@@ -59,6 +60,12 @@ def command(
 
         try:
             ok = run_demo(sandbox, console)
+            if sandbox.audit_log is not None:
+                try:
+                    check_no_refusals(sandbox.audit_log, sandbox.identities, settle_timeout=0)
+                except RBACRefused as exc:
+                    console.print(f"[red]{exc}[/]")
+                    ok = False
         finally:
             sandbox.stop()
         raise typer.Exit(0 if ok else 1)

@@ -1,8 +1,12 @@
 """`gpucaas sandbox`: the whole control plane and two simulated HGX H100 nodes on one machine.
 
 Start order (each step waits until the part answers):
-  1. the Kubernetes API emulator (HTTP) and the cluster objects a real cluster would
-     already have (CRDs, Cilium's policy CRD, the RuntimeClass, kube-dns's namespace);
+  1. the Kubernetes API emulator (HTTP and HTTPS; bearer tokens, RBAC, Pod Security
+     admission), the cluster objects a real cluster would already have (CRDs, Cilium's
+     policy CRD), and the chart's cluster side rendered by the real Helm engine
+     (ServiceAccounts, RBAC, RuntimeClass, ConfigMaps); then one ServiceAccount token per
+     component (TokenRequest) and one kubeconfig per process (:mod:`.identities`): no
+     gpucaas process runs as the admin;
   2. the tenancy + lease controller (Kopf);
   3. per node: a fake sysfs board, the fabric service (Fabric Manager simulator, and the
      service VM under libvirt's test driver), the node agent (plays the kubelet: node
@@ -29,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from gpucaas.programs.sandbox import identities
 from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready, unix_socket_ready
 from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
 from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
@@ -100,6 +105,8 @@ class Sandbox:
     tenant_token: str | None = None
     nodes: list[NodePaths] = field(default_factory=list)
     extender_url: str | None = None
+    identities: dict[str, identities.Identity] = field(default_factory=dict)
+    audit_log: Path | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
@@ -195,21 +202,53 @@ def _apply(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
 
 
 def cluster_objects() -> list[dict[str, Any]]:
-    """What a real GPU cluster has before gpucaas: CRDs, Cilium's CRD, the RuntimeClass, kube-dns."""
+    """What the cluster has before the chart's templates: the chart's CRDs (Helm's crds/) and Cilium's CRD."""
     from gpucaas.core.crds import crd_manifests
+    from gpucaas.programs.chart import chart_crds
 
     cilium = yaml.safe_load((Path(__file__).parent / "cilium-crd.yaml").read_text())
-    return [
-        *crd_manifests(),
-        cilium,
-        {
-            "apiVersion": "node.k8s.io/v1",
-            "kind": "RuntimeClass",
-            "metadata": {"name": "kata-qemu-nvidia-gpu"},
-            "handler": "kata-qemu-nvidia-gpu",
-            "scheduling": {"nodeSelector": {"gpucaas.dev/gpu-node": "true"}},
-        },
-    ]
+    chart = chart_crds()
+    names = {c["metadata"]["name"] for c in chart}
+    return [*chart, *(c for c in crd_manifests() if c["metadata"]["name"] not in names), cilium]
+
+
+def tenant_pod_security_level() -> str:
+    """The Pod Security level tenant namespaces enforce: values-production.yaml's, as on a production install.
+
+    ``GPUCAAS_SANDBOX_TENANT_POD_SECURITY`` overrides it (e.g. ``baseline``, to try a change
+    before the tenant pods it builds meet ``restricted``).
+    """
+    from gpucaas.programs.chart import production_values
+
+    override = os.environ.get("GPUCAAS_SANDBOX_TENANT_POD_SECURITY")
+    return override or str(production_values().get("controller", {}).get("podSecurityLevel") or "baseline")
+
+
+def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dict[str, str],
+                     nodes: tuple[str, ...], say: Any,
+                     chart_objects: list[dict[str, Any]] | None = None) -> dict[str, identities.Identity]:
+    """Install the chart's cluster side and write one kubeconfig per gpucaas process."""
+    from gpucaas.programs.chart import NAMESPACE
+
+    objects = chart_objects if chart_objects is not None else identities.cluster_side()
+    say("installing the chart's cluster side (rendered by Helm): ServiceAccounts, RBAC, RuntimeClass, ConfigMaps")
+    _apply(admin_kubeconfig, [*objects, *identities.node_rbac()])
+    out: dict[str, identities.Identity] = {}
+    folder = state_dir / "identities"
+    for component, sa in identities.service_accounts(objects).items():
+        user = f"system:serviceaccount:{NAMESPACE}:{sa}"
+        token = identities.mint_token(admin_kubeconfig, NAMESPACE, sa)
+        path = identities.write_kubeconfig(admin_kubeconfig, folder / f"{component}.kubeconfig", user, token)
+        out[component] = identities.Identity(component, user, path)
+    for node in nodes:
+        user = f"system:node:{node}"
+        path = identities.write_kubeconfig(admin_kubeconfig, folder / f"node-{node}.kubeconfig", user,
+                                           static_tokens[user])
+        out[f"node-{node}"] = identities.Identity(f"node-{node}", user, path)
+    path = identities.write_kubeconfig(admin_kubeconfig, folder / "scheduler.kubeconfig", "system:kube-scheduler",
+                                       static_tokens["system:kube-scheduler"])
+    out["scheduler"] = identities.Identity("scheduler", "system:kube-scheduler", path)
+    return out
 
 
 def start(
@@ -221,8 +260,13 @@ def start(
     admin_token: str | None = None,
     run_seconds: float = 6.0,
     progress: Any = None,
+    chart_objects: list[dict[str, Any]] | None = None,
 ) -> Sandbox:
-    """Start everything; returns once every part answers. The caller owns ``stop()``."""
+    """Start everything; returns once every part answers. The caller owns ``stop()``.
+
+    ``chart_objects``: the chart's cluster side to install instead of rendering it
+    (:func:`identities.cluster_side`), e.g. with a rule removed to see what breaks.
+    """
     say = progress or (lambda msg: log.info("%s", msg))
     state_dir.mkdir(parents=True, exist_ok=True)
     sup = Supervisor(state_dir / "logs")
@@ -233,26 +277,42 @@ def start(
     token_file.write_text(admin_token + "\n")
     token_file.chmod(0o600)
     real_cluster = kubeconfig is not None
+    ids: dict[str, identities.Identity] = {}
+    audit_log: Path | None = None
+
+    def kc(process: str) -> Path:
+        """The kubeconfig ``process`` runs with: its own identity (the given kubeconfig on a real cluster)."""
+        assert kubeconfig is not None
+        return ids[process].kubeconfig if process in ids else kubeconfig
+
+    def kube_env(process: str) -> dict[str, str]:
+        return {"GPUCAAS_KUBECONFIG": str(kc(process)), "KUBECONFIG": str(kc(process))}
 
     try:
         if not real_cluster:
             kubeconfig = state_dir / "kubeconfig"
-            port = free_port()
-            say(f"starting the Kubernetes API emulator on 127.0.0.1:{port}")
+            port, tls_port = free_port(), free_port()
+            static_tokens = identities.write_token_file(state_dir / "kube-tokens.csv", nodes)
+            audit_log = state_dir / "kube-audit.jsonl"
+            say(f"starting the Kubernetes API emulator on 127.0.0.1:{port} (HTTPS: {tls_port})")
             sup.start(ServiceSpec(
                 "kube-emulator",
-                ["kube-emulator", "--port", str(port), "--kubeconfig", str(kubeconfig),
-                 "--persist", str(state_dir / "kube-objects.json")],
+                ["kube-emulator", "--port", str(port), "--tls-port", str(tls_port), "--kubeconfig", str(kubeconfig),
+                 "--persist", str(state_dir / "kube-objects.json"),
+                 "--token-auth-file", str(state_dir / "kube-tokens.csv"), "--audit-log", str(audit_log)],
                 ready=http_ready(f"http://127.0.0.1:{port}/version"),
             ))
         assert kubeconfig is not None
-        say("creating CRDs, Cilium's policy CRD and the RuntimeClass")
+        say("creating CRDs and Cilium's policy CRD")
         _apply(kubeconfig, cluster_objects())
+        if not real_cluster:
+            ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say, chart_objects)
 
-        common = {"GPUCAAS_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig)}
         say("starting the tenancy and GPU lease controller")
-        sup.start(ServiceSpec("controller", ["controller", "--standalone", "--kubeconfig", str(kubeconfig)],
-                              env=common, ready=None))
+        sup.start(ServiceSpec("controller", ["controller", "--standalone", "--kubeconfig", str(kc("controller"))],
+                              env={**kube_env("controller"),
+                                   "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level()},
+                              ready=None))
 
         node_paths: list[NodePaths] = []
         if not real_cluster:
@@ -265,18 +325,19 @@ def start(
                 for d in (node.device_plugin_dir, node.cdi_dir, node.fabric_state_dir,
                           node.pod_resources_socket.parent):
                     d.mkdir(parents=True, exist_ok=True)
-                env = {**common, **_node_env(node, kubeconfig)}
                 say(f"[{name}] starting the fabric service (Fabric Manager simulator, service VM on libvirt test:///)")
                 sup.start(ServiceSpec(
                     f"fabric-{name}", ["fabric"],
-                    env={**env, **fabric_env(node, kubeconfig)}, ready=unix_socket_ready(node.fabric_socket),
+                    env={**_node_env(node, kc("fabric")), **fabric_env(node, kc("fabric"))},
+                    ready=unix_socket_ready(node.fabric_socket),
                 ))
-                say(f"[{name}] starting the node agent (kubelet stand-in)")
+                say(f"[{name}] starting the node agent (kubelet stand-in, user system:node:{name})")
                 sup.start(ServiceSpec(
                     f"node-agent-{name}",
                     ["node-agent", "--node-name", name, "--kubelet-dir", str(node.kubelet_dir),
-                     "--kubeconfig", str(kubeconfig), "--run-seconds", str(run_seconds)],
-                    env=env, ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
+                     "--kubeconfig", str(kc(f"node-{name}")), "--run-seconds", str(run_seconds)],
+                    env=_node_env(node, kc(f"node-{name}")),
+                    ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
                 ))
                 say(f"[{name}] starting the device plugin (with the GPU-lease agent beside it)")
                 sup.start(ServiceSpec(
@@ -284,7 +345,8 @@ def start(
                     ["device-plugin", "--device-plugin-dir", str(node.device_plugin_dir),
                      "--cdi-dir", str(node.cdi_dir), "--pod-resources-socket", str(node.pod_resources_socket),
                      "--metrics-port", str(free_port()), "--node-name", name],
-                    env={**env, **device_plugin_env(state_dir)}, ready=file_ready(node.kubelet_dir / "registered"),
+                    env={**_node_env(node, kc("device-plugin")), **device_plugin_env(state_dir)},
+                    ready=file_ready(node.kubelet_dir / "registered"),
                 ))
 
         extender_port = free_port()
@@ -292,14 +354,15 @@ def start(
         say("starting the scheduler extender")
         sup.start(ServiceSpec(
             "scheduler-extender", ["scheduler-extender", "--host", "127.0.0.1", "--port", str(extender_port),
-                                   "--kubeconfig", str(kubeconfig)],
-            env=common, ready=http_ready(f"{extender_url}/healthz"),
+                                   "--kubeconfig", str(kc("scheduler-extender"))],
+            env=kube_env("scheduler-extender"), ready=http_ready(f"{extender_url}/healthz"),
         ))
         if not real_cluster:
             say("starting the sandbox scheduler (asks the extender, binds pods)")
             sup.start(ServiceSpec(
-                "scheduler", ["sandbox-scheduler", "--extender-url", extender_url, "--kubeconfig", str(kubeconfig)],
-                env=common, ready=None,
+                "scheduler", ["sandbox-scheduler", "--extender-url", extender_url,
+                              "--kubeconfig", str(kc("scheduler"))],
+                env=kube_env("scheduler"), ready=None,
             ))
 
         api_url = f"https://127.0.0.1:{api_port}"
@@ -308,12 +371,15 @@ def start(
             "api",
             ["api", "--host", "127.0.0.1", "--port", str(api_port),
              "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
-             "--database-url", f"sqlite:///{state_dir / 'gpucaas.db'}", "--kubeconfig", str(kubeconfig)],
-            env={**common, "GPUCAAS_ADMIN_TOKEN": admin_token},
+             "--database-url", f"sqlite:///{state_dir / 'gpucaas.db'}", "--kubeconfig", str(kc("api"))],
+            env={**kube_env("api"), "GPUCAAS_ADMIN_TOKEN": admin_token},
             ready=http_ready(f"{api_url}/healthz", ca_file=tls.ca_cert),
         ))
         sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
-                          nodes=node_paths, extender_url=extender_url)
+                          nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log)
+        if audit_log is not None:
+            say("checking that RBAC refused none of the gpucaas processes")
+            identities.check_no_refusals(audit_log, ids)
         say(f"creating the tenancy {DEMO_TENANCY!r} and a tenant token")
         sandbox.tenant_token = ensure_demo_tenant(sandbox)
         (state_dir / "tenant-token").write_text(sandbox.tenant_token + "\n")

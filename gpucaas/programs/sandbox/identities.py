@@ -1,0 +1,168 @@
+"""The sandbox's Kubernetes identities: the chart's own ServiceAccounts and RBAC, one token each.
+
+``gpucaas sandbox`` installs what ``helm install`` would put on the cluster side — the
+objects the chart renders (real Helm engine, :mod:`gpucaas.programs.chart`) that are not
+workloads: ServiceAccounts, ClusterRoles, Roles, their bindings, the RuntimeClass,
+ConfigMaps and the ClusterKopfPeering — and then mints a token per ServiceAccount with
+TokenRequest (``POST .../serviceaccounts/<name>/token``, as the kubelet does for a
+projected token) and writes one kubeconfig per process. Each gpucaas process runs as
+its chart ServiceAccount, never as the admin, so a permission the chart lacks fails
+the sandbox as it would fail on a cluster.
+
+Two identities are not ServiceAccounts, as on a kubeadm cluster: the node agent plays
+the kubelet and authenticates as ``system:node:<node>`` in ``system:nodes``, bound to
+the bootstrap ``system:node`` ClusterRole (the kubelet's RBAC rules; the Node authorizer
+and NodeRestriction that narrow them to the node's own objects are not modelled) plus
+the emulator's pod-log endpoint (``/emulator/v1/...``, which stands in for the kubelet
+serving logs itself). The sandbox scheduler plays
+kube-scheduler and authenticates as ``system:kube-scheduler``, which the bootstrap
+policy binds to ``system:kube-scheduler`` and ``system:volume-scheduler``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucaas.programs import chart
+
+#: Kinds of the rendered chart the sandbox applies (the cluster side; no workloads).
+CLUSTER_SIDE_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                      "RuntimeClass", "ConfigMap", "ClusterKopfPeering")
+#: Values the sandbox renders the chart with: every component the sandbox runs.
+SANDBOX_VALUES: dict[str, Any] = {"schedulerExtender": {"enabled": True}}
+TOKEN_SECONDS = 30 * 24 * 3600
+NODES_BINDING = "gpucaas-sandbox:nodes"
+NODE_LOGS_ROLE = "gpucaas-sandbox:node-pod-logs"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A process's Kubernetes identity: who it is and the kubeconfig it runs with."""
+
+    name: str  # the process (api, controller, ...)
+    user: str  # the Kubernetes user name it authenticates as
+    kubeconfig: Path
+
+
+def cluster_side(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The chart's cluster-side objects, its namespace first (``helm install --create-namespace``)."""
+    objects = [o for o in chart.render(values if values is not None else SANDBOX_VALUES)
+               if o["kind"] in CLUSTER_SIDE_KINDS]
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart.NAMESPACE}}
+    order = {k: i for i, k in enumerate(CLUSTER_SIDE_KINDS)}
+    return [namespace, *sorted(objects, key=lambda o: order[o["kind"]])]
+
+
+def service_accounts(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """component (``api``, ``controller``, ...) -> its ServiceAccount's name."""
+    return {chart.component(o): o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+
+
+def node_rbac() -> list[dict[str, Any]]:
+    """The node agents' rights: ``system:node`` and the emulator's pod-log endpoint, for ``system:nodes``."""
+    nodes = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": NODE_LOGS_ROLE},
+         "rules": [{"nonResourceURLs": ["/emulator/v1/namespaces/*"], "verbs": ["post", "put"]}]},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": NODES_BINDING},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+         "subjects": nodes},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": NODE_LOGS_ROLE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NODE_LOGS_ROLE},
+         "subjects": nodes},
+    ]
+
+
+def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:
+    """kube-apiserver static tokens for the node agents and the scheduler; returns user -> token.
+
+    Tokens already in the file are kept, so a restarted sandbox keeps its identities.
+    """
+    users: dict[str, tuple[str, str]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split(",", 3)
+            if len(parts) >= 3:
+                users[parts[1]] = (parts[0], parts[3] if len(parts) > 3 else "")
+    wanted = {f"system:node:{n}": '"system:nodes"' for n in nodes}
+    wanted["system:kube-scheduler"] = ""
+    for user, groups in wanted.items():
+        if user not in users:
+            users[user] = (secrets.token_urlsafe(32), groups)
+    path.write_text("".join(f"{tok},{user},{user},{groups}\n" for user, (tok, groups) in users.items()))
+    path.chmod(0o600)
+    return {user: tok for user, (tok, _) in users.items()}
+
+
+def mint_token(admin_kubeconfig: Path, namespace: str, service_account: str) -> str:
+    """A token of ``namespace/service_account`` from TokenRequest, as the admin asks for it."""
+    from kubernetes import client, config
+
+    with config.new_client_from_config(str(admin_kubeconfig)) as api:
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                   "spec": {"expirationSeconds": TOKEN_SECONDS}}
+        out = client.CoreV1Api(api).create_namespaced_service_account_token(service_account, namespace, request)
+    return out.status.token
+
+
+def write_kubeconfig(admin_kubeconfig: Path, path: Path, user: str, token: str) -> Path:
+    """A kubeconfig like the admin's (same server and CA) that authenticates with ``token``."""
+    doc = yaml.safe_load(admin_kubeconfig.read_text())
+    context = doc["contexts"][0]["context"]
+    doc["users"] = [{"name": user, "user": {"token": token}}]
+    context["user"] = user
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+class RBACRefused(RuntimeError):
+    """A gpucaas process was refused by RBAC: the chart lacks a permission it uses."""
+
+
+def audit_entries(audit_log: Path) -> list[dict[str, Any]]:
+    """The emulator's authorisation decisions so far (one JSON object a line)."""
+    import json
+
+    if not audit_log.exists():
+        return []
+    out = []
+    for line in audit_log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a line being written
+            continue
+    return out
+
+
+def refusals(audit_log: Path, users: set[str]) -> list[dict[str, Any]]:
+    """The requests of ``users`` that RBAC refused."""
+    return [e for e in audit_entries(audit_log) if not e["allowed"] and e["user"] in users]
+
+
+def check_no_refusals(audit_log: Path, ids: dict[str, Identity], *, settle_timeout: float = 60.0) -> None:
+    """Wait until every identity has talked to the API server, then fail on any RBAC refusal.
+
+    Raises :class:`RBACRefused` naming each refused permission with the server's own 403
+    message (``User "..." cannot <verb> resource "<resource>" in API group "<group>" ...``).
+    """
+    from gpucaas.devtools.waiting import WaitTimeout, wait_for
+
+    users = {i.user for i in ids.values()}
+    try:
+        wait_for(lambda: users <= {e["user"] for e in audit_entries(audit_log)}, settle_timeout,
+                 interval=0.2, what="every gpucaas process to reach the Kubernetes API")
+    except WaitTimeout:
+        pass  # a silent process is not an RBAC failure; report what was refused
+    refused = refusals(audit_log, users)
+    if refused:
+        lines = sorted({e.get("message", str(e)) for e in refused})
+        raise RBACRefused("the chart's RBAC refused gpucaas processes (a permission is missing):\n  "
+                          + "\n  ".join(lines))
