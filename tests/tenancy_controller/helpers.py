@@ -38,9 +38,16 @@ def merge_patch(api: kube.KubeClient, name: str, patch: dict[str, Any]) -> dict[
 
 
 def create_pod(api: kube.KubeClient, namespace: str, name: str, tenancy: str) -> dict[str, Any]:
+    """A tenant pod as the API builds it, as far as Pod Security "restricted" (which tenant
+    namespaces enforce) looks at it."""
     return api.create({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {"gpucaas.dev/tenancy": tenancy}},
         "spec": {"runtimeClassName": "kata-qemu-nvidia-gpu",
-                 "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                 "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "main", "image": "busybox",
+                                 "securityContext": {"allowPrivilegeEscalation": False,
+                                                     "capabilities": {"drop": ["ALL"]}},
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     })
