@@ -9,7 +9,7 @@ import logging
 from fastapi import APIRouter, Response
 
 from services.api import crud, errors, pods
-from services.api.deps import AdminUser, KubeDep, SessionDep
+from services.api.deps import AdminUser, KubeDep, SessionDep, WorkerDep
 from services.api.errors import KubeError
 from services.api.kube import Kube
 from services.api.models import (
@@ -90,15 +90,20 @@ def update_tenancy(
 
 
 @router.delete("/{name}", status_code=204)
-def delete_tenancy(name: TenancyName, session: SessionDep, kube: KubeDep, _admin: AdminUser) -> Response:
-    """Delete the tenancy: its custom resource (the controller removes the namespace and
-    its pods), its tokens and its container records."""
+def delete_tenancy(
+    name: TenancyName, session: SessionDep, kube: KubeDep, _admin: AdminUser, worker: WorkerDep
+) -> Response:
+    """Delete the tenancy: its custom resource (the controller deletes its pods, then its
+    namespace), its tokens; its active containers are cancelled (the worker deletes
+    their pods, freeing GPUs, partitions and leases) and its container records stay as
+    history, hidden from a new tenancy of the same name."""
     _get(session, name)
     try:
         kube.delete_tenancy(name)
     except KubeError as exc:
         raise errors.Unavailable(f"cannot delete the Tenancy resource now: {exc}") from exc
-    crud.delete_tenancy(session, name=name)
+    if crud.delete_tenancy(session, name=name) and worker is not None:
+        worker.wake()
     return Response(status_code=204)
 
 
