@@ -144,6 +144,19 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _allowed_methods(request: Any) -> str:
+    """Every method some route serves for this path (Starlette names only the first
+    matching route's, which is wrong where GET and POST are separate routes)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _child = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
 def install_handlers(app: Any) -> None:
     """Register the one handler that renders every API error as ``{code, detail}``."""
     from fastapi import Request
@@ -165,9 +178,11 @@ def install_handlers(app: Any) -> None:
         else:  # pragma: no cover - registered only for the types above
             status, body = 500, {"code": "internal", "detail": "internal error"}
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if status == 405:
+            headers = {"Allow": _allowed_methods(request)}
         if isinstance(exc, TooManyRequests):
             headers = {"Retry-After": str(exc.retry_after)}
-        if isinstance(exc, StarletteHTTPException) and exc.headers:
+        if isinstance(exc, StarletteHTTPException) and exc.headers and status != 405:
             headers = {**(headers or {}), **exc.headers}
         return JSONResponse(body, status_code=status, headers=headers)
 

@@ -11,7 +11,16 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ConfigDict, Field as PField, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field as PField,
+    StrictBool,
+    StrictInt,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -44,7 +53,19 @@ class ContainerStatus(StrEnum):
 ACTIVE_STATUSES = (ContainerStatus.QUEUED, ContainerStatus.PENDING, ContainerStatus.RUNNING)
 TERMINAL_STATUSES = (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED, ContainerStatus.CANCELLED)
 
-TenancyName = Annotated[str, AfterValidator(validation.check_tenancy_name)]
+# The rule is checked by check_tenancy_name (its message says what is allowed); the
+# schema states the same rule so generated clients and fuzzers know it.
+TenancyName = Annotated[
+    str,
+    AfterValidator(validation.check_tenancy_name),
+    WithJsonSchema({
+        "type": "string",
+        "pattern": validation.DNS_LABEL.pattern,
+        "minLength": 1,
+        "maxLength": validation.TENANCY_NAME_MAX,
+        "description": "A DNS label: lowercase letters, digits and '-'.",
+    }),
+]
 
 
 class StrictInput(SQLModel):

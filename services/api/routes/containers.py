@@ -7,7 +7,7 @@ from typing import Annotated
 
 import anyio
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Path as FPath, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
@@ -33,6 +33,10 @@ Limit = Annotated[int, Query(ge=1, le=500, description="Page size (1-500).")]
 MAX_OFFSET = 1_000_000_000  # far beyond any table, far below the databases' 64-bit limit
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description=f"Rows to skip (0-{MAX_OFFSET}).")]
 StatusFilter = Annotated[ContainerStatus | None, Query(description="Only containers in this status.")]
+# Container ids are lowercase hex (security.new_id); anything else names no container.
+ContainerId = Annotated[
+    str, FPath(pattern=r"^[0-9a-f]{1,64}$", description="The container's id (lowercase hex).")
+]
 
 
 def to_public(row: Container) -> ContainerPublic:
@@ -59,7 +63,10 @@ def submit_container(
     worker: WorkerDep,
     request: Request,
     response: Response,
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(pattern=r"^[!-~]{1,255}$", description="Printable ASCII, at most 255 characters."),
+    ] = None,
 ) -> ContainerPublic:
     """Queue a container (committed before the 202); the worker creates its pod."""
     why = images.refusal(body.image_ref, settings.image_registry_allowlist)
@@ -98,14 +105,14 @@ def list_containers(
 
 
 @router.get("/{container_id}", response_model=ContainerPublic)
-def get_container(container_id: str, session: SessionDep, caller: CurrentTenant) -> ContainerPublic:
+def get_container(container_id: ContainerId, session: SessionDep, caller: CurrentTenant) -> ContainerPublic:
     """One container (404 when it is not the caller's)."""
     return to_public(_visible(session, caller, container_id))
 
 
 @router.delete("/{container_id}", response_model=ContainerPublic)
 def cancel_container(
-    container_id: str, session: SessionDep, caller: CurrentTenant, worker: WorkerDep
+    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, worker: WorkerDep
 ) -> ContainerPublic:
     """Cancel: status becomes Cancelled and the worker deletes the pod."""
     row = _visible(session, caller, container_id)
@@ -119,9 +126,17 @@ def cancel_container(
     return to_public(row)
 
 
-@router.get("/{container_id}/logs", response_class=PlainTextResponse)
+@router.get(
+    "/{container_id}/logs",
+    response_class=PlainTextResponse,
+    # errors are JSON like everywhere else (FastAPI would file them under text/plain)
+    responses={
+        code: {"description": r["description"], "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+        for code, r in errors.ERROR_RESPONSES.items()
+    },
+)
 def container_logs(
-    container_id: str,
+    container_id: ContainerId,
     session: SessionDep,
     caller: CurrentTenant,
     kube: KubeDep,

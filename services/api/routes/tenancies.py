@@ -5,8 +5,9 @@ again by the worker before every submission)."""
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Response
 
 from services.api import crud, errors, pods
 from services.api.deps import AdminUser, KubeDep, SessionDep, WorkerDep
@@ -26,6 +27,7 @@ from services.api.models import (
 )
 
 log = logging.getLogger(__name__)
+TokenId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_]{1,64}$", description="The token's id (tok_...).")]
 router = APIRouter(prefix="/v1/admin/tenancies", tags=["admin"])
 
 
@@ -126,7 +128,7 @@ def list_tokens(name: TenancyName, session: SessionDep, _admin: AdminUser) -> To
 
 
 @router.delete("/{name}/tokens/{token_id}", status_code=204)
-def revoke_token(name: TenancyName, token_id: str, session: SessionDep, _admin: AdminUser) -> Response:
+def revoke_token(name: TenancyName, token_id: TokenId, session: SessionDep, _admin: AdminUser) -> Response:
     """Revoke one of the tenancy's tokens."""
     _get(session, name)
     if not crud.delete_token(session, tenancy=name, token_id=token_id):
