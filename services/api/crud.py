@@ -86,6 +86,7 @@ def ensure_tenancy(session: Session, *, name: str, gpu_quota: int, pod_quota: in
 
 
 def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -> Tenancy:
+    name = tenancy.name
     for field in ("gpu_quota", "pod_quota", "allow_internet"):
         value = getattr(data, field)
         if value is not None:
@@ -101,7 +102,7 @@ def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -
         session.refresh(tenancy)
     except (StaleDataError, InvalidRequestError) as exc:  # deleted by a concurrent request
         session.rollback()
-        raise errors.NotFound(f"tenancy {tenancy.name!r} not found") from exc
+        raise errors.NotFound(f"tenancy {name!r} not found") from exc
     return tenancy
 
 

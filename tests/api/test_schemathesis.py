@@ -58,6 +58,7 @@ def _cases(output: str) -> int:
     return int(match.group(1).replace(",", ""))
 
 
+@pytest.mark.timeout(1800)  # thousands of requests; on a busy machine this takes minutes
 def test_generated_requests_never_break_the_api(
     serve: Callable[..., ApiServer], database_url: str, kubeconfig: Path, tls_ca: Any, tmp_path: Path
 ) -> None:
