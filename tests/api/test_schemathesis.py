@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ADMIN_TOKEN, ApiServer
