@@ -66,6 +66,9 @@ def test_generated_requests_never_break_the_api(
     server = serve(
         database_url, kubeconfig,
         rate_limit_token="100000/minute", rate_limit_tenancy="100000/minute", rate_limit_bad_tokens="100000/minute",
+        # the worker runs as in production; thousands of never-Ready submissions are
+        # retried at the production pace, not the fast one other tests use
+        worker_poll_seconds=1.0, retry_max_seconds=30.0,
     )
     with server.client() as admin:
         tenant = new_tenancy(admin, "fuzzed", gpu_quota=100000, pod_quota=100000)
