@@ -39,6 +39,15 @@ ContainerId = Annotated[
 ]
 
 
+# The logs route answers text/plain, its errors JSON like everywhere else (FastAPI would
+# file the error model under the route's text/plain media type).
+_ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorBody"}
+_JSON_ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"description": r["description"], "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
+    for code, r in errors.ERROR_RESPONSES.items()
+}
+
+
 def to_public(row: Container) -> ContainerPublic:
     return ContainerPublic.model_validate(row, update={"namespace": crds.tenant_namespace(row.tenancy)})
 
@@ -129,11 +138,7 @@ def cancel_container(
 @router.get(
     "/{container_id}/logs",
     response_class=PlainTextResponse,
-    # errors are JSON like everywhere else (FastAPI would file them under text/plain)
-    responses={
-        code: {"description": r["description"], "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
-        for code, r in errors.ERROR_RESPONSES.items()
-    },
+    responses=_JSON_ERRORS,
 )
 def container_logs(
     container_id: ContainerId,
