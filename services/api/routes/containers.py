@@ -33,9 +33,12 @@ Limit = Annotated[int, Query(ge=1, le=500, description="Page size (1-500).")]
 MAX_OFFSET = 1_000_000_000  # far beyond any table, far below the databases' 64-bit limit
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description=f"Rows to skip (0-{MAX_OFFSET}).")]
 StatusFilter = Annotated[ContainerStatus | None, Query(description="Only containers in this status.")]
-# Container ids are lowercase hex (security.new_id); anything else names no container.
+# Container ids are lowercase hex (security.new_id). The schema says so; any other value
+# simply names no container (404, like another tenant's id), so it is not validated here.
 ContainerId = Annotated[
-    str, FPath(pattern=r"^[0-9a-f]{1,64}$", description="The container's id (lowercase hex).")
+    str,
+    FPath(description="The container's id (lowercase hex).",
+          json_schema_extra={"pattern": r"^[0-9a-f]{1,64}$", "maxLength": 64}),
 ]
 
 

@@ -27,7 +27,11 @@ from services.api.models import (
 )
 
 log = logging.getLogger(__name__)
-TokenId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_]{1,64}$", description="The token's id (tok_...).")]
+# Documented shape only: any other value names no token (404).
+TokenId = Annotated[
+    str,
+    Path(description="The token's id (tok_...).", json_schema_extra={"pattern": r"^[A-Za-z0-9_]{1,64}$"}),
+]
 router = APIRouter(prefix="/v1/admin/tenancies", tags=["admin"])
 
 
