@@ -49,7 +49,8 @@ def _start(server: ApiServer, token: str, ca_file: Path, out: Path) -> subproces
         "--no-color",
     ]
     with out.open("wb") as sink:
-        return subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)  # noqa: S603
+        # run in the test's folder: Schemathesis keeps a cache in its working directory
+        return subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=out.parent)  # noqa: S603
 
 
 def _cases(output: str) -> int:
