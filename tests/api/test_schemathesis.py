@@ -25,7 +25,7 @@ from tests.api.harness import ADMIN_TOKEN, ApiServer
 
 # Cases per operation and phase; with the API's ~20 operations this gives well over
 # 2,000 generated cases per token kind.
-MAX_EXAMPLES = 75
+MAX_EXAMPLES = 80
 MIN_CASES = 2000
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 
