@@ -18,10 +18,11 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from gpucaas import __version__
-from services.api import crud, db
+from services.api import crud, db, slow_clients
 from services.api.edge import Edge, Metrics
 from services.api.errors import install_handlers
 from services.api.kube import Kube
+from services.api.limits import Limiter, LimitSettings
 from services.api.routes import api_router
 from services.api.settings import Settings
 from services.api.worker import SubmissionWorker
@@ -47,6 +48,17 @@ def bootstrap(engine: Engine, settings: Settings) -> str | None:
     return secret
 
 
+def limit_settings(settings: Settings) -> LimitSettings:
+    return LimitSettings(
+        token_rate=settings.rate_limit_token,
+        tenancy_rate=settings.rate_limit_tenancy,
+        bad_token_rate=settings.rate_limit_bad_tokens,
+        streams_per_token=settings.max_streams_per_token,
+        streams_per_tenancy=settings.max_streams_per_tenancy,
+        requests_per_client=settings.max_requests_per_client,
+    )
+
+
 def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     metrics = Metrics()
 
@@ -54,11 +66,15 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         eng = engine or db.make_engine(settings.database_url)
         app.state.engine = eng
+        # The worker and the health endpoints get a pool of their own: tenant requests
+        # exhausting the request pool cannot stop submissions or fail readiness.
+        service_eng = engine or db.make_engine(settings.database_url, pool_size=settings.service_pool_size)
+        app.state.service_engine = service_eng
         app.state.generated_admin_token = await anyio.to_thread.run_sync(bootstrap, eng, settings)
         app.state.kube = Kube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
         worker = None
         if settings.run_worker:
-            worker = SubmissionWorker(engine=eng, kube=app.state.kube, settings=settings)
+            worker = SubmissionWorker(engine=service_eng, kube=app.state.kube, settings=settings)
             worker.start()
         app.state.worker = worker
         log.info("gpucaas api ready (database %s)", eng.dialect.name)
@@ -70,6 +86,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             app.state.kube.close()
             if engine is None:
                 eng.dispose()
+                service_eng.dispose()
 
     app = FastAPI(
         title="gpucaas API",
@@ -80,9 +97,16 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.worker = None
+    app.state.limiter = limiter = Limiter(limit_settings(settings))
     install_handlers(app)
     app.include_router(api_router)
-    app.add_middleware(Edge, max_body_bytes=settings.max_body_bytes, metrics=metrics)  # type: ignore[arg-type]
+    app.add_middleware(
+        Edge,  # type: ignore[arg-type]
+        max_body_bytes=settings.max_body_bytes,
+        metrics=metrics,
+        limiter=limiter,
+        body_timeout=settings.body_timeout_seconds,
+    )
     return app
 
 
@@ -98,6 +122,8 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
         "lifespan": "on",
         # long-lived log follows must not hold a shutdown (or a restart) forever
         "timeout_graceful_shutdown": 10,
+        # slow clients: a head not complete in time closes the connection
+        "http": slow_clients.protocol_class(settings.header_timeout_seconds),
     }
     if settings.tls_cert is not None and settings.tls_key is not None:
         kwargs["ssl_certfile"] = str(settings.tls_cert)

@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, or_, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InvalidRequestError
+from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
 
 from services.api import errors, security
@@ -90,6 +91,7 @@ def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -
                             data.pod_quota if data.pod_quota is not None else tenancy.pod_quota)
     if problem:
         raise errors.Invalid(problem)
+    name = tenancy.name
     for field in ("gpu_quota", "pod_quota", "allow_internet"):
         value = getattr(data, field)
         if value is not None:
@@ -100,8 +102,12 @@ def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -
         tenancy.nfs = data.nfs.model_dump()
     tenancy.updated_at = utcnow()
     session.add(tenancy)
-    session.commit()
-    session.refresh(tenancy)
+    try:
+        session.commit()
+        session.refresh(tenancy)
+    except (StaleDataError, InvalidRequestError) as exc:  # deleted by a concurrent request
+        session.rollback()
+        raise errors.NotFound(f"tenancy {name!r} not found") from exc
     return tenancy
 
 
@@ -109,12 +115,28 @@ def list_tenancies(session: Session) -> Sequence[Tenancy]:
     return session.exec(select(Tenancy).order_by(Tenancy.name)).all()
 
 
-def delete_tenancy(session: Session, *, name: str) -> None:
-    """Remove the tenancy with its tokens and container records."""
+def delete_tenancy(session: Session, *, name: str) -> int:
+    """Remove the tenancy and its tokens; its active containers become Cancelled (the
+    worker deletes their pods) and all its containers stay as history, hidden from a
+    new tenancy of the same name, until retention prunes them. Returns how many
+    containers were cancelled."""
+    now = utcnow()
+    cancelled = session.exec(
+        update(Container)
+        .where(col(Container.tenancy) == name, col(Container.status).in_(ACTIVE_STATUSES))
+        .values(status=ContainerStatus.CANCELLED, message="cancelled: its tenancy was deleted",
+                finished_at=now, updated_at=now, claimed_by=None, claimed_until=None)
+    ).rowcount
+    session.exec(
+        update(Container)
+        .where(col(Container.tenancy) == name, col(Container.tenancy_deleted_at).is_(None))
+        # an idempotency key belonged to the old tenancy: the name's next owner starts clean
+        .values(tenancy_deleted_at=now, idempotency_key=None)
+    )
     session.exec(delete(ApiToken).where(col(ApiToken.tenancy) == name))
-    session.exec(delete(Container).where(col(Container.tenancy) == name))
     session.exec(delete(Tenancy).where(col(Tenancy.name) == name))
     session.commit()
+    return int(cancelled or 0)
 
 
 def active_gpus(session: Session, *, tenancy: str) -> int:
@@ -198,7 +220,11 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
 
 def _by_idempotency_key(session: Session, *, tenancy: str, key: str) -> Container | None:
     return session.exec(
-        select(Container).where(Container.tenancy == tenancy, Container.idempotency_key == key)
+        select(Container).where(
+            Container.tenancy == tenancy,
+            Container.idempotency_key == key,
+            col(Container.tenancy_deleted_at).is_(None),
+        )
     ).first()
 
 
@@ -276,17 +302,20 @@ def _same_request(existing: Container, digest: str) -> Container:
 def get_container(session: Session, *, container_id: str, tenancy: str | None) -> Container | None:
     """The container, or None when it does not exist or is not the caller's (tenancy None = admin)."""
     stmt = select(Container).where(Container.id == container_id)
-    if tenancy is not None:
-        stmt = stmt.where(Container.tenancy == tenancy)
+    if tenancy is not None:  # a tenant never sees a deleted namesake tenancy's history
+        stmt = stmt.where(Container.tenancy == tenancy, col(Container.tenancy_deleted_at).is_(None))
     return session.exec(stmt).first()
 
 
 def list_containers(
-    session: Session, *, tenancy: str | None, status: str | None, limit: int, offset: int
+    session: Session, *, tenancy: str | None, status: str | None, limit: int, offset: int, history: bool = False
 ) -> tuple[Sequence[Container], int]:
+    """A page of containers; ``history`` includes those of deleted tenancies (admin)."""
     conds: list[Any] = []
     if tenancy is not None:
         conds.append(Container.tenancy == tenancy)
+    if not history:
+        conds.append(col(Container.tenancy_deleted_at).is_(None))
     if status is not None:
         conds.append(Container.status == status)
     total = int(session.exec(select(func.count()).select_from(Container).where(*conds)).one())

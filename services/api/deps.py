@@ -20,6 +20,7 @@ from sqlmodel import Session
 
 from services.api import crud, errors
 from services.api.kube import Kube
+from services.api.limits import Limiter
 from services.api.settings import Settings
 from services.api.worker import SubmissionWorker
 
@@ -45,14 +46,26 @@ class Caller:
         return self.tenancy is None
 
 
+def client_address(request: Request) -> str:
+    """The client's address (the proxy's, unless uvicorn trusts its forwarded headers)."""
+    return request.client.host if request.client else "unknown"
+
+
 def get_caller(
-    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request,
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
     if credentials is None or not credentials.credentials:
         raise errors.Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+    limiter: Limiter = request.app.state.limiter
+    client = client_address(request)
+    limiter.check_bad_tokens(client)  # back-off first: a guesser costs no database query
     token = crud.token_by_secret(session, secret=credentials.credentials)
     if token is None:
+        limiter.bad_token(client)
         raise errors.Unauthorized("invalid or revoked token")
+    limiter.request(token_id=token.id, tenancy=token.tenancy)
     return Caller(token_id=token.id, tenancy=token.tenancy)
 
 

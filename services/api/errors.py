@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 
 class ApiError(Exception):
     """Base of every error the API reports to a client."""
@@ -53,6 +55,11 @@ class Conflict(ApiError):
     code = "conflict"
 
 
+class RequestTimeout(ApiError):
+    status = 408
+    code = "request_timeout"
+
+
 class PayloadTooLarge(ApiError):
     status = 413
     code = "payload_too_large"
@@ -66,6 +73,61 @@ class QuotaExceeded(ApiError):
 class Unavailable(ApiError):
     status = 503
     code = "unavailable"
+
+
+class TooManyRequests(ApiError):
+    """A rate or concurrency limit: ``retry_after`` seconds go out as ``Retry-After``."""
+
+    status = 429
+    code = "too_many_requests"
+
+    def __init__(self, detail: str, *, retry_after: int = 1, **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.retry_after = max(1, int(retry_after))
+
+
+class ErrorBody(BaseModel):
+    """Every error the API sends: a stable machine ``code`` and a human ``detail`` that
+    names the field and what is allowed. Some errors add fields (a quota error adds
+    ``quota``, ``in_use`` and ``requested``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="Machine-readable error code, e.g. invalid, not_found, too_many_requests.")
+    detail: str = Field(description="What is wrong and what is allowed.")
+
+
+def _described(text: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": text}
+
+
+# The error responses every operation may give, for the OpenAPI schema (one error model).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _described("Bad request (e.g. control characters in the path or query)."),
+    401: _described("Missing, invalid or revoked bearer token."),
+    403: _described("The token may not do this (admin only), or a quota is exceeded."),
+    404: _described("Not found (also for another tenancy's objects)."),
+    405: _described("Method not allowed."),
+    408: _described("The request body stalled; send it without pauses."),
+    409: _described("Conflicts with the current state (e.g. changed or deleted concurrently)."),
+    413: _described("Request body too large."),
+    422: _described("Invalid input: the detail names each field and what is allowed."),
+    429: _described("Too many requests or streams; retry after the Retry-After header's seconds."),
+    503: _described("A dependency (database or Kubernetes API) is unavailable; retry later."),
+}
+
+
+def _allowed_methods(request: Any) -> str:
+    """Every method some route serves for this path (Starlette names only the first
+    matching route's, which is wrong where GET and POST are separate routes)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _child = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 def install_handlers(app: Any) -> None:
@@ -89,6 +151,12 @@ def install_handlers(app: Any) -> None:
         else:  # pragma: no cover - registered only for the types above
             status, body = 500, {"code": "internal", "detail": "internal error"}
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if status == 405:
+            headers = {"Allow": _allowed_methods(request)}
+        if isinstance(exc, TooManyRequests):
+            headers = {"Retry-After": str(exc.retry_after)}
+        if isinstance(exc, StarletteHTTPException) and exc.headers and status != 405:
+            headers = {**(headers or {}), **exc.headers}
         return JSONResponse(body, status_code=status, headers=headers)
 
     for exc_type in (ApiError, RequestValidationError, StarletteHTTPException):

@@ -11,7 +11,16 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ConfigDict, Field as PField, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field as PField,
+    StrictBool,
+    StrictInt,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -44,7 +53,19 @@ class ContainerStatus(StrEnum):
 ACTIVE_STATUSES = (ContainerStatus.QUEUED, ContainerStatus.PENDING, ContainerStatus.RUNNING)
 TERMINAL_STATUSES = (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED, ContainerStatus.CANCELLED)
 
-TenancyName = Annotated[str, AfterValidator(validation.check_tenancy_name)]
+# The rule is checked by check_tenancy_name (its message says what is allowed); the
+# schema states the same rule so generated clients and fuzzers know it.
+TenancyName = Annotated[
+    str,
+    AfterValidator(validation.check_tenancy_name),
+    WithJsonSchema({
+        "type": "string",
+        "pattern": validation.DNS_LABEL.pattern,
+        "minLength": 1,
+        "maxLength": validation.TENANCY_NAME_MAX,
+        "description": "A DNS label: lowercase letters, digits and '-'.",
+    }),
+]
 
 
 class StrictInput(SQLModel):
@@ -63,6 +84,9 @@ class StrictInput(SQLModel):
                 raise ValueError(
                     f"unknown field(s) {', '.join(map(repr, unknown))}; allowed fields: {', '.join(allowed)}"
                 )
+            where = validation.find_control(data)
+            if where is not None:
+                raise ValueError(f"{where}: {validation.CONTROL_RULE}")
         return data
 
 
@@ -74,7 +98,7 @@ class NfsSpec(StrictInput):
 
     server: str = PField(max_length=253, pattern=r"^[A-Za-z0-9.-]+$")
     path: str = PField(max_length=1024, pattern=r"^/[^\x00]*$")
-    read_only: bool = False
+    read_only: StrictBool = False
     capacity: str = PField("1Ti", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)?$")
 
 
@@ -97,6 +121,10 @@ def quota_problem(gpu_quota: int, pod_quota: int) -> str | None:
 
 
 class TenancyCreate(StrictInput, TenancyBase):
+    # JSON integers and booleans only: "4" or true for a number are refused, not coerced.
+    gpu_quota: StrictInt = PField(default=8, ge=0, le=100000)
+    pod_quota: StrictInt = PField(default=50, ge=1, le=100000)
+    allow_internet: StrictBool = False
     name: TenancyName
     nfs: NfsSpec | None = None
 
@@ -109,11 +137,11 @@ class TenancyCreate(StrictInput, TenancyBase):
 
 
 class TenancyUpdate(StrictInput):
-    gpu_quota: int | None = PField(None, ge=0, le=100000)
-    pod_quota: int | None = PField(None, ge=1, le=100000)
-    allow_internet: bool | None = None
+    gpu_quota: StrictInt | None = PField(None, ge=0, le=100000)
+    pod_quota: StrictInt | None = PField(None, ge=1, le=100000)
+    allow_internet: StrictBool | None = None
     nfs: NfsSpec | None = None
-    clear_nfs: bool = False
+    clear_nfs: StrictBool = False
 
 
 class Tenancy(TenancyBase, table=True):
@@ -182,6 +210,9 @@ class ContainerBase(SQLModel):
 class ContainerCreate(StrictInput, ContainerBase):
     """A submission: ``image`` (or the design's ``container-url``) and what to run it with."""
 
+    gpus: StrictInt = PField(default=1, ge=1, le=8)
+    timeout_seconds: StrictInt | None = PField(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+
     image: str | None = PField(None, max_length=1024)
     container_url: str | None = PField(None, alias="container-url", max_length=1024)
     tenancy: TenancyName | None = None
@@ -233,6 +264,9 @@ class Container(ContainerBase, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # set when its tenancy was deleted: history for the admin, invisible to a new
+    # tenancy of the same name (migration 0002_container_history)
+    tenancy_deleted_at: datetime | None = None
     # worker bookkeeping
     pod_created: bool = False
     pod_deleted: bool = False

@@ -89,6 +89,9 @@ def build_pod(
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
+        # Always: the kubelet checks the tenant's right to pull on every start, so another
+        # tenant's private image cached on the node is never run (docs/abuse-and-limits.md).
+        "imagePullPolicy": "Always",
         "resources": {"limits": {gpu_resource: str(gpus)}},  # a quantity
         "securityContext": {
             "privileged": False,

@@ -51,6 +51,40 @@ class Settings(BaseSettings):
     retry_max_seconds: float = Field(30.0, gt=0, description="Cap of the exponential retry backoff.")
     kube_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one Kubernetes request.")
 
+    # --- abuse limits (docs/abuse-and-limits.md) ---
+    image_registry_allowlist: list[str] = Field(
+        default_factory=list,
+        description="Registries (host or host:port) tenants may pull from even though they are internal "
+        "addresses, e.g. a private registry at 10.0.0.5:5000. JSON list in the environment.",
+    )
+    rate_limit_token: str = Field(
+        "50/second;1500/minute", description="Request rate per token (limits syntax; '' = none)."
+    )
+    rate_limit_tenancy: str = Field(
+        "100/second;3000/minute", description="Request rate per tenancy, all its tokens together ('' = none)."
+    )
+    rate_limit_bad_tokens: str = Field(
+        "20/minute", description="Invalid tokens per client address before it is answered 429 ('' = none)."
+    )
+    max_streams_per_token: int = Field(100, ge=1, description="Concurrent log follows per token.")
+    max_streams_per_tenancy: int = Field(100, ge=1, description="Concurrent log follows per tenancy.")
+    max_requests_per_client: int = Field(
+        256, ge=1, description="Requests in flight at once per client address (streams included)."
+    )
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="A connection must send a complete request head within this time."
+    )
+    body_timeout_seconds: float = Field(
+        10.0, gt=0, description="Longest wait for the next part of a request body before answering 408."
+    )
+    retention_days: float = Field(
+        30.0, gt=0, description="Days finished containers (and their pods and logs) are kept before pruning."
+    )
+    retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the worker prunes.")
+    service_pool_size: int = Field(
+        2, ge=1, description="Database connections kept apart for the worker and the health endpoints."
+    )
+
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -67,11 +67,54 @@ def check_tenancy_name(value: str) -> str:
     return value
 
 
+# Variables that steer the dynamic loader, the NVIDIA container runtime/driver stack,
+# CUDA's device selection or Kubernetes' in-cluster discovery: a tenant setting them
+# could change what the runtime injects or where the workload thinks the API is.
+RESERVED_ENV_PREFIXES = ("LD_", "NVIDIA_", "CUDA_VISIBLE_", "KUBERNETES_")
+RESERVED_ENV_RULE = "names starting with " + ", ".join(p + "*" for p in RESERVED_ENV_PREFIXES) + " are reserved"
+
+
 def check_env_names(env: Mapping[str, str]) -> Mapping[str, str]:
     bad = [name for name in env if not ENV_NAME.match(name)]
     if bad:
         raise ValueError(f"invalid environment variable name(s) {bad!r}; allowed: {ENV_RULE}")
+    reserved = sorted(name for name in env if name.upper().startswith(RESERVED_ENV_PREFIXES))
+    if reserved:
+        raise ValueError(f"reserved environment variable name(s) {reserved!r}; {RESERVED_ENV_RULE}")
     return env
+
+
+# C0 control characters and DEL; tab, newline and carriage return are allowed in
+# free text (scripts in args, multi-line env values) but never NUL.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_RULE = "control characters (NUL, ESC, DEL, ...) are not allowed"
+
+
+def find_control(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first string (key or value) in ``value`` holding a control
+    character other than tab/newline/CR in a value (keys allow none), else None."""
+    if isinstance(value, str):
+        return path or "body" if _CONTROL.search(value) else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and _ANY_CONTROL.search(key):
+                return (path or "body") + f" (key {key!r})"
+            found = find_control(item, where)
+            if found is not None:
+                return found
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = find_control(item, f"{path}.{i}" if path else str(i))
+            if found is not None:
+                return found
+    return None
+
+
+def has_control(value: str) -> bool:
+    """Any C0 control character or DEL (for paths, query strings, identifiers)."""
+    return _ANY_CONTROL.search(value) is not None
 
 
 # What is allowed, appended to pydantic's own message for these fields.
@@ -81,7 +124,7 @@ FIELD_RULES = {
     "gpu_quota": "allowed: an integer from 0 to 100000",
     "pod_quota": "allowed: an integer from 1 to 100000",
     "limit": "allowed: an integer from 1 to 500",
-    "offset": "allowed: an integer from 0",
+    "offset": "allowed: an integer from 0 to 1000000000",
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 from sqlalchemy import Engine
@@ -27,7 +28,7 @@ from sqlmodel import Session
 
 from gpucaas.core import crds
 from gpucaas.core.kube import Forbidden, Invalid, KubeError
-from services.api import crud, pods
+from services.api import crud, pods, retention
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
@@ -80,12 +81,19 @@ class SubmissionWorker:
     # -- submitter ------------------------------------------------------------------
 
     def _submit_loop(self) -> None:
+        next_prune = time.monotonic()
         while not self._stop.is_set():
             try:
                 busy = self.run_once()
             except Exception:  # noqa: BLE001 - e.g. database briefly unreachable
                 log.exception("submission pass failed")
                 busy = False
+            if time.monotonic() >= next_prune:
+                next_prune = time.monotonic() + self.settings.retention_interval_seconds
+                try:
+                    retention.prune(self.engine, self.kube, days=self.settings.retention_days)
+                except Exception:  # noqa: BLE001 - retried at the next interval
+                    log.exception("retention pass failed")
             if not busy:
                 self._wake.wait(self.settings.worker_poll_seconds)
                 self._wake.clear()

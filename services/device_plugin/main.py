@@ -17,7 +17,7 @@ from services.device_plugin.ports import FabricPort, HealthSource
 from services.device_plugin.registration import KubeletRegistrar
 from services.device_plugin.server import DevicePluginServicer
 from services.device_plugin.settings import DevicePluginSettings
-from services.device_plugin.usage import UsageMonitor
+from services.device_plugin.usage import UsageMonitor, live_holders
 
 logger = logging.getLogger(__name__)
 
@@ -74,4 +74,5 @@ def build(settings: DevicePluginSettings, *, fabric: FabricPort | None = None,
                          resource_name=settings.resource_name, interval=settings.pod_resources_interval,
                          grace=settings.fabric_sync_grace)
     core.on_conflict = usage.sync_now
+    core.live_holders = lambda: {h.holder for h in live_holders(usage.last)}
     return DevicePlugin(settings, metrics, core, registrar, usage, fabric)

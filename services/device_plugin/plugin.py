@@ -15,7 +15,9 @@ stops scheduling on it and the reason is logged.
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +34,7 @@ from services.device_plugin.devices import GPU, Inventory
 from services.device_plugin.errors import (
     ActivationConflict,
     CDISpecError,
+    DevicePluginError,
     DeviceUnhealthy,
     FabricUnavailable,
     InvalidRequest,
@@ -43,6 +46,9 @@ from services.device_plugin.ports import Activation, FabricPort, FabricTopology,
 from services.device_plugin.settings import DevicePluginSettings
 
 logger = logging.getLogger(__name__)
+
+# A holder key as the fabric service names it in a conflict: gpus:<pci>+<pci>...
+_HOLDER = re.compile(r"gpus:[0-9A-Fa-f:.+]+[0-9A-Fa-f]")
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,8 @@ class PluginCore:
         #: Called once when an activation hits a conflict (the PodResources sync
         #: sets it to "sync live holders now"), then the activation is retried.
         self.on_conflict: Callable[[], None] | None = None
+        # holders of the pods PodResources lists now (set with on_conflict, read after it)
+        self.live_holders: Callable[[], set[str]] | None = None
 
     # --- hooks -----------------------------------------------------------------------
     def add_health_source(self, source: HealthSource) -> None:
@@ -328,18 +336,58 @@ class PluginCore:
         )
 
     def _activate(self, holder: str, ids: Sequence[str]) -> Activation:
-        try:
-            return self.fabric.activate(holder, ids)
-        except ActivationConflict as exc:
-            if self.on_conflict is None:
-                raise
-            logger.info("node=%s holder=%s activation conflict (%s): syncing live holders and retrying once",
-                        self.node, holder, exc)
+        """Activate, resolving conflicts with partitions left by pods that are gone.
+
+        The kubelet only hands a pod GPUs that no live pod holds, so an activation that
+        overlaps the requested GPUs and whose holder PodResources no longer lists was
+        left by a pod that just ended (the periodic sync spares it for
+        ``fabric_sync_grace``): it is released now. A conflict that remains (the old pod
+        still being torn down) is retried with back-off for at most
+        ``allocate_conflict_wait`` seconds before Allocate fails with ABORTED.
+        """
+        deadline = time.monotonic() + self.settings.allocate_conflict_wait
+        delay = 0.1
+        while True:
             try:
-                self.on_conflict()
-            except Exception:  # noqa: BLE001 - the retry below reports the real outcome
-                logger.exception("node=%s live-holder sync after conflict failed", self.node)
-            return self.fabric.activate(holder, ids)
+                return self.fabric.activate(holder, ids)
+            except ActivationConflict as exc:
+                if self.on_conflict is None or time.monotonic() >= deadline:
+                    raise
+                logger.info("node=%s holder=%s activation conflict (%s): syncing live holders and retrying",
+                            self.node, holder, exc)
+                if not self._release_stale(holder, ids, str(exc)):
+                    self._stop.wait(min(delay, max(0.0, deadline - time.monotonic())))
+                    delay = min(delay * 2, 1.0)
+
+    def _release_stale(self, holder: str, ids: Sequence[str], conflict: str) -> bool:
+        """Sync live holders, then release the conflicting holders that hold requested GPUs
+        but no live pod; True when one was released (retry at once)."""
+        try:
+            self.on_conflict()  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - the retry reports the real outcome
+            logger.exception("node=%s live-holder sync after conflict failed", self.node)
+        if self.live_holders is None:
+            return False
+        try:
+            live = self.live_holders()
+        except Exception:  # noqa: BLE001 - without the live set nothing is released
+            logger.exception("node=%s live holders unknown", self.node)
+            return False
+        wanted = set(ids)
+        released = False
+        for other in sorted(set(_HOLDER.findall(conflict))):
+            if other == holder or other in live:
+                continue
+            if not wanted & set(other.removeprefix("gpus:").split("+")):
+                continue
+            logger.warning("node=%s holder=%s releasing %s: it holds requested GPUs but no live pod "
+                           "(left by a pod that just ended)", self.node, holder, other)
+            try:
+                self.fabric.release(other)
+                released = True
+            except DevicePluginError as exc:
+                logger.warning("node=%s release of stale holder %s failed: %s", self.node, other, exc)
+        return released
 
     def pre_start(self, device_ids: Sequence[str]) -> None:
         self._check(tuple(device_ids))

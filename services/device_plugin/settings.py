@@ -49,6 +49,10 @@ class DevicePluginSettings(BaseSettings):
     fabric_sync_grace: float = Field(
         60.0, ge=0, description="Seconds an activation may live before the PodResources sync may release it."
     )
+    allocate_conflict_wait: float = Field(
+        5.0, ge=0, description="Seconds Allocate retries an activation conflict (a partition still being "
+        "released by a pod that just ended) before it fails with ABORTED."
+    )
     pod_resources_socket: Path = Field(
         Path("/var/lib/kubelet/pod-resources/kubelet.sock"), description="Kubelet PodResources API socket."
     )

@@ -200,7 +200,8 @@ def _delete_if_owned(ctx: Context, kind: str, name: str, namespace: str | None, 
 
 
 def finalize_tenancy(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Remove what the Tenancy made, once its pods are gone; never a namespace it does not own.
+    """Delete the tenancy's pods, then remove what the Tenancy made once they are gone;
+    never a namespace it does not own.
 
     Raises PodsRemaining (after writing phase Terminating) while pods remain.
     """
@@ -214,7 +215,15 @@ def finalize_tenancy(ctx: Context, body: Mapping[str, Any]) -> None:
         owned = reconcile.owned_by(namespace, uid)
         if namespace is not None:
             selector = None if owned else f"{crds.LABEL_TENANCY}={name}"
-            pods = [p["metadata"]["name"] for p in ctx.kube.list("Pod", ns_name, label_selector=selector)]
+            listed = ctx.kube.list("Pod", ns_name, label_selector=selector)
+            pods = [p["metadata"]["name"] for p in listed]
+            # A deleted tenancy's workloads go with it (finished pods too): delete each pod
+            # once, then wait (PodsRemaining) until the kubelet has confirmed them gone.
+            for pod in listed:
+                pm = pod["metadata"]
+                if not pm.get("deletionTimestamp"):
+                    ctx.kube.delete("Pod", pm["name"], ns_name, uid=pm.get("uid"))
+                    log.info("tenancy %s: deleting pod %s/%s", name, ns_name, pm["name"])
             if pods:
                 exc = errors.PodsRemaining(ns_name, sorted(pods))
                 _write_status(ctx, name, previous,

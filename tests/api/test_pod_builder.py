@@ -51,6 +51,7 @@ def test_minimal_pod() -> None:
                 {
                     "name": "main",
                     "image": "nvcr.io/nvidia/cuda:12.5.0",
+                    "imagePullPolicy": "Always",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                     "securityContext": {
                         "privileged": False,

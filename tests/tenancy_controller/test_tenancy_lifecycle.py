@@ -147,22 +147,40 @@ def test_namespace_deleted_by_hand_is_recreated_with_its_children(api, controlle
     wait_phase(api, "eps", "Ready")
 
 
-def test_deletion_waits_for_pods_then_removes_what_it_made(api, controller):
+def test_deletion_deletes_its_pods_waits_for_them_then_removes_what_it_made(api, controller):
     api.create(new_tenancy("zeta", nfs=NFS))
     wait_phase(api, "zeta", "Ready")
-    create_pod(api, "tenant-zeta", "job-1", "zeta")
+    # A finalizer stands in for a kubelet still stopping the pod: it stays after deletion.
+    pod = create_pod(api, "tenant-zeta", "job-1", "zeta")
+    pod["metadata"]["finalizers"] = ["test.gpucaas.dev/hold"]
+    api.replace(pod)
     api.delete("Tenancy", "zeta")
 
     terminating = wait_phase(api, "zeta", "Terminating")
     wait_for(lambda: "job-1" in status(api, "zeta").get("message", ""), what="terminating message names the pod")
     assert terminating["metadata"]["deletionTimestamp"]
+    held = wait_for(lambda: (p := api.get("Pod", "job-1", "tenant-zeta")) and p["metadata"].get("deletionTimestamp") and p,
+                    what="the controller deleted the tenancy's pod")
     assert api.get("Namespace", "tenant-zeta") is not None
     assert api.get("CiliumNetworkPolicy", "tenant-isolation", "tenant-zeta") is not None
 
-    api.delete("Pod", "job-1", "tenant-zeta")
+    held["metadata"]["finalizers"] = []
+    api.replace(held)  # the kubelet is done: the pod goes
     wait_for(lambda: api.get("Tenancy", "zeta") is None, what="tenancy released by its finalizer")
     wait_for(lambda: api.get("Namespace", "tenant-zeta") is None, what="namespace removed")
     assert api.get("PersistentVolume", "tenant-zeta-storage") is None
+
+
+def test_deletion_removes_finished_pods_too(api, controller):
+    api.create(new_tenancy("theta"))
+    wait_phase(api, "theta", "Ready")
+    create_pod(api, "tenant-theta", "done-1", "theta")
+    pod = api.get("Pod", "done-1", "tenant-theta")
+    api.patch_status("Pod", "done-1", {"phase": "Succeeded"}, "tenant-theta")
+    assert pod is not None
+    api.delete("Tenancy", "theta")
+    wait_for(lambda: api.get("Pod", "done-1", "tenant-theta") is None, what="the finished pod deleted")
+    wait_for(lambda: api.get("Tenancy", "theta") is None, what="tenancy released by its finalizer")
 
 
 def test_deletion_never_deletes_a_namespace_it_does_not_own(api, controller):

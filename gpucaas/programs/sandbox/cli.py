@@ -90,11 +90,10 @@ def command(
 
     stopping = threading.Event()
     _stop_on_signals(stopping.set)
-    while not stopping.wait(2):
-        dead = sandbox.supervisor.check_alive()
-        if dead:
-            console.print(f"[red]service(s) exited: {', '.join(dead)}; see {state_dir / 'logs'}[/]")
-            break
+    while not stopping.wait(1):
+        # A crashed service is started again with back-off, and the console says so.
+        for event in sandbox.supervisor.revive():
+            console.print(f"[yellow]{event.describe()}; see {state_dir / 'logs'}[/]")
     console.print("stopping…")
     sandbox.stop()
     console.print("stopped.")

@@ -5,8 +5,9 @@ Every part of the sandbox is the real service started through its own
 (HTTP to the Kubernetes API emulator, HTTPS to the API, gRPC on unix sockets
 between the node agent and the device plugin, HTTP on a unix socket to the
 fabric service). The supervisor starts each one, waits until it answers, can
-restart one (the end-to-end tests use that to prove convergence), and stops
-them all in reverse order on shutdown.
+restart one (the end-to-end tests use that to prove convergence), starts a
+crashed one again with back-off (``revive``), and stops them all in reverse
+order on shutdown.
 """
 
 from __future__ import annotations
@@ -85,6 +86,33 @@ class RunningService:
     process: subprocess.Popen[bytes]
     log_path: Path
     restarts: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    crashes: int = 0  # consecutive crashes, reset once it has run for STABLE_SECONDS
+    next_try: float | None = None  # when a crashed service is started again
+
+
+# Back-off of crash restarts: 1 s, 2 s, 4 s, ... at most 60 s; a service that ran for
+# a minute before it crashed starts again at once (like a kubelet's CrashLoopBackOff,
+# which doubles from 10 s to 5 min and resets after 10 min of running).
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 60.0
+STABLE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Revival:
+    """What ``revive`` did or will do for one crashed service (for the console)."""
+
+    name: str
+    exit_code: int | None
+    restarted: bool
+    delay: float  # seconds until the next try (0 when restarted now)
+    crashes: int
+
+    def describe(self) -> str:
+        if self.restarted:
+            return f"{self.name} exited (code {self.exit_code}); restarted it (crash {self.crashes})"
+        return f"{self.name} exited (code {self.exit_code}); restarting it in {self.delay:.0f}s (crash {self.crashes})"
 
 
 class Supervisor:
@@ -143,12 +171,45 @@ class Supervisor:
         proc, log_path = self._spawn(svc.spec)
         svc.process, svc.log_path = proc, log_path
         svc.restarts += 1
+        svc.started_at, svc.next_try = time.monotonic(), None
         self.wait_ready(svc)
         return svc
 
     def check_alive(self) -> list[str]:
         """Names of services that have exited."""
         return [n for n, s in self.services.items() if s.process.poll() is not None]
+
+    def revive(self, now: float | None = None) -> list[Revival]:
+        """Start crashed services again with exponential back-off instead of giving up.
+
+        Called periodically; returns one ``Revival`` per crash noticed and per restart
+        made, so the caller can say what happened. A restart does not wait for the
+        service to be ready (a service that crashes at once is simply noticed again).
+        """
+        now = time.monotonic() if now is None else now
+        events: list[Revival] = []
+        for name, svc in self.services.items():
+            code = svc.process.poll()
+            if code is None:
+                if now - svc.started_at >= STABLE_SECONDS:
+                    svc.crashes = 0
+                continue
+            if svc.next_try is None:  # a crash not seen before: schedule the restart
+                svc.crashes = 0 if now - svc.started_at >= STABLE_SECONDS else svc.crashes
+                delay = 0.0 if svc.crashes == 0 else min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (svc.crashes - 1))
+                svc.crashes += 1
+                svc.next_try = now + delay
+                if delay > 0:
+                    events.append(Revival(name, code, False, delay, svc.crashes))
+            if now >= svc.next_try:
+                proc, log_path = self._spawn(svc.spec)
+                svc.process, svc.log_path = proc, log_path
+                svc.restarts += 1
+                svc.started_at = now
+                svc.next_try = None
+                log.warning("%s exited with code %s; restarted (pid %d)", name, code, proc.pid)
+                events.append(Revival(name, code, True, 0.0, svc.crashes))
+        return events
 
     def _stop_process(self, svc: RunningService, kill: bool = False, timeout: float = 15.0) -> None:
         proc = svc.process

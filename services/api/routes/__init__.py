@@ -1,15 +1,21 @@
-"""HTTP routes, one router per resource; ``api_router`` gathers them."""
+"""HTTP routes, one router per resource; ``api_router`` gathers them.
+
+Every operation documents the error responses it may give with the one error
+model (``errors.ErrorBody``: ``{code, detail}``), 422 included, so the OpenAPI
+schema says what the server sends.
+"""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
+from services.api.errors import ERROR_RESPONSES
 from services.api.routes import cluster, containers, gpus, health, tenancies
 
+# What the edge may answer on any path, before a route runs.
+EDGE_RESPONSES = {code: ERROR_RESPONSES[code] for code in (400, 413, 429)}
+
 api_router = APIRouter()
-api_router.include_router(health.router)
-api_router.include_router(containers.router)
-api_router.include_router(containers.admin_router)
-api_router.include_router(tenancies.router)
-api_router.include_router(cluster.router)
-api_router.include_router(gpus.router)
+api_router.include_router(health.router, responses=EDGE_RESPONSES)
+for _router in (containers.router, containers.admin_router, tenancies.router, cluster.router, gpus.router):
+    api_router.include_router(_router, responses=ERROR_RESPONSES)

@@ -14,7 +14,10 @@ from services.api.deps import AdminUser, KubeDep, SettingsDep
 from gpucaas.core.kube import KubeError
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
-NodeFilter = Annotated[str | None, Query(max_length=253, description="Only this node.")]
+NodeFilter = Annotated[
+    str | None,
+    Query(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="Only this node (a node name)."),
+]
 T = TypeVar("T")
 
 

@@ -7,13 +7,15 @@ from typing import Annotated
 
 import anyio
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Path as FPath, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from starlette.background import BackgroundTask
 
 from gpucaas.core import crds
-from services.api import crud, errors
+from services.api import crud, errors, images
 from services.api.deps import AdminUser, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
+from services.api.limits import Limiter
 from services.api.models import (
     TERMINAL_STATUSES,
     Container,
@@ -28,8 +30,25 @@ router = APIRouter(prefix="/v1/containers", tags=["containers"])
 admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])
 
 Limit = Annotated[int, Query(ge=1, le=500, description="Page size (1-500).")]
-Offset = Annotated[int, Query(ge=0, description="Rows to skip.")]
+MAX_OFFSET = 1_000_000_000  # far beyond any table, far below the databases' 64-bit limit
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description=f"Rows to skip (0-{MAX_OFFSET}).")]
 StatusFilter = Annotated[ContainerStatus | None, Query(description="Only containers in this status.")]
+# Container ids are lowercase hex (security.new_id). The schema says so; any other value
+# simply names no container (404, like another tenant's id), so it is not validated here.
+ContainerId = Annotated[
+    str,
+    FPath(description="The container's id (lowercase hex).",
+          json_schema_extra={"pattern": r"^[0-9a-f]{1,64}$", "maxLength": 64}),
+]
+
+
+# The logs route answers text/plain, its errors JSON like everywhere else (FastAPI would
+# file the error model under the route's text/plain media type).
+_ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorBody"}
+_JSON_ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"description": r["description"], "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
+    for code, r in errors.ERROR_RESPONSES.items()
+}
 
 
 def to_public(row: Container) -> ContainerPublic:
@@ -56,9 +75,19 @@ def submit_container(
     worker: WorkerDep,
     request: Request,
     response: Response,
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(pattern=r"^[!-~]{1,255}$", description="Printable ASCII, at most 255 characters."),
+    ] = None,
 ) -> ContainerPublic:
     """Queue a container (committed before the 202); the worker creates its pod."""
+    why = images.refusal(body.image_ref, settings.image_registry_allowlist)
+    if why is not None:
+        field = "image" if body.image else "container-url"
+        raise errors.Invalid(
+            f"{field}: {why}; allowed: a public registry, or one on the operator's allow-list "
+            "(GPUCAAS_IMAGE_REGISTRY_ALLOWLIST)"
+        )
     if caller.is_admin:
         if body.tenancy is None:
             raise errors.Invalid("tenancy: field required with an admin token (a DNS-label tenancy name)")
@@ -88,14 +117,14 @@ def list_containers(
 
 
 @router.get("/{container_id}", response_model=ContainerPublic)
-def get_container(container_id: str, session: SessionDep, caller: CurrentTenant) -> ContainerPublic:
+def get_container(container_id: ContainerId, session: SessionDep, caller: CurrentTenant) -> ContainerPublic:
     """One container (404 when it is not the caller's)."""
     return to_public(_visible(session, caller, container_id))
 
 
 @router.delete("/{container_id}", response_model=ContainerPublic)
 def cancel_container(
-    container_id: str, session: SessionDep, caller: CurrentTenant, worker: WorkerDep
+    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, worker: WorkerDep
 ) -> ContainerPublic:
     """Cancel: status becomes Cancelled and the worker deletes the pod."""
     row = _visible(session, caller, container_id)
@@ -109,31 +138,53 @@ def cancel_container(
     return to_public(row)
 
 
-@router.get("/{container_id}/logs", response_class=PlainTextResponse)
+@router.get(
+    "/{container_id}/logs",
+    response_class=PlainTextResponse,
+    responses=_JSON_ERRORS,
+)
 def container_logs(
-    container_id: str,
+    container_id: ContainerId,
     session: SessionDep,
     caller: CurrentTenant,
     kube: KubeDep,
+    request: Request,
     follow: bool = False,
     tail_lines: Annotated[int | None, Query(ge=1, le=100000)] = None,
 ) -> Response:
-    """The container's output (from its pod); ``follow=true`` streams until it ends."""
+    """The container's output (from its pod); ``follow=true`` streams until it ends.
+
+    A follow holds no database connection (the session is closed before streaming)
+    and no worker thread while it waits; each token and tenancy may hold a bounded
+    number of them at once (429 with Retry-After beyond).
+    """
     row = _visible(session, caller, container_id)
+    session.close()  # give the connection back now, not when the stream ends
     if not row.pod_created:
         raise errors.Conflict(f"container {container_id!r} has no pod yet (status {row.status})")
+    limiter: Limiter = request.app.state.limiter
+    # 429 here when the token or its tenancy has too many streams open
+    slot = limiter.stream(token_id=caller.token_id, tenancy=caller.tenancy) if follow else None
+    release = slot.release if slot is not None else (lambda: None)
     try:
         resp = kube.pod_log(crds.tenant_namespace(row.tenancy), row.pod_name, follow=follow, tail_lines=tail_lines)
     except KubeNotFound as exc:
+        release()
         raise errors.NotFound(f"the pod of container {container_id!r} no longer exists") from exc
     except KubeError as exc:
+        release()
         raise errors.Unavailable(f"logs unavailable: {exc}") from exc
+    except BaseException:
+        release()
+        raise
 
     if not follow:
         try:
             return PlainTextResponse(resp.data.decode(errors="replace"))
         finally:
             resp.release_conn()
+
+    reads = anyio.CapacityLimiter(1)  # one thread per stream, outside the shared pool
 
     async def chunks() -> AsyncIterator[bytes]:
         # Each blocking read runs in a thread that is abandoned when the client goes away;
@@ -142,17 +193,21 @@ def container_logs(
         try:
             while True:
                 try:
-                    chunk = await anyio.to_thread.run_sync(next, stream, None, abandon_on_cancel=True)
+                    chunk = await anyio.to_thread.run_sync(
+                        next, stream, None, abandon_on_cancel=True, limiter=reads
+                    )
                 except Exception:  # noqa: BLE001 - the pod or the API server went away: end the stream
                     return
                 if chunk is None:
                     return
                 yield chunk
         finally:
+            release()
             resp.shutdown()
             resp.release_conn()
 
-    return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")
+    # The background task releases the slot too, should the body never start.
+    return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8", background=BackgroundTask(release))
 
 
 @admin_router.get("", response_model=ContainersPublic)
@@ -164,6 +219,9 @@ def admin_list_containers(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> ContainersPublic:
-    """Every tenancy's containers (admin), optionally by tenancy and status."""
-    rows, total = crud.list_containers(session, tenancy=tenancy, status=status, limit=limit, offset=offset)
+    """Every tenancy's containers (admin), optionally by tenancy and status; those of
+    deleted tenancies are kept as history until retention prunes them."""
+    rows, total = crud.list_containers(
+        session, tenancy=tenancy, status=status, limit=limit, offset=offset, history=True
+    )
     return ContainersPublic(data=[to_public(r) for r in rows], count=total, limit=limit, offset=offset)

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, StrictBool
 
 from gpucaas.core import crds, lease_states
 from gpucaas.core.lease_store import lease_name
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep
 from gpucaas.core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
+from services.api.models import StrictInput
 
 router = APIRouter(prefix="/v1/admin/gpus", tags=["admin"])
 
@@ -26,14 +27,12 @@ NodeName = Path(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", des
 PciAddress = Path(pattern=PCI_PATTERN, description="PCI address, e.g. 0000:18:00.0.")
 
 
-class QuarantineRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class QuarantineRequest(StrictInput):
     reason: str = Field("quarantined by an admin", min_length=1, max_length=512)
 
 
-class ReleaseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    skip_check: bool = Field(False, description="Free the GPU without a new firmware check.")
+class ReleaseRequest(StrictInput):
+    skip_check: StrictBool = Field(False, description="Free the GPU without a new firmware check.")
 
 
 

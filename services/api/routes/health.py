@@ -28,7 +28,7 @@ async def healthz() -> dict[str, str]:
 
 def _check_db(request: Request) -> str | None:
     try:
-        with Session(request.app.state.engine) as session:
+        with Session(request.app.state.service_engine) as session:
             session.exec(text("SELECT 1"))  # type: ignore[call-overload]
         return None
     except Exception as exc:  # noqa: BLE001 - reported, not raised
@@ -56,7 +56,7 @@ async def readyz(request: Request) -> JSONResponse:
 def _refresh_gauges(request: Request) -> None:
     metrics = request.app.state.metrics
     try:
-        with Session(request.app.state.engine) as session:
+        with Session(request.app.state.service_engine) as session:
             metrics.queued.set(crud.queue_depth(session))
     except Exception:  # noqa: BLE001 - metrics must not fail on a DB hiccup
         pass

@@ -5,12 +5,13 @@ again by the worker before every submission)."""
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Response
 
 from services.api import crud, errors, pods
-from services.api.deps import AdminUser, KubeDep, SessionDep
 from gpucaas.core.kube import KubeError
+from services.api.deps import AdminUser, KubeDep, SessionDep, WorkerDep
 from services.api.kube import Kube
 from services.api.models import (
     Tenancy,
@@ -26,6 +27,11 @@ from services.api.models import (
 )
 
 log = logging.getLogger(__name__)
+# Documented shape only: any other value names no token (404).
+TokenId = Annotated[
+    str,
+    Path(description="The token's id (tok_...).", json_schema_extra={"pattern": r"^[A-Za-z0-9_]{1,64}$"}),
+]
 router = APIRouter(prefix="/v1/admin/tenancies", tags=["admin"])
 
 
@@ -90,15 +96,20 @@ def update_tenancy(
 
 
 @router.delete("/{name}", status_code=204)
-def delete_tenancy(name: TenancyName, session: SessionDep, kube: KubeDep, _admin: AdminUser) -> Response:
-    """Delete the tenancy: its custom resource (the controller removes the namespace and
-    its pods), its tokens and its container records."""
+def delete_tenancy(
+    name: TenancyName, session: SessionDep, kube: KubeDep, _admin: AdminUser, worker: WorkerDep
+) -> Response:
+    """Delete the tenancy: its custom resource (the controller deletes its pods, then its
+    namespace), its tokens; its active containers are cancelled (the worker deletes
+    their pods, freeing GPUs, partitions and leases) and its container records stay as
+    history, hidden from a new tenancy of the same name."""
     _get(session, name)
     try:
         kube.delete_tenancy(name)
     except KubeError as exc:
         raise errors.Unavailable(f"cannot delete the Tenancy resource now: {exc}") from exc
-    crud.delete_tenancy(session, name=name)
+    if crud.delete_tenancy(session, name=name) and worker is not None:
+        worker.wake()
     return Response(status_code=204)
 
 
@@ -121,7 +132,7 @@ def list_tokens(name: TenancyName, session: SessionDep, _admin: AdminUser) -> To
 
 
 @router.delete("/{name}/tokens/{token_id}", status_code=204)
-def revoke_token(name: TenancyName, token_id: str, session: SessionDep, _admin: AdminUser) -> Response:
+def revoke_token(name: TenancyName, token_id: TokenId, session: SessionDep, _admin: AdminUser) -> Response:
     """Revoke one of the tenancy's tokens."""
     _get(session, name)
     if not crud.delete_token(session, tenancy=name, token_id=token_id):

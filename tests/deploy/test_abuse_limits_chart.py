@@ -1,0 +1,46 @@
+"""The chart carries the API's abuse limits: per-client bounds on the Ingress, the image
+registry allow-list and retention as the variables the API's settings read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from services.api.settings import Settings
+from tests.deploy.rendering import render
+
+
+def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (obj,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj
+
+
+def test_ingress_bounds_each_client() -> None:
+    objects = render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge-tls",
+                                          "annotations": {"example.com/x": "y"},
+                                          "limits": {"enabled": True, "connectionsPerClient": 32,
+                                                     "rpsPerClient": 20, "bodySize": "64k"}}}})
+    annotations = _one(objects, "Ingress", "gpucaas-api")["metadata"]["annotations"]
+    assert annotations == {
+        "nginx.ingress.kubernetes.io/limit-connections": "32",
+        "nginx.ingress.kubernetes.io/limit-rps": "20",
+        "nginx.ingress.kubernetes.io/proxy-body-size": "64k",
+        "example.com/x": "y",
+    }
+    off = render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge-tls", "limits": {
+        "enabled": False, "connectionsPerClient": 1, "rpsPerClient": 1, "bodySize": "1k"}}}})
+    assert "annotations" not in _one(off, "Ingress", "gpucaas-api")["metadata"]
+
+
+def test_allow_list_and_retention_reach_the_api_settings(monkeypatch: Any) -> None:
+    objects = render({"api": {"imageRegistryAllowlist": ["10.0.0.5:5000", "registry.corp.internal"],
+                              "retentionDays": 7}})
+    container = _one(objects, "Deployment", "gpucaas-api")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert json.loads(env["GPUCAAS_IMAGE_REGISTRY_ALLOWLIST"]) == ["10.0.0.5:5000", "registry.corp.internal"]
+    # the API's own settings class reads these values as the chart writes them
+    monkeypatch.setenv("GPUCAAS_IMAGE_REGISTRY_ALLOWLIST", env["GPUCAAS_IMAGE_REGISTRY_ALLOWLIST"])
+    monkeypatch.setenv("GPUCAAS_RETENTION_DAYS", env["GPUCAAS_RETENTION_DAYS"])
+    settings = Settings()
+    assert settings.image_registry_allowlist == ["10.0.0.5:5000", "registry.corp.internal"]
+    assert settings.retention_days == 7
