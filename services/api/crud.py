@@ -185,8 +185,9 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
         "gpus": data.gpus,
         "command": data.command,
         "args": data.args,
-        "env": data.env,
+        "env": data.env_wire,
         "timeout_seconds": data.timeout_seconds,
+        **{k: getattr(data, k) for k in ("cpu", "memory", "shm_size") if getattr(data, k) is not None},
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
@@ -238,7 +239,10 @@ def submit_container(
             gpus=data.gpus,
             command=data.command,
             args=data.args,
-            env=data.env,
+            env=data.env_wire,
+            cpu=data.cpu,
+            memory=data.memory,
+            shm_size=data.shm_size,
             timeout_seconds=data.timeout_seconds,
             status=ContainerStatus.QUEUED,
             pod_name=pod_name(cid),

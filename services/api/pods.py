@@ -15,12 +15,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucaas.core import crds
+from services.api import sizing, tenant_secrets
 
 POD_NAME_PREFIX = "gpucaas-"
 CONTAINER_NAME = "main"
 NFS_VOLUME = "tenant-storage"
 NFS_CLAIM = "tenant-storage"
 NFS_MOUNT_PATH = "/data"
+SHM_VOLUME = "dshm"
 MANAGED_BY = "gpucaas-api"
 
 
@@ -36,13 +38,21 @@ def build_tenancy(
     pod_quota: int,
     allow_internet: bool = False,
     nfs: Mapping[str, Any] | None = None,
+    share: sizing.Share | None = None,
 ) -> dict[str, Any]:
-    """The Tenancy custom resource for a tenancy's database record (``nfs`` in API snake_case)."""
+    """The Tenancy custom resource for a tenancy's database record (``nfs`` in API snake_case).
+
+    With ``share`` (the per-GPU sizing), the CPU and memory quotas are the GPU quota's worth
+    of shares plus the Kata overhead (``sizing.tenancy_quota``)."""
     spec: dict[str, Any] = {
         "gpuQuota": gpu_quota,
         "podQuota": pod_quota,
         "network": {"allowInternet": allow_internet},
     }
+    if share is not None:
+        quota = sizing.tenancy_quota(share, gpu_quota)
+        spec["cpuQuota"] = sizing.format_cpu(quota["cpu_milli"])
+        spec["memoryQuota"] = sizing.format_bytes(quota["memory_bytes"])
     if nfs:
         spec["nfs"] = {
             "server": nfs["server"],
@@ -58,6 +68,14 @@ def build_tenancy(
     }
 
 
+def _env_var(name: str, value: str | Mapping[str, str]) -> dict[str, Any]:
+    """A plain value, or ``{"secret": n}``: the value of the tenant secret ``n`` (EnvVarSource.secretKeyRef)."""
+    if isinstance(value, str):
+        return {"name": name, "value": value}
+    ref = {"name": tenant_secrets.secret_object_name(value["secret"]), "key": tenant_secrets.SECRET_KEY}
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
 def build_pod(
     *,
     container_id: str,
@@ -66,11 +84,13 @@ def build_pod(
     gpus: int,
     command: Sequence[str] | None = None,
     args: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | Mapping[str, str]] | None = None,
     timeout_seconds: int | None = None,
     nfs: Mapping[str, Any] | None = None,
     gpu_resource: str = "nvidia.com/gpu",
     runtime_class: str = "kata-qemu-nvidia-gpu",
+    image_pull_secrets: Sequence[str] = (),
+    size: sizing.Size | None = None,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
 
@@ -80,7 +100,7 @@ def build_pod(
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
-        "resources": {"limits": {gpu_resource: str(gpus)}},  # a quantity
+        "resources": size.resources(gpu_resource, gpus) if size else {"limits": {gpu_resource: str(gpus)}},
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
@@ -92,7 +112,7 @@ def build_pod(
     if args:
         container["args"] = list(args)
     if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+        container["env"] = [_env_var(k, v) for k, v in env.items()]
     spec: dict[str, Any] = {
         "runtimeClassName": runtime_class,
         "restartPolicy": "Never",
@@ -104,14 +124,24 @@ def build_pod(
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
     }
+    if image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
     if timeout_seconds:
         spec["activeDeadlineSeconds"] = timeout_seconds
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     if nfs:
         read_only = bool(nfs.get("readOnly", False))
-        spec["volumes"] = [
-            {"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}}
-        ]
-        container["volumeMounts"] = [{"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only}]
+        volumes.append({"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}})
+        mounts.append({"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only})
+    if size is not None and size.shm_bytes:
+        # a tmpfs in the guest; the container's default /dev/shm (64 MiB) breaks PyTorch data loaders
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
+                                                         "sizeLimit": sizing.format_bytes(size.shm_bytes)}})
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if volumes:
+        spec["volumes"] = volumes
+        container["volumeMounts"] = mounts
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -87,20 +87,30 @@ def build_namespace(tenancy: Tenancy, *, owned: bool = True, pod_security_level:
 
 
 def build_resource_quota(tenancy: Tenancy) -> dict[str, Any]:
-    """Caps GPUs (requests of nvidia.com/gpu) and pods; no Services that open the node to the world."""
+    """Caps GPUs (requests of nvidia.com/gpu), pods, and (when the spec gives them) CPU and
+    memory limits, hugepage-backed memory included; no Services that open the node to the world.
+
+    The API sizes each container from a per-GPU share of the node and sets the Tenancy's
+    cpuQuota/memoryQuota to the GPU quota's worth of shares plus the Kata overhead; pod
+    overhead counts against these (Kubernetes "Pod Overhead": quota uses requests/limits
+    plus overhead)."""
+    hard = {
+        f"requests.{GPU_RESOURCE}": str(tenancy.spec.gpu_quota),
+        "pods": str(tenancy.spec.pod_quota),
+        "persistentvolumeclaims": "1",
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
+    }
+    if tenancy.spec.cpu_quota is not None:
+        hard["limits.cpu"] = tenancy.spec.cpu_quota
+    if tenancy.spec.memory_quota is not None:
+        hard["limits.memory"] = tenancy.spec.memory_quota
+        hard["requests.hugepages-1Gi"] = tenancy.spec.memory_quota
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": child_metadata(tenancy, QUOTA_NAME),
-        "spec": {
-            "hard": {
-                f"requests.{GPU_RESOURCE}": str(tenancy.spec.gpu_quota),
-                "pods": str(tenancy.spec.pod_quota),
-                "persistentvolumeclaims": "1",
-                "services.loadbalancers": "0",
-                "services.nodeports": "0",
-            }
-        },
+        "spec": {"hard": hard},
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from services.api.routes import cluster, containers, gpus, health, tenancies
+from services.api.routes import cluster, containers, gpus, health, registry_credentials, secrets, tenancies
 
 api_router = APIRouter()
 api_router.include_router(health.router)
@@ -13,3 +13,5 @@ api_router.include_router(containers.admin_router)
 api_router.include_router(tenancies.router)
 api_router.include_router(cluster.router)
 api_router.include_router(gpus.router)
+api_router.include_router(secrets.router)
+api_router.include_router(registry_credentials.router)

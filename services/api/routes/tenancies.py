@@ -9,9 +9,10 @@ import logging
 from fastapi import APIRouter, Response
 
 from services.api import crud, errors, pods
-from services.api.deps import AdminUser, KubeDep, SessionDep
+from services.api.deps import AdminUser, KubeDep, SessionDep, SettingsDep
 from services.api.errors import KubeError
 from services.api.kube import Kube
+from services.api.settings import Settings
 from services.api.models import (
     Tenancy,
     TenanciesPublic,
@@ -40,7 +41,7 @@ def _get(session: SessionDep, name: str) -> Tenancy:
     return row
 
 
-def _push(kube: Kube, row: Tenancy) -> None:
+def _push(kube: Kube, row: Tenancy, settings: Settings) -> None:
     """Upsert the custom resource now if Kubernetes answers (the worker repeats it anyway)."""
     try:
         kube.upsert_tenancy(
@@ -50,6 +51,7 @@ def _push(kube: Kube, row: Tenancy) -> None:
                 pod_quota=row.pod_quota,
                 allow_internet=row.allow_internet,
                 nfs=row.nfs,
+                share=settings.share,
             )
         )
     except KubeError as exc:
@@ -57,10 +59,12 @@ def _push(kube: Kube, row: Tenancy) -> None:
 
 
 @router.post("", status_code=201, response_model=TenancyPublic)
-def create_tenancy(body: TenancyCreate, session: SessionDep, kube: KubeDep, _admin: AdminUser) -> TenancyPublic:
+def create_tenancy(
+    body: TenancyCreate, session: SessionDep, kube: KubeDep, settings: SettingsDep, _admin: AdminUser
+) -> TenancyPublic:
     """Create a tenancy (and its Tenancy custom resource)."""
     row = crud.create_tenancy(session, data=body)
-    _push(kube, row)
+    _push(kube, row, settings)
     return _public(row)
 
 
@@ -81,11 +85,12 @@ def get_tenancy(name: TenancyName, session: SessionDep, _admin: AdminUser) -> Te
 
 @router.patch("/{name}", response_model=TenancyPublic)
 def update_tenancy(
-    name: TenancyName, body: TenancyUpdate, session: SessionDep, kube: KubeDep, _admin: AdminUser
+    name: TenancyName, body: TenancyUpdate, session: SessionDep, kube: KubeDep, settings: SettingsDep,
+    _admin: AdminUser,
 ) -> TenancyPublic:
     """Change quotas, internet access or storage; the custom resource follows."""
     row = crud.update_tenancy(session, tenancy=_get(session, name), data=body)
-    _push(kube, row)
+    _push(kube, row, settings)
     return _public(row, crud.active_gpus(session, tenancy=name))
 
 
