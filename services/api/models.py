@@ -303,6 +303,13 @@ class ContainerCreate(StrictInput, ContainerBase):
     def _bytes(cls, value: str | None) -> str | None:
         return None if value is None else sizing.format_bytes(sizing.parse_bytes(value))
 
+    @field_validator("memory")
+    @classmethod
+    def _memory_floor(cls, value: str | None) -> str | None:
+        if value is not None and sizing.parse_bytes(value) < sizing.MIN_MEMORY:
+            raise ValueError(f"{value} is too little; a GPU VM needs at least {sizing.format_bytes(sizing.MIN_MEMORY)}")
+        return value
+
     @model_validator(mode="after")
     def _shm_within_memory(self) -> ContainerCreate:
         if self.shm_size and self.memory and sizing.parse_bytes(self.shm_size) > sizing.parse_bytes(self.memory):

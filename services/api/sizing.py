@@ -36,6 +36,8 @@ _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 GIB = 2**30
 # Ordinary memory a hugepage-backed guest still needs on the host side (page tables, I/O buffers).
 HUGEPAGES_MEMORY_REQUEST = GIB
+# Least memory a container may ask for: a Kata guest with the NVIDIA driver does not come up in less.
+MIN_MEMORY = 4 * GIB
 CPU_RULE = "a CPU count such as 16, 12.5 or 500m"
 MEMORY_RULE = "a byte quantity such as 64Gi, 512Mi or 1Ti"
 

@@ -7,6 +7,7 @@ live in :mod:`.policies`; this module holds the namespace, quota and storage.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gpucaas.core import crds
@@ -176,3 +177,34 @@ def build_persistent_volume_claim(tenancy: Tenancy, nfs: NFSSpec) -> dict[str, A
             "volumeName": persistent_volume_name(tenancy.name),
         },
     }
+
+
+API_SECRETS_BINDING = "gpucaas-api-tenant-secrets"
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    """The API's ServiceAccount and the ClusterRole (from the chart) that lets it keep tenant
+    secrets and registry credentials: bound per tenant namespace, never cluster-wide."""
+
+    service_account_namespace: str
+    service_account_name: str
+    cluster_role: str
+
+
+def build_api_secrets_role_binding(tenancy: Tenancy, access: ApiAccess) -> dict[str, Any]:
+    """RoleBinding in the tenant namespace: the API may manage Secrets here, and only here.
+
+    Kubernetes RBAC cannot grant rights over namespaces matching a pattern, so a ClusterRole
+    bound by a RoleBinding in each tenant namespace is how the rights stay namespaced
+    (Kubernetes docs, "Using RBAC Authorization": a RoleBinding may reference a ClusterRole
+    to grant its permissions within the RoleBinding's namespace)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": child_metadata(tenancy, API_SECRETS_BINDING),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": access.cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": access.service_account_name,
+                      "namespace": access.service_account_namespace}],
+    }
+

@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .builders import ApiAccess
+
 #: Handler modules the operator process loads; each exposes ``register(registry, settings)``.
 DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers", "services.tenancy_controller.lease_handlers")
 
@@ -61,6 +63,28 @@ class ControllerSettings(BaseSettings):
     pod_security_level: str = Field(
         default="baseline", description="Pod Security admission level enforced in tenant namespaces (baseline|restricted)."
     )
+    api_service_account: str | None = Field(
+        default=None,
+        description="The API's ServiceAccount as <namespace>/<name>; with api_secrets_cluster_role, it is bound in "
+        "every tenant namespace so that the API can keep tenant secrets there (unset = no binding).",
+    )
+    api_secrets_cluster_role: str | None = Field(
+        default=None, description="ClusterRole (from the chart) granting the API its rights on Secrets in a tenant namespace."
+    )
+
+    @property
+    def api_access(self) -> ApiAccess | None:
+        if not (self.api_service_account and self.api_secrets_cluster_role):
+            return None
+        namespace, _, name = self.api_service_account.partition("/")
+        return ApiAccess(namespace, name, self.api_secrets_cluster_role)
+
+    @field_validator("api_service_account")
+    @classmethod
+    def _sa(cls, value: str | None) -> str | None:
+        if value is not None and (value.count("/") != 1 or not all(value.split("/"))):
+            raise ValueError(f"api_service_account: {value!r} must be <namespace>/<name>")
+        return value
 
     @field_validator("node_cidrs")
     @classmethod

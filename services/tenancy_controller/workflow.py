@@ -20,7 +20,7 @@ from typing import Any
 from gpucaas.core import crds
 
 from . import errors, kube, reconcile
-from .builders import persistent_volume_name
+from .builders import ApiAccess, persistent_volume_name
 from .policies import NetworkConfig
 from .resolver import resolve_host
 from .settings import ControllerSettings
@@ -54,6 +54,7 @@ class Context:
     kube: kube.KubeClient
     network: NetworkConfig
     pod_security_level: str = "baseline"
+    api_access: ApiAccess | None = None
     resolve: Callable[[str], list[str]] = resolve_host
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     locks: LockTable = field(default_factory=LockTable)
@@ -69,6 +70,7 @@ class Context:
                 node_cidrs=tuple(settings.node_cidrs),
             ),
             pod_security_level=settings.pod_security_level,
+            api_access=settings.api_access,
             identity=identity,
         )
 
@@ -85,13 +87,15 @@ def plan_for(ctx: Context, body: Mapping[str, Any], observed_namespace: Mapping[
     nfs = ((body.get("spec") or {}).get("nfs") or {}).get("server")
     addresses: list[str] = []
     plan = reconcile.reconcile_tenancy(
-        body, network=ctx.network, observed_namespace=observed_namespace, pod_security_level=ctx.pod_security_level
+        body, network=ctx.network, observed_namespace=observed_namespace, pod_security_level=ctx.pod_security_level,
+        api_access=ctx.api_access,
     )
     if plan.tenancy.spec.nfs is not None and plan.tenancy.spec.nfs.server_ip is None and nfs:
         addresses = ctx.resolve(nfs)
         plan = reconcile.reconcile_tenancy(
             body, network=ctx.network, observed_namespace=observed_namespace, nfs_addresses=addresses,
             pod_security_level=ctx.pod_security_level,
+            api_access=ctx.api_access,
         )
     return plan
 
@@ -245,7 +249,8 @@ def finalize_tenancy(ctx: Context, body: Mapping[str, Any]) -> None:
 def child_drifted(ctx: Context, tenancy: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
     """Whether a watched child no longer matches what the Tenancy wants (pure, no API calls)."""
     try:
-        plan = reconcile.reconcile_tenancy(tenancy, network=ctx.network, pod_security_level=ctx.pod_security_level)
+        plan = reconcile.reconcile_tenancy(tenancy, network=ctx.network, pod_security_level=ctx.pod_security_level,
+                                           api_access=ctx.api_access)
     except (errors.InvalidSpec, errors.NotReadyYet):
         return False
     meta = child.get("metadata") or {}
