@@ -420,6 +420,8 @@ def apply_pod_report(session: Session, *, container_id: str, report: PodReport) 
     }
     if report.gpus is not None:
         values["gpus"] = report.gpus
+    if report.exit_code is not None:
+        values["exit_code"] = report.exit_code
     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
         values["finished_at"] = report.finished_at or row.finished_at or utcnow()
     if all(getattr(row, k) == v for k, v in values.items()):

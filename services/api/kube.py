@@ -190,6 +190,11 @@ class Kube:
             kwargs["_request_timeout"] = (self.timeout, 24 * 3600)
         return self._call(self.core.read_namespaced_pod_log, name, namespace, **kwargs)
 
+    def list_pod_events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
+        """The core/v1 Events about one pod (scheduler, kubelet, device plugin)."""
+        selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
+        return self._json(self.core.list_namespaced_event, namespace, field_selector=selector).get("items", [])
+
     # -- tenant Secrets (values go in, only metadata is ever read back) -------------
 
     def create_secret(self, body: dict[str, Any], *, replace: bool = False) -> bool:

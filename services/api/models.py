@@ -348,6 +348,7 @@ class Container(ContainerBase, table=True):
     cpu: str | None = Field(default=None, max_length=32)  # tenant overrides of the per-GPU sizing
     memory: str | None = Field(default=None, max_length=32)
     shm_size: str | None = Field(default=None, max_length=32)
+    exit_code: int | None = None
     status: str = Field(default=ContainerStatus.QUEUED, index=True, max_length=16)
     message: str | None = Field(default=None, max_length=2048)
     node_name: str | None = Field(default=None, max_length=253)
@@ -390,7 +391,10 @@ class ContainerPublic(ContainerBase):
     memory: str | None = PField(None, description="Memory asked for (null: the per-GPU share).")
     shm_size: str | None = PField(None, description="/dev/shm size asked for (null: the per-GPU share).")
     status: ContainerStatus
-    message: str | None
+    message: str | None = PField(
+        None, description="Why it waits (scheduler, tenancy, quota, image pull) or how it ended, in plain words."
+    )
+    exit_code: int | None = PField(None, description="The main process's exit code once it has finished.")
     node_name: str | None
     namespace: str
     pod_name: str

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucaas.core import crds
-from services.api import sizing, tenant_secrets
+from services.api import reasons, sizing, tenant_secrets
 
 POD_NAME_PREFIX = "gpucaas-"
 CONTAINER_NAME = "main"
@@ -168,6 +168,7 @@ class PodReport:
     message: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    exit_code: int | None = None
 
 
 def _time(value: Any) -> datetime | None:
@@ -192,25 +193,22 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
         if c.get("name") == CONTAINER_NAME:
             limit = ((c.get("resources") or {}).get("limits") or {}).get(gpu_resource)
             gpus = int(limit) if limit is not None else None
-    message = status.get("message") or status.get("reason")
+    image = ""
+    for c in spec.get("containers") or []:
+        if c.get("name") == CONTAINER_NAME:
+            image = c.get("image") or ""
+    outcome = reasons.explain(pod, container=CONTAINER_NAME, image=image, timeout=spec.get("activeDeadlineSeconds"))
     finished = None
     for cs in status.get("containerStatuses") or []:
-        state = cs.get("state") or {}
-        if "waiting" in state and not message:
-            w = state["waiting"] or {}
-            reason, detail = w.get("reason"), w.get("message")
-            message = f"{reason}: {detail}" if reason and detail else (reason or detail)
-        if "terminated" in state:
-            t = state["terminated"] or {}
-            finished = _time(t.get("finishedAt")) or finished
-            if not message:
-                reason, code = t.get("reason"), t.get("exitCode")
-                message = f"{reason or 'Terminated'} (exit code {code})" if code is not None else reason
+        terminated = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") == CONTAINER_NAME and terminated:
+            finished = _time(terminated.get("finishedAt"))
     return PodReport(
         status=phase,
         node_name=spec.get("nodeName"),
         gpus=gpus,
-        message=message,
+        message=outcome.message,
         started_at=_time(status.get("startTime")),
         finished_at=finished,
+        exit_code=outcome.exit_code,
     )

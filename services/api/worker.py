@@ -186,6 +186,12 @@ class SubmissionWorker:
             if not still_wanted:  # cancelled while we were creating it
                 self._delete_pod(row)
         except KubeRejected as exc:
+            if exc.status == 403 and "exceeded quota" in str(exc):
+                # the tenancy's ResourceQuota is full for now: wait in the queue, saying so
+                with Session(self.engine) as session:
+                    crud.reschedule(session, container_id=row.id, delay=self._backoff(1),
+                                    message=f"waiting for quota: {exc}", count_attempt=False)
+                return None
             log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)
             with Session(self.engine) as session:
                 crud.mark_failed(session, container_id=row.id, message=f"Kubernetes rejected the pod: {exc}")

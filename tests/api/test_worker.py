@@ -106,7 +106,7 @@ def test_pod_options_and_phases_flow_back(api: ApiServer, k8s: Any) -> None:
              "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}}}]})
         done = wait_for(lambda: (s := status_of(c, cid))["status"] == "Succeeded" and s)
         assert done["finished_at"] == "2026-01-02T04:00:00Z"
-        assert done["message"] == "Completed (exit code 0)"
+        assert done["message"] == "Completed: finished with exit code 0" and done["exit_code"] == 0
         # a finished container frees its GPUs, and cannot be cancelled
         assert c.delete(f"/v1/containers/{cid}").status_code == 409
 
@@ -122,7 +122,7 @@ def test_failed_pod_and_vanished_pod(api: ApiServer, k8s: Any) -> None:
         set_pod_status(k8s, "tenant-fails", f"gpucaas-{a}",
                        {"phase": "Failed", "reason": "DeadlineExceeded", "message": "Pod was active too long"})
         failed = wait_for(lambda: (s := status_of(c, a))["status"] == "Failed" and s)
-        assert failed["message"] == "Pod was active too long"
+        assert failed["message"] == "timeout_seconds exceeded: the container was stopped"
         from kubernetes import client as kc
 
         kc.CoreV1Api(k8s).delete_namespaced_pod(f"gpucaas-{b}", "tenant-fails")
