@@ -17,6 +17,7 @@ from typing import Any
 # kubelet/scheduler Event reason -> timeline kind
 EVENT_KINDS = {
     "Scheduled": "scheduled",
+    "DevicesAllocated": "partition-activated",  # the kubelet got the devices from the plugin (Allocate activated the partition)
     "FailedScheduling": "waiting",
     "Pulling": "pulling",
     "Pulled": "pulled",
