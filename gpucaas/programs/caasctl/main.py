@@ -36,18 +36,23 @@ def one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-app = typer.Typer(name="caasctl", help="Administer gpucaas: partitions, nodes, GPUs, leases, tenancies, tokens, containers.",
+app = typer.Typer(name="caasctl", help="Administer gpucaas: partitions, nodes, GPUs, leases, tenancies, tokens, containers, secrets.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, cls=_OneLineErrors)
 partitions_app = typer.Typer(help="NVLink partitions (Fabric Manager).", no_args_is_help=True)
 gpus_app = typer.Typer(help="GPUs: list, quarantine, release.", no_args_is_help=False, invoke_without_command=True)
 tenancies_app = typer.Typer(help="Tenancies: create, list, describe, delete.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens of a tenancy.", no_args_is_help=True)
 containers_app = typer.Typer(help="Containers of every tenancy.", no_args_is_help=True)
+secrets_app = typer.Typer(help="A tenancy's secrets (names only; values are never shown).", no_args_is_help=True)
+registry_app = typer.Typer(help="A tenancy's registry credentials (server and user; never the password).",
+                           no_args_is_help=True)
 app.add_typer(partitions_app, name="partitions")
 app.add_typer(gpus_app, name="gpus")
 app.add_typer(tenancies_app, name="tenancies")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(containers_app, name="containers")
+app.add_typer(secrets_app, name="secrets")
+app.add_typer(registry_app, name="registry-credentials")
 
 Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")]
 NodeOpt = Annotated[str | None, typer.Option("--node", "-n", help="Only this node.")]
@@ -283,8 +288,8 @@ def tokens_revoke(ctx: typer.Context, tenancy: str, token_id: str, output: Outpu
 # --- containers ----------------------------------------------------------------------------------------
 CONTAINER_COLUMNS = [
     ("ID", lambda r: r["id"]), ("TENANCY", lambda r: r["tenancy"]), ("IMAGE", lambda r: r["image"]),
-    ("GPUs", lambda r: r["gpus"]), ("STATUS", lambda r: r["status"]), ("NODE", lambda r: r.get("node_name")),
-    ("CREATED", lambda r: r.get("created_at")),
+    ("GPUs", lambda r: r["gpus"]), ("STATUS", lambda r: r["status"]), ("EXIT", lambda r: r.get("exit_code")),
+    ("NODE", lambda r: r.get("node_name")), ("CREATED", lambda r: r.get("created_at")),
 ]
 
 
@@ -310,6 +315,43 @@ def containers_logs(ctx: typer.Context, container_id: str,
     """Print a container's logs."""
     for line in _api(ctx).stream_lines(f"/v1/containers/{container_id}/logs", follow=str(follow).lower()):
         typer.echo(line)
+
+
+@containers_app.command("events")
+def containers_events(ctx: typer.Context, container_id: str, output: Output = Format.table) -> None:
+    """A container's timeline: queued, scheduled (or why not), GPUs allocated, pulling, running, finished."""
+    emit(_api(ctx).get(f"/v1/containers/{container_id}/events")["data"], output,
+         [("TIME", lambda r: r["time"]), ("KIND", lambda r: r["kind"]), ("MESSAGE", lambda r: r["message"]),
+          ("SOURCE", lambda r: r["source"])])
+
+
+@secrets_app.command("list")
+def secrets_list(ctx: typer.Context, tenancy: str, output: Output = Format.table) -> None:
+    """List a tenancy's secrets by name."""
+    emit(_api(ctx).get("/v1/secrets", tenancy=tenancy)["data"], output,
+         [("NAME", lambda r: r["name"]), ("CREATED", lambda r: r.get("created_at"))])
+
+
+@secrets_app.command("delete")
+def secrets_delete(ctx: typer.Context, tenancy: str, name: str, output: Output = Format.table) -> None:
+    """Delete one of a tenancy's secrets (containers referencing it can no longer start)."""
+    _api(ctx).delete(f"/v1/secrets/{name}?tenancy={tenancy}")
+    emit({"deleted": name, "tenancy": tenancy}, output)
+
+
+@registry_app.command("list")
+def registry_list(ctx: typer.Context, tenancy: str, output: Output = Format.table) -> None:
+    """List a tenancy's registry credentials (server and username)."""
+    emit(_api(ctx).get("/v1/registry-credentials", tenancy=tenancy)["data"], output,
+         [("SERVER", lambda r: r["server"]), ("USERNAME", lambda r: r["username"]),
+          ("CREATED", lambda r: r.get("created_at"))])
+
+
+@registry_app.command("delete")
+def registry_delete(ctx: typer.Context, tenancy: str, server: str, output: Output = Format.table) -> None:
+    """Forget a tenancy's credential for one registry server."""
+    _api(ctx).delete(f"/v1/registry-credentials/{server}?tenancy={tenancy}")
+    emit({"deleted": server, "tenancy": tenancy}, output)
 
 
 @containers_app.command("cancel")
