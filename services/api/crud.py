@@ -131,10 +131,14 @@ def active_gpus_by_tenancy(session: Session) -> dict[str, int]:
 # --- tokens ----------------------------------------------------------------------
 
 
-def create_token(session: Session, *, tenancy: str | None, name: str | None = None) -> tuple[ApiToken, str]:
+def create_token(
+    session: Session, *, tenancy: str | None, name: str | None = None, scope: str | None = None,
+    expires_at: datetime | None = None,
+) -> tuple[ApiToken, str]:
     """A new token for ``tenancy`` (None = admin); returns the row and the secret (shown once)."""
     secret = security.generate_token()
-    row = ApiToken(id=security.new_id("tok_"), tenancy=tenancy, token_hash=security.hash_token(secret), name=name)
+    row = ApiToken(id=security.new_id("tok_"), tenancy=tenancy, token_hash=security.hash_token(secret), name=name,
+                   scope=scope, expires_at=expires_at)
     session.add(row)
     session.commit()
     session.refresh(row)
@@ -163,6 +167,20 @@ def count_admin_tokens(session: Session) -> int:
 
 def token_by_secret(session: Session, *, secret: str) -> ApiToken | None:
     return session.exec(select(ApiToken).where(ApiToken.token_hash == security.hash_token(secret))).first()
+
+
+TOUCH_EVERY = timedelta(minutes=1)
+
+
+def touch_token(session: Session, *, token: ApiToken, now: datetime) -> None:
+    """Record the token's use, at most once a minute (no write on most requests)."""
+    last = token.last_used_at
+    if last is not None and last.tzinfo is None:
+        last = last.replace(tzinfo=now.tzinfo)
+    if last is not None and now - last < TOUCH_EVERY:
+        return
+    session.exec(update(ApiToken).where(col(ApiToken.id) == token.id).values(last_used_at=now))
+    session.commit()
 
 
 def list_tokens(session: Session, *, tenancy: str) -> Sequence[ApiToken]:

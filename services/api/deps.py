@@ -18,8 +18,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
-from services.api import crud, errors
+from services.api import crud, errors, scopes
 from services.api.kube import Kube
+from services.api.models import _as_utc, utcnow
 from services.api.settings import Settings
 from services.api.worker import SubmissionWorker
 
@@ -46,13 +47,24 @@ class Caller:
 
 
 def get_caller(
-    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request,
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
     if credentials is None or not credentials.credentials:
         raise errors.Unauthorized("missing bearer token (Authorization: Bearer <token>)")
     token = crud.token_by_secret(session, secret=credentials.credentials)
     if token is None:
         raise errors.Unauthorized("invalid or revoked token")
+    now = utcnow()
+    expires = _as_utc(token.expires_at)
+    if expires is not None and expires <= now:
+        raise errors.Unauthorized(f"token expired at {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}; ask for a new one")
+    if token.tenancy is not None and not scopes.allows(token.scope, request.method, request.url.path):
+        need = scopes.needed(request.method, request.url.path)
+        raise errors.Forbidden(f"this token's scope is {token.scope!r}; {request.method} {request.url.path} "
+                               f"needs a token with scope {need!r}")
+    crud.touch_token(session, token=token, now=now)
     return Caller(token_id=token.id, tenancy=token.tenancy)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field as PField, field_validator, model_validator
 from sqlalchemy import JSON, Column, UniqueConstraint
@@ -128,10 +128,31 @@ class ApiToken(SQLModel, table=True):
     token_hash: str = Field(unique=True, max_length=64)
     name: str | None = Field(default=None, max_length=128)
     created_at: datetime = Field(default_factory=utcnow)
+    scope: str | None = Field(default=None, max_length=16)  # None: admin (all a tenant token may do)
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
 
 
 class TokenCreate(StrictInput):
     name: str | None = PField(None, max_length=128)
+    scope: Literal["read", "submit", "admin"] = PField(
+        "admin",
+        description="read: look only; submit: also submit and cancel containers; admin: also manage the "
+        "tenancy's secrets and registry credentials.",
+        examples=["submit"],
+    )
+    expires_at: UTCDatetime | None = PField(
+        None, description="When the token stops working (UTC, ISO 8601); unset: never.", examples=["2027-01-01T00:00:00Z"]
+    )
+
+    @field_validator("expires_at")
+    @classmethod
+    def _future(cls, value: datetime | None) -> datetime | None:
+        if value is not None:
+            value = value if value.tzinfo else value.replace(tzinfo=UTC)
+            if value <= utcnow():
+                raise ValueError("must be in the future (UTC, e.g. 2027-01-01T00:00:00Z)")
+        return value
 
 
 class TokenPublic(SQLModel):
@@ -139,6 +160,14 @@ class TokenPublic(SQLModel):
     tenancy: str | None
     name: str | None
     created_at: UTCDatetime
+    scope: str = "admin"
+    expires_at: UTCDatetime | None = None
+    last_used_at: UTCDatetime | None = PField(None, description="Last request made with it (to the minute).")
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: str | None) -> str:
+        return value or "admin"
 
 
 class TokenIssued(TokenPublic):

@@ -266,16 +266,21 @@ def tenancies_delete(ctx: typer.Context, name: str,
 @tokens_app.command("issue")
 def tokens_issue(ctx: typer.Context, tenancy: str,
                  name: Annotated[str | None, typer.Option(help="A label for the token.")] = None,
+                 scope: Annotated[str | None, typer.Option(help="read, submit or admin (default admin).")] = None,
+                 expires_at: Annotated[str | None, typer.Option(help="Expiry, UTC ISO 8601 (e.g. 2027-01-01T00:00:00Z).")] = None,
                  output: Output = Format.table) -> None:
     """Issue a token for a tenancy (shown once)."""
-    emit(_api(ctx).post(f"/v1/admin/tenancies/{tenancy}/tokens", {"name": name} if name else {}), output)
+    body = {k: v for k, v in (("name", name), ("scope", scope), ("expires_at", expires_at)) if v is not None}
+    emit(_api(ctx).post(f"/v1/admin/tenancies/{tenancy}/tokens", body), output)
 
 
 @tokens_app.command("list")
 def tokens_list(ctx: typer.Context, tenancy: str, output: Output = Format.table) -> None:
-    """List a tenancy's tokens (ids only; secrets are never shown again)."""
+    """List a tenancy's tokens (ids only; secrets are never shown again) with scope, expiry and last use."""
     emit(_api(ctx).get(f"/v1/admin/tenancies/{tenancy}/tokens")["data"], output,
-         [("ID", lambda r: r["id"]), ("NAME", lambda r: r.get("name")), ("CREATED", lambda r: r.get("created_at"))])
+         [("ID", lambda r: r["id"]), ("NAME", lambda r: r.get("name")), ("SCOPE", lambda r: r.get("scope")),
+          ("EXPIRES", lambda r: r.get("expires_at")), ("LAST USED", lambda r: r.get("last_used_at")),
+          ("CREATED", lambda r: r.get("created_at"))])
 
 
 @tokens_app.command("revoke")

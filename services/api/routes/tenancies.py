@@ -113,7 +113,8 @@ def issue_token(
 ) -> TokenIssued:
     """Issue a tenant token bound to this tenancy; the secret is shown only here."""
     _get(session, name)
-    row, secret = crud.create_token(session, tenancy=name, name=body.name if body else None)
+    body = body or TokenCreate()
+    row, secret = crud.create_token(session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at)
     return TokenIssued.model_validate(row, update={"token": secret})
 
 
