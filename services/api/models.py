@@ -254,16 +254,34 @@ MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
 
 
 class ContainerBase(SQLModel):
-    gpus: int = Field(default=1, ge=1, le=8)
-    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+    gpus: int = Field(
+        default=1, ge=1, le=8,
+        description="GPUs passed through to the container's VM: 1-8 (1, 2, 4 or 8 get NVLink).",
+        schema_extra={"examples": [8]},
+    )
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_TIMEOUT_SECONDS,
+        description="Stop the container after this many seconds (up to 30 days); unset: no limit.",
+        schema_extra={"examples": [3600]},
+    )
 
 
 class ContainerCreate(StrictInput, ContainerBase):
     """A submission: ``image`` (or the seed's ``container-url``) and what to run it with."""
 
-    image: str | None = PField(None, max_length=1024)
-    container_url: str | None = PField(None, alias="container-url", max_length=1024)
-    tenancy: TenancyName | None = None
+    image: str | None = PField(
+        None, max_length=1024,
+        description="OCI image reference; private registries need a credential (POST /v1/registry-credentials).",
+        examples=["nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"],
+    )
+    container_url: str | None = PField(
+        None, alias="container-url", max_length=1024, description="Same as image (the original payload's name).",
+        examples=["nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"],
+    )
+    tenancy: TenancyName | None = PField(
+        None, description="Tenant tokens: your own tenancy (may be left out). Admin tokens: required.",
+        examples=["landon"],
+    )
     nvlink: bool = PField(
         True,
         description=(
@@ -286,8 +304,13 @@ class ContainerCreate(StrictInput, ContainerBase):
         None, max_length=32, description="Size of /dev/shm; default: the GPU count times the per-GPU share.",
         examples=["64Gi"],
     )
-    command: list[Annotated[str, PField(max_length=4096)]] | None = PField(None, max_length=256)
-    args: list[Annotated[str, PField(max_length=4096)]] | None = PField(None, max_length=256)
+    command: list[Annotated[str, PField(max_length=4096)]] | None = PField(
+        None, max_length=256, description="Replaces the image's ENTRYPOINT.", examples=[["python", "train.py"]]
+    )
+    args: list[Annotated[str, PField(max_length=4096)]] | None = PField(
+        None, max_length=256, description="Replaces the image's CMD (arguments to command).",
+        examples=[["--epochs", "3"]],
+    )
     env: dict[str, Annotated[str, PField(max_length=32768)] | SecretRef] | None = PField(
         None,
         max_length=256,

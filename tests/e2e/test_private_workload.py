@@ -88,3 +88,14 @@ def test_private_image_secret_env_and_gpu_sizing(sandbox: runner.Sandbox, tenant
         data = path.read_bytes()
         for needle in (HF_VALUE, NGC_KEY):
             assert needle.encode() not in data and base64.b64encode(needle.encode()) not in data, path
+
+
+def test_the_sandbox_hint_works_as_printed(sandbox: runner.Sandbox) -> None:
+    """The curl line `gpucaas sandbox` prints for the tenant submits a container."""
+    import subprocess
+
+    done = subprocess.run(runner.tenant_curl(sandbox), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    body = json.loads(done.stdout)
+    assert body["status"] == "Queued" and body["gpus"] == 2 and body["tenancy"] == runner.DEMO_TENANCY
+    assert wait_status(Caller(sandbox, sandbox.tenant_token or ""), body["id"], "Succeeded")["exit_code"] == 0

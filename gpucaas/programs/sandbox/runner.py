@@ -356,5 +356,14 @@ def env_summary(sandbox: Sandbox) -> str:
     ])
 
 
+def tenant_curl(sandbox: Sandbox) -> list[str]:
+    """The first request a tenant makes (the sandbox prints it; tests run it): submit a 2-GPU
+    container. JSON needs its Content-Type, or the API answers 422."""
+    body = '{"image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": 2}'
+    return ["curl", "-sS", "--fail-with-body", "--cacert", str(sandbox.tls.ca_cert),
+            "-H", f"Authorization: Bearer {sandbox.tenant_token}", "-H", "Content-Type: application/json",
+            "-d", body, f"{sandbox.api_url}/v1/containers"]
+
+
 def default_state_dir() -> Path:
     return Path(os.environ.get("GPUCAAS_SANDBOX_DIR", ".sandbox")).resolve()
