@@ -14,8 +14,6 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .builders import ApiAccess
-
 #: Handler modules the operator process loads; each exposes ``register(registry, settings)``.
 DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers", "services.tenancy_controller.lease_handlers")
 
@@ -71,13 +69,6 @@ class ControllerSettings(BaseSettings):
     api_secrets_cluster_role: str | None = Field(
         default=None, description="ClusterRole (from the chart) granting the API its rights on Secrets in a tenant namespace."
     )
-
-    @property
-    def api_access(self) -> ApiAccess | None:
-        if not (self.api_service_account and self.api_secrets_cluster_role):
-            return None
-        namespace, _, name = self.api_service_account.partition("/")
-        return ApiAccess(namespace, name, self.api_secrets_cluster_role)
 
     @field_validator("api_service_account")
     @classmethod

@@ -70,9 +70,17 @@ class Context:
                 node_cidrs=tuple(settings.node_cidrs),
             ),
             pod_security_level=settings.pod_security_level,
-            api_access=settings.api_access,
+            api_access=_api_access(settings),
             identity=identity,
         )
+
+
+def _api_access(settings: ControllerSettings) -> ApiAccess | None:
+    """The API's ServiceAccount and its tenant-secrets ClusterRole, when both are configured."""
+    if not (settings.api_service_account and settings.api_secrets_cluster_role):
+        return None
+    namespace, _, name = settings.api_service_account.partition("/")
+    return ApiAccess(namespace, name, settings.api_secrets_cluster_role)
 
 
 def _write_status(ctx: Context, name: str, previous: Mapping[str, Any] | None, status: Mapping[str, Any]) -> None:

@@ -132,3 +132,19 @@ def test_waiting_reason_exit_code_and_timeline(api: ApiServer, k8s: Any) -> None
         missing = nosy.get("/v1/containers/00000000000000000000/events")
     assert theirs.status_code == missing.status_code == 404
     assert theirs.json()["detail"].replace(cid, "X") == missing.json()["detail"].replace("00000000000000000000", "X")
+
+
+def test_a_full_quota_keeps_the_container_queued_saying_so(api: ApiServer, k8s: Any) -> None:
+    with api.client() as admin:
+        token = new_tenancy(admin, "full")
+    mark_tenancy_ready(k8s, "full")
+    core = kc.CoreV1Api(k8s)
+    core.create_namespaced_resource_quota("tenant-full", {"metadata": {"name": "full"}, "spec": {"hard": {"pods": "0"}}})
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": IMAGE}).json()["id"]
+        waiting = wait_for(lambda: (s := c.get(f"/v1/containers/{cid}").json())["message"]
+                           and s["message"].startswith("waiting for quota") and s)
+        assert waiting["status"] == "Queued" and "exceeded quota" in waiting["message"]
+        core.delete_namespaced_resource_quota("full", "tenant-full")
+        assert wait_for(lambda: get_pod(k8s, "tenant-full", f"gpucaas-{cid}"))
+        assert wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Pending")
