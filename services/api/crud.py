@@ -25,6 +25,7 @@ from services.api.models import (
     ApiToken,
     Container,
     ContainerCreate,
+    ContainerLog,
     ContainerStatus,
     Tenancy,
     TenancyCreate,
@@ -105,9 +106,11 @@ def list_tenancies(session: Session) -> Sequence[Tenancy]:
 
 
 def delete_tenancy(session: Session, *, name: str) -> None:
-    """Remove the tenancy with its tokens and container records."""
+    """Remove the tenancy with its tokens, container records and kept logs (its secrets go
+    with its namespace)."""
     session.exec(delete(ApiToken).where(col(ApiToken.tenancy) == name))
     session.exec(delete(Container).where(col(Container.tenancy) == name))
+    session.exec(delete(ContainerLog).where(col(ContainerLog.tenancy) == name))
     session.exec(delete(Tenancy).where(col(Tenancy.name) == name))
     session.commit()
 
