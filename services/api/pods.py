@@ -201,7 +201,7 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
     finished = None
     for cs in status.get("containerStatuses") or []:
         terminated = (cs.get("state") or {}).get("terminated")
-        if cs.get("name") == CONTAINER_NAME and terminated:
+        if cs.get("name", CONTAINER_NAME) == CONTAINER_NAME and terminated:
             finished = _time(terminated.get("finishedAt"))
     return PodReport(
         status=phase,

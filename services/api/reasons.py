@@ -76,7 +76,7 @@ def explain(pod: Mapping[str, Any], *, container: str, image: str, timeout: int 
     phase = status.get("phase") or "Pending"
     pod_reason = status.get("reason")
     for cs in status.get("containerStatuses") or []:
-        if cs.get("name") != container:
+        if cs.get("name", container) != container:  # the API's pods have one container
             continue
         state = cs.get("state") or {}
         if "terminated" in state:
