@@ -9,9 +9,10 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # libvirt-python builds against libvirt-dev; the fabric tests run a real libvirtd
-# with QEMU (software emulation); openssl makes the sandbox's self-signed pair.
+# with QEMU (software emulation); openssl makes the sandbox's self-signed pair;
+# the API tests follow logs with curl and render /docs in headless chromium.
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
-	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk
+	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium
 
 .PHONY: install system-deps sandbox test bench clean checkov crds test-image
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from sqlalchemy import Engine
 from sqlmodel import Session
 
@@ -88,7 +89,9 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                 eng.dispose()
                 service_eng.dispose()
 
-    app = FastAPI(
+    # Swagger UI and ReDoc from the fastapi-offline package's own copies (no CDN): /docs
+    # and /redoc work on air-gapped clusters and in the sandbox without internet.
+    app = FastAPIOffline(
         title="gpucaas API",
         version=__version__,
         description="GPU containers as a service: submit containers with 1-8 GPUs; admins manage tenancies.",

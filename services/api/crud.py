@@ -26,6 +26,7 @@ from services.api.models import (
     ApiToken,
     Container,
     ContainerCreate,
+    ContainerLog,
     ContainerStatus,
     Tenancy,
     TenancyCreate,
@@ -158,10 +159,14 @@ def active_gpus_by_tenancy(session: Session) -> dict[str, int]:
 # --- tokens ----------------------------------------------------------------------
 
 
-def create_token(session: Session, *, tenancy: str | None, name: str | None = None) -> tuple[ApiToken, str]:
+def create_token(
+    session: Session, *, tenancy: str | None, name: str | None = None, scope: str | None = None,
+    expires_at: datetime | None = None,
+) -> tuple[ApiToken, str]:
     """A new token for ``tenancy`` (None = admin); returns the row and the secret (shown once)."""
     secret = security.generate_token()
-    row = ApiToken(id=security.new_id("tok_"), tenancy=tenancy, token_hash=security.hash_token(secret), name=name)
+    row = ApiToken(id=security.new_id("tok_"), tenancy=tenancy, token_hash=security.hash_token(secret), name=name,
+                   scope=scope, expires_at=expires_at)
     session.add(row)
     session.commit()
     session.refresh(row)
@@ -192,6 +197,20 @@ def token_by_secret(session: Session, *, secret: str) -> ApiToken | None:
     return session.exec(select(ApiToken).where(ApiToken.token_hash == security.hash_token(secret))).first()
 
 
+TOUCH_EVERY = timedelta(minutes=1)
+
+
+def touch_token(session: Session, *, token: ApiToken, now: datetime) -> None:
+    """Record the token's use, at most once a minute (no write on most requests)."""
+    last = token.last_used_at
+    if last is not None and last.tzinfo is None:
+        last = last.replace(tzinfo=now.tzinfo)
+    if last is not None and now - last < TOUCH_EVERY:
+        return
+    session.exec(update(ApiToken).where(col(ApiToken.id) == token.id).values(last_used_at=now))
+    session.commit()
+
+
 def list_tokens(session: Session, *, tenancy: str) -> Sequence[ApiToken]:
     return session.exec(select(ApiToken).where(ApiToken.tenancy == tenancy).order_by(ApiToken.created_at)).all()
 
@@ -212,8 +231,9 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
         "gpus": data.gpus,
         "command": data.command,
         "args": data.args,
-        "env": data.env,
+        "env": data.env_wire,
         "timeout_seconds": data.timeout_seconds,
+        **{k: getattr(data, k) for k in ("cpu", "memory", "shm_size") if getattr(data, k) is not None},
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
@@ -269,7 +289,10 @@ def submit_container(
             gpus=data.gpus,
             command=data.command,
             args=data.args,
-            env=data.env,
+            env=data.env_wire,
+            cpu=data.cpu,
+            memory=data.memory,
+            shm_size=data.shm_size,
             timeout_seconds=data.timeout_seconds,
             status=ContainerStatus.QUEUED,
             pod_name=pod_name(cid),
@@ -450,6 +473,8 @@ def apply_pod_report(session: Session, *, container_id: str, report: PodReport) 
     }
     if report.gpus is not None:
         values["gpus"] = report.gpus
+    if report.exit_code is not None:
+        values["exit_code"] = report.exit_code
     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
         values["finished_at"] = report.finished_at or row.finished_at or utcnow()
     if all(getattr(row, k) == v for k, v in values.items()):

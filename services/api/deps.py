@@ -18,9 +18,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
-from services.api import crud, errors
+from services.api import crud, errors, scopes
 from services.api.kube import Kube
 from services.api.limits import Limiter
+from services.api.models import _as_utc, utcnow
 from services.api.settings import Settings
 from services.api.worker import SubmissionWorker
 
@@ -66,6 +67,15 @@ def get_caller(
         limiter.bad_token(client)
         raise errors.Unauthorized("invalid or revoked token")
     limiter.request(token_id=token.id, tenancy=token.tenancy)
+    now = utcnow()
+    expires = _as_utc(token.expires_at)
+    if expires is not None and expires <= now:
+        raise errors.Unauthorized(f"token expired at {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}; ask for a new one")
+    if token.tenancy is not None and not scopes.allows(token.scope, request.method, request.url.path):
+        need = scopes.needed(request.method, request.url.path)
+        raise errors.Forbidden(f"this token's scope is {token.scope!r}; {request.method} {request.url.path} "
+                               f"needs a token with scope {need!r}")
+    crud.touch_token(session, token=token, now=now)
     return Caller(token_id=token.id, tenancy=token.tenancy)
 
 

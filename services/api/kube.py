@@ -191,6 +191,39 @@ class Kube:
             kwargs["_request_timeout"] = (self.timeout, 24 * 3600)
         return self._call(self.core.read_namespaced_pod_log, name, namespace, idempotent=True, **kwargs)
 
+    def list_pod_events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
+        """The core/v1 Events about one pod (scheduler, kubelet, device plugin)."""
+        selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
+        return self._json(self.core.list_namespaced_event, namespace, field_selector=selector).get("items", [])
+
+    # -- tenant Secrets (values go in, only metadata is ever read back) -------------
+
+    def create_secret(self, body: dict[str, Any], *, replace: bool = False) -> bool:
+        """Create the Secret (or, with ``replace``, overwrite it); False when it already
+        existed and ``replace`` was not asked for. The response (with the data) is dropped."""
+        meta = body["metadata"]
+        try:
+            self._call(self.core.create_namespaced_secret, meta["namespace"], body, _preload_content=False).release_conn()
+            return True
+        except Conflict:
+            if not replace:
+                return False
+        self._call(self.core.replace_namespaced_secret, meta["name"], meta["namespace"], body,
+                   _preload_content=False).release_conn()
+        return True
+
+    def list_secrets_metadata(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """The Secrets' metadata only (the data is stripped here, before anyone sees it)."""
+        items = self._json(self.core.list_namespaced_secret, namespace, label_selector=label_selector).get("items", [])
+        return [{"metadata": i.get("metadata") or {}, "type": i.get("type")} for i in items]
+
+    def delete_secret(self, namespace: str, name: str) -> bool:
+        try:
+            self._call(self.core.delete_namespaced_secret, name, namespace, _preload_content=False).release_conn()
+            return True
+        except NotFound:
+            return False
+
     # -- cluster inventory (admin) --------------------------------------------------
 
     def list_nodes(self) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -24,7 +24,7 @@ from pydantic import (
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from services.api import validation
+from services.api import sizing, tenant_secrets, validation
 
 
 def utcnow() -> datetime:
@@ -175,10 +175,31 @@ class ApiToken(SQLModel, table=True):
     token_hash: str = Field(unique=True, max_length=64)
     name: str | None = Field(default=None, max_length=128)
     created_at: datetime = Field(default_factory=utcnow)
+    scope: str | None = Field(default=None, max_length=16)  # None: admin (all a tenant token may do)
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
 
 
 class TokenCreate(StrictInput):
     name: str | None = PField(None, max_length=128)
+    scope: Literal["read", "submit", "admin"] = PField(
+        "admin",
+        description="read: look only; submit: also submit and cancel containers; admin: also manage the "
+        "tenancy's secrets and registry credentials.",
+        examples=["submit"],
+    )
+    expires_at: UTCDatetime | None = PField(
+        None, description="When the token stops working (UTC, ISO 8601); unset: never.", examples=["2027-01-01T00:00:00Z"]
+    )
+
+    @field_validator("expires_at")
+    @classmethod
+    def _future(cls, value: datetime | None) -> datetime | None:
+        if value is not None:
+            value = value if value.tzinfo else value.replace(tzinfo=UTC)
+            if value <= utcnow():
+                raise ValueError("must be in the future (UTC, e.g. 2027-01-01T00:00:00Z)")
+        return value
 
 
 class TokenPublic(SQLModel):
@@ -186,6 +207,14 @@ class TokenPublic(SQLModel):
     tenancy: str | None
     name: str | None
     created_at: UTCDatetime
+    scope: str = "admin"
+    expires_at: UTCDatetime | None = None
+    last_used_at: UTCDatetime | None = PField(None, description="Last request made with it (to the minute).")
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: str | None) -> str:
+        return value or "admin"
 
 
 class TokenIssued(TokenPublic):
@@ -197,14 +226,91 @@ class TokensPublic(SQLModel):
     count: int
 
 
+# --- tenant secrets and registry credentials (values live only in Kubernetes) ----
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+SecretName = Annotated[str, AfterValidator(tenant_secrets.check_secret_name)]
+
+
+class SecretCreate(StrictInput):
+    """A tenant secret: stored as a Kubernetes Secret in the tenancy's namespace, never returned."""
+
+    name: SecretName = PField(description="Name to reference it by, e.g. from env as {\"secret\": \"hf\"}.",
+                              examples=["hf"])
+    value: Annotated[str, AfterValidator(_no_nul)] = PField(
+        min_length=1, max_length=32768, description="The secret value; write-only.", examples=["hf_xxxxxxxx"]
+    )
+
+
+class SecretUpdate(StrictInput):
+    value: Annotated[str, AfterValidator(_no_nul)] = PField(min_length=1, max_length=32768,
+                                                              description="The new value; write-only.")
+
+
+class SecretPublic(SQLModel):
+    name: str
+    created_at: UTCDatetime | None = None
+
+
+class SecretsPublic(SQLModel):
+    data: list[SecretPublic]
+    count: int
+
+
+class SecretRef(StrictInput):
+    """An environment variable whose value comes from one of the tenancy's secrets."""
+
+    secret: SecretName = PField(description="Name of a secret created with POST /v1/secrets.", examples=["hf"])
+
+
+class RegistryCredentialCreate(StrictInput):
+    """Credentials for pulling private images from one registry server."""
+
+    server: Annotated[str, AfterValidator(tenant_secrets.check_registry_server)] = PField(
+        max_length=253, description="Registry host[:port], as in image references.", examples=["nvcr.io"]
+    )
+    username: Annotated[str, AfterValidator(_no_nul)] = PField(
+        min_length=1, max_length=256, pattern=r"^[^:\s]+$", description="Registry user name (no ':').",
+        examples=["$oauthtoken"],
+    )
+    password: Annotated[str, AfterValidator(_no_nul)] = PField(
+        min_length=1, max_length=8192, description="Password or API key; write-only.", examples=["nvapi-xxxxxxxx"]
+    )
+
+
+class RegistryCredentialPublic(SQLModel):
+    server: str
+    username: str
+    created_at: UTCDatetime | None = None
+
+
+class RegistryCredentialsPublic(SQLModel):
+    data: list[RegistryCredentialPublic]
+    count: int
+
+
 # --- containers ------------------------------------------------------------------
 
 MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
 
 
 class ContainerBase(SQLModel):
-    gpus: int = Field(default=1, ge=1, le=8)
-    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+    gpus: int = Field(
+        default=1, ge=1, le=8,
+        description="GPUs passed through to the container's VM: 1-8 (1, 2, 4 or 8 get NVLink).",
+        schema_extra={"examples": [8]},
+    )
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_TIMEOUT_SECONDS,
+        description="Stop the container after this many seconds (up to 30 days); unset: no limit.",
+        schema_extra={"examples": [3600]},
+    )
 
 
 class ContainerCreate(StrictInput, ContainerBase):
@@ -213,12 +319,57 @@ class ContainerCreate(StrictInput, ContainerBase):
     gpus: StrictInt = PField(default=1, ge=1, le=8)
     timeout_seconds: StrictInt | None = PField(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
 
-    image: str | None = PField(None, max_length=1024)
-    container_url: str | None = PField(None, alias="container-url", max_length=1024)
-    tenancy: TenancyName | None = None
-    command: list[Annotated[str, PField(max_length=4096)]] | None = PField(None, max_length=256)
-    args: list[Annotated[str, PField(max_length=4096)]] | None = PField(None, max_length=256)
-    env: dict[str, Annotated[str, PField(max_length=32768)]] | None = PField(None, max_length=256)
+    image: str | None = PField(
+        None, max_length=1024,
+        description="OCI image reference; private registries need a credential (POST /v1/registry-credentials).",
+        examples=["nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"],
+    )
+    container_url: str | None = PField(
+        None, alias="container-url", max_length=1024, description="Same as image (the original payload's name).",
+        examples=["nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"],
+    )
+    tenancy: TenancyName | None = PField(
+        None, description="Tenant tokens: your own tenancy (may be left out). Admin tokens: required.",
+        examples=["landon"],
+    )
+    nvlink: bool = PField(
+        True,
+        description=(
+            "Ask for GPUs joined by NVLink (a Fabric Manager partition): only 1, 2, 4 or 8 GPUs. "
+            "Send false to run 3, 5, 6 or 7 GPUs without NVLink between them."
+        ),
+        examples=[True],
+    )
+    cpu: str | None = PField(
+        None, max_length=32,
+        description="CPUs for the container's VM; default: the GPU count times the per-GPU share of the node.",
+        examples=["96"],
+    )
+    memory: str | None = PField(
+        None, max_length=32,
+        description="Memory of the container's VM; default: the GPU count times the per-GPU share of the node.",
+        examples=["512Gi"],
+    )
+    shm_size: str | None = PField(
+        None, max_length=32, description="Size of /dev/shm; default: the GPU count times the per-GPU share.",
+        examples=["64Gi"],
+    )
+    command: list[Annotated[str, PField(max_length=4096)]] | None = PField(
+        None, max_length=256, description="Replaces the image's ENTRYPOINT.", examples=[["python", "train.py"]]
+    )
+    args: list[Annotated[str, PField(max_length=4096)]] | None = PField(
+        None, max_length=256, description="Replaces the image's CMD (arguments to command).",
+        examples=[["--epochs", "3"]],
+    )
+    env: dict[str, Annotated[str, PField(max_length=32768)] | SecretRef] | None = PField(
+        None,
+        max_length=256,
+        description=(
+            "Environment variables: a plain string value, or {\"secret\": \"<name>\"} to take the value from a "
+            "secret created with POST /v1/secrets. Values are never shown back (names only)."
+        ),
+        examples=[{"EPOCHS": "3", "HF_TOKEN": {"secret": "hf"}}],
+    )
 
     @field_validator("image", "container_url")
     @classmethod
@@ -227,10 +378,52 @@ class ContainerCreate(StrictInput, ContainerBase):
 
     @field_validator("env")
     @classmethod
-    def _env(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+    def _env(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
             validation.check_env_names(value)
         return value
+
+    @property
+    def env_wire(self) -> dict[str, Any] | None:
+        """``env`` as stored: plain strings, and ``{"secret": name}`` for secret references."""
+        if self.env is None:
+            return None
+        return {k: v if isinstance(v, str) else {"secret": v.secret} for k, v in self.env.items()}
+
+    @property
+    def secret_refs(self) -> dict[str, str]:
+        """Variable name → secret name, for the variables that come from secrets."""
+        return {k: v.secret for k, v in (self.env or {}).items() if isinstance(v, SecretRef)}
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, value: str | None) -> str | None:
+        return None if value is None else sizing.format_cpu(sizing.parse_cpu(value))
+
+    @field_validator("memory", "shm_size")
+    @classmethod
+    def _bytes(cls, value: str | None) -> str | None:
+        return None if value is None else sizing.format_bytes(sizing.parse_bytes(value))
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_floor(cls, value: str | None) -> str | None:
+        if value is not None and sizing.parse_bytes(value) < sizing.MIN_MEMORY:
+            raise ValueError(f"{value} is too little; a GPU VM needs at least {sizing.format_bytes(sizing.MIN_MEMORY)}")
+        return value
+
+    @model_validator(mode="after")
+    def _shm_within_memory(self) -> ContainerCreate:
+        if self.shm_size and self.memory and sizing.parse_bytes(self.shm_size) > sizing.parse_bytes(self.memory):
+            raise ValueError(f"shm_size: {self.shm_size} is more than the container's memory ({self.memory}); "
+                             "/dev/shm lives in the VM's memory")
+        return self
+
+    @model_validator(mode="after")
+    def _nvlink_sizes(self) -> ContainerCreate:
+        if self.nvlink and self.gpus not in validation.NVLINK_SIZES:
+            raise ValueError(validation.nvlink_refusal(self.gpus))
+        return self
 
     @model_validator(mode="after")
     def _one_image(self) -> ContainerCreate:
@@ -253,7 +446,11 @@ class Container(ContainerBase, table=True):
     image: str = Field(max_length=1024)
     command: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     args: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
-    env: dict[str, str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    env: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    cpu: str | None = Field(default=None, max_length=32)  # tenant overrides of the per-GPU sizing
+    memory: str | None = Field(default=None, max_length=32)
+    shm_size: str | None = Field(default=None, max_length=32)
+    exit_code: int | None = None
     status: str = Field(default=ContainerStatus.QUEUED, index=True, max_length=16)
     message: str | None = Field(default=None, max_length=2048)
     node_name: str | None = Field(default=None, max_length=253)
@@ -276,15 +473,33 @@ class Container(ContainerBase, table=True):
     claimed_until: datetime | None = None
 
 
+REDACTED = "<redacted>"
+
+
+def redacted_env(env: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Names only: plain values become ``<redacted>``; secret references stay (they hold no value)."""
+    if env is None:
+        return None
+    return {k: dict(v) if isinstance(v, dict) else REDACTED for k, v in env.items()}
+
+
 class ContainerPublic(ContainerBase):
     id: str
     tenancy: str
     image: str
     command: list[str] | None
     args: list[str] | None
-    env: dict[str, str] | None
+    env: dict[str, str | dict[str, str]] | None = PField(
+        None, description="Variable names; plain values are redacted, secret references are shown as given."
+    )
+    cpu: str | None = PField(None, description="CPUs asked for (null: the GPU count times the per-GPU share).")
+    memory: str | None = PField(None, description="Memory asked for (null: the per-GPU share).")
+    shm_size: str | None = PField(None, description="/dev/shm size asked for (null: the per-GPU share).")
     status: ContainerStatus
-    message: str | None
+    message: str | None = PField(
+        None, description="Why it waits (scheduler, tenancy, quota, image pull) or how it ended, in plain words."
+    )
+    exit_code: int | None = PField(None, description="The main process's exit code once it has finished.")
     node_name: str | None
     namespace: str
     pod_name: str
@@ -299,3 +514,18 @@ class ContainersPublic(SQLModel):
     count: int
     limit: int
     offset: int
+
+
+# --- kept logs -------------------------------------------------------------------
+
+
+class ContainerLog(SQLModel, table=True):
+    """The last part of a finished container's output, kept after its pod is gone."""
+
+    __tablename__ = "container_log"  # type: ignore[assignment]
+
+    container_id: str = Field(primary_key=True, max_length=32)
+    tenancy: str = Field(index=True, max_length=63)
+    text: str
+    truncated: bool = False
+    captured_at: datetime = Field(default_factory=utcnow)

@@ -15,12 +15,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucaas.core import crds
+from services.api import reasons, sizing, tenant_secrets
 
 POD_NAME_PREFIX = "gpucaas-"
 CONTAINER_NAME = "main"
 NFS_VOLUME = "tenant-storage"
 NFS_CLAIM = "tenant-storage"
 NFS_MOUNT_PATH = "/data"
+SHM_VOLUME = "dshm"
 MANAGED_BY = "gpucaas-api"
 #: UID (and GID) tenant containers run as inside their Kata VM by default: Pod Security
 #: ``restricted`` requires a non-root user (see docs/pod-security.md).
@@ -39,13 +41,21 @@ def build_tenancy(
     pod_quota: int,
     allow_internet: bool = False,
     nfs: Mapping[str, Any] | None = None,
+    share: sizing.Share | None = None,
 ) -> dict[str, Any]:
-    """The Tenancy custom resource for a tenancy's database record (``nfs`` in API snake_case)."""
+    """The Tenancy custom resource for a tenancy's database record (``nfs`` in API snake_case).
+
+    With ``share`` (the per-GPU sizing), the CPU and memory quotas are the GPU quota's worth
+    of shares plus the Kata overhead (``sizing.tenancy_quota``)."""
     spec: dict[str, Any] = {
         "gpuQuota": gpu_quota,
         "podQuota": pod_quota,
         "network": {"allowInternet": allow_internet},
     }
+    if share is not None:
+        quota = sizing.tenancy_quota(share, gpu_quota)
+        spec["cpuQuota"] = sizing.format_cpu(quota["cpu_milli"])
+        spec["memoryQuota"] = sizing.format_bytes(quota["memory_bytes"])
     if nfs:
         spec["nfs"] = {
             "server": nfs["server"],
@@ -61,6 +71,14 @@ def build_tenancy(
     }
 
 
+def _env_var(name: str, value: str | Mapping[str, str]) -> dict[str, Any]:
+    """A plain value, or ``{"secret": n}``: the value of the tenant secret ``n`` (EnvVarSource.secretKeyRef)."""
+    if isinstance(value, str):
+        return {"name": name, "value": value}
+    ref = {"name": tenant_secrets.secret_object_name(value["secret"]), "key": tenant_secrets.SECRET_KEY}
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
 def build_pod(
     *,
     container_id: str,
@@ -69,12 +87,14 @@ def build_pod(
     gpus: int,
     command: Sequence[str] | None = None,
     args: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | Mapping[str, str]] | None = None,
     timeout_seconds: int | None = None,
     nfs: Mapping[str, Any] | None = None,
     gpu_resource: str = "nvidia.com/gpu",
     runtime_class: str = "kata-qemu-nvidia-gpu",
     run_as_user: int = DEFAULT_RUN_AS_USER,
+    image_pull_secrets: Sequence[str] = (),
+    size: sizing.Size | None = None,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
 
@@ -92,7 +112,7 @@ def build_pod(
         # Always: the kubelet checks the tenant's right to pull on every start, so another
         # tenant's private image cached on the node is never run (docs/abuse-and-limits.md).
         "imagePullPolicy": "Always",
-        "resources": {"limits": {gpu_resource: str(gpus)}},  # a quantity
+        "resources": size.resources(gpu_resource, gpus) if size else {"limits": {gpu_resource: str(gpus)}},
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
@@ -104,7 +124,7 @@ def build_pod(
     if args:
         container["args"] = list(args)
     if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+        container["env"] = [_env_var(k, v) for k, v in env.items()]
     spec: dict[str, Any] = {
         "runtimeClassName": runtime_class,
         "restartPolicy": "Never",
@@ -116,14 +136,24 @@ def build_pod(
         "securityContext": _pod_security_context(run_as_user),
         "containers": [container],
     }
+    if image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
     if timeout_seconds:
         spec["activeDeadlineSeconds"] = timeout_seconds
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     if nfs:
         read_only = bool(nfs.get("readOnly", False))
-        spec["volumes"] = [
-            {"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}}
-        ]
-        container["volumeMounts"] = [{"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only}]
+        volumes.append({"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}})
+        mounts.append({"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only})
+    if size is not None and size.shm_bytes:
+        # a tmpfs in the guest; the container's default /dev/shm (64 MiB) breaks PyTorch data loaders
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
+                                                         "sizeLimit": sizing.format_bytes(size.shm_bytes)}})
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if volumes:
+        spec["volumes"] = volumes
+        container["volumeMounts"] = mounts
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -157,6 +187,7 @@ class PodReport:
     message: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    exit_code: int | None = None
 
 
 def _time(value: Any) -> datetime | None:
@@ -181,25 +212,22 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
         if c.get("name") == CONTAINER_NAME:
             limit = ((c.get("resources") or {}).get("limits") or {}).get(gpu_resource)
             gpus = int(limit) if limit is not None else None
-    message = status.get("message") or status.get("reason")
+    image = ""
+    for c in spec.get("containers") or []:
+        if c.get("name") == CONTAINER_NAME:
+            image = c.get("image") or ""
+    outcome = reasons.explain(pod, container=CONTAINER_NAME, image=image, timeout=spec.get("activeDeadlineSeconds"))
     finished = None
     for cs in status.get("containerStatuses") or []:
-        state = cs.get("state") or {}
-        if "waiting" in state and not message:
-            w = state["waiting"] or {}
-            reason, detail = w.get("reason"), w.get("message")
-            message = f"{reason}: {detail}" if reason and detail else (reason or detail)
-        if "terminated" in state:
-            t = state["terminated"] or {}
-            finished = _time(t.get("finishedAt")) or finished
-            if not message:
-                reason, code = t.get("reason"), t.get("exitCode")
-                message = f"{reason or 'Terminated'} (exit code {code})" if code is not None else reason
+        terminated = (cs.get("state") or {}).get("terminated")
+        if cs.get("name", CONTAINER_NAME) == CONTAINER_NAME and terminated:
+            finished = _time(terminated.get("finishedAt"))
     return PodReport(
         status=phase,
         node_name=spec.get("nodeName"),
         gpus=gpus,
-        message=message,
+        message=outcome.message,
         started_at=_time(status.get("startTime")),
         finished_at=finished,
+        exit_code=outcome.exit_code,
     )

@@ -16,7 +16,7 @@ from sqlmodel import Session, col, delete, select
 from gpucaas.core import crds
 from gpucaas.core.kube import KubeError
 from services.api.kube import Kube
-from services.api.models import TERMINAL_STATUSES, Container, utcnow
+from services.api.models import TERMINAL_STATUSES, Container, ContainerLog, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ def prune(engine: Engine, kube: Kube, *, days: float, batch: int = 200) -> int:
             gone.append(row.id)
         if gone:
             with Session(engine) as session:
+                session.exec(delete(ContainerLog).where(col(ContainerLog.container_id).in_(gone)))
                 session.exec(delete(Container).where(col(Container.id).in_(gone)))
                 session.commit()
             removed += len(gone)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.api import sizing
 
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})
@@ -84,6 +87,26 @@ class Settings(BaseSettings):
     service_pool_size: int = Field(
         2, ge=1, description="Database connections kept apart for the worker and the health endpoints."
     )
+    cpu_per_gpu: str = Field(
+        "24", description="CPUs a container gets per GPU (HGX H100: 2 x 56 cores, 224 threads, less the host's share)."
+    )
+    memory_per_gpu: str = Field(
+        "224Gi", description="Memory a container gets per GPU (HGX H100: 2 TiB, less 256 GiB for the host)."
+    )
+    shm_per_gpu: str = Field("32Gi", description="Size of /dev/shm per GPU (a memory-backed emptyDir).")
+    kata_hugepages: bool = Field(
+        True,
+        description="Kata backs guest memory with 1 GiB hugepages (enable_hugepages in deploy/kata/): "
+        "pods then request hugepages-1Gi.",
+    )
+    kata_overhead_cpu: str = Field("500m", description="The RuntimeClass's overhead.podFixed cpu (counted in quotas).")
+    kata_overhead_memory: str = Field("1Gi", description="The RuntimeClass's overhead.podFixed memory.")
+    log_archive_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="How much of each finished container's log (its last bytes) the API keeps in its database.",
+    )
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
@@ -101,6 +124,29 @@ class Settings(BaseSettings):
                     "leave it unset to have one generated"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Settings:
+        self.share  # noqa: B018 - parses every quantity: a bad one stops start-up with its name
+        return self
+
+    @property
+    def share(self) -> sizing.Share:
+        """What one GPU brings with it (CPU, memory, /dev/shm) and the Kata overhead of a pod."""
+        def parse(field: str, fn: Callable[[str], int]) -> int:
+            try:
+                return fn(getattr(self, field))
+            except ValueError as exc:
+                raise ValueError(f"{field} (GPUCAAS_{field.upper()}): {exc}") from None
+
+        return sizing.Share(
+            cpu_milli=parse("cpu_per_gpu", sizing.parse_cpu),
+            memory_bytes=parse("memory_per_gpu", sizing.parse_bytes),
+            shm_bytes=parse("shm_per_gpu", sizing.parse_bytes),
+            hugepages=self.kata_hugepages,
+            overhead_cpu_milli=parse("kata_overhead_cpu", sizing.parse_cpu),
+            overhead_memory_bytes=parse("kata_overhead_memory", sizing.parse_bytes),
+        )
 
     def redacted(self) -> dict[str, object]:
         """The effective configuration for the start-up log line (secrets hidden)."""

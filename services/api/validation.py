@@ -115,6 +115,16 @@ def find_control(value: Any, path: str = "") -> str | None:
 def has_control(value: str) -> bool:
     """Any C0 control character or DEL (for paths, query strings, identifiers)."""
     return _ANY_CONTROL.search(value) is not None
+# GPU counts that match an HGX H100 Fabric Manager partition (8, 4, 2, 1 GPUs).
+NVLINK_SIZES = (1, 2, 4, 8)
+
+
+def nvlink_refusal(gpus: int) -> str:
+    sizes = ", ".join(map(str, NVLINK_SIZES))
+    return (
+        f"gpus: {gpus} GPUs cannot be joined by NVLink (NVLink partitions have {sizes} GPUs); "
+        f"ask for {sizes} GPUs, or send \"nvlink\": false to run {gpus} GPUs without NVLink"
+    )
 
 
 # What is allowed, appended to pydantic's own message for these fields.

@@ -28,7 +28,7 @@ from sqlmodel import Session
 
 from gpucaas.core import crds
 from gpucaas.core.kube import Forbidden, Invalid, KubeError
-from services.api import crud, pods, retention
+from services.api import crud, log_archive, pods, retention, sizing, tenant_secrets
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
@@ -146,6 +146,7 @@ class SubmissionWorker:
                         pod_quota=tenancy.pod_quota,
                         allow_internet=tenancy.allow_internet,
                         nfs=tenancy.nfs,
+                        share=self.settings.share,
                     )
                 )
                 phase = (tenancy_cr.get("status") or {}).get("phase") or "Pending"
@@ -163,6 +164,11 @@ class SubmissionWorker:
                         )
                     return
                 ready_cache[row.tenancy] = tenancy_cr
+            pull_secrets, missing = self._tenant_secrets(row)
+            if missing:
+                with Session(self.engine) as session:
+                    crud.mark_failed(session, container_id=row.id, message=missing)
+                return None
             body = pods.build_pod(
                 container_id=row.id,
                 tenancy=row.tenancy,
@@ -176,6 +182,9 @@ class SubmissionWorker:
                 gpu_resource=self.settings.gpu_resource,
                 runtime_class=self.settings.runtime_class,
                 run_as_user=self.settings.tenant_run_as_user,
+                image_pull_secrets=pull_secrets,
+                size=sizing.size_for(self.settings.share, row.gpus, cpu=row.cpu, memory=row.memory,
+                                     shm_size=row.shm_size),
             )
             created = self.kube.create_pod(body)
             log.info("%s: pod %s/%s %s", ctx, body["metadata"]["namespace"], body["metadata"]["name"],
@@ -186,6 +195,12 @@ class SubmissionWorker:
             if not still_wanted:  # cancelled while we were creating it
                 self._delete_pod(row)
         except KubeError as exc:
+            if isinstance(exc, Forbidden) and "exceeded quota" in str(exc):
+                # the tenancy's ResourceQuota is full for now: wait in the queue, saying so
+                with Session(self.engine) as session:
+                    crud.reschedule(session, container_id=row.id, delay=self._backoff(1),
+                                    message=f"waiting for quota: {exc}", count_attempt=False)
+                return None
             if not _rejected(exc):
                 return self._retry_later(row, ctx, exc)
             log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)
@@ -209,6 +224,22 @@ class SubmissionWorker:
             crud.reschedule(session, container_id=row.id, delay=delay, message=message, count_attempt=True)
         return message
 
+    def _tenant_secrets(self, row: Container) -> tuple[list[str], str | None]:
+        """The tenancy's registry credential Secrets (for imagePullSecrets), and why the
+        container cannot start when its env names a secret that does not exist."""
+        ns = crds.tenant_namespace(row.tenancy)
+        registry = self.kube.list_secrets_metadata(ns, tenant_secrets.selector(tenant_secrets.KIND_REGISTRY))
+        pull = sorted(o["metadata"]["name"] for o in registry)
+        refs = {k: v["secret"] for k, v in (row.env or {}).items() if isinstance(v, dict)}
+        if not refs:
+            return pull, None
+        have = {tenant_secrets.public_secret(o)["name"]
+                for o in self.kube.list_secrets_metadata(ns, tenant_secrets.selector(tenant_secrets.KIND_SECRET))}
+        gone = sorted(f"env.{k}: secret {v!r} not found" for k, v in refs.items() if v not in have)
+        if gone:
+            return pull, "; ".join(gone) + " (create it with POST /v1/secrets, then submit again)"
+        return pull, None
+
     def _delete_pod(self, row: Container) -> None:
         try:
             self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
@@ -221,12 +252,31 @@ class SubmissionWorker:
             crud.mark_pod_deleted(session, container_id=row.id)
         log.info("container %s tenancy %s: pod %s deleted (cancelled)", row.id, row.tenancy, row.pod_name)
 
+    def _keep_log(self, container_id: str, tenancy: str, pod: str) -> None:
+        """Copy the tail of the pod's log into the database (best effort: a pod that never
+        started has none, and a failed read is retried on the next event or relist)."""
+        try:
+            resp = self.kube.pod_log(crds.tenant_namespace(tenancy), pod)
+        except KubeError as exc:
+            log.info("container %s: no log kept (%s)", container_id, exc)
+            return
+        try:
+            text = resp.data.decode(errors="replace")
+        finally:
+            resp.release_conn()
+        with Session(self.engine) as session:
+            log_archive.keep(session, container_id=container_id, tenancy=tenancy, text=text,
+                             max_bytes=self.settings.log_archive_bytes)
+        log.info("container %s tenancy %s: kept %d bytes of log", container_id, tenancy, len(text.encode()))
+
     def _reap_cancelled(self) -> bool:
         with Session(self.engine) as session:
             rows = list(crud.cancelled_with_pods(session))
         for row in rows:
             if self._stop.is_set():
                 break
+            if row.pod_created:
+                self._keep_log(row.id, row.tenancy, row.pod_name)
             self._delete_pod(row)
         return False  # retries of failed deletes wait for the next poll
 
@@ -298,12 +348,17 @@ class SubmissionWorker:
         if row is not None and row.status == ContainerStatus.CANCELLED:
             if not meta.get("deletionTimestamp"):
                 # a live pod of a cancelled container (e.g. created late by a crashed replica)
+                self._keep_log(row.id, row.tenancy, row.pod_name)
                 self._delete_pod(row)
             return cid
         with Session(self.engine) as session:
             report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
             if crud.apply_pod_report(session, container_id=cid, report=report):
                 log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")
+            finished = report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED)
+            keep = finished and row is not None and log_archive.get(session, container_id=cid) is None
+        if keep and row is not None:
+            self._keep_log(cid, row.tenancy, row.pod_name)
         return cid
 
 

@@ -7,6 +7,7 @@ live in :mod:`.policies`; this module holds the namespace, quota and storage.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gpucaas.core import crds
@@ -90,20 +91,30 @@ def build_namespace(tenancy: Tenancy, *, owned: bool = True, pod_security_level:
 
 
 def build_resource_quota(tenancy: Tenancy) -> dict[str, Any]:
-    """Caps GPUs (requests of nvidia.com/gpu) and pods; no Services that open the node to the world."""
+    """Caps GPUs (requests of nvidia.com/gpu), pods, and (when the spec gives them) CPU and
+    memory limits, hugepage-backed memory included; no Services that open the node to the world.
+
+    The API sizes each container from a per-GPU share of the node and sets the Tenancy's
+    cpuQuota/memoryQuota to the GPU quota's worth of shares plus the Kata overhead; pod
+    overhead counts against these (Kubernetes "Pod Overhead": quota uses requests/limits
+    plus overhead)."""
+    hard = {
+        f"requests.{GPU_RESOURCE}": str(tenancy.spec.gpu_quota),
+        "pods": str(tenancy.spec.pod_quota),
+        "persistentvolumeclaims": "1",
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
+    }
+    if tenancy.spec.cpu_quota is not None:
+        hard["limits.cpu"] = tenancy.spec.cpu_quota
+    if tenancy.spec.memory_quota is not None:
+        hard["limits.memory"] = tenancy.spec.memory_quota
+        hard["requests.hugepages-1Gi"] = tenancy.spec.memory_quota
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": child_metadata(tenancy, QUOTA_NAME),
-        "spec": {
-            "hard": {
-                f"requests.{GPU_RESOURCE}": str(tenancy.spec.gpu_quota),
-                "pods": str(tenancy.spec.pod_quota),
-                "persistentvolumeclaims": "1",
-                "services.loadbalancers": "0",
-                "services.nodeports": "0",
-            }
-        },
+        "spec": {"hard": hard},
     }
 
 
@@ -169,3 +180,34 @@ def build_persistent_volume_claim(tenancy: Tenancy, nfs: NFSSpec) -> dict[str, A
             "volumeName": persistent_volume_name(tenancy.name),
         },
     }
+
+
+API_SECRETS_BINDING = "gpucaas-api-tenant-secrets"
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    """The API's ServiceAccount and the ClusterRole (from the chart) that lets it keep tenant
+    secrets and registry credentials: bound per tenant namespace, never cluster-wide."""
+
+    service_account_namespace: str
+    service_account_name: str
+    cluster_role: str
+
+
+def build_api_secrets_role_binding(tenancy: Tenancy, access: ApiAccess) -> dict[str, Any]:
+    """RoleBinding in the tenant namespace: the API may manage Secrets here, and only here.
+
+    Kubernetes RBAC cannot grant rights over namespaces matching a pattern, so a ClusterRole
+    bound by a RoleBinding in each tenant namespace is how the rights stay namespaced
+    (Kubernetes docs, "Using RBAC Authorization": a RoleBinding may reference a ClusterRole
+    to grant its permissions within the RoleBinding's namespace)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": child_metadata(tenancy, API_SECRETS_BINDING),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": access.cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": access.service_account_name,
+                      "namespace": access.service_account_namespace}],
+    }
+

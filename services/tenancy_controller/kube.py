@@ -58,6 +58,7 @@ KINDS: dict[str, Kind] = {
     "Pod": Kind("v1", "pods", True),
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies", True),
     "CiliumNetworkPolicy": Kind("cilium.io/v2", "ciliumnetworkpolicies", True),
+    "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings", True),
     "Tenancy": Kind(crds.API_VERSION, crds.TENANCY_PLURAL, False),
 }
 

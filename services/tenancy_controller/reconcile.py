@@ -78,6 +78,7 @@ def reconcile_tenancy(
     observed_namespace: Mapping[str, Any] | None = None,
     nfs_addresses: Sequence[str] = (),
     pod_security_level: str = "restricted",
+    api_access: builders.ApiAccess | None = None,
 ) -> Plan:
     """The desired children of the Tenancy ``body``.
 
@@ -101,7 +102,8 @@ def reconcile_tenancy(
                 )
             notes[NAMESPACE] = f"namespace {tenancy.namespace} existed before the tenancy; it is used but never deleted"
     components: dict[str, list[dict[str, Any]]] = {
-        NAMESPACE: [builders.build_namespace(tenancy, owned=owned, pod_security_level=pod_security_level)],
+        NAMESPACE: [builders.build_namespace(tenancy, owned=owned, pod_security_level=pod_security_level)]
+        + ([builders.build_api_secrets_role_binding(tenancy, api_access)] if api_access else []),
         NETWORK: [
             policies.build_cilium_network_policy(tenancy, network),
             policies.build_network_policy(tenancy, network, nfs_addresses=nfs_addresses),

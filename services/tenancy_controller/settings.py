@@ -65,6 +65,21 @@ class ControllerSettings(BaseSettings):
         description="Pod Security admission level enforced in tenant namespaces (restricted|baseline; "
         "baseline only for tenants that run as root in their VM, see docs/pod-security.md).",
     )
+    api_service_account: str | None = Field(
+        default=None,
+        description="The API's ServiceAccount as <namespace>/<name>; with api_secrets_cluster_role, it is bound in "
+        "every tenant namespace so that the API can keep tenant secrets there (unset = no binding).",
+    )
+    api_secrets_cluster_role: str | None = Field(
+        default=None, description="ClusterRole (from the chart) granting the API its rights on Secrets in a tenant namespace."
+    )
+
+    @field_validator("api_service_account")
+    @classmethod
+    def _sa(cls, value: str | None) -> str | None:
+        if value is not None and (value.count("/") != 1 or not all(value.split("/"))):
+            raise ValueError(f"api_service_account: {value!r} must be <namespace>/<name>")
+        return value
 
     @field_validator("node_cidrs")
     @classmethod

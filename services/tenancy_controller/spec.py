@@ -49,6 +49,8 @@ class TenancySpec:
     pod_quota: int = 50
     allow_internet: bool = False
     nfs: NFSSpec | None = None
+    cpu_quota: str | None = None  # a quantity; None = no CPU cap
+    memory_quota: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,5 +150,20 @@ def parse_tenancy(body: Mapping[str, Any]) -> Tenancy:
             pod_quota=_int_field(spec, "podQuota", 50, 1),
             allow_internet=allow_internet,
             nfs=_nfs(spec.get("nfs")),
+            cpu_quota=_quantity_field(spec, "cpuQuota", QUANTITY_CPU),
+            memory_quota=_quantity_field(spec, "memoryQuota", QUANTITY_BYTES),
         ),
     )
+
+
+QUANTITY_CPU = re.compile(r"^[0-9]+(\.[0-9]+)?m?$")
+QUANTITY_BYTES = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)?$")
+
+
+def _quantity_field(spec: Mapping[str, Any], key: str, pattern: re.Pattern[str]) -> str | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not pattern.match(value):
+        raise InvalidSpec(f"spec.{key}", f"must be a quantity such as {'96' if key == 'cpuQuota' else '1792Gi'}, got {value!r}")
+    return value

@@ -20,7 +20,7 @@ from typing import Any
 from gpucaas.core import crds
 
 from . import errors, kube, reconcile
-from .builders import persistent_volume_name
+from .builders import ApiAccess, persistent_volume_name
 from .policies import NetworkConfig
 from .resolver import resolve_host
 from .settings import ControllerSettings
@@ -54,6 +54,7 @@ class Context:
     kube: kube.KubeClient
     network: NetworkConfig
     pod_security_level: str = "restricted"
+    api_access: ApiAccess | None = None
     resolve: Callable[[str], list[str]] = resolve_host
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     locks: LockTable = field(default_factory=LockTable)
@@ -69,8 +70,17 @@ class Context:
                 node_cidrs=tuple(settings.node_cidrs),
             ),
             pod_security_level=settings.pod_security_level,
+            api_access=_api_access(settings),
             identity=identity,
         )
+
+
+def _api_access(settings: ControllerSettings) -> ApiAccess | None:
+    """The API's ServiceAccount and its tenant-secrets ClusterRole, when both are configured."""
+    if not (settings.api_service_account and settings.api_secrets_cluster_role):
+        return None
+    namespace, _, name = settings.api_service_account.partition("/")
+    return ApiAccess(namespace, name, settings.api_secrets_cluster_role)
 
 
 def _write_status(ctx: Context, name: str, previous: Mapping[str, Any] | None, status: Mapping[str, Any]) -> None:
@@ -85,13 +95,15 @@ def plan_for(ctx: Context, body: Mapping[str, Any], observed_namespace: Mapping[
     nfs = ((body.get("spec") or {}).get("nfs") or {}).get("server")
     addresses: list[str] = []
     plan = reconcile.reconcile_tenancy(
-        body, network=ctx.network, observed_namespace=observed_namespace, pod_security_level=ctx.pod_security_level
+        body, network=ctx.network, observed_namespace=observed_namespace, pod_security_level=ctx.pod_security_level,
+        api_access=ctx.api_access,
     )
     if plan.tenancy.spec.nfs is not None and plan.tenancy.spec.nfs.server_ip is None and nfs:
         addresses = ctx.resolve(nfs)
         plan = reconcile.reconcile_tenancy(
             body, network=ctx.network, observed_namespace=observed_namespace, nfs_addresses=addresses,
             pod_security_level=ctx.pod_security_level,
+            api_access=ctx.api_access,
         )
     return plan
 
@@ -254,7 +266,8 @@ def finalize_tenancy(ctx: Context, body: Mapping[str, Any]) -> None:
 def child_drifted(ctx: Context, tenancy: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
     """Whether a watched child no longer matches what the Tenancy wants (pure, no API calls)."""
     try:
-        plan = reconcile.reconcile_tenancy(tenancy, network=ctx.network, pod_security_level=ctx.pod_security_level)
+        plan = reconcile.reconcile_tenancy(tenancy, network=ctx.network, pod_security_level=ctx.pod_security_level,
+                                           api_access=ctx.api_access)
     except (errors.InvalidSpec, errors.NotReadyYet):
         return False
     meta = child.get("metadata") or {}

@@ -113,7 +113,8 @@ def test_tenancy_resource() -> None:
 
 T0 = "2026-01-02T03:04:05Z"
 T1 = "2026-01-02T04:00:00Z"
-SPEC = {"nodeName": "gpu-node-1", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+SPEC = {"nodeName": "gpu-node-1", "containers": [{"name": "main", "image": "nvcr.io/acme/x:1",
+                                                  "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
 
 
 @pytest.mark.parametrize(
@@ -123,7 +124,7 @@ SPEC = {"nodeName": "gpu-node-1", "containers": [{"name": "main", "resources": {
         pytest.param(
             {"spec": SPEC, "status": {"phase": "Pending", "containerStatuses": [
                 {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}},
-            ("Pending", "gpu-node-1", 2, "ImagePullBackOff: not found"),
+            ("Pending", "gpu-node-1", 2, "ImagePullBackOff: nvcr.io/acme/x:1 not found (image pull failed)"),
             id="image-pull",
         ),
         pytest.param(
@@ -133,13 +134,13 @@ SPEC = {"nodeName": "gpu-node-1", "containers": [{"name": "main", "resources": {
         ),
         pytest.param(
             {"spec": SPEC, "status": {"phase": "Failed", "reason": "DeadlineExceeded", "message": "too long"}},
-            ("Failed", "gpu-node-1", 2, "too long"),
+            ("Failed", "gpu-node-1", 2, "timeout_seconds exceeded: the container was stopped"),
             id="deadline",
         ),
         pytest.param(
             {"spec": SPEC, "status": {"phase": "Succeeded", "containerStatuses": [
                 {"state": {"terminated": {"reason": "Completed", "exitCode": 0, "finishedAt": T1}}}]}},
-            ("Succeeded", "gpu-node-1", 2, "Completed (exit code 0)"),
+            ("Succeeded", "gpu-node-1", 2, "Completed: finished with exit code 0"),
             id="succeeded",
         ),
         pytest.param({"spec": SPEC, "status": {"phase": "Unknown"}}, ("Pending", "gpu-node-1", 2, None), id="unknown"),

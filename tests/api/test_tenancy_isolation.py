@@ -3,6 +3,8 @@ things answer exactly like things that do not exist. Admin endpoints need an adm
 
 from __future__ import annotations
 
+import functools
+
 import httpx
 import pytest
 
@@ -127,3 +129,56 @@ def test_tokens_are_shown_once_stored_hashed_and_revocable(api_down: ApiServer, 
     with Session(api_down.app.state.engine) as session:
         hashes = [t.token_hash for t in session.exec(select(ApiToken)).all()]
     assert issued["token"] not in hashes and all(len(h) == 64 for h in hashes)
+
+
+# --- secrets, registry credentials and kept logs: another tenancy's are not found ---------
+
+SECRET_PROBES = [
+    ("GET", "/v1/secrets/{name}", None),
+    ("PUT", "/v1/secrets/{name}?tenancy={owner}", {"value": "stolen"}),
+    ("DELETE", "/v1/secrets/{name}", None),
+    ("GET", "/v1/secrets?tenancy={owner}", None),
+    ("DELETE", "/v1/registry-credentials/{server}", None),
+    ("GET", "/v1/registry-credentials?tenancy={owner}", None),
+    ("POST", "/v1/registry-credentials?tenancy={owner}", {"server": "nvcr.io", "username": "u", "password": "p"}),
+]
+
+
+@pytest.fixture
+def api_up(kubeconfig, serve, database_url) -> ApiServer:  # noqa: ANN001 - fixtures
+    return serve(database_url, kubeconfig)
+
+
+@pytest.mark.parametrize(("method", "path", "body"), SECRET_PROBES, ids=[f"{m} {p}" for m, p, _ in SECRET_PROBES])
+def test_another_tenancys_secrets_and_credentials_are_not_found(
+    api_up: ApiServer, k8s, method: str, path: str, body: dict | None  # noqa: ANN001
+) -> None:
+    from kubernetes import client as kc
+
+    from tests.api.kube_helpers import mark_tenancy_ready
+
+    with api_up.client() as admin:
+        tokens = {name: new_tenancy(admin, name) for name in ("owner", "thief")}
+    for name in tokens:
+        mark_tenancy_ready(k8s, name)
+    with api_up.client(tokens["owner"]) as owner:
+        assert owner.post("/v1/secrets", json={"name": "hf", "value": "hf_owner_only"}).status_code == 201
+        assert owner.post("/v1/registry-credentials",
+                          json={"server": "nvcr.io", "username": "$oauthtoken", "password": "nvapi-owner"}).status_code == 201
+    with api_up.client(tokens["thief"]) as thief:
+        theirs = thief.request(method, path.format(name="hf", server="nvcr.io", owner="owner"), json=body)
+        missing = thief.request(method, path.format(name="zz", server="zz.example", owner="nowhere"), json=body)
+        # using the owner's secret from the thief's container: exactly like a secret that does not exist
+        use = thief.post("/v1/containers", json={"image": "ubuntu", "env": {"T": {"secret": "hf"}}})
+        none = thief.post("/v1/containers", json={"image": "ubuntu", "env": {"T": {"secret": "zz"}}})
+        own_list = thief.get("/v1/secrets").json()
+    assert theirs.status_code == missing.status_code == 404, (theirs.text, missing.text)
+    norm = lambda r, *names: functools.reduce(lambda t, n: t.replace(n, "X"), names, r.json()["detail"])  # noqa: E731
+    assert norm(theirs, "hf", "nvcr.io", "owner") == norm(missing, "zz.example", "zz", "nowhere")
+    assert use.status_code == none.status_code == 422
+    assert norm(use, "hf") == norm(none, "zz")
+    assert own_list == {"data": [], "count": 0}
+    core = kc.CoreV1Api(k8s)
+    value = core.read_namespaced_secret("gpucaas-secret-hf", "tenant-owner").data["value"]
+    assert value == "aGZfb3duZXJfb25seQ=="  # untouched: base64 of hf_owner_only
+    assert len(core.list_namespaced_secret("tenant-owner").items) == 2

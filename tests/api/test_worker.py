@@ -53,13 +53,18 @@ def test_seed_payload_becomes_a_kata_pod_once_the_tenancy_is_ready(api: ApiServe
     assert spec["automountServiceAccountToken"] is False
     assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
     assert main["image"] == SEED["container-url"]
-    assert main["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    # one GPU's share of an HGX H100 node, memory backed by 1 GiB hugepages (the defaults)
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "1", "cpu": "24", "memory": "224Gi",
+                                           "hugepages-1Gi": "224Gi"}
+    assert main["resources"]["requests"] == {"cpu": "24", "memory": "1Gi", "hugepages-1Gi": "224Gi"}
     assert main["securityContext"]["privileged"] is False
     assert main["securityContext"]["allowPrivilegeEscalation"] is False
     assert all("hostPath" not in v for v in spec.get("volumes", []))
     assert spec["volumes"] == [{"name": "tenant-storage",
-                                "persistentVolumeClaim": {"claimName": "tenant-storage", "readOnly": False}}]
-    assert main["volumeMounts"] == [{"name": "tenant-storage", "mountPath": "/data", "readOnly": False}]
+                                "persistentVolumeClaim": {"claimName": "tenant-storage", "readOnly": False}},
+                               {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}]
+    assert main["volumeMounts"] == [{"name": "tenant-storage", "mountPath": "/data", "readOnly": False},
+                                    {"name": "dshm", "mountPath": "/dev/shm"}]
     assert "activeDeadlineSeconds" not in spec
 
 
@@ -86,8 +91,9 @@ def test_pod_options_and_phases_flow_back(api: ApiServer, k8s: Any) -> None:
         assert pod["spec"]["activeDeadlineSeconds"] == 600
         main = pod["spec"]["containers"][0]
         assert (main["command"], main["args"], main["env"]) == (["python"], ["train.py"], [{"name": "EPOCHS", "value": "3"}])
-        assert main["resources"]["limits"] == {"nvidia.com/gpu": "4"}
-        assert "volumes" not in pod["spec"] or not pod["spec"]["volumes"]  # no NFS on this tenancy
+        assert main["resources"]["limits"] == {"nvidia.com/gpu": "4", "cpu": "96", "memory": "896Gi",
+                                               "hugepages-1Gi": "896Gi"}
+        assert [v["name"] for v in pod["spec"]["volumes"]] == ["dshm"]  # no NFS on this tenancy
 
         bind_pod(k8s, "tenant-flow", name, "gpu-node-7")
         set_pod_status(k8s, "tenant-flow", name, {"phase": "Running", "startTime": "2026-01-02T03:04:05Z"})
@@ -100,7 +106,7 @@ def test_pod_options_and_phases_flow_back(api: ApiServer, k8s: Any) -> None:
              "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}}}]})
         done = wait_for(lambda: (s := status_of(c, cid))["status"] == "Succeeded" and s)
         assert done["finished_at"] == "2026-01-02T04:00:00Z"
-        assert done["message"] == "Completed (exit code 0)"
+        assert done["message"] == "Completed: finished with exit code 0" and done["exit_code"] == 0
         # a finished container frees its GPUs, and cannot be cancelled
         assert c.delete(f"/v1/containers/{cid}").status_code == 409
 
@@ -116,7 +122,7 @@ def test_failed_pod_and_vanished_pod(api: ApiServer, k8s: Any) -> None:
         set_pod_status(k8s, "tenant-fails", f"gpucaas-{a}",
                        {"phase": "Failed", "reason": "DeadlineExceeded", "message": "Pod was active too long"})
         failed = wait_for(lambda: (s := status_of(c, a))["status"] == "Failed" and s)
-        assert failed["message"] == "Pod was active too long"
+        assert failed["message"] == "timeout_seconds exceeded: the container was stopped"
         from kubernetes import client as kc
 
         kc.CoreV1Api(k8s).delete_namespaced_pod(f"gpucaas-{b}", "tenant-fails")

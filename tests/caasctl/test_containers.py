@@ -32,7 +32,7 @@ def test_list_describe_logs_cancel(caasctl: Caasctl, api: ApiServer, kube: Any, 
     assert [(c["id"], c["tenancy"], c["image"], c["gpus"]) for c in mine] == [(cid, "cx", IMAGE, 2)]
     assert [c["id"] for c in caasctl("containers", "list", "--status", "Queued", "-o", "json").json()] == [queued]
     table = caasctl("containers", "list")
-    for header in ("ID", "TENANCY", "IMAGE", "GPUs", "STATUS", "NODE", "CREATED"):
+    for header in ("ID", "TENANCY", "IMAGE", "GPUs", "STATUS", "EXIT", "NODE", "CREATED"):
         assert header in table.stdout
     line = next(ln for ln in table.stdout.splitlines() if cid in ln)
     assert "cx" in line and "Pending" in line
@@ -60,3 +60,46 @@ def test_list_describe_logs_cancel(caasctl: Caasctl, api: ApiServer, kube: Any, 
     missing = caasctl("containers", "describe", "no-such-container")
     assert missing.exit_code == 1 and missing.stdout == ""
     assert missing.stderr.strip() == "error: 404: container 'no-such-container' not found"
+
+
+def test_follow_exits_0_and_admins_see_secret_names_events_and_exit_codes(
+    caasctl: Caasctl, api: ApiServer, kube: Any, emulator: Any
+) -> None:
+    from tests.api.conftest import new_tenancy
+    from tests.api.kube_helpers import now, set_pod_status
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "shown")
+    mark_tenancy_ready(kube, "shown")
+    with api.client(token) as tenant:
+        assert tenant.post("/v1/secrets", json={"name": "hf", "value": "hf_never_shown"}).status_code == 201
+        assert tenant.post("/v1/registry-credentials",
+                           json={"server": "nvcr.io", "username": "$oauthtoken", "password": "nvapi-never"}).status_code == 201
+        cid = tenant.post("/v1/containers", json={"image": IMAGE, "env": {"HF_TOKEN": {"secret": "hf"}}}).json()["id"]
+    pod = f"gpucaas-{cid}"
+    wait_for(lambda: get_pod(kube, "tenant-shown", pod))
+    emulator.set_pod_log("tenant-shown", pod, "Test PASSED\n")
+    set_pod_status(kube, "tenant-shown", pod, {"phase": "Succeeded", "containerStatuses": [
+        {"name": "main", "ready": False, "restartCount": 0, "image": IMAGE, "imageID": "",
+         "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now()}}}]})
+    followed = caasctl("containers", "logs", "-f", cid)
+    assert followed.exit_code == 0, followed.stderr
+    assert followed.stdout.splitlines() == ["Test PASSED"]
+    wait_for(lambda: caasctl("containers", "describe", cid, "-o", "json").json()["exit_code"] == 0)
+    table = caasctl("containers", "list", "--tenancy", "shown")
+    assert "EXIT" in table.stdout
+    secrets = caasctl("secrets", "list", "shown", "-o", "json")
+    creds = caasctl("registry-credentials", "list", "shown", "-o", "json")
+    assert [s["name"] for s in secrets.json()] == ["hf"]
+    assert [(c["server"], c["username"]) for c in creds.json()] == [("nvcr.io", "$oauthtoken")]
+    events = caasctl("containers", "events", cid, "-o", "json")
+    assert [e["kind"] for e in events.json()][0] == "queued" and events.json()[-1]["kind"] == "finished"
+    described = caasctl("containers", "describe", cid, "-o", "json")
+    for out in (secrets, creds, events, described):
+        assert "never" not in out.stdout
+    assert described.json()["env"] == {"HF_TOKEN": {"secret": "hf"}}
+    assert caasctl("secrets", "delete", "shown", "hf").exit_code == 0
+    gone = caasctl("secrets", "delete", "shown", "hf")
+    assert gone.exit_code == 1 and gone.stderr.strip() == "error: 404: secret 'hf' not found"
+    assert caasctl("registry-credentials", "delete", "shown", "nvcr.io").exit_code == 0
+    assert caasctl("registry-credentials", "list", "shown", "-o", "json").json() == []

@@ -81,10 +81,23 @@ def test_tokens_issue_list_revoke(caasctl: Caasctl, api: ApiServer) -> None:
         assert tenant.get("/v1/containers").status_code == 200
 
     listed = caasctl("tokens", "list", "tok", "-o", "yaml").yaml()
-    assert [(t["id"], t["name"]) for t in listed] == [(token["id"], "ci")]
+    assert [(t["id"], t["name"], t["scope"]) for t in listed] == [(token["id"], "ci", "admin")]
+    assert listed[0]["last_used_at"] is not None  # used just above
     assert all("token" not in t for t in listed)  # the secret is never shown again
     table = caasctl("tokens", "list", "tok")
     assert "ID" in table.stdout and token["id"] in table.stdout and token["token"] not in table.stdout
+    for header in ("SCOPE", "EXPIRES", "LAST USED"):
+        assert header in table.stdout
+
+    reader = caasctl("tokens", "issue", "tok", "--scope", "read", "--expires-at", "2099-01-01T00:00:00Z", "-o", "json")
+    assert reader.exit_code == 0, reader.stderr
+    assert (reader.json()["scope"], reader.json()["expires_at"]) == ("read", "2099-01-01T00:00:00Z")
+    with api.client(reader.json()["token"]) as tenant:
+        assert tenant.get("/v1/containers").status_code == 200
+        assert tenant.post("/v1/containers", json={"image": "ubuntu"}).status_code == 403
+    assert caasctl("tokens", "revoke", "tok", reader.json()["id"]).exit_code == 0
+    bad = caasctl("tokens", "issue", "tok", "--scope", "root")
+    assert bad.exit_code == 1 and bad.stderr.startswith("error: 422: scope:")
 
     revoked = caasctl("tokens", "revoke", "tok", token["id"], "-o", "json")
     assert revoked.exit_code == 0, revoked.stderr

@@ -26,6 +26,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "pods/log"): {"get"},
         ("", "nodes"): {"list"},
         ("", "namespaces"): {"list"},
+        ("", "events"): {"list"},
     },
     "controller": {
         ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "patch"},
@@ -41,6 +42,8 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "events"): {"create"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
+        ("rbac.authorization.k8s.io", "rolebindings"): {"get", "list", "watch", "create", "update", "delete"},
+        ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
     },
     "device-plugin": {
         ("gpucaas.dev", "gpuleases"): {"get", "list", "create"},
@@ -64,6 +67,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "bindings"): {"create"},
     },
 }
+TENANT_SECRETS = "gpucaas-api-tenant-secrets"
 # Kopf peering is cluster-wide (ClusterKopfPeering): no namespaced Role at all.
 EXPECTED_NAMESPACED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {}
 
@@ -100,7 +104,8 @@ def _flatten(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
 @pytest.mark.parametrize("values_name", list(VALUE_SETS), ids=list(VALUE_SETS))
 def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
     objects = render(VALUE_SETS[values_name] | {"schedulerExtender": {"enabled": True}})
-    cluster_roles = {component(o): o for o in objects if o["kind"] == "ClusterRole"}
+    tenant_secrets = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == TENANT_SECRETS]
+    cluster_roles = {component(o): o for o in objects if o["kind"] == "ClusterRole" and o not in tenant_secrets}
     roles = {component(o): o for o in objects if o["kind"] == "Role"}
     assert set(cluster_roles) == set(EXPECTED_CLUSTER_RULES)
     assert set(roles) == set(EXPECTED_NAMESPACED_RULES)
@@ -110,11 +115,21 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
         assert flat == expected, f"{name}: {flat} != {expected}"
         for rule in rules:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+            if rule["resources"] == ["clusterroles"]:  # the controller binds the API's tenant-secrets role, only it
+                assert (name, rule["verbs"], rule["resourceNames"]) == ("controller", ["bind"], [TENANT_SECRETS])
+                continue
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
         assert not any(res == "secrets" for _, res in flat), f"{name} may not touch Secrets"
         assert ("", "pods/exec") not in flat and ("", "nodes/proxy") not in flat
     for name, expected in EXPECTED_NAMESPACED_RULES.items():
         assert _flatten(roles[name]["rules"]) == expected
+    # Secrets only in tenant namespaces: the role exists, and nothing in the chart binds it
+    # (the controller binds it per tenant namespace, see services/tenancy_controller/builders.py)
+    assert [_flatten(r["rules"]) for r in tenant_secrets] == [{("", "secrets"): {"get", "list", "create", "update", "delete"}}]
+    assert not [o for o in objects if o["kind"].endswith("Binding") and o["roleRef"]["name"] == TENANT_SECRETS]
+    controller_env = {e["name"]: e.get("value") for e in pod_spec(find(objects, "Deployment", "gpucaas-controller"))["containers"][0]["env"]}
+    assert controller_env["GPUCAAS_CONTROLLER_API_SECRETS_CLUSTER_ROLE"] == TENANT_SECRETS
+    assert controller_env["GPUCAAS_CONTROLLER_API_SERVICE_ACCOUNT"] == "gpucaas-system/gpucaas-api"
     # each binding ties one component's role to that component's own ServiceAccount
     for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         name = component(binding)

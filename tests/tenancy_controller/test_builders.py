@@ -196,3 +196,29 @@ def test_network_policy_internet_and_nfs_host_name_resolved():
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": PRIVATE4}}, {"ipBlock": {"cidr": "::/0", "except": PRIVATE6}}]},
         {"to": [{"ipBlock": {"cidr": "10.9.0.7/32"}}, {"ipBlock": {"cidr": "10.9.0.8/32"}}], "ports": nfs_ports},
     ]
+
+
+def test_resource_quota_with_cpu_and_memory():
+    hard = builders.build_resource_quota(tenancy(gpu_quota=16, cpu_quota="392", memory_quota="3600Gi"))["spec"]["hard"]
+    assert hard == {
+        "requests.nvidia.com/gpu": "16",
+        "pods": "50",
+        "persistentvolumeclaims": "1",
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
+        "limits.cpu": "392",
+        "limits.memory": "3600Gi",
+        "requests.hugepages-1Gi": "3600Gi",
+    }
+
+
+def test_api_secrets_role_binding():
+    access = builders.ApiAccess("gpucaas-system", "gpucaas-api", "gpucaas-api-tenant-secrets")
+    assert builders.build_api_secrets_role_binding(tenancy(), access) == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "gpucaas-api-tenant-secrets", "namespace": "tenant-acme", "labels": LABELS,
+                     "ownerReferences": [OWNER]},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpucaas-api-tenant-secrets"},
+        "subjects": [{"kind": "ServiceAccount", "name": "gpucaas-api", "namespace": "gpucaas-system"}],
+    }

@@ -57,3 +57,24 @@ def test_invalid(name, spec, field, says):
     assert info.value.field == field
     assert says in info.value.detail
     assert str(info.value).startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [({"cpuQuota": "lots"}, "spec.cpuQuota"), ({"cpuQuota": 96}, "spec.cpuQuota"),
+     ({"memoryQuota": "1TB"}, "spec.memoryQuota")],
+    ids=["cpu-word", "cpu-integer", "memory-decimal-unit"],
+)
+def test_invalid_cpu_and_memory_quotas(spec, field):
+    body = tenancy_body("q")
+    body["spec"].update(spec)
+    with pytest.raises(InvalidSpec) as info:
+        parse_tenancy(body)
+    assert info.value.field == field and "must be a quantity" in info.value.detail
+
+
+def test_cpu_and_memory_quotas_parse():
+    body = tenancy_body("q")
+    body["spec"].update({"cpuQuota": "392", "memoryQuota": "3600Gi"})
+    spec = parse_tenancy(body).spec
+    assert (spec.cpu_quota, spec.memory_quota) == ("392", "3600Gi")

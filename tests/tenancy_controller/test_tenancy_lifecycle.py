@@ -228,3 +228,25 @@ def test_create_ready_and_delete_on_the_emulator_or_a_real_cluster(api, controll
         api.delete("Tenancy", name)
         wait_for(lambda: api.get("Tenancy", name) is None, timeout=120, what="e2e tenancy deleted")
     assert api.get("PersistentVolume", builders.persistent_volume_name(name)) is None
+
+
+def test_api_secret_rights_and_cpu_memory_quota_reach_the_namespace(api, kubeconfig):
+    """With the API's ServiceAccount configured, each tenant namespace gets a RoleBinding that
+    lets the API keep Secrets there; the Tenancy's CPU and memory quotas reach its ResourceQuota."""
+    from .conftest import ControllerThread, controller_settings
+
+    settings = controller_settings(kubeconfig, api_service_account="gpucaas-system/gpucaas-api",
+                                   api_secrets_cluster_role="gpucaas-api-tenant-secrets")
+    ctl = ControllerThread(settings).start()
+    try:
+        api.create(new_tenancy("sized", gpu_quota=8))
+        merge_patch(api, "sized", {"spec": {"cpuQuota": "196", "memoryQuota": "1800Gi"}})
+        wait_for(lambda: (q := api.get("ResourceQuota", "tenant-quota", "tenant-sized"))
+                 and q["spec"]["hard"].get("limits.cpu") == "196", what="the CPU quota")
+        binding = api.get("RoleBinding", "gpucaas-api-tenant-secrets", "tenant-sized")
+        assert binding["roleRef"]["name"] == "gpucaas-api-tenant-secrets"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpucaas-api", "namespace": "gpucaas-system"}]
+        hard = api.get("ResourceQuota", "tenant-quota", "tenant-sized")["spec"]["hard"]
+        assert (hard["limits.memory"], hard["requests.hugepages-1Gi"]) == ("1800Gi", "1800Gi")
+    finally:
+        ctl.stop()

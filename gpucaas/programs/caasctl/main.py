@@ -41,18 +41,23 @@ def one_line(exc: Exception) -> str:
 
 app = typer.Typer(name="caasctl",
                   help="gpucaas from the command line. Tenants: run, ps, logs, cancel. Admins: partitions, nodes, "
-                       "GPUs, leases, tenancies, tokens, containers.",
+                       "GPUs, leases, tenancies, tokens, containers, secrets.",
                   no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=_OneLineErrors)
 partitions_app = typer.Typer(help="NVLink partitions (Fabric Manager).", no_args_is_help=True)
 gpus_app = typer.Typer(help="GPUs: list, quarantine, release.", no_args_is_help=False, invoke_without_command=True)
 tenancies_app = typer.Typer(help="Tenancies: create, list, describe, delete.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens of a tenancy.", no_args_is_help=True)
 containers_app = typer.Typer(help="Containers of every tenancy.", no_args_is_help=True)
+secrets_app = typer.Typer(help="A tenancy's secrets (names only; values are never shown).", no_args_is_help=True)
+registry_app = typer.Typer(help="A tenancy's registry credentials (server and user; never the password).",
+                           no_args_is_help=True)
 app.add_typer(partitions_app, name="partitions")
 app.add_typer(gpus_app, name="gpus")
 app.add_typer(tenancies_app, name="tenancies")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(containers_app, name="containers")
+app.add_typer(secrets_app, name="secrets")
+app.add_typer(registry_app, name="registry-credentials")
 
 Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")]
 NodeOpt = Annotated[str | None, typer.Option("--node", "-n", help="Only this node.")]
@@ -287,16 +292,21 @@ def tenancies_delete(ctx: typer.Context, name: str,
 @tokens_app.command("issue")
 def tokens_issue(ctx: typer.Context, tenancy: str,
                  name: Annotated[str | None, typer.Option(help="A label for the token.")] = None,
+                 scope: Annotated[str | None, typer.Option(help="read, submit or admin (default admin).")] = None,
+                 expires_at: Annotated[str | None, typer.Option(help="Expiry, UTC ISO 8601 (e.g. 2027-01-01T00:00:00Z).")] = None,
                  output: Output = Format.table) -> None:
     """Issue a token for a tenancy (shown once)."""
-    emit(_api(ctx).post(f"/v1/admin/tenancies/{tenancy}/tokens", {"name": name} if name else {}), output)
+    body = {k: v for k, v in (("name", name), ("scope", scope), ("expires_at", expires_at)) if v is not None}
+    emit(_api(ctx).post(f"/v1/admin/tenancies/{tenancy}/tokens", body), output)
 
 
 @tokens_app.command("list")
 def tokens_list(ctx: typer.Context, tenancy: str, output: Output = Format.table) -> None:
-    """List a tenancy's tokens (ids only; secrets are never shown again)."""
+    """List a tenancy's tokens (ids only; secrets are never shown again) with scope, expiry and last use."""
     emit(_api(ctx).get(f"/v1/admin/tenancies/{tenancy}/tokens")["data"], output,
-         [("ID", lambda r: r["id"]), ("NAME", lambda r: r.get("name")), ("CREATED", lambda r: r.get("created_at"))])
+         [("ID", lambda r: r["id"]), ("NAME", lambda r: r.get("name")), ("SCOPE", lambda r: r.get("scope")),
+          ("EXPIRES", lambda r: r.get("expires_at")), ("LAST USED", lambda r: r.get("last_used_at")),
+          ("CREATED", lambda r: r.get("created_at"))])
 
 
 @tokens_app.command("revoke")
@@ -309,8 +319,8 @@ def tokens_revoke(ctx: typer.Context, tenancy: str, token_id: str, output: Outpu
 # --- containers ----------------------------------------------------------------------------------------
 CONTAINER_COLUMNS = [
     ("ID", lambda r: r["id"]), ("TENANCY", lambda r: r["tenancy"]), ("IMAGE", lambda r: r["image"]),
-    ("GPUs", lambda r: r["gpus"]), ("STATUS", lambda r: r["status"]), ("NODE", lambda r: r.get("node_name")),
-    ("CREATED", lambda r: r.get("created_at")),
+    ("GPUs", lambda r: r["gpus"]), ("STATUS", lambda r: r["status"]), ("EXIT", lambda r: r.get("exit_code")),
+    ("NODE", lambda r: r.get("node_name")), ("CREATED", lambda r: r.get("created_at")),
 ]
 
 
@@ -336,6 +346,43 @@ def containers_logs(ctx: typer.Context, container_id: str,
     """Print a container's logs."""
     for line in _api(ctx).stream_lines(f"/v1/containers/{container_id}/logs", follow=str(follow).lower()):
         typer.echo(line)
+
+
+@containers_app.command("events")
+def containers_events(ctx: typer.Context, container_id: str, output: Output = Format.table) -> None:
+    """A container's timeline: queued, scheduled (or why not), GPUs allocated, pulling, running, finished."""
+    emit(_api(ctx).get(f"/v1/containers/{container_id}/events")["data"], output,
+         [("TIME", lambda r: r["time"]), ("KIND", lambda r: r["kind"]), ("MESSAGE", lambda r: r["message"]),
+          ("SOURCE", lambda r: r["source"])])
+
+
+@secrets_app.command("list")
+def secrets_list(ctx: typer.Context, tenancy: str, output: Output = Format.table) -> None:
+    """List a tenancy's secrets by name."""
+    emit(_api(ctx).get("/v1/secrets", tenancy=tenancy)["data"], output,
+         [("NAME", lambda r: r["name"]), ("CREATED", lambda r: r.get("created_at"))])
+
+
+@secrets_app.command("delete")
+def secrets_delete(ctx: typer.Context, tenancy: str, name: str, output: Output = Format.table) -> None:
+    """Delete one of a tenancy's secrets (containers referencing it can no longer start)."""
+    _api(ctx).delete(f"/v1/secrets/{name}?tenancy={tenancy}")
+    emit({"deleted": name, "tenancy": tenancy}, output)
+
+
+@registry_app.command("list")
+def registry_list(ctx: typer.Context, tenancy: str, output: Output = Format.table) -> None:
+    """List a tenancy's registry credentials (server and username)."""
+    emit(_api(ctx).get("/v1/registry-credentials", tenancy=tenancy)["data"], output,
+         [("SERVER", lambda r: r["server"]), ("USERNAME", lambda r: r["username"]),
+          ("CREATED", lambda r: r.get("created_at"))])
+
+
+@registry_app.command("delete")
+def registry_delete(ctx: typer.Context, tenancy: str, server: str, output: Output = Format.table) -> None:
+    """Forget a tenancy's credential for one registry server."""
+    _api(ctx).delete(f"/v1/registry-credentials/{server}?tenancy={tenancy}")
+    emit({"deleted": server, "tenancy": tenancy}, output)
 
 
 @containers_app.command("cancel")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import signal
 import threading
 from typing import Annotated
@@ -79,10 +80,7 @@ def command(
     console.print(f"  kubeconfig     {sandbox.kubeconfig}")
     console.print()
     console.print("Try, as the tenant 'demo':")
-    console.print(f"  curl --cacert {sandbox.tls.ca_cert} -H 'Authorization: Bearer {sandbox.tenant_token}' \\\n"
-                  f"       -H 'Content-Type: application/json' \\\n"
-                  f"       -d '{{\"image\": \"nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8\", \"gpus\": 2}}' \\\n"
-                  f"       {sandbox.api_url}/v1/containers", soft_wrap=True)
+    console.print("  " + shlex.join(runner.tenant_curl(sandbox)), soft_wrap=True, markup=False, highlight=False)
     console.print("and as the admin, with caasctl (in .venv/bin: `source .venv/bin/activate` first):")
     console.print("  " + runner.env_summary(sandbox).replace("\n", "\n  "), soft_wrap=True)
     console.print("  caasctl nodes; caasctl containers list; caasctl partitions list --node gpu-node-a; caasctl gpus")

@@ -212,6 +212,22 @@ def cluster_objects() -> list[dict[str, Any]]:
     return [*chart, *(c for c in crd_manifests() if c["metadata"]["name"] not in names), cilium]
 
 
+def api_secret_rights(chart_objects: list[dict[str, Any]] | None) -> dict[str, str]:
+    """What the chart's controller Deployment tells the controller so that each tenant namespace
+    gets the RoleBinding giving the API its Secret rights there (the API's ServiceAccount and the
+    tenant-secrets ClusterRole, both as the chart names them)."""
+    from gpucaas.programs.chart import NAMESPACE
+
+    objects = chart_objects if chart_objects is not None else identities.cluster_side()
+    api_sa = identities.service_accounts(objects).get("api")
+    role = next((o["metadata"]["name"] for o in objects
+                 if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-tenant-secrets")), None)
+    if api_sa is None or role is None:
+        return {}
+    return {"GPUCAAS_CONTROLLER_API_SERVICE_ACCOUNT": f"{NAMESPACE}/{api_sa}",
+            "GPUCAAS_CONTROLLER_API_SECRETS_CLUSTER_ROLE": role}
+
+
 def tenant_pod_security_level() -> str:
     """The Pod Security level tenant namespaces enforce: values-production.yaml's, as on a production install.
 
@@ -311,7 +327,8 @@ def start(
         say("starting the tenancy and GPU lease controller")
         sup.start(ServiceSpec("controller", ["controller", "--standalone", "--kubeconfig", str(kc("controller"))],
                               env={**kube_env("controller"),
-                                   "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level()},
+                                   "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level(),
+                                   **api_secret_rights(chart_objects)},
                               ready=None))
 
         node_paths: list[NodePaths] = []
@@ -425,6 +442,15 @@ def env_summary(sandbox: Sandbox) -> str:
         f"export GPUCAAS_CONFIG={caasctl_config_path(sandbox)}   # caasctl: URL, admin token, CA, fabric sockets",
         f"export KUBECONFIG={sandbox.kubeconfig}   # kubectl/the kubernetes client: the emulated cluster",
     ])
+
+
+def tenant_curl(sandbox: Sandbox) -> list[str]:
+    """The first request a tenant makes (the sandbox prints it; tests run it): submit a 2-GPU
+    container. JSON needs its Content-Type, or the API answers 422."""
+    body = '{"image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": 2}'
+    return ["curl", "-sS", "--fail-with-body", "--cacert", str(sandbox.tls.ca_cert),
+            "-H", f"Authorization: Bearer {sandbox.tenant_token}", "-H", "Content-Type: application/json",
+            "-d", body, f"{sandbox.api_url}/v1/containers"]
 
 
 def default_state_dir() -> Path:

@@ -10,12 +10,22 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from services.api.errors import ERROR_RESPONSES
-from services.api.routes import cluster, containers, gpus, health, tenancies
+from services.api.routes import (
+    cluster,
+    container_events,
+    containers,
+    gpus,
+    health,
+    registry_credentials,
+    secrets,
+    tenancies,
+)
 
 # What the edge may answer on any path, before a route runs.
 EDGE_RESPONSES = {code: ERROR_RESPONSES[code] for code in (400, 413, 429)}
 
 api_router = APIRouter()
 api_router.include_router(health.router, responses=EDGE_RESPONSES)
-for _router in (containers.router, containers.admin_router, tenancies.router, cluster.router, gpus.router):
+for _router in (containers.router, container_events.router, containers.admin_router, tenancies.router,
+                cluster.router, gpus.router, secrets.router, registry_credentials.router):
     api_router.include_router(_router, responses=ERROR_RESPONSES)

@@ -5,14 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-import anyio
-
 from fastapi import APIRouter, Header, Path as FPath, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from gpucaas.core import crds
-from services.api import crud, errors, images
+from services.api import crud, errors, images, log_archive, log_stream, sizing, tenant_secrets
 from services.api.deps import AdminUser, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api.limits import Limiter
@@ -23,7 +21,9 @@ from services.api.models import (
     ContainerPublic,
     ContainersPublic,
     ContainerStatus,
+    Tenancy,
     TenancyName,
+    redacted_env,
 )
 
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
@@ -52,7 +52,9 @@ _JSON_ERRORS: dict[int | str, dict[str, object]] = {
 
 
 def to_public(row: Container) -> ContainerPublic:
-    return ContainerPublic.model_validate(row, update={"namespace": crds.tenant_namespace(row.tenancy)})
+    return ContainerPublic.model_validate(
+        row, update={"namespace": crds.tenant_namespace(row.tenancy), "env": redacted_env(row.env)}
+    )
 
 
 def _not_found(container_id: str) -> errors.NotFound:
@@ -66,6 +68,38 @@ def _visible(session: SessionDep, caller: CurrentTenant, container_id: str) -> C
     return row
 
 
+def _check_size(settings: SettingsDep, body: ContainerCreate, tenancy: Tenancy | None) -> None:
+    """Overrides of the per-GPU sizing must fit in the tenancy's CPU and memory quota."""
+    if tenancy is None or not (body.cpu or body.memory or body.shm_size):
+        return
+    share = settings.share
+    size = sizing.size_for(share, body.gpus, cpu=body.cpu, memory=body.memory, shm_size=body.shm_size)
+    quota = sizing.tenancy_quota(share, tenancy.gpu_quota)
+    if size.cpu_milli > quota["cpu_milli"]:
+        raise errors.Invalid(f"cpu: {sizing.format_cpu(size.cpu_milli)} is more than tenancy {tenancy.name!r} "
+                             f"may use ({sizing.format_cpu(quota['cpu_milli'])} CPUs)")
+    if size.memory_bytes > quota["memory_bytes"]:
+        raise errors.Invalid(f"memory: {sizing.format_bytes(size.memory_bytes)} is more than tenancy "
+                             f"{tenancy.name!r} may use ({sizing.format_bytes(quota['memory_bytes'])})")
+    if size.shm_bytes > size.memory_bytes:
+        raise errors.Invalid(f"shm_size: {sizing.format_bytes(size.shm_bytes)} is more than the container's memory "
+                             f"({sizing.format_bytes(size.memory_bytes)}); /dev/shm lives in the VM's memory")
+
+
+def _check_secret_refs(kube: KubeDep, tenancy: str, refs: dict[str, str]) -> None:
+    """Refuse env references to secrets that do not exist, when Kubernetes answers now
+    (when it does not, the submission is kept and the worker checks before the pod)."""
+    try:
+        objs = kube.list_secrets_metadata(crds.tenant_namespace(tenancy),
+                                          tenant_secrets.selector(tenant_secrets.KIND_SECRET))
+    except KubeError:
+        return
+    have = {tenant_secrets.public_secret(o)["name"] for o in objs}
+    missing = [f"env.{var}: secret {name!r} not found" for var, name in sorted(refs.items()) if name not in have]
+    if missing:
+        raise errors.Invalid("; ".join(missing) + " (create it first with POST /v1/secrets)")
+
+
 @router.post("", status_code=202, response_model=ContainerPublic)
 def submit_container(
     body: ContainerCreate,
@@ -73,6 +107,7 @@ def submit_container(
     caller: CurrentTenant,
     settings: SettingsDep,
     worker: WorkerDep,
+    kube: KubeDep,
     request: Request,
     response: Response,
     idempotency_key: Annotated[
@@ -98,6 +133,9 @@ def submit_container(
         name = body.tenancy or caller.tenancy or ""
         if name != caller.tenancy:  # another tenancy's name: as if it did not exist
             raise errors.NotFound(f"tenancy {name!r} not found")
+    _check_size(settings, body, crud.get_tenancy(session, name=name))
+    if body.secret_refs:
+        _check_secret_refs(kube, name, body.secret_refs)
     row, created = crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key)
     if created:
         request.app.state.metrics.submissions.inc()
@@ -152,13 +190,17 @@ def container_logs(
     follow: bool = False,
     tail_lines: Annotated[int | None, Query(ge=1, le=100000)] = None,
 ) -> Response:
-    """The container's output (from its pod); ``follow=true`` streams until it ends.
+    """The container's output: live from its pod (``follow=true`` streams until it ends),
+    or, once it has finished, the tail kept by the API (served after the pod is gone).
 
     A follow holds no database connection (the session is closed before streaming)
-    and no worker thread while it waits; each token and tenancy may hold a bounded
-    number of them at once (429 with Retry-After beyond).
+    and no shared worker thread while it waits; each token and tenancy may hold a
+    bounded number of them at once (429 with Retry-After beyond).
     """
     row = _visible(session, caller, container_id)
+    kept = log_archive.get(session, container_id=row.id) if row.status in TERMINAL_STATUSES else None
+    if kept is not None:
+        return PlainTextResponse(log_archive.tail_lines(kept.text, tail_lines))
     session.close()  # give the connection back now, not when the stream ends
     if not row.pod_created:
         raise errors.Conflict(f"container {container_id!r} has no pod yet (status {row.status})")
@@ -170,7 +212,10 @@ def container_logs(
         resp = kube.pod_log(crds.tenant_namespace(row.tenancy), row.pod_name, follow=follow, tail_lines=tail_lines)
     except KubeNotFound as exc:
         release()
-        raise errors.NotFound(f"the pod of container {container_id!r} no longer exists") from exc
+        kept = log_archive.get(session, container_id=row.id)
+        if kept is not None:  # the pod went while the container was being marked finished
+            return PlainTextResponse(log_archive.tail_lines(kept.text, tail_lines))
+        raise errors.NotFound(f"the pod of container {container_id!r} no longer exists and no log was kept") from exc
     except KubeError as exc:
         release()
         raise errors.Unavailable(f"logs unavailable: {exc}") from exc
@@ -184,27 +229,12 @@ def container_logs(
         finally:
             resp.release_conn()
 
-    reads = anyio.CapacityLimiter(1)  # one thread per stream, outside the shared pool
-
     async def chunks() -> AsyncIterator[bytes]:
-        # Each blocking read runs in a thread that is abandoned when the client goes away;
-        # shutting the upstream response down then ends that read too.
-        stream = resp.stream(4096, decode_content=True)
         try:
-            while True:
-                try:
-                    chunk = await anyio.to_thread.run_sync(
-                        next, stream, None, abandon_on_cancel=True, limiter=reads
-                    )
-                except Exception:  # noqa: BLE001 - the pod or the API server went away: end the stream
-                    return
-                if chunk is None:
-                    return
+            async for chunk in log_stream.relay(resp):
                 yield chunk
         finally:
             release()
-            resp.shutdown()
-            resp.release_conn()
 
     # The background task releases the slot too, should the body never start.
     return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8", background=BackgroundTask(release))

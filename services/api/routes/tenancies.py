@@ -11,8 +11,9 @@ from fastapi import APIRouter, Path, Response
 
 from services.api import crud, errors, pods
 from gpucaas.core.kube import KubeError
-from services.api.deps import AdminUser, KubeDep, SessionDep, WorkerDep
+from services.api.deps import AdminUser, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.kube import Kube
+from services.api.settings import Settings
 from services.api.models import (
     Tenancy,
     TenanciesPublic,
@@ -46,7 +47,7 @@ def _get(session: SessionDep, name: str) -> Tenancy:
     return row
 
 
-def _push(kube: Kube, row: Tenancy) -> None:
+def _push(kube: Kube, row: Tenancy, settings: Settings) -> None:
     """Upsert the custom resource now if Kubernetes answers (the worker repeats it anyway)."""
     try:
         kube.upsert_tenancy(
@@ -56,6 +57,7 @@ def _push(kube: Kube, row: Tenancy) -> None:
                 pod_quota=row.pod_quota,
                 allow_internet=row.allow_internet,
                 nfs=row.nfs,
+                share=settings.share,
             )
         )
     except KubeError as exc:
@@ -63,10 +65,12 @@ def _push(kube: Kube, row: Tenancy) -> None:
 
 
 @router.post("", status_code=201, response_model=TenancyPublic)
-def create_tenancy(body: TenancyCreate, session: SessionDep, kube: KubeDep, _admin: AdminUser) -> TenancyPublic:
+def create_tenancy(
+    body: TenancyCreate, session: SessionDep, kube: KubeDep, settings: SettingsDep, _admin: AdminUser
+) -> TenancyPublic:
     """Create a tenancy (and its Tenancy custom resource)."""
     row = crud.create_tenancy(session, data=body)
-    _push(kube, row)
+    _push(kube, row, settings)
     return _public(row)
 
 
@@ -87,11 +91,12 @@ def get_tenancy(name: TenancyName, session: SessionDep, _admin: AdminUser) -> Te
 
 @router.patch("/{name}", response_model=TenancyPublic)
 def update_tenancy(
-    name: TenancyName, body: TenancyUpdate, session: SessionDep, kube: KubeDep, _admin: AdminUser
+    name: TenancyName, body: TenancyUpdate, session: SessionDep, kube: KubeDep, settings: SettingsDep,
+    _admin: AdminUser,
 ) -> TenancyPublic:
     """Change quotas, internet access or storage; the custom resource follows."""
     row = crud.update_tenancy(session, tenancy=_get(session, name), data=body)
-    _push(kube, row)
+    _push(kube, row, settings)
     return _public(row, crud.active_gpus(session, tenancy=name))
 
 
@@ -119,7 +124,8 @@ def issue_token(
 ) -> TokenIssued:
     """Issue a tenant token bound to this tenancy; the secret is shown only here."""
     _get(session, name)
-    row, secret = crud.create_token(session, tenancy=name, name=body.name if body else None)
+    body = body or TokenCreate()
+    row, secret = crud.create_token(session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at)
     return TokenIssued.model_validate(row, update={"token": secret})
 
 

@@ -2,8 +2,8 @@
 a deleted tenancy (hidden from a new tenancy of the same name, kept for the admin until
 retention prunes them).
 
-Revision ID: 0002_container_history
-Revises: 0001
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-11-22
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_container_history"
-down_revision = "0001"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,112 @@
+"""A container's timeline, assembled from what the API, its pod and the cluster recorded (pure).
+
+Entries come from: the API's own row (queued, finished/cancelled: these stay after the pod
+is gone); the pod's status (``PodScheduled`` condition, container start and end);
+core/v1 Events about the pod (scheduler ``Scheduled``/``FailedScheduling``, kubelet
+``Pulling``/``Pulled``/``Failed``/``BackOff``/``Started``/``Killing``); and the GPULeases
+the device plugin writes when it allocates the pod's GPUs, i.e. when their NVLink
+partition was activated (``status.holder.since``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+# kubelet/scheduler Event reason -> timeline kind
+EVENT_KINDS = {
+    "Scheduled": "scheduled",
+    "DevicesAllocated": "partition-activated",  # the kubelet got the devices from the plugin (Allocate activated the partition)
+    "FailedScheduling": "waiting",
+    "Pulling": "pulling",
+    "Pulled": "pulled",
+    "Failed": "failed",
+    "BackOff": "waiting",
+    "ErrImageNeverPull": "failed",
+    "Created": "created",
+    "Started": "running",
+    "Killing": "stopping",
+    "DeadlineExceeded": "stopping",
+}
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        dt = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(value)
+
+
+def _entry(time: Any, kind: str, message: str, source: str) -> dict[str, Any] | None:
+    stamp = _iso(time)
+    if stamp is None:
+        return None
+    return {"time": stamp, "kind": kind, "message": message, "source": source}
+
+
+def timeline(
+    *,
+    container: Mapping[str, Any],
+    pod: Mapping[str, Any] | None = None,
+    pod_events: Iterable[Mapping[str, Any]] = (),
+    leases: Iterable[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Entries ``{time, kind, message, source}`` in time order (``container`` is the API row as a dict)."""
+    out: list[dict[str, Any] | None] = [
+        _entry(container.get("created_at"), "queued", f"accepted with {container.get('gpus')} GPU(s)", "api")
+    ]
+    seen_scheduled = False
+    for ev in pod_events:
+        kind = EVENT_KINDS.get(str(ev.get("reason")))
+        if kind is None:
+            continue
+        when = ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp") or \
+            (ev.get("metadata") or {}).get("creationTimestamp")
+        count = ev.get("count") or 1
+        text = str(ev.get("message") or ev.get("reason"))
+        out.append(_entry(when, kind, text + (f" (x{count})" if count > 1 else ""), "kubernetes"))
+        seen_scheduled = seen_scheduled or kind == "scheduled"
+    if pod is not None:
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        for cond in status.get("conditions") or []:
+            if cond.get("type") != "PodScheduled":
+                continue
+            if cond.get("status") == "True" and not seen_scheduled:
+                out.append(_entry(cond.get("lastTransitionTime"), "scheduled",
+                                  f"on node {spec.get('nodeName') or '?'}", "pod"))
+            elif cond.get("status") == "False":
+                out.append(_entry(cond.get("lastTransitionTime"), "waiting",
+                                  str(cond.get("message") or cond.get("reason") or "not scheduled yet"), "pod"))
+        for cs in status.get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            if "running" in state:
+                out.append(_entry((state["running"] or {}).get("startedAt"), "running", "the container started", "pod"))
+            if "terminated" in state:
+                t = state["terminated"] or {}
+                out.append(_entry(t.get("startedAt"), "running", "the container started", "pod"))
+        if status.get("startTime") and not status.get("containerStatuses") and status.get("phase") == "Running":
+            out.append(_entry(status.get("startTime"), "running", "the container started", "pod"))
+    held = [ls for ls in leases if ((ls.get("status") or {}).get("holder") or {}).get("since")]
+    if held:
+        since = min(ls["status"]["holder"]["since"] for ls in held)
+        nodes = sorted({(ls.get("spec") or {}).get("node", "?") for ls in held})
+        pcis = sorted((ls.get("spec") or {}).get("pciAddress", "?") for ls in held)
+        out.append(_entry(since, "partition-activated",
+                          f"{len(held)} GPU(s) allocated on {', '.join(nodes)}: {', '.join(pcis)}", "device-plugin"))
+    status_name = container.get("status")
+    if status_name in ("Succeeded", "Failed", "Cancelled"):
+        text = container.get("message") or status_name
+        if container.get("exit_code") is not None and "exit code" not in str(text):
+            text = f"{text} (exit code {container['exit_code']})"
+        out.append(_entry(container.get("finished_at"), "finished" if status_name != "Cancelled" else "cancelled",
+                          f"{status_name}: {text}", "api"))
+    entries = [e for e in out if e is not None]
+    # drop exact duplicates (a terminated state and a Started event may say the same)
+    unique: list[dict[str, Any]] = []
+    for e in entries:
+        if e not in unique:
+            unique.append(e)
+    return sorted(unique, key=lambda e: e["time"])

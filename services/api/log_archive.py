@@ -1,0 +1,56 @@
+"""Kept logs: the tail of a container's output, copied into the database when it ends.
+
+Kubernetes forgets a pod's log with the pod (the kubelet keeps it only while the pod
+exists). The worker copies the last ``log_archive_bytes`` of the ``main`` container's
+log when the pod reaches ``Succeeded``/``Failed`` and just before it deletes the pod of a
+cancelled container; ``GET /v1/containers/{id}/logs`` serves that copy once the
+container has finished. The cut falls on a line boundary where one exists.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
+
+from services.api.models import ContainerLog, utcnow
+
+
+def bounded_tail(text: str, max_bytes: int) -> tuple[str, bool]:
+    """The last ``max_bytes`` (UTF-8) of ``text``, cut after a newline when possible."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text, False
+    tail = data[-max_bytes:]
+    newline = tail.find(b"\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1 :]
+    return tail.decode(errors="ignore"), True
+
+
+def get(session: Session, *, container_id: str) -> ContainerLog | None:
+    return session.get(ContainerLog, container_id)
+
+
+def keep(session: Session, *, container_id: str, tenancy: str, text: str, max_bytes: int) -> ContainerLog:
+    """Store (or replace) the kept log of a container, bounded to ``max_bytes``."""
+    kept, truncated = bounded_tail(text, max_bytes)
+    row = session.get(ContainerLog, container_id)
+    if row is None:
+        row = ContainerLog(container_id=container_id, tenancy=tenancy, text=kept, truncated=truncated)
+    else:
+        row.text, row.truncated, row.captured_at = kept, truncated, utcnow()
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:  # another replica kept it first: theirs is as good
+        session.rollback()
+        existing = session.get(ContainerLog, container_id)
+        assert existing is not None
+        return existing
+    return row
+
+
+def tail_lines(text: str, lines: int | None) -> str:
+    if lines is None:
+        return text
+    return "".join(text.splitlines(keepends=True)[-lines:])

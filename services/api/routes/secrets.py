@@ -1,0 +1,109 @@
+"""Tenant secrets: write-only values kept as Kubernetes Secrets in the tenancy's namespace.
+
+Nothing of a value is stored in the API's database, logged, or returned: requests
+carry it straight into the Secret; listings read back names and times only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from gpucaas.core import crds
+from services.api import errors, tenant_scope, tenant_secrets
+from services.api.deps import CurrentTenant, KubeDep, SessionDep
+from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
+from services.api.kube import Kube
+from services.api.models import SecretCreate, SecretName, SecretPublic, SecretsPublic, SecretUpdate, TenancyName
+
+router = APIRouter(prefix="/v1/secrets", tags=["secrets"])
+
+TenancyQuery = Annotated[TenancyName | None, Query(description="Admin tokens only: the tenancy acted on.")]
+
+
+def write(kube: Kube, body: dict, *, replace: bool, what: str, tenancy: str) -> bool:
+    """Create/replace a Secret in the tenant namespace, translating Kubernetes' answers."""
+    try:
+        return kube.create_secret(body, replace=replace)
+    except KubeNotFound as exc:  # the namespace does not exist yet
+        raise errors.Conflict(
+            f"tenancy {tenancy!r} is not ready yet (its namespace does not exist); retry in a few seconds"
+        ) from exc
+    except (Invalid, Forbidden) as exc:
+        if isinstance(exc, Forbidden) and exc.is_rbac:  # the platform's RBAC gap, not the tenant's input
+            raise errors.Unavailable(f"cannot store the {what} now; retry later") from exc
+        raise errors.BadRequest(f"Kubernetes refused the {what}: {exc}") from exc
+    except KubeError as exc:
+        raise errors.Unavailable(f"cannot store the {what} now (Kubernetes unavailable); retry later") from exc
+
+
+def list_objects(kube: Kube, tenancy: str, kind: str) -> list[dict]:
+    try:
+        return kube.list_secrets_metadata(crds.tenant_namespace(tenancy), tenant_secrets.selector(kind))
+    except KubeNotFound:
+        return []
+    except KubeError as exc:
+        raise errors.Unavailable(f"cannot list now (Kubernetes unavailable): {exc}") from exc
+
+
+def remove(kube: Kube, tenancy: str, name: str) -> bool:
+    try:
+        return kube.delete_secret(crds.tenant_namespace(tenancy), name)
+    except KubeError as exc:
+        raise errors.Unavailable(f"cannot delete now (Kubernetes unavailable): {exc}") from exc
+
+
+def _find(kube: Kube, tenancy: str, name: str) -> SecretPublic:
+    for obj in list_objects(kube, tenancy, tenant_secrets.KIND_SECRET):
+        public = tenant_secrets.public_secret(obj)
+        if public["name"] == name:
+            return SecretPublic.model_validate(public)
+    raise errors.NotFound(f"secret {name!r} not found")
+
+
+@router.post("", status_code=201, response_model=SecretPublic)
+def create_secret(body: SecretCreate, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
+                  tenancy: TenancyQuery = None) -> SecretPublic:
+    """Store a secret (write-only); reference it from a container's env as ``{"secret": name}``."""
+    name = tenant_scope.resolve(session, caller, tenancy)
+    obj = tenant_secrets.build_secret(tenancy=name, name=body.name, value=body.value)
+    if not write(kube, obj, replace=False, what="secret", tenancy=name):
+        raise errors.Conflict(f"name: secret {body.name!r} already exists; PUT /v1/secrets/{body.name} replaces its value")
+    return _find(kube, name, body.name)
+
+
+@router.put("/{secret_name}", response_model=SecretPublic)
+def replace_secret(secret_name: SecretName, body: SecretUpdate, session: SessionDep, caller: CurrentTenant,
+                   kube: KubeDep, tenancy: TenancyQuery = None) -> SecretPublic:
+    """Replace a secret's value (or create it); running containers keep the value they started with."""
+    name = tenant_scope.resolve(session, caller, tenancy)
+    write(kube, tenant_secrets.build_secret(tenancy=name, name=secret_name, value=body.value), replace=True,
+          what="secret", tenancy=name)
+    return _find(kube, name, secret_name)
+
+
+@router.get("", response_model=SecretsPublic)
+def list_secrets(session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None) -> SecretsPublic:
+    """The tenancy's secrets, by name (values are never returned)."""
+    name = tenant_scope.resolve(session, caller, tenancy)
+    rows = sorted((tenant_secrets.public_secret(o) for o in list_objects(kube, name, tenant_secrets.KIND_SECRET)),
+                  key=lambda r: r["name"])
+    return SecretsPublic(data=[SecretPublic.model_validate(r) for r in rows], count=len(rows))
+
+
+@router.get("/{secret_name}", response_model=SecretPublic)
+def get_secret(secret_name: SecretName, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
+               tenancy: TenancyQuery = None) -> SecretPublic:
+    """One secret's name and creation time (never its value)."""
+    return _find(kube, tenant_scope.resolve(session, caller, tenancy), secret_name)
+
+
+@router.delete("/{secret_name}", status_code=204)
+def delete_secret(secret_name: SecretName, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
+                  tenancy: TenancyQuery = None) -> Response:
+    """Delete a secret; containers that reference it can no longer start."""
+    name = tenant_scope.resolve(session, caller, tenancy)
+    if not remove(kube, name, tenant_secrets.secret_object_name(secret_name)):
+        raise errors.NotFound(f"secret {secret_name!r} not found")
+    return Response(status_code=204)

@@ -1,0 +1,32 @@
+"""What a tenant token's scope lets it do (pure), decided from the request's method and path.
+
+* ``read``: look only (GET/HEAD): containers, their logs and events, secret names.
+* ``submit``: also submit and cancel containers.
+* ``admin``: also manage the tenancy's secrets and registry credentials.
+
+Admin tokens (bound to no tenancy) carry ``admin`` and the admin endpoints check them
+apart. Deciding here from method and path keeps the rule in one place, and any new
+write endpoint is refused to ``read`` tokens by default.
+"""
+
+from __future__ import annotations
+
+READ, SUBMIT, ADMIN = "read", "submit", "admin"
+SCOPES = (READ, SUBMIT, ADMIN)
+_RANK = {READ: 0, SUBMIT: 1, ADMIN: 2}
+_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+_SUBMIT_PREFIXES = ("/v1/containers",)
+
+
+def needed(method: str, path: str) -> str:
+    """The least scope a request needs."""
+    if method.upper() in _SAFE:
+        return READ
+    if any(path == p or path.startswith(p + "/") for p in _SUBMIT_PREFIXES):
+        return SUBMIT
+    return ADMIN
+
+
+def allows(scope: str | None, method: str, path: str) -> bool:
+    have = _RANK.get(scope or ADMIN, -1)
+    return have >= _RANK[needed(method, path)]

@@ -1,0 +1,150 @@
+"""Logs that stream and stay: a followed log ends with a complete body when the container
+ends or is cancelled (read with httpx and with ``curl -N``), and the tail of every
+finished container's log is kept by the API and served after its pod is gone."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as kc
+
+from gpucaas.devtools.waiting import wait_for
+from tests.api.conftest import new_tenancy
+from tests.api.harness import ApiServer
+from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
+
+TERMINATED_OK = {"phase": "Succeeded", "containerStatuses": [
+    {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+     "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}}}]}
+
+
+@pytest.fixture
+def api(kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str) -> ApiServer:
+    return serve(database_url, kubeconfig, log_archive_bytes=2048)
+
+
+@pytest.fixture
+def ca_file(tls_ca: Any, tmp_path: Path) -> Path:
+    path = tmp_path / "ca.pem"
+    tls_ca.cert_pem.write_to_path(path)
+    return path
+
+
+def _started(api: ApiServer, k8s: Any, tenancy: str) -> tuple[str, str, str]:
+    """A tenancy with a token and one container whose pod exists: (token, container id, pod)."""
+    with api.client() as admin:
+        token = new_tenancy(admin, tenancy)
+    mark_tenancy_ready(k8s, tenancy)
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
+        wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Pending")
+    return token, cid, f"gpucaas-{cid}"
+
+
+def _curl(api: ApiServer, ca_file: Path, token: str, path: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["curl", "-sS", "-N", "--fail", "--cacert", str(ca_file), "-H", f"Authorization: Bearer {token}",
+         f"{api.base_url}{path}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def test_httpx_reads_a_followed_log_to_its_end_when_the_container_ends(api: ApiServer, k8s: Any, kube_emulator: Any) -> None:
+    token, cid, pod = _started(api, k8s, "follow")
+    kube_emulator.set_pod_log("tenant-follow", pod, "step 1\n", container="main")
+    with api.client(token) as c, c.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}) as stream:
+        lines = stream.iter_lines()
+        assert next(lines) == "step 1"
+        kube_emulator.set_pod_log("tenant-follow", pod, "step 2\nResult = PASS\n", container="main")
+        assert next(lines) == "step 2"
+        set_pod_status(k8s, "tenant-follow", pod, TERMINATED_OK)
+        rest = list(lines)  # raises httpx.RemoteProtocolError if the chunked body is cut
+    assert rest == ["Result = PASS"]
+    assert stream.is_closed
+
+
+def test_curl_follow_exits_0_with_the_whole_log_on_completion(
+    api: ApiServer, k8s: Any, kube_emulator: Any, ca_file: Path
+) -> None:
+    if shutil.which("curl") is None:
+        pytest.fail("curl is needed (Debian package curl)")
+    token, cid, pod = _started(api, k8s, "curled")
+    kube_emulator.set_pod_log("tenant-curled", pod, "one\n", container="main")
+    proc = _curl(api, ca_file, token, f"/v1/containers/{cid}/logs?follow=true")
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    kube_emulator.set_pod_log("tenant-curled", pod, "two\n", container="main")
+    set_pod_status(k8s, "tenant-curled", pod, TERMINATED_OK)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert first + out == b"one\ntwo\n"
+
+
+def test_curl_follow_exits_0_when_the_container_is_cancelled_and_the_log_stays(
+    api: ApiServer, k8s: Any, kube_emulator: Any, ca_file: Path
+) -> None:
+    token, cid, pod = _started(api, k8s, "cancelled")
+    kube_emulator.set_pod_log("tenant-cancelled", pod, "epoch 1 loss 0.9\n", container="main")
+    proc = _curl(api, ca_file, token, f"/v1/containers/{cid}/logs?follow=true")
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"epoch 1 loss 0.9\n"
+    with api.client(token) as c:
+        assert c.delete(f"/v1/containers/{cid}").json()["status"] == "Cancelled"
+        out, err = proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        wait_for(lambda: get_pod(k8s, "tenant-cancelled", pod) is None)
+        kept = c.get(f"/v1/containers/{cid}/logs")
+    assert kept.status_code == 200 and kept.text == "epoch 1 loss 0.9\n"
+
+
+def test_a_client_that_leaves_a_follow_early_does_not_break_the_server(api: ApiServer, k8s: Any, kube_emulator: Any) -> None:
+    token, cid, pod = _started(api, k8s, "leaver")
+    kube_emulator.set_pod_log("tenant-leaver", pod, "hello\n", container="main")
+    with api.client(token) as c:
+        with c.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}) as stream:
+            assert next(stream.iter_lines()) == "hello"
+        # the server is still fine, and the same log can be followed again
+        assert c.get(f"/v1/containers/{cid}/logs").text == "hello\n"
+
+
+def test_the_log_of_a_finished_container_is_served_after_its_pod_is_gone(
+    api: ApiServer, k8s: Any, kube_emulator: Any
+) -> None:
+    token, cid, pod = _started(api, k8s, "kept")
+    lines = [f"line {i:04d} " + "x" * 40 + "\n" for i in range(200)]  # ~10 KB, kept: the last 2 KiB
+    kube_emulator.set_pod_log("tenant-kept", pod, "".join(lines), container="main")
+    set_pod_status(k8s, "tenant-kept", pod, TERMINATED_OK)
+    with api.client(token) as c:
+        wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Succeeded")
+        kc.CoreV1Api(k8s).delete_namespaced_pod(pod, "tenant-kept")
+        wait_for(lambda: get_pod(k8s, "tenant-kept", pod) is None)
+        r = wait_for(lambda: (r := c.get(f"/v1/containers/{cid}/logs")).status_code == 200 and r)
+        tail = c.get(f"/v1/containers/{cid}/logs", params={"tail_lines": 2})
+        followed = c.get(f"/v1/containers/{cid}/logs", params={"follow": "true"})
+    assert len(r.text.encode()) <= 2048
+    assert r.text.endswith(lines[-1]) and r.text.startswith("line ")  # cut on a line boundary
+    assert r.text == "".join(lines[-len(r.text.splitlines()):])
+    assert tail.text == lines[-2] + lines[-1]
+    assert followed.status_code == 200 and followed.text == r.text
+    with api.client() as admin:
+        other = new_tenancy(admin, "snoop")
+    with api.client(other) as snoop:  # another tenancy's kept log: exactly like a missing one
+        theirs = snoop.get(f"/v1/containers/{cid}/logs")
+        missing = snoop.get("/v1/containers/00000000000000000000/logs")
+    assert theirs.status_code == missing.status_code == 404
+    assert theirs.json()["detail"].replace(cid, "X") == missing.json()["detail"].replace("00000000000000000000", "X")
+
+
+def test_bounded_tail_cuts_on_a_line_boundary() -> None:
+    from services.api.log_archive import bounded_tail
+
+    cases = [("short\n", 100, ("short\n", False)), ("aaaa\nbbbb\ncccc\n", 11, ("bbbb\ncccc\n", True)), ("aaaa\nbbbb\ncccc\n", 9, ("cccc\n", True)),
+             ("no newline at all", 5, ("t all", True)), ("é" * 10, 5, ("éé", True))]
+    for text, limit, expected in cases:
+        assert bounded_tail(text, limit) == expected, (text, limit)

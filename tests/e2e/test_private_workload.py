@@ -1,0 +1,101 @@
+"""A paying tenant's first real workload, in the sandbox: a private image with a registry
+credential, a token from a secret, 8 GPUs sized like an 8-GPU VM; no endpoint and no
+database byte gives the secret back."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from kubernetes import client
+
+from gpucaas.programs.sandbox import runner
+
+from .conftest import Caller, wait_for, wait_status
+
+HF_VALUE = "hf_e2e_SECRET_7d41c0b9"
+NGC_KEY = "nvapi-e2e-NGC-5be2a8"
+IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
+
+
+def _created(caller: Caller, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST until the tenancy's namespace exists (409 'not ready yet' before that)."""
+    def attempt() -> dict[str, Any] | None:
+        status, out = caller.call("POST", path, body)
+        if status == 409 and "not ready yet" in str(out):
+            return None
+        assert status == 201, out
+        return out
+
+    return wait_for(attempt, what=f"POST {path}")
+
+
+def test_private_image_secret_env_and_gpu_sizing(sandbox: runner.Sandbox, tenant_factory, admin: Caller,
+                                                  k8s: client.ApiClient) -> None:
+    tenant = tenant_factory("paying")
+    cred = _created(tenant, "/v1/registry-credentials", {"server": "nvcr.io", "username": "$oauthtoken", "password": NGC_KEY})
+    secret = _created(tenant, "/v1/secrets", {"name": "hf", "value": HF_VALUE})
+    assert (cred["server"], secret["name"]) == ("nvcr.io", "hf")
+
+    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 8,
+                                                          "env": {"HF_TOKEN": {"secret": "hf"}, "EPOCHS": "3"}})
+    assert status == 202, body
+    cid = body["id"]
+    running = wait_status(tenant, cid, "Running", "Succeeded")
+    pod = k8s.sanitize_for_serialization(client.CoreV1Api(k8s).read_namespaced_pod(running["pod_name"], "tenant-paying"))
+    spec, main = pod["spec"], pod["spec"]["containers"][0]
+
+    # the pull uses the tenancy's registry credential, a dockerconfigjson Secret in its namespace
+    pulls = [s["name"] for s in spec["imagePullSecrets"]]
+    assert len(pulls) == 1
+    pull = client.CoreV1Api(k8s).read_namespaced_secret(pulls[0], "tenant-paying")
+    assert pull.type == "kubernetes.io/dockerconfigjson"
+    assert json.loads(base64.b64decode(pull.data[".dockerconfigjson"]))["auths"]["nvcr.io"]["password"] == NGC_KEY
+    # the variable comes from the Secret, not from a literal
+    env = {e["name"]: e for e in main["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gpucaas-secret-hf", "key": "value"}}}
+    value = client.CoreV1Api(k8s).read_namespaced_secret("gpucaas-secret-hf", "tenant-paying").data["value"]
+    assert base64.b64decode(value).decode() == HF_VALUE
+    # 8 x the per-GPU share of an HGX H100 node (24 CPUs, 224 GiB in 1 GiB hugepages), /dev/shm sized
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8", "cpu": "192", "memory": "1792Gi",
+                                           "hugepages-1Gi": "1792Gi"}
+    assert main["resources"]["requests"]["hugepages-1Gi"] == "1792Gi"
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in spec["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in main["volumeMounts"]
+    # the tenancy's quota covers CPU and memory too
+    quota = client.CoreV1Api(k8s).list_namespaced_resource_quota("tenant-paying").items[0].spec.hard
+    assert (quota["limits.cpu"], quota["limits.memory"]) == ("392", "3600Gi")
+
+    done = wait_status(tenant, cid, "Succeeded")
+    assert done["exit_code"] == 0
+    # nothing the API answers carries the value, to the tenant or the admin
+    reads = [tenant.call("GET", p) for p in ("/v1/containers", f"/v1/containers/{cid}", f"/v1/containers/{cid}/logs",
+                                             f"/v1/containers/{cid}/events", "/v1/secrets", "/v1/secrets/hf",
+                                             "/v1/registry-credentials")]
+    reads += [admin.call("GET", p) for p in ("/v1/admin/containers", "/v1/secrets?tenancy=paying",
+                                             "/v1/registry-credentials?tenancy=paying")]
+    for status, out in reads:
+        assert status == 200, out
+        text = json.dumps(out)
+        assert HF_VALUE not in text and NGC_KEY not in text
+    assert done["env"] == {"HF_TOKEN": {"secret": "hf"}, "EPOCHS": "<redacted>"}
+    status, events = tenant.call("GET", f"/v1/containers/{cid}/events")
+    kinds = [e["kind"] for e in events["data"]]
+    assert kinds[0] == "queued" and "partition-activated" in kinds and kinds[-1] == "finished", kinds
+    # and the API's database file (with its WAL) never held it
+    for path in sandbox.state_dir.glob("gpucaas.db*"):
+        data = path.read_bytes()
+        for needle in (HF_VALUE, NGC_KEY):
+            assert needle.encode() not in data and base64.b64encode(needle.encode()) not in data, path
+
+
+def test_the_sandbox_hint_works_as_printed(sandbox: runner.Sandbox) -> None:
+    """The curl line `gpucaas sandbox` prints for the tenant submits a container."""
+    import subprocess
+
+    done = subprocess.run(runner.tenant_curl(sandbox), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    body = json.loads(done.stdout)
+    assert body["status"] == "Queued" and body["gpus"] == 2 and body["tenancy"] == runner.DEMO_TENANCY
+    assert wait_status(Caller(sandbox, sandbox.tenant_token or ""), body["id"], "Succeeded")["exit_code"] == 0
