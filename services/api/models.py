@@ -316,8 +316,12 @@ class ContainerBase(SQLModel):
 class ContainerCreate(StrictInput, ContainerBase):
     """A submission: ``image`` (or the design's ``container-url``) and what to run it with."""
 
-    gpus: StrictInt = PField(default=1, ge=1, le=8)
-    timeout_seconds: StrictInt | None = PField(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+    gpus: StrictInt = PField(
+        default=1, ge=1, le=8, examples=[8],
+        description="GPUs passed through to the container's VM: 1-8 (1, 2, 4 or 8 get NVLink); a JSON integer.")
+    timeout_seconds: StrictInt | None = PField(
+        default=None, ge=1, le=MAX_TIMEOUT_SECONDS, examples=[3600],
+        description="Stop the container after this many seconds (up to 30 days); unset: no limit.")
 
     image: str | None = PField(
         None, max_length=1024,
