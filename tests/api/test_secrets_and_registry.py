@@ -71,7 +71,7 @@ def test_a_secret_is_write_only_and_lives_in_the_tenant_namespace(api: ApiServer
     [
         ({"name": "Bad_Name", "value": "x"}, "name"),
         ({"name": "hf", "value": ""}, "value"),
-        ({"name": "hf", "value": "a\x00b"}, "value"),
+        ({"name": "hf", "value": "a\x00b"}, "body: value"),  # the API-wide control-character guard
         ({"name": "hf"}, "value"),
         ({"name": "hf", "value": "x", "extra": 1}, "body"),
     ],
