@@ -41,6 +41,10 @@ def _start(server: ApiServer, token: str, ca_file: Path, out: Path) -> subproces
     cmd = [
         _schemathesis(), "--config-file", str(CONFIG), "run", f"{server.base_url}/openapi.json",
         "--checks", "all",
+        # DELETE /v1/containers/{id} cancels: the record and its /events stay as history
+        # (as a cancelled job does on every batch service), which this heuristic takes
+        # for a use after free; schemathesis.toml says why, every other check runs.
+        "--exclude-checks", "use_after_free",
         "--max-examples", str(MAX_EXAMPLES),
         "--header", f"Authorization: Bearer {token}",
         "--tls-verify", str(ca_file),

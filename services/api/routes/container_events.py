@@ -10,6 +10,7 @@ from sqlmodel import SQLModel
 from gpucaas.core import crds
 from services.api import crud, errors, events
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
+from services.api.routes.containers import ContainerId
 from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class ContainerEvents(SQLModel):
 
 
 @router.get("/{container_id}/events", response_model=ContainerEvents)
-def container_events(container_id: str, session: SessionDep, caller: CurrentTenant, kube: KubeDep) -> ContainerEvents:
+def container_events(container_id: ContainerId, session: SessionDep, caller: CurrentTenant, kube: KubeDep) -> ContainerEvents:
     """The container's timeline: queued, scheduled (or why not), GPUs allocated, pulling, running, finished."""
     row = crud.get_container(session, container_id=container_id, tenancy=caller.tenancy)
     if row is None:

@@ -4,13 +4,19 @@ Listed without the password; the password is never stored in the API's database.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
 
 from services.api import errors, tenant_scope, tenant_secrets
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.kube import Kube
 from services.api.models import RegistryCredentialCreate, RegistryCredentialPublic, RegistryCredentialsPublic
 from services.api.routes.secrets import TenancyQuery, list_objects, remove, write
+
+ServerPath = Annotated[str, Path(
+    description="The registry server as registered: host[:port].",
+    json_schema_extra={"pattern": r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$", "maxLength": 253})]
 
 router = APIRouter(prefix="/v1/registry-credentials", tags=["registry credentials"])
 
@@ -43,7 +49,7 @@ def list_registry_credentials(session: SessionDep, caller: CurrentTenant, kube: 
 
 
 @router.delete("/{server}", status_code=204)
-def delete_registry_credential(server: str, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
+def delete_registry_credential(server: ServerPath, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
                                tenancy: TenancyQuery = None) -> Response:
     """Forget the credential for ``server`` (e.g. ``nvcr.io``)."""
     name = tenant_scope.resolve(session, caller, tenancy)

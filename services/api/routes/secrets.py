@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 
 from gpucaas.core import crds
 from services.api import errors, tenant_scope, tenant_secrets
@@ -16,6 +16,10 @@ from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
 from services.api.kube import Kube
 from services.api.models import SecretCreate, SecretName, SecretPublic, SecretsPublic, SecretUpdate, TenancyName
+
+SecretNamePath = Annotated[SecretName, Path(
+    description="The secret's name (a DNS label).",
+    json_schema_extra={"pattern": tenant_secrets.SECRET_NAME.pattern, "maxLength": tenant_secrets.SECRET_NAME_MAX})]
 
 router = APIRouter(prefix="/v1/secrets", tags=["secrets"])
 
@@ -74,7 +78,7 @@ def create_secret(body: SecretCreate, session: SessionDep, caller: CurrentTenant
 
 
 @router.put("/{secret_name}", response_model=SecretPublic)
-def replace_secret(secret_name: SecretName, body: SecretUpdate, session: SessionDep, caller: CurrentTenant,
+def replace_secret(secret_name: SecretNamePath, body: SecretUpdate, session: SessionDep, caller: CurrentTenant,
                    kube: KubeDep, tenancy: TenancyQuery = None) -> SecretPublic:
     """Replace a secret's value (or create it); running containers keep the value they started with."""
     name = tenant_scope.resolve(session, caller, tenancy)
@@ -93,14 +97,14 @@ def list_secrets(session: SessionDep, caller: CurrentTenant, kube: KubeDep, tena
 
 
 @router.get("/{secret_name}", response_model=SecretPublic)
-def get_secret(secret_name: SecretName, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
+def get_secret(secret_name: SecretNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
                tenancy: TenancyQuery = None) -> SecretPublic:
     """One secret's name and creation time (never its value)."""
     return _find(kube, tenant_scope.resolve(session, caller, tenancy), secret_name)
 
 
 @router.delete("/{secret_name}", status_code=204)
-def delete_secret(secret_name: SecretName, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
+def delete_secret(secret_name: SecretNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
                   tenancy: TenancyQuery = None) -> Response:
     """Delete a secret; containers that reference it can no longer start."""
     name = tenant_scope.resolve(session, caller, tenancy)
