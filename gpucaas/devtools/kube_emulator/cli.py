@@ -24,7 +24,11 @@ def command(settings: Settings, logging_settings: LoggingSettings) -> None:
     async def serve() -> None:
         emu = KubeEmulator(settings.host, settings.port, settings.persist, settings.install_project_crds,
                            event_history=settings.event_history, bookmark_interval=settings.bookmark_interval,
-                           pod_graceful_deletion=settings.pod_graceful_deletion)
+                           pod_graceful_deletion=settings.pod_graceful_deletion,
+                           token_auth_file=settings.token_auth_file, anonymous_auth=settings.anonymous_auth,
+                           audit_log=settings.audit_log, tls_port=settings.tls_port,
+                           admin_token=(settings.admin_token_file.read_text().strip()
+                                        if settings.admin_token_file else None))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -32,7 +36,8 @@ def command(settings: Settings, logging_settings: LoggingSettings) -> None:
         async with emu:
             if settings.kubeconfig:
                 emu.write_kubeconfig(settings.kubeconfig)
-            typer.echo(f"gpucaas kube emulator (development only) serving on {emu.url}", err=True)
+            served = f"{emu.url} and {emu.https_url}" if emu.tls_port is not None else emu.url
+            typer.echo(f"gpucaas kube emulator (development only) serving on {served}", err=True)
             await stop.wait()
 
     asyncio.run(serve())
