@@ -140,7 +140,7 @@ def test_learnt_map_kept_through_fabric_outage(plugin: DevicePlugin, fabric: Run
 
 
 def test_conflict_with_a_pod_that_just_ended_is_released_not_aborted(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                                                      fabric: FabricDouble) -> None:
+                                                                      fabric: RunningFabric) -> None:
     """A pod cancelled right after it started: its activation is younger than the sync's
     grace, so the sync keeps it; the kubelet hands its GPUs to a new pod, and Allocate
     releases the stale activation instead of failing for good with ABORTED."""
@@ -150,11 +150,11 @@ def test_conflict_with_a_pod_that_just_ended_is_released_not_aborted(plugin: Dev
     fake_kubelet.remove_pod("tenant-a", "cancelled")
     alloc = fake_kubelet.admit("tenant-b", "next", "nvidia.com/gpu", 2, devices=[BDF[1], BDF[3]])
     assert alloc.response.envs["GPUCAAS_FABRIC_PARTITIONS"] == "3"
-    assert list(fabric.activations) == ["gpus:" + "+".join(sorted([BDF[1], BDF[3]]))]
+    assert list(fabric.activations()) == ["gpus:" + "+".join(sorted([BDF[1], BDF[3]]))]
 
 
 def test_a_live_pod_is_never_released_and_allocate_fails_within_the_bound(
-        hgx_board: FakeBoard, fake_kubelet: FakeKubelet, fabric: FabricDouble, make_settings, run_plugin) -> None:
+        hgx_board: FakeBoard, fake_kubelet: FakeKubelet, fabric: RunningFabric, make_settings, run_plugin) -> None:
     run_plugin(make_settings(hgx_board, allocate_conflict_wait=0.5))
     fake_kubelet.wait_for_plugin("nvidia.com/gpu")
     fake_kubelet.admit("tenant-a", "big", "nvidia.com/gpu", 4, devices=[BDF[p] for p in (1, 2, 3, 4)])
@@ -162,4 +162,4 @@ def test_a_live_pod_is_never_released_and_allocate_fails_within_the_bound(
     with pytest.raises(grpc.RpcError) as err:
         _allocate(fake_kubelet, [BDF[1], BDF[3]])
     assert err.value.code() == grpc.StatusCode.ABORTED
-    assert big in fabric.activations  # the live pod keeps its partition
+    assert big in fabric.activations()  # the live pod keeps its partition
