@@ -18,14 +18,13 @@ VALUE_SETS = {"defaults": {}, "production": production_values()}
 # (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
 EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
     "api": {
-        ("gpucaas.dev", "tenancies"): {"get", "create", "patch", "delete"},
+        ("gpucaas.dev", "tenancies"): {"get", "list", "create", "patch", "delete"},
         ("gpucaas.dev", "gpuleases"): {"get", "list"},
         ("gpucaas.dev", "gpuleases/status"): {"update"},
         ("gpucaas.dev", "fabricstates"): {"list"},
-        ("", "pods"): {"list", "watch", "create", "delete"},
+        ("", "pods"): {"get", "list", "watch", "create", "delete"},
         ("", "pods/log"): {"get"},
         ("", "nodes"): {"list"},
-        ("", "namespaces"): {"list"},
         ("", "events"): {"list"},
     },
     "controller": {
@@ -38,11 +37,11 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
            for r in ("namespaces", "resourcequotas", "limitranges", "persistentvolumeclaims", "persistentvolumes")},
         ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "update", "delete"},
         ("cilium.io", "ciliumnetworkpolicies"): {"get", "list", "watch", "create", "update", "delete"},
-        ("", "pods"): {"get", "list"},
+        ("", "pods"): {"get", "list", "delete"},
         ("", "events"): {"create"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
-        ("rbac.authorization.k8s.io", "rolebindings"): {"get", "list", "watch", "create", "update", "delete"},
+        ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "update", "delete"},
         ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
     },
     "device-plugin": {

@@ -16,6 +16,8 @@ _DRIFT = "replaced (PUT) only when the child drifts from its Tenancy; tests/tena
 _NFS = "only for tenancies with NFS storage, which the end-to-end tenancies do not have"
 _FABRIC_RESET = ("a service VM restart (a fabric reset) flags the lost holders' leases and tells their pods; "
                  "tests/fabric/test_service_vm_libvirtd.py covers it against the emulator")
+_SECRETS = ("reading one secret, replacing and deleting it (the e2e run creates and lists); "
+            "tests/api/test_secrets_and_registry.py covers them against the emulator")
 _PEERING = "Kopf peering between replicas: the sandbox runs one controller --standalone, the chart's Deployment peers"
 
 #: Granted but not exercised by tests/e2e, with why the grant is still needed.
@@ -37,7 +39,18 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
         ("gpucaas.dev", "tenancies/finalizers", "update"): (
             "children set blockOwnerDeletion on their Tenancy: required where the OwnerReferencesPermissionEnforcement "
             "admission plugin is on (the emulator does not run it)"),
+        ("rbac.authorization.k8s.io", "clusterroles", "bind"): (
+            "kube-apiserver's RBAC escalation check asks for it when the controller binds the API's "
+            "tenant-secrets role in a tenant namespace; the emulator does not run that check"),
+        ("rbac.authorization.k8s.io", "rolebindings", "update"): _DRIFT,
+        ("rbac.authorization.k8s.io", "rolebindings", "delete"): (
+            "only when the API's Secret rights are turned off (the controller's api_service_account unset)"),
         **{("kopf.dev", "clusterkopfpeerings", verb): _PEERING for verb in ("get", "list", "watch", "create", "patch")},
+    },
+    "api": {
+        ("", "secrets", "get"): _SECRETS,
+        ("", "secrets", "update"): _SECRETS,
+        ("", "secrets", "delete"): _SECRETS,
     },
     "scheduler-extender": {
         ("", "pods", "get"): "the pod is re-read only when its Binding conflicts",

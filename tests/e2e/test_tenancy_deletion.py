@@ -39,7 +39,7 @@ def test_deleting_a_tenancy_frees_its_running_container(
     assert status == 202, body
     cid = body["id"]
     running = wait_status(tenant, cid, "Running")
-    devices = wait_for(lambda: allocated_devices(k8s, "tenant-doomed", running["pod_name"]), what="devices")
+    devices = wait_for(lambda: allocated_devices(sandbox, "tenant-doomed", running["pod_name"]), what="devices")
     holder = "gpus:" + "+".join(sorted(devices))
     wait_for(lambda: any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
              what="the partition to be active")
