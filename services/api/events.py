@@ -32,8 +32,15 @@ EVENT_KINDS = {
 
 
 def _iso(value: Any) -> str | None:
+    """One format for every stamp (Kubernetes sends ``Z``, ``+00:00`` and MicroTime
+    fractions), so that the timeline sorts by time and not by spelling."""
     if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
     if isinstance(value, datetime):
         dt = value if value.tzinfo else value.replace(tzinfo=UTC)
         return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -109,4 +116,12 @@ def timeline(
     for e in entries:
         if e not in unique:
             unique.append(e)
+    # Nothing happens to a container before it was accepted: a stamp from before that
+    # (a GPU lease's record of an earlier holder, a node clock behind the API's) is shown
+    # at the acceptance time, keeping the order in which the sources tell the story.
+    start = unique[0]["time"] if unique and unique[0]["kind"] == "queued" else None
+    if start is not None:
+        for e in unique[1:]:
+            if e["time"] < start:
+                e["time"] = start
     return sorted(unique, key=lambda e: e["time"])
