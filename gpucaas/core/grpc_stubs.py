@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -126,3 +127,24 @@ def _relativise(path: Path) -> None:
     text = path.read_text()
     text = re.sub(r"^from [\w.]+ import api_pb2 as", "from . import api_pb2 as", text, flags=re.M)
     path.write_text(text)
+
+
+def lazy_stub_loader(package: str, build_module: str, stubs: dict[str, str]) -> Any:
+    """A module ``__getattr__`` (PEP 562) serving generated stub modules by short name.
+
+    ``stubs`` maps a short name (``dra_pb2``) to a module under ``<package>.generated``;
+    the stubs are (re)generated on first use when missing or stale. The :class:`StubSet`
+    lives in ``build_module`` and is imported only then, so ``python -m <build_module>``
+    never imports stale stubs before regenerating them.
+    """
+    import importlib
+
+    def __getattr__(name: str) -> Any:  # noqa: N807
+        if name not in stubs:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        importlib.import_module(build_module).STUBS.ensure()
+        module = importlib.import_module(f"{package}.generated.{stubs[name]}")
+        sys.modules[package].__dict__[name] = module
+        return module
+
+    return __getattr__

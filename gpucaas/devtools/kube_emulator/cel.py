@@ -33,6 +33,7 @@ from typing import Any
 import celpy
 
 from gpucaas.devtools.kube_emulator.errors import field_error
+from gpucaas.devtools.kube_emulator.validation import json_type_name
 
 _OLD_SELF = re.compile(r"\boldSelf\b")
 _MESSAGES = {
@@ -66,20 +67,6 @@ def _evaluate(expression: str, self_value: Any, old_value: Any, has_old: bool) -
     if isinstance(result, celpy.CELEvalError):
         raise result
     return result
-
-
-def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _join(path: str, key: str | int) -> str:
@@ -143,7 +130,7 @@ def _check(rule: dict[str, Any], value: Any, old: Any, has_old: bool, path: str)
         ok = _evaluate(expression, value, old, has_old)
     except Exception as exc:  # an evaluation error fails the rule, as on a real server
         return field_error(field, "FieldValueInvalid",
-                           f'Invalid value: "{_type_name(value)}": {_error_text(exc)} evaluating rule: {expression}')
+                           f'Invalid value: "{json_type_name(value)}": {_error_text(exc)} evaluating rule: {expression}')
     if ok is True or (not isinstance(ok, bool) and bool(ok)):
         return None
     message = rule.get("message") or f"failed rule: {expression}"
@@ -155,7 +142,7 @@ def _check(rule: dict[str, Any], value: Any, old: Any, has_old: bool, path: str)
         except Exception:  # the real server falls back to message when messageExpression fails
             pass
     template = _MESSAGES.get(reason, _MESSAGES["FieldValueInvalid"])
-    return field_error(field, reason, template.format(type=_type_name(value), msg=message))
+    return field_error(field, reason, template.format(type=json_type_name(value), msg=message))
 
 
 def _error_text(exc: Exception) -> str:

@@ -128,7 +128,7 @@ def validate_schema(value: Any, schema: dict[str, Any], path: str = "") -> list[
         t = schema["type"]
         check = _TYPES.get(t)
         if check and not check(value):
-            actual = _type_name(value)
+            actual = json_type_name(value)
             return [field_error(where, "FieldValueTypeInvalid",
                                 f'Invalid value: "{actual}": {where} in body must be of type {t}: "{actual}"')]
     if "enum" in schema and value not in schema["enum"]:
@@ -264,7 +264,8 @@ def prune(value: Any, schema: dict[str, Any], *, root: bool = False) -> Any:
     return value
 
 
-def _type_name(value: Any) -> str:
+def json_type_name(value: Any) -> str:
+    """The JSON type of a decoded value, as the API server names it in field errors."""
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):

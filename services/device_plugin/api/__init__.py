@@ -9,8 +9,7 @@ stale (another protobuf version), on first use of one of the names below:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gpucaas.core.grpc_stubs import lazy_stub_loader
 
 #: The device plugin API version sent in RegisterRequest.version.
 VERSION = "v1beta1"
@@ -25,17 +24,6 @@ _STUBS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy (PEP 562) so that ``python -m services.device_plugin.api.build`` does not
-    # import stale stubs before regenerating them.
-    if name not in _STUBS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from services.device_plugin.api import build
-
-    build.ensure()
-    module = importlib.import_module(f"{__name__}.generated.{_STUBS[name]}")
-    globals()[name] = module
-    return module
-
+__getattr__ = lazy_stub_loader(__name__, "services.device_plugin.api.build", _STUBS)
 
 __all__ = ["HEALTHY", "UNHEALTHY", "VERSION", "dp_grpc", "dp_pb2", "pr_grpc", "pr_pb2"]

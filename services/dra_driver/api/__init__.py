@@ -9,8 +9,7 @@ on first use of one of the names below::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gpucaas.core.grpc_stubs import lazy_stub_loader
 
 #: The plugin type the kubelet's plugin manager routes to its DRA handler.
 PLUGIN_TYPE = "DRAPlugin"
@@ -29,16 +28,6 @@ _STUBS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy (PEP 562): ``python -m services.dra_driver.api.build`` must not import stale stubs.
-    if name not in _STUBS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from services.dra_driver.api.build import STUBS
-
-    STUBS.ensure()
-    module = importlib.import_module(f"{__name__}.generated.{_STUBS[name]}")
-    globals()[name] = module
-    return module
-
+__getattr__ = lazy_stub_loader(__name__, "services.dra_driver.api.build", _STUBS)
 
 __all__ = ["DRA_SERVICE", "PLUGIN_TYPE", *_STUBS]
