@@ -30,9 +30,16 @@ from services.device_plugin.podresources import PodResourcesReader
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The chart-RBAC audit checks read what every other end-to-end test did: run them last."""
+    """The chart-RBAC audit checks read what every other end-to-end test did: run them last
+    among the end-to-end tests (right after the last of them, not at the end of the whole
+    session, where the package's sandbox would already be gone and a fresh one started)."""
     last = [i for i in items if i.module is not None and i.module.__name__.endswith("test_rbac_of_the_chart")]
-    items[:] = [i for i in items if i not in last] + last
+    if not last:
+        return
+    rest = [i for i in items if i not in last]
+    e2e = [n for n, i in enumerate(rest) if i.module is not None and i.module.__name__.startswith("tests.e2e.")]
+    at = (e2e[-1] + 1) if e2e else len(rest)
+    items[:] = rest[:at] + last + rest[at:]
 
 
 class Caller:
