@@ -201,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
             "GPUCAAS_ADMIN_TOKEN": ADMIN_TOKEN,
             "GPUCAAS_RUN_WORKER": "false",
             "GPUCAAS_LOG_LEVEL": "WARNING",
+            # the figure is the submission path, not the abuse limits (429s would count as errors)
+            "GPUCAAS_RATE_LIMIT_TOKEN": "",
+            "GPUCAAS_RATE_LIMIT_TENANCY": "",
+            "GPUCAAS_MAX_REQUESTS_PER_CLIENT": "100000",
         }
         cmd = [sys.executable, "-m", "gpucaas", "api", "--host", "127.0.0.1", "--port", str(port)]
         with _serve(cmd, port, env) as url:
