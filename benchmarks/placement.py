@@ -188,8 +188,12 @@ class Spread:
         for i in range(nodes):
             self.by_count[GPU_COUNT].add(i)
 
+    def _counts(self, size: int) -> range:
+        """Free-GPU counts in the order the scoring prefers them: least allocated first."""
+        return range(GPU_COUNT, size - 1, -1)
+
     def place(self, size: int) -> tuple[int, int, bool] | None:
-        for count in range(GPU_COUNT, size - 1, -1):
+        for count in self._counts(size):
             bucket = self.by_count[count]
             if bucket.items:
                 node = bucket.pick(self.rng)
@@ -224,18 +228,9 @@ class MostAllocated(Spread):
         super().__init__(nodes, gpu_pick="plugin", seed=seed)
         self.name = "most_allocated"
 
-    def place(self, size: int) -> tuple[int, int, bool] | None:
-        for count in range(size, GPU_COUNT + 1):
-            bucket = self.by_count[count]
-            if bucket.items:
-                node = bucket.pick(self.rng)
-                break
-        else:
-            return None
-        free = self.free[node]
-        gpus = FIT_TABLE[size][free].gpus_mask
-        self._move(node, free, free & ~gpus)
-        return node, gpus, _nvlink_ok(size, gpus)
+    def _counts(self, size: int) -> range:
+        """Most allocated first: the feasible node with the fewest free GPUs."""
+        return range(size, GPU_COUNT + 1)
 
 
 #: Partition masks per size in the DRA driver's published (buddy) order.

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucaas.core.platforms import PlatformLayout
 from gpucaas.programs.doctor.paths import HostPaths
 from gpucaas.devtools.fake_sysfs import FakeBoard
 from services.fabric.bookkeeping import ActivationStore
@@ -129,10 +130,17 @@ def short_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("dr")
 
 
-def _node(board: FakeBoard, short_dir: Path) -> Iterator[FakeNode]:
+def _node(board: FakeBoard, short_dir: Path, *, fabric: SimulatedFabric | None = None,
+          layout: PlatformLayout | None = None) -> Iterator[FakeNode]:
+    """A node with its fabric service on its socket; ``fabric``/``layout`` replace the
+    board's simulated Fabric Manager and the service's platform layout (validated)."""
     node = build_node(board, short_dir)
+    if fabric is not None:
+        node.fabric = fabric
     store = ActivationStore(board.root / "fabric-state").open()
-    service = PartitionService(SimulatedFabricManager(node.fabric), store)
+    service = PartitionService(SimulatedFabricManager(node.fabric), store, layout=layout)
+    if layout is not None:
+        service.validate_layout()
     node.vm_state.update({"state": "running", "domain": "gpucaas-fabric", "restarts": 0})
     server = UnixServer(create_app(service, vm_state=lambda: dict(node.vm_state)), node.paths.fabric_socket)
     server.start()

@@ -10,30 +10,13 @@ import pytest
 
 from gpucaas.core.platforms import DGX_H100, SUPERMICRO_HGX_H100, PlatformLayout
 from gpucaas.devtools.fake_sysfs import FakeBoard
-from services.fabric.bookkeeping import ActivationStore
-from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
-from services.fabric.partitions import PartitionService
-from services.fabric.server import UnixServer, create_app
-from tests.doctor.conftest import FakeNode, build_node
+from services.fabric.fabric_manager.simulator import SimulatedFabric
+from tests.doctor.conftest import FakeNode, _node
 from tests.doctor.test_node_readiness import by_id, run_doctor
 
 
 def _h100_node(board: FakeBoard, short_dir: Path, layout: PlatformLayout) -> Iterator[FakeNode]:
-    node = build_node(board, short_dir)
-    node.fabric = SimulatedFabric(h100=True)
-    store = ActivationStore(board.root / "fabric-state").open()
-    service = PartitionService(SimulatedFabricManager(node.fabric), store, layout=layout)
-    service.validate_layout()
-    node.vm_state.update({"state": "running", "domain": "gpucaas-fabric", "restarts": 0})
-    server = UnixServer(create_app(service, vm_state=lambda: dict(node.vm_state)), node.paths.fabric_socket)
-    server.start()
-    try:
-        yield node
-    finally:
-        server.stop()
-        store.close()
-        for sock in node._listeners:
-            sock.close()
+    yield from _node(board, short_dir, fabric=SimulatedFabric(h100=True), layout=layout)
 
 
 @pytest.fixture
