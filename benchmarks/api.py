@@ -11,6 +11,9 @@ Run: ``python -m benchmarks.api [--quick]``. The last line of stdout is one JSON
 * ``submit_per_s_1k_rows`` / ``submit_per_s_1m_rows`` — the submission rate with 1,000 and
   with 1,000,000 finished containers already in the table (history must not slow it);
 * ``list_per_s`` — ``GET /v1/containers?limit=20``; ``healthz_per_s`` — ``GET /healthz``;
+* ``server_cpu_ms_per_submit`` — CPU time the API process spent per submission in the
+  20-tenancy run (user + system, from ``/proc``): the figure least disturbed by other load
+  on a shared machine;
 * ``loadgen_cpu_share_max`` — the most CPU wrk used in any run (it must stay below 0.9 of
   a core, else the run fails: the figure would describe the load generator).
 
@@ -18,8 +21,9 @@ Method: every server runs the same way — ``uvicorn`` in a subprocess of its ow
 worker, plain HTTP on 127.0.0.1, access log off — and is driven by ``wrk`` (one thread,
 ``--connections`` connections). The gpucaas API runs ``gpucaas api`` with a fresh
 PostgreSQL database (created and dropped here) and its submission worker switched off,
-so the figure is the submission path itself: bearer-token lookup, body validation, quota
-admission and the durable commit of the Queued row before the 202. History rows are
+so the figure is the submission path itself: bearer-token check (cached in-process for a
+few seconds, see ``services.api.token_cache``), body validation, and the one-statement
+quota admission that durably commits the Queued row before the 202 (docs/api-performance.md). History rows are
 inserted with one ``INSERT … SELECT generate_series`` from a row the API's own model
 builds. The bare endpoint accepts the same JSON body and answers 202 with an id. Load
 generator and server share the machine's CPUs (two cores here); the ratio is the robust
@@ -94,13 +98,14 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) 
 
 
 @contextmanager
-def _serve(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
+def _serve(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
+    """Run the server; yields its URL and process id."""
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     port_bare = _free_port()
     bare_cmd = [sys.executable, "-m", "uvicorn", "benchmarks.api:bare_app", "--host", "127.0.0.1",
                 "--port", str(port_bare), "--no-access-log", "--log-level", "warning"]
-    with _serve(bare_cmd, port_bare) as url:
+    with _serve(bare_cmd, port_bare) as (url, _pid):
         _closed(url, "/v1/containers", [], 1, conns)  # warm-up
         bare = measure("bare POST", _closed(url, "/v1/containers", [], seconds, conns))
         bare_health = measure("bare GET /healthz", _closed(url, "/healthz", [], seconds, conns, "GET"))
@@ -207,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             "GPUCAAS_MAX_REQUESTS_PER_CLIENT": "100000",
         }
         cmd = [sys.executable, "-m", "gpucaas", "api", "--host", "127.0.0.1", "--port", str(port)]
-        with _serve(cmd, port, env) as url:
+        with _serve(cmd, port, env) as (url, pid):
             tokens = []
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as c:
                 for i in range(TENANCIES + 1):
@@ -217,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             solo, many = tokens[-1:], tokens[:-1]
             _seed_history(db_url, "bench-history", 1_000)
             _closed(url, "/v1/containers", many, 3, conns)  # warm-up: pool, prepared statements
+            cpu_before = loadgen.process_cpu_seconds(pid)
             rows_1k = measure("POST, 20 tenancies, 1k rows", _closed(url, "/v1/containers", many, seconds, conns))
+            cpu_per_submit = (loadgen.process_cpu_seconds(pid) - cpu_before) / max(1, rows_1k.requests)
             one = measure("POST, one tenancy", _closed(url, "/v1/containers", solo, seconds, conns))
             half_rate = max(1.0, rows_1k.per_s / 2)
             half = measure(f"POST offered at {half_rate:.0f}/s",
@@ -243,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "submit_per_s_1m_rows": round(rows_1m.per_s, 1),
         "history_rows_ratio": round(rows_1m.per_s / rows_1k.per_s, 3) if rows_1k.per_s else None,
         "history_rows": history,
+        "server_cpu_ms_per_submit": round(cpu_per_submit * 1000, 3),
         "p50_ms": round(rows_1k.p50_ms, 2),
         "p99_ms": round(rows_1k.p99_ms, 2),
         "list_per_s": round(listing.per_s, 1),

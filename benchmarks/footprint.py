@@ -3,10 +3,18 @@
 Run: ``python -m benchmarks.footprint [--quick]``. The last line of stdout is one JSON
 object: per daemon (``device_plugin`` — with the GPU-lease agent in its process —,
 ``fabric``, ``node_agent`` for reference) its ``rss_mb`` (VmRSS, MiB) after the sandbox
-has settled, ``idle_cpu_pct`` (user+system CPU over an idle window, % of one core) and
-``threads``; and ``rss_mb_max`` / ``idle_cpu_pct_max`` over the daemons that run on a GPU
-node in production (device plugin and fabric service; the node agent stands in for the
-kubelet and is reported only for comparison).
+has settled, ``pss_mb`` (shared library pages split between the processes mapping them),
+``idle_cpu_pct`` (user+system CPU over an idle window, % of one core) and ``threads``;
+and ``rss_mb_max`` / ``idle_cpu_pct_max`` over the daemons that run on a GPU node in
+production (device plugin and fabric service; the node agent stands in for the kubelet
+and is reported only for comparison).
+
+The GPU-lease agent runs inside the device plugin's process (``gpucaas device-plugin
+--leases``). To report it separately, a second device plugin is started on the same
+node without leases (``device_plugin_alone``: its own kubelet directory, registered with
+an in-process fake kubelet, same fabric socket, its own metrics port) over the same
+idle window; ``lease_agent`` is the difference, i.e. what the agent adds to the process
+(``rss_mb``, ``idle_cpu_pct``), with ``"in_process_of": "device_plugin"``.
 
 Method: ``gpucaas sandbox`` parts are started with one simulated node (every process as
 in production: the real service code, its real protocols), nothing is submitted, the
@@ -44,6 +52,16 @@ def threads(pid: int) -> int:
     return 0
 
 
+def pss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -55,31 +73,63 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settle_s, idle_s = (5.0, 10.0) if args.quick else (20.0, 60.0)
 
+    import subprocess
+
+    from gpucaas.devtools.fake_kubelet import FakeKubelet
     from gpucaas.programs.sandbox import runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-footprint-") as tmp:
         sb = runner.start(Path(tmp), nodes=("gpu-node-a",), api_port=runner.free_port())
+        alone: subprocess.Popen[bytes] | None = None
+        kubelet = None
         try:
+            node = sb.nodes[0]
+            alone_dir = Path(tmp) / "alone"
+            alone_dir.mkdir()
+            kubelet = FakeKubelet(alone_dir / "device-plugins", alone_dir / "pod-resources.sock").start()
+            # as the sandbox's device plugin (same PodResources interval and sync grace), leases off
+            env = {**os.environ, **runner.device_plugin_env(alone_dir), "GPUCAAS_LEASES": "false",
+                   "GPUCAAS_SYSFS_ROOT": str(node.sysfs),
+                   "GPUCAAS_DEV_ROOT": str(node.dev), "GPUCAAS_FABRIC_SOCKET": str(node.fabric_socket)}
+            alone = subprocess.Popen(
+                [sys.executable, "-m", "gpucaas", "device-plugin", "--device-plugin-dir",
+                 str(alone_dir / "device-plugins"), "--cdi-dir", str(alone_dir / "cdi"),
+                 "--pod-resources-socket", str(alone_dir / "pod-resources.sock"),
+                 "--metrics-port", str(runner.free_port()), "--node-name", "gpu-node-a"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60)
             time.sleep(settle_s)  # a benchmark, not a test: let start-up work finish
             services = sb.supervisor.services
             wanted = {"device_plugin": "device-plugin-gpu-node-a", "fabric": "fabric-gpu-node-a",
                       "node_agent": "node-agent-gpu-node-a"}
             pids = {k: services[name].process.pid for k, name in wanted.items() if name in services}
+            pids["device_plugin_alone"] = alone.pid
             before = {k: cpu_seconds(p) for k, p in pids.items()}
             t0 = time.monotonic()
             time.sleep(idle_s)
             wall = time.monotonic() - t0
             daemons = {
-                k: {"rss_mb": round(rss_mb(p), 1),
+                k: {"rss_mb": round(rss_mb(p), 1), "pss_mb": pss_mb(p),
                     "idle_cpu_pct": round(100 * (cpu_seconds(p) - before[k]) / wall, 2),
                     "threads": threads(p)}
                 for k, p in pids.items()
             }
         finally:
+            if alone is not None:
+                alone.terminate()
+                alone.wait(timeout=30)
+            if kubelet is not None:
+                kubelet.stop()
             sb.stop()
+    with_agent, without = daemons["device_plugin"], daemons.pop("device_plugin_alone")
+    lease_agent = {"in_process_of": "device_plugin",
+                   "rss_mb": round(with_agent["rss_mb"] - without["rss_mb"], 1),
+                   "idle_cpu_pct": round(with_agent["idle_cpu_pct"] - without["idle_cpu_pct"], 2)}
     prod = [daemons[k] for k in PRODUCTION_DAEMONS if k in daemons]
     result = {
         "daemons": daemons,
+        "device_plugin_alone": without,
+        "lease_agent": lease_agent,
         "rss_mb_max": max(d["rss_mb"] for d in prod),
         "idle_cpu_pct_max": max(d["idle_cpu_pct"] for d in prod),
         "targets_met": {
@@ -89,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         "idle_window_s": idle_s,
         "quick": args.quick,
     }
-    for name, d in daemons.items():
-        print(f"{name}: {d['rss_mb']} MB resident, {d['idle_cpu_pct']} % of a core idle, {d['threads']} threads",
-              file=sys.stderr)
+    for name, d in {**daemons, "device_plugin_alone": without}.items():
+        print(f"{name}: {d['rss_mb']} MB resident ({d['pss_mb']} MB proportional), {d['idle_cpu_pct']} % of a "
+              f"core idle, {d['threads']} threads", file=sys.stderr)
+    print(f"lease agent (in the device plugin's process): +{lease_agent['rss_mb']} MB, "
+          f"+{lease_agent['idle_cpu_pct']} % of a core", file=sys.stderr)
     print(json.dumps(result))
     return 0
 

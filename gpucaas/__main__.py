@@ -1,5 +1,5 @@
-"""`python -m gpucaas` is the `gpucaas` command."""
+"""`python -m gpucaas` is the `gpucaas` command (node daemons start lean: see programs/entry.py)."""
 
-from gpucaas.programs.cli import app
+from gpucaas.programs.entry import main
 
-app()
+main()

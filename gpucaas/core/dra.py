@@ -10,7 +10,19 @@ plain class: GPUs without NVLink between them.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal
+
+#: How GPUs are allocated: the device plugin's extended resource (every Kubernetes) or DRA
+#: claims (Kubernetes 1.34+). The API's ``allocation_mode``, the tenancy controller's and the
+#: chart's ``allocation.mode`` must agree.
+AllocationMode = Literal["device-plugin", "dra"]
+DEVICE_PLUGIN_MODE: AllocationMode = "device-plugin"
+DRA_MODE: AllocationMode = "dra"
+#: GPU counts a pod may ask for (services/api/validation.py: 1 to 8): one template each.
+CLAIM_TEMPLATE_SIZES: tuple[int, ...] = tuple(range(1, 9))
+#: The name of the pod's claim (``spec.resourceClaims[].name``) and of the template's request.
+POD_CLAIM_NAME = "gpus"
 
 DRIVER = "gpu.gpucaas.dev"
 COUNTER_SET = "gpus"
@@ -42,13 +54,31 @@ def claim_template_name(gpus: int) -> str:
     return f"gpucaas-gpus-{gpus}"
 
 
+_TEMPLATE_NAME = re.compile(r"^gpucaas-gpus-([1-9][0-9]*)$")
+
+
+def gpus_of_claim_template(name: str | None) -> int | None:
+    """The GPU count of a template named by :func:`claim_template_name`, else None."""
+    m = _TEMPLATE_NAME.match(name or "")
+    return int(m.group(1)) if m else None
+
+
+def device_class_quota_key(size: int) -> str:
+    """The ResourceQuota key counting the devices of the class of ``size``-GPU partitions.
+
+    Kubernetes counts DRA devices in quota per DeviceClass as
+    ``<device-class-name>.deviceclass.resource.k8s.io/devices`` (Kubernetes docs, "Resource
+    Quotas", resource quota for extended and DRA resources; KEP-4381)."""
+    return f"{device_class_name(size)}.deviceclass.resource.k8s.io/devices"
+
+
 def claim_request(gpus: int) -> dict[str, Any]:
     """The device request for ``gpus`` GPUs: one partition, or ``gpus`` single GPUs."""
     if gpus in NVLINK_SIZES:
         exactly = {"deviceClassName": device_class_name(gpus), "allocationMode": "ExactCount", "count": 1}
     else:
         exactly = {"deviceClassName": PLAIN_CLASS, "allocationMode": "ExactCount", "count": gpus}
-    return {"name": "gpus", "exactly": exactly}
+    return {"name": POD_CLAIM_NAME, "exactly": exactly}
 
 
 def claim_template(gpus: int, namespace: str) -> dict[str, Any]:

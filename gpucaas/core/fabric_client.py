@@ -17,11 +17,15 @@ Errors from the server are JSON ``{"code": str, "detail": str}`` and become:
 
 from __future__ import annotations
 
+import http.client
+import json as _json
 import os
+import socket
+import threading
+from time import monotonic, sleep
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-import httpx
+from urllib.parse import quote, urlencode
 
 DEFAULT_SOCKET = "/run/gpucaas/fabric.sock"
 SOCKET_ENV = "GPUCAAS_FABRIC_SOCKET"
@@ -58,14 +62,14 @@ class FabricRejected(FabricError):
     """The request was refused (bad input, unknown or unsupported partition, ...)."""
 
 
-def _error_for(response: httpx.Response) -> FabricError:
+def _error_for(status: int, reason: str, raw: bytes) -> FabricError:
+    text = raw.decode("utf-8", "replace")
     try:
-        body = response.json()
+        body = _json.loads(raw)
         code = str(body.get("code", "error"))
-        detail = str(body.get("detail", response.text))
-    except ValueError:
-        code, detail = "error", response.text or response.reason_phrase
-    status = response.status_code
+        detail = str(body.get("detail", text))
+    except (ValueError, AttributeError):
+        code, detail = "error", text or reason
     if status == 409:
         return FabricConflict(detail, code=code, status=status)
     if status in (502, 503, 504):
@@ -73,22 +77,67 @@ def _error_for(response: httpx.Response) -> FabricError:
     return FabricRejected(detail, code=code, status=status)
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a unix socket; persistent (keep-alive) like any HTTPConnection."""
+
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        super().__init__("fabric", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        # A unix-socket connect() with a timeout does not queue when the server's listen
+        # backlog is full: it fails at once with EAGAIN (unix(7)). A busy server is not an
+        # absent one, so such a connect is tried again, backing off, until the timeout.
+        deadline = monotonic() + self.timeout
+        pause = 0.001
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(self.socket_path)
+            except BlockingIOError:
+                sock.close()
+                if monotonic() + pause > deadline:
+                    raise
+                sleep(pause)
+                pause = min(pause * 2, 0.1)
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+            return
+
+
+#: A reused keep-alive connection the server has closed meanwhile fails with one of these
+#: before any answer; such a request is sent once more on a fresh connection.
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
 class FabricClient:
     """Synchronous client of the fabric service's unix-socket API.
 
     ``socket_path`` defaults to ``$GPUCAAS_FABRIC_SOCKET`` or ``/run/gpucaas/fabric.sock``.
-    One instance may be shared between threads (httpx.Client is thread-safe).
+    Connections are kept alive and reused (a small pool, one connection per concurrent
+    caller), so a call costs one request/response on an open socket, not a connect; one
+    instance may be shared between threads. Built on the standard library's
+    ``http.client`` so that node daemons do not import an HTTP client package.
     """
 
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, timeout: float = 10.0) -> None:
         self.socket_path = str(socket_path or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET)
         self.timeout = timeout
-        transport = httpx.HTTPTransport(uds=self.socket_path, retries=1)
-        self._http = httpx.Client(transport=transport, base_url="http://fabric", timeout=timeout)
+        self._idle: list[_UnixConnection] = []
+        self._lock = threading.Lock()
+        self._closed = False
 
     # --- plumbing ---------------------------------------------------------------------
     def close(self) -> None:
-        self._http.close()
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     def __enter__(self) -> FabricClient:
         return self
@@ -96,18 +145,56 @@ class FabricClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _take(self) -> tuple[_UnixConnection, bool]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return _UnixConnection(self.socket_path, self.timeout), False
+
+    def _give_back(self, conn: _UnixConnection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < 8:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _exchange(self, method: str, target: str, body: bytes | None) -> tuple[int, str, bytes]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        while True:
+            conn, reused = self._take()
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                response = conn.getresponse()
+                raw = response.read()
+            except _STALE:
+                conn.close()
+                if reused:
+                    continue  # the server closed an idle keep-alive connection: once more, fresh
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            if response.will_close:
+                conn.close()
+            else:
+                self._give_back(conn)
+            return response.status, response.reason, raw
+
     def _request(self, method: str, path: str, *, json: Any = None,
                  params: Mapping[str, Any] | None = None) -> Any:
+        target = path + ("?" + urlencode(params) if params else "")
+        body = None if json is None else _json.dumps(json).encode()
         try:
-            response = self._http.request(method, path, json=json, params=params)
-        except (httpx.ConnectError, httpx.TimeoutException, httpx.RemoteProtocolError,
-                FileNotFoundError, ConnectionRefusedError) as exc:
+            status, reason, raw = self._exchange(method, target, body)
+        except (OSError, http.client.HTTPException) as exc:  # absent socket, refused, timed out, cut
             raise FabricUnavailable(
-                f"fabric service at {self.socket_path} unreachable: {exc}", code="unreachable"
+                f"fabric service at {self.socket_path} unreachable: {exc!r}", code="unreachable"
             ) from exc
-        if response.status_code >= 400:
-            raise _error_for(response)
-        return response.json() if response.content else None
+        if status >= 400:
+            raise _error_for(status, reason, raw)
+        return _json.loads(raw) if raw else None
 
     # --- read -------------------------------------------------------------------------
     def topology(self) -> dict[str, Any]:
@@ -136,8 +223,6 @@ class FabricClient:
 
     def release(self, holder: str) -> dict[str, Any]:
         """Deactivate what ``holder`` holds (idempotent: an unknown holder is fine)."""
-        from urllib.parse import quote
-
         return self._request("DELETE", f"/v1/activations/{quote(holder, safe='')}")
 
     def sync(self, live: Iterable[Mapping[str, Any] | str], grace_seconds: float | None = 30.0) -> dict[str, Any]:

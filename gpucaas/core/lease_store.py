@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
-
-from kubernetes import client
+from typing import TYPE_CHECKING, Any
 
 from gpucaas.core import lease_states as states
 from gpucaas.core.crds import API_VERSION, GPULEASE_PLURAL, GROUP, VERSION
-from gpucaas.core.kube import Conflict, Kube, NotFound
+from gpucaas.core.kube import Conflict, NotFound, adapter
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+    from gpucaas.core.kube import Kube, RestKube
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +55,8 @@ def build_gpu_lease(node: str, pci_address: str, device_id: str | None = None,
 class LeaseStore:
     """GPULeases through the core Kubernetes adapter (its errors, timeouts and retries)."""
 
-    def __init__(self, api: Kube | client.ApiClient) -> None:
-        self.kube = Kube.of(api)
+    def __init__(self, api: Kube | RestKube | client.ApiClient) -> None:
+        self.kube = adapter(api)
         self.custom = self.kube.custom
 
     def list(self, node: str | None = None) -> list[dict[str, Any]]:

@@ -216,7 +216,17 @@ class FakeKubelet:
 
     def _run_plugin(self, conn: PluginConnection) -> None:
         try:
-            conn.options = conn.stub.GetDevicePluginOptions(dp_pb2.Empty(), timeout=10, wait_for_ready=True)
+            while True:
+                try:
+                    conn.options = conn.stub.GetDevicePluginOptions(dp_pb2.Empty(), timeout=10, wait_for_ready=True)
+                    break
+                except grpc.RpcError as exc:
+                    # A plugin that is slow to answer (a loaded machine) is asked again while its
+                    # socket is there; one that went away ends the connection (it registers anew).
+                    if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or not conn.socket_path.exists():
+                        raise
+                    logger.warning("fake kubelet: %s: GetDevicePluginOptions timed out; asking again",
+                                   conn.resource_name)
             call = conn.stub.ListAndWatch(dp_pb2.Empty(), wait_for_ready=True)
             conn._call = call
             for resp in call:
@@ -253,8 +263,11 @@ class FakeKubelet:
             return {d for a in self.allocations if a.resource_name == resource_name for d in a.device_ids}
 
     def admit(self, namespace: str, pod: str, resource_name: str, count: int, *,
-              container: str = "main", devices: Sequence[str] | None = None, timeout: float = 10.0) -> Allocation:
-        """Admit one container asking ``count`` devices (or exactly ``devices``), like the kubelet."""
+              container: str = "main", devices: Sequence[str] | None = None,
+              timeout: float | None = 10.0) -> Allocation:
+        """Admit one container asking ``count`` devices (or exactly ``devices``), like the kubelet.
+        ``timeout``: seconds per call to the plugin; None for none (the kubelet's device manager
+        sets no deadline on GetPreferredAllocation and Allocate)."""
         conn = self.plugins.get(resource_name)
         if conn is None:
             raise AdmissionError(f"resource {resource_name} has no registered device plugin")

@@ -26,7 +26,6 @@ from typing import Any
 from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
 from services.device_plugin.main import DevicePlugin, build
-from services.device_plugin.podresources import PodResourcesReader
 from services.device_plugin.settings import DevicePluginSettings
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
 from services.gpu_leases.node import build_agent
@@ -56,7 +55,7 @@ class GpuNode:
 def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> LeaseNodeAgent:
     """A lease agent fed by ``plugin`` and withholding GPUs through it (before ``plugin.start``)."""
     core, ps = plugin.core, plugin.settings
-    reader = PodResourcesReader(ps.pod_resources_socket)
+    reader = plugin.usage.reader  # the plugin's kept-open PodResources channel, shared
 
     def gpus() -> list[NodeGPU]:
         physical = core.physical_map.by_bdf
@@ -67,6 +66,7 @@ def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> LeaseNo
 
     agent = build_agent(settings, node=ps.node_name, sysfs_root=ps.sysfs_root, gpus=gpus, holdings=holdings)
     core.add_health_source(agent.health)
+    agent.on_health_change = core.refresh_devices  # withhold a GPU at once, not at the next health check
     core.add_allocation_listener(agent.note_allocation)
     return agent
 

@@ -26,6 +26,9 @@ from services.api.kube import Kube
 from services.api.limits import Limiter, LimitSettings
 from services.api.routes import api_router
 from services.api.settings import Settings
+from services.api.token_cache import TokenCache
+from services.api.usage.metrics import UsageCollector
+from services.api.webhooks.dispatcher import WebhookDispatcher
 from services.api.worker import SubmissionWorker
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,7 @@ def bootstrap(engine: Engine, settings: Settings) -> str | None:
     (to be shown once) when none was configured and none existed."""
     db.upgrade(engine)
     with Session(engine) as session:
+        crud.reconcile_gpu_usage(session)  # expected to find nothing (triggers keep it exact)
         if settings.admin_token is not None:
             crud.ensure_admin_token(session, secret=settings.admin_token.get_secret_value())
             return None
@@ -65,7 +69,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        eng = engine or db.make_engine(settings.database_url)
+        eng = engine or db.make_engine(settings.database_url, pool_size=settings.database_pool_size)
         app.state.engine = eng
         # The worker and the health endpoints get a pool of their own: tenant requests
         # exhausting the request pool cannot stop submissions or fail readiness.
@@ -78,12 +82,17 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             worker = SubmissionWorker(engine=service_eng, kube=app.state.kube, settings=settings)
             worker.start()
         app.state.worker = worker
+        dispatcher = WebhookDispatcher(engine=service_eng, kube=app.state.kube, settings=settings)
+        if settings.run_worker:
+            dispatcher.start()
+        app.state.webhook_dispatcher = dispatcher
         log.info("gpucaas api ready (database %s)", eng.dialect.name)
         try:
             yield
         finally:
             if worker is not None:
                 await anyio.to_thread.run_sync(worker.stop)
+            await anyio.to_thread.run_sync(dispatcher.stop)
             app.state.kube.close()
             if engine is None:
                 eng.dispose()
@@ -99,8 +108,10 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    metrics.registry.register(UsageCollector(lambda: getattr(app.state, "service_engine", None)))
     app.state.worker = None
     app.state.limiter = limiter = Limiter(limit_settings(settings))
+    app.state.token_cache = TokenCache(settings.token_cache_seconds)
     install_handlers(app)
     app.include_router(api_router)
     app.add_middleware(

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
+import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import func, or_, update
+from sqlalchemy import JSON, bindparam, func, insert, literal, or_, tuple_, update
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
 
-from services.api import errors, security
+from services.api import errors, security, token_cache
 from services.api.models import (
     ACTIVE_STATUSES,
     ApiToken,
@@ -35,9 +36,10 @@ from services.api.models import (
     utcnow,
 )
 from services.api.pods import PodReport, pod_name
+from services.api.usage import budget as usage_budget, records as usage_records
+from services.api.webhooks import outbox as webhook_outbox, store as webhook_store
 
-# SQLite has no row locks; one process-wide lock serialises quota check + insert there.
-_sqlite_quota_lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def _is_postgres(session: Session) -> bool:
@@ -63,6 +65,7 @@ def create_tenancy(session: Session, *, data: TenancyCreate) -> Tenancy:
         pod_quota=data.pod_quota,
         allow_internet=data.allow_internet,
         nfs=data.nfs.model_dump() if data.nfs else None,
+        gpu_hours_per_month=data.gpu_hours_per_month,
     )
     session.add(row)
     try:
@@ -93,10 +96,12 @@ def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -
     if problem:
         raise errors.Invalid(problem)
     name = tenancy.name
-    for field in ("gpu_quota", "pod_quota", "allow_internet"):
+    for field in ("gpu_quota", "pod_quota", "allow_internet", "gpu_hours_per_month"):
         value = getattr(data, field)
         if value is not None:
             setattr(tenancy, field, value)
+    if data.clear_gpu_hours_per_month:
+        tenancy.gpu_hours_per_month = None
     if data.clear_nfs:
         tenancy.nfs = None
     elif data.nfs is not None:
@@ -134,26 +139,55 @@ def delete_tenancy(session: Session, *, name: str) -> int:
         # an idempotency key belonged to the old tenancy: the name's next owner starts clean
         .values(tenancy_deleted_at=now, idempotency_key=None)
     )
+    usage_records.mark_tenancy_deleted(session, tenancy=name, when=now)
     session.exec(delete(ApiToken).where(col(ApiToken.tenancy) == name))
+    webhook_store.forget_tenancy(session, tenancy=name)
     session.exec(delete(Tenancy).where(col(Tenancy.name) == name))
     session.commit()
+    token_cache.revoked(tenancy=name)
     return int(cancelled or 0)
 
 
 def active_gpus(session: Session, *, tenancy: str) -> int:
-    stmt = select(func.coalesce(func.sum(Container.gpus), 0)).where(
-        Container.tenancy == tenancy, col(Container.status).in_(ACTIVE_STATUSES)
-    )
-    return int(session.exec(stmt).one())
+    """GPUs the tenancy's active containers hold: its counter (migration 0006), one row."""
+    value = session.exec(select(Tenancy.gpus_in_use).where(Tenancy.name == tenancy)).first()
+    return int(value or 0)
 
 
 def active_gpus_by_tenancy(session: Session) -> dict[str, int]:
-    stmt = (
-        select(Container.tenancy, func.sum(Container.gpus))
-        .where(col(Container.status).in_(ACTIVE_STATUSES))
-        .group_by(Container.tenancy)
-    )
-    return {name: int(total or 0) for name, total in session.exec(stmt).all()}
+    return {name: int(n) for name, n in session.exec(select(Tenancy.name, Tenancy.gpus_in_use)).all()}
+
+
+def reconcile_gpu_usage(session: Session) -> dict[str, tuple[int, int]]:
+    """Recompute every tenancy's GPU counter from its active containers; returns the
+    tenancies that had drifted as ``{name: (counter, actual)}`` (expected: none, the
+    triggers of migration 0006 keep it exact).
+
+    One tenancy at a time, its row locked first: an admission in flight holds that
+    lock until it commits, so the sum read after taking it (a new statement, a new
+    snapshot under READ COMMITTED) sees every admitted row.
+    """
+    drift: dict[str, tuple[int, int]] = {}
+    names = list(session.exec(select(Tenancy.name)).all())
+    session.commit()
+    for name in names:
+        counter = session.exec(
+            select(Tenancy.gpus_in_use).where(Tenancy.name == name).with_for_update()
+        ).first()
+        if counter is None:  # deleted meanwhile
+            session.rollback()
+            continue
+        actual = int(session.exec(
+            select(func.coalesce(func.sum(Container.gpus), 0)).where(
+                Container.tenancy == name, col(Container.status).in_(ACTIVE_STATUSES))
+        ).one())
+        if actual != counter:
+            drift[name] = (int(counter), actual)
+            session.exec(update(Tenancy).where(col(Tenancy.name) == name).values(gpus_in_use=actual))
+        session.commit()
+    if drift:
+        log.warning("GPU counters corrected (tenancy: (counter, actual)): %s", drift)
+    return drift
 
 
 # --- tokens ----------------------------------------------------------------------
@@ -194,20 +228,28 @@ def count_admin_tokens(session: Session) -> int:
 
 
 def token_by_secret(session: Session, *, secret: str) -> ApiToken | None:
-    return session.exec(select(ApiToken).where(ApiToken.token_hash == security.hash_token(secret))).first()
+    return token_by_digest(session, digest=security.hash_token(secret))
+
+
+def token_by_digest(session: Session, *, digest: str) -> ApiToken | None:
+    """The token whose SHA-256 digest this is (an index hit: ``token_hash`` is unique)."""
+    return session.exec(select(ApiToken).where(ApiToken.token_hash == digest)).first()
 
 
 TOUCH_EVERY = timedelta(minutes=1)
 
 
-def touch_token(session: Session, *, token: ApiToken, now: datetime) -> None:
-    """Record the token's use, at most once a minute (no write on most requests)."""
-    last = token.last_used_at
+def touch_due(last_used_at: datetime | None, now: datetime) -> bool:
+    """Whether the token's use should be recorded now (at most once a minute)."""
+    last = last_used_at
     if last is not None and last.tzinfo is None:
         last = last.replace(tzinfo=now.tzinfo)
-    if last is not None and now - last < TOUCH_EVERY:
-        return
-    session.exec(update(ApiToken).where(col(ApiToken.id) == token.id).values(last_used_at=now))
+    return last is None or now - last >= TOUCH_EVERY
+
+
+def touch_token(session: Session, *, token_id: str, now: datetime) -> None:
+    """Record the token's use (callers check :func:`touch_due` first: no write on most requests)."""
+    session.exec(update(ApiToken).where(col(ApiToken.id) == token_id).values(last_used_at=now))
     session.commit()
 
 
@@ -218,6 +260,7 @@ def list_tokens(session: Session, *, tenancy: str) -> Sequence[ApiToken]:
 def delete_token(session: Session, *, tenancy: str, token_id: str) -> bool:
     result = session.exec(delete(ApiToken).where(col(ApiToken.tenancy) == tenancy, col(ApiToken.id) == token_id))
     session.commit()
+    token_cache.revoked(token_id=token_id)
     return bool(result.rowcount)
 
 
@@ -250,70 +293,136 @@ def _by_idempotency_key(session: Session, *, tenancy: str, key: str) -> Containe
 
 def submit_container(
     session: Session, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None
-) -> tuple[Container, bool]:
-    """Commit a new submission (status Queued) after the quota check; returns (row, created).
+) -> tuple[Container | SimpleNamespace, bool]:
+    """Commit a new submission (status Queued) after admission; returns (row, created).
 
-    With an idempotency key already used for the same request, the existing row comes
-    back (created False); used for a different request, Conflict. NotFound when the
-    tenancy does not exist.
+    A new row comes back as the column values it was inserted with (attributes of a
+    ``SimpleNamespace``: building the ORM object costs more than the insert). With an
+    idempotency key already used for the same request, the existing row comes back
+    (created False); used for a different request, Conflict. NotFound when the tenancy
+    does not exist; QuotaExceeded when it has no room.
     """
     digest = request_hash(tenancy=tenancy_name, data=data)
-    if idempotency_key is not None:
+    if idempotency_key is not None:  # an index hit (uq_container_idempotency)
         existing = _by_idempotency_key(session, tenancy=tenancy_name, key=idempotency_key)
         if existing is not None:
             return _same_request(existing, digest), False
-    use_lock = not _is_postgres(session)
-    if use_lock:
-        _sqlite_quota_lock.acquire()
+    cid = security.new_id(nbytes=10)
+    values = _new_container_values(
+        id=cid,
+        tenancy=tenancy_name,
+        image=data.image_ref,
+        gpus=data.gpus,
+        command=data.command,
+        args=data.args,
+        env=data.env_wire,
+        cpu=data.cpu,
+        memory=data.memory,
+        shm_size=data.shm_size,
+        timeout_seconds=data.timeout_seconds,
+        status=ContainerStatus.QUEUED.value,
+        pod_name=pod_name(cid),
+        idempotency_key=idempotency_key,
+        request_hash=digest,
+    )
+    if session.in_transaction():  # the admission takes a connection of its own, in autocommit
+        session.rollback()
     try:
-        tenancy = get_tenancy(session, name=tenancy_name, lock=True)  # serialises quota checks
-        if tenancy is None:
-            session.rollback()
-            raise errors.NotFound(f"tenancy {tenancy_name!r} not found")
-        quota = tenancy.gpu_quota
-        in_use = active_gpus(session, tenancy=tenancy.name)
-        if in_use + data.gpus > quota:
-            session.rollback()
-            raise errors.QuotaExceeded(
-                f"GPU quota exceeded for tenancy {tenancy.name!r}: requested {data.gpus}, "
-                f"{in_use} of {quota} already in use",
-                quota=quota,
-                in_use=in_use,
-                requested=data.gpus,
-            )
-        cid = security.new_id(nbytes=10)
-        row = Container(
-            id=cid,
-            tenancy=tenancy.name,
-            image=data.image_ref,
-            gpus=data.gpus,
-            command=data.command,
-            args=data.args,
-            env=data.env_wire,
-            cpu=data.cpu,
-            memory=data.memory,
-            shm_size=data.shm_size,
-            timeout_seconds=data.timeout_seconds,
-            status=ContainerStatus.QUEUED,
-            pod_name=pod_name(cid),
-            idempotency_key=idempotency_key,
-            request_hash=digest,
-        )
-        session.add(row)
-        try:
-            session.commit()
-        except IntegrityError:
-            session.rollback()
-            if idempotency_key is None:
-                raise
-            existing = _by_idempotency_key(session, tenancy=tenancy.name, key=idempotency_key)
-            if existing is None:
-                raise
-            return _same_request(existing, digest), False
-    finally:
-        if use_lock:
-            _sqlite_quota_lock.release()
-    return row, True
+        admitted = admit_container(session, values=values)
+        if not admitted:  # no such tenancy, no room, or a tenancy with a GPU-hour budget
+            tenancy = get_tenancy(session, name=tenancy_name)
+            if tenancy is not None and tenancy.gpu_hours_per_month is not None:
+                usage_budget.check(session, tenancy=tenancy)  # 403 once the month's budget is spent
+                session.rollback()
+                admitted = admit_container(session, values=values, budgeted=True)
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        existing = _by_idempotency_key(session, tenancy=tenancy_name, key=idempotency_key)
+        if existing is None:
+            raise
+        return _same_request(existing, digest), False
+    if not admitted:
+        raise _refusal(session, tenancy=tenancy_name, requested=data.gpus)
+    return SimpleNamespace(**values), True
+
+
+def _new_container_values(**given: Any) -> dict[str, Any]:
+    """Every column of a new container row: ``given``, else the model's defaults."""
+    now = utcnow()
+    values: dict[str, Any] = {}
+    for name, field in Container.model_fields.items():
+        if name in given:
+            values[name] = given[name]
+        elif field.default_factory is not None:
+            values[name] = now if field.default_factory is utcnow else field.default_factory()  # type: ignore[call-arg]
+        else:
+            values[name] = field.default
+    return values
+
+
+def _admission_statement(*, lock: bool, budgeted: bool) -> Any:
+    """``INSERT INTO container (...) SELECT :values FROM tenancy WHERE name = :tenancy AND
+    gpus_in_use + :gpus <= gpu_quota [AND gpu_hours_per_month IS NULL] [FOR UPDATE]
+    RETURNING id``, built once. The fast path admits only tenancies without a GPU-hour
+    budget; a budgeted one is admitted (``budgeted``) after its budget was checked."""
+    table = Container.__table__  # type: ignore[attr-defined]
+    columns = []
+    for c in table.columns:
+        # None as SQL NULL: a JSON column would otherwise store the JSON value null
+        kind = JSON(none_as_null=True) if isinstance(c.type, JSON) else c.type
+        columns.append(bindparam(f"v_{c.name}", type_=kind).label(c.name))
+    source = select(*columns).where(
+        col(Tenancy.name) == bindparam("v_tenancy"),
+        col(Tenancy.gpus_in_use) + bindparam("v_gpus") <= col(Tenancy.gpu_quota),
+    )
+    if not budgeted:
+        source = source.where(col(Tenancy.gpu_hours_per_month).is_(None))
+    if lock:
+        source = source.with_for_update()
+    return insert(table).from_select([c.name for c in table.columns], source).returning(table.c.id)
+
+
+_ADMIT = {(lock, budgeted): _admission_statement(lock=lock, budgeted=budgeted)
+          for lock in (True, False) for budgeted in (True, False)}
+
+
+def admit_container(session: Session, *, values: dict[str, Any], budgeted: bool = False) -> bool:
+    """Insert the new row ``values`` if its tenancy exists and has room for it, in one
+    statement (:func:`_admission_statement`) run in autocommit: one round trip, and the
+    row is durably committed when it returns (the commit's flush happens inside the
+    database, so a lock it takes is held for the statement and that flush only, not
+    for a second round trip from a busy client).
+
+    ``tenancy.gpus_in_use`` is the GPUs of the tenancy's active containers, kept exact
+    by the triggers of migration 0006 (which also count this insert). On PostgreSQL
+    ``FOR UPDATE`` locks the tenancy row from this statement to the commit only (a
+    concurrent admission waits, then re-checks the condition against the committed
+    counter: READ COMMITTED's re-evaluation of locked rows); SQLite runs one writing
+    statement at a time. Returns False when nothing was inserted (no such tenancy or
+    no room: :func:`_refusal` says which). A tenancy with a monthly GPU-hour budget is
+    admitted only with ``budgeted`` (after :func:`services.api.usage.budget.check`), so the
+    common case stays one statement.
+    """
+    stmt = _ADMIT[(_is_postgres(session), budgeted)]
+    params = {f"v_{k}": v for k, v in values.items()}
+    with session.get_bind().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        # RETURNING says whether a row went in (psycopg reports no rowcount for INSERT ... SELECT)
+        return conn.execute(stmt, params).first() is not None
+
+
+def _refusal(session: Session, *, tenancy: str, requested: int) -> errors.ApiError:
+    found = session.exec(select(Tenancy.gpu_quota, Tenancy.gpus_in_use).where(Tenancy.name == tenancy)).first()
+    session.rollback()
+    if found is None:
+        return errors.NotFound(f"tenancy {tenancy!r} not found")
+    quota, in_use = found
+    return errors.QuotaExceeded(
+        f"GPU quota exceeded for tenancy {tenancy!r}: requested {requested}, {in_use} of {quota} already in use",
+        quota=quota,
+        in_use=in_use,
+        requested=requested,
+    )
 
 
 def _same_request(existing: Container, digest: str) -> Container:
@@ -331,9 +440,18 @@ def get_container(session: Session, *, container_id: str, tenancy: str | None) -
 
 
 def list_containers(
-    session: Session, *, tenancy: str | None, status: str | None, limit: int, offset: int, history: bool = False
-) -> tuple[Sequence[Container], int]:
-    """A page of containers; ``history`` includes those of deleted tenancies (admin)."""
+    session: Session, *, tenancy: str | None, status: str | None, limit: int, offset: int = 0,
+    after: tuple[datetime, str] | None = None, history: bool = False,
+) -> tuple[Sequence[Any], int, tuple[datetime, str] | None]:
+    """A page of containers (rows with the columns as attributes), newest first (``created_at`` then ``id``, both descending);
+    ``history`` includes those of deleted tenancies (admin).
+
+    ``after`` is the (created_at, id) of the last row of the previous page: the page
+    then starts right after it (keyset pagination, an index range scan of
+    ``ix_container_tenancy_created`` / ``ix_container_created_id`` however deep the
+    page); ``offset`` still works and costs what it skips. Returns (rows, count of all
+    matching rows, the key of the last row when more may follow, else None).
+    """
     conds: list[Any] = []
     if tenancy is not None:
         conds.append(Container.tenancy == tenancy)
@@ -342,20 +460,36 @@ def list_containers(
     if status is not None:
         conds.append(Container.status == status)
     total = int(session.exec(select(func.count()).select_from(Container).where(*conds)).one())
-    rows = session.exec(
-        select(Container).where(*conds).order_by(col(Container.created_at).desc(), col(Container.id)).offset(offset).limit(limit)
-    ).all()
-    return rows, total
+    page = list(conds)
+    if after is not None:
+        created, last_id = after
+        if not _is_postgres(session) and created.tzinfo is not None:  # SQLite keeps naive UTC
+            created = created.astimezone(UTC).replace(tzinfo=None)
+        page.append(tuple_(col(Container.created_at), col(Container.id)) < tuple_(literal(created), literal(last_id)))
+    stmt = (
+        # plain rows (attribute access by column name), not ORM objects: read-only here
+        select(*Container.__table__.columns).where(*page)  # type: ignore[attr-defined]
+        .order_by(col(Container.created_at).desc(), col(Container.id).desc())
+        .offset(offset).limit(limit + 1)  # one more: is there a next page?
+    )
+    rows = list(session.execute(stmt).all())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    last = (rows[-1].created_at, rows[-1].id) if more and rows else None
+    return rows, total, last
 
 
 def cancel_container(session: Session, *, container: Container) -> Container:
     """Mark an active container Cancelled; the worker deletes its pod."""
     now = utcnow()
-    session.exec(
+    before = container.status
+    result = session.exec(
         update(Container)
         .where(col(Container.id) == container.id, col(Container.status).in_(ACTIVE_STATUSES))
         .values(status=ContainerStatus.CANCELLED, message="cancelled by request", finished_at=now, updated_at=now)
     )
+    if result.rowcount:
+        webhook_outbox.on_status_change(session, container_id=container.id, before=before)
     session.commit()
     session.refresh(container)
     return container
@@ -435,12 +569,14 @@ def reschedule(session: Session, *, container_id: str, delay: float, message: st
 
 def mark_failed(session: Session, *, container_id: str, message: str) -> None:
     now = utcnow()
-    session.exec(
+    result = session.exec(
         update(Container)
         .where(col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES))
         .values(status=ContainerStatus.FAILED, message=message[:2048], finished_at=now, updated_at=now,
                 claimed_by=None, claimed_until=None)
     )
+    if result.rowcount:
+        webhook_outbox.on_status_change(session, container_id=container_id, before=None)
     session.commit()
 
 
@@ -482,11 +618,14 @@ def apply_pod_report(session: Session, *, container_id: str, report: PodReport) 
     values["updated_at"] = utcnow()
     values["claimed_by"] = None
     values["claimed_until"] = None
+    before = row.status
     result = session.exec(
         update(Container)
         .where(col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES))
         .values(**values)
     )
+    if result.rowcount and report.status != before:
+        webhook_outbox.on_status_change(session, container_id=container_id, before=before)
     session.commit()
     return bool(result.rowcount)
 

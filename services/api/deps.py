@@ -10,28 +10,40 @@ requires an admin token.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
 from sqlmodel import Session
 
-from services.api import crud, errors, scopes
+from services.api import crud, errors, scopes, security
 from services.api.kube import Kube
 from services.api.limits import Limiter
 from services.api.models import _as_utc, utcnow
 from services.api.settings import Settings
+from services.api.token_cache import TokenCache, VerifiedToken
 from services.api.worker import SubmissionWorker
 
 _bearer = HTTPBearer(auto_error=False, description="A tenant or admin token.")
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    # Rows stay readable after commit without a reload: a request's session is short-lived.
-    with Session(request.app.state.engine, expire_on_commit=False) as session:
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """The request's session. Creating one does no I/O (it connects on first use), so
+    this runs on the event loop; the sync route that uses it runs in a worker thread.
+    Rows stay readable after commit without a reload: a request's session is short-lived."""
+    session = Session(request.app.state.engine, expire_on_commit=False)
+    try:
         yield session
+    finally:
+        if session.in_transaction():  # a rollback to send: not on the event loop
+            await anyio.to_thread.run_sync(session.close)
+        else:
+            session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
@@ -52,22 +64,28 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def get_caller(
+async def get_caller(
     request: Request,
-    session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
+    """The token's holder. A token verified in the last few seconds is served from the
+    in-process cache (:mod:`services.api.token_cache`) on the event loop; otherwise
+    (and once a minute, to record its use) the database is asked from a worker thread."""
     if credentials is None or not credentials.credentials:
         raise errors.Unauthorized("missing bearer token (Authorization: Bearer <token>)")
     limiter: Limiter = request.app.state.limiter
     client = client_address(request)
     limiter.check_bad_tokens(client)  # back-off first: a guesser costs no database query
-    token = crud.token_by_secret(session, secret=credentials.credentials)
+    cache: TokenCache = request.app.state.token_cache
+    digest = security.hash_token(credentials.credentials)
+    now = utcnow()
+    token = cache.get(digest)
+    if token is None or crud.touch_due(token.last_used_at, now):
+        token = await anyio.to_thread.run_sync(_verify, request.app.state.engine, cache, digest, now)
     if token is None:
         limiter.bad_token(client)
         raise errors.Unauthorized("invalid or revoked token")
     limiter.request(token_id=token.id, tenancy=token.tenancy)
-    now = utcnow()
     expires = _as_utc(token.expires_at)
     if expires is not None and expires <= now:
         raise errors.Unauthorized(f"token expired at {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}; ask for a new one")
@@ -75,8 +93,25 @@ def get_caller(
         need = scopes.needed(request.method, request.url.path)
         raise errors.Forbidden(f"this token's scope is {token.scope!r}; {request.method} {request.url.path} "
                                f"needs a token with scope {need!r}")
-    crud.touch_token(session, token=token, now=now)
     return Caller(token_id=token.id, tenancy=token.tenancy)
+
+
+def _verify(engine: Engine, cache: TokenCache, digest: str, now: datetime) -> VerifiedToken | None:
+    """Look the token up (an index hit on its digest), record its use when due, cache it."""
+    generation = cache.generation
+    with Session(engine, expire_on_commit=False) as session:
+        row = crud.token_by_digest(session, digest=digest)
+        if row is None:
+            return None
+        token = VerifiedToken(id=row.id, tenancy=row.tenancy, scope=row.scope, expires_at=row.expires_at,
+                              last_used_at=row.last_used_at)
+        session.rollback()
+        if crud.touch_due(token.last_used_at, now):
+            crud.touch_token(session, token_id=token.id, now=now)
+            token = VerifiedToken(id=token.id, tenancy=token.tenancy, scope=token.scope,
+                                  expires_at=token.expires_at, last_used_at=now)
+    cache.put(digest, token, generation=generation)
+    return token
 
 
 CurrentTenant = Annotated[Caller, Depends(get_caller)]

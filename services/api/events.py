@@ -116,9 +116,11 @@ def timeline(
     for e in entries:
         if e not in unique:
             unique.append(e)
-    # Nothing happens to a container before it was accepted: a stamp from before that
-    # (a GPU lease's record of an earlier holder, a node clock behind the API's) is shown
-    # at the acceptance time, keeping the order in which the sources tell the story.
+    # Nothing happens to a container before it was accepted, but Kubernetes stamps (and the
+    # GPU leases' ``holder.since``, written the same way) have whole-second precision
+    # (metav1.Time serialises RFC 3339 without fractions), so a lease taken 0.4 s after an
+    # acceptance at hh:mm:ss.6 reads hh:mm:ss, before it; a node clock behind the API's does
+    # the same. Such stamps are shown at the acceptance time, keeping the sources' order.
     start = unique[0]["time"] if unique and unique[0]["kind"] == "queued" else None
     if start is not None:
         for e in unique[1:]:

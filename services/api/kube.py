@@ -11,6 +11,7 @@ Callers on the event loop run these methods in a thread.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -216,6 +217,16 @@ class Kube:
         """The Secrets' metadata only (the data is stripped here, before anyone sees it)."""
         items = self._json(self.core.list_namespaced_secret, namespace, label_selector=label_selector).get("items", [])
         return [{"metadata": i.get("metadata") or {}, "type": i.get("type")} for i in items]
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        """One key of a Secret's data, decoded (for the API's own Secrets, e.g. a webhook's
+        signing secret); None when the Secret or the key is missing."""
+        try:
+            data = self._json(self.core.read_namespaced_secret, name, namespace).get("data") or {}
+        except NotFound:
+            return None
+        value = data.get(key)
+        return None if value is None else base64.b64decode(value).decode()
 
     def delete_secret(self, namespace: str, name: str) -> bool:
         try:

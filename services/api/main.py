@@ -16,7 +16,7 @@ def run(settings: Settings) -> None:
 
     log = logging.getLogger("services.api")
     log.info("configuration: %s", settings.redacted())
-    engine = db.make_engine(settings.database_url)
+    engine = db.make_engine(settings.database_url, pool_size=settings.database_pool_size)
     generated = bootstrap(engine, settings)
     if generated is not None:
         # The one time this secret is shown (stored only hashed).

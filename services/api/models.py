@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field as PField,
     StrictBool,
+    StrictFloat,
     StrictInt,
     WithJsonSchema,
     field_validator,
@@ -106,6 +107,8 @@ class TenancyBase(SQLModel):
     gpu_quota: int = Field(default=8, ge=0, le=100000)
     pod_quota: int = Field(default=50, ge=1, le=100000)
     allow_internet: bool = False
+    # GPU-hours a calendar month (UTC) may use; None: no budget (services/api/usage/budget.py)
+    gpu_hours_per_month: float | None = Field(default=None, ge=0, le=100_000_000)
 
 
 #: One pod holds at most one board's GPUs; the Tenancy CRD's CEL rule says the same
@@ -125,6 +128,10 @@ class TenancyCreate(StrictInput, TenancyBase):
     gpu_quota: StrictInt = PField(default=8, ge=0, le=100000)
     pod_quota: StrictInt = PField(default=50, ge=1, le=100000)
     allow_internet: StrictBool = False
+    gpu_hours_per_month: StrictFloat | StrictInt | None = PField(
+        None, ge=0, le=100_000_000, examples=[1000],
+        description="GPU-hours a calendar month (UTC) may use; once spent, submissions are refused until the "
+        "1st of the next month. Unset: no budget.")
     name: TenancyName
     nfs: NfsSpec | None = None
 
@@ -142,10 +149,15 @@ class TenancyUpdate(StrictInput):
     allow_internet: StrictBool | None = None
     nfs: NfsSpec | None = None
     clear_nfs: StrictBool = False
+    gpu_hours_per_month: StrictFloat | StrictInt | None = PField(
+        None, ge=0, le=100_000_000, description="A new monthly GPU-hour budget.")
+    clear_gpu_hours_per_month: StrictBool = PField(False, description="Remove the monthly GPU-hour budget.")
 
 
 class Tenancy(TenancyBase, table=True):
     name: str = Field(primary_key=True, max_length=63)
+    # GPUs its active containers hold; kept exact by database triggers (migration 0006)
+    gpus_in_use: int = Field(default=0)
     nfs: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
@@ -518,6 +530,9 @@ class ContainersPublic(SQLModel):
     count: int
     limit: int
     offset: int
+    next: str | None = PField(
+        None, description="Cursor of the next page: pass it as ?after= (null: this is the last page)."
+    )
 
 
 # --- kept logs -------------------------------------------------------------------

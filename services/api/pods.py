@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.core import crds
+from gpucaas.core import crds, dra
 from services.api import reasons, sizing, tenant_secrets
 
 POD_NAME_PREFIX = "gpucaas-"
@@ -95,8 +95,15 @@ def build_pod(
     run_as_user: int = DEFAULT_RUN_AS_USER,
     image_pull_secrets: Sequence[str] = (),
     size: sizing.Size | None = None,
+    allocation_mode: dra.AllocationMode = dra.DEVICE_PLUGIN_MODE,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
+
+    The GPUs: the extended resource ``gpu_resource`` (``allocation_mode`` device-plugin), or
+    (dra) a ResourceClaim that Kubernetes creates for the pod from the tenant namespace's
+    template ``gpucaas-gpus-<gpus>`` (the tenancy controller keeps it there) and that the
+    container uses by name (Kubernetes docs, "Dynamic Resource Allocation": ``spec.resourceClaims``
+    with ``resourceClaimTemplateName``, ``resources.claims`` in the container).
 
     ``nfs`` is the Tenancy's ``spec.nfs`` (camelCase, as on the custom resource); when
     set, the tenancy's PVC ``tenant-storage`` is mounted at ``/data``.
@@ -112,7 +119,7 @@ def build_pod(
         # Always: the kubelet checks the tenant's right to pull on every start, so another
         # tenant's private image cached on the node is never run (docs/abuse-and-limits.md).
         "imagePullPolicy": "Always",
-        "resources": size.resources(gpu_resource, gpus) if size else {"limits": {gpu_resource: str(gpus)}},
+        "resources": _resources(gpu_resource if allocation_mode == dra.DEVICE_PLUGIN_MODE else None, gpus, size),
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
@@ -136,6 +143,10 @@ def build_pod(
         "securityContext": _pod_security_context(run_as_user),
         "containers": [container],
     }
+    if allocation_mode == dra.DRA_MODE:
+        spec["resourceClaims"] = [{"name": dra.POD_CLAIM_NAME,
+                                   "resourceClaimTemplateName": dra.claim_template_name(gpus)}]
+        container["resources"]["claims"] = [{"name": dra.POD_CLAIM_NAME}]
     if image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
     if timeout_seconds:
@@ -168,6 +179,26 @@ def build_pod(
         },
         "spec": spec,
     }
+
+
+def _resources(gpu_resource: str | None, gpus: int, size: sizing.Size | None) -> dict[str, Any]:
+    if size is not None:
+        return size.resources(gpu_resource, gpus)
+    return {"limits": {gpu_resource: str(gpus)}} if gpu_resource else {}
+
+
+def _gpus_of(spec: Mapping[str, Any], container: Mapping[str, Any], gpu_resource: str) -> int | None:
+    """The GPU count a pod asks for: its extended-resource limit, else its DRA claim's template."""
+    limit = ((container.get("resources") or {}).get("limits") or {}).get(gpu_resource)
+    if limit is not None:
+        return int(limit)
+    used = {c.get("name") for c in (container.get("resources") or {}).get("claims") or []}
+    for claim in spec.get("resourceClaims") or []:
+        if claim.get("name") in used:
+            gpus = dra.gpus_of_claim_template(claim.get("resourceClaimTemplateName"))
+            if gpus is not None:
+                return gpus
+    return None
 
 
 def _pod_security_context(run_as_user: int) -> dict[str, Any]:
@@ -210,8 +241,7 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
     gpus = None
     for c in spec.get("containers") or []:
         if c.get("name") == CONTAINER_NAME:
-            limit = ((c.get("resources") or {}).get("limits") or {}).get(gpu_resource)
-            gpus = int(limit) if limit is not None else None
+            gpus = _gpus_of(spec, c, gpu_resource)
     image = ""
     for c in spec.get("containers") or []:
         if c.get("name") == CONTAINER_NAME:

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpucaas.core.dra import AllocationMode
 from services.api import sizing
 
 
@@ -38,6 +39,10 @@ class Settings(BaseSettings):
         None, description="Where a generated admin token is also written (mode 0600)."
     )
     gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name pods request GPUs by.")
+    allocation_mode: AllocationMode = Field(
+        "device-plugin", description="How pods get GPUs: device-plugin (the extended resource gpu_resource) or "
+        "dra (a ResourceClaim from the tenant namespace's template gpucaas-gpus-N; Kubernetes 1.34+, docs/dra.md).",
+    )
     runtime_class: str = Field("kata-qemu-nvidia-gpu", description="RuntimeClass of tenant pods.")
     tenant_run_as_user: int = Field(
         1000, ge=0, description="UID/GID tenant containers run as inside their VM (Pod Security restricted); "
@@ -84,6 +89,14 @@ class Settings(BaseSettings):
         30.0, gt=0, description="Days finished containers (and their pods and logs) are kept before pruning."
     )
     retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the worker prunes.")
+    database_pool_size: int = Field(
+        20, ge=1, description="Database connections kept for requests (as many again may open under bursts); "
+        "sized to the request worker threads (40) so that a request thread never waits for one."
+    )
+    token_cache_seconds: float = Field(
+        5.0, ge=0, description="How long a verified token is remembered in-process (0: ask the database on "
+        "every request); a token revoked through another replica stops working within this time."
+    )
     service_pool_size: int = Field(
         2, ge=1, description="Database connections kept apart for the worker and the health endpoints."
     )
@@ -106,6 +119,22 @@ class Settings(BaseSettings):
         ge=1024,
         le=64 * 1024 * 1024,
         description="How much of each finished container's log (its last bytes) the API keeps in its database.",
+    )
+
+    # --- webhooks (docs/webhooks.md) ---
+    webhook_allow_loopback: bool = Field(
+        False, description="Webhook URLs may reach loopback addresses (127.0.0.0/8, ::1, localhost): for the "
+        "sandbox and tests only. Private, link-local and cluster addresses are always refused.",
+    )
+    webhook_retry_hours: float = Field(
+        24.0, gt=0, le=24 * 30, description="How long a webhook delivery is retried (from its creation or resend)."
+    )
+    webhook_retry_first_seconds: float = Field(
+        10.0, gt=0, description="Wait before a webhook delivery's second attempt; doubles after each failure."
+    )
+    webhook_retry_max_seconds: float = Field(3600.0, gt=0, description="Longest wait between two webhook attempts.")
+    webhook_timeout_seconds: float = Field(
+        5.0, gt=0, le=60, description="Timeout of one webhook POST (connect, then each read)."
     )
 
     @model_validator(mode="after")

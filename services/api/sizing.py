@@ -98,8 +98,8 @@ class Size:
     shm_bytes: int
     hugepages: bool
 
-    def resources(self, gpu_resource: str, gpus: int) -> dict[str, dict[str, str]]:
-        """The container's ``resources``.
+    def resources(self, gpu_resource: str | None, gpus: int) -> dict[str, dict[str, str]]:
+        """The container's ``resources`` (``gpu_resource`` None: the GPUs come from a DRA claim).
 
         Without hugepages, requests equal limits (the VM takes all of it at boot). With
         hugepages the guest's memory comes from the node's 1 GiB page pool, which
@@ -109,7 +109,8 @@ class Size:
         *limit* stays the guest size, the figure Kata sizes the VM from.
         """
         cpu, memory = format_cpu(self.cpu_milli), format_bytes(self.memory_bytes)
-        limits = {gpu_resource: str(gpus), "cpu": cpu, "memory": memory}
+        limits = {gpu_resource: str(gpus)} if gpu_resource else {}
+        limits.update(cpu=cpu, memory=memory)
         requests = {"cpu": cpu, "memory": memory}
         if self.hugepages:
             limits["hugepages-1Gi"] = requests["hugepages-1Gi"] = memory

@@ -32,6 +32,7 @@ from services.api import crud, log_archive, pods, retention, sizing, tenant_secr
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
+from services.api.usage.recorder import Recorder as UsageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class SubmissionWorker:
         self._watch_resp: Any = None
         self._watch_lock = threading.Lock()
         self.submitted = 0  # pods created by this replica (for metrics)
+        self.usage = UsageRecorder(engine=engine, kube=kube, gpu_resource=settings.gpu_resource)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -180,6 +182,7 @@ class SubmissionWorker:
                 timeout_seconds=row.timeout_seconds,
                 nfs=(tenancy_cr.get("spec") or {}).get("nfs"),
                 gpu_resource=self.settings.gpu_resource,
+                allocation_mode=self.settings.allocation_mode,
                 runtime_class=self.settings.runtime_class,
                 run_as_user=self.settings.tenant_run_as_user,
                 image_pull_secrets=pull_secrets,
@@ -323,6 +326,7 @@ class SubmissionWorker:
             cid = self._apply(pod, deleted=False)
             if cid:
                 present.add(cid)
+        self.usage.close_vanished(present=present, before=started)
         with Session(self.engine) as session:
             for row in crud.running_without_pod(session, present=present, before=started):
                 crud.mark_failed(session, container_id=row.id, message="pod disappeared")
@@ -334,6 +338,7 @@ class SubmissionWorker:
         cid = (meta.get("labels") or {}).get(crds.LABEL_CONTAINER)
         if not cid:
             return None
+        self.usage.observe(pod, deleted=deleted)
         with Session(self.engine) as session:
             if deleted:
                 row = session.get(Container, cid)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpucaas.core.cdi import CDISpecError as CDISpecError  # the CDI spec is shared with the DRA driver
+
 
 class DevicePluginError(Exception):
     """Base of every device plugin error."""
@@ -35,5 +37,3 @@ class RegistrationFailed(DevicePluginError):
     """The kubelet did not accept (or could not be reached for) registration."""
 
 
-class CDISpecError(DevicePluginError):
-    """The CDI spec built for the devices breaks a CDI rule; nothing was written."""

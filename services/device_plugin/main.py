@@ -57,6 +57,7 @@ class DevicePlugin:
             self._metrics_server.server_close()  # type: ignore[attr-defined]
             self._metrics_server = None
         self.fabric.close()
+        self.usage.reader.close()
         logger.info("node=%s device plugin stopped", self.settings.node_name)
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from services.device_plugin import sysfs
+from gpucaas.core import vfio_sysfs as sysfs
 from services.device_plugin.allocation import (
     SOURCE_FABRIC,
     PhysicalMap,
@@ -29,8 +29,8 @@ from services.device_plugin.allocation import (
     preferred,
     shape_of,
 )
-from services.device_plugin.cdi import SpecWriter, qualified_name
-from services.device_plugin.devices import GPU, Inventory
+from gpucaas.core.cdi import SpecWriter, qualified_name
+from gpucaas.core.vfio_devices import GPU, Inventory
 from services.device_plugin.errors import (
     ActivationConflict,
     CDISpecError,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,19 +26,40 @@ class ContainerDevices:
 
 
 class PodResourcesReader:
+    """One kept-open channel to the kubelet's PodResources socket, shared by its callers (a
+    gRPC channel is thread-safe). A channel per call cost a connection set-up and tear-down
+    on every scan of an idle node; after a failed call (e.g. the kubelet restarted) the
+    channel is dropped and the next call opens a fresh one, without gRPC's reconnect backoff."""
+
     def __init__(self, socket_path: Path, timeout: float = 5.0) -> None:
         self.socket_path = Path(socket_path)
         self.timeout = timeout
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: pr_grpc.PodResourcesListerStub | None = None
+
+    def _lister(self) -> pr_grpc.PodResourcesListerStub:
+        with self._lock:
+            if self._stub is None:
+                self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
+                self._stub = pr_grpc.PodResourcesListerStub(self._channel)
+            return self._stub
+
+    def close(self) -> None:
+        with self._lock:
+            channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            channel.close()
 
     def list(self, resource_name: str | None = None) -> list[ContainerDevices]:
         """Every container's devices (of ``resource_name`` when given)."""
         if not self.socket_path.exists():
+            self.close()
             raise PodResourcesUnavailable(f"PodResources socket {self.socket_path} does not exist")
         try:
-            with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
-                resp = pr_grpc.PodResourcesListerStub(channel).List(pr_pb2.ListPodResourcesRequest(),
-                                                                    timeout=self.timeout)
+            resp = self._lister().List(pr_pb2.ListPodResourcesRequest(), timeout=self.timeout)
         except grpc.RpcError as exc:
+            self.close()
             raise PodResourcesUnavailable(
                 f"PodResources List on {self.socket_path} failed: {exc.code().name} {exc.details()}") from exc
         out = []

@@ -149,6 +149,9 @@ class KubeletRegistrar:
                 logger.warning("node=%s kubelet.sock was recreated (kubelet restart): restarting server and "
                                "registering again", self.node)
                 self.serve()
+                # Served anew once per kubelet restart: a registration that fails (a kubelet slow to
+                # answer on a loaded machine) is retried as is, not by restarting the server again.
+                self._registered_with = None
             self._try_register()
 
     def stop(self) -> None:

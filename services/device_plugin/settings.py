@@ -45,7 +45,7 @@ class DevicePluginSettings(BaseSettings):
         "included). False allows NVLink-less allocations while it is unreachable (boards without NVSwitch).",
     )
     fabric_timeout: float = Field(5.0, gt=0, description="Seconds per fabric service request.")
-    fabric_poll_interval: float = Field(0.5, gt=0, description="Seconds between fabric topology/health polls.")
+    fabric_poll_interval: float = Field(1.0, gt=0, description="Seconds between fabric topology/health polls.")
     fabric_sync_grace: float = Field(
         60.0, ge=0, description="Seconds an activation may live before the PodResources sync may release it."
     )
@@ -57,7 +57,9 @@ class DevicePluginSettings(BaseSettings):
         Path("/var/lib/kubelet/pod-resources/kubelet.sock"), description="Kubelet PodResources API socket."
     )
     pod_resources_interval: float = Field(10.0, gt=0, description="Seconds between PodResources scans.")
-    health_interval: float = Field(0.25, gt=0, description="Seconds between sysfs / device node health checks.")
+    health_interval: float = Field(
+        1.0, gt=0, description="Seconds between sysfs / device node health checks (a GPU-lease change is "
+        "applied at once, not at the next check).")
     kubelet_watch_interval: float = Field(0.5, gt=0, description="Seconds between checks of kubelet.sock.")
     node_name: str = Field(default_factory=socket.gethostname, description="This node's name (logs, metrics).",
                            json_schema_extra={"default_text": "the host name"})

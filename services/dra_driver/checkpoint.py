@@ -37,13 +37,14 @@ class PreparedClaim:
     holder: str
     pci_addresses: tuple[str, ...]
     devices: tuple[PreparedDevice, ...] = field(default_factory=tuple)
+    pod: str = ""  # the pod the claim was reserved for when prepared (for GPU leases)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PreparedClaim:
         devices = tuple(PreparedDevice(tuple(d["request_names"]), d["pool_name"], d["device_name"],
                                        tuple(d["cdi_device_ids"])) for d in data["devices"])
         return cls(data["uid"], data["namespace"], data["name"], data["holder"],
-                   tuple(data["pci_addresses"]), devices)
+                   tuple(data["pci_addresses"]), devices, data.get("pod", ""))
 
 
 class Checkpoint:

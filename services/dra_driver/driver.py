@@ -62,6 +62,10 @@ class Driver:
         self.read_claim = read_claim
         self.physical_to_pci = physical_to_pci
         self.cdi_id = cdi_id
+        #: called with the PCI addresses of each claim prepared (the GPU-lease agent hears it)
+        self.prepared_listeners: list[Callable[[tuple[str, ...]], None]] = []
+        #: why these GPUs may not be handed to (namespace, pod) now, or None (GPU leases)
+        self.gpu_refusal: Callable[[tuple[str, ...], str, str], str | None] | None = None
 
     def prepare(self, ref: ClaimRef) -> PreparedClaim:
         done = self.checkpoint.get(ref.uid)
@@ -87,11 +91,22 @@ class Driver:
             addresses.extend(bdfs)
             devices.append(PreparedDevice((result["request"],), self.node_name, result["device"],
                                           tuple(self.cdi_id(b) for b in bdfs)))
+        pod = next((r.get("name", "") for r in (claim.get("status") or {}).get("reservedFor") or []
+                    if r.get("resource") == "pods"), "")
+        if addresses and self.gpu_refusal is not None:
+            # The slices may lag behind a GPU's lease (published every few seconds): a GPU
+            # still leased to another pod or on its way through the firmware check is not
+            # handed out; the kubelet retries Prepare.
+            why = self.gpu_refusal(tuple(addresses), ref.namespace, pod)
+            if why:
+                raise ClaimNotReady(why)
         prepared = PreparedClaim(ref.uid, ref.namespace, ref.name, holder_for_claim(ref.uid),
-                                 tuple(addresses), tuple(devices))
+                                 tuple(addresses), tuple(devices), pod)
         if addresses:
             self.fabric.activate(prepared.holder, list(addresses))
         self.checkpoint.put(prepared)
+        for listener in self.prepared_listeners:
+            listener(prepared.pci_addresses)
         log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
                  ", ".join(d.device_name for d in devices) or "no devices of this driver")
         return prepared

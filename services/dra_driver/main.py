@@ -2,7 +2,9 @@
 
 Parts (each in its own module): the kubelet-facing gRPC server (registration, Prepare/
 Unprepare, health), the slice publisher, and, with binding conditions on, the binding
-watcher. One background loop re-derives what the node offers from the fabric service
+watcher. When no device plugin runs on the node (``cdi_dir`` set), the driver keeps the
+node's CDI spec itself, with the device plugin's builder (:mod:`gpucaas.core.cdi`) over the
+vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop re-derives what the node offers from the fabric service
 (physical id <-> PCI, GPU health) and the node's GPU leases, updates the health streams
 and republishes the slices when they changed; another runs the binding rounds.
 """
@@ -12,8 +14,12 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpucaas.core import lease_states as states
+from gpucaas.core import vfio_sysfs
+from gpucaas.core.cdi import CDISpecError, SpecWriter, qualified_name
 from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
 from gpucaas.core.kube import Kube, KubeConnection, KubeError
 from gpucaas.core.lease_store import LeaseStore
@@ -41,6 +47,24 @@ class DraDriverNode:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _pci: dict[int, str] = field(default_factory=dict)
+    cdi: SpecWriter | None = None
+    driver: Driver | None = None
+
+    def physical_to_pci(self) -> dict[int, str]:
+        """Physical GPU id -> PCI address (discovered once, refreshed by each publish round)."""
+        if not self._pci:
+            self.discover()
+        return self._pci
+
+    def write_cdi_spec(self) -> None:
+        """The CDI spec of the node's vfio GPUs (only when the driver owns it)."""
+        if self.cdi is None:
+            return
+        inventory = vfio_sysfs.scan(self.settings.sysfs_root, self.settings.dev_root)
+        try:
+            self.cdi.update(inventory.gpus)
+        except (CDISpecError, OSError) as exc:
+            log.error("cannot write the CDI spec %s: %s", self.cdi.path, exc)
 
     def discover(self) -> list[PublishedGpu]:
         """What the node offers now; the PCI map and health board are refreshed on the way."""
@@ -53,12 +77,14 @@ class DraDriverNode:
         return gpus
 
     def publish_once(self) -> None:
+        self.write_cdi_spec()
         try:
             self.publisher.publish()
         except (KubeError, FabricUnavailable) as exc:
             log.warning("could not publish the slices of %s: %s", self.settings.node_name, exc)
 
     def start(self) -> None:
+        self.write_cdi_spec()  # before registering: Prepare answers CDI ids of this spec
         self.server.start()
         self.publish_once()
         self._loop("publish", self.settings.publish_interval_s, self.publish_once)
@@ -84,30 +110,46 @@ class DraDriverNode:
         self.kube.close()
 
 
+def lease_refusal(kube: Kube, node_name: str) -> Callable[[tuple[str, ...], str, str], str | None]:
+    """Why GPUs may not be prepared for a pod now, from the node's GPU leases (none: no refusal)."""
+    def refuse(addresses: tuple[str, ...], namespace: str, pod: str) -> str | None:
+        leases = {lz["spec"]["pciAddress"]: lz for lz in LeaseStore(kube).list(node_name)}
+        for bdf in addresses:
+            lease = leases.get(bdf)
+            if lease is None:
+                continue
+            state = states.state_of(lease.get("status"))
+            if state not in states.ALLOCATABLE_STATES:
+                return f"GPU {bdf} is {state} (GPU lease {lease['metadata']['name']}); waiting until it is Free"
+            holder = (lease.get("status") or {}).get("holder") or {}
+            if state is states.LeaseState.LEASED and (holder.get("namespace"), holder.get("pod")) != (namespace, pod):
+                return f"GPU {bdf} is still leased to {holder.get('namespace')}/{holder.get('pod')}"
+        return None
+
+    return refuse
+
+
 def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriverNode:
     kube = kube or Kube(KubeConnection(kubeconfig=settings.kubeconfig))
     fabric = FabricClient(settings.fabric_socket)
     checkpoint = Checkpoint(settings.state_dir / "checkpoint.json")
     board = HealthBoard()
     holder: dict[str, DraDriverNode] = {}
-
-    def physical_to_pci() -> dict[int, str]:
-        node = holder["node"]
-        if not node._pci:
-            node.discover()
-        return node._pci
-
     driver = Driver(
         node_name=settings.node_name, checkpoint=checkpoint, fabric=fabric,
         read_claim=lambda ns, name: kube.call(kube.custom.get_namespaced_custom_object, "resource.k8s.io", "v1",
                                               ns, "resourceclaims", name, idempotent=True,
                                               what=f"read ResourceClaim {ns}/{name}"),
-        physical_to_pci=physical_to_pci,
-        cdi_id=lambda bdf: f"{settings.cdi_kind}={bdf}",
+        physical_to_pci=lambda: holder["node"].physical_to_pci(),
+        cdi_id=lambda bdf: qualified_name(settings.cdi_kind, bdf),
     )
     server = DraServer(driver, board, registry_dir=settings.registry_dir, plugins_dir=settings.plugins_dir)
     node = DraDriverNode(settings, kube, fabric, checkpoint, server, None, None, board)  # type: ignore[arg-type]
     holder["node"] = node
+    node.driver = driver
+    driver.gpu_refusal = lease_refusal(kube, settings.node_name)
+    if settings.cdi_dir is not None:
+        node.cdi = SpecWriter(settings.cdi_dir, settings.cdi_kind, settings.dev_root)
     node.publisher = SlicePublisher(kube, settings.node_name, node.discover,
                                     binding_conditions=settings.binding_conditions)
     if settings.binding_conditions:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gpucaas.core import lease_states as states
 from gpucaas.core.dra import DRIVER
 from gpucaas.core.kube import Kube, NotFound
 from services.dra_driver.slices import PublishedGpu, build_slices
@@ -22,8 +23,6 @@ from services.dra_driver.slices import PublishedGpu, build_slices
 log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
-#: Lease phases during which a GPU is not offered (gpucaas.core.lease_states).
-HELD_PHASES = frozenset({"Releasing", "Checking", "Quarantined"})
 
 
 class SlicePublisher:
@@ -36,6 +35,15 @@ class SlicePublisher:
         self._published: str | None = None  # the content last written (generation excluded)
         self.generation = 0
 
+    def allocated_devices(self) -> set[str]:
+        """This node's devices that a ResourceClaim's allocation still names (kept in the slice)."""
+        claims = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, "resourceclaims",
+                                idempotent=True, what="list ResourceClaims")["items"]
+        return {r["device"] for c in claims
+                for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {})
+                          .get("results") or [])
+                if r.get("driver") == DRIVER and r.get("pool") == self.node_name}
+
     def _current(self) -> dict[str, dict[str, Any]]:
         items = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
                                field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
@@ -45,7 +53,8 @@ class SlicePublisher:
     def publish(self) -> bool:
         """Write the slices if what they say changed; True when something was written."""
         gpus = sorted(self.gpus(), key=lambda g: g.physical_id)
-        wanted = build_slices(self.node_name, gpus, generation=0, binding_conditions=self.binding_conditions)
+        wanted = build_slices(self.node_name, gpus, generation=0, binding_conditions=self.binding_conditions,
+                              allocated=self.allocated_devices())
         content = json.dumps([s["spec"] for s in wanted], sort_keys=True)
         current = self._current()
         if content == self._published and set(current) == {s["metadata"]["name"] for s in wanted}:
@@ -86,12 +95,13 @@ class SlicePublisher:
 
 
 def gpus_from(topology: dict[str, Any], leases: Iterable[dict[str, Any]]) -> list[PublishedGpu]:
-    """The node's GPUs as the fabric service sees them, held out while their lease is not usable."""
-    phase_by_bdf = {(l.get("spec") or {}).get("pciAddress"): (l.get("status") or {}).get("phase") for l in leases}
+    """The node's GPUs as the fabric service sees them, held out while their lease is not usable
+    (Releasing, Checking, Quarantined: not in ``lease_states.ALLOCATABLE_STATES``)."""
+    state_by_bdf = {(l.get("spec") or {}).get("pciAddress"): states.state_of(l.get("status")) for l in leases}
     out = []
     for g in topology.get("gpus", []):
         bdf = g["pci_bus_id"]
-        usable = bool(g.get("healthy", True)) and phase_by_bdf.get(bdf) not in HELD_PHASES
+        usable = bool(g.get("healthy", True)) and state_by_bdf.get(bdf, states.LeaseState.FREE) in states.ALLOCATABLE_STATES
         out.append(PublishedGpu(int(g["physical_id"]), bdf, numa_node=int(g.get("numa_node") or 0),
                                 allocatable=usable))
     return out

@@ -25,6 +25,11 @@ class DraDriverSettings(BaseSettings):
     state_dir: Path = Field(Path("/var/lib/gpucaas/dra"), description="Checkpoint of prepared claims.")
     fabric_socket: Path = Field(Path("/run/gpucaas/fabric.sock"), description="The fabric service's unix socket.")
     cdi_kind: str = Field("nvidia.com/gpu", description="CDI kind of the device plugin's spec (same CDI ids).")
+    cdi_dir: Path | None = Field(
+        None, description="Write the node's CDI spec here (the device plugin's spec, same builder) when the device "
+                          "plugin does not run on the node; unset = the device plugin writes it.")
+    sysfs_root: Path = Field(Path("/sys"), description="Root of sysfs, where the vfio GPUs of the CDI spec are found.")
+    dev_root: Path = Field(Path("/dev"), description="Root of /dev holding vfio/ and iommu (CDI host paths).")
     binding_conditions: bool = Field(
         False, description="Publish devices with binding conditions and activate partitions before pods bind "
                            "(Kubernetes 1.36+, feature gates DRADeviceBindingConditions and DRAResourceClaimDeviceStatus).")

@@ -130,20 +130,27 @@ def _device(partition: Partition, gpus: Mapping[int, PublishedGpu], binding_cond
 
 def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: int = 1,
                  binding_conditions: bool = False,
-                 partitions: Iterable[Partition] = HGX_H100_PARTITIONS) -> list[dict[str, Any]]:
+                 partitions: Iterable[Partition] = HGX_H100_PARTITIONS,
+                 allocated: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The two ResourceSlice objects of ``node_name`` (see the module docstring).
 
-    A partition is published only when all its GPUs are present and allocatable; the
-    counters of every present GPU are published regardless, so what is already allocated
-    keeps being accounted for.
+    A partition is published only when all its GPUs are present and allocatable, or when
+    it is still allocated to a claim (``allocated``: device names): a scheduler counts an
+    allocated device's ``consumesCounters`` only from the device it finds in the slice, so
+    dropping one whose claim still holds it (its pod ended, its GPUs are being checked,
+    the claim is not yet deallocated) would let the scheduler hand out an overlapping
+    partition of the GPUs that came back first. The counters of every present GPU are
+    published regardless.
     """
+    held = set(allocated)
     by_id = {g.physical_id: g for g in gpus}
     pool = {"name": node_name, "generation": generation, "resourceSliceCount": 2}
     counters = {counter_name(g): {"value": "1"} for g in sorted(by_id)}
     devices = [
         _device(p, by_id, binding_conditions)
         for p in buddy_order(partitions)
-        if all(g in by_id and by_id[g].allocatable for g in p.gpus)
+        if all(g in by_id for g in p.gpus)
+        and (all(by_id[g].allocatable for g in p.gpus) or device_name(p) in held)
     ]
     if len(devices) > MAX_DEVICES_WITH_COUNTERS or len(counters) > MAX_COUNTERS_PER_SET:
         raise ValueError("board too large for one slice")

@@ -7,10 +7,19 @@ a superset of what is active, and replaying them (``set_activated_list`` after
 a Fabric Manager restart) or releasing them (holder gone) never leaks a
 partition.
 
-The records live in one JSON file written atomically (temp file, fsync,
-rename, fsync of the directory), stamped with the kernel's boot id: records of
-an earlier boot of the node are dropped on load (a reboot reset every GPU and
-NVSwitch and no tenant VM survived it), wherever the state directory lives. The in-memory :class:`ActivationBook` is pure;
+The records live in a snapshot, one JSON file written atomically (temp file,
+fsync, rename, fsync of the directory) and stamped with the kernel's boot id,
+plus a journal of the changes since it (one JSON line appended per change and
+``fdatasync``-ed before the change returns). A change thus costs one small
+append and one sync instead of rewriting and renaming the whole file (about
+0.1 ms instead of 5 ms on this VM's disk: Allocate's fast path, issue 18); the
+journal is folded into a new snapshot when the store opens and every
+``COMPACT_AFTER`` changes. Replaying the journal over a snapshot that already
+contains its changes gives the same records (each line sets one holder's final
+state), so a crash between writing a snapshot and emptying the journal is
+harmless; a torn last line (a crash mid-append, never acknowledged) is ignored.
+Records of an earlier boot of the node are dropped on load (a reboot reset every
+GPU and NVSwitch and no tenant VM survived it), wherever the state directory lives. The in-memory :class:`ActivationBook` is pure;
 :class:`ActivationStore` adds the file. Callers serialise access (the service
 holds one lock around every change); a ``flock`` on ``<state_dir>/lock`` keeps a
 second service process on the same node from sharing the file.
@@ -32,6 +41,8 @@ from services.fabric.errors import StateError
 log = logging.getLogger(__name__)
 
 STATE_FILE = "activations.json"
+JOURNAL_FILE = "activations.journal"
+COMPACT_AFTER = 512  # journal lines before the snapshot is rewritten
 LOCK_FILE = "lock"
 FORMAT_VERSION = 1
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -142,6 +153,9 @@ class ActivationStore:
     def __init__(self, state_dir: Path, boot_id: str | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / STATE_FILE
+        self.journal_path = self.state_dir / JOURNAL_FILE
+        self._journal_fd: int | None = None
+        self._journal_lines = 0
         self.book = ActivationBook()
         self.boot_id = current_boot_id() if boot_id is None else boot_id
         #: True when records of an earlier boot of the node were found and dropped.
@@ -170,12 +184,18 @@ class ActivationStore:
             records = []
             self.discarded_stale = True
         self.book = ActivationBook(records)
-        if self.discarded_stale:
-            self.save()
+        try:
+            self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StateError(f"cannot open activation journal {self.journal_path}: {exc}") from exc
+        self.save()  # a fresh snapshot (its directory fsync also makes the journal's entry durable)
         log.info("loaded %d activation record(s) from %s", len(self.book), self.path)
         return self
 
     def close(self) -> None:
+        if self._journal_fd is not None:
+            os.close(self._journal_fd)
+            self._journal_fd = None
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -189,15 +209,51 @@ class ActivationStore:
 
     # --- file -----------------------------------------------------------------------
     def _read(self) -> tuple[list[Activation], str]:
-        if not self.path.exists():
-            return [], self.boot_id
+        """The snapshot with the journal replayed over it, and the snapshot's boot id."""
+        if self.path.exists():
+            try:
+                data = json.loads(self.path.read_text())
+                if data.get("version") != FORMAT_VERSION:
+                    raise ValueError(f"version {data.get('version')!r}, expected {FORMAT_VERSION}")
+                records = {(a := Activation.from_json(d)).holder: a for d in data["activations"]}
+                boot_id = str(data.get("boot_id", ""))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise StateError(f"cannot read activation records {self.path}: {exc}") from exc
+        else:
+            records, boot_id = {}, self.boot_id
+        for change in self._journal():
+            try:
+                if change["op"] == "put":
+                    a = Activation.from_json(change["activation"])
+                    records[a.holder] = a
+                elif change["op"] == "remove":
+                    records.pop(str(change["holder"]), None)
+                else:
+                    raise ValueError(f"unknown op {change['op']!r}")
+            except (ValueError, KeyError, TypeError) as exc:
+                raise StateError(f"cannot replay activation journal {self.journal_path}: {exc}") from exc
+        return sorted(records.values(), key=lambda a: a.holder), boot_id
+
+    def _journal(self) -> list[dict]:
         try:
-            data = json.loads(self.path.read_text())
-            if data.get("version") != FORMAT_VERSION:
-                raise ValueError(f"version {data.get('version')!r}, expected {FORMAT_VERSION}")
-            return [Activation.from_json(d) for d in data["activations"]], str(data.get("boot_id", ""))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise StateError(f"cannot read activation records {self.path}: {exc}") from exc
+            raw = self.journal_path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StateError(f"cannot read activation journal {self.journal_path}: {exc}") from exc
+        lines = raw.split(b"\n")
+        changes = []
+        for i, line in enumerate(lines):
+            if not line:
+                continue
+            try:
+                changes.append(json.loads(line))
+            except ValueError as exc:
+                if i == len(lines) - 1:  # no newline after it: torn by a crash, never acknowledged
+                    log.warning("ignoring a torn last line of %s", self.journal_path)
+                    break
+                raise StateError(f"activation journal {self.journal_path} line {i + 1}: {exc}") from exc
+        return changes
 
     def _load(self) -> list[Activation]:
         return self._read()[0]
@@ -218,18 +274,35 @@ class ActivationStore:
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
+            if self._journal_fd is not None:  # the snapshot holds every change: start the journal anew
+                os.ftruncate(self._journal_fd, 0)
+                os.fsync(self._journal_fd)
+                self._journal_lines = 0
         except OSError as exc:
             raise StateError(f"cannot write activation records {self.path}: {exc}") from exc
+
+    def _append(self, change: dict) -> None:
+        """One change, durable on return: an appended line and ``fdatasync``."""
+        if self._journal_fd is None or self._journal_lines >= COMPACT_AFTER:
+            self.save()
+            return
+        line = json.dumps(change, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        try:
+            os.write(self._journal_fd, line)
+            os.fdatasync(self._journal_fd)
+        except OSError as exc:
+            raise StateError(f"cannot write activation journal {self.journal_path}: {exc}") from exc
+        self._journal_lines += 1
 
     # --- changes (each persisted before it returns) -----------------------------------
     def put(self, activation: Activation) -> None:
         self.book.put(activation)
-        self.save()
+        self._append({"op": "put", "activation": activation.to_json()})
 
     def remove(self, holder: str) -> Activation | None:
         old = self.book.remove(holder)
         if old is not None:
-            self.save()
+            self._append({"op": "remove", "holder": holder})
         return old
 
     def mark_releasing(self, holder: str) -> Activation | None:

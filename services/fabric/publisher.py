@@ -124,9 +124,9 @@ class FabricStatePublisher:
 
     def __init__(self, api_client: Any, node: str, collect: Callable[[], dict[str, Any]],
                  *, interval_s: float = 15.0, debounce_s: float = 0.2) -> None:
-        from gpucaas.core.kube import Kube
+        from gpucaas.core.kube import adapter
 
-        self.kube = Kube.of(api_client)
+        self.kube = adapter(api_client)  # the light RestKube in the daemon; any adapter works
         self.api = self.kube.custom
         self.node = node
         self.collect = collect
@@ -169,16 +169,13 @@ class FabricStatePublisher:
         Each step is tried for every holder; failures are logged and returned, never raised.
         ``reported`` lists the holders fully handled (a pod already gone counts as handled);
         the caller retries the others."""
-        from kubernetes import client
-
         def gone(exc: Exception) -> bool:
             return getattr(exc, "status", None) == 404
 
-        core = client.CoreV1Api(self.api.api_client)
         done: dict[str, list[str]] = {"events": [], "leases": [], "evicted": [], "errors": [], "reported": []}
         who = [a.get("pod") or a["holder"] for a in lost]
         try:
-            self._event(core, "default", {"apiVersion": API_VERSION, "kind": "FabricState", "name": self.node},
+            self._event("default", {"apiVersion": API_VERSION, "kind": "FabricState", "name": self.node},
                         "FabricReset", f"service VM restart reset the NVSwitch fabric on {self.node}; "
                         f"partitions lost by {', '.join(who) or 'nobody'}", "Warning")
             done["events"].append(f"FabricState/{self.node}")
@@ -192,7 +189,7 @@ class FabricStatePublisher:
                 msg = (f"NVLink partition(s) {a['partition_ids']} of this pod were lost: the fabric service VM on "
                        f"{self.node} restarted and reset the NVSwitches (policy: {policy})")
                 try:
-                    self._event(core, ns, {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns},
+                    self._event(ns, {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns},
                                 "NVLinkLost", msg, "Warning")
                     done["events"].append(pod)
                 except Exception as exc:
@@ -206,8 +203,9 @@ class FabricStatePublisher:
             if policy == "evict" and pod and "/" in pod:
                 ns, name = pod.split("/", 1)
                 try:
-                    core.create_namespaced_pod_eviction(name, ns, client.V1Eviction(
-                        metadata=client.V1ObjectMeta(name=name, namespace=ns)))
+                    self.kube.request("POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body={
+                        "apiVersion": "policy/v1", "kind": "Eviction",
+                        "metadata": {"name": name, "namespace": ns}})
                     done["evicted"].append(pod)
                 except Exception as exc:
                     if not gone(exc):
@@ -219,26 +217,25 @@ class FabricStatePublisher:
         self.notify()
         return done
 
-    def _event(self, core: Any, namespace: str, regarding: dict[str, Any], reason: str, message: str,
-               kind: str) -> None:
-        from kubernetes import client
-
-        now = datetime.now(UTC)
-        core.create_namespaced_event(namespace, client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{regarding['name']}.fabric-", namespace=namespace),
-            involved_object=client.V1ObjectReference(**{k: v for k, v in {
-                "api_version": regarding["apiVersion"], "kind": regarding["kind"], "name": regarding["name"],
-                "namespace": regarding.get("namespace")}.items() if v}),
-            reason=reason, message=message[:1024], type=kind, first_timestamp=now, last_timestamp=now,
-            count=1, source=client.V1EventSource(component="gpucaas-fabric", host=self.node),
-            reporting_component="gpucaas-fabric", reporting_instance=self.node,
-        ))
+    def _event(self, namespace: str, regarding: dict[str, Any], reason: str, message: str, kind: str) -> None:
+        """A core/v1 Event (the wire form the official client's ``CoreV1Event`` serialises to)."""
+        now = _ts(None)
+        involved = {k: v for k, v in {"apiVersion": regarding["apiVersion"], "kind": regarding["kind"],
+                                      "name": regarding["name"], "namespace": regarding.get("namespace")}.items() if v}
+        self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body={
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{regarding['name']}.fabric-", "namespace": namespace},
+            "involvedObject": involved, "reason": reason, "message": message[:1024], "type": kind,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "source": {"component": "gpucaas-fabric", "host": self.node},
+            "reportingComponent": "gpucaas-fabric", "reportingInstance": self.node,
+        })
 
     def _flag_lease(self, bdf: str, lost: dict[str, Any]) -> bool:
         """Set NVLinkFabricIntact=False on the GPU's lease (read-modify-replace, retried on conflict)."""
         from gpucaas.core.lease_store import LeaseConflict, LeaseStore, lease_name
 
-        store = LeaseStore(self.api.api_client)
+        store = LeaseStore(self.kube)
         cond = {"type": FABRIC_CONDITION, "status": "False", "reason": LOST_REASON,
                 "message": f"partition(s) {lost['partition_ids']} lost in a fabric reset ({lost.get('lost')})",
                 "lastTransitionTime": _ts(None)}

@@ -329,10 +329,12 @@ class FabricNode:
     def _kube(self) -> Any:
         if self._kube_client is not None:
             return self._kube_client
-        from gpucaas.core.kube import Kube, KubeConnection
+        from gpucaas.core.kube import KubeConnection
+        from gpucaas.core.kube.rest import connect
 
-        # A kubeconfig when given, else the in-cluster ServiceAccount (the core adapter decides).
-        return Kube(KubeConnection(kubeconfig=self.settings.kubeconfig))
+        # A kubeconfig when given, else the in-cluster ServiceAccount (the core adapter decides);
+        # its light path: a few calls do not need the official client's models in this daemon.
+        return connect(KubeConnection(kubeconfig=self.settings.kubeconfig))
 
     def _reconcile_loop(self) -> None:
         while not self._stop.wait(self.settings.reconcile_interval_s):

@@ -1,105 +1,167 @@
-"""The node-local API: HTTP/1.1 + JSON over a unix socket (FastAPI served by uvicorn).
+"""The node-local API: HTTP/1.1 + JSON over a unix socket, served by the standard library.
 
 Used by the device plugin (activate on Allocate, release, sync from the kubelet's
 PodResources) and by ``caasctl`` (list, health, forced admin operations). The
 wire contract is the one ``gpucaas.core.fabric_client`` speaks. Errors are
-``{"code", "detail"}`` with 400 (bad input), 404, 409 (conflict, naming the
-holder), 422 (unsupported partition), 503 (Fabric Manager or VM unavailable).
+``{"code", "detail"}`` with 400 (bad input, naming the field), 404, 405, 409
+(conflict, naming the holder), 422 (unsupported partition), 503 (Fabric Manager
+or VM unavailable).
 
-Routes are plain ``def``: FastAPI runs them in its thread pool and the
-:class:`PartitionService` lock orders them, so racing requests are decided one
-at a time.
+Why no web framework: this is a node daemon with eight routes and one client on
+the same host. ``http.server`` with HTTP/1.1 persistent connections answers an
+activation in a fraction of a millisecond and keeps the process small (FastAPI,
+pydantic and uvicorn cost about 40 MB resident here, issue 18). Each connection
+gets a thread (``socketserver.ThreadingMixIn``); the :class:`PartitionService`
+lock orders racing requests, so they are decided one at a time.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import logging
 import os
+import re
+import selectors
+import socket
+import socketserver
 import stat
 import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
-
-from services.fabric.errors import FabricServiceError
+from services.fabric.errors import FabricServiceError, InvalidRequest, NotFound
 from services.fabric.partitions import PartitionService
 
 log = logging.getLogger(__name__)
 
-
-class ActivationCreate(BaseModel):
-    holder: str = Field(min_length=1, max_length=512, description="Allocation key, e.g. gpus:0000:18:00.0+...")
-    gpus: list[str] = Field(min_length=1, max_length=64, description="GPU PCI addresses")
-    pod: str | None = Field(None, description="ns/name of the pod, when known")
+MAX_BODY = 1 << 20
+MAX_HOLDER = 512
+MAX_GPUS = 64
 
 
-class LiveHolder(BaseModel):
-    holder: str = Field(min_length=1, max_length=512)
-    pod: str | None = None
+class MethodNotAllowed(FabricServiceError):
+    code = "method_not_allowed"
+    status = 405
 
 
-class SyncRequest(BaseModel):
-    live: list[LiveHolder]
-    grace_seconds: float | None = Field(None, ge=0, description="Default: the service's release_grace_s")
+# --- request bodies: checked by hand, every message names the field ---------------------
+def _holder(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{field}: must be a string")
+    if not 1 <= len(value) <= MAX_HOLDER:
+        raise InvalidRequest(f"{field}: must be 1 to {MAX_HOLDER} characters long")
+    return value
 
 
-def create_app(service: PartitionService, vm_state: Callable[[], dict[str, Any]] | None = None,
-               *, default_grace_s: float = 30.0) -> FastAPI:
-    """The API over ``service``; ``vm_state`` reports the service VM (None: no VM managed)."""
-    app = FastAPI(title="gpucaas fabric service", version="1", docs_url=None, redoc_url=None)
+def _pod(value: Any, field: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest(f"{field}: must be a string \"namespace/name\" or null")
+    return value
 
-    @app.exception_handler(FabricServiceError)
-    async def _service_error(_: Request, exc: FabricServiceError) -> JSONResponse:
-        return JSONResponse({"code": exc.code, "detail": str(exc)}, status_code=exc.status)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        parts = []
-        for e in exc.errors():
-            loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-            parts.append(f"{loc}: {e.get('msg')}")
-        return JSONResponse({"code": "invalid", "detail": "; ".join(parts)}, status_code=400)
+def _object(body: Any, required: set[str]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidRequest("body: must be a JSON object")
+    missing = sorted(required - body.keys())
+    if missing:
+        raise InvalidRequest("; ".join(f"{k}: field required" for k in missing))
+    return body
 
-    @app.get("/v1/topology")
-    def topology() -> dict[str, Any]:
-        """GPUs by physical id and PCI bus id, as Fabric Manager knows them, with NVLink health."""
-        return service.topology()
 
-    @app.get("/v1/partitions")
-    def partitions() -> dict[str, Any]:
-        """Every partition with its GPUs, NVLinks, active, supported and holder."""
-        return {"partitions": service.list_partitions()}
+def activation_create(body: Any) -> tuple[str, list[str], str | None]:
+    """``{"holder": str(1..512), "gpus": [str] (1..64), "pod": str | null}``."""
+    body = _object(body, {"holder", "gpus"})
+    holder = _holder(body["holder"], "holder")
+    gpus = body["gpus"]
+    if not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus):
+        raise InvalidRequest("gpus: must be a list of PCI addresses (strings)")
+    if not 1 <= len(gpus) <= MAX_GPUS:
+        raise InvalidRequest(f"gpus: must list 1 to {MAX_GPUS} PCI addresses")
+    return holder, gpus, _pod(body.get("pod"), "pod")
 
-    @app.get("/v1/activations")
-    def activations() -> dict[str, Any]:
-        """The activation records: which holder holds which partitions."""
-        return {"activations": service.activations()}
 
-    @app.post("/v1/activations")
-    def activate(body: ActivationCreate) -> dict[str, Any]:
-        """Activate the partition(s) for a GPU set on behalf of a holder (idempotent)."""
-        return service.activate(body.holder, body.gpus, pod=body.pod)
+def sync_request(body: Any) -> tuple[list[dict[str, Any]], float | None]:
+    """``{"live": [{"holder", "pod"}], "grace_seconds": float >= 0 | null}``."""
+    body = _object(body, {"live"})
+    live = body["live"]
+    if not isinstance(live, list):
+        raise InvalidRequest("live: must be a list of {holder, pod}")
+    items = []
+    for i, item in enumerate(live):
+        if not isinstance(item, dict) or "holder" not in item:
+            raise InvalidRequest(f"live.{i}: must be an object with a holder")
+        items.append({"holder": _holder(item["holder"], f"live.{i}.holder"),
+                      "pod": _pod(item.get("pod"), f"live.{i}.pod")})
+    grace = body.get("grace_seconds")
+    if grace is not None:
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+            raise InvalidRequest("grace_seconds: must be a number >= 0 (or null for the service default)")
+        grace = float(grace)
+    return items, grace
 
-    @app.post("/v1/activations/sync")
-    def sync(body: SyncRequest) -> dict[str, Any]:
-        """Release every activation whose holder is not live and older than the grace."""
-        grace = default_grace_s if body.grace_seconds is None else body.grace_seconds
-        return service.sync([h.model_dump() for h in body.live], grace)
 
-    @app.delete("/v1/activations/{holder:path}")
-    def release(holder: str) -> dict[str, Any]:
-        """Deactivate what a holder holds (idempotent)."""
-        return service.release(holder)
+def _flag(query: dict[str, list[str]], name: str) -> bool:
+    raw = (query.get(name) or ["false"])[-1].lower()
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    if raw in ("false", "0", "no", "off"):
+        return False
+    raise InvalidRequest(f"{name}: must be true or false")
 
-    @app.get("/v1/health")
-    def health() -> dict[str, Any]:
+
+def _partition_id(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidRequest(f"partition_id: {raw!r} is not an integer") from None
+
+
+# --- routing ---------------------------------------------------------------------------
+Handler = Callable[[re.Match[str], dict[str, list[str]], Any], Any]
+
+
+class FabricAPI:
+    """The routes over ``service``; ``vm_state`` reports the service VM (None: no VM managed).
+
+    ``dispatch(method, path, query, body)`` returns ``(status, json-able)``; the HTTP
+    framing lives in :class:`UnixServer`.
+    """
+
+    def __init__(self, service: PartitionService, vm_state: Callable[[], dict[str, Any]] | None = None,
+                 default_grace_s: float = 30.0) -> None:
+        self.service = service
+        self.vm_state = vm_state
+        self.default_grace_s = default_grace_s
+        s = service
+        self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
+            (re.compile(r"/v1/topology"), {"GET": lambda m, q, b: s.topology()}),
+            (re.compile(r"/v1/partitions"), {"GET": lambda m, q, b: {"partitions": s.list_partitions()}}),
+            (re.compile(r"/v1/activations"), {"GET": lambda m, q, b: {"activations": s.activations()},
+                                              "POST": self._activate}),
+            (re.compile(r"/v1/activations/sync"), {"POST": self._sync}),
+            (re.compile(r"/v1/activations/(?P<holder>.+)"),
+             {"DELETE": lambda m, q, b: s.release(unquote(m["holder"]))}),
+            (re.compile(r"/v1/health"), {"GET": lambda m, q, b: self.health()}),
+            (re.compile(r"/v1/partitions/(?P<pid>[^/]+)/activate"),
+             {"POST": lambda m, q, b: s.admin_activate(_partition_id(m["pid"]), force=_flag(q, "force"))}),
+            (re.compile(r"/v1/partitions/(?P<pid>[^/]+)/deactivate"),
+             {"POST": lambda m, q, b: s.admin_deactivate(_partition_id(m["pid"]), force=_flag(q, "force"))}),
+        ]
+
+    def _activate(self, _m: re.Match[str], _q: dict[str, list[str]], body: Any) -> Any:
+        holder, gpus, pod = activation_create(body)
+        return self.service.activate(holder, gpus, pod=pod)
+
+    def _sync(self, _m: re.Match[str], _q: dict[str, list[str]], body: Any) -> Any:
+        live, grace = sync_request(body)
+        return self.service.sync(live, self.default_grace_s if grace is None else grace)
+
+    def health(self) -> dict[str, Any]:
         """Fabric Manager reachability, the service VM and GPUs with failed NVLinks."""
+        service = self.service
         reachable = service.probe()
         failed: list[str] = []
         if reachable:
@@ -110,35 +172,118 @@ def create_app(service: PartitionService, vm_state: Callable[[], dict[str, Any]]
         return {
             "fabric_manager": {"reachable": reachable, "backend": service.backend,
                                "message": service.status.message, "replays": service.status.replays},
-            "service_vm": vm_state() if vm_state else {"state": "unmanaged", "restarts": 0},
+            "service_vm": self.vm_state() if self.vm_state else {"state": "unmanaged", "restarts": 0},
             "failed_gpus": failed,
         }
 
-    @app.post("/v1/partitions/{partition_id}/activate")
-    def admin_activate(partition_id: int, force: bool = Query(False)) -> dict[str, Any]:
-        """Admin: activate one partition (force evicts overlapping holders)."""
-        return service.admin_activate(partition_id, force=force)
+    def dispatch(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        try:
+            for pattern, methods in self.routes:
+                m = pattern.fullmatch(path)
+                if m is None:
+                    continue
+                handler = methods.get(method)
+                if handler is None:
+                    raise MethodNotAllowed(f"{method} is not allowed on {path}; allowed: {', '.join(methods)}")
+                return 200, handler(m, query, body)
+            raise NotFound(f"no route {path}")
+        except FabricServiceError as exc:
+            return exc.status, {"code": exc.code, "detail": str(exc)}
+        except Exception as exc:  # noqa: BLE001 -- the edge: log it, answer 500, keep serving
+            log.exception("%s %s failed", method, path)
+            return 500, {"code": "error", "detail": f"internal error: {type(exc).__name__}"}
 
-    @app.post("/v1/partitions/{partition_id}/deactivate")
-    def admin_deactivate(partition_id: int, force: bool = Query(False)) -> dict[str, Any]:
-        """Admin: deactivate one partition (force even when a holder holds it)."""
-        return service.admin_deactivate(partition_id, force=force)
 
-    return app
+def create_app(service: PartitionService, vm_state: Callable[[], dict[str, Any]] | None = None,
+               *, default_grace_s: float = 30.0) -> FabricAPI:
+    """The API over ``service``; ``vm_state`` reports the service VM (None: no VM managed)."""
+    return FabricAPI(service, vm_state, default_grace_s)
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # persistent connections: the client keeps one open
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- no access log
+        return None
+
+    def _answer(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response_only(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _handle(self) -> None:
+        url = urlsplit(self.path)
+        body: Any = None
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self.close_connection = True
+            self._answer(400, {"code": "invalid", "detail": "Content-Length: must be a byte count"})
+            return
+        if length > MAX_BODY:
+            self.close_connection = True
+            self._answer(413, {"code": "invalid", "detail": f"body: larger than {MAX_BODY} bytes"})
+            return
+        if length:
+            raw = self.rfile.read(length)
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                self._answer(400, {"code": "invalid", "detail": f"body: not JSON ({exc})"})
+                return
+        status, payload = self.server.api.dispatch(self.command, url.path, parse_qs(url.query), body)
+        self._answer(status, payload)
+
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+    #: listen(2) backlog. socketserver's default is 5: on a busy node a burst of concurrent
+    #: callers (kubelet Allocate calls, lease agents, admin CLI) then finds the queue full, and a
+    #: unix-socket connect with a timeout fails at once with EAGAIN instead of waiting.
+    request_queue_size = 128
+
+    def __init__(self, path: str, api: FabricAPI) -> None:
+        self.api = api
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(path, _RequestHandler)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.connections_lock:
+                self.connections.discard(request)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            open_now = list(self.connections)
+        for conn in open_now:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 class UnixServer:
-    """uvicorn on a unix socket, in a background thread: stale socket removed, mode set, removed on stop."""
+    """The API on a unix socket, in a background thread: stale socket removed, mode set, removed on stop."""
 
-    def __init__(self, app: FastAPI, socket_path: Path, mode: int = 0o660) -> None:
-        import uvicorn
-
+    def __init__(self, app: FabricAPI, socket_path: Path, mode: int = 0o660) -> None:
+        self.app = app
         self.socket_path = Path(socket_path)
         self.mode = mode
-        config = uvicorn.Config(app, uds=str(self.socket_path), log_level="warning", lifespan="off",
-                                access_log=False, timeout_graceful_shutdown=5)
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def _remove_stale(self) -> None:
@@ -151,26 +296,43 @@ class UnixServer:
         log.info("removing stale socket %s", self.socket_path)
         self.socket_path.unlink()
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self) -> None:
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self._remove_stale()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._server.serve()),
+        try:
+            self._server = _Server(str(self.socket_path), self.app)  # bound and listening on return
+        except OSError as exc:
+            raise FabricServiceError(f"local API did not start on {self.socket_path}: {exc}") from exc
+        os.chmod(self.socket_path, self.mode)
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, args=(self._server, self._wake_r),
                                         name="fabric-api", daemon=True)
         self._thread.start()
-        ev = threading.Event()
-        deadline = timeout_s
-        while not self._server.started and deadline > 0 and self._thread.is_alive():
-            ev.wait(0.02)
-            deadline -= 0.02
-        if not self._server.started:
-            raise FabricServiceError(f"local API did not start on {self.socket_path}")
-        os.chmod(self.socket_path, self.mode)
         log.info("local API listening on %s", self.socket_path)
 
+    @staticmethod
+    def _serve(server: _Server, wake: int) -> None:
+        """Accept until woken: no timeout, so an idle daemon does not wake at all."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(server.fileno(), selectors.EVENT_READ)
+            sel.register(wake, selectors.EVENT_READ)
+            while True:
+                for key, _ in sel.select():
+                    if key.fd == wake:
+                        return
+                    server._handle_request_noblock()  # accept, then a thread for the connection
+
     def stop(self) -> None:
-        self._server.should_exit = True
         if self._thread is not None:
+            os.write(self._wake_w, b"x")
             self._thread.join(timeout=15)
+            self._thread = None
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        if self._server is not None:
+            self._server.server_close()
+            self._server.close_connections()
+            self._server = None
         try:
             self.socket_path.unlink()
         except FileNotFoundError:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
-from gpucaas.core.kube import Kube, KubeConnection
+from gpucaas.core.kube import KubeConnection
+from gpucaas.core.kube.rest import connect
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from services.gpu_leases.settings import LeaseAgentSettings
@@ -14,9 +16,10 @@ from services.gpu_leases.settings import LeaseAgentSettings
 logger = logging.getLogger(__name__)
 
 
-def kube_client(kubeconfig: Path | None) -> Kube:
-    """The core adapter: the kubeconfig given, else in-cluster, else KUBECONFIG / ~/.kube/config."""
-    return Kube(KubeConnection(kubeconfig=kubeconfig))
+def kube_client(kubeconfig: Path | None) -> Any:
+    """The core adapter's light path (no official client in the device plugin's process): the
+    kubeconfig given, else in-cluster, else KUBECONFIG / ~/.kube/config."""
+    return connect(KubeConnection(kubeconfig=kubeconfig))
 
 
 def build_agent(settings: LeaseAgentSettings, *, node: str, sysfs_root: Path,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpucaas.core import crds
+from gpucaas.core import crds, dra
 
 from .spec import NFSSpec, Tenancy
 
@@ -90,7 +90,7 @@ def build_namespace(tenancy: Tenancy, *, owned: bool = True, pod_security_level:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
-def build_resource_quota(tenancy: Tenancy) -> dict[str, Any]:
+def build_resource_quota(tenancy: Tenancy, *, allocation_mode: dra.AllocationMode = "device-plugin") -> dict[str, Any]:
     """Caps GPUs (requests of nvidia.com/gpu), pods, and (when the spec gives them) CPU and
     memory limits, hugepage-backed memory included; no Services that open the node to the world.
 
@@ -110,12 +110,44 @@ def build_resource_quota(tenancy: Tenancy) -> dict[str, Any]:
     if tenancy.spec.memory_quota is not None:
         hard["limits.memory"] = tenancy.spec.memory_quota
         hard["requests.hugepages-1Gi"] = tenancy.spec.memory_quota
+    if allocation_mode == dra.DRA_MODE:
+        hard.update(device_class_quota(tenancy))
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": child_metadata(tenancy, QUOTA_NAME),
         "spec": {"hard": hard},
     }
+
+
+def device_class_quota(tenancy: Tenancy) -> dict[str, str]:
+    """ResourceQuota ``hard`` entries capping the DRA devices of each DeviceClass (allocation mode dra).
+
+    Kubernetes counts a namespace's claimed devices per DeviceClass under
+    ``<class>.deviceclass.resource.k8s.io/devices`` (Kubernetes docs, "Resource Quotas").
+    Devices of different classes hold different GPU counts, so each class is capped at what
+    the GPU quota could hold of it: ``gpuQuota`` single GPUs, ``gpuQuota // N`` partitions of N.
+    The sum over classes is not expressible as one quota; the API's admission holds the
+    tenancy to its GPU quota across sizes, this is the cluster's own backstop per class."""
+    quota = tenancy.spec.gpu_quota
+    return {dra.device_class_quota_key(size): str(quota // size) for size in (1, *dra.NVLINK_SIZES)}
+
+
+def claim_template_name_list() -> list[str]:
+    return [dra.claim_template_name(n) for n in dra.CLAIM_TEMPLATE_SIZES]
+
+
+def build_claim_templates(tenancy: Tenancy) -> list[dict[str, Any]]:
+    """The ResourceClaimTemplates ``gpucaas-gpus-N`` (N = 1..8) the API's pods claim from in
+    allocation mode dra: one NVLink partition of N GPUs for N = 2, 4, 8, else N single GPUs
+    (gpucaas/core/dra.py). Kubernetes creates one ResourceClaim per pod from it and deletes it
+    with the pod (Kubernetes docs, "Dynamic Resource Allocation", ResourceClaimTemplate)."""
+    out = []
+    for gpus in dra.CLAIM_TEMPLATE_SIZES:
+        template = dra.claim_template(gpus, tenancy.namespace)
+        template["metadata"] = child_metadata(tenancy, template["metadata"]["name"])
+        out.append(template)
+    return out
 
 
 def build_limit_range(tenancy: Tenancy) -> dict[str, Any]:

@@ -16,6 +16,7 @@ Failed status).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -40,7 +41,14 @@ CHILDREN = (
     ("", "v1", "persistentvolumeclaims"),
     ("", "v1", "persistentvolumes"),
 )
+#: Watched in allocation mode dra only: the claim templates (builders.build_claim_templates).
+DRA_CHILD = ("resource.k8s.io", "v1", "resourceclaimtemplates")
 CHILD_LABELS = {crds.LABEL_TENANCY: kopf.PRESENT, crds.LABEL_MANAGED_BY: MANAGER}
+
+
+def _index_id(plural: str) -> str:
+    """The id of the index of one child kind, by owning tenancy (a keyword argument of handlers)."""
+    return f"children_{plural}"
 
 
 def _ctx(memo: Any) -> workflow.Context:
@@ -74,10 +82,15 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
     def tenancy_controller_cleanup(memo: Any, **_: Any) -> None:
         ctx = getattr(memo, "tenancy_controller", None)
         if ctx is not None:
+            ctx.pool.shutdown(wait=True)
             ctx.kube.close()
 
+    # The index and the child-event handler are coroutines: Kopf runs a sync handler on its
+    # worker threads (settings.execution), the same threads the reconciles need, and in a burst
+    # the child events (seven or more per tenancy) would queue the reconciles behind them.
+    # Both are pure in the common case; only a repair goes to a thread.
     @kopf.index(*TENANCY, id="tenancy_bodies", registry=registry)
-    def tenancy_bodies(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    async def tenancy_bodies(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         return {name: _plain(body)}
 
     @kopf.on.resume(*TENANCY, id="reconcile-resume", registry=registry, backoff=backoff)
@@ -86,18 +99,40 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
     def reconcile_tenancy(body: kopf.Body, memo: Any, **_: Any) -> None:
         _retrying(settings, lambda: workflow.ensure_tenancy(_ctx(memo), _plain(body)))
 
+    # resource.k8s.io/v1 exists only where DRA is (Kubernetes 1.34+): its claim templates are
+    # watched (and indexed for the resync) in the DRA mode only.
+    watched = (*CHILDREN, DRA_CHILD) if settings.allocation_mode == "dra" else CHILDREN
+
+    # The resync compares the Tenancy with its children as the watches last showed them
+    # (indices below, no API call) and runs a full pass, with its reads, only on a difference
+    # or a doubt (workflow.children_in_sync): a steady cluster costs no requests per tenancy.
     @kopf.timer(*TENANCY, id="resync", interval=settings.resync_interval_s, initial_delay=settings.resync_interval_s,
                 registry=registry, backoff=backoff)
-    def resync_tenancy(body: kopf.Body, memo: Any, **_: Any) -> None:
+    async def resync_tenancy(name: str, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return
-        _retrying(settings, lambda: workflow.ensure_tenancy(_ctx(memo), _plain(body)))
+        ctx = _ctx(memo)
+        plain = _plain(body)
+        observed = [child for _, _, plural in watched for child in kwargs[_index_id(plural)].get(name, [])]
+        if workflow.children_in_sync(ctx, plain, observed):
+            return
+        await asyncio.to_thread(_retrying, settings, lambda: workflow.ensure_tenancy(ctx, plain))
 
     @kopf.on.delete(*TENANCY, id="finalize", registry=registry, backoff=backoff)
     def finalize_tenancy(body: kopf.Body, memo: Any, **_: Any) -> None:
         _retrying(settings, lambda: workflow.finalize_tenancy(_ctx(memo), _plain(body)))
 
-    def child_changed(type: str | None, body: kopf.Body, memo: Any, tenancy_bodies: kopf.Index, **_: Any) -> None:
+    def repair(ctx: workflow.Context, tenancy_name: str, what: str) -> None:
+        fresh = ctx.kube.get("Tenancy", tenancy_name)
+        if fresh is None or (fresh.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        try:
+            workflow.ensure_tenancy(ctx, fresh)
+        except (errors.NotReadyYet, errors.KubeError) as exc:
+            log.warning("tenancy %s: repair after %s deferred to the resync: %s", tenancy_name, what, exc)
+
+    async def child_changed(type: str | None, body: kopf.Body, memo: Any, tenancy_bodies: kopf.Index,
+                            **_: Any) -> None:
         if type is None:  # initial listing: the Tenancy's own resume handler covers it
             return
         labels = (body.get("metadata") or {}).get("labels") or {}
@@ -111,15 +146,13 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         what = f"{body.get('kind')} {body.get('metadata', {}).get('name')}"
         log.info("tenancy %s: %s %s by someone else; reconciling", tenancy_name, what,
                  "deleted" if type == "DELETED" else "changed")
-        fresh = ctx.kube.get("Tenancy", tenancy_name)
-        if fresh is None or (fresh.get("metadata") or {}).get("deletionTimestamp"):
-            return
-        try:
-            workflow.ensure_tenancy(ctx, fresh)
-        except (errors.NotReadyYet, errors.KubeError) as exc:
-            log.warning("tenancy %s: repair after %s deferred to the resync: %s", tenancy_name, what, exc)
+        await asyncio.to_thread(repair, ctx, tenancy_name, what)
 
-    for group, version, plural in CHILDREN:
+    async def child_index(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+        return {((body.get("metadata") or {}).get("labels") or {}).get(crds.LABEL_TENANCY, ""): _plain(body)}
+
+    for group, version, plural in watched:
+        kopf.index(group, version, plural, id=_index_id(plural), labels=CHILD_LABELS, registry=registry)(child_index)
         kopf.on.event(group, version, plural, id=f"child-{plural}", labels=CHILD_LABELS, registry=registry)(
             child_changed
         )

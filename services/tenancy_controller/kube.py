@@ -59,6 +59,7 @@ KINDS: dict[str, Kind] = {
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies", True),
     "CiliumNetworkPolicy": Kind("cilium.io/v2", "ciliumnetworkpolicies", True),
     "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "ResourceClaimTemplate": Kind("resource.k8s.io/v1", "resourceclaimtemplates", True),
     "Tenancy": Kind(crds.API_VERSION, crds.TENANCY_PLURAL, False),
 }
 

@@ -155,7 +155,7 @@ async def serve(
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread)."""
     cfg = load_configuration(kube.connection(settings.kubeconfig, context=settings.context,
-                                             timeout_s=settings.request_timeout_s, pool_size=settings.workers * 2))
+                                             timeout_s=settings.request_timeout_s, pool_size=settings.workers * 4))
     registry = build_registry(settings)
 
     @kopf.on.login(registry=registry)

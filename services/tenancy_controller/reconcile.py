@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from gpucaas.core import crds
+from gpucaas.core.dra import AllocationMode
 
 from . import builders, policies
 from .comparison import is_subset, matches  # noqa: F401 - part of this module's API
@@ -79,6 +80,7 @@ def reconcile_tenancy(
     nfs_addresses: Sequence[str] = (),
     pod_security_level: str = "restricted",
     api_access: builders.ApiAccess | None = None,
+    allocation_mode: AllocationMode = "device-plugin",
 ) -> Plan:
     """The desired children of the Tenancy ``body``.
 
@@ -108,7 +110,9 @@ def reconcile_tenancy(
             policies.build_cilium_network_policy(tenancy, network),
             policies.build_network_policy(tenancy, network, nfs_addresses=nfs_addresses),
         ],
-        QUOTA: [builders.build_resource_quota(tenancy), builders.build_limit_range(tenancy)],
+        QUOTA: [builders.build_resource_quota(tenancy, allocation_mode=allocation_mode),
+                builders.build_limit_range(tenancy)]
+        + (builders.build_claim_templates(tenancy) if allocation_mode == "dra" else []),
         STORAGE: [],
     }
     nfs = tenancy.spec.nfs

@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpucaas.core.dra import AllocationMode
+
 #: Handler modules the operator process loads; each exposes ``register(registry, settings)``.
 #: The GPU-lease timers live with the rest of the lease life cycle in services/gpu_leases and are
 #: loaded here by name, so the controller's code never imports that service.
@@ -45,7 +47,9 @@ class ControllerSettings(BaseSettings):
         description="Python modules whose register(registry, settings) adds Kopf handlers to this operator process.",
     )
     resync_interval_s: float = Field(
-        default=60.0, gt=0, description="Every Tenancy is re-reconciled this often even without events (drift repair)."
+        default=60.0, gt=0,
+        description="Every Tenancy is compared this often with its children as the watches show them; "
+        "a full reconcile (with reads) follows only on a difference (drift repair).",
     )
     retry_delay_s: float = Field(default=5.0, gt=0, description="Delay before retrying a reconcile that hit a transient error.")
     workers: int = Field(default=16, ge=1, description="Threads running the (synchronous) reconciles.")
@@ -64,6 +68,11 @@ class ControllerSettings(BaseSettings):
         default="restricted",
         description="Pod Security admission level enforced in tenant namespaces (restricted|baseline; "
         "baseline only for tenants that run as root in their VM, see docs/pod-security.md).",
+    )
+    allocation_mode: AllocationMode = Field(
+        default="device-plugin",
+        description="How tenant pods get GPUs: device-plugin (the extended resource) or dra (the controller keeps a "
+        "ResourceClaimTemplate per GPU count and a quota per DeviceClass in each tenant namespace; docs/dra.md).",
     )
     api_service_account: str | None = Field(
         default=None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,14 +19,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucaas.core import crds
+from gpucaas.core.dra import AllocationMode
 
 from . import errors, kube, reconcile
-from .builders import ApiAccess, persistent_volume_name
+from .builders import ApiAccess, claim_template_name_list, persistent_volume_name
 from .policies import NetworkConfig
 from .resolver import resolve_host
 from .settings import ControllerSettings
 
 log = logging.getLogger(__name__)
+
+#: Threads shared by all passes for the components applied side by side (3 per pass at most).
+APPLY_THREADS = 48
+#: Drift-check plans kept (one per tenancy is enough; beyond, the oldest goes).
+PLAN_CACHE_SIZE = 10_000
 
 
 class LockTable:
@@ -55,10 +62,17 @@ class Context:
     network: NetworkConfig
     pod_security_level: str = "restricted"
     api_access: ApiAccess | None = None
+    allocation_mode: AllocationMode = "device-plugin"
     resolve: Callable[[str], list[str]] = resolve_host
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     locks: LockTable = field(default_factory=LockTable)
     identity: str = ""
+    #: Plans for drift checks, by (uid, name, generation, spec); see _desired_plan.
+    plans: dict[tuple[Any, ...], reconcile.Plan] = field(default_factory=dict)
+    plans_guard: threading.Lock = field(default_factory=threading.Lock)
+    #: Threads applying a pass's independent components side by side (see ensure_tenancy).
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="tenancy-apply"))
 
     @classmethod
     def from_settings(cls, settings: ControllerSettings, client: kube.KubeClient, *, identity: str = "") -> Context:
@@ -71,6 +85,7 @@ class Context:
             ),
             pod_security_level=settings.pod_security_level,
             api_access=_api_access(settings),
+            allocation_mode=settings.allocation_mode,
             identity=identity,
         )
 
@@ -96,14 +111,14 @@ def plan_for(ctx: Context, body: Mapping[str, Any], observed_namespace: Mapping[
     addresses: list[str] = []
     plan = reconcile.reconcile_tenancy(
         body, network=ctx.network, observed_namespace=observed_namespace, pod_security_level=ctx.pod_security_level,
-        api_access=ctx.api_access,
+        api_access=ctx.api_access, allocation_mode=ctx.allocation_mode,
     )
     if plan.tenancy.spec.nfs is not None and plan.tenancy.spec.nfs.server_ip is None and nfs:
         addresses = ctx.resolve(nfs)
         plan = reconcile.reconcile_tenancy(
             body, network=ctx.network, observed_namespace=observed_namespace, nfs_addresses=addresses,
             pod_security_level=ctx.pod_security_level,
-            api_access=ctx.api_access,
+            api_access=ctx.api_access, allocation_mode=ctx.allocation_mode,
         )
     return plan
 
@@ -132,8 +147,77 @@ def _failure_outcome(comp: str, obj: Mapping[str, Any], exc: Exception) -> recon
     return reconcile.Outcome(False, type(exc).__name__, str(exc))
 
 
+def _observe_and_plan(ctx: Context, body: Mapping[str, Any], name: str, previous: Mapping[str, Any]
+                      ) -> tuple[reconcile.Plan, dict[str, Any] | None, dict[str, Any] | None]:
+    """The plan, the namespace observed before it, and the namespace this call created (if it did).
+
+    A Tenancy never reconciled (no status phase yet) most likely has no namespace: it is
+    created straight away, which saves the read in a burst of new tenancies; only when it
+    exists after all (409) is it read and the plan made against it (adopted, or refused
+    when another Tenancy owns it). Every later pass reads first, as before.
+    Raises InvalidSpec / NotReadyYet as :func:`plan_for` does.
+    """
+    if not name:
+        return plan_for(ctx, body, None), None, None
+    ns_name = crds.tenant_namespace(name)
+    if not previous.get("phase"):
+        plan = plan_for(ctx, body, None)
+        try:
+            return plan, None, ctx.kube.create(plan.components[reconcile.NAMESPACE][0])
+        except errors.Conflict:
+            pass  # it exists: plan against what is there
+        except errors.KubeError as exc:  # the pass below retries the create and records the failure
+            log.debug("tenancy %s: creating namespace %s failed (%s); retried in the pass", name, ns_name, exc)
+            return plan, None, None
+    namespace = ctx.kube.get("Namespace", ns_name)
+    return plan_for(ctx, body, namespace), namespace, None
+
+
+def _apply_component(ctx: Context, name: str, comp: str, plan: reconcile.Plan, fresh: bool,
+                     first: tuple[str, dict[str, Any]] | None = None
+                     ) -> tuple[reconcile.Outcome, Exception | None, bool]:
+    """Apply one component's objects in order.
+
+    Returns its outcome, the error that calls for a retry, and whether what follows is fresh
+    (the namespace was created by this pass, so its objects can be created without a read).
+    """
+    objects = plan.components.get(comp) or []
+    if not objects:
+        if not fresh:
+            try:
+                for kind, child, ns in plan.absent:
+                    _delete_if_owned(ctx, kind, child, ns, plan.tenancy.uid)
+            except errors.KubeError as exc:
+                return _failure_outcome(comp, {"kind": "", "apiVersion": ""}, exc), exc, fresh
+        return reconcile.Outcome(True, "NotRequested", "spec.nfs is not set: no storage"), None, fresh
+    actions: list[tuple[str, dict[str, Any]]] = []
+    obj = objects[0]
+    try:
+        for obj in objects:
+            if first is not None and not actions:
+                actions.append(first)  # the namespace, created while planning
+            else:
+                actions.append(ctx.kube.ensure(obj, expect_absent=fresh))
+            if obj["kind"] == "Namespace":
+                fresh = actions[-1][0] == kube.CREATED
+            if actions[-1][0] in (kube.CREATED, kube.REPLACED):
+                # creations at DEBUG: a new tenancy's are said by its phase line (one line, not
+                # eight, per tenancy in a burst); a replace repairs drift and is worth INFO
+                log.log(logging.DEBUG if actions[-1][0] == kube.CREATED else logging.INFO,
+                        "tenancy %s: %s %s %s", name, obj["kind"], obj["metadata"]["name"], actions[-1][0])
+    except (errors.KubeError, errors.NotReadyYet) as exc:
+        return _failure_outcome(comp, obj, exc), exc, fresh
+    outcome = _component_outcome(comp, actions, plan)
+    retry = errors.NotReadyYet(outcome.message) if outcome.reason == "Recreating" else None
+    return outcome, retry, fresh
+
+
 def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     """Converge the children of the Tenancy ``body`` and write its status; returns the status.
+
+    The namespace comes first (nothing can live in a namespace that is not there); the other
+    components (network policies, quota, storage) do not depend on each other and are applied
+    concurrently on ``ctx.pool``, each in its own order (PV before PVC).
 
     Raises NotReadyYet/KubeError (after writing a Pending status) when a retry is needed.
     An unrealisable spec is not an exception: it becomes phase Failed.
@@ -143,8 +227,7 @@ def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     previous = body.get("status") or {}
     with ctx.locks.hold(name):
         try:
-            namespace = ctx.kube.get("Namespace", crds.tenant_namespace(name)) if name else None
-            plan = plan_for(ctx, body, namespace)
+            plan, namespace, created = _observe_and_plan(ctx, body, name, previous)
         except errors.InvalidSpec as exc:
             status = reconcile.failed_status(body, exc, previous=previous, now=ctx.now())
             if previous.get("phase") != reconcile.FAILED or previous.get("message") != status["message"]:
@@ -152,48 +235,22 @@ def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
             _write_status(ctx, name, previous, status)
             return status
         except errors.NotReadyYet as exc:
-            plan = None
-            pending_error: Exception = exc
-        if plan is None:
             status = {**previous, "phase": reconcile.PENDING, "namespace": crds.tenant_namespace(name),
-                      "message": str(pending_error)}
+                      "message": str(exc)}
             _write_status(ctx, name, previous, status)
-            raise pending_error
+            raise
+        fresh = namespace is None  # a namespace created in this pass holds nothing yet
+        first = (kube.CREATED, created) if created is not None else None
         outcomes: dict[str, reconcile.Outcome] = {}
         retry: Exception | None = None
-        fresh = namespace is None  # a namespace created in this pass holds nothing yet
-        for comp in reconcile.COMPONENTS:
-            objects = plan.components.get(comp) or []
-            if not objects:
-                if fresh:
-                    outcomes[comp] = reconcile.Outcome(True, "NotRequested", "spec.nfs is not set: no storage")
-                    continue
-                try:
-                    for kind, child, ns in plan.absent:
-                        _delete_if_owned(ctx, kind, child, ns, plan.tenancy.uid)
-                except errors.KubeError as exc:
-                    outcomes[comp] = _failure_outcome(comp, {"kind": "", "apiVersion": ""}, exc)
-                    retry = retry or exc
-                    continue
-                outcomes[comp] = reconcile.Outcome(True, "NotRequested", "spec.nfs is not set: no storage")
-                continue
-            actions = []
-            try:
-                for obj in objects:
-                    actions.append(ctx.kube.ensure(obj, expect_absent=fresh))
-                    if obj["kind"] == "Namespace":
-                        fresh = actions[-1][0] == kube.CREATED
-                    if actions[-1][0] in (kube.CREATED, kube.REPLACED):
-                        log.info("tenancy %s: %s %s %s", name, obj["kind"], obj["metadata"]["name"], actions[-1][0])
-            except (errors.KubeError, errors.NotReadyYet) as exc:
-                outcomes[comp] = _failure_outcome(comp, obj, exc)
-                retry = retry or exc
-                if comp == reconcile.NAMESPACE:
-                    break  # nothing can live in a namespace that is not there
-                continue
-            outcomes[comp] = _component_outcome(comp, actions, plan)
-            if outcomes[comp].reason == "Recreating":
-                retry = retry or errors.NotReadyYet(outcomes[comp].message)
+        outcomes[reconcile.NAMESPACE], retry, fresh = _apply_component(
+            ctx, name, reconcile.NAMESPACE, plan, fresh, first)
+        if retry is None:  # else nothing can live in a namespace that is not there
+            rest = [c for c in reconcile.COMPONENTS if c != reconcile.NAMESPACE]
+            futures = {c: ctx.pool.submit(_apply_component, ctx, name, c, plan, fresh) for c in rest}
+            for comp in rest:
+                outcomes[comp], error, _ = futures[comp].result()
+                retry = retry or error
         status = reconcile.tenancy_status(plan, outcomes, previous=previous, now=ctx.now())
         if status["phase"] != previous.get("phase"):
             log.info("tenancy %s: phase %s -> %s (%s)%s", name, previous.get("phase"), status["phase"],
@@ -249,6 +306,7 @@ def finalize_tenancy(ctx: Context, body: Mapping[str, Any]) -> None:
                 ("ResourceQuota", "tenant-quota"),
                 ("LimitRange", "tenant-limits"),
                 ("PersistentVolumeClaim", "tenant-storage"),
+                *(("ResourceClaimTemplate", t) for t in (claim_template_name_list() if ctx.allocation_mode == "dra" else [])),
             ):
                 try:
                     _delete_if_owned(ctx, kind, child, ns_name, uid)
@@ -263,11 +321,30 @@ def finalize_tenancy(ctx: Context, body: Mapping[str, Any]) -> None:
     ctx.locks.forget(name)
 
 
+def _desired_plan(ctx: Context, tenancy: Mapping[str, Any]) -> reconcile.Plan:
+    """The plan of ``tenancy`` for drift checks, built once per (uid, generation, spec).
+
+    Every child event asks for it (seven children per tenancy, more with the quota's status
+    updates), and a plan depends on nothing else of the Tenancy.
+    """
+    meta = tenancy.get("metadata") or {}
+    key = (meta.get("uid"), meta.get("name"), meta.get("generation"), repr(tenancy.get("spec")))
+    with ctx.plans_guard:
+        plan = ctx.plans.get(key)
+    if plan is None:
+        plan = reconcile.reconcile_tenancy(tenancy, network=ctx.network, pod_security_level=ctx.pod_security_level,
+                                           api_access=ctx.api_access, allocation_mode=ctx.allocation_mode)
+        with ctx.plans_guard:
+            if len(ctx.plans) >= PLAN_CACHE_SIZE:
+                ctx.plans.pop(next(iter(ctx.plans)))  # the oldest entry
+            ctx.plans[key] = plan
+    return plan
+
+
 def child_drifted(ctx: Context, tenancy: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
     """Whether a watched child no longer matches what the Tenancy wants (pure, no API calls)."""
     try:
-        plan = reconcile.reconcile_tenancy(tenancy, network=ctx.network, pod_security_level=ctx.pod_security_level,
-                                           api_access=ctx.api_access)
+        plan = _desired_plan(ctx, tenancy)
     except (errors.InvalidSpec, errors.NotReadyYet):
         return False
     meta = child.get("metadata") or {}
@@ -280,3 +357,42 @@ def child_drifted(ctx: Context, tenancy: Mapping[str, Any], child: Mapping[str, 
                 return False  # addresses come from DNS: the periodic pass checks it
             return not reconcile.matches(desired, child)
     return False
+
+
+def children_in_sync(ctx: Context, tenancy: Mapping[str, Any], observed: list[Mapping[str, Any]]) -> bool:
+    """Whether the resync may skip ``tenancy``: its status is Ready for this generation and the
+    children seen on the watches (``observed``, from the controller's indices) are exactly what
+    it wants. Pure, no API calls; False whenever in doubt (a full pass then reads and repairs):
+
+    * a child kind the controller does not watch (the API's RoleBinding) is in the plan;
+    * the NFS server is a host name (its addresses come from DNS, which only a pass resolves);
+    * the claim's phase changed since the status said it (the Storage condition names it).
+    """
+    meta = tenancy.get("metadata") or {}
+    status = tenancy.get("status") or {}
+    if status.get("phase") != reconcile.READY or status.get("observedGeneration") != meta.get("generation"):
+        return False
+    try:
+        plan = _desired_plan(ctx, tenancy)
+    except (errors.InvalidSpec, errors.NotReadyYet):
+        return False
+    nfs = plan.tenancy.spec.nfs
+    if nfs is not None and nfs.server_ip is None:
+        return False
+    seen = {(o.get("kind"), (o.get("metadata") or {}).get("namespace"), (o.get("metadata") or {}).get("name")): o
+            for o in observed}
+    for desired in plan.objects:
+        dm = desired["metadata"]
+        live = seen.get((desired["kind"], dm.get("namespace"), dm["name"]))
+        if live is None or (live.get("metadata") or {}).get("deletionTimestamp"):
+            return False
+        if desired["kind"] == "Namespace" and not reconcile.owned_by(live, plan.tenancy.uid):
+            desired = {**desired, "metadata": {k: v for k, v in dm.items() if k != "ownerReferences"}}
+        if not reconcile.matches(desired, live):
+            return False
+        if desired["kind"] == "PersistentVolumeClaim":
+            phase = (live.get("status") or {}).get("phase", "Pending")
+            storage = next((c for c in status.get("conditions") or [] if c.get("type") == "StorageReady"), {})
+            if not str(storage.get("message", "")).endswith(f"claim {phase}"):
+                return False
+    return all((kind, ns, name) not in seen for kind, name, ns in plan.absent)

@@ -97,7 +97,11 @@ def new_tenancy(admin: httpx.Client, name: str, **fields: Any) -> str:
 
 @pytest.fixture(scope="module")
 def module_api(tls_ca: Any, tls_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """One API server (SQLite, Kubernetes down) shared by a module's read-mostly tests."""
+    """One API server (SQLite, Kubernetes down) shared by a module's read-mostly tests.
+
+    Its per-token and per-tenancy rate limits are off: a module's tests send their requests
+    with one admin token back to back, faster than 50/s; tests/api/test_limits.py starts
+    servers of its own to test the limits."""
     folder = tmp_path_factory.mktemp("api")
     settings = Settings(
         host="127.0.0.1",
@@ -108,6 +112,8 @@ def module_api(tls_ca: Any, tls_pair: tuple[Path, Path], tmp_path_factory: pytes
         kubeconfig=write_dead_kubeconfig(folder / "kubeconfig-down"),
         admin_token=ADMIN_TOKEN,
         retry_max_seconds=1.0,
+        rate_limit_token="",
+        rate_limit_tenancy="",
     )
     server = ApiServer(settings, ca=tls_ca).start()
     try:

@@ -163,3 +163,49 @@ def test_times_from_pod() -> None:
     report = container_status_from_pod(pod)
     assert report.started_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert report.finished_at == datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC)
+
+
+# --- DRA allocation mode (docs/dra.md) --------------------------------------------------
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_dra_pod_asks_for_its_claim_template_and_is_valid_kubernetes(gpus: int) -> None:
+    """In DRA mode the pod names the tenant namespace's template for its GPU count and the
+    container uses that claim; no extended resource. kubernetes-validate (strict, the
+    Kubernetes 1.36 schema: resource.k8s.io/v1 is GA since 1.34) accepts the pod and the
+    template it references."""
+    import kubernetes_validate
+
+    from gpucaas.core import dra
+    from services.api import sizing
+
+    share = sizing.Share(cpu_milli=24000, memory_bytes=224 * sizing.GIB, shm_bytes=32 * sizing.GIB, hugepages=True)
+    pod = build_pod(container_id="c1", tenancy="acme", image="nvcr.io/nvidia/cuda:12.5.0", gpus=gpus,
+                    size=sizing.size_for(share, gpus), allocation_mode="dra")
+    spec = pod["spec"]
+    main = spec["containers"][0]
+    assert spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": f"gpucaas-gpus-{gpus}"}]
+    assert main["resources"]["claims"] == [{"name": "gpus"}]
+    assert "nvidia.com/gpu" not in str(main["resources"])
+    # CPU, memory and hugepages are sized from the GPU count as in device-plugin mode
+    assert main["resources"]["limits"]["cpu"] == str(24 * gpus)
+    assert main["resources"]["limits"]["hugepages-1Gi"] == f"{224 * gpus}Gi"
+    kubernetes_validate.validate(pod, "1.36.0", strict=True)
+    template = dra.claim_template(gpus, pod["metadata"]["namespace"])
+    assert template["metadata"]["name"] == spec["resourceClaims"][0]["resourceClaimTemplateName"]
+    kubernetes_validate.validate(template, "1.36.0", strict=True)
+    # the report reads the GPU count back from the pod, as it does from the extended resource
+    assert container_status_from_pod(pod).gpus == gpus
+
+
+def test_dra_pod_without_sizing_has_only_the_claim() -> None:
+    pod = build_pod(container_id="c1", tenancy="acme", image="busybox", gpus=4, allocation_mode="dra")
+    assert pod["spec"]["containers"][0]["resources"] == {"claims": [{"name": "gpus"}]}
+    assert container_status_from_pod(pod, "nvidia.com/gpu").gpus == 4
+
+
+def test_report_ignores_claims_the_container_does_not_use_and_foreign_templates() -> None:
+    spec = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpucaas-gpus-2"},
+                               {"name": "other", "resourceClaimTemplateName": "someone-elses"}],
+            "containers": [{"name": "main", "resources": {"claims": [{"name": "other"}]}}]}
+    assert container_status_from_pod({"spec": spec}).gpus is None

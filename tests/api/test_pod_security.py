@@ -102,13 +102,14 @@ SHAPES = list(itertools.product(
     [None, ["python", "train.py"]],           # command
     [None, 3600],                             # deadline
     [None, {"WANDB_MODE": "offline"}],        # env
+    ["device-plugin", "dra"],                 # allocation mode (a DRA claim is no volume)
 ))
 
 
-@pytest.mark.parametrize(("gpus", "nfs", "command", "timeout", "env"), SHAPES)
-def test_every_tenant_pod_shape_passes_restricted(gpus, nfs, command, timeout, env) -> None:
+@pytest.mark.parametrize(("gpus", "nfs", "command", "timeout", "env", "mode"), SHAPES)
+def test_every_tenant_pod_shape_passes_restricted(gpus, nfs, command, timeout, env, mode) -> None:
     pod = pods.build_pod(container_id="c-1", tenancy="acme", image="nvcr.io/nvidia/pytorch:24.05-py3", gpus=gpus,
-                         command=command, timeout_seconds=timeout, nfs=nfs, env=env)
+                         command=command, timeout_seconds=timeout, nfs=nfs, env=env, allocation_mode=mode)
     assert restricted_violations(pod) == []
     assert pod["spec"]["securityContext"]["runAsUser"] == pods.DEFAULT_RUN_AS_USER
 

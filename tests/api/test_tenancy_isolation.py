@@ -86,6 +86,8 @@ ADMIN_ENDPOINTS = [
     ("GET", "/v1/admin/gpus", None),
     ("GET", "/v1/admin/leases", None),
     ("GET", "/v1/admin/partitions", None),
+    ("GET", "/v1/admin/usage", None),
+    ("GET", "/v1/admin/usage?tenancy=beta", None),
 ]
 
 

@@ -81,7 +81,16 @@ VALUE_SETS = {
         "database": {"existingSecret": "", "url": "postgresql+psycopg://u:p@db:5432/gpucaas"},
         "fabric": {"libvirtGroupId": 108},
     },
+    "dra": {"allocation": {"mode": "dra"}},
+    "dra-everything-on": {
+        "allocation": {"mode": "dra"},
+        "draDriver": {"bindingConditions": True},
+        "schedulerExtender": {"enabled": True},
+    },
 }
+#: resource.k8s.io/v1 (DeviceClass) is GA since Kubernetes 1.34 and only rendered in
+#: allocation.mode=dra: those objects are checked for 1.34 and 1.36 (binding conditions).
+DRA_KUBE_VERSIONS = ("1.34.0", "1.36.0")
 
 
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
@@ -115,7 +124,8 @@ def test_every_rendered_object_is_valid(values_name: str, crd_schemas: dict) -> 
             _validate_custom(obj, crd_schemas)
             checked_custom += 1
             continue
-        for version in KUBE_VERSIONS:
+        versions = DRA_KUBE_VERSIONS if obj["apiVersion"].startswith("resource.k8s.io/") else KUBE_VERSIONS
+        for version in versions:
             # raises ValidationError / SchemaNotFoundError: an unknown kind is a failure here
             kubernetes_validate.validate(obj, version, strict=True)
         checked_builtin += 1
@@ -250,8 +260,9 @@ def test_values_map_to_env_vars() -> None:
         ("services.gpu_leases.settings", "LeaseAgentSettings", "DaemonSet", "gpucaas-device-plugin"),
         ("services.fabric.settings", "FabricSettings", "DaemonSet", "gpucaas-fabric"),
         ("services.placement.settings", "PlacementSettings", "Deployment", "gpucaas-scheduler-extender"),
+        ("services.dra_driver.settings", "DraDriverSettings", "DaemonSet", "gpucaas-dra-driver"),
     ],
-    ids=["api", "controller", "device-plugin", "gpu-leases", "fabric", "scheduler-extender"],
+    ids=["api", "controller", "device-plugin", "gpu-leases", "fabric", "scheduler-extender", "dra-driver"],
 )
 def test_rendered_env_is_accepted_by_the_service_settings(
     settings_module: str, settings_class: str, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
@@ -260,7 +271,10 @@ def test_rendered_env_is_accepted_by_the_service_settings(
     GPUCAAS_* variable the chart sets is one that class (or its CLI) reads."""
     module = importlib.import_module(settings_module)
     cls = getattr(module, settings_class)
-    objects = render(production_values() | {"schedulerExtender": {"enabled": True}})
+    values = production_values() | {"schedulerExtender": {"enabled": True}}
+    if name == "gpucaas-dra-driver":
+        values |= {"allocation": {"mode": "dra"}, "draDriver": {"bindingConditions": True}}
+    objects = render(values)
     container = find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0]
     prefix = cls.model_config.get("env_prefix", "")
     known = {f"{prefix}{field}".upper() for field in cls.model_fields}
@@ -271,11 +285,14 @@ def test_rendered_env_is_accepted_by_the_service_settings(
     # the logging variables every process reads (gpucaas/core/logging.py), and the classes
     # `gpucaas device-plugin` reads beside each other (gpucaas/programs/gpu_node.py)
     from gpucaas.core.logging import LoggingSettings
+    from gpucaas.programs.dra_node import command as dra_driver_command
     from gpucaas.programs.gpu_node import command as device_plugin_command
 
     also_read = {f"GPUCAAS_LOG_{field}".upper() for field in LoggingSettings.model_fields}
     if name == "gpucaas-device-plugin":
         also_read |= {env for o in device_plugin_command.settings_options for env in o.env}
+    if name == "gpucaas-dra-driver":  # the lease agent's settings beside the driver's
+        also_read |= {env for o in dra_driver_command.settings_options for env in o.env}
     for var in container["env"]:
         assert var["name"] in known | also_read, f"{name}: {var['name']} is read by nobody"
         source = var.get("valueFrom", {})
@@ -287,6 +304,55 @@ def test_rendered_env_is_accepted_by_the_service_settings(
             value = var["value"]
         monkeypatch.setenv(var["name"], value)
     cls()  # pydantic-settings reads the environment: every value the chart passes must validate
+
+
+def test_allocation_mode_reaches_the_api_and_the_controller_and_picks_the_node_daemon() -> None:
+    """allocation.mode is one value for every part: the API's and the controller's setting, and
+    the node daemon (device plugin or DRA driver) the chart deploys."""
+    for mode, daemon, absent in (("device-plugin", "gpucaas-device-plugin", "gpucaas-dra-driver"),
+                                 ("dra", "gpucaas-dra-driver", "gpucaas-device-plugin")):
+        objects = render({"allocation": {"mode": mode}})
+
+        def env(kind: str, name: str, objects: list = objects) -> dict[str, Any]:
+            container = find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0]
+            return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+        assert env("Deployment", "gpucaas-api")["GPUCAAS_ALLOCATION_MODE"] == mode
+        assert env("Deployment", "gpucaas-controller")["GPUCAAS_CONTROLLER_ALLOCATION_MODE"] == mode
+        assert find(objects, "DaemonSet", daemon)
+        names = {o["metadata"]["name"] for o in objects}
+        assert absent not in names
+        assert "gpucaas-firmware-golden" in names  # the lease agent runs beside either node daemon
+    dra = render({"allocation": {"mode": "dra"}, "draDriver": {"bindingConditions": True, "stateDir": "/var/lib/x"},
+                  "devicePlugin": {"cdiKind": "example.com/gpu"}})
+    spec = find(dra, "DaemonSet", "gpucaas-dra-driver")["spec"]["template"]["spec"]
+    driver = {e["name"]: e.get("value", e.get("valueFrom")) for e in spec["containers"][0]["env"]}
+    assert driver["GPUCAAS_DRA_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert driver["GPUCAAS_DRA_BINDING_CONDITIONS"] == "true"
+    assert driver["GPUCAAS_DRA_STATE_DIR"] == "/var/lib/x"
+    assert driver["GPUCAAS_DRA_CDI_KIND"] == "example.com/gpu"  # the device plugin's CDI names
+    assert {"name": "state", "hostPath": {"path": "/var/lib/x", "type": "DirectoryOrCreate"}} in spec["volumes"]
+    # the probes connect to the endpoint the driver registers with the kubelet
+    from gpucaas.core.dra import DRIVER
+    from services.dra_driver.settings import DraDriverSettings
+
+    settings = DraDriverSettings(node_name="n", plugins_dir=driver["GPUCAAS_DRA_PLUGINS_DIR"])
+    endpoint = str(settings.plugins_dir / DRIVER / "dra.sock")
+    assert spec["containers"][0]["livenessProbe"]["exec"]["command"][-1] == endpoint
+    assert spec["containers"][0]["readinessProbe"]["exec"]["command"][-1] == endpoint
+
+
+def test_device_classes_are_the_cores() -> None:
+    """The chart's DeviceClasses are exactly gpucaas/core/dra.py's device_class(n) for 1, 2, 4, 8,
+    which the claim templates (tenancy controller) and the driver's attributes agree with."""
+    from gpucaas.core import dra
+
+    assert not [o for o in render({}) if o["kind"] == "DeviceClass"]
+    classes = [o for o in render({"allocation": {"mode": "dra"}}) if o["kind"] == "DeviceClass"]
+    assert [{k: v for k, v in o.items() if k != "metadata"} | {"metadata": {"name": o["metadata"]["name"]}}
+            for o in classes] == [dra.device_class(n) for n in (1, 2, 4, 8)]
+    assert not [o for o in render({"allocation": {"mode": "dra"}, "draDriver": {"deviceClasses": False}})
+                if o["kind"] == "DeviceClass"]
 
 
 def test_database_url_value_becomes_a_secret() -> None:
@@ -304,6 +370,27 @@ def test_notes_tell_how_to_reach_the_api() -> None:
     notes = render_notes({})
     assert "port-forward svc/gpucaas-api" in notes
     assert "gpucaas doctor" in notes
+
+
+def test_notes_in_dra_mode_say_who_checks_the_gpus() -> None:
+    notes = render_notes({"allocation": {"mode": "dra"}, "devicePlugin": {"firmware": {"golden": {"0x2330": {"sha256": ["0" * 64]}}}}})
+    assert "DRA allocation mode" in notes and "DRA allocation mode" not in render_notes({})
+    assert "lease agent runs\nbeside the driver" in notes and "WARNING" not in notes
+    unchecked = render_notes({"allocation": {"mode": "dra"}, "devicePlugin": {"leases": {"enabled": False}}})
+    assert "GPUs pass from tenant to tenant\nunchecked" in unchecked
+    assert "firmware.golden is empty" in render_notes({"allocation": {"mode": "dra"}})
+
+
+def test_dra_driver_runs_the_lease_agent_with_the_firmware_golden() -> None:
+    objects = render({"allocation": {"mode": "dra"}})
+    ds = next(o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("dra-driver"))
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPUCAAS_LEASES"] == "true" and env["GPUCAAS_DRA_CDI_DIR"] == env["GPUCAAS_DRA_CDI_DIR"].strip()
+    assert env["GPUCAAS_FIRMWARE_GOLDEN_FILE"] == "/etc/gpucaas/firmware/golden.json"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["sys"] == env["GPUCAAS_DRA_SYSFS_ROOT"] == "/host/sys"
+    assert any(o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("firmware-golden") for o in objects)
 
 
 def uncommented_keys(text: str) -> list[str]:

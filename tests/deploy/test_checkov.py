@@ -27,6 +27,8 @@ pytestmark = pytest.mark.skipif(
 VALUE_SETS = {
     "defaults": {"schedulerExtender": {"enabled": True}},
     "production": production_values(),
+    "dra": {"schedulerExtender": {"enabled": True}, "allocation": {"mode": "dra"},
+            "draDriver": {"bindingConditions": True}},
 }
 
 

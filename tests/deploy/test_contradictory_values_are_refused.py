@@ -20,6 +20,7 @@ CONTRADICTIONS = [
     ("pdb blocks every api pod", {"api": {"replicas": 2, "pdb": {"maxUnavailable": 2}}}, "api.pdb.maxUnavailable must be smaller"),
     ("privileged and non-root fabric", {"fabric": {"privileged": True, "libvirtGroupId": 108}}, "fabric.privileged and fabric.libvirtGroupId contradict"),
     ("root tenants in restricted namespaces", {"api": {"tenantRunAsUser": 0}}, "api.tenantRunAsUser 0 runs tenant containers as root"),
+    ("binding conditions without dra", {"draDriver": {"bindingConditions": True}}, "draDriver.bindingConditions needs allocation.mode dra"),
 ]
 
 SCHEMA_ERRORS = [
@@ -29,6 +30,7 @@ SCHEMA_ERRORS = [
     ("unknown key", {"api": {"replica": 3}}, "replica"),
     ("socket outside /run/gpucaas", {"fabricSocket": "/tmp/fabric.sock"}, "/fabricSocket"),
     ("bad log level", {"logLevel": "LOUD"}, "/logLevel"),
+    ("unknown allocation mode", {"allocation": {"mode": "extender"}}, "/allocation/mode"),
     ("bad fm backend", {"fabric": {"fmBackend": "magic"}}, "/fabric/fmBackend"),
     ("bad digest", {"image": {"digest": "latest"}}, "/image/digest"),
     ("non-string node label", {"gpuNodes": {"nodeSelector": {"gpucaas.dev/gpu-node": True}}}, "/gpuNodes/nodeSelector"),
@@ -55,6 +57,7 @@ def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
 def test_contradiction_fixed_renders() -> None:
     """Each refusal has a way out: the hinted fix renders."""
     assert render({"controller": {"replicas": 2}})
+    assert render({"draDriver": {"bindingConditions": True}, "allocation": {"mode": "dra"}})
     assert render({"api": {"tenantRunAsUser": 0}, "controller": {"podSecurityLevel": "baseline"}})
     assert render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge"}}})
     assert render({"certManager": {"enabled": True, "issuerRef": {"name": "ca"}}, "api": {"tls": {"existingSecret": ""}}})

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client, dynamic
 
 from tests.deploy.rendering import component, render
-from tests.deploy.test_security_and_rbac import EXPECTED_CLUSTER_RULES
+from tests.deploy.test_security_and_rbac import DRA_BINDING, expected_cluster_rules
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 pytestmark = pytest.mark.cluster
@@ -46,13 +46,23 @@ def _renamed(objects: list[dict[str, Any]], suffix: str, namespace: str) -> list
     return out
 
 
+#: Both allocation modes: the device plugin, or the DRA driver with every grant binding conditions add.
+MODES = {"device-plugin": {"schedulerExtender": {"enabled": True}},
+         "dra": {"schedulerExtender": {"enabled": True}, **DRA_BINDING}}
+
+
+@pytest.fixture(params=list(MODES), ids=list(MODES))
+def values(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return MODES[request.param]
+
+
 @pytest.fixture
-def applied(k8s: client.ApiClient, unique_name) -> Iterator[tuple[str, dict[str, str]]]:  # noqa: ANN001
+def applied(k8s: client.ApiClient, unique_name, values) -> Iterator[tuple[str, dict[str, str]]]:  # noqa: ANN001
     suffix = unique_name("rbac").rsplit("-", 1)[1]
     namespace = f"gpucaas-rbac-{suffix}"
     core = client.CoreV1Api(k8s)
     core.create_namespace({"metadata": {"name": namespace}})
-    objects = _renamed(render({"schedulerExtender": {"enabled": True}}), suffix, namespace)
+    objects = _renamed(render(values), suffix, namespace)
     dyn = dynamic.DynamicClient(k8s)
     made = []
     try:
@@ -91,10 +101,10 @@ def _allowed(k8s: client.ApiClient, namespace: str, account: str, group: str, re
     return bool(json.loads(resp.read())["status"].get("allowed"))
 
 
-def test_every_component_may_do_what_it_needs_and_no_more(k8s: client.ApiClient, applied) -> None:  # noqa: ANN001
+def test_every_component_may_do_what_it_needs_and_no_more(k8s: client.ApiClient, applied, values) -> None:  # noqa: ANN001
     namespace, accounts, names = applied
     checked = 0
-    for comp, rules in EXPECTED_CLUSTER_RULES.items():
+    for comp, rules in expected_cluster_rules(values).items():
         account = accounts[comp]
         for (group, resource), verbs in rules.items():
             for verb in sorted(verbs):

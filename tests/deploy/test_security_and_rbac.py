@@ -13,7 +13,10 @@ import pytest
 
 from tests.deploy.rendering import component, find, pod_spec, production_values, render, workloads
 
-VALUE_SETS = {"defaults": {}, "production": production_values()}
+DRA = {"allocation": {"mode": "dra"}}
+DRA_BINDING = {"allocation": {"mode": "dra"}, "draDriver": {"bindingConditions": True}}
+VALUE_SETS = {"defaults": {}, "production": production_values(), "dra": DRA,
+              "production-dra-binding-conditions": production_values() | DRA_BINDING}
 
 # (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
 EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
@@ -45,7 +48,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
     },
     "device-plugin": {
-        ("gpucaas.dev", "gpuleases"): {"get", "list", "create"},
+        ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create"},
         ("gpucaas.dev", "gpuleases/status"): {"update"},
         ("", "pods"): {"get"},
     },
@@ -66,6 +69,40 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "bindings"): {"create"},
     },
 }
+#: allocation.mode=dra: the DRA driver instead of the device plugin (services/dra_driver: it lists,
+#: creates, replaces and deletes its node's slices, reads the claims it prepares and its node's
+#: GPU leases) and the controller's claim templates. Binding conditions add listing claims and
+#: writing status.devices (resourceclaims/status and, from Kubernetes 1.36, the synthetic
+#: resourceclaims/driver with the node-aware verb; "Hardening Guide - Dynamic Resource Allocation").
+DRA_DRIVER_RULES: dict[tuple[str, str], set[str]] = {
+    ("resource.k8s.io", "resourceslices"): {"list", "create", "update", "delete"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list"},
+    # the GPU-lease agent beside the driver (devicePlugin.leases.enabled), as the device plugin's
+    ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create"},
+    ("gpucaas.dev", "gpuleases/status"): {"update"},
+    ("", "pods"): {"get"},
+}
+DRA_BINDING_RULES: dict[tuple[str, str], set[str]] = {
+    ("resource.k8s.io", "resourceclaims"): {"get", "list"},
+    ("resource.k8s.io", "resourceclaims/status"): {"update"},
+    ("resource.k8s.io", "resourceclaims/driver"): {"associated-node:update"},
+}
+CONTROLLER_DRA_RULES: dict[tuple[str, str], set[str]] = {
+    ("resource.k8s.io", "resourceclaimtemplates"): {"get", "list", "watch", "create", "update", "delete"},
+}
+
+
+def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str], set[str]]]:
+    """EXPECTED_CLUSTER_RULES for the allocation mode ``values`` choose."""
+    if values.get("allocation", {}).get("mode") != "dra":
+        return EXPECTED_CLUSTER_RULES
+    rules = {k: v for k, v in EXPECTED_CLUSTER_RULES.items() if k != "device-plugin"}
+    rules["controller"] = EXPECTED_CLUSTER_RULES["controller"] | CONTROLLER_DRA_RULES
+    rules["dra-driver"] = DRA_DRIVER_RULES | (DRA_BINDING_RULES if values.get("draDriver", {}).get("bindingConditions")
+                                              else {})
+    return rules
+
+
 TENANT_SECRETS = "gpucaas-api-tenant-secrets"
 # Kopf peering is cluster-wide (ClusterKopfPeering): no namespaced Role at all.
 EXPECTED_NAMESPACED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {}
@@ -78,6 +115,15 @@ EXPECTED_HOST_PATHS: dict[str, dict[str, bool]] = {
         "/var/run/cdi": False,
         "/dev/vfio": True,
         "/sys": False,  # writes: the ROM enable word and the GPU reset before the firmware check
+        "/run/gpucaas": False,
+    },
+    "dra-driver": {
+        "/var/lib/kubelet/plugins": False,  # creates <plugins>/gpu.gpucaas.dev/dra.sock
+        "/var/lib/kubelet/plugins_registry": False,  # creates its registration socket
+        "/var/run/cdi": False,
+        "/dev/vfio": True,
+        "/sys": False,  # the lease agent's firmware check, as beside the device plugin
+        "/var/lib/gpucaas/dra": False,  # the checkpoint of prepared claims
         "/run/gpucaas": False,
     },
     "fabric": {
@@ -103,12 +149,13 @@ def _flatten(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
 @pytest.mark.parametrize("values_name", list(VALUE_SETS), ids=list(VALUE_SETS))
 def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
     objects = render(VALUE_SETS[values_name] | {"schedulerExtender": {"enabled": True}})
+    expected_rules = expected_cluster_rules(VALUE_SETS[values_name])
     tenant_secrets = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == TENANT_SECRETS]
     cluster_roles = {component(o): o for o in objects if o["kind"] == "ClusterRole" and o not in tenant_secrets}
     roles = {component(o): o for o in objects if o["kind"] == "Role"}
-    assert set(cluster_roles) == set(EXPECTED_CLUSTER_RULES)
+    assert set(cluster_roles) == set(expected_rules)
     assert set(roles) == set(EXPECTED_NAMESPACED_RULES)
-    for name, expected in EXPECTED_CLUSTER_RULES.items():
+    for name, expected in expected_rules.items():
         rules = cluster_roles[name]["rules"]
         flat = _flatten(rules)
         assert flat == expected, f"{name}: {flat} != {expected}"
@@ -198,7 +245,8 @@ def test_no_workload_is_privileged_and_host_access_is_minimal(values_name: str) 
             assert mounts[host[path]].get("readOnly", False) is read_only, f"{name}: {path}"
         if name in EXPECTED_HOST_PATHS:
             assert spec["nodeSelector"] == {"gpucaas.dev/gpu-node": "true"}
-    assert seen == {"api", "controller", "device-plugin", "fabric", "scheduler-extender"}
+    node_daemon = "dra-driver" if VALUE_SETS[values_name].get("allocation", {}).get("mode") == "dra" else "device-plugin"
+    assert seen == {"api", "controller", node_daemon, "fabric", "scheduler-extender"}
 
 
 def test_fabric_runs_non_root_in_the_libvirt_group_when_told() -> None:

@@ -13,7 +13,7 @@ import pytest
 from gpucaas.devtools.fake_kubelet import FakeKubelet
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from gpucaas.devtools.waiting import wait_for
-from services.device_plugin import sysfs
+from gpucaas.core import vfio_sysfs as sysfs
 
 BDF = GPU_BDFS[2]
 

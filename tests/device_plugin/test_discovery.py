@@ -10,7 +10,7 @@ import pytest
 
 from gpucaas.devtools.fake_kubelet import FakeKubelet
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, build_hgx_h100
-from services.device_plugin import sysfs
+from gpucaas.core import vfio_sysfs as sysfs
 
 
 def test_dgx_board_advertises_the_eight_gpus_only(hgx_board) -> None:

@@ -81,3 +81,38 @@ def test_stale_socket_replaced_and_socket_removed_on_stop(hgx_board: FakeBoard, 
     assert not stale.exists()
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     assert conn.wait_for(lambda c: c.stream_ended)
+
+
+def test_a_kubelet_slow_to_answer_is_asked_again_without_restarting_the_server(
+        hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings, run_plugin) -> None:
+    """After a kubelet restart the plugin serves anew once; a Register that then times out (the
+    kubelet too loaded to answer) is retried as is. Restarting the server on every failed try
+    dropped the connection the kubelet had just opened to it, again and again."""
+    import os
+    import socket
+
+    from gpucaas.devtools.waiting import wait_for
+
+    p = run_plugin(make_settings(hgx_board, fabric_socket=""))
+    fake_kubelet.wait_for_plugin("nvidia.com/gpu")
+    fake_kubelet.stop()
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # accepts connections, never answers
+    mute.bind(str(fake_kubelet.socket_path))
+    mute.listen(16)
+    tries: list[object] = []
+    register = p.registrar.register
+    p.registrar.register = lambda *a, **kw: (tries.append(1), register(*a, **kw))[1]  # type: ignore[method-assign]
+    try:
+        wait_for(lambda: p.registrar.socket_path.exists() and len(tries) >= 1, what="a first try at the mute kubelet")
+        st = os.stat(p.registrar.socket_path)
+        served = (st.st_ino, st.st_ctime_ns)  # inode numbers are reused: the change time tells
+        wait_for(lambda: len(tries) >= 3, what="two more tries")
+        st = os.stat(p.registrar.socket_path)
+        assert (st.st_ino, st.st_ctime_ns) == served  # the same server all along
+        assert p.registrar.registrations == 1
+    finally:
+        mute.close()
+        fake_kubelet.socket_path.unlink(missing_ok=True)
+    fake_kubelet.start()  # the kubelet answers again: the plugin registers
+    conn = fake_kubelet.wait_for_plugin("nvidia.com/gpu", registrations=2)
+    assert sorted(conn.healthy()) == list(GPU_BDFS)

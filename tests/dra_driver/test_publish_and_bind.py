@@ -82,7 +82,7 @@ def test_slices_follow_the_fabric_and_the_leases(kube: Kube, fabric: FabricClien
     assert pub.publish() is False  # nothing changed: nothing written
 
     # A lease being checked holds every partition with that GPU out, and the pool moves on.
-    leases.append({"spec": {"node": NODE, "pciAddress": pci[3]}, "status": {"phase": "Checking"}})
+    leases.append({"spec": {"node": NODE, "pciAddress": pci[3]}, "status": {"state": "Checking"}})
     assert pub.publish() is True
     now = {s["metadata"]["name"]: s for s in slices(kube)}
     assert {s["spec"]["pool"]["generation"] for s in now.values()} == {2}

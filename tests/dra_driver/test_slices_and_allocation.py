@@ -62,6 +62,25 @@ def test_a_gpu_that_is_not_free_holds_every_partition_containing_it_out() -> Non
     assert published == {p.id for p in HGX_H100_PARTITIONS if 3 not in p.gpus}
 
 
+def test_a_partition_still_allocated_stays_published_while_its_gpus_are_checked() -> None:
+    """The seed scenario's overlap: an 8-GPU claim outlives its pod while GPUs 1 and 3 are
+    Free again and the others are still checked. Were the 8-GPU device dropped, the
+    allocator would no longer count its counters and hand out the pair {1, 3} beside it."""
+    whole = next(p for p in HGX_H100_PARTITIONS if p.size == 8)
+    checking = {f"gpu{g}": False for g in whole.gpus if g not in (1, 3)}
+    held = next(d["name"] for d in build_slices(NODE, board())[1]["spec"]["devices"]
+                if partition_of_device(d["name"]) == whole.id)
+    slices = build_slices(NODE, board(**checking), allocated={held})
+    published = {partition_of_device(d["name"]) for d in slices[1]["spec"]["devices"]}
+    assert whole.id in published
+    assert allocate(claim(2), NODE, slices, CLASSES, [DeviceRef(dra.DRIVER, NODE, held)]) is None
+    # once the claim is deallocated the device goes (its GPUs are not all Free) and the pair is offered
+    slices = build_slices(NODE, board(**checking))
+    assert whole.id not in {partition_of_device(d["name"]) for d in slices[1]["spec"]["devices"]}
+    (pair,) = allocate(claim(2), NODE, slices, CLASSES, [])
+    assert partition_by_id(partition_of_device(pair.ref.device)).gpus == frozenset({1, 3})
+
+
 def test_binding_conditions_are_carried_when_enabled() -> None:
     _, parts = build_slices(NODE, board(), binding_conditions=True)
     for d in parts["spec"]["devices"]:

@@ -7,7 +7,9 @@ the outcome, the Kubernetes API (emulator), the nodes' fabric sockets and CDI sp
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import ssl
 import tempfile
 import urllib.error
@@ -25,7 +27,7 @@ from gpucaas.core.lease_store import lease_name
 from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
 from gpucaas.programs.sandbox.node_agent import CHECKPOINT
-from services.device_plugin.cdi import spec_filename
+from gpucaas.core.cdi import spec_filename
 from services.device_plugin.podresources import PodResourcesReader
 
 
@@ -67,8 +69,34 @@ class Caller:
                 return exc.code, raw.decode()
 
 
+CPU_HOG_ENV = "GPUCAAS_E2E_CPU_HOG"
+
+
+@pytest.fixture(scope="package", autouse=True)
+def cpu_hog() -> Iterator[int]:
+    """With ``GPUCAAS_E2E_CPU_HOG=N`` (``make test-contention``), ``stress-ng --cpu N`` runs
+    beside the whole end-to-end package (autouse: the tests that start their own
+    sandbox too), started before the package's sandbox and stopped after it:
+    the control plane must not stall or give up under CPU contention (issue 18, item 6).
+    Yields the number of hog workers (0: none)."""
+    workers = int(os.environ.get(CPU_HOG_ENV, "0") or 0)
+    if workers <= 0:
+        yield 0
+        return
+    if shutil.which("stress-ng") is None:
+        pytest.fail(f"{CPU_HOG_ENV}={workers} asks for a CPU hog, but stress-ng is not installed "
+                    "(make system-deps installs it)")
+    hog = subprocess.Popen(["stress-ng", "--cpu", str(workers), "--quiet"],  # noqa: S603, S607
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield workers
+    finally:
+        os.killpg(hog.pid, 15)  # stress-ng's workers are its children, in its session
+        hog.wait(timeout=30)
+
+
 @pytest.fixture(scope="package")
-def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
+def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
     # A short path: unix socket paths (kubelet and plugin sockets) must stay under 108 bytes.
     state = Path(tempfile.mkdtemp(prefix="gpucaas-e2e-", dir="/tmp"))
     sb = runner.start(state, api_port=runner.free_port(), run_seconds=4.0)

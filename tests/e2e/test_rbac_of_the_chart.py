@@ -64,6 +64,36 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
 }
 
 
+_BINDING = ("only with draDriver.bindingConditions (Kubernetes 1.36+ binding conditions); "
+            "tests/dra_driver covers the binding watcher against the emulator")
+#: allocation.mode=dra grants the end-to-end run does not reach yet (added to NOT_EXERCISED only
+#: where the chart granted them, i.e. when the sandbox runs in DRA mode).
+DRA_NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
+    "controller": {
+        ("resource.k8s.io", "resourceclaimtemplates", "update"): _DRIFT,
+        ("resource.k8s.io", "resourceclaimtemplates", "delete"): (
+            "only when a Tenancy that does not own its namespace goes (else the namespace takes them); "
+            "tests/tenancy_controller/test_dra_claim_templates.py covers it"),
+    },
+    "dra-driver": {
+        ("resource.k8s.io", "resourceslices", "delete"): (
+            "only for a slice the driver no longer wants (a changed pool layout or a renamed node)"),
+        ("resource.k8s.io", "resourceclaims/status", "update"): _BINDING,
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"): (
+            _BINDING + "; a synthetic subresource kube-apiserver 1.36 checks, the emulator does not"),
+    },
+}
+
+
+def not_exercised(granted: dict[str, set[tuple[str, str, str]]]) -> dict[str, dict[tuple[str, str, str], str]]:
+    """NOT_EXERCISED, plus the DRA mode's entries for the grants the chart made."""
+    out = {c: dict(r) for c, r in NOT_EXERCISED.items()}
+    for component, reasons in DRA_NOT_EXERCISED.items():
+        if mine := {k: v for k, v in reasons.items() if k in granted.get(component, set())}:
+            out.setdefault(component, {}).update(mine)
+    return out
+
+
 def _granted(objects: list[dict]) -> dict[str, set[tuple[str, str, str]]]:
     """component -> {(apiGroup, resource, verb)} its ClusterRole and Role grant."""
     out: dict[str, set[tuple[str, str, str]]] = {}
@@ -110,9 +140,10 @@ def test_every_process_ran_as_its_own_identity(sandbox: runner.Sandbox) -> None:
 def test_every_granted_permission_was_used(sandbox: runner.Sandbox) -> None:
     granted = _granted(identities.cluster_side())
     used = _used(sandbox)
-    unused = {component: sorted(grants - used.get(component, set()) - set(NOT_EXERCISED.get(component, {})))
+    excused = not_exercised(granted)
+    unused = {component: sorted(grants - used.get(component, set()) - set(excused.get(component, {})))
               for component, grants in granted.items()}
     unused = {c: u for c, u in unused.items() if u}
     assert not unused, f"granted by the chart but never used in the end-to-end run: {unused}"
-    for component, reasons in NOT_EXERCISED.items():
+    for component, reasons in excused.items():
         assert set(reasons) <= granted.get(component, set()), f"{component}: listed but not granted"

@@ -148,3 +148,71 @@ def test_rollback_that_cannot_reach_fm_is_finished_by_reconcile(tmp_path) -> Non
         assert report["released"] == ["x"]
         assert fabric.active_partition_ids() == frozenset()
         assert len(store.book) == 0
+
+
+def test_a_full_listen_backlog_is_waited_out_not_reported_unreachable(tmp_path_factory, monkeypatch) -> None:
+    """unix(7): connect() with a timeout fails with EAGAIN while the backlog is full.
+
+    A server that is merely busy must not look absent: the client tries again until its timeout.
+    """
+    import socket
+
+    path = str(tmp_path_factory.mktemp("b") / "busy.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    queued = []
+    while True:  # fill the backlog until the kernel refuses one more
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            s.close()
+            break
+        queued.append(s)
+    import gpucaas.core.fabric_client as fabric_client
+
+    refused_once = threading.Event()
+    real_sleep = fabric_client.sleep
+
+    def backing_off(seconds: float) -> None:
+        refused_once.set()  # only the EAGAIN path sleeps
+        real_sleep(seconds)
+
+    monkeypatch.setattr(fabric_client, "sleep", backing_off)
+    client = FabricClient(path, timeout=30)
+    result: list[object] = []
+    attempt = threading.Thread(target=lambda: result.append(_connect_once(client)))
+    attempt.start()
+    assert refused_once.wait(timeout=30), "the client never met a full backlog"
+    # The server frees its queue; the waiting client gets in and is then accepted.
+    for _ in queued:
+        listener.accept()[0].close()
+    conn, _ = listener.accept()
+    attempt.join(timeout=30)
+    assert result == ["connected"]
+    conn.close()
+    for s in queued:
+        s.close()
+    listener.close()
+
+
+def _connect_once(client: FabricClient) -> str:
+    conn, _reused = client._take()
+    try:
+        conn.connect()
+    except OSError as exc:
+        return repr(exc)
+    conn.close()
+    return "connected"
+
+
+def test_the_service_accepts_a_burst_larger_than_the_default_backlog(api: UnixServer) -> None:
+    """Thirty-two callers at once (kubelet, lease agents, admins): none is turned away."""
+    def go(_i: int) -> object:
+        with FabricClient(api.socket_path, timeout=60) as c:
+            return c.health()
+
+    results = race(32, go)
+    assert all(isinstance(r, dict) for r in results), results

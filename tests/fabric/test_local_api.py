@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import stat
 
@@ -197,3 +198,24 @@ def test_sync_without_grace_uses_the_service_default(service, tmp_path_factory, 
         c.activate(holder(4), pcis(4))
         assert c.sync([], grace_seconds=None)["released"] == [holder(4)]
         assert active(fabric) == set()
+
+
+def test_malformed_http_answers_400_and_the_service_keeps_serving(client: FabricClient) -> None:
+    import socket as _socket
+
+    for raw in (b"POST /v1/activations HTTP/1.1\r\nHost: f\r\nContent-Length: 5\r\n\r\n{nope",
+                b"POST /v1/activations HTTP/1.1\r\nHost: f\r\nContent-Length: many\r\n\r\n"):
+        with _socket.socket(_socket.AF_UNIX) as s:
+            s.connect(client.socket_path)
+            s.sendall(raw)
+            answer = http.client.HTTPResponse(s)  # reads the whole answer, however it is split
+            answer.begin()
+            body = answer.read().decode()
+        assert answer.status == 400 and '"code": "invalid"' in body
+    with pytest.raises(FabricRejected) as err:
+        client._request("GET", "/v1/nothing-here")
+    assert err.value.status == 404
+    with pytest.raises(FabricRejected) as err:
+        client._request("PUT", "/v1/topology")
+    assert err.value.status == 405
+    assert client.health()["fabric_manager"]["reachable"] is True

@@ -110,3 +110,26 @@ def test_gpulease_device_identity_is_immutable(custom: client.CustomObjectsApi) 
         custom.patch_cluster_custom_object("gpucaas.dev", "v1alpha1", "gpuleases", "node1-0000-18-00-0",
                                            {"spec": {"pciAddress": "0000:19:00.0"}})
     assert err.value.status == 422 and "spec.node and spec.pciAddress cannot change" in err.value.body
+
+
+def test_rules_ratchet_on_unchanged_values(crds: client.ApiextensionsV1Api, custom: client.CustomObjectsApi) -> None:
+    """KEP-4008: a rule added after an object was stored does not block writes that leave it unchanged."""
+    crds.create_custom_resource_definition(_widget_crd([]))
+    body = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+            "spec": {"min": 5, "max": 200, "owner": "a"}}
+    custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", body)
+    crd = crds.read_custom_resource_definition("widgets.example.com")
+    crd.spec.versions[0].schema.open_apiv3_schema.properties["spec"].x_kubernetes_validations = [
+        client.V1ValidationRule(rule="self.max < 100")]
+    crds.replace_custom_resource_definition("widgets.example.com", crd)
+    # the spec is unchanged: the failing rule is ratcheted
+    patched = custom.patch_namespaced_custom_object("example.com", "v1", "default", "widgets", "w",
+                                                    {"metadata": {"labels": {"team": "x"}}})
+    assert patched["metadata"]["labels"] == {"team": "x"}
+    # the spec changes: the rule applies again
+    with pytest.raises(client.ApiException) as err:
+        custom.patch_namespaced_custom_object("example.com", "v1", "default", "widgets", "w", {"spec": {"owner": "b"}})
+    import json
+
+    assert json.loads(err.value.body)["details"]["causes"] == [
+        {"reason": "FieldValueInvalid", "field": "spec", "message": 'Invalid value: "object": failed rule: self.max < 100'}]

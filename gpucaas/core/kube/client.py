@@ -65,8 +65,11 @@ class Kube:
 
     @classmethod
     def of(cls, api: Kube | kubernetes.client.ApiClient) -> Kube:
-        """``api`` itself, or an adapter around an existing ``ApiClient`` (which its owner closes)."""
-        return api if isinstance(api, Kube) else cls(api_client=api)
+        """``api`` itself (a ``Kube`` or the light :class:`.rest.RestKube`), or an adapter around an
+        existing ``ApiClient`` (which its owner closes)."""
+        from .rest import RestKube
+
+        return api if isinstance(api, (Kube, RestKube)) else cls(api_client=api)  # type: ignore[return-value]
 
     @property
     def server(self) -> str:

@@ -19,38 +19,15 @@ hands the same credentials to Kopf's login handler.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import kubernetes
 
+from .connection import SERVICEACCOUNT_DIR, KubeConnection
 from .errors import Unavailable
 
-#: Where a pod finds its ServiceAccount credentials (Kubernetes docs, "Accessing the API from a Pod").
-SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-@dataclass(frozen=True)
-class KubeConnection:
-    """Where the API server is, how to authenticate, and how long one request may take."""
-
-    kubeconfig: Path | None = None
-    context: str | None = None
-    server: str | None = None
-    token: str | None = None
-    token_file: Path | None = None
-    ca_file: Path | None = None
-    insecure: bool = False
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
-    pool_size: int = 32
-
-    @property
-    def request_timeout(self) -> tuple[float, float]:
-        """The ``_request_timeout`` of the official client: (connect, read) seconds."""
-        return (self.connect_timeout_s, self.read_timeout_s)
-
+__all__ = ["SERVICEACCOUNT_DIR", "KubeConnection", "kopf_connection_info", "load_configuration",
+           "new_api_client"]
 
 def load_configuration(conn: KubeConnection | None = None) -> kubernetes.client.Configuration:
     """The official client's configuration for ``conn``; :class:`Unavailable` when none can be made."""

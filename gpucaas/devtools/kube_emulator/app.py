@@ -373,6 +373,28 @@ def _list(store: Store, rt: ResourceType, namespace: str | None, match: Any, ver
     }
 
 
+#: Most watch events sent in one write (a bound on one write's size).
+WATCH_BATCH = 500
+
+
+def _watch_line(store: Store, rt: ResourceType, version: str, item: tuple[str, Any], as_table: bool,
+                query: Any) -> bytes:
+    """One watch event as the line the stream carries."""
+    etype, obj = item
+    if etype == "INITIAL_END":  # the end of sendInitialEvents: a bookmark so marked
+        bookmark = {"kind": rt.kind, "apiVersion": rt.api_version(version),
+                    "metadata": {"resourceVersion": str(store.rv),
+                                 "annotations": {"k8s.io/initial-events-end": "true"}}}
+        return (json.dumps({"type": "BOOKMARK", "object": bookmark}) + "\n").encode()
+    if as_table:  # each event's object is a one-row Table, as the real server sends them
+        rendered = store.render(rt, obj, version)
+        rendered = _table(store, rt, version, [rendered], {"resourceVersion": rendered["metadata"].get(
+            "resourceVersion", "")}, query)
+    else:  # serialised at once, on the loop: a shallow copy is enough (render's deep copy is not)
+        rendered = {**obj, "apiVersion": rt.api_version(version), "kind": rt.kind}
+    return (json.dumps({"type": etype, "object": rendered}) + "\n").encode()
+
+
 async def _watch(request: web.Request, store: Store, rt: ResourceType, namespace: str | None, match: Any,
                  version: str) -> web.StreamResponse:
     query = request.query
@@ -427,8 +449,12 @@ async def _watch(request: web.Request, store: Store, rt: ResourceType, namespace
         while True:
             waits = [w for w in (interval, deadline - loop.time() if deadline else None) if w is not None]
             wait = max(0.0, min(waits)) if waits else None
+            if deadline is not None and loop.time() >= deadline:
+                break  # timeoutSeconds is up, events queued or not
             try:
-                item = await asyncio.wait_for(watcher.queue.get(), wait)
+                # an event already queued is taken without a wait_for task (one loop turn each)
+                item = watcher.queue.get_nowait() if not watcher.queue.empty() else \
+                    await asyncio.wait_for(watcher.queue.get(), wait)
             except TimeoutError:
                 if deadline is not None and loop.time() >= deadline:
                     break
@@ -436,21 +462,19 @@ async def _watch(request: web.Request, store: Store, rt: ResourceType, namespace
                             "metadata": {"resourceVersion": str(store.rv)}}
                 await resp.write((json.dumps({"type": "BOOKMARK", "object": bookmark}) + "\n").encode())
                 continue
+            # Every event queued by now goes out in one write: a watcher that fell behind while
+            # the loop served requests catches up in one turn instead of one turn per event (the
+            # stream is still one JSON object per line, in order).
+            lines: list[bytes] = []
+            while item is not None:
+                lines.append(_watch_line(store, rt, version, item, as_table, query))
+                if watcher.queue.empty() or len(lines) >= WATCH_BATCH:
+                    break
+                item = watcher.queue.get_nowait()
+            if lines:
+                await resp.write(b"".join(lines))
             if item is None:
                 break
-            etype, obj = item
-            if etype == "INITIAL_END":  # the end of sendInitialEvents: a bookmark so marked
-                bookmark = {"kind": rt.kind, "apiVersion": rt.api_version(version),
-                            "metadata": {"resourceVersion": str(store.rv),
-                                         "annotations": {"k8s.io/initial-events-end": "true"}}}
-                await resp.write((json.dumps({"type": "BOOKMARK", "object": bookmark}) + "\n").encode())
-                continue
-            rendered = store.render(rt, obj, version)
-            if as_table:  # each event's object is a one-row Table, as the real server sends them
-                rendered = _table(store, rt, version, [rendered], {"resourceVersion": rendered["metadata"].get(
-                    "resourceVersion", "")}, query)
-            line = json.dumps({"type": etype, "object": rendered}) + "\n"
-            await resp.write(line.encode())
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:

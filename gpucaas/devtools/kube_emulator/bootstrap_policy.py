@@ -61,6 +61,11 @@ def node_rules() -> list[dict[str, Any]]:
         _rule(["get", "watch", "list"], ["storage.k8s.io"], ["csidrivers"]),
         _rule(["get", "create", "update", "patch", "delete"], ["storage.k8s.io"], ["csinodes"]),
         _rule(READ, ["node.k8s.io"], ["runtimeclasses"]),
+        # DynamicResourceAllocation (GA in 1.34): the kubelet reads the claims of its pods and
+        # publishes slices for the drivers it runs
+        _rule(["get"], ["resource.k8s.io"], ["resourceclaims"]),
+        _rule(["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"],
+              ["resource.k8s.io"], ["resourceslices"]),
     ]
 
 
@@ -97,6 +102,11 @@ def cluster_roles() -> dict[str, list[dict[str, Any]]]:
             _rule(READ, [""], ["namespaces"]),
             _rule(READ, ["storage.k8s.io"], ["csidrivers"]),
             _rule(READ, ["storage.k8s.io"], ["csistoragecapacities"]),
+            # DynamicResourceAllocation: the scheduler allocates claims and writes their status
+            _rule(READ, ["resource.k8s.io"], ["resourceclaims", "deviceclasses"]),
+            _rule(READ_UPDATE, ["resource.k8s.io"], ["resourceclaims/status"]),
+            _rule(["get", "list", "watch", "create", "update", "patch", "delete"], [""], ["pods/finalizers"]),
+            _rule(READ, ["resource.k8s.io"], ["resourceslices"]),
         ],
         "system:node": node_rules(),
         "system:volume-scheduler": [

@@ -16,7 +16,14 @@ As the apiextensions server does (k8s.io/apiextensions-apiserver/pkg/apiserver/s
   ``messageExpression`` (when it evaluates to a non-empty string), else ``message``,
   else ``failed rule: <rule>``;
 - rules are compiled when the CRD is created or updated; a rule that does not compile
-  makes the CRD invalid.
+  makes the CRD invalid;
+- ratcheting (KEP-4008, ``CRDValidationRatcheting``, on by default since v1.30): on an
+  update, a rule that does not mention ``oldSelf`` and fails at a correlated node whose
+  value equals its old value is only a warning (``validation.go``: ``if
+  !compiled.UsesOldSelf && correlation.shouldRatchetError()``). Such rules are therefore
+  not evaluated at all here (the emulator returns no warnings), and an unchanged subtree
+  without transition rules is not walked: a status write or a metadata patch leaves the
+  spec's rules alone, as on a real server.
 
 Simplified: no cost budget, no Kubernetes CEL libraries beyond what ``celpy`` has
 (``quantity()``, ``url()``, ``isSorted()``... are absent), ``self`` at the root has
@@ -90,11 +97,35 @@ def validate(obj: dict[str, Any], old: dict[str, Any] | None, schema: dict[str, 
     return causes
 
 
+#: id(schema node) -> (the node, whether a rule in its subtree mentions oldSelf); nodes are kept
+#: alive by the entry, so an id is never reused while cached.
+_TRANSITIONS: dict[int, tuple[dict[str, Any], bool]] = {}
+
+
+def _has_transition_rules(schema: dict[str, Any]) -> bool:
+    """Whether any rule at or below ``schema`` mentions ``oldSelf`` (cached per schema node)."""
+    hit = _TRANSITIONS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    found = any(_OLD_SELF.search(r.get("rule") or "") for r in schema.get("x-kubernetes-validations") or [])
+    subs = [*(schema.get("properties") or {}).values(), schema.get("additionalProperties"), schema.get("items")]
+    found = found or any(isinstance(sub, dict) and _has_transition_rules(sub) for sub in subs)
+    if len(_TRANSITIONS) > 100_000:  # CRDs replaced many times over: start again
+        _TRANSITIONS.clear()
+    _TRANSITIONS[id(schema)] = (schema, found)
+    return found
+
+
 def _walk(value: Any, old: Any, has_old: bool, schema: dict[str, Any], path: str,
           causes: list[dict[str, str]]) -> None:
     if not isinstance(schema, dict):
         return
+    unchanged = has_old and value == old  # a correlated node equal to its old value: ratcheted
+    if unchanged and not _has_transition_rules(schema):
+        return
     for rule in schema.get("x-kubernetes-validations") or []:
+        if unchanged and not _OLD_SELF.search(rule.get("rule") or ""):
+            continue
         cause = _check(rule, value, old, has_old, path)
         if cause is not None:
             causes.append(cause)

@@ -17,7 +17,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from gpucaas.programs.caasctl import tenant
+from gpucaas.programs.caasctl import tenant, tenant_resources, usage
 from gpucaas.programs.caasctl.client import RestClient, CaasctlError, Config, fabric_socket_for
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
@@ -40,7 +40,7 @@ def one_line(exc: Exception) -> str:
 
 
 app = typer.Typer(name="caasctl",
-                  help="gpucaas from the command line. Tenants: run, ps, logs, cancel. Admins: partitions, nodes, "
+                  help="gpucaas from the command line. Tenants: run, ps, logs, cancel, secrets, registry, webhooks, usage. Admins: partitions, nodes, "
                        "GPUs, leases, tenancies, tokens, containers, secrets.",
                   no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=_OneLineErrors)
 partitions_app = typer.Typer(help="NVLink partitions (Fabric Manager).", no_args_is_help=True)
@@ -48,7 +48,8 @@ gpus_app = typer.Typer(help="GPUs: list, quarantine, release.", no_args_is_help=
 tenancies_app = typer.Typer(help="Tenancies: create, list, describe, delete.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens of a tenancy.", no_args_is_help=True)
 containers_app = typer.Typer(help="Containers of every tenancy.", no_args_is_help=True)
-secrets_app = typer.Typer(help="A tenancy's secrets (names only; values are never shown).", no_args_is_help=True)
+secrets_app = typer.Typer(help="Secrets: create (value from stdin), list by name, delete; values are never shown.",
+                          no_args_is_help=True)
 registry_app = typer.Typer(help="A tenancy's registry credentials (server and user; never the password).",
                            no_args_is_help=True)
 app.add_typer(partitions_app, name="partitions")
@@ -105,6 +106,8 @@ def _api(ctx: typer.Context) -> RestClient:
 
 
 tenant.register(app, lambda ctx: _api(ctx))
+tenant_resources.register(app, secrets_app, lambda ctx: _api(ctx))
+usage.register(app, lambda ctx: _api(ctx))
 
 
 def _fabric(ctx: typer.Context, node: str | None, socket: str | None):  # noqa: ANN202
@@ -251,6 +254,8 @@ def tenancies_create(
     allow_internet: Annotated[bool, typer.Option(help="Allow egress to the internet.")] = False,
     nfs_server: Annotated[str | None, typer.Option(help="NFS server for the tenancy's storage.")] = None,
     nfs_path: Annotated[str | None, typer.Option(help="Exported path on the NFS server.")] = None,
+    gpu_hours_per_month: Annotated[float | None, typer.Option(
+        min=0, help="Monthly GPU-hour budget (UTC calendar month); submissions are refused once it is spent.")] = None,
     output: Output = Format.table,
 ) -> None:
     """Create a tenancy."""
@@ -263,6 +268,8 @@ def tenancies_create(
         body["pod_quota"] = pod_quota
     if nfs_server:
         body["nfs"] = {"server": nfs_server, "path": nfs_path}
+    if gpu_hours_per_month is not None:
+        body["gpu_hours_per_month"] = gpu_hours_per_month
     emit(_api(ctx).post("/v1/admin/tenancies", body), output, TENANCY_COLUMNS)
 
 
@@ -357,17 +364,25 @@ def containers_events(ctx: typer.Context, container_id: str, output: Output = Fo
 
 
 @secrets_app.command("list")
-def secrets_list(ctx: typer.Context, tenancy: str, output: Output = Format.table) -> None:
-    """List a tenancy's secrets by name."""
+def secrets_list(ctx: typer.Context,
+                 tenancy: Annotated[str | None, typer.Argument(help="With an admin token: whose.")] = None,
+                 output: Output = Format.table) -> None:
+    """List your secrets (an admin: a tenancy's) by name."""
     emit(_api(ctx).get("/v1/secrets", tenancy=tenancy)["data"], output,
          [("NAME", lambda r: r["name"]), ("CREATED", lambda r: r.get("created_at"))])
 
 
 @secrets_app.command("delete")
-def secrets_delete(ctx: typer.Context, tenancy: str, name: str, output: Output = Format.table) -> None:
-    """Delete one of a tenancy's secrets (containers referencing it can no longer start)."""
-    _api(ctx).delete(f"/v1/secrets/{name}?tenancy={tenancy}")
-    emit({"deleted": name, "tenancy": tenancy}, output)
+def secrets_delete(ctx: typer.Context,
+                   names: Annotated[list[str], typer.Argument(help="NAME (yours), or TENANCY NAME with an admin token.",
+                                                              metavar="[TENANCY] NAME")],
+                   output: Output = Format.table) -> None:
+    """Delete a secret (containers referencing it can no longer start)."""
+    if len(names) > 2:
+        raise typer.BadParameter("expected NAME, or TENANCY NAME", param_hint="[TENANCY] NAME")
+    tenancy, name = (names[0], names[1]) if len(names) == 2 else (None, names[0])
+    _api(ctx).delete(f"/v1/secrets/{name}" + (f"?tenancy={tenancy}" if tenancy else ""))
+    emit({"deleted": name, "tenancy": tenancy} if tenancy else {"deleted": name}, output)
 
 
 @registry_app.command("list")

@@ -12,7 +12,12 @@ import typer
 
 from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
-from gpucaas.programs.sandbox.settings import NodeAgentSettings, SandboxSettings, SchedulerSettings
+from gpucaas.programs.sandbox.settings import (
+    ClaimControllerSettings,
+    NodeAgentSettings,
+    SandboxSettings,
+    SchedulerSettings,
+)
 
 
 def _api_client(kubeconfig: str | None):  # noqa: ANN202
@@ -33,6 +38,8 @@ def command(
     settings: SandboxSettings,
     logging_settings: LoggingSettings,
     demo: Annotated[bool, typer.Option("--demo", help="Run the design's scenario, print each step, and exit (0 only if every step happened).")] = False,
+    allocation: Annotated[str | None, typer.Option(
+        "--allocation", help="Short for --allocation-mode (device-plugin | dra).")] = None,
 ) -> None:
     """Run the whole control plane and two simulated HGX H100 nodes on this machine."""
     from rich.console import Console
@@ -45,22 +52,31 @@ def command(
     # the console shows progress; the sandbox's own log lines only when something is wrong, unless asked
     configure_logging(logging_settings, level=None if "level" in logging_settings.model_fields_set else "WARNING")
     state_dir, api_port, kubeconfig = settings.dir.resolve(), settings.api_port, settings.kubeconfig
+    if allocation is not None:
+        if allocation not in ("device-plugin", "dra"):
+            console.print(f"[red]gpucaas sandbox: invalid --allocation {allocation!r}: use device-plugin or dra[/]")
+            raise typer.Exit(2)
+        settings.allocation_mode = allocation  # type: ignore[assignment]
+    mode = settings.allocation_mode
     try:
         with console.status("starting the sandbox…") as status:
             def progress(msg: str) -> None:
                 status.update(msg)
                 console.print(f"[green]✓[/] {msg}")
 
-            sandbox = runner.start(state_dir, api_port=api_port, kubeconfig=kubeconfig, progress=progress)
+            sandbox = runner.start(state_dir, api_port=api_port, kubeconfig=kubeconfig, progress=progress,
+                                   allocation_mode=mode)
     except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
         raise typer.Exit(1) from exc
 
     if demo:
         from gpucaas.programs.sandbox.demo import run_demo
+        from gpucaas.programs.sandbox.dra_demo import run_dra_demo
 
         try:
-            ok = run_demo(sandbox, console)
+            console.print(f"[bold]allocation mode: {mode}[/]")
+            ok = run_dra_demo(sandbox, console) if mode == "dra" else run_demo(sandbox, console)
             if sandbox.audit_log is not None:
                 try:
                     check_no_refusals(sandbox.audit_log, sandbox.identities, settle_timeout=0)
@@ -104,8 +120,16 @@ def node_agent_command(settings: NodeAgentSettings, logging_settings: LoggingSet
 
     configure_logging(logging_settings)
     kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-    agent = NodeAgent(_api_client(kubeconfig), settings.node_name, settings.kubelet_dir, settings.resource_name,
-                      settings.run_seconds)
+    api = _api_client(kubeconfig)
+    dra = None
+    if settings.allocation_mode == "dra":
+        from gpucaas.core.kube import Kube
+        from gpucaas.programs.sandbox.dra_kubelet import DraKubelet
+
+        dra = DraKubelet(Kube.of(api), settings.node_name, settings.kubelet_dir / "plugins_registry",
+                         settings.kubelet_dir)
+    agent = NodeAgent(api, settings.node_name, settings.kubelet_dir, settings.resource_name,
+                      settings.run_seconds, dra=dra)
     _stop_on_signals(agent.stop)
     agent.run()
 
@@ -117,6 +141,25 @@ def scheduler_command(settings: SchedulerSettings, logging_settings: LoggingSett
 
     configure_logging(logging_settings)
     kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-    sched = SandboxScheduler(_api_client(kubeconfig), settings.extender_url, settings.resource_name)
+    api = _api_client(kubeconfig)
+    dra = None
+    if settings.allocation_mode == "dra":
+        from gpucaas.core.kube import Kube
+        from gpucaas.programs.sandbox.dra_scheduling import DraPlacer
+
+        dra = DraPlacer(Kube.of(api), binding_timeout_s=settings.binding_timeout_s)
+    sched = SandboxScheduler(api, settings.extender_url, settings.resource_name, dra=dra)
     _stop_on_signals(sched.stop)
     sched.run()
+
+
+@settings_command(ClaimControllerSettings, Section(LoggingSettings, "log-"), name="sandbox-claim-controller")
+def claim_controller_command(settings: ClaimControllerSettings, logging_settings: LoggingSettings) -> None:
+    """(sandbox) Create pods' ResourceClaims from their templates, as kube-controller-manager's resourceclaim controller."""
+    from gpucaas.programs.sandbox.claim_controller import ClaimController
+
+    configure_logging(logging_settings)
+    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+    controller = ClaimController(_api_client(kubeconfig))
+    _stop_on_signals(controller.stop)
+    controller.run()

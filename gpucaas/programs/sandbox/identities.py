@@ -32,12 +32,24 @@ from gpucaas.programs import chart
 
 #: Kinds of the rendered chart the sandbox applies (the cluster side; no workloads).
 CLUSTER_SIDE_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                      "RuntimeClass", "ConfigMap", "ClusterKopfPeering")
+                      "RuntimeClass", "ConfigMap", "ClusterKopfPeering", "DeviceClass")
 #: Values the sandbox renders the chart with: every component the sandbox runs.
 SANDBOX_VALUES: dict[str, Any] = {"schedulerExtender": {"enabled": True}}
+#: ... and in the DRA allocation mode (binding conditions on: the stand-in scheduler honours them).
+SANDBOX_DRA_VALUES: dict[str, Any] = {**SANDBOX_VALUES, "allocation": {"mode": "dra"},
+                                      "draDriver": {"bindingConditions": True}}
+
+
+def sandbox_values(allocation_mode: str) -> dict[str, Any]:
+    """The chart values the sandbox renders with for ``allocation_mode``."""
+    return SANDBOX_DRA_VALUES if allocation_mode == "dra" else SANDBOX_VALUES
 TOKEN_SECONDS = 30 * 24 * 3600
 NODES_BINDING = "gpucaas-sandbox:nodes"
 NODE_LOGS_ROLE = "gpucaas-sandbox:node-pod-logs"
+#: kube-controller-manager's resourceclaim controller runs as this ServiceAccount
+#: (``--use-service-account-credentials``); the sandbox gives it a static token.
+CLAIM_CONTROLLER_USER = "system:serviceaccount:kube-system:resource-claim-controller"
+CLAIM_CONTROLLER_ROLE = "system:controller:resource-claim-controller"
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,29 @@ def node_rbac() -> list[dict[str, Any]]:
     ]
 
 
+def claim_controller_rbac() -> list[dict[str, Any]]:
+    """The resourceclaim controller's role, as kubernetes ``plugin/pkg/auth/authorizer/rbac/
+    bootstrappolicy/controller_policy.go`` grants it (events omitted: the stand-in writes none)."""
+    rbac = "rbac.authorization.k8s.io/v1"
+
+    def rule(verbs: list[str], group: str, resources: list[str]) -> dict[str, Any]:
+        return {"verbs": verbs, "apiGroups": [group], "resources": resources}
+
+    return [
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": CLAIM_CONTROLLER_ROLE}, "rules": [
+            rule(["get", "list", "watch"], "", ["pods"]),
+            rule(["update"], "", ["pods/finalizers"]),
+            rule(["get", "list", "watch", "create", "delete"], "resource.k8s.io", ["resourceclaims"]),
+            rule(["update", "patch"], "resource.k8s.io", ["resourceclaims/status"]),
+            rule(["update", "patch"], "", ["pods/status"]),
+            rule(["get", "list", "watch"], "resource.k8s.io", ["resourceclaimtemplates"]),
+        ]},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": CLAIM_CONTROLLER_ROLE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLAIM_CONTROLLER_ROLE},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": CLAIM_CONTROLLER_USER}]},
+    ]
+
+
 def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:
     """kube-apiserver static tokens for the node agents and the scheduler; returns user -> token.
 
@@ -92,6 +127,7 @@ def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:
                 users[parts[1]] = (parts[0], parts[3] if len(parts) > 3 else "")
     wanted = {f"system:node:{n}": '"system:nodes"' for n in nodes}
     wanted["system:kube-scheduler"] = ""
+    wanted[CLAIM_CONTROLLER_USER] = '"system:serviceaccounts,system:serviceaccounts:kube-system"'
     for user, groups in wanted.items():
         if user not in users:
             users[user] = (secrets.token_urlsafe(32), groups)

@@ -15,6 +15,15 @@ What a kubelet does for a gpucaas pod, it does over the same protocols:
   command, else a default) marks it Succeeded — or Failed on ``activeDeadlineSeconds``;
 * frees the devices when the pod terminates or is deleted, and completes deletion.
 No container or VM really runs: that is the simulated part.
+
+Waiting, as the kubelet does, on conditions rather than against fixed deadlines: pod
+admission runs on its own worker (the kubelet's pod workers), so the pod watch keeps
+delivering deletions while an admission waits; an admission waits for the device plugin
+to register and for its devices to be reported healthy for as long as the pod is still
+wanted here (not deleted) and says every ``WAIT_REPORT_S`` that it still waits; the
+plugin's Allocate has no deadline (the kubelet's device manager calls it with
+``context.Background()``, pkg/kubelet/cm/devicemanager). Under CPU contention these steps
+get slower, never abandoned (issue 18, item 6; docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -23,25 +32,34 @@ import datetime as dt
 import json
 import logging
 import os
+import queue
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
 
-from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound
+from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound, Unavailable
 from gpucaas.devtools.kube_emulator.logs_client import write_pod_log
 from gpucaas.programs.sandbox.scheduler import GPU_NODE_LABEL
 from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet
+from gpucaas.programs.sandbox.dra_kubelet import ClaimInfo, DraKubelet, PrepareFailed
 from services.device_plugin.api import dp_pb2
 from services.placement.extender import pod_gpu_count
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "node_agent_checkpoint.json"
+WAIT_REPORT_S = 30.0  # an admission still waiting says so this often (and keeps waiting)
+WAIT_STEP_S = 1.0  # how often a waiting admission checks that its pod is still wanted
+
+
+class Abandoned(Exception):  # noqa: N818 (not an error: the pod went away or the agent stops)
+    """The pod being admitted was deleted (or the agent stops): stop waiting for it."""
 
 
 def now_iso() -> str:
@@ -58,7 +76,8 @@ def run_seconds_of(pod: dict[str, Any], default: float) -> float:
     return default
 
 
-def simulated_log(pod: dict[str, Any], alloc: Allocation | None, node: str) -> str:
+def simulated_log(pod: dict[str, Any], alloc: Allocation | None, node: str,
+                  claims: list[ClaimInfo] | None = None) -> str:
     """What the sandbox writes as the container's log: no image runs here, so it prints no
     program output, only what the control plane really did for the pod."""
     image = pod["spec"]["containers"][0].get("image", "")
@@ -69,6 +88,9 @@ def simulated_log(pod: dict[str, Any], alloc: Allocation | None, node: str) -> s
              f"[gpucaas sandbox] node {node}: {len(devices)} GPU(s) allocated by the device plugin, NVLink {nvlink}."]
     lines += [f"[gpucaas sandbox]   GPU {bdf} -> CDI device {cdi[i] if i < len(cdi) else '-'}"
               for i, bdf in enumerate(devices)]
+    for c in claims or []:
+        lines.append(f"[gpucaas sandbox] node {node}: ResourceClaim {c.name} prepared by DRA: {', '.join(c.devices)}")
+        lines += [f"[gpucaas sandbox]   CDI device {cdi_id}" for cdi_id in c.cdi_ids]
     return "\n".join(lines) + "\n"
 
 
@@ -84,7 +106,7 @@ class Running:
 class NodeAgent:
     def __init__(self, api: client.ApiClient, node_name: str, kubelet_dir: Path,
                  resource_name: str = "nvidia.com/gpu", default_run_seconds: float = 3.0,
-                 status_interval: float = 1.0) -> None:
+                 status_interval: float = 1.0, dra: DraKubelet | None = None) -> None:
         self.kube = Kube.of(api)  # the core adapter: its timeouts and one error tree
         self.api = self.kube.api_client
         self.core = self.kube.core
@@ -93,14 +115,17 @@ class NodeAgent:
         self.resource = resource_name
         self.default_run_seconds = default_run_seconds
         self.status_interval = status_interval
-        self.registration_timeout = 60.0
-        self.device_wait_timeout = 15.0
+        self.dra = dra  # the kubelet's DRA side, in the "dra" allocation mode
         self.kubelet = FakeKubelet(self.dir / "device-plugins", self.dir / "pod-resources" / "kubelet.sock")
         self._running: dict[str, Running] = {}
         self._handled: set[str] = set()
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._wake = threading.Event()
+        # Pods bound here and waiting for admission, in arrival order; one worker admits them
+        # one at a time (device choice must see the previous allocation), off the watch thread.
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._admissions: queue.Queue[str] = queue.Queue()
 
     # --- node object -----------------------------------------------------------------
     def _live_plugin(self):  # noqa: ANN202
@@ -112,44 +137,97 @@ class NodeAgent:
         conn = self._live_plugin()
         return conn.healthy() if conn else []
 
-    def _wait_for_live_plugin(self) -> None:
-        """After a restart of the plugin or of this agent, wait for the plugin to register again."""
-        conn = self.kubelet.plugins.get(self.resource)
-        if conn is not None and not conn.stream_ended:
-            return
-        seen = sum(r.resource_name == self.resource for r in self.kubelet.registrations)
-        want = seen + 1 if conn is not None else max(1, seen)
-        try:
-            self.kubelet.wait_for_plugin(self.resource, registrations=want, timeout=self.registration_timeout)
-        except TimeoutError:
-            log.warning("no live %s device plugin after %.0fs", self.resource, self.registration_timeout)
+    def _waiting(self, what: str, done: Callable[[], bool], wanted: Callable[[], bool]) -> None:
+        """Until ``done()``: checked every WAIT_STEP_S (``done`` itself blocks on a condition for
+        up to that long), reported every WAIT_REPORT_S, given up only when the pod is no longer
+        wanted. No fixed deadline: on a loaded machine a step takes longer, it does not fail."""
+        started = last_report = time.monotonic()
+        while not done():
+            if not wanted():
+                raise Abandoned(what)
+            now = time.monotonic()
+            if now - last_report >= WAIT_REPORT_S:
+                log.warning("still waiting for %s (%.0fs)", what, now - started)
+                last_report = now
 
-    def _wait_for_devices(self, count: int) -> None:
+    def _wait_for_live_plugin(self, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401 (PluginConnection)
+        """After a restart of the plugin or of this agent, wait for the plugin to register again
+        and send its first device list; the live connection."""
+        conn = self.kubelet.plugins.get(self.resource)
+        if conn is not None and not conn.stream_ended and conn.updates > 0:
+            return conn
+
+        def registrations() -> int:
+            return sum(r.resource_name == self.resource for r in self.kubelet.registrations)
+
+        # A connection whose stream ended is gone: the next registration is the live one.
+        want = registrations() + 1 if conn is not None and conn.stream_ended else max(1, registrations())
+        found: list[Any] = []
+
+        def registered() -> bool:
+            nonlocal want
+            try:
+                found.append(self.kubelet.wait_for_plugin(self.resource, registrations=want, timeout=WAIT_STEP_S))
+            except TimeoutError:
+                pass
+            if found and not found[-1].stream_ended:
+                return True
+            current = self.kubelet.plugins.get(self.resource)
+            if current is not None and current.stream_ended:  # gone again: wait for the next one
+                want = registrations() + 1
+            return False
+
+        self._waiting(f"the {self.resource} device plugin to register", registered, wanted)
+        return found[-1]
+
+    def _wait_for_devices(self, count: int, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401
         """The sandbox scheduler places by partitions and leases, not by the kubelet's device health,
         so a pod can be bound a moment before its GPUs are reported Healthy again (a lease checked
-        and Free, the next ListAndWatch update not yet sent): give them that moment."""
-        conn = self._live_plugin()
-        if conn is None:
-            return
-        conn.wait_for(lambda c: len(set(c.healthy()) - self.kubelet.allocated_ids(self.resource)) >= count,
-                      timeout=self.device_wait_timeout)
+        and Free, the next ListAndWatch update not yet sent): wait for that update. Returns the
+        live connection; starts over if the plugin goes away meanwhile."""
+        while True:
+            conn = self._wait_for_live_plugin(wanted)
 
-    def _admit_devices(self, pod: dict[str, Any], count: int) -> Allocation:
+            def enough(c: Any = conn) -> bool:  # noqa: ANN401
+                return c.stream_ended or len(set(c.healthy()) - self.kubelet.allocated_ids(self.resource)) >= count
+
+            self._waiting(f"{count} healthy unallocated {self.resource}",
+                          lambda: conn.wait_for(enough, timeout=WAIT_STEP_S), wanted)
+            if not conn.stream_ended:
+                return conn
+
+    def _admit_devices(self, pod: dict[str, Any], count: int, wanted: Callable[[], bool]) -> Allocation:
         md = pod["metadata"]
         container = pod["spec"]["containers"][0]["name"]
-        self._wait_for_live_plugin()
-        self._wait_for_devices(count)
-        try:
-            return self.kubelet.admit(md["namespace"], md["name"], self.resource, count, container=container)
-        except AdmissionError as exc:
-            if "UNAVAILABLE" not in str(exc):
-                raise
-            # The plugin died under us: wait until the kubelet side notices, then for its return.
-            conn = self.kubelet.plugins.get(self.resource)
-            if conn is not None:
-                conn.wait_for(lambda c: c.stream_ended, timeout=10)
-            self._wait_for_live_plugin()
-            return self.kubelet.admit(md["namespace"], md["name"], self.resource, count, container=container)
+        delay, told = 0.5, False
+        while True:
+            conn = self._wait_for_devices(count, wanted)
+            try:
+                # No deadline on the plugin's calls, as the kubelet's device manager: a dead plugin
+                # ends the call with UNAVAILABLE, a slow one is waited for.
+                return self.kubelet.admit(md["namespace"], md["name"], self.resource, count,
+                                          container=container, timeout=None)
+            except AdmissionError as exc:
+                unavailable = "UNAVAILABLE" in str(exc)
+                stale = "FAILED_PRECONDITION" in str(exc) and "unhealthy" in str(exc)
+                if not (unavailable or stale):
+                    raise
+                # UNAVAILABLE: the plugin died under us, or a service it needs (the fabric service,
+                # restarting) did not answer. Unhealthy: the plugin refused a device it has marked
+                # unhealthy since its last ListAndWatch update reached us (a GPU lease just left
+                # Free; a loaded machine widens that window). Both are retried with back-off once
+                # the plugin has had time to say more: a dead plugin's stream ends and
+                # _wait_for_devices waits for its return; a newer device list changes the choice.
+                updates = conn.updates
+                log.warning("Allocate for %s/%s refused, retrying in %.1fs: %s", md["namespace"], md["name"],
+                            delay, exc)
+                if not told:
+                    self._event(pod, "AllocateRetrying", f"{exc}; retrying", "Warning")
+                    told = True
+                conn.wait_for(lambda c: c.stream_ended or (stale and c.updates > updates), timeout=delay)
+                if not wanted():
+                    raise Abandoned("Allocate") from exc
+                delay = min(delay * 2, 5.0)
 
     def _all_devices(self) -> list[str]:
         conn = self.kubelet.plugins.get(self.resource)
@@ -162,14 +240,29 @@ class NodeAgent:
                 "kubernetes.io/hostname": self.node, "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64", GPU_NODE_LABEL: "true",
                 "node.kubernetes.io/instance-type": "hgx-h100-8",
+                # as NVIDIA GPU Feature Discovery labels an H100 SXM node (usage records read it)
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
             }},
             "spec": {},
         }
+        delay = 0.5
+        while True:  # the API server may be slow to answer on a loaded machine: retry, never give up
+            try:
+                self.kube.call(self.core.create_node, body, what=f"register node {self.node}")
+            except Conflict:
+                pass
+            except Unavailable as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("registering node %s failed, retrying in %.1fs: %s", self.node, delay, exc.summary())
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            break
         try:
-            self.kube.call(self.core.create_node, body, what=f"register node {self.node}")
-        except Conflict:
-            pass
-        self.update_node_status()
+            self.update_node_status()
+        except Exception as exc:  # noqa: BLE001 (the status loop posts it again every status_interval)
+            log.warning("node status update failed: %s", exc)
 
     def update_node_status(self) -> None:
         devices = self._all_devices()
@@ -196,6 +289,10 @@ class NodeAgent:
         marker = self.dir / "registered"
         if registered and devices:
             marker.write_text(json.dumps({"resource": self.resource, "devices": devices}))
+        if self.dra is not None and self.dra.plugins:
+            (self.dir / "dra-registered").write_text(json.dumps(sorted(self.dra.plugins)))
+        elif self.dra is not None:
+            (self.dir / "dra-registered").unlink(missing_ok=True)
 
     # --- checkpoint (restart safety) ---------------------------------------------------
     def _save_checkpoint(self) -> None:
@@ -258,7 +355,7 @@ class NodeAgent:
                  "restartCount": 0, "started": ready, "state": state,
                  "containerID": f"kata://{pod['metadata'].get('uid', '')[:12]}"}]
 
-    def admit(self, pod: dict[str, Any]) -> None:
+    def admit(self, pod: dict[str, Any], wanted: Callable[[], bool] = lambda: True) -> None:
         md = pod["metadata"]
         key = f"{md['namespace']}/{md['name']}"
         count = pod_gpu_count(pod, self.resource)
@@ -266,7 +363,7 @@ class NodeAgent:
             (a for a in self.kubelet.allocations if (a.namespace, a.pod) == (md["namespace"], md["name"])), None)
         if count and alloc is None:
             try:
-                alloc = self._admit_devices(pod, count)
+                alloc = self._admit_devices(pod, count, wanted)
             except AdmissionError as exc:
                 log.warning("admission of %s failed: %s", key, exc)
                 self._event(pod, "UnexpectedAdmissionError", str(exc), "Warning")
@@ -278,6 +375,11 @@ class NodeAgent:
             why = f" (preferred: {', '.join(alloc.preferred)})" if alloc.preferred else ""
             self._event(pod, "DevicesAllocated",
                         f"{self.resource}: {', '.join(alloc.device_ids)}{why}; CDI devices: {cdi}")
+        claims = None
+        if self.dra is not None and self.dra.has_claims(pod):
+            claims = self._prepare_claims(pod, wanted)
+            if claims is None:
+                return
         started = now_iso()
         self._event(pod, "Started", "Started container in a Kata micro-VM (simulated)")
         self._patch_status(pod, {
@@ -293,9 +395,44 @@ class NodeAgent:
                                          now + run_seconds_of(pod, self.default_run_seconds),
                                          now + float(deadline) if deadline else None)
         self._wake.set()
-        self._append_log(pod, simulated_log(pod, alloc, self.node))
+        self._append_log(pod, simulated_log(pod, alloc, self.node, claims))
+
+    def _prepare_claims(self, pod: dict[str, Any], wanted: Callable[[], bool]) -> list[ClaimInfo] | None:
+        """The kubelet's PrepareResources, retried with back-off for as long as the pod is wanted
+        here, as the kubelet's pod workers retry it (pkg/kubelet/cm/dra/manager.go returns the
+        error and the pod worker syncs the pod again): no fixed give-up, which a loaded node
+        would hit. None when the pod went away meanwhile."""
+        assert self.dra is not None
+        delay, reported = 0.5, False
+        while True:
+            try:
+                claims = self.dra.prepare_pod(pod)
+                break
+            except PrepareFailed as exc:
+                if not wanted() or self._stop.is_set():
+                    return None
+                log.info("claims of %s/%s not prepared yet: %s", pod["metadata"]["namespace"],
+                         pod["metadata"]["name"], exc)
+                if not reported and delay >= 4.0:  # one Warning, as the kubelet's FailedPrepareDynamicResources
+                    self._event(pod, "FailedPrepareDynamicResources", str(exc), "Warning")
+                    reported = True
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+                try:  # the controller may have written resourceClaimStatuses meanwhile
+                    pod = self.kube.json(self.core.read_namespaced_pod, pod["metadata"]["name"],
+                                         pod["metadata"]["namespace"], idempotent=True)
+                except NotFound:
+                    return None
+        devices = "; ".join(f"{c.name}: {', '.join(c.devices)} (CDI devices: {', '.join(c.cdi_ids)})"
+                            for c in claims)
+        self._event(pod, "ResourcesPrepared", f"DRA claims prepared: {devices}")
+        return claims
 
     def release(self, namespace: str, name: str) -> None:
+        if self.dra is not None:
+            unprepared = self.dra.unprepare_pod(namespace, name)
+            if unprepared:
+                log.info("unprepared the claims of %s/%s: %s", namespace, name, ", ".join(unprepared))
         before = len(self.kubelet.allocations)
         self.kubelet.remove_pod(namespace, name)
         if len(self.kubelet.allocations) != before:
@@ -329,12 +466,14 @@ class NodeAgent:
         if event_type == "DELETED":
             with self._lock:
                 self._running.pop(key, None)
+                self._pending.pop(key, None)
                 self._handled.discard(key)
             self.release(md["namespace"], md["name"])
             return
         if md.get("deletionTimestamp"):
             with self._lock:
                 self._running.pop(key, None)
+                self._pending.pop(key, None)
             self.release(md["namespace"], md["name"])
             if not md.get("finalizers"):
                 try:  # the containers are stopped: complete the graceful deletion, as the kubelet does
@@ -346,6 +485,7 @@ class NodeAgent:
         if phase in ("Succeeded", "Failed"):
             with self._lock:
                 self._running.pop(key, None)
+                self._pending.pop(key, None)
             self.release(md["namespace"], md["name"])
             return
         with self._lock:
@@ -353,7 +493,9 @@ class NodeAgent:
                 return
             self._handled.add(key)
         if phase == "Pending":
-            self.admit(pod)
+            with self._lock:
+                self._pending[key] = pod
+            self._admissions.put(key)
         elif phase == "Running":  # after a restart: keep running from where it was
             alloc_known = any((a.namespace, a.pod) == (md["namespace"], md["name"]) for a in self.kubelet.allocations)
             log.info("resuming %s (devices %s)", key, "restored" if alloc_known else "none")
@@ -370,6 +512,38 @@ class NodeAgent:
             self._wake.set()
 
     # --- loops ------------------------------------------------------------------------
+    def _wanted(self, key: str) -> bool:
+        with self._lock:
+            return key in self._pending and not self._stop.is_set()
+
+    def _admit_pods(self) -> None:
+        """The admission worker: admits the pods bound here one at a time, in arrival order. A
+        failure other than an admission error (the Kubernetes API not answering, say) is retried
+        with back-off for as long as the pod is wanted; a deleted pod is dropped."""
+        while not self._stop.is_set():
+            try:
+                key = self._admissions.get(timeout=WAIT_STEP_S)
+            except queue.Empty:
+                continue
+            delay = 0.5
+            while self._wanted(key):
+                with self._lock:
+                    pod = self._pending.get(key)
+                if pod is None:  # deleted meanwhile
+                    break
+                try:
+                    self.admit(pod, wanted=lambda k=key: self._wanted(k))
+                    break
+                except Abandoned as exc:
+                    log.info("stopped admitting %s (no longer wanted here) while waiting for %s", key, exc)
+                    break
+                except Exception as exc:  # noqa: BLE001 (retried: an admission is never dropped silently)
+                    log.warning("admitting %s failed, retrying in %.1fs: %s", key, delay, exc)
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, 10.0)
+            with self._lock:
+                self._pending.pop(key, None)
+
     def _watch_pods(self) -> None:
         selector = f"spec.nodeName={self.node}"
         while not self._stop.is_set():
@@ -380,6 +554,9 @@ class NodeAgent:
                 for a in list(self.kubelet.allocations):  # pods deleted while we were away
                     if f"{a.namespace}/{a.pod}" not in live:
                         self.release(a.namespace, a.pod)
+                for key in self.dra.pods_with_claims() if self.dra is not None else []:
+                    if key not in live:
+                        self.release(*key.split("/", 1))
                 for p in pods:
                     self.on_pod("ADDED", p)
                 w = watch.Watch()
@@ -427,15 +604,20 @@ class NodeAgent:
         self._ready_since = now_iso()
         (self.dir / "pod-resources").mkdir(parents=True, exist_ok=True)
         (self.dir / "registered").unlink(missing_ok=True)
+        (self.dir / "dra-registered").unlink(missing_ok=True)
         self._restore_checkpoint()
         self.kubelet.start()
         log.info("node agent for %s: kubelet socket %s", self.node, self.kubelet.socket_path)
         self.ensure_node()
         threads = [threading.Thread(target=t, daemon=True, name=t.__name__)
-                   for t in (self._watch_pods, self._run_timers, self._status_loop)]
+                   for t in (self._watch_pods, self._admit_pods, self._run_timers, self._status_loop)]
+        if self.dra is not None:
+            threads.append(threading.Thread(target=self.dra.run_watcher, daemon=True, name="dra-plugin-watcher"))
         for t in threads:
             t.start()
         self._stop.wait()
+        if self.dra is not None:
+            self.dra.stop()
         self.kubelet.stop()
 
     def stop(self) -> None:

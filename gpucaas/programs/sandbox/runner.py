@@ -13,6 +13,9 @@ Start order (each step waits until the part answers):
      object, device-plugin registration, pod lifecycle, PodResources) and the device
      plugin, which registers with that node agent over gRPC;
   4. the scheduler extender and the sandbox scheduler that asks it;
+In the ``dra`` allocation mode each node runs the DRA driver instead of the device plugin
+(the node agent plays the kubelet's DRA side), the chart's DeviceClasses are created,
+the stand-in resourceclaim controller runs, and the sandbox scheduler allocates claims.
   5. the API over HTTPS with a self-signed certificate.
 With ``--kubeconfig`` a real cluster is used and only the control-plane parts run.
 """
@@ -91,6 +94,18 @@ class NodePaths:
     def fabric_state_dir(self) -> Path:
         return self.root / "fabric-state"
 
+    @property
+    def dra_registry_dir(self) -> Path:
+        return self.kubelet_dir / "plugins_registry"
+
+    @property
+    def dra_plugins_dir(self) -> Path:
+        return self.kubelet_dir / "plugins"
+
+    @property
+    def dra_state_dir(self) -> Path:
+        return self.root / "dra-state"
+
 
 @dataclass
 class Sandbox:
@@ -107,6 +122,7 @@ class Sandbox:
     extender_url: str | None = None
     identities: dict[str, identities.Identity] = field(default_factory=dict)
     audit_log: Path | None = None
+    allocation_mode: str = "device-plugin"
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
@@ -177,6 +193,38 @@ def device_plugin_env(state_dir: Path) -> dict[str, str]:
     }
 
 
+def dra_driver_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
+    """The DRA driver of a simulated node: binding conditions on, quick rounds for a lively sandbox."""
+    return {
+        "GPUCAAS_DRA_NODE_NAME": node.name,
+        "GPUCAAS_DRA_KUBECONFIG": str(kubeconfig),
+        "GPUCAAS_DRA_REGISTRY_DIR": str(node.dra_registry_dir),
+        "GPUCAAS_DRA_PLUGINS_DIR": str(node.dra_plugins_dir),
+        "GPUCAAS_DRA_STATE_DIR": str(node.dra_state_dir),
+        "GPUCAAS_DRA_FABRIC_SOCKET": str(node.fabric_socket),
+        "GPUCAAS_DRA_BINDING_CONDITIONS": "true",
+        "GPUCAAS_DRA_PUBLISH_INTERVAL_S": "2",
+        "GPUCAAS_DRA_BINDING_INTERVAL_S": "0.5",
+        # no device plugin on the node: the driver writes the CDI spec
+        "GPUCAAS_DRA_CDI_DIR": str(node.cdi_dir),
+        "GPUCAAS_DRA_SYSFS_ROOT": str(node.sysfs),
+        "GPUCAAS_DRA_DEV_ROOT": str(node.dev),
+    }
+
+
+def dra_cluster_objects(chart_objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the DRA mode needs beyond the chart's cluster side: the DeviceClasses (1, 2, 4, 8
+    GPUs) unless the chart ships them (``draDriver.deviceClasses``), and the role of
+    kube-controller-manager's resourceclaim controller, which the sandbox stands in for."""
+    from gpucaas.core import dra
+
+    out: list[dict[str, Any]] = []
+    if not any(o["kind"] == "DeviceClass" for o in chart_objects):
+        out += [dra.device_class(size) for size in (1, *dra.NVLINK_SIZES)]
+    out += identities.claim_controller_rbac()
+    return out
+
+
 def _apply(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
     """Create objects through the API (create, or leave an existing one alone)."""
     from kubernetes import dynamic
@@ -242,11 +290,14 @@ def tenant_pod_security_level() -> str:
 
 def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dict[str, str],
                      nodes: tuple[str, ...], say: Any,
-                     chart_objects: list[dict[str, Any]] | None = None) -> dict[str, identities.Identity]:
+                     chart_objects: list[dict[str, Any]] | None = None,
+                     allocation_mode: str = "device-plugin") -> dict[str, identities.Identity]:
     """Install the chart's cluster side and write one kubeconfig per gpucaas process."""
     from gpucaas.programs.chart import NAMESPACE
 
     objects = chart_objects if chart_objects is not None else identities.cluster_side()
+    if allocation_mode == "dra":
+        objects = [*objects, *dra_cluster_objects(objects)]
     say("installing the chart's cluster side (rendered by Helm): ServiceAccounts, RBAC, RuntimeClass, ConfigMaps")
     _apply(admin_kubeconfig, [*objects, *identities.node_rbac()])
     out: dict[str, identities.Identity] = {}
@@ -264,6 +315,11 @@ def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dic
     path = identities.write_kubeconfig(admin_kubeconfig, folder / "scheduler.kubeconfig", "system:kube-scheduler",
                                        static_tokens["system:kube-scheduler"])
     out["scheduler"] = identities.Identity("scheduler", "system:kube-scheduler", path)
+    if allocation_mode == "dra":
+        user = identities.CLAIM_CONTROLLER_USER
+        path = identities.write_kubeconfig(admin_kubeconfig, folder / "claim-controller.kubeconfig", user,
+                                           static_tokens[user])
+        out["claim-controller"] = identities.Identity("claim-controller", user, path)
     return out
 
 
@@ -277,6 +333,7 @@ def start(
     run_seconds: float = 6.0,
     progress: Any = None,
     chart_objects: list[dict[str, Any]] | None = None,
+    allocation_mode: str = "device-plugin",
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
@@ -284,6 +341,8 @@ def start(
     (:func:`identities.cluster_side`), e.g. with a rule removed to see what breaks.
     """
     say = progress or (lambda msg: log.info("%s", msg))
+    if chart_objects is None and allocation_mode == "dra" and kubeconfig is None:
+        chart_objects = identities.cluster_side(identities.sandbox_values(allocation_mode))
     state_dir.mkdir(parents=True, exist_ok=True)
     sup = Supervisor(state_dir / "logs")
     tls = ensure_self_signed(state_dir / "tls")
@@ -322,12 +381,13 @@ def start(
         say("creating CRDs and Cilium's policy CRD")
         _apply(kubeconfig, cluster_objects())
         if not real_cluster:
-            ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say, chart_objects)
+            ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say, chart_objects, allocation_mode)
 
         say("starting the tenancy and GPU lease controller")
         sup.start(ServiceSpec("controller", ["controller", "--standalone", "--kubeconfig", str(kc("controller"))],
                               env={**kube_env("controller"),
                                    "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level(),
+                                   "GPUCAAS_CONTROLLER_ALLOCATION_MODE": allocation_mode,
                                    **api_secret_rights(chart_objects)},
                               ready=None))
 
@@ -352,10 +412,21 @@ def start(
                 sup.start(ServiceSpec(
                     f"node-agent-{name}",
                     ["node-agent", "--node-name", name, "--kubelet-dir", str(node.kubelet_dir),
-                     "--kubeconfig", str(kc(f"node-{name}")), "--run-seconds", str(run_seconds)],
+                     "--kubeconfig", str(kc(f"node-{name}")), "--run-seconds", str(run_seconds),
+                     "--allocation-mode", allocation_mode],
                     env=_node_env(node, kc(f"node-{name}")),
                     ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
                 ))
+                if allocation_mode == "dra":
+                    say(f"[{name}] starting the DRA driver (ResourceSlices, NodePrepareResources, binding conditions; "
+                        "the GPU-lease agent beside it)")
+                    sup.start(ServiceSpec(
+                        f"dra-driver-{name}", ["dra-driver"],
+                        env={**_node_env(node, kc("dra-driver")), **dra_driver_env(node, kc("dra-driver")),
+                             **device_plugin_env(state_dir)},  # leases and firmware check as beside the plugin
+                        ready=file_ready(node.kubelet_dir / "dra-registered"),
+                    ))
+                    continue
                 say(f"[{name}] starting the device plugin (with the GPU-lease agent beside it)")
                 sup.start(ServiceSpec(
                     f"device-plugin-{name}",
@@ -375,10 +446,17 @@ def start(
             env=kube_env("scheduler-extender"), ready=http_ready(f"{extender_url}/healthz"),
         ))
         if not real_cluster:
-            say("starting the sandbox scheduler (asks the extender, binds pods)")
+            if allocation_mode == "dra":
+                say("starting the resourceclaim controller (claims from the pods' templates)")
+                sup.start(ServiceSpec(
+                    "claim-controller", ["sandbox-claim-controller", "--kubeconfig", str(kc("claim-controller"))],
+                    env=kube_env("claim-controller"), ready=None,
+                ))
+            say("starting the sandbox scheduler (asks the extender, binds pods"
+                + ("; allocates ResourceClaims)" if allocation_mode == "dra" else ")"))
             sup.start(ServiceSpec(
                 "scheduler", ["sandbox-scheduler", "--extender-url", extender_url,
-                              "--kubeconfig", str(kc("scheduler"))],
+                              "--kubeconfig", str(kc("scheduler")), "--allocation-mode", allocation_mode],
                 env=kube_env("scheduler"), ready=None,
             ))
 
@@ -389,11 +467,14 @@ def start(
             ["api", "--host", "127.0.0.1", "--port", str(api_port),
              "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
              "--database-url", f"sqlite:///{state_dir / 'gpucaas.db'}", "--kubeconfig", str(kc("api"))],
-            env={**kube_env("api"), "GPUCAAS_ADMIN_TOKEN": admin_token},
+            # webhooks may reach receivers on this machine (docs/webhooks.md)
+            env={**kube_env("api"), "GPUCAAS_ADMIN_TOKEN": admin_token, "GPUCAAS_ALLOCATION_MODE": allocation_mode,
+                 "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true"},
             ready=http_ready(f"{api_url}/healthz", ca_file=tls.ca_cert),
         ))
         sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
-                          nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log)
+                          nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log,
+                          allocation_mode=allocation_mode)
         if audit_log is not None:
             say("checking that RBAC refused none of the gpucaas processes")
             identities.check_no_refusals(audit_log, ids)

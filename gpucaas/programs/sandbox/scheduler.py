@@ -21,6 +21,7 @@ import httpx
 from kubernetes import client, watch
 
 from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound
+from gpucaas.programs.sandbox.dra_scheduling import DraPlacer, NotYet
 from services.placement.errors import PlacementError
 from services.placement.extender import pod_gpu_count
 
@@ -38,6 +39,7 @@ class SandboxScheduler:
         resource_name: str = "nvidia.com/gpu",
         scheduler_name: str = "default-scheduler",
         retry_seconds: float = 2.0,
+        dra: DraPlacer | None = None,
     ) -> None:
         self.kube = Kube.of(api)  # the core adapter: its timeouts and one error tree
         self.core = self.kube.core
@@ -47,6 +49,7 @@ class SandboxScheduler:
         self.scheduler_name = scheduler_name
         self.retry_seconds = retry_seconds
         self.http = httpx.Client(timeout=10)
+        self.dra = dra  # the "dra" allocation mode: pods with resourceClaims are placed by their claims
         self._stop = threading.Event()
 
     # --- one decision ---------------------------------------------------------
@@ -61,11 +64,16 @@ class SandboxScheduler:
                 ready.append(n)
         return ready
 
-    def choose_node(self, pod: dict[str, Any]) -> tuple[str | None, str]:
-        nodes = self.candidate_nodes()
+    def choose_node(self, pod: dict[str, Any], nodes: list[dict[str, Any]] | None = None) -> tuple[str | None, str]:
+        nodes = self.candidate_nodes() if nodes is None else nodes
         if not nodes:
             return None, "no Ready GPU node"
         names = sorted(n["metadata"]["name"] for n in nodes)
+        if self.dra is not None and self.dra.wants(pod):
+            try:
+                return self.dra.place(pod, names)
+            except NotYet as exc:
+                return None, str(exc)
         if pod_gpu_count(pod, self.resource) == 0 or self.extender_url is None:
             return names[0], "no GPUs requested"
         args = {"Pod": pod, "Nodes": None, "NodeNames": names}
@@ -111,8 +119,16 @@ class SandboxScheduler:
                        what=f"bind pod {md['namespace']}/{md['name']} to {node}")
 
     def mark_unschedulable(self, pod: dict[str, Any], message: str) -> None:
+        """Set ``PodScheduled=False, Unschedulable`` with ``message``, unless the pod says so
+        already: as kube-scheduler (``UpdatePodCondition`` in pkg/api/v1/pod/util.go reports no
+        change when only the times differ), so a backlog of pods that fit nowhere does not turn
+        every scheduling pass into a status write per pod, each waking the next pass."""
         md = pod["metadata"]
-        conds = [c for c in pod.get("status", {}).get("conditions", []) or [] if c.get("type") != "PodScheduled"]
+        current = pod.get("status", {}).get("conditions", []) or []
+        if any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+               and c.get("message") == message for c in current):
+            return
+        conds = [c for c in current if c.get("type") != "PodScheduled"]
         conds.append({
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
             "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -123,10 +139,11 @@ class SandboxScheduler:
         except NotFound:
             pass
 
-    def schedule_one(self, pod: dict[str, Any]) -> bool:
+    def schedule_one(self, pod: dict[str, Any], nodes: list[dict[str, Any]] | None = None) -> bool:
+        """Place one pod; ``nodes``: the candidate nodes if the caller has listed them this pass."""
         md = pod["metadata"]
         try:
-            node, why = self.choose_node(pod)
+            node, why = self.choose_node(pod, nodes)
         except PlacementError as exc:  # a malformed GPU request: say so on the pod
             node, why = None, str(exc)
         if node is None:
@@ -158,8 +175,10 @@ class SandboxScheduler:
         threading.Thread(target=self._watch_events, args=(wake,), daemon=True).start()
         while not self._stop.is_set():
             try:
-                for pod in self.pending_pods():
-                    self.schedule_one(pod)
+                pending = self.pending_pods()
+                nodes = self.candidate_nodes() if pending else []  # once per pass, not once per pod
+                for pod in pending:
+                    self.schedule_one(pod, nodes)
             except KubeError as exc:  # "forbidden: <user> cannot ..." or "Kubernetes unreachable at ..."
                 log.warning("scheduling pass failed, retrying: %s", exc.summary())
             except (client.ApiException, httpx.HTTPError, OSError) as exc:

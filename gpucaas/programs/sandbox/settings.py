@@ -6,9 +6,13 @@ Each class is the one source of its command's options (flag > env > default).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+AllocationMode = Literal["device-plugin", "dra"]
 
 
 class SandboxSettings(BaseSettings):
@@ -20,6 +24,10 @@ class SandboxSettings(BaseSettings):
     api_port: int = Field(8443, ge=0, le=65535, description="HTTPS port of the API.")
     kubeconfig: Path | None = Field(
         None, description="Use this real cluster instead of the emulator; only the control-plane parts run.")
+    allocation_mode: AllocationMode = Field(
+        "device-plugin",
+        description="How GPUs reach pods: the device plugin with the scheduler extender, or DRA (the DRA driver on "
+                    "each node, ResourceClaims allocated by the stand-in scheduler).")
 
 
 class NodeAgentSettings(BaseSettings):
@@ -35,6 +43,9 @@ class NodeAgentSettings(BaseSettings):
     run_seconds: float = Field(
         3.0, gt=0, validation_alias=AliasChoices("GPUCAAS_SANDBOX_RUN_SECONDS"),
         description="How long a simulated container runs unless its command is `sleep N`.")
+    allocation_mode: AllocationMode = Field(
+        "device-plugin", description="`dra`: also play the kubelet's DRA side (plugin watcher on "
+                                     "<kubelet-dir>/plugins_registry, NodePrepareResources per pod).")
 
 
 class SchedulerSettings(BaseSettings):
@@ -45,3 +56,17 @@ class SchedulerSettings(BaseSettings):
     extender_url: str | None = Field(None, description="Scheduler extender base URL (filter/prioritize).")
     kubeconfig: Path | None = Field(None, description="kubeconfig of the cluster (default: ~/.kube/config).")
     resource_name: str = Field("nvidia.com/gpu", description="Extended resource of GPUs.")
+    allocation_mode: AllocationMode = Field(
+        "device-plugin", description="`dra`: allocate the ResourceClaims of pods with the stand-in structured "
+                                     "allocator before binding them.")
+    binding_timeout_s: float = Field(
+        60.0, gt=0, description="DRA: how long an allocated claim may wait for its devices' binding conditions "
+                                "before it is deallocated and the pod scheduled again.")
+
+
+class ClaimControllerSettings(BaseSettings):
+    """``gpucaas sandbox-claim-controller`` (sandbox only); each field is ``GPUCAAS_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
+
+    kubeconfig: Path | None = Field(None, description="kubeconfig of the cluster (default: ~/.kube/config).")

@@ -77,7 +77,22 @@ class ServiceSpec:
     args: list[str]  # arguments after `gpucaas`
     env: dict[str, str] = field(default_factory=dict)
     ready: ReadyCheck | None = None
+    # Seconds the service may go without becoming ready AND without being busy starting (see
+    # ``Supervisor.wait_ready``): a start that is merely slow (a loaded machine) is waited for.
     ready_timeout: float = 90.0
+
+
+PROGRESS_WINDOW_S = 5.0
+STARTING_CPU_SHARE = 0.05  # of one core: a start in progress uses more, an idle daemon less
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (``/proc/<pid>/stat``); None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -147,10 +162,18 @@ class Supervisor:
         return svc
 
     def wait_ready(self, svc: RunningService) -> None:
+        """Until the service answers its ready check. It fails when the service exits, or when for
+        ``ready_timeout`` seconds it has neither become ready nor been busy starting: a deadline
+        that counts progress. Busy = it used at least ``STARTING_CPU_SHARE`` of a core over the
+        last ``PROGRESS_WINDOW_S`` (imports, connecting: a start on a loaded machine gets less CPU
+        per second but keeps using all it gets), which an idle daemon retrying something it will
+        never get (a few % of a core) does not."""
         if svc.spec.ready is None:
             return
-        deadline = time.monotonic() + svc.spec.ready_timeout
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        progress_at, report_at = started, started + svc.spec.ready_timeout
+        window_at, window_cpu = started, cpu_seconds(svc.process.pid)
+        while True:
             if svc.process.poll() is not None:
                 raise ServiceFailed(
                     f"{svc.spec.name} exited with code {svc.process.returncode}; "
@@ -158,11 +181,22 @@ class Supervisor:
                 )
             if svc.spec.ready():
                 return
+            now = time.monotonic()
+            if now - window_at >= PROGRESS_WINDOW_S:
+                used = cpu_seconds(svc.process.pid)
+                if used is not None and window_cpu is not None and \
+                        used - window_cpu >= STARTING_CPU_SHARE * (now - window_at):
+                    progress_at = now
+                window_at, window_cpu = now, used
+            if now - progress_at >= svc.spec.ready_timeout:
+                raise ServiceFailed(
+                    f"{svc.spec.name} not ready after {now - started:.0f}s, and not busy starting for the "
+                    f"last {svc.spec.ready_timeout:.0f}s; last log lines:\n{tail(svc.log_path)}"
+                )
+            if now >= report_at:
+                log.warning("%s still starting after %.0fs (busy: waiting on)", svc.spec.name, now - started)
+                report_at = now + svc.spec.ready_timeout
             time.sleep(0.2)
-        raise ServiceFailed(
-            f"{svc.spec.name} not ready after {svc.spec.ready_timeout:.0f}s; "
-            f"last log lines:\n{tail(svc.log_path)}"
-        )
 
     def restart(self, name: str, kill: bool = False) -> RunningService:
         """Stop one service (SIGTERM, or SIGKILL with ``kill``) and start it again."""

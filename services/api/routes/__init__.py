@@ -19,6 +19,8 @@ from services.api.routes import (
     registry_credentials,
     secrets,
     tenancies,
+    usage,
+    webhooks,
 )
 
 # What the edge may answer on any path, before a route runs.
@@ -27,5 +29,6 @@ EDGE_RESPONSES = {code: ERROR_RESPONSES[code] for code in (400, 413, 429)}
 api_router = APIRouter()
 api_router.include_router(health.router, responses=EDGE_RESPONSES)
 for _router in (containers.router, container_events.router, containers.admin_router, tenancies.router,
-                cluster.router, gpus.router, secrets.router, registry_credentials.router):
+                cluster.router, gpus.router, secrets.router, registry_credentials.router, webhooks.router,
+                usage.router, usage.admin_router):
     api_router.include_router(_router, responses=ERROR_RESPONSES)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from types import SimpleNamespace
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path as FPath, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from sqlalchemy import Row
 from starlette.background import BackgroundTask
 
 from gpucaas.core import crds
-from services.api import crud, errors, images, log_archive, log_stream, sizing, tenant_secrets
+from services.api import crud, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
 from services.api.deps import AdminUser, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api.limits import Limiter
@@ -21,7 +23,6 @@ from services.api.models import (
     ContainerPublic,
     ContainersPublic,
     ContainerStatus,
-    Tenancy,
     TenancyName,
     redacted_env,
 )
@@ -32,6 +33,10 @@ admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])
 Limit = Annotated[int, Query(ge=1, le=500, description="Page size (1-500).")]
 MAX_OFFSET = 1_000_000_000  # far beyond any table, far below the databases' 64-bit limit
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description=f"Rows to skip (0-{MAX_OFFSET}).")]
+After = Annotated[str | None, Query(
+    max_length=256, pattern=r"^[A-Za-z0-9_-]+$",
+    description="Keyset cursor: the 'next' value of the previous page (newest first), URL-safe base64.",
+)]
 StatusFilter = Annotated[ContainerStatus | None, Query(description="Only containers in this status.")]
 # Container ids are lowercase hex (security.new_id). The schema says so; any other value
 # simply names no container (404, like another tenant's id), so it is not validated here.
@@ -51,7 +56,7 @@ _JSON_ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-def to_public(row: Container) -> ContainerPublic:
+def to_public(row: Container | SimpleNamespace | Row[Any]) -> ContainerPublic:
     return ContainerPublic.model_validate(
         row, update={"namespace": crds.tenant_namespace(row.tenancy), "env": redacted_env(row.env)}
     )
@@ -68,9 +73,13 @@ def _visible(session: SessionDep, caller: CurrentTenant, container_id: str) -> C
     return row
 
 
-def _check_size(settings: SettingsDep, body: ContainerCreate, tenancy: Tenancy | None) -> None:
-    """Overrides of the per-GPU sizing must fit in the tenancy's CPU and memory quota."""
-    if tenancy is None or not (body.cpu or body.memory or body.shm_size):
+def _check_size(settings: SettingsDep, body: ContainerCreate, session: SessionDep, name: str) -> None:
+    """Overrides of the per-GPU sizing must fit in the tenancy's CPU and memory quota
+    (the tenancy is read only when there are overrides)."""
+    if not (body.cpu or body.memory or body.shm_size):
+        return
+    tenancy = crud.get_tenancy(session, name=name)
+    if tenancy is None:
         return
     share = settings.share
     size = sizing.size_for(share, body.gpus, cpu=body.cpu, memory=body.memory, shm_size=body.shm_size)
@@ -109,12 +118,11 @@ def submit_container(
     worker: WorkerDep,
     kube: KubeDep,
     request: Request,
-    response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(pattern=r"^[!-~]{1,255}$", description="Printable ASCII, at most 255 characters."),
     ] = None,
-) -> ContainerPublic:
+) -> Response:
     """Queue a container (committed before the 202); the worker creates its pod."""
     why = images.refusal(body.image_ref, settings.image_registry_allowlist)
     if why is not None:
@@ -133,7 +141,7 @@ def submit_container(
         name = body.tenancy or caller.tenancy or ""
         if name != caller.tenancy:  # another tenancy's name: as if it did not exist
             raise errors.NotFound(f"tenancy {name!r} not found")
-    _check_size(settings, body, crud.get_tenancy(session, name=name))
+    _check_size(settings, body, session, name)
     if body.secret_refs:
         _check_secret_refs(kube, name, body.secret_refs)
     row, created = crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key)
@@ -141,17 +149,34 @@ def submit_container(
         request.app.state.metrics.submissions.inc()
         if worker is not None:
             worker.wake()
-    response.headers["Location"] = f"/v1/containers/{row.id}"
-    return to_public(row)
+    # serialised here, once (a returned model would be validated again against response_model)
+    return Response(to_public(row).model_dump_json(), status_code=202, media_type="application/json",
+                    headers={"Location": f"/v1/containers/{row.id}"})
 
 
 @router.get("", response_model=ContainersPublic)
 def list_containers(
-    session: SessionDep, caller: CurrentTenant, status: StatusFilter = None, limit: Limit = 50, offset: Offset = 0
-) -> ContainersPublic:
-    """The caller's containers, newest first, paginated, optionally filtered by status."""
-    rows, total = crud.list_containers(session, tenancy=caller.tenancy, status=status, limit=limit, offset=offset)
-    return ContainersPublic(data=[to_public(r) for r in rows], count=total, limit=limit, offset=offset)
+    session: SessionDep, caller: CurrentTenant, status: StatusFilter = None, limit: Limit = 50, offset: Offset = 0,
+    after: After = None,
+) -> Response:
+    """The caller's containers, newest first, optionally filtered by status. Page with
+    ``after`` (the previous page's ``next``: as fast on any page) or ``offset``."""
+    return _json(_page(session, tenancy=caller.tenancy, status=status, limit=limit, offset=offset, after=after,
+                       history=False))
+
+
+def _page(session: SessionDep, *, tenancy: str | None, status: ContainerStatus | None, limit: int, offset: int,
+          after: str | None, history: bool) -> ContainersPublic:
+    key = pagination.decode(after) if after is not None else None
+    rows, total, last = crud.list_containers(session, tenancy=tenancy, status=status, limit=limit, offset=offset,
+                                             after=key, history=history)
+    return ContainersPublic(data=[to_public(r) for r in rows], count=total, limit=limit, offset=offset,
+                            next=pagination.encode(last) if last is not None else None)
+
+
+def _json(model: ContainersPublic) -> Response:
+    """The page serialised once (a returned model would be validated again against response_model)."""
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{container_id}", response_model=ContainerPublic)
@@ -248,10 +273,10 @@ def admin_list_containers(
     status: StatusFilter = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> ContainersPublic:
+    after: After = None,
+) -> Response:
     """Every tenancy's containers (admin), optionally by tenancy and status; those of
-    deleted tenancies are kept as history until retention prunes them."""
-    rows, total = crud.list_containers(
-        session, tenancy=tenancy, status=status, limit=limit, offset=offset, history=True
-    )
-    return ContainersPublic(data=[to_public(r) for r in rows], count=total, limit=limit, offset=offset)
+    deleted tenancies are kept as history until retention prunes them. Paged like the
+    tenant listing (``after`` or ``offset``)."""
+    return _json(_page(session, tenancy=tenancy, status=status, limit=limit, offset=offset, after=after,
+                       history=True))

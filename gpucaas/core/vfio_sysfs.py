@@ -19,7 +19,7 @@ import logging
 import os
 from pathlib import Path
 
-from services.device_plugin.devices import (
+from gpucaas.core.vfio_devices import (
     GPU,
     GPU_CLASS_PREFIX,
     NVIDIA_VENDOR,

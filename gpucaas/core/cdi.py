@@ -23,10 +23,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from services.device_plugin.devices import GPU
-from services.device_plugin.errors import CDISpecError
+from gpucaas.core.vfio_devices import GPU
 
 logger = logging.getLogger(__name__)
+
+
+class CDISpecError(ValueError):
+    """The CDI spec built for the devices breaks a CDI rule; nothing was written."""
 
 CDI_VERSION = "0.7.0"
 _VENDOR_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$")

@@ -1,0 +1,93 @@
+"""The worker's side of usage: every pod the worker sees (watch event or relist) opens or
+ends its run's record, from the pod's own timestamps.
+
+The GPU model comes from the node's ``nvidia.com/gpu.product`` label, which NVIDIA's GPU
+Feature Discovery sets (https://github.com/NVIDIA/k8s-device-plugin/tree/main/docs/gpu-feature-discovery);
+the nodes are listed at most once per ``NODE_REFRESH`` seconds, on a miss.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from gpucaas.core.kube import KubeError
+from services.api.kube import Kube
+from services.api.models import Container, _as_utc, utcnow
+from services.api.pods import _time
+from services.api.usage import records
+
+log = logging.getLogger(__name__)
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+NODE_REFRESH = 30.0
+
+
+class Recorder:
+    def __init__(self, *, engine: Engine, kube: Kube, gpu_resource: str) -> None:
+        self.engine = engine
+        self.kube = kube
+        self.gpu_resource = gpu_resource
+        self._models: dict[str, str | None] = {}
+        self._listed_at: float | None = None
+        self._lock = threading.Lock()
+
+    def gpu_model(self, node: str | None) -> str | None:
+        if not node:
+            return None
+        with self._lock:
+            due = self._listed_at is None or time.monotonic() - self._listed_at >= NODE_REFRESH
+            if node not in self._models and due:
+                self._listed_at = time.monotonic()
+                try:
+                    nodes = self.kube.list_nodes()
+                except KubeError as exc:
+                    log.info("GPU models unknown for now (%s)", exc)
+                    return None
+                self._models = {n["metadata"]["name"]: ((n["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL))
+                                for n in nodes}
+            return self._models.get(node)
+
+    def observe(self, pod: dict[str, Any], *, deleted: bool) -> None:
+        """Open the run's record once its container has started; end it once it has finished
+        (or, for a pod deleted before saying so, at its deletion)."""
+        run = records.run_of_pod(pod, self.gpu_resource)
+        if run is None or run.started_at is None:
+            return  # not started: nothing used yet (queued, scheduling, pulling, waiting for a partition)
+        with Session(self.engine) as session:
+            row = session.get(Container, run.container_id)
+            gpus = run.gpus
+            if gpus is None:  # DRA pods name no extended resource: the submission says
+                gpus = row.gpus if row is not None else 0
+            deleted_at = row.tenancy_deleted_at if row is not None else None
+            if records.open_run(session, run=run, gpus=gpus, gpu_model=self.gpu_model(run.node_name),
+                                tenancy_deleted_at=deleted_at):
+                log.info("usage: container %s tenancy %s started at %s on %s (%d GPUs)", run.container_id,
+                         run.tenancy, run.started_at.isoformat(), run.node_name or "-", gpus)
+            if run.finished_at is not None:
+                self._close(session, run.container_id, run.finished_at, records.END_POD)
+            elif deleted:
+                when = _time((pod.get("metadata") or {}).get("deletionTimestamp"))
+                self._close(session, run.container_id, min(when, utcnow()) if when else utcnow(), records.END_DELETED)
+
+    def close_vanished(self, *, present: set[str], before: datetime) -> None:
+        """After a relist taken at ``before``: end the open runs whose pod is gone (it was
+        deleted while the worker was not watching; its own end time is lost with it)."""
+        with Session(self.engine) as session:
+            for row in records.open_runs(session):
+                started = _as_utc(row.started_at)
+                if row.container_id not in present and started is not None and started < before:
+                    self._close(session, row.container_id, before, records.END_VANISHED)
+
+    @staticmethod
+    def _close(session: Session, container_id: str, when: datetime, source: str) -> None:
+        seconds = records.close_run(session, container_id=container_id, finished_at=when, source=source)
+        if seconds is not None:
+            log.info("usage: container %s ended at %s (%s): %.1f GPU-seconds", container_id, when.isoformat(),
+                     source, seconds)

@@ -1,0 +1,43 @@
+"""Response shapes of the usage endpoints."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class UsageDay(BaseModel):
+    day: str = Field(description="UTC calendar day (YYYY-MM-DD).", examples=["2026-11-22"])
+    tenancy: str
+    gpu_seconds: float = Field(description="GPUs × seconds used on that day within the window.")
+    gpu_hours: float
+    containers: int = Field(description="Container runs that used GPUs on that day.")
+
+
+class UsageContainer(BaseModel):
+    container_id: str
+    tenancy: str
+    gpus: int
+    gpu_model: str | None = Field(description="The node's nvidia.com/gpu.product label, when it has one.")
+    node_name: str | None
+    nvlink_partition_size: int | None = Field(description="GPUs in its NVLink partition; null: none.")
+    started_at: str = Field(description="The container's own start (the pod's state.running.startedAt).")
+    finished_at: str | None = Field(description="The container's own end; null while it runs.")
+    running: bool
+    end_source: Literal["pod", "deleted", "vanished"] | None = Field(
+        description="pod: the container's finishedAt; deleted: its pod was deleted first (cancelled), ended then; "
+        "vanished: its pod was gone when the API looked again, ended then.")
+    gpu_seconds: float = Field(description="GPUs × seconds within the window (a running one: up to now).")
+    gpu_hours: float
+
+
+class UsageReport(BaseModel):
+    from_: str = Field(alias="from", description="Window start (inclusive, UTC).")
+    to: str = Field(description="Window end (exclusive, UTC).")
+    group_by: Literal["day", "container"]
+    tenancy: str | None = Field(description="Whose usage; null: every tenancy (admin).")
+    total_gpu_seconds: float
+    total_gpu_hours: float
+    data: list[UsageDay] | list[UsageContainer]
+    count: int

@@ -1,0 +1,88 @@
+"""The seed scenario through the tenant API in the DRA allocation mode: the API's pods claim
+from the tenancy's ResourceClaimTemplates (kept by the tenancy controller), the stand-in
+scheduler allocates whole partitions, the DRA driver prepares them, and every container of
+1, 2, 4 and 8 GPUs runs to the end with exactly its partition's GPUs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from gpucaas.core import dra
+from gpucaas.devtools.waiting import wait_for
+from gpucaas.programs.sandbox import runner
+from tests.e2e.conftest import Caller, container_status
+
+IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
+SIZES = (1, 2, 4, 8)
+
+
+def _tenant(sandbox: runner.Sandbox, name: str) -> Caller:
+    admin = Caller(sandbox, sandbox.admin_token)
+    status, body = admin.call("POST", "/v1/admin/tenancies", {"name": name, "gpu_quota": 16})
+    assert status in (201, 409), body
+    status, body = admin.call("POST", f"/v1/admin/tenancies/{name}/tokens", {})
+    assert status == 201, body
+    return Caller(sandbox, body["token"])
+
+
+def _gpus_of(claim: dict[str, Any]) -> set[str]:
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    return {r["device"] for r in results}
+
+
+def test_containers_of_every_size_run_on_claimed_partitions(dra_sandbox: runner.Sandbox, k8s: client.ApiClient) -> None:
+    tenant = _tenant(dra_sandbox, "dra-api")
+    namespace = "tenant-dra-api"
+    custom = client.CustomObjectsApi(k8s)
+
+    def templates() -> set[str]:
+        listed = custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaimtemplates")
+        return {t["metadata"]["name"] for t in listed["items"]}
+
+    wanted = {dra.claim_template_name(n) for n in SIZES}
+    wait_for(lambda: wanted <= templates(), what="the tenancy's claim templates")
+
+    ids: dict[int, str] = {}
+    for gpus in SIZES:
+        status, body = tenant.call("POST", "/v1/containers",
+                                   {"image": IMAGE, "gpus": gpus, "command": ["sleep", "3"]})
+        assert status == 202, body
+        ids[gpus] = body["id"]
+
+    seen: dict[str, dict[str, Any]] = {}
+
+    def allocations() -> dict[str, dict[str, Any]]:
+        for claim in custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace,
+                                                          "resourceclaims")["items"]:
+            if _gpus_of(claim):
+                seen[claim["metadata"]["name"]] = claim
+        return seen
+
+    def finished() -> bool:
+        allocations()
+        return all(container_status(tenant, cid)["status"] in ("Succeeded", "Failed", "Cancelled")
+                   for cid in ids.values())
+
+    wait_for(finished, 240, interval=0.5, what="every container to finish")
+    for gpus, cid in ids.items():
+        c = container_status(tenant, cid)
+        assert c["status"] == "Succeeded", c
+        assert c["gpus"] == gpus
+
+    # Each container's pod claimed one allocation from its size's template: one partition of
+    # N GPUs (or N single GPUs for sizes that are no partition), never a shared device.
+    claims_by_template: dict[str, list[dict[str, Any]]] = {}
+    for claim in seen.values():
+        owner_pod = next(o["name"] for o in claim["metadata"]["ownerReferences"] if o["kind"] == "Pod")
+        assert owner_pod, claim["metadata"]
+        template = (claim["metadata"].get("annotations") or {}).get("resource.kubernetes.io/pod-claim-name", "gpus")
+        assert template == "gpus"
+        claims_by_template.setdefault(claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+                                      []).append(claim)
+    assert sorted(len(v) for v in claims_by_template.values()) == [1, 1, 1, 1]
+    for gpus in SIZES:
+        cls = dra.device_class_name(gpus)
+        (claim,) = claims_by_template[cls]
+        assert len(_gpus_of(claim)) == 1, claim["status"]  # one partition device

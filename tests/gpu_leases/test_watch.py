@@ -1,0 +1,67 @@
+"""The running agent on the light adapter follows its leases by a watch, not by polling:
+with a tick far longer than the test, only a watch event (or a change it sees locally)
+can make it act."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kubernetes import client
+
+from gpucaas.core import lease_states as states
+from gpucaas.core.kube import KubeConnection, RestKube
+from gpucaas.core.lease_store import LeaseStore, lease_name
+from gpucaas.devtools.fake_sysfs import FakeBoard
+from gpucaas.devtools.waiting import wait_for
+from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU
+from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
+
+from .conftest import NODE, Kubelet, make_pod
+
+GPU = "0000:18:00.0"
+NAME = lease_name(NODE, GPU)
+HOUR = 3600.0
+
+
+def test_a_check_requested_by_the_controller_runs_at_once(kubeconfig: Path, k8s: client.ApiClient,
+                                                          hgx_board: FakeBoard, golden: GoldenTable,
+                                                          kubelet: Kubelet) -> None:
+    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
+    kube = RestKube(KubeConnection(kubeconfig=kubeconfig))
+    agent = LeaseNodeAgent(kube, NODE, lambda: gpus, lambda: kubelet.holdings,
+                           SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
+                           interval=0.05, resync=HOUR)
+    store = LeaseStore(k8s)  # the controller's side, through the official client
+    agent.start()
+    try:
+        wait_for(lambda: agent._watching, what="the watch on the node's leases")  # noqa: SLF001
+        wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="lease created Free")
+        # a pod takes the GPU and leaves (PodResources, seen locally), the controller asks for the check
+        make_pod(k8s, "acme", "w-1")
+        kubelet.hold("tenant-acme", "w-1", GPU)
+        wait_for(lambda: store.get(NAME)["status"]["state"] == "Leased", what="Leased")
+        kubelet.drop("tenant-acme", "w-1")
+        wait_for(lambda: store.get(NAME)["status"]["state"] == "Releasing", what="Releasing")
+        store.transition(NAME, lambda st: states.check_started(st))
+        # nothing changed locally and the resync is an hour away: only the watch can start the check
+        lease = wait_for(lambda: (lz := store.get(NAME))["status"]["state"] == "Free" and lz, what="checked, Free")
+        assert lease["status"]["lastCheck"]["result"] == "Passed"
+    finally:
+        agent.stop()
+        kube.close()
+
+
+def test_without_a_watch_every_tick_is_a_full_round(k8s: client.ApiClient, hgx_board: FakeBoard,
+                                                     golden: GoldenTable, kubelet: Kubelet) -> None:
+    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
+    agent = LeaseNodeAgent(k8s, NODE, lambda: gpus, lambda: kubelet.holdings,
+                           SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False), interval=0.05, resync=HOUR)
+    store = LeaseStore(k8s)
+    agent.start()
+    try:
+        wait_for(lambda: store.get(NAME) is not None and store.get(NAME)["status"]["state"] == "Free", what="Free")
+        store.transition(NAME, lambda st: states.admin_quarantine(st, "operator says so"))
+        wait_for(lambda: GPU in agent.health(), what="the quarantine withheld from the kubelet")
+        assert not agent._watching  # noqa: SLF001 -- the official client's adapter: polled
+    finally:
+        agent.stop()
