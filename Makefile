@@ -15,7 +15,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng
 
-.PHONY: install system-deps sandbox test test-contention bench clean checkov crds test-image
+.PHONY: test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image
 
 install: system-deps $(VENV)/.installed
 
@@ -63,7 +63,14 @@ sandbox: install
 
 test: install checkov test-image
 	$(PY) -m pytest
+	$(MAKE) test-e2e-dra
 	$(MAKE) test-contention
+
+# The end-to-end package again in the DRA allocation mode (tests/e2e/conftest.py: the
+# sandbox runs the DRA driver, the kubelet's DRA side and claim allocation instead of the
+# device plugin); `pytest` above ran it in the device-plugin mode.
+test-e2e-dra: install
+	GPUCAAS_E2E_ALLOCATION=dra $(PY) -m pytest -q tests/e2e
 
 # The end-to-end package again, with `stress-ng --cpu 2` beside it (the package's autouse
 # cpu_hog fixture, tests/e2e/conftest.py): nothing in the control plane may stall or give

@@ -3,7 +3,8 @@
 Entries come from: the API's own row (queued, finished/cancelled: these stay after the pod
 is gone); the pod's status (``PodScheduled`` condition, container start and end);
 core/v1 Events about the pod (scheduler ``Scheduled``/``FailedScheduling``, kubelet
-``Pulling``/``Pulled``/``Failed``/``BackOff``/``Started``/``Killing``); and the GPULeases
+``Pulling``/``Pulled``/``Failed``/``BackOff``/``Started``/``Killing``; the DRA driver's
+``PartitionActivated``); and the GPULeases
 the device plugin writes when it allocates the pod's GPUs, i.e. when their NVLink
 partition was activated (``status.holder.since``).
 """
@@ -18,6 +19,7 @@ from typing import Any
 EVENT_KINDS = {
     "Scheduled": "scheduled",
     "DevicesAllocated": "partition-activated",  # the kubelet got the devices from the plugin (Allocate activated the partition)
+    "PartitionActivated": "partition-activated",  # the DRA driver prepared the pod's claim: its partition is active
     "FailedScheduling": "waiting",
     "Pulling": "pulling",
     "Pulled": "pulled",
@@ -65,7 +67,7 @@ def timeline(
     out: list[dict[str, Any] | None] = [
         _entry(container.get("created_at"), "queued", f"accepted with {container.get('gpus')} GPU(s)", "api")
     ]
-    seen_scheduled = False
+    seen_scheduled = seen_activated = False
     for ev in pod_events:
         kind = EVENT_KINDS.get(str(ev.get("reason")))
         if kind is None:
@@ -76,6 +78,7 @@ def timeline(
         text = str(ev.get("message") or ev.get("reason"))
         out.append(_entry(when, kind, text + (f" (x{count})" if count > 1 else ""), "kubernetes"))
         seen_scheduled = seen_scheduled or kind == "scheduled"
+        seen_activated = seen_activated or kind == "partition-activated"
     if pod is not None:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         for cond in status.get("conditions") or []:
@@ -97,7 +100,7 @@ def timeline(
         if status.get("startTime") and not status.get("containerStatuses") and status.get("phase") == "Running":
             out.append(_entry(status.get("startTime"), "running", "the container started", "pod"))
     held = [ls for ls in leases if ((ls.get("status") or {}).get("holder") or {}).get("since")]
-    if held:
+    if held and not seen_activated:  # the node's own Event says it already
         since = min(ls["status"]["holder"]["since"] for ls in held)
         nodes = sorted({(ls.get("spec") or {}).get("node", "?") for ls in held})
         pcis = sorted((ls.get("spec") or {}).get("pciAddress", "?") for ls in held)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpucaas.core.dra import DRIVER
+
 
 def fabric_summary(fs: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if fs is None:
@@ -38,24 +40,64 @@ def _ready(node: Mapping[str, Any]) -> bool:
 
 
 def node_summaries(
-    nodes: Iterable[Mapping[str, Any]], fabric_states: Iterable[Mapping[str, Any]], gpu_resource: str
+    nodes: Iterable[Mapping[str, Any]], fabric_states: Iterable[Mapping[str, Any]], gpu_resource: str,
+    resource_slices: Iterable[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
+    """One row per node. GPU capacity and allocatable come from the node's extended resource
+    (device-plugin mode), or, when ``resource_slices`` is given (dra mode), from the DRA
+    driver's ResourceSlices: see :func:`dra_gpu_counts`."""
     by_node = {fs["metadata"]["name"]: fs for fs in fabric_states}
+    dra_counts = dra_gpu_counts(resource_slices) if resource_slices is not None else None
     out = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
         st = node.get("status") or {}
+        if dra_counts is not None:
+            capacity, allocatable = dra_counts.get(name, (0, 0))
+        else:
+            capacity = _int((st.get("capacity") or {}).get(gpu_resource))
+            allocatable = _int((st.get("allocatable") or {}).get(gpu_resource))
         out.append(
             {
                 "name": name,
                 "ready": _ready(node),
                 "unschedulable": bool((node.get("spec") or {}).get("unschedulable", False)),
-                "gpu_capacity": _int((st.get("capacity") or {}).get(gpu_resource)),
-                "gpu_allocatable": _int((st.get("allocatable") or {}).get(gpu_resource)),
+                "gpu_capacity": capacity,
+                "gpu_allocatable": allocatable,
                 "fabric": fabric_summary(by_node.get(name)),
             }
         )
     return out
+
+
+def dra_gpu_counts(resource_slices: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    """node -> (GPUs, GPUs allocatable) from the gpucaas DRA driver's ResourceSlices.
+
+    The driver's counter slice has one counter per GPU present (capacity, like a device
+    plugin's devices); a GPU is allocatable while some partition device that uses it is
+    published, which the driver stops doing while the GPU is unhealthy, leased out of band or
+    being checked (as a device plugin reports such a device unhealthy). Only the newest
+    generation of each pool counts (ResourceSlice ``spec.pool.generation``).
+    """
+    newest: dict[str, int] = {}
+    mine = [s for s in resource_slices if (s.get("spec") or {}).get("driver") == DRIVER]
+    for s in mine:
+        pool = s["spec"].get("pool") or {}
+        newest[pool.get("name", "")] = max(newest.get(pool.get("name", ""), 0), _int(pool.get("generation")))
+    counters: dict[str, set[str]] = {}
+    used: dict[str, set[str]] = {}
+    for s in mine:
+        spec = s["spec"]
+        pool = spec.get("pool") or {}
+        if _int(pool.get("generation")) != newest.get(pool.get("name", "")):
+            continue
+        node = spec.get("nodeName") or ""
+        for counter_set in spec.get("sharedCounters") or []:
+            counters.setdefault(node, set()).update((counter_set.get("counters") or {}).keys())
+        for device in spec.get("devices") or []:
+            for consumed in device.get("consumesCounters") or []:
+                used.setdefault(node, set()).update((consumed.get("counters") or {}).keys())
+    return {node: (len(c), len(c & used.get(node, set()))) for node, c in counters.items()}
 
 
 def _int(value: Any) -> int:

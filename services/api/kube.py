@@ -246,6 +246,12 @@ class Kube:
             "items", []
         )
 
+    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """The ResourceSlices one DRA driver publishes (``resource.k8s.io/v1``, by the
+        ``spec.driver`` field selector every API server supports for them)."""
+        return self._call(self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceslices",
+                          field_selector=f"spec.driver={driver}", idempotent=True).get("items", [])
+
     def get_cluster_object(self, plural: str, name: str) -> dict[str, Any]:
         return self._call(self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, plural, name,
                           idempotent=True)

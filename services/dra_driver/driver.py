@@ -64,6 +64,8 @@ class Driver:
         self.cdi_id = cdi_id
         #: called with the PCI addresses of each claim prepared (the GPU-lease agent hears it)
         self.prepared_listeners: list[Callable[[tuple[str, ...]], None]] = []
+        #: called with each claim whose partition this driver just activated (the pod's Event)
+        self.activated_listeners: list[Callable[[PreparedClaim], None]] = []
         #: why these GPUs may not be handed to (namespace, pod) now, or None (GPU leases)
         self.gpu_refusal: Callable[[tuple[str, ...], str, str], str | None] | None = None
 
@@ -107,6 +109,9 @@ class Driver:
         self.checkpoint.put(prepared)
         for listener in self.prepared_listeners:
             listener(prepared.pci_addresses)
+        if addresses:
+            for announce in self.activated_listeners:
+                announce(prepared)
         log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
                  ", ".join(d.device_name for d in devices) or "no devices of this driver")
         return prepared

@@ -16,6 +16,7 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from gpucaas.core import lease_states as states
 from gpucaas.core import vfio_sysfs
@@ -24,7 +25,7 @@ from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
 from gpucaas.core.kube import Kube, KubeConnection, KubeError
 from gpucaas.core.lease_store import LeaseStore
 from services.dra_driver.binding import BindingWatcher, run_round
-from services.dra_driver.checkpoint import Checkpoint
+from services.dra_driver.checkpoint import Checkpoint, PreparedClaim
 from services.dra_driver.driver import Driver
 from services.dra_driver.publisher import SlicePublisher, gpus_from
 from services.dra_driver.server import DraServer, HealthBoard
@@ -129,6 +130,43 @@ def lease_refusal(kube: Kube, node_name: str) -> Callable[[tuple[str, ...], str,
     return refuse
 
 
+#: Event reason on the pod when its claim's NVLink partition was activated (the API's
+#: container timeline shows it as ``partition-activated``).
+ACTIVATED_REASON = "PartitionActivated"
+
+
+def activation_event(kube: Kube, node_name: str) -> Callable[[PreparedClaim], None]:
+    """Post a core/v1 Event on the claim's pod once its partition is active.
+
+    The kubelet records nothing per device for DRA (it posts no event on a successful
+    NodePrepareResources), so the driver says when the GPUs were handed over: the moment a
+    tenant's container got its partition, in ``kubectl describe pod`` and the API's timeline.
+    Best effort: an Event that cannot be written is logged, never fails the Prepare.
+    """
+    def announce(claim: PreparedClaim) -> None:
+        if not claim.pod:
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        partitions = ", ".join(d.device_name for d in claim.devices)
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{claim.pod}.gpucaas-dra-", "namespace": claim.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": claim.pod, "namespace": claim.namespace},
+            "reason": ACTIVATED_REASON, "type": "Normal", "count": 1,
+            "message": (f"{len(claim.pci_addresses)} GPU(s) allocated on {node_name}: "
+                        f"{', '.join(claim.pci_addresses)} (claim {claim.name}, partition {partitions})")[:1024],
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": "gpucaas-dra-driver", "host": node_name},
+            "reportingComponent": "gpucaas-dra-driver", "reportingInstance": node_name,
+        }
+        try:
+            kube.request("POST", f"/api/v1/namespaces/{claim.namespace}/events", body=body)
+        except KubeError as exc:
+            log.info("event for %s/%s not recorded: %s", claim.namespace, claim.pod, exc.summary())
+
+    return announce
+
+
 def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriverNode:
     kube = kube or Kube(KubeConnection(kubeconfig=settings.kubeconfig))
     fabric = FabricClient(settings.fabric_socket)
@@ -148,6 +186,7 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
     holder["node"] = node
     node.driver = driver
     driver.gpu_refusal = lease_refusal(kube, settings.node_name)
+    driver.activated_listeners.append(activation_event(kube, settings.node_name))
     if settings.cdi_dir is not None:
         node.cdi = SpecWriter(settings.cdi_dir, settings.cdi_kind, settings.dev_root)
     node.publisher = SlicePublisher(kube, settings.node_name, node.discover,

@@ -148,3 +148,21 @@ def test_a_full_quota_keeps_the_container_queued_saying_so(api: ApiServer, k8s: 
         core.delete_namespaced_resource_quota("full", "tenant-full")
         assert wait_for(lambda: get_pod(k8s, "tenant-full", f"gpucaas-{cid}"))
         assert wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Pending")
+
+
+def test_a_dra_drivers_partition_event_is_the_activation_in_the_timeline() -> None:
+    """In the DRA mode the driver's PartitionActivated Event marks the activation; the lease's
+    own ``holder.since`` then adds no second entry."""
+    from services.api.events import timeline
+
+    container = {"created_at": "2026-11-22T10:00:00Z", "gpus": 2, "status": "Running"}
+    event = {"reason": "PartitionActivated", "message": "2 GPU(s) allocated on n1: a, b (claim c, partition p)",
+             "lastTimestamp": "2026-11-22T10:00:03Z"}
+    lease = {"spec": {"node": "n1", "pciAddress": "a"},
+             "status": {"holder": {"since": "2026-11-22T10:00:03Z", "pod": "p", "namespace": "tenant-t"}}}
+    entries = timeline(container=container, pod_events=[event], leases=[lease])
+    assert [(e["kind"], e["source"]) for e in entries] == [("queued", "api"), ("partition-activated", "kubernetes")]
+    assert entries[1]["message"] == event["message"]
+    # without the Event (device-plugin mode on a real cluster) the lease still tells it
+    only_lease = timeline(container=container, leases=[lease])
+    assert [e["kind"] for e in only_lease] == ["queued", "partition-activated"]

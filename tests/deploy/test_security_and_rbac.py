@@ -81,6 +81,8 @@ DRA_DRIVER_RULES: dict[tuple[str, str], set[str]] = {
     ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "create"},
     ("gpucaas.dev", "gpuleases/status"): {"update"},
     ("", "pods"): {"get"},
+    # the PartitionActivated Event on the pod whose claim's partition it activated
+    ("", "events"): {"create"},
 }
 DRA_BINDING_RULES: dict[tuple[str, str], set[str]] = {
     ("resource.k8s.io", "resourceclaims"): {"get", "list"},
@@ -100,6 +102,11 @@ def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, 
     rules["controller"] = EXPECTED_CLUSTER_RULES["controller"] | CONTROLLER_DRA_RULES
     rules["dra-driver"] = DRA_DRIVER_RULES | (DRA_BINDING_RULES if values.get("draDriver", {}).get("bindingConditions")
                                               else {})
+    # the API counts the nodes' GPUs from the DRA driver's slices (/v1/admin/nodes)
+    rules["api"] = EXPECTED_CLUSTER_RULES["api"] | {("resource.k8s.io", "resourceslices"): {"list"}}
+    # the extender only scores nodes: the scheduler's DRA plugin allocates and binds
+    rules["scheduler-extender"] = {k: v for k, v in EXPECTED_CLUSTER_RULES["scheduler-extender"].items()
+                                   if k != ("", "bindings")}
     return rules
 
 

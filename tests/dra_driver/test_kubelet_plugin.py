@@ -68,11 +68,12 @@ class Node:
         self.board, self.fabric_socket, self.sockets, self.k8s, self.state = board, fabric_socket, sockets, k8s, state
         self.server: DraServer | None = None
         self.fabric: FabricClient | None = None
+        self.driver: Driver | None = None
 
     def start(self) -> DraServer:
         objects = client.CustomObjectsApi(self.k8s)
         self.fabric = FabricClient(self.fabric_socket)
-        driver = Driver(
+        driver = self.driver = Driver(
             node_name=NODE, checkpoint=Checkpoint(self.state / "checkpoint.json"), fabric=self.fabric,
             read_claim=lambda ns, name: objects.get_namespaced_custom_object(
                 "resource.k8s.io", "v1", ns, "resourceclaims", name),
@@ -219,3 +220,27 @@ def test_an_unhealthy_gpu_marks_every_partition_containing_it(node: Node, hgx_bo
                    if d.health == api.health_pb2.UNHEALTHY)
         stream.cancel()
     wait_for(lambda: True, timeout=1)
+
+
+def test_the_pod_is_told_once_that_its_partition_is_active(node: Node, k8s, fm_fabric) -> None:
+    """The kubelet posts nothing for a prepared claim: the driver's PartitionActivated Event on
+    the pod is what ``kubectl describe pod`` and the API's timeline show (once, not per retry)."""
+    from gpucaas.core.kube import Kube
+    from services.dra_driver.main import ACTIVATED_REASON, activation_event
+
+    node.driver.activated_listeners.append(activation_event(Kube.of(k8s), NODE))
+    allocated: list = []
+    claim = make_claim(k8s, "pair", 2, allocated)
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "trainer", "uid": "u-1"}]
+    claim = client.CustomObjectsApi(k8s).replace_namespaced_custom_object_status(
+        "resource.k8s.io", "v1", NS, "resourceclaims", "pair", claim)
+    prepare(node, claim)
+    prepare(node, claim)  # the kubelet asking again after its restart: no second Event
+
+    def announced() -> list:
+        return [e for e in client.CoreV1Api(k8s).list_namespaced_event(NS).items if e.reason == ACTIVATED_REASON]
+
+    [event] = wait_for(announced, what="the PartitionActivated Event")
+    assert (event.involved_object.kind, event.involved_object.name) == ("Pod", "trainer")
+    assert event.message.startswith(f"2 GPU(s) allocated on {NODE}: ") and "claim pair" in event.message
+    assert len(announced()) == 1

@@ -2,6 +2,11 @@
 
 The tests talk to it as tenants and an admin would: HTTPS to the API, and, to check
 the outcome, the Kubernetes API (emulator), the nodes' fabric sockets and CDI specs.
+
+The suite runs in either allocation mode: ``GPUCAAS_E2E_ALLOCATION=device-plugin`` (the
+default) or ``dra`` (``make test`` runs it in both). The helpers below read what the node
+handed the container the way that mode's kubelet records it: the device plugin's Allocate
+answer and the PodResources API, or the DRA manager's prepared claims.
 """
 
 from __future__ import annotations
@@ -22,13 +27,32 @@ import pytest
 from kubernetes import client, config
 
 from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
-from gpucaas.core.fabric_client import FabricClient
+from gpucaas.core.fabric_client import FabricClient, holder_for_gpus
 from gpucaas.core.lease_store import lease_name
+from gpucaas.core.topology import HGX_H100_PARTITIONS
 from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
 from gpucaas.programs.sandbox.node_agent import CHECKPOINT
 from gpucaas.core.cdi import spec_filename
+from gpucaas.programs.sandbox.dra_kubelet import CHECKPOINT as DRA_CHECKPOINT
 from services.device_plugin.podresources import PodResourcesReader
+from services.dra_driver.driver import holder_for_claim
+
+ALLOCATION_ENV = "GPUCAAS_E2E_ALLOCATION"
+ALLOCATION_MODES = ("device-plugin", "dra")
+
+
+def allocation_mode() -> str:
+    """The allocation mode the end-to-end sandbox runs in (``$GPUCAAS_E2E_ALLOCATION``)."""
+    mode = os.environ.get(ALLOCATION_ENV, "") or "device-plugin"
+    if mode not in ALLOCATION_MODES:
+        raise pytest.UsageError(f"{ALLOCATION_ENV}={mode!r}: use one of {', '.join(ALLOCATION_MODES)}")
+    return mode
+
+
+def node_service(name: str) -> str:
+    """The mode's name of a node daemon: the device plugin's place is the DRA driver's in dra mode."""
+    return "dra-driver" if name == "device-plugin" and allocation_mode() == "dra" else name
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -99,7 +123,7 @@ def cpu_hog() -> Iterator[int]:
 def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
     # A short path: unix socket paths (kubelet and plugin sockets) must stay under 108 bytes.
     state = Path(tempfile.mkdtemp(prefix="gpucaas-e2e-", dir="/tmp"))
-    sb = runner.start(state, api_port=runner.free_port(), run_seconds=4.0)
+    sb = runner.start(state, api_port=runner.free_port(), run_seconds=4.0, allocation_mode=allocation_mode())
     try:
         yield sb
     finally:
@@ -160,8 +184,14 @@ def leases(k8s: client.ApiClient) -> list[dict[str, Any]]:
 
 
 def allocated_devices(sandbox: runner.Sandbox, namespace: str, pod: str) -> list[str]:
-    """The GPUs the pod holds, as the node's kubelet reports them over the PodResources API
-    (the node agent serves the kubelet's v1 PodResources from the Allocate answers it got)."""
+    """The GPUs (PCI addresses) the pod holds, as the node's kubelet knows them.
+
+    device-plugin: from the kubelet's v1 PodResources API (the node agent serves it from the
+    Allocate answers it got). dra: from the CDI ids of the claims prepared for the pod.
+    """
+    if allocation_mode() == "dra":
+        got = handed_over(sandbox, namespace, pod)
+        return got[1]["devices"] if got else []
     for node in sandbox.nodes:
         for c in PodResourcesReader(node.pod_resources_socket).list("nvidia.com/gpu"):
             if (c.namespace, c.pod) == (namespace, pod):
@@ -170,19 +200,41 @@ def allocated_devices(sandbox: runner.Sandbox, namespace: str, pod: str) -> list
 
 
 def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str, dict[str, Any]] | None:
-    """(node, record) of what the device plugin's Allocate handed the kubelet for the pod: the
-    device ids and the CDI device names, from the node agent's kubelet checkpoint (written
-    from the AllocateResponse, as the kubelet's ``kubelet_internal_checkpoint`` is)."""
+    """(node, record) of what the node handed the kubelet for the pod: ``devices`` (PCI
+    addresses), ``cdi`` (CDI device names) and ``holder`` (the fabric service's holder of the
+    partition).
+
+    device-plugin: from the node agent's kubelet checkpoint (written from the AllocateResponse,
+    as the kubelet's ``kubelet_internal_checkpoint`` is); the holder is the GPU set.
+    dra: from the DRA manager's checkpoint (``dra_manager_state.json``: the claims prepared for
+    the pod and the CDI ids NodePrepareResources answered); the holder is the claim.
+    """
+    dra = allocation_mode() == "dra"
     for node in sandbox.nodes:
-        path = node.kubelet_dir / CHECKPOINT
+        path = node.kubelet_dir / (DRA_CHECKPOINT if dra else CHECKPOINT)
         try:
-            records = json.loads(path.read_text())
+            saved = json.loads(path.read_text())
         except (FileNotFoundError, ValueError):  # not written yet, or being replaced
             continue
-        for r in records:
+        if dra:
+            uids = saved.get("pods", {}).get(f"{namespace}/{pod}")
+            claims = [c for c in saved.get("claims", []) if c["uid"] in (uids or ())]
+            if not claims:
+                continue
+            cdi = sorted(i for c in claims for i in c["cdi_ids"])
+            return node.name, {"cdi": cdi, "devices": sorted(i.split("=", 1)[1] for i in cdi),
+                               "holder": holder_for_claim(claims[0]["uid"])}
+        for r in saved:
             if (r["namespace"], r["pod"]) == (namespace, pod):
-                return node.name, r
+                return node.name, {**r, "holder": holder_for_gpus(r["devices"])}
     return None
+
+
+def holder_of(sandbox: runner.Sandbox, namespace: str, pod: str) -> str:
+    """The fabric service's holder of the pod's partition (the node must have handed it over)."""
+    got = handed_over(sandbox, namespace, pod)
+    assert got is not None, f"nothing handed over for {namespace}/{pod}"
+    return got[1]["holder"]
 
 
 def cdi_device_nodes(sandbox: runner.Sandbox, node_name: str) -> dict[str, list[str]]:
@@ -199,13 +251,29 @@ def lease_of(k8s: client.ApiClient, node: str, pci_address: str) -> dict[str, An
 
 
 def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:
-    """Nothing held: no active activation on any node, every lease Free, and every node's
-    kubelet (the node agent) sees all 8 GPUs healthy again."""
+    """Nothing held: no active activation on any node, every lease Free, and every node offers
+    all of its GPUs again: 8 allocatable ``nvidia.com/gpu`` for the kubelet (device-plugin), or
+    all 15 partitions of the board in the node's ResourceSlice (dra)."""
     acts = activations(sandbox)
     nodes = client.CoreV1Api(k8s).list_node(label_selector="gpucaas.dev/gpu-node=true").items
-    return (all(not a for a in acts.values())
-            and all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))
-            and all((n.status.allocatable or {}).get("nvidia.com/gpu") == "8" for n in nodes))
+    if not (all(not a for a in acts.values())
+            and all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))):
+        return False
+    if allocation_mode() == "dra":
+        return all(len(published_partitions(k8s, n.metadata.name)) == len(HGX_H100_PARTITIONS) for n in nodes)
+    return all((n.status.allocatable or {}).get("nvidia.com/gpu") == "8" for n in nodes)
+
+
+def published_partitions(k8s: client.ApiClient, node: str) -> list[str]:
+    """The partition devices the node's DRA driver publishes in its ResourceSlice now."""
+    try:
+        sl = client.CustomObjectsApi(k8s).get_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", f"{node}-gpucaas-partitions")
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+    return [d["name"] for d in sl["spec"].get("devices") or []]
 
 
 def sandbox_dir(sandbox: runner.Sandbox) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpucaas.programs.sandbox import runner
 
-from .conftest import activations, allocated_devices, wait_for, wait_status
+from .conftest import activations, allocated_devices, holder_of, wait_for, wait_status
 
 CAASCTL = Path(sys.executable).with_name("caasctl")
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
@@ -48,7 +48,7 @@ def test_partition_refused_while_a_container_holds_it(sandbox: runner.Sandbox, t
     running = wait_status(tenant, body["id"], "Running")
     node = running["node_name"]
     devices = wait_for(lambda: allocated_devices(sandbox, "tenant-cli-holder", running["pod_name"]), what="devices")
-    holder = "gpus:" + "+".join(sorted(devices))
+    holder = holder_of(sandbox, "tenant-cli-holder", running["pod_name"])
     act = wait_for(lambda: next((a for a in activations(sandbox)[node] if a["holder"] == holder), None),
                    what="the container's partition")
     held = act["partition_ids"][0]

@@ -6,7 +6,7 @@ from kubernetes import client
 
 from gpucaas.programs.sandbox import runner
 
-from .conftest import activations, allocated_devices, leases, settled, wait_for, wait_status
+from .conftest import activations, allocated_devices, holder_of, leases, settled, wait_for, wait_status
 
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
@@ -18,7 +18,7 @@ def test_cancel_releases_gpus_and_partition(sandbox: runner.Sandbox, tenant_fact
     cid = body["id"]
     running = wait_status(tenant, cid, "Running")
     devices = wait_for(lambda: allocated_devices(sandbox, "tenant-canceller", running["pod_name"]), what="devices")
-    holder = "gpus:" + "+".join(sorted(devices))
+    holder = holder_of(sandbox, "tenant-canceller", running["pod_name"])
     wait_for(lambda: any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
              what="the partition to be active")
     status, body = tenant.call("DELETE", f"/v1/containers/{cid}")

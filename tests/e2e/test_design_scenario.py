@@ -11,7 +11,7 @@ import re
 
 from kubernetes import client
 
-from gpucaas.core import topology
+from gpucaas.core import dra, topology
 from gpucaas.core.fabric_client import FabricClient
 from gpucaas.programs.sandbox import runner
 
@@ -19,13 +19,29 @@ from .conftest import (
     Caller,
     activations,
     allocated_devices,
+    allocation_mode,
     cdi_device_nodes,
     handed_over,
+    holder_of,
     lease_of,
     settled,
     wait_for,
     wait_status,
 )
+
+def assert_claims_gpus(pod: client.V1Pod, gpus: int) -> None:
+    """The pod asks for its GPUs the way the mode's kubelet hands them out: the extended
+    resource (device-plugin), or one claim from the tenancy's template of that size (dra)."""
+    resources = pod.spec.containers[0].resources
+    if allocation_mode() == "dra":
+        [claim] = pod.spec.resource_claims
+        assert claim.resource_claim_template_name == dra.claim_template_name(gpus)
+        assert [c.name for c in resources.claims] == [claim.name]
+        assert "nvidia.com/gpu" not in (resources.limits or {})
+    else:
+        assert resources.limits["nvidia.com/gpu"] == str(gpus)
+        assert not pod.spec.resource_claims
+
 
 #: The request the design itself submits, for a tenancy the cluster has never seen.
 DESIGN_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
@@ -49,7 +65,7 @@ def test_design_payload_runs_to_completion(sandbox: runner.Sandbox, admin: Calle
         if got is None:
             return None
         node, record = got
-        holder = "gpus:" + "+".join(sorted(record["devices"]))
+        holder = record["holder"]
         active = [a for a in activations(sandbox)[node] if a["holder"] == holder]
         return (node, record, active[0]) if active else None
 
@@ -67,7 +83,7 @@ def test_design_payload_runs_to_completion(sandbox: runner.Sandbox, admin: Calle
     pod = client.CoreV1Api(k8s).read_namespaced_pod(pod_name, "tenant-landon")
     assert pod.spec.runtime_class_name == "kata-qemu-nvidia-gpu"
     assert pod.spec.containers[0].image == DESIGN_PAYLOAD["container-url"]
-    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    assert_claims_gpus(pod, 1)
     assert pod.spec.automount_service_account_token is False
     tn = client.CustomObjectsApi(k8s).get_cluster_custom_object("gpucaas.dev", "v1alpha1", "tenancies", "landon")
     assert tn["status"]["phase"] == "Ready"
@@ -103,7 +119,7 @@ def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_f
         assert part is not None and part.size == gpus, (gpus, c["node_name"], phys)
         # the fabric service holds exactly that partition for these GPUs, and Allocate named
         # them to the kubelet by their CDI names
-        holder = "gpus:" + "+".join(sorted(devices))
+        holder = holder_of(sandbox, "tenant-sizes", c["pod_name"])
         assert [a["partition_ids"] for a in activations(sandbox)[c["node_name"]] if a["holder"] == holder] == [[part.id]]
         got = handed_over(sandbox, "tenant-sizes", c["pod_name"])
         assert got is not None and got[0] == c["node_name"]

@@ -17,6 +17,8 @@ import pytest
 from gpucaas.programs.sandbox import identities, runner
 from gpucaas.programs.sandbox.supervisor import ServiceFailed
 
+from .conftest import allocation_mode
+
 
 def _without(objects: list[dict], cluster_role: str, group: str, resource: str, verb: str) -> list[dict]:
     """``objects`` with ``verb`` on ``group/resource`` taken out of ``cluster_role``'s rules."""
@@ -36,11 +38,14 @@ def _without(objects: list[dict], cluster_role: str, group: str, resource: str, 
 
 
 def test_fabric_without_create_on_fabricstates_fails_the_sandbox() -> None:
-    objects = _without(identities.cluster_side(), "gpucaas-fabric", "gpucaas.dev", "fabricstates", "create")
+    mode = allocation_mode()
+    objects = _without(identities.cluster_side(identities.sandbox_values(mode)),
+                       "gpucaas-fabric", "gpucaas.dev", "fabricstates", "create")
     state = Path(tempfile.mkdtemp(prefix="gpucaas-rbac-", dir="/tmp"))
     try:
         with pytest.raises((identities.RBACRefused, ServiceFailed)) as err:
-            sandbox = runner.start(state, nodes=("gpu-node-a",), api_port=runner.free_port(), chart_objects=objects)
+            sandbox = runner.start(state, nodes=("gpu-node-a",), api_port=runner.free_port(), chart_objects=objects,
+                                   allocation_mode=mode)
             sandbox.stop()
         assert ('fabricstates.gpucaas.dev is forbidden: User "system:serviceaccount:gpucaas-system:gpucaas-fabric" '
                 'cannot create resource "fabricstates" in API group "gpucaas.dev" at the cluster scope') in str(err.value)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from gpucaas.programs import chart
 from gpucaas.programs.sandbox import identities, runner
 
+from .conftest import allocation_mode
+
 _DRIFT = "replaced (PUT) only when the child drifts from its Tenancy; tests/tenancy_controller covers the repair"
 _NFS = "only for tenancies with NFS storage, which the end-to-end tenancies do not have"
 _FABRIC_RESET = ("a service VM restart (a fabric reset) flags the lost holders' leases and tells their pods; "
@@ -94,6 +96,11 @@ def not_exercised(granted: dict[str, set[tuple[str, str, str]]]) -> dict[str, di
     return out
 
 
+def _chart_cluster_side() -> list[dict]:
+    """The chart's cluster side as the sandbox installed it, in the suite's allocation mode."""
+    return identities.cluster_side(identities.sandbox_values(allocation_mode()))
+
+
 def _granted(objects: list[dict]) -> dict[str, set[tuple[str, str, str]]]:
     """component -> {(apiGroup, resource, verb)} its ClusterRole and Role grant."""
     out: dict[str, set[tuple[str, str, str]]] = {}
@@ -131,14 +138,14 @@ def test_every_process_ran_as_its_own_identity(sandbox: runner.Sandbox) -> None:
     users = {e["user"] for e in identities.audit_entries(sandbox.audit_log)}  # type: ignore[arg-type]
     for name, ident in sandbox.identities.items():
         assert ident.user in users, f"{name} never reached the API server as {ident.user}"
-    service_accounts = identities.service_accounts(identities.cluster_side())
+    service_accounts = identities.service_accounts(_chart_cluster_side())
     assert set(service_accounts) <= set(sandbox.identities)
     for component, sa in service_accounts.items():
         assert sandbox.identities[component].user == f"system:serviceaccount:{chart.NAMESPACE}:{sa}"
 
 
 def test_every_granted_permission_was_used(sandbox: runner.Sandbox) -> None:
-    granted = _granted(identities.cluster_side())
+    granted = _granted(_chart_cluster_side())
     used = _used(sandbox)
     excused = not_exercised(granted)
     unused = {component: sorted(grants - used.get(component, set()) - set(excused.get(component, {})))

@@ -1,4 +1,5 @@
-"""Restarting a node agent, a device plugin or a fabric service mid-flight converges with nothing leaked."""
+"""Restarting a node agent, a device plugin (the DRA driver in dra mode) or a fabric service mid-flight
+converges with nothing leaked."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from kubernetes import client
 
 from gpucaas.programs.sandbox import runner
 
-from .conftest import activations, settled, wait_for, wait_status
+from .conftest import activations, node_service, settled, wait_for, wait_status
 
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
@@ -24,7 +25,7 @@ def test_restart_mid_flight_converges(sandbox: runner.Sandbox, tenant_factory, k
     running = [wait_status(tenant, cid, "Running") for cid in ids]
     nodes = {c["node_name"] for c in running}
     for node in nodes:
-        sandbox.supervisor.restart(f"{service}-{node}", kill=True)
+        sandbox.supervisor.restart(f"{node_service(service)}-{node}", kill=True)
     # Work submitted after the restart is placed and run too.
     status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "2"]})
     assert status == 202, body

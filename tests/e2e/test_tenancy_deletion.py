@@ -7,7 +7,7 @@ from kubernetes import client
 from gpucaas.core.crds import GROUP, TENANCY_PLURAL, VERSION
 from gpucaas.programs.sandbox import runner
 
-from .conftest import Caller, activations, allocated_devices, leases, settled, wait_for, wait_status
+from .conftest import Caller, activations, allocated_devices, holder_of, leases, settled, wait_for, wait_status
 
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
@@ -40,7 +40,7 @@ def test_deleting_a_tenancy_frees_its_running_container(
     cid = body["id"]
     running = wait_status(tenant, cid, "Running")
     devices = wait_for(lambda: allocated_devices(sandbox, "tenant-doomed", running["pod_name"]), what="devices")
-    holder = "gpus:" + "+".join(sorted(devices))
+    holder = holder_of(sandbox, "tenant-doomed", running["pod_name"])
     wait_for(lambda: any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
              what="the partition to be active")
 

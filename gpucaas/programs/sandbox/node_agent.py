@@ -81,16 +81,22 @@ def simulated_log(pod: dict[str, Any], alloc: Allocation | None, node: str,
     """What the sandbox writes as the container's log: no image runs here, so it prints no
     program output, only what the control plane really did for the pod."""
     image = pod["spec"]["containers"][0].get("image", "")
-    devices = list(alloc.device_ids) if alloc else []
-    cdi = [d.name for d in alloc.response.cdi_devices] if alloc else []
-    nvlink = alloc.response.envs.get("GPUCAAS_NVLINK", "false") if alloc else "false"
-    lines = [f"[gpucaas sandbox] SIMULATED: no container runs in the sandbox; {image} was not pulled or started.",
-             f"[gpucaas sandbox] node {node}: {len(devices)} GPU(s) allocated by the device plugin, NVLink {nvlink}."]
-    lines += [f"[gpucaas sandbox]   GPU {bdf} -> CDI device {cdi[i] if i < len(cdi) else '-'}"
-              for i, bdf in enumerate(devices)]
+    lines = [f"[gpucaas sandbox] SIMULATED: no container runs in the sandbox; {image} was not pulled or started."]
+    if alloc is not None or not claims:
+        devices = list(alloc.device_ids) if alloc else []
+        cdi = [d.name for d in alloc.response.cdi_devices] if alloc else []
+        nvlink = alloc.response.envs.get("GPUCAAS_NVLINK", "false") if alloc else "false"
+        lines.append(f"[gpucaas sandbox] node {node}: {len(devices)} GPU(s) allocated by the device plugin, "
+                     f"NVLink {nvlink}.")
+        lines += [f"[gpucaas sandbox]   GPU {bdf} -> CDI device {cdi[i] if i < len(cdi) else '-'}"
+                  for i, bdf in enumerate(devices)]
     for c in claims or []:
-        lines.append(f"[gpucaas sandbox] node {node}: ResourceClaim {c.name} prepared by DRA: {', '.join(c.devices)}")
-        lines += [f"[gpucaas sandbox]   CDI device {cdi_id}" for cdi_id in c.cdi_ids]
+        # One partition device holding several GPUs is an NVLink partition; several devices
+        # are single-GPU partitions (a size that is no partition on the board).
+        nvlink = "true" if len(c.devices) == 1 and len(c.cdi_ids) > 1 else "false"
+        lines.append(f"[gpucaas sandbox] node {node}: {len(c.cdi_ids)} GPU(s) allocated by the DRA driver "
+                     f"(ResourceClaim {c.name}: {', '.join(c.devices)}), NVLink {nvlink}.")
+        lines += [f"[gpucaas sandbox]   GPU {cdi_id.split('=', 1)[-1]} -> CDI device {cdi_id}" for cdi_id in c.cdi_ids]
     return "\n".join(lines) + "\n"
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query
 
-from gpucaas.core import crds
+from gpucaas.core import crds, dra
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep, SettingsDep
 from gpucaas.core.kube import KubeError
@@ -30,10 +30,13 @@ def _read(fn: Callable[[], T]) -> T:
 
 @router.get("/nodes")
 def list_nodes(kube: KubeDep, settings: SettingsDep, _admin: AdminUser) -> dict[str, Any]:
-    """Nodes with their GPU capacity and a summary of their FabricState."""
+    """Nodes with their GPU capacity and a summary of their FabricState (in the DRA
+    allocation mode the GPU counts come from the DRA driver's ResourceSlices)."""
     nodes = _read(kube.list_nodes)
     states = _read(lambda: kube.list_cluster_objects(crds.FABRICSTATE_PLURAL))
-    data = inventory.node_summaries(nodes, states, settings.gpu_resource)
+    slices = (_read(lambda: kube.list_resource_slices(dra.DRIVER))
+              if settings.allocation_mode == dra.DRA_MODE else None)
+    data = inventory.node_summaries(nodes, states, settings.gpu_resource, slices)
     return {"data": data, "count": len(data)}
 
 

@@ -116,3 +116,12 @@ CKV_K8S_35 secrets in env) sit on each workload with their own reason.
 checkov.io/skip1: CKV_K8S_15=Pinned tag or digest; IfNotPresent keeps GPU nodes starting when the registry is down
 checkov.io/skip2: CKV_K8S_43=image.digest pins by digest; the default tag is the immutable appVersion release tag
 {{- end -}}
+
+{{/*
+Whether the scheduler extender binds pods (its bindVerb). Only in allocation.mode
+device-plugin: in dra mode kube-scheduler's DynamicResources plugin allocates the claim in
+PreBind and the default binder binds; the extender only scores nodes (prioritize).
+*/}}
+{{- define "gpucaas.extenderBinds" -}}
+{{- if and .Values.schedulerExtender.bind (eq .Values.allocation.mode "device-plugin") }}true{{ end -}}
+{{- end }}

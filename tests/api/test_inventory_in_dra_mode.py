@@ -1,0 +1,50 @@
+"""/v1/admin/nodes in the DRA allocation mode: GPU counts from the DRA driver's own slices.
+
+The slices are the ones the driver builds (services.dra_driver.slices.build_slices), so the
+API's reading is checked against what the driver really publishes, not a hand-written shape.
+"""
+
+from __future__ import annotations
+
+from services.api.inventory import dra_gpu_counts, node_summaries
+from services.dra_driver.slices import PublishedGpu, build_slices
+
+
+def _board(node: str, unallocatable: set[int] = frozenset(), missing: set[int] = frozenset(),
+           allocated: tuple[str, ...] = (), generation: int = 1) -> list[dict]:
+    gpus = [PublishedGpu(i, f"0000:{i:02x}:00.0", allocatable=i not in unallocatable)
+            for i in range(1, 9) if i not in missing]
+    return build_slices(node, gpus, generation=generation, allocated=allocated)
+
+
+def test_a_whole_healthy_board_counts_eight_of_eight() -> None:
+    assert dra_gpu_counts(_board("n1")) == {"n1": (8, 8)}
+
+
+def test_a_gpu_held_out_is_present_but_not_allocatable() -> None:
+    assert dra_gpu_counts(_board("n1", unallocatable={3})) == {"n1": (8, 7)}
+
+
+def test_a_gpu_whose_partition_is_still_allocated_stays_allocatable() -> None:
+    # the driver keeps an allocated partition published while its GPUs are being checked
+    held = [d["name"] for d in _board("n1")[1]["spec"]["devices"] if len(d["consumesCounters"][0]["counters"]) == 2][:1]
+    counts = dra_gpu_counts(_board("n1", unallocatable={1, 2, 3, 4, 5, 6, 7, 8}, allocated=tuple(held)))
+    assert counts == {"n1": (8, 2)}
+
+
+def test_a_missing_gpu_is_not_counted_and_old_generations_are_ignored() -> None:
+    slices = _board("n1", generation=1) + _board("n1", missing={8}, generation=2) + _board("n2")
+    assert dra_gpu_counts(slices) == {"n1": (7, 7), "n2": (8, 8)}
+
+
+def test_other_drivers_slices_are_ignored() -> None:
+    other = {"spec": {"driver": "gpu.example.com", "nodeName": "n1", "pool": {"name": "n1", "generation": 9},
+                      "sharedCounters": [{"name": "x", "counters": {"a": {"value": "1"}}}]}}
+    assert dra_gpu_counts([other, *_board("n1")]) == {"n1": (8, 8)}
+
+
+def test_node_rows_take_the_dra_counts_and_zero_for_a_node_without_slices() -> None:
+    nodes = [{"metadata": {"name": n}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+             for n in ("n1", "n2")]
+    rows = node_summaries(nodes, [], "nvidia.com/gpu", _board("n1", unallocatable={5}))
+    assert [(r["name"], r["gpu_capacity"], r["gpu_allocatable"]) for r in rows] == [("n1", 8, 7), ("n2", 0, 0)]
