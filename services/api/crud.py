@@ -16,12 +16,12 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import JSON, bindparam, func, insert, literal, or_, tuple_, update
+from sqlalchemy import JSON, bindparam, func, insert, literal, tuple_, update
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
 
-from services.api import errors, security, token_cache
+from services.api import errors, row_claims, security, token_cache
 from services.api.models import (
     ACTIVE_STATUSES,
     ApiToken,
@@ -500,29 +500,10 @@ def cancel_container(session: Session, *, container: Container) -> Container:
 
 def claim_due(session: Session, *, replica: str, claim_seconds: float, limit: int = 16) -> list[Container]:
     """Claim Queued rows whose retry time has come and that no live replica holds."""
-    now = utcnow()
-    stmt = (
-        select(Container)
-        .where(
-            Container.status == ContainerStatus.QUEUED,
-            col(Container.next_attempt_at) <= now,
-            or_(col(Container.claimed_until).is_(None), col(Container.claimed_until) < now),
-        )
-        .order_by(col(Container.next_attempt_at), col(Container.created_at))
-        .limit(limit)
-    )
-    if _is_postgres(session):
-        stmt = stmt.with_for_update(skip_locked=True)
-    rows = list(session.exec(stmt).all())
-    until = now + timedelta(seconds=claim_seconds)
-    for row in rows:
-        row.claimed_by = replica
-        row.claimed_until = until
-        session.add(row)
-    session.commit()
-    for row in rows:
-        session.refresh(row)
-    return rows
+    return row_claims.claim_due(
+        session, Container, Container.status == ContainerStatus.QUEUED,
+        order_by=(col(Container.next_attempt_at), col(Container.created_at)),
+        claim_seconds=claim_seconds, limit=limit, claimed_by=replica)
 
 
 def mark_pod_created(session: Session, *, container_id: str) -> bool:

@@ -69,9 +69,9 @@ def ca_file(ca: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """The API over HTTPS (SQLite) against the module's Kubernetes emulator."""
+def start_api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory, **overrides: Any) -> ApiServer:
+    """An API over HTTPS (SQLite) against the module's Kubernetes emulator; ``overrides``:
+    more settings."""
     folder = tmp_path_factory.mktemp("api")
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert_file, key_file = folder / "cert.pem", folder / "key.pem"
@@ -82,9 +82,15 @@ def api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     settings = Settings(
         host="127.0.0.1", port=0, tls_cert=cert_file, tls_key=key_file,
         database_url=f"sqlite:///{folder / 'api.db'}", kubeconfig=kcfg, admin_token=ADMIN_TOKEN,
-        worker_poll_seconds=0.2, retry_max_seconds=1.0, kube_timeout_seconds=5.0,
+        worker_poll_seconds=0.2, retry_max_seconds=1.0, kube_timeout_seconds=5.0, **overrides,
     )
-    server = ApiServer(settings, ca=ca).start()
+    return ApiServer(settings, ca=ca).start()
+
+
+@pytest.fixture(scope="module")
+def api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """The API over HTTPS (SQLite) against the module's Kubernetes emulator."""
+    server = start_api(ca, kcfg, tmp_path_factory)
     try:
         yield server
     finally:

@@ -15,32 +15,18 @@ import pytest
 from kubernetes import client
 
 from gpucaas.devtools.waiting import wait_for
-from services.api.settings import Settings
 from services.api.webhooks.signing import verify
 from tests.api.harness import ADMIN_TOKEN, ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready, set_pod_status
 from tests.api.webhook_receiver import Receiver
 
-from .conftest import Caasctl
+from .conftest import Caasctl, start_api
 
 
 @pytest.fixture(scope="module")
 def api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     """The module's API, allowing webhooks to loopback (the receiver runs on 127.0.0.1)."""
-    folder = tmp_path_factory.mktemp("api")
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert.cert_chain_pems[0].write_to_path(cert_file)
-    for pem in cert.cert_chain_pems[1:]:
-        pem.write_to_path(cert_file, append=True)
-    cert.private_key_pem.write_to_path(key_file)
-    settings = Settings(
-        host="127.0.0.1", port=0, tls_cert=cert_file, tls_key=key_file,
-        database_url=f"sqlite:///{folder / 'api.db'}", kubeconfig=kcfg, admin_token=ADMIN_TOKEN,
-        worker_poll_seconds=0.2, retry_max_seconds=1.0, kube_timeout_seconds=5.0,
-        webhook_allow_loopback=True, webhook_retry_first_seconds=0.2,
-    )
-    server = ApiServer(settings, ca=ca).start()
+    server = start_api(ca, kcfg, tmp_path_factory, webhook_allow_loopback=True, webhook_retry_first_seconds=0.2)
     try:
         yield server
     finally:

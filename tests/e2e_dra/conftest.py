@@ -41,15 +41,6 @@ def k8s(dra_sandbox: runner.Sandbox) -> Iterator[client.ApiClient]:
     api.close()
 
 
-def activations(sandbox: runner.Sandbox) -> dict[str, list[dict[str, Any]]]:
-    """node -> the fabric service's active holders."""
-    out = {}
-    for node in sandbox.nodes:
-        with FabricClient(node.fabric_socket, timeout=5) as fc:
-            out[node.name] = fc.activations()
-    return out
-
-
 def pci_of(sandbox: runner.Sandbox, node: str) -> dict[int, str]:
     """physical GPU id -> PCI address on ``node``, from its fabric service."""
     path = next(n.fabric_socket for n in sandbox.nodes if n.name == node)

@@ -17,7 +17,8 @@ from gpucaas.core.fabric_client import FabricClient
 from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
 from gpucaas.programs.sandbox.dra_demo import dra_pod, ensure_namespace
-from tests.e2e_dra.conftest import activations, pci_of
+from tests.e2e.conftest import activations
+from tests.e2e_dra.conftest import pci_of
 
 NS = "e2e-dra-binding"
 BLOCKER = "e2e:blocker"

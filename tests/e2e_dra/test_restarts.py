@@ -11,7 +11,7 @@ from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
 from gpucaas.programs.sandbox.dra_demo import dra_pod, ensure_namespace
-from tests.e2e_dra.conftest import activations
+from tests.e2e.conftest import activations
 
 NS = "e2e-dra-restarts"
 

@@ -23,7 +23,8 @@ from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
 from gpucaas.programs.sandbox.dra_demo import cdi_device_nodes, dra_pod, ensure_namespace, gpus_of_devices
 from services.dra_driver.slices import partition_of_device
-from tests.e2e_dra.conftest import activations, pci_of
+from tests.e2e.conftest import activations
+from tests.e2e_dra.conftest import pci_of
 
 NS = "e2e-dra-seed"
 SIZES = (1, 2, 4, 8, 8, 4, 2, 1, 2, 1)  # 33 GPUs for 16

@@ -25,12 +25,12 @@ import logging
 import secrets
 import string
 import threading
-import time
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
 from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound
+from gpucaas.programs.sandbox import pod_wakeup
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class ClaimController:
 
     def run(self) -> None:
         wake = threading.Event()
-        threading.Thread(target=self._watch, args=(wake,), daemon=True).start()
+        pod_wakeup.start(self.core, wake, self._stop)
         while not self._stop.is_set():
             try:
                 self.sync()
@@ -170,18 +170,6 @@ class ClaimController:
                 log.warning("claim controller pass failed, retrying: %s", exc)
             wake.wait(self.resync_seconds)
             wake.clear()
-
-    def _watch(self, wake: threading.Event) -> None:
-        while not self._stop.is_set():
-            try:
-                w = watch.Watch()
-                for _ in w.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=30):
-                    wake.set()
-                    if self._stop.is_set():
-                        w.stop()
-            except Exception as exc:  # noqa: BLE001 (the watch is only a wake-up hint)
-                log.debug("pod watch ended: %s", exc)
-                time.sleep(1)
 
     def stop(self) -> None:
         self._stop.set()

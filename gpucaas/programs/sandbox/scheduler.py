@@ -18,9 +18,10 @@ import time
 from typing import Any
 
 import httpx
-from kubernetes import client, watch
+from kubernetes import client
 
 from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound
+from gpucaas.programs.sandbox import pod_wakeup
 from gpucaas.programs.sandbox.dra_scheduling import DraPlacer, NotYet
 from services.placement.errors import PlacementError
 from services.placement.extender import pod_gpu_count
@@ -172,7 +173,7 @@ class SandboxScheduler:
     def run(self) -> None:
         """Schedule until stopped: on every pod or node event, and every retry period."""
         wake = threading.Event()
-        threading.Thread(target=self._watch_events, args=(wake,), daemon=True).start()
+        pod_wakeup.start(self.core, wake, self._stop)
         while not self._stop.is_set():
             try:
                 pending = self.pending_pods()
@@ -185,18 +186,6 @@ class SandboxScheduler:
                 log.warning("scheduling pass failed, retrying: %s", exc)
             wake.wait(self.retry_seconds)
             wake.clear()
-
-    def _watch_events(self, wake: threading.Event) -> None:
-        while not self._stop.is_set():
-            try:
-                w = watch.Watch()
-                for _ in w.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=30):
-                    wake.set()
-                    if self._stop.is_set():
-                        w.stop()
-            except Exception as exc:  # noqa: BLE001 (the watch is only a wake-up hint)
-                log.debug("pod watch ended: %s", exc)
-                time.sleep(1)
 
     def stop(self) -> None:
         self._stop.set()

@@ -9,12 +9,12 @@ other replicas skip them while one sends).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import func, or_, update
+from sqlalchemy import func, update
 from sqlmodel import Session, col, delete, select
 
-from services.api import security
+from services.api import row_claims, security
 from services.api.models import utcnow
 from services.api.webhooks.models import (
     DELIVERED,
@@ -127,28 +127,10 @@ def resend(session: Session, *, delivery: WebhookDelivery) -> WebhookDelivery:
 
 
 def claim_due(session: Session, *, claim_seconds: float, limit: int = 16) -> list[WebhookDelivery]:
-    now = utcnow()
-    stmt = (
-        select(WebhookDelivery)
-        .where(
-            WebhookDelivery.status == PENDING,
-            col(WebhookDelivery.next_attempt_at) <= now,
-            or_(col(WebhookDelivery.claimed_until).is_(None), col(WebhookDelivery.claimed_until) < now),
-        )
-        .order_by(col(WebhookDelivery.next_attempt_at))
-        .limit(limit)
-    )
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.with_for_update(skip_locked=True)
-    rows = list(session.exec(stmt).all())
-    until = now + timedelta(seconds=claim_seconds)
-    for row in rows:
-        row.claimed_until = until
-        session.add(row)
-    session.commit()
-    for row in rows:
-        session.refresh(row)
-    return rows
+    """Claim pending deliveries whose next attempt is due and that no dispatcher holds."""
+    return row_claims.claim_due(session, WebhookDelivery, WebhookDelivery.status == PENDING,
+                                order_by=(col(WebhookDelivery.next_attempt_at),),
+                                claim_seconds=claim_seconds, limit=limit)
 
 
 def webhook_by_id(session: Session, *, webhook_id: str) -> Webhook | None:
