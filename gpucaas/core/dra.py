@@ -59,7 +59,9 @@ _TEMPLATE_NAME = re.compile(r"^gpucaas-gpus-([1-9][0-9]*)$")
 
 def gpus_of_claim_template(name: str | None) -> int | None:
     """The GPU count of a template named by :func:`claim_template_name`, else None."""
-    m = _TEMPLATE_NAME.match(name or "")
+    if not isinstance(name, str):
+        return None
+    m = _TEMPLATE_NAME.match(name)
     return int(m.group(1)) if m else None
 
 

@@ -24,6 +24,7 @@ import orjson
 from dataclasses import dataclass
 from typing import Any
 
+from gpucaas.core import dra
 from services.placement.errors import InvalidRequest
 from services.placement.fleet import FleetIndex
 
@@ -117,7 +118,14 @@ def _container_gpus(container: dict[str, Any], resource: str, where: str) -> int
 
 
 def pod_gpu_count(pod: dict[str, Any], resource: str = GPU_RESOURCE) -> int:
-    """GPUs the pod asks for: the sum over containers, or the largest init container."""
+    """GPUs the pod asks for: its extended resource (:func:`extended_resource_gpus`) or, for
+    a pod without it, the GPUs of its gpucaas DRA claims (see :func:`_claimed_gpus`)."""
+    return extended_resource_gpus(pod, resource) or _claimed_gpus(pod.get("spec") or {})
+
+
+def extended_resource_gpus(pod: dict[str, Any], resource: str = GPU_RESOURCE) -> int:
+    """GPUs the pod requests as the extended resource, as the kubelet's device manager counts
+    them: the sum over containers, or the largest init container."""
     spec = pod.get("spec") or {}
     containers = spec.get("containers") or []
     if not isinstance(containers, list):
@@ -133,6 +141,30 @@ def pod_gpu_count(pod: dict[str, Any], resource: str = GPU_RESOURCE) -> int:
         default=0,
     )
     return max(total, init)
+
+
+def _claimed_gpus(spec: dict[str, Any]) -> int:
+    """GPUs of the pod's ResourceClaims made from gpucaas' templates (allocation.mode=dra).
+
+    A pod-level claim (``spec.resourceClaims``) counts once however many containers use it
+    (``resources.claims``), as the devices are allocated once per claim (Kubernetes docs,
+    "Dynamic Resource Allocation"); the template name says the size (``gpucaas-gpus-N``).
+    Claims from other templates or named directly are not gpucaas' and count nothing.
+    """
+    claims = spec.get("resourceClaims") or []
+    if not isinstance(claims, list):
+        raise InvalidRequest("Pod.spec.resourceClaims", "must be a list")
+    used: set[str] = set()
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        for ref in ((c.get("resources") if isinstance(c, dict) else None) or {}).get("claims") or []:
+            if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+                used.add(ref["name"])
+    total = 0
+    for claim in claims:
+        if not isinstance(claim, dict) or claim.get("name") not in used:
+            continue
+        total += dra.gpus_of_claim_template(claim.get("resourceClaimTemplateName")) or 0
+    return total
 
 
 def pod_ref(pod: dict[str, Any]) -> str:

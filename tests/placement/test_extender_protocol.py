@@ -45,6 +45,36 @@ def test_pod_gpu_count(spec: dict, expected: int) -> None:
     assert extender.pod_gpu_count({"spec": spec}) == expected
 
 
+def test_a_dra_pod_counts_the_gpus_of_its_gpucaas_claims() -> None:
+    """As the API builds a pod in the DRA mode (services/api/pods.py): one pod-level claim
+    from the tenancy's template of that size, used by the container."""
+    from services.api.pods import build_pod  # the API's own pod, not a hand-written shape
+
+    pod = build_pod(tenancy="t", container_id="c1", image="busybox:1.36", gpus=4, allocation_mode="dra")
+    assert "nvidia.com/gpu" not in (pod["spec"]["containers"][0]["resources"].get("limits") or {})
+    assert extender.pod_gpu_count(pod) == 4
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # one claim used by two containers is allocated once
+        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpucaas-gpus-2"}],
+          "containers": [{"resources": {"claims": [{"name": "g"}]}}, {"resources": {"claims": [{"name": "g"}]}}]}, 2),
+        # a claim no container uses, another vendor's template, a malformed name: nothing
+        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpucaas-gpus-8"}],
+          "containers": [{}]}, 0),
+        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "other-gpus"}],
+          "containers": [{"resources": {"claims": [{"name": "g"}]}}]}, 0),
+        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": 8}],
+          "containers": [{"resources": {"claims": [{"name": "g"}]}}]}, 0),
+    ],
+    ids=["shared-claim-once", "unused-claim", "foreign-template", "malformed-template"],
+)
+def test_dra_claim_counting(spec: dict, expected: int) -> None:
+    assert extender.pod_gpu_count({"spec": spec}) == expected
+
+
 def test_negative_or_fractional_gpu_counts_are_refused() -> None:
     for value in ("-1", "0.5", True):
         with pytest.raises(InvalidRequest) as info:

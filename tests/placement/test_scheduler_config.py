@@ -55,6 +55,29 @@ def test_extender_entry_matches_the_server(which: str, config: dict[str, Any]) -
     assert fit["name"] == "NodeResourcesFit" and fit["args"]["scoringStrategy"]["type"] == "MostAllocated"
 
 
+def test_the_dra_configuration_scores_only() -> None:
+    """allocation.mode=dra: the extender scores nodes; the scheduler's DRA plugin filters,
+    allocates the claims and binds (the chart serves no bind verb in that mode)."""
+    from tests.deploy.rendering import render
+
+    [config] = _docs("kube-scheduler-config-dra.yaml")
+    assert (config["apiVersion"], config["kind"]) == ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
+    [ext] = config["extenders"]
+    routes = {r.path for r in create_app(FleetIndex()).routes if "POST" in getattr(r, "methods", set())}
+    assert f"/{ext['prioritizeVerb']}" in routes
+    assert not {"filterVerb", "bindVerb", "preemptVerb", "managedResources"} & set(ext)
+    assert ext["nodeCacheCapable"] is True and ext["urlPrefix"] == URL_PREFIX["default"]
+    # the fields are kube-scheduler's Extender type's (k8s.io/kube-scheduler/config/v1)
+    assert set(ext) <= {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb",
+                        "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources",
+                        "ignorable"}
+    objects = render({"allocation": {"mode": "dra"}, "schedulerExtender": {"enabled": True}})
+    env = {e["name"]: e.get("value") for d in objects if d["kind"] == "Deployment"
+           and d["metadata"]["name"] == "gpucaas-scheduler-extender"
+           for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUCAAS_PLACEMENT_BIND"] == "false"
+
+
 def test_both_ways_configure_the_same_extender() -> None:
     (_, default), (_, second) = _extenders()
     strip = lambda exts: [{k: v for k, v in e.items() if k != "urlPrefix"} for e in exts]  # noqa: E731

@@ -49,7 +49,7 @@ from gpucaas.programs.sandbox.scheduler import GPU_NODE_LABEL
 from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet
 from gpucaas.programs.sandbox.dra_kubelet import ClaimInfo, DraKubelet, PrepareFailed
 from services.device_plugin.api import dp_pb2
-from services.placement.extender import pod_gpu_count
+from services.placement.extender import extended_resource_gpus
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +364,7 @@ class NodeAgent:
     def admit(self, pod: dict[str, Any], wanted: Callable[[], bool] = lambda: True) -> None:
         md = pod["metadata"]
         key = f"{md['namespace']}/{md['name']}"
-        count = pod_gpu_count(pod, self.resource)
+        count = extended_resource_gpus(pod, self.resource)  # the device manager's count; claims go to DRA
         alloc: Allocation | None = next(
             (a for a in self.kubelet.allocations if (a.namespace, a.pod) == (md["namespace"], md["name"])), None)
         if count and alloc is None:

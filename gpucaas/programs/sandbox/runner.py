@@ -443,7 +443,10 @@ def start(
         sup.start(ServiceSpec(
             "scheduler-extender", ["scheduler-extender", "--host", "127.0.0.1", "--port", str(extender_port),
                                    "--kubeconfig", str(kc("scheduler-extender"))],
-            env=kube_env("scheduler-extender"), ready=http_ready(f"{extender_url}/healthz"),
+            # as the chart: in the DRA mode the extender only scores nodes (no bind verb)
+            env={**kube_env("scheduler-extender"),
+                 **({"GPUCAAS_PLACEMENT_BIND": "false"} if allocation_mode == "dra" else {})},
+            ready=http_ready(f"{extender_url}/healthz"),
         ))
         if not real_cluster:
             if allocation_mode == "dra":

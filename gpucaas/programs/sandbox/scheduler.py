@@ -72,7 +72,7 @@ class SandboxScheduler:
         names = sorted(n["metadata"]["name"] for n in nodes)
         if self.dra is not None and self.dra.wants(pod):
             try:
-                return self.dra.place(pod, names)
+                return self.dra.place(pod, self.by_extender_score(pod, names))
             except NotYet as exc:
                 return None, str(exc)
         if pod_gpu_count(pod, self.resource) == 0 or self.extender_url is None:
@@ -96,11 +96,37 @@ class SandboxScheduler:
         best = max(fitting, key=lambda n: (scores.get(n, 0), [-ord(ch) for ch in n]))
         return best, f"extender score {scores.get(best, 0)} among {len(fitting)} fitting node(s)"
 
+    def by_extender_score(self, pod: dict[str, Any], names: list[str]) -> list[str]:
+        """``names``, best first by the extender's ``prioritize`` (a prioritize-only extender,
+        as the chart configures it in the DRA mode): kube-scheduler adds the extender's
+        scores to its own and reserves the claim's devices on the best node where the
+        DynamicResources plugin found them allocatable, which is the first node of this
+        order where the stand-in allocator fits the claims."""
+        if self.extender_url is None or pod_gpu_count(pod, self.resource) == 0:
+            return names
+        try:
+            resp = self.http.post(f"{self.extender_url}/prioritize",
+                                  json={"Pod": pod, "Nodes": None, "NodeNames": names})
+            resp.raise_for_status()
+            scores = {h["Host"]: h["Score"] for h in resp.json() or []}
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            # ignorable: true (deploy/scheduler/kube-scheduler-config-dra.yaml): kube-scheduler
+            # goes on without an extender that fails; the claims are still allocated correctly
+            log.warning("extender prioritize failed, placing without its scores: %s", exc)
+            return names
+        ordered = sorted(names, key=lambda n: (-scores.get(n, 0), n))
+        log.debug("extender scores for %s/%s: %s", pod["metadata"].get("namespace"), pod["metadata"].get("name"),
+                  ", ".join(f"{n}={scores.get(n, 0)}" for n in ordered))
+        return ordered
+
     def bind(self, pod: dict[str, Any], node: str) -> None:
         """Bind through the extender for GPU pods (its bindVerb, as kube-scheduler does), so it
-        counts the pod's GPUs the moment it binds rather than when its pod watch catches up."""
+        counts the pod's GPUs the moment it binds rather than when its pod watch catches up.
+        Pods with DRA claims are bound by the scheduler itself (the extender has no bind verb
+        in the DRA mode: the claims' allocation is written before the Binding)."""
         md = pod["metadata"]
-        if self.extender_url is not None and pod_gpu_count(pod, self.resource) > 0:
+        by_claims = self.dra is not None and self.dra.wants(pod)
+        if self.extender_url is not None and not by_claims and pod_gpu_count(pod, self.resource) > 0:
             resp = self.http.post(f"{self.extender_url}/bind", json={
                 "PodName": md["name"], "PodNamespace": md["namespace"], "PodUID": md.get("uid", ""), "Node": node})
             resp.raise_for_status()
