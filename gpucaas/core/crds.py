@@ -12,8 +12,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 GROUP = "gpucaas.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -41,6 +39,8 @@ def tenant_namespace(tenancy: str) -> str:
 
 @cache
 def _load(filename: str) -> dict[str, Any]:
+    import yaml  # noqa: PLC0415 - only the manifests need it; node daemons import the constants (issue 18: RSS)
+
     text = resources.files(__package__).joinpath("crds", filename).read_text()
     return yaml.safe_load(text)
 
