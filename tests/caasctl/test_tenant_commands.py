@@ -116,3 +116,39 @@ def test_run_follow_streams_the_log_and_exits_with_the_containers_code(caasctl: 
     result = outcome["run"]
     assert "starting" in result.stdout and "failing on purpose" in result.stdout
     assert result.exit_code in (1, 3)  # 3 once the API reports the container's exit_code
+
+
+def test_listings_follow_the_page_cursor_to_the_last_page(caasctl: Caasctl, api: ApiServer, ca_file: Any) -> None:
+    """The API pages its listings (50 rows by default); caasctl follows ``next`` so that
+    ``ps`` and ``containers list`` never stop at the first page."""
+    from pydantic import SecretStr
+
+    from gpucaas.programs.caasctl.client import Config, RestClient
+
+    token = tenant_token(caasctl, "pager")
+    me = {"GPUCAAS_TOKEN": token}
+    ids = []
+    for _ in range(5):
+        ran = caasctl("run", IMAGE, "--gpus", "1", env=me)
+        assert ran.exit_code == 0, ran.stderr
+        ids.append(ran.stdout.strip())
+    rest = RestClient(Config(url=api.base_url, token=SecretStr(token), ca_cert=str(ca_file)))
+    try:
+        pages: list[int] = []
+        original = rest.get
+
+        def counting_get(path: str, **params: Any) -> Any:
+            page = original(path, **params)
+            pages.append(len(page["data"]))
+            return page
+
+        rest.get = counting_get  # type: ignore[method-assign]
+        rows = rest.get_all("/v1/containers", page_size=2)
+    finally:
+        rest.close()
+    assert [r["id"] for r in rows] == list(reversed(ids))  # newest first, every row once
+    assert pages == [2, 2, 1]
+    listed = caasctl("ps", "-o", "json", env=me)
+    assert sorted(r["id"] for r in listed.json()) == sorted(ids)
+    admin_listed = caasctl("containers", "list", "--tenancy", "pager", "-o", "json")
+    assert sorted(r["id"] for r in admin_listed.json()) == sorted(ids)

@@ -73,6 +73,18 @@ class RestClient:
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
 
+    def get_all(self, path: str, *, page_size: int = 500, **params: Any) -> list[Any]:
+        """Every row of a paged listing: follows the API's ``next`` cursor (``?after=``)
+        page by page until the last one, so that a listing is never cut at one page."""
+        rows: list[Any] = []
+        after = None
+        while True:
+            page = self.get(path, limit=page_size, after=after, **params)
+            rows += page["data"]
+            after = page.get("next")
+            if not after or not page["data"]:
+                return rows
+
     def post(self, path: str, body: Any = None) -> Any:
         return self.request("POST", path, json=body if body is not None else {})
 

@@ -337,7 +337,7 @@ def containers_list(ctx: typer.Context,
                     status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
                     output: Output = Format.table) -> None:
     """List containers of every tenancy."""
-    emit(_api(ctx).get("/v1/admin/containers", tenancy=tenancy, status=status)["data"], output, CONTAINER_COLUMNS,
+    emit(_api(ctx).get_all("/v1/admin/containers", tenancy=tenancy, status=status), output, CONTAINER_COLUMNS,
          title="containers")
 
 

@@ -116,7 +116,7 @@ def register(app: typer.Typer, api_of: Any) -> None:
            status: Annotated[str | None, typer.Option(help="Only this status (Queued, Pending, Running, ...).")] = None,
            output: Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")] = Format.table) -> None:
         """Your containers."""
-        rows = api_of(ctx).get("/v1/containers", status=status)["data"]
+        rows = api_of(ctx).get_all("/v1/containers", status=status)
         emit(rows, output, PS_COLUMNS, title="containers")
 
     @app.command("logs")
