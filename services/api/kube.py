@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from gpucaas.core import crds
 from gpucaas.core.kube import Conflict, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
+from gpucaas.core.kube.rest import stream_lines
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -171,13 +172,8 @@ class Kube:
         from urllib3.exceptions import HTTPError as Urllib3Error
 
         try:
-            buf = b""
-            for chunk in resp.stream(65536, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
+            for line in stream_lines(resp, 65536):
+                yield json.loads(line)
         except (Urllib3Error, OSError, ValueError) as exc:
             raise Unavailable(f"pod watch interrupted: {exc}") from exc
         finally:

@@ -346,7 +346,7 @@ def watch_changes(kube: RestKube, path: str, query: list[tuple[str, str]], on_ch
                     raise from_status(resp.status, resp.read().decode("utf-8", "replace"), what=f"watch {path}",
                                       server=kube.server)
                 on_watching(True)
-                for line in _lines(resp):
+                for line in stream_lines(resp):
                     if stop.is_set():
                         return
                     event = json.loads(line)
@@ -366,9 +366,11 @@ def watch_changes(kube: RestKube, path: str, query: list[tuple[str, str]], on_ch
             stop.wait(retry_s)
 
 
-def _lines(resp: Any) -> Iterator[bytes]:
+def stream_lines(resp: Any, chunk_size: int = 8192) -> Iterator[bytes]:
+    """The non-empty lines of a streamed urllib3 response (a watch answers one JSON event per
+    line, split across chunks at any byte)."""
     buf = b""
-    for chunk in resp.stream(8192, decode_content=True):
+    for chunk in resp.stream(chunk_size, decode_content=True):
         buf += chunk
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
