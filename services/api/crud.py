@@ -14,9 +14,10 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, bindparam, func, insert, literal, tuple_, update
+import anyio
+from sqlalchemy import JSON, Engine, Row, bindparam, func, insert, literal, tuple_, update
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
@@ -38,6 +39,9 @@ from services.api.models import (
 from services.api.pods import PodReport, pod_name
 from services.api.usage import budget as usage_budget, records as usage_records
 from services.api.webhooks import outbox as webhook_outbox, store as webhook_store
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -300,13 +304,69 @@ def submit_container(
     ``SimpleNamespace``: building the ORM object costs more than the insert). With an
     idempotency key already used for the same request, the existing row comes back
     (created False); used for a different request, Conflict. NotFound when the tenancy
-    does not exist; QuotaExceeded when it has no room.
+    does not exist; QuotaExceeded when it has no room. :func:`submit_container_async`
+    is the same on PostgreSQL's async driver.
     """
-    digest = request_hash(tenancy=tenancy_name, data=data)
+    digest, values = _submission(tenancy_name, data, idempotency_key)
     if idempotency_key is not None:  # an index hit (uq_container_idempotency)
         existing = _by_idempotency_key(session, tenancy=tenancy_name, key=idempotency_key)
         if existing is not None:
             return _same_request(existing, digest), False
+    if session.in_transaction():  # the admission takes a connection of its own, in autocommit
+        session.rollback()
+    try:
+        if admit_container(session, values=values):
+            return SimpleNamespace(**values), True
+    except IntegrityError as err:
+        return _key_taken_meanwhile(session, tenancy_name, idempotency_key, digest, err)
+    return _not_admitted(session, tenancy_name, data.gpus, values, idempotency_key, digest)
+
+
+async def submit_container_async(
+    aengine: AsyncEngine, engine: Engine, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None
+) -> tuple[Container | SimpleNamespace | Row[Any], bool]:
+    """:func:`submit_container` with its common case on the event loop: the idempotency
+    lookup and the admission statement run on ``aengine`` (psycopg's async connection, in
+    autocommit), so a submission takes no worker thread. When the one-statement admission
+    inserts nothing (no room, no such tenancy, a GPU-hour budget to check) the rest is
+    worked out on a worker thread with a session on ``engine``."""
+    digest, values = _submission(tenancy_name, data, idempotency_key)
+    by_key = {"tenancy": tenancy_name, "key": idempotency_key}
+    async with aengine.connect() as conn:
+        if idempotency_key is not None:
+            existing = (await conn.execute(_BY_KEY, by_key)).first()
+            if existing is not None:
+                return _same_request(existing, digest), False
+        try:
+            admitted = (await conn.execute(_ADMIT[(True, False)], _admit_params(values))).first() is not None
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            existing = (await conn.execute(_BY_KEY, by_key)).first()
+            if existing is None:
+                raise
+            return _same_request(existing, digest), False
+    if admitted:
+        return SimpleNamespace(**values), True
+
+    def rest() -> tuple[Container | SimpleNamespace, bool]:
+        with Session(engine, expire_on_commit=False) as session:
+            return _not_admitted(session, tenancy_name, data.gpus, values, idempotency_key, digest)
+
+    return await anyio.to_thread.run_sync(rest)
+
+
+_CONTAINERS = Container.__table__  # type: ignore[attr-defined]
+# the idempotency lookup as a Core statement built once (an index hit on uq_container_idempotency)
+_BY_KEY = _CONTAINERS.select().where(
+    _CONTAINERS.c.tenancy == bindparam("tenancy"), _CONTAINERS.c.idempotency_key == bindparam("key"),
+    _CONTAINERS.c.tenancy_deleted_at.is_(None),
+)
+
+
+def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str | None) -> tuple[str, dict[str, Any]]:
+    """The request's digest and the new row's column values."""
+    digest = request_hash(tenancy=tenancy_name, data=data)
     cid = security.new_id(nbytes=10)
     values = _new_container_values(
         id=cid,
@@ -325,26 +385,36 @@ def submit_container(
         idempotency_key=idempotency_key,
         request_hash=digest,
     )
-    if session.in_transaction():  # the admission takes a connection of its own, in autocommit
-        session.rollback()
+    return digest, values
+
+
+def _not_admitted(
+    session: Session, tenancy_name: str, gpus: int, values: dict[str, Any], idempotency_key: str | None, digest: str
+) -> tuple[Container | SimpleNamespace, bool]:
+    """After the fast admission inserted nothing: a tenancy with a GPU-hour budget is
+    admitted once its budget is checked (403 when spent); otherwise the refusal says why."""
     try:
-        admitted = admit_container(session, values=values)
-        if not admitted:  # no such tenancy, no room, or a tenancy with a GPU-hour budget
-            tenancy = get_tenancy(session, name=tenancy_name)
-            if tenancy is not None and tenancy.gpu_hours_per_month is not None:
-                usage_budget.check(session, tenancy=tenancy)  # 403 once the month's budget is spent
-                session.rollback()
-                admitted = admit_container(session, values=values, budgeted=True)
-    except IntegrityError:
-        if idempotency_key is None:
-            raise
-        existing = _by_idempotency_key(session, tenancy=tenancy_name, key=idempotency_key)
-        if existing is None:
-            raise
-        return _same_request(existing, digest), False
-    if not admitted:
-        raise _refusal(session, tenancy=tenancy_name, requested=data.gpus)
-    return SimpleNamespace(**values), True
+        tenancy = get_tenancy(session, name=tenancy_name)
+        if tenancy is not None and tenancy.gpu_hours_per_month is not None:
+            usage_budget.check(session, tenancy=tenancy)  # 403 once the month's budget is spent
+            session.rollback()
+            if admit_container(session, values=values, budgeted=True):
+                return SimpleNamespace(**values), True
+    except IntegrityError as err:
+        return _key_taken_meanwhile(session, tenancy_name, idempotency_key, digest, err)
+    raise _refusal(session, tenancy=tenancy_name, requested=gpus)
+
+
+def _key_taken_meanwhile(
+    session: Session, tenancy_name: str, idempotency_key: str | None, digest: str, err: IntegrityError
+) -> tuple[Container, bool]:
+    """The insert met the idempotency key's unique index: a concurrent request with the
+    same key got in first; its row is the answer (or Conflict for a different request)."""
+    existing = None if idempotency_key is None else _by_idempotency_key(session, tenancy=tenancy_name,
+                                                                          key=idempotency_key)
+    if existing is None:
+        raise err
+    return _same_request(existing, digest), False
 
 
 def _new_container_values(**given: Any) -> dict[str, Any]:
@@ -405,10 +475,13 @@ def admit_container(session: Session, *, values: dict[str, Any], budgeted: bool 
     common case stays one statement.
     """
     stmt = _ADMIT[(_is_postgres(session), budgeted)]
-    params = {f"v_{k}": v for k, v in values.items()}
     with session.get_bind().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         # RETURNING says whether a row went in (psycopg reports no rowcount for INSERT ... SELECT)
-        return conn.execute(stmt, params).first() is not None
+        return conn.execute(stmt, _admit_params(values)).first() is not None
+
+
+def _admit_params(values: dict[str, Any]) -> dict[str, Any]:
+    return {f"v_{k}": v for k, v in values.items()}
 
 
 def _refusal(session: Session, *, tenancy: str, requested: int) -> errors.ApiError:

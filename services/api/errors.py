@@ -8,9 +8,12 @@ naming the offending field and what is allowed.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -135,6 +138,7 @@ def install_handlers(app: Any) -> None:
     from fastapi import Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
+    from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from services.api.validation import describe_validation_errors
@@ -144,6 +148,11 @@ def install_handlers(app: Any) -> None:
             status, body = exc.status, {"code": exc.code, "detail": exc.detail, **exc.extra}
         elif isinstance(exc, RequestValidationError):
             status, body = 422, {"code": "invalid", "detail": describe_validation_errors(exc.errors())}
+        elif isinstance(exc, (OperationalError, InterfaceError, DisconnectionError)):
+            # the database went away or is busy (a restart, a lost connection, SQLite locked);
+            # the pool has discarded the connection: the same request can be sent again
+            log.warning("database unavailable: %s", exc)
+            status, body = 503, {"code": Unavailable.code, "detail": "database: unavailable; retry shortly"}
         elif isinstance(exc, StarletteHTTPException):
             codes = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
             status = exc.status_code
@@ -155,9 +164,12 @@ def install_handlers(app: Any) -> None:
             headers = {"Allow": _allowed_methods(request)}
         if isinstance(exc, TooManyRequests):
             headers = {"Retry-After": str(exc.retry_after)}
+        if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError)):
+            headers = {"Retry-After": "1"}
         if isinstance(exc, StarletteHTTPException) and exc.headers and status != 405:
             headers = {**(headers or {}), **exc.headers}
         return JSONResponse(body, status_code=status, headers=headers)
 
-    for exc_type in (ApiError, RequestValidationError, StarletteHTTPException):
+    for exc_type in (ApiError, RequestValidationError, StarletteHTTPException, OperationalError, InterfaceError,
+                     DisconnectionError):
         app.add_exception_handler(exc_type, handle)

@@ -6,16 +6,19 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Header, Path as FPath, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from sqlalchemy import Row
+from sqlalchemy import Engine, Row
+from sqlmodel import Session
 from starlette.background import BackgroundTask
 
 from gpucaas.core import crds
 from services.api import crud, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
-from services.api.deps import AdminUser, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
+from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api.limits import Limiter
+from services.api.settings import Settings
 from services.api.models import (
     TERMINAL_STATUSES,
     Container,
@@ -110,20 +113,23 @@ def _check_secret_refs(kube: KubeDep, tenancy: str, refs: dict[str, str]) -> Non
 
 
 @router.post("", status_code=202, response_model=ContainerPublic)
-def submit_container(
+async def submit_container(
     body: ContainerCreate,
-    session: SessionDep,
     caller: CurrentTenant,
-    settings: SettingsDep,
-    worker: WorkerDep,
-    kube: KubeDep,
     request: Request,
     idempotency_key: Annotated[
         str | None,
         Header(pattern=r"^[!-~]{1,255}$", description="Printable ASCII, at most 255 characters."),
     ] = None,
 ) -> Response:
-    """Queue a container (committed before the 202); the worker creates its pod."""
+    """Queue a container (committed before the 202); the worker creates its pod.
+
+    A tenant's plain submission on PostgreSQL runs on the event loop (one admission
+    statement on the async engine, see ``crud.submit_container_async``); an admin's, one
+    with sizing overrides or secret references (which read the tenancy or ask
+    Kubernetes first), and every submission on SQLite run on a worker thread."""
+    state = request.app.state  # settings, engines, worker: read here, not as dependencies (hot path)
+    settings: Settings = state.settings
     why = images.refusal(body.image_ref, settings.image_registry_allowlist)
     if why is not None:
         field = "image" if body.image else "container-url"
@@ -131,27 +137,48 @@ def submit_container(
             f"{field}: {why}; allowed: a public registry, or one on the operator's allow-list "
             "(GPUCAAS_IMAGE_REGISTRY_ALLOWLIST)"
         )
-    if caller.is_admin:
-        if body.tenancy is None:
-            raise errors.Invalid("tenancy: field required with an admin token (a DNS-label tenancy name)")
-        name = crud.ensure_tenancy(
-            session, name=body.tenancy, gpu_quota=settings.default_gpu_quota, pod_quota=settings.default_pod_quota
-        ).name
-    else:
+    if not caller.is_admin:
         name = body.tenancy or caller.tenancy or ""
         if name != caller.tenancy:  # another tenancy's name: as if it did not exist
             raise errors.NotFound(f"tenancy {name!r} not found")
-    _check_size(settings, body, session, name)
-    if body.secret_refs:
-        _check_secret_refs(kube, name, body.secret_refs)
-    row, created = crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key)
+    aengine = getattr(state, "async_engine", None)
+    if aengine is not None and not caller.is_admin and not _has_overrides(body) and not body.secret_refs:
+        row, created = await crud.submit_container_async(
+            aengine, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key)
+    else:
+        row, created = await anyio.to_thread.run_sync(
+            _submit_on_thread, state.engine, settings, state.kube, caller, body, idempotency_key)
     if created:
-        request.app.state.metrics.submissions.inc()
-        if worker is not None:
-            worker.wake()
+        state.metrics.submissions.inc()
+        if state.worker is not None:
+            state.worker.wake()
     # serialised here, once (a returned model would be validated again against response_model)
     return Response(to_public(row).model_dump_json(), status_code=202, media_type="application/json",
                     headers={"Location": f"/v1/containers/{row.id}"})
+
+
+def _has_overrides(body: ContainerCreate) -> bool:
+    return bool(body.cpu or body.memory or body.shm_size)
+
+
+def _submit_on_thread(
+    engine: Engine, settings: SettingsDep, kube: KubeDep, caller: Caller, body: ContainerCreate,
+    idempotency_key: str | None,
+) -> tuple[Container | SimpleNamespace, bool]:
+    with Session(engine, expire_on_commit=False) as session:
+        if caller.is_admin:
+            if body.tenancy is None:
+                raise errors.Invalid("tenancy: field required with an admin token (a DNS-label tenancy name)")
+            name = crud.ensure_tenancy(
+                session, name=body.tenancy, gpu_quota=settings.default_gpu_quota,
+                pod_quota=settings.default_pod_quota,
+            ).name
+        else:
+            name = caller.tenancy or ""
+        _check_size(settings, body, session, name)
+        if body.secret_refs:
+            _check_secret_refs(kube, name, body.secret_refs)
+        return crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key)
 
 
 @router.get("", response_model=ContainersPublic)
