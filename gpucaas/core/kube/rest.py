@@ -52,6 +52,17 @@ log = logging.getLogger(__name__)
 TOKEN_REREAD_S = 60.0  # a projected ServiceAccount token is rotated well before it expires
 
 
+class HTTPStatusError(Exception):
+    """The HTTP answer behind a :mod:`.errors` exception of :class:`RestKube` (its ``__cause__``, as
+    the official client's ``ApiException`` is for :class:`~gpucaas.core.kube.Kube`)."""
+
+    def __init__(self, status: int, reason: str | None, body: str) -> None:
+        super().__init__(f"({status}) {reason or ''}".strip())
+        self.status = status
+        self.reason = reason
+        self.body = body
+
+
 class NeedsFullClient(Unavailable):
     """The configuration uses something only the official client implements (exec/auth-provider)."""
 
@@ -218,10 +229,15 @@ class _CustomObjects:
 
 
 class RestKube:
-    """The light adapter: :class:`~gpucaas.core.kube.Kube`'s calls for node daemons, wire JSON in and out."""
+    """The light adapter: :class:`~gpucaas.core.kube.Kube`'s calls for node daemons (and the tenancy
+    controller's many small requests), wire JSON in and out."""
 
     def __init__(self, connection: KubeConnection | None = None, *,
-                 timeout: tuple[float, float] | float | None = None, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+                 timeout: tuple[float, float] | float | None = None, retry: RetryPolicy = DEFAULT_RETRY,
+                 max_connections: int | None = None) -> None:
+        """``max_connections``: kept-alive connections per server (default: the connection's
+        ``pool_size``, at most 4, a node daemon's few calls); a busier caller (the tenancy
+        controller's worker threads) passes its ``pool_size``."""
         import urllib3
 
         conn = connection or KubeConnection()
@@ -229,7 +245,8 @@ class RestKube:
         self._target = resolve(conn)
         self.timeout = timeout if timeout is not None else conn.request_timeout
         self.retry = retry
-        kw: dict[str, Any] = {"retries": False, "maxsize": min(conn.pool_size, 4), "block": False}
+        maxsize = max_connections if max_connections is not None else min(conn.pool_size, 4)
+        kw: dict[str, Any] = {"retries": False, "maxsize": maxsize, "block": False}
         if self._target.ssl_context is not None:
             kw["ssl_context"] = self._target.ssl_context
             if self._target.insecure:
@@ -275,8 +292,9 @@ class RestKube:
                                       retries=False, redirect=False)
         raw = resp.data
         if not 200 <= resp.status <= 299:
-            raise from_status(resp.status, raw.decode("utf-8", "replace"), what=what, server=self.server,
-                              reason=resp.reason)
+            text = raw.decode("utf-8", "replace")
+            raise from_status(resp.status, text, what=what, server=self.server,
+                              reason=resp.reason) from HTTPStatusError(resp.status, resp.reason, text)
         return json.loads(raw) if raw else {}
 
     def call(self, fn: Callable[..., T], *args: Any, what: str | None = None, idempotent: bool = False,

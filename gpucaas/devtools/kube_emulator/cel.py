@@ -34,10 +34,14 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
+import threading
 from typing import Any
 
 import celpy
+import lark
+from celpy.evaluation import TranspilerTree
 
 from gpucaas.devtools.kube_emulator.errors import field_error
 from gpucaas.devtools.kube_emulator.validation import json_type_name
@@ -57,6 +61,38 @@ def _program(expression: str) -> Any:
     return env.program(env.compile(expression))
 
 
+class _QuietTranspiler(logging.Filter):
+    """Drops celpy's "Internal error" records of a transpiled rule that raised: such a rule is
+    evaluated again by the interpreter, whose outcome (and error text) is the one reported."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Internal error")
+
+
+logging.getLogger("celpy.Transpiler").addFilter(_QuietTranspiler())
+#: A transpiled program runs through celpy's module globals (``base_activation``): one at a time.
+_TRANSPILED_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=2048)
+def _transpiled(expression: str) -> Any:
+    """``expression`` transpiled to Python by celpy (about ten times faster than interpreting
+    it); None where celpy cannot transpile it."""
+    try:
+        env = celpy.Environment(runner_class=celpy.CompiledRunner)
+        # celpy keeps one parser per process, whose tree class is its first user's: the
+        # transpiler needs its own tree class, whatever that was.
+        return env.program(_transpiler_tree(env.compile(expression)))
+    except Exception:  # noqa: BLE001 - any transpiler gap: the interpreter alone serves it
+        return None
+
+
+def _transpiler_tree(node: Any) -> Any:
+    if isinstance(node, lark.Tree):
+        return TranspilerTree(node.data, [_transpiler_tree(c) for c in node.children], node.meta)
+    return node
+
+
 def compile_error(expression: str) -> str | None:
     """Why ``expression`` does not compile (None when it does)."""
     try:
@@ -70,6 +106,17 @@ def _evaluate(expression: str, self_value: Any, old_value: Any, has_old: bool) -
     activation = {"self": celpy.json_to_cel(self_value)}
     if has_old:
         activation["oldSelf"] = celpy.json_to_cel(old_value)
+    fast = _transpiled(expression)
+    if fast is not None:
+        # A value from the transpiled rule is the interpreter's value; an error (or a gap in the
+        # transpiler) is left to the interpreter below, whose errors are the ones reported.
+        try:
+            with _TRANSPILED_LOCK:
+                result = fast.evaluate(activation)
+        except Exception:  # noqa: BLE001
+            result = None
+        if result is not None and not isinstance(result, celpy.CELEvalError):
+            return result
     result = _program(expression).evaluate(activation)
     if isinstance(result, celpy.CELEvalError):
         raise result

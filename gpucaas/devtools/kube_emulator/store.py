@@ -9,19 +9,24 @@ set, object kept until the last finalizer goes), cascades namespaces and CRDs, a
 garbage-collects dependents by ``ownerReferences``. Every write is recorded as a watch
 event in a bounded history; a watch from a resourceVersion older than that history
 gets 410 Gone.
+
+A committed object is never changed in place: every write builds a new tree (a
+:func:`~gpucaas.devtools.kube_emulator.trees.clone` of the current one, or of the request)
+and commits that, so the table, the watch history and open watches share the stored tree,
+and only what leaves the store (``render``) is copied. Indices by uid and by namespace
+(garbage collection's owner check, quota usage) spare scans of every object per write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import json
 import logging
 import random
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +43,7 @@ from gpucaas.devtools.kube_emulator import (
     request_context,
     validation,
 )
+from gpucaas.devtools.kube_emulator.trees import clone
 from gpucaas.devtools.kube_emulator.resources import Registry, ResourceType, type_from_crd
 
 log = logging.getLogger(__name__)
@@ -113,6 +119,9 @@ class Store:
         self.on_change: Callable[[], None] | None = None
         self._quota_refresh: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: uid -> (resource key, object key) and namespace -> {(resource key, name)}: see _index.
+        self._uid_index: dict[str, tuple[tuple[str, str], ObjKey]] = {}
+        self._namespace_members: dict[str, set[tuple[tuple[str, str], str]]] = {}
         for ns in SEED_NAMESPACES:
             self.create(self.registry.get(*NS_KEY), None, {"metadata": {"name": ns}})  # type: ignore[arg-type]
 
@@ -135,7 +144,10 @@ class Store:
             self._table(rt.key).pop(okey, None)
         else:
             self._table(rt.key)[okey] = obj
-        ev = Event(int(meta["resourceVersion"]), rt.key, etype, copy.deepcopy(obj), copy.deepcopy(old) if old else None)
+        # Committed objects are never changed in place (every write builds a new tree and
+        # commits it), so the table, the event and its watchers share one tree, uncopied.
+        ev = Event(int(meta["resourceVersion"]), rt.key, etype, obj, old)
+        self._index(rt, etype, obj)
         if self.history.maxlen and len(self.history) == self.history.maxlen:
             self.compacted_rv = self.history[0].rv
         self.history.append(ev)
@@ -147,7 +159,44 @@ class Store:
                 k[0] == okey[0] for k in self._table(QUOTA_KEY)):
             self._quota_refresh.add(okey[0])
             self._defer(0, self._refresh_quotas, okey[0])
-        return copy.deepcopy(obj)
+        return obj
+
+    def _index(self, rt: ResourceType, etype: str, obj: Obj) -> None:
+        """Keep the uid and namespace indices (read through :meth:`_live`, :meth:`_in_namespace`)."""
+        meta = obj["metadata"]
+        uid, ns, name = meta.get("uid"), meta.get("namespace", ""), meta["name"]
+        members = self._namespace_members.setdefault(ns, set()) if rt.namespaced else None
+        if etype == "DELETED":
+            if uid is not None and self._uid_index.get(uid) == (rt.key, (ns, name)):
+                del self._uid_index[uid]
+            if members is not None:
+                members.discard((rt.key, name))
+        else:
+            if uid is not None:
+                self._uid_index[uid] = (rt.key, (ns, name))
+            if members is not None:
+                members.add((rt.key, name))
+
+    def _live(self, uid: str | None) -> bool:
+        """Whether an object with ``uid`` is stored (the index is checked against the tables,
+        which namespace and CRD removal empty without an event per object)."""
+        where = self._uid_index.get(uid) if uid is not None else None
+        if where is None:
+            return False
+        obj = self.objects.get(where[0], {}).get(where[1])
+        return obj is not None and obj["metadata"].get("uid") == uid
+
+    def _in_namespace(self, namespace: str) -> list[tuple[tuple[str, str], Obj]]:
+        """(resource key, object) of every object stored in ``namespace``."""
+        members = self._namespace_members.get(namespace)
+        out = []
+        for key, name in list(members or ()):
+            obj = self.objects.get(key, {}).get((namespace, name))
+            if obj is None:
+                members.discard((key, name))  # type: ignore[union-attr]  # removed without an event
+            else:
+                out.append((key, obj))
+        return out
 
     def compact(self) -> None:
         """Forget the watch history (as etcd compaction does): older resourceVersions get 410."""
@@ -171,7 +220,7 @@ class Store:
 
     @staticmethod
     def render(rt: ResourceType, obj: Obj, version: str | None = None) -> Obj:
-        out = copy.deepcopy(obj)
+        out = clone(obj)
         out["apiVersion"] = rt.api_version(version)
         out["kind"] = rt.kind
         return out
@@ -204,7 +253,7 @@ class Store:
     def _normalise(self, rt: ResourceType, namespace: str | None, body: Any, version: str | None) -> Obj:
         if not isinstance(body, dict):
             raise errors.BadRequest("the request body must be a JSON object")
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         kind = obj.get("kind")
         if kind and kind != rt.kind:
             raise errors.BadRequest(
@@ -382,7 +431,7 @@ class Store:
         cur_meta = current["metadata"]
         if subresource == "status":
             status = new.get("status")
-            new = copy.deepcopy(current)
+            new = clone(current)
             if status is None:
                 new.pop("status", None)
             else:
@@ -390,13 +439,13 @@ class Store:
             new["apiVersion"] = rt.api_version(version)
         elif subresource == "finalize":
             spec_finalizers = (new.get("spec") or {}).get("finalizers") or []
-            new = copy.deepcopy(current)
+            new = clone(current)
             new.setdefault("spec", {})["finalizers"] = spec_finalizers
         elif subresource is not None:
             raise errors.resource_not_found()
         elif rt.has_status:
             if "status" in current:
-                new["status"] = copy.deepcopy(current["status"])
+                new["status"] = clone(current["status"])
             else:
                 new.pop("status", None)
         if rt.key == ("", "secrets"):
@@ -410,7 +459,7 @@ class Store:
         if rt.key == NS_KEY:
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = cur_meta["name"]
             if subresource != "finalize":
-                new["spec"] = copy.deepcopy(current.get("spec", {}))
+                new["spec"] = clone(current.get("spec", {}))
         if cur_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(cur_meta.get("finalizers") or [])
             if added:
@@ -475,7 +524,7 @@ class Store:
         elif policy == "Foreground" and not meta.get("deletionTimestamp"):
             dependents = self._dependents(meta["uid"])
             if dependents:
-                new = copy.deepcopy(current)
+                new = clone(current)
                 new["metadata"]["deletionTimestamp"] = now()
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
                 new["metadata"]["finalizers"] = [*(meta.get("finalizers") or []), FOREGROUND_FINALIZER]
@@ -499,7 +548,7 @@ class Store:
                         and options.get("gracePeriodSeconds") != 0
                         and (current.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
         if meta.get("finalizers") or _spec_finalizers(rt, current) or graceful:
-            new = copy.deepcopy(current)
+            new = clone(current)
             new["metadata"]["deletionTimestamp"] = now()
             grace = options.get("gracePeriodSeconds")
             if grace is None and rt.key == POD_KEY:
@@ -517,7 +566,7 @@ class Store:
         return self.render(rt, self._remove(rt, current), version)
 
     def _remove(self, rt: ResourceType, current: Obj) -> Obj:
-        obj = copy.deepcopy(current)
+        obj = clone(current)
         obj["metadata"]["resourceVersion"] = str(self._next_rv())
         stored = self._commit(rt, "DELETED", obj, current)
         meta = obj["metadata"]
@@ -597,7 +646,7 @@ class Store:
         if [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in conditions] != [
                 {k: v for k, v in c.items() if k != "lastTransitionTime"}
                 for c in (ns.get("status") or {}).get("conditions") or []]:
-            new = copy.deepcopy(ns)
+            new = clone(ns)
             new.setdefault("status", {})["conditions"] = conditions
             new["metadata"]["resourceVersion"] = str(self._next_rv())
             ns = self._commit(self.registry.get(*NS_KEY), "MODIFIED", new, ns)  # type: ignore[arg-type]
@@ -605,7 +654,7 @@ class Store:
             return
         spec_finalizers = (ns.get("spec") or {}).get("finalizers") or []
         if NAMESPACE_FINALIZER in spec_finalizers:
-            new = copy.deepcopy(ns)
+            new = clone(ns)
             new["spec"]["finalizers"] = [f for f in spec_finalizers if f != NAMESPACE_FINALIZER]
             new["metadata"]["resourceVersion"] = str(self._next_rv())
             ns = self._commit(self.registry.get(*NS_KEY), "MODIFIED", new, ns)  # type: ignore[arg-type]
@@ -637,7 +686,7 @@ class Store:
         assert rt is not None
         finalizers = [f for f in crd["metadata"].get("finalizers") or [] if f != CRD_FINALIZER]
         if finalizers:
-            new = copy.deepcopy(crd)
+            new = clone(crd)
             new["metadata"]["finalizers"] = finalizers
             new["metadata"]["resourceVersion"] = str(self._next_rv())
             self._commit(rt, "MODIFIED", new, crd)
@@ -663,9 +712,9 @@ class Store:
         obj = self._table(key).get(okey) if rt else None
         if rt is None or obj is None:
             return
-        self._collect(rt, okey, obj, self._uids())
+        self._collect(rt, okey, obj, _LiveUids(self))
 
-    def _collect(self, rt: ResourceType, okey: ObjKey, obj: Obj, live: set[str]) -> None:
+    def _collect(self, rt: ResourceType, okey: ObjKey, obj: Obj, live: Container[str]) -> None:
         refs = obj["metadata"].get("ownerReferences") or []
         if not refs:
             return
@@ -699,7 +748,7 @@ class Store:
                     continue
                 if self._dependents(owner_uid):
                     return
-                new = copy.deepcopy(obj)
+                new = clone(obj)
                 new["metadata"]["finalizers"] = [f for f in meta["finalizers"] if f != FOREGROUND_FINALIZER]
                 if not new["metadata"]["finalizers"]:
                     del new["metadata"]["finalizers"]
@@ -725,14 +774,9 @@ class Store:
 
     def _used(self, namespace: str, tracked: list[str]) -> dict[str, Any]:
         used = {name: quota.Decimal(0) for name in tracked}
-        for rt in self.registry.all():
-            if not rt.namespaced:
-                continue
-            for (ns, _), obj in self._table(rt.key).items():
-                if ns != namespace:
-                    continue
-                for name, value in quota.usage(obj, rt.key, tracked).items():
-                    used[name] += value
+        for key, obj in self._in_namespace(namespace):
+            for name, value in quota.usage(obj, key, tracked).items():
+                used[name] += value
         return used
 
     def _admit_quota(self, rt: ResourceType, obj: Obj) -> None:
@@ -783,7 +827,7 @@ class Store:
                       "used": {k: quota.format_quantity(v, hard_text[k]) for k, v in used.items()}}
             if q.get("status") == status:
                 continue
-            new = copy.deepcopy(q)
+            new = clone(q)
             new["status"] = status
             new["metadata"]["resourceVersion"] = str(self._next_rv())
             self._commit(rt, "MODIFIED", new, q)
@@ -801,7 +845,7 @@ class Store:
         if (pod.get("spec") or {}).get("nodeName"):
             raise errors.conflict("pods", name, "", f"pod {name} is already assigned to node "
                                   f"\"{pod['spec']['nodeName']}\"")
-        new = copy.deepcopy(pod)
+        new = clone(pod)
         new.setdefault("spec", {})["nodeName"] = node
         conds = new.setdefault("status", {}).setdefault("conditions", [])
         conds[:] = [c for c in conds if c.get("type") != "PodScheduled"]
@@ -865,10 +909,26 @@ class Store:
             obj = item["object"]
             meta = obj["metadata"]
             self._table((item["group"], item["plural"]))[(meta.get("namespace", ""), meta["name"])] = obj
+        self._uid_index.clear()
+        self._namespace_members.clear()
+        for item in items:
+            rt = self.registry.get(item["group"], item["plural"])
+            if rt is not None:
+                self._index(rt, "ADDED", item["object"])
         self.logs = {(e["namespace"], e["name"]): dict(e["containers"]) for e in state.get("logs") or []}
         self.rv = int(state.get("resourceVersion", 0))
         self.history.clear()
         self.compacted_rv = self.rv
+
+
+class _LiveUids:
+    """The uids of the stored objects, as a container answering ``in`` from the store's index."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __contains__(self, uid: object) -> bool:
+        return isinstance(uid, str) and self._store._live(uid)  # noqa: SLF001 - the store's own view
 
 
 def _mark_applying() -> None:
@@ -900,7 +960,7 @@ _POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodS
 def _pod_spec_update_allowed(current: Obj, new: Obj) -> bool:
     """The API server's pod update rule: only images and a few scheduling fields may change."""
     def frozen(spec: Any) -> Any:
-        spec = copy.deepcopy(spec or {})
+        spec = clone(spec or {})
         for k in _POD_MUTABLE:
             spec.pop(k, None)
         for key in ("containers", "initContainers"):
