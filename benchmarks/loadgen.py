@@ -10,11 +10,15 @@ Two shapes:
 
 * closed loop (``rate=None``): ``connections`` requests in flight, as fast as the server
   answers — the maximum throughput;
-* paced (``rate=R``): each connection waits ``connections / R`` seconds between requests
-  (wrk's ``delay`` hook), so the offered rate is about R while the server keeps up; the
-  reported p99 is the latency *at that rate*. Pacing per connection is how wrk offers a
-  fixed rate; when latency stays well below the pause, the coordinated-omission error is
-  small — the result says how close the achieved rate came to the offered one.
+* paced (``rate=R``): requests go out on a fixed schedule, one every ``1/R`` seconds,
+  whichever connection is free takes the next slot (wrk's ``delay`` hook returns the time
+  to the next unclaimed slot, read from ``clock_gettime`` through LuaJIT's FFI); the
+  reported p99 is the latency *at that rate*. ``connections`` only bounds how many may be
+  in flight. A constant pause per connection (``connections / R``) would not do: wrk
+  starts every connection at once, so they fire in synchronised bursts of ``connections``
+  requests and the p99 measures the burst's queue, not the rate. A slot that finds every
+  connection busy is skipped (the server is not keeping up): the achieved rate then falls
+  below the offered one, and the result reports both.
 
 Every run also reports the CPU share wrk itself used (its user+system time over the wall
 time, from ``getrusage`` of the child) and :func:`check_not_saturated` refuses a result
@@ -39,7 +43,7 @@ local tokens = {%(tokens)s}
 local body = %(body)s
 local method = "%(method)s"
 local path = "%(path)s"
-local pause_ms = %(pause_ms)s
+local interval_ms = %(interval_ms)s
 local counter = 0
 
 function request()
@@ -54,9 +58,26 @@ function request()
   return wrk.format(method, path, headers, body)
 end
 
-if pause_ms > 0 then
+if interval_ms > 0 then
+  local ffi = require("ffi")
+  ffi.cdef[[
+    typedef struct { long tv_sec; long tv_nsec; } gpucaas_timespec;
+    int clock_gettime(int clock_id, gpucaas_timespec *tp);
+  ]]
+  local ts = ffi.new("gpucaas_timespec")
+  local function now_ms()
+    ffi.C.clock_gettime(1, ts)  -- CLOCK_MONOTONIC
+    return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+  end
+  local next_slot = nil
   function delay()
-    return pause_ms
+    local now = now_ms()
+    if next_slot == nil or next_slot < now then
+      next_slot = now  -- the first request, or slots missed while every connection was busy
+    end
+    local wait = next_slot - now
+    next_slot = next_slot + interval_ms
+    return math.floor(wait + 0.5)
   end
 end
 
@@ -108,13 +129,13 @@ def run(url: str, path: str, *, method: str = "GET", body: str | None = None,
         tokens: list[str] | None = None, connections: int = 16, seconds: float = 5.0,
         rate: float | None = None, timeout_s: float = 10.0) -> LoadResult:
     """One wrk run (one thread) against ``url + path``; see the module docstring."""
-    pause_ms = 0 if rate is None else max(1, round(connections / rate * 1000))
+    interval_ms = 0 if rate is None else 1000.0 / rate
     script = _SCRIPT % {
         "tokens": ", ".join(_lua_string(t) for t in (tokens or [])),
         "body": "nil" if body is None else _lua_string(body),
         "method": method,
         "path": path,
-        "pause_ms": pause_ms,
+        "interval_ms": repr(interval_ms),
     }
     with tempfile.TemporaryDirectory() as tmp:
         lua = Path(tmp) / "bench.lua"
