@@ -10,11 +10,13 @@ garbage-collects dependents by ``ownerReferences``. Every write is recorded as a
 event in a bounded history; a watch from a resourceVersion older than that history
 gets 410 Gone.
 
-A committed object is never changed in place: every write builds a new tree (a
-:func:`~gpucaas.devtools.kube_emulator.trees.clone` of the current one, or of the request)
-and commits that, so the table, the watch history and open watches share the stored tree,
-and only what leaves the store (``render``) is copied. Indices by uid and by namespace
-(garbage collection's owner check, quota usage) spare scans of every object per write.
+Trees are copied with :func:`~gpucaas.devtools.kube_emulator.trees.clone` (a deep copy
+for JSON trees, several times faster than ``copy.deepcopy``). The watch event and the
+caller each get their own copy of a committed object: sharing the stored tree uncopied
+was tried, and some write path still changes what it was given after the commit (a
+tenancy's uncontended create → Ready went from 30 ms to 170 ms). Indices by uid and by
+namespace (garbage collection's owner check, quota usage) spare scans of every object
+per write.
 """
 
 from __future__ import annotations
@@ -144,9 +146,7 @@ class Store:
             self._table(rt.key).pop(okey, None)
         else:
             self._table(rt.key)[okey] = obj
-        # Committed objects are never changed in place (every write builds a new tree and
-        # commits it), so the table, the event and its watchers share one tree, uncopied.
-        ev = Event(int(meta["resourceVersion"]), rt.key, etype, obj, old)
+        ev = Event(int(meta["resourceVersion"]), rt.key, etype, clone(obj), clone(old) if old else None)
         self._index(rt, etype, obj)
         if self.history.maxlen and len(self.history) == self.history.maxlen:
             self.compacted_rv = self.history[0].rv
@@ -159,7 +159,7 @@ class Store:
                 k[0] == okey[0] for k in self._table(QUOTA_KEY)):
             self._quota_refresh.add(okey[0])
             self._defer(0, self._refresh_quotas, okey[0])
-        return obj
+        return clone(obj)
 
     def _index(self, rt: ResourceType, etype: str, obj: Obj) -> None:
         """Keep the uid and namespace indices (read through :meth:`_live`, :meth:`_in_namespace`)."""
