@@ -1,13 +1,15 @@
-"""Command-line options generated from a pydantic-settings class: one source per setting.
+"""Command-line options generated from a settings class: one source per setting.
 
 Every service declares its configuration once, as the typed, described fields of its
 settings class. :func:`settings_command` turns those fields into typer options
 (``--field-name``, the field's type, its description, default and env var shown in
 ``--help``) and, when the command runs, builds the settings object from the options
-actually given. pydantic-settings does the rest, so the precedence is
-flag > environment variable > default, and the environment is parsed exactly as the
-class parses it (JSON for lists and mappings, ``true``/``false`` for booleans). A flag
-for a list or mapping field takes the same JSON text as its environment variable.
+actually given. The class does the rest (pydantic-settings, or for the node daemons
+:class:`gpucaas.core.env_settings.EnvSettings`, which reads the environment the same way),
+so the precedence is flag > environment variable > default, and the environment is
+parsed exactly as the class parses it (JSON for lists and mappings, ``true``/``false``
+for booleans). A flag for a list or mapping field takes the same JSON text as its
+environment variable.
 
 Fields of type ``SecretStr`` get no flag (a command line is visible in ``ps``); they are
 read from their environment variable only.
@@ -21,25 +23,32 @@ from __future__ import annotations
 import enum
 import inspect
 import json
+import os
+import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import typer
-from pydantic import AliasChoices, SecretStr, ValidationError
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
-from pydantic_settings import BaseSettings
+from gpucaas.core.env_settings import is_validation_error
+
+if TYPE_CHECKING:  # neither is loaded by a node daemon started with plain options (SettingsCommand)
+    import typer
+    from pydantic import BaseModel, ValidationError
+    from pydantic.fields import FieldInfo
+
+    from gpucaas.core.env_settings import EnvSettings
+    from gpucaas.core.env_settings import FieldInfo as EnvFieldInfo
 
 
 @dataclass(frozen=True)
 class Section:
     """One settings class feeding a command; ``prefix`` prefixes its flag names (``log-``)."""
 
-    cls: type[BaseSettings]
+    cls: type[BaseModel | EnvSettings]
     prefix: str = ""
     exclude: frozenset[str] = frozenset()
 
@@ -60,7 +69,7 @@ class SettingOption:
     default_text: str
     description: str
     secret: bool = False
-    info: FieldInfo | None = field(default=None, compare=False, repr=False)
+    info: FieldInfo | EnvFieldInfo | None = field(default=None, compare=False, repr=False)
 
 
 def _unwrap_optional(tp: Any) -> Any:
@@ -72,10 +81,10 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
-def env_names(cls: type[BaseSettings], name: str, info: FieldInfo) -> tuple[str, ...]:
-    """The environment variable(s) pydantic-settings reads for one field."""
+def env_names(cls: type[BaseModel | EnvSettings], name: str, info: FieldInfo) -> tuple[str, ...]:
+    """The environment variable(s) the settings class reads for one field."""
     alias = info.validation_alias
-    if isinstance(alias, AliasChoices):
+    if hasattr(alias, "choices"):  # AliasChoices
         names = tuple(str(c) for c in alias.choices if isinstance(c, str))
     elif isinstance(alias, str):
         names = (alias,)
@@ -90,13 +99,9 @@ def _default_text(info: FieldInfo, is_json: bool) -> str:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     if "default_text" in extra:
         return str(extra["default_text"])
-    if info.default is not PydanticUndefined:
-        value = info.default
-    elif info.default_factory is not None:
-        value = info.default_factory()  # type: ignore[call-arg]
-    else:
+    if info.is_required():
         return "(required)"
-    return default_to_text(value, is_json)
+    return default_to_text(info.get_default(call_default_factory=True), is_json)
 
 
 def default_to_text(value: Any, is_json: bool = False) -> str:
@@ -114,7 +119,7 @@ def default_to_text(value: Any, is_json: bool = False) -> str:
     return str(value)
 
 
-def options_of(*sections: type[BaseSettings] | Section) -> list[SettingOption]:
+def options_of(*sections: type[BaseModel | EnvSettings] | Section) -> list[SettingOption]:
     """Every option the given settings classes produce, in field order."""
     out: list[SettingOption] = []
     for i, sec in enumerate(_sections(sections)):
@@ -122,7 +127,7 @@ def options_of(*sections: type[BaseSettings] | Section) -> list[SettingOption]:
             if name in sec.exclude:
                 continue
             tp = _unwrap_optional(info.annotation)
-            secret = tp is SecretStr
+            secret = _is_secret(tp)
             choices: tuple[str, ...] | None = None
             is_bool = tp is bool
             is_json = False
@@ -149,7 +154,12 @@ def options_of(*sections: type[BaseSettings] | Section) -> list[SettingOption]:
     return out
 
 
-def _sections(sections: Iterable[type[BaseSettings] | Section]) -> list[Section]:
+def _is_secret(tp: Any) -> bool:
+    pydantic = sys.modules.get("pydantic")  # a SecretStr field means pydantic is loaded
+    return pydantic is not None and tp is pydantic.SecretStr
+
+
+def _sections(sections: Iterable[type[BaseModel | EnvSettings] | Section]) -> list[Section]:
     return [s if isinstance(s, Section) else Section(s) for s in sections]
 
 
@@ -161,11 +171,15 @@ def _parameter(opt: SettingOption) -> inspect.Parameter:
     if opt.info is not None and _unwrap_optional(opt.info.annotation) is Path:
         kwargs["metavar"] = "PATH"
     tp = Literal[opt.choices] if opt.choices else opt.type  # type: ignore[valid-type]
+    import typer
+
     annotation = Annotated[tp | None, typer.Option(*decls, **kwargs)]
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
 
 
 def _fail(command: str, opts: list[SettingOption], section: int, exc: ValidationError) -> typer.Exit:
+    import typer
+
     by_field = {o.field: o for o in opts if o.section == section}
     for err in exc.errors():
         loc = err.get("loc") or ()
@@ -177,21 +191,21 @@ def _fail(command: str, opts: list[SettingOption], section: int, exc: Validation
     return typer.Exit(2)
 
 
-def build_settings(cls: type[BaseSettings], given: dict[str, Any]) -> BaseSettings:
+def build_settings(cls: type[BaseModel | EnvSettings], given: dict[str, Any]) -> BaseModel | EnvSettings:
     """The settings object: ``given`` (flags) over the environment over the defaults."""
     kwargs: dict[str, Any] = {}
     for name, value in given.items():
         alias = cls.model_fields[name].validation_alias
-        if isinstance(alias, AliasChoices):
+        if hasattr(alias, "choices"):  # AliasChoices
             alias = next((c for c in alias.choices if isinstance(c, str)), None)
         kwargs[alias if isinstance(alias, str) else name] = value
     return cls(**kwargs)
 
 
-def settings_command(*sections: type[BaseSettings] | Section,
+def settings_command(*sections: type[BaseModel | EnvSettings] | Section,
                      name: str | None = None,
                      precheck: Callable[[dict[str, Any]], None] | None = None,
-                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                     ) -> Callable[[Callable[..., Any]], SettingsCommand]:
     """Decorate ``fn(settings_a, settings_b, ..., **own_options)`` into a typer command.
 
     The first ``len(sections)`` parameters of ``fn`` receive the built settings objects;
@@ -200,60 +214,145 @@ def settings_command(*sections: type[BaseSettings] | Section,
     settings are validated, with the flags given (by field name; unset ones absent): for a
     start-up condition that must be reported first and alone (it may ``typer.Exit``).
     """
-    secs = _sections(sections)
-    opts = options_of(*secs)
+    return lambda fn: SettingsCommand(fn, _sections(sections), name=name, precheck=precheck)
 
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+
+class SettingsCommand:
+    """``fn`` as a typer command whose options are its settings' fields (see :func:`settings_command`).
+
+    Typer reads the command's ``__signature__``, built on first use: typer is imported only
+    then. A node daemon started with plain options (``--name value``, ``--name=value``,
+    ``--flag``/``--no-flag``, values that convert as typer converts them) skips typer
+    altogether (:meth:`run_plain`): typer converts every option with a pydantic
+    ``TypeAdapter``, which would load pydantic (about 10 MB resident with typer) into a
+    process whose settings do not need it (:mod:`gpucaas.core.env_settings`).
+    """
+
+    def __init__(self, fn: Callable[..., Any], secs: list[Section], *, name: str | None,
+                 precheck: Callable[[dict[str, Any]], None] | None) -> None:
         own = list(inspect.signature(fn, eval_str=True).parameters.values())[len(secs):]
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
-        taken = {p.name for p in own}
+        opts = options_of(*secs)
         generated = [o for o in opts if not o.secret]
         params = [o.param for o in generated]
-        clash = (taken & set(params)) | {p for p in params if params.count(p) > 1}
+        clash = ({p.name for p in own} & set(params)) | {p for p in params if params.count(p) > 1}
         if clash:
             raise TypeError(f"{fn.__qualname__}: options {sorted(clash)} are declared twice")
-        command = name or fn.__name__.replace("_", "-")
+        self._fn, self._own, self._opts, self._precheck = fn, own, opts, precheck
+        self._command = name or fn.__name__.replace("_", "-")
+        self._signature: inspect.Signature | None = None
+        # what typer copies onto its wrapper (functools.update_wrapper): the name, the help, these
+        self.__doc__, self.__name__, self.__qualname__ = fn.__doc__, fn.__name__, fn.__qualname__
+        self.__module__ = fn.__module__
+        self.__annotations__: dict[str, Any] = {}  # typer reads the signature's, not these
+        self.settings_sections = tuple(secs)
+        self.settings_options = tuple(generated)
+        self.build_settings = self._build
 
-        def build(kwargs: dict[str, Any]) -> list[BaseSettings]:
-            """The settings objects from the options given (popped from ``kwargs``)."""
-            built = []
-            for i, sec in enumerate(secs):
-                given: dict[str, Any] = {}
-                for o in generated:
-                    if o.section != i:
-                        continue
-                    value = kwargs.pop(o.param, None)
-                    if value is None:
-                        continue
-                    if o.is_json:
-                        try:
-                            value = json.loads(value)
-                        except ValueError as exc:
-                            typer.echo(f"gpucaas {command}: invalid {o.flag}: not JSON ({exc})", err=True)
-                            raise typer.Exit(2) from None
-                    given[o.field] = value
-                try:
-                    built.append(build_settings(sec.cls, given))
-                except ValidationError as exc:
-                    raise _fail(command, opts, i, exc) from None
-            return built
+    @property
+    def __signature__(self) -> inspect.Signature:
+        if self._signature is None:
+            self._signature = inspect.Signature(self._own + [_parameter(o) for o in self.settings_options])
+        return self._signature
 
-        def command_fn(**kwargs: Any) -> Any:
-            if precheck is not None:
-                precheck({o.field: kwargs[o.param] for o in generated
-                          if o.param in kwargs and kwargs[o.param] is not None})
-            built = build(kwargs)
-            return fn(*built, **kwargs)
+    def _build(self, kwargs: dict[str, Any]) -> list[BaseModel | EnvSettings]:
+        """The settings objects from the options given (popped from ``kwargs``)."""
+        built = []
+        for i, sec in enumerate(self.settings_sections):
+            given: dict[str, Any] = {}
+            for o in self.settings_options:
+                if o.section != i:
+                    continue
+                value = kwargs.pop(o.param, None)
+                if value is None:
+                    continue
+                if o.is_json:
+                    try:
+                        value = json.loads(value)
+                    except ValueError as exc:
+                        import typer
 
-        command_fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            own + [_parameter(o) for o in generated])
-        command_fn.__doc__ = fn.__doc__
-        command_fn.__name__ = fn.__name__
-        command_fn.__qualname__ = fn.__qualname__
-        command_fn.__module__ = fn.__module__
-        command_fn.settings_sections = tuple(secs)  # type: ignore[attr-defined]
-        command_fn.settings_options = tuple(generated)  # type: ignore[attr-defined]
-        command_fn.build_settings = build  # type: ignore[attr-defined]
-        return command_fn
+                        typer.echo(f"gpucaas {self._command}: invalid {o.flag}: not JSON ({exc})", err=True)
+                        raise typer.Exit(2) from None
+                given[o.field] = value
+            try:
+                built.append(build_settings(sec.cls, given))
+            except Exception as exc:
+                if not is_validation_error(exc):
+                    raise
+                raise _fail(self._command, self._opts, i, exc) from None  # type: ignore[arg-type]
+        return built
 
-    return wrap
+    def __call__(self, **kwargs: Any) -> Any:
+        if self._precheck is not None:
+            self._precheck({o.field: kwargs[o.param] for o in self.settings_options
+                            if o.param in kwargs and kwargs[o.param] is not None})
+        built = self._build(kwargs)
+        return self._fn(*built, **kwargs)
+
+    def plain_options(self, args: list[str]) -> dict[str, Any] | None:
+        """``args`` (after the command name) as typer would pass them, or None when they are not
+        plain (``--help``, an unknown or repeated option, a value typer would refuse or convert
+        its own way, a shell completion request...): typer must handle those."""
+        if self._own or any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
+            return None
+        flags: dict[str, tuple[SettingOption, bool | None]] = {}
+        for o in self.settings_options:
+            flags[o.flag] = (o, True if o.is_bool else None)
+            if o.is_bool:
+                flags[f"--no-{o.flag[2:]}"] = (o, False)
+        given: dict[str, Any] = {}
+        rest = list(args)
+        while rest:
+            flag, eq, text = rest.pop(0).partition("=")
+            entry = flags.get(flag)
+            if entry is None or entry[0].param in given:
+                return None
+            opt, switch = entry
+            if switch is not None:
+                if eq:
+                    return None
+                given[opt.param] = switch
+                continue
+            if not eq:
+                if not rest:
+                    return None
+                text = rest.pop(0)
+            value = _plain_value(opt, text)
+            if value is None:
+                return None
+            given[opt.param] = value
+        return given
+
+    def run_plain(self, args: list[str]) -> bool:
+        """Run with ``args`` without typer when they are plain (False, nothing done, if not)."""
+        given = self.plain_options(args)
+        if given is None:
+            return False
+        try:
+            self(**given)
+        except Exception as exc:
+            typer = sys.modules.get("typer")  # loaded by whoever raised typer.Exit
+            if typer is not None and isinstance(exc, typer.Exit):
+                raise SystemExit(exc.exit_code) from None
+            raise
+        return True
+
+
+_INT_TEXT = re.compile(r"-?[0-9]{1,18}")
+_FLOAT_TEXT = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?")
+
+
+def _plain_value(opt: SettingOption, text: str) -> Any:
+    """The value typer passes for ``text``, where that is plain; else None."""
+    if opt.is_json:
+        return None
+    if opt.choices is not None:
+        return text if text in opt.choices else None
+    if opt.type is int:
+        return int(text) if _INT_TEXT.fullmatch(text) else None
+    if opt.type is float:
+        return float(text) if _FLOAT_TEXT.fullmatch(text) else None
+    if opt.type is str and not text.startswith("-"):
+        return text
+    return None

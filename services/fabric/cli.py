@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import typer
-
 from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
 from services.fabric.settings import FabricSettings
@@ -29,6 +27,8 @@ def _library_first(flags: dict[str, Any]) -> None:
     library = flags.get("fm_library") or os.environ.get(f"{env}FM_LIBRARY")
     problem = missing_library_error(backend, library)
     if problem:
+        import typer
+
         typer.echo(f"gpucaas fabric: {problem}", err=True)
         raise typer.Exit(1)
 
@@ -50,6 +50,8 @@ def command(settings: FabricSettings, logging_settings: LoggingSettings) -> None
     try:
         node.start()
     except FabricServiceError as exc:
+        import typer  # here only: a plain start never loads it (gpucaas.core.settings_cli.SettingsCommand)
+
         typer.echo(f"gpucaas fabric: {exc}", err=True)
         raise typer.Exit(1) from exc
     try:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from gpucaas.core.env_settings import EnvSettings, EnvSettingsConfigDict, Field
 
 
-class LeaseAgentSettings(BaseSettings):
+class LeaseAgentSettings(EnvSettings):
     """The node side of GPU leases; each field is ``GPUCAAS_<NAME>``."""
 
-    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
+    model_config = EnvSettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
 
     leases: bool = Field(
         False, description="Keep GPULeases in step with allocations and run the firmware check between tenants "
