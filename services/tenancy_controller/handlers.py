@@ -74,9 +74,8 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
 
     @kopf.on.startup(registry=registry)
     def tenancy_controller_startup(memo: Any, **_: Any) -> None:
-        # the core adapter, with Kopf's login: the light one from the connection where there is one
-        source = getattr(memo, "kube_connection", None) or memo.kube_configuration
-        client = kube.KubeClient(source, timeout=settings.request_timeout_s)
+        cfg = memo.kube_configuration
+        client = kube.KubeClient(cfg, timeout=settings.request_timeout_s)  # the core adapter, as Kopf's login
         memo.tenancy_controller = workflow.Context.from_settings(settings, client, identity=memo.identity)
 
     @kopf.on.cleanup(registry=registry)

@@ -1,15 +1,11 @@
 """Kubernetes adapter: every read and write the tenancy controller makes.
 
 It speaks to the API server over HTTP through the core adapter
-(:mod:`gpucaas.core.kube`: timeouts, retries and the error tree; the same code
-path in a cluster, against the project's emulator, or through ``kubectl proxy``),
-on raw JSON: the controller's objects are wire dicts from the builders, so no
-model round trip can drop a field (e.g. of the CiliumNetworkPolicy, which the
-client has no model for). Given a :class:`KubeConnection` it uses the light
-:class:`~gpucaas.core.kube.RestKube` (urllib3, the JSON as it comes: a request
-costs a fraction of the official client's ``ApiClient`` path, which matters in a
-burst of tenancies), else the official client where only it can authenticate
-(credential plugins) or where a ``Configuration`` is all there is.
+(:mod:`gpucaas.core.kube`: the official client's ``ApiClient`` with its timeouts,
+retries and error tree; the same code path in a cluster, against the project's
+emulator, or through ``kubectl proxy``), on raw JSON: the controller's objects
+are wire dicts from the builders, so no model round trip can drop a field (e.g.
+of the CiliumNetworkPolicy, which the client has no model for).
 
 Writes are create-or-replace (``ensure``): read, create when absent, leave
 alone when the live object already matches the desired one, otherwise replace
@@ -30,8 +26,7 @@ from typing import Any
 import kubernetes
 
 from gpucaas.core import crds
-from gpucaas.core.kube import Kube, KubeConnection, RestKube
-from gpucaas.core.kube.rest import NeedsFullClient
+from gpucaas.core.kube import Kube, KubeConnection
 
 from . import errors
 from .comparison import matches
@@ -84,16 +79,10 @@ def connection(kubeconfig: Path | None, *, context: str | None = None, timeout_s
 class KubeClient:
     """Thread-safe (one urllib3 pool) JSON client for the kinds in :data:`KINDS`, on the core adapter."""
 
-    def __init__(self, connection: KubeConnection | kubernetes.client.Configuration | Kube | RestKube,
+    def __init__(self, connection: KubeConnection | kubernetes.client.Configuration | Kube,
                  *, timeout: float | None = None) -> None:
-        self.kube: Kube | RestKube
-        if isinstance(connection, (Kube, RestKube)):
+        if isinstance(connection, Kube):
             self.kube = connection
-        elif isinstance(connection, KubeConnection):
-            try:
-                self.kube = RestKube(connection, timeout=timeout, max_connections=connection.pool_size)
-            except NeedsFullClient:
-                self.kube = Kube(connection, timeout=timeout)
         else:
             self.kube = Kube(connection, timeout=timeout)
 

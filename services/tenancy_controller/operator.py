@@ -9,8 +9,7 @@ in :func:`configure_kopf`, and nowhere else.
 Authentication: the core adapter (:mod:`gpucaas.core.kube`) loads the client
 configuration (kubeconfig or in-cluster) once; Kopf's login handler hands the
 same credentials to Kopf (``kopf_connection_info``), and modules find the
-configuration in ``memo.kube_configuration`` (the official client's) and
-``memo.kube_connection`` (what it was loaded from) to build their own clients.
+configuration in ``memo.kube_configuration`` to build their own clients.
 
 The ClusterKopfPeering object is the chart's (templates/controller/peering.yaml);
 the controller creates it only when it is missing and it may, and says so
@@ -155,9 +154,8 @@ async def serve(
     identity: str | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread)."""
-    conn = kube.connection(settings.kubeconfig, context=settings.context, timeout_s=settings.request_timeout_s,
-                           pool_size=settings.workers * 4)
-    cfg = load_configuration(conn)
+    cfg = load_configuration(kube.connection(settings.kubeconfig, context=settings.context,
+                                             timeout_s=settings.request_timeout_s, pool_size=settings.workers * 4))
     registry = build_registry(settings)
 
     @kopf.on.login(registry=registry)
@@ -182,7 +180,7 @@ async def serve(
         # make peering mandatory even when standalone).
         liveness_endpoint=settings.liveness,
         identity=peer_id,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str
-        memo=kopf.Memo(settings=settings, kube_configuration=cfg, kube_connection=conn, identity=peer_id),
+        memo=kopf.Memo(settings=settings, kube_configuration=cfg, identity=peer_id),
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     )

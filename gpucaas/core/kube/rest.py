@@ -229,15 +229,10 @@ class _CustomObjects:
 
 
 class RestKube:
-    """The light adapter: :class:`~gpucaas.core.kube.Kube`'s calls for node daemons (and the tenancy
-    controller's many small requests), wire JSON in and out."""
+    """The light adapter: :class:`~gpucaas.core.kube.Kube`'s calls for node daemons, wire JSON in and out."""
 
     def __init__(self, connection: KubeConnection | None = None, *,
-                 timeout: tuple[float, float] | float | None = None, retry: RetryPolicy = DEFAULT_RETRY,
-                 max_connections: int | None = None) -> None:
-        """``max_connections``: kept-alive connections per server (default: the connection's
-        ``pool_size``, at most 4, a node daemon's few calls); a busier caller (the tenancy
-        controller's worker threads) passes its ``pool_size``."""
+                 timeout: tuple[float, float] | float | None = None, retry: RetryPolicy = DEFAULT_RETRY) -> None:
         import urllib3
 
         conn = connection or KubeConnection()
@@ -245,8 +240,7 @@ class RestKube:
         self._target = resolve(conn)
         self.timeout = timeout if timeout is not None else conn.request_timeout
         self.retry = retry
-        maxsize = max_connections if max_connections is not None else min(conn.pool_size, 4)
-        kw: dict[str, Any] = {"retries": False, "maxsize": maxsize, "block": False}
+        kw: dict[str, Any] = {"retries": False, "maxsize": min(conn.pool_size, 4), "block": False}
         if self._target.ssl_context is not None:
             kw["ssl_context"] = self._target.ssl_context
             if self._target.insecure:
