@@ -5,7 +5,9 @@ the same run on the same socket and server (``GetDevicePluginOptions``, which
 does no work). Allocate includes the partition activation through the fabric
 service (the real ``services.fabric`` API over its unix socket with the Fabric
 Manager simulator); each timed Allocate activates a fresh partition, released
-untimed afterwards. Discovery is one sysfs scan of the fake HGX H100 board.
+untimed afterwards. Three processes, as on a node: ``gpucaas device-plugin``, the
+fabric service, and this one as the kubelet (registration and calls over the
+plugin's socket). Discovery is one sysfs scan of the fake HGX H100 board.
 
     python -m benchmarks.device_plugin [--quick]
 
@@ -26,9 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
+import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,19 +53,47 @@ def _ms(samples: list[float]) -> dict[str, float]:
     return {"p50": round(_pct(samples, 50) * 1e3, 3), "p99": round(_pct(samples, 99) * 1e3, 3)}
 
 
+def _serve_fabric(physical_map: Any, work: Path, stop: Any) -> None:
+    """The fabric service (FM simulator, durable activation records) on ``work/fabric.sock``."""
+    from services.fabric.bookkeeping import ActivationStore
+    from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
+    from services.fabric.partitions import PartitionService
+    from services.fabric.server import UnixServer, create_app
+
+    store = ActivationStore(work / "fabric-state").open()
+    server = UnixServer(create_app(PartitionService(SimulatedFabricManager(SimulatedFabric(physical_map)), store)),
+                        work / "fabric.sock")
+    server.start()
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+        store.close()
+
+
+def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.is_alive():
+            raise RuntimeError(f"the fabric service exited ({proc.exitcode})")
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(path))
+                return
+            except OSError:
+                time.sleep(0.05)
+    raise RuntimeError(f"the fabric service did not listen on {path}")
+
+
 def run(quick: bool) -> dict[str, Any]:
     from gpucaas.core import topology
     from gpucaas.devtools.fake_kubelet import FakeKubelet
     from gpucaas.devtools.fake_sysfs import build_hgx_h100
     from gpucaas.core import vfio_sysfs as sysfs
     from services.device_plugin.api import dp_pb2
-    from services.device_plugin.main import build
-    from services.device_plugin.settings import DevicePluginSettings
-    from services.fabric.bookkeeping import ActivationStore
-    from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
-    from services.fabric.partitions import PartitionService
-    from services.fabric.server import UnixServer, create_app
-
+    from gpucaas.core.fabric_client import FabricClient
     n = 200 if quick else 2000
     rng = random.Random(5)
     work = Path(tempfile.mkdtemp(prefix="gpucaas-bench-", dir="/tmp"))
@@ -73,24 +106,31 @@ def run(quick: bool) -> dict[str, Any]:
             sysfs.scan(board.sysfs, board.dev)
             scans.append(time.perf_counter() - t)
 
-        store = ActivationStore(work / "fabric-state").open()
-        stack.append(store.close)
-        fabric_api = UnixServer(create_app(PartitionService(
-            SimulatedFabricManager(SimulatedFabric(board.physical_id_map())), store)), work / "fabric.sock")
-        fabric_api.start()
-        stack.append(fabric_api.stop)
+        # The fabric service in a process of its own, as on a node: sharing one interpreter
+        # lock with the plugin and its client would add the lock's hand-overs to Allocate.
+        ctx = multiprocessing.get_context("spawn")
+        stop_fabric = ctx.Event()
+        fabric_proc = ctx.Process(target=_serve_fabric, args=(board.physical_id_map(), work, stop_fabric),
+                                  daemon=True)
+        fabric_proc.start()
+        stack.append(lambda: (stop_fabric.set(), fabric_proc.join(30)))
+        _wait_for_socket(work / "fabric.sock", fabric_proc)
         kubelet = FakeKubelet(work / "dp", work / "pr.sock").start()
         stack.append(kubelet.stop)
-        settings = DevicePluginSettings(
-            sysfs_root=board.sysfs, dev_root=board.dev, device_plugin_dir=work / "dp", cdi_dir=work / "cdi",
-            fabric_socket=work / "fabric.sock", pod_resources_socket=work / "pr.sock", node_name="bench",
-            metrics_port=-1, pod_resources_interval=3600, fabric_sync_grace=3600)
-        plugin = build(settings)
-        plugin.start()
-        stack.append(plugin.stop)
-        stub = kubelet.wait_for_plugin("nvidia.com/gpu").stub
-        pmap = plugin.core.physical_map
-        bdf_of = pmap.bdf_of()
+        # `gpucaas device-plugin` in its own process too: this one is the kubelet's side only
+        env = {**os.environ, "GPUCAAS_LEASES": "false", "GPUCAAS_SYSFS_ROOT": str(board.sysfs),
+               "GPUCAAS_DEV_ROOT": str(board.dev), "GPUCAAS_FABRIC_SOCKET": str(work / "fabric.sock"),
+               "GPUCAAS_POD_RESOURCES_INTERVAL": "3600", "GPUCAAS_FABRIC_SYNC_GRACE": "3600",
+               "GPUCAAS_LOG_LEVEL": "WARNING"}
+        plugin = subprocess.Popen(
+            [sys.executable, "-m", "gpucaas", "device-plugin", "--device-plugin-dir", str(work / "dp"),
+             "--cdi-dir", str(work / "cdi"), "--pod-resources-socket", str(work / "pr.sock"),
+             "--metrics-port", "-1", "--node-name", "bench"], env=env, stdout=subprocess.DEVNULL)
+        stack.append(lambda: (plugin.terminate(), plugin.wait(30)))
+        stub = kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60).stub
+        fabric = FabricClient(work / "fabric.sock")
+        stack.append(fabric.close)
+        bdf_of = board.physical_id_map()  # physical GPU id -> PCI address, as the fabric service maps them
 
         def timed(fn, count: int) -> list[float]:
             out = []
@@ -105,7 +145,7 @@ def run(quick: bool) -> dict[str, Any]:
             stub.GetDevicePluginOptions(empty, timeout=10)  # warm up
         bare = timed(lambda i: stub.GetDevicePluginOptions(empty, timeout=10), n)
 
-        gpus = list(pmap.by_bdf)
+        gpus = sorted(bdf_of.values())
         reqs = []
         for _ in range(n):
             free = [b for b in gpus if rng.random() < 0.7] or gpus[:1]
@@ -123,7 +163,7 @@ def run(quick: bool) -> dict[str, Any]:
             t = time.perf_counter()
             stub.Allocate(req, timeout=10)
             alloc_times.append(time.perf_counter() - t)
-            plugin.fabric.release("gpus:" + "+".join(ids))
+            fabric.release("gpus:" + "+".join(ids))
 
         # The fabric service's share of Allocate: the same activations straight through FabricClient.
         direct: list[float] = []
@@ -131,14 +171,12 @@ def run(quick: bool) -> dict[str, Any]:
             ids = sorted(bdf_of[g] for g in shapes[i % len(shapes)].gpus)
             holder = "gpus:" + "+".join(ids)
             t = time.perf_counter()
-            plugin.fabric.activate(holder, ids)
+            fabric.activate(holder, ids)
             direct.append(time.perf_counter() - t)
-            plugin.fabric.release(holder)
+            fabric.release(holder)
 
         # The disk's share: one journal-sized append + fdatasync in the same directory, as each
         # activation's durable record costs (services/fabric/bookkeeping.py).
-        import os
-
         fd = os.open(work / "sync-probe", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         syncs: list[float] = []
         try:
