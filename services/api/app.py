@@ -76,7 +76,12 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         service_eng = engine or db.make_engine(settings.database_url, pool_size=settings.service_pool_size)
         app.state.service_engine = service_eng
         # PostgreSQL: the submission's admission runs on the event loop (None on SQLite)
-        app.state.async_engine = db.make_async_engine(settings.database_url, pool_size=settings.database_pool_size)
+        app.state.admission_pool = None
+        if db.is_postgres(eng):
+            from services.api.admission_pool import AdmissionPool
+
+            app.state.admission_pool = AdmissionPool(settings.database_url, max_size=2 * settings.database_pool_size)
+            await app.state.admission_pool.open()
         app.state.generated_admin_token = await anyio.to_thread.run_sync(bootstrap, eng, settings)
         app.state.kube = Kube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
         worker = None
@@ -96,8 +101,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                 await anyio.to_thread.run_sync(worker.stop)
             await anyio.to_thread.run_sync(dispatcher.stop)
             app.state.kube.close()
-            if app.state.async_engine is not None:
-                await app.state.async_engine.dispose()
+            if app.state.admission_pool is not None:
+                await app.state.admission_pool.close()
             if engine is None:
                 eng.dispose()
                 service_eng.dispose()
@@ -114,7 +119,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     app.state.metrics = metrics
     metrics.registry.register(UsageCollector(lambda: getattr(app.state, "service_engine", None)))
     app.state.worker = None
-    app.state.async_engine = None
+    app.state.admission_pool = None
     app.state.limiter = limiter = Limiter(limit_settings(settings))
     app.state.token_cache = TokenCache(settings.token_cache_seconds)
     install_handlers(app)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from sqlalchemy import JSON, Engine, Row, bindparam, func, insert, literal, tuple_, update
+from sqlalchemy import JSON, Engine, bindparam, func, insert, literal, tuple_, update
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
@@ -41,7 +41,7 @@ from services.api.usage import budget as usage_budget, records as usage_records
 from services.api.webhooks import outbox as webhook_outbox, store as webhook_store
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from services.api.admission_pool import AdmissionPool
 
 log = logging.getLogger(__name__)
 
@@ -323,29 +323,29 @@ def submit_container(
 
 
 async def submit_container_async(
-    aengine: AsyncEngine, engine: Engine, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None
-) -> tuple[Container | SimpleNamespace | Row[Any], bool]:
+    pool: AdmissionPool, engine: Engine, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None
+) -> tuple[Container | SimpleNamespace | Any, bool]:
     """:func:`submit_container` with its common case on the event loop: the idempotency
-    lookup and the admission statement run on ``aengine`` (psycopg's async connection, in
-    autocommit), so a submission takes no worker thread. When the one-statement admission
-    inserts nothing (no room, no such tenancy, a GPU-hour budget to check) the rest is
-    worked out on a worker thread with a session on ``engine``."""
+    lookup and the admission statement run on ``pool`` (psycopg's own asyncio pool, in
+    autocommit: :mod:`services.api.admission_pool`), so a submission takes no worker
+    thread. When the one-statement admission inserts nothing (no room, no such tenancy, a
+    GPU-hour budget to check) the rest is worked out on a worker thread with a session on
+    ``engine``."""
     digest, values = _submission(tenancy_name, data, idempotency_key)
     by_key = {"tenancy": tenancy_name, "key": idempotency_key}
-    async with aengine.connect() as conn:
-        if idempotency_key is not None:
-            existing = (await conn.execute(_BY_KEY, by_key)).first()
-            if existing is not None:
-                return _same_request(existing, digest), False
-        try:
-            admitted = (await conn.execute(_ADMIT[(True, False)], _admit_params(values))).first() is not None
-        except IntegrityError:
-            if idempotency_key is None:
-                raise
-            existing = (await conn.execute(_BY_KEY, by_key)).first()
-            if existing is None:
-                raise
+    if idempotency_key is not None:
+        existing = await pool.first(_BY_KEY, by_key)
+        if existing is not None:
             return _same_request(existing, digest), False
+    try:
+        admitted = await pool.first(_ADMIT[(True, False)], _admit_params(values)) is not None
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        existing = await pool.first(_BY_KEY, by_key)
+        if existing is None:
+            raise
+        return _same_request(existing, digest), False
     if admitted:
         return SimpleNamespace(**values), True
 

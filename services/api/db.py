@@ -10,13 +10,10 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +51,6 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         return engine
     engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_use_lifo=True)
     ping_when_idle(engine)
-    return engine
-
-
-def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine | None:
-    """An asyncio engine (psycopg 3's async connection) in autocommit, for the statements
-    the event loop runs itself: the submission's admission and idempotency lookup
-    (one statement each, so autocommit is their transaction). None on SQLite, whose
-    driver has no async mode: its callers use the sync engine on a worker thread."""
-    url = normalize_url(url)
-    if make_url(url).get_backend_name() != "postgresql":
-        return None
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_use_lifo=True,
-                                 isolation_level="AUTOCOMMIT")
-    ping_when_idle(engine.sync_engine)
     return engine
 
 

@@ -159,3 +159,30 @@ def test_the_counter_triggers_survive_every_migration(database_url: str) -> None
                                       "container_gpu_usage_delete"}
     finally:
         engine.dispose()
+
+
+def test_concurrent_retries_with_one_idempotency_key_make_one_container(
+    api_down: ApiServer, admin: httpx.Client
+) -> None:
+    """Racing requests with the same key meet the key's unique index: one row goes in and
+    every answer names it (the loser of the insert reads the winner's row)."""
+    token = new_tenancy(admin, "racer", gpu_quota=8)
+    answers: list[httpx.Response] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def submit() -> None:
+        with api_down.client(token) as c:
+            start.wait()
+            r = c.post("/v1/containers", json={"image": IMAGE}, headers={"Idempotency-Key": "same-job-1"})
+            with lock:
+                answers.append(r)
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status_code for r in answers] == [202] * 8, [r.text for r in answers]
+    assert len({r.json()["id"] for r in answers}) == 1
+    assert in_use(admin, "racer") == 1

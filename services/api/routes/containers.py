@@ -125,7 +125,7 @@ async def submit_container(
     """Queue a container (committed before the 202); the worker creates its pod.
 
     A tenant's plain submission on PostgreSQL runs on the event loop (one admission
-    statement on the async engine, see ``crud.submit_container_async``); an admin's, one
+    statement on psycopg's asyncio pool, see ``crud.submit_container_async``); an admin's, one
     with sizing overrides or secret references (which read the tenancy or ask
     Kubernetes first), and every submission on SQLite run on a worker thread."""
     state = request.app.state  # settings, engines, worker: read here, not as dependencies (hot path)
@@ -141,10 +141,10 @@ async def submit_container(
         name = body.tenancy or caller.tenancy or ""
         if name != caller.tenancy:  # another tenancy's name: as if it did not exist
             raise errors.NotFound(f"tenancy {name!r} not found")
-    aengine = getattr(state, "async_engine", None)
-    if aengine is not None and not caller.is_admin and not _has_overrides(body) and not body.secret_refs:
+    pool = getattr(state, "admission_pool", None)
+    if pool is not None and not caller.is_admin and not _has_overrides(body) and not body.secret_refs:
         row, created = await crud.submit_container_async(
-            aengine, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key)
+            pool, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key)
     else:
         row, created = await anyio.to_thread.run_sync(
             _submit_on_thread, state.engine, settings, state.kube, caller, body, idempotency_key)
