@@ -72,19 +72,17 @@ def _serve_fabric(physical_map: Any, work: Path, stop: Any) -> None:
 
 
 def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
-    import socket
+    from gpucaas.devtools.waiting import wait_for
+    from gpucaas.programs.sandbox.supervisor import unix_socket_ready
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    listening = unix_socket_ready(path)
+
+    def up() -> bool:
         if not proc.is_alive():
             raise RuntimeError(f"the fabric service exited ({proc.exitcode})")
-        with socket.socket(socket.AF_UNIX) as s:
-            try:
-                s.connect(str(path))
-                return
-            except OSError:
-                time.sleep(0.05)
-    raise RuntimeError(f"the fabric service did not listen on {path}")
+        return listening()
+
+    wait_for(up, timeout, interval=0.05, what=f"the fabric service on {path}")
 
 
 def run(quick: bool) -> dict[str, Any]:

@@ -55,8 +55,9 @@ _SIMPLE = (str, int, float, bool, Path)
 #: pydantic's lax ``bool`` from text (case-insensitive)
 _BOOLS = {"1": True, "on": True, "t": True, "true": True, "y": True, "yes": True,
           "0": False, "off": False, "f": False, "false": False, "n": False, "no": False}
-_INT_TEXT = re.compile(r"-?[0-9]{1,18}")
-_FLOAT_TEXT = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?")
+#: canonical number text, converted in-house (also by the plain option parser of settings_cli)
+INT_TEXT = re.compile(r"-?[0-9]{1,18}")
+FLOAT_TEXT = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?")
 _PATH_TYPE = type(Path())
 
 
@@ -172,12 +173,12 @@ def _convert(annotation: Any, value: Any) -> Any:
         if kind is str and value.lower() in _BOOLS:
             return _BOOLS[value.lower()]
     elif annotation is int:
-        if kind is int or (kind is str and _INT_TEXT.fullmatch(value)):
+        if kind is int or (kind is str and INT_TEXT.fullmatch(value)):
             return int(value)
     elif annotation is float:
         if kind is float and math.isfinite(value):
             return value
-        if kind is int or (kind is str and _FLOAT_TEXT.fullmatch(value)):
+        if kind is int or (kind is str and FLOAT_TEXT.fullmatch(value)):
             return float(value)
     elif annotation is Path:
         if kind is _PATH_TYPE:

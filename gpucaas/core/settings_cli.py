@@ -24,7 +24,6 @@ import enum
 import inspect
 import json
 import os
-import re
 import sys
 import types
 import typing
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from gpucaas.core.env_settings import is_validation_error
+from gpucaas.core.env_settings import FLOAT_TEXT, INT_TEXT, is_validation_error
 
 if TYPE_CHECKING:  # neither is loaded by a node daemon started with plain options (SettingsCommand)
     import typer
@@ -339,10 +338,6 @@ class SettingsCommand:
         return True
 
 
-_INT_TEXT = re.compile(r"-?[0-9]{1,18}")
-_FLOAT_TEXT = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?")
-
-
 def _plain_value(opt: SettingOption, text: str) -> Any:
     """The value typer passes for ``text``, where that is plain; else None."""
     if opt.is_json:
@@ -350,9 +345,9 @@ def _plain_value(opt: SettingOption, text: str) -> Any:
     if opt.choices is not None:
         return text if text in opt.choices else None
     if opt.type is int:
-        return int(text) if _INT_TEXT.fullmatch(text) else None
+        return int(text) if INT_TEXT.fullmatch(text) else None
     if opt.type is float:
-        return float(text) if _FLOAT_TEXT.fullmatch(text) else None
+        return float(text) if FLOAT_TEXT.fullmatch(text) else None
     if opt.type is str and not text.startswith("-"):
         return text
     return None

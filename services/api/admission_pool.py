@@ -49,11 +49,10 @@ class AdmissionPool:
     """``execute`` compiled Core statements on a pool of autocommit psycopg connections."""
 
     def __init__(self, url: str, *, max_size: int, idle_ping_s: float = IDLE_PING_SECONDS) -> None:
-        parsed = make_url(normalize_url(url))
-        self._conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        conninfo = make_url(normalize_url(url)).set(drivername="postgresql").render_as_string(hide_password=False)
         self._idle_ping_s = idle_ping_s
         self._pool = AsyncConnectionPool(
-            self._conninfo, connection_class=_Connection, kwargs={"autocommit": True, "row_factory": namedtuple_row},
+            conninfo, connection_class=_Connection, kwargs={"autocommit": True, "row_factory": namedtuple_row},
             min_size=1, max_size=max_size, open=False, check=self._check, reset=self._returned,
             name="gpucaas-admission",
         )

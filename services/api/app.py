@@ -75,14 +75,13 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         # exhausting the request pool cannot stop submissions or fail readiness.
         service_eng = engine or db.make_engine(settings.database_url, pool_size=settings.service_pool_size)
         app.state.service_engine = service_eng
+        app.state.generated_admin_token = await anyio.to_thread.run_sync(bootstrap, eng, settings)
         # PostgreSQL: the submission's admission runs on the event loop (None on SQLite)
-        app.state.admission_pool = None
         if db.is_postgres(eng):
             from services.api.admission_pool import AdmissionPool
 
             app.state.admission_pool = AdmissionPool(settings.database_url, max_size=2 * settings.database_pool_size)
             await app.state.admission_pool.open()
-        app.state.generated_admin_token = await anyio.to_thread.run_sync(bootstrap, eng, settings)
         app.state.kube = Kube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
         worker = None
         if settings.run_worker:

@@ -285,14 +285,9 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
 
-def _by_idempotency_key(session: Session, *, tenancy: str, key: str) -> Container | None:
-    return session.exec(
-        select(Container).where(
-            Container.tenancy == tenancy,
-            Container.idempotency_key == key,
-            col(Container.tenancy_deleted_at).is_(None),
-        )
-    ).first()
+def _by_idempotency_key(session: Session, *, tenancy: str, key: str) -> Any:
+    """The tenancy's container submitted with ``key`` (a row), or None: :data:`_BY_KEY`."""
+    return session.execute(_BY_KEY, {"tenancy": tenancy, "key": key}).first()
 
 
 def submit_container(
@@ -407,7 +402,7 @@ def _not_admitted(
 
 def _key_taken_meanwhile(
     session: Session, tenancy_name: str, idempotency_key: str | None, digest: str, err: IntegrityError
-) -> tuple[Container, bool]:
+) -> tuple[Any, bool]:
     """The insert met the idempotency key's unique index: a concurrent request with the
     same key got in first; its row is the answer (or Conflict for a different request)."""
     existing = None if idempotency_key is None else _by_idempotency_key(session, tenancy=tenancy_name,
@@ -498,7 +493,7 @@ def _refusal(session: Session, *, tenancy: str, requested: int) -> errors.ApiErr
     )
 
 
-def _same_request(existing: Container, digest: str) -> Container:
+def _same_request(existing: Any, digest: str) -> Any:
     if existing.request_hash != digest:
         raise errors.Conflict("Idempotency-Key was already used for a different request")
     return existing

@@ -143,13 +143,15 @@ def install_handlers(app: Any) -> None:
 
     from services.api.validation import describe_validation_errors
 
+    # the database went away or is busy (a restart, a lost connection, SQLite locked)
+    database_gone = (OperationalError, InterfaceError, DisconnectionError)
+
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, ApiError):
             status, body = exc.status, {"code": exc.code, "detail": exc.detail, **exc.extra}
         elif isinstance(exc, RequestValidationError):
             status, body = 422, {"code": "invalid", "detail": describe_validation_errors(exc.errors())}
-        elif isinstance(exc, (OperationalError, InterfaceError, DisconnectionError)):
-            # the database went away or is busy (a restart, a lost connection, SQLite locked);
+        elif isinstance(exc, database_gone):
             # the pool has discarded the connection: the same request can be sent again
             log.warning("database unavailable: %s", exc)
             status, body = 503, {"code": Unavailable.code, "detail": "database: unavailable; retry shortly"}
@@ -164,12 +166,11 @@ def install_handlers(app: Any) -> None:
             headers = {"Allow": _allowed_methods(request)}
         if isinstance(exc, TooManyRequests):
             headers = {"Retry-After": str(exc.retry_after)}
-        if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError)):
+        if isinstance(exc, database_gone):
             headers = {"Retry-After": "1"}
         if isinstance(exc, StarletteHTTPException) and exc.headers and status != 405:
             headers = {**(headers or {}), **exc.headers}
         return JSONResponse(body, status_code=status, headers=headers)
 
-    for exc_type in (ApiError, RequestValidationError, StarletteHTTPException, OperationalError, InterfaceError,
-                     DisconnectionError):
+    for exc_type in (ApiError, RequestValidationError, StarletteHTTPException, *database_gone):
         app.add_exception_handler(exc_type, handle)

@@ -4,6 +4,7 @@ connection gives, since wrk opens them all at once — the p99 then measures the
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import pytest
 
 from benchmarks import loadgen
 
-pytestmark = pytest.mark.skipif(loadgen.shutil.which("wrk") is None, reason="wrk is not installed (make install)")
+pytestmark = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (make install)")
 
 
 class _Recorder(BaseHTTPRequestHandler):

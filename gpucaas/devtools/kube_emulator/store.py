@@ -28,7 +28,7 @@ import logging
 import random
 import uuid
 from collections import deque
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -704,7 +704,7 @@ class Store:
                 refs = obj["metadata"].get("ownerReferences") or []
                 if not any(r.get("uid") == owner_uid for r in refs):
                     continue
-                live = live if live is not None else self._uids()
+                live = live if live is not None else self._uids().__contains__
                 self._collect(rt, okey, obj, live)
 
     def _gc_orphan_check(self, key: tuple[str, str], okey: ObjKey) -> None:
@@ -712,13 +712,14 @@ class Store:
         obj = self._table(key).get(okey) if rt else None
         if rt is None or obj is None:
             return
-        self._collect(rt, okey, obj, _LiveUids(self))
+        self._collect(rt, okey, obj, self._live)
 
-    def _collect(self, rt: ResourceType, okey: ObjKey, obj: Obj, live: Container[str]) -> None:
+    def _collect(self, rt: ResourceType, okey: ObjKey, obj: Obj, live: Callable[[str | None], bool]) -> None:
+        """``live(uid)``: whether the owner with ``uid`` exists (a snapshot's, or the store's now)."""
         refs = obj["metadata"].get("ownerReferences") or []
         if not refs:
             return
-        dangling = [r for r in refs if r.get("uid") not in live]
+        dangling = [r for r in refs if not live(r.get("uid"))]
         if not dangling:
             return
         try:
@@ -727,7 +728,7 @@ class Store:
                     self.delete(rt, okey[0] or None, okey[1], {"gracePeriodSeconds": 0})
             else:
                 self.patch(rt, okey[0] or None, okey[1], "application/merge-patch+json",
-                           {"metadata": {"ownerReferences": [r for r in refs if r.get("uid") in live]}})
+                           {"metadata": {"ownerReferences": [r for r in refs if live(r.get("uid"))]}})
         except errors.ApiError:
             log.debug("gc of %s %s failed", rt.plural, okey, exc_info=True)
 
@@ -919,16 +920,6 @@ class Store:
         self.rv = int(state.get("resourceVersion", 0))
         self.history.clear()
         self.compacted_rv = self.rv
-
-
-class _LiveUids:
-    """The uids of the stored objects, as a container answering ``in`` from the store's index."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    def __contains__(self, uid: object) -> bool:
-        return isinstance(uid, str) and self._store._live(uid)  # noqa: SLF001 - the store's own view
 
 
 def _mark_applying() -> None:

@@ -17,6 +17,7 @@ from gpucaas.core import crds
 from services.api import crud, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
 from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
+from services.api.kube import Kube
 from services.api.limits import Limiter
 from services.api.settings import Settings
 from services.api.models import (
@@ -79,7 +80,7 @@ def _visible(session: SessionDep, caller: CurrentTenant, container_id: str) -> C
 def _check_size(settings: SettingsDep, body: ContainerCreate, session: SessionDep, name: str) -> None:
     """Overrides of the per-GPU sizing must fit in the tenancy's CPU and memory quota
     (the tenancy is read only when there are overrides)."""
-    if not (body.cpu or body.memory or body.shm_size):
+    if not _has_overrides(body):
         return
     tenancy = crud.get_tenancy(session, name=name)
     if tenancy is None:
@@ -162,7 +163,7 @@ def _has_overrides(body: ContainerCreate) -> bool:
 
 
 def _submit_on_thread(
-    engine: Engine, settings: SettingsDep, kube: KubeDep, caller: Caller, body: ContainerCreate,
+    engine: Engine, settings: Settings, kube: Kube, caller: Caller, body: ContainerCreate,
     idempotency_key: str | None,
 ) -> tuple[Container | SimpleNamespace, bool]:
     with Session(engine, expire_on_commit=False) as session:
