@@ -26,6 +26,7 @@ sync alone in the same directory and run, to tell the disk's share from the code
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import multiprocessing
@@ -64,6 +65,7 @@ def _serve_fabric(physical_map: Any, work: Path, stop: Any) -> None:
     server = UnixServer(create_app(PartitionService(SimulatedFabricManager(SimulatedFabric(physical_map)), store)),
                         work / "fabric.sock")
     server.start()
+    gc.freeze()  # as `gpucaas fabric` does once started (services/fabric/cli.py)
     try:
         stop.wait()
     finally:

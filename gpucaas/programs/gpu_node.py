@@ -17,6 +17,7 @@ container needs only a node-local channel for those two facts.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -91,6 +92,10 @@ def command(plugin_settings: DevicePluginSettings, lease_settings: LeaseAgentSet
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     node.start()
+    # Everything built so far (modules, settings, gRPC stubs) lives as long as the process:
+    # out of the collector's sight, a full collection scans only what calls leave behind,
+    # and no longer pauses an Allocate for milliseconds (benchmarks.device_plugin).
+    gc.freeze()
     try:
         done.wait()
     finally:

@@ -32,7 +32,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -77,13 +77,14 @@ class Activation:
     lost_at: datetime | None = None
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["gpus"] = list(self.gpus)
-        d["partition_ids"] = list(self.partition_ids)
-        d["physical_ids"] = list(self.physical_ids)
-        d["since"] = self.since.isoformat()
-        d["lost_at"] = self.lost_at.isoformat() if self.lost_at else None
-        return d
+        # By hand rather than dataclasses.asdict, which deep-copies every field: this runs on
+        # each Allocate's durable record (benchmarks.device_plugin).
+        return {
+            "holder": self.holder, "gpus": list(self.gpus), "partition_ids": list(self.partition_ids),
+            "physical_ids": list(self.physical_ids), "pod": self.pod, "since": self.since.isoformat(),
+            "nvlink": self.nvlink, "releasing": self.releasing, "lost": self.lost,
+            "lost_at": self.lost_at.isoformat() if self.lost_at else None,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> Activation:

@@ -202,6 +202,9 @@ def create_app(service: PartitionService, vm_state: Callable[[], dict[str, Any]]
 
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # persistent connections: the client keeps one open
+    #: A buffered writer: the status line, headers and body leave in one send when
+    #: handle_one_request flushes, not two (each send wakes the client once).
+    wbufsize = -1
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- no access log

@@ -80,3 +80,17 @@ def test_journal_of_an_earlier_boot_is_dropped_with_its_snapshot(tmp_path: Path)
         store.put(rec("a", 7))
     with ActivationStore(tmp_path, boot_id="boot-2") as store:
         assert store.discarded_stale and len(store.book) == 0
+
+
+def test_a_record_with_every_field_set_survives_the_journal(tmp_path: Path) -> None:
+    """``Activation.to_json`` is written by hand (no deep copy): no field may be left out."""
+    from dataclasses import fields, replace
+    from datetime import UTC, datetime
+
+    full = replace(rec("a", 7, 8), pod="t/p", nvlink=True, releasing=True, lost="fabric reset",
+                   lost_at=datetime(2026, 11, 23, tzinfo=UTC))
+    assert set(full.to_json()) == {f.name for f in fields(Activation)}
+    with ActivationStore(tmp_path, boot_id="b") as store:
+        store.put(full)
+    with ActivationStore(tmp_path, boot_id="b") as store:
+        assert list(store.book) == [full]

@@ -47,6 +47,7 @@ tests/fabric/fabric_manager/libnvfm_fake applies the same rules):
 from __future__ import annotations
 
 import logging
+import functools
 import threading
 import time
 import uuid
@@ -93,8 +94,11 @@ def default_switches() -> tuple[str, ...]:
     return DGX_H100.nvswitch_bdfs
 
 
+@functools.lru_cache(maxsize=256)
 def gpu_uuid(pci_bus_id: str) -> str:
-    """A stable, made-up GPU UUID for a PCI address (the simulator has no real ones)."""
+    """A stable, made-up GPU UUID for a PCI address (the simulator has no real ones).
+
+    Cached: every partition listing names each GPU, and ``uuid5`` costs a SHA-1."""
     return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpucaas-sim:{pci_bus_id}"))
 
 
@@ -143,6 +147,9 @@ class SimulatedFabric:
         self.lock = threading.RLock()
         self._active: set[int] = set()
         self._gpu_failures: dict[int, tuple[int, ...]] = {}
+        #: each partition's GpuInfo entries (frozen), built once per NVLink failure change:
+        #: every activation lists all partitions first, as the real flow does.
+        self._gpu_infos: dict[int, tuple[GpuInfo, ...]] = {}
         self._switch_failures: dict[str, tuple[int, ...]] = {}
         self._running = True
         self._awaiting_list = False
@@ -230,6 +237,7 @@ class SimulatedFabric:
             self._gpu_failures[physical_id] = self._ports(
                 (*self._gpu_failures.get(physical_id, ()), *self._ports(ports))
             )
+            self._gpu_infos.clear()
             logger.info("simulated NVLink failure on GPU %d (%s)", physical_id,
                         self._gpus[physical_id])
 
@@ -237,6 +245,7 @@ class SimulatedFabric:
         self._check_gpu(physical_id)
         with self.lock:
             self._gpu_failures.pop(physical_id, None)
+            self._gpu_infos.clear()
 
     def inject_switch_nvlink_failure(self, pci_bus_id: str, ports: Iterable[int] = (0,)) -> None:
         """An NVSwitch reports failed ports (listed in failed devices; partitions unaffected)."""
@@ -305,6 +314,15 @@ class SimulatedFabric:
             ]
 
     def _info(self, p: topology.Partition, active: bool, supported: bool) -> PartitionInfo:
+        gpus = self._gpu_infos.get(p.id)
+        if gpus is None:
+            gpus = self._gpu_infos[p.id] = self._gpu_entries(p)
+        return PartitionInfo(
+            id=p.id, gpus=gpus, nvlinks=sum(g.nvlinks_available for g in gpus),
+            active=active, supported=supported,
+        )
+
+    def _gpu_entries(self, p: topology.Partition) -> tuple[GpuInfo, ...]:
         multi = p.size > 1
         gpus = []
         for g in p.sorted_gpus():
@@ -316,10 +334,7 @@ class SimulatedFabric:
                 nvlinks_available=available, max_nvlinks=self._nvlinks_per_gpu,
                 nvlink_line_rate_mbps=H100_NVLINK_LINE_RATE_MBPS,
             ))
-        return PartitionInfo(
-            id=p.id, gpus=tuple(gpus), nvlinks=sum(g.nvlinks_available for g in gpus),
-            active=active, supported=supported,
-        )
+        return tuple(gpus)
 
     def activate(self, partition_id: int) -> None:
         with self.lock:
