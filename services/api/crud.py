@@ -25,6 +25,7 @@ from sqlmodel import Session, col, delete, select
 from services.api import errors, row_claims, security, token_cache
 from services.api.models import (
     ACTIVE_STATUSES,
+    CONTAINER_COUNT_COLUMNS,
     ApiToken,
     Container,
     ContainerCreate,
@@ -527,7 +528,8 @@ def list_containers(
         conds.append(col(Container.tenancy_deleted_at).is_(None))
     if status is not None:
         conds.append(Container.status == status)
-    total = int(session.exec(select(func.count()).select_from(Container).where(*conds)).one())
+    total = _count(session, tenancy=tenancy, status=status) if not history else int(
+        session.exec(select(func.count()).select_from(Container).where(*conds)).one())
     page = list(conds)
     if after is not None:
         created, last_id = after
@@ -545,6 +547,19 @@ def list_containers(
     rows = rows[:limit]
     last = (rows[-1].created_at, rows[-1].id) if more and rows else None
     return rows, total, last
+
+
+def _count(session: Session, *, tenancy: str | None, status: str | None) -> int:
+    """How many live containers match (one tenancy's, or every live tenancy's): the tenancy
+    rows' counters (migration 0009), not a count of container rows."""
+    columns = [CONTAINER_COUNT_COLUMNS[ContainerStatus(status)]] if status is not None else list(
+        CONTAINER_COUNT_COLUMNS.values())
+    table = Tenancy.__table__  # type: ignore[attr-defined]
+    per_row = sum((table.c[name] for name in columns[1:]), table.c[columns[0]])
+    query = select(func.coalesce(func.sum(per_row), 0))
+    if tenancy is not None:
+        query = query.where(table.c.name == tenancy)
+    return int(session.exec(query).one())
 
 
 def cancel_container(session: Session, *, container: Container) -> Container:

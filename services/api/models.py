@@ -51,6 +51,9 @@ class ContainerStatus(StrEnum):
     CANCELLED = "Cancelled"
 
 
+#: the Tenancy column counting its live containers of each status (migration 0009)
+CONTAINER_COUNT_COLUMNS = {status: f"containers_{status.value.lower()}" for status in ContainerStatus}
+
 ACTIVE_STATUSES = (ContainerStatus.QUEUED, ContainerStatus.PENDING, ContainerStatus.RUNNING)
 TERMINAL_STATUSES = (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED, ContainerStatus.CANCELLED)
 
@@ -158,6 +161,14 @@ class Tenancy(TenancyBase, table=True):
     name: str = Field(primary_key=True, max_length=63)
     # GPUs its active containers hold; kept exact by database triggers (migration 0006)
     gpus_in_use: int = Field(default=0)
+    # its live containers per status, kept by the same triggers (migration 0009): a page's
+    # count without counting rows (CONTAINER_COUNT_COLUMNS)
+    containers_queued: int = Field(default=0)
+    containers_pending: int = Field(default=0)
+    containers_running: int = Field(default=0)
+    containers_succeeded: int = Field(default=0)
+    containers_failed: int = Field(default=0)
+    containers_cancelled: int = Field(default=0)
     nfs: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)

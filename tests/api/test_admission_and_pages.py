@@ -139,7 +139,8 @@ def test_a_revoked_token_stops_on_every_replica_within_the_cache_time(
 
 def test_the_counter_triggers_survive_every_migration(database_url: str) -> None:
     """A later migration that rebuilds ``container`` (SQLite's batch mode copies the table)
-    would drop the triggers that keep ``tenancy.gpus_in_use`` exact: at head they must exist."""
+    would drop the triggers that keep ``tenancy.gpus_in_use`` and the container counts exact:
+    at head they must exist."""
     from sqlalchemy import text
 
     from services.api import db
@@ -151,7 +152,8 @@ def test_the_counter_triggers_survive_every_migration(database_url: str) -> None
             if db.is_postgres(engine):
                 names = conn.execute(text("SELECT tgname FROM pg_trigger WHERE tgrelid = 'container'::regclass "
                                           "AND NOT tgisinternal")).scalars().all()
-                assert set(names) == {"container_gpu_usage"}
+                assert set(names) == {"container_counts_insert", "container_counts_update",
+                                      "container_counts_delete"}  # statement-level (migration 0009)
             else:
                 names = conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'trigger' "
                                           "AND tbl_name = 'container'")).scalars().all()
