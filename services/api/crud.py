@@ -519,7 +519,8 @@ def list_containers(
     then starts right after it (keyset pagination, an index range scan of
     ``ix_container_tenancy_created`` / ``ix_container_created_id`` however deep the
     page); ``offset`` still works and costs what it skips. Returns (rows, count of all
-    matching rows, the key of the last row when more may follow, else None).
+    matching rows — read from the tenancy counters, :func:`_count` —, the key of the last
+    row when more may follow, else None).
     """
     conds: list[Any] = []
     if tenancy is not None:
@@ -528,8 +529,10 @@ def list_containers(
         conds.append(col(Container.tenancy_deleted_at).is_(None))
     if status is not None:
         conds.append(Container.status == status)
-    total = _count(session, tenancy=tenancy, status=status) if not history else int(
-        session.exec(select(func.count()).select_from(Container).where(*conds)).one())
+    if history:  # deleted tenancies' containers too: no counter holds them, count the rows
+        total = int(session.exec(select(func.count()).select_from(Container).where(*conds)).one())
+    else:
+        total = _count(session, tenancy=tenancy, status=status)
     page = list(conds)
     if after is not None:
         created, last_id = after

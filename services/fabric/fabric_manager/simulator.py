@@ -46,8 +46,8 @@ tests/fabric/fabric_manager/libnvfm_fake applies the same rules):
 
 from __future__ import annotations
 
-import logging
 import functools
+import logging
 import threading
 import time
 import uuid
