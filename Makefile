@@ -15,9 +15,21 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng
 
-.PHONY: test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image
+.PHONY: test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream
 
-install: system-deps $(VENV)/.installed
+install: system-deps $(VENV)/.installed upstream
+
+# The pinned upstream binaries (Kubernetes 1.36, etcd 3.6, kwok), built from their Go modules
+# by upstream/build.sh into ~/.cache/gpucaas/upstream/<version>-<pins hash>/bin (reused while
+# the pins are unchanged; GPUCAAS_KUBE_BIN or KUBEBUILDER_ASSETS naming a folder of prebuilt
+# binaries skips the build). docs/local-cluster.md gives the build times.
+upstream:
+	@upstream/build.sh >/dev/null
+
+# The PostgreSQL the tests use (Debian's server on 127.0.0.1:5432, trust auth, database test):
+# installed and started when it does not answer.
+postgres:
+	@scripts/postgres.sh
 
 system-deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -61,7 +73,7 @@ test-image: install
 sandbox: install
 	$(VENV)/bin/gpucaas sandbox
 
-test: install checkov test-image
+test: install checkov test-image postgres
 	$(PY) -m pytest
 	$(MAKE) test-e2e-dra
 	$(MAKE) test-contention

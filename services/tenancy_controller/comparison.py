@@ -25,6 +25,10 @@ QUANTITY_MAPS = frozenset({"capacity", "requests", "limits", "hard", "default", 
                            "maxLimitRequestRatio"})
 
 
+#: Values Go's ``omitempty`` leaves out of a built-in object's JSON.
+ZERO_VALUES: tuple[Any, ...] = (False, "", 0, None, {}, [])
+
+
 def same_quantity(desired: Any, observed: Any) -> bool:
     """True when both are the same quantity (``1024Gi`` == ``1Ti``); equal values otherwise."""
     if desired == observed:
@@ -40,11 +44,15 @@ def is_subset(desired: Any, observed: Any, *, quantities: bool = False) -> bool:
 
     Lists must have the same length and match element-wise; fields the server
     adds (defaults, status, resourceVersion, a bound PV's claimRef.uid) are ignored.
+    A desired zero value (``false``, ``""``, ``0``, empty) matches an absent field: the
+    built-in kinds' Go types drop such fields (``omitempty``), so a PV's ``nfs.readOnly:
+    false`` or ``storageClassName: ""`` never reads back.
     ``quantities``: the leaves are resource quantities (see the module docstring).
     """
     if isinstance(desired, Mapping):
         return isinstance(observed, Mapping) and all(
-            k in observed
+            (v in ZERO_VALUES and k not in observed)
+            or k in observed
             and is_subset(v, observed[k], quantities=quantities or (k in QUANTITY_MAPS and isinstance(v, Mapping)))
             for k, v in desired.items()
         )
@@ -62,6 +70,10 @@ def is_subset(desired: Any, observed: Any, *, quantities: bool = False) -> bool:
 def matches(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
     """True when ``observed`` is the ``desired`` object as specified (spec, labels, owners)."""
     if observed is None or (observed.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    if desired.get("kind") == "PersistentVolume" and (observed.get("status") or {}).get("phase") == "Released":
+        # its claim was deleted (and is being recreated): the claimRef still names the old
+        # claim's uid, so the new claim would never bind; replacing it clears the uid
         return False
     meta_d, meta_o = desired.get("metadata") or {}, observed.get("metadata") or {}
     for key in ("labels", "ownerReferences"):

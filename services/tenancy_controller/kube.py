@@ -205,7 +205,8 @@ def _merge_for_replace(desired: Mapping[str, Any], live: Mapping[str, Any]) -> d
     merged = {k: v for k, v in live.items() if k not in ("metadata",)}
     merged.update({k: v for k, v in desired.items() if k != "metadata"})
     merged["metadata"] = meta
-    if desired["kind"] == "PersistentVolume" and "claimRef" in (live.get("spec") or {}):
+    released = (live.get("status") or {}).get("phase") == "Released"  # its claim is gone: bind afresh
+    if desired["kind"] == "PersistentVolume" and "claimRef" in (live.get("spec") or {}) and not released:
         spec = dict(merged["spec"])
         claim = dict(spec["claimRef"])
         for key in ("uid", "resourceVersion"):

@@ -36,7 +36,7 @@ def test_schema_rejects(api, spec, field):
         ("a" * 57, {}, "tenancy name must be a DNS label of at most 56 characters"),
         ("loopback", dict(nfs={"server": "127.0.0.1", "path": "/x"}), "not a loopback"),
         ("metadata", dict(nfs={"server": "169.254.169.254", "path": "/x"}), "link-local (cloud metadata)"),
-        ("greedy", dict(gpu_quota=64, pod_quota=2), "needs a podQuota of at least 8"),
+        ("greedy", dict(gpu_quota=64, pod_quota=2), "a podQuota of at least gpuQuota/8"),
     ],
     ids=["name-too-long", "nfs-loopback", "nfs-metadata-address", "gpu-quota-over-pods"],
 )

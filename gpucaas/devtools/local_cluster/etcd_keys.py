@@ -1,0 +1,70 @@
+"""Keys of the local cluster's etcd through its JSON gateway (``/v3/kv/...``), for the tests.
+
+:class:`Snapshot` remembers which keys a freshly set-up cluster holds; :meth:`Snapshot.reset`
+deletes every key written since, so that each test starts from the same cluster as if it
+were new (the emulator the tests used before gave each test a fresh store; restarting
+kube-apiserver per test would cost seconds). kube-apiserver learns of the deletions through
+its etcd watch like of any other write, so its caches follow.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.request
+from typing import Any
+
+#: Keys the control plane rewrites on its own; never deleted (their absence would be noticed
+#: only by the component that owns them, and it writes them again anyway).
+KEEP_PREFIXES = (
+    b"/registry/masterleases/", b"/registry/leases/kube-system/", b"/registry/apiserver.k8s.io/",
+    b"/registry/ranges/", b"/registry/health", b"/registry/events/default/", b"/registry/events/kube-system/",
+)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class EtcdKeys:
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(), method="POST")  # noqa: S310
+        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 (loopback)
+            return dict(json.loads(resp.read()))
+
+    def keys(self, prefix: bytes = b"/registry/") -> set[bytes]:
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        out = self._post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end), "keys_only": True})
+        return {base64.b64decode(kv["key"]) for kv in out.get("kvs", [])}
+
+    def values(self, prefix: bytes) -> dict[bytes, bytes]:
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        out = self._post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end)})
+        return {base64.b64decode(kv["key"]): base64.b64decode(kv.get("value", "")) for kv in out.get("kvs", [])}
+
+    def delete(self, keys: set[bytes]) -> None:
+        if not keys:
+            return
+        ops = [{"request_delete_range": {"key": _b64(k)}} for k in sorted(keys)]
+        for i in range(0, len(ops), 100):  # etcd's --max-txn-ops is 128
+            self._post("/v3/kv/txn", {"success": ops[i:i + 100]})
+
+
+class Snapshot:
+    """The keys of a cluster at one moment; :meth:`reset` returns it to that set of keys."""
+
+    def __init__(self, etcd: EtcdKeys) -> None:
+        self.etcd = etcd
+        self.keys = etcd.keys()
+
+    def added(self) -> set[bytes]:
+        return {k for k in self.etcd.keys() - self.keys if not k.startswith(KEEP_PREFIXES)}
+
+    def reset(self) -> int:
+        """Delete what was added since the snapshot; returns how many keys went."""
+        extra = self.added()
+        self.etcd.delete(extra)
+        return len(extra)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds the pinned upstream binaries (Kubernetes, etcd, kwok) from their Go modules into a
+# cache outside the work tree, and prints the folder that holds them.
+#
+#   upstream/build.sh            build what is missing, print the bin folder
+#   upstream/build.sh --print    print the bin folder only (nothing built)
+#
+# The folder's name carries a hash of the pins (each wrapper module's go.mod and go.sum, and
+# the version flags), so a changed pin builds a fresh folder and an unchanged one is reused.
+# KUBEBUILDER_ASSETS or GPUCAAS_KUBE_BIN naming a folder with the binaries wins: nothing is
+# built. Needs Go >= 1.26 (the pinned Kubernetes release's go.mod says so).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+KUBE_VERSION=v1.36.3
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok)
+
+given="${GPUCAAS_KUBE_BIN:-${KUBEBUILDER_ASSETS:-}}"
+if [ -n "$given" ]; then
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do
+    [ -x "$given/$b" ] || { echo "upstream/build.sh: $given (GPUCAAS_KUBE_BIN/KUBEBUILDER_ASSETS) has no executable $b" >&2; exit 1; }
+  done
+  echo "$given"; exit 0
+fi
+
+v=component-base/version
+kube_ld="-X k8s.io/$v.gitVersion=$KUBE_VERSION -X k8s.io/$v.gitMajor=1 -X k8s.io/$v.gitMinor=36 -X k8s.io/$v.gitTreeState=clean -X k8s.io/$v.buildDate=2026-07-22T18:07:38Z -X k8s.io/$v.gitCommit="
+kube_ld="$kube_ld -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=36"
+# what decides the binaries: the modules pinned and the flags they are built with
+GOFLAGS_USED="CGO_ENABLED=0 -trimpath -s -w"
+pins=$( (echo "$KUBE_VERSION $kube_ld $GOFLAGS_USED"; cat "$here"/*/go.mod "$here"/*/go.sum) | sha256sum | cut -c1-12)
+cache="${GPUCAAS_UPSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucaas/upstream}"
+bin="$cache/$KUBE_VERSION-$pins/bin"
+if [ "${1:-}" = "--print" ]; then echo "$bin"; exit 0; fi
+
+missing=()
+for b in "${ALL_BINARIES[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
+if [ ${#missing[@]} -eq 0 ]; then echo "$bin"; exit 0; fi
+
+if ! command -v go >/dev/null; then
+  echo "upstream/build.sh: Go 1.26 or newer is needed to build ${missing[*]}: install it from https://go.dev/dl (or set GPUCAAS_KUBE_BIN to a folder of prebuilt binaries)" >&2; exit 1
+fi
+gov=$(go env GOVERSION | sed 's/^go//')
+if [ "$(printf '%s\n1.26\n' "$gov" | sort -V | head -1)" != 1.26 ]; then
+  echo "upstream/build.sh: Go $gov is too old: the pinned Kubernetes $KUBE_VERSION needs Go 1.26 or newer (install it, or set GPUCAAS_KUBE_BIN)" >&2; exit 1
+fi
+
+mkdir -p "$bin"
+start=$SECONDS
+build() {  # build <module dir> <output name> <package> [ldflags]
+  local t=$SECONDS
+  (cd "$here/$1" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${4:-}" -o "$bin/$2.tmp" "$3")
+  mv "$bin/$2.tmp" "$bin/$2"
+  echo "upstream/build.sh: built $2 in $((SECONDS - t)) s" >&2
+}
+for b in "${missing[@]}"; do
+  case "$b" in
+    etcd) build etcd etcd go.etcd.io/etcd/server/v3 ;;
+    etcdctl) build etcd etcdctl go.etcd.io/etcd/etcdctl/v3 ;;
+    kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok ;;
+    *) build kubernetes "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
+  esac
+done
+echo "upstream/build.sh: $bin ready in $((SECONDS - start)) s" >&2
+# folders of earlier pins go (each is ~500 MB)
+for old in "$cache"/*/; do [ "${old%/}" = "${bin%/bin}" ] || rm -rf "$old"; done
+echo "$bin"
