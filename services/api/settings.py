@@ -77,10 +77,10 @@ class Settings(BaseSettings):
         "20/minute", description="Invalid tokens per client address before it is answered 429 ('' = none)."
     )
     rate_limit_storage_url: str = Field(
-        "", description="Where the rates are counted, shared by every replica: a Redis URI of the limits library "
-        "(redis://[:password@]host:6379/0, rediss://..., redis+unix:///path, redis+sentinel://..., "
-        "redis+cluster://...). Empty: each replica counts in its own memory, so N replicas allow N times each "
-        "rate. While it does not answer, each replica counts alone (docs/abuse-and-limits.md).",
+        "", description="Redis where all the replicas count the rates together, as a limits storage URI "
+        "(redis://[:password@]host:6379/0; rediss, redis+unix, redis+sentinel, redis+cluster). Empty: each "
+        "replica counts alone, so N replicas allow N times each rate; so does a replica while the Redis "
+        "does not answer.",
     )
     max_streams_per_token: int = Field(100, ge=1, description="Concurrent log follows per token.")
     max_streams_per_tenancy: int = Field(100, ge=1, description="Concurrent log follows per tenancy.")
