@@ -11,9 +11,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # libvirt-python builds against libvirt-dev; the fabric tests run a real libvirtd
 # with QEMU (software emulation); openssl makes the sandbox's self-signed pair;
 # the API tests follow logs with curl and render /docs in headless chromium;
-# stress-ng is the CPU hog of `make test-contention`.
+# stress-ng is the CPU hog of `make test-contention`; the API tests start their own
+# redis-server (the replicas' shared rate-limit storage; no system service is used).
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
-	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng
+	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
+	redis-server
 
 .PHONY: test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream
 

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.db",
     "tests.fixtures.hardware",
     "tests.fixtures.kubelet",
+    "tests.fixtures.redis_server",
 ]

@@ -61,6 +61,7 @@ def limit_settings(settings: Settings) -> LimitSettings:
         streams_per_token=settings.max_streams_per_token,
         streams_per_tenancy=settings.max_streams_per_tenancy,
         requests_per_client=settings.max_requests_per_client,
+        storage_url=settings.rate_limit_storage_url,
     )
 
 
@@ -92,7 +93,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         if settings.run_worker:
             dispatcher.start()
         app.state.webhook_dispatcher = dispatcher
-        log.info("gpucaas api ready (database %s)", eng.dialect.name)
+        log.info("gpucaas api ready (database %s; rates counted %s)", eng.dialect.name,
+                 "in the shared storage" if settings.rate_limit_storage_url else "in this replica alone")
         try:
             yield
         finally:
@@ -102,6 +104,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             app.state.kube.close()
             if app.state.admission_pool is not None:
                 await app.state.admission_pool.close()
+            await app.state.limiter.close()
             if engine is None:
                 eng.dispose()
                 service_eng.dispose()
@@ -119,7 +122,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     metrics.registry.register(UsageCollector(lambda: getattr(app.state, "service_engine", None)))
     app.state.worker = None
     app.state.admission_pool = None
-    app.state.limiter = limiter = Limiter(limit_settings(settings))
+    app.state.limiter = limiter = Limiter(limit_settings(settings), registry=metrics.registry)
     app.state.token_cache = TokenCache(settings.token_cache_seconds)
     install_handlers(app)
     app.include_router(api_router)

@@ -70,22 +70,28 @@ async def get_caller(
 ) -> Caller:
     """The token's holder. A token verified in the last few seconds is served from the
     in-process cache (:mod:`services.api.token_cache`) on the event loop; otherwise
-    (and once a minute, to record its use) the database is asked from a worker thread."""
+    (and once a minute, to record its use) the database is asked from a worker thread.
+
+    The rates are counted here, on the event loop (:class:`Limiter` awaits the shared
+    storage when there is one)."""
     if credentials is None or not credentials.credentials:
         raise errors.Unauthorized("missing bearer token (Authorization: Bearer <token>)")
     limiter: Limiter = request.app.state.limiter
     client = client_address(request)
-    limiter.check_bad_tokens(client)  # back-off first: a guesser costs no database query
     cache: TokenCache = request.app.state.token_cache
     digest = security.hash_token(credentials.credentials)
     now = utcnow()
     token = cache.get(digest)
     if token is None or crud.touch_due(token.last_used_at, now):
+        if token is None:
+            # back-off before the lookup: a guesser costs no database query (a cached
+            # token was verified, so it is no guess and skips this storage round trip)
+            await limiter.check_bad_tokens(client)
         token = await anyio.to_thread.run_sync(_verify, request.app.state.engine, cache, digest, now)
     if token is None:
-        limiter.bad_token(client)
+        await limiter.bad_token(client)
         raise errors.Unauthorized("invalid or revoked token")
-    limiter.request(token_id=token.id, tenancy=token.tenancy)
+    await limiter.request(token_id=token.id, tenancy=token.tenancy)
     expires = _as_utc(token.expires_at)
     if expires is not None and expires <= now:
         raise errors.Unauthorized(f"token expired at {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}; ask for a new one")

@@ -14,6 +14,8 @@ from services.api import sizing
 
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})
+# The limits library's Redis storages (services/api/limits.py uses their asyncio variants).
+RATE_LIMIT_STORAGE_SCHEMES = ("redis", "rediss", "redis+unix", "redis+sentinel", "redis+cluster")
 
 
 class Settings(BaseSettings):
@@ -73,6 +75,12 @@ class Settings(BaseSettings):
     )
     rate_limit_bad_tokens: str = Field(
         "20/minute", description="Invalid tokens per client address before it is answered 429 ('' = none)."
+    )
+    rate_limit_storage_url: str = Field(
+        "", description="Redis where all the replicas count the rates together, as a limits storage URI "
+        "(redis://[:password@]host:6379/0; rediss, redis+unix, redis+sentinel, redis+cluster). Empty: each "
+        "replica counts alone, so N replicas allow N times each rate; so does a replica while the Redis "
+        "does not answer.",
     )
     max_streams_per_token: int = Field(100, ge=1, description="Concurrent log follows per token.")
     max_streams_per_tenancy: int = Field(100, ge=1, description="Concurrent log follows per tenancy.")
@@ -144,6 +152,16 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _rate_limit_storage(self) -> Settings:
+        url = self.rate_limit_storage_url
+        if url and url.split("://", 1)[0] not in RATE_LIMIT_STORAGE_SCHEMES:
+            raise ValueError(
+                "rate_limit_storage_url (GPUCAAS_RATE_LIMIT_STORAGE_URL) must be a Redis URI ("
+                + ", ".join(f"{s}://" for s in RATE_LIMIT_STORAGE_SCHEMES) + "), or empty to count in each replica"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _real_admin_token(self) -> Settings:
         if self.admin_token is not None:
             secret = self.admin_token.get_secret_value()
@@ -181,13 +199,19 @@ class Settings(BaseSettings):
         """The effective configuration for the start-up log line (secrets hidden)."""
         data = self.model_dump()
         data["admin_token"] = "***" if self.admin_token else None
-        url = self.database_url
-        if "@" in url and "://" in url:
-            scheme, rest = url.split("://", 1)
-            creds, host = rest.rsplit("@", 1)
-            user = creds.split(":", 1)[0]
-            data["database_url"] = f"{scheme}://{user}:***@{host}" if ":" in creds else url
+        data["database_url"] = _hide_password(self.database_url)
+        data["rate_limit_storage_url"] = _hide_password(self.rate_limit_storage_url)
         return data
+
+
+def _hide_password(url: str) -> str:
+    """``scheme://user:***@host...`` for a URL that carries a password; others as they are."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url
 
 
 @lru_cache

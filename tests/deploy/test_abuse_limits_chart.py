@@ -1,13 +1,15 @@
 """The chart carries the API's abuse limits: per-client bounds on the Ingress, the image
-registry allow-list and retention as the variables the API's settings read."""
+registry allow-list and retention as the variables the API's settings read, and the
+replicas' shared rate-limit storage from a Secret."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 from services.api.settings import Settings
-from tests.deploy.rendering import render
+from tests.deploy.rendering import production_values, render, render_notes
 
 
 def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -44,3 +46,43 @@ def test_allow_list_and_retention_reach_the_api_settings(monkeypatch: Any) -> No
     settings = Settings()
     assert settings.image_registry_allowlist == ["10.0.0.5:5000", "registry.corp.internal"]
     assert settings.retention_days == 7
+
+
+def _api_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    container = _one(objects, "Deployment", "gpucaas-api")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_rate_limit_storage_reaches_the_api_from_a_secret(monkeypatch: Any) -> None:
+    # an existing Secret: referenced, never inlined, and no Secret of the chart's own
+    objects = render({"api": {"rateLimitStorage": {"existingSecret": "shared-limits", "existingSecretKey": "uri"}}})
+    assert _api_env(objects)["GPUCAAS_RATE_LIMIT_STORAGE_URL"] == {
+        "name": "GPUCAAS_RATE_LIMIT_STORAGE_URL",
+        "valueFrom": {"secretKeyRef": {"name": "shared-limits", "key": "uri"}},
+    }
+    assert not [o for o in objects if o["kind"] == "Secret"]
+
+    # a URI in the values: stored in a Secret the chart creates, which the API reads
+    url = "redis://:s3cret@redis.internal:6379/2"
+    objects = render({"api": {"rateLimitStorage": {"url": url}}})
+    ref = _api_env(objects)["GPUCAAS_RATE_LIMIT_STORAGE_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "gpucaas-rate-limits", "key": "url"}
+    secret = _one(objects, "Secret", "gpucaas-rate-limits")
+    assert base64.b64decode(secret["data"]["url"]).decode() == url
+    assert url not in json.dumps(_one(objects, "Deployment", "gpucaas-api"))
+    # the API's own settings class takes what the Secret holds
+    monkeypatch.setenv("GPUCAAS_RATE_LIMIT_STORAGE_URL", url)
+    assert Settings().rate_limit_storage_url == url
+
+    # neither: each replica counts alone, and the notes say so when there are several
+    objects = render({})
+    assert "GPUCAAS_RATE_LIMIT_STORAGE_URL" not in _api_env(objects)
+    assert "counted in each of the 2 API replicas alone" in render_notes({})
+    assert "alone" not in render_notes({"api": {"rateLimitStorage": {"existingSecret": "shared-limits"}}})
+    assert "alone" not in render_notes({"api": {"replicas": 1, "pdb": {"enabled": False}}})
+
+
+def test_production_values_share_the_rates() -> None:
+    env = _api_env(render(production_values()))
+    assert env["GPUCAAS_RATE_LIMIT_STORAGE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "gpucaas-rate-limits", "key": "url"}

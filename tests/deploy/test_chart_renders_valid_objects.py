@@ -251,6 +251,10 @@ def test_values_map_to_env_vars() -> None:
     assert not any(o["kind"] == "ClusterKopfPeering" for o in standalone)
 
 
+#: Values standing in for a Secret's content, by variable (the database URL otherwise).
+SECRET_STAND_INS = {"GPUCAAS_RATE_LIMIT_STORAGE_URL": "redis://:secret@redis:6379/0"}
+
+
 @pytest.mark.parametrize(
     ("settings_module", "settings_class", "kind", "name"),
     [
@@ -296,8 +300,8 @@ def test_rendered_env_is_accepted_by_the_service_settings(
     for var in container["env"]:
         assert var["name"] in known | also_read, f"{name}: {var['name']} is read by nobody"
         source = var.get("valueFrom", {})
-        if "secretKeyRef" in source:
-            value = "postgresql+psycopg://gpucaas:secret@db:5432/gpucaas"
+        if "secretKeyRef" in source:  # what such a Secret holds
+            value = SECRET_STAND_INS.get(var["name"], "postgresql+psycopg://gpucaas:secret@db:5432/gpucaas")
         elif "fieldRef" in source:
             value = "node-a"
         else:

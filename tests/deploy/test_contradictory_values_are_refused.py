@@ -13,6 +13,10 @@ CONTRADICTIONS = [
     ("both database sources", {"database": {"url": "postgresql://u@h/db"}}, "either database.existingSecret or database.url"),
     ("no database", {"database": {"existingSecret": ""}}, "the API needs PostgreSQL"),
     ("not a postgres url", {"database": {"existingSecret": "", "url": "mysql://h/db"}}, "database.url must be a PostgreSQL URL"),
+    ("both rate-limit storage sources", {"api": {"rateLimitStorage": {"existingSecret": "limits", "url": "redis://r:6379/0"}}},
+     "either api.rateLimitStorage.existingSecret or api.rateLimitStorage.url"),
+    ("not a redis rate-limit storage", {"api": {"rateLimitStorage": {"url": "memcached://m:11211"}}},
+     "api.rateLimitStorage.url must be a Redis URI"),
     ("pod tls without certificate", {"api": {"tls": {"existingSecret": ""}}}, "api.tls.enabled needs"),
     ("ingress without tls", {"api": {"ingress": {"enabled": True}}}, "api.ingress.enabled needs TLS"),
     ("cert-manager without issuer", {"certManager": {"enabled": True}}, "certManager.enabled needs certManager.issuerRef.name"),
@@ -35,6 +39,7 @@ SCHEMA_ERRORS = [
     ("bad digest", {"image": {"digest": "latest"}}, "/image/digest"),
     ("non-string node label", {"gpuNodes": {"nodeSelector": {"gpucaas.dev/gpu-node": True}}}, "/gpuNodes/nodeSelector"),
     ("negative tenant uid", {"api": {"tenantRunAsUser": -1}}, "/api/tenantRunAsUser"),
+    ("unknown rate-limit storage key", {"api": {"rateLimitStorage": {"uri": "redis://r"}}}, "uri"),
     ("extender cluster ip not an address", {"schedulerExtender": {"service": {"clusterIP": "extender.svc"}}},
      "/schedulerExtender/service/clusterIP"),
 ]
@@ -60,4 +65,5 @@ def test_contradiction_fixed_renders() -> None:
     assert render({"draDriver": {"bindingConditions": True}, "allocation": {"mode": "dra"}})
     assert render({"api": {"tenantRunAsUser": 0}, "controller": {"podSecurityLevel": "baseline"}})
     assert render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge"}}})
+    assert render({"api": {"rateLimitStorage": {"url": "rediss://:pw@r:6380/0"}}})
     assert render({"certManager": {"enabled": True, "issuerRef": {"name": "ca"}}, "api": {"tls": {"existingSecret": ""}}})

@@ -61,6 +61,15 @@ app.kubernetes.io/part-of: gpucaas
 {{- end -}}
 {{- end -}}
 
+{{/* Name of the Secret that holds the rate-limit storage URI ("" when none is set). */}}
+{{- define "gpucaas.rateLimitSecret" -}}
+{{- if .Values.api.rateLimitStorage.existingSecret -}}
+{{- .Values.api.rateLimitStorage.existingSecret -}}
+{{- else if .Values.api.rateLimitStorage.url -}}
+{{- include "gpucaas.componentName" (list . "rate-limits") -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Secret with the API's in-pod TLS pair. */}}
 {{- define "gpucaas.peeringName" -}}
 {{- default (include "gpucaas.componentName" (list . "controller")) .Values.controller.peering.name -}}
