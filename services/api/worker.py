@@ -204,6 +204,10 @@ class SubmissionWorker:
                     crud.reschedule(session, container_id=row.id, delay=self._backoff(1),
                                     message=f"waiting for quota: {exc}", count_attempt=False)
                 return None
+            if isinstance(exc, Forbidden) and "error looking up service account" in str(exc):
+                # a namespace just made: kube-controller-manager adds its default ServiceAccount
+                # in a moment, and until then admission refuses every pod there
+                return self._retry_later(row, ctx, exc)
             if not _rejected(exc):
                 return self._retry_later(row, ctx, exc)
             log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)

@@ -38,10 +38,24 @@ def mark_tenancy_ready(k8s: Any, name: str, timeout: float = 60.0) -> dict[str, 
     except ApiException as exc:
         if exc.status != 409:
             raise
+    # as the controller does: Ready once pods can be created there (kube-controller-manager's
+    # ServiceAccount controller has made the namespace's default account, which admission needs)
+    wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", ns)), timeout,
+             what=f"the default ServiceAccount of {ns}")
     return custom.patch_cluster_custom_object_status(
         crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name,
         {"status": {"phase": "Ready", "namespace": ns, "observedGeneration": tenancy["metadata"].get("generation", 1)}},
     )
+
+
+def _exists(read: Any) -> bool:
+    try:
+        read()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 def get_pod(k8s: Any, namespace: str, name: str) -> dict[str, Any] | None:

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kc
-from kubernetes import config as kconfig
 
-from gpucaas.devtools.kube_emulator import KubeEmulator
 from gpucaas.devtools.waiting import wait_for
 from services.api.pods import build_pod
 from tests.api.conftest import new_tenancy
@@ -38,36 +36,16 @@ def statuses(api: ApiServer, token: str) -> dict[str, str]:
         return {x["id"]: x["status"] for x in c.get("/v1/containers", params={"limit": 500}).json()["data"]}
 
 
-@pytest.fixture
-def restartable_emulator(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """An emulator that keeps its state on disk, so it can be stopped and started on the same port."""
-    state = tmp_path / "emulator-state.json"
-    holder: dict[str, Any] = {"emu": KubeEmulator(port=0, persist_path=state, install_project_crds=True).start()}
-    holder["port"] = holder["emu"].port
-    holder["kubeconfig"] = holder["emu"].write_kubeconfig(tmp_path / "kubeconfig")
-
-    def restart() -> None:
-        holder["emu"] = KubeEmulator(port=holder["port"], persist_path=state, install_project_crds=True).start()
-
-    holder["restart"] = restart
-    holder["k8s"] = kconfig.new_client_from_config(config_file=str(holder["kubeconfig"]))
-    try:
-        yield holder
-    finally:
-        holder["k8s"].close()
-        holder["emu"].stop()
-
-
 def test_kubernetes_outage_queues_then_completes(
-    restartable_emulator: dict[str, Any], serve: Callable[..., ApiServer], database_url: str
+    own_cluster: Any, serve: Callable[..., ApiServer], database_url: str
 ) -> None:
-    k8s = restartable_emulator["k8s"]
-    api = serve(database_url, restartable_emulator["kubeconfig"])
+    k8s = own_cluster.k8s
+    api = serve(database_url, own_cluster.kubeconfig)
     with api.client() as admin:
         token = new_tenancy(admin, "outage", gpu_quota=64)
     mark_tenancy_ready(k8s, "outage")
 
-    restartable_emulator["emu"].stop()  # Kubernetes goes away
+    own_cluster.stop_apiserver()  # Kubernetes goes away
     with api.client(token) as c:
         ids = [c.post("/v1/containers", json={"image": IMAGE}).json()["id"] for _ in range(4)]
         queued = wait_for(lambda: all("Kubernetes unavailable" in (c.get(f"/v1/containers/{i}").json()["message"] or "")
@@ -76,7 +54,7 @@ def test_kubernetes_outage_queues_then_completes(
         assert set(statuses(api, token).values()) == {"Queued"}
         assert c.get("/readyz").status_code == 503
 
-    restartable_emulator["restart"]()  # and comes back
+    own_cluster.start_apiserver()  # and comes back
     wait_for(lambda: set(statuses(api, token).values()) == {"Pending"}, timeout=90)
     pods = pods_by_container(k8s)
     assert sorted(pods) == sorted(ids)
@@ -84,7 +62,7 @@ def test_kubernetes_outage_queues_then_completes(
 
 
 def test_api_restart_mid_way_loses_and_duplicates_nothing(
-    kube_emulator: Any, kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str
+    kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str
 ) -> None:
     first = serve(database_url, kubeconfig)
     with first.client() as admin:
@@ -108,7 +86,7 @@ def test_api_restart_mid_way_loses_and_duplicates_nothing(
 
 
 def test_crash_between_pod_creation_and_commit(
-    kube_emulator: Any, kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str, dead_kubeconfig: Path
+    kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str, dead_kubeconfig: Path
 ) -> None:
     # Submissions committed while Kubernetes was unreachable...
     offline = serve(database_url, dead_kubeconfig)
@@ -132,7 +110,7 @@ def test_crash_between_pod_creation_and_commit(
 
 @pytest.mark.postgres
 def test_two_replicas_share_the_queue(
-    kube_emulator: Any, kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], postgres_url: str
+    kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], postgres_url: str
 ) -> None:
     one = serve(postgres_url, kubeconfig)
     two = serve(postgres_url, kubeconfig)

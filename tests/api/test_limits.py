@@ -21,7 +21,7 @@ from tests.api.kube_helpers import mark_tenancy_ready
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 
-def _running_container(api: ApiServer, k8s: Any, kube_emulator: Any, tenancy: str) -> tuple[str, str]:
+def _running_container(api: ApiServer, k8s: Any, node_logs: Any, tenancy: str) -> tuple[str, str]:
     """A tenant token and the id of its container whose pod exists and has some output."""
     with api.client() as admin:
         token = new_tenancy(admin, tenancy)
@@ -29,17 +29,17 @@ def _running_container(api: ApiServer, k8s: Any, kube_emulator: Any, tenancy: st
     with api.client(token) as c:
         cid = c.post("/v1/containers", json={"image": IMAGE}).json()["id"]
         wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Pending", what="the pod")
-    kube_emulator.set_pod_log(f"tenant-{tenancy}", f"gpucaas-{cid}", "step 1\n", container="main")
+    node_logs.write(f"tenant-{tenancy}", f"gpucaas-{cid}", "step 1\n")
     return token, cid
 
 
 def test_a_hundred_follows_do_not_stall_other_tenants(
-    serve: Callable[..., ApiServer], database_url: str, kubeconfig: Path, k8s: Any, kube_emulator: Any
+    serve: Callable[..., ApiServer], database_url: str, kubeconfig: Path, k8s: Any, node_logs: Any
 ) -> None:
     # The stream limits at their defaults (100 per token and tenancy); the request rate
     # raised so that opening 100 streams at once is not refused by it first.
     api = serve(database_url, kubeconfig, rate_limit_token="10000/second", rate_limit_tenancy="10000/second")
-    noisy_token, cid = _running_container(api, k8s, kube_emulator, "noisy")
+    noisy_token, cid = _running_container(api, k8s, node_logs, "noisy")
     with api.client() as admin:
         quiet_token = new_tenancy(admin, "quiet")
     mark_tenancy_ready(k8s, "quiet")
@@ -77,7 +77,7 @@ def test_a_hundred_follows_do_not_stall_other_tenants(
         assert anon.get("/readyz").status_code == 200
 
         # the streams still deliver
-        kube_emulator.set_pod_log("tenant-noisy", f"gpucaas-{cid}", "step 2\n", container="main")
+        node_logs.write("tenant-noisy", f"gpucaas-{cid}", "step 2\n")
     # closing the streams gives their slots back
     wait_for(lambda: limiter.open_streams(tenancy="noisy") == 0, what="stream slots released")
     with api.client(noisy_token) as again, again.stream(
@@ -121,10 +121,10 @@ def test_repeated_bad_tokens_get_a_back_off(
 
 
 def test_requests_in_flight_per_client_address_are_capped(
-    serve: Callable[..., ApiServer], database_url: str, kubeconfig: Path, k8s: Any, kube_emulator: Any
+    serve: Callable[..., ApiServer], database_url: str, kubeconfig: Path, k8s: Any, node_logs: Any
 ) -> None:
     api = serve(database_url, kubeconfig, max_requests_per_client=3)
-    token, cid = _running_container(api, k8s, kube_emulator, "crowded")
+    token, cid = _running_container(api, k8s, node_logs, "crowded")
     with api.client(token) as c, ExitStack() as streams:
         for _ in range(3):
             assert streams.enter_context(c.stream("GET", f"/v1/containers/{cid}/logs",

@@ -55,14 +55,15 @@ def _curl(api: ApiServer, ca_file: Path, token: str, path: str) -> subprocess.Po
     )
 
 
-def test_httpx_reads_a_followed_log_to_its_end_when_the_container_ends(api: ApiServer, k8s: Any, kube_emulator: Any) -> None:
+def test_httpx_reads_a_followed_log_to_its_end_when_the_container_ends(api: ApiServer, k8s: Any, node_logs: Any) -> None:
     token, cid, pod = _started(api, k8s, "follow")
-    kube_emulator.set_pod_log("tenant-follow", pod, "step 1\n", container="main")
+    node_logs.write("tenant-follow", pod, "step 1\n")
     with api.client(token) as c, c.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}) as stream:
         lines = stream.iter_lines()
         assert next(lines) == "step 1"
-        kube_emulator.set_pod_log("tenant-follow", pod, "step 2\nResult = PASS\n", container="main")
+        node_logs.write("tenant-follow", pod, "step 2\nResult = PASS\n")
         assert next(lines) == "step 2"
+        node_logs.end("tenant-follow", pod)  # the container exits
         set_pod_status(k8s, "tenant-follow", pod, TERMINATED_OK)
         rest = list(lines)  # raises httpx.RemoteProtocolError if the chunked body is cut
     assert rest == ["Result = PASS"]
@@ -70,16 +71,17 @@ def test_httpx_reads_a_followed_log_to_its_end_when_the_container_ends(api: ApiS
 
 
 def test_curl_follow_exits_0_with_the_whole_log_on_completion(
-    api: ApiServer, k8s: Any, kube_emulator: Any, ca_file: Path
+    api: ApiServer, k8s: Any, node_logs: Any, ca_file: Path
 ) -> None:
     if shutil.which("curl") is None:
         pytest.fail("curl is needed (Debian package curl)")
     token, cid, pod = _started(api, k8s, "curled")
-    kube_emulator.set_pod_log("tenant-curled", pod, "one\n", container="main")
+    node_logs.write("tenant-curled", pod, "one\n")
     proc = _curl(api, ca_file, token, f"/v1/containers/{cid}/logs?follow=true")
     assert proc.stdout is not None
     first = proc.stdout.readline()
-    kube_emulator.set_pod_log("tenant-curled", pod, "two\n", container="main")
+    node_logs.write("tenant-curled", pod, "two\n")
+    node_logs.end("tenant-curled", pod)  # the container exits
     set_pod_status(k8s, "tenant-curled", pod, TERMINATED_OK)
     out, err = proc.communicate()
     assert proc.returncode == 0, err.decode()
@@ -87,10 +89,10 @@ def test_curl_follow_exits_0_with_the_whole_log_on_completion(
 
 
 def test_curl_follow_exits_0_when_the_container_is_cancelled_and_the_log_stays(
-    api: ApiServer, k8s: Any, kube_emulator: Any, ca_file: Path
+    api: ApiServer, k8s: Any, node_logs: Any, ca_file: Path
 ) -> None:
     token, cid, pod = _started(api, k8s, "cancelled")
-    kube_emulator.set_pod_log("tenant-cancelled", pod, "epoch 1 loss 0.9\n", container="main")
+    node_logs.write("tenant-cancelled", pod, "epoch 1 loss 0.9\n")
     proc = _curl(api, ca_file, token, f"/v1/containers/{cid}/logs?follow=true")
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"epoch 1 loss 0.9\n"
@@ -103,9 +105,9 @@ def test_curl_follow_exits_0_when_the_container_is_cancelled_and_the_log_stays(
     assert kept.status_code == 200 and kept.text == "epoch 1 loss 0.9\n"
 
 
-def test_a_client_that_leaves_a_follow_early_does_not_break_the_server(api: ApiServer, k8s: Any, kube_emulator: Any) -> None:
+def test_a_client_that_leaves_a_follow_early_does_not_break_the_server(api: ApiServer, k8s: Any, node_logs: Any) -> None:
     token, cid, pod = _started(api, k8s, "leaver")
-    kube_emulator.set_pod_log("tenant-leaver", pod, "hello\n", container="main")
+    node_logs.write("tenant-leaver", pod, "hello\n")
     with api.client(token) as c:
         with c.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}) as stream:
             assert next(stream.iter_lines()) == "hello"
@@ -114,11 +116,12 @@ def test_a_client_that_leaves_a_follow_early_does_not_break_the_server(api: ApiS
 
 
 def test_the_log_of_a_finished_container_is_served_after_its_pod_is_gone(
-    api: ApiServer, k8s: Any, kube_emulator: Any
+    api: ApiServer, k8s: Any, node_logs: Any
 ) -> None:
     token, cid, pod = _started(api, k8s, "kept")
     lines = [f"line {i:04d} " + "x" * 40 + "\n" for i in range(200)]  # ~10 KB, kept: the last 2 KiB
-    kube_emulator.set_pod_log("tenant-kept", pod, "".join(lines), container="main")
+    node_logs.write("tenant-kept", pod, "".join(lines))
+    node_logs.end("tenant-kept", pod)  # the container exits
     set_pod_status(k8s, "tenant-kept", pod, TERMINATED_OK)
     with api.client(token) as c:
         wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Succeeded")

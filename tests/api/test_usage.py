@@ -19,7 +19,6 @@ from services.api.models import utcnow
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready
-from tests.api.test_durability import restartable_emulator  # noqa: F401 - a fixture
 from tests.api.usage_helpers import add_gpu_node, end_run, record_of, stamp, start_run, submit
 
 
@@ -218,10 +217,10 @@ def test_two_replicas_watching_the_same_run_record_it_once(
 
 
 def test_a_run_that_ends_across_a_kubernetes_outage_is_charged_from_the_pods_times(
-    restartable_emulator: dict[str, Any], serve: Callable[..., ApiServer], database_url: str,
+    own_cluster: Any, serve: Callable[..., ApiServer], database_url: str,
 ) -> None:
-    k8s = restartable_emulator["k8s"]
-    api = serve(database_url, restartable_emulator["kubeconfig"])
+    k8s = own_cluster.k8s
+    api = serve(database_url, own_cluster.kubeconfig)
     with api.client() as admin:
         token = new_tenancy(admin, "kubeout")
     mark_tenancy_ready(k8s, "kubeout")
@@ -231,9 +230,9 @@ def test_a_run_that_ends_across_a_kubernetes_outage_is_charged_from_the_pods_tim
         cid = submit(c, gpus=2)
         start_run(k8s, "kubeout", cid, node="dgx-o", pod_start=started, started=started)
         wait_for(lambda: record_of(c, cid), 60, what="the run's record")
-        restartable_emulator["emu"].stop()  # Kubernetes goes away: the watch breaks
+        own_cluster.stop_apiserver()  # Kubernetes goes away: the watch breaks
         assert c.get("/readyz").status_code == 503
-        restartable_emulator["restart"]()  # it comes back, and the kubelet reports the end
+        own_cluster.start_apiserver()  # it comes back, and the kubelet reports the end
         end_run(k8s, "kubeout", cid, pod_start=started, started=started, finished=finished)
         done = wait_for(lambda: (r := record_of(c, cid)) and not r["running"] and r, 90, what="the run's end")
     assert (done["started_at"], done["finished_at"], done["gpu_seconds"]) == (stamp(started), stamp(finished), 18.0)

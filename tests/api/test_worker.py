@@ -56,7 +56,9 @@ def test_seed_payload_becomes_a_kata_pod_once_the_tenancy_is_ready(api: ApiServe
     # one GPU's share of an HGX H100 node, memory backed by 1 GiB hugepages (the defaults)
     assert main["resources"]["limits"] == {"nvidia.com/gpu": "1", "cpu": "24", "memory": "224Gi",
                                            "hugepages-1Gi": "224Gi"}
-    assert main["resources"]["requests"] == {"cpu": "24", "memory": "1Gi", "hugepages-1Gi": "224Gi"}
+    # the API server fills in the extended resource's request from its limit
+    assert main["resources"]["requests"] == {"cpu": "24", "memory": "1Gi", "hugepages-1Gi": "224Gi",
+                                             "nvidia.com/gpu": "1"}
     assert main["securityContext"]["privileged"] is False
     assert main["securityContext"]["allowPrivilegeEscalation"] is False
     assert all("hostPath" not in v for v in spec.get("volumes", []))
@@ -162,7 +164,7 @@ def test_a_pod_that_outlives_its_cancellation_is_deleted(api: ApiServer, k8s: An
         assert status_of(c, cid)["status"] == "Cancelled"
 
 
-def test_logs_and_follow(api: ApiServer, k8s: Any, kube_emulator: Any) -> None:
+def test_logs_and_follow(api: ApiServer, k8s: Any, node_logs: Any) -> None:
     with api.client() as admin:
         token = new_tenancy(admin, "logs")
     mark_tenancy_ready(k8s, "logs")
@@ -170,14 +172,14 @@ def test_logs_and_follow(api: ApiServer, k8s: Any, kube_emulator: Any) -> None:
         cid = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
         name = f"gpucaas-{cid}"
         wait_for(lambda: status_of(c, cid)["status"] == "Pending")
-        kube_emulator.set_pod_log("tenant-logs", name, "Starting...\nDetected 1 CUDA Capable device(s)\n", container="main")
+        node_logs.write("tenant-logs", name, "Starting...\nDetected 1 CUDA Capable device(s)\n")
         r = c.get(f"/v1/containers/{cid}/logs")
         assert r.status_code == 200 and r.text == "Starting...\nDetected 1 CUDA Capable device(s)\n"
         with c.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}) as stream:
             lines = stream.iter_lines()
             assert next(lines) == "Starting..."
             assert next(lines) == "Detected 1 CUDA Capable device(s)"
-            kube_emulator.set_pod_log("tenant-logs", name, "Result = PASS\n", container="main")
+            node_logs.write("tenant-logs", name, "Result = PASS\n")
             assert next(lines) == "Result = PASS"
 
 

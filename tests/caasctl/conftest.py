@@ -1,4 +1,4 @@
-"""Fixtures of the caasctl tests: one Kubernetes API emulator, one HTTPS API and one fabric
+"""Fixtures of the caasctl tests: the session's Kubernetes cluster, one HTTPS API and one fabric
 service (Fabric Manager simulator on a unix socket) per module, and a runner for the CLI.
 
 The API server is the API tests' harness (``tests.api.harness.ApiServer``); the fabric
@@ -26,25 +26,18 @@ from tests.api.harness import ADMIN_TOKEN, ApiServer
 
 
 @pytest.fixture(scope="module")
-def emulator() -> Iterator[Any]:
-    """A Kubernetes API emulator with the project's CRDs, shared by the module."""
-    from gpucaas.devtools.kube_emulator import KubeEmulator
-
-    emu = KubeEmulator(host="127.0.0.1", port=0, install_project_crds=True).start()
+def kcfg(kube_cluster: Any) -> Iterator[Path]:
+    """The session cluster's admin kubeconfig; what the module made is removed after it."""
+    cluster, snapshot = kube_cluster
     try:
-        yield emu
+        yield cluster.admin_kubeconfig
     finally:
-        emu.stop()
-
-
-@pytest.fixture(scope="module")
-def kcfg(emulator: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
+        snapshot.reset()
 
 
 @pytest.fixture(scope="module")
 def kube(kcfg: Path) -> Iterator[Any]:
-    """The official kubernetes client, configured for the emulator."""
+    """The official kubernetes client, configured for the cluster."""
     from kubernetes import config
 
     client = config.new_client_from_config(config_file=str(kcfg))
@@ -52,6 +45,15 @@ def kube(kcfg: Path) -> Iterator[Any]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def logs(kube: Any, kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The kubelet's log endpoint for the module's pods (``logs.write(ns, pod, text)``)."""
+    from tests.fixtures.kube import node_logs_for
+
+    with node_logs_for(kube, kube_cluster[0], tmp_path_factory.mktemp("kubelet")) as node_logs:
+        yield node_logs
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,7 @@ def ca_file(ca: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start_api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory, **overrides: Any) -> ApiServer:
-    """An API over HTTPS (SQLite) against the module's Kubernetes emulator; ``overrides``:
+    """An API over HTTPS (SQLite) against the module's Kubernetes cluster; ``overrides``:
     more settings."""
     folder = tmp_path_factory.mktemp("api")
     cert = ca.issue_cert("127.0.0.1", "localhost")
@@ -89,7 +91,7 @@ def start_api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory, **o
 
 @pytest.fixture(scope="module")
 def api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """The API over HTTPS (SQLite) against the module's Kubernetes emulator."""
+    """The API over HTTPS (SQLite) against the module's Kubernetes cluster."""
     server = start_api(ca, kcfg, tmp_path_factory)
     try:
         yield server

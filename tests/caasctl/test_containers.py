@@ -1,5 +1,5 @@
 """caasctl containers list/describe/logs/cancel against the API, whose worker creates the pods
-in the Kubernetes emulator (the tenancy controller's and the kubelet's parts done by the test)."""
+in the Kubernetes cluster (the tenancy controller's and the kubelet's parts done by the test)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .conftest import Caasctl
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 
-def test_list_describe_logs_cancel(caasctl: Caasctl, api: ApiServer, kube: Any, emulator: Any) -> None:
+def test_list_describe_logs_cancel(caasctl: Caasctl, api: ApiServer, kube: Any, logs: Any) -> None:
     assert caasctl("tenancies", "create", "cx", "--gpu-quota", "8").exit_code == 0
     assert caasctl("tenancies", "create", "other").exit_code == 0
     with api.client() as admin:
@@ -43,7 +43,7 @@ def test_list_describe_logs_cancel(caasctl: Caasctl, api: ApiServer, kube: Any, 
     text = caasctl("containers", "describe", cid)
     assert text.exit_code == 0 and cid in text.stdout and "tenant-cx" in text.stdout
 
-    emulator.set_pod_log("tenant-cx", pod, "[0] vector add\nTest PASSED\n")
+    logs.write("tenant-cx", pod, "[0] vector add\nTest PASSED\n")
     logs = caasctl("containers", "logs", cid)
     assert logs.exit_code == 0, logs.stderr
     assert logs.stdout.splitlines() == ["[0] vector add", "Test PASSED"]
@@ -63,7 +63,7 @@ def test_list_describe_logs_cancel(caasctl: Caasctl, api: ApiServer, kube: Any, 
 
 
 def test_follow_exits_0_and_admins_see_secret_names_events_and_exit_codes(
-    caasctl: Caasctl, api: ApiServer, kube: Any, emulator: Any
+    caasctl: Caasctl, api: ApiServer, kube: Any, logs: Any
 ) -> None:
     from tests.api.conftest import new_tenancy
     from tests.api.kube_helpers import now, set_pod_status
@@ -78,7 +78,7 @@ def test_follow_exits_0_and_admins_see_secret_names_events_and_exit_codes(
         cid = tenant.post("/v1/containers", json={"image": IMAGE, "env": {"HF_TOKEN": {"secret": "hf"}}}).json()["id"]
     pod = f"gpucaas-{cid}"
     wait_for(lambda: get_pod(kube, "tenant-shown", pod))
-    emulator.set_pod_log("tenant-shown", pod, "Test PASSED\n")
+    logs.write("tenant-shown", pod, "Test PASSED\n")
     set_pod_status(kube, "tenant-shown", pod, {"phase": "Succeeded", "containerStatuses": [
         {"name": "main", "ready": False, "restartCount": 0, "image": IMAGE, "imageID": "",
          "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now()}}}]})

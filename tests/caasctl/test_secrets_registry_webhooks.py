@@ -1,6 +1,6 @@
 """caasctl's tenant commands for secrets, registry logins and webhooks, with a tenant token.
 
-Against the API (its worker creating pods in the Kubernetes emulator) with a real HTTP
+Against the API (its worker creating pods in the Kubernetes cluster) with a real HTTP
 receiver on 127.0.0.1 (``webhook_allow_loopback``, as in the sandbox)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""caasctl tenancies and tokens against the running API over HTTPS (Kubernetes emulator behind it)."""
+"""caasctl tenancies and tokens against the running API over HTTPS (Kubernetes cluster behind it)."""
 
 from __future__ import annotations
 

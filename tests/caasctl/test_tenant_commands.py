@@ -1,6 +1,6 @@
 """caasctl's tenant commands (run, ps, logs, cancel) with a tenant's own token.
 
-Against the API, whose worker creates the pods in the Kubernetes emulator; the tenancy
+Against the API, whose worker creates the pods in the Kubernetes cluster; the tenancy
 controller's and the kubelet's parts are played by the test.
 """
 
@@ -28,7 +28,7 @@ def tenant_token(caasctl: Caasctl, tenancy: str) -> str:
 
 
 def test_a_tenant_runs_lists_reads_and_cancels_with_its_own_token(caasctl: Caasctl, api: ApiServer, kube: Any,
-                                                                  emulator: Any) -> None:
+                                                                  logs: Any) -> None:
     token = tenant_token(caasctl, "tt")
     me = {"GPUCAAS_TOKEN": token}
     ran = caasctl("run", IMAGE, "--gpus", "2", "-e", "MODE=train", "--timeout", "600", "--", "python", "train.py",
@@ -48,7 +48,7 @@ def test_a_tenant_runs_lists_reads_and_cancels_with_its_own_token(caasctl: Caasc
     mark_tenancy_ready(kube, "tt")
     pod = f"gpucaas-{cid}"
     wait_for(lambda: get_pod(kube, "tenant-tt", pod))
-    emulator.set_pod_log("tenant-tt", pod, "epoch 1\nepoch 2\n")
+    logs.write("tenant-tt", pod, "epoch 1\nepoch 2\n")
     logs = caasctl("logs", cid, env=me)
     assert logs.exit_code == 0 and logs.stdout.splitlines() == ["epoch 1", "epoch 2"]
 
@@ -84,7 +84,7 @@ def test_version_and_completion(caasctl: Caasctl) -> None:
 
 
 def test_run_follow_streams_the_log_and_exits_with_the_containers_code(caasctl: Caasctl, api: ApiServer,
-                                                                       kube: Any, emulator: Any) -> None:
+                                                                       kube: Any, logs: Any) -> None:
     me = {"GPUCAAS_TOKEN": tenant_token(caasctl, "tf")}
     mark_tenancy_ready(kube, "tf")
     outcome: dict[str, Run] = {}
@@ -105,7 +105,7 @@ def test_run_follow_streams_the_log_and_exits_with_the_containers_code(caasctl: 
     started = {"phase": "Running", "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0,
                "image": IMAGE, "imageID": "", "state": {"running": {"startedAt": "2026-11-22T10:00:00Z"}}}]}
     set_pod_status(kube, "tenant-tf", pod, started)
-    emulator.set_pod_log("tenant-tf", pod, "starting\nfailing on purpose\n")
+    logs.write("tenant-tf", pod, "starting\nfailing on purpose\n")
     ended = {"phase": "Failed", "containerStatuses": [{"name": "main", "ready": False, "restartCount": 0,
              "image": IMAGE, "imageID": "", "state": {"terminated": {"exitCode": 3, "reason": "Error",
                                                                      "startedAt": "2026-11-22T10:00:00Z",

@@ -75,18 +75,18 @@ def test_env_chooses_format_and_level(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_process_logs_json_when_told(tmp_path) -> None:  # noqa: ANN001
-    """A real gpucaas process (the emulator) started with GPUCAAS_LOG_FORMAT=json writes JSON lines."""
+    """A real gpucaas process (the scheduler extender) started with GPUCAAS_LOG_FORMAT=json writes JSON lines."""
     env = {**os.environ, "GPUCAAS_LOG_FORMAT": "json", "GPUCAAS_LOG_LEVEL": "INFO"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "kube-emulator", "--port", "0",
-         "--no-install-project-crds"],
+        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "scheduler-extender", "--port", "0",
+         "--host", "127.0.0.1"],
         env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()  # the first record: the effective settings (a dict full of quotes)
         record = json.loads(line)
-        assert record["logger"] == "gpucaas.devtools.kube_emulator.cli"
-        assert record["message"].startswith("kube emulator settings: {'host': '127.0.0.1'")
+        assert record["logger"].startswith("services.placement")
+        assert record["message"].startswith("configuration: {")
     finally:
         proc.terminate()
         proc.wait()

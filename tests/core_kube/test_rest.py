@@ -1,6 +1,6 @@
 """The light path (``RestKube``): the same calls, errors and retries as ``Kube`` without the
-official client, against the emulator over HTTPS with a kubeconfig (token + CA) and, for
-answers the emulator cannot be made to give, the scripted server."""
+official client, against the local cluster's kube-apiserver over HTTPS with a kubeconfig (client certificate or
+token, and CA) and, for answers a healthy API server does not give, the scripted server."""
 
 from __future__ import annotations
 
@@ -63,10 +63,8 @@ def test_raw_requests_and_the_error_tree(kubeconfig: Path) -> None:
             kube.call(kube.custom.create_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, bad)
 
 
-def test_a_wrong_token_is_unauthorized(kube_emulator, tmp_path: Path) -> None:
-    if kube_emulator is None:
-        pytest.skip("emulator only")
-    cfg = kube_emulator.write_kubeconfig(tmp_path / "kc", token="not-a-token")
+def test_a_wrong_token_is_unauthorized(local_cluster, tmp_path: Path) -> None:
+    cfg = local_cluster.token_kubeconfig(tmp_path / "kc", "nobody", "not-a-token")
     with k.RestKube(k.KubeConnection(kubeconfig=cfg)) as kube, pytest.raises(k.Unauthorized):
         kube.request("GET", "/api/v1/namespaces")
 

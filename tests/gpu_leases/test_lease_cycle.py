@@ -129,7 +129,8 @@ def test_controller_releases_a_lease_whose_pod_is_gone(
     kubelet.hold("tenant-acme", "c-1", GPU)
     lease_agent.reconcile_once()
     assert controller_step(store, k8s) is None  # the pod is alive: nothing to do
-    client.CoreV1Api(k8s).delete_namespaced_pod("c-1", "tenant-acme")
+    # gone for good (a bound pod's graceful deletion would wait for its node's kubelet)
+    client.CoreV1Api(k8s).delete_namespaced_pod("c-1", "tenant-acme", grace_period_seconds=0)
     assert controller_step(store, k8s) == "released: pod tenant-acme/c-1 was deleted"
     assert state(store) == "Releasing"
 

@@ -1,8 +1,8 @@
 """Keys of the local cluster's etcd through its JSON gateway (``/v3/kv/...``), for the tests.
 
-:class:`Snapshot` remembers which keys a freshly set-up cluster holds; :meth:`Snapshot.reset`
-deletes every key written since, so that each test starts from the same cluster as if it
-were new (the emulator the tests used before gave each test a fresh store; restarting
+:class:`Snapshot` remembers the keys a freshly set-up cluster holds; :meth:`Snapshot.reset`
+deletes every key written since, puts back those deleted since, and restores the CRDs as
+they were, so that each test starts from the same cluster as if it were new (the emulator the tests used before gave each test a fresh store; restarting
 kube-apiserver per test would cost seconds). kube-apiserver learns of the deletions through
 its etcd watch like of any other write, so its caches follow.
 """
@@ -45,6 +45,11 @@ class EtcdKeys:
         out = self._post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end)})
         return {base64.b64decode(kv["key"]): base64.b64decode(kv.get("value", "")) for kv in out.get("kvs", [])}
 
+    def put(self, items: dict[bytes, bytes]) -> None:
+        ops = [{"request_put": {"key": _b64(k), "value": _b64(v)}} for k, v in sorted(items.items())]
+        for i in range(0, len(ops), 100):
+            self._post("/v3/kv/txn", {"success": ops[i:i + 100]})
+
     def delete(self, keys: set[bytes]) -> None:
         if not keys:
             return
@@ -53,18 +58,29 @@ class EtcdKeys:
             self._post("/v3/kv/txn", {"success": ops[i:i + 100]})
 
 
+#: Keys restored to their snapshot value when changed (a test that edits a CRD); other
+#: objects the control plane keeps updating itself and are left as they are.
+RESTORE_PREFIXES = (b"/registry/apiextensions.k8s.io/customresourcedefinitions/",)
+
+
 class Snapshot:
     """The keys of a cluster at one moment; :meth:`reset` returns it to that set of keys."""
 
     def __init__(self, etcd: EtcdKeys) -> None:
         self.etcd = etcd
-        self.keys = etcd.keys()
+        self.items = etcd.values(b"/registry/")
+        self.keys = set(self.items)
 
     def added(self) -> set[bytes]:
         return {k for k in self.etcd.keys() - self.keys if not k.startswith(KEEP_PREFIXES)}
 
-    def reset(self) -> int:
-        """Delete what was added since the snapshot; returns how many keys went."""
-        extra = self.added()
+    def reset(self) -> set[bytes]:
+        """Delete what was added since the snapshot, put back what was deleted or changed
+        (:data:`RESTORE_PREFIXES`); returns the keys put back."""
+        now = self.etcd.values(b"/registry/")
+        extra = {k for k in set(now) - self.keys if not k.startswith(KEEP_PREFIXES)}
+        back = {k: v for k, v in self.items.items()
+                if k not in now or (k.startswith(RESTORE_PREFIXES) and now[k] != v)}
         self.etcd.delete(extra)
-        return len(extra)
+        self.etcd.put(back)
+        return set(back)
