@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from gpucaas import __version__
-from services.api import crud, db, slow_clients
+from services.api import crud, db, revocations, slow_clients
 from services.api.edge import Edge, Metrics
 from services.api.errors import install_handlers
 from services.api.kube import Kube
@@ -83,6 +83,12 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
 
             app.state.admission_pool = AdmissionPool(settings.database_url, max_size=2 * settings.database_pool_size)
             await app.state.admission_pool.open()
+        # PostgreSQL: several replicas may serve; each hears revocations before they are answered
+        listener = None
+        if db.is_postgres(eng) and settings.token_cache_seconds > 0:
+            listener = revocations.Listener(eng.url.render_as_string(hide_password=False), app.state.token_cache)
+            listener.start()
+        app.state.revocation_listener = listener
         app.state.kube = Kube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
         worker = None
         if settings.run_worker:
@@ -101,6 +107,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             if worker is not None:
                 await anyio.to_thread.run_sync(worker.stop)
             await anyio.to_thread.run_sync(dispatcher.stop)
+            if listener is not None:
+                await anyio.to_thread.run_sync(listener.stop)
             app.state.kube.close()
             if app.state.admission_pool is not None:
                 await app.state.admission_pool.close()
@@ -122,6 +130,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     metrics.registry.register(UsageCollector(lambda: getattr(app.state, "service_engine", None)))
     app.state.worker = None
     app.state.admission_pool = None
+    app.state.revocation_listener = None
     app.state.limiter = limiter = Limiter(limit_settings(settings), registry=metrics.registry)
     app.state.token_cache = TokenCache(settings.token_cache_seconds)
     install_handlers(app)

@@ -22,11 +22,14 @@ from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
 
-from services.api import errors, row_claims, security, token_cache
+from services.api import audit, errors, revocations, row_claims, security, token_cache
+from services.api.audit import Actor
 from services.api.models import (
     ACTIVE_STATUSES,
     CONTAINER_COUNT_COLUMNS,
     ApiToken,
+    AuditAction,
+    AuditEvent,
     Container,
     ContainerCreate,
     ContainerLog,
@@ -145,11 +148,14 @@ def delete_tenancy(session: Session, *, name: str) -> int:
         .values(tenancy_deleted_at=now, idempotency_key=None)
     )
     usage_records.mark_tenancy_deleted(session, tenancy=name, when=now)
+    audit.forget_tenancy(session, tenancy=name, when=now)
     session.exec(delete(ApiToken).where(col(ApiToken.tenancy) == name))
+    epoch = revocations.announce(session, tenancy=name)
     webhook_store.forget_tenancy(session, tenancy=name)
     session.exec(delete(Tenancy).where(col(Tenancy.name) == name))
     session.commit()
     token_cache.revoked(tenancy=name)
+    revocations.wait_heard(session.get_bind(), epoch)  # type: ignore[arg-type]
     return int(cancelled or 0)
 
 
@@ -200,13 +206,19 @@ def reconcile_gpu_usage(session: Session) -> dict[str, tuple[int, int]]:
 
 def create_token(
     session: Session, *, tenancy: str | None, name: str | None = None, scope: str | None = None,
-    expires_at: datetime | None = None,
+    expires_at: datetime | None = None, actor: Actor | None = None,
 ) -> tuple[ApiToken, str]:
-    """A new token for ``tenancy`` (None = admin); returns the row and the secret (shown once)."""
+    """A new token for ``tenancy`` (None = admin); returns the row and the secret (shown
+    once, never stored: the row holds its digest). ``actor``, the token minting it, is
+    recorded as ``created_by`` and in the tenancy's audit trail, in the same commit."""
     secret = security.generate_token()
     row = ApiToken(id=security.new_id("tok_"), tenancy=tenancy, token_hash=security.hash_token(secret), name=name,
-                   scope=scope, expires_at=expires_at)
+                   scope=scope, expires_at=expires_at, created_by=actor.token_id if actor else None)
     session.add(row)
+    if tenancy is not None:
+        detail = f"name {name!r}, scope {scope or 'admin'}" + (
+            f", expires {expires_at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}" if expires_at else "")
+        audit.record(session, actor, tenancy=tenancy, action=AuditAction.TOKEN_CREATE, target=row.id, detail=detail)
     session.commit()
     session.refresh(row)
     return row, secret
@@ -262,10 +274,25 @@ def list_tokens(session: Session, *, tenancy: str) -> Sequence[ApiToken]:
     return session.exec(select(ApiToken).where(ApiToken.tenancy == tenancy).order_by(ApiToken.created_at)).all()
 
 
-def delete_token(session: Session, *, tenancy: str, token_id: str) -> bool:
+def count_tokens(session: Session, *, tenancy: str) -> int:
+    return int(session.exec(select(func.count()).select_from(ApiToken).where(ApiToken.tenancy == tenancy)).one())
+
+
+def delete_token(session: Session, *, tenancy: str, token_id: str, actor: Actor | None = None) -> bool:
+    """Revoke one of the tenancy's tokens (False: no such token in that tenancy). When this
+    returns, no replica accepts it any more: this process forgets it after the commit and
+    every other replica has acknowledged the revocation (``services.api.revocations``)."""
+    name = session.exec(select(ApiToken.name).where(col(ApiToken.tenancy) == tenancy,
+                                                    col(ApiToken.id) == token_id)).first()
     result = session.exec(delete(ApiToken).where(col(ApiToken.tenancy) == tenancy, col(ApiToken.id) == token_id))
+    epoch = None
+    if result.rowcount:
+        epoch = revocations.announce(session, token_id=token_id)
+        audit.record(session, actor, tenancy=tenancy, action=AuditAction.TOKEN_REVOKE, target=token_id,
+                     detail=f"name {name!r}" if name else None)
     session.commit()
     token_cache.revoked(token_id=token_id)
+    revocations.wait_heard(session.get_bind(), epoch)  # type: ignore[arg-type]
     return bool(result.rowcount)
 
 
@@ -292,7 +319,8 @@ def _by_idempotency_key(session: Session, *, tenancy: str, key: str) -> Any:
 
 
 def submit_container(
-    session: Session, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None
+    session: Session, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None,
+    actor: Actor | None = None,
 ) -> tuple[Container | SimpleNamespace, bool]:
     """Commit a new submission (status Queued) after admission; returns (row, created).
 
@@ -301,7 +329,8 @@ def submit_container(
     idempotency key already used for the same request, the existing row comes back
     (created False); used for a different request, Conflict. NotFound when the tenancy
     does not exist; QuotaExceeded when it has no room. :func:`submit_container_async`
-    is the same on PostgreSQL's async driver.
+    is the same on PostgreSQL's async driver. A new row's ``container.submit`` event for
+    ``actor`` is written with it (:func:`admit_container`).
     """
     digest, values = _submission(tenancy_name, data, idempotency_key)
     if idempotency_key is not None:  # an index hit (uq_container_idempotency)
@@ -311,15 +340,16 @@ def submit_container(
     if session.in_transaction():  # the admission takes a connection of its own, in autocommit
         session.rollback()
     try:
-        if admit_container(session, values=values):
+        if admit_container(session, values=values, actor=actor):
             return SimpleNamespace(**values), True
     except IntegrityError as err:
         return _key_taken_meanwhile(session, tenancy_name, idempotency_key, digest, err)
-    return _not_admitted(session, tenancy_name, data.gpus, values, idempotency_key, digest)
+    return _not_admitted(session, tenancy_name, data.gpus, values, idempotency_key, digest, actor)
 
 
 async def submit_container_async(
-    pool: AdmissionPool, engine: Engine, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None
+    pool: AdmissionPool, engine: Engine, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None,
+    actor: Actor | None = None,
 ) -> tuple[Container | SimpleNamespace | Any, bool]:
     """:func:`submit_container` with its common case on the event loop: the idempotency
     lookup and the admission statement run on ``pool`` (psycopg's own asyncio pool, in
@@ -334,7 +364,8 @@ async def submit_container_async(
         if existing is not None:
             return _same_request(existing, digest), False
     try:
-        admitted = await pool.first(_ADMIT[(True, False)], _admit_params(values)) is not None
+        stmt, params = _admission(True, False, values, actor)
+        admitted = await pool.first(stmt, params) is not None
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -347,7 +378,7 @@ async def submit_container_async(
 
     def rest() -> tuple[Container | SimpleNamespace, bool]:
         with Session(engine, expire_on_commit=False) as session:
-            return _not_admitted(session, tenancy_name, data.gpus, values, idempotency_key, digest)
+            return _not_admitted(session, tenancy_name, data.gpus, values, idempotency_key, digest, actor)
 
     return await anyio.to_thread.run_sync(rest)
 
@@ -385,7 +416,8 @@ def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str |
 
 
 def _not_admitted(
-    session: Session, tenancy_name: str, gpus: int, values: dict[str, Any], idempotency_key: str | None, digest: str
+    session: Session, tenancy_name: str, gpus: int, values: dict[str, Any], idempotency_key: str | None, digest: str,
+    actor: Actor | None = None,
 ) -> tuple[Container | SimpleNamespace, bool]:
     """After the fast admission inserted nothing: a tenancy with a GPU-hour budget is
     admitted once its budget is checked (403 when spent); otherwise the refusal says why."""
@@ -394,7 +426,7 @@ def _not_admitted(
         if tenancy is not None and tenancy.gpu_hours_per_month is not None:
             usage_budget.check(session, tenancy=tenancy)  # 403 once the month's budget is spent
             session.rollback()
-            if admit_container(session, values=values, budgeted=True):
+            if admit_container(session, values=values, budgeted=True, actor=actor):
                 return SimpleNamespace(**values), True
     except IntegrityError as err:
         return _key_taken_meanwhile(session, tenancy_name, idempotency_key, digest, err)
@@ -427,11 +459,17 @@ def _new_container_values(**given: Any) -> dict[str, Any]:
     return values
 
 
-def _admission_statement(*, lock: bool, budgeted: bool) -> Any:
+def _admission_statement(*, lock: bool, budgeted: bool, audited: bool = False) -> Any:
     """``INSERT INTO container (...) SELECT :values FROM tenancy WHERE name = :tenancy AND
     gpus_in_use + :gpus <= gpu_quota [AND gpu_hours_per_month IS NULL] [FOR UPDATE]
     RETURNING id``, built once. The fast path admits only tenancies without a GPU-hour
-    budget; a budgeted one is admitted (``budgeted``) after its budget was checked."""
+    budget; a budgeted one is admitted (``budgeted``) after its budget was checked.
+
+    ``audited`` (PostgreSQL): the same insert as a data-modifying CTE whose returned row
+    feeds the ``container.submit`` audit event — ``WITH admitted AS (INSERT ... RETURNING
+    id, tenancy) INSERT INTO audit_event ... SELECT ... FROM admitted RETURNING target`` —
+    still one statement and one round trip; the event exists exactly when the container does.
+    """
     table = Container.__table__  # type: ignore[attr-defined]
     columns = []
     for c in table.columns:
@@ -446,14 +484,32 @@ def _admission_statement(*, lock: bool, budgeted: bool) -> Any:
         source = source.where(col(Tenancy.gpu_hours_per_month).is_(None))
     if lock:
         source = source.with_for_update()
-    return insert(table).from_select([c.name for c in table.columns], source).returning(table.c.id)
+    admission = insert(table).from_select([c.name for c in table.columns], source)
+    if not audited:
+        return admission.returning(table.c.id)
+    admitted = admission.returning(table.c.id, table.c.tenancy).cte("admitted")
+    event = audit.submission_insert(admitted)
+    return event.returning(event.table.c.target)
 
 
 _ADMIT = {(lock, budgeted): _admission_statement(lock=lock, budgeted=budgeted)
           for lock in (True, False) for budgeted in (True, False)}
+# PostgreSQL's admission with its audit event, in one statement
+_ADMIT_AUDITED = {budgeted: _admission_statement(lock=True, budgeted=budgeted, audited=True)
+                  for budgeted in (True, False)}
+_AUDIT_INSERT = insert(AuditEvent.__table__)  # type: ignore[attr-defined]
 
 
-def admit_container(session: Session, *, values: dict[str, Any], budgeted: bool = False) -> bool:
+def _admission(postgres: bool, budgeted: bool, values: dict[str, Any], actor: Actor | None) -> tuple[Any, dict]:
+    """The admission statement to run and its parameters (the audit event's too on PostgreSQL)."""
+    params = _admit_params(values)
+    if actor is not None and postgres:
+        return _ADMIT_AUDITED[budgeted], {**params, **audit.submission_params(actor, at=values["created_at"])}
+    return _ADMIT[(postgres, budgeted)], params
+
+
+def admit_container(session: Session, *, values: dict[str, Any], budgeted: bool = False,
+                    actor: Actor | None = None) -> bool:
     """Insert the new row ``values`` if its tenancy exists and has room for it, in one
     statement (:func:`_admission_statement`) run in autocommit: one round trip, and the
     row is durably committed when it returns (the commit's flush happens inside the
@@ -469,11 +525,23 @@ def admit_container(session: Session, *, values: dict[str, Any], budgeted: bool 
     no room: :func:`_refusal` says which). A tenancy with a monthly GPU-hour budget is
     admitted only with ``budgeted`` (after :func:`services.api.usage.budget.check`), so the
     common case stays one statement.
+
+    With an ``actor`` the ``container.submit`` audit event goes in with the row: in the
+    same statement on PostgreSQL, in the same transaction (one commit) on SQLite.
     """
-    stmt = _ADMIT[(_is_postgres(session), budgeted)]
-    with session.get_bind().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    postgres = _is_postgres(session)
+    stmt, params = _admission(postgres, budgeted, values, actor)
+    bind = session.get_bind()
+    if actor is not None and not postgres:
+        with bind.connect() as conn, conn.begin():
+            if conn.execute(stmt, params).first() is None:
+                return False
+            conn.execute(_AUDIT_INSERT, audit.values(actor, tenancy=values["tenancy"], at=values["created_at"],
+                                                     action=AuditAction.CONTAINER_SUBMIT, target=values["id"]))
+            return True
+    with bind.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         # RETURNING says whether a row went in (psycopg reports no rowcount for INSERT ... SELECT)
-        return conn.execute(stmt, _admit_params(values)).first() is not None
+        return conn.execute(stmt, params).first() is not None
 
 
 def _admit_params(values: dict[str, Any]) -> dict[str, Any]:
@@ -565,8 +633,9 @@ def _count(session: Session, *, tenancy: str | None, status: str | None) -> int:
     return int(session.exec(query).one())
 
 
-def cancel_container(session: Session, *, container: Container) -> Container:
-    """Mark an active container Cancelled; the worker deletes its pod."""
+def cancel_container(session: Session, *, container: Container, actor: Actor | None = None) -> Container:
+    """Mark an active container Cancelled (its ``container.cancel`` event in the same
+    commit); the worker deletes its pod."""
     now = utcnow()
     before = container.status
     result = session.exec(
@@ -576,6 +645,8 @@ def cancel_container(session: Session, *, container: Container) -> Container:
     )
     if result.rowcount:
         webhook_outbox.on_status_change(session, container_id=container.id, before=before)
+        audit.record(session, actor, tenancy=container.tenancy, action=AuditAction.CONTAINER_CANCEL,
+                     target=container.id)
     session.commit()
     session.refresh(container)
     return container

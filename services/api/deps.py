@@ -11,7 +11,7 @@ requires an admin token.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Annotated
 
@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from services.api import crud, errors, scopes, security
+from services.api.audit import Actor
 from services.api.kube import Kube
 from services.api.limits import Limiter
 from services.api.models import _as_utc, utcnow
@@ -53,10 +54,18 @@ SessionDep = Annotated[Session, Depends(get_session)]
 class Caller:
     token_id: str
     tenancy: str | None  # None: an admin token
+    scope: str | None = None  # None: admin
+    token_name: str | None = None
+    client: str | None = None  # the client's address
 
     @property
     def is_admin(self) -> bool:
         return self.tenancy is None
+
+    @property
+    def actor(self) -> Actor:
+        """Who the audit trail says did it."""
+        return Actor(token_id=self.token_id, token_name=self.token_name, client=self.client)
 
 
 def client_address(request: Request) -> str:
@@ -99,7 +108,7 @@ async def get_caller(
         need = scopes.needed(request.method, request.url.path)
         raise errors.Forbidden(f"this token's scope is {token.scope!r}; {request.method} {request.url.path} "
                                f"needs a token with scope {need!r}")
-    return Caller(token_id=token.id, tenancy=token.tenancy)
+    return Caller(token_id=token.id, tenancy=token.tenancy, scope=token.scope, token_name=token.name, client=client)
 
 
 def _verify(engine: Engine, cache: TokenCache, digest: str, now: datetime) -> VerifiedToken | None:
@@ -110,12 +119,11 @@ def _verify(engine: Engine, cache: TokenCache, digest: str, now: datetime) -> Ve
         if row is None:
             return None
         token = VerifiedToken(id=row.id, tenancy=row.tenancy, scope=row.scope, expires_at=row.expires_at,
-                              last_used_at=row.last_used_at)
+                              last_used_at=row.last_used_at, name=row.name)
         session.rollback()
         if crud.touch_due(token.last_used_at, now):
             crud.touch_token(session, token_id=token.id, now=now)
-            token = VerifiedToken(id=token.id, tenancy=token.tenancy, scope=token.scope,
-                                  expires_at=token.expires_at, last_used_at=now)
+            token = replace(token, last_used_at=now)
     cache.put(digest, token, generation=generation)
     return token
 

@@ -201,6 +201,22 @@ class ApiToken(SQLModel, table=True):
     scope: str | None = Field(default=None, max_length=16)  # None: admin (all a tenant token may do)
     expires_at: datetime | None = None
     last_used_at: datetime | None = None
+    # the token that minted it (None: minted before migration 0010, or the bootstrap token)
+    created_by: str | None = Field(default=None, max_length=32)
+
+
+def _in_future(value: datetime | None) -> datetime | None:
+    if value is not None:
+        value = value if value.tzinfo else value.replace(tzinfo=UTC)
+        if value <= utcnow():
+            raise ValueError("must be in the future (UTC, e.g. 2027-01-01T00:00:00Z)")
+    return value
+
+
+def _printable_name(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
 
 
 class TokenCreate(StrictInput):
@@ -208,7 +224,7 @@ class TokenCreate(StrictInput):
     scope: Literal["read", "submit", "admin"] = PField(
         "admin",
         description="read: look only; submit: also submit and cancel containers; admin: also manage the "
-        "tenancy's secrets and registry credentials.",
+        "tenancy's secrets, registry credentials, webhooks and tokens, and read its audit trail.",
         examples=["submit"],
     )
     expires_at: UTCDatetime | None = PField(
@@ -218,11 +234,31 @@ class TokenCreate(StrictInput):
     @field_validator("expires_at")
     @classmethod
     def _future(cls, value: datetime | None) -> datetime | None:
-        if value is not None:
-            value = value if value.tzinfo else value.replace(tzinfo=UTC)
-            if value <= utcnow():
-                raise ValueError("must be in the future (UTC, e.g. 2027-01-01T00:00:00Z)")
-        return value
+        return _in_future(value)
+
+
+class TenantTokenCreate(StrictInput):
+    """A token a tenant mints for its own tenancy (``POST /v1/tokens``): named, no wider
+    than the caller's own scope, optionally expiring."""
+
+    name: Annotated[str, AfterValidator(_printable_name)] = PField(
+        min_length=1, max_length=128, description="What the token is for, shown in listings and the audit trail.",
+        examples=["dash"])
+    scope: Literal["read", "submit", "admin"] = PField(
+        "read",
+        description="read (default): look only; submit: also submit and cancel containers; admin: also manage "
+        "the tenancy's secrets, registry credentials, webhooks, tokens and read its audit trail. No wider than "
+        "the scope of the token that mints it.",
+        examples=["read"],
+    )
+    expires_at: UTCDatetime | None = PField(
+        None, description="When the token stops working (UTC, ISO 8601); unset: never.", examples=["2027-01-01T00:00:00Z"]
+    )
+
+    @field_validator("expires_at")
+    @classmethod
+    def _future(cls, value: datetime | None) -> datetime | None:
+        return _in_future(value)
 
 
 class TokenPublic(SQLModel):
@@ -230,6 +266,8 @@ class TokenPublic(SQLModel):
     tenancy: str | None
     name: str | None
     created_at: UTCDatetime
+    created_by: str | None = PField(None, description="Id of the token that minted it (null: an operator's "
+                                    "bootstrap or an older token).")
     scope: str = "admin"
     expires_at: UTCDatetime | None = None
     last_used_at: UTCDatetime | None = PField(None, description="Last request made with it (to the minute).")
@@ -247,6 +285,72 @@ class TokenIssued(TokenPublic):
 class TokensPublic(SQLModel):
     data: list[TokenPublic]
     count: int
+
+
+# --- audit trail -----------------------------------------------------------------
+
+
+class AuditAction(StrEnum):
+    """What a tenancy's audit trail records (``services.api.audit``)."""
+
+    CONTAINER_SUBMIT = "container.submit"
+    CONTAINER_CANCEL = "container.cancel"
+    CONTAINER_EXEC = "container.exec"
+    TOKEN_CREATE = "token.create"
+    TOKEN_REVOKE = "token.revoke"
+    SECRET_PUT = "secret.put"
+    SECRET_DELETE = "secret.delete"
+    REGISTRY_CREDENTIAL_PUT = "registry_credential.put"
+    REGISTRY_CREDENTIAL_DELETE = "registry_credential.delete"
+    WEBHOOK_CREATE = "webhook.create"
+    WEBHOOK_DELETE = "webhook.delete"
+    WEBHOOK_RESEND = "webhook.resend"
+    VOLUME_CREATE = "volume.create"
+    VOLUME_UPDATE = "volume.update"
+    VOLUME_DELETE = "volume.delete"
+    ENDPOINT_CREATE = "endpoint.create"
+    ENDPOINT_UPDATE = "endpoint.update"
+    ENDPOINT_DELETE = "endpoint.delete"
+
+
+class AuditEvent(SQLModel, table=True):
+    """One change made in a tenancy: who (the token, and its name as it was), what, to
+    which object, when, from which address. Never a secret value: ``target`` is an id or
+    a name, ``detail`` a short fixed description (migration 0010)."""
+
+    __tablename__ = "audit_event"  # type: ignore[assignment]
+
+    id: str = Field(primary_key=True, max_length=32)
+    tenancy: str = Field(max_length=63)
+    at: datetime = Field(default_factory=utcnow)
+    action: str = Field(max_length=48)
+    target: str | None = Field(default=None, max_length=255)
+    token_id: str | None = Field(default=None, max_length=32)
+    token_name: str | None = Field(default=None, max_length=128)
+    client: str | None = Field(default=None, max_length=64)
+    detail: str | None = Field(default=None, max_length=256)
+    # set when its tenancy was deleted: hidden from a new tenancy of the same name, pruned by retention
+    tenancy_deleted_at: datetime | None = None
+
+
+class AuditEventPublic(SQLModel):
+    id: str
+    at: UTCDatetime
+    action: AuditAction
+    target: str | None = PField(None, description="What it acted on: a container or token id, a secret's name, "
+                                "a registry server, a webhook id.")
+    token_id: str | None = PField(None, description="The token that did it.")
+    token_name: str | None = PField(None, description="That token's name when it did it.")
+    client: str | None = PField(None, description="The client's address, as the API saw it.")
+    detail: str | None = PField(None, description="A few words more (e.g. the scope of a minted token).")
+
+
+class AuditPage(SQLModel):
+    data: list[AuditEventPublic]
+    limit: int
+    next: str | None = PField(
+        None, description="Cursor of the next page: pass it as ?after= (null: this is the last page)."
+    )
 
 
 # --- tenant secrets and registry credentials (values live only in Kubernetes) ----

@@ -1,8 +1,9 @@
 """Retention: finished containers (and their pods, which hold their logs) are kept for
-``retention_days`` after they finish, then pruned, so stored rows stay bounded.
+``retention_days`` after they finish, then pruned, so stored rows stay bounded; audit
+events for ``audit_retention_days`` (:func:`prune_audit`).
 
-The submission worker runs ``prune`` every ``retention_interval_seconds``; with
-several replicas each may run it, which is harmless (deletes are idempotent).
+The submission worker runs both every ``retention_interval_seconds``; with several
+replicas each may run them, which is harmless (deletes are idempotent).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sqlmodel import Session, col, delete, select
 
 from gpucaas.core import crds
 from gpucaas.core.kube import KubeError
+from services.api import audit
 from services.api.kube import Kube
 from services.api.models import TERMINAL_STATUSES, Container, ContainerLog, utcnow
 
@@ -55,3 +57,11 @@ def prune(engine: Engine, kube: Kube, *, days: float, batch: int = 200) -> int:
             log.info("retention: pruned %d container(s) finished before %s", len(gone), cutoff.isoformat())
         if len(gone) < len(rows) or len(rows) < batch:
             return removed
+
+
+def prune_audit(engine: Engine, *, days: float) -> int:
+    """Delete audit events older than ``days``; returns how many."""
+    removed = audit.prune(engine, days=days)
+    if removed:
+        log.info("retention: pruned %d audit event(s) older than %g days", removed, days)
+    return removed

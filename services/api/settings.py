@@ -97,13 +97,17 @@ class Settings(BaseSettings):
         30.0, gt=0, description="Days finished containers (and their pods and logs) are kept before pruning."
     )
     retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the worker prunes.")
+    audit_retention_days: float = Field(
+        90.0, gt=0, description="Days a tenancy's audit events (GET /v1/audit) are kept before pruning."
+    )
     database_pool_size: int = Field(
         20, ge=1, description="Database connections kept for requests (as many again may open under bursts); "
         "sized to the request worker threads (40) so that a request thread never waits for one."
     )
     token_cache_seconds: float = Field(
         5.0, ge=0, description="How long a verified token is remembered in-process (0: ask the database on "
-        "every request); a token revoked through another replica stops working within this time."
+        "every request). A revocation holds on the next request on every replica regardless (PostgreSQL: each "
+        "replica acknowledges it before it is answered)."
     )
     service_pool_size: int = Field(
         2, ge=1, description="Database connections kept apart for the worker and the health endpoints."

@@ -2,14 +2,18 @@
 token query.
 
 An entry maps the token's SHA-256 digest (never the secret) to what authorisation
-needs: id, tenancy, scope, expiry, last use. It lives ``ttl`` seconds
-(``GPUCAAS_TOKEN_CACHE_SECONDS``, default 5; 0 turns the cache off). Revocation is
-bounded by that time:
+needs: id, name, tenancy, scope, expiry, last use. It lives ``ttl`` seconds
+(``GPUCAAS_TOKEN_CACHE_SECONDS``, default 5; 0 turns the cache off). A revocation (a
+token revoked, its tenancy deleted) holds on the next request on every replica:
 
-* in this process, revoking a token or deleting its tenancy forgets the entries at
-  once (:func:`revoked`, called by ``crud`` after the commit), so the next request
-  is refused;
-* on another replica, a revoked token keeps working for at most ``ttl`` seconds.
+* in this process, the entries are forgotten right after the commit (:func:`revoked`,
+  called by ``crud``);
+* on PostgreSQL, every other replica forgets them too before the revocation is answered
+  (``services.api.revocations``: a notification each replica acknowledges). A cache is
+  then *guarded*: it serves entries only until :attr:`TokenCache.valid_until`, which that
+  replica's revocation listener pushes forward while it holds its lease; a replica that
+  cannot hear revocations stops serving from its cache when the lease runs out, and starts
+  again empty once it hears again (:meth:`TokenCache.resume`).
 
 Expiry (``expires_at``) is checked on every request from the entry, so an expired
 token stops at its time exactly. Unknown tokens are never cached: a guess always
@@ -19,6 +23,7 @@ are bounded (``max_entries``); the oldest go first.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -37,27 +42,34 @@ class VerifiedToken:
     scope: str | None
     expires_at: datetime | None
     last_used_at: datetime | None
+    name: str | None = None
 
 
 class TokenCache:
-    def __init__(self, ttl: float, max_entries: int = 100_000) -> None:
+    def __init__(self, ttl: float, max_entries: int = 100_000, *, guarded: bool = False) -> None:
         self.ttl = ttl
         self.max_entries = max_entries
         self._entries: OrderedDict[str, tuple[float, VerifiedToken]] = OrderedDict()
         self._lock = threading.Lock()
         # bumped by every revocation: a lookup that began before one is not cached after it
         self.generation = 0
+        # entries are served until then (time.monotonic()): always on one replica; with
+        # several, only while the revocation listener holds its lease (``guarded``)
+        self.valid_until = 0.0 if guarded else math.inf
         with _caches_lock:
             _caches.add(self)
 
     def get(self, digest: str) -> VerifiedToken | None:
         if self.ttl <= 0:
             return None
+        now = time.monotonic()
+        if now >= self.valid_until:
+            return None
         with self._lock:
             hit = self._entries.get(digest)
             if hit is None:
                 return None
-            if time.monotonic() - hit[0] >= self.ttl:
+            if now - hit[0] >= self.ttl:
                 del self._entries[digest]
                 return None
             return hit[1]
@@ -65,7 +77,7 @@ class TokenCache:
     def put(self, digest: str, token: VerifiedToken, *, generation: int) -> None:
         """Remember ``token``, read from the database after :attr:`generation` was
         ``generation`` (skipped when a revocation happened since: the row read may be gone)."""
-        if self.ttl <= 0:
+        if self.ttl <= 0 or time.monotonic() >= self.valid_until:
             return
         with self._lock:
             if generation != self.generation:
@@ -81,6 +93,25 @@ class TokenCache:
             hit = self._entries.get(digest)
             if hit is not None:
                 self._entries[digest] = (hit[0], replace(hit[1], last_used_at=when))
+
+    def suspend(self) -> None:
+        """Serve nothing from now on (the revocation listener cannot hear), until :meth:`resume`."""
+        self.valid_until = 0.0
+        self.forget_all()
+
+    def resume(self, valid_until: float) -> None:
+        """Start again, empty (revocations may have been missed), serving until ``valid_until``."""
+        self.forget_all()
+        self.valid_until = valid_until
+
+    def extend(self, valid_until: float) -> None:
+        """The listener renewed its lease: serve entries until ``valid_until``."""
+        self.valid_until = valid_until
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self.generation += 1
+            self._entries.clear()
 
     def forget(self, *, token_id: str | None = None, tenancy: str | None = None) -> None:
         with self._lock:

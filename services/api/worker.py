@@ -94,6 +94,7 @@ class SubmissionWorker:
                 next_prune = time.monotonic() + self.settings.retention_interval_seconds
                 try:
                     retention.prune(self.engine, self.kube, days=self.settings.retention_days)
+                    retention.prune_audit(self.engine, days=self.settings.audit_retention_days)
                 except Exception:  # noqa: BLE001 - retried at the next interval
                     log.exception("retention pass failed")
             if not busy:

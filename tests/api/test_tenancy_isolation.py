@@ -103,6 +103,40 @@ def test_tenant_tokens_cannot_use_admin_endpoints(
         assert admin.get("/v1/admin/tenancies/beta").status_code == 200
 
 
+# --- tokens and the audit trail: another tenancy's answer like missing ones -----------------
+
+TOKEN_PROBES = [
+    ("DELETE", "/v1/tokens/{token}", None),
+    ("DELETE", "/v1/tokens/{token}?tenancy={owner}", None),
+    ("GET", "/v1/tokens?tenancy={owner}", None),
+    ("POST", "/v1/tokens?tenancy={owner}", {"name": "intruder", "scope": "admin"}),
+    ("GET", "/v1/audit?tenancy={owner}", None),
+    ("GET", "/v1/audit?tenancy={owner}&action=token.create", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), TOKEN_PROBES, ids=[f"{m} {p}" for m, p, _ in TOKEN_PROBES])
+def test_another_tenancys_tokens_and_audit_are_not_found(
+    api_down: ApiServer, two_tenants: dict, method: str, path: str, body: dict | None
+) -> None:
+    with api_down.client() as admin:
+        beta_token = admin.get("/v1/admin/tenancies/beta/tokens").json()["data"][0]["id"]
+    with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+        theirs = alpha.request(method, path.format(token=beta_token, owner="beta"), json=body)
+        missing = alpha.request(method, path.format(token="tok_0000000000000000", owner="nowhere"), json=body)
+        own_tokens = alpha.get("/v1/tokens").json()["data"]
+        own_events = alpha.get("/v1/audit").json()["data"]
+    assert theirs.status_code == missing.status_code == 404, (theirs.text, missing.text)
+    norm = lambda r, *names: functools.reduce(lambda t, n: t.replace(n, "X"), names, r.json()["detail"])  # noqa: E731
+    assert norm(theirs, beta_token, "beta") == norm(missing, "tok_0000000000000000", "nowhere")
+    assert {t["tenancy"] for t in own_tokens} == {"alpha"}
+    assert beta_token not in str(own_events) and "beta" not in str(own_events)
+    with api_down.client(two_tenants["beta"]["token"]) as beta:  # untouched
+        assert beta.get("/v1/containers").status_code == 200
+        assert [t["id"] for t in beta.get("/v1/tokens").json()["data"]] == [beta_token]
+        assert {e["action"] for e in beta.get("/v1/audit").json()["data"]} == {"token.create", "container.submit"}
+
+
 @pytest.mark.parametrize("header", [None, "Bearer", "Bearer wrong", "Basic abc"], ids=["none", "empty", "wrong", "basic"])
 def test_missing_or_bad_tokens_are_401(api_down: ApiServer, header: str | None) -> None:
     with api_down.client(None) as anon:

@@ -1,7 +1,11 @@
 """The in-process cache of verified tokens: entries expire, revocations drop them at once
-(in every cache of the process) and win over a lookup that was in flight, the size is bounded."""
+(in every cache of the process) and win over a lookup that was in flight, the size is
+bounded; a guarded cache (several replicas) serves only while its revocation listener
+holds its lease."""
 
 from __future__ import annotations
+
+import time
 
 from gpucaas.devtools.waiting import wait_for
 from services.api.token_cache import TokenCache, VerifiedToken, revoked
@@ -50,3 +54,22 @@ def test_the_oldest_entries_go_first_beyond_the_bound() -> None:
     for i in range(3):
         cache.put(f"d{i}", token(f"tok_{i}"), generation=cache.generation)
     assert cache.get("d0") is None and cache.get("d1") is not None and cache.get("d2") is not None
+
+
+def test_a_guarded_cache_serves_only_while_its_listener_holds_the_lease() -> None:
+    cache = TokenCache(ttl=60, guarded=True)
+    cache.put("d1", token("tok_1"), generation=cache.generation)
+    assert cache.get("d1") is None  # not listening yet: nothing is kept or served
+    cache.resume(time.monotonic() + 60)
+    cache.put("d1", token("tok_1"), generation=cache.generation)
+    assert cache.get("d1") == token("tok_1")
+    cache.extend(time.monotonic() - 1)  # the lease ran out without a renewal
+    assert cache.get("d1") is None
+    cache.extend(time.monotonic() + 60)
+    assert cache.get("d1") == token("tok_1")
+    began = cache.generation
+    cache.suspend()  # the listener lost its connection: everything goes
+    cache.resume(time.monotonic() + 60)
+    assert cache.get("d1") is None
+    cache.put("d1", token("tok_1"), generation=began)  # read before the suspension: not kept
+    assert cache.get("d1") is None

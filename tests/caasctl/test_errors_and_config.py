@@ -121,8 +121,8 @@ def test_every_command_has_help_and_the_output_option() -> None:
     commands = [["partitions", "list"], ["partitions", "activate"], ["partitions", "deactivate"], ["nodes"],
                 ["gpus"], ["gpus", "quarantine"], ["gpus", "release"], ["leases"], ["tenancies", "create"],
                 ["tenancies", "list"], ["tenancies", "describe"], ["tenancies", "delete"], ["tokens", "issue"],
-                ["tokens", "list"], ["tokens", "revoke"], ["containers", "list"], ["containers", "describe"],
-                ["containers", "cancel"]]
+                ["tokens", "list"], ["tokens", "revoke"], ["tokens", "create"], ["audit"], ["containers", "list"],
+                ["containers", "describe"], ["containers", "cancel"]]
     for cmd in commands:
         r = invoke([*cmd, "--help"], {})
         assert r.exit_code == 0, cmd

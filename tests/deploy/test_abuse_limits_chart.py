@@ -36,16 +36,17 @@ def test_ingress_bounds_each_client() -> None:
 
 def test_allow_list_and_retention_reach_the_api_settings(monkeypatch: Any) -> None:
     objects = render({"api": {"imageRegistryAllowlist": ["10.0.0.5:5000", "registry.corp.internal"],
-                              "retentionDays": 7}})
+                              "retentionDays": 7, "auditRetentionDays": 400}})
     container = _one(objects, "Deployment", "gpucaas-api")["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert json.loads(env["GPUCAAS_IMAGE_REGISTRY_ALLOWLIST"]) == ["10.0.0.5:5000", "registry.corp.internal"]
     # the API's own settings class reads these values as the chart writes them
     monkeypatch.setenv("GPUCAAS_IMAGE_REGISTRY_ALLOWLIST", env["GPUCAAS_IMAGE_REGISTRY_ALLOWLIST"])
     monkeypatch.setenv("GPUCAAS_RETENTION_DAYS", env["GPUCAAS_RETENTION_DAYS"])
+    monkeypatch.setenv("GPUCAAS_AUDIT_RETENTION_DAYS", env["GPUCAAS_AUDIT_RETENTION_DAYS"])
     settings = Settings()
     assert settings.image_registry_allowlist == ["10.0.0.5:5000", "registry.corp.internal"]
-    assert settings.retention_days == 7
+    assert settings.retention_days == 7 and settings.audit_retention_days == 400
 
 
 def _api_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -65,7 +65,8 @@ class RestClient:
             raise CaasctlError(f"cannot reach the API at {self.http.base_url}: {exc}") from exc
         if resp.status_code == 403 and path.startswith("/v1/admin"):
             raise CaasctlError("this is an admin command and the token in use is not an admin token "
-                               "(a tenant token runs: run, ps, logs, cancel, usage, secrets, registry, webhooks)")
+                               "(a tenant token runs: run, ps, logs, cancel, usage, secrets, registry, webhooks, "
+                               "tokens, audit)")
         if resp.status_code >= 400:
             raise CaasctlError(f"{resp.status_code}: {_detail(resp)}")
         return resp.json() if resp.content else None

@@ -17,7 +17,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from gpucaas.programs.caasctl import tenant, tenant_resources, usage
+from gpucaas.programs.caasctl import tenant, tenant_resources, tenant_tokens, usage
 from gpucaas.programs.caasctl.client import RestClient, CaasctlError, Config, fabric_socket_for
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
@@ -40,13 +40,15 @@ def one_line(exc: Exception) -> str:
 
 
 app = typer.Typer(name="caasctl",
-                  help="gpucaas from the command line. Tenants: run, ps, logs, cancel, secrets, registry, webhooks, usage. Admins: partitions, nodes, "
+                  help="gpucaas from the command line. Tenants: run, ps, logs, cancel, secrets, registry, webhooks, usage, "
+                       "tokens, audit. Admins: partitions, nodes, "
                        "GPUs, leases, tenancies, tokens, containers, secrets.",
                   no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=_OneLineErrors)
 partitions_app = typer.Typer(help="NVLink partitions (Fabric Manager).", no_args_is_help=True)
 gpus_app = typer.Typer(help="GPUs: list, quarantine, release.", no_args_is_help=False, invoke_without_command=True)
 tenancies_app = typer.Typer(help="Tenancies: create, list, describe, delete.", no_args_is_help=True)
-tokens_app = typer.Typer(help="API tokens of a tenancy.", no_args_is_help=True)
+tokens_app = typer.Typer(help="API tokens: yours (create, list, revoke), or a tenancy's (admins: issue, list, revoke).",
+                         no_args_is_help=True)
 containers_app = typer.Typer(help="Containers of every tenancy.", no_args_is_help=True)
 secrets_app = typer.Typer(help="Secrets: create (value from stdin), list by name, delete; values are never shown.",
                           no_args_is_help=True)
@@ -108,6 +110,7 @@ def _api(ctx: typer.Context) -> RestClient:
 tenant.register(app, lambda ctx: _api(ctx))
 tenant_resources.register(app, secrets_app, lambda ctx: _api(ctx))
 usage.register(app, lambda ctx: _api(ctx))
+tenant_tokens.register(app, tokens_app, lambda ctx: _api(ctx))
 
 
 def _fabric(ctx: typer.Context, node: str | None, socket: str | None):  # noqa: ANN202
@@ -308,19 +311,20 @@ def tokens_issue(ctx: typer.Context, tenancy: str,
 
 
 @tokens_app.command("list")
-def tokens_list(ctx: typer.Context, tenancy: str, output: Output = Format.table) -> None:
-    """List a tenancy's tokens (ids only; secrets are never shown again) with scope, expiry and last use."""
-    emit(_api(ctx).get(f"/v1/admin/tenancies/{tenancy}/tokens")["data"], output,
-         [("ID", lambda r: r["id"]), ("NAME", lambda r: r.get("name")), ("SCOPE", lambda r: r.get("scope")),
-          ("EXPIRES", lambda r: r.get("expires_at")), ("LAST USED", lambda r: r.get("last_used_at")),
-          ("CREATED", lambda r: r.get("created_at"))])
+def tokens_list(ctx: typer.Context,
+                tenancy: Annotated[str | None, typer.Argument(help="With an admin token: whose.")] = None,
+                output: Output = Format.table) -> None:
+    """List your tenancy's tokens (an admin: a tenancy's) with scope, expiry, last use; never a secret."""
+    tenant_tokens.list_tokens(_api(ctx), tenancy, output)
 
 
 @tokens_app.command("revoke")
-def tokens_revoke(ctx: typer.Context, tenancy: str, token_id: str, output: Output = Format.table) -> None:
-    """Revoke a token."""
-    result = _api(ctx).delete(f"/v1/admin/tenancies/{tenancy}/tokens/{token_id}")
-    emit(result if isinstance(result, dict) else {"revoked": token_id}, output)
+def tokens_revoke(ctx: typer.Context,
+                  ids: Annotated[list[str], typer.Argument(help="ID (yours), or TENANCY ID with an admin token.",
+                                                           metavar="[TENANCY] ID")],
+                  output: Output = Format.table) -> None:
+    """Revoke a token: its next request, on any API replica, is refused."""
+    tenant_tokens.revoke_token(_api(ctx), ids, output)
 
 
 # --- containers ----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from fastapi import APIRouter
 
 from services.api.errors import ERROR_RESPONSES
 from services.api.routes import (
+    audit,
     cluster,
     container_events,
     containers,
@@ -19,6 +20,7 @@ from services.api.routes import (
     registry_credentials,
     secrets,
     tenancies,
+    tokens,
     usage,
     webhooks,
 )
@@ -30,5 +32,5 @@ api_router = APIRouter()
 api_router.include_router(health.router, responses=EDGE_RESPONSES)
 for _router in (containers.router, container_events.router, containers.admin_router, tenancies.router,
                 cluster.router, gpus.router, secrets.router, registry_credentials.router, webhooks.router,
-                usage.router, usage.admin_router):
+                tokens.router, audit.router, usage.router, usage.admin_router):
     api_router.include_router(_router, responses=ERROR_RESPONSES)

@@ -153,7 +153,7 @@ async def submit_container(
     pool = getattr(state, "admission_pool", None)
     if pool is not None and not caller.is_admin and not _has_overrides(body) and not body.secret_refs:
         row, created = await crud.submit_container_async(
-            pool, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key)
+            pool, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key, actor=caller.actor)
     else:
         row, created = await anyio.to_thread.run_sync(
             _submit_on_thread, state.engine, settings, state.kube, caller, body, idempotency_key)
@@ -187,7 +187,8 @@ def _submit_on_thread(
         _check_size(settings, body, session, name)
         if body.secret_refs:
             _check_secret_refs(kube, name, body.secret_refs)
-        return crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key)
+        return crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key,
+                                     actor=caller.actor)
 
 
 @router.get("", response_model=ContainersPublic)
@@ -231,7 +232,7 @@ def cancel_container(
         if row.status == ContainerStatus.CANCELLED:
             return to_public(row)
         raise errors.Conflict(f"container {container_id!r} already finished ({row.status})")
-    row = crud.cancel_container(session, container=row)
+    row = crud.cancel_container(session, container=row, actor=caller.actor)
     if worker is not None:
         worker.wake()
     return to_public(row)

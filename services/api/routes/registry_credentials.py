@@ -8,10 +8,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from services.api import errors, tenant_scope, tenant_secrets
+from services.api import audit, errors, tenant_scope, tenant_secrets
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.kube import Kube
-from services.api.models import RegistryCredentialCreate, RegistryCredentialPublic, RegistryCredentialsPublic
+from services.api.models import (
+    AuditAction,
+    RegistryCredentialCreate,
+    RegistryCredentialPublic,
+    RegistryCredentialsPublic,
+)
 from services.api.routes.secrets import TenancyQuery, list_objects, remove, write
 
 ServerPath = Annotated[str, Path(
@@ -34,6 +39,8 @@ def create_registry_credential(body: RegistryCredentialCreate, session: SessionD
     obj = tenant_secrets.build_registry_secret(tenancy=name, server=body.server, username=body.username,
                                                password=body.password)
     write(kube, obj, replace=True, what="registry credential", tenancy=name)
+    audit.record_now(session, caller.actor, tenancy=name, action=AuditAction.REGISTRY_CREDENTIAL_PUT,
+                     target=body.server, detail=f"username {body.username!r}")
     for row in _all(kube, name):
         if row.server == body.server:
             return row
@@ -59,4 +66,5 @@ def delete_registry_credential(server: ServerPath, session: SessionDep, caller: 
         raise errors.Invalid(f"server: {exc}") from exc
     if not remove(kube, name, tenant_secrets.registry_object_name(host)):
         raise errors.NotFound(f"no registry credential for {host!r}")
+    audit.record_now(session, caller.actor, tenancy=name, action=AuditAction.REGISTRY_CREDENTIAL_DELETE, target=host)
     return Response(status_code=204)

@@ -11,11 +11,19 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from gpucaas.core import crds
-from services.api import errors, tenant_scope, tenant_secrets
+from services.api import audit, errors, tenant_scope, tenant_secrets
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
 from services.api.kube import Kube
-from services.api.models import SecretCreate, SecretName, SecretPublic, SecretsPublic, SecretUpdate, TenancyName
+from services.api.models import (
+    AuditAction,
+    SecretCreate,
+    SecretName,
+    SecretPublic,
+    SecretsPublic,
+    SecretUpdate,
+    TenancyName,
+)
 
 SecretNamePath = Annotated[SecretName, Path(
     description="The secret's name (a DNS label).",
@@ -74,6 +82,8 @@ def create_secret(body: SecretCreate, session: SessionDep, caller: CurrentTenant
     obj = tenant_secrets.build_secret(tenancy=name, name=body.name, value=body.value)
     if not write(kube, obj, replace=False, what="secret", tenancy=name):
         raise errors.Conflict(f"name: secret {body.name!r} already exists; PUT /v1/secrets/{body.name} replaces its value")
+    audit.record_now(session, caller.actor, tenancy=name, action=AuditAction.SECRET_PUT, target=body.name,
+                     detail="created")
     return _find(kube, name, body.name)
 
 
@@ -84,6 +94,8 @@ def replace_secret(secret_name: SecretNamePath, body: SecretUpdate, session: Ses
     name = tenant_scope.resolve(session, caller, tenancy)
     write(kube, tenant_secrets.build_secret(tenancy=name, name=secret_name, value=body.value), replace=True,
           what="secret", tenancy=name)
+    audit.record_now(session, caller.actor, tenancy=name, action=AuditAction.SECRET_PUT, target=secret_name,
+                     detail="value set")
     return _find(kube, name, secret_name)
 
 
@@ -110,4 +122,5 @@ def delete_secret(secret_name: SecretNamePath, session: SessionDep, caller: Curr
     name = tenant_scope.resolve(session, caller, tenancy)
     if not remove(kube, name, tenant_secrets.secret_object_name(secret_name)):
         raise errors.NotFound(f"secret {secret_name!r} not found")
+    audit.record_now(session, caller.actor, tenancy=name, action=AuditAction.SECRET_DELETE, target=secret_name)
     return Response(status_code=204)

@@ -120,12 +120,13 @@ def delete_tenancy(
 
 @router.post("/{name}/tokens", status_code=201, response_model=TokenIssued)
 def issue_token(
-    name: TenancyName, session: SessionDep, _admin: AdminUser, body: TokenCreate | None = None
+    name: TenancyName, session: SessionDep, admin: AdminUser, body: TokenCreate | None = None
 ) -> TokenIssued:
     """Issue a tenant token bound to this tenancy; the secret is shown only here."""
     _get(session, name)
     body = body or TokenCreate()
-    row, secret = crud.create_token(session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at)
+    row, secret = crud.create_token(session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at,
+                                    actor=admin.actor)
     return TokenIssued.model_validate(row, update={"token": secret})
 
 
@@ -138,9 +139,9 @@ def list_tokens(name: TenancyName, session: SessionDep, _admin: AdminUser) -> To
 
 
 @router.delete("/{name}/tokens/{token_id}", status_code=204)
-def revoke_token(name: TenancyName, token_id: TokenId, session: SessionDep, _admin: AdminUser) -> Response:
-    """Revoke one of the tenancy's tokens."""
+def revoke_token(name: TenancyName, token_id: TokenId, session: SessionDep, admin: AdminUser) -> Response:
+    """Revoke one of the tenancy's tokens; its next request, on any replica, is refused (401)."""
     _get(session, name)
-    if not crud.delete_token(session, tenancy=name, token_id=token_id):
+    if not crud.delete_token(session, tenancy=name, token_id=token_id, actor=admin.actor):
         raise errors.NotFound(f"token {token_id!r} not found in tenancy {name!r}")
     return Response(status_code=204)

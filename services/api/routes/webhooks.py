@@ -16,8 +16,9 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from gpucaas.core import crds
 from gpucaas.core.kube import KubeError
-from services.api import errors, tenant_scope
+from services.api import audit, errors, tenant_scope
 from services.api.deps import CurrentTenant, KubeDep, SessionDep, SettingsDep
+from services.api.models import AuditAction
 from services.api.routes.secrets import TenancyQuery, write
 from services.api.webhooks import secret_store, signing, ssrf, store
 from services.api.webhooks.models import (
@@ -71,7 +72,9 @@ def create_webhook(body: WebhookCreate, session: SessionDep, caller: CurrentTena
     write(kube, secret_store.build(tenancy=name, webhook_id=webhook_id, secret=secret), replace=False,
           what="webhook signing secret", tenancy=name)
     try:
-        row = store.create(session, tenancy=name, data=body, webhook_id=webhook_id)
+        audit.record(session, caller.actor, tenancy=name, action=AuditAction.WEBHOOK_CREATE, target=webhook_id,
+                     detail=f"events {', '.join(body.events)}")
+        row = store.create(session, tenancy=name, data=body, webhook_id=webhook_id)  # commits the event too
     except Exception:
         _delete_secret(kube, name, webhook_id)
         raise
@@ -104,7 +107,9 @@ def delete_webhook(webhook_id: WebhookIdPath, request: Request, session: Session
                    kube: KubeDep, tenancy: TenancyQuery = None) -> Response:
     """Delete a webhook, its pending deliveries and its delivery log."""
     name = tenant_scope.resolve(session, caller, tenancy)
-    if not store.remove(session, tenancy=name, webhook_id=webhook_id):
+    audit.record(session, caller.actor, tenancy=name, action=AuditAction.WEBHOOK_DELETE, target=webhook_id)
+    if not store.remove(session, tenancy=name, webhook_id=webhook_id):  # commits the event with the delete
+        session.rollback()
         raise errors.NotFound(f"webhook {webhook_id!r} not found")
     _delete_secret(kube, name, webhook_id)
     dispatcher = getattr(request.app.state, "webhook_dispatcher", None)
@@ -137,7 +142,9 @@ def resend_delivery(webhook_id: WebhookIdPath, delivery_id: DeliveryIdPath, requ
     row = store.get_delivery(session, webhook_id=hook.id, delivery_id=delivery_id)
     if row is None:
         raise errors.NotFound(f"delivery {delivery_id!r} not found")
-    row = store.resend(session, delivery=row)
+    audit.record(session, caller.actor, tenancy=hook.tenancy, action=AuditAction.WEBHOOK_RESEND, target=hook.id,
+                 detail=f"delivery {row.id}")
+    row = store.resend(session, delivery=row)  # commits the event with the resend
     dispatcher = getattr(request.app.state, "webhook_dispatcher", None)
     if dispatcher is not None:
         dispatcher.wake()
