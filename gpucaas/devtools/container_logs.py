@@ -32,16 +32,43 @@ Key = tuple[str, str, str]  # namespace, pod, container
 
 
 class LogBook:
-    """Containers' output, appended as it is made; readers wait for more until the container ends."""
+    """Containers' output, appended as it is made; readers wait for more until the container ends.
 
-    def __init__(self) -> None:
+    With a ``folder`` each container's log is also a file there (``<ns>_<pod>_<container>.log``,
+    as the kubelet keeps them under /var/log/pods), read back when the book is made again:
+    a restarted node keeps serving the logs of the pods it still holds.
+    """
+
+    def __init__(self, folder: Path | None = None) -> None:
         self._text: dict[Key, bytearray] = defaultdict(bytearray)
         self._ended: set[Key] = set()
         self._cond = threading.Condition()
+        self.folder = folder
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            for path in folder.glob("*.log"):
+                parts = path.stem.split("_")
+                if len(parts) == 3:
+                    self._text[(parts[0], parts[1], parts[2])] += path.read_bytes()
+
+    def _file(self, key: Key) -> Path | None:
+        return self.folder / f"{key[0]}_{key[1]}_{key[2]}.log" if self.folder is not None else None
 
     def append(self, namespace: str, pod: str, container: str, text: str) -> None:
+        key = (namespace, pod, container)
         with self._cond:
-            self._text[(namespace, pod, container)] += text.encode()
+            self._text[key] += text.encode()
+            path = self._file(key)
+            if path is not None:
+                with path.open("ab") as f:
+                    f.write(text.encode())
+            self._cond.notify_all()
+
+    def end_pod(self, namespace: str, pod: str) -> None:
+        """Every container of the pod exited."""
+        with self._cond:
+            for key in [k for k in self._text if k[:2] == (namespace, pod)]:
+                self._ended.add(key)
             self._cond.notify_all()
 
     def end(self, namespace: str, pod: str, container: str) -> None:
@@ -55,8 +82,10 @@ class LogBook:
         with self._cond:
             for key in [k for k in self._text if k[:2] == (namespace, pod)]:
                 self._text.pop(key, None)
-                self._ended.discard(key)
                 self._ended.add(key)  # a follower still attached ends
+                path = self._file(key)
+                if path is not None:
+                    path.unlink(missing_ok=True)
             self._cond.notify_all()
 
     def known(self, key: Key) -> bool:

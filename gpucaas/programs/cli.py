@@ -27,7 +27,6 @@ def version() -> None:
 # Service registrations (one line per service; keep alphabetical).
 from gpucaas.programs import gpu_node  # noqa: E402
 from gpucaas.programs.doctor import cli as doctor_cli  # noqa: E402
-from gpucaas.devtools.kube_emulator import cli as kube_emulator_cli  # noqa: E402
 from gpucaas.programs.sandbox import cli as sandbox_cli  # noqa: E402
 from services.api import cli as api_cli  # noqa: E402
 from gpucaas.programs import dra_node  # noqa: E402
@@ -41,9 +40,6 @@ app.command("controller")(tenancy_controller_cli.command)
 app.command("scheduler-extender")(placement_cli.command)
 app.command("sandbox")(sandbox_cli.command)
 app.command("node-agent")(sandbox_cli.node_agent_command)
-app.command("sandbox-scheduler")(sandbox_cli.scheduler_command)
-app.command("sandbox-claim-controller")(sandbox_cli.claim_controller_command)
-app.command("kube-emulator")(kube_emulator_cli.command)
 app.command("doctor")(doctor_cli.command)
 app.command("fabric")(fabric_cli.command)
 app.command("dra-driver")(dra_node.command)

@@ -238,11 +238,18 @@ class LocalCluster:
                "--secure-port", str(self.apiserver_port),
                "--tls-cert-file", serving.cert, "--tls-private-key-file", serving.key,
                "--client-ca-file", pki.ca.cert,
+               # the aggregation layer's front-proxy trust (components read it from the
+               # extension-apiserver-authentication ConfigMap and complain when it is missing)
+               "--requestheader-client-ca-file", pki.ca.cert, "--requestheader-allowed-names", "front-proxy-client",
+               "--requestheader-username-headers", "X-Remote-User", "--requestheader-group-headers", "X-Remote-Group",
+               "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
                "--service-account-issuer", ISSUER, "--service-account-key-file", pki.sa_public,
                "--service-account-signing-key-file", pki.sa_private,
                "--service-cluster-ip-range", SERVICE_CIDR,
                "--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
                "--kubelet-client-certificate", kubelet_client.cert, "--kubelet-client-key", kubelet_client.key,
+               # as kubeadm: nodes are reached at their address, not a host name to resolve
+               "--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname",
                "--allow-privileged=true", "--profiling=false", "--v", "1"]
         if opts.token_auth_file is not None:
             api += ["--token-auth-file", opts.token_auth_file]
@@ -278,19 +285,31 @@ class LocalCluster:
             self._add("kube-controller-manager", kcm, self._https_ok(self._kcm_port))
 
         if opts.run_scheduler:
-            sched_kc = self.kubeconfig_for(self.folder / "kube-scheduler.kubeconfig", "system:kube-scheduler")
-            config = dict(opts.scheduler_config or {
-                "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"})
-            config["clientConnection"] = {"kubeconfig": str(sched_kc)}
-            config["leaderElection"] = {"leaderElect": False}
-            cfg = self.folder / "kube-scheduler-config.yaml"
-            cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-            sched = [b / "kube-scheduler", "--config", cfg,
-                     "--authentication-kubeconfig", sched_kc, "--authorization-kubeconfig", sched_kc,
-                     "--bind-address", "127.0.0.1", "--secure-port", str(self._sched_port), "--v", "1"]
-            if opts.feature_gates:
-                sched += ["--feature-gates", _gates(opts.feature_gates)]
-            self._add("kube-scheduler", sched, self._https_ok(self._sched_port))
+            self._add_scheduler()
+
+    def _add_scheduler(self) -> None:
+        opts, b = self.options, self.bin_dir
+        sched_kc = self.kubeconfig_for(self.folder / "kube-scheduler.kubeconfig", "system:kube-scheduler")
+        config = dict(opts.scheduler_config or {
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"})
+        config["clientConnection"] = {"kubeconfig": str(sched_kc)}
+        config["leaderElection"] = {"leaderElect": False}
+        cfg = self.folder / "kube-scheduler-config.yaml"
+        cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+        sched = [b / "kube-scheduler", "--config", cfg,
+                 "--authentication-kubeconfig", sched_kc, "--authorization-kubeconfig", sched_kc,
+                 "--bind-address", "127.0.0.1", "--secure-port", str(self._sched_port), "--v", "1"]
+        if opts.feature_gates:
+            sched += ["--feature-gates", _gates(opts.feature_gates)]
+        self._add("kube-scheduler", sched, self._https_ok(self._sched_port))
+
+    def start_scheduler(self, config: dict[str, Any], timeout: float = 120.0) -> None:
+        """Start kube-scheduler with ``config`` on a running cluster (once what it calls, an
+        extender say, answers)."""
+        self.options.scheduler_config = config
+        self._add_scheduler()
+        self._launch("kube-scheduler")
+        self._wait_ready("kube-scheduler", timeout)
 
     def _add(self, name: str, args: list[Any], ready: Callable[[], bool]) -> None:
         self.components[name] = Component(name, [str(a) for a in args], ready,

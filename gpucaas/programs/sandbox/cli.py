@@ -1,4 +1,4 @@
-"""`gpucaas sandbox`, and the two sandbox-only services it starts: `node-agent`, `sandbox-scheduler`."""
+"""`gpucaas sandbox`, and the sandbox-only service it starts: `node-agent`."""
 
 from __future__ import annotations
 
@@ -12,12 +12,7 @@ import typer
 
 from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
-from gpucaas.programs.sandbox.settings import (
-    ClaimControllerSettings,
-    NodeAgentSettings,
-    SandboxSettings,
-    SchedulerSettings,
-)
+from gpucaas.programs.sandbox.settings import NodeAgentSettings, SandboxSettings
 
 
 def _api_client(kubeconfig: str | None):  # noqa: ANN202
@@ -26,6 +21,27 @@ def _api_client(kubeconfig: str | None):  # noqa: ANN202
     from gpucaas.core.kube import KubeConnection, new_api_client
 
     return new_api_client(KubeConnection(kubeconfig=Path(kubeconfig) if kubeconfig else None))
+
+
+def _cluster_ca(kubeconfig: str | None, kubelet_dir):  # noqa: ANN001, ANN202
+    """The cluster's CA from the kubeconfig, as a file: kube-apiserver's kubelet client
+    certificate is signed by it (the kubelet's --client-ca-file). None without one."""
+    import base64
+    from pathlib import Path
+
+    import yaml
+
+    if not kubeconfig:
+        return None
+    doc = yaml.safe_load(Path(kubeconfig).read_text())
+    cluster = (doc.get("clusters") or [{}])[0].get("cluster") or {}
+    if cluster.get("certificate-authority-data"):
+        path = Path(kubelet_dir) / "pki" / "client-ca.pem"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+        return path
+    ca = cluster.get("certificate-authority")
+    return Path(ca) if ca else None
 
 
 def _stop_on_signals(stop) -> None:  # noqa: ANN001
@@ -129,37 +145,8 @@ def node_agent_command(settings: NodeAgentSettings, logging_settings: LoggingSet
         dra = DraKubelet(Kube.of(api), settings.node_name, settings.kubelet_dir / "plugins_registry",
                          settings.kubelet_dir)
     agent = NodeAgent(api, settings.node_name, settings.kubelet_dir, settings.resource_name,
-                      settings.run_seconds, dra=dra)
+                      settings.run_seconds, dra=dra, client_ca=_cluster_ca(kubeconfig, settings.kubelet_dir))
     _stop_on_signals(agent.stop)
     agent.run()
 
 
-@settings_command(SchedulerSettings, Section(LoggingSettings, "log-"), name="sandbox-scheduler")
-def scheduler_command(settings: SchedulerSettings, logging_settings: LoggingSettings) -> None:
-    """(sandbox) Bind pending pods to nodes, asking the scheduler extender, as kube-scheduler would."""
-    from gpucaas.programs.sandbox.scheduler import SandboxScheduler
-
-    configure_logging(logging_settings)
-    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-    api = _api_client(kubeconfig)
-    dra = None
-    if settings.allocation_mode == "dra":
-        from gpucaas.core.kube import Kube
-        from gpucaas.programs.sandbox.dra_scheduling import DraPlacer
-
-        dra = DraPlacer(Kube.of(api), binding_timeout_s=settings.binding_timeout_s)
-    sched = SandboxScheduler(api, settings.extender_url, settings.resource_name, dra=dra)
-    _stop_on_signals(sched.stop)
-    sched.run()
-
-
-@settings_command(ClaimControllerSettings, Section(LoggingSettings, "log-"), name="sandbox-claim-controller")
-def claim_controller_command(settings: ClaimControllerSettings, logging_settings: LoggingSettings) -> None:
-    """(sandbox) Create pods' ResourceClaims from their templates, as kube-controller-manager's resourceclaim controller."""
-    from gpucaas.programs.sandbox.claim_controller import ClaimController
-
-    configure_logging(logging_settings)
-    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-    controller = ClaimController(_api_client(kubeconfig))
-    _stop_on_signals(controller.stop)
-    controller.run()

@@ -9,14 +9,13 @@ projected token) and writes one kubeconfig per process. Each gpucaas process run
 its chart ServiceAccount, never as the admin, so a permission the chart lacks fails
 the sandbox as it would fail on a cluster.
 
-Two identities are not ServiceAccounts, as on a kubeadm cluster: the node agent plays
-the kubelet and authenticates as ``system:node:<node>`` in ``system:nodes``, bound to
-the bootstrap ``system:node`` ClusterRole (the kubelet's RBAC rules; the Node authorizer
-and NodeRestriction that narrow them to the node's own objects are not modelled) plus
-the emulator's pod-log endpoint (``/emulator/v1/...``, which stands in for the kubelet
-serving logs itself). The sandbox scheduler plays
-kube-scheduler and authenticates as ``system:kube-scheduler``, which the bootstrap
-policy binds to ``system:kube-scheduler`` and ``system:volume-scheduler``.
+The node agents are not ServiceAccounts: each plays a node's kubelet and authenticates,
+as a kubelet does, as ``system:node:<node>`` in ``system:nodes`` (a static token of
+kube-apiserver's ``--token-auth-file``), judged by the Node authorizer and the
+NodeRestriction admission plugin: it may change its own Node and the pods bound to it,
+and read what those pods reference, nothing else. kube-scheduler and
+kube-controller-manager run with their own client certificates
+(:mod:`gpucaas.devtools.local_cluster`).
 """
 
 from __future__ import annotations
@@ -44,12 +43,6 @@ def sandbox_values(allocation_mode: str) -> dict[str, Any]:
     """The chart values the sandbox renders with for ``allocation_mode``."""
     return SANDBOX_DRA_VALUES if allocation_mode == "dra" else SANDBOX_VALUES
 TOKEN_SECONDS = 30 * 24 * 3600
-NODES_BINDING = "gpucaas-sandbox:nodes"
-NODE_LOGS_ROLE = "gpucaas-sandbox:node-pod-logs"
-#: kube-controller-manager's resourceclaim controller runs as this ServiceAccount
-#: (``--use-service-account-credentials``); the sandbox gives it a static token.
-CLAIM_CONTROLLER_USER = "system:serviceaccount:kube-system:resource-claim-controller"
-CLAIM_CONTROLLER_ROLE = "system:controller:resource-claim-controller"
 
 
 @dataclass(frozen=True)
@@ -75,47 +68,9 @@ def service_accounts(objects: list[dict[str, Any]]) -> dict[str, str]:
     return {chart.component(o): o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
 
 
-def node_rbac() -> list[dict[str, Any]]:
-    """The node agents' rights: ``system:node`` and the emulator's pod-log endpoint, for ``system:nodes``."""
-    nodes = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
-    rbac = "rbac.authorization.k8s.io/v1"
-    return [
-        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": NODE_LOGS_ROLE},
-         "rules": [{"nonResourceURLs": ["/emulator/v1/namespaces/*"], "verbs": ["post", "put"]}]},
-        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": NODES_BINDING},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
-         "subjects": nodes},
-        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": NODE_LOGS_ROLE},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NODE_LOGS_ROLE},
-         "subjects": nodes},
-    ]
-
-
-def claim_controller_rbac() -> list[dict[str, Any]]:
-    """The resourceclaim controller's role, as kubernetes ``plugin/pkg/auth/authorizer/rbac/
-    bootstrappolicy/controller_policy.go`` grants it (events omitted: the stand-in writes none)."""
-    rbac = "rbac.authorization.k8s.io/v1"
-
-    def rule(verbs: list[str], group: str, resources: list[str]) -> dict[str, Any]:
-        return {"verbs": verbs, "apiGroups": [group], "resources": resources}
-
-    return [
-        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": CLAIM_CONTROLLER_ROLE}, "rules": [
-            rule(["get", "list", "watch"], "", ["pods"]),
-            rule(["update"], "", ["pods/finalizers"]),
-            rule(["get", "list", "watch", "create", "delete"], "resource.k8s.io", ["resourceclaims"]),
-            rule(["update", "patch"], "resource.k8s.io", ["resourceclaims/status"]),
-            rule(["update", "patch"], "", ["pods/status"]),
-            rule(["get", "list", "watch"], "resource.k8s.io", ["resourceclaimtemplates"]),
-        ]},
-        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": CLAIM_CONTROLLER_ROLE},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLAIM_CONTROLLER_ROLE},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": CLAIM_CONTROLLER_USER}]},
-    ]
-
-
 def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:
-    """kube-apiserver static tokens for the node agents and the scheduler; returns user -> token.
+    """kube-apiserver static tokens for the node agents (``system:node:<name>`` in ``system:nodes``,
+    as a kubelet's client certificate names it); returns user -> token.
 
     Tokens already in the file are kept, so a restarted sandbox keeps its identities.
     """
@@ -126,8 +81,6 @@ def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:
             if len(parts) >= 3:
                 users[parts[1]] = (parts[0], parts[3] if len(parts) > 3 else "")
     wanted = {f"system:node:{n}": '"system:nodes"' for n in nodes}
-    wanted["system:kube-scheduler"] = ""
-    wanted[CLAIM_CONTROLLER_USER] = '"system:serviceaccounts,system:serviceaccounts:kube-system"'
     for user, groups in wanted.items():
         if user not in users:
             users[user] = (secrets.token_urlsafe(32), groups)
@@ -163,8 +116,24 @@ class RBACRefused(RuntimeError):
     """A gpucaas process was refused by RBAC: the chart lacks a permission it uses."""
 
 
+def _decision(event: dict[str, Any]) -> dict[str, Any]:
+    """One kube-apiserver audit event (``audit.k8s.io/v1``) as who asked, whether it was
+    allowed, and the authoriser's words when it was not."""
+    user = (event.get("user") or {}).get("username", "")
+    allowed = (event.get("annotations") or {}).get("authorization.k8s.io/decision") != "forbid"
+    ref = event.get("objectRef") or {}
+    what = (f'resource "{ref.get("resource", "")}'
+            + (f'/{ref["subresource"]}' if ref.get("subresource") else "")
+            + f'" in API group "{ref.get("apiGroup", "")}"'
+            + (f' in the namespace "{ref["namespace"]}"' if ref.get("namespace") else "")
+            if ref else f'path "{event.get("requestURI", "")}"')
+    reason = (event.get("annotations") or {}).get("authorization.k8s.io/reason", "")
+    return {"user": user, "allowed": allowed, "verb": event.get("verb", ""),
+            "message": f'User "{user}" cannot {event.get("verb", "")} {what}' + (f" ({reason})" if reason else "")}
+
+
 def audit_entries(audit_log: Path) -> list[dict[str, Any]]:
-    """The emulator's authorisation decisions so far (one JSON object a line)."""
+    """kube-apiserver's authorisation decisions so far, from its audit log (one event a line)."""
     import json
 
     if not audit_log.exists():
@@ -172,14 +141,14 @@ def audit_entries(audit_log: Path) -> list[dict[str, Any]]:
     out = []
     for line in audit_log.read_text().splitlines():
         try:
-            out.append(json.loads(line))
+            out.append(_decision(json.loads(line)))
         except ValueError:  # a line being written
             continue
     return out
 
 
 def refusals(audit_log: Path, users: set[str]) -> list[dict[str, Any]]:
-    """The requests of ``users`` that RBAC refused."""
+    """The requests of ``users`` that the authorisers refused."""
     return [e for e in audit_entries(audit_log) if not e["allowed"] and e["user"] in users]
 
 

@@ -13,6 +13,9 @@ What a kubelet does for a gpucaas pod, it does over the same protocols:
 * "runs" the container: marks it Running, writes a log that says plainly that nothing
   ran and what the control plane handed over (GPUs, CDI devices, NVLink), and after the run time (``sleep N`` in the
   command, else a default) marks it Succeeded — or Failed on ``activeDeadlineSeconds``;
+* serves that log as the kubelet does, on ``/containerLogs/...`` over HTTPS
+  (:mod:`gpucaas.devtools.container_logs`) at the address and port its Node status names,
+  so ``kubectl logs`` and the API read it through kube-apiserver;
 * frees the devices when the pod terminates or is deleted, and completes deletion.
 No container or VM really runs: that is the simulated part.
 
@@ -44,8 +47,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound, Unavailable
-from gpucaas.devtools.kube_emulator.logs_client import write_pod_log
-from gpucaas.programs.sandbox.scheduler import GPU_NODE_LABEL
+from gpucaas.devtools.container_logs import ContainerLogServer, LogBook
 from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet
 from gpucaas.programs.sandbox.dra_kubelet import ClaimInfo, DraKubelet, PrepareFailed
 from services.device_plugin.api import dp_pb2
@@ -54,6 +56,8 @@ from services.placement.extender import extended_resource_gpus
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "node_agent_checkpoint.json"
+#: the label the chart's RuntimeClass and DaemonSets select GPU nodes by
+GPU_NODE_LABEL = "gpucaas.dev/gpu-node"
 WAIT_REPORT_S = 30.0  # an admission still waiting says so this often (and keeps waiting)
 WAIT_STEP_S = 1.0  # how often a waiting admission checks that its pod is still wanted
 
@@ -112,7 +116,8 @@ class Running:
 class NodeAgent:
     def __init__(self, api: client.ApiClient, node_name: str, kubelet_dir: Path,
                  resource_name: str = "nvidia.com/gpu", default_run_seconds: float = 3.0,
-                 status_interval: float = 1.0, dra: DraKubelet | None = None) -> None:
+                 status_interval: float = 1.0, dra: DraKubelet | None = None,
+                 client_ca: Path | None = None) -> None:
         self.kube = Kube.of(api)  # the core adapter: its timeouts and one error tree
         self.api = self.kube.api_client
         self.core = self.kube.core
@@ -132,6 +137,10 @@ class NodeAgent:
         # one at a time (device choice must see the previous allocation), off the watch thread.
         self._pending: dict[str, dict[str, Any]] = {}
         self._admissions: queue.Queue[str] = queue.Queue()
+        # the kubelet's log endpoint: kube-apiserver connects with a client certificate of the cluster's CA
+        self.logs = LogBook(self.dir / "pod-logs")
+        self._client_ca = client_ca
+        self.log_server: ContainerLogServer | None = None
 
     # --- node object -----------------------------------------------------------------
     def _live_plugin(self):  # noqa: ANN202
@@ -275,15 +284,20 @@ class NodeAgent:
         healthy = self._healthy_devices()
         registered = self.resource in self.kubelet.plugins
         status = {
-            "capacity": {"cpu": "224", "memory": "2Ti", "pods": "110", self.resource: str(len(devices))},
-            "allocatable": {"cpu": "220", "memory": "1900Gi", "pods": "110", self.resource: str(len(healthy))},
+            # an HGX H100 node as the chart's sizing expects it: 1 GiB hugepages reserved for the
+            # Kata VMs' memory (8 x 224Gi)
+            "capacity": {"cpu": "224", "memory": "2Ti", "hugepages-1Gi": "1800Gi", "pods": "110",
+                         self.resource: str(len(devices))},
+            "allocatable": {"cpu": "220", "memory": "1900Gi", "hugepages-1Gi": "1800Gi", "pods": "110",
+                            self.resource: str(len(healthy))},
             "conditions": [{
                 "type": "Ready", "status": "True", "reason": "KubeletReady",
                 "message": "gpucaas sandbox node agent is posting ready status"
                            + ("" if registered else "; no device plugin registered yet"),
                 "lastHeartbeatTime": now_iso(), "lastTransitionTime": self._ready_since,
             }],
-            "addresses": [{"type": "Hostname", "address": self.node}],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": self.node}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_server.port if self.log_server else 0}},
             "nodeInfo": {
                 "kubeletVersion": "v1.31.0-gpucaas-sandbox", "containerRuntimeVersion": "containerd://1.7 (kata, simulated)",
                 "architecture": "amd64", "operatingSystem": "linux", "osImage": "gpucaas sandbox",
@@ -347,13 +361,13 @@ class NodeAgent:
             pass
 
     def _append_log(self, pod: dict[str, Any], text: str) -> None:
-        """Store the simulated output through the emulator's log endpoint (emulator-only)."""
+        """The simulated output, served on the node's log endpoint."""
         md = pod["metadata"]
-        try:
-            write_pod_log(self.api, md["namespace"], md["name"], text,
-                          container=pod["spec"]["containers"][0]["name"])
-        except (client.ApiException, OSError) as exc:
-            log.warning("cannot store the log of %s/%s: %s", md["namespace"], md["name"], exc)
+        self.logs.append(md["namespace"], md["name"], pod["spec"]["containers"][0]["name"], text)
+
+    def _end_logs(self, namespace: str, name: str) -> None:
+        """The container exited: a followed log ends."""
+        self.logs.end_pod(namespace, name)
 
     def _container_status(self, pod: dict[str, Any], state: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
         c = pod["spec"]["containers"][0]
@@ -462,6 +476,7 @@ class NodeAgent:
             status = {"phase": "Succeeded"}
         status["conditions"] = [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": finished}]
         status["containerStatuses"] = self._container_status(pod, term, False)
+        self._end_logs(run.namespace, run.name)
         self._patch_status(pod, status)
         self.release(run.namespace, run.name)
 
@@ -475,12 +490,14 @@ class NodeAgent:
                 self._pending.pop(key, None)
                 self._handled.discard(key)
             self.release(md["namespace"], md["name"])
+            self.logs.forget(md["namespace"], md["name"])
             return
         if md.get("deletionTimestamp"):
             with self._lock:
                 self._running.pop(key, None)
                 self._pending.pop(key, None)
             self.release(md["namespace"], md["name"])
+            self._end_logs(md["namespace"], md["name"])
             if not md.get("finalizers"):
                 try:  # the containers are stopped: complete the graceful deletion, as the kubelet does
                     self.kube.call(self.core.delete_namespaced_pod, md["name"], md["namespace"],
@@ -493,6 +510,7 @@ class NodeAgent:
                 self._running.pop(key, None)
                 self._pending.pop(key, None)
             self.release(md["namespace"], md["name"])
+            self._end_logs(md["namespace"], md["name"])
             return
         with self._lock:
             if key in self._handled:
@@ -613,6 +631,9 @@ class NodeAgent:
         (self.dir / "dra-registered").unlink(missing_ok=True)
         self._restore_checkpoint()
         self.kubelet.start()
+        if self._client_ca is not None:
+            self.log_server = ContainerLogServer(self.dir / "pki", self._client_ca, book=self.logs).start()
+            log.info("serving container logs on https://127.0.0.1:%d", self.log_server.port)
         log.info("node agent for %s: kubelet socket %s", self.node, self.kubelet.socket_path)
         self.ensure_node()
         threads = [threading.Thread(target=t, daemon=True, name=t.__name__)
@@ -624,6 +645,8 @@ class NodeAgent:
         self._stop.wait()
         if self.dra is not None:
             self.dra.stop()
+        if self.log_server is not None:
+            self.log_server.stop()
         self.kubelet.stop()
 
     def stop(self) -> None:

@@ -1,21 +1,25 @@
 """`gpucaas sandbox`: the whole control plane and two simulated HGX H100 nodes on one machine.
 
 Start order (each step waits until the part answers):
-  1. the Kubernetes API emulator (HTTP and HTTPS; bearer tokens, RBAC, Pod Security
-     admission), the cluster objects a real cluster would already have (CRDs, Cilium's
-     policy CRD), and the chart's cluster side rendered by the real Helm engine
-     (ServiceAccounts, RBAC, RuntimeClass, ConfigMaps); then one ServiceAccount token per
-     component (TokenRequest) and one kubeconfig per process (:mod:`.identities`): no
-     gpucaas process runs as the admin;
+  1. a Kubernetes control plane from the pinned upstream binaries
+     (:mod:`gpucaas.devtools.local_cluster`: etcd, kube-apiserver with Node,RBAC
+     authorisation, NodeRestriction, Pod Security and an audit log, kube-controller-manager),
+     the cluster objects a real cluster would already have (CRDs, Cilium's policy CRD), and
+     the chart's cluster side rendered by the real Helm engine (ServiceAccounts, RBAC,
+     RuntimeClass, ConfigMaps); then one ServiceAccount token per component (TokenRequest)
+     and one kubeconfig per process (:mod:`.identities`): no gpucaas process runs as the admin;
   2. the tenancy + lease controller (Kopf);
   3. per node: a fake sysfs board, the fabric service (Fabric Manager simulator, and the
-     service VM under libvirt's test driver), the node agent (plays the kubelet: node
-     object, device-plugin registration, pod lifecycle, PodResources) and the device
-     plugin, which registers with that node agent over gRPC;
-  4. the scheduler extender and the sandbox scheduler that asks it;
+     service VM under libvirt's test driver), the node agent (plays the kubelet as
+     ``system:node:<name>``: node object, device-plugin registration, pod lifecycle,
+     PodResources, the log endpoint) and the device plugin, which registers with that node
+     agent over gRPC;
+  4. the scheduler extender, then kube-scheduler configured with the chart's extender
+     configuration (``deploy/scheduler/``);
 In the ``dra`` allocation mode each node runs the DRA driver instead of the device plugin
 (the node agent plays the kubelet's DRA side), the chart's DeviceClasses are created,
-the stand-in resourceclaim controller runs, and the sandbox scheduler allocates claims.
+kube-controller-manager's resourceclaim controller makes the pods' claims, and
+kube-scheduler's DynamicResources plugin allocates them (the extender only scores).
   5. the API over HTTPS with a self-signed certificate.
 With ``--kubeconfig`` a real cluster is used and only the control-plane parts run.
 """
@@ -36,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
 from gpucaas.programs.sandbox import identities
 from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready, unix_socket_ready
 from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
@@ -123,6 +128,7 @@ class Sandbox:
     identities: dict[str, identities.Identity] = field(default_factory=dict)
     audit_log: Path | None = None
     allocation_mode: str = "device-plugin"
+    cluster: LocalCluster | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
@@ -137,6 +143,8 @@ class Sandbox:
 
     def stop(self) -> None:
         self.supervisor.stop_all()
+        if self.cluster is not None:
+            self.cluster.stop()
 
 
 def _node_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
@@ -214,15 +222,55 @@ def dra_driver_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
 
 def dra_cluster_objects(chart_objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the DRA mode needs beyond the chart's cluster side: the DeviceClasses (1, 2, 4, 8
-    GPUs) unless the chart ships them (``draDriver.deviceClasses``), and the role of
-    kube-controller-manager's resourceclaim controller, which the sandbox stands in for."""
+    GPUs) unless the chart ships them (``draDriver.deviceClasses``)."""
     from gpucaas.core import dra
 
-    out: list[dict[str, Any]] = []
-    if not any(o["kind"] == "DeviceClass" for o in chart_objects):
-        out += [dra.device_class(size) for size in (1, *dra.NVLINK_SIZES)]
-    out += identities.claim_controller_rbac()
-    return out
+    if any(o["kind"] == "DeviceClass" for o in chart_objects):
+        return []
+    return [dra.device_class(size) for size in (1, *dra.NVLINK_SIZES)]
+
+
+SCHEDULER_CONFIGS = Path(__file__).resolve().parents[3] / "deploy" / "scheduler"
+
+
+def scheduler_config(allocation_mode: str, extender_url: str) -> dict[str, Any]:
+    """kube-scheduler's configuration: the chart's own file for the mode
+    (``deploy/scheduler/kube-scheduler-config[-dra].yaml``), its extender at ``extender_url``."""
+    name = "kube-scheduler-config-dra.yaml" if allocation_mode == "dra" else "kube-scheduler-config.yaml"
+    config = yaml.safe_load((SCHEDULER_CONFIGS / name).read_text())
+    for extender in config.get("extenders") or []:
+        extender["urlPrefix"] = extender_url
+    return dict(config)
+
+
+def start_cluster(state_dir: Path, nodes: tuple[str, ...], allocation_mode: str, say: Any) -> LocalCluster:
+    """The sandbox's control plane, kept in ``state_dir/cluster`` across runs of the same
+    allocation mode; a run in the other mode starts from an empty etcd (each mode installs
+    its own RBAC and objects), keeping the certificates so that kubeconfigs stay valid."""
+    import shutil
+
+    folder = state_dir / "cluster"
+    mode_file = folder / "allocation-mode"
+    if mode_file.exists() and mode_file.read_text().strip() != allocation_mode:
+        say(f"the cluster's state is from the {mode_file.read_text().strip()} mode: starting it empty "
+            f"for the {allocation_mode} mode")
+        shutil.rmtree(folder / "etcd", ignore_errors=True)
+        (state_dir / "gpucaas.db").unlink(missing_ok=True)
+        shutil.rmtree(state_dir / "nodes", ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    mode_file.write_text(allocation_mode + "\n")
+    tokens = state_dir / "kube-tokens.csv"
+    identities.write_token_file(tokens, nodes)
+    cluster = LocalCluster(folder, ClusterOptions(token_auth_file=tokens, run_scheduler=False))
+    say(f"starting Kubernetes {cluster_version()} (etcd, kube-apiserver, kube-controller-manager) "
+        f"from {cluster.bin_dir}")
+    return cluster.start()
+
+
+def cluster_version() -> str:
+    from gpucaas.devtools.local_cluster import KUBE_VERSION
+
+    return KUBE_VERSION
 
 
 def _apply(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
@@ -299,7 +347,7 @@ def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dic
     if allocation_mode == "dra":
         objects = [*objects, *dra_cluster_objects(objects)]
     say("installing the chart's cluster side (rendered by Helm): ServiceAccounts, RBAC, RuntimeClass, ConfigMaps")
-    _apply(admin_kubeconfig, [*objects, *identities.node_rbac()])
+    _apply(admin_kubeconfig, objects)
     out: dict[str, identities.Identity] = {}
     folder = state_dir / "identities"
     for component, sa in identities.service_accounts(objects).items():
@@ -312,14 +360,6 @@ def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dic
         path = identities.write_kubeconfig(admin_kubeconfig, folder / f"node-{node}.kubeconfig", user,
                                            static_tokens[user])
         out[f"node-{node}"] = identities.Identity(f"node-{node}", user, path)
-    path = identities.write_kubeconfig(admin_kubeconfig, folder / "scheduler.kubeconfig", "system:kube-scheduler",
-                                       static_tokens["system:kube-scheduler"])
-    out["scheduler"] = identities.Identity("scheduler", "system:kube-scheduler", path)
-    if allocation_mode == "dra":
-        user = identities.CLAIM_CONTROLLER_USER
-        path = identities.write_kubeconfig(admin_kubeconfig, folder / "claim-controller.kubeconfig", user,
-                                           static_tokens[user])
-        out["claim-controller"] = identities.Identity("claim-controller", user, path)
     return out
 
 
@@ -363,20 +403,15 @@ def start(
     def kube_env(process: str) -> dict[str, str]:
         return {"GPUCAAS_KUBECONFIG": str(kc(process)), "KUBECONFIG": str(kc(process))}
 
+    cluster: LocalCluster | None = None
     try:
         if not real_cluster:
+            cluster = start_cluster(state_dir, nodes, allocation_mode, say)
             kubeconfig = state_dir / "kubeconfig"
-            port, tls_port = free_port(), free_port()
+            kubeconfig.write_bytes(cluster.admin_kubeconfig.read_bytes())
+            kubeconfig.chmod(0o600)
             static_tokens = identities.write_token_file(state_dir / "kube-tokens.csv", nodes)
-            audit_log = state_dir / "kube-audit.jsonl"
-            say(f"starting the Kubernetes API emulator on 127.0.0.1:{port} (HTTPS: {tls_port})")
-            sup.start(ServiceSpec(
-                "kube-emulator",
-                ["kube-emulator", "--port", str(port), "--tls-port", str(tls_port), "--kubeconfig", str(kubeconfig),
-                 "--persist", str(state_dir / "kube-objects.json"),
-                 "--token-auth-file", str(state_dir / "kube-tokens.csv"), "--audit-log", str(audit_log)],
-                ready=http_ready(f"http://127.0.0.1:{port}/version"),
-            ))
+            audit_log = cluster.audit_log
         assert kubeconfig is not None
         say("creating CRDs and Cilium's policy CRD")
         _apply(kubeconfig, cluster_objects())
@@ -448,20 +483,11 @@ def start(
                  **({"GPUCAAS_PLACEMENT_BIND": "false"} if allocation_mode == "dra" else {})},
             ready=http_ready(f"{extender_url}/healthz"),
         ))
-        if not real_cluster:
-            if allocation_mode == "dra":
-                say("starting the resourceclaim controller (claims from the pods' templates)")
-                sup.start(ServiceSpec(
-                    "claim-controller", ["sandbox-claim-controller", "--kubeconfig", str(kc("claim-controller"))],
-                    env=kube_env("claim-controller"), ready=None,
-                ))
-            say("starting the sandbox scheduler (asks the extender, binds pods"
-                + ("; allocates ResourceClaims)" if allocation_mode == "dra" else ")"))
-            sup.start(ServiceSpec(
-                "scheduler", ["sandbox-scheduler", "--extender-url", extender_url,
-                              "--kubeconfig", str(kc("scheduler")), "--allocation-mode", allocation_mode],
-                env=kube_env("scheduler"), ready=None,
-            ))
+        if cluster is not None:
+            say("starting kube-scheduler with the chart's scheduler configuration ("
+                + ("DynamicResources allocates the claims; the extender scores nodes)" if allocation_mode == "dra"
+                   else "the extender filters, scores and binds GPU pods)"))
+            cluster.start_scheduler(scheduler_config(allocation_mode, extender_url))
 
         api_url = f"https://127.0.0.1:{api_port}"
         say(f"starting the API on {api_url}")
@@ -477,7 +503,7 @@ def start(
         ))
         sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
                           nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log,
-                          allocation_mode=allocation_mode)
+                          allocation_mode=allocation_mode, cluster=cluster)
         if audit_log is not None:
             say("checking that RBAC refused none of the gpucaas processes")
             identities.check_no_refusals(audit_log, ids)
@@ -489,6 +515,8 @@ def start(
         return sandbox
     except BaseException:
         sup.stop_all()
+        if cluster is not None:
+            cluster.stop()
         raise
 
 
@@ -524,7 +552,7 @@ def ensure_demo_tenant(sandbox: Sandbox) -> str:
 def env_summary(sandbox: Sandbox) -> str:
     return "\n".join([
         f"export GPUCAAS_CONFIG={caasctl_config_path(sandbox)}   # caasctl: URL, admin token, CA, fabric sockets",
-        f"export KUBECONFIG={sandbox.kubeconfig}   # kubectl/the kubernetes client: the emulated cluster",
+        f"export KUBECONFIG={sandbox.kubeconfig}   # kubectl/the kubernetes client: the sandbox's cluster (admin)",
     ])
 
 

@@ -46,27 +46,3 @@ class NodeAgentSettings(BaseSettings):
     allocation_mode: AllocationMode = Field(
         "device-plugin", description="`dra`: also play the kubelet's DRA side (plugin watcher on "
                                      "<kubelet-dir>/plugins_registry, NodePrepareResources per pod).")
-
-
-class SchedulerSettings(BaseSettings):
-    """``gpucaas sandbox-scheduler`` (sandbox only); each field is ``GPUCAAS_<NAME>``."""
-
-    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
-
-    extender_url: str | None = Field(None, description="Scheduler extender base URL (filter/prioritize).")
-    kubeconfig: Path | None = Field(None, description="kubeconfig of the cluster (default: ~/.kube/config).")
-    resource_name: str = Field("nvidia.com/gpu", description="Extended resource of GPUs.")
-    allocation_mode: AllocationMode = Field(
-        "device-plugin", description="`dra`: allocate the ResourceClaims of pods with the stand-in structured "
-                                     "allocator before binding them.")
-    binding_timeout_s: float = Field(
-        60.0, gt=0, description="DRA: how long an allocated claim may wait for its devices' binding conditions "
-                                "before it is deallocated and the pod scheduled again.")
-
-
-class ClaimControllerSettings(BaseSettings):
-    """``gpucaas sandbox-claim-controller`` (sandbox only); each field is ``GPUCAAS_<NAME>``."""
-
-    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
-
-    kubeconfig: Path | None = Field(None, description="kubeconfig of the cluster (default: ~/.kube/config).")
