@@ -22,7 +22,7 @@ device plugin, every part as its own process over its real protocol); ``tenancie
 tenancies are created through the admin API; one thread per tenancy then submits its
 share of ``containers`` (sizes 1, 2, 4, 8 GPUs in turn) back to back through the API,
 each ``sleep 1`` so GPUs free up. Pods are observed through one watch on the Kubernetes
-API (the emulator), which gives millisecond times without polling the API under test.
+API (kube-apiserver), which gives millisecond times without polling the API under test.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The YAML manifests beside this module are the single source: the Helm chart's
 ``crds/`` folder carries identical copies (a test keeps them in step), the
-Kubernetes API emulator and the sandbox apply them, and code builds custom
+tests' and the sandbox's local clusters get them applied, and code builds custom
 resource paths from the constants here.
 """
 

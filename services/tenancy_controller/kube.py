@@ -2,8 +2,8 @@
 
 It speaks to the API server over HTTP through the core adapter
 (:mod:`gpucaas.core.kube`: the official client's ``ApiClient`` with its timeouts,
-retries and error tree; the same code path in a cluster, against the project's
-emulator, or through ``kubectl proxy``), on raw JSON: the controller's objects
+retries and error tree; the same code path in a cluster, against the tests' local
+kube-apiserver, or through ``kubectl proxy``), on raw JSON: the controller's objects
 are wire dicts from the builders, so no model round trip can drop a field (e.g.
 of the CiliumNetworkPolicy, which the client has no model for).
 

@@ -2,7 +2,7 @@
 
 :class:`Snapshot` remembers the keys a freshly set-up cluster holds; :meth:`Snapshot.reset`
 deletes every key written since, puts back those deleted since, and restores the CRDs as
-they were, so that each test starts from the same cluster as if it were new (the emulator the tests used before gave each test a fresh store; restarting
+they were, so that each test starts from the same cluster as if it were new (restarting
 kube-apiserver per test would cost seconds). kube-apiserver learns of the deletions through
 its etcd watch like of any other write, so its caches follow.
 """
