@@ -1,7 +1,7 @@
 """The chart's RBAC against what each gpucaas process did in the end-to-end run (least privilege).
 
-Every process of the sandbox runs under its own chart ServiceAccount token, and the
-emulator records each authorisation decision. These tests run after every other
+Every process of the sandbox runs under its own chart ServiceAccount token, and
+kube-apiserver's audit log records each authorisation decision. These tests run after every other
 end-to-end test (the package's conftest orders them last) and read that record:
 no process was ever refused, and every permission the chart grants was used — or is
 listed below with the reason the end-to-end run cannot exercise it.
@@ -17,9 +17,9 @@ from .conftest import allocation_mode
 _DRIFT = "replaced (PUT) only when the child drifts from its Tenancy; tests/tenancy_controller covers the repair"
 _NFS = "only for tenancies with NFS storage, which the end-to-end tenancies do not have"
 _FABRIC_RESET = ("a service VM restart (a fabric reset) flags the lost holders' leases and tells their pods; "
-                 "tests/fabric/test_service_vm_libvirtd.py covers it against the emulator")
+                 "tests/fabric/test_service_vm_libvirtd.py covers it against the local cluster")
 _SECRETS = ("reading one secret, replacing and deleting it (the e2e run creates and lists); "
-            "tests/api/test_secrets_and_registry.py covers them against the emulator")
+            "tests/api/test_secrets_and_registry.py covers them against the local cluster")
 _PEERING = "Kopf peering between replicas: the sandbox runs one controller --standalone, the chart's Deployment peers"
 
 #: Granted but not exercised by tests/e2e, with why the grant is still needed.
@@ -67,7 +67,7 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
 
 
 _BINDING = ("only with draDriver.bindingConditions (Kubernetes 1.36+ binding conditions); "
-            "tests/dra_driver covers the binding watcher against the emulator")
+            "tests/dra_driver covers the binding watcher")
 #: allocation.mode=dra grants the end-to-end run does not reach yet (added to NOT_EXERCISED only
 #: where the chart granted them, i.e. when the sandbox runs in DRA mode).
 DRA_NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
@@ -117,7 +117,8 @@ def _granted(objects: list[dict]) -> dict[str, set[tuple[str, str, str]]]:
 
 def _used(sandbox: runner.Sandbox) -> dict[str, set[tuple[str, str, str]]]:
     assert sandbox.audit_log is not None
-    by_user = {i.user: name for name, i in sandbox.identities.items()}
+    # a component's node-bound tokens (``dra-driver@<node>``) are the same ServiceAccount
+    by_user = {i.user: name.split("@")[0] for name, i in sandbox.identities.items()}
     out: dict[str, set[tuple[str, str, str]]] = {}
     for entry in identities.audit_entries(sandbox.audit_log):
         name = by_user.get(entry["user"])

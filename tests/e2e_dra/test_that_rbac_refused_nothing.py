@@ -1,5 +1,5 @@
 """Run after the other DRA end-to-end tests: no gpucaas process (the DRA driver, the node
-agents' kubelet side, the resourceclaim controller, the scheduler) was refused a request."""
+agents' kubelet side under the Node authorizer) was refused a request."""
 
 from __future__ import annotations
 
@@ -8,5 +8,6 @@ from gpucaas.programs.sandbox import identities, runner
 
 def test_no_process_was_refused_in_the_dra_mode(dra_sandbox: runner.Sandbox) -> None:
     assert dra_sandbox.audit_log is not None
-    assert {"dra-driver", "claim-controller", "scheduler"} <= set(dra_sandbox.identities)
+    assert "dra-driver" in dra_sandbox.identities
+    assert any(name.startswith("node-") for name in dra_sandbox.identities)
     identities.check_no_refusals(dra_sandbox.audit_log, dra_sandbox.identities, settle_timeout=0)

@@ -5,8 +5,8 @@ and the API get that in the DRA cluster work), so the demo plays the part they w
 it creates the ResourceClaimTemplates (``gpucaas.core.dra.claim_template``) in a namespace
 and four pods of the documented shape (``spec.resourceClaims`` naming the template, the
 container's ``resources.claims``). Then it observes every step from its source of truth:
-the claim the resourceclaim controller generated, its allocation by the stand-in
-scheduler, the partition the DRA driver activated for it (binding condition
+the claim kube-controller-manager's resourceclaim controller generated, its allocation by
+kube-scheduler's DynamicResources plugin, the partition the DRA driver activated for it (binding condition
 ``gpucaas.dev/partition-active``), the binding, NodePrepareResources' CDI devices (the
 kubelet's event), Running, Succeeded, Unprepare (the partition released), and the claim
 deleted with its pod done. It fails if any step is missing or if two pods ever held
@@ -39,7 +39,7 @@ IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 STEPS = (
     ("claim_created", "ResourceClaim created from the template"),
-    ("allocated", "claim allocated (stand-in structured allocator)"),
+    ("allocated", "claim allocated (kube-scheduler's structured allocator)"),
     ("partition_active", "partition active, binding condition True"),
     ("scheduled", "pod bound to the node"),
     ("prepared", "NodePrepareResources: CDI devices, resolved in the node's CDI spec"),

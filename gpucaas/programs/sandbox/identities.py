@@ -89,13 +89,20 @@ def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:
     return {user: tok for user, (tok, _) in users.items()}
 
 
-def mint_token(admin_kubeconfig: Path, namespace: str, service_account: str) -> str:
-    """A token of ``namespace/service_account`` from TokenRequest, as the admin asks for it."""
+def mint_token(admin_kubeconfig: Path, namespace: str, service_account: str, *, node: str | None = None) -> str:
+    """A token of ``namespace/service_account`` from TokenRequest, as the admin asks for it.
+
+    With ``node``, the token is bound to that Node object, as the kubelet binds a DaemonSet
+    pod's projected token to its pod and node: kube-apiserver then knows which node the
+    caller runs on (the ``associated-node`` verbs a DRA driver's status writes need)."""
     from kubernetes import client, config
 
     with config.new_client_from_config(str(admin_kubeconfig)) as api:
-        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                   "spec": {"expirationSeconds": TOKEN_SECONDS}}
+        spec: dict[str, Any] = {"expirationSeconds": TOKEN_SECONDS}
+        if node is not None:
+            uid = client.CoreV1Api(api).read_node(node).metadata.uid
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         out = client.CoreV1Api(api).create_namespaced_service_account_token(service_account, namespace, request)
     return out.status.token
 
@@ -128,8 +135,12 @@ def _decision(event: dict[str, Any]) -> dict[str, Any]:
             + (f' in the namespace "{ref["namespace"]}"' if ref.get("namespace") else "")
             if ref else f'path "{event.get("requestURI", "")}"')
     reason = (event.get("annotations") or {}).get("authorization.k8s.io/reason", "")
-    return {"user": user, "allowed": allowed, "verb": event.get("verb", ""),
-            "message": f'User "{user}" cannot {event.get("verb", "")} {what}' + (f" ({reason})" if reason else "")}
+    out = {"user": user, "allowed": allowed, "verb": event.get("verb", ""),
+           "message": f'User "{user}" cannot {event.get("verb", "")} {what}' + (f" ({reason})" if reason else "")}
+    if ref:
+        out.update(group=ref.get("apiGroup", ""), resource=ref.get("resource", ""),
+                   subresource=ref.get("subresource", ""))
+    return out
 
 
 def audit_entries(audit_log: Path) -> list[dict[str, Any]]:

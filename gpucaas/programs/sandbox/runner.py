@@ -363,6 +363,36 @@ def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dic
     return out
 
 
+def _node_bound_identity(state_dir: Path, admin_kubeconfig: Path, ids: dict[str, identities.Identity],
+                         component: str, node: str) -> Path:
+    """A kubeconfig for ``component`` on ``node`` whose ServiceAccount token is bound to the Node."""
+    from gpucaas.devtools.waiting import wait_for
+    from gpucaas.programs.chart import NAMESPACE
+
+    base = ids[component]
+    sa = base.user.rsplit(":", 1)[-1]
+    wait_for(lambda: _node_exists(admin_kubeconfig, node), 120, interval=0.2, what=f"node {node} registered")
+    token = identities.mint_token(admin_kubeconfig, NAMESPACE, sa, node=node)
+    path = identities.write_kubeconfig(admin_kubeconfig, state_dir / "identities" / f"{component}@{node}.kubeconfig",
+                                       base.user, token)
+    ids[f"{component}@{node}"] = identities.Identity(f"{component}@{node}", base.user, path)
+    return path
+
+
+def _node_exists(admin_kubeconfig: Path, node: str) -> bool:
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    with config.new_client_from_config(str(admin_kubeconfig)) as api:
+        try:
+            client.CoreV1Api(api).read_node(node)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+    return True
+
+
 def start(
     state_dir: Path,
     *,
@@ -455,9 +485,12 @@ def start(
                 if allocation_mode == "dra":
                     say(f"[{name}] starting the DRA driver (ResourceSlices, NodePrepareResources, binding conditions; "
                         "the GPU-lease agent beside it)")
+                    driver_kc = kc("dra-driver")
+                    if not real_cluster:  # its token bound to its node, as a DaemonSet pod's
+                        driver_kc = _node_bound_identity(state_dir, kubeconfig, ids, "dra-driver", name)
                     sup.start(ServiceSpec(
                         f"dra-driver-{name}", ["dra-driver"],
-                        env={**_node_env(node, kc("dra-driver")), **dra_driver_env(node, kc("dra-driver")),
+                        env={**_node_env(node, driver_kc), **dra_driver_env(node, driver_kc),
                              **device_plugin_env(state_dir)},  # leases and firmware check as beside the plugin
                         ready=file_ready(node.kubelet_dir / "dra-registered"),
                     ))
