@@ -1,8 +1,8 @@
 """Allocation mode dra: the controller keeps the claim templates and the per-DeviceClass quota.
 
-Against the emulator, which serves resource.k8s.io/v1 and refuses ResourceClaimTemplates
-over the v1 types' limits (gpucaas/devtools/kube_emulator/dra_validation.py), so every
-template the controller writes is one kube-apiserver would accept.
+Against the local cluster's kube-apiserver, which serves resource.k8s.io/v1 and refuses
+ResourceClaimTemplates over the v1 types' limits, so every template the controller writes
+is one it accepts.
 """
 
 from __future__ import annotations

@@ -135,8 +135,10 @@ def _decision(event: dict[str, Any]) -> dict[str, Any]:
             + (f' in the namespace "{ref["namespace"]}"' if ref.get("namespace") else "")
             if ref else f'path "{event.get("requestURI", "")}"')
     reason = (event.get("annotations") or {}).get("authorization.k8s.io/reason", "")
-    out = {"user": user, "allowed": allowed, "verb": event.get("verb", ""),
-           "message": f'User "{user}" cannot {event.get("verb", "")} {what}' + (f" ({reason})" if reason else "")}
+    # the server's own answer when it has one (``<resource> is forbidden: User ... cannot ...``)
+    message = (event.get("responseStatus") or {}).get("message") or (
+        f'User "{user}" cannot {event.get("verb", "")} {what}' + (f" ({reason})" if reason else ""))
+    out = {"user": user, "allowed": allowed, "verb": event.get("verb", ""), "message": message}
     if ref:
         out.update(group=ref.get("apiGroup", ""), resource=ref.get("resource", ""),
                    subresource=ref.get("subresource", ""))

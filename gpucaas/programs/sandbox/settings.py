@@ -23,7 +23,7 @@ class SandboxSettings(BaseSettings):
     dir: Path = Field(Path(".sandbox"), description="Where the sandbox keeps its state, logs, tokens and TLS files.")
     api_port: int = Field(8443, ge=0, le=65535, description="HTTPS port of the API.")
     kubeconfig: Path | None = Field(
-        None, description="Use this real cluster instead of the emulator; only the control-plane parts run.")
+        None, description="Use this existing cluster instead of starting one; only the control-plane parts run.")
     allocation_mode: AllocationMode = Field(
         "device-plugin",
         description="How GPUs reach pods: the device plugin with the scheduler extender, or DRA (the DRA driver on "
