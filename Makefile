@@ -93,7 +93,7 @@ CPU_HOG ?= 2
 test-contention: install
 	GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q tests/e2e
 
-bench: install
+bench: install postgres
 	@for b in $$(ls benchmarks/*.py | xargs -n1 basename | sed 's/\.py$$//' | grep -v '^_'); do \
 	  echo "== benchmarks.$$b"; $(PY) -m benchmarks.$$b || exit 1; \
 	done

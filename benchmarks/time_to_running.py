@@ -16,8 +16,8 @@ The last line of stdout is one JSON object:
   ``bound_to_running_p50_ms`` / ``..._p99_ms``: the node's part (bind -> Running).
 * ``containers``, ``tenancies``, ``gpus``, ``quick``.
 
-Set-up: ``gpucaas sandbox`` (the API, the controller, the scheduler extender and the
-sandbox scheduler, two simulated HGX H100 nodes with their fabric service, node agent and
+Set-up: ``gpucaas sandbox`` (the real control plane with kube-scheduler calling the
+scheduler extender, the API, the controller, two simulated HGX H100 nodes with their fabric service, node agent and
 device plugin, every part as its own process over its real protocol); ``tenancies``
 tenancies are created through the admin API; one thread per tenancy then submits its
 share of ``containers`` (sizes 1, 2, 4, 8 GPUs in turn) back to back through the API,

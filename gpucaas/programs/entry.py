@@ -1,7 +1,7 @@
 """The ``gpucaas`` command's entry: node daemons start without the other services' imports.
 
 ``gpucaas.programs.cli.app`` registers every sub-command, which imports every service's
-CLI module (the API's FastAPI and SQLAlchemy, Kopf, the emulator...): about 75 MB
+CLI module (the API's FastAPI and SQLAlchemy, Kopf...): about 75 MB
 resident before a daemon does anything. A GPU node's daemons must stay small (issue 18:
 under 60 MB each), so for the sub-commands in :data:`LEAN` this entry builds a typer app
 holding that one command (the same function, so the same settings-generated options,

@@ -1,5 +1,5 @@
 """The admin read endpoints over the cluster inventory (Nodes, GPULeases, FabricStates),
-read from the Kubernetes API emulator."""
+read from the local cluster's kube-apiserver."""
 
 from __future__ import annotations
 

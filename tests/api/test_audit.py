@@ -29,7 +29,7 @@ IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"
 
 @pytest.fixture
 def api_up(kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str) -> ApiServer:
-    """The API on both databases with the Kubernetes emulator answering (secrets work)."""
+    """The API on both databases with the local cluster's kube-apiserver answering (secrets work)."""
     return serve(database_url, kubeconfig, webhook_allow_loopback=True)
 
 

@@ -1,9 +1,9 @@
-"""The API's pod creation, on the emulator or (``KUBECONFIG`` set) on a real cluster.
+"""The API's pod creation, on the local cluster or (``KUBECONFIG`` set) on a real cluster.
 
 Admission is the point on a real cluster: the tenant namespace is labelled as the
 tenancy controller labels it (Pod Security ``restricted`` enforced), the RuntimeClass
 exists as the chart creates it, and the pod the API builds must be admitted. No
-emulator hooks are used; everything created carries a unique name and is removed.
+test-only hooks are used; everything created carries a unique name and is removed.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
 ) -> None:
     """allocation_mode dra: the pod names the namespace's template gpucaas-gpus-N and carries
     no extended resource; the API server admits it (Pod Security restricted; resource.k8s.io/v1
-    served: Kubernetes 1.34+ or the emulator), and the API reports the GPU count it asked for."""
+    served: Kubernetes 1.34+), and the API reports the GPU count it asked for."""
     from gpucaas.core import dra
 
     kube = Kube.of(k8s)

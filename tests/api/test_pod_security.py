@@ -3,7 +3,7 @@
 The rules are the controls of the "Baseline" and "Restricted" profiles as the
 Kubernetes documentation lists them (kubernetes.io/docs/concepts/security/
 pod-security-standards/, policy version "latest" = v1.30+), read field by field;
-the emulator's Pod Security admission (and a real API server, see the ``cluster``
+kube-apiserver's Pod Security admission (and a real API server, see the ``cluster``
 test below) enforces the same. docs/pod-security.md explains why tenant pods can
 meet ``restricted`` inside a Kata VM, and what ``run_as_user=0`` gives up.
 """

@@ -2,7 +2,7 @@
 error and no response outside the schema, as a tenant and as an admin, on both
 databases.
 
-The API runs as in production (uvicorn, TLS) against the Kubernetes API emulator,
+The API runs as in production (uvicorn, TLS) against the local cluster's kube-apiserver,
 so the Kubernetes-backed admin endpoints answer too; no controller runs, so
 tenancies never become Ready and submissions stay Queued. Rate limits are raised
 for the run (thousands of requests in a minute); tests/api/test_limits.py checks them.

@@ -1,4 +1,4 @@
-"""Usage records against the Kubernetes API emulator, on both databases: a run is charged
+"""Usage records against the local cluster's kube-apiserver, on both databases: a run is charged
 from the container's own start and end, exactly once, across API restarts; the reports,
 CSV, the Prometheus counter and monthly GPU-hour budgets."""
 

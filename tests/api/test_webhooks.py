@@ -1,7 +1,7 @@
 """Webhooks as a tenant meets them: register an endpoint, get each status change of its
 containers as a signed POST, see every attempt, resend one; internal URLs refused.
 
-The API runs with the Kubernetes emulator; the tests play the kubelet (pod phases) and
+The API runs with the local cluster's kube-apiserver; the tests play the kubelet (pod phases) and
 run a real HTTP receiver on 127.0.0.1 (allowed by ``webhook_allow_loopback``, as in the
 sandbox)."""
 

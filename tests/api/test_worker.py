@@ -1,4 +1,4 @@
-"""The submission worker against the Kubernetes API emulator, over HTTPS, on both databases:
+"""The submission worker against the local cluster's kube-apiserver, over HTTPS, on both databases:
 Tenancy upsert and wait for Ready, the pod's fields, phases flowing back, cancel, logs."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A scripted HTTP server that answers as the Kubernetes API server documents, for what the
-emulator cannot be made to answer (a 403 for a given identity, 503 then 200, ...).
+a healthy API server does not answer (a 403 for a given identity, 503 then 200, ...).
 
 Bodies are ``metav1.Status`` objects as the API server writes them (Kubernetes API
 concepts, "Response status kinds"; the 403 wording is the apiserver's forbiddenMessage in

@@ -1,6 +1,6 @@
 """The core Kubernetes adapter: configuration, timeouts, retries and the one error tree.
 
-Against the emulator (real HTTP, the official client) and, for what the emulator
+Against the local cluster (real HTTP, the official client) and, for what a healthy API server
 cannot be made to answer (403 bodies, 503 then 200, a server that never answers),
 against a small HTTP server in the test that answers exactly as the Kubernetes API
 server documents (``metav1.Status`` bodies, see gpucaas/core/kube/errors.py).
@@ -21,7 +21,7 @@ def no_wait_retry(attempts: int = 3) -> k.RetryPolicy:
     return k.RetryPolicy(attempts=attempts, initial_s=0.0, max_s=0.0)
 
 
-# --- errors against the emulator -------------------------------------------------------------
+# --- errors against the local cluster -------------------------------------------------------------
 
 
 def test_definite_answers_become_named_errors_chained_to_the_client_error(kubeconfig: Path) -> None:

@@ -1,7 +1,7 @@
 """The chart's RBAC, applied to an API server and asked about: each component may do what
 it needs (the table in test_security_and_rbac.py) and nothing the table leaves out.
 
-Marked ``cluster``: it runs against the Kubernetes API emulator by default and, with
+Marked ``cluster``: it runs against the local cluster's kube-apiserver by default and, with
 ``KUBECONFIG`` set, against that real cluster (docs/real-cluster-tests.md). The chart's
 ServiceAccounts, roles and bindings are applied under unique names in a namespace of their
 own, then every permission is checked with SubjectAccessReview, as ``kubectl auth can-i

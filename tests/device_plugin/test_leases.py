@@ -1,6 +1,6 @@
 """The device plugin with the GPU-lease agent beside it (as `gpucaas device-plugin` composes them,
 gpucaas/programs/gpu_node.py): leased on allocation, released, checked, and a quarantined GPU is
-never handed out (real gRPC with the fake kubelet, the Kubernetes emulator)."""
+never handed out (real gRPC with the fake kubelet, the local cluster's kube-apiserver)."""
 
 from __future__ import annotations
 

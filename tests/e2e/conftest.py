@@ -1,7 +1,7 @@
 """A running sandbox (the whole control plane + two simulated HGX H100 nodes) for end-to-end tests.
 
 The tests talk to it as tenants and an admin would: HTTPS to the API, and, to check
-the outcome, the Kubernetes API (emulator), the nodes' fabric sockets and CDI specs.
+the outcome, the Kubernetes API, the nodes' fabric sockets and CDI specs.
 
 The suite runs in either allocation mode: ``GPUCAAS_E2E_ALLOCATION=device-plugin`` (the
 default) or ``dra`` (``make test`` runs it in both). The helpers below read what the node

@@ -40,10 +40,10 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
         ("", "persistentvolumes", "delete"): _NFS,
         ("gpucaas.dev", "tenancies/finalizers", "update"): (
             "children set blockOwnerDeletion on their Tenancy: required where the OwnerReferencesPermissionEnforcement "
-            "admission plugin is on (the emulator does not run it)"),
+            "admission plugin is on (not among the default admission plugins the sandbox runs)"),
         ("rbac.authorization.k8s.io", "clusterroles", "bind"): (
             "kube-apiserver's RBAC escalation check asks for it when the controller binds the API's "
-            "tenant-secrets role in a tenant namespace; the emulator does not run that check"),
+            "tenant-secrets role in a tenant namespace, an internal authorisation check the audit log does not record"),
         ("rbac.authorization.k8s.io", "rolebindings", "update"): _DRIFT,
         ("rbac.authorization.k8s.io", "rolebindings", "delete"): (
             "only when the API's Secret rights are turned off (the controller's api_service_account unset)"),
@@ -82,7 +82,7 @@ DRA_NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
             "only for a slice the driver no longer wants (a changed pool layout or a renamed node)"),
         ("resource.k8s.io", "resourceclaims/status", "update"): _BINDING,
         ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"): (
-            _BINDING + "; a synthetic subresource kube-apiserver 1.36 checks, the emulator does not"),
+            _BINDING + "; a synthetic subresource kube-apiserver checks internally, which the audit log does not record"),
     },
 }
 

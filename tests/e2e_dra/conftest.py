@@ -1,7 +1,7 @@
 """A sandbox started in the DRA allocation mode (``gpucaas sandbox --allocation dra``).
 
 Each node runs the DRA driver instead of the device plugin; the node agent plays the
-kubelet's DRA side; the stand-in resourceclaim controller and scheduler allocate claims.
+kubelet's DRA side; kube-controller-manager makes the claims and kube-scheduler allocates them.
 Until the API's pods use ResourceClaimTemplates, the tests create the templates and pods
 of the documented shape directly (gpucaas.programs.sandbox.dra_demo).
 """

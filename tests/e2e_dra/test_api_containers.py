@@ -1,6 +1,6 @@
 """The seed scenario through the tenant API in the DRA allocation mode: the API's pods claim
-from the tenancy's ResourceClaimTemplates (kept by the tenancy controller), the stand-in
-scheduler allocates whole partitions, the DRA driver prepares them, and every container of
+from the tenancy's ResourceClaimTemplates (kept by the tenancy controller), kube-scheduler's
+structured allocator allocates whole partitions, the DRA driver prepares them, and every container of
 1, 2, 4 and 8 GPUs runs to the end with exactly its partition's GPUs."""
 
 from __future__ import annotations
@@ -86,3 +86,35 @@ def test_containers_of_every_size_run_on_claimed_partitions(dra_sandbox: runner.
         cls = dra.device_class_name(gpus)
         (claim,) = claims_by_template[cls]
         assert len(_gpus_of(claim)) == 1, claim["status"]  # one partition device
+
+
+def _slice_devices(custom: client.CustomObjectsApi, node: str) -> set[str]:
+    slices = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
+    return {d["name"] for s in slices if s["spec"].get("nodeName") == node and s["spec"]["driver"] == dra.DRIVER
+            for d in s["spec"].get("devices") or []}
+
+
+def test_kube_scheduler_writes_the_allocation_of_a_driver_device(dra_sandbox: runner.Sandbox,
+                                                                  k8s: client.ApiClient) -> None:
+    """A running container's claim was allocated by kube-scheduler itself (its field manager owns
+    ``status.allocation``), naming a partition device of the driver's slices on the pod's node."""
+    tenant = _tenant(dra_sandbox, "dra-owner")
+    namespace = "tenant-dra-owner"
+    custom = client.CustomObjectsApi(k8s)
+    wait_for(lambda: custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace,
+                                                          "resourceclaimtemplates")["items"],
+             what="the tenancy's claim templates")
+    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "30"]})
+    assert status == 202, body
+    wait_for(lambda: container_status(tenant, body["id"])["status"] == "Running", 180, what="the container Running")
+    (claim,) = [c for c in custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace,
+                                                                 "resourceclaims")["items"] if _gpus_of(c)]
+    managers = {m["manager"] for m in claim["metadata"]["managedFields"]
+                if m.get("subresource") == "status" and "f:allocation" in (m.get("fieldsV1") or {}).get("f:status", {})}
+    assert managers == {"kube-scheduler"}, claim["metadata"]["managedFields"]
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert result["driver"] == dra.DRIVER
+    node = client.CoreV1Api(k8s).read_namespaced_pod(f"gpucaas-{body['id']}", namespace).spec.node_name
+    assert result["pool"] == node and result["device"] in _slice_devices(custom, node)
+    assert result["device"].startswith("nvlink-2gpu-")
+    tenant.call("DELETE", f"/v1/containers/{body['id']}")

@@ -1,4 +1,4 @@
-"""Service VM restart = fabric reset, seen from Kubernetes (test:/// libvirt, API emulator).
+"""Service VM restart = fabric reset, seen from Kubernetes (test:/// libvirt, the local cluster's kube-apiserver).
 
 The holders whose partitions the reset destroyed are reported: an Event on FabricState and
 on each pod, ``NVLinkFabricIntact=False`` on FabricState and on the pods' GPU leases, and

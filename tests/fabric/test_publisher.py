@@ -1,4 +1,4 @@
-"""FabricState publishing: the pure status builder, then through the kubernetes client to the API emulator."""
+"""FabricState publishing: the pure status builder, then through the kubernetes client to the local cluster's kube-apiserver."""
 
 from __future__ import annotations
 

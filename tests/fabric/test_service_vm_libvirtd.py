@@ -4,7 +4,7 @@ Boots the test image (Debian cloud kernel + busybox initramfs), kills its QEMU
 process, and checks the service restarts the VM and treats it as the fabric reset
 it is: the partitions active before are lost, the affected pods are told (an Event
 on each pod and on FabricState, ``NVLinkFabricIntact=False`` on FabricState and on
-the pods' GPU leases, in the Kubernetes API emulator), and new 2/4/8-GPU pods get
+the pods' GPU leases, in the local cluster's kube-apiserver), and new 2/4/8-GPU pods get
 fresh partitions; then a clean stop. PCI passthrough cannot be exercised here: this VM has no
 hostdevs (``passthrough=False``); the hostdev XML is covered on the test:///
 driver. Fabric Manager cannot run in this VM either, so the simulator stands for

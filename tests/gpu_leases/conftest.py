@@ -1,4 +1,4 @@
-"""Lease fixtures: the node agent on the fake board against the Kubernetes API emulator."""
+"""Lease fixtures: the node agent on the fake board against the local cluster's kube-apiserver."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The full lease cycle on the fake board with the Kubernetes API emulator.
+"""The full lease cycle on the fake board with the local cluster's kube-apiserver.
 
 The node side (LeaseNodeAgent, as it runs beside the device plugin) and the controller's
 ``step`` are driven round by round, so every intermediate state is observed.

@@ -1,4 +1,4 @@
-"""The extender's Kubernetes side on the emulator or (``KUBECONFIG`` set) on a real cluster:
+"""The extender's Kubernetes side on the local cluster or (``KUBECONFIG`` set) on a real cluster:
 it lists and watches FabricStates, and binds a pod through ``pods/binding``.
 
 On a real cluster it uses a real Node (its first), creates its FabricState and pod under
@@ -30,7 +30,7 @@ def test_the_extender_sees_the_fabric_and_binds(k8s: Any, on_real_cluster: bool,
     nodes = kube.json(kube.core.list_node)["items"]
     if nodes:
         node = nodes[0]["metadata"]["name"]
-    else:  # the emulator starts without nodes: register one, as a kubelet would
+    else:  # the local cluster starts without nodes: register one, as a kubelet would
         assert not on_real_cluster
         node = "gpu-node-a"
         kube.call(kube.core.create_node, {"metadata": {"name": node}})

@@ -1,4 +1,4 @@
-"""The Kubernetes adapter against the API emulator: state from FabricState/GPULease/pods, and bind."""
+"""The Kubernetes adapter against the local cluster's kube-apiserver: state from FabricState/GPULease/pods, and bind."""
 
 from __future__ import annotations
 

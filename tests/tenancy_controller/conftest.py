@@ -1,4 +1,4 @@
-"""Fixtures: the emulator with Cilium's and Kopf's CRDs, and the controller running against it."""
+"""Fixtures: the local cluster with Cilium's and Kopf's CRDs, and the controller running against it."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def install_crds(client: kube.KubeClient) -> None:
 
 @pytest.fixture
 def api(kubeconfig: Path) -> Iterator[kube.KubeClient]:
-    """A JSON client on the emulator, with the Cilium and Kopf peering CRDs installed."""
+    """A JSON client on the local cluster, with the Cilium and Kopf peering CRDs installed."""
     client = kube.KubeClient(kube.connection(kubeconfig))
     install_crds(client)
     try:

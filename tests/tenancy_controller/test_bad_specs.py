@@ -41,7 +41,7 @@ def test_schema_rejects(api, spec, field):
     ids=["name-too-long", "nfs-loopback", "nfs-metadata-address", "gpu-quota-over-pods"],
 )
 def test_cel_rules_reject(api, name, spec, detail):
-    """The CRD's x-kubernetes-validations (CEL) are enforced by the API server (and the emulator)."""
+    """The CRD's x-kubernetes-validations (CEL) are enforced by the API server."""
     with pytest.raises(errors.Invalid) as info:
         api.create(new_tenancy(name, **spec))
     assert detail in str(info.value)

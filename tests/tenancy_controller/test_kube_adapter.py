@@ -1,4 +1,4 @@
-"""The Kubernetes adapter against the emulator: create-or-replace keeps what others own."""
+"""The Kubernetes adapter against the local cluster: create-or-replace keeps what others own."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_ensure_creates_leaves_alone_and_replaces_keeping_foreign_metadata(api):
     assert action == kube.CREATED
     assert api.ensure(quota("5"))[0] == kube.UNCHANGED
 
-    live = api.get("ResourceQuota", "q", "ns1")  # the emulator's quota controller may have written status
+    live = api.get("ResourceQuota", "q", "ns1")  # kube-controller-manager's quota controller may have written status
     live["metadata"]["labels"]["theirs"] = "keep"
     live["metadata"]["annotations"] = {"note": "keep"}
     api.replace(live)

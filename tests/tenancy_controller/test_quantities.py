@@ -39,7 +39,7 @@ def _canonical(api, kind: str, name: str, namespace: str | None, path: tuple[str
     leaf = live
     for key in path[:-1]:
         leaf = leaf[key]
-    if leaf[path[-1]] != "1Ti":  # an emulator that stores quantities as written: store what a server would
+    if leaf[path[-1]] != "1Ti":  # a server that stores quantities as written: store what a server would
         leaf[path[-1]] = "1Ti"
         live = api.replace(live)
     return live

@@ -1,4 +1,4 @@
-"""The controller against the Kubernetes emulator over HTTP: create, change, repair, delete."""
+"""The controller against the local cluster's kube-apiserver over HTTP: create, change, repair, delete."""
 
 from __future__ import annotations
 
@@ -230,8 +230,8 @@ def test_parse_matches_what_the_api_server_defaulted(api):
 
 
 @pytest.mark.cluster
-def test_create_ready_and_delete_on_the_emulator_or_a_real_cluster(api, controller, unique_name):
-    """The same path on the emulator, or on the cluster named by $KUBECONFIG (which needs Cilium's CRDs)."""
+def test_create_ready_and_delete_on_the_local_or_a_real_cluster(api, controller, unique_name):
+    """The same path on the local cluster, or on the cluster named by $KUBECONFIG (which needs Cilium's CRDs)."""
     name = unique_name("gpucaas-e2e")
     api.create(new_tenancy(name, gpu_quota=1, nfs={"server": "10.20.0.5", "path": f"/exports/{name}",
                                                    "capacity": "1024Gi"}))

@@ -196,8 +196,8 @@ class NodeAgent:
         return found[-1]
 
     def _wait_for_devices(self, count: int, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401
-        """The sandbox scheduler places by partitions and leases, not by the kubelet's device health,
-        so a pod can be bound a moment before its GPUs are reported Healthy again (a lease checked
+        """The extender binds by partitions and leases, not by the kubelet's device health, so a
+        pod can be bound a moment before its GPUs are reported Healthy again (a lease checked
         and Free, the next ListAndWatch update not yet sent): wait for that update. Returns the
         live connection; starts over if the plugin goes away meanwhile."""
         while True:
