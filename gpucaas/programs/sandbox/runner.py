@@ -261,10 +261,33 @@ def start_cluster(state_dir: Path, nodes: tuple[str, ...], allocation_mode: str,
     mode_file.write_text(allocation_mode + "\n")
     tokens = state_dir / "kube-tokens.csv"
     identities.write_token_file(tokens, nodes)
-    cluster = LocalCluster(folder, ClusterOptions(token_auth_file=tokens, run_scheduler=False))
+    cluster = LocalCluster(folder, ClusterOptions(token_auth_file=tokens, run_scheduler=False,
+                                                  encryption_config=secrets_encryption(folder / "pki")))
     say(f"starting Kubernetes {cluster_version()} (etcd, kube-apiserver, kube-controller-manager) "
         f"from {cluster.bin_dir}")
     return cluster.start()
+
+
+def secrets_encryption(folder: Path) -> dict[str, Any]:
+    """kube-apiserver's EncryptionConfiguration for the sandbox: Secrets (tenant secrets,
+    registry credentials, tokens) are stored in etcd encrypted with secretbox (XSalsa20 and
+    Poly1305) under a key made once and kept beside the cluster's certificates; anything
+    written before it is still read (``identity`` last). docs/deploy.md gives the production
+    equivalent (a KMS v2 provider)."""
+    import base64
+
+    key_file = folder / "secrets-encryption-key"
+    if not key_file.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        key_file.write_bytes(base64.b64encode(os.urandom(32)))
+        key_file.chmod(0o600)
+    return {
+        "apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration",
+        "resources": [{"resources": ["secrets"], "providers": [
+            {"secretbox": {"keys": [{"name": "sandbox-1", "secret": key_file.read_text().strip()}]}},
+            {"identity": {}},
+        ]}],
+    }
 
 
 def cluster_version() -> str:
