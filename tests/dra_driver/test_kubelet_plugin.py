@@ -1,9 +1,10 @@
 """The DRA driver as the kubelet sees it: registration, Prepare/Unprepare, health, restart.
 
 The kubelet side is played by this test over the real gRPC protocols on unix sockets;
-claims live in the Kubernetes API emulator; partitions are activated by the real fabric
-service with the Fabric Manager simulator. Allocation is done by the stand-in structured
-allocator from the slices the driver publishes.
+claims live in a local cluster whose kube-scheduler allocates them (its DynamicResources
+plugin, tests/dra_driver/conftest.py) from the slices the driver's publisher writes for a
+fake GPU node; partitions are activated by the real fabric service with the Fabric Manager
+simulator.
 """
 
 from __future__ import annotations
@@ -15,25 +16,22 @@ import grpc
 import pytest
 from kubernetes import client
 
-from gpucaas.core import dra
+from gpucaas.core import dra as dra_names
 from gpucaas.core.topology import partition_by_id
-from gpucaas.devtools.dra_allocator import allocate
 from gpucaas.devtools.fake_sysfs import FakeBoard
 from gpucaas.devtools.waiting import wait_for
 from services.dra_driver import api
 from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.driver import Driver
+from services.dra_driver.publisher import SlicePublisher
 from services.dra_driver.server import DraServer, HealthBoard
-from services.dra_driver.slices import PublishedGpu, build_slices, partition_of_device
+from services.dra_driver.slices import PublishedGpu, partition_of_device
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager import simulator as fabric_sim
 from services.fabric.partitions import PartitionService
 from services.fabric.server import UnixServer, create_app
 from gpucaas.core.fabric_client import FabricClient
-
-NODE = "gpu-node-a"
-NS = "tenant-a"
-CLASSES = {dra.device_class_name(s): dra.device_class(s) for s in (1, 2, 4, 8)}
+from tests.dra_driver.scheduling import Scheduling
 
 
 @pytest.fixture
@@ -63,9 +61,10 @@ def fabric_socket(fm_fabric, sockets: Path, tmp_path: Path) -> Iterator[Path]:
 class Node:
     """The driver of one node, restartable with the same checkpoint file."""
 
-    def __init__(self, board: FakeBoard, fabric_socket: Path, sockets: Path, k8s: client.ApiClient,
+    def __init__(self, name: str, board: FakeBoard, fabric_socket: Path, sockets: Path, k8s: client.ApiClient,
                  state: Path) -> None:
-        self.board, self.fabric_socket, self.sockets, self.k8s, self.state = board, fabric_socket, sockets, k8s, state
+        self.name, self.board, self.fabric_socket, self.sockets, self.k8s, self.state = (
+            name, board, fabric_socket, sockets, k8s, state)
         self.server: DraServer | None = None
         self.fabric: FabricClient | None = None
         self.driver: Driver | None = None
@@ -74,7 +73,7 @@ class Node:
         objects = client.CustomObjectsApi(self.k8s)
         self.fabric = FabricClient(self.fabric_socket)
         driver = self.driver = Driver(
-            node_name=NODE, checkpoint=Checkpoint(self.state / "checkpoint.json"), fabric=self.fabric,
+            node_name=self.name, checkpoint=Checkpoint(self.state / "checkpoint.json"), fabric=self.fabric,
             read_claim=lambda ns, name: objects.get_namespaced_custom_object(
                 "resource.k8s.io", "v1", ns, "resourceclaims", name),
             physical_to_pci=self.board.physical_id_map,
@@ -95,9 +94,11 @@ class Node:
 
 
 @pytest.fixture
-def node(hgx_board: FakeBoard, fabric_socket: Path, sockets: Path, k8s: client.ApiClient,
-         tmp_path: Path) -> Iterator[Node]:
-    n = Node(hgx_board, fabric_socket, sockets, k8s, tmp_path / "dra-state")
+def node(dra: Scheduling, hgx_board: FakeBoard, fabric_socket: Path, sockets: Path, tmp_path: Path) -> Iterator[Node]:
+    """The driver of the test's GPU node, its slices published (what kube-scheduler allocates from)."""
+    gpus = [PublishedGpu(pid, bdf) for pid, bdf in hgx_board.physical_id_map().items()]
+    SlicePublisher(dra.kube, dra.node, lambda: gpus).publish()
+    n = Node(dra.node, hgx_board, fabric_socket, sockets, dra.k8s, tmp_path / "dra-state")
     n.start()
     try:
         yield n
@@ -110,58 +111,40 @@ def kubelet_call(sock: Path, stub_cls, method: str, request):
         return getattr(stub_cls(ch), method)(request, timeout=10)
 
 
-def make_claim(k8s: client.ApiClient, name: str, gpus: int, allocated: list) -> dict:
-    objects = client.CustomObjectsApi(k8s)
-    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
-            "spec": {"devices": {"requests": [dra.claim_request(gpus)]}}}
-    claim = objects.create_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims", body)
-    board = [PublishedGpu(pid, bdf) for pid, bdf in FakeBoardIds.pci.items()]
-    chosen = allocate(claim, NODE, build_slices(NODE, board), CLASSES, allocated)
-    assert chosen is not None
-    allocated.extend(d.ref for d in chosen)
-    claim["status"] = {"allocation": {"devices": {"results": [d.as_result() for d in chosen]}}}
-    return objects.replace_namespaced_custom_object_status("resource.k8s.io", "v1", NS, "resourceclaims", name,
-                                                           claim)
-
-
-class FakeBoardIds:
-    pci: dict[int, str] = {}
-
-
-@pytest.fixture(autouse=True)
-def _namespace(k8s: client.ApiClient, hgx_board: FakeBoard) -> None:
-    FakeBoardIds.pci = hgx_board.physical_id_map()
-    client.CoreV1Api(k8s).create_namespace({"metadata": {"name": NS}})
+def make_claim(dra: Scheduling, name: str, gpus: int) -> dict:
+    """A ResourceClaim and a pod using it, which kube-scheduler places on the node: the allocated claim."""
+    dra.create_claim(name, gpus)
+    dra.create_pod(f"pod-{name}", claim=name)
+    return dra.scheduled(f"pod-{name}")
 
 
 def prepare(node: Node, *claims: dict):
     req = api.dra_pb2.NodePrepareResourcesRequest(claims=[
-        api.dra_pb2.Claim(namespace=NS, uid=c["metadata"]["uid"], name=c["metadata"]["name"]) for c in claims])
+        api.dra_pb2.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"]) for c in claims])
     return kubelet_call(node.server.endpoint, api.dra_grpc.DRAPluginStub, "NodePrepareResources", req)
 
 
 def unprepare(node: Node, *claims: dict):
     req = api.dra_pb2.NodeUnprepareResourcesRequest(claims=[
-        api.dra_pb2.Claim(namespace=NS, uid=c["metadata"]["uid"], name=c["metadata"]["name"]) for c in claims])
+        api.dra_pb2.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"]) for c in claims])
     return kubelet_call(node.server.endpoint, api.dra_grpc.DRAPluginStub, "NodeUnprepareResources", req)
 
 
 def test_registration_announces_a_dra_plugin_and_its_endpoint(node: Node) -> None:
     info = kubelet_call(node.server.registration_socket, api.reg_grpc.RegistrationStub, "GetInfo",
                         api.reg_pb2.InfoRequest())
-    assert info.type == "DRAPlugin" and info.name == dra.DRIVER
-    assert info.endpoint == str(node.sockets / "plugins" / dra.DRIVER / "dra.sock")
+    assert info.type == "DRAPlugin" and info.name == dra_names.DRIVER
+    assert info.endpoint == str(node.sockets / "plugins" / dra_names.DRIVER / "dra.sock")
     assert list(info.supported_versions) == ["v1.DRAPlugin"]
     kubelet_call(node.server.registration_socket, api.reg_grpc.RegistrationStub, "NotifyRegistrationStatus",
                  api.reg_pb2.RegistrationStatus(plugin_registered=True))
     assert node.server.registration.registered.is_set()
 
 
-def test_prepare_activates_the_partition_and_returns_its_cdi_ids_once(node: Node, k8s, fm_fabric,
+def test_prepare_activates_the_partition_and_returns_its_cdi_ids_once(node: Node, dra: Scheduling, fm_fabric,
                                                                       hgx_board: FakeBoard) -> None:
-    allocated: list = []
-    pair = make_claim(k8s, "pair", 2, allocated)
-    quad = make_claim(k8s, "quad", 4, allocated)
+    pair = make_claim(dra, "pair", 2)
+    quad = make_claim(dra, "quad", 4)
     answer = prepare(node, pair, quad)
     by_uid = {c["metadata"]["uid"]: c for c in (pair, quad)}
     pci = hgx_board.physical_id_map()
@@ -172,21 +155,22 @@ def test_prepare_activates_the_partition_and_returns_its_cdi_ids_once(node: Node
         partition = partition_by_id(partition_of_device(dev.device_name))
         assert len(partition.gpus) == {"pair": 2, "quad": 4}[by_uid[uid]["metadata"]["name"]]
         assert list(dev.cdi_device_ids) == [f"nvidia.com/gpu={pci[g]}" for g in partition.sorted_gpus()]
-        assert dev.pool_name == NODE and list(dev.request_names) == ["gpus"]
+        assert dev.pool_name == dra.node and list(dev.request_names) == ["gpus"]
         active.add(partition.id)
-    assert set(fm_fabric.active_partition_ids()) == active
+    assert len(active) == 2 and set(fm_fabric.active_partition_ids()) == active
     again = prepare(node, pair)
     assert again.claims[pair["metadata"]["uid"]] == answer.claims[pair["metadata"]["uid"]]
     assert set(fm_fabric.active_partition_ids()) == active
 
 
-def test_unprepare_after_a_plugin_restart_releases_the_partition(node: Node, k8s, fm_fabric) -> None:
-    claim = make_claim(k8s, "eight", 8, [])
+def test_unprepare_after_a_plugin_restart_releases_the_partition(node: Node, dra: Scheduling, fm_fabric) -> None:
+    claim = make_claim(dra, "eight", 8)
     assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
     assert set(fm_fabric.active_partition_ids()) == {0}
     node.stop()
-    client.CustomObjectsApi(k8s).delete_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims",
-                                                                 "eight")
+    dra.delete_pod("pod-eight")
+    dra.custom.delete_namespaced_custom_object("resource.k8s.io", "v1", dra.namespace, "resourceclaims", "eight")
+    wait_for(lambda: dra.claim("eight") is None, what="claim eight gone")
     node.start()
     res = unprepare(node, claim)
     assert res.claims[claim["metadata"]["uid"]].error == ""
@@ -194,8 +178,8 @@ def test_unprepare_after_a_plugin_restart_releases_the_partition(node: Node, k8s
     assert unprepare(node, claim).claims[claim["metadata"]["uid"]].error == ""  # idempotent
 
 
-def test_a_recreated_claim_with_another_uid_is_refused(node: Node, k8s, fm_fabric) -> None:
-    claim = make_claim(k8s, "single", 1, [])
+def test_a_recreated_claim_with_another_uid_is_refused(node: Node, dra: Scheduling, fm_fabric) -> None:
+    claim = make_claim(dra, "single", 1)
     stale = {**claim, "metadata": {**claim["metadata"], "uid": "00000000-dead-beef-0000-000000000000"}}
     res = prepare(node, stale).claims[stale["metadata"]["uid"]]
     assert "deleted and re-created" in res.error and not res.devices
@@ -222,25 +206,25 @@ def test_an_unhealthy_gpu_marks_every_partition_containing_it(node: Node, hgx_bo
     wait_for(lambda: True, timeout=1)
 
 
-def test_the_pod_is_told_once_that_its_partition_is_active(node: Node, k8s, fm_fabric) -> None:
+def test_the_pod_is_told_once_that_its_partition_is_active(node: Node, dra: Scheduling, fm_fabric) -> None:
     """The kubelet posts nothing for a prepared claim: the driver's PartitionActivated Event on
     the pod is what ``kubectl describe pod`` and the API's timeline show (once, not per retry)."""
     from gpucaas.core.kube import Kube
     from services.dra_driver.main import ACTIVATED_REASON, activation_event
 
-    node.driver.activated_listeners.append(activation_event(Kube.of(k8s), NODE))
-    allocated: list = []
-    claim = make_claim(k8s, "pair", 2, allocated)
-    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "trainer", "uid": "u-1"}]
-    claim = client.CustomObjectsApi(k8s).replace_namespaced_custom_object_status(
-        "resource.k8s.io", "v1", NS, "resourceclaims", "pair", claim)
+    node.driver.activated_listeners.append(activation_event(Kube.of(dra.k8s), dra.node))
+    dra.create_claim("pair", 2)
+    dra.create_pod("trainer", claim="pair")
+    claim = dra.scheduled("trainer")  # reserved for the trainer by kube-scheduler
     prepare(node, claim)
     prepare(node, claim)  # the kubelet asking again after its restart: no second Event
 
     def announced() -> list:
-        return [e for e in client.CoreV1Api(k8s).list_namespaced_event(NS).items if e.reason == ACTIVATED_REASON]
+        return [e for e in dra.core.list_namespaced_event(dra.namespace).items if e.reason == ACTIVATED_REASON]
 
     [event] = wait_for(announced, what="the PartitionActivated Event")
+    trainer = dra.core.read_namespaced_pod("trainer", dra.namespace)
     assert (event.involved_object.kind, event.involved_object.name) == ("Pod", "trainer")
-    assert event.message.startswith(f"2 GPU(s) allocated on {NODE}: ") and "claim pair" in event.message
+    assert event.involved_object.uid in (None, "", trainer.metadata.uid)
+    assert event.message.startswith(f"2 GPU(s) allocated on {dra.node}: ") and "claim pair" in event.message
     assert len(announced()) == 1

@@ -1,9 +1,9 @@
 """Slices published from what the fabric service and the GPU leases say; binding conditions.
 
-Against the Kubernetes API emulator (over HTTP, as production) and the real fabric service
-with the Fabric Manager simulator. The scheduler's side of binding conditions (wait in
-PreBind for the conditions, deallocate on failure) is played by the test with the
-stand-in allocator.
+Against a local cluster whose kube-scheduler allocates claims from the published slices
+(its DynamicResources plugin, tests/dra_driver/conftest.py: on a binding-conditions device it
+waits in PreBind for the driver's verdict, binds on success and deallocates on failure) and
+the real fabric service with the Fabric Manager simulator.
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
-from gpucaas.core import dra
+from gpucaas.core import dra as dra_names
 from gpucaas.core.fabric_client import FabricClient
-from gpucaas.core.kube import Kube
 from gpucaas.core.lease_store import LeaseStore
 from gpucaas.core.topology import partition_by_id
-from gpucaas.devtools.dra_allocator import allocate
 from gpucaas.devtools.fake_sysfs import FakeBoard
+from gpucaas.devtools.waiting import wait_for
 from services.dra_driver.binding import BindingWatcher
 from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.publisher import SlicePublisher, gpus_from
@@ -29,10 +27,7 @@ from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager import simulator as fabric_sim
 from services.fabric.partitions import PartitionService
 from services.fabric.server import UnixServer, create_app
-
-NODE = "gpu-node-a"
-NS = "tenant-a"
-CLASSES = {dra.device_class_name(s): dra.device_class(s) for s in (1, 2, 4, 8)}
+from tests.dra_driver.scheduling import Scheduling, gpus_of_claim, results
 
 
 @pytest.fixture
@@ -55,25 +50,20 @@ def fabric(fm_fabric, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) 
         store.close()
 
 
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    client.CoreV1Api(k8s).create_namespace({"metadata": {"name": NS}})
-    return Kube.of(k8s)
+def slices(dra: Scheduling) -> list[dict]:
+    return dra.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+                                                 field_selector=f"spec.nodeName={dra.node}")["items"]
 
 
-def slices(kube: Kube) -> list[dict]:
-    return kube.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
-                                                  field_selector=f"spec.nodeName={NODE}")["items"]
-
-
-def test_slices_follow_the_fabric_and_the_leases(kube: Kube, fabric: FabricClient, hgx_board: FakeBoard) -> None:
+def test_slices_follow_the_fabric_and_the_leases(dra: Scheduling, fabric: FabricClient, hgx_board: FakeBoard) -> None:
+    kube, node = dra.kube, dra.node
     store = LeaseStore(kube)
     leases: list[dict] = []
-    pub = SlicePublisher(kube, NODE, lambda: gpus_from(fabric.topology(), leases))
+    pub = SlicePublisher(kube, node, lambda: gpus_from(fabric.topology(), leases))
     assert pub.publish() is True
-    first = {s["metadata"]["name"]: s for s in slices(kube)}
+    first = {s["metadata"]["name"]: s for s in slices(dra)}
     assert len(first) == 2 and {s["spec"]["pool"]["generation"] for s in first.values()} == {1}
-    parts = first[f"{NODE}-gpucaas-partitions"]["spec"]["devices"]
+    parts = first[f"{node}-gpucaas-partitions"]["spec"]["devices"]
     assert len(parts) == 15
     pci = hgx_board.physical_id_map()
     singles = {d["attributes"]["resource.kubernetes.io/pciBusID"]["string"] for d in parts
@@ -82,77 +72,88 @@ def test_slices_follow_the_fabric_and_the_leases(kube: Kube, fabric: FabricClien
     assert pub.publish() is False  # nothing changed: nothing written
 
     # A lease being checked holds every partition with that GPU out, and the pool moves on.
-    leases.append({"spec": {"node": NODE, "pciAddress": pci[3]}, "status": {"state": "Checking"}})
+    leases.append({"spec": {"node": node, "pciAddress": pci[3]}, "status": {"state": "Checking"}})
     assert pub.publish() is True
-    now = {s["metadata"]["name"]: s for s in slices(kube)}
+    now = {s["metadata"]["name"]: s for s in slices(dra)}
     assert {s["spec"]["pool"]["generation"] for s in now.values()} == {2}
-    held = {partition_of_device(d["name"]) for d in now[f"{NODE}-gpucaas-partitions"]["spec"]["devices"]}
+    held = {partition_of_device(d["name"]) for d in now[f"{node}-gpucaas-partitions"]["spec"]["devices"]}
     assert all(3 not in partition_by_id(p).gpus for p in held)
     assert len(held) == 15 - 4  # the board, quad 1, pair {1,3} and the single GPU 3
-    assert store.list(NODE) == []  # the publisher only reads leases
+    assert store.list(node) == []  # the publisher only reads leases
 
     # A restarted publisher continues above the generation the cluster holds.
-    again = SlicePublisher(kube, NODE, lambda: gpus_from(fabric.topology(), []))
+    again = SlicePublisher(kube, node, lambda: gpus_from(fabric.topology(), []))
     assert again.publish() is True
-    assert {s["spec"]["pool"]["generation"] for s in slices(kube)} == {3}
+    assert {s["spec"]["pool"]["generation"] for s in slices(dra)} == {3}
     again.withdraw()
-    assert slices(kube) == []
+    assert slices(dra) == []
 
 
-def _allocated_claim(kube: Kube, name: str, gpus: int, published: list[dict], taken: list) -> dict:
-    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
-            "spec": {"devices": {"requests": [dra.claim_request(gpus)]}}}
-    claim = kube.custom.create_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims", body)
-    got = allocate(claim, NODE, published, CLASSES, taken)
-    assert got is not None
-    taken.extend(d.ref for d in got)
-    claim["status"] = {"allocation": {"devices": {"results": [d.as_result() for d in got]}}}
-    return kube.custom.replace_namespaced_custom_object_status("resource.k8s.io", "v1", NS, "resourceclaims", name,
-                                                               claim)
-
-
-def _verdicts(kube: Kube, name: str) -> set[str]:
-    claim = kube.custom.get_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims", name)
-    return {c["type"] for d in (claim.get("status") or {}).get("devices") or [] for c in d.get("conditions") or []
+def _verdicts(dra: Scheduling, claim: str) -> set[str]:
+    c = dra.claim(claim) or {}
+    return {c["type"] for d in (c.get("status") or {}).get("devices") or [] for c in d.get("conditions") or []
             if c["status"] == "True"}
 
 
+def _rounds_until_verdict(watcher: BindingWatcher, dra: Scheduling, claim: str) -> set[str]:
+    """The driver's binding loop, until it has said something about ``claim``."""
+    def said() -> set[str]:
+        watcher.run_once()
+        return _verdicts(dra, claim)
+
+    return wait_for(said, 60, interval=0.2, what=f"a binding verdict on claim {claim}")  # type: ignore[no-any-return]
+
+
+def _unbound(dra: Scheduling, pod: str) -> bool:
+    return not dra.core.read_namespaced_pod(pod, dra.namespace).spec.node_name
+
+
 def test_binding_conditions_activate_before_binding_and_failures_are_reported(
-        kube: Kube, fabric: FabricClient, fm_fabric, tmp_path: Path) -> None:
-    SlicePublisher(kube, NODE, lambda: gpus_from(fabric.topology(), []), binding_conditions=True).publish()
-    published = slices(kube)
-    watcher = BindingWatcher(kube, fabric, Checkpoint(tmp_path / "cp.json"), NODE)
-    taken: list = []
-    quad = _allocated_claim(kube, "quad", 4, published, taken)
-    watcher.run_once()
-    assert _verdicts(kube, "quad") == {dra.BINDING_CONDITION}
-    (dev,) = quad["status"]["allocation"]["devices"]["results"]
+        dra: Scheduling, fabric: FabricClient, fm_fabric, tmp_path: Path) -> None:
+    SlicePublisher(dra.kube, dra.node, lambda: gpus_from(fabric.topology(), []), binding_conditions=True).publish()
+    watcher = BindingWatcher(dra.kube, fabric, Checkpoint(tmp_path / "cp.json"), dra.node)
+
+    # kube-scheduler allocates in PreBind and then waits there: the pod is not bound before the verdict
+    dra.create_pod("quad", gpus=4)
+    quad = dra.allocated("quad")
+    (dev,) = results(quad)
+    assert dev["bindingConditions"] == [dra_names.BINDING_CONDITION]
+    assert dev["bindingFailureConditions"] == [dra_names.BINDING_FAILURE_CONDITION]
+    assert _unbound(dra, "quad") and fm_fabric.active_partition_ids() == frozenset()
+    assert _rounds_until_verdict(watcher, dra, quad["metadata"]["name"]) == {dra_names.BINDING_CONDITION}
     assert set(fm_fabric.active_partition_ids()) == {partition_of_device(dev["device"])}
+    assert dra.bound("quad") == dra.node  # the condition True: kube-scheduler binds
 
     # Another holder keeps an overlapping partition active (an admin activation of GPU 5,
     # which the next pair, {5,7} in buddy order, needs): activation fails, the claim says
-    # so, and the scheduler would deallocate it and try elsewhere.
+    # so, and kube-scheduler deallocates it and schedules the pod again.
     pci = {int(g["physical_id"]): g["pci_bus_id"] for g in fabric.topology()["gpus"]}
     fabric.activate("admin:test", [pci[5]])
-    pair = _allocated_claim(kube, "pair", 2, published, taken)
-    (res,) = pair["status"]["allocation"]["devices"]["results"]
-    assert partition_by_id(partition_of_device(res["device"])).gpus == frozenset({5, 7})
-    watcher.run_once()
-    assert _verdicts(kube, "pair") == {dra.BINDING_FAILURE_CONDITION}
-    claim = kube.custom.get_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims", "pair")
-    (failed,) = [c for d in claim["status"]["devices"] for c in d["conditions"]]
+    dra.create_pod("pair", gpus=2)
+    pair = dra.allocated("pair")
+    name = pair["metadata"]["name"]
+    assert gpus_of_claim(pair) == [frozenset({5, 7})]
+    assert _rounds_until_verdict(watcher, dra, name) == {dra_names.BINDING_FAILURE_CONDITION}
+    (failed,) = [c for d in (dra.claim(name) or {})["status"]["devices"] for c in d["conditions"]]
     assert failed["reason"] == "ActivationFailed" and "admin:test" in failed["message"]
+    wait_for(lambda: not _verdicts(dra, name), 120, what="kube-scheduler to deallocate the failed claim")
+    assert _unbound(dra, "pair")
 
-    # The scheduler gives up on the quad's pod (binding timeout) and deallocates its claim:
-    # the partition must not stay active without a claim.
-    quad = kube.custom.get_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims", "quad")
-    quad["status"] = {}
-    kube.custom.replace_namespaced_custom_object_status("resource.k8s.io", "v1", NS, "resourceclaims", "quad", quad)
+    # Once the other holder lets go, the next allocation's activation succeeds and the pod binds.
+    fabric.release("admin:test")
+    assert _rounds_until_verdict(watcher, dra, name) == {dra_names.BINDING_CONDITION}
+    assert dra.bound("pair", 120) == dra.node
+    assert gpus_of_claim(dra.allocated("pair")) == [frozenset({5, 7})]
+
+    # The quad's pod goes before it ran (its claim, made from the template, with it): the
+    # partition must not stay active without a claim.
+    dra.delete_pod("quad")
     watcher.run_once()
     assert partition_of_device(dev["device"]) not in fm_fabric.active_partition_ids()
+    assert fm_fabric.active_partition_ids() == frozenset({partition_of_device(results(dra.allocated("pair"))[0]["device"])})
 
 
-def test_the_command_registers_publishes_and_prepares(kube: Kube, fabric: FabricClient, fm_fabric, kubeconfig: Path,
+def test_the_command_registers_publishes_and_prepares(dra: Scheduling, fabric: FabricClient, fm_fabric,
                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
     """``gpucaas dra-driver`` as a process: the kubelet finds it, the scheduler sees its slices."""
     import os
@@ -161,32 +162,33 @@ def test_the_command_registers_publishes_and_prepares(kube: Kube, fabric: Fabric
 
     import grpc
 
-    from gpucaas.devtools.waiting import wait_for
     from services.dra_driver import api
 
     root = tmp_path_factory.mktemp("drv")
-    env = {**os.environ, "GPUCAAS_DRA_NODE_NAME": NODE, "GPUCAAS_DRA_KUBECONFIG": str(kubeconfig),
+    env = {**os.environ, "GPUCAAS_DRA_NODE_NAME": dra.node,
+           "GPUCAAS_DRA_KUBECONFIG": str(dra.cluster.admin_kubeconfig),
            "GPUCAAS_DRA_REGISTRY_DIR": str(root / "reg"), "GPUCAAS_DRA_PLUGINS_DIR": str(root / "plugins"),
            "GPUCAAS_DRA_STATE_DIR": str(root / "state"), "GPUCAAS_DRA_FABRIC_SOCKET": str(fabric.socket_path),
            "GPUCAAS_DRA_PUBLISH_INTERVAL_S": "0.2"}
     proc = subprocess.Popen([sys.executable, "-m", "gpucaas", "dra-driver"], env=env)
     try:
-        reg = root / "reg" / f"{dra.DRIVER}-reg.sock"
+        reg = root / "reg" / f"{dra_names.DRIVER}-reg.sock"
         wait_for(lambda: reg.exists() or proc.poll() is not None, 60, what="the registration socket")
         assert proc.poll() is None
         with grpc.insecure_channel(f"unix://{reg}") as ch:
             info = api.reg_grpc.RegistrationStub(ch).GetInfo(api.reg_pb2.InfoRequest(), timeout=10)
-        assert info.type == "DRAPlugin" and info.endpoint == str(root / "plugins" / dra.DRIVER / "dra.sock")
-        wait_for(lambda: len(slices(kube)) == 2, 60, what="the node's two slices")
-        taken: list = []
-        claim = _allocated_claim(kube, "eight", 8, slices(kube), taken)
+        assert info.type == "DRAPlugin" and info.endpoint == str(root / "plugins" / dra_names.DRIVER / "dra.sock")
+        wait_for(lambda: len(slices(dra)) == 2, 60, what="the node's two slices")
+        dra.create_pod("eight", gpus=8)
+        claim = dra.scheduled("eight")
         with grpc.insecure_channel(f"unix://{info.endpoint}") as ch:
             res = api.dra_grpc.DRAPluginStub(ch).NodePrepareResources(api.dra_pb2.NodePrepareResourcesRequest(
-                claims=[api.dra_pb2.Claim(namespace=NS, uid=claim["metadata"]["uid"], name="eight")]), timeout=30)
+                claims=[api.dra_pb2.Claim(namespace=dra.namespace, uid=claim["metadata"]["uid"],
+                                          name=claim["metadata"]["name"])]), timeout=30)
         (dev,) = res.claims[claim["metadata"]["uid"]].devices
         assert len(dev.cdi_device_ids) == 8 and all(i.startswith("nvidia.com/gpu=") for i in dev.cdi_device_ids)
         assert set(fm_fabric.active_partition_ids()) == {0}
     finally:
         proc.terminate()
         proc.wait(30)
-    assert not (root / "reg" / f"{dra.DRIVER}-reg.sock").exists()
+    assert not (root / "reg" / f"{dra_names.DRIVER}-reg.sock").exists()

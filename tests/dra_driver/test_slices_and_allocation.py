@@ -1,39 +1,31 @@
 """Partitions as partitionable devices: what a node publishes and what can be allocated.
 
-The allocator is the stand-in for kube-scheduler's structured allocator
-(gpucaas.devtools.dra_allocator); the oracle below is independent of both: it knows only
+The allocator is kube-scheduler's (its DynamicResources plugin, the chart's DRA
+configuration, tests/dra_driver/conftest.py), working from the slices the driver's
+publisher writes for a fake GPU node; the oracle below is independent of it: it knows only
 the partition table and which GPUs are free.
 """
 
 from __future__ import annotations
 
-import itertools
 import random
+from typing import Any
 
-import pytest
-
-from gpucaas.core import dra
+from gpucaas.core import dra as dra_names
 from gpucaas.core.platforms import DGX_H100
 from gpucaas.core.topology import HGX_H100_PARTITIONS, partition_by_id
-from gpucaas.devtools.dra_allocator import DeviceRef, Unsupported, allocate
+from services.dra_driver.publisher import SlicePublisher
 from services.dra_driver.slices import PublishedGpu, build_slices, partition_of_device
+from tests.dra_driver.scheduling import Scheduling, gpus_of_claim, results
 
 NODE = "gpu-node-a"
-CLASSES = {dra.device_class_name(s): dra.device_class(s) for s in (1, 2, 4, 8)}
+ALL = frozenset(range(1, 9))
 
 
 def board(**allocatable: bool) -> list[PublishedGpu]:
     return [PublishedGpu(pid, bdf, numa_node=0 if pid <= 4 else 1,
                          allocatable=allocatable.get(f"gpu{pid}", True))
             for pid, bdf in DGX_H100.physical_id_to_bdf().items()]
-
-
-def claim(gpus: int) -> dict:
-    return {"spec": {"devices": {"requests": [dra.claim_request(gpus)]}}}
-
-
-def gpus_of(refs) -> list[frozenset[int]]:
-    return [partition_by_id(partition_of_device(r.device)).gpus for r in refs]
 
 
 def test_a_board_publishes_counters_and_fifteen_partitions_in_buddy_order() -> None:
@@ -62,120 +54,198 @@ def test_a_gpu_that_is_not_free_holds_every_partition_containing_it_out() -> Non
     assert published == {p.id for p in HGX_H100_PARTITIONS if 3 not in p.gpus}
 
 
-def test_a_partition_still_allocated_stays_published_while_its_gpus_are_checked() -> None:
-    """The seed scenario's overlap: an 8-GPU claim outlives its pod while GPUs 1 and 3 are
-    Free again and the others are still checked. Were the 8-GPU device dropped, the
-    allocator would no longer count its counters and hand out the pair {1, 3} beside it."""
-    whole = next(p for p in HGX_H100_PARTITIONS if p.size == 8)
-    checking = {f"gpu{g}": False for g in whole.gpus if g not in (1, 3)}
-    held = next(d["name"] for d in build_slices(NODE, board())[1]["spec"]["devices"]
-                if partition_of_device(d["name"]) == whole.id)
-    slices = build_slices(NODE, board(**checking), allocated={held})
-    published = {partition_of_device(d["name"]) for d in slices[1]["spec"]["devices"]}
-    assert whole.id in published
-    assert allocate(claim(2), NODE, slices, CLASSES, [DeviceRef(dra.DRIVER, NODE, held)]) is None
-    # once the claim is deallocated the device goes (its GPUs are not all Free) and the pair is offered
-    slices = build_slices(NODE, board(**checking))
-    assert whole.id not in {partition_of_device(d["name"]) for d in slices[1]["spec"]["devices"]}
-    (pair,) = allocate(claim(2), NODE, slices, CLASSES, [])
-    assert partition_by_id(partition_of_device(pair.ref.device)).gpus == frozenset({1, 3})
-
-
-def test_binding_conditions_are_carried_when_enabled() -> None:
-    _, parts = build_slices(NODE, board(), binding_conditions=True)
-    for d in parts["spec"]["devices"]:
-        assert d["bindingConditions"] == [dra.BINDING_CONDITION]
-        assert d["bindingFailureConditions"] == [dra.BINDING_FAILURE_CONDITION]
-        assert d["bindsToNode"] is True
-    slices = build_slices(NODE, board(), binding_conditions=True)
-    (got,) = allocate(claim(2), NODE, slices, CLASSES, [])
-    assert got.as_result()["bindingConditions"] == [dra.BINDING_CONDITION]
-
-
 def oracle_can_place(size: int, free: frozenset[int]) -> bool:
     if size in (1, 2, 4, 8):
         return any(p.size == size and p.gpus <= free for p in HGX_H100_PARTITIONS)
     return len(free) >= size
 
 
-def test_every_sequence_of_partition_claims_allocates_exactly_when_a_free_partition_exists() -> None:
-    """Every order of 1/2/4/8-GPU claims until the board is full, walked as a tree.
+class Holdings:
+    """Pods asking kube-scheduler for GPUs on the test's node, each answer checked against the
+    oracle: allocated exactly when it can place the claim, then as whole partitions of free
+    GPUs (one for 1, 2, 4 or 8 GPUs, single GPUs for other counts) that no other claim holds."""
 
-    After each allocation every size is tried again; a refused claim changes nothing, so
-    the walk goes on only below the claims that were allocated.
+    def __init__(self, dra: Scheduling) -> None:
+        self.dra = dra
+        self.held: dict[str, frozenset[int]] = {}  # pod -> its GPUs
+        self.asked = 0
+
+    @property
+    def free(self) -> frozenset[int]:
+        return ALL.difference(*self.held.values())
+
+    def ask(self, size: int) -> str | None:
+        """A pod asking for ``size`` GPUs; its name while it holds them, None when refused (it is gone)."""
+        self.asked += 1
+        free = self.free
+        pod = self.dra.create_pod(f"c{self.asked}-{size}gpu", gpus=size)
+        if not oracle_can_place(size, free):
+            self.dra.unschedulable(pod)
+            self.dra.delete_pod(pod)
+            return None
+        sets = gpus_of_claim(self.dra.scheduled(pod))
+        assert [len(g) for g in sets] == ([size] if size in (1, 2, 4, 8) else [1] * size), sets
+        got = frozenset().union(*sets)
+        assert len(got) == size and got <= free, (size, sorted(free), sets)
+        self.held[pod] = got
+        self.assert_no_overlap()
+        return pod
+
+    def release(self, pod: str) -> None:
+        self.dra.delete_pod(pod)
+        del self.held[pod]
+
+    def assert_no_overlap(self) -> None:
+        """What the cluster's claims hold, not this bookkeeping: no GPU in two allocations."""
+        claims = self.dra.custom.list_namespaced_custom_object("resource.k8s.io", "v1", self.dra.namespace,
+                                                               "resourceclaims")["items"]
+        held = [g for c in claims for g in gpus_of_claim(c)]
+        assert sum(len(g) for g in held) == len(frozenset().union(*held)), held
+        assert frozenset().union(*held) == ALL - self.free
+
+
+def publish(dra: Scheduling, **allocatable: bool) -> SlicePublisher:
+    pub = SlicePublisher(dra.kube, dra.node, lambda: board(**allocatable))
+    assert pub.publish() is True
+    return pub
+
+
+def published_partitions(dra: Scheduling) -> set[int]:
+    slices = dra.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+                                                   field_selector=f"spec.nodeName={dra.node}")["items"]
+    return {partition_of_device(d["name"]) for s in slices for d in s["spec"].get("devices") or []}
+
+
+def test_a_partition_still_allocated_stays_published_while_its_gpus_are_checked(dra: Scheduling) -> None:
+    """The seed scenario's overlap: an 8-GPU claim is still allocated while GPUs 1 and 3 are
+    Free again and the others are being checked. The device stays in the slice, so
+    kube-scheduler still counts its counters and refuses the pair {1, 3} beside it."""
+    whole = next(p for p in HGX_H100_PARTITIONS if p.size == 8)
+    checking: dict[str, bool] = {}
+    pub = SlicePublisher(dra.kube, dra.node, lambda: board(**checking))
+    pub.publish()
+    dra.create_claim("whole", 8)
+    dra.create_pod("trainer", claim="whole")
+    assert gpus_of_claim(dra.scheduled("trainer")) == [whole.gpus]
+
+    checking.update({f"gpu{g}": False for g in whole.gpus if g not in (1, 3)})
+    assert pub.publish() is True
+    assert published_partitions(dra) == {whole.id} | {p.id for p in HGX_H100_PARTITIONS if p.gpus <= {1, 3}}
+    dra.create_pod("pair", gpus=2)
+    dra.unschedulable("pair")
+
+    # once the claim is deallocated (its pod gone) the device goes from the next slices, whose
+    # GPUs are not all Free, and kube-scheduler hands the waiting pod the pair
+    dra.delete_pod("trainer")
+    assert pub.publish() is True
+    assert whole.id not in published_partitions(dra)
+    assert gpus_of_claim(dra.scheduled("pair")) == [frozenset({1, 3})]
+
+
+def test_without_the_allocated_device_kube_scheduler_would_hand_out_an_overlapping_pair(dra: Scheduling) -> None:
+    """Why the publisher keeps an allocated device (build_slices' ``allocated``): kube-scheduler
+    counts an allocated device's counters only from the device it finds in the pool, so slices
+    that dropped the 8-GPU device still held by a claim let it allocate {1, 3} beside it."""
+    slices = build_slices(dra.node, board())
+    for s in slices:
+        dra.custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", s)
+    dra.create_pod("trainer", gpus=8)
+    dra.scheduled("trainer")
+    checking = {f"gpu{g}": False for g in (2, 4, 5, 6, 7, 8)}
+    for s in build_slices(dra.node, board(**checking), generation=2):  # no allocated=: the bug
+        s["metadata"]["resourceVersion"] = dra.custom.get_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"])["metadata"]["resourceVersion"]
+        dra.custom.replace_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"], s)
+    dra.create_pod("pair", gpus=2)
+    assert gpus_of_claim(dra.scheduled("pair")) == [frozenset({1, 3})]
+
+
+def test_every_state_of_partition_claims_allocates_exactly_when_a_free_partition_exists(dra: Scheduling) -> None:
+    """Every free-GPU set that 1/2/4/8-GPU claims reach from an empty board, walked depth first.
+
+    In each state every size is asked for: kube-scheduler must allocate it exactly when the
+    oracle finds a free partition of that size, as a whole partition of free GPUs; a refused
+    pod changes nothing. An allocation leads to the state below (walked once), then is released.
     """
-    slices = build_slices(NODE, board())
-    checked = 0
+    publish(dra)
+    h = Holdings(dra)
+    seen: set[frozenset[int]] = set()
 
-    def walk(allocated: list[DeviceRef], free: frozenset[int], depth: int) -> None:
-        nonlocal checked
+    def walk() -> None:
+        seen.add(h.free)
         for size in (1, 2, 4, 8):
-            got = allocate(claim(size), NODE, slices, CLASSES, allocated)
-            checked += 1
-            assert (got is not None) == oracle_can_place(size, free), (size, sorted(free))
-            if got is None:
+            pod = h.ask(size)
+            if pod is None:
                 continue
-            (dev,) = got
-            (gset,) = gpus_of([dev.ref])
-            assert len(gset) == size and gset <= free  # a whole partition of free GPUs
-            held = gpus_of([*allocated, dev.ref])
-            assert sum(len(g) for g in held) == len(frozenset().union(*held))  # never overlapping
-            walk([*allocated, dev.ref], free - gset, depth + 1)
+            if h.free not in seen:
+                walk()
+            h.release(pod)
 
-    walk([], frozenset(range(1, 9)), 0)
-    assert checked > 400  # the walk really went down the tree
-
-
-def test_first_fit_in_buddy_order_packs_singles_into_one_quad() -> None:
-    slices = build_slices(NODE, board())
-    allocated: list[DeviceRef] = []
-    for _ in range(4):
-        (dev,) = allocate(claim(1), NODE, slices, CLASSES, allocated)
-        allocated.append(dev.ref)
-    assert frozenset().union(*gpus_of(allocated)) == frozenset({1, 2, 3, 4})
-    (quad,) = allocate(claim(4), NODE, slices, CLASSES, allocated)
-    assert gpus_of([quad.ref]) == [frozenset({5, 6, 7, 8})]
+    walk()
+    assert h.free == ALL
+    # first fit in buddy order reaches 17 free sets (the stand-in's 512-claim tree walk visited
+    # the same 17 over and over): each asked for in all four sizes
+    assert len(seen) == 17 and h.asked == 4 * len(seen)
 
 
-def test_counts_without_a_partition_take_single_gpus_and_release_frees_them() -> None:
-    slices = build_slices(NODE, board())
-    three = allocate(claim(3), NODE, slices, CLASSES, [])
-    assert three is not None and len(three) == 3
-    assert all(len(g) == 1 for g in gpus_of(d.ref for d in three))
-    assert allocate(claim(8), NODE, slices, CLASSES, [d.ref for d in three]) is None
-    assert allocate(claim(8), NODE, slices, CLASSES, []) is not None
+def test_claims_of_each_size_fill_a_node_and_an_over_ask_stays_unallocated(dra: Scheduling) -> None:
+    publish(dra)
+    h = Holdings(dra)
+    for size in (1, 2, 4, 1):
+        assert h.ask(size) is not None
+    assert h.free == frozenset()
+    assert [sorted(g) for g in h.held.values()] == [[1], [2, 4], [5, 6, 7, 8], [3]]
+    for size in (1, 2, 4, 8):
+        assert h.ask(size) is None
 
 
-def test_random_allocate_and_release_never_overlaps() -> None:
+def test_first_fit_in_buddy_order_packs_singles_into_one_quad(dra: Scheduling) -> None:
+    publish(dra)
+    h = Holdings(dra)
+    singles = [h.ask(1) for _ in range(4)]
+    assert [h.held[p] for p in singles if p] == [frozenset({g}) for g in (1, 3, 2, 4)]
+    quad = h.ask(4)
+    assert quad and h.held[quad] == frozenset({5, 6, 7, 8})
+
+
+def test_counts_without_a_partition_take_single_gpus_and_release_frees_them(dra: Scheduling) -> None:
+    publish(dra)
+    dra.create_pod("three", gpus=3)
+    three = dra.scheduled("three")
+    assert len(results(three)) == 3 and all(len(g) == 1 for g in gpus_of_claim(three))
+    dra.create_pod("eight", gpus=8)
+    dra.unschedulable("eight")
+    dra.delete_pod("three")
+    assert gpus_of_claim(dra.scheduled("eight")) == [ALL]  # the waiting pod, once the singles are free
+
+
+def test_random_allocate_and_release_never_overlaps(dra: Scheduling) -> None:
     rng = random.Random(20261122)
-    slices = build_slices(NODE, board())
-    holding: dict[int, list[DeviceRef]] = {}
-    for step in range(3000):
-        if holding and rng.random() < 0.4:
-            holding.pop(rng.choice(list(holding)))
-            continue
-        size = rng.choice((1, 1, 2, 2, 3, 4, 8))
-        current = [r for refs in holding.values() for r in refs]
-        free = frozenset(range(1, 9)) - frozenset().union(*gpus_of(current)) if current else frozenset(range(1, 9))
-        got = allocate(claim(size), NODE, slices, CLASSES, current)
-        assert (got is not None) == oracle_can_place(size, free)
-        if got:
-            holding[step] = [d.ref for d in got]
-        held = gpus_of(r for refs in holding.values() for r in refs)
-        assert sum(len(g) for g in held) == len(frozenset().union(*held)) if held else True
+    publish(dra)
+    h = Holdings(dra)
+    for _ in range(60):
+        if h.held and rng.random() < 0.4:
+            h.release(rng.choice(sorted(h.held)))
+        else:
+            h.ask(rng.choice((1, 1, 2, 2, 3, 4, 8)))
+    assert h.asked > 30
 
 
-def test_an_incomplete_pool_is_not_used() -> None:
-    counters, parts = build_slices(NODE, board())
-    assert allocate(claim(1), NODE, [parts], CLASSES, []) is None
-    newer = build_slices(NODE, board(), generation=2)
-    assert allocate(claim(1), NODE, [counters, parts, newer[1]], CLASSES, []) is None
-    assert allocate(claim(1), NODE, [counters, parts, *newer], CLASSES, []) is not None
+def _put(dra: Scheduling, *slices: dict[str, Any]) -> None:
+    for s in slices:
+        dra.custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", s)
 
 
-def test_unmodelled_features_are_refused_not_ignored() -> None:
-    slices = build_slices(NODE, board())
-    c = claim(2)
-    c["spec"]["devices"]["constraints"] = [{"matchAttribute": "gpu.gpucaas.dev/quad"}]
-    with pytest.raises(Unsupported):
-        allocate(c, NODE, slices, CLASSES, [])
+def test_an_incomplete_pool_is_not_used(dra: Scheduling) -> None:
+    counters, parts = build_slices(dra.node, board())
+    _put(dra, parts)  # one slice of two
+    dra.create_pod("first", gpus=1)
+    dra.unschedulable("first")
+    newer = build_slices(dra.node, board(), generation=2)
+    for s in newer:
+        s["metadata"]["name"] += "-g2"
+    _put(dra, counters, newer[1])  # generation 1 complete, but generation 2 is newest and one short
+    dra.create_pod("second", gpus=1)
+    dra.unschedulable("second")
+    _put(dra, newer[0])
+    assert {g for p in ("first", "second") for g in frozenset().union(*gpus_of_claim(dra.scheduled(p)))} == {1, 3}
