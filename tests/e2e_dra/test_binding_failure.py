@@ -1,9 +1,10 @@
 """Binding conditions in the DRA mode: a partition that cannot be activated is never bound to.
 
 A foreign holder keeps one GPU of gpu-node-a active through the fabric service, so the
-8-GPU partition of gpu-node-a, which the first-fit allocator picks, cannot be activated:
-the driver reports ``gpucaas.dev/partition-failed``, the scheduler deallocates the claim
-and places the pod again, on gpu-node-b. The failed claim leaves no partition active.
+8-GPU partition of gpu-node-a cannot be activated. With gpu-node-b cordoned, kube-scheduler
+allocates it there anyway: the driver reports ``gpucaas.dev/partition-failed``, the
+scheduler deallocates the claim, and once gpu-node-b takes pods again the pod runs there.
+The failed claim leaves no partition active.
 """
 
 from __future__ import annotations
@@ -28,12 +29,17 @@ BLOCKER = "e2e:blocker"
 UNSCORED_TEMPLATE = "unscored-gpus-8"
 
 
+def _cordon(core: client.CoreV1Api, node: str, cordoned: bool) -> None:
+    core.patch_node(node, {"spec": {"unschedulable": cordoned}})
+
+
 def _eight_gpus_beside_a_blocker(sandbox: runner.Sandbox, k8s: client.ApiClient, template: str, pod_name: str,
-                                 before_pod: Callable[[], bool] | None = None,
+                                 before_pod: Callable[[], bool] | None = None, cordon_b_until_failed: bool = False,
                                  ) -> tuple[client.V1Pod, list[tuple[str, str]]]:
     """Block one GPU of gpu-node-a through its fabric service, (wait for ``before_pod``,) run
-    an 8-GPU pod whose claim comes from ``template``; (the finished pod, the (node,
-    condition) pairs its claims showed)."""
+    an 8-GPU pod whose claim comes from ``template`` (with ``cordon_b_until_failed``, with
+    gpu-node-b cordoned until gpu-node-a's activation has failed); (the finished pod, the
+    (node, condition) pairs its claims showed)."""
     core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
     node_a = next(n for n in sandbox.nodes if n.name == "gpu-node-a")
 
@@ -73,10 +79,17 @@ def _eight_gpus_beside_a_blocker(sandbox: runner.Sandbox, k8s: client.ApiClient,
     try:
         pod = dra_pod(pod_name, 8, seconds=2)
         pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = template
+        if cordon_b_until_failed:
+            _cordon(core, "gpu-node-b", True)
         core.create_namespaced_pod(NS, pod)
+        if cordon_b_until_failed:
+            wait_for(lambda: ("gpu-node-a", dra.BINDING_FAILURE_CONDITION) in seen, timeout=180,
+                     what="gpu-node-a's activation to fail")
+            _cordon(core, "gpu-node-b", False)
         wait_for(lambda: core.read_namespaced_pod(pod_name, NS).status.phase in ("Succeeded", "Failed"),
                  timeout=240, what="the 8-GPU pod to finish")
     finally:
+        _cordon(core, "gpu-node-b", False)
         stop.set()
         watcher.join(timeout=10)
         with FabricClient(node_a.fabric_socket, timeout=10) as fc:
@@ -92,13 +105,13 @@ def test_a_failed_activation_deallocates_and_the_pod_runs_elsewhere(dra_sandbox:
     core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
     ensure_namespace(core, custom, NS, sizes=())
     # The claim comes from a template of the same request under a name that is not one of
-    # gpucaas' own (gpucaas-gpus-N): the extender gives such a pod no preference, so the
-    # scheduler meets gpu-node-a first, as it would had the blocker appeared after the
-    # extender scored the nodes.
+    # gpucaas' own (gpucaas-gpus-N): the extender gives such a pod no preference; gpu-node-b
+    # cordoned, kube-scheduler meets gpu-node-a, as it would had the blocker appeared after
+    # the extender scored the nodes.
     template = dra.claim_template(8, NS)
     template["metadata"]["name"] = UNSCORED_TEMPLATE
     custom.create_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaimtemplates", template)
-    pod, seen = _eight_gpus_beside_a_blocker(dra_sandbox, k8s, UNSCORED_TEMPLATE, "eight")
+    pod, seen = _eight_gpus_beside_a_blocker(dra_sandbox, k8s, UNSCORED_TEMPLATE, "eight", cordon_b_until_failed=True)
     assert pod.status.phase == "Succeeded"
     assert pod.spec.node_name == "gpu-node-b"
     assert ("gpu-node-a", dra.BINDING_FAILURE_CONDITION) in seen, seen
