@@ -124,17 +124,37 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     assert page.locator("nav a").all_text_contents() == [
         "Containers", "Usage", "Secrets", "Registry credentials", "Tokens", "Audit"]  # no volumes API yet
 
-    # submit a 2-GPU container
+    # a secret and a registry credential: written, listed, never shown
+    page.click("nav >> text=Secrets")
+    page.fill("#secret-name", "hf")
+    page.fill("#secret-value", "hf_s3cret_value")
+    page.click("#secret-form button[type=submit]")
+    page.wait_for_selector("#list >> text=hf")
+    page.click("nav >> text=Registry credentials")
+    page.fill("#registry-server", "registry.example.com")
+    page.fill("#registry-username", "robot")
+    page.fill("#registry-password", "pull_s3cret_value")
+    page.click("#registry-form button[type=submit]")
+    page.wait_for_selector("#list >> text=registry.example.com")
+    page.screenshot(path=shots / "registry-credentials.png")
+
+    # submit a 2-GPU container, with a variable and the secret as another
+    page.click("nav >> text=Containers")
     page.click("text=New container")
     page.fill("#image", "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04")
     page.select_option("#gpus", "2")
     page.fill("#env", "EPOCHS=3")
+    page.fill("#secret-env", "HF_TOKEN=hf")
     assert page.locator("#ports").count() == 0  # the API has no ports yet: not offered
     page.screenshot(path=shots / "new-container.png")
     page.click("#submit-form button[type=submit]")
     page.wait_for_url(re.compile(r"#/containers/[0-9a-f]+$"))
     cid = page.url.rsplit("/", 1)[1]
     ns, pod = "tenant-console", f"gpucaas-{cid}"
+    with api.client(token) as c:
+        submitted = c.get(f"/v1/containers/{cid}").json()
+    assert submitted["gpus"] == 2 and submitted["env"]["HF_TOKEN"] == {"secret": "hf"}
+    assert set(submitted["env"]) == {"EPOCHS", "HF_TOKEN"}
 
     # the scheduler and the kubelet: bound to the logs node, running, writing its log
     wait_for(lambda: get_pod(k8s, ns, pod), 60, what="the API's pod")
@@ -218,6 +238,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     context.close()
 
     assert problems == []
+    assert not [u for u in requests if "s3cret" in u or token in u], "a secret in a URL"
     assert requests
     outside = [u for u in requests if urlsplit(u).scheme != "data" and urlsplit(u).hostname != "127.0.0.1"]
     assert outside == [], outside
