@@ -234,11 +234,11 @@ function volumes(main) {
 }
 
 // A list with, for admin tokens, a create form and delete buttons.
-function managed(main, ctx, { title, path, columns, key, form, help }) {
+function managed(main, ctx, { title, path, columns, key, form, help, remove = "Delete" }) {
   const list = h("div", { id: "list" });
   const message = h("div", { id: "form-message" });
   const render = () => show(list, async () => table([...columns,
-    ...(ctx.can("admin") ? [["", r => armedButton("Delete", "Confirm delete", async () => {
+    ...(ctx.can("admin") ? [["", r => armedButton(remove, `Confirm: ${remove.toLowerCase()}`, async () => {
       try { await api("DELETE", `${path}/${encodeURIComponent(r[key])}`); } catch (err) { replace(message, errorBox(err)); }
       render();
     })]] : []),
@@ -315,7 +315,7 @@ function registryCredentials(main, ctx) {
 function tokens(main, ctx) {
   const scopes = ["read", "submit", "admin"].filter(s => ctx.can(s));
   managed(main, ctx, {
-    title: "Tokens", path: "/v1/tokens", key: "id",
+    title: "Tokens", path: "/v1/tokens", key: "id", remove: "Revoke",
     help: "Tokens of your tenancy; a new one is no wider than yours and its secret is shown once.",
     columns: [["Name", t => t.name || ""], ["Scope", t => t.scope], ["Id", t => h("span", { class: "mono" }, t.id)],
       ["Expires", t => when(t.expires_at) || "never"], ["Last used", t => when(t.last_used_at)],
