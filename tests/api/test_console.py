@@ -244,3 +244,41 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     assert outside == [], outside
     DOCS_SHOT.parent.mkdir(exist_ok=True)
     shutil.copyfile(shots / "containers.png", DOCS_SHOT)
+
+
+def test_ports_volumes_and_endpoints_appear_once_the_api_offers_them(module_api: ApiServer, browser: Any) -> None:
+    """The console reads /openapi.json: with ``ports`` and ``volumes`` in ContainerCreate, a
+    ``/v1/volumes`` operation and ``endpoints`` in ContainerPublic (none of which the API has
+    yet: here added to its schema alone), the form fields, the page and the section appear."""
+    with module_api.client() as admin:
+        token = new_tenancy(admin, "features")
+    app = module_api.app
+    spec = app.openapi()
+    saved = app.openapi_schema
+    offered = {**spec, "paths": {**spec["paths"], "/v1/volumes": {"get": {"responses": {}}}},
+               "components": {**spec["components"], "schemas": {**spec["components"]["schemas"]}}}
+    schemas = offered["components"]["schemas"]
+    for name, field in (("ContainerCreate", "ports"), ("ContainerCreate", "volumes"), ("ContainerPublic", "endpoints")):
+        schemas[name] = {**schemas[name], "properties": {**schemas[name]["properties"], field: {}}}
+    app.openapi_schema = offered
+    requests: list[str] = []
+    problems: list[str] = []
+    context = _context(browser, requests, problems)
+    try:
+        page = context.new_page()
+        page.goto(f"{module_api.base_url}/console/")
+        page.fill("#token", token)
+        page.click("#signin button[type=submit]")
+        page.wait_for_selector("#containers")
+        assert "Volumes" in page.locator("nav a").all_text_contents()
+        page.goto(f"{module_api.base_url}/console/#/new")
+        page.wait_for_selector("#submit-form")
+        assert page.locator("#ports").count() == 1 and page.locator("#volumes").count() == 1
+        with module_api.client(token) as c:
+            cid = c.post("/v1/containers", json={"image": "busybox:1.36"}).json()["id"]
+        page.goto(f"{module_api.base_url}/console/#/containers/{cid}")
+        page.wait_for_selector("#endpoints >> text=None.")
+    finally:
+        app.openapi_schema = saved
+        context.close()
+    assert problems == []
