@@ -10,7 +10,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # libvirt-python builds against libvirt-dev; the fabric tests run a real libvirtd
 # with QEMU (software emulation); openssl makes the sandbox's self-signed pair;
-# the API tests follow logs with curl and render /docs in headless chromium;
+# the API tests follow logs with curl, render /docs in headless chromium and drive the web console
+# in it with Playwright (the pip package, dev extras; no browser download, no npm: the console has no
+# third-party assets, see services/api/console);
 # stress-ng is the CPU hog of `make test-contention`; the API tests start their own
 # redis-server (the replicas' shared rate-limit storage; no system service is used).
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from gpucaas import __version__
-from services.api import crud, db, revocations, slow_clients
+from services.api import console, crud, db, revocations, slow_clients
 from services.api.edge import Edge, Metrics
 from services.api.errors import install_handlers
 from services.api.kube import Kube
@@ -135,6 +135,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     app.state.token_cache = TokenCache(settings.token_cache_seconds)
     install_handlers(app)
     app.include_router(api_router)
+    console.install(app)  # the web console's static files under /console/
     app.add_middleware(
         Edge,  # type: ignore[arg-type]
         max_body_bytes=settings.max_body_bytes,

@@ -57,6 +57,7 @@ class Caller:
     scope: str | None = None  # None: admin
     token_name: str | None = None
     client: str | None = None  # the client's address
+    expires_at: datetime | None = None  # the token's expiry (None: none)
 
     @property
     def is_admin(self) -> bool:
@@ -108,7 +109,8 @@ async def get_caller(
         need = scopes.needed(request.method, request.url.path)
         raise errors.Forbidden(f"this token's scope is {token.scope!r}; {request.method} {request.url.path} "
                                f"needs a token with scope {need!r}")
-    return Caller(token_id=token.id, tenancy=token.tenancy, scope=token.scope, token_name=token.name, client=client)
+    return Caller(token_id=token.id, tenancy=token.tenancy, scope=token.scope, token_name=token.name, client=client,
+                  expires_at=expires)
 
 
 def _verify(engine: Engine, cache: TokenCache, digest: str, now: datetime) -> VerifiedToken | None:

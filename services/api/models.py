@@ -278,6 +278,18 @@ class TokenPublic(SQLModel):
         return value or "admin"
 
 
+class WhoAmI(SQLModel):
+    """The token in use, described to its holder (``GET /v1/whoami``): never a secret."""
+
+    token_id: str = PField(description="The token's id (as in GET /v1/tokens and the audit trail).")
+    token_name: str | None = PField(None, description="The token's name.")
+    tenancy: str | None = PField(description="Its tenancy; null: an operator's admin token.")
+    scope: Literal["read", "submit", "admin"] = PField(
+        description="read: look only; submit: also submit and cancel containers; admin: also secrets, "
+        "registry credentials, webhooks, tokens and the audit trail.")
+    expires_at: UTCDatetime | None = PField(None, description="When it stops working; null: never.")
+
+
 class TokenIssued(TokenPublic):
     token: str = PField(description="The bearer token; shown only in this response.")
 
