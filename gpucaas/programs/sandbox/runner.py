@@ -32,7 +32,6 @@ import os
 import secrets
 import socket
 import ssl
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 import yaml
 
 from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
+from gpucaas.devtools.local_cluster.objects import create_all
 from gpucaas.programs.sandbox import identities
 from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready, unix_socket_ready
 from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
@@ -296,30 +296,6 @@ def cluster_version() -> str:
     return KUBE_VERSION
 
 
-def _apply(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
-    """Create objects through the API (create, or leave an existing one alone)."""
-    from kubernetes import dynamic
-    from kubernetes.dynamic.exceptions import ConflictError
-
-    from gpucaas.core.kube import KubeConnection, new_api_client
-
-    with new_api_client(KubeConnection(kubeconfig=kubeconfig)) as api:
-        dyn = dynamic.DynamicClient(api)
-        for m in manifests:
-            for attempt in range(20):
-                try:
-                    res = dyn.resources.get(api_version=m["apiVersion"], kind=m["kind"])
-                    res.create(body=m, namespace=m["metadata"].get("namespace"))
-                    break
-                except ConflictError:
-                    break
-                except Exception:  # noqa: BLE001 (a CRD just created may take a moment to be served)
-                    if attempt == 19:
-                        raise
-                    time.sleep(0.25)
-                    dyn = dynamic.DynamicClient(api)
-
-
 def cluster_objects() -> list[dict[str, Any]]:
     """What the cluster has before the chart's templates: the chart's CRDs (Helm's crds/) and Cilium's CRD."""
     from gpucaas.core.crds import crd_manifests
@@ -370,7 +346,7 @@ def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dic
     if allocation_mode == "dra":
         objects = [*objects, *dra_cluster_objects(objects)]
     say("installing the chart's cluster side (rendered by Helm): ServiceAccounts, RBAC, RuntimeClass, ConfigMaps")
-    _apply(admin_kubeconfig, objects)
+    create_all(admin_kubeconfig, objects)
     out: dict[str, identities.Identity] = {}
     folder = state_dir / "identities"
     for component, sa in identities.service_accounts(objects).items():
@@ -467,7 +443,7 @@ def start(
             audit_log = cluster.audit_log
         assert kubeconfig is not None
         say("creating CRDs and Cilium's policy CRD")
-        _apply(kubeconfig, cluster_objects())
+        create_all(kubeconfig, cluster_objects())
         if not real_cluster:
             ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say, chart_objects, allocation_mode)
 
