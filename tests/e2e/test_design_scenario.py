@@ -100,15 +100,35 @@ def test_design_payload_runs_to_completion(sandbox: runner.Sandbox, admin: Calle
 
 def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient) -> None:
     tenant = tenant_factory("sizes")
-    ids = {}
-    # They run until cancelled below: the checks need all four holding their GPUs at once, and
-    # a fixed run time raced them on a loaded machine (a container done before it was checked).
-    for gpus in (8, 4, 2, 1):  # 15 GPUs over two 8-GPU boards: only a partition-aware placement fits them all
-        status, body = tenant.call("POST", "/v1/containers", {
-            "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": gpus,
-            "command": ["sleep", "3600"]})
-        assert status == 202, body
-        ids[gpus] = body["id"]
+    ids: dict[int, str] = {}
+    # Every GPU free first (the previous tests' GPUs are checked after their pods), so that the
+    # placement sees both boards whole. With the device plugin: 4, 2 and 1 GPUs, each Running
+    # before the next, so that kube-scheduler and the extender place each knowing where the last
+    # went (best fit puts all three on one board), then 8 on the other board. With DRA, all four
+    # at once (kube-scheduler's allocator counts each claim's GPUs as it allocates). They run
+    # until cancelled below: the checks need all four holding their GPUs at once.
+    wait_for(lambda: settled(sandbox, k8s), what="every GPU free before the sizes are placed")
+    one_by_one = allocation_mode() == "device-plugin"
+    try:
+        for gpus in (4, 2, 1, 8) if one_by_one else (8, 4, 2, 1):  # 15 GPUs over two 8-GPU boards
+            status, body = tenant.call("POST", "/v1/containers", {
+                "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": gpus,
+                "command": ["sleep", "3600"]})
+            assert status == 202, body
+            ids[gpus] = body["id"]
+            if one_by_one:
+                assert wait_status(tenant, body["id"], "Running", "Succeeded", "Failed")["status"] == "Running"
+        _check_placements(sandbox, tenant, ids)
+    finally:  # never leave GPUs held for the tests after this one
+        for cid in ids.values():
+            tenant.call("DELETE", f"/v1/containers/{cid}")
+    for cid in ids.values():
+        assert wait_status(tenant, cid, "Cancelled", "Succeeded", "Failed")["status"] == "Cancelled"
+    wait_for(lambda: settled(sandbox, k8s), what="partitions released and leases Free")
+    assert all(not a for a in activations(sandbox).values())
+
+
+def _check_placements(sandbox: runner.Sandbox, tenant: Caller, ids: dict[int, str]) -> None:
     placed = {}
     for gpus, cid in ids.items():
         c = wait_status(tenant, cid, "Running", "Succeeded", "Failed")
@@ -129,10 +149,3 @@ def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_f
     for node, devices in placed.values():
         assert not (by_node.setdefault(node, set()) & devices), "two containers share a GPU"
         by_node[node] |= devices
-    for cid in ids.values():
-        status, body = tenant.call("DELETE", f"/v1/containers/{cid}")
-        assert status in (200, 202), body
-    for cid in ids.values():
-        assert wait_status(tenant, cid, "Cancelled", "Succeeded", "Failed")["status"] == "Cancelled"
-    wait_for(lambda: settled(sandbox, k8s), what="partitions released and leases Free")
-    assert all(not a for a in activations(sandbox).values())
