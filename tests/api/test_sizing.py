@@ -149,7 +149,8 @@ def test_without_hugepages_memory_is_plain(kubeconfig: Path, serve: Callable[...
         pod = wait_for(lambda: get_pod(k8s, "tenant-plain", f"gpucaas-{cid}"))
     assert pod["spec"]["containers"][0]["resources"] == {
         "limits": {"nvidia.com/gpu": "4", "cpu": "32", "memory": "256Gi"},
-        "requests": {"cpu": "32", "memory": "256Gi"},
+        # the API server fills in the extended resource's request from its limit
+        "requests": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4"},
     }
     quota = kc.CustomObjectsApi(k8s).get_cluster_custom_object("gpucaas.dev", "v1alpha1", "tenancies", "plain")["spec"]
     assert (quota["cpuQuota"], quota["memoryQuota"]) == ("68", "520Gi")  # 8 x (share + overhead)

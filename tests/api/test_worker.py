@@ -62,10 +62,10 @@ def test_seed_payload_becomes_a_kata_pod_once_the_tenancy_is_ready(api: ApiServe
     assert main["securityContext"]["privileged"] is False
     assert main["securityContext"]["allowPrivilegeEscalation"] is False
     assert all("hostPath" not in v for v in spec.get("volumes", []))
-    assert spec["volumes"] == [{"name": "tenant-storage",
-                                "persistentVolumeClaim": {"claimName": "tenant-storage", "readOnly": False}},
+    # (the API server leaves out readOnly: false, a zero value of the built-in types)
+    assert spec["volumes"] == [{"name": "tenant-storage", "persistentVolumeClaim": {"claimName": "tenant-storage"}},
                                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}]
-    assert main["volumeMounts"] == [{"name": "tenant-storage", "mountPath": "/data", "readOnly": False},
+    assert main["volumeMounts"] == [{"name": "tenant-storage", "mountPath": "/data"},
                                     {"name": "dshm", "mountPath": "/dev/shm"}]
     assert "activeDeadlineSeconds" not in spec
 

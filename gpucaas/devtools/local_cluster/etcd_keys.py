@@ -18,7 +18,7 @@ from typing import Any
 #: only by the component that owns them, and it writes them again anyway).
 KEEP_PREFIXES = (
     b"/registry/masterleases/", b"/registry/leases/kube-system/", b"/registry/apiserver.k8s.io/",
-    b"/registry/ranges/", b"/registry/health", b"/registry/events/default/", b"/registry/events/kube-system/",
+    b"/registry/ranges/", b"/registry/health", b"/registry/events/kube-system/",
 )
 
 
