@@ -20,10 +20,11 @@ IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 
 def _created(caller: Caller, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST until the tenancy's namespace exists (409 'not ready yet' before that)."""
+    """POST until the tenancy's namespace exists (409 'not ready yet' before that) and the
+    API's rights there are in effect (503 'retry later' while kube-apiserver's RBAC catches up)."""
     def attempt() -> dict[str, Any] | None:
         status, out = caller.call("POST", path, body)
-        if status == 409 and "not ready yet" in str(out):
+        if (status == 409 and "not ready yet" in str(out)) or (status == 503 and "retry later" in str(out)):
             return None
         assert status == 201, out
         return out
