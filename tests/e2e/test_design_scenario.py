@@ -118,6 +118,8 @@ def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_f
             ids[gpus] = body["id"]
             if one_by_one:
                 assert wait_status(tenant, body["id"], "Running", "Succeeded", "Failed")["status"] == "Running"
+                held = sum(ids)  # and the extender has seen it: its next score counts these GPUs
+                wait_for(lambda held=held: _extender_free(sandbox) == 16 - held, what=f"the extender to see {held} GPUs held")
         _check_placements(sandbox, tenant, ids)
     finally:  # never leave GPUs held for the tests after this one
         for cid in ids.values():
@@ -126,6 +128,16 @@ def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_f
         assert wait_status(tenant, cid, "Cancelled", "Succeeded", "Failed")["status"] == "Cancelled"
     wait_for(lambda: settled(sandbox, k8s), what="partitions released and leases Free")
     assert all(not a for a in activations(sandbox).values())
+
+
+def _extender_free(sandbox: runner.Sandbox) -> int:
+    """How many GPUs the scheduler extender counts free, over both nodes (its GET /v1/nodes)."""
+    import json
+    import urllib.request
+
+    assert sandbox.extender_url is not None
+    with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:  # noqa: S310 (loopback)
+        return sum(len(n["free"]) for n in json.load(resp)["nodes"])
 
 
 def _check_placements(sandbox: runner.Sandbox, tenant: Caller, ids: dict[int, str]) -> None:
