@@ -173,9 +173,12 @@ def refusals(audit_log: Path, users: set[str]) -> list[dict[str, Any]]:
     later_allowed: set[tuple[str, str, Any]] = set()
     out: list[dict[str, Any]] = []
     for e in reversed(entries):
-        key = (e["user"], e["verb"], e.get("object"))
+        obj = e.get("object")
+        key = (e["user"], e["verb"], obj)
         if e["allowed"]:
             later_allowed.add(key)
+            if obj is not None:  # a refused create names no object (its body was never read)
+                later_allowed.add((e["user"], e["verb"], (*obj[:3], "")))
         elif e["user"] in users and key not in later_allowed:
             out.append(e)
     return list(reversed(out))
