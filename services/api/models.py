@@ -219,14 +219,9 @@ def _printable_name(value: str) -> str:
     return value
 
 
-class TokenCreate(StrictInput):
-    name: str | None = PField(None, max_length=128)
-    scope: Literal["read", "submit", "admin"] = PField(
-        "admin",
-        description="read: look only; submit: also submit and cancel containers; admin: also manage the "
-        "tenancy's secrets, registry credentials, webhooks and tokens, and read its audit trail.",
-        examples=["submit"],
-    )
+class _ExpiringToken(StrictInput):
+    """What both ways of minting a token share: an optional expiry, in the future."""
+
     expires_at: UTCDatetime | None = PField(
         None, description="When the token stops working (UTC, ISO 8601); unset: never.", examples=["2027-01-01T00:00:00Z"]
     )
@@ -237,7 +232,17 @@ class TokenCreate(StrictInput):
         return _in_future(value)
 
 
-class TenantTokenCreate(StrictInput):
+class TokenCreate(_ExpiringToken):
+    name: str | None = PField(None, max_length=128)
+    scope: Literal["read", "submit", "admin"] = PField(
+        "admin",
+        description="read: look only; submit: also submit and cancel containers; admin: also manage the "
+        "tenancy's secrets, registry credentials, webhooks and tokens, and read its audit trail.",
+        examples=["submit"],
+    )
+
+
+class TenantTokenCreate(_ExpiringToken):
     """A token a tenant mints for its own tenancy (``POST /v1/tokens``): named, no wider
     than the caller's own scope, optionally expiring."""
 
@@ -251,14 +256,6 @@ class TenantTokenCreate(StrictInput):
         "the scope of the token that mints it.",
         examples=["read"],
     )
-    expires_at: UTCDatetime | None = PField(
-        None, description="When the token stops working (UTC, ISO 8601); unset: never.", examples=["2027-01-01T00:00:00Z"]
-    )
-
-    @field_validator("expires_at")
-    @classmethod
-    def _future(cls, value: datetime | None) -> datetime | None:
-        return _in_future(value)
 
 
 class TokenPublic(SQLModel):
