@@ -12,6 +12,7 @@ from services.tenancy_controller import builders
 from services.tenancy_controller.comparison import is_subset, matches
 
 from .factories import new_tenancy
+from .conftest import wait_for
 from .helpers import merge_patch, wait_phase
 
 PVC = builders.PVC_NAME
@@ -49,6 +50,12 @@ def test_a_canonical_capacity_reaches_ready_without_replacing_storage(api, contr
     api.create(new_tenancy("acme", gpu_quota=4, pod_quota=10,
                            nfs={"server": "10.20.0.5", "path": "/exports/acme", "capacity": "1024Gi"}))
     wait_phase(api, "acme", "Ready")
+    # kube-controller-manager's volume binder writes both objects (claimRef, phase) on its own
+    # schedule; the comparison starts once it has nothing left to write.
+    for kind, name, namespace in (("PersistentVolume", builders.persistent_volume_name("acme"), None),
+                                  ("PersistentVolumeClaim", PVC, "tenant-acme")):
+        wait_for(lambda: ((api.get(kind, name, namespace) or {}).get("status") or {}).get("phase") == "Bound",
+                 what=f"{kind} {name} bound")
     pv = _canonical(api, "PersistentVolume", builders.persistent_volume_name("acme"), None,
                     ("spec", "capacity", "storage"))
     pvc = _canonical(api, "PersistentVolumeClaim", PVC, "tenant-acme", ("spec", "resources", "requests", "storage"))
