@@ -542,6 +542,9 @@ class ModeRun:
         self._schedule_publish(node, math.floor(rec.bound or time.time()) + 1.05)
 
     def _released(self, rec: PodRecord) -> None:
+        """The pod ends: its GPUs are the node's again (before the delete is sent, so that a pod
+        the scheduler binds there as soon as it sees the deletion finds them free); the
+        FabricState drops its partitions once the delete has been answered (``_delete``)."""
         node = rec.node
         if node is None or not rec.gpus:
             return
@@ -552,7 +555,6 @@ class ModeRun:
             holders = self.node_holders[node]
             for pid in [pid for pid, h in holders.items() if h == holder]:
                 del holders[pid]
-        self._schedule_publish(node, time.time())
 
     def _on_bound(self, rec: PodRecord, node: str) -> None:
         if self.dra:
@@ -697,12 +699,14 @@ class ModeRun:
 
     def _delete(self, rec: PodRecord) -> None:
         assert self.api is not None
+        self._released(rec)
         try:
             self.api.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{rec.name}",
                           {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}, ok=(200, 202, 404))
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"delete {rec.name}: {exc}")
-        self._released(rec)
+        if rec.node is not None:
+            self._schedule_publish(rec.node, time.time())
 
     # -- phases ---------------------------------------------------------------------------------
 
