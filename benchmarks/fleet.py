@@ -963,8 +963,8 @@ def run(*, nodes: int, load: float, hour_s: float, warmup_h: float, measure_h: f
         "invalid_partitions_extender_and_dra==0": all(
             results[m]["invalid_partitions"] == 0 for m in ("extender", "dra", "dra_extender") if m in results),
         "scheduled_per_s_extender>=0.5x_most_allocated": (
-            ext is not None and "most_allocated" in results
-            and ext["scheduled_per_s"] >= 0.5 * results["most_allocated"]["scheduled_per_s"]),
+            None if ext is None or "most_allocated" not in results
+            else ext["scheduled_per_s"] >= 0.5 * results["most_allocated"]["scheduled_per_s"]),
     }
     return figures
 
