@@ -51,6 +51,11 @@ class PublishedGpu:
     #: False while the GPU's lease is not Free (checking, quarantined) or it is unhealthy:
     #: every partition containing it is held out of the slice.
     allocatable: bool = True
+    #: The fabric holder that is not a claim (``claim:<uid>``) of an active partition
+    #: containing this GPU: an admin activation, another allocation path, or a partition
+    #: active in Fabric Manager without a record. The fabric service refuses every partition
+    #: overlapping it, so none is offered; the GPU is healthy all the same.
+    held_by: str | None = None
 
 
 def counter_name(physical_id: int) -> str:
@@ -134,8 +139,10 @@ def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: in
                  allocated: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The two ResourceSlice objects of ``node_name`` (see the module docstring).
 
-    A partition is published only when all its GPUs are present and allocatable, or when
-    it is still allocated to a claim (``allocated``: device names): a scheduler counts an
+    A partition is published only when all its GPUs are present, allocatable and held by
+    no fabric holder other than a claim (``PublishedGpu.held_by``: the fabric service would
+    refuse to activate it, and the scheduler, first fit, would pick it again after every
+    refusal), or when it is still allocated to a claim (``allocated``: device names): a scheduler counts an
     allocated device's ``consumesCounters`` only from the device it finds in the slice, so
     dropping one whose claim still holds it (its pod ended, its GPUs are being checked,
     the claim is not yet deallocated) would let the scheduler hand out an overlapping
@@ -150,7 +157,7 @@ def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: in
         _device(p, by_id, binding_conditions)
         for p in buddy_order(partitions)
         if all(g in by_id for g in p.gpus)
-        and (all(by_id[g].allocatable for g in p.gpus) or device_name(p) in held)
+        and (all(by_id[g].allocatable and by_id[g].held_by is None for g in p.gpus) or device_name(p) in held)
     ]
     if len(devices) > MAX_DEVICES_WITH_COUNTERS or len(counters) > MAX_COUNTERS_PER_SET:
         raise ValueError("board too large for one slice")

@@ -14,7 +14,7 @@ from typing import Any
 from gpucaas.core import dra as dra_names
 from gpucaas.core.platforms import DGX_H100
 from gpucaas.core.topology import HGX_H100_PARTITIONS, partition_by_id
-from services.dra_driver.publisher import SlicePublisher
+from services.dra_driver.publisher import SlicePublisher, foreign_holders
 from services.dra_driver.slices import PublishedGpu, build_slices, partition_of_device
 from tests.dra_driver.scheduling import Scheduling, gpus_of_claim, results
 
@@ -52,6 +52,34 @@ def test_a_gpu_that_is_not_free_holds_every_partition_containing_it_out() -> Non
     _, parts = build_slices(NODE, board(gpu3=False))
     published = {partition_of_device(d["name"]) for d in parts["spec"]["devices"]}
     assert published == {p.id for p in HGX_H100_PARTITIONS if 3 not in p.gpus}
+
+
+def test_a_partition_busy_for_another_holder_holds_every_partition_overlapping_it_out() -> None:
+    """The fabric service refuses a partition overlapping one that a holder other than a claim
+    keeps busy (active, or named by its record); the claims' own are left to the counters."""
+    def part(pid: int, holder: str | None, active: bool = True) -> dict[str, Any]:
+        gpus = [{"physical_id": g, "pci_bus_id": f"bdf-{g}"} for g in partition_by_id(pid).sorted_gpus()]
+        return {"id": pid, "gpus": gpus, "active": active, "holder": holder}
+
+    single = {g: next(p.id for p in HGX_H100_PARTITIONS if p.gpus == {g}) for g in ALL}
+    pair_57 = next(p.id for p in HGX_H100_PARTITIONS if p.gpus == {5, 7})
+    held = foreign_holders([
+        part(single[1], "admin:partition-x"),            # an admin's activation
+        part(single[2], "claim:0d2c", active=False),     # a claim's, being activated: counters
+        part(single[3], None),                           # active in Fabric Manager, unrecorded
+        part(single[4], None, active=False),             # idle
+        part(pair_57, "gpus:0000:1b:00.0+0000:43:00.0", active=False),  # recorded, being activated
+    ])
+    assert set(held) == {1, 3, 5, 7} and held[1] == "admin:partition-x"
+
+    gpus = [PublishedGpu(g.physical_id, g.pci_bus_id, allocatable=g.allocatable, held_by=held.get(g.physical_id))
+            for g in board()]
+    quad = next(p for p in HGX_H100_PARTITIONS if p.gpus == {1, 2, 3, 4})
+    _, parts = build_slices(NODE, gpus, allocated=[f"nvlink-4gpu-p{quad.id}"])
+    published = {partition_of_device(d["name"]) for d in parts["spec"]["devices"]}
+    # a device still allocated stays (its counters must keep counting); the rest of GPUs 1, 3,
+    # 5 and 7 is not offered
+    assert published == {quad.id} | {p.id for p in HGX_H100_PARTITIONS if not p.gpus & {1, 3, 5, 7}}
 
 
 def oracle_can_place(size: int, free: frozenset[int]) -> bool:
@@ -249,3 +277,4 @@ def test_an_incomplete_pool_is_not_used(dra: Scheduling) -> None:
     dra.unschedulable("second")
     _put(dra, newer[0])
     assert {g for p in ("first", "second") for g in frozenset().union(*gpus_of_claim(dra.scheduled(p)))} == {1, 3}
+
