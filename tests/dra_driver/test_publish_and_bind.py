@@ -22,7 +22,7 @@ from gpucaas.devtools.waiting import wait_for
 from services.dra_driver.binding import BindingWatcher
 from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.publisher import SlicePublisher, gpus_from
-from services.dra_driver.slices import partition_of_device
+from services.dra_driver.slices import offered_devices, partition_of_device
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager import simulator as fabric_sim
 from services.fabric.partitions import PartitionService
@@ -76,9 +76,10 @@ def test_slices_follow_the_fabric_and_the_leases(dra: Scheduling, fabric: Fabric
     assert pub.publish() is True
     now = {s["metadata"]["name"]: s for s in slices(dra)}
     assert {s["spec"]["pool"]["generation"] for s in now.values()} == {2}
-    held = {partition_of_device(d["name"]) for d in now[f"{node}-gpucaas-partitions"]["spec"]["devices"]}
-    assert all(3 not in partition_by_id(p).gpus for p in held)
-    assert len(held) == 15 - 4  # the board, quad 1, pair {1,3} and the single GPU 3
+    assert len(now[f"{node}-gpucaas-partitions"]["spec"]["devices"]) == 15  # every device stays, tainted or not
+    offered = {partition_of_device(d) for d in offered_devices(now.values())}
+    assert all(3 not in partition_by_id(p).gpus for p in offered)
+    assert len(offered) == 15 - 4  # not the board, quad 1, pair {1,3} nor the single GPU 3
     assert store.list(node) == []  # the publisher only reads leases
 
     # A restarted publisher continues above the generation the cluster holds.
@@ -215,14 +216,13 @@ def test_a_partition_held_by_a_holder_other_than_a_claim_is_not_offered(
     node = _driver_node(dra, fabric, tmp_path)
     try:
         assert node.publisher.publish() is True
-        published = lambda: {partition_of_device(d["name"]) for s in slices(dra)  # noqa: E731
-                             for d in s["spec"].get("devices") or []}
-        assert len(published()) == 15
+        offered = lambda: {partition_of_device(d) for d in offered_devices(slices(dra))}  # noqa: E731
+        assert len(offered()) == 15
 
         pci = {int(g["physical_id"]): g["pci_bus_id"] for g in fabric.topology()["gpus"]}
         fabric.activate("admin:test", [pci[1]])
         assert node.publisher.publish() is True
-        assert published() == {p for p in range(15) if 1 not in partition_by_id(p).gpus}
+        assert offered() == {p for p in range(15) if 1 not in partition_by_id(p).gpus}
         assert all(g.allocatable for g in node.discover())  # held, not unhealthy: the health stream keeps it
 
         dra.create_pod("eight", gpus=8)

@@ -2,8 +2,8 @@
 
 A foreign holder (the test, through gpu-node-a's fabric service, as an admin's activation or
 another allocation path would) keeps GPU 1 of gpu-node-a active. kube-scheduler knows
-nothing of it; the DRA driver takes every partition overlapping it out of gpu-node-a's
-ResourceSlice, so no claim is allocated a partition the fabric service would refuse. An
+nothing of it; the DRA driver stops offering every partition overlapping it in gpu-node-a's
+ResourceSlices, so no claim is allocated a partition the fabric service would refuse. An
 8-GPU claim goes to gpu-node-b and, while that one runs, a 4-GPU claim to gpu-node-a's
 other quad; no activation fails on the way (before, kube-scheduler allocated gpu-node-a's
 whole board, the activation failed, and first fit allocated it again after every failure).
@@ -28,7 +28,7 @@ from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
 from gpucaas.programs.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
 from services.dra_driver.slices import device_name
-from tests.e2e.conftest import activations, published_partitions
+from tests.e2e.conftest import activations, offered_partitions
 from tests.e2e_dra.conftest import pci_of
 
 NS = "e2e-dra-binding"
@@ -100,7 +100,7 @@ def _blocked(sandbox: runner.Sandbox, k8s: client.ApiClient) -> Iterator[None]:
     node_a = next(n for n in sandbox.nodes if n.name == "gpu-node-a")
 
     def both_boards_whole() -> bool:
-        return all(set(published_partitions(k8s, n)) == ALL_PARTITIONS and not _claims_held_on(custom, n)
+        return all(set(offered_partitions(k8s, n)) == ALL_PARTITIONS and not _claims_held_on(custom, n)
                    for n in ("gpu-node-a", "gpu-node-b"))
 
     wait_for(both_boards_whole, timeout=180, what="both boards whole and offered")
@@ -111,7 +111,7 @@ def _blocked(sandbox: runner.Sandbox, k8s: client.ApiClient) -> Iterator[None]:
     finally:
         with FabricClient(node_a.fabric_socket, timeout=10) as fc:
             fc.release(BLOCKER)
-    wait_for(lambda: set(published_partitions(k8s, "gpu-node-a")) == ALL_PARTITIONS, timeout=120,
+    wait_for(lambda: set(offered_partitions(k8s, "gpu-node-a")) == ALL_PARTITIONS, timeout=120,
              what="gpu-node-a offering every partition once the holder let go")
     wait_for(lambda: not [a for acts in activations(sandbox).values() for a in acts
                           if a["holder"].startswith("claim:")], timeout=120, what="no partition held by a claim")
@@ -140,10 +140,11 @@ def test_a_partition_held_by_another_holder_is_not_offered_and_claims_go_where_i
     ensure_namespace(core, custom, NS, sizes=())
     eight, four = _unscored_template(custom, 8), _unscored_template(custom, 4)
     with _blocked(dra_sandbox, k8s), _conditions_seen(custom) as seen:
-        # the driver takes every partition with GPU 1 out of gpu-node-a's slice, and only those
-        wait_for(lambda: set(published_partitions(k8s, "gpu-node-a")) == FREE_OF_THE_BLOCKER, timeout=60,
+        # the driver offers no partition with GPU 1 on gpu-node-a any more (tainted held-on-fabric), and
+        # every other one
+        wait_for(lambda: set(offered_partitions(k8s, "gpu-node-a")) == FREE_OF_THE_BLOCKER, timeout=60,
                  what="gpu-node-a's slice without the partitions of the held GPU")
-        assert set(published_partitions(k8s, "gpu-node-b")) == ALL_PARTITIONS
+        assert set(offered_partitions(k8s, "gpu-node-b")) == ALL_PARTITIONS
         try:
             for name, template in (("eight", eight), ("four", four)):
                 pod = dra_pod(name, 8 if name == "eight" else 4, seconds=3600)
