@@ -78,3 +78,11 @@ def test_memory_past_the_limit_is_an_oom_kill_said_to_the_tenant(tenant: Tenant)
     assert status == 202, made
     ended = tenant.wait(made["id"], "Failed", "Succeeded")
     assert ended["status"] == "Failed" and ended["message"].startswith("OOMKilled"), ended["message"]
+
+
+def test_the_cuda_sample_is_a_stand_in_that_says_so(tenant: Tenant) -> None:
+    ran = tenant.caasctl("run", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "--gpus", "2")
+    assert ran.returncode == 0, (ran.stdout, ran.stderr)
+    lines = ran.stdout.splitlines()
+    assert "a stand-in for nvcr.io/nvidia/k8s/cuda-sample" in lines[0] and "no CUDA ran" in lines[0]
+    assert len(lines[2:]) == 3 and "vfio" in lines[2:]  # its two IOMMU groups and the vfio container node

@@ -33,9 +33,11 @@ PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PAUSE = "registry.k8s.io/pause:3.10.2"
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.36"
 CUDA_SAMPLE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
+#: the stand-in's entrypoint: it says what it is, lists its devices, then runs its arguments if any
 STAND_IN_SCRIPT = (
-    'echo "gpucaas sandbox: this is a stand-in for {image}; no CUDA ran (this machine has no GPU)."; '
-    'echo "the /dev/vfio devices this container was given:"; ls /dev/vfio'
+    'echo "gpucaas sandbox: a stand-in for {image}: no CUDA ran (this machine has no GPU)"; '
+    'echo "the /dev/vfio devices this container was given:"; ls /dev/vfio; '
+    '[ "$#" -eq 0 ] || exec "$@"'
 )
 
 
@@ -106,7 +108,7 @@ def write_layout(layout: Path, images: list[Image]) -> None:
     for image in images:
         config = {
             "architecture": "amd64", "os": "linux",
-            "config": {"Env": [PATH_ENV], "Cmd": list(image.cmd), "Entrypoint": list(image.entrypoint) or None,
+            "config": {"Env": [PATH_ENV], "Cmd": list(image.cmd) or None, "Entrypoint": list(image.entrypoint) or None,
                        "Labels": image.labels or None, "WorkingDir": "/"},
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         }
@@ -147,9 +149,11 @@ def public_images() -> dict[str, Image]:
     for ref, cmd, labels in (
         (BUSYBOX_IMAGE, ("sh",), {}),
         (PAUSE, ("sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"), {}),
-        (CUDA_SAMPLE, ("sh", "-c", STAND_IN_SCRIPT.format(image=CUDA_SAMPLE)),
-         {"dev.gpucaas.stand-in": "true"}),
     ):
         _, repository, tag = split(ref)
         images[ref] = Image(repository, tag, cmd=cmd, labels=labels)
+    _, repository, tag = split(CUDA_SAMPLE)
+    images[CUDA_SAMPLE] = Image(repository, tag, cmd=(),
+                                entrypoint=("sh", "-c", STAND_IN_SCRIPT.format(image=CUDA_SAMPLE), "cuda-sample"),
+                                labels={"dev.gpucaas.stand-in": "true"})
     return images
