@@ -13,11 +13,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # the API tests follow logs with curl, render /docs in headless chromium and drive the web console
 # in it with Playwright (the pip package, dev extras; no browser download, no npm: the console has no
 # third-party assets, see services/api/console);
+# the sandbox's real nodes run containerd (built by upstream/build.sh) with Debian's runc and CNI
+# plugins, and pull from local registries (docker-registry, filled by skopeo; htpasswd from
+# apache2-utils for the private one);
 # stress-ng is the CPU hog of `make test-contention`; the API tests start their own
 # redis-server (the replicas' shared rate-limit storage; no system service is used).
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
-	redis-server
+	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
 .PHONY: test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream
 

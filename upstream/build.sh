@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the pinned upstream binaries (Kubernetes, etcd, kwok) from their Go modules into a
-# cache outside the work tree, and prints the folder that holds them.
+# Builds the pinned upstream binaries (Kubernetes, etcd, kwok, and the node's containerd) from
+# their Go modules into a cache outside the work tree, and prints the folder that holds them.
 #
 #   upstream/build.sh            build what is missing, print the bin folder
 #   upstream/build.sh --print    print the bin folder only (nothing built)
@@ -13,7 +13,9 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 KUBE_VERSION=v1.36.3
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
-ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok)
+CONTAINERD_VERSION=v2.4.2
+NODE_BINARIES=(containerd containerd-shim-runc-v2 ctr)
+ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok "${NODE_BINARIES[@]}")
 
 given="${GPUCAAS_KUBE_BIN:-${KUBEBUILDER_ASSETS:-}}"
 if [ -n "$given" ]; then
@@ -28,11 +30,20 @@ kube_ld="-X k8s.io/$v.gitVersion=$KUBE_VERSION -X k8s.io/$v.gitMajor=1 -X k8s.io
 kube_ld="$kube_ld -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=36"
 # what decides the binaries: the modules pinned and the flags they are built with
 GOFLAGS_USED="CGO_ENABLED=0 -trimpath -s -w"
-pins=$( (echo "$KUBE_VERSION $kube_ld $GOFLAGS_USED"; cat "$here"/*/go.mod "$here"/*/go.sum) | sha256sum | cut -c1-12)
+control=(etcd kubernetes kwok)
+pins=$( (echo "$KUBE_VERSION $kube_ld $GOFLAGS_USED"; for m in "${control[@]}"; do cat "$here/$m/go.mod"; done
+         for m in "${control[@]}"; do cat "$here/$m/go.sum"; done) | sha256sum | cut -c1-12)
+# containerd's pins are stamped beside its binaries: a new pin rebuilds those three only
+ctr_tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
+ctr_ld="-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+node_pins=$( (echo "$ctr_tags $ctr_ld $GOFLAGS_USED"; cat "$here/containerd/go.mod" "$here/containerd/go.sum") | sha256sum | cut -c1-12)
 cache="${GPUCAAS_UPSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucaas/upstream}"
 bin="$cache/$KUBE_VERSION-$pins/bin"
 if [ "${1:-}" = "--print" ]; then echo "$bin"; exit 0; fi
 
+if [ "$(cat "$bin/containerd.pins" 2>/dev/null)" != "$node_pins" ]; then
+  for b in "${NODE_BINARIES[@]}"; do rm -f "$bin/$b"; done
+fi
 missing=()
 for b in "${ALL_BINARIES[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$bin"; exit 0; fi
@@ -47,9 +58,9 @@ fi
 
 mkdir -p "$bin"
 start=$SECONDS
-build() {  # build <module dir> <output name> <package> [ldflags]
+build() {  # build <module dir> <output name> <package> [ldflags] [tags]
   local t=$SECONDS
-  (cd "$here/$1" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${4:-}" -o "$bin/$2.tmp" "$3")
+  (cd "$here/$1" && CGO_ENABLED=0 go build -trimpath -tags "${5:-}" -ldflags "-s -w ${4:-}" -o "$bin/$2.tmp" "$3")
   mv "$bin/$2.tmp" "$bin/$2"
   echo "upstream/build.sh: built $2 in $((SECONDS - t)) s" >&2
 }
@@ -58,9 +69,12 @@ for b in "${missing[@]}"; do
     etcd) build etcd etcd go.etcd.io/etcd/server/v3 ;;
     etcdctl) build etcd etcdctl go.etcd.io/etcd/etcdctl/v3 ;;
     kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok ;;
+    containerd|containerd-shim-runc-v2|ctr)
+      build containerd "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
     *) build kubernetes "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
   esac
 done
+echo "$node_pins" >"$bin/containerd.pins"
 echo "upstream/build.sh: $bin ready in $((SECONDS - start)) s" >&2
 # folders of earlier pins go (each is ~500 MB)
 for old in "$cache"/*/; do [ "${old%/}" = "${bin%/bin}" ] || rm -rf "$old"; done

@@ -75,9 +75,10 @@ def dra_gpu_counts(resource_slices: Iterable[Mapping[str, Any]]) -> dict[str, tu
 
     The driver's counter slice has one counter per GPU present (capacity, like a device
     plugin's devices); a GPU is allocatable while some partition device that uses it is
-    published, which the driver stops doing while the GPU is unhealthy, leased out of band or
-    being checked (as a device plugin reports such a device unhealthy). Only the newest
-    generation of each pool counts (ResourceSlice ``spec.pool.generation``).
+    offered, i.e. carries no taint that blocks allocation: the driver taints every partition
+    of a GPU that is unhealthy, leased out of band, held on the fabric by something other
+    than a claim or being checked (as a device plugin reports such a device unhealthy). Only
+    the newest generation of each pool counts (ResourceSlice ``spec.pool.generation``).
     """
     newest: dict[str, int] = {}
     mine = [s for s in resource_slices if (s.get("spec") or {}).get("driver") == DRIVER]
@@ -95,9 +96,15 @@ def dra_gpu_counts(resource_slices: Iterable[Mapping[str, Any]]) -> dict[str, tu
         for counter_set in spec.get("sharedCounters") or []:
             counters.setdefault(node, set()).update((counter_set.get("counters") or {}).keys())
         for device in spec.get("devices") or []:
+            if any(t.get("effect") in _BLOCKING_TAINT_EFFECTS for t in device.get("taints") or []):
+                continue
             for consumed in device.get("consumesCounters") or []:
                 used.setdefault(node, set()).update((consumed.get("counters") or {}).keys())
     return {node: (len(c), len(c & used.get(node, set()))) for node, c in counters.items()}
+
+
+#: Device taint effects under which kube-scheduler allocates no device (resource.k8s.io/v1).
+_BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 
 def _int(value: Any) -> int:

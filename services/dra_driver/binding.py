@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpucaas.core.dra import BINDING_CONDITION, BINDING_FAILURE_CONDITION, DRIVER
@@ -34,13 +34,12 @@ from gpucaas.core.fabric_client import FabricClient, FabricConflict, FabricRejec
 from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound
 from gpucaas.core.topology import partition_by_id
 from services.dra_driver.checkpoint import Checkpoint
-from services.dra_driver.driver import holder_for_claim
+from services.dra_driver.driver import CLAIM_HOLDER_PREFIX, holder_for_claim
 from services.dra_driver.slices import partition_of_device
 
 log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaims"
-HOLDER_PREFIX = "claim:"
 
 
 def _now() -> str:
@@ -54,9 +53,13 @@ def _condition(kind: str, reason: str, message: str, generation: int) -> dict[st
 
 class BindingWatcher:
     def __init__(self, kube: Kube, fabric: FabricClient, checkpoint: Checkpoint, node_name: str,
-                 physical_to_pci: Mapping[int, str] | None = None) -> None:
+                 physical_to_pci: Mapping[int, str] | None = None,
+                 on_refused: Callable[[], None] | None = None) -> None:
         self.kube, self.fabric, self.checkpoint, self.node_name = kube, fabric, checkpoint, node_name
         self.physical_to_pci = physical_to_pci
+        #: called when the fabric refused a claim's partition (the driver republishes its
+        #: slices at once: a holder other than a claim may keep overlapping GPUs busy)
+        self.on_refused = on_refused
 
     def _ours(self, claim: dict[str, Any]) -> list[dict[str, Any]]:
         results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {})
@@ -93,6 +96,8 @@ class BindingWatcher:
             kind, reason, message = BINDING_CONDITION, "PartitionActive", "NVLink partition active on " + self.node_name
         except (FabricConflict, FabricRejected) as exc:
             kind, reason, message = BINDING_FAILURE_CONDITION, "ActivationFailed", str(exc)
+            if self.on_refused is not None:
+                self.on_refused()
         except FabricUnavailable as exc:
             log.warning("claim %s/%s: fabric service unavailable, no verdict yet: %s", meta["namespace"],
                         meta["name"], exc)
@@ -116,9 +121,9 @@ class BindingWatcher:
         prepared = {c.uid for c in self.checkpoint.all()}
         for act in self.fabric.activations():
             holder = act.get("holder") or ""
-            if not holder.startswith(HOLDER_PREFIX):
+            if not holder.startswith(CLAIM_HOLDER_PREFIX):
                 continue
-            uid = holder[len(HOLDER_PREFIX):]
+            uid = holder[len(CLAIM_HOLDER_PREFIX):]
             if uid in prepared or uid in allocated_here:
                 continue
             try:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpucaas.core.dra import DRIVER
+from gpucaas.core.fabric_client import FabricConflict, FabricRejected
 from gpucaas.core.topology import partition_by_id
 from services.dra_driver.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from services.dra_driver.slices import partition_of_device
@@ -45,8 +46,12 @@ class ClaimRef:
     name: str
 
 
+#: The fabric holders of this driver's activations; any other holder is foreign to the DRA mode.
+CLAIM_HOLDER_PREFIX = "claim:"
+
+
 def holder_for_claim(uid: str) -> str:
-    return f"claim:{uid}"
+    return f"{CLAIM_HOLDER_PREFIX}{uid}"
 
 
 class Driver:
@@ -66,6 +71,9 @@ class Driver:
         self.prepared_listeners: list[Callable[[tuple[str, ...]], None]] = []
         #: called with each claim whose partition this driver just activated (the pod's Event)
         self.activated_listeners: list[Callable[[PreparedClaim], None]] = []
+        #: called when the fabric service refused to activate a claim's partition (the
+        #: driver republishes its slices at once: a holder other than a claim may hold it)
+        self.refused_listeners: list[Callable[[], None]] = []
         #: why these GPUs may not be handed to (namespace, pod) now, or None (GPU leases)
         self.gpu_refusal: Callable[[tuple[str, ...], str, str], str | None] | None = None
 
@@ -105,7 +113,12 @@ class Driver:
         prepared = PreparedClaim(ref.uid, ref.namespace, ref.name, holder_for_claim(ref.uid),
                                  tuple(addresses), tuple(devices), pod)
         if addresses:
-            self.fabric.activate(prepared.holder, list(addresses))
+            try:
+                self.fabric.activate(prepared.holder, list(addresses))
+            except (FabricConflict, FabricRejected):
+                for listener in self.refused_listeners:
+                    listener()
+                raise
         self.checkpoint.put(prepared)
         for listener in self.prepared_listeners:
             listener(prepared.pci_addresses)

@@ -48,6 +48,7 @@ class DraDriverNode:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _pci: dict[int, str] = field(default_factory=dict)
+    _publish_now: threading.Event = field(default_factory=threading.Event)
     cdi: SpecWriter | None = None
     driver: Driver | None = None
 
@@ -68,10 +69,17 @@ class DraDriverNode:
             log.error("cannot write the CDI spec %s: %s", self.cdi.path, exc)
 
     def discover(self) -> list[PublishedGpu]:
-        """What the node offers now; the PCI map and health board are refreshed on the way."""
+        """What the node offers now; the PCI map and health board are refreshed on the way.
+
+        The fabric service's partitions say which GPUs a holder other than a claim keeps
+        busy (an admin's activation, another allocation path): every partition overlapping
+        one is held out of the slice, since the fabric service would refuse to activate it
+        and the scheduler, first fit, would pick it again after each refusal. Such a GPU is
+        not unhealthy: the health board does not change for it."""
         topology = self.fabric.topology()
+        partitions = self.fabric.partitions()
         leases = LeaseStore(self.kube).list(self.settings.node_name)
-        gpus = gpus_from(topology, leases)
+        gpus = gpus_from(topology, leases, partitions)
         self._pci = {g.physical_id: g.pci_bus_id for g in gpus}
         self.board.update({g.physical_id: (g.allocatable, "" if g.allocatable else "not free or unhealthy")
                            for g in gpus})
@@ -84,18 +92,32 @@ class DraDriverNode:
         except (KubeError, FabricUnavailable) as exc:
             log.warning("could not publish the slices of %s: %s", self.settings.node_name, exc)
 
+    def request_publish(self) -> None:
+        """Re-derive and publish the slices now instead of at the end of the interval (the
+        binding watcher saw the fabric refuse a partition: a holder other than a claim may
+        have come, and its partitions must leave the slice before the scheduler retries)."""
+        self._publish_now.set()
+
     def start(self) -> None:
         self.write_cdi_spec()  # before registering: Prepare answers CDI ids of this spec
         self.server.start()
         self.publish_once()
-        self._loop("publish", self.settings.publish_interval_s, self.publish_once)
+        self._loop("publish", self.settings.publish_interval_s, self.publish_once, wake=self._publish_now)
         if self.binding is not None:
             binding = self.binding
             self._loop("binding", self.settings.binding_interval_s, lambda: run_round(binding))
 
-    def _loop(self, name: str, interval: float, step) -> None:  # noqa: ANN001
+    def _loop(self, name: str, interval: float, step, wake: threading.Event | None = None) -> None:  # noqa: ANN001
         def run() -> None:
-            while not self._stop.wait(interval):
+            while True:
+                if wake is None:
+                    if self._stop.wait(interval):
+                        return
+                else:
+                    wake.wait(interval)
+                    wake.clear()
+                    if self._stop.is_set():
+                        return
                 step()
 
         t = threading.Thread(target=run, name=f"dra-{name}", daemon=True)
@@ -104,6 +126,7 @@ class DraDriverNode:
 
     def stop(self) -> None:
         self._stop.set()
+        self._publish_now.set()
         for t in self._threads:
             t.join(timeout=5)
         self.server.stop()
@@ -187,12 +210,13 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
     node.driver = driver
     driver.gpu_refusal = lease_refusal(kube, settings.node_name)
     driver.activated_listeners.append(activation_event(kube, settings.node_name))
+    driver.refused_listeners.append(node.request_publish)
     if settings.cdi_dir is not None:
         node.cdi = SpecWriter(settings.cdi_dir, settings.cdi_kind, settings.dev_root)
     node.publisher = SlicePublisher(kube, settings.node_name, node.discover,
                                     binding_conditions=settings.binding_conditions)
     if settings.binding_conditions:
-        node.binding = BindingWatcher(kube, fabric, checkpoint, settings.node_name)
+        node.binding = BindingWatcher(kube, fabric, checkpoint, settings.node_name, on_refused=node.request_publish)
     return node
 
 

@@ -1,11 +1,18 @@
 """Publish this node's ResourceSlices and keep them current.
 
 What is published comes from the fabric service's topology (physical id <-> PCI address,
-GPU health as the fabric sees it) and the node's GPU leases (a GPU whose lease is
-Releasing, Checking or Quarantined holds every partition containing it out of the
-slice). The pool's ``generation`` grows each time the content changes, so the scheduler
-never mixes slices of two generations (it uses only complete pools); slices of this
-driver and node that are no longer wanted are deleted.
+GPU health as the fabric sees it), its partitions (a partition kept busy by a holder that
+is not a claim makes every GPU in it unavailable) and the node's GPU leases (a GPU whose
+lease is Releasing, Checking or Quarantined is unavailable); every partition with an
+unavailable GPU is tainted NoSchedule, so the scheduler does not allocate it (slices.py).
+Nothing here depends on the claims: every device stays in the slice whatever is allocated,
+so a claim the scheduler allocates while a round is being written keeps being counted.
+
+All slices of the pool are written under one new ``generation`` (and the same
+``resourceSliceCount``) each time the content changes; while some are still at the older
+one the scheduler finds the pool incomplete at its newest generation and allocates nothing
+from it, so it never mixes two generations. Slices of this driver and node that are no
+longer wanted are deleted.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 from gpucaas.core import lease_states as states
 from gpucaas.core.dra import DRIVER
 from gpucaas.core.kube import Kube, NotFound
+from services.dra_driver.driver import CLAIM_HOLDER_PREFIX
 from services.dra_driver.slices import PublishedGpu, build_slices
 
 log = logging.getLogger(__name__)
@@ -35,15 +43,6 @@ class SlicePublisher:
         self._published: str | None = None  # the content last written (generation excluded)
         self.generation = 0
 
-    def allocated_devices(self) -> set[str]:
-        """This node's devices that a ResourceClaim's allocation still names (kept in the slice)."""
-        claims = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, "resourceclaims",
-                                idempotent=True, what="list ResourceClaims")["items"]
-        return {r["device"] for c in claims
-                for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {})
-                          .get("results") or [])
-                if r.get("driver") == DRIVER and r.get("pool") == self.node_name}
-
     def _current(self) -> dict[str, dict[str, Any]]:
         items = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
                                field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
@@ -53,8 +52,7 @@ class SlicePublisher:
     def publish(self) -> bool:
         """Write the slices if what they say changed; True when something was written."""
         gpus = sorted(self.gpus(), key=lambda g: g.physical_id)
-        wanted = build_slices(self.node_name, gpus, generation=0, binding_conditions=self.binding_conditions,
-                              allocated=self.allocated_devices())
+        wanted = build_slices(self.node_name, gpus, generation=0, binding_conditions=self.binding_conditions)
         content = json.dumps([s["spec"] for s in wanted], sort_keys=True)
         current = self._current()
         if content == self._published and set(current) == {s["metadata"]["name"] for s in wanted}:
@@ -79,8 +77,9 @@ class SlicePublisher:
             except NotFound:
                 pass
         self._published = content
-        log.info("published ResourceSlices of %s at generation %d (%d partition devices)", self.node_name,
-                 self.generation, len(wanted[1]["spec"]["devices"]))
+        log.info("published ResourceSlices of %s at generation %d (%d partition devices, GPUs available: %s)",
+                 self.node_name, self.generation, len(wanted[1]["spec"]["devices"]),
+                 ",".join(str(g.physical_id) for g in gpus if g.available) or "none")
         return True
 
     def withdraw(self) -> None:
@@ -94,14 +93,38 @@ class SlicePublisher:
         self._published = None
 
 
-def gpus_from(topology: dict[str, Any], leases: Iterable[dict[str, Any]]) -> list[PublishedGpu]:
+def foreign_holders(partitions: Iterable[dict[str, Any]]) -> dict[int, str]:
+    """Physical GPU id -> the holder, other than a claim, of a busy partition containing it.
+
+    ``partitions`` is the fabric service's ``GET /v1/partitions``. A partition is busy when it
+    is active in Fabric Manager or a holder's record names it: what the fabric service
+    refuses to overlap (``PartitionService._blockers``). A claim's own partition is left to
+    the counters (its device stays published while the claim is allocated); any other
+    holder (an admin's activation, another allocation path, an active partition nobody
+    recorded) is invisible to kube-scheduler, so the partitions overlapping it must not be
+    offered at all.
+    """
+    out: dict[int, str] = {}
+    for p in partitions:
+        holder = p.get("holder")
+        if not (p.get("active") or holder) or (holder or "").startswith(CLAIM_HOLDER_PREFIX):
+            continue
+        for g in p.get("gpus") or []:
+            out.setdefault(int(g["physical_id"]), holder or f"partition {p.get('id')} (active, no holder recorded)")
+    return out
+
+
+def gpus_from(topology: dict[str, Any], leases: Iterable[dict[str, Any]],
+              partitions: Iterable[dict[str, Any]] = ()) -> list[PublishedGpu]:
     """The node's GPUs as the fabric service sees them, held out while their lease is not usable
-    (Releasing, Checking, Quarantined: not in ``lease_states.ALLOCATABLE_STATES``)."""
+    (Releasing, Checking, Quarantined: not in ``lease_states.ALLOCATABLE_STATES``) or while a
+    holder other than a claim keeps a partition containing them busy (:func:`foreign_holders`)."""
     state_by_bdf = {(l.get("spec") or {}).get("pciAddress"): states.state_of(l.get("status")) for l in leases}
+    held_by = foreign_holders(partitions)
     out = []
     for g in topology.get("gpus", []):
         bdf = g["pci_bus_id"]
         usable = bool(g.get("healthy", True)) and state_by_bdf.get(bdf, states.LeaseState.FREE) in states.ALLOCATABLE_STATES
         out.append(PublishedGpu(int(g["physical_id"]), bdf, numa_node=int(g.get("numa_node") or 0),
-                                allocatable=usable))
+                                allocatable=usable, held_by=held_by.get(int(g["physical_id"]))))
     return out

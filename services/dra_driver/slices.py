@@ -8,11 +8,23 @@ API server validates, see the field descriptions of ``ResourceSliceSpec``/``Devi
   counter per physical GPU (``gpu-1`` … ``gpu-8``, value ``1``). A slice may carry either
   devices or shared counters, never both, so the counters get a slice of their own.
 * slice ``<node>-gpucaas-partitions``: one device per Fabric Manager partition (15 on HGX
-  H100), each consuming ``1`` of the counter of every GPU in it. Two partitions that share
-  a GPU would together consume 2 of a counter holding 1, so the scheduler can never
-  allocate them at once, and a GPU set that is no partition cannot be asked for.
-  At most 64 devices in a slice whose devices consume counters; 32 attributes + capacities
-  per device; 2 counter consumptions per device; 32 counters per counter set.
+  H100) whose GPUs are present, each consuming ``1`` of the counter of every GPU in it. Two
+  partitions that share a GPU would together consume 2 of a counter holding 1, so the
+  scheduler can never allocate them at once, and a GPU set that is no partition cannot be
+  asked for. At most 64 devices in a slice whose devices consume counters; 32 attributes +
+  capacities per device; 2 counter consumptions per device; 32 counters per counter set.
+
+A partition that may not be handed out now — one of its GPUs has a lease that is not Free
+or Leased, is unhealthy, or sits in a partition that a fabric holder other than a claim keeps
+busy — carries a ``NoSchedule`` device taint (KEP-5055, ``resource.k8s.io/v1``
+``Device.taints``, beta and on by default from Kubernetes 1.36): the scheduler allocates no
+tainted device (gpucaas' claims tolerate none), and an allocation already made is left alone.
+The device itself always stays in the slice. That is what keeps allocations consistent:
+kube-scheduler counts an allocated device's ``consumesCounters`` only from the device it finds
+in the pool, so a device taken out of the slice while a claim holds it — or is being given it,
+which no reader of the API can see before the write lands — would let the scheduler hand out
+an overlapping partition. Counters cannot say it either: a counter set below what allocated
+devices consume makes the scheduler refuse every device of the pool.
 
 Both slices belong to one pool named after the node (``resourceSliceCount: 2``); the
 pool's ``generation`` grows whenever what is published changes.
@@ -49,8 +61,27 @@ class PublishedGpu:
     numa_node: int = 0
     model: str = "H100-SXM5-80GB"
     #: False while the GPU's lease is not Free (checking, quarantined) or it is unhealthy:
-    #: every partition containing it is held out of the slice.
+    #: every partition containing it is tainted (not offered).
     allocatable: bool = True
+    #: The fabric holder that is not a claim (``claim:<uid>``) of an active partition
+    #: containing this GPU: an admin activation, another allocation path, or a partition
+    #: active in Fabric Manager without a record. The fabric service refuses every partition
+    #: overlapping it, so every partition containing the GPU is tainted (not offered); the GPU
+    #: is healthy all the same.
+    held_by: str | None = None
+
+    @property
+    def available(self) -> bool:
+        """Whether partitions containing this GPU may be allocated now."""
+        return self.allocatable and self.held_by is None
+
+
+#: Device taints (effect NoSchedule) of a partition that may not be handed out now; the value
+#: names its GPUs concerned, e.g. ``gpus-2-4``.
+TAINT_NOT_ALLOCATABLE = f"{DRIVER}/gpu-not-allocatable"  # a GPU's lease is not Free or Leased, or it is unhealthy
+TAINT_HELD_ON_FABRIC = f"{DRIVER}/held-on-fabric"  # a holder other than a claim keeps a partition of a GPU busy
+#: Taint effects that keep the scheduler from allocating a device (the others are informational).
+ALLOCATION_BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 
 def counter_name(physical_id: int) -> str:
@@ -121,6 +152,12 @@ def _device(partition: Partition, gpus: Mapping[int, PublishedGpu], binding_cond
             "counters": {counter_name(g): {"value": "1"} for g in partition.sorted_gpus()},
         }],
     }
+    taints = [{"key": key, "value": "gpus-" + "-".join(str(m.physical_id) for m in concerned), "effect": "NoSchedule"}
+              for key, concerned in ((TAINT_NOT_ALLOCATABLE, [m for m in members if not m.allocatable]),
+                                     (TAINT_HELD_ON_FABRIC, [m for m in members if m.held_by is not None]))
+              if concerned]
+    if taints:
+        device["taints"] = taints
     if binding_conditions:
         device["bindingConditions"] = [BINDING_CONDITION]
         device["bindingFailureConditions"] = [BINDING_FAILURE_CONDITION]
@@ -130,28 +167,19 @@ def _device(partition: Partition, gpus: Mapping[int, PublishedGpu], binding_cond
 
 def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: int = 1,
                  binding_conditions: bool = False,
-                 partitions: Iterable[Partition] = HGX_H100_PARTITIONS,
-                 allocated: Iterable[str] = ()) -> list[dict[str, Any]]:
+                 partitions: Iterable[Partition] = HGX_H100_PARTITIONS) -> list[dict[str, Any]]:
     """The two ResourceSlice objects of ``node_name`` (see the module docstring).
 
-    A partition is published only when all its GPUs are present and allocatable, or when
-    it is still allocated to a claim (``allocated``: device names): a scheduler counts an
-    allocated device's ``consumesCounters`` only from the device it finds in the slice, so
-    dropping one whose claim still holds it (its pod ended, its GPUs are being checked,
-    the claim is not yet deallocated) would let the scheduler hand out an overlapping
-    partition of the GPUs that came back first. The counters of every present GPU are
-    published regardless.
+    Every partition whose GPUs are all present is a device, always; one with a GPU that is
+    not :attr:`PublishedGpu.available` is tainted NoSchedule. What is published depends on
+    the node alone, not on the claims: no device ever leaves the slice while a claim may
+    hold it, and there is no read of the claims to race with the scheduler's allocations.
     """
-    held = set(allocated)
     by_id = {g.physical_id: g for g in gpus}
     pool = {"name": node_name, "generation": generation, "resourceSliceCount": 2}
     counters = {counter_name(g): {"value": "1"} for g in sorted(by_id)}
-    devices = [
-        _device(p, by_id, binding_conditions)
-        for p in buddy_order(partitions)
-        if all(g in by_id for g in p.gpus)
-        and (all(by_id[g].allocatable for g in p.gpus) or device_name(p) in held)
-    ]
+    devices = [_device(p, by_id, binding_conditions) for p in buddy_order(partitions)
+               if all(g in by_id for g in p.gpus)]
     if len(devices) > MAX_DEVICES_WITH_COUNTERS or len(counters) > MAX_COUNTERS_PER_SET:
         raise ValueError("board too large for one slice")
     meta = {"labels": {"app.kubernetes.io/managed-by": "gpucaas-dra-driver"}}
@@ -170,3 +198,10 @@ def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: in
             "spec": {"driver": DRIVER, "nodeName": node_name, "pool": pool, "devices": devices},
         },
     ]
+
+
+def offered_devices(slices: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The partition devices in these slices that the scheduler may allocate when no claim
+    holds anything: those without a taint that blocks allocation."""
+    return {d["name"] for s in slices for d in (s.get("spec") or {}).get("devices") or []
+            if not any(t.get("effect") in ALLOCATION_BLOCKING_EFFECTS for t in d.get("taints") or [])}

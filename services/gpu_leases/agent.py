@@ -179,12 +179,33 @@ class LeaseNodeAgent:
             return lease
         if state is states.LeaseState.LEASED:
             holder = status.get("holder") or {}
+            if self._still_running(holder):
+                # A kubelet that has just started answers PodResources before it has read back its
+                # pods: the API server's word that the holder's container runs wins until it stops.
+                log.info("node=%s gpu=%s: PodResources does not list %s/%s, whose container the API server "
+                         "says runs; keeping the lease", self.node, bdf, holder.get("namespace"), holder.get("pod"))
+                return lease
             why = f"pod {holder.get('namespace')}/{holder.get('pod')} no longer holds the GPU (PodResources)"
             log.info("node=%s gpu=%s releasing: %s", self.node, bdf, why)
             return self.store.write_status(lease, states.released(status, why))
         if state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
             return self._check(name, bdf)
         return lease
+
+    def _still_running(self, holder: Mapping[str, Any]) -> bool:
+        """Whether the holder pod (the same uid) has a container the API server says is running."""
+        namespace, pod = holder.get("namespace"), holder.get("pod")
+        if not namespace or not pod:
+            return False
+        try:
+            found = self.kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        except NotFound:
+            return False
+        if holder.get("podUID") and (found.get("metadata") or {}).get("uid") != holder.get("podUID"):
+            return False
+        st = found.get("status") or {}
+        return st.get("phase") not in ("Succeeded", "Failed") and any(
+            "running" in (c.get("state") or {}) for c in st.get("containerStatuses") or [])
 
     def _allocated_but_gone(self, lease: dict[str, Any]) -> dict[str, Any]:
         status = lease.get("status") or {}

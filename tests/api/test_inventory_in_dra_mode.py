@@ -11,10 +11,11 @@ from services.dra_driver.slices import PublishedGpu, build_slices
 
 
 def _board(node: str, unallocatable: set[int] = frozenset(), missing: set[int] = frozenset(),
-           allocated: tuple[str, ...] = (), generation: int = 1) -> list[dict]:
-    gpus = [PublishedGpu(i, f"0000:{i:02x}:00.0", allocatable=i not in unallocatable)
+           held: set[int] = frozenset(), generation: int = 1) -> list[dict]:
+    gpus = [PublishedGpu(i, f"0000:{i:02x}:00.0", allocatable=i not in unallocatable,
+                         held_by="admin:partition-3" if i in held else None)
             for i in range(1, 9) if i not in missing]
-    return build_slices(node, gpus, generation=generation, allocated=allocated)
+    return build_slices(node, gpus, generation=generation)
 
 
 def test_a_whole_healthy_board_counts_eight_of_eight() -> None:
@@ -25,11 +26,8 @@ def test_a_gpu_held_out_is_present_but_not_allocatable() -> None:
     assert dra_gpu_counts(_board("n1", unallocatable={3})) == {"n1": (8, 7)}
 
 
-def test_a_gpu_whose_partition_is_still_allocated_stays_allocatable() -> None:
-    # the driver keeps an allocated partition published while its GPUs are being checked
-    held = [d["name"] for d in _board("n1")[1]["spec"]["devices"] if len(d["consumesCounters"][0]["counters"]) == 2][:1]
-    counts = dra_gpu_counts(_board("n1", unallocatable={1, 2, 3, 4, 5, 6, 7, 8}, allocated=tuple(held)))
-    assert counts == {"n1": (8, 2)}
+def test_a_gpu_held_on_the_fabric_by_another_holder_is_not_allocatable() -> None:
+    assert dra_gpu_counts(_board("n1", held={1, 3}, unallocatable={8})) == {"n1": (8, 5)}
 
 
 def test_a_missing_gpu_is_not_counted_and_old_generations_are_ignored() -> None:

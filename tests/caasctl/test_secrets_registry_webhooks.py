@@ -97,7 +97,7 @@ def test_webhooks_create_list_deliveries_resend_delete(caasctl: Caasctl, kube: A
         table = caasctl("webhooks", "list", env=me)
         assert hook["id"] in table.stdout and hook["secret"] not in table.stdout
 
-        ran = caasctl("run", "busybox:1.36", "--gpus", "2", "--", "sleep", "3", env=me)
+        ran = caasctl("run", "--detach", "busybox:1.36", "--gpus", "2", "--", "sleep", "3", env=me)
         cid = ran.stdout.strip()
         pod = f"gpucaas-{cid}"
         wait_for(lambda: caasctl("ps", "-o", "json", env=me).json()[0]["status"] == "Pending", what="the pod")

@@ -31,7 +31,7 @@ def test_a_tenant_runs_lists_reads_and_cancels_with_its_own_token(caasctl: Caasc
                                                                   logs: Any) -> None:
     token = tenant_token(caasctl, "tt")
     me = {"GPUCAAS_TOKEN": token}
-    ran = caasctl("run", IMAGE, "--gpus", "2", "-e", "MODE=train", "--timeout", "600", "--", "python", "train.py",
+    ran = caasctl("run", "--detach", IMAGE, "--gpus", "2", "-e", "MODE=train", "--timeout", "600", "--", "python", "train.py",
                   "--epochs", "3", env=me)
     assert ran.exit_code == 0, ran.stderr
     cid = ran.stdout.strip()
@@ -130,7 +130,7 @@ def test_listings_follow_the_page_cursor_to_the_last_page(caasctl: Caasctl, api:
     me = {"GPUCAAS_TOKEN": token}
     ids = []
     for _ in range(5):
-        ran = caasctl("run", IMAGE, "--gpus", "1", env=me)
+        ran = caasctl("run", "--detach", IMAGE, "--gpus", "1", env=me)
         assert ran.exit_code == 0, ran.stderr
         ids.append(ran.stdout.strip())
     rest = RestClient(Config(url=api.base_url, token=SecretStr(token), ca_cert=str(ca_file)))

@@ -18,7 +18,7 @@ IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 def test_a_tenant_mints_lists_revokes_and_reads_its_audit_trail(caasctl: Caasctl, api: ApiServer) -> None:
     me = {"GPUCAAS_TOKEN": tenant_token(caasctl, "keys")}  # scope admin, issued by the operator
-    ran = caasctl("run", IMAGE, env=me)
+    ran = caasctl("run", "--detach", IMAGE, env=me)
     assert ran.exit_code == 0, ran.stderr
     cid = ran.stdout.strip()
 
@@ -28,7 +28,7 @@ def test_a_tenant_mints_lists_revokes_and_reads_its_audit_trail(caasctl: Caasctl
     assert (dash["name"], dash["scope"], dash["tenancy"]) == ("dash", "read", "keys") and dash["token"]
     as_dash = {"GPUCAAS_TOKEN": dash["token"]}
     assert caasctl("ps", "-o", "json", env=as_dash).json()[0]["id"] == cid
-    refused = caasctl("run", IMAGE, env=as_dash)
+    refused = caasctl("run", "--detach", IMAGE, env=as_dash)
     assert refused.exit_code == 1 and refused.stdout == ""
     assert refused.stderr.strip() == ("error: 403: this token's scope is 'read'; POST /v1/containers needs a token "
                                       "with scope 'submit'")

@@ -18,7 +18,7 @@ from .test_tenant_commands import tenant_token
 
 def test_a_tenant_reads_its_gpu_seconds(caasctl: Caasctl, api: ApiServer, kube: Any) -> None:
     me = {"GPUCAAS_TOKEN": tenant_token(caasctl, "tu")}
-    ran = caasctl("run", "busybox:1.36", "--gpus", "2", "--", "sleep", "3", env=me)
+    ran = caasctl("run", "--detach", "busybox:1.36", "--gpus", "2", "--", "sleep", "3", env=me)
     assert ran.exit_code == 0, ran.stderr
     cid = ran.stdout.strip()
     mark_tenancy_ready(kube, "tu")

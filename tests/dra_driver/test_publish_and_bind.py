@@ -22,7 +22,7 @@ from gpucaas.devtools.waiting import wait_for
 from services.dra_driver.binding import BindingWatcher
 from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.publisher import SlicePublisher, gpus_from
-from services.dra_driver.slices import partition_of_device
+from services.dra_driver.slices import offered_devices, partition_of_device
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager import simulator as fabric_sim
 from services.fabric.partitions import PartitionService
@@ -76,9 +76,10 @@ def test_slices_follow_the_fabric_and_the_leases(dra: Scheduling, fabric: Fabric
     assert pub.publish() is True
     now = {s["metadata"]["name"]: s for s in slices(dra)}
     assert {s["spec"]["pool"]["generation"] for s in now.values()} == {2}
-    held = {partition_of_device(d["name"]) for d in now[f"{node}-gpucaas-partitions"]["spec"]["devices"]}
-    assert all(3 not in partition_by_id(p).gpus for p in held)
-    assert len(held) == 15 - 4  # the board, quad 1, pair {1,3} and the single GPU 3
+    assert len(now[f"{node}-gpucaas-partitions"]["spec"]["devices"]) == 15  # every device stays, tainted or not
+    offered = {partition_of_device(d) for d in offered_devices(now.values())}
+    assert all(3 not in partition_by_id(p).gpus for p in offered)
+    assert len(offered) == 15 - 4  # not the board, quad 1, pair {1,3} nor the single GPU 3
     assert store.list(node) == []  # the publisher only reads leases
 
     # A restarted publisher continues above the generation the cluster holds.
@@ -192,3 +193,52 @@ def test_the_command_registers_publishes_and_prepares(dra: Scheduling, fabric: F
         proc.terminate()
         proc.wait(30)
     assert not (root / "reg" / f"{dra_names.DRIVER}-reg.sock").exists()
+
+
+def _driver_node(dra: Scheduling, fabric: FabricClient, root: Path):
+    """The driver as ``gpucaas dra-driver`` wires it (main.build), not started: its publisher
+    reads the fabric service and the leases through the driver's own discover()."""
+    from services.dra_driver.main import build
+    from services.dra_driver.settings import DraDriverSettings
+
+    settings = DraDriverSettings(node_name=dra.node, fabric_socket=fabric.socket_path, state_dir=root / "state",
+                                 registry_dir=root / "reg", plugins_dir=root / "plugins")
+    return build(settings, kube=dra.kube)
+
+
+def test_a_partition_held_by_a_holder_other_than_a_claim_is_not_offered(
+        dra: Scheduling, fabric: FabricClient, tmp_path: Path) -> None:
+    """A holder that is not ``claim:<uid>`` (here an admin's activation of GPU 1) keeps a
+    partition active that kube-scheduler knows nothing of: every partition overlapping it
+    leaves the slice, so the scheduler never picks one the fabric service would refuse
+    (first fit would pick it again after every refusal), and claims go to partitions that
+    work. When the holder lets go, the partitions are offered again."""
+    node = _driver_node(dra, fabric, tmp_path)
+    try:
+        assert node.publisher.publish() is True
+        offered = lambda: {partition_of_device(d) for d in offered_devices(slices(dra))}  # noqa: E731
+        assert len(offered()) == 15
+
+        pci = {int(g["physical_id"]): g["pci_bus_id"] for g in fabric.topology()["gpus"]}
+        fabric.activate("admin:test", [pci[1]])
+        assert node.publisher.publish() is True
+        assert offered() == {p for p in range(15) if 1 not in partition_by_id(p).gpus}
+        assert all(g.allocatable for g in node.discover())  # held, not unhealthy: the health stream keeps it
+
+        dra.create_pod("eight", gpus=8)
+        dra.unschedulable("eight")  # the whole board holds GPU 1: not offered, not allocated
+        dra.delete_pod("eight")
+        dra.create_pod("quad", gpus=4)
+        assert gpus_of_claim(dra.scheduled("quad")) == [frozenset({5, 6, 7, 8})]
+        dra.create_pod("pair", gpus=2)
+        assert gpus_of_claim(dra.scheduled("pair")) == [frozenset({2, 4})]  # not {1, 3}
+        dra.create_pod("single", gpus=1)
+        assert gpus_of_claim(dra.scheduled("single")) == [frozenset({3})]  # not 1
+
+        # the holder goes: the next round offers GPU 1 again, and a claim gets it
+        fabric.release("admin:test")
+        assert node.publisher.publish() is True
+        dra.create_pod("another", gpus=1)
+        assert gpus_of_claim(dra.scheduled("another")) == [frozenset({1})]
+    finally:
+        node.fabric.close()

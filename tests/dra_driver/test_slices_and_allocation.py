@@ -14,8 +14,8 @@ from typing import Any
 from gpucaas.core import dra as dra_names
 from gpucaas.core.platforms import DGX_H100
 from gpucaas.core.topology import HGX_H100_PARTITIONS, partition_by_id
-from services.dra_driver.publisher import SlicePublisher
-from services.dra_driver.slices import PublishedGpu, build_slices, partition_of_device
+from services.dra_driver.publisher import SlicePublisher, foreign_holders
+from services.dra_driver.slices import PublishedGpu, build_slices, offered_devices, partition_of_device
 from tests.dra_driver.scheduling import Scheduling, gpus_of_claim, results
 
 NODE = "gpu-node-a"
@@ -49,9 +49,45 @@ def test_a_board_publishes_counters_and_fifteen_partitions_in_buddy_order() -> N
 
 
 def test_a_gpu_that_is_not_free_holds_every_partition_containing_it_out() -> None:
-    _, parts = build_slices(NODE, board(gpu3=False))
-    published = {partition_of_device(d["name"]) for d in parts["spec"]["devices"]}
-    assert published == {p.id for p in HGX_H100_PARTITIONS if 3 not in p.gpus}
+    """Every partition containing it is tainted NoSchedule, so none can be allocated; every
+    partition stays a device (a claim may still hold one, and the scheduler counts it from
+    there), and every counter stays."""
+    slices = build_slices(NODE, board(gpu3=False))
+    counters, parts = slices
+    assert counters == build_slices(NODE, board())[0]
+    assert len(parts["spec"]["devices"]) == 15
+    pair = next(d for d in parts["spec"]["devices"] if d["attributes"]["physicalIDs"]["string"] == "1,3")
+    assert pair["taints"] == [{"key": "gpu.gpucaas.dev/gpu-not-allocatable", "value": "gpus-3", "effect": "NoSchedule"}]
+    offered = {partition_of_device(d) for d in offered_devices(slices)}
+    assert offered == {p.id for p in HGX_H100_PARTITIONS if 3 not in p.gpus}
+
+
+def test_a_partition_busy_for_another_holder_holds_every_partition_overlapping_it_out() -> None:
+    """The fabric service refuses a partition overlapping one that a holder other than a claim
+    keeps busy (active, or named by its record); the claims' own are left to the counters."""
+    def part(pid: int, holder: str | None, active: bool = True) -> dict[str, Any]:
+        gpus = [{"physical_id": g, "pci_bus_id": f"bdf-{g}"} for g in partition_by_id(pid).sorted_gpus()]
+        return {"id": pid, "gpus": gpus, "active": active, "holder": holder}
+
+    single = {g: next(p.id for p in HGX_H100_PARTITIONS if p.gpus == {g}) for g in ALL}
+    pair_57 = next(p.id for p in HGX_H100_PARTITIONS if p.gpus == {5, 7})
+    held = foreign_holders([
+        part(single[1], "admin:partition-x"),            # an admin's activation
+        part(single[2], "claim:0d2c", active=False),     # a claim's, being activated: counters
+        part(single[3], None),                           # active in Fabric Manager, unrecorded
+        part(single[4], None, active=False),             # idle
+        part(pair_57, "gpus:0000:1b:00.0+0000:43:00.0", active=False),  # recorded, being activated
+    ])
+    assert set(held) == {1, 3, 5, 7} and held[1] == "admin:partition-x"
+
+    gpus = [PublishedGpu(g.physical_id, g.pci_bus_id, allocatable=g.allocatable, held_by=held.get(g.physical_id))
+            for g in board()]
+    slices = build_slices(NODE, gpus)
+    assert len(slices[1]["spec"]["devices"]) == 15  # all stay devices: a claim's counters keep counting
+    quad = next(d for d in slices[1]["spec"]["devices"] if d["attributes"]["physicalIDs"]["string"] == "1,2,3,4")
+    assert quad["taints"] == [{"key": "gpu.gpucaas.dev/held-on-fabric", "value": "gpus-1-3", "effect": "NoSchedule"}]
+    offered = {partition_of_device(d) for d in offered_devices(slices)}
+    assert offered == {p.id for p in HGX_H100_PARTITIONS if not p.gpus & {1, 3, 5, 7}}
 
 
 def oracle_can_place(size: int, free: frozenset[int]) -> bool:
@@ -110,15 +146,16 @@ def publish(dra: Scheduling, **allocatable: bool) -> SlicePublisher:
     return pub
 
 
-def published_partitions(dra: Scheduling) -> set[int]:
+def offered_partitions(dra: Scheduling) -> set[int]:
+    """The partitions the node's slices offer: devices without a taint that blocks allocation."""
     slices = dra.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
                                                    field_selector=f"spec.nodeName={dra.node}")["items"]
-    return {partition_of_device(d["name"]) for s in slices for d in s["spec"].get("devices") or []}
+    return {partition_of_device(d) for d in offered_devices(slices)}
 
 
-def test_a_partition_still_allocated_stays_published_while_its_gpus_are_checked(dra: Scheduling) -> None:
+def test_a_partition_still_allocated_keeps_counting_while_its_gpus_are_checked(dra: Scheduling) -> None:
     """The seed scenario's overlap: an 8-GPU claim is still allocated while GPUs 1 and 3 are
-    Free again and the others are being checked. The device stays in the slice, so
+    Free again and the others are being checked. Its device stays in the slice, so
     kube-scheduler still counts its counters and refuses the pair {1, 3} beside it."""
     whole = next(p for p in HGX_H100_PARTITIONS if p.size == 8)
     checking: dict[str, bool] = {}
@@ -130,29 +167,29 @@ def test_a_partition_still_allocated_stays_published_while_its_gpus_are_checked(
 
     checking.update({f"gpu{g}": False for g in whole.gpus if g not in (1, 3)})
     assert pub.publish() is True
-    assert published_partitions(dra) == {whole.id} | {p.id for p in HGX_H100_PARTITIONS if p.gpus <= {1, 3}}
+    assert offered_partitions(dra) == {p.id for p in HGX_H100_PARTITIONS if p.gpus <= {1, 3}}
     dra.create_pod("pair", gpus=2)
     dra.unschedulable("pair")
 
-    # once the claim is deallocated (its pod gone) the device goes from the next slices, whose
-    # GPUs are not all Free, and kube-scheduler hands the waiting pod the pair
+    # once the claim is deallocated (its pod gone) its counters are free again; the slices need
+    # no change (they never depended on the claim), and kube-scheduler hands the waiting pod the pair
     dra.delete_pod("trainer")
-    assert pub.publish() is True
-    assert whole.id not in published_partitions(dra)
+    assert pub.publish() is False
     assert gpus_of_claim(dra.scheduled("pair")) == [frozenset({1, 3})]
 
 
 def test_without_the_allocated_device_kube_scheduler_would_hand_out_an_overlapping_pair(dra: Scheduling) -> None:
-    """Why the publisher keeps an allocated device (build_slices' ``allocated``): kube-scheduler
-    counts an allocated device's counters only from the device it finds in the pool, so slices
-    that dropped the 8-GPU device still held by a claim let it allocate {1, 3} beside it."""
+    """Why the publisher never takes a device out of the slice: kube-scheduler counts an
+    allocated device's counters only from the device it finds in the pool, so slices that
+    dropped the 8-GPU device still held by a claim let it allocate {1, 3} beside it."""
     slices = build_slices(dra.node, board())
     for s in slices:
         dra.custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", s)
     dra.create_pod("trainer", gpus=8)
     dra.scheduled("trainer")
-    checking = {f"gpu{g}": False for g in (2, 4, 5, 6, 7, 8)}
-    for s in build_slices(dra.node, board(**checking), generation=2):  # no allocated=: the bug
+    for s in build_slices(dra.node, board(), generation=2):
+        if "devices" in s["spec"]:  # the board's devices without the whole board: the old hold-out
+            s["spec"]["devices"] = [d for d in s["spec"]["devices"] if d["attributes"]["gpus"]["int"] != 8]
         s["metadata"]["resourceVersion"] = dra.custom.get_cluster_custom_object(
             "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"])["metadata"]["resourceVersion"]
         dra.custom.replace_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"], s)
@@ -249,3 +286,45 @@ def test_an_incomplete_pool_is_not_used(dra: Scheduling) -> None:
     dra.unschedulable("second")
     _put(dra, newer[0])
     assert {g for p in ("first", "second") for g in frozenset().union(*gpus_of_claim(dra.scheduled(p)))} == {1, 3}
+
+
+class _SchedulerAllocatesBeforeTheWrite:
+    """The publisher's Kube, except that ``allocate`` (kube-scheduler allocating a claim)
+    happens once, just before the first slice write of the next round reaches the API
+    server: after everything the publisher read to build that round."""
+
+    def __init__(self, kube: Any) -> None:
+        self._kube = kube
+        self.allocate: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kube, name)
+
+    def call(self, fn: Any, *args: Any, what: str = "", **kwargs: Any) -> Any:
+        if self.allocate is not None and what.startswith(("update ResourceSlice", "create ResourceSlice")):
+            allocate, self.allocate = self.allocate, None
+            allocate()
+        return self._kube.call(fn, *args, what=what, **kwargs)
+
+
+def test_a_claim_allocated_while_the_slices_are_written_stays_counted(dra: Scheduling) -> None:
+    """The publisher race: GPU 4's lease leaves Free (its firmware check starts) just as
+    kube-scheduler allocates the quad {1-4} from the slices still published. Whatever the
+    publisher read before its write, the quad's counters must keep counting afterwards:
+    a pair asked for next may not be {1, 3} or {2, 4}."""
+    checking: dict[str, bool] = {}
+    kube = _SchedulerAllocatesBeforeTheWrite(dra.kube)
+    pub = SlicePublisher(kube, dra.node, lambda: board(**checking))  # type: ignore[arg-type]
+    assert pub.publish() is True
+
+    def allocate_the_quad() -> None:
+        dra.create_pod("quad", gpus=4)
+        assert gpus_of_claim(dra.allocated("quad")) == [frozenset({1, 2, 3, 4})]
+
+    kube.allocate = allocate_the_quad
+    checking["gpu4"] = False
+    assert pub.publish() is True
+    assert kube.allocate is None  # the quad was allocated between the round's reads and its write
+    dra.create_pod("pair", gpus=2)
+    pair = frozenset().union(*gpus_of_claim(dra.scheduled("pair")))
+    assert not pair & {1, 2, 3, 4}, f"the pair {sorted(pair)} overlaps the allocated quad"

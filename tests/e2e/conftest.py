@@ -37,6 +37,7 @@ from gpucaas.core.cdi import spec_filename
 from gpucaas.programs.sandbox.dra_kubelet import CHECKPOINT as DRA_CHECKPOINT
 from services.device_plugin.podresources import PodResourcesReader
 from services.dra_driver.driver import holder_for_claim
+from services.dra_driver.slices import offered_devices
 
 ALLOCATION_ENV = "GPUCAAS_E2E_ALLOCATION"
 ALLOCATION_MODES = ("device-plugin", "dra")
@@ -253,27 +254,24 @@ def lease_of(k8s: client.ApiClient, node: str, pci_address: str) -> dict[str, An
 def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:
     """Nothing held: no active activation on any node, every lease Free, and every node offers
     all of its GPUs again: 8 allocatable ``nvidia.com/gpu`` for the kubelet (device-plugin), or
-    all 15 partitions of the board in the node's ResourceSlice (dra)."""
+    all 15 partitions of the board in the node's ResourceSlice, none tainted (dra)."""
     acts = activations(sandbox)
     nodes = client.CoreV1Api(k8s).list_node(label_selector="gpucaas.dev/gpu-node=true").items
     if not (all(not a for a in acts.values())
             and all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))):
         return False
     if allocation_mode() == "dra":
-        return all(len(published_partitions(k8s, n.metadata.name)) == len(HGX_H100_PARTITIONS) for n in nodes)
+        return all(len(offered_partitions(k8s, n.metadata.name)) == len(HGX_H100_PARTITIONS) for n in nodes)
     return all((n.status.allocatable or {}).get("nvidia.com/gpu") == "8" for n in nodes)
 
 
-def published_partitions(k8s: client.ApiClient, node: str) -> list[str]:
-    """The partition devices the node's DRA driver publishes in its ResourceSlice now."""
-    try:
-        sl = client.CustomObjectsApi(k8s).get_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", f"{node}-gpucaas-partitions")
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return []
-        raise
-    return [d["name"] for d in sl["spec"].get("devices") or []]
+def offered_partitions(k8s: client.ApiClient, node: str) -> set[str]:
+    """The partition devices the node's DRA driver offers now: those of its ResourceSlices
+    without a taint that blocks allocation (the driver taints a partition while one of its
+    GPUs may not be handed out; the devices themselves always stay)."""
+    slices = client.CustomObjectsApi(k8s).list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}")["items"]
+    return offered_devices(slices)
 
 
 def sandbox_dir(sandbox: runner.Sandbox) -> Path:

@@ -1,10 +1,13 @@
-"""Binding conditions in the DRA mode: a partition that cannot be activated is never bound to.
+"""A partition held by a fabric holder other than a claim is never offered in the DRA mode.
 
-A foreign holder keeps one GPU of gpu-node-a active through the fabric service, so the
-8-GPU partition of gpu-node-a cannot be activated. With gpu-node-b cordoned, kube-scheduler
-allocates it there anyway: the driver reports ``gpucaas.dev/partition-failed``, the
-scheduler deallocates the claim, and once gpu-node-b takes pods again the pod runs there.
-The failed claim leaves no partition active.
+A foreign holder (the test, through gpu-node-a's fabric service, as an admin's activation or
+another allocation path would) keeps GPU 1 of gpu-node-a active. kube-scheduler knows
+nothing of it; the DRA driver stops offering every partition overlapping it in gpu-node-a's
+ResourceSlices, so no claim is allocated a partition the fabric service would refuse. An
+8-GPU claim goes to gpu-node-b and, while that one runs, a 4-GPU claim to gpu-node-a's
+other quad; no activation fails on the way (before, kube-scheduler allocated gpu-node-a's
+whole board, the activation failed, and first fit allocated it again after every failure).
+When the holder lets go, gpu-node-a offers all its partitions again.
 """
 
 from __future__ import annotations
@@ -12,57 +15,62 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from kubernetes import client
 
 from gpucaas.core import dra
 from gpucaas.core.fabric_client import FabricClient
+from gpucaas.core.topology import HGX_H100_PARTITIONS
 from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
-from gpucaas.programs.sandbox.dra_demo import dra_pod, ensure_namespace
-from tests.e2e.conftest import activations, published_partitions
+from gpucaas.programs.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
+from services.dra_driver.slices import device_name
+from tests.e2e.conftest import activations, offered_partitions
 from tests.e2e_dra.conftest import pci_of
 
 NS = "e2e-dra-binding"
 BLOCKER = "e2e:blocker"
-UNSCORED_TEMPLATE = "unscored-gpus-8"
+BLOCKED_GPU = 1  # physical id on gpu-node-a
+ALL_PARTITIONS = {device_name(p) for p in HGX_H100_PARTITIONS}
+FREE_OF_THE_BLOCKER = {device_name(p) for p in HGX_H100_PARTITIONS if BLOCKED_GPU not in p.gpus}
 
 
-def _cordon(core: client.CoreV1Api, node: str, cordoned: bool) -> None:
-    core.patch_node(node, {"spec": {"unschedulable": cordoned}})
+def _unscored_template(custom: client.CustomObjectsApi, gpus: int) -> str:
+    """A template of gpucaas' request under a name that is not one of gpucaas' own
+    (gpucaas-gpus-N): the extender gives its pods no preference, so where they go is the
+    slices' doing alone."""
+    template = dra.claim_template(gpus, NS)
+    name = template["metadata"]["name"] = f"unscored-gpus-{gpus}"
+    try:
+        custom.create_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaimtemplates", template)
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    return name
 
 
-def _eight_gpus_beside_a_blocker(sandbox: runner.Sandbox, k8s: client.ApiClient, template: str, pod_name: str,
-                                 before_pod: Callable[[], bool] | None = None, cordon_b_until_failed: bool = False,
-                                 ) -> tuple[client.V1Pod, list[tuple[str, str]]]:
-    """Block one GPU of gpu-node-a through its fabric service, (wait for ``before_pod``,) run
-    an 8-GPU pod whose claim comes from ``template`` (with ``cordon_b_until_failed``, with
-    gpu-node-b cordoned until gpu-node-a's activation has failed); (the finished pod, the
-    (node, condition) pairs its claims showed)."""
-    core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
-    node_a = next(n for n in sandbox.nodes if n.name == "gpu-node-a")
+def _claims_held_on(custom: client.CustomObjectsApi, node: str) -> list[dict[str, Any]]:
+    claims = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")["items"]
+    return [r for c in claims for r in ((((c.get("status") or {}).get("allocation") or {})
+                                         .get("devices") or {}).get("results") or []) if r["pool"] == node]
 
-    def node_a_whole_board_offered() -> bool:
-        """gpu-node-a's 8-GPU partition is published and no claim holds anything there (the
-        tests before this one leave GPUs being checked for a while)."""
-        slices = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
-                                                   field_selector="spec.nodeName=gpu-node-a")["items"]
-        devices = {d["name"] for s in slices for d in s["spec"].get("devices") or []}
-        claims = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")["items"]
-        held = [r for c in claims for r in ((((c.get("status") or {}).get("allocation") or {})
-                                             .get("devices") or {}).get("results") or [])
-                if r["pool"] == "gpu-node-a"]
-        return "nvlink-8gpu-p0" in devices and not held
 
-    # first fit must meet gpu-node-a's whole board first, so that its activation is the one to fail
-    wait_for(node_a_whole_board_offered, timeout=180, what="gpu-node-a's 8-GPU partition offered")
-    with FabricClient(node_a.fabric_socket, timeout=10) as fc:
-        pci = pci_of(sandbox, "gpu-node-a")
-        fc.activate(BLOCKER, [pci[min(pci)]])
-    if before_pod is not None:
-        wait_for(before_pod, timeout=180, what="the blocker seen")
-    seen: list[tuple[str, str]] = []  # (node of the allocation, condition type)
+def _devices_of(core: client.CoreV1Api, custom: client.CustomObjectsApi, pod: str) -> tuple[str, list[str]]:
+    """(node, devices allocated to the pod's claim)."""
+    p = core.read_namespaced_pod(pod, NS)
+    (status,) = p.status.resource_claim_statuses
+    claim = custom.get_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims",
+                                                status.resource_claim_name)
+    return p.spec.node_name, [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
+
+
+@contextmanager
+def _conditions_seen(custom: client.CustomObjectsApi) -> Iterator[list[tuple[str, str]]]:
+    """Every (pool, condition type) the namespace's claims show True, while the block runs."""
+    seen: list[tuple[str, str]] = []
     stop = threading.Event()
 
     def watch_claims() -> None:
@@ -77,68 +85,107 @@ def _eight_gpus_beside_a_blocker(sandbox: runner.Sandbox, k8s: client.ApiClient,
     watcher = threading.Thread(target=watch_claims, daemon=True)
     watcher.start()
     try:
-        pod = dra_pod(pod_name, 8, seconds=2)
-        pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = template
-        if cordon_b_until_failed:
-            _cordon(core, "gpu-node-b", True)
-        core.create_namespaced_pod(NS, pod)
-        if cordon_b_until_failed:
-            wait_for(lambda: ("gpu-node-a", dra.BINDING_FAILURE_CONDITION) in seen, timeout=180,
-                     what="gpu-node-a's activation to fail")
-            _cordon(core, "gpu-node-b", False)
-        wait_for(lambda: core.read_namespaced_pod(pod_name, NS).status.phase in ("Succeeded", "Failed"),
-                 timeout=240, what="the 8-GPU pod to finish")
+        yield seen
     finally:
-        _cordon(core, "gpu-node-b", False)
         stop.set()
         watcher.join(timeout=10)
+
+
+@contextmanager
+def _blocked(sandbox: runner.Sandbox, k8s: client.ApiClient) -> Iterator[None]:
+    """GPU 1 of gpu-node-a held by a holder that is not a claim, from the moment both boards
+    are whole (the tests before leave GPUs being checked for a while) until the holder lets
+    go and gpu-node-a offers every partition again; no claim keeps a partition active after."""
+    custom = client.CustomObjectsApi(k8s)
+    node_a = next(n for n in sandbox.nodes if n.name == "gpu-node-a")
+
+    def both_boards_whole() -> bool:
+        return all(set(offered_partitions(k8s, n)) == ALL_PARTITIONS and not _claims_held_on(custom, n)
+                   for n in ("gpu-node-a", "gpu-node-b"))
+
+    wait_for(both_boards_whole, timeout=180, what="both boards whole and offered")
+    with FabricClient(node_a.fabric_socket, timeout=10) as fc:
+        fc.activate(BLOCKER, [pci_of(sandbox, "gpu-node-a")[BLOCKED_GPU]])
+    try:
+        yield
+    finally:
         with FabricClient(node_a.fabric_socket, timeout=10) as fc:
             fc.release(BLOCKER)
-    # nothing stays active for a claim that failed on gpu-node-a, nor for the one that ran
+    wait_for(lambda: set(offered_partitions(k8s, "gpu-node-a")) == ALL_PARTITIONS, timeout=120,
+             what="gpu-node-a offering every partition once the holder let go")
     wait_for(lambda: not [a for acts in activations(sandbox).values() for a in acts
-                          if a["holder"].startswith("claim:")], timeout=60, what="no partition held by a claim")
-    return core.read_namespaced_pod(pod_name, NS), seen
+                          if a["holder"].startswith("claim:")], timeout=120, what="no partition held by a claim")
 
 
-def test_a_failed_activation_deallocates_and_the_pod_runs_elsewhere(dra_sandbox: runner.Sandbox,
-                                                                   k8s: client.ApiClient) -> None:
+def _delete_now(core: client.CoreV1Api, *pods: str) -> None:
+    for pod in pods:
+        try:
+            core.delete_namespaced_pod(pod, NS, grace_period_seconds=0)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+    wait_for(lambda: not [p for p in core.list_namespaced_pod(NS).items if p.metadata.name in pods],
+             timeout=120, what=f"pods {pods} gone")
+
+
+def _running(core: client.CoreV1Api, pod: str) -> bool:
+    phase = core.read_namespaced_pod(pod, NS).status.phase
+    assert phase not in ("Succeeded", "Failed"), phase
+    return bool(phase == "Running")
+
+
+def test_a_partition_held_by_another_holder_is_not_offered_and_claims_go_where_it_works(
+        dra_sandbox: runner.Sandbox, k8s: client.ApiClient) -> None:
     core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
     ensure_namespace(core, custom, NS, sizes=())
-    # The claim comes from a template of the same request under a name that is not one of
-    # gpucaas' own (gpucaas-gpus-N): the extender gives such a pod no preference; gpu-node-b
-    # cordoned, kube-scheduler meets gpu-node-a, as it would had the blocker appeared after
-    # the extender scored the nodes.
-    template = dra.claim_template(8, NS)
-    template["metadata"]["name"] = UNSCORED_TEMPLATE
-    custom.create_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaimtemplates", template)
-    pod, seen = _eight_gpus_beside_a_blocker(dra_sandbox, k8s, UNSCORED_TEMPLATE, "eight", cordon_b_until_failed=True)
-    assert pod.status.phase == "Succeeded"
-    assert pod.spec.node_name == "gpu-node-b"
-    assert ("gpu-node-a", dra.BINDING_FAILURE_CONDITION) in seen, seen
-    assert ("gpu-node-b", dra.BINDING_CONDITION) in seen, seen
-    assert ("gpu-node-a", dra.BINDING_CONDITION) not in seen, seen
+    eight, four = _unscored_template(custom, 8), _unscored_template(custom, 4)
+    with _blocked(dra_sandbox, k8s), _conditions_seen(custom) as seen:
+        # the driver offers no partition with GPU 1 on gpu-node-a any more (tainted held-on-fabric), and
+        # every other one
+        wait_for(lambda: set(offered_partitions(k8s, "gpu-node-a")) == FREE_OF_THE_BLOCKER, timeout=60,
+                 what="gpu-node-a's slice without the partitions of the held GPU")
+        assert set(offered_partitions(k8s, "gpu-node-b")) == ALL_PARTITIONS
+        try:
+            for name, template in (("eight", eight), ("four", four)):
+                pod = dra_pod(name, 8 if name == "eight" else 4, seconds=3600)
+                pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = template
+                core.create_namespaced_pod(NS, pod)
+                wait_for(lambda name=name: _running(core, name), timeout=180, what=f"pod {name} running")
+            # the whole board only gpu-node-b has; then, gpu-node-b full, gpu-node-a's quad without GPU 1
+            node, devices = _devices_of(core, custom, "eight")
+            assert (node, gpus_of_devices(devices)) == ("gpu-node-b", set(range(1, 9)))
+            node, devices = _devices_of(core, custom, "four")
+            assert (node, gpus_of_devices(devices)) == ("gpu-node-a", {5, 6, 7, 8})
+            both_active = {("gpu-node-a", dra.BINDING_CONDITION), ("gpu-node-b", dra.BINDING_CONDITION)}
+            wait_for(lambda: both_active <= set(seen), timeout=60, what="both claims' partitions reported active")
+        finally:
+            _delete_now(core, "eight", "four")
+    # no activation was ever refused
+    assert not [s for s in seen if s[1] == dra.BINDING_FAILURE_CONDITION], seen
 
 
 def test_the_extender_sends_a_gpucaas_claim_past_the_blocked_board(dra_sandbox: runner.Sandbox,
                                                                    k8s: client.ApiClient) -> None:
     """With gpucaas' own template the prioritize-only extender, which sees the blocker's
-    partition in gpu-node-a's FabricState, scores gpu-node-b best: no failed activation."""
+    partition in gpu-node-a's FabricState, scores gpu-node-b best too: the pod runs there."""
     core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
     ensure_namespace(core, custom, NS, sizes=(8,))
 
     def extender_sees_the_blocker() -> bool:
         """The extender's own view (GET /v1/nodes): gpu-node-a no longer has 8 GPUs free, and
-        gpu-node-b (whose GPUs the previous test's pod used) has all 8 back, also in the DRA
-        driver's slice (the two are published apart)."""
+        gpu-node-b has all 8."""
         assert dra_sandbox.extender_url is not None
         with urllib.request.urlopen(f"{dra_sandbox.extender_url}/v1/nodes", timeout=10) as resp:  # noqa: S310
             nodes = {n["node"]: n for n in json.load(resp)["nodes"]}
         return ("gpu-node-a" in nodes and len(nodes["gpu-node-a"]["free"]) < 8
-                and "gpu-node-b" in nodes and len(nodes["gpu-node-b"]["free"]) == 8
-                and "nvlink-8gpu-p0" in published_partitions(k8s, "gpu-node-b"))  # and its driver offers it
+                and "gpu-node-b" in nodes and len(nodes["gpu-node-b"]["free"]) == 8)
 
-    pod, seen = _eight_gpus_beside_a_blocker(dra_sandbox, k8s, dra.claim_template_name(8), "eight-scored",
-                                             before_pod=extender_sees_the_blocker)
+    with _blocked(dra_sandbox, k8s), _conditions_seen(custom) as seen:
+        wait_for(extender_sees_the_blocker, timeout=180, what="the extender to see the blocker")
+        core.create_namespaced_pod(NS, dra_pod("eight-scored", 8, seconds=2))
+        wait_for(lambda: core.read_namespaced_pod("eight-scored", NS).status.phase in ("Succeeded", "Failed"),
+                 timeout=240, what="the 8-GPU pod to finish")
+    pod = core.read_namespaced_pod("eight-scored", NS)
     assert pod.status.phase == "Succeeded"
     assert pod.spec.node_name == "gpu-node-b"
     assert [node for node, _ in seen] == ["gpu-node-b"], seen

@@ -203,3 +203,30 @@ def test_an_allocation_seen_in_pod_resources_takes_the_normal_path(
     assert state(store) == "Leased"
     lease_agent.reconcile_once()  # the noted allocation was consumed: still Leased
     assert state(store) == "Leased"
+
+
+def test_a_holder_the_api_server_says_runs_keeps_its_lease_while_podresources_forgets_it(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+) -> None:
+    """A kubelet that has just restarted lists no pods on PodResources until it has read them
+    back; a running container's GPU must not be released (and checked under it) meanwhile."""
+    core = client.CoreV1Api(k8s)
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    assert state(store) == "Leased"
+    now = dt.datetime.now(dt.UTC).isoformat()
+    core.patch_namespaced_pod_status("c-1", "tenant-acme", {"status": {"phase": "Running", "containerStatuses": [
+        {"name": "main", "image": "busybox", "imageID": "", "ready": True, "restartCount": 0,
+         "state": {"running": {"startedAt": now}}}]}})
+
+    kubelet.drop("tenant-acme", "c-1")  # the restarted kubelet does not list it yet
+    lease_agent.reconcile_once()
+    assert state(store) == "Leased"
+
+    core.patch_namespaced_pod_status("c-1", "tenant-acme", {"status": {"phase": "Succeeded", "containerStatuses": [
+        {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+         "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}}]}})
+    lease_agent.reconcile_once()
+    assert state(store) == "Releasing"

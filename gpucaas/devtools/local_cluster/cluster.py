@@ -20,15 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import socket
 import ssl
-import subprocess
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +31,9 @@ from typing import Any
 import yaml
 
 from gpucaas.devtools.local_cluster.binaries import bin_dir as find_bin_dir
+from gpucaas.devtools.local_cluster.objects import create_all
 from gpucaas.devtools.local_cluster.pki import PKI, SERVING_NAMES, Pair
+from gpucaas.devtools.local_cluster.processes import ClusterFailed, ProcessGroup, http_ok, https_self_signed_ok
 
 log = logging.getLogger(__name__)
 
@@ -55,23 +52,18 @@ DEFAULT_AUDIT_POLICY: dict[str, Any] = {
 }
 
 
-class ClusterFailed(RuntimeError):
-    """A control-plane process exited or did not become ready; the message quotes its log."""
+KUBELET_API_ADMIN_BINDING: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+    "metadata": {"name": "gpucaas:apiserver-kubelet-api-admin"},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
+}
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass
-class Component:
-    name: str
-    args: list[str]
-    ready: Callable[[], bool]
-    process: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
 
 
 @dataclass
@@ -95,15 +87,15 @@ class ClusterOptions:
     apiserver_args: list[str] = field(default_factory=list)
 
 
-class LocalCluster:
+class LocalCluster(ProcessGroup):
     """One local cluster under ``folder``; ``start()`` returns once every component is ready."""
 
     def __init__(self, folder: Path, options: ClusterOptions | None = None, *, bin_dir: Path | None = None) -> None:
         self.folder = folder.resolve()
         self.options = options or ClusterOptions()
         self._bin = bin_dir
+        super().__init__(self.folder / "logs")
         self.pki = PKI(self.folder / "pki")
-        self.components: dict[str, Component] = {}
         self.etcd_port = self.apiserver_port = 0
         self.admin_kubeconfig = self.folder / "admin.kubeconfig"
         self.audit_log = self.folder / "audit.jsonl"
@@ -128,45 +120,11 @@ class LocalCluster:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "logs").mkdir(exist_ok=True)
         self._prepare()
-        try:
-            for name in self.components:
-                self._launch(name)
-                self._wait_ready(name, timeout)
-        except BaseException:
-            self.stop()
-            raise
+        self.start_all(timeout)
+        # as kubeadm at init: the API server's kubelet client may use every kubelet API (logs,
+        # exec, port-forward) on kubelets that authorise by webhook
+        create_all(self.admin_kubeconfig, [KUBELET_API_ADMIN_BINDING])
         return self
-
-    def stop(self) -> None:
-        """Stop every component by its pid, newest first."""
-        for name in reversed(list(self.components)):
-            self.kill(name, signal.SIGTERM)
-
-    def kill(self, name: str, sig: int = signal.SIGKILL, timeout: float = 20.0) -> None:
-        """Stop one component (SIGKILL by default: a crash); SIGTERM is followed by SIGKILL if it lingers."""
-        comp = self.components[name]
-        proc, comp.process = comp.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout)
-
-    def restart(self, name: str, *, sig: int = signal.SIGKILL, timeout: float = 120.0) -> None:
-        """Kill one component and start it again; returns once it is ready."""
-        self.kill(name, sig)
-        self._launch(name)
-        self._wait_ready(name, timeout)
-
-    def pid(self, name: str) -> int | None:
-        proc = self.components[name].process
-        return proc.pid if proc is not None and proc.poll() is None else None
-
-    def running(self, name: str) -> bool:
-        return self.pid(name) is not None
 
     def kubeconfig_for(self, path: Path, user: str, groups: tuple[str, ...] = ()) -> Path:
         """A kubeconfig authenticating as ``user`` (in ``groups``) with a client certificate."""
@@ -200,10 +158,6 @@ class LocalCluster:
                 continue
         return out
 
-    def log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.folder / "logs" / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
     # --- set-up ---------------------------------------------------------------------
 
     def _prepare(self) -> None:
@@ -231,7 +185,7 @@ class LocalCluster:
                 "--log-level", "warn", "--quota-backend-bytes", str(4 << 30)]
         if opts.unsafe_no_fsync:
             etcd.append("--unsafe-no-fsync")
-        self._add("etcd", etcd, self._http_ok(f"{self.etcd_url}/health"))
+        self.add("etcd", etcd, http_ok(f"{self.etcd_url}/health"))
 
         api = [b / "kube-apiserver", "--etcd-servers", self.etcd_url,
                "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
@@ -268,7 +222,7 @@ class LocalCluster:
         if opts.feature_gates:
             api += ["--feature-gates", _gates(opts.feature_gates)]
         api += opts.apiserver_args
-        self._add("kube-apiserver", api, self._api_ready)
+        self.add("kube-apiserver", api, self._api_ready)
 
         if opts.run_controller_manager:
             kcm_kc = self.kubeconfig_for(self.folder / "kube-controller-manager.kubeconfig",
@@ -282,7 +236,7 @@ class LocalCluster:
                    "--concurrent-gc-syncs", "5", "--v", "1"]
             if opts.feature_gates:
                 kcm += ["--feature-gates", _gates(opts.feature_gates)]
-            self._add("kube-controller-manager", kcm, self._https_ok(self._kcm_port))
+            self.add("kube-controller-manager", kcm, https_self_signed_ok(self._kcm_port))
 
         if opts.run_scheduler:
             self._add_scheduler()
@@ -301,65 +255,17 @@ class LocalCluster:
                  "--bind-address", "127.0.0.1", "--secure-port", str(self._sched_port), "--v", "1"]
         if opts.feature_gates:
             sched += ["--feature-gates", _gates(opts.feature_gates)]
-        self._add("kube-scheduler", sched, self._https_ok(self._sched_port))
+        self.add("kube-scheduler", sched, https_self_signed_ok(self._sched_port))
 
     def start_scheduler(self, config: dict[str, Any], timeout: float = 120.0) -> None:
         """Start kube-scheduler with ``config`` on a running cluster (once what it calls, an
         extender say, answers)."""
         self.options.scheduler_config = config
         self._add_scheduler()
-        self._launch("kube-scheduler")
-        self._wait_ready("kube-scheduler", timeout)
-
-    def _add(self, name: str, args: list[Any], ready: Callable[[], bool]) -> None:
-        self.components[name] = Component(name, [str(a) for a in args], ready,
-                                          log_path=self.folder / "logs" / f"{name}.log")
-
-    def _launch(self, name: str) -> None:
-        comp = self.components[name]
-        assert comp.log_path is not None
-        with comp.log_path.open("ab") as out:
-            out.write(f"--- started {time.strftime('%H:%M:%S')}: {' '.join(comp.args)}\n".encode())
-            out.flush()
-            comp.process = subprocess.Popen(comp.args, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
-                                            stderr=subprocess.STDOUT, start_new_session=True,
-                                            env={**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "2")})
-
-    def _wait_ready(self, name: str, timeout: float) -> None:
-        comp = self.components[name]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if comp.process is None or comp.process.poll() is not None:
-                raise ClusterFailed(f"{name} exited while starting:\n{self.log_tail(name)}")
-            if comp.ready():
-                log.info("%s is ready (pid %s)", name, comp.process.pid)
-                return
-            time.sleep(0.1)
-        raise ClusterFailed(f"{name} was not ready after {timeout:.0f} s:\n{self.log_tail(name)}")
+        self.launch("kube-scheduler")
+        self.wait_ready("kube-scheduler", timeout)
 
     # --- readiness ------------------------------------------------------------------
-
-    @staticmethod
-    def _http_ok(url: str) -> Callable[[], bool]:
-        def check() -> bool:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 (loopback)
-                    return bool(resp.status == 200)
-            except (OSError, urllib.error.HTTPError):
-                return False
-        return check
-
-    def _https_ok(self, port: int) -> Callable[[], bool]:
-        """kube-controller-manager's and kube-scheduler's /healthz (self-signed serving certificates)."""
-        def check() -> bool:
-            ctx = ssl._create_unverified_context()  # noqa: S323 (their own throw-away serving certificate)
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2,  # noqa: S310
-                                            context=ctx) as resp:
-                    return bool(resp.status == 200)
-            except (OSError, urllib.error.HTTPError):
-                return False
-        return check
 
     def _api_ready(self) -> bool:
         """``/readyz`` answers ok (RBAC's bootstrap roles and the other post-start hooks done)."""

@@ -85,9 +85,10 @@ def register(app: typer.Typer, api_of: Any) -> None:
                 "--secret-env", help="NAME=SECRET: the variable's value is the tenancy's secret SECRET (repeatable).")] = None,
             timeout: Annotated[int | None, typer.Option("--timeout", min=1, help="timeout_seconds: stop it after S s.")] = None,
             tenancy: Annotated[str | None, typer.Option(help="With an admin token: the tenancy to run in.")] = None,
-            follow_log: Annotated[bool, typer.Option("--follow", "-f", help="Stream the log and exit with the container's code.")] = False,
+            detach: Annotated[bool, typer.Option("--detach", "-d", help="Print the container id and return at once.")] = False,
+            follow_log: Annotated[bool, typer.Option("--follow", "-f", help="Stream the log and exit with the container's code (the default).")] = True,
             ) -> None:
-        """Run IMAGE on GPUs; print the container id (or, with --follow, its log)."""
+        """Run IMAGE on GPUs, stream its log and exit with its exit code, as `docker run` does (--detach: print its id)."""
         body: dict[str, Any] = {"image": image, "gpus": gpus}
         if command:
             body["command"] = command
@@ -100,7 +101,7 @@ def register(app: typer.Typer, api_of: Any) -> None:
             body["tenancy"] = tenancy
         api = api_of(ctx)
         created = api.post("/v1/containers", body)
-        if not follow_log:
+        if detach:
             typer.echo(created["id"])
             return
         err_console.print(f"container {created['id']} submitted")

@@ -80,7 +80,7 @@ def command(
                 console.print(f"[green]✓[/] {msg}")
 
             sandbox = runner.start(state_dir, api_port=api_port, kubeconfig=kubeconfig, progress=progress,
-                                   allocation_mode=mode)
+                                   allocation_mode=mode, real_nodes=0 if kubeconfig else settings.real_nodes)
     except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
         raise typer.Exit(1) from exc
@@ -109,6 +109,12 @@ def command(
     console.print(f"  admin token    {sandbox.admin_token}")
     console.print(f"  tenant token   {sandbox.tenant_token}   (tenancy '{runner.DEMO_TENANCY}')")
     console.print(f"  kubeconfig     {sandbox.kubeconfig}")
+    for node in sandbox.nodes:
+        kind = ("real: kubelet, containerd and runc run its containers (the Kata handler runs runc: no VM)"
+                if node.name in sandbox.real_nodes else "simulated by the node agent: no container runs")
+        console.print(f"  node           {node.name}  {kind}")
+    if sandbox.registries is not None:
+        console.print(f"  registry       {state_dir / 'registry.json'}  (a private image and its credentials)")
     console.print()
     console.print("Try, as the tenant 'demo':")
     console.print("  " + shlex.join(runner.tenant_curl(sandbox)), soft_wrap=True, markup=False, highlight=False)

@@ -58,6 +58,12 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "node_agent_checkpoint.json"
 #: the label the chart's RuntimeClass and DaemonSets select GPU nodes by
 GPU_NODE_LABEL = "gpucaas.dev/gpu-node"
+#: what a GPU node of the sandbox carries beside the kubelet's own labels
+GPU_NODE_LABELS = {
+    GPU_NODE_LABEL: "true", "node.kubernetes.io/instance-type": "hgx-h100-8",
+    # as NVIDIA GPU Feature Discovery labels an H100 SXM node (usage records read it)
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+}
 WAIT_REPORT_S = 30.0  # an admission still waiting says so this often (and keeps waiting)
 WAIT_STEP_S = 1.0  # how often a waiting admission checks that its pod is still wanted
 
@@ -253,10 +259,7 @@ class NodeAgent:
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": self.node, "labels": {
                 "kubernetes.io/hostname": self.node, "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64", GPU_NODE_LABEL: "true",
-                "node.kubernetes.io/instance-type": "hgx-h100-8",
-                # as NVIDIA GPU Feature Discovery labels an H100 SXM node (usage records read it)
-                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "kubernetes.io/arch": "amd64", **GPU_NODE_LABELS,
             }},
             "spec": {},
         }

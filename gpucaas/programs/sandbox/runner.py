@@ -42,9 +42,13 @@ import yaml
 from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
 from gpucaas.devtools.local_cluster.objects import create_all
 from gpucaas.programs.sandbox import identities
+from gpucaas.programs.sandbox.node_agent import GPU_NODE_LABELS
 from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready, unix_socket_ready
 from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
 from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
+from gpucaas.devtools.real_node.devices import make_char_devices
+from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing, unmount_under
+from gpucaas.devtools.real_node.registry import Registries
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +133,9 @@ class Sandbox:
     audit_log: Path | None = None
     allocation_mode: str = "device-plugin"
     cluster: LocalCluster | None = None
+    #: the nodes that run containers for real (containerd + runc + the kubelet), by name
+    real_nodes: dict[str, RealNode] = field(default_factory=dict)
+    registries: Registries | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
@@ -143,8 +150,52 @@ class Sandbox:
 
     def stop(self) -> None:
         self.supervisor.stop_all()
+        for node in self.real_nodes.values():
+            node.stop()
+        if self.registries is not None:
+            self.registries.stop()
         if self.cluster is not None:
             self.cluster.stop()
+
+
+#: a container's share of a real node: this machine (2 CPUs, 24 GiB, no 1 GiB pages reserved)
+#: stands in for an HGX server's 224 threads and 2 TiB, so an 8-GPU container and the
+#: RuntimeClass's overhead (500m, 1 GiB) must fit in what it has
+REAL_NODE_SIZING = {"GPUCAAS_CPU_PER_GPU": "150m", "GPUCAAS_MEMORY_PER_GPU": "2Gi", "GPUCAAS_SHM_PER_GPU": "256Mi",
+                    "GPUCAAS_KATA_HUGEPAGES": "false"}
+
+
+def _node_status(kubeconfig: Path, name: str) -> dict[str, Any]:
+    from kubernetes import client, config
+
+    with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+        try:
+            return dict(client.CoreV1Api(api).read_node(name).to_dict().get("status") or {})
+        except client.ApiException:
+            return {}
+
+
+def node_offers_gpus(kubeconfig: Path, name: str, resource: str = "nvidia.com/gpu") -> Any:
+    """Ready when the real kubelet reports the device plugin's GPUs as allocatable."""
+    return lambda: int((_node_status(kubeconfig, name).get("allocatable") or {}).get(resource, "0")) > 0
+
+
+def published_slices(kubeconfig: Path, name: str) -> Any:
+    """Ready when the DRA driver has published its ResourceSlices for the node and the kubelet
+    has taken its registration (the driver's registration socket is answered)."""
+    from kubernetes import client, config
+
+    def check() -> bool:
+        with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+            slices = client.CustomObjectsApi(api).list_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={name}")
+        return bool(slices.get("items"))
+    return check
+
+
+def write_private(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o600)
 
 
 def _node_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
@@ -256,6 +307,7 @@ def start_cluster(state_dir: Path, nodes: tuple[str, ...], allocation_mode: str,
             f"for the {allocation_mode} mode")
         shutil.rmtree(folder / "etcd", ignore_errors=True)
         (state_dir / "gpucaas.db").unlink(missing_ok=True)
+        unmount_under(state_dir / "nodes")  # what a real node's kubelet left mounted, if it was killed
         shutil.rmtree(state_dir / "nodes", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     mode_file.write_text(allocation_mode + "\n")
@@ -403,8 +455,12 @@ def start(
     progress: Any = None,
     chart_objects: list[dict[str, Any]] | None = None,
     allocation_mode: str = "device-plugin",
+    real_nodes: int = 0,
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
+
+    ``real_nodes``: how many of ``nodes`` (the first ones) are real nodes, whose kubelet,
+    containerd and runc run the containers; the others are played by the node agent.
 
     ``chart_objects``: the chart's cluster side to install instead of rendering it
     (:func:`identities.cluster_side`), e.g. with a rule removed to see what breaks.
@@ -433,7 +489,14 @@ def start(
         return {"GPUCAAS_KUBECONFIG": str(kc(process)), "KUBECONFIG": str(kc(process))}
 
     cluster: LocalCluster | None = None
+    real: dict[str, RealNode] = {}
+    registries: Registries | None = None
     try:
+        real_nodes = min(real_nodes, len(nodes))
+        if real_nodes and (real_cluster or node_tools_missing()):
+            raise OSError("a real node needs the sandbox's own cluster and "
+                          + (", ".join(node_tools_missing()) or "no --kubeconfig")
+                          + " (make install adds the packages; --real-nodes 0 simulates every node)")
         if not real_cluster:
             cluster = start_cluster(state_dir, nodes, allocation_mode, say)
             kubeconfig = state_dir / "kubeconfig"
@@ -456,13 +519,20 @@ def start(
                               ready=None))
 
         node_paths: list[NodePaths] = []
+        if real_nodes:
+            say("starting the local registries (public images built from busybox-static; a private one "
+                "that asks for credentials) and pushing the images")
+            registries = Registries(state_dir / "registries").start()
+            write_private(state_dir / "registry.json", json.dumps(registries.info(), indent=2) + "\n")
         if not real_cluster:
-            for name in nodes:
+            for index, name in enumerate(nodes):
                 node = NodePaths(name, state_dir / "nodes" / name)
                 node_paths.append(node)
                 if not (node.board / "board.json").exists():
                     build_hgx_h100(node.board)
                 load_board(node.board)
+                if index < real_nodes:
+                    make_char_devices(node.dev)
                 for d in (node.device_plugin_dir, node.cdi_dir, node.fabric_state_dir,
                           node.pod_resources_socket.parent):
                     d.mkdir(parents=True, exist_ok=True)
@@ -472,15 +542,24 @@ def start(
                     env={**_node_env(node, kc("fabric")), **fabric_env(node, kc("fabric"))},
                     ready=unix_socket_ready(node.fabric_socket),
                 ))
-                say(f"[{name}] starting the node agent (kubelet stand-in, user system:node:{name})")
-                sup.start(ServiceSpec(
-                    f"node-agent-{name}",
-                    ["node-agent", "--node-name", name, "--kubelet-dir", str(node.kubelet_dir),
-                     "--kubeconfig", str(kc(f"node-{name}")), "--run-seconds", str(run_seconds),
-                     "--allocation-mode", allocation_mode],
-                    env=_node_env(node, kc(f"node-{name}")),
-                    ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
-                ))
+                if index < real_nodes:
+                    assert cluster is not None and registries is not None
+                    say(f"[{name}] starting a real node: containerd, runc and kubelet {cluster_version()} "
+                        "(the kata-qemu-nvidia-gpu handler runs runc here: no VM boots on this machine)")
+                    real[name] = RealNode(node.root, cluster, NodeOptions(
+                        name, cdi_dirs=(node.cdi_dir,), labels=GPU_NODE_LABELS,
+                        mirrors=registries.mirrors())).start()
+                else:
+                    say(f"[{name}] starting the node agent (kubelet stand-in, user system:node:{name}; "
+                        "simulated: no container runs)")
+                    sup.start(ServiceSpec(
+                        f"node-agent-{name}",
+                        ["node-agent", "--node-name", name, "--kubelet-dir", str(node.kubelet_dir),
+                         "--kubeconfig", str(kc(f"node-{name}")), "--run-seconds", str(run_seconds),
+                         "--allocation-mode", allocation_mode],
+                        env=_node_env(node, kc(f"node-{name}")),
+                        ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
+                    ))
                 if allocation_mode == "dra":
                     say(f"[{name}] starting the DRA driver (ResourceSlices, NodePrepareResources, binding conditions; "
                         "the GPU-lease agent beside it)")
@@ -491,7 +570,8 @@ def start(
                         f"dra-driver-{name}", ["dra-driver"],
                         env={**_node_env(node, driver_kc), **dra_driver_env(node, driver_kc),
                              **device_plugin_env(state_dir)},  # leases and firmware check as beside the plugin
-                        ready=file_ready(node.kubelet_dir / "dra-registered"),
+                        ready=(published_slices(kubeconfig, name) if name in real
+                               else file_ready(node.kubelet_dir / "dra-registered")),
                     ))
                     continue
                 say(f"[{name}] starting the device plugin (with the GPU-lease agent beside it)")
@@ -501,7 +581,8 @@ def start(
                      "--cdi-dir", str(node.cdi_dir), "--pod-resources-socket", str(node.pod_resources_socket),
                      "--metrics-port", str(free_port()), "--node-name", name],
                     env={**_node_env(node, kc("device-plugin")), **device_plugin_env(state_dir)},
-                    ready=file_ready(node.kubelet_dir / "registered"),
+                    ready=(node_offers_gpus(kubeconfig, name) if name in real
+                           else file_ready(node.kubelet_dir / "registered")),
                 ))
 
         extender_port = free_port()
@@ -530,12 +611,12 @@ def start(
              "--database-url", f"sqlite:///{state_dir / 'gpucaas.db'}", "--kubeconfig", str(kc("api"))],
             # webhooks may reach receivers on this machine (docs/webhooks.md)
             env={**kube_env("api"), "GPUCAAS_ADMIN_TOKEN": admin_token, "GPUCAAS_ALLOCATION_MODE": allocation_mode,
-                 "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true"},
+                 "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true", **(REAL_NODE_SIZING if real else {})},
             ready=http_ready(f"{api_url}/healthz", ca_file=tls.ca_cert),
         ))
         sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
                           nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log,
-                          allocation_mode=allocation_mode, cluster=cluster)
+                          allocation_mode=allocation_mode, cluster=cluster, real_nodes=real, registries=registries)
         if audit_log is not None:
             say("checking that RBAC refused none of the gpucaas processes")
             identities.check_no_refusals(audit_log, ids)
@@ -547,6 +628,10 @@ def start(
         return sandbox
     except BaseException:
         sup.stop_all()
+        for started in real.values():
+            started.stop()
+        if registries is not None:
+            registries.stop()
         if cluster is not None:
             cluster.stop()
         raise

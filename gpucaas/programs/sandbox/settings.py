@@ -27,7 +27,14 @@ class SandboxSettings(BaseSettings):
     allocation_mode: AllocationMode = Field(
         "device-plugin",
         description="How GPUs reach pods: the device plugin with the scheduler extender, or DRA (the DRA driver on "
-                    "each node, ResourceClaims allocated by the stand-in scheduler).")
+                    "each node, ResourceClaims allocated by kube-scheduler's structured allocator).")
+
+
+    real_nodes: int = Field(
+        2, ge=0, description="How many GPU nodes are real (the first ones; both by default): containerd, runc and the kubelet run their containers "
+                             "(the kata-qemu-nvidia-gpu handler runs runc: no VM boots here); the others are "
+                             "simulated by the node agent. Needs root and Debian's runc, containernetworking-plugins, "
+                             "docker-registry, skopeo and apache2-utils (make install adds them).")
 
 
 class NodeAgentSettings(BaseSettings):

@@ -1,0 +1,113 @@
+"""One real node (containerd 2, runc, the pinned kubelet) on a cluster of its own, with the local registries.
+
+Module-scoped: starting a node takes a few seconds, and each test makes pods of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from gpucaas.devtools import waiting
+from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
+from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing
+from gpucaas.devtools.real_node.registry import Registries
+
+NODE = "real-node"
+TIMEOUT = 180.0
+
+
+@dataclass
+class Node:
+    cluster: LocalCluster
+    node: RealNode
+    registries: Registries
+    core: client.CoreV1Api
+    dev_root: Path
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    missing = node_tools_missing()
+    assert not missing, f"a real node needs: {', '.join(missing)} (make install adds the packages)"
+    base = tmp_path_factory.mktemp("real-node")
+    cluster = LocalCluster(base / "cluster", ClusterOptions(unsafe_no_fsync=True, run_scheduler=False,
+                                                            audit_policy=None)).start()
+    registries = node = None
+    try:
+        registries = Registries(base / "registries").start()
+        dev_root = base / "dev"
+        node = RealNode(base / "node", cluster, NodeOptions(NODE, cdi_dirs=(base / "cdi",),
+                                                            mirrors=registries.mirrors())).start()
+        api = config.new_client_from_config(config_file=str(cluster.admin_kubeconfig))
+        core = client.CoreV1Api(api)
+        waiting.wait_for(lambda: _default_account(core), TIMEOUT, interval=0.2, what="ServiceAccount default")
+        yield Node(cluster, node, registries, core, dev_root)
+        api.close()
+    finally:
+        if node is not None:
+            node.stop()
+        if registries is not None:
+            registries.stop()
+        cluster.stop()
+
+
+def _default_account(core: client.CoreV1Api) -> bool:
+    try:
+        core.read_namespaced_service_account("default", "default")
+        return True
+    except client.ApiException:
+        return False
+
+
+RESTRICTED = {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def make_pod(core: client.CoreV1Api, name: str, image: str, command: list[str] | None = None, *,
+             limits: dict[str, str] | None = None, pull_secret: str | None = None,
+             annotations: dict[str, str] | None = None, restart: str = "Never") -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": image, "securityContext": RESTRICTED,
+                                 "resources": {"limits": limits or {}}}
+    if command:
+        container["command"] = command
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": name, "annotations": annotations or {}},
+                           "spec": {"restartPolicy": restart, "nodeName": NODE, "containers": [container],
+                                    "terminationGracePeriodSeconds": 1}}
+    if pull_secret:
+        pod["spec"]["imagePullSecrets"] = [{"name": pull_secret}]
+    core.create_namespaced_pod("default", pod)
+    return pod
+
+
+def container_state(core: client.CoreV1Api, name: str) -> Any:
+    statuses = core.read_namespaced_pod(name, "default").status.container_statuses or []
+    return statuses[0].state if statuses else None
+
+
+def wait_terminated(core: client.CoreV1Api, name: str) -> Any:
+    def done() -> Any:
+        state = container_state(core, name)
+        return state.terminated if state is not None and state.terminated is not None else None
+    return waiting.wait_for(done, TIMEOUT, interval=0.2, what=f"pod {name} terminated")
+
+
+def wait_waiting_reason(core: client.CoreV1Api, name: str, reasons: tuple[str, ...]) -> str:
+    def seen() -> str | None:
+        state = container_state(core, name)
+        reason = state.waiting.reason if state is not None and state.waiting is not None else None
+        return reason if reason in reasons else None
+    return str(waiting.wait_for(seen, TIMEOUT, interval=0.2, what=f"pod {name} waiting with {reasons}"))
+
+
+def wait_running(core: client.CoreV1Api, name: str) -> Any:
+    def running() -> Any:
+        state = container_state(core, name)
+        return state.running if state is not None and state.running is not None else None
+    return waiting.wait_for(running, TIMEOUT, interval=0.2, what=f"pod {name} running")
