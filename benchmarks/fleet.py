@@ -12,7 +12,8 @@ binaries):
 
 * **kwok** (``sigs.k8s.io/kwok``, the pinned build) as its own process against the API server
   manages every Node: it keeps them Ready (node leases) and "runs" the pods bound to them
-  (Pending -> Running; its default Stages, ``fleet_kwok_stages.yaml``). No kubelet runs.
+  (Pending -> Running; the default Stages its own packages embed, printed by ``kwok-stages``,
+  built beside it from ``upstream/kwok/stages``). No kubelet runs.
 * Each node carries what its real counterpart publishes. Device-plugin modes: the Node's
   ``nvidia.com/gpu: 8`` capacity (the device plugin's) and its ``FabricState`` (the fabric
   service's: GPUs, Fabric Manager reachable, partitions active with their holder), built by
@@ -107,7 +108,6 @@ from services.fabric.publisher import build_fabric_state, build_fabric_state_sta
 from services.placement.fit import FULL_MASK, gpus_of, mask_of
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = Path(__file__).with_name("fleet_kwok_stages.yaml")
 MODES: tuple[str, ...] = ("most_allocated", "extender", "dra", "dra_extender")
 DRA_MODES = frozenset({"dra", "dra_extender"})
 EXTENDER_MODES = frozenset({"extender", "dra_extender"})
@@ -380,8 +380,11 @@ class ModeRun:
         create_all(self.cluster.admin_kubeconfig, objects)
         self.api = Api(self.cluster.server, self.cluster.admin_ssl_context(), maxsize=self.workers + 4)
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"fleet-{self.mode}")
+        stages = self.folder / "kwok-stages.yaml"
+        stages.write_text(subprocess.run([str(self.cluster.bin_dir / "kwok-stages")], check=True,
+                                         capture_output=True, text=True).stdout)
         self._spawn("kwok", [str(self.cluster.bin_dir / "kwok"), "--kubeconfig", str(self.cluster.admin_kubeconfig),
-                             "--config", str(STAGES), "--manage-all-nodes=true"])
+                             "--config", str(stages), "--manage-all-nodes=true"])
         self._register_nodes()
         self._wait(lambda: self._ready_nodes() >= self.nodes, 120, "kwok reports every node Ready")
         self._wait(lambda: self._default_service_account(), 60, "the namespace's default ServiceAccount")

@@ -15,7 +15,7 @@ KUBE_VERSION=v1.36.3
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 CONTAINERD_VERSION=v2.4.2
 NODE_BINARIES=(containerd containerd-shim-runc-v2 ctr)
-ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok "${NODE_BINARIES[@]}")
+ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}")
 
 given="${GPUCAAS_KUBE_BIN:-${KUBEBUILDER_ASSETS:-}}"
 if [ -n "$given" ]; then
@@ -69,6 +69,7 @@ for b in "${missing[@]}"; do
     etcd) build etcd etcd go.etcd.io/etcd/server/v3 ;;
     etcdctl) build etcd etcdctl go.etcd.io/etcd/etcdctl/v3 ;;
     kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok ;;
+    kwok-stages) build kwok kwok-stages ./stages ;;
     containerd|containerd-shim-runc-v2|ctr)
       build containerd "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
     *) build kubernetes "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
