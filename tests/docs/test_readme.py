@@ -79,7 +79,9 @@ def _caasctl_commands() -> list[list[str]]:
 @pytest.mark.parametrize("args", _caasctl_commands(), ids=" ".join)
 def test_caasctl_command_in_the_session_exists(args: list[str]) -> None:
     # --help is eager but parsed last: an unknown sub-command or option still fails (exit 2).
-    result = CliRunner().invoke(caasctl_app, [*args, "--help"])
+    # (before a `--`, after which everything is the container's command)
+    cut = args.index("--") if "--" in args else len(args)
+    result = CliRunner().invoke(caasctl_app, [*args[:cut], "--help", *args[cut:]])
     assert result.exit_code == 0, result.output
 
 

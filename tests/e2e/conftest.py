@@ -124,7 +124,8 @@ def cpu_hog() -> Iterator[int]:
 def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
     # A short path: unix socket paths (kubelet and plugin sockets) must stay under 108 bytes.
     state = Path(tempfile.mkdtemp(prefix="gpucaas-e2e-", dir="/tmp"))
-    sb = runner.start(state, api_port=runner.free_port(), run_seconds=4.0, allocation_mode=allocation_mode())
+    sb = runner.start(state, api_port=runner.free_port(), run_seconds=4.0, allocation_mode=allocation_mode(),
+                      real_nodes=int(os.environ.get("GPUCAAS_E2E_REAL_NODES", "0") or 0))
     try:
         yield sb
     finally:
