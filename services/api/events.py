@@ -30,6 +30,7 @@ EVENT_KINDS = {
     "Started": "running",
     "Killing": "stopping",
     "DeadlineExceeded": "stopping",
+    "RuntimeWithoutVM": "runtime",  # a sandbox node: the Kata handler runs runc there (no VM boots)
 }
 
 

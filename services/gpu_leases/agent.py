@@ -173,6 +173,14 @@ class LeaseNodeAgent:
                 log.error("node=%s gpu=%s now held by %s/%s while leased to %s/%s: releasing for a check",
                           self.node, bdf, holding.namespace, holding.pod, holder.get("namespace"), holder.get("pod"))
                 return self.store.write_status(lease, states.released(status, "the kubelet reassigned the GPU"))
+            if state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
+                # The kubelet gave the GPU to a new pod before the plugin's health update withheld
+                # it. That pod cannot start (PreStartContainer refuses a GPU that is not Free or
+                # Leased), so the check runs now; once it passes, the next round leases the GPU
+                # to the pod and its start goes through.
+                log.info("node=%s gpu=%s checking it before %s/%s, which the kubelet already gave it to, starts",
+                         self.node, bdf, holding.namespace, holding.pod)
+                return self._check(name, bdf)
             if state not in states.ALLOCATABLE_STATES:
                 log.error("node=%s gpu=%s is %s but allocated to %s/%s", self.node, bdf, state,
                           holding.namespace, holding.pod)

@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import ssl
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from gpucaas.core.lease_store import lease_name
 from gpucaas.core.topology import HGX_H100_PARTITIONS
 from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
+from tests.fixtures.sandbox import package_sandbox
 from gpucaas.programs.sandbox.node_agent import CHECKPOINT
 from gpucaas.core.cdi import spec_filename
 from gpucaas.programs.sandbox.dra_kubelet import CHECKPOINT as DRA_CHECKPOINT
@@ -122,18 +122,9 @@ def cpu_hog() -> Iterator[int]:
 
 @pytest.fixture(scope="package")
 def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
-    # A short path: unix socket paths (kubelet and plugin sockets) must stay under 108 bytes.
-    state = Path(tempfile.mkdtemp(prefix="gpucaas-e2e-", dir="/tmp"))
-    sb = runner.start(state, api_port=runner.free_port(), run_seconds=4.0, allocation_mode=allocation_mode(),
-                      real_nodes=int(os.environ.get("GPUCAAS_E2E_REAL_NODES", "0") or 0))
-    try:
+    with package_sandbox(request, "gpucaas-e2e-", run_seconds=4.0, allocation_mode=allocation_mode(),
+                         real_nodes=int(os.environ.get("GPUCAAS_E2E_REAL_NODES", "0") or 0)) as sb:
         yield sb
-    finally:
-        sb.stop()
-        if request.session.testsfailed:
-            print(f"\nsandbox state and service logs kept in {state}/logs")
-        else:
-            shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")

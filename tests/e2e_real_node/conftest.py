@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from kubernetes import client, config
 
 from gpucaas.devtools import waiting
 from gpucaas.programs.sandbox import runner
+from tests.fixtures.sandbox import package_sandbox
 
 CAASCTL = Path(sys.executable).with_name("caasctl")
 TIMEOUT = 240.0
@@ -65,16 +64,8 @@ class Tenant:
 
 @pytest.fixture(scope="package", params=["device-plugin", "dra"])
 def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
-    state = Path(tempfile.mkdtemp(prefix="gpucaas-real-", dir="/tmp"))
-    sb = runner.start(state, api_port=runner.free_port(), allocation_mode=request.param, real_nodes=2)
-    try:
+    with package_sandbox(request, "gpucaas-real-", allocation_mode=request.param, real_nodes=2) as sb:
         yield sb
-    finally:
-        sb.stop()
-        if request.session.testsfailed:
-            print(f"\nsandbox state and service logs kept in {state}/logs")
-        else:
-            shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")

@@ -42,6 +42,12 @@ def test_a_two_gpu_container_sees_the_device_nodes_of_its_gpus(sandbox: runner.S
     groups = {d.bdf: d.iommu_group for d in load_board(node.board).devices}
     assert sorted(lines[:-1]) == sorted([*(str(groups[pci]) for pci in held), "vfio"])
     assert int(lines[-1]) != 0
+
+    def told() -> bool:
+        status, timeline = tenant.call("GET", f"/v1/containers/{made['id']}/events")
+        assert status == 200, timeline
+        return any(e["kind"] == "runtime" and "no Kata VM boots" in e["message"] for e in timeline["data"])
+    waiting.wait_for(told, TIMEOUT, interval=0.3, what="the timeline saying no VM boots")
     assert tenant.call("DELETE", f"/v1/containers/{made['id']}")[0] == 200
 
 

@@ -230,3 +230,20 @@ def test_a_holder_the_api_server_says_runs_keeps_its_lease_while_podresources_fo
          "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}}]}})
     lease_agent.reconcile_once()
     assert state(store) == "Releasing"
+
+
+def test_a_gpu_given_to_a_new_pod_while_checking_is_checked_then_leased_to_it(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+) -> None:
+    """The kubelet may hand a GPU to the next pod before the plugin's health update withholds
+    it; that pod cannot start until the GPU is Free (PreStartContainer), so the check must
+    run regardless, or both wait for each other for ever."""
+    to_checking(lease_agent, store, kubelet, k8s)
+    make_pod(k8s, "acme", "c-2")
+    kubelet.hold("tenant-acme", "c-2", GPU)
+    lease_agent.reconcile_once()  # the check runs although the kubelet assigned the GPU already
+    lz = store.get(NAME)
+    assert lz["status"]["lastCheck"]["result"] == "Passed" and lz["status"]["state"] == "Free"
+    lease_agent.reconcile_once()
+    lz = store.get(NAME)
+    assert lz["status"]["state"] == "Leased" and lz["status"]["holder"]["pod"] == "c-2"

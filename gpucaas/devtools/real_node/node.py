@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from gpucaas.devtools.local_cluster.cluster import LocalCluster, free_port
+from gpucaas.devtools.real_node.notice import RuntimeNotice
 from gpucaas.devtools.local_cluster.processes import ClusterFailed, ProcessGroup, http_ok
 
 RUNC = "/usr/sbin/runc"
@@ -80,6 +81,7 @@ class RealNode(ProcessGroup):
         self.cluster = cluster
         self.options = options
         self.kubelet_port = 0
+        self.notice: RuntimeNotice | None = None
 
     # --- paths ------------------------------------------------------------------------
 
@@ -100,14 +102,6 @@ class RealNode(ProcessGroup):
         return self.kubelet_dir / "device-plugins"
 
     @property
-    def pod_resources_socket(self) -> Path:
-        return self.kubelet_dir / "pod-resources" / "kubelet.sock"
-
-    @property
-    def plugins_registry_dir(self) -> Path:
-        return self.kubelet_dir / "plugins_registry"
-
-    @property
     def gateway(self) -> str:
         """The pod network's gateway, on the node's bridge: also the node's address (the kubelet
         refuses a loopback node IP, and this one never leaves the machine)."""
@@ -126,9 +120,13 @@ class RealNode(ProcessGroup):
     def start(self, timeout: float = 120.0) -> RealNode:
         self._prepare()
         self.start_all(timeout)
+        self.notice = RuntimeNotice(self.cluster.admin_kubeconfig, self.name, KATA_HANDLER).start()
         return self
 
     def stop(self) -> None:
+        if self.notice is not None:
+            self.notice.stop()
+            self.notice = None
         super().stop()
         self.remove_pods()
         unmount_under(self.folder)
@@ -162,7 +160,7 @@ class RealNode(ProcessGroup):
     def _prepare(self) -> None:
         opts = self.options
         for d in (self.folder / "containerd", self.folder / "cni" / "net.d", self.kubelet_dir,
-                  self.folder / "certs.d", self.device_plugin_dir, self.plugins_registry_dir):
+                  self.folder / "certs.d", self.device_plugin_dir):
             d.mkdir(parents=True, exist_ok=True)
         if not opts.pod_cidr:
             opts.pod_cidr = free_pod_cidr()
