@@ -99,6 +99,7 @@ from typing import Any
 import orjson
 import urllib3
 
+from benchmarks.loadgen import process_cpu_seconds
 from benchmarks.placement import DEFAULT_MIX, Job, workload
 from gpucaas.core import crds, dra
 from gpucaas.core.topology import GPU_COUNT, HGX_H100_PARTITIONS, choose_gpus, partition_by_id, partition_for, \
@@ -129,10 +130,9 @@ def _cpu_s(pid: int | None) -> float | None:
     if pid is None:
         return None
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return process_cpu_seconds(pid)
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_ms_per(before: float | None, after: float | None, count: int) -> float | None:

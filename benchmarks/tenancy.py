@@ -58,6 +58,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.loadgen import process_cpu_seconds
+
 if TYPE_CHECKING:
     from gpucaas.devtools.local_cluster import LocalCluster
     from services.tenancy_controller.kube import KubeClient
@@ -86,10 +88,9 @@ def _cpu_s(*pids: int | None) -> float | None:
         if pid is None:
             return None
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += process_cpu_seconds(pid)
         except OSError:
             return None
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 
@@ -163,7 +164,7 @@ def _start_cluster(folder: Path) -> LocalCluster:
         create_all(cluster.admin_kubeconfig, [*cluster_objects(), RUNTIME_CLASS])
     except BaseException:
         cluster.stop()
-        shutil.rmtree(tmp / "cluster" / "etcd", ignore_errors=True)  # the logs stay for a look
+        shutil.rmtree(folder / "etcd", ignore_errors=True)  # the logs stay for a look
         raise
     return cluster
 
@@ -294,7 +295,7 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
             except subprocess.TimeoutExpired:
                 proc.kill()
         cluster.stop()
-        shutil.rmtree(tmp / "cluster" / "etcd", ignore_errors=True)  # the logs stay for a look
+        shutil.rmtree(folder / "etcd", ignore_errors=True)  # the logs stay for a look
 
 
 def main(argv: list[str] | None = None) -> None:
