@@ -295,7 +295,7 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
             except subprocess.TimeoutExpired:
                 proc.kill()
         cluster.stop()
-        shutil.rmtree(folder / "etcd", ignore_errors=True)  # the logs stay for a look
+        shutil.rmtree(tmp / "cluster" / "etcd", ignore_errors=True)  # the logs stay for a look
 
 
 def main(argv: list[str] | None = None) -> None:
