@@ -124,16 +124,19 @@ class RealNode(ProcessGroup):
         return self
 
     def stop(self) -> None:
-        if self.notice is not None:
-            self.notice.stop()
-            self.notice = None
-        super().stop()
-        self.remove_pods()
-        unmount_under(self.folder)
+        try:
+            if self.notice is not None:
+                self.notice.stop()
+                self.notice = None
+            super().stop()
+            self.remove_pods()
+        finally:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+            unmount_under(self.folder)
 
     def remove_pods(self) -> None:
         """What a stopped node leaves: its shims, its containers' processes (all in its cgroup
-        root), their cgroups, its bridge."""
+        root) and their cgroups (its bridge and mounts go in :meth:`stop`)."""
         address = str(self.containerd_socket)
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit():
@@ -144,18 +147,15 @@ class RealNode(ProcessGroup):
                 if b"-address" in cmdline and address.encode() in cmdline:
                     _kill(int(proc.name))
         hierarchies = [h for h in Path("/sys/fs/cgroup").iterdir() if h.is_dir() and not h.is_symlink()]
-        for hierarchy in hierarchies:
-            root = hierarchy / self.cgroup_root.lstrip("/")
-            for procs in (root.rglob("cgroup.procs") if root.is_dir() else ()):
-                for pid in procs.read_text().split():
+        for hierarchy in hierarchies:  # the cgroups vanish as their processes die: read what is there
+            for procs in _walk(hierarchy / self.cgroup_root.lstrip("/"), "cgroup.procs"):
+                for pid in _read(procs).split():
                     _kill(int(pid))
         for hierarchy in hierarchies:
             root = hierarchy / self.cgroup_root.lstrip("/")
-            if root.is_dir():
-                for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-                    _rmdir(d)
-                _rmdir(root)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+            for d in sorted(_walk(root, "*"), key=lambda p: len(p.parts), reverse=True):
+                _rmdir(d)
+            _rmdir(root)
 
     def _prepare(self) -> None:
         opts = self.options
@@ -378,3 +378,18 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+def _walk(root: Path, pattern: str) -> list[Path]:
+    """``root.rglob(pattern)`` (directories only for ``*``), empty where the tree is gone or going."""
+    try:
+        return [p for p in root.rglob(pattern) if pattern != "*" or p.is_dir()]
+    except OSError:
+        return []
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
