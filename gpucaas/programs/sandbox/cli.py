@@ -79,8 +79,11 @@ def command(
                 status.update(msg)
                 console.print(f"[green]✓[/] {msg}")
 
+            # The demo follows each step through the node agent's records (its DevicesAllocated
+            # Event, its checkpoints): its nodes are simulated until it reads the real kubelet's.
+            real_nodes = 0 if kubeconfig or demo else settings.real_nodes
             sandbox = runner.start(state_dir, api_port=api_port, kubeconfig=kubeconfig, progress=progress,
-                                   allocation_mode=mode, real_nodes=0 if kubeconfig else settings.real_nodes)
+                                   allocation_mode=mode, real_nodes=real_nodes)
     except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
         raise typer.Exit(1) from exc
