@@ -161,6 +161,15 @@ class LeaseNodeAgent:
         state = states.state_of(status)
         name = lease["metadata"]["name"]
         bdf = lease["spec"]["pciAddress"]
+        if state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
+            if holding is not None:
+                # The kubelet gave the GPU to a new pod before the plugin's health update withheld
+                # it. That pod cannot start (PreStartContainer refuses a GPU that is not Free or
+                # Leased), so the check runs all the same; once it passes, the next round leases
+                # the GPU to the pod and its start goes through.
+                log.info("node=%s gpu=%s checking it before %s/%s, which the kubelet already gave it to, starts",
+                         self.node, bdf, holding.namespace, holding.pod)
+            return self._check(name, bdf)
         if holding is not None:
             holder = status.get("holder") or {}
             same = (holder.get("namespace"), holder.get("pod")) == (holding.namespace, holding.pod)
@@ -173,14 +182,6 @@ class LeaseNodeAgent:
                 log.error("node=%s gpu=%s now held by %s/%s while leased to %s/%s: releasing for a check",
                           self.node, bdf, holding.namespace, holding.pod, holder.get("namespace"), holder.get("pod"))
                 return self.store.write_status(lease, states.released(status, "the kubelet reassigned the GPU"))
-            if state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
-                # The kubelet gave the GPU to a new pod before the plugin's health update withheld
-                # it. That pod cannot start (PreStartContainer refuses a GPU that is not Free or
-                # Leased), so the check runs now; once it passes, the next round leases the GPU
-                # to the pod and its start goes through.
-                log.info("node=%s gpu=%s checking it before %s/%s, which the kubelet already gave it to, starts",
-                         self.node, bdf, holding.namespace, holding.pod)
-                return self._check(name, bdf)
             if state not in states.ALLOCATABLE_STATES:
                 log.error("node=%s gpu=%s is %s but allocated to %s/%s", self.node, bdf, state,
                           holding.namespace, holding.pod)
@@ -196,8 +197,6 @@ class LeaseNodeAgent:
             why = f"pod {holder.get('namespace')}/{holder.get('pod')} no longer holds the GPU (PodResources)"
             log.info("node=%s gpu=%s releasing: %s", self.node, bdf, why)
             return self.store.write_status(lease, states.released(status, why))
-        if state is states.LeaseState.CHECKING and not (status.get("lastCheck") or {}).get("result"):
-            return self._check(name, bdf)
         return lease
 
     def _still_running(self, holder: Mapping[str, Any]) -> bool:

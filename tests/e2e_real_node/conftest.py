@@ -7,15 +7,10 @@ fabric service's bookkeeping.
 
 from __future__ import annotations
 
-import json
 import os
-import ssl
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,29 +19,15 @@ from kubernetes import client, config
 
 from gpucaas.devtools import waiting
 from gpucaas.programs.sandbox import runner
+from tests.e2e.conftest import Caller
 from tests.fixtures.sandbox import package_sandbox
 
 CAASCTL = Path(sys.executable).with_name("caasctl")
 TIMEOUT = 240.0
 
 
-@dataclass
-class Tenant:
-    sandbox: runner.Sandbox
-    token: str
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.sandbox.api_url + path, data=data, method=method)  # noqa: S310
-        req.add_header("Authorization", f"Bearer {self.token}")
-        req.add_header("Content-Type", "application/json")
-        ctx = ssl.create_default_context(cafile=str(self.sandbox.tls.ca_cert))
-        try:
-            with urllib.request.urlopen(req, timeout=30, context=ctx) as resp:  # noqa: S310
-                raw = resp.read()
-                return resp.status, json.loads(raw) if raw.startswith((b"{", b"[")) else raw.decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
+class Tenant(Caller):
+    """A token's view of the API (:class:`tests.e2e.conftest.Caller`), with caasctl beside it."""
 
     def caasctl(self, *args: str, timeout: float = TIMEOUT, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "GPUCAAS_CONFIG": str(runner.caasctl_config_path(self.sandbox)),

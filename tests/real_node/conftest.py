@@ -91,23 +91,22 @@ def container_state(core: client.CoreV1Api, name: str) -> Any:
     return statuses[0].state if statuses else None
 
 
+def _wait_state(core: client.CoreV1Api, name: str, which: str, accept: Any = bool) -> Any:
+    """The main container's ``state.<which>`` once it is there and ``accept`` takes it."""
+    def seen() -> Any:
+        state = container_state(core, name)
+        got = getattr(state, which) if state is not None else None
+        return got if got is not None and accept(got) else None
+    return waiting.wait_for(seen, TIMEOUT, interval=0.2, what=f"pod {name} {which}")
+
+
 def wait_terminated(core: client.CoreV1Api, name: str) -> Any:
-    def done() -> Any:
-        state = container_state(core, name)
-        return state.terminated if state is not None and state.terminated is not None else None
-    return waiting.wait_for(done, TIMEOUT, interval=0.2, what=f"pod {name} terminated")
-
-
-def wait_waiting_reason(core: client.CoreV1Api, name: str, reasons: tuple[str, ...]) -> str:
-    def seen() -> str | None:
-        state = container_state(core, name)
-        reason = state.waiting.reason if state is not None and state.waiting is not None else None
-        return reason if reason in reasons else None
-    return str(waiting.wait_for(seen, TIMEOUT, interval=0.2, what=f"pod {name} waiting with {reasons}"))
+    return _wait_state(core, name, "terminated")
 
 
 def wait_running(core: client.CoreV1Api, name: str) -> Any:
-    def running() -> Any:
-        state = container_state(core, name)
-        return state.running if state is not None and state.running is not None else None
-    return waiting.wait_for(running, TIMEOUT, interval=0.2, what=f"pod {name} running")
+    return _wait_state(core, name, "running")
+
+
+def wait_waiting_reason(core: client.CoreV1Api, name: str, reasons: tuple[str, ...]) -> str:
+    return str(_wait_state(core, name, "waiting", lambda w: w.reason in reasons).reason)

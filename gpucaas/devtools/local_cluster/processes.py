@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -125,6 +126,23 @@ def http_ok(url: str, context: ssl.SSLContext | None = None) -> Callable[[], boo
                 return bool(resp.status == 200)
         except (OSError, urllib.error.HTTPError):
             return False
+    return check
+
+
+def unix_socket_ready(path: Path) -> Callable[[], bool]:
+    """Ready when something accepts connections on the unix socket."""
+
+    def check() -> bool:
+        if not path.exists():
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1)
+            try:
+                s.connect(str(path))
+            except OSError:
+                return False
+        return True
+
     return check
 
 

@@ -26,6 +26,7 @@ import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BUSYBOX = Path("/bin/busybox")
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -50,6 +51,12 @@ class Image:
     cmd: tuple[str, ...] = ("sh",)
     entrypoint: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def named(cls, reference: str, **config: Any) -> Image:
+        """The image a fully named reference (``registry/repository:tag``) names."""
+        _, repository, tag = split(reference)
+        return cls(repository, tag, **config)
 
 
 def _applets() -> list[str]:
@@ -145,15 +152,9 @@ def split(reference: str) -> tuple[str, str, str]:
 
 def public_images() -> dict[str, Image]:
     """Full reference -> image, for the public registry (which stands in for every upstream one)."""
-    images = {}
-    for ref, cmd, labels in (
-        (BUSYBOX_IMAGE, ("sh",), {}),
-        (PAUSE, ("sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"), {}),
-    ):
-        _, repository, tag = split(ref)
-        images[ref] = Image(repository, tag, cmd=cmd, labels=labels)
-    _, repository, tag = split(CUDA_SAMPLE)
-    images[CUDA_SAMPLE] = Image(repository, tag, cmd=(),
-                                entrypoint=("sh", "-c", STAND_IN_SCRIPT.format(image=CUDA_SAMPLE), "cuda-sample"),
-                                labels={"dev.gpucaas.stand-in": "true"})
-    return images
+    return {
+        BUSYBOX_IMAGE: Image.named(BUSYBOX_IMAGE, cmd=("sh",)),
+        PAUSE: Image.named(PAUSE, cmd=("sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done")),
+        CUDA_SAMPLE: Image.named(CUDA_SAMPLE, cmd=(), labels={"dev.gpucaas.stand-in": "true"},
+                                 entrypoint=("sh", "-c", STAND_IN_SCRIPT.format(image=CUDA_SAMPLE), "cuda-sample")),
+    }

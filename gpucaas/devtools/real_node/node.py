@@ -3,8 +3,8 @@
 containerd (built from its Go module by ``upstream/build.sh``) runs with its own root,
 state and socket under the node's folder, the CRI plugin using Debian's ``runc`` for both
 the default handler and the production RuntimeClass's ``kata-qemu-nvidia-gpu`` handler
-(no VM boots on this machine: the container runs under runc, and the node's
-``gpucaas.dev/runtime`` annotation and the docs say so), CDI on (its spec folders are
+(no VM boots on this machine: the container runs under runc, and an Event on each such pod
+says so, :mod:`.notice`), CDI on (its spec folders are
 the device plugin's and the DRA driver's), a bridge CNI network that stays on this
 machine (Debian's ``containernetworking-plugins``; no masquerade, no route out), and
 registry host configuration that sends the upstream registries' names to the local ones
@@ -13,9 +13,10 @@ registry host configuration that sends the upstream registries' names to the loc
 The kubelet registers its own Node (``kubeletVersion`` and ``containerRuntimeVersion`` are
 real), with the cgroupfs driver under a cgroup root of its own (two nodes on one machine
 do not share ``/kubepods``), ``failCgroupV1: false`` (this machine is cgroup v1), its
-root directory under the node's folder (device plugins register at
-``<root>/device-plugins/kubelet.sock``, DRA drivers at ``<root>/plugins_registry``, the
-PodResources API at ``<root>/pod-resources/kubelet.sock``), its serving port chosen free,
+root directory under the node's folder (DRA drivers register at ``<root>/plugins_registry``,
+the PodResources API is ``<root>/pod-resources/kubelet.sock``; device plugins register at
+``<root>/device-plugins/kubelet.sock`` through the node's mount namespace, see
+:meth:`RealNode._prepare`), its serving port chosen free,
 authentication by client certificate from the cluster's CA and authorisation by webhook
 (the API server's kubelet client is allowed; anybody else is asked about).
 """
@@ -27,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +35,15 @@ from pathlib import Path
 import yaml
 
 from gpucaas.devtools.local_cluster.cluster import LocalCluster, free_port
+from gpucaas.devtools.local_cluster.processes import ClusterFailed, ProcessGroup, http_ok, unix_socket_ready
+from gpucaas.devtools.real_node.images import PAUSE
 from gpucaas.devtools.real_node.notice import RuntimeNotice
-from gpucaas.devtools.local_cluster.processes import ClusterFailed, ProcessGroup, http_ok
 
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
 #: the production RuntimeClass's handler, run by runc here
 KATA_HANDLER = "kata-qemu-nvidia-gpu"
+RUNC_SHIM = "io.containerd.runc.v2"
 CONTAINERD_NAMESPACE = "k8s.io"
 SHARED_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 
@@ -59,19 +61,6 @@ class NodeOptions:
     max_pods: int = 110
 
 
-def _unix_socket_ready(path: Path):  # type: ignore[no-untyped-def]
-    def check() -> bool:
-        if not path.exists():
-            return False
-        with socket.socket(socket.AF_UNIX) as s:
-            try:
-                s.connect(str(path))
-                return True
-            except OSError:
-                return False
-    return check
-
-
 class RealNode(ProcessGroup):
     """containerd + kubelet for one node of ``cluster``, under ``folder``."""
 
@@ -82,6 +71,8 @@ class RealNode(ProcessGroup):
         self.options = options
         self.kubelet_port = 0
         self.notice: RuntimeNotice | None = None
+        #: containerd's and the kubelet's own command lines (launch puts them in the namespace)
+        self._commands: dict[str, list[str]] = {}
 
     # --- paths ------------------------------------------------------------------------
 
@@ -115,6 +106,11 @@ class RealNode(ProcessGroup):
     def cgroup_root(self) -> str:
         return f"/gpucaas-{self.name}"
 
+    def cgroup_dirs(self) -> list[Path]:
+        """The node's cgroup root in every v1 hierarchy of this machine."""
+        base = Path("/sys/fs/cgroup")
+        return [h / self.cgroup_root.lstrip("/") for h in base.iterdir() if h.is_dir() and not h.is_symlink()]
+
     # --- start ------------------------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> RealNode:
@@ -146,13 +142,12 @@ class RealNode(ProcessGroup):
                     continue
                 if b"-address" in cmdline and address.encode() in cmdline:
                     _kill(int(proc.name))
-        hierarchies = [h for h in Path("/sys/fs/cgroup").iterdir() if h.is_dir() and not h.is_symlink()]
-        for hierarchy in hierarchies:  # the cgroups vanish as their processes die: read what is there
-            for procs in _walk(hierarchy / self.cgroup_root.lstrip("/"), "cgroup.procs"):
+        roots = self.cgroup_dirs()
+        for root in roots:  # the cgroups vanish as their processes die: read what is there
+            for procs in _walk(root, "cgroup.procs"):
                 for pid in _read(procs).split():
                     _kill(int(pid))
-        for hierarchy in hierarchies:
-            root = hierarchy / self.cgroup_root.lstrip("/")
+        for root in roots:
             for d in sorted(_walk(root, "*"), key=lambda p: len(p.parts), reverse=True):
                 _rmdir(d)
             _rmdir(root)
@@ -184,7 +179,7 @@ class RealNode(ProcessGroup):
                                      f"touch '{self.folder / 'namespace-ready'}' && exec sleep infinity"],
                  lambda: (self.folder / "namespace-ready").exists())
         (self.folder / "namespace-ready").unlink(missing_ok=True)
-        self.add("containerd", [b / "containerd", "--config", cfg], _unix_socket_ready(self.containerd_socket),
+        self.add("containerd", [b / "containerd", "--config", cfg], unix_socket_ready(self.containerd_socket),
                  env={"PATH": f"{b}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"})
         kubeconfig = self.cluster.kubeconfig_for(self.folder / f"kubelet-{self.name}.kubeconfig", f"system:node:{self.name}",
                                                  groups=("system:nodes",))
@@ -203,22 +198,18 @@ class RealNode(ProcessGroup):
             holder = self.pid("mount-namespace")
             if holder is None:
                 raise ClusterFailed(f"{self.name}: the node's mount namespace is gone; restart the node")
-            enter = ["nsenter", f"--mount=/proc/{holder}/ns/mnt", "--"]
-            comp.args = enter + comp.args[comp.args.index("--") + 1:] if comp.args[0] == "nsenter" else enter + comp.args
+            command = self._commands.setdefault(name, comp.args)
+            comp.args = ["nsenter", f"--mount=/proc/{holder}/ns/mnt", "--", *command]
         super().launch(name)
 
     def _make_cgroup_root(self) -> None:
         """The kubelet wants its cgroup root to exist in every v1 hierarchy (cpuset's filled from its parent)."""
-        base = Path("/sys/fs/cgroup")
-        for hierarchy in base.iterdir():
-            if not hierarchy.is_dir() or hierarchy.is_symlink():
-                continue
-            target = hierarchy / self.cgroup_root.lstrip("/")
+        for target in self.cgroup_dirs():
             target.mkdir(exist_ok=True)
-            if hierarchy.name == "cpuset":
+            if target.parent.name == "cpuset":
                 for f in ("cpuset.cpus", "cpuset.mems"):
                     if not (target / f).read_text().strip():
-                        (target / f).write_text((hierarchy / f).read_text())
+                        (target / f).write_text((target.parent / f).read_text())
 
     def _make_bridge(self) -> None:
         """The pod bridge with the gateway address, before any pod: the node's address lives on it."""
@@ -253,11 +244,7 @@ class RealNode(ProcessGroup):
 
     def _write_containerd_config(self) -> Path:
         root = self.folder / "containerd"
-        runc_options = {"BinaryName": RUNC, "Root": str(root / "runc")}
         cdi = [str(d) for d in self.options.cdi_dirs] or [str(self.folder / "cdi")]
-        runtime = {
-            "runtime_type": "io.containerd.runc.v2", "options": runc_options,
-        }
         config = f"""version = 3
 root = "{root / 'root'}"
 state = "{root / 'state'}"
@@ -283,12 +270,12 @@ state = "{root / 'state'}"
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "{runtime['runtime_type']}"
+      runtime_type = "{RUNC_SHIM}"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "{RUNC}"
         Root = "{root / 'runc'}"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{KATA_HANDLER}]
-      runtime_type = "{runtime['runtime_type']}"
+      runtime_type = "{RUNC_SHIM}"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{KATA_HANDLER}.options]
         BinaryName = "{RUNC}"
         Root = "{root / 'runc'}"
@@ -299,7 +286,7 @@ state = "{root / 'state'}"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "registry.k8s.io/pause:3.10.2"
+    sandbox = "{PAUSE}"
   [plugins.'io.containerd.cri.v1.images'.registry]
     config_path = "{self.folder / 'certs.d'}"
 

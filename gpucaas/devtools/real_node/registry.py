@@ -100,8 +100,7 @@ class Registries(ProcessGroup):
         self.start_all(timeout)
         layout = self.folder / "oci-layout"
         public = images.public_images()
-        _, repository, tag = images.split(PRIVATE_IMAGE)
-        private = images.Image(repository, tag, cmd=("sh", "-c", "echo 'private image: pulled with credentials'"))
+        private = images.Image.named(PRIVATE_IMAGE, cmd=("sh", "-c", "echo 'private image: pulled with credentials'"))
         images.write_layout(layout, [*public.values(), private])
         for image in public.values():
             images.push(layout, image, self.public.address)

@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import secrets
-import socket
 import ssl
 import urllib.request
 from dataclasses import dataclass, field
@@ -40,10 +39,12 @@ from typing import Any
 import yaml
 
 from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
+from gpucaas.devtools.local_cluster.cluster import free_port
+from gpucaas.devtools.local_cluster.processes import unix_socket_ready
 from gpucaas.devtools.local_cluster.objects import create_all
 from gpucaas.programs.sandbox import identities
 from gpucaas.programs.sandbox.node_agent import GPU_NODE_LABELS
-from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready, unix_socket_ready
+from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready
 from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
 from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
 from gpucaas.devtools.real_node.devices import make_char_devices
@@ -54,12 +55,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_NODES = ("gpu-node-a", "gpu-node-b")
 DEMO_TENANCY = "demo"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -149,13 +144,19 @@ class Sandbox:
             return json.loads(resp.read() or b"null")
 
     def stop(self) -> None:
-        self.supervisor.stop_all()
-        for node in self.real_nodes.values():
-            node.stop()
-        if self.registries is not None:
-            self.registries.stop()
-        if self.cluster is not None:
-            self.cluster.stop()
+        _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster)
+
+
+def _stop_all(sup: Supervisor, real: dict[str, RealNode], registries: Registries | None,
+              cluster: LocalCluster | None) -> None:
+    """The services, then the real nodes, the registries and the control plane."""
+    sup.stop_all()
+    for node in real.values():
+        node.stop()
+    if registries is not None:
+        registries.stop()
+    if cluster is not None:
+        cluster.stop()
 
 
 #: a container's share of a real node: this machine (2 CPUs, 24 GiB, no 1 GiB pages reserved)
@@ -181,8 +182,7 @@ def node_offers_gpus(kubeconfig: Path, name: str, resource: str = "nvidia.com/gp
 
 
 def published_slices(kubeconfig: Path, name: str) -> Any:
-    """Ready when the DRA driver has published its ResourceSlices for the node and the kubelet
-    has taken its registration (the driver's registration socket is answered)."""
+    """Ready when the DRA driver has published its ResourceSlices for the node."""
     from kubernetes import client, config
 
     def check() -> bool:
@@ -194,6 +194,7 @@ def published_slices(kubeconfig: Path, name: str) -> Any:
 
 
 def write_private(path: Path, text: str) -> None:
+    """A file only its owner reads: tokens, kubeconfigs, registry passwords."""
     path.write_text(text)
     path.chmod(0o600)
 
@@ -474,8 +475,7 @@ def start(
     token_file = state_dir / "admin-token"
     admin_token = admin_token or (token_file.read_text().strip() if token_file.exists() else None)
     admin_token = admin_token or f"gca_{secrets.token_urlsafe(32)}"
-    token_file.write_text(admin_token + "\n")
-    token_file.chmod(0o600)
+    write_private(token_file, admin_token + "\n")
     real_cluster = kubeconfig is not None
     ids: dict[str, identities.Identity] = {}
     audit_log: Path | None = None
@@ -493,15 +493,15 @@ def start(
     registries: Registries | None = None
     try:
         real_nodes = min(real_nodes, len(nodes))
-        if real_nodes and (real_cluster or node_tools_missing()):
+        missing = node_tools_missing() if real_nodes else []
+        if real_nodes and (real_cluster or missing):
             raise OSError("a real node needs the sandbox's own cluster and "
-                          + (", ".join(node_tools_missing()) or "no --kubeconfig")
+                          + (", ".join(missing) or "no --kubeconfig")
                           + " (make install adds the packages; --real-nodes 0 simulates every node)")
         if not real_cluster:
             cluster = start_cluster(state_dir, nodes, allocation_mode, say)
             kubeconfig = state_dir / "kubeconfig"
-            kubeconfig.write_bytes(cluster.admin_kubeconfig.read_bytes())
-            kubeconfig.chmod(0o600)
+            write_private(kubeconfig, cluster.admin_kubeconfig.read_text())
             static_tokens = identities.write_token_file(state_dir / "kube-tokens.csv", nodes)
             audit_log = cluster.audit_log
         assert kubeconfig is not None
@@ -622,18 +622,11 @@ def start(
             identities.check_no_refusals(audit_log, ids)
         say(f"creating the tenancy {DEMO_TENANCY!r} and a tenant token")
         sandbox.tenant_token = ensure_demo_tenant(sandbox)
-        (state_dir / "tenant-token").write_text(sandbox.tenant_token + "\n")
-        (state_dir / "tenant-token").chmod(0o600)
+        write_private(state_dir / "tenant-token", sandbox.tenant_token + "\n")
         write_caasctl_config(sandbox)
         return sandbox
     except BaseException:
-        sup.stop_all()
-        for started in real.values():
-            started.stop()
-        if registries is not None:
-            registries.stop()
-        if cluster is not None:
-            cluster.stop()
+        _stop_all(sup, real, registries, cluster)
         raise
 
 

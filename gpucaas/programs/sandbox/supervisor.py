@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -46,23 +45,6 @@ def http_ready(url: str, ca_file: Path | None = None) -> ReadyCheck:
             return exc.code < 500
         except OSError:
             return False
-
-    return check
-
-
-def unix_socket_ready(path: Path) -> ReadyCheck:
-    """Ready when something accepts connections on the unix socket."""
-
-    def check() -> bool:
-        if not path.exists():
-            return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(1)
-            try:
-                s.connect(str(path))
-            except OSError:
-                return False
-        return True
 
     return check
 
