@@ -62,10 +62,17 @@ def test_the_private_image_needs_the_registry_credentials(sandbox: runner.Sandbo
     status, made = tenant.call("POST", "/v1/containers", {"image": registry["private_image"], "gpus": 1})
     assert status == 202, made
 
+    seen: list[str] = []
+
     def refused() -> dict | None:
         status, body = tenant.call("GET", f"/v1/containers/{made['id']}")
+        if not seen or seen[-1] != f"{body.get('status')}: {body.get('message')}":
+            seen.append(f"{body.get('status')}: {body.get('message')}")
         return body if "unauthorized" in (body.get("message") or "") else None
-    said = waiting.wait_for(refused, TIMEOUT, interval=0.3, what="the pull refused without credentials")
+    try:
+        said = waiting.wait_for(refused, TIMEOUT, interval=0.3, what="the pull refused without credentials")
+    except waiting.WaitTimeout as timeout:
+        raise AssertionError(f"the container said, in turn: {seen}") from timeout
     assert "POST /v1/registry-credentials" in said["message"] and registry["server"] in said["message"]
     assert registry["password"] not in json.dumps(said)
     assert tenant.call("DELETE", f"/v1/containers/{made['id']}")[0] == 200
