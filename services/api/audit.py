@@ -6,7 +6,7 @@ row (migration 0010): the token (its id, and its name as it was then), the actio
 secret's *name*, a registry server, a webhook id), the client's address and a few fixed
 words of detail. A row never holds a secret value: the functions here take ids and names
 only, never a request body, and the detail strings are written by this code, not copied
-from input.
+from input — save an exec's command line, recorded as typed (:func:`exec_started`).
 
 A row is written with the change it records, never in a commit of its own: a
 submission's inside the admission statement itself (``crud.admit_container``: one
@@ -25,6 +25,7 @@ Hooks for changes that other work adds — :func:`exec_started`, :func:`volume_c
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -115,10 +116,18 @@ def submission_insert(admitted: Any) -> Any:
 # --- hooks for changes other work adds ---------------------------------------------------
 
 
-def exec_started(session: Session, actor: Actor | None, *, tenancy: str, container_id: str) -> None:
-    """A command was started in a running container. Its command line is not recorded:
-    it may carry a value (``env TOKEN=...``)."""
-    record(session, actor, tenancy=tenancy, action=AuditAction.CONTAINER_EXEC, target=container_id)
+DETAIL_MAX = 256  # the column's width
+
+
+def exec_started(session: Session, actor: Actor | None, *, tenancy: str, container_id: str,
+                 command: Sequence[str], tty: bool) -> None:
+    """A command was started in a running container: its command line is recorded as the
+    tenant typed it, cut to the column's width (as Kubernetes' own audit log keeps an exec's
+    ``command`` parameters); the tenant guide says to pass values as secrets, never on it."""
+    line = ("tty: " if tty else "") + shlex.join(command)
+    if len(line) > DETAIL_MAX:
+        line = line[:DETAIL_MAX - 1] + "\u2026"
+    record(session, actor, tenancy=tenancy, action=AuditAction.CONTAINER_EXEC, target=container_id, detail=line)
 
 
 def volume_changed(session: Session, actor: Actor | None, *, tenancy: str, volume: str, change: Change) -> None:

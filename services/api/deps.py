@@ -17,6 +17,7 @@ from typing import Annotated
 
 import anyio
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlmodel import Session
@@ -69,7 +70,7 @@ class Caller:
         return Actor(token_id=self.token_id, token_name=self.token_name, client=self.client)
 
 
-def client_address(request: Request) -> str:
+def client_address(request: HTTPConnection) -> str:
     """The client's address (the proxy's, unless uvicorn trusts its forwarded headers)."""
     return request.client.host if request.client else "unknown"
 
@@ -78,18 +79,24 @@ async def get_caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
-    """The token's holder. A token verified in the last few seconds is served from the
-    in-process cache (:mod:`services.api.token_cache`) on the event loop; otherwise
-    (and once a minute, to record its use) the database is asked from a worker thread.
+    """The token's holder (:func:`authenticate`)."""
+    return await authenticate(request, credentials.credentials if credentials else None, request.method)
 
-    The rates are counted here, on the event loop (:class:`Limiter` awaits the shared
-    storage when there is one)."""
-    if credentials is None or not credentials.credentials:
+
+async def authenticate(request: HTTPConnection, secret: str | None, method: str) -> Caller:
+    """The holder of the bearer token ``secret``, allowed ``method`` on the request's path
+    (an HTTP request, or a WebSocket's upgrade, which FastAPI's security classes do not read).
+
+    A token verified in the last few seconds is served from the in-process cache
+    (:mod:`services.api.token_cache`) on the event loop; otherwise (and once a minute, to
+    record its use) the database is asked from a worker thread. The rates are counted here,
+    on the event loop (:class:`Limiter` awaits the shared storage when there is one)."""
+    if not secret:
         raise errors.Unauthorized("missing bearer token (Authorization: Bearer <token>)")
     limiter: Limiter = request.app.state.limiter
     client = client_address(request)
     cache: TokenCache = request.app.state.token_cache
-    digest = security.hash_token(credentials.credentials)
+    digest = security.hash_token(secret)
     now = utcnow()
     token = cache.get(digest)
     if token is None or crud.touch_due(token.last_used_at, now):
@@ -105,9 +112,9 @@ async def get_caller(
     expires = _as_utc(token.expires_at)
     if expires is not None and expires <= now:
         raise errors.Unauthorized(f"token expired at {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}; ask for a new one")
-    if token.tenancy is not None and not scopes.allows(token.scope, request.method, request.url.path):
-        need = scopes.needed(request.method, request.url.path)
-        raise errors.Forbidden(f"this token's scope is {token.scope!r}; {request.method} {request.url.path} "
+    if token.tenancy is not None and not scopes.allows(token.scope, method, request.url.path):
+        need = scopes.needed(method, request.url.path)
+        raise errors.Forbidden(f"this token's scope is {token.scope!r}; {method} {request.url.path} "
                                f"needs a token with scope {need!r}")
     return Caller(token_id=token.id, tenancy=token.tenancy, scope=token.scope, token_name=token.name, client=client,
                   expires_at=expires)

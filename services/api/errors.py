@@ -73,6 +73,13 @@ class QuotaExceeded(ApiError):
     code = "quota_exceeded"
 
 
+class UpgradeRequired(ApiError):
+    """A WebSocket endpoint asked over plain HTTP."""
+
+    status = 426
+    code = "upgrade_required"
+
+
 class Unavailable(ApiError):
     status = 503
     code = "unavailable"
@@ -133,6 +140,17 @@ def _allowed_methods(request: Any) -> str:
     return ", ".join(sorted(methods))
 
 
+def response_of(exc: ApiError) -> Any:
+    """The JSON response an API error is answered with (also a refused WebSocket's)."""
+    from fastapi.responses import JSONResponse
+
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if isinstance(exc, TooManyRequests):
+        headers = {"Retry-After": str(exc.retry_after)}
+    return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, status_code=exc.status,
+                        headers=headers)
+
+
 def install_handlers(app: Any) -> None:
     """Register the one handler that renders every API error as ``{code, detail}``."""
     from fastapi import Request
@@ -148,8 +166,8 @@ def install_handlers(app: Any) -> None:
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, ApiError):
-            status, body = exc.status, {"code": exc.code, "detail": exc.detail, **exc.extra}
-        elif isinstance(exc, RequestValidationError):
+            return response_of(exc)  # type: ignore[no-any-return]
+        if isinstance(exc, RequestValidationError):
             status, body = 422, {"code": "invalid", "detail": describe_validation_errors(exc.errors())}
         elif isinstance(exc, database_gone):
             # the pool has discarded the connection: the same request can be sent again
@@ -164,8 +182,6 @@ def install_handlers(app: Any) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         if status == 405:
             headers = {"Allow": _allowed_methods(request)}
-        if isinstance(exc, TooManyRequests):
-            headers = {"Retry-After": str(exc.retry_after)}
         if isinstance(exc, database_gone):
             headers = {"Retry-After": "1"}
         if isinstance(exc, StarletteHTTPException) and exc.headers and status != 405:

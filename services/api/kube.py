@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from gpucaas.core import crds
 from gpucaas.core.kube import Conflict, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
 from gpucaas.core.kube.rest import stream_lines
+from services.api import exec_relay
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -187,6 +188,13 @@ class Kube:
         if follow:
             kwargs["_request_timeout"] = (self.timeout, 24 * 3600)
         return self._call(self.core.read_namespaced_pod_log, name, namespace, idempotent=True, **kwargs)
+
+    def exec_upstream(self, namespace: str, pod: str, *, command: list[str], stdin: bool, tty: bool) -> Any:
+        """Where and how to open the pod's ``exec`` WebSocket (:mod:`services.api.exec_relay`)."""
+        if self._kube is None:
+            raise Unavailable(self._error or "Kubernetes is not configured")
+        return exec_relay.upstream_for(self._kube.configuration, namespace=namespace, pod=pod, container="main",
+                                       command=command, stdin=stdin, tty=tty)
 
     def list_pod_events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
         """The core/v1 Events about one pod (scheduler, kubelet, device plugin)."""

@@ -220,7 +220,7 @@ class Limiter:
                 if self._streams[key] >= cap:
                     who = "this token" if key.startswith("token:") else f"tenancy {tenancy!r}"
                     raise errors.TooManyRequests(
-                        f"{who} already has {cap} open log streams (the most allowed); close one first",
+                        f"{who} already has {cap} open streams (log follows and exec sessions; the most allowed); close one first",
                         retry_after=5,
                     )
             for key, _cap in keys:

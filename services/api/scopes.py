@@ -1,7 +1,8 @@
 """What a tenant token's scope lets it do (pure), decided from the request's method and path.
 
 * ``read``: look only (GET/HEAD): containers, their logs and events, secret names.
-* ``submit``: also submit and cancel containers.
+* ``submit``: also submit and cancel containers, and run commands in them (``exec``:
+  a WebSocket whose upgrade is a GET, yet it changes the container).
 * ``admin``: also manage the tenancy's secrets, registry credentials, webhooks and
   tokens (``/v1/tokens``), and read its audit trail (``/v1/audit``): those two need
   ``admin`` even to look — a token listing tells who holds access, the trail tells who
@@ -20,6 +21,7 @@ _RANK = {READ: 0, SUBMIT: 1, ADMIN: 2}
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _SUBMIT_PREFIXES = ("/v1/containers",)
 _ADMIN_PREFIXES = ("/v1/tokens", "/v1/audit")  # admin even to look
+_EXEC_SUFFIX = "/exec"  # /v1/containers/{id}/exec: submit whatever the method
 
 
 def _under(path: str, prefixes: tuple[str, ...]) -> bool:
@@ -30,6 +32,8 @@ def needed(method: str, path: str) -> str:
     """The least scope a request needs."""
     if _under(path, _ADMIN_PREFIXES):
         return ADMIN
+    if _under(path, _SUBMIT_PREFIXES) and path.endswith(_EXEC_SUFFIX):
+        return SUBMIT
     if method.upper() in _SAFE:
         return READ
     if _under(path, _SUBMIT_PREFIXES):

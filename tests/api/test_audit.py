@@ -169,18 +169,23 @@ def test_the_hooks_for_exec_volumes_and_endpoints_record(api_down: ApiServer, ad
     owner = new_tenancy(admin, "hooks")
     who = Actor("tok_x", "ops-bot", "192.0.2.7")
     with Session(api_down.app.state.engine) as session:
-        audit.exec_started(session, who, tenancy="hooks", container_id="c0ffee")
+        audit.exec_started(session, who, tenancy="hooks", container_id="c0ffee", command=["sh", "-c", "echo $((6*7))"],
+                           tty=False)
+        audit.exec_started(session, who, tenancy="hooks", container_id="c0ffee", command=["x" * 300], tty=True)
         audit.volume_changed(session, who, tenancy="hooks", volume="scratch", change="create")
         audit.endpoint_changed(session, who, tenancy="hooks", endpoint="notebook", change="delete")
         audit.volume_changed(session, None, tenancy="hooks", volume="unseen", change="delete")  # no actor: nothing
         session.commit()
     with api_down.client(owner) as c:
         events = c.get("/v1/audit").json()["data"]
-    assert [(e["action"], e["target"], e["token_name"], e["client"]) for e in events[:3]] == [
+    assert [(e["action"], e["target"], e["token_name"], e["client"]) for e in events[:4]] == [
         ("endpoint.delete", "notebook", "ops-bot", "192.0.2.7"),
         ("volume.create", "scratch", "ops-bot", "192.0.2.7"),
         ("container.exec", "c0ffee", "ops-bot", "192.0.2.7"),
+        ("container.exec", "c0ffee", "ops-bot", "192.0.2.7"),
     ]
+    # an exec's command line as typed (quoted as a shell would read it), cut to the column's width
+    assert {e["detail"] for e in events[2:4]} == {"sh -c 'echo $((6*7))'", "tty: " + "x" * 250 + "\u2026"}
 
 
 @pytest.fixture

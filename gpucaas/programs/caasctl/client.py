@@ -16,7 +16,7 @@ import httpx
 from gpucaas.programs.caasctl.errors import CaasctlError
 from gpucaas.programs.caasctl.settings import CaasctlSettings
 
-__all__ = ["ApiClient", "CaasctlError", "Config", "fabric_socket_for"]
+__all__ = ["CaasctlError", "Config", "RestClient", "fabric_socket_for"]
 
 #: The configuration (flag > env > file > default): see gpucaas/programs/caasctl/settings.py.
 Config = CaasctlSettings
@@ -54,6 +54,37 @@ class RestClient:
                 raise CaasctlError(f"CA certificate {cfg.ca_cert} cannot be loaded: {exc}") from exc
         self.http = httpx.Client(base_url=cfg.url.rstrip("/"), timeout=timeout, verify=verify,
                                  headers={"Authorization": f"Bearer {cfg.token_value}"})
+        self._verify = verify
+        self._token = cfg.token_value
+
+    def websocket(self, path: str, query: list[tuple[str, str]], subprotocols: list[str]) -> Any:
+        """A WebSocket to the API (websockets' sync client), with this client's TLS and token;
+        a refused upgrade raises :class:`CaasctlError` with the API's status and detail."""
+        from urllib.parse import urlencode
+
+        from websockets.exceptions import InvalidHandshake, InvalidStatus
+        from websockets.sync.client import connect
+
+        base = str(self.http.base_url).rstrip("/")
+        scheme, _, rest = base.partition("://")
+        url = f"{'wss' if scheme == 'https' else 'ws'}://{rest}{path}?{urlencode(query)}"
+        context: ssl.SSLContext | None = None
+        if scheme == "https":
+            if isinstance(self._verify, ssl.SSLContext):
+                context = self._verify
+            else:
+                context = ssl.create_default_context()
+                if not self._verify:
+                    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        try:
+            return connect(url, ssl=context, additional_headers={"Authorization": f"Bearer {self._token}"},
+                           subprotocols=subprotocols, compression=None, open_timeout=30,
+                           max_size=1 << 20)  # type: ignore[arg-type]
+        except InvalidStatus as exc:
+            refusal = httpx.Response(exc.response.status_code, content=bytes(exc.response.body or b""))
+            raise CaasctlError(f"{refusal.status_code}: {_detail(refusal)}") from exc
+        except (InvalidHandshake, OSError, TimeoutError) as exc:
+            raise CaasctlError(f"cannot reach the API at {base}: {exc}") from exc
 
     def close(self) -> None:
         self.http.close()
@@ -65,7 +96,7 @@ class RestClient:
             raise CaasctlError(f"cannot reach the API at {self.http.base_url}: {exc}") from exc
         if resp.status_code == 403 and path.startswith("/v1/admin"):
             raise CaasctlError("this is an admin command and the token in use is not an admin token "
-                               "(a tenant token runs: run, ps, logs, cancel, usage, secrets, registry, webhooks, "
+                               "(a tenant token runs: run, ps, logs, exec, cancel, usage, secrets, registry, webhooks, "
                                "tokens, audit)")
         if resp.status_code >= 400:
             raise CaasctlError(f"{resp.status_code}: {_detail(resp)}")

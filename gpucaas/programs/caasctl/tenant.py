@@ -1,4 +1,4 @@
-"""caasctl's tenant commands: run, ps, logs, cancel — with a tenant's own token.
+"""caasctl's tenant commands: run, ps, logs, exec, cancel — with a tenant's own token.
 
 They use only the tenant endpoints of the API (``/v1/containers``), so a tenant token is
 enough; an admin token works too (``--tenancy`` then says whose container it is). The
@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpucaas.programs.caasctl import exec_session
 from gpucaas.programs.caasctl.client import CaasctlError, RestClient
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 
@@ -126,6 +127,16 @@ def register(app: typer.Typer, api_of: Any) -> None:
         """Print a container's log."""
         for line in api_of(ctx).stream_lines(f"/v1/containers/{container_id}/logs", follow=str(follow_log).lower()):
             typer.echo(line)
+
+    @app.command("exec")
+    def exec_(ctx: typer.Context,
+              container_id: Annotated[str, typer.Argument(help="A Running container of yours.")],
+              command: Annotated[list[str], typer.Argument(help="The command and its arguments, after --.")],
+              interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Send this terminal's input to the command.")] = False,
+              tty: Annotated[bool, typer.Option("--tty", "-t", help="Give the command a terminal (raw mode, resized with the window).")] = False,
+              ) -> None:
+        """Run a command in a running container and exit with its code, as `docker exec` does (-it: a shell)."""
+        raise typer.Exit(exec_session.run(api_of(ctx), container_id, command, stdin=interactive, tty=tty))
 
     @app.command("cancel")
     def cancel(ctx: typer.Context, container_id: str,

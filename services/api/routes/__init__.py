@@ -14,6 +14,7 @@ from services.api.routes import (
     audit,
     cluster,
     container_events,
+    container_exec,
     containers,
     gpus,
     health,
@@ -31,7 +32,7 @@ EDGE_RESPONSES = {code: ERROR_RESPONSES[code] for code in (400, 413, 429)}
 
 api_router = APIRouter()
 api_router.include_router(health.router, responses=EDGE_RESPONSES)
-for _router in (containers.router, container_events.router, containers.admin_router, tenancies.router,
+for _router in (containers.router, container_events.router, container_exec.router, containers.admin_router, tenancies.router,
                 cluster.router, gpus.router, secrets.router, registry_credentials.router, webhooks.router,
                 tokens.router, whoami.router, audit.router, usage.router, usage.admin_router):
     api_router.include_router(_router, responses=ERROR_RESPONSES)
