@@ -63,7 +63,7 @@ def test_admin_commands_refuse_a_tenant_token_in_one_line(caasctl: Caasctl) -> N
         got = caasctl(*args, env=me)
         assert got.exit_code == 1 and got.stdout == ""
         assert got.stderr.strip() == ("error: this is an admin command and the token in use is not an admin token "
-                                      "(a tenant token runs: run, ps, logs, cancel, usage, secrets, registry, webhooks, "
+                                      "(a tenant token runs: run, ps, logs, exec, cancel, usage, secrets, registry, webhooks, "
                                       "tokens, audit)")
 
 
