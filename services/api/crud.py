@@ -309,6 +309,7 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
         "env": data.env_wire,
         "timeout_seconds": data.timeout_seconds,
         **{k: getattr(data, k) for k in ("cpu", "memory", "shm_size") if getattr(data, k) is not None},
+        **({"volumes": data.volumes_wire} if data.volumes else {}),
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
@@ -406,6 +407,7 @@ def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str |
         cpu=data.cpu,
         memory=data.memory,
         shm_size=data.shm_size,
+        volumes=data.volumes_wire,
         timeout_seconds=data.timeout_seconds,
         status=ContainerStatus.QUEUED.value,
         pod_name=pod_name(cid),
@@ -631,6 +633,15 @@ def _count(session: Session, *, tenancy: str | None, status: str | None) -> int:
     if tenancy is not None:
         query = query.where(table.c.name == tenancy)
     return int(session.exec(query).one())
+
+
+def containers_using_volume(session: Session, *, tenancy: str, volume: str) -> list[str]:
+    """Ids of the tenancy's active (queued, pending, running) containers that mount ``volume``."""
+    rows = session.exec(select(Container.id, Container.volumes).where(
+        Container.tenancy == tenancy, col(Container.status).in_([s.value for s in ACTIVE_STATUSES]),
+        col(Container.volumes).is_not(None), col(Container.tenancy_deleted_at).is_(None),
+    ).order_by(col(Container.created_at))).all()
+    return [cid for cid, mounts in rows if any(m.get("name") == volume for m in mounts or ())]
 
 
 def cancel_container(session: Session, *, container: Container, actor: Actor | None = None) -> Container:

@@ -85,6 +85,8 @@ class ClusterOptions:
     run_scheduler: bool = True
     run_controller_manager: bool = True
     apiserver_args: list[str] = field(default_factory=list)
+    #: more kube-controller-manager flags (the sandbox's ``--enable-hostpath-provisioner``)
+    controller_manager_args: list[str] = field(default_factory=list)
 
 
 class LocalCluster(ProcessGroup):
@@ -236,6 +238,7 @@ class LocalCluster(ProcessGroup):
                    "--concurrent-gc-syncs", "5", "--v", "1"]
             if opts.feature_gates:
                 kcm += ["--feature-gates", _gates(opts.feature_gates)]
+            kcm += opts.controller_manager_args
             self.add("kube-controller-manager", kcm, https_self_signed_ok(self._kcm_port))
 
         if opts.run_scheduler:
