@@ -84,8 +84,8 @@ def create_volume(body: VolumeCreate, session: SessionDep, caller: CurrentTenant
     if used + size > quota.storage_bytes:
         left = max(quota.storage_bytes - used, 0)
         raise errors.QuotaExceeded(
-            f"size: {body.size} is more than the {sizing.format_bytes(left)} left of tenancy {name!r}'s storage "
-            f"quota ({sizing.format_bytes(quota.storage_bytes)}, {sizing.format_bytes(used)} in use); ask for less "
+            f"size: {body.size} is more than the {sizing.format_bytes(left)} left of the storage quota of tenancy "
+            f"{name!r} ({sizing.format_bytes(quota.storage_bytes)}, {sizing.format_bytes(used)} in use); ask for less "
             "or delete a volume", quota=sizing.format_bytes(quota.storage_bytes), in_use=sizing.format_bytes(used))
     obj = volumes.build_pvc(tenancy=name, name=body.name, size_bytes=size, storage_class=quota.storage_class)
     try:
