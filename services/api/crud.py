@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from sqlalchemy import JSON, Engine, bindparam, func, insert, literal, tuple_, update
+from sqlalchemy import JSON, Engine, and_, bindparam, func, insert, literal, or_, tuple_, update
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
@@ -635,13 +635,20 @@ def _count(session: Session, *, tenancy: str | None, status: str | None) -> int:
     return int(session.exec(query).one())
 
 
-def containers_using_volume(session: Session, *, tenancy: str, volume: str) -> list[str]:
-    """Ids of the tenancy's active (queued, pending, running) containers that mount ``volume``."""
-    rows = session.exec(select(Container.id, Container.volumes).where(
-        Container.tenancy == tenancy, col(Container.status).in_([s.value for s in ACTIVE_STATUSES]),
-        col(Container.volumes).is_not(None), col(Container.tenancy_deleted_at).is_(None),
+def containers_using_volume(session: Session, *, tenancy: str, volume: str) -> tuple[list[str], list[Any]]:
+    """The tenancy's containers that mount ``volume``: the ids of the active ones (queued,
+    pending, running), and the finished ones whose pod still exists (rows: ``id``,
+    ``pod_name``), oldest first."""
+    rows = session.exec(select(Container.id, Container.status, Container.pod_name, Container.pod_created,
+                               Container.pod_deleted, Container.volumes).where(
+        Container.tenancy == tenancy, col(Container.volumes).is_not(None), col(Container.tenancy_deleted_at).is_(None),
+        or_(col(Container.status).in_([s.value for s in ACTIVE_STATUSES]),
+            and_(col(Container.pod_created).is_(True), col(Container.pod_deleted).is_(False))),
     ).order_by(col(Container.created_at))).all()
-    return [cid for cid, mounts in rows if any(m.get("name") == volume for m in mounts or ())]
+    mounting = [r for r in rows if any(m.get("name") == volume for m in r.volumes or ())]
+    active = {s.value for s in ACTIVE_STATUSES}
+    return ([r.id for r in mounting if r.status in active],
+            [r for r in mounting if r.status not in active])
 
 
 def cancel_container(session: Session, *, container: Container, actor: Actor | None = None) -> Container:

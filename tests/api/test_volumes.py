@@ -17,7 +17,11 @@ from gpucaas.core import crds
 from gpucaas.devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
-from tests.api.kube_helpers import get_pod, mark_tenancy_ready
+from tests.api.kube_helpers import bind_pod, get_pod, mark_tenancy_ready, set_pod_status
+
+SUCCEEDED = {"phase": "Succeeded", "containerStatuses": [
+    {"name": "main", "ready": False, "restartCount": 0, "image": "busybox", "imageID": "",
+     "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}}}]}
 
 
 @pytest.fixture
@@ -147,8 +151,19 @@ def test_containers_mount_volumes_and_a_volume_in_use_is_not_deleted(api: ApiSer
         assert in_use.status_code == 409, in_use.text
         assert in_use.json()["detail"].startswith(f"volume 'work' is in use by container(s) {container['id']}")
         assert in_use.json()["containers"] == [container["id"]]
+        # a finished container's pod would hold the claim (Kubernetes' pvc-protection): it goes with the volume
+        done = c.post("/v1/containers", json={"image": "busybox", "volumes": [{"name": "work", "mount_path": "/w"}]})
+        assert done.status_code == 202, done.text
+        done_pod = done.json()["pod_name"]
+        wait_for(lambda: get_pod(k8s, "tenant-mounts", done_pod), 60, what="the second pod")
+        bind_pod(k8s, "tenant-mounts", done_pod, "node-a")
+        set_pod_status(k8s, "tenant-mounts", done_pod, SUCCEEDED)
+        wait_for(lambda: c.get(f"/v1/containers/{done.json()['id']}").json()["status"] == "Succeeded", 60)
         assert c.delete(f"/v1/containers/{container['id']}").status_code == 200
         assert c.delete("/v1/volumes/work").status_code == 204
+        assert get_pod(k8s, "tenant-mounts", done_pod) is None or wait_for(
+            lambda: get_pod(k8s, "tenant-mounts", done_pod) is None, 30, what="the finished pod deleted")
+        assert c.get(f"/v1/containers/{done.json()['id']}").json()["status"] == "Succeeded"
 
 
 def test_another_tenancy_cannot_name_the_volume(api: ApiServer, k8s: Any) -> None:

@@ -97,7 +97,7 @@ def test_a_file_written_to_a_volume_is_read_by_a_later_container_and_no_other_te
     # in use: not deleted; once the container has ended: deleted, and its storage with it
     status, holder = tenant.call("POST", "/v1/containers", {
         "image": "busybox:1.36", "volumes": [{"name": "shared", "mount_path": "/data"}],
-        "command": ["sh", "-c", "sleep 600"]})
+        "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"]})  # ends as soon as it is cancelled
     assert status == 202, holder
     tenant.wait(holder["id"], "Running")
     refused = tenant.caasctl("volumes", "delete", "shared")

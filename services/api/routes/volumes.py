@@ -141,13 +141,19 @@ def delete_volume(volume_name: VolumeNamePath, session: SessionDep, caller: Curr
     name = tenant_scope.resolve(session, caller, tenancy)
     if _find(claims(kube, name), volume_name) is None:
         raise _not_found(volume_name)
-    users = crud.containers_using_volume(session, tenancy=name, volume=volume_name)
+    users, finished = crud.containers_using_volume(session, tenancy=name, volume=volume_name)
     if users:
         raise errors.Conflict(
             f"volume {volume_name!r} is in use by container(s) {', '.join(users)}; cancel them "
             "(DELETE /v1/containers/{id}) or wait until they finish", containers=users)
+    namespace = crds.tenant_namespace(name)
     try:
-        removed = kube.delete_pvc(crds.tenant_namespace(name), volumes.pvc_name(volume_name))
+        # Kubernetes keeps a claim while any pod names it, finished ones included (the
+        # pvc-protection finalizer); their status and log are already kept by the API
+        for row in finished:
+            kube.delete_pod(namespace, row.pod_name)
+            crud.mark_pod_deleted(session, container_id=row.id)
+        removed = kube.delete_pvc(namespace, volumes.pvc_name(volume_name))
     except KubeError as exc:
         raise errors.Unavailable(f"cannot delete the volume now (Kubernetes unavailable): {exc}") from exc
     if not removed:
