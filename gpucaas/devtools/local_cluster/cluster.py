@@ -8,7 +8,8 @@ service-account signing keys (TokenRequest works), ``--authorization-mode=Node,R
 static tokens for identities that are not ServiceAccounts (``--token-auth-file``), and an
 audit log whose events the chart-RBAC checks read. kube-controller-manager runs all its
 default controllers (namespace deletion, garbage collection, ResourceQuota, ServiceAccounts
-and their tokens, the resourceclaim controller) with one ServiceAccount per controller;
+and their tokens, the resourceclaim controller) with one ServiceAccount per controller,
+and whatever flags the caller adds (the sandbox turns on its HostPath provisioner);
 kube-scheduler runs the configuration it is given (the chart's extender configuration, or
 the DRA plugins). etcd keeps its data in the cluster's folder.
 
