@@ -437,7 +437,8 @@ VolumeName = Annotated[
     str,
     AfterValidator(volume_rules.check_name),
     WithJsonSchema({"type": "string", "pattern": volume_rules.NAME.pattern, "minLength": 1,
-                    "maxLength": volume_rules.NAME_MAX, "description": "A DNS label: lowercase letters, digits and '-'."}),
+                    "maxLength": volume_rules.NAME_MAX,
+                    "description": "A DNS label: lowercase letters, digits and '-'."}),
 ]
 
 
@@ -569,7 +570,8 @@ class ContainerCreate(StrictInput, ContainerBase):
     @field_validator("volumes")
     @classmethod
     def _distinct_mounts(cls, value: list[VolumeMount] | None) -> list[VolumeMount] | None:
-        for what, seen in (("name", [m.name for m in value or ()]), ("mount_path", [m.mount_path for m in value or ()])):
+        mounts = value or []
+        for what, seen in (("name", [m.name for m in mounts]), ("mount_path", [m.mount_path for m in mounts])):
             twice = sorted({x for x in seen if seen.count(x) > 1})
             if twice:
                 raise ValueError(f"{what} {twice[0]!r} is given twice; mount each volume once, at its own path")

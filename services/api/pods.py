@@ -166,7 +166,8 @@ def build_pod(
     mounts: list[dict[str, Any]] = []
     if nfs:
         read_only = bool(nfs.get("readOnly", False))
-        pod_volumes.append({"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}})
+        pod_volumes.append({"name": NFS_VOLUME,
+                            "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}})
         mounts.append({"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only})
     for index, mount in enumerate(volumes):
         volume_name = f"volume-{index}"

@@ -107,14 +107,16 @@ def test_the_storage_quota_and_the_volume_count_are_kept(api: ApiServer, k8s: An
         assert c.post("/v1/volumes", json={"name": "a", "size": "6Gi"}).status_code == 201
         over = c.post("/v1/volumes", json={"name": "b", "size": "5Gi"})
         assert over.status_code == 403 and over.json()["code"] == "quota_exceeded"
-        assert over.json()["detail"].startswith("size: 5Gi is more than the 4Gi left of the storage quota of tenancy 'quota' (10Gi, 6Gi in use)")
+        assert over.json()["detail"].startswith(
+            "size: 5Gi is more than the 4Gi left of the storage quota of tenancy 'quota' (10Gi, 6Gi in use)")
         assert c.post("/v1/volumes", json={"name": "b", "size": "3Gi"}).status_code == 201
         assert c.post("/v1/volumes", json={"name": "c", "size": "1Gi"}).status_code == 201
         full = c.post("/v1/volumes", json={"name": "d", "size": "1Mi"})
         assert full.status_code == 403 and full.json()["detail"].startswith("volumes: tenancy 'quota' has 3 of its 3")
     # the Tenancy carries the same allowance to the controller, which writes the ResourceQuota from it
     tenancy = kc.CustomObjectsApi(k8s).get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, "quota")
-    assert tenancy["spec"]["volumes"] == {"storageClassName": "gpucaas-volumes", "storageQuota": "10Gi", "maxVolumes": 3}
+    assert tenancy["spec"]["volumes"] == {"storageClassName": "gpucaas-volumes", "storageQuota": "10Gi",
+                                          "maxVolumes": 3}
 
 
 def test_containers_mount_volumes_and_a_volume_in_use_is_not_deleted(api: ApiServer, k8s: Any) -> None:
