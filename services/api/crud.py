@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from sqlalchemy import JSON, Engine, bindparam, func, insert, literal, tuple_, update
+from sqlalchemy import JSON, Engine, and_, bindparam, func, insert, literal, or_, tuple_, update
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
@@ -309,6 +309,7 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
         "env": data.env_wire,
         "timeout_seconds": data.timeout_seconds,
         **{k: getattr(data, k) for k in ("cpu", "memory", "shm_size") if getattr(data, k) is not None},
+        **({"volumes": data.volumes_wire} if data.volumes else {}),
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
@@ -406,6 +407,7 @@ def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str |
         cpu=data.cpu,
         memory=data.memory,
         shm_size=data.shm_size,
+        volumes=data.volumes_wire,
         timeout_seconds=data.timeout_seconds,
         status=ContainerStatus.QUEUED.value,
         pod_name=pod_name(cid),
@@ -631,6 +633,22 @@ def _count(session: Session, *, tenancy: str | None, status: str | None) -> int:
     if tenancy is not None:
         query = query.where(table.c.name == tenancy)
     return int(session.exec(query).one())
+
+
+def containers_using_volume(session: Session, *, tenancy: str, volume: str) -> tuple[list[str], list[Any]]:
+    """The tenancy's containers that mount ``volume``: the ids of the active ones (queued,
+    pending, running), and the finished ones whose pod still exists (rows: ``id``,
+    ``pod_name``), oldest first."""
+    rows = session.exec(select(Container.id, Container.status, Container.pod_name, Container.pod_created,
+                               Container.pod_deleted, Container.volumes).where(
+        Container.tenancy == tenancy, col(Container.volumes).is_not(None), col(Container.tenancy_deleted_at).is_(None),
+        or_(col(Container.status).in_([s.value for s in ACTIVE_STATUSES]),
+            and_(col(Container.pod_created).is_(True), col(Container.pod_deleted).is_(False))),
+    ).order_by(col(Container.created_at))).all()
+    mounting = [r for r in rows if any(m.get("name") == volume for m in r.volumes or ())]
+    active = {s.value for s in ACTIVE_STATUSES}
+    return ([r.id for r in mounting if r.status in active],
+            [r for r in mounting if r.status not in active])
 
 
 def cancel_container(session: Session, *, container: Container, actor: Actor | None = None) -> Container:

@@ -239,6 +239,30 @@ class Kube:
         except NotFound:
             return False
 
+    # -- tenant volumes (PersistentVolumeClaims) ------------------------------------
+
+    def create_pvc(self, body: dict[str, Any]) -> bool:
+        """Create the claim; False when one of that name already exists."""
+        try:
+            self._call(self.core.create_namespaced_persistent_volume_claim, body["metadata"]["namespace"], body,
+                       _preload_content=False).release_conn()
+            return True
+        except Conflict:
+            return False
+
+    def list_pvcs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return self._json(self.core.list_namespaced_persistent_volume_claim, namespace,
+                          label_selector=label_selector).get("items", [])
+
+    def delete_pvc(self, namespace: str, name: str) -> bool:
+        """Delete the claim; False when it did not exist."""
+        try:
+            self._call(self.core.delete_namespaced_persistent_volume_claim, name, namespace,
+                       _preload_content=False, idempotent=True).release_conn()
+            return True
+        except NotFound:
+            return False
+
     # -- cluster inventory (admin) --------------------------------------------------
 
     def list_nodes(self) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from pydantic import (
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from services.api import sizing, tenant_secrets, validation
+from services.api import sizing, tenant_secrets, validation, volumes as volume_rules
 
 
 def utcnow() -> datetime:
@@ -431,6 +431,57 @@ class RegistryCredentialsPublic(SQLModel):
     count: int
 
 
+# --- tenant volumes (PersistentVolumeClaims in the tenant namespace) -------------
+
+VolumeName = Annotated[
+    str,
+    AfterValidator(volume_rules.check_name),
+    WithJsonSchema({"type": "string", "pattern": volume_rules.NAME.pattern, "minLength": 1,
+                    "maxLength": volume_rules.NAME_MAX,
+                    "description": "A DNS label: lowercase letters, digits and '-'."}),
+]
+
+
+def _volume_size(value: str) -> str:
+    return sizing.format_bytes(volume_rules.parse_size(value))
+
+
+class VolumeCreate(StrictInput):
+    """A volume: storage that outlives containers, mounted by name (``volumes`` of a container)."""
+
+    name: VolumeName = PField(description="Name to mount it by.", examples=["datasets"])
+    size: Annotated[str, AfterValidator(_volume_size)] = PField(
+        max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?(k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$",
+        description="Capacity, a Kubernetes quantity (e.g. 10Gi, 500Mi, 1Ti); at least 1Mi and "
+        "within the tenancy's storage quota.", examples=["10Gi"])
+
+
+class VolumePublic(SQLModel):
+    name: str
+    size: str = PField(description="Capacity asked for (a Kubernetes quantity).")
+    status: str = PField(description="Pending (being provisioned), Bound (ready to mount), Lost, or Deleting.")
+    storage_class: str | None = PField(None, description="The StorageClass that provisions it.")
+    created_at: UTCDatetime | None = None
+
+
+class VolumesPublic(SQLModel):
+    data: list[VolumePublic]
+    count: int
+    storage_quota: str = PField(description="Storage the tenancy's volumes may ask for together.")
+    storage_used: str = PField(description="Storage its volumes ask for now.")
+    max_volumes: int = PField(description="Most volumes the tenancy may have.")
+
+
+class VolumeMount(StrictInput):
+    """One of the tenancy's volumes, mounted into a container."""
+
+    name: VolumeName = PField(description="A volume created with POST /v1/volumes.", examples=["datasets"])
+    mount_path: Annotated[str, AfterValidator(volume_rules.check_mount_path)] = PField(
+        max_length=volume_rules.MOUNT_PATH_MAX, description="Absolute path in the container (not under /dev, /proc "
+        "or /sys).", examples=["/datasets"])
+    read_only: StrictBool = PField(False, description="Mount it read-only.")
+
+
 # --- containers ------------------------------------------------------------------
 
 MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
@@ -510,6 +561,26 @@ class ContainerCreate(StrictInput, ContainerBase):
         ),
         examples=[{"EPOCHS": "3", "HF_TOKEN": {"secret": "hf"}}],
     )
+    volumes: list[VolumeMount] | None = PField(
+        None, max_length=volume_rules.MAX_MOUNTS,
+        description=f"Volumes to mount (at most {volume_rules.MAX_MOUNTS}), each created first with POST /v1/volumes.",
+        examples=[[{"name": "datasets", "mount_path": "/datasets", "read_only": True}]],
+    )
+
+    @field_validator("volumes")
+    @classmethod
+    def _distinct_mounts(cls, value: list[VolumeMount] | None) -> list[VolumeMount] | None:
+        mounts = value or []
+        for what, seen in (("name", [m.name for m in mounts]), ("mount_path", [m.mount_path for m in mounts])):
+            twice = sorted({x for x in seen if seen.count(x) > 1})
+            if twice:
+                raise ValueError(f"{what} {twice[0]!r} is given twice; mount each volume once, at its own path")
+        return value
+
+    @property
+    def volumes_wire(self) -> list[dict[str, Any]] | None:
+        """``volumes`` as stored (and as the pod builder reads them)."""
+        return None if not self.volumes else [m.model_dump() for m in self.volumes]
 
     @field_validator("image", "container_url")
     @classmethod
@@ -587,6 +658,8 @@ class Container(ContainerBase, table=True):
     command: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     args: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     env: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # the tenant volumes it mounts, [{"name", "mount_path", "read_only"}] (migration 0011)
+    volumes: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     cpu: str | None = Field(default=None, max_length=32)  # tenant overrides of the per-GPU sizing
     memory: str | None = Field(default=None, max_length=32)
     shm_size: str | None = Field(default=None, max_length=32)
@@ -635,6 +708,8 @@ class ContainerPublic(ContainerBase):
     cpu: str | None = PField(None, description="CPUs asked for (null: the GPU count times the per-GPU share).")
     memory: str | None = PField(None, description="Memory asked for (null: the per-GPU share).")
     shm_size: str | None = PField(None, description="/dev/shm size asked for (null: the per-GPU share).")
+    volumes: list[dict[str, Any]] | None = PField(
+        None, description="The tenant volumes it mounts: name, mount_path, read_only.")
     status: ContainerStatus
     message: str | None = PField(
         None, description="Why it waits (scheduler, tenancy, quota, image pull) or how it ended, in plain words."

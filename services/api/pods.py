@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucaas.core import crds, dra
-from services.api import reasons, sizing, tenant_secrets
+from services.api import reasons, sizing, tenant_secrets, volumes as tenant_volumes
 
 POD_NAME_PREFIX = "gpucaas-"
 CONTAINER_NAME = "main"
@@ -42,8 +42,12 @@ def build_tenancy(
     allow_internet: bool = False,
     nfs: Mapping[str, Any] | None = None,
     share: sizing.Share | None = None,
+    volumes: tenant_volumes.Quota | None = None,
 ) -> dict[str, Any]:
     """The Tenancy custom resource for a tenancy's database record (``nfs`` in API snake_case).
+
+    With ``volumes`` (the operator's volume allowance) ``spec.volumes`` carries the storage
+    class, storage quota and volume count the tenancy controller writes into the ResourceQuota.
 
     With ``share`` (the per-GPU sizing), the CPU and memory quotas are the GPU quota's worth
     of shares plus the Kata overhead (``sizing.tenancy_quota``)."""
@@ -56,6 +60,8 @@ def build_tenancy(
         quota = sizing.tenancy_quota(share, gpu_quota)
         spec["cpuQuota"] = sizing.format_cpu(quota["cpu_milli"])
         spec["memoryQuota"] = sizing.format_bytes(quota["memory_bytes"])
+    if volumes is not None:
+        spec["volumes"] = volumes.spec()
     if nfs:
         spec["nfs"] = {
             "server": nfs["server"],
@@ -96,6 +102,7 @@ def build_pod(
     image_pull_secrets: Sequence[str] = (),
     size: sizing.Size | None = None,
     allocation_mode: dra.AllocationMode = dra.DEVICE_PLUGIN_MODE,
+    volumes: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
 
@@ -106,7 +113,11 @@ def build_pod(
     with ``resourceClaimTemplateName``, ``resources.claims`` in the container).
 
     ``nfs`` is the Tenancy's ``spec.nfs`` (camelCase, as on the custom resource); when
-    set, the tenancy's PVC ``tenant-storage`` is mounted at ``/data``.
+    set, the tenancy's PVC ``tenant-storage`` is mounted at ``/data``. ``volumes`` are the
+    container's tenant volumes (``{"name", "mount_path", "read_only"}``): each one's claim
+    (``services.api.volumes``) is mounted at its path; the pod's ``fsGroup`` is then the
+    tenant's GID, so a driver that manages ownership (NFS CSI with ``fsGroupPolicy: File``)
+    gives the non-root user its files.
 
     The pod passes Pod Security ``restricted`` (no privilege escalation, every
     capability dropped, seccomp RuntimeDefault, a non-root UID/GID ``run_as_user``,
@@ -151,19 +162,28 @@ def build_pod(
         spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
     if timeout_seconds:
         spec["activeDeadlineSeconds"] = timeout_seconds
-    volumes: list[dict[str, Any]] = []
+    pod_volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     if nfs:
         read_only = bool(nfs.get("readOnly", False))
-        volumes.append({"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}})
+        pod_volumes.append({"name": NFS_VOLUME,
+                            "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}})
         mounts.append({"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only})
+    for index, mount in enumerate(volumes):
+        volume_name = f"volume-{index}"
+        read_only = bool(mount.get("read_only", False))
+        pod_volumes.append({"name": volume_name, "persistentVolumeClaim": {
+            "claimName": tenant_volumes.pvc_name(mount["name"]), "readOnly": read_only}})
+        mounts.append({"name": volume_name, "mountPath": mount["mount_path"], "readOnly": read_only})
+    if volumes and run_as_user:
+        spec["securityContext"]["fsGroup"] = run_as_user
     if size is not None and size.shm_bytes:
         # a tmpfs in the guest; the container's default /dev/shm (64 MiB) breaks PyTorch data loaders
-        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
+        pod_volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
                                                          "sizeLimit": sizing.format_bytes(size.shm_bytes)}})
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-    if volumes:
-        spec["volumes"] = volumes
+    if pod_volumes:
+        spec["volumes"] = pod_volumes
         container["volumeMounts"] = mounts
     return {
         "apiVersion": "v1",

@@ -1,8 +1,9 @@
 """What a tenant token's scope lets it do (pure), decided from the request's method and path.
 
 * ``read``: look only (GET/HEAD): containers, their logs and events, secret names.
-* ``submit``: also submit and cancel containers, and run commands in them (``exec``:
-  a WebSocket whose upgrade is a GET, yet it changes the container).
+* ``submit``: also submit and cancel containers, create and delete volumes, and run
+  commands in containers (``exec``: a WebSocket whose upgrade is a GET, yet it changes
+  the container).
 * ``admin``: also manage the tenancy's secrets, registry credentials, webhooks and
   tokens (``/v1/tokens``), and read its audit trail (``/v1/audit``): those two need
   ``admin`` even to look — a token listing tells who holds access, the trail tells who
@@ -19,7 +20,7 @@ READ, SUBMIT, ADMIN = "read", "submit", "admin"
 SCOPES = (READ, SUBMIT, ADMIN)
 _RANK = {READ: 0, SUBMIT: 1, ADMIN: 2}
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
-_SUBMIT_PREFIXES = ("/v1/containers",)
+_SUBMIT_PREFIXES = ("/v1/containers", "/v1/volumes")
 _ADMIN_PREFIXES = ("/v1/tokens", "/v1/audit")  # admin even to look
 _EXEC_SUFFIX = "/exec"  # /v1/containers/{id}/exec: submit whatever the method
 

@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpucaas.core.dra import AllocationMode
-from services.api import sizing
+from services.api import sizing, volumes
 
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})
@@ -52,6 +52,19 @@ class Settings(BaseSettings):
     )
     default_gpu_quota: int = Field(8, ge=0, description="GPU quota of tenancies created on the fly.")
     default_pod_quota: int = Field(50, ge=1, description="Pod quota of tenancies created on the fly.")
+    volume_storage_class: str = Field(
+        "gpucaas-volumes", min_length=1, max_length=200, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="StorageClass of tenant volumes (POST /v1/volumes); production: one of the NFS CSI driver "
+        "nfs.csi.k8s.io, so that every volume is an NFS export (docs/deploy.md).",
+    )
+    volume_storage_quota: str = Field(
+        "100Gi", description="Storage a tenancy's volumes may ask for together (a quantity); the tenancy's "
+        "ResourceQuota caps the storage class's requests.storage at the same figure.",
+    )
+    max_volumes: int = Field(
+        10, ge=0, le=1000, description="Most volumes a tenancy may have (0: no volumes); the ResourceQuota "
+        "counts the storage class's claims against the same figure.",
+    )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     run_worker: bool = Field(True, description="Run the submission worker in this process.")
     worker_poll_seconds: float = Field(1.0, gt=0, description="Queue poll interval of the worker.")
@@ -179,7 +192,21 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _sizes(self) -> Settings:
         self.share  # noqa: B018 - parses every quantity: a bad one stops start-up with its name
+        self.volume_quota_bytes  # noqa: B018
         return self
+
+    @property
+    def volume_quota(self) -> volumes.Quota:
+        """Each tenancy's volume allowance (the API's checks and the Tenancy's ``spec.volumes``)."""
+        return volumes.Quota(self.volume_storage_class, self.volume_quota_bytes, self.max_volumes)
+
+    @property
+    def volume_quota_bytes(self) -> int:
+        """``volume_storage_quota`` in bytes."""
+        try:
+            return sizing.parse_bytes(self.volume_storage_quota)
+        except ValueError as exc:
+            raise ValueError(f"volume_storage_quota (GPUCAAS_VOLUME_STORAGE_QUOTA): {exc}") from None
 
     @property
     def share(self) -> sizing.Share:

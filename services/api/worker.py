@@ -28,7 +28,7 @@ from sqlmodel import Session
 
 from gpucaas.core import crds
 from gpucaas.core.kube import Forbidden, Invalid, KubeError
-from services.api import crud, log_archive, pods, retention, sizing, tenant_secrets
+from services.api import crud, log_archive, pods, retention, sizing, tenant_secrets, volumes
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
@@ -150,6 +150,7 @@ class SubmissionWorker:
                         allow_internet=tenancy.allow_internet,
                         nfs=tenancy.nfs,
                         share=self.settings.share,
+                        volumes=self.settings.volume_quota,
                     )
                 )
                 phase = (tenancy_cr.get("status") or {}).get("phase") or "Pending"
@@ -168,6 +169,7 @@ class SubmissionWorker:
                     return
                 ready_cache[row.tenancy] = tenancy_cr
             pull_secrets, missing = self._tenant_secrets(row)
+            missing = missing or self._missing_volumes(row)
             if missing:
                 with Session(self.engine) as session:
                     crud.mark_failed(session, container_id=row.id, message=missing)
@@ -189,6 +191,7 @@ class SubmissionWorker:
                 image_pull_secrets=pull_secrets,
                 size=sizing.size_for(self.settings.share, row.gpus, cpu=row.cpu, memory=row.memory,
                                      shm_size=row.shm_size),
+                volumes=row.volumes or (),
             )
             created = self.kube.create_pod(body)
             log.info("%s: pod %s/%s %s", ctx, body["metadata"]["namespace"], body["metadata"]["name"],
@@ -247,6 +250,16 @@ class SubmissionWorker:
         if gone:
             return pull, "; ".join(gone) + " (create it with POST /v1/secrets, then submit again)"
         return pull, None
+
+    def _missing_volumes(self, row: Container) -> str | None:
+        """Why the container cannot start when a volume it mounts no longer exists."""
+        names = volumes.mounts_of(row.volumes)
+        if not names:
+            return None
+        ns = crds.tenant_namespace(row.tenancy)
+        have = {volumes.public_volume(o)["name"] for o in self.kube.list_pvcs(ns, volumes.selector())}
+        gone = [f"volumes: volume {n!r} not found" for n in names if n not in have]
+        return "; ".join(gone) + " (create it with POST /v1/volumes, then submit again)" if gone else None
 
     def _delete_pod(self, row: Container) -> None:
         try:

@@ -92,19 +92,28 @@ def build_namespace(tenancy: Tenancy, *, owned: bool = True, pod_security_level:
 
 def build_resource_quota(tenancy: Tenancy, *, allocation_mode: dra.AllocationMode = "device-plugin") -> dict[str, Any]:
     """Caps GPUs (requests of nvidia.com/gpu), pods, and (when the spec gives them) CPU and
-    memory limits, hugepage-backed memory included; no Services that open the node to the world.
+    memory limits, hugepage-backed memory included, and the volumes' claims (their count
+    and storage, of their StorageClass); no Services that open the node to the world.
 
     The API sizes each container from a per-GPU share of the node and sets the Tenancy's
     cpuQuota/memoryQuota to the GPU quota's worth of shares plus the Kata overhead; pod
     overhead counts against these (Kubernetes "Pod Overhead": quota uses requests/limits
     plus overhead)."""
+    volumes = tenancy.spec.volumes
     hard = {
         f"requests.{GPU_RESOURCE}": str(tenancy.spec.gpu_quota),
         "pods": str(tenancy.spec.pod_quota),
-        "persistentvolumeclaims": "1",
+        # the tenancy's NFS claim, plus its volumes
+        "persistentvolumeclaims": str(1 + (volumes.max_volumes if volumes is not None else 0)),
         "services.loadbalancers": "0",
         "services.nodeports": "0",
     }
+    if volumes is not None:
+        # scoped to the volumes' class, so that the NFS claim (no class) does not count
+        # (Kubernetes docs, "Resource Quotas": storage resource quota per StorageClass)
+        scope = f"{volumes.storage_class}.storageclass.storage.k8s.io"
+        hard[f"{scope}/requests.storage"] = volumes.storage_quota
+        hard[f"{scope}/persistentvolumeclaims"] = str(volumes.max_volumes)
     if tenancy.spec.cpu_quota is not None:
         hard["limits.cpu"] = tenancy.spec.cpu_quota
     if tenancy.spec.memory_quota is not None:

@@ -44,6 +44,16 @@ class NFSSpec:
 
 
 @dataclass(frozen=True)
+class VolumesSpec:
+    """The tenancy's volume allowance: claims of ``storage_class`` may request ``storage_quota``
+    together, ``max_volumes`` of them."""
+
+    storage_class: str
+    storage_quota: str
+    max_volumes: int
+
+
+@dataclass(frozen=True)
 class TenancySpec:
     gpu_quota: int = 8
     pod_quota: int = 50
@@ -51,6 +61,7 @@ class TenancySpec:
     nfs: NFSSpec | None = None
     cpu_quota: str | None = None  # a quantity; None = no CPU cap
     memory_quota: str | None = None
+    volumes: VolumesSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -152,18 +163,38 @@ def parse_tenancy(body: Mapping[str, Any]) -> Tenancy:
             nfs=_nfs(spec.get("nfs")),
             cpu_quota=_quantity_field(spec, "cpuQuota", QUANTITY_CPU),
             memory_quota=_quantity_field(spec, "memoryQuota", QUANTITY_BYTES),
+            volumes=_volumes(spec.get("volumes")),
         ),
     )
+
+
+_STORAGE_CLASS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def _volumes(raw: Any) -> VolumesSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec("spec.volumes", "must be an object")
+    storage_class = raw.get("storageClassName")
+    if not isinstance(storage_class, str) or len(storage_class) > 200 or not _STORAGE_CLASS.match(storage_class):
+        raise InvalidSpec("spec.volumes.storageClassName", f"must be a StorageClass name, got {storage_class!r}")
+    quota = _quantity_field(raw, "storageQuota", QUANTITY_BYTES, where="spec.volumes.storageQuota")
+    if quota is None:
+        raise InvalidSpec("spec.volumes.storageQuota", "must be a quantity such as 100Gi")
+    return VolumesSpec(storage_class=storage_class, storage_quota=quota,
+                       max_volumes=_int_field(raw, "maxVolumes", 0, 0))
 
 
 QUANTITY_CPU = re.compile(r"^[0-9]+(\.[0-9]+)?m?$")
 QUANTITY_BYTES = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)?$")
 
 
-def _quantity_field(spec: Mapping[str, Any], key: str, pattern: re.Pattern[str]) -> str | None:
+def _quantity_field(spec: Mapping[str, Any], key: str, pattern: re.Pattern[str], *,
+                    where: str | None = None) -> str | None:
     value = spec.get(key)
     if value is None:
         return None
     if not isinstance(value, str) or not pattern.match(value):
-        raise InvalidSpec(f"spec.{key}", f"must be a quantity such as {'96' if key == 'cpuQuota' else '1792Gi'}, got {value!r}")
+        raise InvalidSpec(where or f"spec.{key}", f"must be a quantity such as {'96' if key == 'cpuQuota' else '1792Gi'}, got {value!r}")
     return value

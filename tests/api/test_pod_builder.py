@@ -209,3 +209,28 @@ def test_report_ignores_claims_the_container_does_not_use_and_foreign_templates(
                                {"name": "other", "resourceClaimTemplateName": "someone-elses"}],
             "containers": [{"name": "main", "resources": {"claims": [{"name": "other"}]}}]}
     assert container_status_from_pod({"spec": spec}).gpus is None
+
+
+def test_volumes_are_mounted_by_claim_with_the_tenant_group_owning_them() -> None:
+    pod = build_pod(container_id="c1", tenancy="acme", image="busybox", gpus=1, volumes=[
+        {"name": "datasets", "mount_path": "/datasets", "read_only": True},
+        {"name": "out", "mount_path": "/out", "read_only": False},
+    ])
+    spec = pod["spec"]
+    assert spec["volumes"] == [
+        {"name": "volume-0", "persistentVolumeClaim": {"claimName": "gpucaas-volume-datasets", "readOnly": True}},
+        {"name": "volume-1", "persistentVolumeClaim": {"claimName": "gpucaas-volume-out", "readOnly": False}},
+    ]
+    assert spec["containers"][0]["volumeMounts"] == [
+        {"name": "volume-0", "mountPath": "/datasets", "readOnly": True},
+        {"name": "volume-1", "mountPath": "/out", "readOnly": False},
+    ]
+    assert spec["securityContext"]["fsGroup"] == 1000
+    assert "fsGroup" not in build_pod(container_id="c1", tenancy="acme", image="b", gpus=1)["spec"]["securityContext"]
+
+
+def test_tenancy_resource_carries_the_volume_allowance() -> None:
+    from services.api.volumes import Quota
+
+    spec = build_tenancy(name="acme", gpu_quota=8, pod_quota=2, volumes=Quota("gpucaas-volumes", 100 << 30, 10))["spec"]
+    assert spec["volumes"] == {"storageClassName": "gpucaas-volumes", "storageQuota": "100Gi", "maxVolumes": 10}

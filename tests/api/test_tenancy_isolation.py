@@ -218,3 +218,46 @@ def test_another_tenancys_secrets_and_credentials_are_not_found(
     value = core.read_namespaced_secret("gpucaas-secret-hf", "tenant-owner").data["value"]
     assert value == "aGZfb3duZXJfb25seQ=="  # untouched: base64 of hf_owner_only
     assert len(core.list_namespaced_secret("tenant-owner").items) == 2
+
+
+# --- volumes: another tenancy's cannot be named -----------------------------------------
+
+VOLUME_PROBES = [
+    ("GET", "/v1/volumes/{name}", None),
+    ("DELETE", "/v1/volumes/{name}", None),
+    ("GET", "/v1/volumes/{name}?tenancy={owner}", None),
+    ("DELETE", "/v1/volumes/{name}?tenancy={owner}", None),
+    ("GET", "/v1/volumes?tenancy={owner}", None),
+    ("POST", "/v1/volumes?tenancy={owner}", {"name": "grab", "size": "1Gi"}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), VOLUME_PROBES, ids=[f"{m} {p}" for m, p, _ in VOLUME_PROBES])
+def test_another_tenancys_volumes_are_not_found(
+    api_up: ApiServer, k8s, method: str, path: str, body: dict | None  # noqa: ANN001
+) -> None:
+    from kubernetes import client as kc
+
+    from tests.api.kube_helpers import mark_tenancy_ready
+
+    with api_up.client() as admin:
+        tokens = {name: new_tenancy(admin, name) for name in ("vowner", "vthief")}
+    for name in tokens:
+        mark_tenancy_ready(k8s, name)
+    with api_up.client(tokens["vowner"]) as owner:
+        assert owner.post("/v1/volumes", json={"name": "data", "size": "1Gi"}).status_code == 201
+    with api_up.client(tokens["vthief"]) as thief:
+        theirs = thief.request(method, path.format(name="data", owner="vowner"), json=body)
+        missing = thief.request(method, path.format(name="zz", owner="nowhere"), json=body)
+        # mounting the owner's volume: exactly like one that does not exist
+        use = thief.post("/v1/containers", json={"image": "ubuntu", "volumes": [{"name": "data", "mount_path": "/d"}]})
+        none = thief.post("/v1/containers", json={"image": "ubuntu", "volumes": [{"name": "zz", "mount_path": "/d"}]})
+        own_list = thief.get("/v1/volumes").json()
+    assert theirs.status_code == missing.status_code == 404, (theirs.text, missing.text)
+    norm = lambda r, *names: functools.reduce(lambda t, n: t.replace(n, "X"), names, r.json()["detail"])  # noqa: E731
+    assert norm(theirs, "data", "vowner") == norm(missing, "zz", "nowhere")
+    assert use.status_code == none.status_code == 422
+    assert norm(use, "data") == norm(none, "zz")
+    assert own_list["data"] == [] and own_list["count"] == 0
+    claims = kc.CoreV1Api(k8s).list_namespaced_persistent_volume_claim("tenant-vowner").items
+    assert [c.metadata.name for c in claims] == ["gpucaas-volume-data"]  # untouched

@@ -176,10 +176,12 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
         assert ("", "pods/exec") not in flat and ("", "nodes/proxy") not in flat
     for name, expected in EXPECTED_NAMESPACED_RULES.items():
         assert _flatten(roles[name]["rules"]) == expected
-    # Secrets only in tenant namespaces: the role exists, and nothing in the chart binds it
-    # (the controller binds it per tenant namespace, see services/tenancy_controller/builders.py)
-    assert [_flatten(r["rules"]) for r in tenant_secrets] == [{("", "secrets"): {"get", "list", "create", "update", "delete"},
-                                                               ("", "pods/exec"): {"get", "create"}}]
+    # Secrets, volume claims and exec only in tenant namespaces: the role exists, and nothing in the
+    # chart binds it (the controller binds it per tenant namespace, see services/tenancy_controller/builders.py)
+    assert [_flatten(r["rules"]) for r in tenant_secrets] == [{
+        ("", "secrets"): {"get", "list", "create", "update", "delete"},
+        ("", "persistentvolumeclaims"): {"get", "list", "create", "delete"},
+        ("", "pods/exec"): {"get", "create"}}]
     assert not [o for o in objects if o["kind"].endswith("Binding") and o["roleRef"]["name"] == TENANT_SECRETS]
     controller_env = {e["name"]: e.get("value") for e in pod_spec(find(objects, "Deployment", "gpucaas-controller"))["containers"][0]["env"]}
     assert controller_env["GPUCAAS_CONTROLLER_API_SECRETS_CLUSTER_ROLE"] == TENANT_SECRETS

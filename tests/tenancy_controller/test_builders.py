@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.tenancy_controller import builders, policies
-from services.tenancy_controller.spec import NFSSpec, Tenancy, TenancySpec
+from services.tenancy_controller.spec import NFSSpec, Tenancy, TenancySpec, VolumesSpec, parse_tenancy
 
 UID = "0b5e7c1e-1111-4222-8333-444455556666"
 OWNER = {"apiVersion": "gpucaas.dev/v1alpha1", "kind": "Tenancy", "name": "acme", "uid": UID, "controller": True}
@@ -57,6 +57,21 @@ def test_resource_quota():
             }
         },
     }
+
+
+def test_resource_quota_caps_the_volumes_of_their_storage_class_only():
+    hard = builders.build_resource_quota(tenancy(volumes=VolumesSpec("gpucaas-volumes", "100Gi", 10)))["spec"]["hard"]
+    assert hard["persistentvolumeclaims"] == "11"  # the NFS claim and ten volumes
+    assert hard["gpucaas-volumes.storageclass.storage.k8s.io/requests.storage"] == "100Gi"
+    assert hard["gpucaas-volumes.storageclass.storage.k8s.io/persistentvolumeclaims"] == "10"
+    assert "requests.storage" not in hard  # the NFS claim's capacity is not the volumes' quota
+
+
+def test_the_volume_allowance_is_read_from_the_spec():
+    body = {"metadata": {"name": "acme", "uid": UID},
+            "spec": {"volumes": {"storageClassName": "nfs-csi", "storageQuota": "1Ti", "maxVolumes": 3}}}
+    assert parse_tenancy(body).spec.volumes == VolumesSpec("nfs-csi", "1Ti", 3)
+    assert parse_tenancy({"metadata": {"name": "acme"}, "spec": {}}).spec.volumes is None
 
 
 def test_limit_range():

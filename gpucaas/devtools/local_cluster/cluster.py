@@ -8,7 +8,8 @@ service-account signing keys (TokenRequest works), ``--authorization-mode=Node,R
 static tokens for identities that are not ServiceAccounts (``--token-auth-file``), and an
 audit log whose events the chart-RBAC checks read. kube-controller-manager runs all its
 default controllers (namespace deletion, garbage collection, ResourceQuota, ServiceAccounts
-and their tokens, the resourceclaim controller) with one ServiceAccount per controller;
+and their tokens, the resourceclaim controller) with one ServiceAccount per controller,
+and whatever flags the caller adds (the sandbox turns on its HostPath provisioner);
 kube-scheduler runs the configuration it is given (the chart's extender configuration, or
 the DRA plugins). etcd keeps its data in the cluster's folder.
 
@@ -85,6 +86,8 @@ class ClusterOptions:
     run_scheduler: bool = True
     run_controller_manager: bool = True
     apiserver_args: list[str] = field(default_factory=list)
+    #: more kube-controller-manager flags (the sandbox's ``--enable-hostpath-provisioner``)
+    controller_manager_args: list[str] = field(default_factory=list)
 
 
 class LocalCluster(ProcessGroup):
@@ -236,6 +239,7 @@ class LocalCluster(ProcessGroup):
                    "--concurrent-gc-syncs", "5", "--v", "1"]
             if opts.feature_gates:
                 kcm += ["--feature-gates", _gates(opts.feature_gates)]
+            kcm += opts.controller_manager_args
             self.add("kube-controller-manager", kcm, https_self_signed_ok(self._kcm_port))
 
         if opts.run_scheduler:

@@ -17,7 +17,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from gpucaas.programs.caasctl import tenant, tenant_resources, tenant_tokens, usage
+from gpucaas.programs.caasctl import tenant, tenant_resources, tenant_tokens, usage, volumes
 from gpucaas.programs.caasctl.client import RestClient, CaasctlError, Config, fabric_socket_for
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
@@ -111,6 +111,7 @@ tenant.register(app, lambda ctx: _api(ctx))
 tenant_resources.register(app, secrets_app, lambda ctx: _api(ctx))
 usage.register(app, lambda ctx: _api(ctx))
 tenant_tokens.register(app, tokens_app, lambda ctx: _api(ctx))
+volumes.register(app, lambda ctx: _api(ctx))
 
 
 def _fabric(ctx: typer.Context, node: str | None, socket: str | None):  # noqa: ANN202

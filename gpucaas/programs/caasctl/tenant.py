@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpucaas.programs.caasctl import exec_session
+from gpucaas.programs.caasctl import exec_session, volumes
 from gpucaas.programs.caasctl.client import CaasctlError, RestClient
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 
@@ -85,6 +85,8 @@ def register(app: typer.Typer, api_of: Any) -> None:
             secret_env: Annotated[list[str] | None, typer.Option(
                 "--secret-env", help="NAME=SECRET: the variable's value is the tenancy's secret SECRET (repeatable).")] = None,
             timeout: Annotated[int | None, typer.Option("--timeout", min=1, help="timeout_seconds: stop it after S s.")] = None,
+            volume: Annotated[list[str] | None, typer.Option(
+                "--volume", "-v", help="NAME:/path[:ro]: mount the tenancy's volume NAME (repeatable).")] = None,
             tenancy: Annotated[str | None, typer.Option(help="With an admin token: the tenancy to run in.")] = None,
             detach: Annotated[bool, typer.Option("--detach", "-d", help="Print the container id and return at once.")] = False,
             follow_log: Annotated[bool, typer.Option("--follow", "-f", help="Stream the log and exit with the container's code (the default).")] = True,
@@ -98,6 +100,8 @@ def register(app: typer.Typer, api_of: Any) -> None:
             body["env"] = variables
         if timeout is not None:
             body["timeout_seconds"] = timeout
+        if volume:
+            body["volumes"] = [volumes.parse_volume(v) for v in volume]
         if tenancy:
             body["tenancy"] = tenancy
         api = api_of(ctx)

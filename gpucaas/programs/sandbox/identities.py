@@ -2,8 +2,8 @@
 
 ``gpucaas sandbox`` installs what ``helm install`` would put on the cluster side — the
 objects the chart renders (real Helm engine, :mod:`gpucaas.programs.chart`) that are not
-workloads: ServiceAccounts, ClusterRoles, Roles, their bindings, the RuntimeClass,
-ConfigMaps and the ClusterKopfPeering — and then mints a token per ServiceAccount with
+workloads: ServiceAccounts, ClusterRoles, Roles, their bindings, the RuntimeClass, the
+StorageClass of tenant volumes, ConfigMaps and the ClusterKopfPeering — and then mints a token per ServiceAccount with
 TokenRequest (``POST .../serviceaccounts/<name>/token``, as the kubelet does for a
 projected token) and writes one kubeconfig per process. Each gpucaas process runs as
 its chart ServiceAccount, never as the admin, so a permission the chart lacks fails
@@ -28,12 +28,14 @@ from typing import Any
 import yaml
 
 from gpucaas.programs import chart
+from gpucaas.programs.sandbox import hostpath_volumes
 
 #: Kinds of the rendered chart the sandbox applies (the cluster side; no workloads).
 CLUSTER_SIDE_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                      "RuntimeClass", "ConfigMap", "ClusterKopfPeering", "DeviceClass")
-#: Values the sandbox renders the chart with: every component the sandbox runs.
-SANDBOX_VALUES: dict[str, Any] = {"schedulerExtender": {"enabled": True}}
+                      "RuntimeClass", "ConfigMap", "ClusterKopfPeering", "DeviceClass", "StorageClass")
+#: Values the sandbox renders the chart with: every component the sandbox runs, and the
+#: StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner.
+SANDBOX_VALUES: dict[str, Any] = {"schedulerExtender": {"enabled": True}, **hostpath_volumes.chart_values()}
 #: ... and in the DRA allocation mode (binding conditions on: the stand-in scheduler honours them).
 SANDBOX_DRA_VALUES: dict[str, Any] = {**SANDBOX_VALUES, "allocation": {"mode": "dra"},
                                       "draDriver": {"bindingConditions": True}}

@@ -42,7 +42,7 @@ from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
 from gpucaas.devtools.local_cluster.cluster import free_port
 from gpucaas.devtools.local_cluster.processes import unix_socket_ready
 from gpucaas.devtools.local_cluster.objects import create_all
-from gpucaas.programs.sandbox import identities
+from gpucaas.programs.sandbox import hostpath_volumes, identities
 from gpucaas.programs.sandbox.node_agent import GPU_NODE_LABELS
 from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready
 from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
@@ -50,10 +50,13 @@ from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
 from gpucaas.devtools.real_node.devices import make_char_devices
 from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing, unmount_under
 from gpucaas.devtools.real_node.registry import Registries
+from services.api.pods import DEFAULT_RUN_AS_USER
 
 log = logging.getLogger(__name__)
 
 DEFAULT_NODES = ("gpu-node-a", "gpu-node-b")
+#: the UID/GID the API runs tenant containers as (its GPUCAAS_TENANT_RUN_AS_USER, left at its default)
+TENANT_UID = DEFAULT_RUN_AS_USER
 DEMO_TENANCY = "demo"
 
 
@@ -131,6 +134,8 @@ class Sandbox:
     #: the nodes that run containers for real (containerd + runc + the kubelet), by name
     real_nodes: dict[str, RealNode] = field(default_factory=dict)
     registries: Registries | None = None
+    #: hands the HostPath provisioner's volume directories to the tenant UID (own cluster only)
+    volume_ownership: hostpath_volumes.VolumeOwnership | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
@@ -144,6 +149,8 @@ class Sandbox:
             return json.loads(resp.read() or b"null")
 
     def stop(self) -> None:
+        if self.volume_ownership is not None:
+            self.volume_ownership.stop()
         _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster)
 
 
@@ -315,7 +322,9 @@ def start_cluster(state_dir: Path, nodes: tuple[str, ...], allocation_mode: str,
     tokens = state_dir / "kube-tokens.csv"
     identities.write_token_file(tokens, nodes)
     cluster = LocalCluster(folder, ClusterOptions(token_auth_file=tokens, run_scheduler=False,
-                                                  encryption_config=secrets_encryption(folder / "pki")))
+                                                  encryption_config=secrets_encryption(folder / "pki"),
+                                                  # tenant volumes (hostpath_volumes)
+                                                  controller_manager_args=[hostpath_volumes.CONTROLLER_MANAGER_FLAG]))
     say(f"starting Kubernetes {cluster_version()} (etcd, kube-apiserver, kube-controller-manager) "
         f"from {cluster.bin_dir}")
     return cluster.start()
@@ -491,6 +500,7 @@ def start(
     cluster: LocalCluster | None = None
     real: dict[str, RealNode] = {}
     registries: Registries | None = None
+    ownership: hostpath_volumes.VolumeOwnership | None = None
     try:
         real_nodes = min(real_nodes, len(nodes))
         missing = node_tools_missing() if real_nodes else []
@@ -504,6 +514,7 @@ def start(
             write_private(kubeconfig, cluster.admin_kubeconfig.read_text())
             static_tokens = identities.write_token_file(state_dir / "kube-tokens.csv", nodes)
             audit_log = cluster.audit_log
+            ownership = hostpath_volumes.VolumeOwnership(TENANT_UID, TENANT_UID).start()
         assert kubeconfig is not None
         say("creating CRDs and Cilium's policy CRD")
         create_all(kubeconfig, cluster_objects())
@@ -616,7 +627,8 @@ def start(
         ))
         sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
                           nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log,
-                          allocation_mode=allocation_mode, cluster=cluster, real_nodes=real, registries=registries)
+                          allocation_mode=allocation_mode, cluster=cluster, real_nodes=real, registries=registries,
+                          volume_ownership=ownership)
         if audit_log is not None:
             say("checking that RBAC refused none of the gpucaas processes")
             identities.check_no_refusals(audit_log, ids)
@@ -626,6 +638,8 @@ def start(
         write_caasctl_config(sandbox)
         return sandbox
     except BaseException:
+        if ownership is not None:
+            ownership.stop()
         _stop_all(sup, real, registries, cluster)
         raise
 

@@ -20,6 +20,7 @@ from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api.kube import Kube
 from services.api.limits import Limiter
 from services.api.settings import Settings
+from services.api.routes import volumes as volume_routes
 from services.api.models import (
     TERMINAL_STATUSES,
     Container,
@@ -151,7 +152,8 @@ async def submit_container(
         if name != caller.tenancy:  # another tenancy's name: as if it did not exist
             raise errors.NotFound(f"tenancy {name!r} not found")
     pool = getattr(state, "admission_pool", None)
-    if pool is not None and not caller.is_admin and not _has_overrides(body) and not body.secret_refs:
+    if (pool is not None and not caller.is_admin and not _has_overrides(body) and not body.secret_refs
+            and not body.volumes):
         row, created = await crud.submit_container_async(
             pool, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key, actor=caller.actor)
     else:
@@ -187,6 +189,8 @@ def _submit_on_thread(
         _check_size(settings, body, session, name)
         if body.secret_refs:
             _check_secret_refs(kube, name, body.secret_refs)
+        if body.volumes:
+            volume_routes.check_mounts(kube, name, [m.name for m in body.volumes])
         return crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key,
                                      actor=caller.actor)
 

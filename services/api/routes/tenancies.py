@@ -58,6 +58,7 @@ def _push(kube: Kube, row: Tenancy, settings: Settings) -> None:
                 allow_internet=row.allow_internet,
                 nfs=row.nfs,
                 share=settings.share,
+                volumes=settings.volume_quota,
             )
         )
     except KubeError as exc:
