@@ -223,28 +223,48 @@ function usage(main) {
   render();
 }
 
-function volumes(main) {
-  const list = h("div", { id: "volumes" });
-  replace(main, h("h1", {}, "Volumes"), list);
-  show(list, async () => {
-    const rows = (await api("GET", "/v1/volumes")).data || [];
-    const keys = [...new Set(rows.flatMap(r => Object.keys(r)))];
-    return table(keys.map(k => [k, r => typeof r[k] === "object" ? JSON.stringify(r[k]) : r[k] ?? ""]), rows);
+function volumes(main, ctx) {
+  managed(main, ctx, {
+    title: "Volumes", path: "/v1/volumes", key: "name", write: "submit",
+    help: "Storage that outlives containers: mount a volume by name when you submit one. "
+      + "A volume a running container mounts cannot be deleted.",
+    columns: [["Name", v => v.name], ["Size", v => v.size], ["Status", v => v.status],
+      ["Created", v => when(v.created_at)]],
+    form: (render, message) => {
+      const name = h("input", { id: "volume-name", required: true, placeholder: "datasets" });
+      const size = h("input", { id: "volume-size", required: true, placeholder: "10Gi" });
+      const form = h("form", { class: "card inline", id: "volume-form" },
+        h("div", { class: "row" }, h("label", { for: "volume-name" }, "Name"), name),
+        h("div", { class: "row" }, h("label", { for: "volume-size" }, "Size"), size),
+        h("button", { class: "primary", type: "submit" }, "Create"));
+      form.addEventListener("submit", async event => {
+        event.preventDefault();
+        try {
+          await api("POST", "/v1/volumes", { body: { name: name.value.trim(), size: size.value.trim() } });
+          form.reset();
+          replace(message, h("p", { class: "notice" }, "Created."));
+        } catch (err) {
+          replace(message, errorBox(err));
+        }
+        render();
+      });
+      return form;
+    },
   });
 }
 
-// A list with, for admin tokens, a create form and delete buttons.
-function managed(main, ctx, { title, path, columns, key, form, help, remove = "Delete" }) {
+// A list with, for tokens of the ``write`` scope (admin by default), a create form and delete buttons.
+function managed(main, ctx, { title, path, columns, key, form, help, remove = "Delete", write = "admin" }) {
   const list = h("div", { id: "list" });
   const message = h("div", { id: "form-message" });
   const render = () => show(list, async () => table([...columns,
-    ...(ctx.can("admin") ? [["", r => armedButton(remove, `Confirm: ${remove.toLowerCase()}`, async () => {
+    ...(ctx.can(write) ? [["", r => armedButton(remove, `Confirm: ${remove.toLowerCase()}`, async () => {
       try { await api("DELETE", `${path}/${encodeURIComponent(r[key])}`); } catch (err) { replace(message, errorBox(err)); }
       render();
     })]] : []),
   ], (await api("GET", path)).data));
   replace(main, h("h1", {}, title), help ? h("p", { class: "muted" }, help) : null,
-    ctx.can("admin") ? form(render, message) : null, message, list);
+    ctx.can(write) ? form(render, message) : null, message, list);
   render();
 }
 
