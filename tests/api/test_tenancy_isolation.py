@@ -4,6 +4,7 @@ things answer exactly like things that do not exist. Admin endpoints need an adm
 from __future__ import annotations
 
 import functools
+import ssl
 
 import httpx
 import pytest
@@ -35,6 +36,7 @@ CONTAINER_ENDPOINTS = [
     ("DELETE", "/v1/containers/{id}"),
     ("GET", "/v1/containers/{id}/logs"),
     ("GET", "/v1/containers/{id}/logs?follow=true"),
+    ("GET", "/v1/containers/{id}/exec?command=sh"),  # the exec WebSocket asked over plain HTTP
 ]
 
 
@@ -48,6 +50,25 @@ def test_other_tenancys_container_is_not_found(api_down: ApiServer, two_tenants:
     assert _scrub(theirs.json(), beta_id) == _scrub(missing.json(), "00000000000000000000")
     with api_down.client() as admin:  # untouched
         assert admin.get(f"/v1/containers/{beta_id}").json()["status"] == "Queued"
+
+
+def test_other_tenancys_container_is_not_found_by_the_exec_websocket(api_down: ApiServer, two_tenants: dict) -> None:
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    def refusal(cid: str) -> tuple[int, str]:
+        ctx = ssl.create_default_context()
+        api_down.ca.configure_trust(ctx)
+        url = f"wss://127.0.0.1:{api_down.port}/v1/containers/{cid}/exec?command=sh"
+        try:
+            connect(url, ssl=ctx, subprotocols=["v5.channel.k8s.io"],  # type: ignore[list-item]
+                    additional_headers={"Authorization": f"Bearer {two_tenants['alpha']['token']}"}).close()
+        except InvalidStatus as exc:
+            return exc.response.status_code, (exc.response.body or b"").decode().replace(cid, "<id>")
+        raise AssertionError("accepted")
+
+    assert refusal(two_tenants["beta"]["container"]) == refusal("00000000000000000000")
+    assert refusal("00000000000000000000")[0] == 404
 
 
 def test_submitting_into_another_tenancy_is_not_found(api_down: ApiServer, two_tenants: dict) -> None:
