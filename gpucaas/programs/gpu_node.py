@@ -67,6 +67,7 @@ def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> LeaseNo
 
     agent = build_agent(settings, node=ps.node_name, sysfs_root=ps.sysfs_root, gpus=gpus, holdings=holdings)
     core.add_health_source(agent.health)
+    core.add_transient_source(agent.transient)  # a GPU the kubelet chose while it was released: wait, not fail
     agent.on_health_change = core.refresh_devices  # withhold a GPU at once, not at the next health check
     core.add_allocation_listener(agent.note_allocation)
     return agent

@@ -87,6 +87,8 @@ class PluginCore:
         self.metrics = metrics
         self.node = settings.node_name
         self._health_sources: list[HealthSource] = list(health_sources)
+        self._transient_sources: list[HealthSource] = []
+        self._transient: dict[str, str] = {}
         self._allocation_listeners: list[Callable[[tuple[str, ...]], None]] = []
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -110,6 +112,16 @@ class PluginCore:
         self.live_holders: Callable[[], set[str]] | None = None
 
     # --- hooks -----------------------------------------------------------------------
+    def add_transient_source(self, source: HealthSource) -> None:
+        """GPUs unavailable only until their release completes (``{pci address: reason}``,
+        e.g. a lease Releasing or Checking). Also give them through a health source, so the
+        kubelet stops choosing them; Allocate does not refuse them when that is their only
+        fault: the kubelet may have chosen one before it heard, and a refused Allocate fails
+        the pod for good (UnexpectedAdmissionError), while a refused PreStartContainer (which
+        still refuses them) is retried by the kubelet until the release is done."""
+        with self._lock:
+            self._transient_sources.append(source)
+
     def add_health_source(self, source: HealthSource) -> None:
         """Extra health input: ``source()`` -> {pci address: reason} of GPUs to report Unhealthy."""
         with self._lock:
@@ -128,17 +140,23 @@ class PluginCore:
     # --- refresh ---------------------------------------------------------------------
     def refresh_devices(self) -> None:
         inventory = sysfs.scan(self.settings.sysfs_root, self.settings.dev_root)
-        extra: dict[str, str] = {}
-        for source in list(self._health_sources):
-            try:
-                for bdf, reason in dict(source()).items():
-                    extra.setdefault(bdf, str(reason))
-            except Exception:  # a broken hook must not stop health reporting
-                logger.exception("node=%s health source %r failed; ignored this round", self.node, source)
+        extra = self._poll(self._health_sources)
+        transient = self._poll(self._transient_sources)
         with self._lock:
             self._inventory = inventory
             self._extra = extra
+            self._transient = transient
             self._recompute()
+
+    def _poll(self, sources: list[HealthSource]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for source in list(sources):
+            try:
+                for bdf, reason in dict(source()).items():
+                    found.setdefault(bdf, str(reason))
+            except Exception:  # a broken hook must not stop health reporting
+                logger.exception("node=%s health source %r failed; ignored this round", self.node, source)
+        return found
 
     def refresh_fabric(self) -> None:
         try:
@@ -275,23 +293,31 @@ class PluginCore:
             numa = {b: g.numa_node for b, g in self._known.items()}
         return preferred(available, must_include, size, pmap, numa)
 
-    def _check(self, ids: Sequence[str]) -> None:
+    def _check(self, ids: Sequence[str], *, admitting: bool = False) -> None:
+        """Refuse unknown or unhealthy GPUs; when ``admitting`` (Allocate), not those whose only
+        fault is transient (:meth:`add_transient_source`)."""
         if not ids:
             raise InvalidRequest("devices_ids is empty")
         with self._lock:
             unknown = [i for i in ids if i not in self._known]
             states = {d.bdf: d for d in self._snap.devices}
+            transient = dict(self._transient) if admitting else {}
         if unknown:
             raise UnknownDevice(f"unknown device id(s) {unknown}; this plugin advertises PCI addresses "
                                 f"{sorted(states)}")
-        sick = [f"{i} ({states[i].reason})" for i in ids if i in states and not states[i].healthy]
+        unhealthy = [i for i in ids if i in states and not states[i].healthy]
+        waiting = [i for i in unhealthy if transient.get(i) is not None and transient[i] == states[i].reason]
+        sick = [f"{i} ({states[i].reason})" for i in unhealthy if i not in waiting]
         if sick:
             raise DeviceUnhealthy(f"GPU(s) unhealthy: {', '.join(sick)}")
+        for i in waiting:
+            logger.info("node=%s gpu=%s allocated while %s: the container starts once that is over "
+                        "(PreStartContainer waits for it)", self.node, i, states[i].reason)
 
     def allocate(self, device_ids: Sequence[str]) -> ContainerAllocation:
         ids = tuple(sorted(dict.fromkeys(device_ids)))
         try:
-            self._check(ids)
+            self._check(ids, admitting=True)
         except (InvalidRequest, DeviceUnhealthy) as exc:
             self.metrics.allocate_failures.labels(self.node, type(exc).__name__).inc()
             raise

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: lease states a GPU leaves by itself (release, then the firmware check)
+TRANSIENT_STATES = frozenset({states.LeaseState.RELEASING, states.LeaseState.CHECKING})
+
 
 @dataclass(frozen=True)
 class NodeGPU:
@@ -73,6 +76,7 @@ class LeaseNodeAgent:
         self.interval = interval
         self.unseen_grace = unseen_grace
         self._unhealthy: dict[str, str] = {}
+        self._transient: dict[str, str] = {}
         self._allocated: dict[str, float] = {}  # pci address -> monotonic time of its last Allocate
         self.resync = resync
         #: called when the set of withheld GPUs changes (the plugin re-advertises at once)
@@ -92,6 +96,12 @@ class LeaseNodeAgent:
         """{pci address: reason} for every GPU that must not be allocated."""
         with self._lock:
             return dict(self._unhealthy)
+
+    def transient(self) -> Mapping[str, str]:
+        """The part of :meth:`health` that passes by itself: GPUs being released or checked
+        (the device plugin's transient source: a pod the kubelet gave one waits, not fails)."""
+        with self._lock:
+            return dict(self._transient)
 
     def note_allocation(self, device_ids: Iterable[str]) -> None:
         """Allocate gave these GPUs to a container. Even a pod that is gone before PodResources
@@ -249,14 +259,17 @@ class LeaseNodeAgent:
         return self.store.transition(name, change)
 
     def _refresh_health(self, leases: list[dict[str, Any]]) -> None:
-        bad = {}
+        bad, passing = {}, {}
         for lz in leases:
             st = states.state_of(lz.get("status"))
             if st not in states.ALLOCATABLE_STATES:
                 reason = (lz.get("status") or {}).get("reason", "")
                 bad[lz["spec"]["pciAddress"]] = f"GPU lease {lz['metadata']['name']} is {st}: {reason}"
+                if st in TRANSIENT_STATES:
+                    passing[lz["spec"]["pciAddress"]] = bad[lz["spec"]["pciAddress"]]
         with self._lock:
             changed, self._unhealthy = bad != self._unhealthy, bad
+            self._transient = passing
         if changed and self.on_health_change is not None:
             try:
                 self.on_health_change()

@@ -67,6 +67,8 @@ def test_every_refusal_before_the_upgrade_says_why(api: ApiServer, k8s: Any) -> 
     assert status == 403 and "'submit'" in body["detail"]
     status, body = refused(api, token, cid, query="stdin=true")
     assert status == 422 and body["detail"].startswith("query.command")
+    status, body = refused(api, token, cid, query="command=printf&command=%1B%5B2J")  # ESC: refused, newline is not
+    assert status == 422 and body["detail"].startswith("query.command: control characters")
     status, body = refused(api, token, cid, query="command=sh&tty=maybe")
     assert status == 422 and body["detail"].startswith("query.tty")
     status, body = refused(api, token, cid)

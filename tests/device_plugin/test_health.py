@@ -99,3 +99,33 @@ def test_unhealthy_gpu_refused_at_allocate(plugin: DevicePlugin, fake_kubelet: F
     assert _health(conn, GPU, "Unhealthy")
     with pytest.raises(AdmissionError, match=r"FAILED_PRECONDITION.*0000:9a:00.0 \(device node /dev/vfio/\d+ is missing\)"):
         fake_kubelet.admit("tenant-a", "p", "nvidia.com/gpu", 1, devices=[GPU])
+
+
+def test_a_gpu_being_released_is_allocated_and_waits_at_pre_start(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
+                                                                  hgx_board: FakeBoard) -> None:
+    """The kubelet may choose a GPU before it hears that its lease is being released: Allocate
+    must not fail the pod for that (UnexpectedAdmissionError is final); PreStartContainer,
+    which the kubelet retries, holds the start until the release is over."""
+    import pytest
+
+    from services.device_plugin.errors import DeviceUnhealthy
+
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    releasing = {GPU: "GPU lease gpu-node-1-0000-9a-00-0 is Releasing: PodGone"}
+    plugin.core.add_health_source(lambda: dict(releasing))
+    plugin.core.add_transient_source(lambda: dict(releasing))
+    plugin.core.refresh_devices()
+    assert _health(conn, GPU, "Unhealthy")  # the kubelet is told not to choose it
+
+    plugin.core.allocate([GPU])  # chosen anyway (the kubelet had not heard): admitted
+    with pytest.raises(DeviceUnhealthy, match="is Releasing"):
+        plugin.core.pre_start([GPU])
+    releasing.clear()  # the check passed: the lease is Free again
+    plugin.core.refresh_devices()
+    plugin.core.pre_start([GPU])
+
+    hgx_board.remove_vfio_node(GPU)  # a fault of its own besides: refused at once
+    releasing[GPU] = "GPU lease gpu-node-1-0000-9a-00-0 is Checking: CheckRequested"
+    plugin.core.refresh_devices()
+    with pytest.raises(DeviceUnhealthy, match="is missing"):
+        plugin.core.allocate([GPU])

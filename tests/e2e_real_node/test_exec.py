@@ -42,6 +42,8 @@ def test_exec_prints_the_output_and_exits_with_the_commands_code(tenant: Tenant,
     ran = tenant.caasctl("exec", running["id"], "--", "sh", "-c", "echo $((6*7)); echo to-stderr >&2; exit 5")
     assert (ran.returncode, ran.stdout, ran.stderr) == (5, "42\n", "to-stderr\n")
     assert tenant.caasctl("exec", running["id"], "--", "true").returncode == 0
+    script = tenant.caasctl("exec", running["id"], "--", "sh", "-c", "echo one\n\techo two")  # a multi-line script
+    assert (script.returncode, script.stdout) == (0, "one\ntwo\n"), script.stderr
 
 
 def test_exec_sends_the_input_when_asked(tenant: Tenant, running: dict[str, Any]) -> None:

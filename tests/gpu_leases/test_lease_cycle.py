@@ -71,10 +71,12 @@ def test_full_cycle_free_leased_releasing_checking_free(
     lease_agent.reconcile_once()
     assert state(store) == "Releasing"
     assert GPU in lease_agent.health() and "Releasing" in lease_agent.health()[GPU]
+    assert lease_agent.transient() == lease_agent.health()  # it passes by itself: a new pod waits for it
 
     assert controller_step(store, k8s) == "check requested"
     assert state(store) == "Checking"
     assert GPU in lease_agent.health()
+    assert lease_agent.transient() == lease_agent.health()
 
     lease_agent.reconcile_once()  # the node runs the check
     lz = store.get(NAME)
@@ -102,6 +104,7 @@ def test_tampered_rom_is_quarantined_and_reported_unhealthy(
     assert lz["status"]["reason"] == "RomMismatch"
     assert lz["status"]["lastCheck"]["result"] == "Failed"
     assert "Quarantined" in lease_agent.health()[GPU]
+    assert lease_agent.transient() == {}  # not passing by itself: refused even at Allocate
     # It stays quarantined: neither side moves it on later rounds.
     lease_agent.reconcile_once()
     assert controller_step(store, k8s) is None

@@ -23,7 +23,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from gpucaas.core import crds
 from gpucaas.core.kube import KubeError
-from services.api import audit, crud, errors, exec_relay
+from services.api import audit, crud, errors, exec_relay, validation
 from services.api.deps import Caller, CurrentTenant, SessionDep, authenticate
 from services.api.kube import Kube
 from services.api.limits import Limiter, StreamSlot
@@ -42,7 +42,7 @@ PROTOCOL_DOC = (
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
 
 MAX_ARGS = 256
-MAX_COMMAND_BYTES = 64 * 1024  # the whole command line, as a shell's ARG_MAX is far above any typed one
+MAX_COMMAND_BYTES = 64 * 1024  # the whole command line (a shell's ARG_MAX is far above any typed one)
 UPSTREAM_OPEN_TIMEOUT_S = 15.0
 _FLAGS = {"true": True, "1": True, "false": False, "0": False, "": False}
 
@@ -63,8 +63,8 @@ def _command(socket: WebSocket) -> list[str]:
         raise errors.Invalid(f"query.command: at most {MAX_ARGS} arguments, got {len(command)}")
     if sum(len(c.encode()) for c in command) > MAX_COMMAND_BYTES:
         raise errors.Invalid(f"query.command: the command line is over {MAX_COMMAND_BYTES} bytes")
-    if any("\x00" in c for c in command):
-        raise errors.Invalid("query.command: an argument holds a NUL character")
+    if any(validation.find_control(c) for c in command):
+        raise errors.Invalid(f"query.command: {validation.CONTROL_RULE} (tabs and newlines are)")
     return command
 
 
@@ -119,8 +119,10 @@ def exec_without_upgrade(
                                        json_schema_extra={"pattern": r"^[0-9a-f]{1,64}$", "maxLength": 64})],
     session: SessionDep,
     caller: CurrentTenant,
-    command: Annotated[list[str], Query(min_length=1, max_length=MAX_ARGS,
-                                        description="The command, one argument per parameter.")],
+    command: Annotated[list[Annotated[str, Query(pattern=r"^[^\x00-\x1f\x7f]*$")]], Query(
+        min_length=1, max_length=MAX_ARGS,
+        description="The command, one argument per parameter. Over the WebSocket an argument may also hold "
+                    "tabs and newlines (a multi-line `sh -c` script); no other control character.")],
     stdin: Annotated[bool, Query(description="Send the client's channel 0 to the command.")] = False,
     tty: Annotated[bool, Query(description="Give the command a terminal (stderr then comes on stdout).")] = False,
 ) -> Response:
