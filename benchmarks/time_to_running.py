@@ -450,6 +450,11 @@ def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
     split = [p for p in (phases_of([posted[i], answered[i], seen[i].created, seen[i].bound, ctrd[i].get("record"),
                                     ctrd[i].get("task"), ctrd[i].get("started"), seen[i].running, api_running[i]],
                                    waited[i]) for i in ids) if p is not None]
+    no_id = sum(seen[i].container_id is None for i in ids)
+    partial = sum(seen[i].container_id is not None and len(ctrd[i]) < 3 for i in ids)
+    if no_id or partial:
+        print(f"phases left out: {no_id} pods never showed a container ID, {partial} lack a containerd event",
+              file=sys.stderr)
     span = max(api_running.values()) - min(posted.values())
     result: dict[str, Any] = {
         "running_p50_ms": round(percentile(control, 50), 1),
