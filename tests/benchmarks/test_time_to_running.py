@@ -20,10 +20,12 @@ def test_post_to_running_on_real_nodes_splits_into_phases_that_add_up() -> None:
         pytest.skip(f"a real node needs: {', '.join(missing)} (make install adds the packages)")
     figures = time_to_running.run(count=40, tenancies=20, quick=True)
 
-    assert (figures["containers"], figures["gpus"], figures["tenancies"]) == (40, 40, 20)
+    # every container ran, or its pod was refused by the kubelet (counted apart, left out of the figures)
+    assert figures["containers"] + figures["did_not_start"] == figures["gpus"] == 40
+    assert figures["containers"] > 0 and figures["tenancies"] == 20
     assert figures["real_nodes"] == 2 and figures["quick"] is True
-    # containers with every mark: their containerd events matched to their pods
-    assert figures["phases_measured"] > 0
+    # every container that ran has every mark: its containerd events matched to its pod
+    assert figures["phases_measured"] == figures["containers"]
     for name in ("running", "queued_running", "post_to_pod", "bound_to_running",
                  *time_to_running.PHASES):
         p50, p99 = figures[f"{name}_p50_ms"], figures[f"{name}_p99_ms"]
@@ -31,5 +33,5 @@ def test_post_to_running_on_real_nodes_splits_into_phases_that_add_up() -> None:
     # the work of starting one is real: the node's part, and runc's within it
     assert figures["kubelet_p50_ms"] > 0 and figures["runc_create_p50_ms"] > 0
     assert figures["running_p50_ms"] <= figures["queued_running_p50_ms"]
-    assert 0 <= figures["waited_for_room"] <= 40
+    assert 0 <= figures["waited_for_room"] <= figures["containers"]
     assert figures["started_per_s"] > 0
