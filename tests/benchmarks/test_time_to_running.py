@@ -1,0 +1,37 @@
+"""The Time to Running benchmark on the sandbox's real nodes (containerd, runc, the kubelet):
+the quick burst (40 one-GPU containers over 20 tenancies) with the image cached, and the figures it reports.
+
+About a minute on the 2-core development machine, half of it the sandbox's start-up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks import time_to_running
+from gpucaas.devtools.real_node.node import node_tools_missing
+
+
+def test_post_to_running_on_real_nodes_splits_into_phases_that_add_up() -> None:
+    missing = node_tools_missing()
+    if missing:
+        pytest.skip(f"a real node needs: {', '.join(missing)} (make install adds the packages)")
+    figures = time_to_running.run(count=40, tenancies=20, quick=True)
+
+    # every container ran, or its pod was refused by the kubelet (counted apart, left out of the figures)
+    assert figures["containers"] + figures["did_not_start"] == figures["gpus"] == 40
+    assert figures["containers"] > 0 and figures["tenancies"] == 20
+    assert figures["real_nodes"] == 2 and figures["quick"] is True
+    # every container that ran has every mark: its containerd events matched to its pod
+    assert figures["phases_measured"] == figures["containers"]
+    for name in ("running", "queued_running", "post_to_pod", "bound_to_running",
+                 *time_to_running.PHASES):
+        p50, p99 = figures[f"{name}_p50_ms"], figures[f"{name}_p99_ms"]
+        assert not math.isnan(p50) and 0 <= p50 <= p99, (name, p50, p99)
+    # the work of starting one is real: the node's part, and runc's within it
+    assert figures["kubelet_p50_ms"] > 0 and figures["runc_create_p50_ms"] > 0
+    assert figures["running_p50_ms"] <= figures["queued_running_p50_ms"]
+    assert 0 <= figures["waited_for_room"] <= figures["containers"]
+    assert figures["started_per_s"] > 0
