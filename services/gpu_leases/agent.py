@@ -244,8 +244,8 @@ class LeaseNodeAgent:
                 self.reset(bdf)
             except Exception as exc:
                 log.warning("node=%s gpu=%s reset before the firmware check failed: %s", self.node, bdf, exc)
-                return self.store.transition(
-                    name, lambda st: states.check_failed(st, "ResetFailed", f"GPU reset failed: {exc}"))
+                why = f"GPU reset failed: {exc}"
+                return self.store.transition(name, lambda st: states.check_failed(st, "ResetFailed", why))
         # -------------------------------------------------------------------------------------
         result = self.checker.check(bdf)
         if result.passed:
