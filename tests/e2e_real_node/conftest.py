@@ -61,10 +61,15 @@ def admin(sandbox: runner.Sandbox) -> Tenant:
     return Tenant(sandbox, sandbox.admin_token)
 
 
+def new_tenant(admin: Tenant, name: str, gpu_quota: int) -> Tenant:
+    """A tenancy (made once per sandbox) and a fresh admin-scope token of it."""
+    status, body = admin.call("POST", "/v1/admin/tenancies", {"name": name, "gpu_quota": gpu_quota})
+    assert status in (201, 409), body
+    status, body = admin.call("POST", f"/v1/admin/tenancies/{name}/tokens", {})
+    assert status == 201, body
+    return Tenant(admin.sandbox, body["token"])
+
+
 @pytest.fixture(scope="package")
 def tenant(sandbox: runner.Sandbox, admin: Tenant) -> Tenant:
-    status, body = admin.call("POST", "/v1/admin/tenancies", {"name": "realnode", "gpu_quota": 16})
-    assert status in (201, 409), body
-    status, body = admin.call("POST", "/v1/admin/tenancies/realnode/tokens", {})
-    assert status == 201, body
-    return Tenant(sandbox, body["token"])
+    return new_tenant(admin, "realnode", 16)

@@ -17,7 +17,7 @@ import pytest
 
 from gpucaas.programs.sandbox import runner
 
-from .conftest import CAASCTL, Tenant
+from .conftest import CAASCTL, Tenant, new_tenant
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +30,8 @@ def running(tenant: Tenant) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def stranger(sandbox: runner.Sandbox, admin: Tenant) -> Tenant:
-    status, body = admin.call("POST", "/v1/admin/tenancies", {"name": "realnode-stranger", "gpu_quota": 1})
-    assert status in (201, 409), body
-    status, body = admin.call("POST", "/v1/admin/tenancies/realnode-stranger/tokens", {})
-    assert status == 201, body
-    return Tenant(sandbox, body["token"])
+def stranger(admin: Tenant) -> Tenant:
+    return new_tenant(admin, "realnode-stranger", 1)
 
 
 def test_exec_prints_the_output_and_exits_with_the_commands_code(tenant: Tenant, running: dict[str, Any]) -> None:

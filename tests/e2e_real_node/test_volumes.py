@@ -16,18 +16,14 @@ import pytest
 from kubernetes import client
 
 from gpucaas.devtools import waiting
-from gpucaas.programs.sandbox import hostpath_volumes, runner
+from gpucaas.programs.sandbox import hostpath_volumes
 
-from .conftest import TIMEOUT, Tenant
+from .conftest import TIMEOUT, Tenant, new_tenant
 
 
 @pytest.fixture(scope="package")
-def other(admin: Tenant, sandbox: runner.Sandbox) -> Tenant:
-    status, body = admin.call("POST", "/v1/admin/tenancies", {"name": "othernode", "gpu_quota": 8})
-    assert status in (201, 409), body
-    status, body = admin.call("POST", "/v1/admin/tenancies/othernode/tokens", {})
-    assert status == 201, body
-    return Tenant(sandbox, body["token"])
+def other(admin: Tenant) -> Tenant:
+    return new_tenant(admin, "othernode", 8)
 
 
 def _log(tenant: Tenant, cid: str) -> str:

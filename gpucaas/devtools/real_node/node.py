@@ -104,7 +104,9 @@ class RealNode(ProcessGroup):
 
     @property
     def cgroup_root(self) -> str:
-        return f"/gpucaas-{self.name}"
+        """Named after the node's bridge as well as the node: two sandboxes on one machine both
+        have a ``gpu-node-a``, and stopping one kills every process under its cgroup root."""
+        return f"/{self.bridge}-{self.name}"
 
     def cgroup_dirs(self) -> list[Path]:
         """The node's cgroup root in every v1 hierarchy of this machine."""
