@@ -144,7 +144,9 @@ def test_a_partition_held_by_another_holder_is_not_offered_and_claims_go_where_i
         # every other one
         wait_for(lambda: set(offered_partitions(k8s, "gpu-node-a")) == FREE_OF_THE_BLOCKER, timeout=60,
                  what="gpu-node-a's slice without the partitions of the held GPU")
-        assert set(offered_partitions(k8s, "gpu-node-b")) == ALL_PARTITIONS
+        # gpu-node-b offers everything once the GPUs earlier tests used are released and checked
+        wait_for(lambda: set(offered_partitions(k8s, "gpu-node-b")) == ALL_PARTITIONS, timeout=120,
+                 what="gpu-node-b's slice with every partition")
         try:
             for name, template in (("eight", eight), ("four", four)):
                 pod = dra_pod(name, 8 if name == "eight" else 4, seconds=3600)
