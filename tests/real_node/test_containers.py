@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import base64
 import json
 
@@ -23,6 +25,11 @@ def test_the_log_is_the_containers_output_and_the_exit_code_its_own(real: Node) 
     log = real.core.read_namespaced_pod_log("exit-three", "default")
     # stdout and stderr are two pipes: each line arrives whole, their order between streams is not kept
     assert sorted(log.splitlines()) == ["1000", "to stderr", "to stdout"]
+    # the pod's log folder is the node's own: another kubelet on this machine never sees it
+    uid = real.core.read_namespaced_pod("exit-three", "default").metadata.uid
+    folder = f"default_exit-three_{uid}"
+    assert (real.node.folder / "log" / "pods" / folder / "main" / "0.log").exists()
+    assert not Path("/var/log/pods", folder).exists()
 
 
 def test_memory_past_the_limit_ends_oom_killed(real: Node) -> None:

@@ -174,11 +174,17 @@ class RealNode(ProcessGroup):
         # (k8s.io/kubelet's deviceplugin constants), whatever its --root-dir. containerd and the
         # kubelet therefore run in a mount namespace of the node's own, held by a sleeping process,
         # where that path is the node's folder: two nodes on one machine do not meet there, and
-        # what the kubelet mounts for its pods stays inside (gone with the namespace).
+        # what the kubelet mounts for its pods stays inside (gone with the namespace). The pod
+        # logs' fixed folders are the node's own there too: a kubelet removes the log folders of
+        # pods it does not know, and would take its neighbour's pods' logs.
+        binds = {SHARED_DEVICE_PLUGIN_DIR: self.device_plugin_dir, **{
+            f"/var/log/{kind}": self.folder / "log" / kind for kind in ("pods", "containers")}}
+        for source in binds.values():
+            source.mkdir(parents=True, exist_ok=True)
+        mounts = " && ".join(f"mkdir -p {target} && mount --bind '{source}' {target}"
+                             for target, source in binds.items())
         self.add("mount-namespace", ["unshare", "--mount", "--propagation", "slave", "sh", "-c",
-                                     f"mkdir -p {SHARED_DEVICE_PLUGIN_DIR} && "
-                                     f"mount --bind '{self.device_plugin_dir}' {SHARED_DEVICE_PLUGIN_DIR} && "
-                                     f"touch '{self.folder / 'namespace-ready'}' && exec sleep infinity"],
+                                     f"{mounts} && touch '{self.folder / 'namespace-ready'}' && exec sleep infinity"],
                  lambda: (self.folder / "namespace-ready").exists())
         (self.folder / "namespace-ready").unlink(missing_ok=True)
         self.add("containerd", [b / "containerd", "--config", cfg], unix_socket_ready(self.containerd_socket),
