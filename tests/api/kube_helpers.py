@@ -18,7 +18,7 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def mark_tenancy_ready(k8s: Any, name: str, timeout: float = 60.0) -> dict[str, Any]:
+def mark_tenancy_ready(k8s: Any, name: str, timeout: float = 180.0) -> dict[str, Any]:
     """Wait for the API to upsert the Tenancy, then do the controller's part: namespace + Ready."""
     custom = client.CustomObjectsApi(k8s)
     core = client.CoreV1Api(k8s)
@@ -39,7 +39,8 @@ def mark_tenancy_ready(k8s: Any, name: str, timeout: float = 60.0) -> dict[str, 
         if exc.status != 409:
             raise
     # as the controller does: Ready once pods can be created there (kube-controller-manager's
-    # ServiceAccount controller has made the namespace's default account, which admission needs)
+    # ServiceAccount controller has made the namespace's default account, which admission needs;
+    # a cluster started just before, on a busy machine, takes a while to sync its controllers)
     wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", ns)), timeout,
              what=f"the default ServiceAccount of {ns}")
     return custom.patch_cluster_custom_object_status(
