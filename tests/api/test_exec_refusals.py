@@ -1,7 +1,7 @@
 """What the exec WebSocket refuses, before the upgrade, with the status and body of every route.
 
 The sessions themselves (output, exit code, terminal) run on real nodes:
-``tests/e2e_real_node/test_exec.py``. Here the pods have no kubelet, so every refusal the
+``tests/e2e/test_exec.py``. Here the pods have no kubelet, so every refusal the
 API decides itself is checked: protocol, token, scope, input, another tenancy, a container
 that is not running, and the API server's own refusal of a pod no node runs.
 """

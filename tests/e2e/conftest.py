@@ -1,7 +1,8 @@
-"""A running sandbox (the whole control plane + two simulated HGX H100 nodes) for end-to-end tests.
+"""A running sandbox (the whole control plane + two real nodes, each with a fake HGX H100 board:
+the pinned kubelet, containerd and runc run the containers) for end-to-end tests.
 
 The tests talk to it as tenants and an admin would: HTTPS to the API, and, to check
-the outcome, the Kubernetes API, the nodes' fabric sockets and CDI specs.
+the outcome, the Kubernetes API, the nodes' fabric sockets, CDI specs and kubelet state.
 
 The suite runs in either allocation mode: ``GPUCAAS_E2E_ALLOCATION=device-plugin`` (the
 default) or ``dra`` (``make test`` runs it in both). The helpers below read what the node
@@ -11,11 +12,13 @@ answer and the PodResources API, or the DRA manager's prepared claims.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
-import subprocess
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,21 +28,26 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from gpucaas.core.cdi import spec_filename
 from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from gpucaas.core.fabric_client import FabricClient, holder_for_gpus
 from gpucaas.core.lease_store import lease_name
 from gpucaas.core.topology import HGX_H100_PARTITIONS
 from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
-from tests.fixtures.sandbox import package_sandbox
-from gpucaas.programs.sandbox.node_agent import CHECKPOINT
-from gpucaas.core.cdi import spec_filename
-from gpucaas.programs.sandbox.dra_kubelet import CHECKPOINT as DRA_CHECKPOINT
-from services.device_plugin.podresources import PodResourcesReader
+from services.device_plugin.api import dp_pb2
+from services.device_plugin.podresources import (
+    PodResourcesReader,
+    PodResourcesUnavailable,
+)
 from services.dra_driver.driver import holder_for_claim
 from services.dra_driver.slices import offered_devices
+from tests.fixtures.sandbox import package_sandbox
 
 ALLOCATION_ENV = "GPUCAAS_E2E_ALLOCATION"
+CAASCTL = Path(sys.executable).with_name("caasctl")
+#: how long a container may take to reach a state (image pulls and starts on a busy 2-CPU machine)
+TIMEOUT = 240.0
 ALLOCATION_MODES = ("device-plugin", "dra")
 
 
@@ -94,6 +102,24 @@ class Caller:
                 return exc.code, raw.decode()
 
 
+class Tenant(Caller):
+    """A token's view of the API, with the installed caasctl beside it (configured by the
+    caasctl.yaml the sandbox writes, the token this one's)."""
+
+    def caasctl(self, *args: str, timeout: float = TIMEOUT, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "GPUCAAS_CONFIG": str(runner.caasctl_config_path(self.sandbox)),
+               "GPUCAAS_TOKEN": self.token, "COLUMNS": "200"}
+        return subprocess.run([str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=timeout,
+                              check=False, input=stdin)
+
+    def wait(self, cid: str, *statuses: str) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            status, body = self.call("GET", f"/v1/containers/{cid}")
+            assert status == 200, body
+            return body if body["status"] in statuses else None
+        return wait_for(reached, TIMEOUT, interval=0.3, what=f"container {cid} in {statuses}")
+
+
 CPU_HOG_ENV = "GPUCAAS_E2E_CPU_HOG"
 
 
@@ -122,14 +148,13 @@ def cpu_hog() -> Iterator[int]:
 
 @pytest.fixture(scope="package")
 def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
-    with package_sandbox(request, "gpucaas-e2e-", run_seconds=4.0, allocation_mode=allocation_mode(),
-                         real_nodes=int(os.environ.get("GPUCAAS_E2E_REAL_NODES", "0") or 0)) as sb:
+    with package_sandbox(request, "gpucaas-e2e-", allocation_mode=allocation_mode(), real_nodes=2) as sb:
         yield sb
 
 
 @pytest.fixture(scope="package")
-def admin(sandbox: runner.Sandbox) -> Caller:
-    return Caller(sandbox, sandbox.admin_token)
+def admin(sandbox: runner.Sandbox) -> Tenant:
+    return Tenant(sandbox, sandbox.admin_token)
 
 
 @pytest.fixture(scope="package")
@@ -139,16 +164,24 @@ def k8s(sandbox: runner.Sandbox) -> Iterator[client.ApiClient]:
     api.close()
 
 
-@pytest.fixture(scope="package")
-def tenant_factory(admin: Caller, sandbox: runner.Sandbox) -> Callable[[str], Caller]:
-    def make(name: str) -> Caller:
-        status, body = admin.call("POST", "/v1/admin/tenancies", {"name": name, "gpu_quota": 16})
-        assert status in (201, 409), body
-        status, body = admin.call("POST", f"/v1/admin/tenancies/{name}/tokens", {})
-        assert status == 201, body
-        return Caller(sandbox, body["token"])
+def new_tenant(admin: Caller, name: str, gpu_quota: int = 16) -> Tenant:
+    """A tenancy (made once per sandbox) and a fresh admin-scope token of it."""
+    status, body = admin.call("POST", "/v1/admin/tenancies", {"name": name, "gpu_quota": gpu_quota})
+    assert status in (201, 409), body
+    status, body = admin.call("POST", f"/v1/admin/tenancies/{name}/tokens", {})
+    assert status == 201, body
+    return Tenant(admin.sandbox, body["token"])
 
-    return make
+
+@pytest.fixture(scope="package")
+def tenant_factory(admin: Tenant) -> Callable[[str], Tenant]:
+    return lambda name: new_tenant(admin, name)
+
+
+@pytest.fixture(scope="package")
+def tenant(admin: Tenant) -> Tenant:
+    """The tenancy ``realnode`` (16 GPUs), shared by the tests of what runs in a container."""
+    return new_tenant(admin, "realnode", 16)
 
 
 
@@ -179,47 +212,89 @@ def leases(k8s: client.ApiClient) -> list[dict[str, Any]]:
 def allocated_devices(sandbox: runner.Sandbox, namespace: str, pod: str) -> list[str]:
     """The GPUs (PCI addresses) the pod holds, as the node's kubelet knows them.
 
-    device-plugin: from the kubelet's v1 PodResources API (the node agent serves it from the
-    Allocate answers it got). dra: from the CDI ids of the claims prepared for the pod.
+    device-plugin: from the kubelet's v1 PodResources API (its device manager's record of the
+    Allocate answers). dra: from the CDI ids of the claims the kubelet's DRA manager prepared
+    for the pod.
     """
     if allocation_mode() == "dra":
         got = handed_over(sandbox, namespace, pod)
         return got[1]["devices"] if got else []
     for node in sandbox.nodes:
-        for c in PodResourcesReader(node.pod_resources_socket).list("nvidia.com/gpu"):
+        reader = PodResourcesReader(node.pod_resources_socket)
+        try:
+            held = reader.list("nvidia.com/gpu")
+        except PodResourcesUnavailable:  # the kubelet restarting
+            continue
+        finally:
+            reader.close()
+        for c in held:
             if (c.namespace, c.pod) == (namespace, pod):
                 return sorted(c.device_ids)
     return []
 
 
+#: the kubelet's device manager checkpoint, in its device-plugin folder
+#: (``pkg/kubelet/cm/devicemanager``: ``kubeletDeviceManagerCheckpoint``)
+DEVICE_MANAGER_CHECKPOINT = "kubelet_internal_checkpoint"
+#: the kubelet's DRA manager checkpoint, in its root folder (``pkg/kubelet/cm/dra``: ``draManagerStateFileName``)
+DRA_MANAGER_CHECKPOINT = "dra_manager_state"
+
+
+def pod_uid(sandbox: runner.Sandbox, namespace: str, pod: str) -> str | None:
+    """The pod's UID (the kubelet's checkpoints know pods by UID), or None when it is gone."""
+    with config.new_client_from_config(str(sandbox.kubeconfig)) as api:
+        try:
+            return client.CoreV1Api(api).read_namespaced_pod(pod, namespace).metadata.uid
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+
+def _checkpoint(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):  # not written yet, or being replaced
+        return None
+
+
 def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str, dict[str, Any]] | None:
     """(node, record) of what the node handed the kubelet for the pod: ``devices`` (PCI
     addresses), ``cdi`` (CDI device names) and ``holder`` (the fabric service's holder of the
-    partition).
+    partition), read from the node's kubelet checkpoints.
 
-    device-plugin: from the node agent's kubelet checkpoint (written from the AllocateResponse,
-    as the kubelet's ``kubelet_internal_checkpoint`` is); the holder is the GPU set.
-    dra: from the DRA manager's checkpoint (``dra_manager_state.json``: the claims prepared for
-    the pod and the CDI ids NodePrepareResources answered); the holder is the claim.
+    device-plugin: from the device manager's ``kubelet_internal_checkpoint`` (the pod's entry
+    holds the device ids and the plugin's ContainerAllocateResponse, whose CDI devices are
+    read); the holder is the GPU set.
+    dra: from the DRA manager's ``dra_manager_state`` (the claims prepared for the pod and the
+    CDI ids NodePrepareResources answered); the holder is the claim.
     """
+    uid = pod_uid(sandbox, namespace, pod)
+    if uid is None:
+        return None
     dra = allocation_mode() == "dra"
     for node in sandbox.nodes:
-        path = node.kubelet_dir / (DRA_CHECKPOINT if dra else CHECKPOINT)
-        try:
-            saved = json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):  # not written yet, or being replaced
-            continue
         if dra:
-            uids = saved.get("pods", {}).get(f"{namespace}/{pod}")
-            claims = [c for c in saved.get("claims", []) if c["uid"] in (uids or ())]
+            saved = _checkpoint(node.kubelet_dir / DRA_MANAGER_CHECKPOINT)
+            if saved is None:
+                continue
+            claims = [c for c in json.loads(saved["Data"])["ClaimInfoStateList"] or []
+                      if uid in (c.get("PodUIDs") or {})]
             if not claims:
                 continue
-            cdi = sorted(i for c in claims for i in c["cdi_ids"])
+            cdi = sorted(i for c in claims for state in (c.get("DriverState") or {}).values()
+                         for d in state.get("Devices") or [] for i in d.get("CDIDeviceIDs") or [])
             return node.name, {"cdi": cdi, "devices": sorted(i.split("=", 1)[1] for i in cdi),
-                               "holder": holder_for_claim(claims[0]["uid"])}
-        for r in saved:
-            if (r["namespace"], r["pod"]) == (namespace, pod):
-                return node.name, {**r, "holder": holder_for_gpus(r["devices"])}
+                               "holder": holder_for_claim(claims[0]["ClaimUID"])}
+        saved = _checkpoint(node.device_plugin_dir / DEVICE_MANAGER_CHECKPOINT)
+        if saved is None:
+            continue
+        for e in saved["Data"]["PodDeviceEntries"] or []:
+            if e["PodUID"] == uid and e["ResourceName"] == "nvidia.com/gpu":
+                devices = sorted(d for ids in e["DeviceIDs"].values() for d in ids)
+                resp = dp_pb2.ContainerAllocateResponse.FromString(base64.b64decode(e["AllocResp"]))
+                return node.name, {"devices": devices, "cdi": [d.name for d in resp.cdi_devices],
+                                   "holder": holder_for_gpus(devices)}
     return None
 
 

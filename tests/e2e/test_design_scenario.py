@@ -1,8 +1,10 @@
 """The design's scenario through the running sandbox, and GPU containers of every size.
 
-Nothing runs inside a container in the sandbox, so the tests check what the control plane
-did: the GPUs and CDI names the device plugin's Allocate handed the kubelet, the partition
-the fabric service activated for them, the CDI spec behind those names, and the GPU leases.
+The containers run on the sandbox's real nodes (no GPU is behind their device nodes), so
+the tests check what the control plane did: the GPUs and CDI names the device plugin's
+Allocate (the DRA driver's NodePrepareResources) handed the kubelet, the partition the
+fabric service activated for them, the CDI spec behind those names, the device node the
+container was given, and the GPU leases.
 """
 
 from __future__ import annotations
@@ -88,7 +90,12 @@ def test_design_payload_runs_to_completion(sandbox: runner.Sandbox, admin: Calle
     tn = client.CustomObjectsApi(k8s).get_cluster_custom_object("gpucaas.dev", "v1alpha1", "tenancies", "landon")
     assert tn["status"]["phase"] == "Ready"
     status, logs = admin.call("GET", f"/v1/containers/{cid}/logs")
-    assert status == 200 and "SIMULATED" in logs and "Result = PASS" not in logs  # the sandbox claims no run
+    assert status == 200, logs
+    # the sample's stand-in claims no CUDA run, and lists the device nodes the container was given:
+    # its GPU's IOMMU group (the CDI spec's /dev/vfio/<group>) and the vfio container node
+    assert "no CUDA ran" in logs and "Result = PASS" not in logs, logs
+    listed = logs.split("the /dev/vfio devices this container was given:", 1)[1].split()
+    assert sorted(listed) == sorted([vfio_node.rsplit("/", 1)[1], "vfio"]), logs
 
     wait_for(lambda: settled(sandbox, k8s), what="partitions released and leases Free")
     lease = lease_of(k8s, node, gpu)["status"]
@@ -110,12 +117,16 @@ def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_f
     # allocated it lost its counters (tests/dra_driver, the publisher race); availability is now
     # said by the counters and the devices always stay. They run until cancelled below: the
     # checks need all four holding their GPUs at once.
+    # Each asks for 50m CPU: the sandbox's real nodes have this machine's 2 CPUs each, and every
+    # pod carries the RuntimeClass's 500m Kata overhead; at the sandbox's default 150m per GPU
+    # the three on one board (3 x 500m + 7 x 150m) would not fit its node's CPU, and the 8-GPU
+    # container would find no node with a whole board and enough CPU.
     wait_for(lambda: settled(sandbox, k8s), what="every GPU free before the sizes are placed")
     try:
         for gpus in (4, 2, 1, 8):  # 15 GPUs over two 8-GPU boards
             status, body = tenant.call("POST", "/v1/containers", {
                 "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": gpus,
-                "command": ["sleep", "3600"]})
+                "cpu": "50m", "command": ["sleep", "3600"]})
             assert status == 202, body
             ids[gpus] = body["id"]
             assert wait_status(tenant, body["id"], "Running", "Succeeded", "Failed")["status"] == "Running"

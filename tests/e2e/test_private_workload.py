@@ -11,6 +11,7 @@ from typing import Any
 from kubernetes import client
 
 from gpucaas.programs.sandbox import runner
+from services.api import sizing
 
 from .conftest import Caller, allocation_mode, wait_for, wait_status
 
@@ -58,11 +59,18 @@ def test_private_image_secret_env_and_gpu_sizing(sandbox: runner.Sandbox, tenant
     assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gpucaas-secret-hf", "key": "value"}}}
     value = client.CoreV1Api(k8s).read_namespaced_secret("gpucaas-secret-hf", "tenant-paying").data["value"]
     assert base64.b64decode(value).decode() == HF_VALUE
-    # 8 x the per-GPU share of an HGX H100 node (24 CPUs, 224 GiB in 1 GiB hugepages), /dev/shm sized
+    # 8 x the sandbox's per-GPU share, /dev/shm sized. Its real nodes share this machine, so the
+    # sandbox sets the share small (runner.REAL_NODE_SIZING: no 1 GiB hugepages); production's is
+    # an HGX H100 node's (24 CPUs, 224 GiB in hugepages: tests/api check that pod spec).
+    share = runner.REAL_NODE_SIZING
+    cpu = sizing.format_cpu(8 * sizing.parse_cpu(share["GPUCAAS_CPU_PER_GPU"]))
+    memory = sizing.format_bytes(8 * sizing.parse_bytes(share["GPUCAAS_MEMORY_PER_GPU"]))
+    shm = sizing.format_bytes(8 * sizing.parse_bytes(share["GPUCAAS_SHM_PER_GPU"]))
+    assert (cpu, memory, shm) == ("1200m", "16Gi", "2Gi")
     gpu_limit = {"nvidia.com/gpu": "8"} if allocation_mode() == "device-plugin" else {}  # dra: a claim
-    assert main["resources"]["limits"] == {**gpu_limit, "cpu": "192", "memory": "1792Gi", "hugepages-1Gi": "1792Gi"}
-    assert main["resources"]["requests"]["hugepages-1Gi"] == "1792Gi"
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in spec["volumes"]
+    assert main["resources"]["limits"] == {**gpu_limit, "cpu": cpu, "memory": memory}
+    assert main["resources"]["requests"] == {"cpu": cpu, "memory": memory}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}} in spec["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in main["volumeMounts"]
     # the tenancy's quota covers CPU and memory too
     quota = client.CoreV1Api(k8s).list_namespaced_resource_quota("tenant-paying").items[0].spec.hard

@@ -1,8 +1,7 @@
 """Issue 20's scenario on the sandbox, as a tenant lives it with caasctl only: register two
-webhooks (one receiver fails its first two deliveries), run a 2-GPU `sleep 3` with
+webhooks (one receiver fails its first two deliveries), run a 2-GPU `ls /dev/vfio; sleep 3` with
 `caasctl run --follow` (log shown, exit code 0), see `caasctl usage` charge it 2 × about 3
-GPU-seconds from the container's own start and end as the node agent (the kubelet's part)
-reports them, and find `container.running` and `container.succeeded` at both receivers,
+GPU-seconds from the container's own start and end as the kubelet reports them, and find `container.running` and `container.succeeded` at both receivers,
 each signed as docs/webhooks.md tells tenants to verify."""
 
 from __future__ import annotations
@@ -40,9 +39,12 @@ def test_a_tenants_session_run_usage_and_signed_webhooks(sandbox: runner.Sandbox
             assert made.returncode == 0, made.stderr
             secrets[receiver.url] = json.loads(made.stdout)["secret"]
 
-        ran = caasctl("run", "busybox:1.36", "--gpus", "2", "--follow", "--", "sleep", "3", timeout=300)
+        ran = caasctl("run", "busybox:1.36", "--gpus", "2", "--follow", "--", "sh", "-c", "ls /dev/vfio; sleep 3",
+                      timeout=300)
         assert ran.returncode == 0, ran.stderr
-        assert "2 GPU(s) allocated" in ran.stdout  # the container's log, followed to its end
+        # the container's log, followed to its end: its two GPUs' IOMMU groups and the vfio container node
+        listed = ran.stdout.split()
+        assert len(listed) == 3 and "vfio" in listed and all(g.isdigit() for g in listed if g != "vfio"), ran.stdout
         cid = ran.stderr.split("container ", 1)[1].split()[0]
 
         def charged() -> dict | None:

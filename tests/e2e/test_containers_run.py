@@ -14,9 +14,9 @@ from gpucaas.programs.sandbox import runner
 from .conftest import TIMEOUT, Tenant
 
 
-def test_every_node_is_a_real_kubelet_with_containerd_2(sandbox: runner.Sandbox, k8s: client.CoreV1Api) -> None:
+def test_every_node_is_a_real_kubelet_with_containerd_2(sandbox: runner.Sandbox, k8s: client.ApiClient) -> None:
     for node in sandbox.nodes:
-        info = k8s.read_node(node.name).status.node_info
+        info = client.CoreV1Api(k8s).read_node(node.name).status.node_info
         assert info.kubelet_version.startswith("v1.36."), info
         assert info.container_runtime_version.startswith("containerd://2."), info
 

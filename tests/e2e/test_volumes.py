@@ -39,8 +39,9 @@ def _finished(tenant: Tenant, cid: str) -> dict[str, Any]:
 
 
 def test_a_file_written_to_a_volume_is_read_by_a_later_container_and_no_other_tenancy(
-    tenant: Tenant, other: Tenant, k8s: client.CoreV1Api
+    tenant: Tenant, other: Tenant, k8s: client.ApiClient
 ) -> None:
+    core = client.CoreV1Api(k8s)
     made = tenant.caasctl("volumes", "create", "shared", "--size", "64Mi")
     assert made.returncode == 0, (made.stdout, made.stderr)
 
@@ -49,8 +50,8 @@ def test_a_file_written_to_a_volume_is_read_by_a_later_container_and_no_other_te
         assert status == 200, body
         return body if body["status"] == "Bound" else None
     assert waiting.wait_for(bound, TIMEOUT, interval=0.3, what="the volume bound")["size"] == "64Mi"
-    claim = k8s.read_namespaced_persistent_volume_claim("gpucaas-volume-shared", "tenant-realnode")
-    pv = client.CoreV1Api(k8s.api_client).read_persistent_volume(claim.spec.volume_name)
+    claim = core.read_namespaced_persistent_volume_claim("gpucaas-volume-shared", "tenant-realnode")
+    pv = core.read_persistent_volume(claim.spec.volume_name)
     directory = Path(pv.spec.host_path.path)
     assert directory.parent == hostpath_volumes.PROVISIONER_ROOT and pv.spec.storage_class_name == "gpucaas-volumes"
     listed = tenant.caasctl("volumes", "list")
@@ -59,7 +60,7 @@ def test_a_file_written_to_a_volume_is_read_by_a_later_container_and_no_other_te
     # the API's quota and the namespace's ResourceQuota say the same
     status, page = tenant.call("GET", "/v1/volumes")
     assert status == 200, page
-    hard = k8s.read_namespaced_resource_quota("tenant-quota", "tenant-realnode").spec.hard
+    hard = core.read_namespaced_resource_quota("tenant-quota", "tenant-realnode").spec.hard
     assert hard["gpucaas-volumes.storageclass.storage.k8s.io/requests.storage"] == page["storage_quota"]
     assert hard["gpucaas-volumes.storageclass.storage.k8s.io/persistentvolumeclaims"] == str(page["max_volumes"])
 
