@@ -318,5 +318,6 @@ class FakeKubelet:
                 cont = next((c for c in pod.containers if c.name == a.container), None)
                 if cont is None:
                     cont = pod.containers.add(name=a.container)
-                cont.devices.add(resource_name=a.resource_name, device_ids=list(a.device_ids))
+                for device in a.device_ids:  # one entry per device, as the kubelet answers
+                    cont.devices.add(resource_name=a.resource_name, device_ids=[device])
             return list(pods.values())

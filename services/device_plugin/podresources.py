@@ -52,7 +52,13 @@ class PodResourcesReader:
             channel.close()
 
     def list(self, resource_name: str | None = None) -> list[ContainerDevices]:
-        """Every container's devices (of ``resource_name`` when given)."""
+        """Every container's devices (of ``resource_name`` when given), one entry per container
+        and resource.
+
+        The kubelet answers one ``ContainerDevices`` per device (per device and NUMA node where
+        the plugin reports topology: ``containerDevicesFromResourceDeviceInstances`` in
+        ``pkg/kubelet/cm``), so a container's entries are merged here: a 4-GPU container is one
+        holder of four GPUs, not four holders of one."""
         if not self.socket_path.exists():
             self.close()
             raise PodResourcesUnavailable(f"PodResources socket {self.socket_path} does not exist")
@@ -62,11 +68,11 @@ class PodResourcesReader:
             self.close()
             raise PodResourcesUnavailable(
                 f"PodResources List on {self.socket_path} failed: {exc.code().name} {exc.details()}") from exc
-        out = []
+        merged: dict[tuple[str, str, str, str], set[str]] = {}
         for pod in resp.pod_resources:
             for c in pod.containers:
                 for d in c.devices:
                     if resource_name is None or d.resource_name == resource_name:
-                        out.append(ContainerDevices(pod.namespace, pod.name, c.name, d.resource_name,
-                                                    tuple(sorted(d.device_ids))))
-        return out
+                        merged.setdefault((pod.namespace, pod.name, c.name, d.resource_name), set()).update(d.device_ids)
+        return [ContainerDevices(ns, pod, container, resource, tuple(sorted(ids)))
+                for (ns, pod, container, resource), ids in merged.items()]

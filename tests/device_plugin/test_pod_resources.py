@@ -68,3 +68,23 @@ def test_pod_resources_get_and_allocatable(plugin: DevicePlugin, fake_kubelet: F
 def test_missing_pod_resources_socket_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(PodResourcesUnavailable, match="does not exist"):
         PodResourcesReader(tmp_path / "none.sock").list()
+
+
+def test_a_containers_devices_are_one_holder_though_the_kubelet_lists_each_apart(
+        plugin: DevicePlugin, fake_kubelet: FakeKubelet) -> None:
+    """The kubelet's List answers one ContainerDevices per device; the reader (and so the fabric's
+    live-holder sync) sees one container holding all four, whose partition then stays held."""
+    import grpc
+
+    from services.device_plugin.api import pr_grpc
+
+    a = fake_kubelet.admit("tenant-acme", "train-0", "nvidia.com/gpu", 4)
+    with grpc.insecure_channel(f"unix://{fake_kubelet.pod_resources_socket}") as ch:
+        raw = pr_grpc.PodResourcesListerStub(ch).List(pr_pb2.ListPodResourcesRequest(), timeout=5)
+    assert [list(d.device_ids) for d in raw.pod_resources[0].containers[0].devices] == [[b] for b in a.device_ids]
+    reader = PodResourcesReader(fake_kubelet.pod_resources_socket)
+    try:
+        [held] = reader.list("nvidia.com/gpu")
+    finally:
+        reader.close()
+    assert (held.namespace, held.pod, held.device_ids) == ("tenant-acme", "train-0", tuple(sorted(a.device_ids)))
