@@ -180,7 +180,7 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
     # chart binds it (the controller binds it per tenant namespace, see services/tenancy_controller/builders.py)
     assert [_flatten(r["rules"]) for r in tenant_secrets] == [{
         ("", "secrets"): {"get", "list", "create", "update", "delete"},
-        ("", "persistentvolumeclaims"): {"get", "list", "create", "delete"},
+        ("", "persistentvolumeclaims"): {"list", "create", "delete"},
         ("", "pods/exec"): {"get", "create"}}]
     assert not [o for o in objects if o["kind"].endswith("Binding") and o["roleRef"]["name"] == TENANT_SECRETS]
     controller_env = {e["name"]: e.get("value") for e in pod_spec(find(objects, "Deployment", "gpucaas-controller"))["containers"][0]["env"]}

@@ -69,7 +69,8 @@ def test_private_image_secret_env_and_gpu_sizing(sandbox: runner.Sandbox, tenant
     assert (cpu, memory, shm) == ("1200m", "16Gi", "2Gi")
     gpu_limit = {"nvidia.com/gpu": "8"} if allocation_mode() == "device-plugin" else {}  # dra: a claim
     assert main["resources"]["limits"] == {**gpu_limit, "cpu": cpu, "memory": memory}
-    assert main["resources"]["requests"] == {"cpu": cpu, "memory": memory}
+    # requests equal limits (no hugepages); kube-apiserver defaults the extended resource's request
+    assert main["resources"]["requests"] == {**gpu_limit, "cpu": cpu, "memory": memory}
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}} in spec["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in main["volumeMounts"]
     # the tenancy's quota covers CPU and memory too
