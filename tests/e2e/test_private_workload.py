@@ -73,9 +73,13 @@ def test_private_image_secret_env_and_gpu_sizing(sandbox: runner.Sandbox, tenant
     assert main["resources"]["requests"] == {**gpu_limit, "cpu": cpu, "memory": memory}
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}} in spec["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in main["volumeMounts"]
-    # the tenancy's quota covers CPU and memory too
+    # the tenancy's quota covers CPU and memory too: its 16 GPUs' shares, plus the RuntimeClass's
+    # Kata overhead (500m, 1Gi) of as many pods
     quota = client.CoreV1Api(k8s).list_namespaced_resource_quota("tenant-paying").items[0].spec.hard
-    assert (quota["limits.cpu"], quota["limits.memory"]) == ("392", "3600Gi")
+    per_gpu_cpu = sizing.parse_cpu(share["GPUCAAS_CPU_PER_GPU"]) + 500
+    per_gpu_memory = sizing.parse_bytes(share["GPUCAAS_MEMORY_PER_GPU"]) + sizing.GIB
+    assert (quota["limits.cpu"], quota["limits.memory"]) == (
+        sizing.format_cpu(16 * per_gpu_cpu), sizing.format_bytes(16 * per_gpu_memory)) == ("10400m", "48Gi")
 
     done = wait_status(tenant, cid, "Succeeded")
     assert done["exit_code"] == 0
