@@ -310,6 +310,7 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
         "timeout_seconds": data.timeout_seconds,
         **{k: getattr(data, k) for k in ("cpu", "memory", "shm_size") if getattr(data, k) is not None},
         **({"volumes": data.volumes_wire} if data.volumes else {}),
+        **({"ports": data.ports_wire} if data.ports else {}),
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
@@ -408,6 +409,7 @@ def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str |
         memory=data.memory,
         shm_size=data.shm_size,
         volumes=data.volumes_wire,
+        ports=data.ports_wire,
         timeout_seconds=data.timeout_seconds,
         status=ContainerStatus.QUEUED.value,
         pod_name=pod_name(cid),

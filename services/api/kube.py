@@ -263,6 +263,45 @@ class Kube:
         except NotFound:
             return False
 
+    # -- container endpoints (Service, Ingresses, CiliumNetworkPolicy) ---------------
+
+    def apply_endpoint_objects(self, objects: list[dict[str, Any]]) -> int:
+        """Create each object (a Service, or one served by the custom-objects API by group,
+        version and plural); one that exists already counts as done. Returns how many were new."""
+        made = 0
+        for body in objects:
+            ns = body["metadata"]["namespace"]
+            try:
+                if body["kind"] == "Service":
+                    self._call(self.core.create_namespaced_service, ns, body, _preload_content=False,
+                               idempotent=True).release_conn()
+                else:
+                    group, version, plural = _custom_api(body)
+                    self._call(self.custom.create_namespaced_custom_object, group, version, ns, plural, body,
+                               idempotent=True)
+                made += 1
+            except Conflict:
+                pass
+        return made
+
+    def delete_endpoint_objects(self, objects: list[dict[str, Any]]) -> int:
+        """Delete each object named in ``objects`` (kind, namespace, name); returns how many existed."""
+        gone = 0
+        for body in objects:
+            ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+            try:
+                if body["kind"] == "Service":
+                    self._call(self.core.delete_namespaced_service, name, ns, _preload_content=False,
+                               idempotent=True).release_conn()
+                else:
+                    group, version, plural = _custom_api(body)
+                    self._call(self.custom.delete_namespaced_custom_object, group, version, ns, plural, name,
+                               idempotent=True)
+                gone += 1
+            except NotFound:
+                pass
+        return gone
+
     # -- cluster inventory (admin) --------------------------------------------------
 
     def list_nodes(self) -> list[dict[str, Any]]:
@@ -290,6 +329,14 @@ class Kube:
             self.custom.replace_cluster_custom_object_status,
             crds.GROUP, crds.VERSION, plural, body["metadata"]["name"], body,
         )
+
+
+_CUSTOM_PLURALS = {"Ingress": "ingresses", "CiliumNetworkPolicy": "ciliumnetworkpolicies"}
+
+
+def _custom_api(body: dict[str, Any]) -> tuple[str, str, str]:
+    group, version = body["apiVersion"].split("/", 1)
+    return group, version, _CUSTOM_PLURALS[body["kind"]]
 
 
 class _NotConfigured:

@@ -25,7 +25,7 @@ from pydantic import (
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from services.api import sizing, tenant_secrets, validation, volumes as volume_rules
+from services.api import endpoints as endpoint_rules, sizing, tenant_secrets, validation, volumes as volume_rules
 
 
 def utcnow() -> datetime:
@@ -482,6 +482,24 @@ class VolumeMount(StrictInput):
     read_only: StrictBool = PField(False, description="Mount it read-only.")
 
 
+# --- endpoints (declared HTTP ports, served by the ingress controller) -------------
+
+
+class PortSpec(StrictInput):
+    """An HTTP port the container listens on, served at ``https://<id>-<port>.<endpoint domain>``."""
+
+    port: StrictInt = PField(ge=1, le=65535, description="TCP port the container serves HTTP on.", examples=[8080])
+    public: StrictBool = PField(
+        False, description="false: only requests with a token of this tenancy (Authorization: Bearer) get "
+        "through; true: anyone who has the URL.")
+
+
+class EndpointPublic(SQLModel):
+    port: int
+    url: str = PField(description="https://<container id>-<port>.<endpoint domain>")
+    public: bool
+
+
 # --- containers ------------------------------------------------------------------
 
 MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
@@ -566,6 +584,27 @@ class ContainerCreate(StrictInput, ContainerBase):
         description=f"Volumes to mount (at most {volume_rules.MAX_MOUNTS}), each created first with POST /v1/volumes.",
         examples=[[{"name": "datasets", "mount_path": "/datasets", "read_only": True}]],
     )
+
+    ports: list[PortSpec] | None = PField(
+        None, max_length=endpoint_rules.MAX_PORTS,
+        description=f"HTTP ports to serve (at most {endpoint_rules.MAX_PORTS}, each once): each becomes an endpoint "
+        "https://<container id>-<port>.<endpoint domain> while the container runs.",
+        examples=[[{"port": 8080, "public": False}]],
+    )
+
+    @field_validator("ports")
+    @classmethod
+    def _distinct_ports(cls, value: list[PortSpec] | None) -> list[PortSpec] | None:
+        seen = [p.port for p in value or ()]
+        twice = sorted({x for x in seen if seen.count(x) > 1})
+        if twice:
+            raise ValueError(f"port {twice[0]} is given twice; declare each port once")
+        return value
+
+    @property
+    def ports_wire(self) -> list[dict[str, Any]] | None:
+        """``ports`` as stored (``[{"port", "public"}]``)."""
+        return None if not self.ports else [p.model_dump() for p in self.ports]
 
     @field_validator("volumes")
     @classmethod
@@ -660,6 +699,8 @@ class Container(ContainerBase, table=True):
     env: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     # the tenant volumes it mounts, [{"name", "mount_path", "read_only"}] (migration 0011)
     volumes: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # its declared HTTP ports, [{"port", "public"}] (migration 0012)
+    ports: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     cpu: str | None = Field(default=None, max_length=32)  # tenant overrides of the per-GPU sizing
     memory: str | None = Field(default=None, max_length=32)
     shm_size: str | None = Field(default=None, max_length=32)
@@ -710,6 +751,10 @@ class ContainerPublic(ContainerBase):
     shm_size: str | None = PField(None, description="/dev/shm size asked for (null: the per-GPU share).")
     volumes: list[dict[str, Any]] | None = PField(
         None, description="The tenant volumes it mounts: name, mount_path, read_only.")
+    ports: list[dict[str, Any]] | None = PField(None, description="Its declared HTTP ports: port, public.")
+    endpoints: list[EndpointPublic] = PField(
+        default_factory=list, description="Where its ports are served while it is queued, pending or running "
+        "(empty once it has ended): port, url, public.")
     status: ContainerStatus
     message: str | None = PField(
         None, description="Why it waits (scheduler, tenancy, quota, image pull) or how it ended, in plain words."

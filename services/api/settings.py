@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpucaas.core.dra import AllocationMode
-from services.api import sizing, volumes
+from services.api import endpoints, sizing, volumes
 
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})
@@ -64,6 +64,34 @@ class Settings(BaseSettings):
     max_volumes: int = Field(
         10, ge=0, le=1000, description="Most volumes a tenancy may have (0: no volumes); the ResourceQuota "
         "counts the storage class's claims against the same figure.",
+    )
+    endpoint_domain: str = Field(
+        "endpoints.gpucaas.internal", min_length=1, max_length=200,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="DNS domain of container endpoints: a declared port is served at "
+        "https://<container id>-<port>.<domain> (a wildcard DNS record and certificate for *.<domain> point at "
+        "the ingress controller, docs/endpoints.md).",
+    )
+    endpoint_ingress_class: str = Field(
+        "traefik", min_length=1, max_length=253, description="IngressClass of the endpoints' Ingresses.")
+    endpoint_annotations: dict[str, str] = Field(
+        default_factory=lambda: {"traefik.ingress.kubernetes.io/router.tls": "true"},
+        description="Annotations of every endpoint Ingress (JSON object in the environment).",
+    )
+    endpoint_auth_annotations: dict[str, str] = Field(
+        default_factory=lambda: {
+            "traefik.ingress.kubernetes.io/router.middlewares": "gpucaas-system-gpucaas-endpoint-auth@kubernetescrd"},
+        description="Annotations that make the ingress controller ask GET /v1/endpoint-auth before serving a "
+        "private endpoint (the chart's Traefik Middleware by default; JSON object in the environment). Without "
+        "them a private endpoint would answer anyone: the API refuses to start with an empty value.",
+    )
+    endpoint_ingress_namespace: str = Field(
+        "traefik", min_length=1, max_length=63,
+        description="Namespace of the ingress controller's pods: the only peers an endpoint's network policy admits.",
+    )
+    endpoint_ingress_labels: dict[str, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "traefik"},
+        description="Labels of the ingress controller's pods (JSON object in the environment).",
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     run_worker: bool = Field(True, description="Run the submission worker in this process.")
@@ -190,10 +218,24 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _endpoint_auth(self) -> Settings:
+        if not self.endpoint_auth_annotations:
+            raise ValueError(
+                "endpoint_auth_annotations (GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS) may not be empty: they make the "
+                "ingress controller ask the API before serving a private endpoint (docs/endpoints.md)")
+        return self
+
+    @model_validator(mode="after")
     def _sizes(self) -> Settings:
         self.share  # noqa: B018 - parses every quantity: a bad one stops start-up with its name
         self.volume_quota_bytes  # noqa: B018
         return self
+
+    @property
+    def endpoint_config(self) -> endpoints.Config:
+        return endpoints.Config(self.endpoint_domain, self.endpoint_ingress_class, self.endpoint_annotations,
+                                self.endpoint_auth_annotations, self.endpoint_ingress_namespace,
+                                self.endpoint_ingress_labels)
 
     @property
     def volume_quota(self) -> volumes.Quota:

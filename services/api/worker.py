@@ -28,7 +28,7 @@ from sqlmodel import Session
 
 from gpucaas.core import crds
 from gpucaas.core.kube import Forbidden, Invalid, KubeError
-from services.api import crud, log_archive, pods, retention, sizing, tenant_secrets, volumes
+from services.api import crud, endpoints, log_archive, pods, retention, sizing, tenant_secrets, volumes
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
@@ -51,6 +51,8 @@ class SubmissionWorker:
         self._watch_resp: Any = None
         self._watch_lock = threading.Lock()
         self.submitted = 0  # pods created by this replica (for metrics)
+        # containers whose endpoint objects this replica removed (a finished pod stays for its log)
+        self._endpoints_removed: set[str] = set()
         self.usage = UsageRecorder(engine=engine, kube=kube, gpu_resource=settings.gpu_resource)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -196,6 +198,8 @@ class SubmissionWorker:
             created = self.kube.create_pod(body)
             log.info("%s: pod %s/%s %s", ctx, body["metadata"]["namespace"], body["metadata"]["name"],
                      "created" if created else "already existed")
+            if row.ports:
+                self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"])
             self.submitted += created
             with Session(self.engine) as session:
                 still_wanted = crud.mark_pod_created(session, container_id=row.id)
@@ -261,6 +265,30 @@ class SubmissionWorker:
         gone = [f"volumes: volume {n!r} not found" for n in names if n not in have]
         return "; ".join(gone) + " (create it with POST /v1/volumes, then submit again)" if gone else None
 
+    def _serve_endpoints(self, row: Container, namespace: str, pod: str) -> None:
+        """The Service, Ingresses and network policy of the container's ports, owned by its pod
+        (a retried submission finds them made: each create is idempotent)."""
+        uid = (self.kube.get_pod(namespace, pod).get("metadata") or {}).get("uid")
+        objects = endpoints.objects(row.id, row.tenancy, row.ports or (), self.settings.endpoint_config,
+                                    owner={"name": pod, "uid": uid} if uid else None)
+        made = self.kube.apply_endpoint_objects(objects)
+        log.info("container %s tenancy %s: %d endpoint objects made for ports %s", row.id, row.tenancy, made,
+                 ",".join(str(p["port"]) for p in row.ports or ()))
+
+    def _remove_endpoints(self, container_id: str, tenancy: str) -> None:
+        """Stop serving a container's ports once it has ended (once per replica; best effort:
+        the garbage collector removes them with the pod in any case)."""
+        if container_id in self._endpoints_removed:
+            return
+        try:
+            gone = self.kube.delete_endpoint_objects(endpoints.object_refs(container_id, tenancy))
+        except KubeError as exc:
+            log.warning("container %s: endpoint objects not removed yet (%s); will retry", container_id, exc)
+            return
+        self._endpoints_removed.add(container_id)
+        if gone:
+            log.info("container %s tenancy %s: %d endpoint objects removed", container_id, tenancy, gone)
+
     def _delete_pod(self, row: Container) -> None:
         try:
             self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
@@ -298,6 +326,8 @@ class SubmissionWorker:
                 break
             if row.pod_created:
                 self._keep_log(row.id, row.tenancy, row.pod_name)
+            if row.ports:
+                self._remove_endpoints(row.id, row.tenancy)
             self._delete_pod(row)
         return False  # retries of failed deletes wait for the next poll
 
@@ -382,6 +412,8 @@ class SubmissionWorker:
             keep = finished and row is not None and log_archive.get(session, container_id=cid) is None
         if keep and row is not None:
             self._keep_log(cid, row.tenancy, row.pod_name)
+        if finished and row is not None and row.ports:
+            self._remove_endpoints(cid, row.tenancy)
         return cid
 
 

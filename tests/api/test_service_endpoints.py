@@ -44,7 +44,7 @@ def test_metrics_openapi_and_docs(module_api: ApiServer) -> None:
     for path in ("/v1/containers", "/v1/containers/{container_id}", "/v1/containers/{container_id}/logs",
                  "/v1/admin/tenancies", "/v1/admin/tenancies/{name}/tokens", "/v1/admin/containers",
                  "/v1/admin/nodes", "/v1/admin/gpus", "/v1/admin/leases", "/v1/admin/partitions",
-                 "/v1/volumes", "/v1/volumes/{volume_name}"):
+                 "/v1/volumes", "/v1/volumes/{volume_name}", "/v1/endpoint-auth"):
         assert path in spec["paths"], path
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
 

@@ -71,6 +71,20 @@ def test_other_tenancys_container_is_not_found_by_the_exec_websocket(api_down: A
     assert refusal("00000000000000000000")[0] == 404
 
 
+def test_other_tenancys_endpoint_is_not_found_by_the_ingress_question(api_down: ApiServer, two_tenants: dict) -> None:
+    """``/v1/endpoint-auth`` (the ingress controller asks it for private endpoints): another
+    tenancy's container and port answer exactly as a container that does not exist."""
+    domain = api_down.app.state.settings.endpoint_domain
+
+    def asked(cid: str) -> tuple[int, str]:
+        with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+            r = alpha.get("/v1/endpoint-auth", headers={"X-Forwarded-Host": f"{cid}-8080.{domain}"})
+        return r.status_code, r.text.replace(cid, "<id>")
+
+    assert asked(two_tenants["beta"]["container"]) == asked("00000000000000000000")
+    assert asked("00000000000000000000")[0] == 404
+
+
 def test_submitting_into_another_tenancy_is_not_found(api_down: ApiServer, two_tenants: dict) -> None:
     with api_down.client(two_tenants["alpha"]["token"]) as alpha:
         other = alpha.post("/v1/containers", json={"image": IMAGE, "tenancy": "beta"})

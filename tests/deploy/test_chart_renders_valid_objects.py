@@ -2,7 +2,10 @@
 
 Built-in kinds are checked by kubernetes-validate in strict mode (unknown fields
 are errors) for the oldest and newest Kubernetes the chart targets; custom
-resources against the schema of their own CRD.
+resources against the schema of their own CRD: the chart's, a subset of
+cert-manager's Certificate, and Traefik's own Middleware CRD, read from the Traefik
+module that upstream/build.sh builds the sandbox's controller from (unknown fields
+are errors there too, as ``kubectl apply --validate=strict`` would say).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -101,12 +106,43 @@ def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
             key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
             schemas[key] = version["schema"]["openAPIV3Schema"]
     schemas[("cert-manager.io/v1", "Certificate")] = CERTIFICATE_SCHEMA
+    middleware = _traefik_middleware_crd()
+    schemas[("traefik.io/v1alpha1", "Middleware")] = middleware["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schemas
+
+
+def _traefik_middleware_crd() -> dict[str, Any]:
+    """Traefik's Middleware CRD, from the pinned Traefik module (upstream/traefik/go.mod)."""
+    wrapper = Path(CHART).parents[2] / "upstream" / "traefik"
+    out = subprocess.run(["go", "mod", "download", "-json", "github.com/traefik/traefik/v3"], cwd=wrapper,
+                         capture_output=True, text=True, check=True, timeout=600)
+    folder = Path(json.loads(out.stdout)["Dir"])
+    crd = yaml.safe_load((folder / "docs/content/reference/dynamic-configuration/traefik.io_middlewares.yaml")
+                         .read_text())
+    assert crd["spec"]["group"] == "traefik.io" and crd["spec"]["versions"][0]["name"] == "v1alpha1"
+    return crd
+
+
+def _no_unknown_fields(obj: Any, schema: dict[str, Any], where: str) -> None:
+    """What Kubernetes would prune (or strict validation refuse): a field its CRD does not name."""
+    if isinstance(obj, dict) and "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        unknown = sorted(set(obj) - set(schema["properties"]))
+        assert not unknown, f"{where}: unknown field(s) {unknown}"
+        for key, value in obj.items():
+            _no_unknown_fields(value, schema["properties"][key], f"{where}.{key}")
+    elif isinstance(obj, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key, value in obj.items():
+            _no_unknown_fields(value, schema["additionalProperties"], f"{where}.{key}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, value in enumerate(obj):
+            _no_unknown_fields(value, schema["items"], f"{where}[{i}]")
 
 
 def _validate_custom(obj: dict[str, Any], schemas: dict[tuple[str, str], dict[str, Any]]) -> None:
     schema = schemas[(obj["apiVersion"], obj["kind"])]
     jsonschema.validate(obj, schema, cls=jsonschema.Draft7Validator)
+    _no_unknown_fields({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}, schema,
+                       obj["kind"])
 
 
 @pytest.fixture(scope="module")

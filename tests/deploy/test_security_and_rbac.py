@@ -181,7 +181,10 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
     assert [_flatten(r["rules"]) for r in tenant_secrets] == [{
         ("", "secrets"): {"get", "list", "create", "update", "delete"},
         ("", "persistentvolumeclaims"): {"get", "list", "create", "delete"},
-        ("", "pods/exec"): {"get", "create"}}]
+        ("", "pods/exec"): {"get", "create"},
+        ("", "services"): {"create", "delete"},
+        ("networking.k8s.io", "ingresses"): {"create", "delete"},
+        ("cilium.io", "ciliumnetworkpolicies"): {"create", "delete"}}]
     assert not [o for o in objects if o["kind"].endswith("Binding") and o["roleRef"]["name"] == TENANT_SECRETS]
     controller_env = {e["name"]: e.get("value") for e in pod_spec(find(objects, "Deployment", "gpucaas-controller"))["containers"][0]["env"]}
     assert controller_env["GPUCAAS_CONTROLLER_API_SECRETS_CLUSTER_ROLE"] == TENANT_SECRETS

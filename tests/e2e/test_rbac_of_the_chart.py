@@ -20,8 +20,8 @@ _FABRIC_RESET = ("a service VM restart (a fabric reset) flags the lost holders' 
                  "tests/fabric/test_service_vm_libvirtd.py covers it against the local cluster")
 _SECRETS = ("reading one secret, replacing and deleting it (the e2e run creates and lists); "
             "tests/api/test_secrets_and_registry.py covers them against the local cluster")
-_REAL_NODE = ("exec and volumes need containers that really run: tests/e2e_real_node (test_exec.py, "
-              "test_volumes.py) uses them, on real kubelets; this run's nodes are simulated")
+_REAL_NODE = ("exec, volumes and endpoints need containers that really run: tests/e2e_real_node (test_exec.py, "
+              "test_volumes.py, test_endpoints.py) uses them, on real kubelets; this run's nodes are simulated")
 _PEERING = "Kopf peering between replicas: the sandbox runs one controller --standalone, the chart's Deployment peers"
 
 #: Granted but not exercised by tests/e2e, with why the grant is still needed.
@@ -58,6 +58,8 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
         ("", "pods/exec", "get"): _REAL_NODE,
         ("", "pods/exec", "create"): _REAL_NODE,
         **{("", "persistentvolumeclaims", verb): _REAL_NODE for verb in ("get", "list", "create", "delete")},
+        **{(group, resource, verb): _REAL_NODE for verb in ("create", "delete") for group, resource in (
+            ("", "services"), ("networking.k8s.io", "ingresses"), ("cilium.io", "ciliumnetworkpolicies"))},
     },
     "scheduler-extender": {
         ("", "pods", "get"): "the pod is re-read only when its Binding conflicts",

@@ -23,7 +23,17 @@ PS_COLUMNS = [
     ("ID", lambda r: r["id"]), ("IMAGE", lambda r: r["image"]), ("GPUs", lambda r: r["gpus"]),
     ("STATUS", lambda r: r["status"]), ("NODE", lambda r: r.get("node_name")),
     ("CREATED", lambda r: r.get("created_at")), ("MESSAGE", lambda r: r.get("message")),
+    ("ENDPOINTS", lambda r: " ".join(e["url"] + ("" if e.get("public") else " (private)")
+                                     for e in r.get("endpoints") or ()) or None),
 ]
+
+
+def parse_port(raw: str) -> dict[str, Any]:
+    """``8080`` (private: only tokens of the tenancy get through) or ``8080:public``."""
+    number, _, visibility = raw.partition(":")
+    if not number.isdigit() or not 1 <= int(number) <= 65535 or visibility not in ("", "public", "private"):
+        raise typer.BadParameter(f"{raw!r}: expected PORT or PORT:public, PORT from 1 to 65535", param_hint="--port")
+    return {"port": int(number), "public": visibility == "public"}
 
 
 def parse_env(pairs: list[str], secret_pairs: list[str]) -> dict[str, Any]:
@@ -87,6 +97,9 @@ def register(app: typer.Typer, api_of: Any) -> None:
             timeout: Annotated[int | None, typer.Option("--timeout", min=1, help="timeout_seconds: stop it after S s.")] = None,
             volume: Annotated[list[str] | None, typer.Option(
                 "--volume", "-v", help="NAME:/path[:ro]: mount the tenancy's volume NAME (repeatable).")] = None,
+            port: Annotated[list[str] | None, typer.Option(
+                "--port", "-p", help="PORT[:public]: serve HTTP on PORT at https://<id>-<port>.<endpoint domain>; "
+                "private (the default) answers only your tenancy's tokens (repeatable).")] = None,
             tenancy: Annotated[str | None, typer.Option(help="With an admin token: the tenancy to run in.")] = None,
             detach: Annotated[bool, typer.Option("--detach", "-d", help="Print the container id and return at once.")] = False,
             follow_log: Annotated[bool, typer.Option("--follow", "-f", help="Stream the log and exit with the container's code (the default).")] = True,
@@ -102,14 +115,22 @@ def register(app: typer.Typer, api_of: Any) -> None:
             body["timeout_seconds"] = timeout
         if volume:
             body["volumes"] = [volumes.parse_volume(v) for v in volume]
+        if port:
+            body["ports"] = [parse_port(p) for p in port]
         if tenancy:
             body["tenancy"] = tenancy
         api = api_of(ctx)
         created = api.post("/v1/containers", body)
         if detach:
             typer.echo(created["id"])
+            for endpoint in created.get("endpoints") or ():
+                err_console.print(f"port {endpoint['port']}: {endpoint['url']}"
+                                  + ("" if endpoint["public"] else " (private)"))
             return
         err_console.print(f"container {created['id']} submitted")
+        for endpoint in created.get("endpoints") or ():
+            err_console.print(f"port {endpoint['port']}: {endpoint['url']}"
+                              + ("" if endpoint["public"] else " (private: send Authorization: Bearer <token>)"))
         done = follow(api, created["id"])
         code = exit_code_of(done)
         if code:

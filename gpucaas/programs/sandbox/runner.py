@@ -39,13 +39,15 @@ from typing import Any
 import yaml
 
 from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
+from gpucaas.devtools.local_cluster.binaries import binary
 from gpucaas.devtools.local_cluster.cluster import free_port
 from gpucaas.devtools.local_cluster.processes import unix_socket_ready
 from gpucaas.devtools.local_cluster.objects import create_all
 from gpucaas.programs.sandbox import hostpath_volumes, identities
+from gpucaas.programs.sandbox.ingress import AUTH_ANNOTATIONS, TRAEFIK_VERSION, Ingress, write_info as write_ingress_info
 from gpucaas.programs.sandbox.node_agent import GPU_NODE_LABELS
 from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready
-from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
+from gpucaas.programs.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
 from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
 from gpucaas.devtools.real_node.devices import make_char_devices
 from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing, unmount_under
@@ -136,6 +138,8 @@ class Sandbox:
     registries: Registries | None = None
     #: hands the HostPath provisioner's volume directories to the tenant UID (own cluster only)
     volume_ownership: hostpath_volumes.VolumeOwnership | None = None
+    #: Traefik serving the containers' endpoints (own cluster only; ``ingress.json``)
+    ingress: Ingress | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
@@ -151,12 +155,14 @@ class Sandbox:
     def stop(self) -> None:
         if self.volume_ownership is not None:
             self.volume_ownership.stop()
-        _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster)
+        _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster, self.ingress)
 
 
 def _stop_all(sup: Supervisor, real: dict[str, RealNode], registries: Registries | None,
-              cluster: LocalCluster | None) -> None:
-    """The services, then the real nodes, the registries and the control plane."""
+              cluster: LocalCluster | None, ingress: Ingress | None = None) -> None:
+    """The ingress controller and the services, then the real nodes, the registries and the control plane."""
+    if ingress is not None:
+        ingress.stop()
     sup.stop_all()
     for node in real.values():
         node.stop()
@@ -501,6 +507,7 @@ def start(
     real: dict[str, RealNode] = {}
     registries: Registries | None = None
     ownership: hostpath_volumes.VolumeOwnership | None = None
+    ingress: Ingress | None = None
     try:
         real_nodes = min(real_nodes, len(nodes))
         missing = node_tools_missing() if real_nodes else []
@@ -622,13 +629,20 @@ def start(
              "--database-url", f"sqlite:///{state_dir / 'gpucaas.db'}", "--kubeconfig", str(kc("api"))],
             # webhooks may reach receivers on this machine (docs/webhooks.md)
             env={**kube_env("api"), "GPUCAAS_ADMIN_TOKEN": admin_token, "GPUCAAS_ALLOCATION_MODE": allocation_mode,
-                 "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true", **(REAL_NODE_SIZING if real else {})},
+                 "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true", **(REAL_NODE_SIZING if real else {}),
+                 "GPUCAAS_ENDPOINT_DOMAIN": ENDPOINT_DOMAIN,
+                 "GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS": json.dumps(AUTH_ANNOTATIONS)},
             ready=http_ready(f"{api_url}/healthz", ca_file=tls.ca_cert),
         ))
+        if cluster is not None:
+            say(f"starting the ingress controller (Traefik {TRAEFIK_VERSION}) for container endpoints "
+                f"https://<id>-<port>.{ENDPOINT_DOMAIN}")
+            ingress = Ingress(state_dir, cluster, kubeconfig, tls, api_url).start(binary("traefik"))
+            write_ingress_info(state_dir / "ingress.json", ingress)
         sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
                           nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log,
                           allocation_mode=allocation_mode, cluster=cluster, real_nodes=real, registries=registries,
-                          volume_ownership=ownership)
+                          volume_ownership=ownership, ingress=ingress)
         if audit_log is not None:
             say("checking that RBAC refused none of the gpucaas processes")
             identities.check_no_refusals(audit_log, ids)
@@ -640,7 +654,7 @@ def start(
     except BaseException:
         if ownership is not None:
             ownership.stop()
-        _stop_all(sup, real, registries, cluster)
+        _stop_all(sup, real, registries, cluster, ingress)
         raise
 
 

@@ -14,7 +14,7 @@ from sqlmodel import Session
 from starlette.background import BackgroundTask
 
 from gpucaas.core import crds
-from services.api import crud, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
+from services.api import crud, endpoints, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
 from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api.kube import Kube
@@ -62,16 +62,18 @@ _JSON_ERRORS: dict[int | str, dict[str, object]] = {
 
 
 #: the public fields read straight from a container row (namespace and env are derived)
-_ROW_FIELDS = tuple(name for name in ContainerPublic.model_fields if name not in ("namespace", "env"))
+_ROW_FIELDS = tuple(name for name in ContainerPublic.model_fields if name not in ("namespace", "env", "endpoints"))
 
 
-def to_public(row: Container | SimpleNamespace | Row[Any]) -> ContainerPublic:
+def to_public(row: Container | SimpleNamespace | Row[Any], endpoint_domain: str) -> ContainerPublic:
     # From a dict, not from the row's attributes with ``update=``: SQLModel wraps such an
     # object to merge the update and reads each field through that wrapper, twice the cost
     # (23 against 12 us a container; a page of 20 on every list, one on every submission).
     values = {name: getattr(row, name) for name in _ROW_FIELDS}
     values["namespace"] = crds.tenant_namespace(row.tenancy)
     values["env"] = redacted_env(row.env)
+    if row.ports and row.status not in TERMINAL_STATUSES:
+        values["endpoints"] = endpoints.public_endpoints(row.id, row.ports, endpoint_domain)
     return ContainerPublic.model_validate(values)
 
 
@@ -164,8 +166,8 @@ async def submit_container(
         if state.worker is not None:
             state.worker.wake()
     # serialised here, once (a returned model would be validated again against response_model)
-    return Response(to_public(row).model_dump_json(), status_code=202, media_type="application/json",
-                    headers={"Location": f"/v1/containers/{row.id}"})
+    return Response(to_public(row, settings.endpoint_domain).model_dump_json(), status_code=202,
+                    media_type="application/json", headers={"Location": f"/v1/containers/{row.id}"})
 
 
 def _has_overrides(body: ContainerCreate) -> bool:
@@ -197,21 +199,22 @@ def _submit_on_thread(
 
 @router.get("", response_model=ContainersPublic)
 def list_containers(
-    session: SessionDep, caller: CurrentTenant, status: StatusFilter = None, limit: Limit = 50, offset: Offset = 0,
-    after: After = None,
+    session: SessionDep, caller: CurrentTenant, settings: SettingsDep, status: StatusFilter = None,
+    limit: Limit = 50, offset: Offset = 0, after: After = None,
 ) -> Response:
     """The caller's containers, newest first, optionally filtered by status. Page with
     ``after`` (the previous page's ``next``: as fast on any page) or ``offset``."""
     return _json(_page(session, tenancy=caller.tenancy, status=status, limit=limit, offset=offset, after=after,
-                       history=False))
+                       history=False, endpoint_domain=settings.endpoint_domain))
 
 
 def _page(session: SessionDep, *, tenancy: str | None, status: ContainerStatus | None, limit: int, offset: int,
-          after: str | None, history: bool) -> ContainersPublic:
+          after: str | None, history: bool, endpoint_domain: str) -> ContainersPublic:
     key = pagination.decode(after) if after is not None else None
     rows, total, last = crud.list_containers(session, tenancy=tenancy, status=status, limit=limit, offset=offset,
                                              after=key, history=history)
-    return ContainersPublic(data=[to_public(r) for r in rows], count=total, limit=limit, offset=offset,
+    return ContainersPublic(data=[to_public(r, endpoint_domain) for r in rows], count=total, limit=limit,
+                            offset=offset,
                             next=pagination.encode(last) if last is not None else None)
 
 
@@ -221,25 +224,26 @@ def _json(model: ContainersPublic) -> Response:
 
 
 @router.get("/{container_id}", response_model=ContainerPublic)
-def get_container(container_id: ContainerId, session: SessionDep, caller: CurrentTenant) -> ContainerPublic:
+def get_container(container_id: ContainerId, session: SessionDep, caller: CurrentTenant,
+                  settings: SettingsDep) -> ContainerPublic:
     """One container (404 when it is not the caller's)."""
-    return to_public(_visible(session, caller, container_id))
+    return to_public(_visible(session, caller, container_id), settings.endpoint_domain)
 
 
 @router.delete("/{container_id}", response_model=ContainerPublic)
 def cancel_container(
-    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, worker: WorkerDep
+    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, worker: WorkerDep, settings: SettingsDep
 ) -> ContainerPublic:
-    """Cancel: status becomes Cancelled and the worker deletes the pod."""
+    """Cancel: status becomes Cancelled and the worker deletes the pod (and its endpoints)."""
     row = _visible(session, caller, container_id)
     if row.status in TERMINAL_STATUSES:
         if row.status == ContainerStatus.CANCELLED:
-            return to_public(row)
+            return to_public(row, settings.endpoint_domain)
         raise errors.Conflict(f"container {container_id!r} already finished ({row.status})")
     row = crud.cancel_container(session, container=row, actor=caller.actor)
     if worker is not None:
         worker.wake()
-    return to_public(row)
+    return to_public(row, settings.endpoint_domain)
 
 
 @router.get(
@@ -310,6 +314,7 @@ def container_logs(
 def admin_list_containers(
     session: SessionDep,
     _admin: AdminUser,
+    settings: SettingsDep,
     tenancy: TenancyName | None = None,
     status: StatusFilter = None,
     limit: Limit = 50,
@@ -320,4 +325,4 @@ def admin_list_containers(
     deleted tenancies are kept as history until retention prunes them. Paged like the
     tenant listing (``after`` or ``offset``)."""
     return _json(_page(session, tenancy=tenancy, status=status, limit=limit, offset=offset, after=after,
-                       history=True))
+                       history=True, endpoint_domain=settings.endpoint_domain))
