@@ -118,6 +118,9 @@ def command(
         console.print(f"  node           {node.name}  {kind}")
     if sandbox.registries is not None:
         console.print(f"  registry       {state_dir / 'registry.json'}  (a private image and its credentials)")
+    if sandbox.ingress is not None:
+        console.print(f"  endpoints      https://<id>-<port>.{sandbox.ingress.info()['domain']} served by Traefik at "
+                      f"{sandbox.ingress.address}  ({state_dir / 'ingress.json'})")
     console.print()
     console.print("Try, as the tenant 'demo':")
     console.print("  " + shlex.join(runner.tenant_curl(sandbox)), soft_wrap=True, markup=False, highlight=False)
