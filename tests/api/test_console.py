@@ -158,7 +158,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     page.select_option("#gpus", "2")
     page.fill("#env", "EPOCHS=3")
     page.fill("#secret-env", "HF_TOKEN=hf")
-    assert page.locator("#ports").count() == 0  # the API has no ports yet: not offered
+    page.fill("#ports", "8888, 6006:public")
     page.screenshot(path=shots / "new-container.png")
     page.click("#submit-form button[type=submit]")
     page.wait_for_url(re.compile(r"#/containers/[0-9a-f]+$"))
@@ -168,6 +168,11 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
         submitted = c.get(f"/v1/containers/{cid}").json()
     assert submitted["gpus"] == 2 and submitted["env"]["HF_TOKEN"] == {"secret": "hf"}
     assert set(submitted["env"]) == {"EPOCHS", "HF_TOKEN"}
+    assert submitted["ports"] == [{"port": 8888, "public": False}, {"port": 6006, "public": True}]
+    endpoint = f"https://{cid}-6006.endpoints.gpucaas.internal"
+    page.wait_for_selector(f"#endpoints >> text={endpoint}")
+    assert "port 8888, private" in page.text_content("#endpoints")
+    assert page.locator("#endpoints a.endpoint").nth(1).get_attribute("href") == endpoint
 
     # the scheduler and the kubelet: bound to the logs node, running, writing its log
     wait_for(lambda: get_pod(k8s, ns, pod), 60, what="the API's pod")
@@ -206,6 +211,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     page.click("#cancel")
     page.click("#cancel")
     page.wait_for_selector("#container-status >> text=Cancelled")
+    page.wait_for_selector("#endpoints >> text=None: the container has ended.")
     with api.client(token) as c:
         assert c.get(f"/v1/containers/{cid}").json()["status"] == "Cancelled"
 
