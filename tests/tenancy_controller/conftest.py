@@ -64,8 +64,10 @@ def controller_settings(kubeconfig: Path, **overrides: Any) -> ControllerSetting
 class ControllerThread:
     """The operator in a thread of this process (its own event loop), stopped by a flag."""
 
-    def __init__(self, settings: ControllerSettings) -> None:
+    def __init__(self, settings: ControllerSettings, registrars: tuple[main.Registrar, ...] = main.DEFAULT_REGISTRARS,
+                 ) -> None:
         self.settings = settings
+        self.registrars = registrars
         self.stop_flag = threading.Event()
         self.ready_flag = threading.Event()
         self.error: BaseException | None = None
@@ -73,8 +75,8 @@ class ControllerThread:
 
     def _run(self) -> None:
         try:
-            asyncio.run(main.serve(self.settings, stop_flag=self.stop_flag, ready_flag=self.ready_flag,
-                                       identity="test-controller"))
+            asyncio.run(main.serve(self.settings, self.registrars, stop_flag=self.stop_flag,
+                                   ready_flag=self.ready_flag, identity="test-controller"))
         except BaseException as exc:  # noqa: BLE001 - surfaced by stop()
             self.error = exc
 

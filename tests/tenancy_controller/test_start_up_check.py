@@ -15,14 +15,16 @@ from typing import Any
 import pytest
 
 from gpucaas.core import crds
+from gpucaas.core import lease_states as states
 from gpucaas.core.kube import KubeConnection, load_configuration
+from gpucaas.core.lease_store import LeaseStore, build_gpu_lease
 from gpucaas.programs.controller import registrars
 from services.gpu_leases import controller as gpu_lease_timers
 from services.gpu_leases.settings import LeaseTimerSettings
 from services.tenancy_controller import handlers, main
 from tests.core_kube.scripted import forbidden, scripted, write_kubeconfig  # noqa: F401
 
-from .conftest import controller_settings
+from .conftest import ControllerThread, controller_settings, wait_for
 
 USER = "system:serviceaccount:gpucaas-system:gpucaas-controller"
 EMPTY_LIST = {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []}
@@ -84,3 +86,17 @@ def test_without_the_lease_timers_gpuleases_are_not_checked() -> None:
     alone = main.build_registry(settings, registrars(LeaseTimerSettings(gpu_leases=False)))
     assert GPULEASES not in main.watched_resources(alone)
     assert handlers.TENANCY in main.watched_resources(alone)
+
+
+def test_the_controller_process_runs_the_lease_timers(api: Any, kubeconfig: Path, k8s: Any) -> None:
+    """``gpucaas controller``'s operator, wired as gpucaas/programs/controller.py wires it, moves a
+    Releasing lease on to Checking: the GPU-lease timers run beside the tenancy handlers."""
+    store = LeaseStore(k8s)
+    name = store.ensure(build_gpu_lease("gpu-node-a", "0000:1b:00.0", "0x2330", 0))["metadata"]["name"]
+    store.transition(name, lambda st: states.admin_quarantine(st, "checked again below"))
+    assert store.transition(name, lambda st: states.admin_release(st))["status"]["state"] == "Releasing"
+    ctl = ControllerThread(controller_settings(kubeconfig), registrars(LeaseTimerSettings())).start()
+    try:
+        wait_for(lambda: store.get(name)["status"]["state"] == "Checking", what="the lease timer's check request")
+    finally:
+        ctl.stop()
