@@ -14,7 +14,7 @@ plugin's socket). Discovery is one sysfs scan of the fake HGX H100 board.
 The last stdout line is one JSON object (keys allocate_p99_ms,
 allocate_ratio_vs_bare_grpc (Allocate p99 over the bare round trip's p99),
 allocate_ratio_vs_bare_p50, preferred_p99_ms, discovery_ms, allocate_target_met
-(p99 < 3 ms, issue 18), ...).
+(p99 < 3 ms: the kubelet waits on it for every GPU pod), ...).
 
 The fabric service's activation record is durable before Allocate returns (one
 journal append and ``fdatasync`` under ``/tmp``, on this machine's disk), so the

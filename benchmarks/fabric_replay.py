@@ -59,7 +59,7 @@ from services.fabric.fabric_manager.simulator import (
     SimulatedFabricManager,
     default_gpu_map,
 )
-from services.fabric.runtime import FabricNode
+from services.fabric.main import FabricNode
 from services.fabric.settings import FabricSettings
 
 GPU = default_gpu_map()

@@ -19,8 +19,8 @@ idle window; ``lease_agent`` is the difference, i.e. what the agent adds to the 
 Method: ``gpucaas sandbox`` parts are started with one simulated node (every process as
 in production: the real service code, its real protocols), nothing is submitted, the
 figures are read from ``/proc/<pid>/status`` and ``/proc/<pid>/stat`` of each daemon's
-process (the supervisor's child). Targets (issue 18): under 60 MB and under 1 % of a core
-each.
+process (the supervisor's child). Targets: under 60 MB and under 1 % of a core each, since
+every GPU node runs these daemons beside its tenants' VMs.
 """
 
 from __future__ import annotations

@@ -213,8 +213,7 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
     from services.tenancy_controller import kube
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenancy-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
-           "GPUCAAS_CONTROLLER_HANDLER_MODULES": json.dumps(["services.tenancy_controller.handlers"])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUCAAS_CONTROLLER_GPU_LEASES": "false"}
     env.pop("KUBECONFIG", None)
     cluster = _start_cluster(tmp / "cluster")
     kubeconfig = cluster.admin_kubeconfig

@@ -1,6 +1,6 @@
 """Settings read from the environment without pydantic-settings or pydantic, for the node daemons.
 
-A node daemon must stay under 60 MB resident (issue 18) and grpc alone takes ~37 MB.
+A node daemon must stay under 60 MB resident (it runs beside the tenants' VMs) and grpc alone takes ~37 MB.
 pydantic-settings costs a node daemon about 1.3 MB (device plugin) to 2.8 MB (fabric
 service), pydantic's models and validators about 7.5 MB more (pydantic-core alone is
 5 MB), all to read a few dozen strings at start-up. :class:`EnvSettings` does that

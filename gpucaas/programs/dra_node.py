@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from gpucaas.core import vfio_sysfs
 from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
+from services.dra_driver import cli as dra_driver_cli
 from services.dra_driver.main import DraDriverNode, build
 from services.dra_driver.settings import DraDriverSettings
+from services.gpu_leases import cli as gpu_leases_cli
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
-from services.gpu_leases.node import build_agent
+from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 
 logger = logging.getLogger(__name__)
@@ -65,7 +67,7 @@ def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> LeaseN
     return agent
 
 
-@settings_command(DraDriverSettings, Section(LeaseAgentSettings, "lease-"), Section(LoggingSettings, "log-"),
+@settings_command(dra_driver_cli.OPTIONS, gpu_leases_cli.NODE_AGENT_BESIDE_DRA, Section(LoggingSettings, "log-"),
                   name="dra-driver")
 def command(settings: DraDriverSettings, lease_settings: LeaseAgentSettings, logging_settings: LoggingSettings) -> None:
     """Run the DRA kubelet plugin (NVLink partitions as devices) and, with --lease-leases, the GPU-lease agent."""

@@ -24,6 +24,7 @@ from gpucaas.core.dra import DRIVER
 from gpucaas.core.fabric_client import FabricConflict, FabricRejected
 from gpucaas.core.topology import partition_by_id
 from services.dra_driver.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from services.dra_driver.errors import ClaimNotReady
 from services.dra_driver.slices import partition_of_device
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,6 @@ class Fabric(Protocol):
     def activate(self, holder: str, gpus: list[str]) -> Any: ...
 
     def release(self, holder: str) -> Any: ...
-
-
-class ClaimNotReady(Exception):
-    """The claim cannot be prepared yet, or not at all; the message is for the kubelet."""
 
 
 @dataclass(frozen=True)

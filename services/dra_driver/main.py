@@ -1,4 +1,7 @@
-"""``gpucaas dra-driver``: the DRA kubelet plugin of one node, wired and run.
+"""The DRA kubelet plugin of one node, built from its settings, started and stopped in order.
+
+The process entry (``gpucaas dra-driver``) is ``gpucaas/programs/dra_node.py``: it runs this
+driver and, beside it, the GPU-lease node agent (``services/gpu_leases``).
 
 Parts (each in its own module): the kubelet-facing gRPC server (registration, Prepare/
 Unprepare, health), the slice publisher, and, with binding conditions on, the binding
@@ -12,7 +15,6 @@ and republishes the slices when they changed; another runs the binding rounds.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -219,17 +221,3 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
         node.binding = BindingWatcher(kube, fabric, checkpoint, settings.node_name, on_refused=node.request_publish)
     return node
 
-
-def run(settings: DraDriverSettings) -> None:
-    """Run until SIGTERM/SIGINT."""
-    node = build(settings)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    node.start()
-    log.info("DRA driver running on %s (binding conditions %s)", settings.node_name,
-             "on" if settings.binding_conditions else "off")
-    try:
-        done.wait()
-    finally:
-        node.stop()

@@ -26,7 +26,8 @@ import grpc
 from gpucaas.core.dra import DRIVER
 from gpucaas.core.topology import HGX_H100_PARTITIONS
 from services.dra_driver import api
-from services.dra_driver.driver import ClaimNotReady, ClaimRef, Driver
+from services.dra_driver.driver import ClaimRef, Driver
+from services.dra_driver.errors import ClaimNotReady
 from services.dra_driver.slices import device_name
 
 log = logging.getLogger(__name__)

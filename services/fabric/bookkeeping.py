@@ -12,7 +12,7 @@ fsync, rename, fsync of the directory) and stamped with the kernel's boot id,
 plus a journal of the changes since it (one JSON line appended per change and
 ``fdatasync``-ed before the change returns). A change thus costs one small
 append and one sync instead of rewriting and renaming the whole file (about
-0.1 ms instead of 5 ms on this VM's disk: Allocate's fast path, issue 18); the
+0.1 ms instead of 5 ms on this VM's disk: Allocate's fast path waits on it); the
 journal is folded into a new snapshot when the store opens and every
 ``COMPACT_AFTER`` changes. Replaying the journal over a snapshot that already
 contains its changes gives the same records (each line sets one holder's final

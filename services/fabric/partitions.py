@@ -16,7 +16,7 @@ implementation) and the activation records (``bookkeeping``):
 - ``fabric_reset(reason)``: the service VM restarted, which resets the NVSwitches
   (managed hostdevs go through a vfio reset): every partition active before is
   gone and cannot be replayed. The records are marked *lost* (the holders are
-  reported; see ``runtime`` for the Event, conditions and the pod policy), and
+  reported; see ``main`` for the Event, conditions and the pod policy), and
   Fabric Manager is told that nothing is active.
 
 GPU identity: on H100 Fabric Manager's partition info has empty PCI bus ids

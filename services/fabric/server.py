@@ -10,7 +10,7 @@ or VM unavailable).
 Why no web framework: this is a node daemon with eight routes and one client on
 the same host. ``http.server`` with HTTP/1.1 persistent connections answers an
 activation in a fraction of a millisecond and keeps the process small (FastAPI,
-pydantic and uvicorn cost about 40 MB resident here, issue 18). Each connection
+pydantic and uvicorn cost about 40 MB resident here, of a node daemon's 60 MB). Each connection
 gets a thread (``socketserver.ThreadingMixIn``); the :class:`PartitionService`
 lock orders racing requests, so they are decided one at a time.
 """

@@ -59,7 +59,7 @@ class LeaseNodeAgent:
     the node's leases changed (a watch, when the adapter offers one and RBAC grants it), the
     pods holding GPUs changed, an allocation is waiting to be seen, or ``resync`` seconds
     passed. Without a watch every tick is a full round, as before. This keeps an idle node
-    daemon under 1 % of a core (issue 18) without making lease changes slower to follow."""
+    daemon under 1 % of a core without making lease changes slower to follow."""
 
     def __init__(self, api: Kube | RestKube | client.ApiClient, node: str, gpus: Callable[[], Iterable[NodeGPU]],
                  holdings: Callable[[], Iterable[PodHolding]], checker: FirmwareCheck,
@@ -235,7 +235,7 @@ class LeaseNodeAgent:
         return self.store.write_status(lease, states.released(leased, why))
 
     def _check(self, name: str, bdf: str) -> dict[str, Any]:
-        # --- GPU reset hook (Fabric Manager truth, issue 15) -------------------------------
+        # --- GPU reset hook ------------------------------------------------------------------
         # After release the GPU is reset (secondary bus reset, as the Shared NVSwitch model
         # asks of the hypervisor) and only then is its firmware checked: the check sees the
         # GPU as the next tenant will. A GPU that cannot be reset is quarantined.

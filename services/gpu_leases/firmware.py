@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gpucaas.core.pci import NVIDIA_VENDOR
+from services.gpu_leases.errors import BadGoldenTable
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +57,13 @@ class GoldenTable:
         """``{"0x2330": {"sha256": ["..."], "versions": ["96.00.74.00.01"]}}``"""
         raw = json.loads(text) if text.strip() else {}
         if not isinstance(raw, dict):
-            raise ValueError("golden firmware table must be a JSON object keyed by PCI device id (e.g. \"0x2330\")")
+            raise BadGoldenTable("golden firmware table must be a JSON object keyed by PCI device id (e.g. \"0x2330\")")
         table: dict[str, GoldenFirmware] = {}
         for device_id, entry in raw.items():
             if not re.fullmatch(r"0x[0-9a-f]{4}", device_id):
-                raise ValueError(f"golden firmware key {device_id!r} is not a PCI device id like 0x2330")
+                raise BadGoldenTable(f"golden firmware key {device_id!r} is not a PCI device id like 0x2330")
             if not isinstance(entry, dict) or not entry.get("sha256"):
-                raise ValueError(f"golden firmware for {device_id} needs a non-empty 'sha256' list")
+                raise BadGoldenTable(f"golden firmware for {device_id} needs a non-empty 'sha256' list")
             table[device_id] = GoldenFirmware(
                 frozenset(s.lower() for s in entry["sha256"]), frozenset(entry.get("versions", []))
             )

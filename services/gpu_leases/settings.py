@@ -1,4 +1,5 @@
-"""Settings of the GPU-lease node agent, env prefix ``GPUCAAS_`` (names kept from the chart)."""
+"""Settings of GPU leases: the node agent (env prefix ``GPUCAAS_``, names kept from the chart) and the
+controller-side timers (env prefix ``GPUCAAS_CONTROLLER_``, as the rest of ``gpucaas controller``)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,14 @@ class LeaseAgentSettings(EnvSettings):
     gpu_reset: bool = Field(
         True, description="Reset a released GPU through sysfs (the kernel's reset_method, secondary bus reset "
                           "preferred) before its firmware check, as the shared NVSwitch model requires.")
+
+
+class LeaseTimerSettings(EnvSettings):
+    """The cluster side of GPU leases, in the controller's process; each field is ``GPUCAAS_CONTROLLER_<NAME>``."""
+
+    model_config = EnvSettingsConfigDict(env_prefix="GPUCAAS_CONTROLLER_", extra="ignore")
+
+    gpu_leases: bool = Field(
+        True, description="Run the GPULease timers in this process (Releasing -> Checking, check retries and "
+                          "time-outs, holders that vanished while their node was down); off only where no "
+                          "GPULease CRD is installed (tests of the tenancy handlers alone).")

@@ -8,7 +8,7 @@ function the device plugin's GetPreferredAllocation calls on the node. The node
 choice and the node's own GPU choice therefore agree by construction: the GPUs
 the extender scores a node by are exactly the GPUs the device plugin will pick.
 
-Rules (issue 10):
+Rules:
 
 * a node *fits* a request when ``choose_gpus`` finds a partition-shaped set: for
   sizes 1/2/4/8 a whole free partition of that size (NVLink), for 3 and 5-7 GPUs

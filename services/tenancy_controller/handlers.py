@@ -1,7 +1,7 @@
 """Kopf handlers of the tenancy controller: thin, they decorate and call :mod:`.workflow`.
 
 ``register(registry, settings)`` adds them to an operator's registry (the
-operator process may host other modules' handlers too, see :mod:`.operator`):
+operator process may host other modules' handlers too, see :mod:`.main`):
 
 * Tenancy resume/create/update and a resync timer -> ``ensure_tenancy``;
 * Tenancy deletion (Kopf keeps its finalizer on every Tenancy) -> ``finalize_tenancy``;

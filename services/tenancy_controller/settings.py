@@ -16,12 +16,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpucaas.core.dra import AllocationMode
 
-#: Handler modules the operator process loads; each exposes ``register(registry, settings)``.
-#: The GPU-lease timers live with the rest of the lease life cycle in services/gpu_leases and are
-#: loaded here by name, so the controller's code never imports that service.
-DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers", "services.gpu_leases.controller")
-
-
 class ControllerSettings(BaseSettings):
     """Everything ``gpucaas controller`` can be told."""
 
@@ -41,10 +35,6 @@ class ControllerSettings(BaseSettings):
     priority: int = Field(default=0, description="Peering priority; the highest-priority live replica acts, the others pause.")
     liveness: str | None = Field(
         default=None, description="Liveness endpoint served by Kopf, e.g. http://0.0.0.0:8080/healthz; unset = none."
-    )
-    handler_modules: tuple[str, ...] = Field(
-        default=DEFAULT_HANDLER_MODULES,
-        description="Python modules whose register(registry, settings) adds Kopf handlers to this operator process.",
     )
     resync_interval_s: float = Field(
         default=60.0, gt=0,

@@ -113,8 +113,10 @@ def test_flag_beats_env_beats_default(clean_env: None, monkeypatch: pytest.Monke
 
 def test_list_flags_take_the_env_vars_json(clean_env: None) -> None:
     build = _callback("controller").build_settings
-    controller, _ = build({"node_cidrs": '["203.0.113.0/24"]', "dns_labels": '{"app": "dns"}'})
+    controller, timers, _ = build({"node_cidrs": '["203.0.113.0/24"]', "dns_labels": '{"app": "dns"}',
+                                   "gpu_leases": False})
     assert controller.node_cidrs == ["203.0.113.0/24"] and controller.dns_labels == {"app": "dns"}
+    assert timers.gpu_leases is False
 
 
 @pytest.mark.parametrize(("args", "message"), [

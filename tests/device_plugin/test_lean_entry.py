@@ -1,5 +1,5 @@
 """`gpucaas device-plugin` and `gpucaas fabric` start without the other services' imports
-(issue 18: node daemons under 60 MB): no web framework, ORM, official Kubernetes client or
+(node daemons stay under 60 MB): no web framework, ORM, official Kubernetes client or
 HTTP client package is loaded, nor pydantic-settings (their settings are
 ``gpucaas.core.env_settings`` classes), and the options and help are the full CLI's."""
 

@@ -1,5 +1,5 @@
 """``gpucaas doctor`` shows the GPU layout (module id -> PCI) the fabric service uses and warns
-when it does not match Fabric Manager or sysfs (issue 15, H100: FM gives no PCI bus ids)."""
+when it does not match Fabric Manager or sysfs (on H100, FM gives no PCI bus ids)."""
 
 from __future__ import annotations
 

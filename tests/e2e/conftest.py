@@ -102,7 +102,7 @@ def cpu_hog() -> Iterator[int]:
     """With ``GPUCAAS_E2E_CPU_HOG=N`` (``make test-contention``), ``stress-ng --cpu N`` runs
     beside the whole end-to-end package (autouse: the tests that start their own
     sandbox too), started before the package's sandbox and stopped after it:
-    the control plane must not stall or give up under CPU contention (issue 18, item 6).
+    the control plane must not stall or give up under CPU contention.
     Yields the number of hog workers (0: none)."""
     workers = int(os.environ.get(CPU_HOG_ENV, "0") or 0)
     if workers <= 0:

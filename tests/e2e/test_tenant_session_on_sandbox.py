@@ -1,4 +1,4 @@
-"""Issue 20's scenario on the sandbox, as a tenant lives it with caasctl only: register two
+"""A tenant's session on the sandbox, lived with caasctl only: register two
 webhooks (one receiver fails its first two deliveries), run a 2-GPU `sleep 3` with
 `caasctl run --follow` (log shown, exit code 0), see `caasctl usage` charge it 2 × about 3
 GPU-seconds from the container's own start and end as the node agent (the kubelet's part)

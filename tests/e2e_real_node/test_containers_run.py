@@ -1,4 +1,4 @@
-"""What issue 27 promises a tenant, on real nodes in both allocation modes: the container really
+"""What a tenant is promised, on real nodes in both allocation modes: the container really
 runs, sees exactly its GPUs' device nodes, and its exit code, pull errors and OOM kill are its own."""
 
 from __future__ import annotations

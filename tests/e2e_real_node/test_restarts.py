@@ -1,4 +1,4 @@
-"""Issue 27's restarts, for real: containerd, the device plugin (the DRA driver in dra mode) and
+"""Restarts under a running container, for real: containerd, the device plugin (the DRA driver in dra mode) and
 the kubelet restart under a running container, which keeps running and keeps its GPUs; the
 plugin registers again with the restarted kubelet, so new work gets GPUs too."""
 

@@ -13,7 +13,7 @@ from gpucaas.devtools.fake_sysfs import MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, bu
 from services.fabric.discovery import discover_fabric_devices
 from services.fabric.domain_xml import CHANNEL_NAME, DomainSpec, build_domain_xml, hostdev_addresses, spec_hash
 from services.fabric.errors import DomainXMLError
-from services.fabric.runtime import domain_spec, passthrough_devices
+from services.fabric.main import domain_spec, passthrough_devices
 from services.fabric.service_vm import BackoffPolicy, ServiceVM
 from services.fabric.settings import FabricSettings
 from vm_images.domain import template_text

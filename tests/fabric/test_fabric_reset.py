@@ -21,7 +21,7 @@ from gpucaas.core.lease_store import build_gpu_lease, lease_name
 from gpucaas.devtools.fake_sysfs import build_hgx_h100
 from gpucaas.devtools.waiting import wait_for
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
-from services.fabric.runtime import FabricNode
+from services.fabric.main import FabricNode
 from services.fabric.settings import FabricSettings
 from tests.fabric.factories import holder, pcis
 

@@ -18,7 +18,7 @@ from services.fabric.fabric_manager.simulator import (
     SimulatedFabricManager,
 )
 from services.fabric.partitions import PartitionService
-from services.fabric.runtime import FabricNode
+from services.fabric.main import FabricNode
 from services.fabric.settings import FabricSettings
 from tests.fabric.factories import holder, pcis
 

@@ -8,7 +8,7 @@ the pods' GPU leases, in the local cluster's kube-apiserver), and new 2/4/8-GPU 
 fresh partitions; then a clean stop. PCI passthrough cannot be exercised here: this VM has no
 hostdevs (``passthrough=False``); the hostdev XML is covered on the test:///
 driver. Fabric Manager cannot run in this VM either, so the simulator stands for
-"FM inside the service VM" (a VM restart restarts it; see services/fabric/runtime.py).
+"FM inside the service VM" (a VM restart restarts it; see services/fabric/main.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,
     SimulatedFabricManager,
 )
-from services.fabric.runtime import FabricNode
+from services.fabric.main import FabricNode
 from services.fabric.settings import FabricSettings
 from tests.fabric.factories import holder, pcis
 from tests.fabric.test_fabric_reset import fabric_events, lease_condition, make_pod

@@ -1,4 +1,4 @@
-"""After release the GPU is reset through sysfs, then its firmware is checked (issue 15).
+"""After release the GPU is reset through sysfs, then its firmware is checked (the Shared NVSwitch model asks it).
 
 The reset and the ROM read are ordered: a checker that looks at the fake board's reset
 count when it runs sees the reset already done.

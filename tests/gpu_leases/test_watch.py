@@ -59,7 +59,8 @@ def test_without_a_watch_every_tick_is_a_full_round(k8s: client.ApiClient, hgx_b
     store = LeaseStore(k8s)
     agent.start()
     try:
-        wait_for(lambda: store.get(NAME) is not None and store.get(NAME)["status"]["state"] == "Free", what="Free")
+        # the lease is created first and its status written next: wait for both
+        wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="Free")
         store.transition(NAME, lambda st: states.admin_quarantine(st, "operator says so"))
         wait_for(lambda: GPU in agent.health(), what="the quarantine withheld from the kubelet")
         assert not agent._watching  # noqa: SLF001 -- the official client's adapter: polled

@@ -7,7 +7,7 @@ timeouts and bounded retries, and :mod:`.errors` is the one error tree.
 
 Node daemons that make a handful of calls use :class:`RestKube` (:mod:`.rest`): the
 same calls, errors and retries over plain HTTPS, without importing the official
-client's ~600 generated model modules (about 35 MB resident, issue 18). The names
+client's ~600 generated model modules (about 35 MB resident, of a 60 MB budget). The names
 that need the official client (``Kube``, ``translated``, ``load_configuration``,
 ``new_api_client``, ``kopf_connection_info``) are imported on first use, so
 importing this package, its errors or :class:`RestKube` does not load it.

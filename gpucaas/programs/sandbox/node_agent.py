@@ -26,7 +26,7 @@ to register and for its devices to be reported healthy for as long as the pod is
 wanted here (not deleted) and says every ``WAIT_REPORT_S`` that it still waits; the
 plugin's Allocate has no deadline (the kubelet's device manager calls it with
 ``context.Background()``, pkg/kubelet/cm/devicemanager). Under CPU contention these steps
-get slower, never abandoned (issue 18, item 6; docs/sandbox.md).
+get slower, never abandoned (docs/sandbox.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ triggers that already keep ``tenancy.gpus_in_use`` (migration 0006).
 ``GET /v1/containers`` answers ``count``, the number of the caller's containers (of one
 status, with ``?status=``). Counting the rows costs what the tenancy's history holds: a
 tenancy with a million finished containers read a million index entries and their rows
-on every page (issue 18: "counts without scanning"). The tenancy row now carries
+on every page: a count must not scan the history. The tenancy row now carries
 ``containers_<status>`` for its live containers (those of this tenancy, not of an
 earlier tenancy of the same name, ``tenancy_deleted_at IS NULL``): a page's count reads
 one row.

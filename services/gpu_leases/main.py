@@ -1,4 +1,10 @@
-"""Wiring of the node agent: settings + what the node offers (GPUs, pod holdings) -> a LeaseNodeAgent."""
+"""Building the node agent: settings + what the node offers (GPUs, pod holdings) -> a LeaseNodeAgent.
+
+The agent has no process of its own: the GPU node programs (``gpucaas/programs/gpu_node.py``,
+``dra_node.py``) build it here, beside their daemon, and run it with theirs. The cluster-side
+timers are :func:`services.gpu_leases.controller.register`, which ``gpucaas/programs/controller.py``
+adds to the controller's operator.
+"""
 
 from __future__ import annotations
 

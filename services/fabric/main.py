@@ -381,3 +381,20 @@ class FabricNode:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def run(settings: FabricSettings) -> None:
+    """Run the node's fabric service until SIGTERM/SIGINT; a failed start raises FabricServiceError."""
+    import gc
+    import signal
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    node = FabricNode(settings)
+    node.start()
+    gc.freeze()  # what start-up built lives as long as the process: no full collection rescans it
+    try:
+        stop.wait()
+    finally:
+        node.stop()
