@@ -1,4 +1,4 @@
-"""The operator process: handler modules into one registry, Kopf settings in one place, the CLI."""
+"""The operator process: the tenancy handlers in one registry, Kopf settings in one place, the CLI."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from services.tenancy_controller import main
 from services.tenancy_controller.settings import ControllerSettings
 
 
-def test_registry_holds_every_handler_of_the_listed_modules():
-    registry = main.build_registry(ControllerSettings(handler_modules=("services.tenancy_controller.handlers",)))
+def test_registry_holds_every_tenancy_handler():
+    registry = main.build_registry(ControllerSettings())
     ids = {h.id for h in registry._changing.get_all_handlers()}  # noqa: SLF001 - Kopf has no public listing
     assert {"reconcile-resume", "reconcile-create", "reconcile-update/spec", "finalize"} <= ids
     watching = {h.id for h in registry._watching.get_all_handlers()}  # noqa: SLF001
