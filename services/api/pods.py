@@ -267,17 +267,28 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
         if c.get("name") == CONTAINER_NAME:
             image = c.get("image") or ""
     outcome = reasons.explain(pod, container=CONTAINER_NAME, image=image, timeout=spec.get("activeDeadlineSeconds"))
-    finished = None
+    finished = started = None
     for cs in status.get("containerStatuses") or []:
-        terminated = (cs.get("state") or {}).get("terminated")
-        if cs.get("name", CONTAINER_NAME) == CONTAINER_NAME and terminated:
+        if cs.get("name", CONTAINER_NAME) != CONTAINER_NAME:
+            continue
+        state = cs.get("state") or {}
+        terminated, running = state.get("terminated"), state.get("running")
+        if terminated:
             finished = _time(terminated.get("finishedAt"))
+            started = _time(terminated.get("startedAt"))
+        elif running:
+            started = _time(running.get("startedAt"))
+    if started is None and phase in ("Running", "Succeeded"):
+        # no container state reported (yet): the pod's own start stands in. A pod that
+        # failed or still waits without its container's start never ran it (an image that
+        # never pulled, a deadline passed while pulling, a refused admission): no start.
+        started = _time(status.get("startTime"))
     return PodReport(
         status=phase,
         node_name=spec.get("nodeName"),
         gpus=gpus,
         message=outcome.message,
-        started_at=_time(status.get("startTime")),
+        started_at=started,
         finished_at=finished,
         exit_code=outcome.exit_code,
     )

@@ -165,6 +165,23 @@ def test_times_from_pod() -> None:
     assert report.finished_at == datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC)
 
 
+def test_the_start_is_the_containers_own_and_a_container_that_never_ran_has_none() -> None:
+    started = "2026-01-02T03:10:00Z"
+    ran = {"spec": SPEC, "status": {"phase": "Failed", "startTime": T0, "containerStatuses": [
+        {"state": {"terminated": {"exitCode": 3, "startedAt": started, "finishedAt": T1}}}]}}
+    assert container_status_from_pod(ran).started_at == datetime(2026, 1, 2, 3, 10, 0, tzinfo=UTC)
+    running = {"spec": SPEC, "status": {"phase": "Running", "startTime": T0, "containerStatuses": [
+        {"state": {"running": {"startedAt": started}}}]}}
+    assert container_status_from_pod(running).started_at == datetime(2026, 1, 2, 3, 10, 0, tzinfo=UTC)
+    # the kubelet took the pod (startTime) but the image never pulled before the deadline
+    never = {"spec": SPEC, "status": {"phase": "Failed", "reason": "DeadlineExceeded", "startTime": T0,
+                                      "containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
+    assert container_status_from_pod(never).started_at is None
+    pulling = {"spec": SPEC, "status": {"phase": "Pending", "startTime": T0, "containerStatuses": [
+        {"state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+    assert container_status_from_pod(pulling).started_at is None
+
+
 # --- DRA allocation mode (docs/dra.md) --------------------------------------------------
 
 
