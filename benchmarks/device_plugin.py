@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 ALLOCATE_P99_TARGET_MS = 3.0
 
 
@@ -88,12 +87,11 @@ def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from gpucaas.core import topology
+    from gpucaas.core import topology, vfio_sysfs as sysfs
+    from gpucaas.core.fabric_client import FabricClient
     from gpucaas.devtools.fake_kubelet import FakeKubelet
     from gpucaas.devtools.fake_sysfs import build_hgx_h100
-    from gpucaas.core import vfio_sysfs as sysfs
     from services.device_plugin.api import dp_pb2
-    from gpucaas.core.fabric_client import FabricClient
     n = 200 if quick else 2000
     rng = random.Random(5)
     work = Path(tempfile.mkdtemp(prefix="gpucaas-bench-", dir="/tmp"))

@@ -113,7 +113,7 @@ def fm_restart(runs: int, silent_s: float) -> dict[str, Any]:
             lib.fakeFmStart(1)  # back in restart mode: waits 60 s for the activated list
             lib.fakeFmStall(0)
             t0 = time.monotonic()
-            wait_for(lambda: node.service.status.replays > before and not lib.fakeFmAwaitingList()
+            wait_for(lambda before=before: node.service.status.replays > before and not lib.fakeFmAwaitingList()
                      and active() == want, 120, interval=0.01, what="replay after the FM restart")
             replay.append(time.monotonic() - t0)
             from_hang.append(time.monotonic() - t_hang)
@@ -200,11 +200,11 @@ def run(driver: str, runs: int) -> dict[str, Any]:
                 conn.lookupByName(name).destroy()
                 conn.close()
             # A VM restart is a fabric reset: handled when the VM is back and the records lost.
-            wait_for(lambda: node.vm_restart_replays > before and not fabric.active_partition_ids()
+            wait_for(lambda before=before: node.vm_restart_replays > before and not fabric.active_partition_ids()
                      and len(node.store.book.lost()) == len(SETS), 300, interval=0.01, what="restart + reset")
             replay.append(time.monotonic() - t0)
             if console is not None:
-                wait_for(lambda: console.read_text(errors="replace").count("gpucaas-test-vm: up") > boots,
+                wait_for(lambda boots=boots: console.read_text(errors="replace").count("gpucaas-test-vm: up") > boots,
                          300, interval=0.01, what="guest boot")
                 ready.append(time.monotonic() - t0)
             # Every run measures a first crash: wait for the backoff streak to reset

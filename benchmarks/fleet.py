@@ -102,8 +102,14 @@ import urllib3
 from benchmarks.loadgen import process_cpu_seconds
 from benchmarks.placement import DEFAULT_MIX, Job, workload
 from gpucaas.core import crds, dra
-from gpucaas.core.topology import GPU_COUNT, HGX_H100_PARTITIONS, choose_gpus, partition_by_id, partition_for, \
-    partitions_for_gpus
+from gpucaas.core.topology import (
+    GPU_COUNT,
+    HGX_H100_PARTITIONS,
+    choose_gpus,
+    partition_by_id,
+    partition_for,
+    partitions_for_gpus,
+)
 from services.dra_driver.slices import PublishedGpu, build_slices, partition_of_device
 from services.fabric.publisher import build_fabric_state, build_fabric_state_status
 from services.placement.fit import FULL_MASK, gpus_of, mask_of
@@ -397,7 +403,7 @@ class ModeRun:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = (self.folder / f"{name}.log").open("wb")
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,  # noqa: S603
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "2"), **(env or {})},
                                 start_new_session=True)
         self.procs.append(proc)

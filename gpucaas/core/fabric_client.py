@@ -22,8 +22,8 @@ import json as _json
 import os
 import socket
 import threading
-from time import monotonic, sleep
 from collections.abc import Iterable, Mapping
+from time import monotonic, sleep
 from typing import Any
 from urllib.parse import quote, urlencode
 

@@ -39,8 +39,7 @@ if TYPE_CHECKING:  # neither is loaded by a node daemon started with plain optio
     from pydantic import BaseModel, ValidationError
     from pydantic.fields import FieldInfo
 
-    from gpucaas.core.env_settings import EnvSettings
-    from gpucaas.core.env_settings import FieldInfo as EnvFieldInfo
+    from gpucaas.core.env_settings import EnvSettings, FieldInfo as EnvFieldInfo
 
 
 @dataclass(frozen=True)

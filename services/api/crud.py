@@ -32,7 +32,6 @@ from services.api.models import (
     AuditEvent,
     Container,
     ContainerCreate,
-    ContainerLog,
     ContainerStatus,
     Tenancy,
     TenancyCreate,
@@ -582,8 +581,8 @@ def list_containers(
     session: Session, *, tenancy: str | None, status: str | None, limit: int, offset: int = 0,
     after: tuple[datetime, str] | None = None, history: bool = False,
 ) -> tuple[Sequence[Any], int, tuple[datetime, str] | None]:
-    """A page of containers (rows with the columns as attributes), newest first (``created_at`` then ``id``, both descending);
-    ``history`` includes those of deleted tenancies (admin).
+    """A page of containers (rows with the columns as attributes), newest first (``created_at``
+    then ``id``, both descending); ``history`` includes those of deleted tenancies (admin).
 
     ``after`` is the (created_at, id) of the last row of the previous page: the page
     then starts right after it (keyset pagination, an index range scan of

@@ -35,14 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from limits import RateLimitItem, parse_many
-from limits import errors as limits_errors
+from limits import RateLimitItem, errors as limits_errors, parse_many
 from limits.aio.strategies import MovingWindowRateLimiter as SharedWindow
 from limits.storage import MemoryStorage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
-from prometheus_client import CollectorRegistry
-from prometheus_client import Counter as MetricCounter
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Counter as MetricCounter, Gauge
 
 from services.api import errors
 
@@ -220,7 +217,8 @@ class Limiter:
                 if self._streams[key] >= cap:
                     who = "this token" if key.startswith("token:") else f"tenancy {tenancy!r}"
                     raise errors.TooManyRequests(
-                        f"{who} already has {cap} open streams (log follows and exec sessions; the most allowed); close one first",
+                        f"{who} already has {cap} open streams (log follows and exec sessions; the most allowed); "
+                        "close one first",
                         retry_after=5,
                     )
             for key, _cap in keys:

@@ -109,7 +109,7 @@ class UsageMonitor:
                 self.scan()
             except DevicePluginError:
                 pass  # logged in scan
-            except Exception:  # noqa: BLE001 - the monitor never dies
+            except Exception:  # the monitor never dies
                 logger.exception("node=%s PodResources scan failed", self.node)
             if self._stop.wait(self.interval):
                 return

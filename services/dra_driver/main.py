@@ -4,7 +4,8 @@ Parts (each in its own module): the kubelet-facing gRPC server (registration, Pr
 Unprepare, health), the slice publisher, and, with binding conditions on, the binding
 watcher. When no device plugin runs on the node (``cdi_dir`` set), the driver keeps the
 node's CDI spec itself, with the device plugin's builder (:mod:`gpucaas.core.cdi`) over the
-vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop re-derives what the node offers from the fabric service
+vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop
+re-derives what the node offers from the fabric service
 (physical id <-> PCI, GPU health) and the node's GPU leases, updates the health streams
 and republishes the slices when they changed; another runs the binding rounds.
 """
@@ -18,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from gpucaas.core import lease_states as states
-from gpucaas.core import vfio_sysfs
+from gpucaas.core import lease_states as states, vfio_sysfs
 from gpucaas.core.cdi import CDISpecError, SpecWriter, qualified_name
 from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
 from gpucaas.core.kube import Kube, KubeConnection, KubeError
@@ -107,7 +107,7 @@ class DraDriverNode:
             binding = self.binding
             self._loop("binding", self.settings.binding_interval_s, lambda: run_round(binding))
 
-    def _loop(self, name: str, interval: float, step, wake: threading.Event | None = None) -> None:  # noqa: ANN001
+    def _loop(self, name: str, interval: float, step, wake: threading.Event | None = None) -> None:
         def run() -> None:
             while True:
                 if wake is None:

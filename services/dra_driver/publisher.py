@@ -119,7 +119,7 @@ def gpus_from(topology: dict[str, Any], leases: Iterable[dict[str, Any]],
     """The node's GPUs as the fabric service sees them, held out while their lease is not usable
     (Releasing, Checking, Quarantined: not in ``lease_states.ALLOCATABLE_STATES``) or while a
     holder other than a claim keeps a partition containing them busy (:func:`foreign_holders`)."""
-    state_by_bdf = {(l.get("spec") or {}).get("pciAddress"): states.state_of(l.get("status")) for l in leases}
+    state_by_bdf = {(lease.get("spec") or {}).get("pciAddress"): states.state_of(lease.get("status")) for lease in leases}
     held_by = foreign_holders(partitions)
     out = []
     for g in topology.get("gpus", []):

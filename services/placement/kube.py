@@ -25,7 +25,15 @@ from kubernetes import client, watch
 
 from gpucaas.core import crds
 from gpucaas.core.kube import (
-    Forbidden, Gone, Kube, KubeConnection, KubeError, NotFound, Unavailable, from_status, translated,
+    Forbidden,
+    Gone,
+    Kube,
+    KubeConnection,
+    KubeError,
+    NotFound,
+    Unavailable,
+    from_status,
+    translated,
 )
 from services.placement.errors import BindFailed, KubernetesUnavailable
 from services.placement.extender import GPU_RESOURCE, BindingArgs
@@ -150,7 +158,7 @@ class FleetWatcher:
                 # "forbidden: <user> cannot list <resource>" or "Kubernetes unreachable at <url>"
                 log.warning("%s list/watch failed (%s); retrying", kind, exc.summary())
                 self._stop.wait(self.retry_seconds)
-            except Exception as exc:  # network errors: keep the last state, retry
+            except Exception as exc:  # noqa: BLE001 - network errors: keep the last state, retry
                 if self._stop.is_set():
                     return
                 log.warning("%s list/watch failed: %s; retrying", kind, exc)

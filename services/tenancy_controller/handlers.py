@@ -131,8 +131,13 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         except (errors.NotReadyYet, errors.KubeError) as exc:
             log.warning("tenancy %s: repair after %s deferred to the resync: %s", tenancy_name, what, exc)
 
-    async def child_changed(type: str | None, body: kopf.Body, memo: Any, tenancy_bodies: kopf.Index,
-                            **_: Any) -> None:
+    async def child_changed(
+        type: str | None,  # noqa: A002 - Kopf's keyword
+        body: kopf.Body,
+        memo: Any,
+        tenancy_bodies: kopf.Index,
+        **_: Any,
+    ) -> None:
         if type is None:  # initial listing: the Tenancy's own resume handler covers it
             return
         labels = (body.get("metadata") or {}).get("labels") or {}

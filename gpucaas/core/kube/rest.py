@@ -347,9 +347,9 @@ def watch_changes(kube: RestKube, path: str, query: list[tuple[str, str]], on_ch
             url = kube.server + path + "?" + urlencode([*query, ("watch", "1"), ("resourceVersion", rv),
                                                          ("allowWatchBookmarks", "true"),
                                                          ("timeoutSeconds", str(timeout_s))])
-            connect = kube._timeout.connect_timeout  # noqa: SLF001
-            resp = kube._http.request(  # noqa: SLF001
-                "GET", url, headers={"Accept": "application/json", **kube._target.headers()},  # noqa: SLF001
+            connect = kube._timeout.connect_timeout
+            resp = kube._http.request(
+                "GET", url, headers={"Accept": "application/json", **kube._target.headers()},
                 preload_content=False, retries=False, redirect=False,
                 timeout=urllib3.Timeout(connect=connect, read=timeout_s + 30))
             holder["resp"] = resp

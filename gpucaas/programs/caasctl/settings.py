@@ -73,7 +73,8 @@ class CaasctlSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
 
     url: str | None = Field(None, description="API base URL, e.g. https://gpucaas.example.com.")
-    token: SecretStr | None = Field(None, description="Bearer token: an admin token, or a tenant token for run, ps, logs, cancel, usage, secrets, registry, webhooks.")
+    token: SecretStr | None = Field(None, description="Bearer token: an admin token, or a tenant token for run, ps, logs, "
+                                                            "cancel, usage, secrets, registry, webhooks.")
     ca_cert: str | None = Field(None, description="CA bundle to trust (PEM).")
     insecure: bool = Field(False, description="Skip TLS verification (development only).")
     nodes: dict[str, NodeConfig] = Field(

@@ -215,7 +215,8 @@ def check_iommu_groups(facts: HostFacts, options: Options) -> CheckResult:
     if fabric:
         layout = "shared" if len(fabric_groups) == 1 and len(fabric) > 1 else "per-device"
         b.details.append(
-            f"fabric devices ({len(fabric)}) in {'one group ' + str(fabric_groups[0]) if layout == 'shared' else 'groups ' + str(fabric_groups)}"
+            f"fabric devices ({len(fabric)}) in "
+            f"{'one group ' + str(fabric_groups[0]) if layout == 'shared' else 'groups ' + str(fabric_groups)}"
             + (" - Supermicro-style layout: the service VM takes the whole group (libvirt, not Kata)"
                if layout == "shared" else " - DGX-style layout")
         )

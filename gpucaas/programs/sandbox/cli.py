@@ -14,7 +14,7 @@ from gpucaas.core.settings_cli import Section, settings_command
 from gpucaas.programs.sandbox.settings import NodeAgentSettings, SandboxSettings
 
 
-def _api_client(kubeconfig: str | None):  # noqa: ANN202
+def _api_client(kubeconfig: str | None):
     from pathlib import Path
 
     from gpucaas.core.kube import KubeConnection, new_api_client
@@ -22,7 +22,7 @@ def _api_client(kubeconfig: str | None):  # noqa: ANN202
     return new_api_client(KubeConnection(kubeconfig=Path(kubeconfig) if kubeconfig else None))
 
 
-def _cluster_ca(kubeconfig: str | None, kubelet_dir):  # noqa: ANN001, ANN202
+def _cluster_ca(kubeconfig: str | None, kubelet_dir):
     """The cluster's CA from the kubeconfig, as a file: kube-apiserver's kubelet client
     certificate is signed by it (the kubelet's --client-ca-file). None without one."""
     import base64
@@ -43,7 +43,7 @@ def _cluster_ca(kubeconfig: str | None, kubelet_dir):  # noqa: ANN001, ANN202
     return Path(ca) if ca else None
 
 
-def _stop_on_signals(stop) -> None:  # noqa: ANN001
+def _stop_on_signals(stop) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop())
 

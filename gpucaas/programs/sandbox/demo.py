@@ -31,8 +31,8 @@ from gpucaas.core.crds import (
     tenant_namespace,
 )
 from gpucaas.core.fabric_client import FabricClient, FabricError
-from gpucaas.programs.sandbox.runner import Sandbox
 from gpucaas.devtools.waiting import wait_for
+from gpucaas.programs.sandbox.runner import Sandbox
 
 DESIGN_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
 IMAGE = DESIGN_PAYLOAD["container-url"]

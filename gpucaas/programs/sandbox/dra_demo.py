@@ -232,7 +232,8 @@ class DraObserver:
 def run_dra_demo(sandbox: Sandbox, console: Console, timeout: float = 240.0) -> bool:
     obs = DraObserver(sandbox, console)
     console.print(f"\n[bold]The scenario through DRA[/]: pods asking for {', '.join(map(str, SCENARIO_SIZES))} GPUs "
-                  f"in namespace {NAMESPACE!r} (ResourceClaimTemplates {', '.join(dra.claim_template_name(s) for s in SCENARIO_SIZES)})")
+                  f"in namespace {NAMESPACE!r} "
+                  f"(ResourceClaimTemplates {', '.join(dra.claim_template_name(s) for s in SCENARIO_SIZES)})")
     ensure_namespace(obs.core, obs.custom, NAMESPACE)
     for size in SCENARIO_SIZES:
         t = Tracked(f"gpus-{size}", size)

@@ -68,7 +68,7 @@ WAIT_REPORT_S = 30.0  # an admission still waiting says so this often (and keeps
 WAIT_STEP_S = 1.0  # how often a waiting admission checks that its pod is still wanted
 
 
-class Abandoned(Exception):  # noqa: N818 (not an error: the pod went away or the agent stops)
+class Abandoned(Exception):  # not an error: the pod went away or the agent stops
     """The pod being admitted was deleted (or the agent stops): stop waiting for it."""
 
 
@@ -149,7 +149,7 @@ class NodeAgent:
         self.log_server: ContainerLogServer | None = None
 
     # --- node object -----------------------------------------------------------------
-    def _live_plugin(self):  # noqa: ANN202
+    def _live_plugin(self):
         """The registered plugin, unless its ListAndWatch stream ended (it went away)."""
         conn = self.kubelet.plugins.get(self.resource)
         return conn if conn is not None and not conn.stream_ended else None
@@ -171,7 +171,7 @@ class NodeAgent:
                 log.warning("still waiting for %s (%.0fs)", what, now - started)
                 last_report = now
 
-    def _wait_for_live_plugin(self, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401 (PluginConnection)
+    def _wait_for_live_plugin(self, wanted: Callable[[], bool]) -> Any:  # a PluginConnection
         """After a restart of the plugin or of this agent, wait for the plugin to register again
         and send its first device list; the live connection."""
         conn = self.kubelet.plugins.get(self.resource)
@@ -201,7 +201,7 @@ class NodeAgent:
         self._waiting(f"the {self.resource} device plugin to register", registered, wanted)
         return found[-1]
 
-    def _wait_for_devices(self, count: int, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401
+    def _wait_for_devices(self, count: int, wanted: Callable[[], bool]) -> Any:
         """The extender binds by partitions and leases, not by the kubelet's device health, so a
         pod can be bound a moment before its GPUs are reported Healthy again (a lease checked
         and Free, the next ListAndWatch update not yet sent): wait for that update. Returns the
@@ -209,11 +209,11 @@ class NodeAgent:
         while True:
             conn = self._wait_for_live_plugin(wanted)
 
-            def enough(c: Any = conn) -> bool:  # noqa: ANN401
+            def enough(c: Any = conn) -> bool:
                 return c.stream_ended or len(set(c.healthy()) - self.kubelet.allocated_ids(self.resource)) >= count
 
             self._waiting(f"{count} healthy unallocated {self.resource}",
-                          lambda: conn.wait_for(enough, timeout=WAIT_STEP_S), wanted)
+                          lambda c=conn: c.wait_for(enough, timeout=WAIT_STEP_S), wanted)
             if not conn.stream_ended:
                 return conn
 
@@ -245,7 +245,8 @@ class NodeAgent:
                 if not told:
                     self._event(pod, "AllocateRetrying", f"{exc}; retrying", "Warning")
                     told = True
-                conn.wait_for(lambda c: c.stream_ended or (stale and c.updates > updates), timeout=delay)
+                conn.wait_for(lambda c, stale=stale, updates=updates: c.stream_ended or (stale and c.updates > updates),
+                              timeout=delay)
                 if not wanted():
                     raise Abandoned("Allocate") from exc
                 delay = min(delay * 2, 5.0)

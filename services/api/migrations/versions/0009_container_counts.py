@@ -215,8 +215,8 @@ def downgrade() -> None:
     before = _migration_0006()
     if postgres:
         op.execute("DROP FUNCTION IF EXISTS gpucaas_container_counts()")
-        op.execute(before._PG_FUNCTION)  # noqa: SLF001 - 0006's own definitions, restored
-        op.execute(before._PG_TRIGGER)  # noqa: SLF001
+        op.execute(before._PG_FUNCTION)  # 0006's own definitions, restored
+        op.execute(before._PG_TRIGGER)
     else:
-        for trigger in before._SQLITE_TRIGGERS:  # noqa: SLF001
+        for trigger in before._SQLITE_TRIGGERS:
             op.execute(trigger)
