@@ -73,8 +73,8 @@ def _serve_fabric(physical_map: Any, work: Path, stop: Any) -> None:
 
 
 def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
+    from gpucaas.devtools.local_cluster.processes import unix_socket_ready
     from gpucaas.devtools.waiting import wait_for
-    from gpucaas.programs.sandbox.supervisor import unix_socket_ready
 
     listening = unix_socket_ready(path)
 
@@ -111,7 +111,11 @@ def run(quick: bool) -> dict[str, Any]:
         fabric_proc = ctx.Process(target=_serve_fabric, args=(board.physical_id_map(), work, stop_fabric),
                                   daemon=True)
         fabric_proc.start()
-        stack.append(lambda: (stop_fabric.set(), fabric_proc.join(30)))
+        def stop_fabric_service() -> None:
+            stop_fabric.set()
+            fabric_proc.join(30)
+
+        stack.append(stop_fabric_service)
         _wait_for_socket(work / "fabric.sock", fabric_proc)
         kubelet = FakeKubelet(work / "dp", work / "pr.sock").start()
         stack.append(kubelet.stop)
@@ -124,7 +128,11 @@ def run(quick: bool) -> dict[str, Any]:
             [sys.executable, "-m", "gpucaas", "device-plugin", "--device-plugin-dir", str(work / "dp"),
              "--cdi-dir", str(work / "cdi"), "--pod-resources-socket", str(work / "pr.sock"),
              "--metrics-port", "-1", "--node-name", "bench"], env=env, stdout=subprocess.DEVNULL)
-        stack.append(lambda: (plugin.terminate(), plugin.wait(30)))
+        def stop_plugin() -> None:
+            plugin.terminate()
+            plugin.wait(30)
+
+        stack.append(stop_plugin)
         stub = kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60).stub
         fabric = FabricClient(work / "fabric.sock")
         stack.append(fabric.close)

@@ -640,16 +640,16 @@ class ModeRun:
             for s in status.get("resourceClaimStatuses") or []:
                 if s.get("resourceClaimName"):
                     rec.claim = s["resourceClaimName"]
-            node = (pod.get("spec") or {}).get("nodeName")
-            newly_bound = node and rec.bound is None
-            if newly_bound:
+            node: str | None = (pod.get("spec") or {}).get("nodeName")
+            newly_bound = node is not None and rec.bound is None
+            if node is not None and newly_bound:
                 rec.bound, rec.node = now, node
             newly_running = status.get("phase") == "Running" and rec.running is None
             if newly_running:
                 rec.running = now
                 if rec.phase == "trace":
                     self._timer(now + rec.duration_s, "depart", name)
-        if newly_bound:
+        if node is not None and newly_bound:
             self._on_bound(rec, node)
 
     # -- timers: arrivals, departures, FabricState writes ------------------------------------
@@ -822,7 +822,8 @@ class ModeRun:
         }
 
     def _extender_pid(self) -> int | None:
-        return next((p.pid for p in self.procs if "scheduler-extender" in p.args and p.poll() is None), None)
+        return next((p.pid for p in self.procs
+                     if isinstance(p.args, list) and "scheduler-extender" in p.args and p.poll() is None), None)
 
     # -- figures -----------------------------------------------------------------------------------
 

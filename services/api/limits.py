@@ -71,7 +71,8 @@ def shared_storage(url: str, *, timeout: float) -> Any:
     uri = url if url.startswith("async+") else "async+" + url
     return storage_from_string(
         uri, implementation="redispy", key_prefix=KEY_PREFIX, wrap_exceptions=True,
-        socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
+        socket_timeout=timeout, socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),  # type: ignore[arg-type]  # passed on to redis-py, which takes a Retry
     )
 
 

@@ -141,7 +141,7 @@ class SubmissionWorker:
                 if tenancy is None:
                     with Session(self.engine) as session:
                         crud.mark_failed(session, container_id=row.id, message=f"tenancy {row.tenancy!r} was deleted")
-                    return
+                    return None
                 tenancy_cr = self.kube.upsert_tenancy(
                     pods.build_tenancy(
                         name=tenancy.name,
@@ -166,7 +166,7 @@ class SubmissionWorker:
                             message=not_ready[row.tenancy],
                             count_attempt=False,
                         )
-                    return
+                    return None
                 ready_cache[row.tenancy] = tenancy_cr
             pull_secrets, missing = self._tenant_secrets(row)
             missing = missing or self._missing_volumes(row)

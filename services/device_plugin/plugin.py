@@ -162,7 +162,7 @@ class PluginCore:
         try:
             topo: FabricTopology | None = self.fabric.topology()
             reachable = True
-            error = None
+            error: Exception | None = None
         except FabricUnavailable as exc:
             topo, reachable, error = None, False, exc
         except Exception as exc:  # noqa: BLE001 - any fabric answer we cannot use

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, cast
 
 from gpucaas.core import lease_states as states, vfio_sysfs
 from gpucaas.core.cdi import CDISpecError, SpecWriter, qualified_name
@@ -107,7 +108,8 @@ class DraDriverNode:
             binding = self.binding
             self._loop("binding", self.settings.binding_interval_s, lambda: run_round(binding))
 
-    def _loop(self, name: str, interval: float, step, wake: threading.Event | None = None) -> None:
+    def _loop(self, name: str, interval: float, step: Callable[[], object],
+              wake: threading.Event | None = None) -> None:
         def run() -> None:
             while True:
                 if wake is None:
@@ -198,9 +200,9 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
     holder: dict[str, DraDriverNode] = {}
     driver = Driver(
         node_name=settings.node_name, checkpoint=checkpoint, fabric=fabric,
-        read_claim=lambda ns, name: kube.call(kube.custom.get_namespaced_custom_object, "resource.k8s.io", "v1",
-                                              ns, "resourceclaims", name, idempotent=True,
-                                              what=f"read ResourceClaim {ns}/{name}"),
+        read_claim=lambda ns, name: cast("dict[str, Any]", kube.call(  # the custom-objects API answers plain JSON
+            kube.custom.get_namespaced_custom_object, "resource.k8s.io", "v1", ns, "resourceclaims", name,
+            idempotent=True, what=f"read ResourceClaim {ns}/{name}")),
         physical_to_pci=lambda: holder["node"].physical_to_pci(),
         cdi_id=lambda bdf: qualified_name(settings.cdi_kind, bdf),
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from gpucaas.core import lease_states as states
 from gpucaas.core.dra import DRIVER
@@ -44,9 +44,10 @@ class SlicePublisher:
         self.generation = 0
 
     def _current(self) -> dict[str, dict[str, Any]]:
-        items = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                               field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
-                               idempotent=True, what="list this node's ResourceSlices")["items"]
+        listing = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                                 field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
+                                 idempotent=True, what="list this node's ResourceSlices")
+        items = cast("dict[str, Any]", listing)["items"]  # the custom-objects API answers plain JSON
         return {i["metadata"]["name"]: i for i in items}
 
     def publish(self) -> bool:

@@ -323,7 +323,8 @@ class UnixServer:
                 for key, _ in sel.select():
                     if key.fd == wake:
                         return
-                    server._handle_request_noblock()  # accept, then a thread for the connection
+                    # accept, then a thread for the connection (socketserver's own step; not in typeshed)
+                    server._handle_request_noblock()  # type: ignore[attr-defined]
 
     def stop(self) -> None:
         if self._thread is not None:

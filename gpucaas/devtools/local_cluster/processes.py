@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,8 @@ class ProcessGroup:
         self.logs_dir = logs_dir
         self.components: dict[str, Component] = {}
 
-    def add(self, name: str, args: list[object], ready: Callable[[], bool], env: dict[str, str] | None = None) -> None:
+    def add(self, name: str, args: Sequence[object], ready: Callable[[], bool], env: dict[str, str] | None = None,
+            ) -> None:
         self.components[name] = Component(name, [str(a) for a in args], ready,
                                           log_path=self.logs_dir / f"{name}.log", env=dict(env or {}))
 

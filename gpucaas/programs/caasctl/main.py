@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
@@ -23,11 +23,14 @@ from gpucaas.programs.caasctl.client import CaasctlError, Config, RestClient, fa
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
 
+if TYPE_CHECKING:
+    from gpucaas.core.fabric_client import FabricClient
+
 
 class _OneLineErrors(TyperGroup):
     """Root group: a CaasctlError or FabricError from any command is one line on stderr and exit 1."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # typer's own copy of click's Context
         try:
             return super().invoke(ctx)
         except (CaasctlError, FabricError) as exc:
@@ -115,7 +118,7 @@ tenant_tokens.register(app, tokens_app, lambda ctx: _api(ctx))
 volumes.register(app, lambda ctx: _api(ctx))
 
 
-def _fabric(ctx: typer.Context, node: str | None, socket: str | None):
+def _fabric(ctx: typer.Context, node: str | None, socket: str | None) -> FabricClient:
     from gpucaas.core.fabric_client import FabricClient
 
     return FabricClient(fabric_socket_for(_cfg(ctx), node, socket))

@@ -109,7 +109,8 @@ class CaasctlSettings(BaseSettings):
     @classmethod
     def load(cls, *, config_path: str | None = None, **flags: Any) -> CaasctlSettings:
         """flag > env > file > default; ``flags`` left ``None`` (or ``False``) were not given."""
-        path = ConfigLocation(**({"GPUCAAS_CONFIG": config_path} if config_path else {})).config.expanduser()
+        given: dict[str, Any] = {"GPUCAAS_CONFIG": config_path} if config_path else {}
+        path = ConfigLocation(**given).config.expanduser()
         if config_path and not path.exists():
             raise CaasctlError(f"config file {path} does not exist")
         bound = type(cls.__name__, (cls,), {"model_config": {**cls.model_config, "yaml_file": path}})

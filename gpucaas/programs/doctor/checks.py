@@ -222,10 +222,11 @@ def check_iommu_groups(facts: HostFacts, options: Options) -> CheckResult:
         )
         for group in fabric_groups:
             for member in facts.iommu_groups.get(group, ()):
-                other = devices.get(member)
-                if other and not (other.is_nvswitch or other.is_nvswitch_memory_controller or other.is_bridge) \
-                        and other.driver != VFIO_DRIVER:
-                    problems.append(f"fabric group {group} also holds {member} (driver {other.driver or 'none'})")
+                neighbour = devices.get(member)
+                if neighbour and not (neighbour.is_nvswitch or neighbour.is_nvswitch_memory_controller
+                                      or neighbour.is_bridge) and neighbour.driver != VFIO_DRIVER:
+                    problems.append(f"fabric group {group} also holds {member} "
+                                    f"(driver {neighbour.driver or 'none'})")
     b.details.extend(f"GPU {g.bdf}: group {g.iommu_group}" for g in gpus)
     if problems:
         b.details.extend(problems)

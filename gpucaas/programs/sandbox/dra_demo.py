@@ -119,7 +119,7 @@ class DraObserver:
 
         self.api = new_api_client(KubeConnection(kubeconfig=Path(sandbox.kubeconfig)))
         self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.custom: Any = client.CustomObjectsApi(self.api)  # answers plain JSON: untyped
         self.console = console
         self.namespace = namespace
         self.sockets = {n.name: n.fabric_socket for n in sandbox.nodes}
@@ -238,7 +238,7 @@ def run_dra_demo(sandbox: Sandbox, console: Console, timeout: float = 240.0) -> 
     for size in SCENARIO_SIZES:
         t = Tracked(f"gpus-{size}", size)
         obs.tracked[t.name] = t
-        obs.core.create_namespaced_pod(NAMESPACE, dra_pod(t.name, size))
+        obs.core.create_namespaced_pod(NAMESPACE, dra_pod(t.name, size))  # type: ignore[arg-type]  # a plain dict body
     thread = threading.Thread(target=obs.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

@@ -194,7 +194,7 @@ def published_slices(kubeconfig: Path, name: str) -> Any:
 
     def check() -> bool:
         with config.new_client_from_config(config_file=str(kubeconfig)) as api:
-            slices = client.CustomObjectsApi(api).list_cluster_custom_object(
+            slices: Any = client.CustomObjectsApi(api).list_cluster_custom_object(  # plain JSON
                 "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={name}")
         return bool(slices.get("items"))
     return check
