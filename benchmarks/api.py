@@ -42,6 +42,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -146,12 +147,12 @@ def _seed_history(db_url: str, tenancy: str, rows: int) -> None:
 
     from services.api.models import Container, utcnow
 
-    table = Container.__table__
-    template = Container(id="x", tenancy=tenancy, image=PAYLOAD["container-url"], status="Succeeded",
+    table = Container.__table__  # type: ignore[attr-defined]  # SQLAlchemy's, set on table models
+    template = Container(id="x", tenancy=tenancy, image=str(PAYLOAD["container-url"]), status="Succeeded",
                          pod_name="x", request_hash="0" * 64, gpus=1, pod_created=True, pod_deleted=True,
                          started_at=utcnow(), finished_at=utcnow())
     values = template.model_dump()
-    n = literal_column("s.n")
+    n: Any = literal_column("s.n")
     exprs = []
     for col in table.columns:
         if col.name == "id":

@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 ALLOCATE_P99_TARGET_MS = 3.0
 
 
@@ -74,8 +73,8 @@ def _serve_fabric(physical_map: Any, work: Path, stop: Any) -> None:
 
 
 def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
+    from gpucaas.devtools.local_cluster.processes import unix_socket_ready
     from gpucaas.devtools.waiting import wait_for
-    from gpucaas.programs.sandbox.supervisor import unix_socket_ready
 
     listening = unix_socket_ready(path)
 
@@ -88,12 +87,11 @@ def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from gpucaas.core import topology
+    from gpucaas.core import topology, vfio_sysfs as sysfs
+    from gpucaas.core.fabric_client import FabricClient
     from gpucaas.devtools.fake_kubelet import FakeKubelet
     from gpucaas.devtools.fake_sysfs import build_hgx_h100
-    from gpucaas.core import vfio_sysfs as sysfs
     from services.device_plugin.api import dp_pb2
-    from gpucaas.core.fabric_client import FabricClient
     n = 200 if quick else 2000
     rng = random.Random(5)
     work = Path(tempfile.mkdtemp(prefix="gpucaas-bench-", dir="/tmp"))
@@ -113,7 +111,11 @@ def run(quick: bool) -> dict[str, Any]:
         fabric_proc = ctx.Process(target=_serve_fabric, args=(board.physical_id_map(), work, stop_fabric),
                                   daemon=True)
         fabric_proc.start()
-        stack.append(lambda: (stop_fabric.set(), fabric_proc.join(30)))
+        def stop_fabric_service() -> None:
+            stop_fabric.set()
+            fabric_proc.join(30)
+
+        stack.append(stop_fabric_service)
         _wait_for_socket(work / "fabric.sock", fabric_proc)
         kubelet = FakeKubelet(work / "dp", work / "pr.sock").start()
         stack.append(kubelet.stop)
@@ -126,7 +128,11 @@ def run(quick: bool) -> dict[str, Any]:
             [sys.executable, "-m", "gpucaas", "device-plugin", "--device-plugin-dir", str(work / "dp"),
              "--cdi-dir", str(work / "cdi"), "--pod-resources-socket", str(work / "pr.sock"),
              "--metrics-port", "-1", "--node-name", "bench"], env=env, stdout=subprocess.DEVNULL)
-        stack.append(lambda: (plugin.terminate(), plugin.wait(30)))
+        def stop_plugin() -> None:
+            plugin.terminate()
+            plugin.wait(30)
+
+        stack.append(stop_plugin)
         stub = kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60).stub
         fabric = FabricClient(work / "fabric.sock")
         stack.append(fabric.close)

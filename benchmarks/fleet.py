@@ -102,8 +102,14 @@ import urllib3
 from benchmarks.loadgen import process_cpu_seconds
 from benchmarks.placement import DEFAULT_MIX, Job, workload
 from gpucaas.core import crds, dra
-from gpucaas.core.topology import GPU_COUNT, HGX_H100_PARTITIONS, choose_gpus, partition_by_id, partition_for, \
-    partitions_for_gpus
+from gpucaas.core.topology import (
+    GPU_COUNT,
+    HGX_H100_PARTITIONS,
+    choose_gpus,
+    partition_by_id,
+    partition_for,
+    partitions_for_gpus,
+)
 from services.dra_driver.slices import PublishedGpu, build_slices, partition_of_device
 from services.fabric.publisher import build_fabric_state, build_fabric_state_status
 from services.placement.fit import FULL_MASK, gpus_of, mask_of
@@ -397,7 +403,7 @@ class ModeRun:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = (self.folder / f"{name}.log").open("wb")
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,  # noqa: S603
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "2"), **(env or {})},
                                 start_new_session=True)
         self.procs.append(proc)
@@ -634,16 +640,16 @@ class ModeRun:
             for s in status.get("resourceClaimStatuses") or []:
                 if s.get("resourceClaimName"):
                     rec.claim = s["resourceClaimName"]
-            node = (pod.get("spec") or {}).get("nodeName")
-            newly_bound = node and rec.bound is None
-            if newly_bound:
+            node: str | None = (pod.get("spec") or {}).get("nodeName")
+            newly_bound = node is not None and rec.bound is None
+            if node is not None and newly_bound:
                 rec.bound, rec.node = now, node
             newly_running = status.get("phase") == "Running" and rec.running is None
             if newly_running:
                 rec.running = now
                 if rec.phase == "trace":
                     self._timer(now + rec.duration_s, "depart", name)
-        if newly_bound:
+        if node is not None and newly_bound:
             self._on_bound(rec, node)
 
     # -- timers: arrivals, departures, FabricState writes ------------------------------------
@@ -816,7 +822,8 @@ class ModeRun:
         }
 
     def _extender_pid(self) -> int | None:
-        return next((p.pid for p in self.procs if "scheduler-extender" in p.args and p.poll() is None), None)
+        return next((p.pid for p in self.procs
+                     if isinstance(p.args, list) and "scheduler-extender" in p.args and p.poll() is None), None)
 
     # -- figures -----------------------------------------------------------------------------------
 

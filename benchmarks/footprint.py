@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 RSS_TARGET_MB = 60.0
 CPU_TARGET_PCT = 1.0
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             time.sleep(idle_s)
             wall = time.monotonic() - t0
-            daemons = {
+            daemons: dict[str, dict[str, Any]] = {
                 k: {"rss_mb": round(rss_mb(p), 1), "pss_mb": pss_mb(p),
                     "idle_cpu_pct": round(100 * (cpu_seconds(p) - before[k]) / wall, 2),
                     "threads": threads(p)}

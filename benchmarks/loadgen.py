@@ -141,7 +141,7 @@ def run(url: str, path: str, *, method: str = "GET", body: str | None = None,
         lua = Path(tmp) / "bench.lua"
         lua.write_text(script)
         cmd = [wrk_path(), "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-               f"--timeout", f"{timeout_s:g}s", "-s", str(lua), url]
+               "--timeout", f"{timeout_s:g}s", "-s", str(lua), url]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

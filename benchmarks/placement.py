@@ -66,6 +66,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
+from typing import Any
 
 from gpucaas.core.topology import GPU_COUNT, partition_for
 from services.dra_driver.slices import buddy_order
@@ -543,13 +544,13 @@ def run_ours_only(
 # --------------------------------------------------------------------------- main
 
 
-def plot(levels: list[dict[str, object]], path: Path, nodes: int) -> None:
+def plot(levels: list[dict[str, Any]], path: Path, nodes: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    loads = [float(lv["load"]) for lv in levels]  # type: ignore[arg-type]
+    loads = [float(lv["load"]) for lv in levels]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {
         "bound": ("perfect defragmentation (bound)", "k--"),
@@ -561,9 +562,9 @@ def plot(levels: list[dict[str, object]], path: Path, nodes: int) -> None:
         "spread": ("default scheduler (spreading, any GPUs)", "C3-s"),
     }
     for key, (label, style) in styles.items():
-        acc = [lv[key]["acceptance"] for lv in levels]  # type: ignore[index]
+        acc = [lv[key]["acceptance"] for lv in levels]
         served = [
-            lv[key]["gpu_hours_served"] / lv["bound"]["gpu_hours_offered"]  # type: ignore[index,operator]
+            lv[key]["gpu_hours_served"] / lv["bound"]["gpu_hours_offered"]
             for lv in levels
         ]
         ax1.plot(loads, acc, style, label=label)

@@ -139,7 +139,7 @@ class PodWatch:
                     listing = self.core.list_pod_for_all_namespaces(label_selector=LABEL_CONTAINER)
                     for pod in listing.items:
                         self._note(pod)
-                    rv = listing.metadata.resource_version
+                    rv = listing.metadata.resource_version if listing.metadata else None
                 w = watch.Watch()
                 for ev in w.stream(self.core.list_pod_for_all_namespaces, label_selector=LABEL_CONTAINER,
                                    resource_version=rv, timeout_seconds=60):
@@ -250,7 +250,7 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
                 if body.get("type") == "container.running":
                     cid = body["data"]["container"]["id"]
@@ -295,7 +295,7 @@ def wait_ready(sb: Any, names: list[str]) -> None:
     from gpucaas.core.crds import GROUP, TENANCY_PLURAL, VERSION
 
     with config.new_client_from_config(str(sb.kubeconfig)) as api:
-        objects = client.CustomObjectsApi(api)
+        objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
         deadline = time.monotonic() + STALL_S
         while True:
             items = objects.list_cluster_custom_object(GROUP, VERSION, TENANCY_PLURAL)["items"]
@@ -342,7 +342,7 @@ def wait_gpus_free(sb: Any) -> None:
     from gpucaas.core.lease_states import LeaseState, state_of
 
     with config.new_client_from_config(str(sb.kubeconfig)) as api:
-        objects = client.CustomObjectsApi(api)
+        objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
         deadline = time.monotonic() + STALL_S
         while True:
             items = objects.list_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL)["items"]
@@ -457,8 +457,8 @@ def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
     queued = [(api_running[i] - posted[i]) * 1000 for i in ids]
     control = [max(0.0, (api_running[i] - posted[i] - waited[i]) * 1000) for i in ids]
     to_pod = [(seen[i].created - posted[i]) * 1000 for i in ids]  # type: ignore[operator]
-    node_part = [(seen[i].running - seen[i].bound) * 1000 for i in ids  # type: ignore[operator]
-                 if seen[i].bound is not None and seen[i].running is not None]
+    node_part = [(running - bound) * 1000 for running, bound in ((seen[i].running, seen[i].bound) for i in ids)
+                 if bound is not None and running is not None]
     split = [p for p in (phases_of([posted[i], answered[i], seen[i].created, seen[i].bound, ctrd[i].get("record"),
                                     ctrd[i].get("task"), ctrd[i].get("started"), seen[i].running, api_running[i]],
                                    waited[i]) for i in ids) if p is not None]

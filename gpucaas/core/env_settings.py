@@ -201,6 +201,8 @@ class EnvSettings:
     model_config: ClassVar[EnvSettingsConfigDict] = EnvSettingsConfigDict(env_prefix="", extra="forbid")
     model_fields: ClassVar[dict[str, FieldInfo]] = {}
     _field_validators: ClassVar[dict[str, list[_Validator]]] = {}
+    if typing.TYPE_CHECKING:  # per instance, set in __init__ and model_construct (not a field)
+        _fields_set: set[str]
     _model_validators: ClassVar[list[_Validator]] = []
     _validators: ClassVar[dict[str, _Validator]] = {}
 
@@ -309,8 +311,10 @@ class EnvSettings:
         for name, info in cls.model_fields.items():
             namespace[name] = pydantic.Field(**info.pydantic_kwargs())
         for attr, v in cls._validators.items():
-            namespace[attr] = (pydantic.model_validator(mode="after")(v.func) if v.mode == "model"
-                               else pydantic.field_validator(*v.fields, mode=v.mode)(v.func))  # type: ignore[call-overload]
+            if v.mode == "model":
+                namespace[attr] = pydantic.model_validator(mode="after")(v.func)
+            else:
+                namespace[attr] = pydantic.field_validator(*v.fields, mode=v.mode)(v.func)  # type: ignore[call-overload]
         model = types.new_class(cls.__name__, (base or pydantic.BaseModel,), exec_body=lambda ns: ns.update(namespace))
         cls._pydantic_models = {**cached, base: model}  # type: ignore[attr-defined]
         return model
@@ -319,7 +323,7 @@ class EnvSettings:
 
     @property
     def model_fields_set(self) -> set[str]:
-        return self._fields_set  # type: ignore[no-any-return]
+        return self._fields_set
 
     def model_dump(self) -> dict[str, Any]:
         return {name: self.__dict__[name] for name in self.model_fields}
@@ -333,7 +337,7 @@ class EnvSettings:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self.model_dump() == other.model_dump()  # type: ignore[attr-defined]
+        return self.model_dump() == other.model_dump()
 
     __hash__ = None  # type: ignore[assignment]
 

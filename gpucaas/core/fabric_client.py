@@ -22,8 +22,8 @@ import json as _json
 import os
 import socket
 import threading
-from time import monotonic, sleep
 from collections.abc import Iterable, Mapping
+from time import monotonic, sleep
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -83,12 +83,13 @@ class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, socket_path: str, timeout: float) -> None:
         super().__init__("fabric", timeout=timeout)
         self.socket_path = socket_path
+        self.connect_timeout = timeout  # HTTPConnection's own may be None; this one never is
 
     def connect(self) -> None:
         # A unix-socket connect() with a timeout does not queue when the server's listen
         # backlog is full: it fails at once with EAGAIN (unix(7)). A busy server is not an
         # absent one, so such a connect is tried again, backing off, until the timeout.
-        deadline = monotonic() + self.timeout
+        deadline = monotonic() + self.connect_timeout
         pause = 0.001
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

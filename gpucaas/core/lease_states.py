@@ -65,7 +65,7 @@ def _set_condition(status: dict[str, Any], ctype: str, value: bool, reason: str,
         "status": new_status,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": when if changed else old.get("lastTransitionTime", when),
+        "lastTransitionTime": when if old is None or changed else old.get("lastTransitionTime", when),
     })
     status["conditions"] = sorted(conds, key=lambda c: c["type"])
 

@@ -150,6 +150,7 @@ def layout_from_mapping(data: Mapping[str, Any], *, source: str) -> PlatformLayo
     """
     if not isinstance(data, Mapping):
         raise LayoutError(f"layout {source}: expected a mapping with 'gpus'")
+    gpus: Any  # a list of mappings: checked below
     if "devices" in data:  # a fake board's board.json
         gpus = [{"physical_id": d.get("physical_id"), "pci_bus_id": d.get("bdf"),
                  "numa_node": d.get("numa_node")}

@@ -20,6 +20,7 @@ The same field walk (:func:`options_of`) feeds the generated configuration page
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 import json
@@ -28,7 +29,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -39,8 +40,7 @@ if TYPE_CHECKING:  # neither is loaded by a node daemon started with plain optio
     from pydantic import BaseModel, ValidationError
     from pydantic.fields import FieldInfo
 
-    from gpucaas.core.env_settings import EnvSettings
-    from gpucaas.core.env_settings import FieldInfo as EnvFieldInfo
+    from gpucaas.core.env_settings import EnvSettings, FieldInfo as EnvFieldInfo
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class SettingOption:
     default_text: str
     description: str
     secret: bool = False
-    info: FieldInfo | EnvFieldInfo | None = field(default=None, compare=False, repr=False)
+    info: FieldInfo | EnvFieldInfo | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def _unwrap_optional(tp: Any) -> Any:
@@ -80,11 +80,12 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
-def env_names(cls: type[BaseModel | EnvSettings], name: str, info: FieldInfo) -> tuple[str, ...]:
+def env_names(cls: type[BaseModel | EnvSettings], name: str, info: FieldInfo | EnvFieldInfo) -> tuple[str, ...]:
     """The environment variable(s) the settings class reads for one field."""
     alias = info.validation_alias
-    if hasattr(alias, "choices"):  # AliasChoices
-        names = tuple(str(c) for c in alias.choices if isinstance(c, str))
+    choices = getattr(alias, "choices", None)
+    if choices is not None:  # AliasChoices
+        names = tuple(str(c) for c in choices if isinstance(c, str))
     elif isinstance(alias, str):
         names = (alias,)
     else:
@@ -94,7 +95,7 @@ def env_names(cls: type[BaseModel | EnvSettings], name: str, info: FieldInfo) ->
     return names
 
 
-def _default_text(info: FieldInfo, is_json: bool) -> str:
+def _default_text(info: FieldInfo | EnvFieldInfo, is_json: bool) -> str:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     if "default_text" in extra:
         return str(extra["default_text"])
@@ -169,10 +170,10 @@ def _parameter(opt: SettingOption) -> inspect.Parameter:
     kwargs: dict[str, Any] = {"help": help_text, "show_default": opt.default_text}
     if opt.info is not None and _unwrap_optional(opt.info.annotation) is Path:
         kwargs["metavar"] = "PATH"
-    tp = Literal[opt.choices] if opt.choices else opt.type  # type: ignore[valid-type]
+    tp = Literal[opt.choices] if opt.choices else opt.type
     import typer
 
-    annotation = Annotated[tp | None, typer.Option(*decls, **kwargs)]
+    annotation = Annotated[tp | None, typer.Option(*decls, **kwargs)]  # type: ignore[valid-type]  # built at run time
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
 
 
@@ -195,8 +196,9 @@ def build_settings(cls: type[BaseModel | EnvSettings], given: dict[str, Any]) ->
     kwargs: dict[str, Any] = {}
     for name, value in given.items():
         alias = cls.model_fields[name].validation_alias
-        if hasattr(alias, "choices"):  # AliasChoices
-            alias = next((c for c in alias.choices if isinstance(c, str)), None)
+        choices = getattr(alias, "choices", None)
+        if choices is not None:  # AliasChoices
+            alias = next((c for c in choices if isinstance(c, str)), None)
         kwargs[alias if isinstance(alias, str) else name] = value
     return cls(**kwargs)
 

@@ -75,7 +75,7 @@ class LogBook:
         """The container exited: followers get the rest and their stream ends."""
         with self._cond:
             self._ended.add((namespace, pod, container))
-            self._text[(namespace, pod, container)]  # noqa: B018 (a container that printed nothing still exists)
+            self._text[(namespace, pod, container)]  # a container that printed nothing still exists
             self._cond.notify_all()
 
     def forget(self, namespace: str, pod: str) -> None:
@@ -116,7 +116,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the stdlib's name)
         return
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:  # the stdlib's name
         url = urllib.parse.urlsplit(self.path)
         parts = [urllib.parse.unquote(p) for p in url.path.split("/") if p]
         if len(parts) != 4 or parts[0] != "containerLogs":

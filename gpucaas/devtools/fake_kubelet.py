@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -95,7 +96,7 @@ class _Registration(dp_grpc.RegistrationServicer):
     def __init__(self, kubelet: FakeKubelet) -> None:
         self.kubelet = kubelet
 
-    def Register(self, request, context):  # noqa: N802 - gRPC names
+    def Register(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC names
         if request.version != API_VERSION:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"unsupported API version {request.version!r}, expected {API_VERSION}")
@@ -111,16 +112,16 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
     def __init__(self, kubelet: FakeKubelet) -> None:
         self.kubelet = kubelet
 
-    def List(self, request, context):  # noqa: N802
+    def List(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         return pr_pb2.ListPodResourcesResponse(pod_resources=self.kubelet._pod_resources())
 
-    def Get(self, request, context):  # noqa: N802
+    def Get(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         for pod in self.kubelet._pod_resources():
             if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
                 return pr_pb2.GetPodResourcesResponse(pod_resources=pod)
         context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_namespace}/{request.pod_name} not found")
 
-    def GetAllocatableResources(self, request, context):  # noqa: N802
+    def GetAllocatableResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         out = []
         for conn in self.kubelet.plugins.values():
             out.append(pr_pb2.ContainerDevices(resource_name=conn.resource_name, device_ids=conn.healthy()))

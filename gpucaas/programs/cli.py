@@ -13,6 +13,12 @@ from __future__ import annotations
 import typer
 
 from gpucaas import __version__
+from gpucaas.programs import controller, dra_node, gpu_node
+from gpucaas.programs.doctor import cli as doctor_cli
+from gpucaas.programs.sandbox import cli as sandbox_cli
+from services.api import cli as api_cli
+from services.fabric import cli as fabric_cli
+from services.placement import cli as placement_cli
 
 app = typer.Typer(
     name="gpucaas",
@@ -28,16 +34,7 @@ def version() -> None:
     typer.echo(__version__)
 
 
-# Service registrations (one line per service; keep alphabetical).
-from gpucaas.programs import controller  # noqa: E402
-from gpucaas.programs import gpu_node  # noqa: E402
-from gpucaas.programs.doctor import cli as doctor_cli  # noqa: E402
-from gpucaas.programs.sandbox import cli as sandbox_cli  # noqa: E402
-from services.api import cli as api_cli  # noqa: E402
-from gpucaas.programs import dra_node  # noqa: E402
-from services.fabric import cli as fabric_cli  # noqa: E402
-from services.placement import cli as placement_cli  # noqa: E402
-
+# Service registrations (one line per service).
 app.command("device-plugin")(gpu_node.command)
 app.command("api")(api_cli.command)
 app.command("controller")(controller.command)

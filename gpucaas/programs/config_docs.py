@@ -55,12 +55,10 @@ def _table(rows: list[str]) -> list[str]:
 
 
 def render() -> str:
-    from gpucaas.core.settings_cli import options_of
+    from gpucaas.core.logging import LoggingSettings
+    from gpucaas.core.settings_cli import Section, options_of
     from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
     from gpucaas.programs.cli import app
-
-    from gpucaas.core.logging import LoggingSettings
-    from gpucaas.core.settings_cli import Section
 
     group = typer.main.get_command(app)
     lines = [INTRO, *_table([_row(o) for o in options_of(Section(LoggingSettings, "log-"))])]

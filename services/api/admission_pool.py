@@ -97,7 +97,7 @@ class AdmissionPool:
             log.warning("database connection lost (%s): checking the admission pool", err)
             try:
                 await self._pool.check()
-            except Exception:  # noqa: BLE001 - the request's answer is the error below
+            except Exception:  # the request's answer is the error below
                 log.exception("admission pool check failed")
             kind = exc.OperationalError if isinstance(err, psycopg.OperationalError) else exc.InterfaceError
             raise kind(sql, None, err) from err

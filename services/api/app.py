@@ -137,7 +137,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     app.include_router(api_router)
     console.install(app)  # the web console's static files under /console/
     app.add_middleware(
-        Edge,  # type: ignore[arg-type]
+        Edge,
         max_body_bytes=settings.max_body_bytes,
         metrics=metrics,
         limiter=limiter,

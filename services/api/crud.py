@@ -32,7 +32,6 @@ from services.api.models import (
     AuditEvent,
     Container,
     ContainerCreate,
-    ContainerLog,
     ContainerStatus,
     Tenancy,
     TenancyCreate,
@@ -271,7 +270,7 @@ def touch_token(session: Session, *, token_id: str, now: datetime) -> None:
 
 
 def list_tokens(session: Session, *, tenancy: str) -> Sequence[ApiToken]:
-    return session.exec(select(ApiToken).where(ApiToken.tenancy == tenancy).order_by(ApiToken.created_at)).all()
+    return session.exec(select(ApiToken).where(ApiToken.tenancy == tenancy).order_by(col(ApiToken.created_at))).all()
 
 
 def count_tokens(session: Session, *, tenancy: str) -> int:
@@ -536,6 +535,7 @@ def admit_container(session: Session, *, values: dict[str, Any], budgeted: bool 
     postgres = _is_postgres(session)
     stmt, params = _admission(postgres, budgeted, values, actor)
     bind = session.get_bind()
+    assert isinstance(bind, Engine), "the API's sessions are bound to its engine"
     if actor is not None and not postgres:
         with bind.connect() as conn, conn.begin():
             if conn.execute(stmt, params).first() is None:
@@ -584,8 +584,8 @@ def list_containers(
     session: Session, *, tenancy: str | None, status: str | None, limit: int, offset: int = 0,
     after: tuple[datetime, str] | None = None, history: bool = False,
 ) -> tuple[Sequence[Any], int, tuple[datetime, str] | None]:
-    """A page of containers (rows with the columns as attributes), newest first (``created_at`` then ``id``, both descending);
-    ``history`` includes those of deleted tenancies (admin).
+    """A page of containers (rows with the columns as attributes), newest first (``created_at``
+    then ``id``, both descending); ``history`` includes those of deleted tenancies (admin).
 
     ``after`` is the (created_at, id) of the last row of the previous page: the page
     then starts right after it (keyset pagination, an index range scan of
@@ -613,7 +613,7 @@ def list_containers(
         page.append(tuple_(col(Container.created_at), col(Container.id)) < tuple_(literal(created), literal(last_id)))
     stmt = (
         # plain rows (attribute access by column name), not ORM objects: read-only here
-        select(*Container.__table__.columns).where(*page)  # type: ignore[attr-defined]
+        select(*_CONTAINERS.columns).where(*page)
         .order_by(col(Container.created_at).desc(), col(Container.id).desc())
         .offset(offset).limit(limit + 1)  # one more: is there a next page?
     )
@@ -641,8 +641,10 @@ def containers_using_volume(session: Session, *, tenancy: str, volume: str) -> t
     """The tenancy's containers that mount ``volume``: the ids of the active ones (queued,
     pending, running), and the finished ones whose pod still exists (rows: ``id``,
     ``pod_name``), oldest first."""
-    rows = session.exec(select(Container.id, Container.status, Container.pod_name, Container.pod_created,
-                               Container.pod_deleted, Container.volumes).where(
+    columns = (Container.id, Container.status, Container.pod_name, Container.pod_created, Container.pod_deleted,
+               Container.volumes)
+    query = select(*columns)  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns
+    rows = session.exec(query.where(
         Container.tenancy == tenancy, col(Container.volumes).is_not(None), col(Container.tenancy_deleted_at).is_(None),
         or_(col(Container.status).in_([s.value for s in ACTIVE_STATUSES]),
             and_(col(Container.pod_created).is_(True), col(Container.pod_deleted).is_(False))),

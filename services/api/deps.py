@@ -17,10 +17,10 @@ from typing import Annotated
 
 import anyio
 from fastapi import Depends, Request
-from starlette.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlmodel import Session
+from starlette.requests import HTTPConnection
 
 from services.api import crud, errors, scopes, security
 from services.api.audit import Actor

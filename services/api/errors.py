@@ -166,7 +166,7 @@ def install_handlers(app: Any) -> None:
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, ApiError):
-            return response_of(exc)  # type: ignore[no-any-return]
+            return response_of(exc)
         if isinstance(exc, RequestValidationError):
             status, body = 422, {"code": "invalid", "detail": describe_validation_errors(exc.errors())}
         elif isinstance(exc, database_gone):

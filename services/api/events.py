@@ -18,7 +18,8 @@ from typing import Any
 # kubelet/scheduler Event reason -> timeline kind
 EVENT_KINDS = {
     "Scheduled": "scheduled",
-    "DevicesAllocated": "partition-activated",  # the kubelet got the devices from the plugin (Allocate activated the partition)
+    # the kubelet got the devices from the plugin (Allocate activated the partition)
+    "DevicesAllocated": "partition-activated",
     "PartitionActivated": "partition-activated",  # the DRA driver prepared the pod's claim: its partition is active
     "FailedScheduling": "waiting",
     "Pulling": "pulling",

@@ -26,8 +26,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import websockets
-from websockets.asyncio.client import connect
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.asyncio.client import connect
 
 log = logging.getLogger(__name__)
 

@@ -35,14 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from limits import RateLimitItem, parse_many
-from limits import errors as limits_errors
+from limits import RateLimitItem, errors as limits_errors, parse_many
 from limits.aio.strategies import MovingWindowRateLimiter as SharedWindow
 from limits.storage import MemoryStorage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
-from prometheus_client import CollectorRegistry
-from prometheus_client import Counter as MetricCounter
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Counter as MetricCounter, Gauge
 
 from services.api import errors
 
@@ -74,7 +71,8 @@ def shared_storage(url: str, *, timeout: float) -> Any:
     uri = url if url.startswith("async+") else "async+" + url
     return storage_from_string(
         uri, implementation="redispy", key_prefix=KEY_PREFIX, wrap_exceptions=True,
-        socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
+        socket_timeout=timeout, socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),  # type: ignore[arg-type]  # passed on to redis-py, which takes a Retry
     )
 
 
@@ -220,7 +218,8 @@ class Limiter:
                 if self._streams[key] >= cap:
                     who = "this token" if key.startswith("token:") else f"tenancy {tenancy!r}"
                     raise errors.TooManyRequests(
-                        f"{who} already has {cap} open streams (log follows and exec sessions; the most allowed); close one first",
+                        f"{who} already has {cap} open streams (log follows and exec sessions; the most allowed); "
+                        "close one first",
                         retry_after=5,
                     )
             for key, _cap in keys:

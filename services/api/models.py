@@ -191,7 +191,7 @@ class TenanciesPublic(SQLModel):
 
 
 class ApiToken(SQLModel, table=True):
-    __tablename__ = "api_token"  # type: ignore[assignment]
+    __tablename__ = "api_token"
 
     id: str = Field(primary_key=True, max_length=32)
     tenancy: str | None = Field(default=None, index=True, max_length=63)  # None = admin
@@ -327,7 +327,7 @@ class AuditEvent(SQLModel, table=True):
     which object, when, from which address. Never a secret value: ``target`` is an id or
     a name, ``detail`` a short fixed description (migration 0010)."""
 
-    __tablename__ = "audit_event"  # type: ignore[assignment]
+    __tablename__ = "audit_event"
 
     id: str = Field(primary_key=True, max_length=32)
     tenancy: str = Field(max_length=63)
@@ -785,7 +785,7 @@ class ContainersPublic(SQLModel):
 class ContainerLog(SQLModel, table=True):
     """The last part of a finished container's output, kept after its pod is gone."""
 
-    __tablename__ = "container_log"  # type: ignore[assignment]
+    __tablename__ = "container_log"
 
     container_id: str = Field(primary_key=True, max_length=32)
     tenancy: str = Field(index=True, max_length=63)

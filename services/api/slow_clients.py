@@ -47,7 +47,7 @@ def protocol_class(header_timeout: float) -> type[asyncio.Protocol] | str:
                          (self.client or ("?",))[0], header_timeout)
                 self.transport.close()
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm()
 

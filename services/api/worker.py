@@ -89,7 +89,7 @@ class SubmissionWorker:
         while not self._stop.is_set():
             try:
                 busy = self.run_once()
-            except Exception:  # noqa: BLE001 - e.g. database briefly unreachable
+            except Exception:  # e.g. database briefly unreachable
                 log.exception("submission pass failed")
                 busy = False
             if time.monotonic() >= next_prune:
@@ -97,7 +97,7 @@ class SubmissionWorker:
                 try:
                     retention.prune(self.engine, self.kube, days=self.settings.retention_days)
                     retention.prune_audit(self.engine, days=self.settings.audit_retention_days)
-                except Exception:  # noqa: BLE001 - retried at the next interval
+                except Exception:  # retried at the next interval
                     log.exception("retention pass failed")
             if not busy:
                 self._wake.wait(self.settings.worker_poll_seconds)
@@ -143,7 +143,7 @@ class SubmissionWorker:
                 if tenancy is None:
                     with Session(self.engine) as session:
                         crud.mark_failed(session, container_id=row.id, message=f"tenancy {row.tenancy!r} was deleted")
-                    return
+                    return None
                 tenancy_cr = self.kube.upsert_tenancy(
                     pods.build_tenancy(
                         name=tenancy.name,
@@ -168,7 +168,7 @@ class SubmissionWorker:
                             message=not_ready[row.tenancy],
                             count_attempt=False,
                         )
-                    return
+                    return None
                 ready_cache[row.tenancy] = tenancy_cr
             pull_secrets, missing = self._tenant_secrets(row)
             missing = missing or self._missing_volumes(row)
@@ -221,7 +221,7 @@ class SubmissionWorker:
             log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)
             with Session(self.engine) as session:
                 crud.mark_failed(session, container_id=row.id, message=f"Kubernetes rejected the pod: {exc}")
-        except Exception as exc:  # noqa: BLE001 - anything unexpected: retry later
+        except Exception as exc:  # anything unexpected: retry later
             log.exception("%s: unexpected error while submitting", ctx)
             return self._retry_later(row, ctx, exc)
         return None

@@ -87,7 +87,7 @@ def preferred(
     known = {b: p for b in avail if (p := pmap.physical(b)) is not None}
     unknown_must = [b for b in must if b not in known]
     by_pid = {p: b for b, p in known.items()}
-    pid_numa = {p: (numa.get(b) if numa.get(b) is not None else 0) for b, p in known.items()}
+    pid_numa = {p: numa.get(b) or 0 for b, p in known.items()}
     want = size - len(unknown_must)
     chosen: list[str] = list(unknown_must)
     if want > 0:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpucaas.core import vfio_sysfs as sysfs
+from gpucaas.core.cdi import SpecWriter, qualified_name
+from gpucaas.core.vfio_devices import GPU, Inventory
 from services.device_plugin.allocation import (
     SOURCE_FABRIC,
     PhysicalMap,
@@ -29,8 +31,6 @@ from services.device_plugin.allocation import (
     preferred,
     shape_of,
 )
-from gpucaas.core.cdi import SpecWriter, qualified_name
-from gpucaas.core.vfio_devices import GPU, Inventory
 from services.device_plugin.errors import (
     ActivationConflict,
     CDISpecError,
@@ -162,7 +162,7 @@ class PluginCore:
         try:
             topo: FabricTopology | None = self.fabric.topology()
             reachable = True
-            error = None
+            error: Exception | None = None
         except FabricUnavailable as exc:
             topo, reachable, error = None, False, exc
         except Exception as exc:  # noqa: BLE001 - any fabric answer we cannot use
@@ -390,13 +390,13 @@ class PluginCore:
         but no live pod; True when one was released (retry at once)."""
         try:
             self.on_conflict()  # type: ignore[misc]
-        except Exception:  # noqa: BLE001 - the retry reports the real outcome
+        except Exception:  # the retry reports the real outcome
             logger.exception("node=%s live-holder sync after conflict failed", self.node)
         if self.live_holders is None:
             return False
         try:
             live = self.live_holders()
-        except Exception:  # noqa: BLE001 - without the live set nothing is released
+        except Exception:  # without the live set nothing is released
             logger.exception("node=%s live holders unknown", self.node)
             return False
         wanted = set(ids)
@@ -435,7 +435,7 @@ class PluginCore:
         while not self._stop.wait(interval):
             try:
                 step()
-            except Exception:  # noqa: BLE001 - a watcher never dies
+            except Exception:  # a watcher never dies
                 logger.exception("node=%s watcher %s failed; retrying", self.node, step.__name__)
 
     def stop(self) -> None:

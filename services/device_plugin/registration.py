@@ -132,7 +132,7 @@ class KubeletRegistrar:
         while not self._stop.wait(self.watch_interval):
             try:
                 self.check()
-            except Exception:  # noqa: BLE001 - the watcher never dies
+            except Exception:  # the watcher never dies
                 logger.exception("node=%s kubelet watch failed; retrying", self.node)
 
     def check(self) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from gpucaas.core.dra import BINDING_CONDITION, BINDING_FAILURE_CONDITION, DRIVER
 from gpucaas.core.fabric_client import FabricClient, FabricConflict, FabricRejected, FabricUnavailable
@@ -67,8 +67,9 @@ class BindingWatcher:
         return [r for r in results if r.get("driver") == DRIVER and r.get("pool") == self.node_name]
 
     def run_once(self) -> None:
-        claims = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                                idempotent=True, what="list ResourceClaims")["items"]
+        listing = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                                 idempotent=True, what="list ResourceClaims")
+        claims = cast("dict[str, Any]", listing)["items"]  # the custom-objects API answers plain JSON
         allocated_here: set[str] = set()
         for claim in claims:
             mine = self._ours(claim)

@@ -113,8 +113,8 @@ class Driver:
             try:
                 self.fabric.activate(prepared.holder, list(addresses))
             except (FabricConflict, FabricRejected):
-                for listener in self.refused_listeners:
-                    listener()
+                for refused in self.refused_listeners:
+                    refused()
                 raise
         self.checkpoint.put(prepared)
         for listener in self.prepared_listeners:

@@ -7,7 +7,8 @@ Parts (each in its own module): the kubelet-facing gRPC server (registration, Pr
 Unprepare, health), the slice publisher, and, with binding conditions on, the binding
 watcher. When no device plugin runs on the node (``cdi_dir`` set), the driver keeps the
 node's CDI spec itself, with the device plugin's builder (:mod:`gpucaas.core.cdi`) over the
-vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop re-derives what the node offers from the fabric service
+vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop
+re-derives what the node offers from the fabric service
 (physical id <-> PCI, GPU health) and the node's GPU leases, updates the health streams
 and republishes the slices when they changed; another runs the binding rounds.
 """
@@ -19,9 +20,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, cast
 
-from gpucaas.core import lease_states as states
-from gpucaas.core import vfio_sysfs
+from gpucaas.core import lease_states as states, vfio_sysfs
 from gpucaas.core.cdi import CDISpecError, SpecWriter, qualified_name
 from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
 from gpucaas.core.kube import Kube, KubeConnection, KubeError
@@ -109,7 +110,8 @@ class DraDriverNode:
             binding = self.binding
             self._loop("binding", self.settings.binding_interval_s, lambda: run_round(binding))
 
-    def _loop(self, name: str, interval: float, step, wake: threading.Event | None = None) -> None:  # noqa: ANN001
+    def _loop(self, name: str, interval: float, step: Callable[[], object],
+              wake: threading.Event | None = None) -> None:
         def run() -> None:
             while True:
                 if wake is None:
@@ -200,9 +202,9 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
     holder: dict[str, DraDriverNode] = {}
     driver = Driver(
         node_name=settings.node_name, checkpoint=checkpoint, fabric=fabric,
-        read_claim=lambda ns, name: kube.call(kube.custom.get_namespaced_custom_object, "resource.k8s.io", "v1",
-                                              ns, "resourceclaims", name, idempotent=True,
-                                              what=f"read ResourceClaim {ns}/{name}"),
+        read_claim=lambda ns, name: cast("dict[str, Any]", kube.call(  # the custom-objects API answers plain JSON
+            kube.custom.get_namespaced_custom_object, "resource.k8s.io", "v1", ns, "resourceclaims", name,
+            idempotent=True, what=f"read ResourceClaim {ns}/{name}")),
         physical_to_pci=lambda: holder["node"].physical_to_pci(),
         cdi_id=lambda bdf: qualified_name(settings.cdi_kind, bdf),
     )

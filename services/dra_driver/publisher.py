@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from gpucaas.core import lease_states as states
 from gpucaas.core.dra import DRIVER
@@ -44,9 +44,10 @@ class SlicePublisher:
         self.generation = 0
 
     def _current(self) -> dict[str, dict[str, Any]]:
-        items = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                               field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
-                               idempotent=True, what="list this node's ResourceSlices")["items"]
+        listing = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                                 field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
+                                 idempotent=True, what="list this node's ResourceSlices")
+        items = cast("dict[str, Any]", listing)["items"]  # the custom-objects API answers plain JSON
         return {i["metadata"]["name"]: i for i in items}
 
     def publish(self) -> bool:
@@ -119,7 +120,7 @@ def gpus_from(topology: dict[str, Any], leases: Iterable[dict[str, Any]],
     """The node's GPUs as the fabric service sees them, held out while their lease is not usable
     (Releasing, Checking, Quarantined: not in ``lease_states.ALLOCATABLE_STATES``) or while a
     holder other than a claim keeps a partition containing them busy (:func:`foreign_holders`)."""
-    state_by_bdf = {(l.get("spec") or {}).get("pciAddress"): states.state_of(l.get("status")) for l in leases}
+    state_by_bdf = {(lease.get("spec") or {}).get("pciAddress"): states.state_of(lease.get("status")) for lease in leases}
     held_by = foreign_holders(partitions)
     out = []
     for g in topology.get("gpus", []):

@@ -19,7 +19,8 @@ contains its changes gives the same records (each line sets one holder's final
 state), so a crash between writing a snapshot and emptying the journal is
 harmless; a torn last line (a crash mid-append, never acknowledged) is ignored.
 Records of an earlier boot of the node are dropped on load (a reboot reset every
-GPU and NVSwitch and no tenant VM survived it), wherever the state directory lives. The in-memory :class:`ActivationBook` is pure;
+GPU and NVSwitch and no tenant VM survived it), wherever the state directory lives. The
+in-memory :class:`ActivationBook` is pure;
 :class:`ActivationStore` adds the file. Callers serialise access (the service
 holds one lock around every change); a ``flock`` on ``<state_dir>/lock`` keeps a
 second service process on the same node from sharing the file.

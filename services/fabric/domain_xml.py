@@ -206,8 +206,8 @@ def hostdev_addresses(xml: str) -> list[str]:
         if a is None:
             continue
         out.append(
-            f"{int(a.get('domain', '0'), 16):04x}:{int(a.get('bus'), 16):02x}:"
-            f"{int(a.get('slot'), 16):02x}.{int(a.get('function'), 16):x}"
+            f"{int(a.get('domain', '0'), 16):04x}:{int(a.get('bus', ''), 16):02x}:"
+            f"{int(a.get('slot', ''), 16):02x}.{int(a.get('function', ''), 16):x}"
         )
     return out
 

@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from gpucaas.core import topology
@@ -384,7 +385,7 @@ class PartitionService:
         try:
             for p in todo:
                 try:
-                    self._call(lambda pid=p.id: self.fm.activate(pid))
+                    self._call(partial(self.fm.activate, p.id))
                 except PartitionAlreadyActive:
                     pass  # a replay on the way (NotReady) activated it from our write-ahead record
                 done.append(p.id)
@@ -419,7 +420,7 @@ class PartitionService:
         for pid in rec.partition_ids:
             if pid not in active:
                 try:
-                    self._call(lambda pid=pid: self.fm.activate(pid))
+                    self._call(partial(self.fm.activate, pid))
                 except PartitionAlreadyActive:
                     pass
                 except FabricManagerError as exc:
@@ -466,7 +467,9 @@ class PartitionService:
         if grace_s < 0:
             raise InvalidRequest(f"grace_seconds: must be >= 0, got {grace_s}")
         now = utcnow()
-        released, kept, pending = [], [], []
+        released: list[str] = []
+        kept: list[str] = []
+        pending: list[str] = []
         with self._lock:
             for rec in self.store.book.snapshot():
                 if rec.holder in live_pods:

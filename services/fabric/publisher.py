@@ -179,7 +179,7 @@ class FabricStatePublisher:
                         "FabricReset", f"service VM restart reset the NVSwitch fabric on {self.node}; "
                         f"partitions lost by {', '.join(who) or 'nobody'}", "Warning")
             done["events"].append(f"FabricState/{self.node}")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one failed write is reported, the others still run
             done["errors"].append(f"event on FabricState/{self.node}: {exc}")
         for a in lost:
             errors_before = len(done["errors"])
@@ -192,13 +192,13 @@ class FabricStatePublisher:
                     self._event(ns, {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns},
                                 "NVLinkLost", msg, "Warning")
                     done["events"].append(pod)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - reported in the result, the others still run
                     done["errors"].append(f"event on pod {pod}: {exc}")
             for bdf in a["gpus"]:
                 try:
                     if self._flag_lease(bdf, a):
                         done["leases"].append(bdf)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - reported in the result, the others still run
                     done["errors"].append(f"lease of {bdf}: {exc}")
             if policy == "evict" and pod and "/" in pod:
                 ns, name = pod.split("/", 1)
@@ -207,7 +207,7 @@ class FabricStatePublisher:
                         "apiVersion": "policy/v1", "kind": "Eviction",
                         "metadata": {"name": name, "namespace": ns}})
                     done["evicted"].append(pod)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - reported in the result, the others still run
                     if not gone(exc):
                         done["errors"].append(f"evicting {pod}: {exc}")
             if len(done["errors"]) == errors_before:
@@ -273,7 +273,7 @@ class FabricStatePublisher:
         while not self._stop.is_set():
             try:
                 self.publish_once()
-            except Exception as exc:  # Kubernetes down or refusing: retry next round
+            except Exception as exc:  # noqa: BLE001 - Kubernetes down or refusing: retry next round
                 # KubeError.summary(): "forbidden: <user> cannot <verb> <resource>" / "Kubernetes unreachable at <url>"
                 self.last_error = exc.summary() if hasattr(exc, "summary") else str(exc)
                 log.warning("publishing FabricState %s failed: %s", self.node, self.last_error)

@@ -168,12 +168,12 @@ class ServiceVM:
             if self._callback_id is not None:
                 try:
                     self._conn.domainEventDeregisterAny(self._callback_id)
-                except Exception:  # connection already dead
+                except Exception:  # noqa: BLE001 - connection already dead
                     pass
                 self._callback_id = None
             try:
                 self._conn.close()
-            except Exception:  # already dead
+            except Exception:  # noqa: BLE001 - already dead
                 pass
             self._conn = None
 

@@ -242,7 +242,7 @@ class LeaseNodeAgent:
         if self.reset is not None:
             try:
                 self.reset(bdf)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failed reset fails the check
                 log.warning("node=%s gpu=%s reset before the firmware check failed: %s", self.node, bdf, exc)
                 why = f"GPU reset failed: {exc}"
                 return self.store.transition(name, lambda st: states.check_failed(st, "ResetFailed", why))
@@ -273,7 +273,7 @@ class LeaseNodeAgent:
         if changed and self.on_health_change is not None:
             try:
                 self.on_health_change()
-            except Exception:  # noqa: BLE001 -- the plugin's next health check picks it up anyway
+            except Exception:  # the plugin's next health check picks it up anyway
                 log.exception("node=%s health change callback failed", self.node)
 
     # --- loop -----------------------------------------------------------------------------------

@@ -50,11 +50,13 @@ def holder_gone(core: client.CoreV1Api, holder: dict[str, Any], now: dt.datetime
             obj = core.read_namespaced_pod(pod, ns)
     except NotFound:
         return f"pod {ns}/{pod} was deleted"
-    if holder.get("podUID") and obj.metadata.uid != holder["podUID"]:
+    uid = obj.metadata.uid if obj.metadata else None
+    if holder.get("podUID") and uid != holder["podUID"]:
         return f"pod {ns}/{pod} was replaced by a new pod of the same name"
-    phase = obj.status.phase if obj.status else None
-    if phase in ("Succeeded", "Failed"):
-        finished = [cs.state.terminated.finished_at for cs in (obj.status.container_statuses or [])
+    status = obj.status
+    phase = status.phase if status else None
+    if status and phase in ("Succeeded", "Failed"):
+        finished = [cs.state.terminated.finished_at for cs in (status.container_statuses or [])
                     if cs.state and cs.state.terminated and cs.state.terminated.finished_at]
         if not finished or (now - max(finished)).total_seconds() >= TERMINATED_GRACE_S:
             return f"pod {ns}/{pod} {phase}"
@@ -104,7 +106,8 @@ def register(registry: kopf.OperatorRegistry, settings: Any) -> None:
             memo.gpu_leases[2].close()
 
     @kopf.timer(*LEASE, id="lease-lifecycle", interval=INTERVAL_S, sharp=False, registry=registry)
-    def lease_lifecycle(body: kopf.Body, memo: Any, logger: logging.Logger, **_: Any) -> None:
+    def lease_lifecycle(body: kopf.Body, memo: Any, logger: logging.Logger | logging.LoggerAdapter[Any],
+                        **_: Any) -> None:
         store, core, _api = memo.gpu_leases
         lease = store.get(body["metadata"]["name"])  # the freshest copy, with its resourceVersion
         if lease is None:

@@ -20,9 +20,10 @@ a NodeList) is the form the filter answers in.
 
 from __future__ import annotations
 
-import orjson
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from gpucaas.core import dra
 from services.placement.errors import InvalidRequest

@@ -214,10 +214,10 @@ class FleetIndex:
         reasons: dict[int, str] = {}
         for name, mask in zip(rejected, rejected_masks, strict=True):
             if mask < _UNUSABLE and fits[healthy_of.get(name, 0)]:
-                reason = reasons.get(mask)
-                if reason is None:
-                    reason = reasons[mask] = _busy_reason(mask, size)
-                failed[name] = reason
+                busy = reasons.get(mask)
+                if busy is None:
+                    busy = reasons[mask] = _busy_reason(mask, size)
+                failed[name] = busy
             elif mask == _UNKNOWN:
                 unresolvable[name] = "no FabricState for the node: its NVLink partitions are unknown"
             else:

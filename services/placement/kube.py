@@ -25,7 +25,15 @@ from kubernetes import client, watch
 
 from gpucaas.core import crds
 from gpucaas.core.kube import (
-    Forbidden, Gone, Kube, KubeConnection, KubeError, NotFound, Unavailable, from_status, translated,
+    Forbidden,
+    Gone,
+    Kube,
+    KubeConnection,
+    KubeError,
+    NotFound,
+    Unavailable,
+    from_status,
+    translated,
 )
 from services.placement.errors import BindFailed, KubernetesUnavailable
 from services.placement.extender import GPU_RESOURCE, BindingArgs
@@ -150,7 +158,7 @@ class FleetWatcher:
                 # "forbidden: <user> cannot list <resource>" or "Kubernetes unreachable at <url>"
                 log.warning("%s list/watch failed (%s); retrying", kind, exc.summary())
                 self._stop.wait(self.retry_seconds)
-            except Exception as exc:  # network errors: keep the last state, retry
+            except Exception as exc:  # noqa: BLE001 - network errors: keep the last state, retry
                 if self._stop.is_set():
                     return
                 log.warning("%s list/watch failed: %s; retrying", kind, exc)
@@ -215,7 +223,8 @@ class FleetWatcher:
             self._leases = {o["metadata"]["name"]: o for o in items}
             nodes |= {_lease_node(o) for o in self._leases.values()}
             for node in nodes:
-                self._recompute(node)
+                if node is not None:
+                    self._recompute(node)
 
     def _on_lease(self, etype: str, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -223,8 +232,9 @@ class FleetWatcher:
             old = self._leases.pop(name, None)
             if etype != "DELETED":
                 self._leases[name] = obj
-            for node in {_lease_node(obj), _lease_node(old) if old else None} - {None}:
-                self._recompute(node)  # type: ignore[arg-type]
+            for node in {_lease_node(obj), _lease_node(old)}:
+                if node is not None:
+                    self._recompute(node)
 
     def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -269,7 +279,7 @@ class FleetWatcher:
 
     def bind(self, args: BindingArgs) -> None:
         """Bind the pod to the node (pods/binding) and count its GPUs there at once."""
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": args.pod_name, "namespace": args.pod_namespace},

@@ -132,7 +132,7 @@ def derive_node(
         pid = _phys(failed.get("physicalId"))
         if pid is None and failed.get("pciBusId"):
             pid = pci_to_phys.get(normalize_pci(failed["pciBusId"]))
-        healthy.discard(pid)  # type: ignore[arg-type]
+        healthy.discard(pid)
 
     busy: set[int] = set()
     for part in status.get("partitions") or []:

@@ -43,7 +43,7 @@ CHILDREN = (
 )
 #: Watched in allocation mode dra only: the claim templates (builders.build_claim_templates).
 DRA_CHILD = ("resource.k8s.io", "v1", "resourceclaimtemplates")
-CHILD_LABELS = {crds.LABEL_TENANCY: kopf.PRESENT, crds.LABEL_MANAGED_BY: MANAGER}
+CHILD_LABELS: dict[str, Any] = {crds.LABEL_TENANCY: kopf.PRESENT, crds.LABEL_MANAGED_BY: MANAGER}
 
 
 def _index_id(plural: str) -> str:
@@ -131,8 +131,13 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         except (errors.NotReadyYet, errors.KubeError) as exc:
             log.warning("tenancy %s: repair after %s deferred to the resync: %s", tenancy_name, what, exc)
 
-    async def child_changed(type: str | None, body: kopf.Body, memo: Any, tenancy_bodies: kopf.Index,
-                            **_: Any) -> None:
+    async def child_changed(
+        type: str | None,  # noqa: A002 - Kopf's keyword
+        body: kopf.Body,
+        memo: Any,
+        tenancy_bodies: kopf.Index,
+        **_: Any,
+    ) -> None:
         if type is None:  # initial listing: the Tenancy's own resume handler covers it
             return
         labels = (body.get("metadata") or {}).get("labels") or {}
@@ -154,5 +159,5 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
     for group, version, plural in watched:
         kopf.index(group, version, plural, id=_index_id(plural), labels=CHILD_LABELS, registry=registry)(child_index)
         kopf.on.event(group, version, plural, id=f"child-{plural}", labels=CHILD_LABELS, registry=registry)(
-            child_changed
+            child_changed  # type: ignore[arg-type]  # the index comes as a keyword Kopf's protocol does not name
         )

@@ -148,7 +148,7 @@ def _condition(ctype: str, ok: bool, reason: str, message: str, generation: int 
 
 
 def _previous(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
-    return {c.get("type"): c for c in (status or {}).get("conditions") or [] if isinstance(c, Mapping)}
+    return {c["type"]: c for c in (status or {}).get("conditions") or [] if isinstance(c, Mapping) and "type" in c}
 
 
 def timestamp(now: datetime) -> str:

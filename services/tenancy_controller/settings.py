@@ -52,7 +52,8 @@ class ControllerSettings(BaseSettings):
     )
     node_cidrs: list[str] = Field(
         default_factory=list,
-        description="Node address ranges to exclude from internet egress when they are public (private ranges are always excluded).",
+        description="Node address ranges to exclude from internet egress when they are public "
+                    "(private ranges are always excluded).",
     )
     pod_security_level: str = Field(
         default="restricted",

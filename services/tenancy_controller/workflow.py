@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +23,7 @@ from gpucaas.core.dra import AllocationMode
 
 from . import errors, kube, reconcile
 from .builders import ApiAccess, claim_template_name_list, persistent_volume_name
+from .kube import KubeClient
 from .policies import NetworkConfig
 from .resolver import resolve_host
 from .settings import ControllerSettings
@@ -58,7 +59,7 @@ class LockTable:
 class Context:
     """What a reconcile pass needs; built once per operator process (kept in Kopf's memo)."""
 
-    kube: kube.KubeClient
+    kube: KubeClient
     network: NetworkConfig
     pod_security_level: str = "restricted"
     api_access: ApiAccess | None = None
@@ -75,7 +76,7 @@ class Context:
         default_factory=lambda: ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="tenancy-apply"))
 
     @classmethod
-    def from_settings(cls, settings: ControllerSettings, client: kube.KubeClient, *, identity: str = "") -> Context:
+    def from_settings(cls, settings: ControllerSettings, client: KubeClient, *, identity: str = "") -> Context:
         return cls(
             kube=client,
             network=NetworkConfig(
@@ -392,7 +393,8 @@ def children_in_sync(ctx: Context, tenancy: Mapping[str, Any], observed: list[Ma
             return False
         if desired["kind"] == "PersistentVolumeClaim":
             phase = (live.get("status") or {}).get("phase", "Pending")
-            storage = next((c for c in status.get("conditions") or [] if c.get("type") == "StorageReady"), {})
+            storage: Mapping[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "StorageReady"), {})
             if not str(storage.get("message", "")).endswith(f"claim {phase}"):
                 return False
     return all((kind, ns, name) not in seen for kind, name, ns in plan.absent)

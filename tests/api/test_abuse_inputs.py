@@ -171,13 +171,13 @@ def test_patch_racing_delete_is_404_or_200_never_500(serve, database_url, kubeco
             assert admin.post("/v1/admin/tenancies", json={"name": name}).status_code == 201
             barrier = threading.Barrier(3)
 
-            def patch(n: str = name) -> None:
+            def patch(n: str = name, barrier: threading.Barrier = barrier) -> None:
                 with api.client() as c:
                     barrier.wait()
                     for q in range(3):
                         statuses.append(c.patch(f"/v1/admin/tenancies/{n}", json={"gpu_quota": q}).status_code)
 
-            def delete(n: str = name) -> None:
+            def delete(n: str = name, barrier: threading.Barrier = barrier) -> None:
                 with api.client() as c:
                     barrier.wait()
                     statuses.append(c.delete(f"/v1/admin/tenancies/{n}").status_code)

@@ -5,16 +5,17 @@ the API on the local cluster, the tests playing the scheduler and the kubelet: s
 submit a 2-GPU container, see it reach Running and its log lines arrive, cancel it, mint
 a ``read`` token (whose console offers no submission and no tokens) and revoke it. Every
 request the pages make goes to 127.0.0.1. Screenshots of the main pages are kept under the
-test's tmp folder (``console-shots``); with ``GPUCAAS_UPDATE_DOCS_IMAGES=1`` the containers list is copied to docs/img/console.png.
+test's tmp folder (``console-shots``); with ``GPUCAAS_UPDATE_DOCS_IMAGES=1`` the containers list
+is copied to docs/img/console.png.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit

@@ -3,7 +3,7 @@ between creating a pod and recording it, and two replicas sharing one queue."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any

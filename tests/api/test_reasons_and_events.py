@@ -4,7 +4,7 @@ and a tenant-worded end (timeout, OOM, exit code), and its timeline at /events."
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 

@@ -12,7 +12,7 @@ from services.api import db
 from services.api.app import bootstrap
 from services.api.settings import Settings
 from tests.api.harness import ApiServer
-from tests.core_kube.scripted import forbidden, scripted, write_kubeconfig  # noqa: F401 - scripted: a fixture
+from tests.core_kube.scripted import forbidden, write_kubeconfig
 
 
 def test_health_and_readiness_with_kubernetes_down(module_api: ApiServer) -> None:

@@ -216,13 +216,13 @@ SECRET_PROBES = [
 
 
 @pytest.fixture
-def api_up(kubeconfig, serve, database_url) -> ApiServer:  # noqa: ANN001 - fixtures
+def api_up(kubeconfig, serve, database_url) -> ApiServer:  # the arguments are fixtures
     return serve(database_url, kubeconfig)
 
 
 @pytest.mark.parametrize(("method", "path", "body"), SECRET_PROBES, ids=[f"{m} {p}" for m, p, _ in SECRET_PROBES])
 def test_another_tenancys_secrets_and_credentials_are_not_found(
-    api_up: ApiServer, k8s, method: str, path: str, body: dict | None  # noqa: ANN001
+    api_up: ApiServer, k8s, method: str, path: str, body: dict | None
 ) -> None:
     from kubernetes import client as kc
 
@@ -269,7 +269,7 @@ VOLUME_PROBES = [
 
 @pytest.mark.parametrize(("method", "path", "body"), VOLUME_PROBES, ids=[f"{m} {p}" for m, p, _ in VOLUME_PROBES])
 def test_another_tenancys_volumes_are_not_found(
-    api_up: ApiServer, k8s, method: str, path: str, body: dict | None  # noqa: ANN001
+    api_up: ApiServer, k8s, method: str, path: str, body: dict | None
 ) -> None:
     from kubernetes import client as kc
 

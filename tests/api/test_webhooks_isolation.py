@@ -35,7 +35,7 @@ def world(kubeconfig: Path, serve: Callable[..., ApiServer], sqlite_url: str, k8
             cid = c.post("/v1/containers", json={"image": "busybox:1.36"}).json()["id"]
             assert c.delete(f"/v1/containers/{cid}").status_code in (200, 202)
             hook_id = hook.json()["id"]
-            deliveries = wait_for(lambda: c.get(f"/v1/webhooks/{hook_id}/deliveries").json()["data"],
+            deliveries = wait_for(lambda hook_id=hook_id: c.get(f"/v1/webhooks/{hook_id}/deliveries").json()["data"],
                                   what="a delivery")
         out[name] = {"token": token, "hook": hook_id, "delivery": deliveries[0]["id"]}
     return out

@@ -39,7 +39,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def _callback(name: str):  # noqa: ANN202
+def _callback(name: str):
     return GROUP.commands[name].callback  # type: ignore[attr-defined]
 
 
@@ -122,7 +122,8 @@ def test_list_flags_take_the_env_vars_json(clean_env: None) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["controller", "--node-cidrs", "not json"], "gpucaas controller: invalid --node-cidrs: not JSON"),
     (["controller", "--node-cidrs", '["nope"]'],
-     "gpucaas controller: invalid --node-cidrs (GPUCAAS_CONTROLLER_NODE_CIDRS): node_cidrs: 'nope' is not a CIDR"),
+     "gpucaas controller: invalid --node-cidrs (GPUCAAS_CONTROLLER_NODE_CIDRS): "
+     "node_cidrs: 'nope' is not a CIDR"),
     (["fabric", "--vcpus", "0", "--no-vm-enabled", "--fm-backend", "simulator"],
      "gpucaas fabric: invalid --vcpus (GPUCAAS_FABRIC_VCPUS): Input should be greater than or equal to 1"),
     (["api", "--log-level", "LOUD"], "gpucaas api: invalid --log-level (GPUCAAS_LOG_LEVEL): log level must be one of"),

@@ -21,7 +21,7 @@ class _Recorder(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
     arrivals: list[float] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:  # http.server's naming
         _Recorder.arrivals.append(time.monotonic())
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.send_response(202)

@@ -149,7 +149,7 @@ class Run:
 Caasctl = Callable[..., Run]
 
 
-def invoke(args: list[str], env: dict[str, str], input: str | None = None) -> Run:
+def invoke(args: list[str], env: dict[str, str], input: str | None = None) -> Run:  # noqa: A002 - CliRunner's keyword
     """Run ``caasctl args`` in-process (typer's CliRunner) with exactly ``env`` for its settings."""
     base = {"GPUCAAS_URL": None, "GPUCAAS_TOKEN": None, "GPUCAAS_CA_CERT": None, "GPUCAAS_CONFIG": None,
             "GPUCAAS_FABRIC_SOCKET": None, "GPUCAAS_FABRIC_SOCKET_PATH": None, "COLUMNS": "250"}
@@ -169,7 +169,7 @@ def no_config(tmp_path: Path) -> dict[str, str]:
 def caasctl(api: ApiServer, ca_file: Path, no_config: dict[str, str]) -> Caasctl:
     """``caasctl(*args, env=..., input=...)`` against the module's API, as an admin (env settings)."""
 
-    def run(*args: Any, env: dict[str, str] | None = None, input: str | None = None) -> Run:
+    def run(*args: Any, env: dict[str, str] | None = None, input: str | None = None) -> Run:  # noqa: A002 - as invoke
         settings = {**no_config, "GPUCAAS_URL": api.base_url, "GPUCAAS_TOKEN": ADMIN_TOKEN,
                     "GPUCAAS_CA_CERT": str(ca_file)}
         return invoke(list(args), {**settings, **(env or {})}, input=input)

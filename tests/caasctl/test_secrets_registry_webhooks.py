@@ -16,7 +16,7 @@ from kubernetes import client
 
 from gpucaas.devtools.waiting import wait_for
 from services.api.webhooks.signing import verify
-from tests.api.harness import ADMIN_TOKEN, ApiServer
+from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready, set_pod_status
 from tests.api.webhook_receiver import Receiver
 

@@ -44,7 +44,7 @@ class Scripted(ThreadingHTTPServer):
         self.requests: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(inner) -> None:  # noqa: N802, N805
+            def do_GET(inner) -> None:  # noqa: N805 - `self` is the server
                 self.requests.append(inner.path)
                 status, body = self.script.pop(0) if len(self.script) > 1 else self.script[0]
                 data = json.dumps(body).encode()

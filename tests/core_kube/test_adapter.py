@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import crds
-from gpucaas.core import kube as k
-from tests.core_kube.scripted import FORBIDDEN_STATUS, scripted  # noqa: F401 - the fixture
+from gpucaas.core import crds, kube as k
+from tests.core_kube.scripted import FORBIDDEN_STATUS
+
 
 def no_wait_retry(attempts: int = 3) -> k.RetryPolicy:
     return k.RetryPolicy(attempts=attempts, initial_s=0.0, max_s=0.0)

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import crds
-from gpucaas.core import kube as k
+from gpucaas.core import crds, kube as k
 from gpucaas.core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
-from tests.core_kube.scripted import FORBIDDEN_STATUS, scripted  # noqa: F401 - the fixture
+from tests.core_kube.scripted import FORBIDDEN_STATUS
 
 
 def no_wait_retry(attempts: int = 3) -> k.RetryPolicy:

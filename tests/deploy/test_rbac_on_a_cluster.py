@@ -57,7 +57,7 @@ def values(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 @pytest.fixture
-def applied(k8s: client.ApiClient, unique_name, values) -> Iterator[tuple[str, dict[str, str]]]:  # noqa: ANN001
+def applied(k8s: client.ApiClient, unique_name, values) -> Iterator[tuple[str, dict[str, str]]]:
     suffix = unique_name("rbac").rsplit("-", 1)[1]
     namespace = f"gpucaas-rbac-{suffix}"
     core = client.CoreV1Api(k8s)
@@ -101,7 +101,7 @@ def _allowed(k8s: client.ApiClient, namespace: str, account: str, group: str, re
     return bool(json.loads(resp.read())["status"].get("allowed"))
 
 
-def test_every_component_may_do_what_it_needs_and_no_more(k8s: client.ApiClient, applied, values) -> None:  # noqa: ANN001
+def test_every_component_may_do_what_it_needs_and_no_more(k8s: client.ApiClient, applied, values) -> None:
     namespace, accounts, names = applied
     checked = 0
     for comp, rules in expected_cluster_rules(values).items():

@@ -12,8 +12,7 @@ import itertools
 
 import grpc
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from gpucaas.core import topology
 from gpucaas.devtools.fake_kubelet import FakeKubelet

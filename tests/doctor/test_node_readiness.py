@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS
 from gpucaas.programs.cli import app
 from gpucaas.programs.doctor.checks import CHECK_IDS
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS
-from tests.core_kube.scripted import forbidden, scripted, write_kubeconfig  # noqa: F401 - scripted: a fixture
+from tests.core_kube.scripted import forbidden, write_kubeconfig
 from tests.doctor.conftest import CMDLINE, MODULES, REPO, FakeNode, meminfo
 
 

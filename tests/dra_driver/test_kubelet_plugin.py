@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from gpucaas.core import dra as dra_names
+from gpucaas.core.fabric_client import FabricClient
 from gpucaas.core.topology import partition_by_id
 from gpucaas.devtools.fake_sysfs import FakeBoard
 from gpucaas.devtools.waiting import wait_for
@@ -30,7 +31,6 @@ from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager import simulator as fabric_sim
 from services.fabric.partitions import PartitionService
 from services.fabric.server import UnixServer, create_app
-from gpucaas.core.fabric_client import FabricClient
 from tests.dra_driver.scheduling import Scheduling
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gpucaas.core import dra as dra_names
 from gpucaas.core.platforms import DGX_H100
 from gpucaas.core.topology import HGX_H100_PARTITIONS, partition_by_id
 from services.dra_driver.publisher import SlicePublisher, foreign_holders

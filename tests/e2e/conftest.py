@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import ssl
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,19 +25,19 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from gpucaas.core.cdi import spec_filename
 from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from gpucaas.core.fabric_client import FabricClient, holder_for_gpus
 from gpucaas.core.lease_store import lease_name
 from gpucaas.core.topology import HGX_H100_PARTITIONS
 from gpucaas.devtools.waiting import wait_for
 from gpucaas.programs.sandbox import runner
-from tests.fixtures.sandbox import package_sandbox
-from gpucaas.programs.sandbox.node_agent import CHECKPOINT
-from gpucaas.core.cdi import spec_filename
 from gpucaas.programs.sandbox.dra_kubelet import CHECKPOINT as DRA_CHECKPOINT
+from gpucaas.programs.sandbox.node_agent import CHECKPOINT
 from services.device_plugin.podresources import PodResourcesReader
 from services.dra_driver.driver import holder_for_claim
 from services.dra_driver.slices import offered_devices
+from tests.fixtures.sandbox import package_sandbox
 
 ALLOCATION_ENV = "GPUCAAS_E2E_ALLOCATION"
 ALLOCATION_MODES = ("device-plugin", "dra")
@@ -79,11 +79,11 @@ class Caller:
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.sandbox.api_url + path, data=data, method=method)  # noqa: S310
+        req = urllib.request.Request(self.sandbox.api_url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
                 raw = resp.read()
                 return resp.status, (json.loads(raw) if raw and resp.headers.get_content_type() == "application/json" else raw.decode())
         except urllib.error.HTTPError as exc:
@@ -111,7 +111,7 @@ def cpu_hog() -> Iterator[int]:
     if shutil.which("stress-ng") is None:
         pytest.fail(f"{CPU_HOG_ENV}={workers} asks for a CPU hog, but stress-ng is not installed "
                     "(make system-deps installs it)")
-    hog = subprocess.Popen(["stress-ng", "--cpu", str(workers), "--quiet"],  # noqa: S603, S607
+    hog = subprocess.Popen(["stress-ng", "--cpu", str(workers), "--quiet"],
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         yield workers

@@ -47,7 +47,7 @@ def test_partition_refused_while_a_container_holds_it(sandbox: runner.Sandbox, t
     assert status == 202, body
     running = wait_status(tenant, body["id"], "Running")
     node = running["node_name"]
-    devices = wait_for(lambda: allocated_devices(sandbox, "tenant-cli-holder", running["pod_name"]), what="devices")
+    wait_for(lambda: allocated_devices(sandbox, "tenant-cli-holder", running["pod_name"]), what="devices")
     holder = holder_of(sandbox, "tenant-cli-holder", running["pod_name"])
     act = wait_for(lambda: next((a for a in activations(sandbox)[node] if a["holder"] == holder), None),
                    what="the container's partition")

@@ -29,6 +29,7 @@ from .conftest import (
     wait_status,
 )
 
+
 def assert_claims_gpus(pod: client.V1Pod, gpus: int) -> None:
     """The pod asks for its GPUs the way the mode's kubelet hands them out: the extended
     resource (device-plugin), or one claim from the tenancy's template of that size (dra)."""
@@ -137,7 +138,7 @@ def _extender_free(sandbox: runner.Sandbox) -> int:
     import urllib.request
 
     assert sandbox.extender_url is not None
-    with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:  # a loopback URL
         return sum(len(n["free"]) for n in json.load(resp)["nodes"])
 
 

@@ -177,7 +177,7 @@ def test_the_extender_sends_a_gpucaas_claim_past_the_blocked_board(dra_sandbox: 
         """The extender's own view (GET /v1/nodes): gpu-node-a no longer has 8 GPUs free, and
         gpu-node-b has all 8."""
         assert dra_sandbox.extender_url is not None
-        with urllib.request.urlopen(f"{dra_sandbox.extender_url}/v1/nodes", timeout=10) as resp:  # noqa: S310
+        with urllib.request.urlopen(f"{dra_sandbox.extender_url}/v1/nodes", timeout=10) as resp:
             nodes = {n["node"]: n for n in json.load(resp)["nodes"]}
         return ("gpu-node-a" in nodes and len(nodes["gpu-node-a"]["free"]) < 8
                 and "gpu-node-b" in nodes and len(nodes["gpu-node-b"]["free"]) == 8)

@@ -1,10 +1,10 @@
-"""FabricState publishing: the pure status builder, then through the kubernetes client to the local cluster's kube-apiserver."""
+"""FabricState publishing: the pure status builder, then through the kubernetes client to the
+local cluster's kube-apiserver."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
 from kubernetes import client as kclient
 
 from gpucaas.core.crds import FABRICSTATE_PLURAL, GROUP, VERSION

@@ -10,10 +10,10 @@ import datetime as dt
 
 from kubernetes import client
 
+from gpucaas.core.lease_store import LeaseStore, lease_name
 from gpucaas.devtools.fake_sysfs import FakeBoard, rom_image
 from services.gpu_leases import controller as handlers
 from services.gpu_leases.agent import LeaseNodeAgent
-from gpucaas.core.lease_store import LeaseStore, lease_name
 
 from .conftest import NODE, Kubelet, make_pod
 

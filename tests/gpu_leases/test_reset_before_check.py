@@ -11,8 +11,8 @@ from kubernetes import client
 from gpucaas.core.gpu_reset import reset_gpu
 from gpucaas.core.lease_store import LeaseStore
 from gpucaas.devtools.fake_sysfs import FakeBoard
-from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU
+from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from tests.gpu_leases.conftest import NODE, Kubelet, make_pod
 from tests.gpu_leases.test_lease_cycle import GPU, NAME, controller_step, state
 

@@ -34,7 +34,7 @@ def test_a_check_requested_by_the_controller_runs_at_once(kubeconfig: Path, k8s:
     store = LeaseStore(k8s)  # the controller's side, through the official client
     agent.start()
     try:
-        wait_for(lambda: agent._watching, what="the watch on the node's leases")  # noqa: SLF001
+        wait_for(lambda: agent._watching, what="the watch on the node's leases")
         wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="lease created Free")
         # a pod takes the GPU and leaves (PodResources, seen locally), the controller asks for the check
         make_pod(k8s, "acme", "w-1")
@@ -63,6 +63,6 @@ def test_without_a_watch_every_tick_is_a_full_round(k8s: client.ApiClient, hgx_b
         wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="Free")
         store.transition(NAME, lambda st: states.admin_quarantine(st, "operator says so"))
         wait_for(lambda: GPU in agent.health(), what="the quarantine withheld from the kubelet")
-        assert not agent._watching  # noqa: SLF001 -- the official client's adapter: polled
+        assert not agent._watching  # the official client's adapter: polled
     finally:
         agent.stop()

@@ -72,9 +72,9 @@ def test_the_extender_sees_the_fabric_and_binds(k8s: Any, on_real_cluster: bool,
             kube.call(kube.core.delete_namespace, namespace)
         except NotFound:
             pass
-        if not (on_real_cluster and made_fabric_state):
-            return
-        try:  # only a FabricState this test made; one the fabric service wrote stays
-            kube.call(kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, node)
-        except NotFound:
-            pass
+        if on_real_cluster and made_fabric_state:
+            try:  # only a FabricState this test made; one the fabric service wrote stays
+                kube.call(kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION,
+                          crds.FABRICSTATE_PLURAL, node)
+            except NotFound:
+                pass

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from gpucaas.core.topology import choose_gpus, free_partitions
 from services.placement.fit import FIT_TABLE, FULL_MASK, gpus_of, mask_of

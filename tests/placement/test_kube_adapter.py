@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -49,8 +48,8 @@ def put_fabric_state(custom: client.CustomObjectsApi, node: str, **status: Any) 
 def seen_fabric_version(w: FleetWatcher, node: str) -> str | None:
     """The resourceVersion of the node's FabricState the watcher last took in (read under its
     lock, so the node's free mask has been recomputed from it)."""
-    with w._lock:  # noqa: SLF001 - the watcher's own record of what it has seen
-        obj = w._fabric.get(node)  # noqa: SLF001
+    with w._lock:  # the watcher's own record of what it has seen
+        obj = w._fabric.get(node)
     return None if obj is None else obj["metadata"]["resourceVersion"]
 
 

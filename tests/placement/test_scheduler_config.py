@@ -101,7 +101,8 @@ def _allows(rules: list[dict[str, Any]], verb: str, group: str, resource: str, n
 
 
 def _rules_of(docs: list[dict[str, Any]], sa: str, sa_ns: str, namespace: str) -> list[dict[str, Any]]:
-    """Rules bound to the ServiceAccount that apply in ``namespace`` (system:kube-scheduler from the bootstrap policy)."""
+    """Rules bound to the ServiceAccount that apply in ``namespace`` (system:kube-scheduler from
+    the bootstrap policy)."""
     roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d.get("rules", [])
              for d in docs if d["kind"] in ("Role", "ClusterRole")}
     roles[("ClusterRole", None, "system:kube-scheduler")] = SYSTEM_KUBE_SCHEDULER_LEASE_RULES

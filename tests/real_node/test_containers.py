@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import base64
 import json
+from pathlib import Path
 
 from gpucaas.devtools.real_node.registry import PRIVATE_IMAGE
 

@@ -23,7 +23,7 @@ time.sleep(60)
 
 
 def _run(tmp_path: Path, code: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL,  # noqa: S603
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -13,11 +13,11 @@ from services.tenancy_controller.settings import ControllerSettings
 
 def test_registry_holds_every_tenancy_handler():
     registry = main.build_registry(ControllerSettings())
-    ids = {h.id for h in registry._changing.get_all_handlers()}  # noqa: SLF001 - Kopf has no public listing
+    ids = {h.id for h in registry._changing.get_all_handlers()}  # Kopf has no public listing
     assert {"reconcile-resume", "reconcile-create", "reconcile-update/spec", "finalize"} <= ids
-    watching = {h.id for h in registry._watching.get_all_handlers()}  # noqa: SLF001
+    watching = {h.id for h in registry._watching.get_all_handlers()}
     assert {"child-namespaces", "child-ciliumnetworkpolicies", "child-persistentvolumes"} <= watching
-    assert {h.id for h in registry._spawning.get_all_handlers()} == {"resync"}  # noqa: SLF001
+    assert {h.id for h in registry._spawning.get_all_handlers()} == {"resync"}
 
 
 def test_kopf_settings_in_one_place():

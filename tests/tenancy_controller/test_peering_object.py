@@ -8,7 +8,7 @@ from typing import Any
 
 from gpucaas.core.kube import KubeConnection, load_configuration
 from services.tenancy_controller import main
-from tests.core_kube.scripted import NOT_FOUND_STATUS, forbidden, scripted, write_kubeconfig  # noqa: F401
+from tests.core_kube.scripted import NOT_FOUND_STATUS, forbidden, write_kubeconfig
 
 from .conftest import controller_settings
 

@@ -39,7 +39,7 @@ def test_readme_table_renders():
 
 def test_egress_deny_holds_even_if_someone_adds_an_allow_all_rule():
     """Defence in depth: an extra allow-everything rule in the namespace still cannot reach metadata or nodes."""
-    from .policy_table import APISERVER, HOST, INTERNET, METADATA, A1, policies_for
+    from .policy_table import A1, APISERVER, HOST, INTERNET, METADATA, policies_for
 
     cnps, _ = policies_for("closed")
     widened = [dict(p, spec={**p["spec"], "egress": [*p["spec"]["egress"], {"toEntities": ["all"]}]})

@@ -11,8 +11,8 @@ from __future__ import annotations
 from services.tenancy_controller import builders
 from services.tenancy_controller.comparison import is_subset, matches
 
-from .factories import new_tenancy
 from .conftest import wait_for
+from .factories import new_tenancy
 from .helpers import merge_patch, wait_phase
 
 PVC = builders.PVC_NAME
@@ -54,7 +54,7 @@ def test_a_canonical_capacity_reaches_ready_without_replacing_storage(api, contr
     # schedule; the comparison starts once it has nothing left to write.
     for kind, name, namespace in (("PersistentVolume", builders.persistent_volume_name("acme"), None),
                                   ("PersistentVolumeClaim", PVC, "tenant-acme")):
-        wait_for(lambda: ((api.get(kind, name, namespace) or {}).get("status") or {}).get("phase") == "Bound",
+        wait_for(lambda kind=kind, name=name, namespace=namespace: ((api.get(kind, name, namespace) or {}).get("status") or {}).get("phase") == "Bound",
                  what=f"{kind} {name} bound")
     pv = _canonical(api, "PersistentVolume", builders.persistent_volume_name("acme"), None,
                     ("spec", "capacity", "storage"))

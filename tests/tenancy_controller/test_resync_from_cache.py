@@ -20,7 +20,7 @@ def _ctx() -> Context:
 
 
 class _NoKube:
-    def __getattr__(self, name: str):  # noqa: ANN204 - any use of the API is a failure here
+    def __getattr__(self, name: str):  # any use of the API is a failure here
         raise AssertionError(f"children_in_sync used the API ({name})")
 
 
@@ -100,12 +100,12 @@ def test_the_resync_reads_nothing_while_in_sync_and_repairs_a_doubt(api, kubecon
     checks: list[bool] = []
     real_request, real_check = kube.KubeClient.request, workflow.children_in_sync
 
-    def counted_request(self, method, path, **kw):  # noqa: ANN001, ANN202
+    def counted_request(self, method, path, **kw):
         if threading.current_thread() is not threading.main_thread():  # the controller's, not this test's
             calls.append(f"{method} {path}")
         return real_request(self, method, path, **kw)
 
-    def counted_check(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+    def counted_check(*args, **kw):
         checks.append(real_check(*args, **kw))
         return checks[-1]
 
@@ -122,6 +122,6 @@ def test_the_resync_reads_nothing_while_in_sync_and_repairs_a_doubt(api, kubecon
         assert calls[settled:] == []
         api.patch_status("Tenancy", "steady", {"phase": "Pending"})
         wait_for(lambda: api.get("Tenancy", "steady")["status"]["phase"] == "Ready", what="status put right")
-        assert f"GET /api/v1/namespaces/tenant-steady" in calls[settled:]
+        assert "GET /api/v1/namespaces/tenant-steady" in calls[settled:]
     finally:
         ctl.stop()

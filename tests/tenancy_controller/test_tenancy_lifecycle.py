@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.tenancy_controller.comparison import is_subset
 from services.tenancy_controller import builders, policies, reconcile
+from services.tenancy_controller.comparison import is_subset
 from services.tenancy_controller.spec import parse_tenancy
 
 from .conftest import wait_for

@@ -69,7 +69,7 @@ class Kube:
         existing ``ApiClient`` (which its owner closes)."""
         from .rest import RestKube
 
-        return api if isinstance(api, (Kube, RestKube)) else cls(api_client=api)  # type: ignore[return-value]
+        return api if isinstance(api, (Kube, RestKube)) else cls(api_client=api)
 
     @property
     def server(self) -> str:
@@ -92,7 +92,7 @@ class Kube:
              **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` with the timeout, translated errors and (if idempotent) retries."""
         kwargs.setdefault("_request_timeout", self.timeout)
-        label = what or getattr(fn, "__name__", "kubernetes call")
+        label = what or str(getattr(fn, "__name__", "kubernetes call"))
 
         def once() -> T:
             with translated(label, server=self.server):

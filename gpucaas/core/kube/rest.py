@@ -296,7 +296,7 @@ class RestKube:
         """``fn(*args, **kwargs)`` (a method of ``custom``) with retries when idempotent."""
         kwargs.pop("_request_timeout", None)
         kwargs.pop("_preload_content", None)
-        label = what or getattr(fn, "__name__", "kubernetes call")
+        label = what or str(getattr(fn, "__name__", "kubernetes call"))
         return retrying(lambda: fn(*args, **kwargs), self.retry if idempotent else NO_RETRY, what=label)
 
     def json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -338,7 +338,11 @@ def watch_changes(kube: RestKube, path: str, query: list[tuple[str, str]], on_ch
             except Exception:  # noqa: BLE001 -- best effort: the daemon thread ends with the stream
                 pass
 
-    stop_watcher = threading.Thread(target=lambda: (stop.wait(), cut()), name="kube-watch-stop", daemon=True)
+    def cut_when_stopped() -> None:
+        stop.wait()
+        cut()
+
+    stop_watcher = threading.Thread(target=cut_when_stopped, name="kube-watch-stop", daemon=True)
     stop_watcher.start()
     while not stop.is_set():
         try:
@@ -347,9 +351,9 @@ def watch_changes(kube: RestKube, path: str, query: list[tuple[str, str]], on_ch
             url = kube.server + path + "?" + urlencode([*query, ("watch", "1"), ("resourceVersion", rv),
                                                          ("allowWatchBookmarks", "true"),
                                                          ("timeoutSeconds", str(timeout_s))])
-            connect = kube._timeout.connect_timeout  # noqa: SLF001
-            resp = kube._http.request(  # noqa: SLF001
-                "GET", url, headers={"Accept": "application/json", **kube._target.headers()},  # noqa: SLF001
+            connect = kube._timeout.connect_timeout
+            resp = kube._http.request(
+                "GET", url, headers={"Accept": "application/json", **kube._target.headers()},
                 preload_content=False, retries=False, redirect=False,
                 timeout=urllib3.Timeout(connect=connect, read=timeout_s + 30))
             holder["resp"] = resp

@@ -29,7 +29,7 @@ def bin_dir(*, build: bool = False) -> Path:
             raise BinariesMissing(f"{BUILD_SCRIPT} is missing: set GPUCAAS_KUBE_BIN to a folder with "
                                   f"{', '.join(CONTROL_PLANE)}")
         args = [str(BUILD_SCRIPT)] + ([] if build else ["--print"])
-        out = subprocess.run(args, check=False, capture_output=True, text=True)  # noqa: S603
+        out = subprocess.run(args, check=False, capture_output=True, text=True)
         if out.returncode != 0:
             raise BinariesMissing(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "upstream/build.sh failed")
         folder = Path(out.stdout.strip().splitlines()[-1])

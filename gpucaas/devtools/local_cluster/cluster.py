@@ -145,7 +145,7 @@ class LocalCluster(ProcessGroup):
 
     def get(self, path: str, timeout: float = 10.0) -> Any:
         """GET a path of the API server as the admin (JSON decoded)."""
-        with urllib.request.urlopen(self.server + path, timeout=timeout,  # noqa: S310 (loopback)
+        with urllib.request.urlopen(self.server + path, timeout=timeout,  # a loopback URL
                                     context=self.admin_ssl_context()) as resp:
             return json.loads(resp.read())
 
@@ -275,7 +275,7 @@ class LocalCluster(ProcessGroup):
         """``/readyz`` answers ok (RBAC's bootstrap roles and the other post-start hooks done)."""
         try:
             ctx = ssl.create_default_context(cafile=str(self.pki.ca.cert))
-            with urllib.request.urlopen(f"{self.server}/readyz", timeout=2, context=ctx) as resp:  # noqa: S310
+            with urllib.request.urlopen(f"{self.server}/readyz", timeout=2, context=ctx) as resp:
                 return bool(resp.status == 200)
         except (OSError, urllib.error.HTTPError):
             return False

@@ -64,6 +64,7 @@ class RestClient:
 
         from websockets.exceptions import InvalidHandshake, InvalidStatus
         from websockets.sync.client import connect
+        from websockets.typing import Subprotocol
 
         base = str(self.http.base_url).rstrip("/")
         scheme, _, rest = base.partition("://")
@@ -78,8 +79,8 @@ class RestClient:
                     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         try:
             return connect(url, ssl=context, additional_headers={"Authorization": f"Bearer {self._token}"},
-                           subprotocols=subprotocols, compression=None, open_timeout=30,
-                           max_size=1 << 20)  # type: ignore[arg-type]
+                           subprotocols=[Subprotocol(p) for p in subprotocols], compression=None, open_timeout=30,
+                           max_size=1 << 20)
         except InvalidStatus as exc:
             refusal = httpx.Response(exc.response.status_code, content=bytes(exc.response.body or b""))
             raise CaasctlError(f"{refusal.status_code}: {_detail(refusal)}") from exc

@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
 from typer.core import TyperGroup
 
+from gpucaas.core.fabric_client import FabricError
 from gpucaas.programs.caasctl import tenant, tenant_resources, tenant_tokens, usage, volumes
-from gpucaas.programs.caasctl.client import RestClient, CaasctlError, Config, fabric_socket_for
+from gpucaas.programs.caasctl.client import CaasctlError, Config, RestClient, fabric_socket_for
 from gpucaas.programs.caasctl.output import Format, emit, err_console
 from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
-from gpucaas.core.fabric_client import FabricError
+
+if TYPE_CHECKING:
+    from gpucaas.core.fabric_client import FabricClient
 
 
 class _OneLineErrors(TyperGroup):
     """Root group: a CaasctlError or FabricError from any command is one line on stderr and exit 1."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # typer's own copy of click's Context
         try:
             return super().invoke(ctx)
         except (CaasctlError, FabricError) as exc:
@@ -87,7 +90,8 @@ def main(
     ca_cert: Annotated[str | None, typer.Option(help=f"{_F['ca_cert'].description} \\[env: GPUCAAS_CA_CERT]")] = None,
     insecure: Annotated[bool, typer.Option(help=f"{_F['insecure'].description} \\[env: GPUCAAS_INSECURE]")] = False,
     config: Annotated[str | None, typer.Option(
-        help=f"{ConfigLocation.model_fields['config'].description} \\[env: GPUCAAS_CONFIG; default {DEFAULT_CONFIG}]")] = None,
+        help=f"{ConfigLocation.model_fields['config'].description} "
+             f"\\[env: GPUCAAS_CONFIG; default {DEFAULT_CONFIG}]")] = None,
     version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
                                           help="Print caasctl's version and exit.")] = False,
 ) -> None:
@@ -114,7 +118,7 @@ tenant_tokens.register(app, tokens_app, lambda ctx: _api(ctx))
 volumes.register(app, lambda ctx: _api(ctx))
 
 
-def _fabric(ctx: typer.Context, node: str | None, socket: str | None):  # noqa: ANN202
+def _fabric(ctx: typer.Context, node: str | None, socket: str | None) -> FabricClient:
     from gpucaas.core.fabric_client import FabricClient
 
     return FabricClient(fabric_socket_for(_cfg(ctx), node, socket))

@@ -73,7 +73,8 @@ class CaasctlSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
 
     url: str | None = Field(None, description="API base URL, e.g. https://gpucaas.example.com.")
-    token: SecretStr | None = Field(None, description="Bearer token: an admin token, or a tenant token for run, ps, logs, cancel, usage, secrets, registry, webhooks.")
+    token: SecretStr | None = Field(None, description="Bearer token: an admin token, or a tenant token for run, ps, logs, "
+                                                            "cancel, usage, secrets, registry, webhooks.")
     ca_cert: str | None = Field(None, description="CA bundle to trust (PEM).")
     insecure: bool = Field(False, description="Skip TLS verification (development only).")
     nodes: dict[str, NodeConfig] = Field(
@@ -108,7 +109,8 @@ class CaasctlSettings(BaseSettings):
     @classmethod
     def load(cls, *, config_path: str | None = None, **flags: Any) -> CaasctlSettings:
         """flag > env > file > default; ``flags`` left ``None`` (or ``False``) were not given."""
-        path = ConfigLocation(**({"GPUCAAS_CONFIG": config_path} if config_path else {})).config.expanduser()
+        given: dict[str, Any] = {"GPUCAAS_CONFIG": config_path} if config_path else {}
+        path = ConfigLocation(**given).config.expanduser()
         if config_path and not path.exists():
             raise CaasctlError(f"config file {path} does not exist")
         bound = type(cls.__name__, (cls,), {"model_config": {**cls.model_config, "yaml_file": path}})

@@ -104,7 +104,8 @@ def register(app: typer.Typer, api_of: Any) -> None:
             detach: Annotated[bool, typer.Option("--detach", "-d", help="Print the container id and return at once.")] = False,
             follow_log: Annotated[bool, typer.Option("--follow", "-f", help="Stream the log and exit with the container's code (the default).")] = True,
             ) -> None:
-        """Run IMAGE on GPUs, stream its log and exit with its exit code, as `docker run` does (--detach: print its id)."""
+        """Run IMAGE on GPUs, stream its log and exit with its exit code, as `docker run` does
+        (--detach: print its id)."""
         body: dict[str, Any] = {"image": image, "gpus": gpus}
         if command:
             body["command"] = command

@@ -215,16 +215,18 @@ def check_iommu_groups(facts: HostFacts, options: Options) -> CheckResult:
     if fabric:
         layout = "shared" if len(fabric_groups) == 1 and len(fabric) > 1 else "per-device"
         b.details.append(
-            f"fabric devices ({len(fabric)}) in {'one group ' + str(fabric_groups[0]) if layout == 'shared' else 'groups ' + str(fabric_groups)}"
+            f"fabric devices ({len(fabric)}) in "
+            f"{'one group ' + str(fabric_groups[0]) if layout == 'shared' else 'groups ' + str(fabric_groups)}"
             + (" - Supermicro-style layout: the service VM takes the whole group (libvirt, not Kata)"
                if layout == "shared" else " - DGX-style layout")
         )
         for group in fabric_groups:
             for member in facts.iommu_groups.get(group, ()):
-                other = devices.get(member)
-                if other and not (other.is_nvswitch or other.is_nvswitch_memory_controller or other.is_bridge) \
-                        and other.driver != VFIO_DRIVER:
-                    problems.append(f"fabric group {group} also holds {member} (driver {other.driver or 'none'})")
+                neighbour = devices.get(member)
+                if neighbour and not (neighbour.is_nvswitch or neighbour.is_nvswitch_memory_controller
+                                      or neighbour.is_bridge) and neighbour.driver != VFIO_DRIVER:
+                    problems.append(f"fabric group {group} also holds {member} "
+                                    f"(driver {neighbour.driver or 'none'})")
     b.details.extend(f"GPU {g.bdf}: group {g.iommu_group}" for g in gpus)
     if problems:
         b.details.extend(problems)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 import signal
 import threading
-from typing import Annotated
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,20 +15,20 @@ from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
 from gpucaas.programs.sandbox.settings import NodeAgentSettings, SandboxSettings
 
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
-def _api_client(kubeconfig: str | None):  # noqa: ANN202
-    from pathlib import Path
 
+def _api_client(kubeconfig: str | None) -> ApiClient:
     from gpucaas.core.kube import KubeConnection, new_api_client
 
     return new_api_client(KubeConnection(kubeconfig=Path(kubeconfig) if kubeconfig else None))
 
 
-def _cluster_ca(kubeconfig: str | None, kubelet_dir):  # noqa: ANN001, ANN202
+def _cluster_ca(kubeconfig: str | None, kubelet_dir: str | Path) -> Path | None:
     """The cluster's CA from the kubeconfig, as a file: kube-apiserver's kubelet client
     certificate is signed by it (the kubelet's --client-ca-file). None without one."""
     import base64
-    from pathlib import Path
 
     import yaml
 
@@ -43,7 +45,7 @@ def _cluster_ca(kubeconfig: str | None, kubelet_dir):  # noqa: ANN001, ANN202
     return Path(ca) if ca else None
 
 
-def _stop_on_signals(stop) -> None:  # noqa: ANN001
+def _stop_on_signals(stop: Callable[[], object]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop())
 

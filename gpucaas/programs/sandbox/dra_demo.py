@@ -119,7 +119,7 @@ class DraObserver:
 
         self.api = new_api_client(KubeConnection(kubeconfig=Path(sandbox.kubeconfig)))
         self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.custom: Any = client.CustomObjectsApi(self.api)  # answers plain JSON: untyped
         self.console = console
         self.namespace = namespace
         self.sockets = {n.name: n.fabric_socket for n in sandbox.nodes}
@@ -232,12 +232,13 @@ class DraObserver:
 def run_dra_demo(sandbox: Sandbox, console: Console, timeout: float = 240.0) -> bool:
     obs = DraObserver(sandbox, console)
     console.print(f"\n[bold]The scenario through DRA[/]: pods asking for {', '.join(map(str, SCENARIO_SIZES))} GPUs "
-                  f"in namespace {NAMESPACE!r} (ResourceClaimTemplates {', '.join(dra.claim_template_name(s) for s in SCENARIO_SIZES)})")
+                  f"in namespace {NAMESPACE!r} "
+                  f"(ResourceClaimTemplates {', '.join(dra.claim_template_name(s) for s in SCENARIO_SIZES)})")
     ensure_namespace(obs.core, obs.custom, NAMESPACE)
     for size in SCENARIO_SIZES:
         t = Tracked(f"gpus-{size}", size)
         obs.tracked[t.name] = t
-        obs.core.create_namespaced_pod(NAMESPACE, dra_pod(t.name, size))
+        obs.core.create_namespaced_pod(NAMESPACE, dra_pod(t.name, size))  # type: ignore[arg-type]  # a plain dict body
     thread = threading.Thread(target=obs.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

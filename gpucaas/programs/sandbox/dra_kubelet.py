@@ -28,7 +28,7 @@ import logging
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -206,9 +206,10 @@ class DraKubelet:
         return bool(pod.get("spec", {}).get("resourceClaims"))
 
     def _read_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.kube.call(self.kube.custom.get_namespaced_custom_object, GROUP, VERSION, namespace,
-                              "resourceclaims", name, idempotent=True,
-                              what=f"read ResourceClaim {namespace}/{name}")
+        claim = self.kube.call(self.kube.custom.get_namespaced_custom_object, GROUP, VERSION, namespace,
+                               "resourceclaims", name, idempotent=True,
+                               what=f"read ResourceClaim {namespace}/{name}")
+        return cast("dict[str, Any]", claim)  # the custom-objects API answers plain JSON
 
     def prepare_pod(self, pod: dict[str, Any], plugin_timeout: float = 30.0) -> list[ClaimInfo]:
         """PrepareResources (manager.go): every claim of the pod prepared, or PrepareFailed."""

@@ -50,7 +50,7 @@ def chart_values() -> dict[str, object]:
 def hand_over(root: Path, uid: int, gid: int) -> list[Path]:
     """Give each volume directory under ``root`` that is not yet the tenant's to ``uid:gid``
     with mode 0770; returns those changed."""
-    changed = []
+    changed: list[Path] = []
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:

@@ -102,10 +102,14 @@ def mint_token(admin_kubeconfig: Path, namespace: str, service_account: str, *, 
     with config.new_client_from_config(str(admin_kubeconfig)) as api:
         spec: dict[str, Any] = {"expirationSeconds": TOKEN_SECONDS}
         if node is not None:
-            uid = client.CoreV1Api(api).read_node(node).metadata.uid
+            metadata = client.CoreV1Api(api).read_node(node).metadata
+            uid = metadata.uid if metadata else None
             spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
         request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-        out = client.CoreV1Api(api).create_namespaced_service_account_token(service_account, namespace, request)
+        core = client.CoreV1Api(api)
+        out = core.create_namespaced_service_account_token(service_account, namespace, request)  # type: ignore[arg-type]  # a plain dict body
+    if out.status is None or not out.status.token:
+        raise RuntimeError(f"no token for the ServiceAccount {namespace}/{service_account}")
     return out.status.token
 
 

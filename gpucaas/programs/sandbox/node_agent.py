@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from kubernetes import client, watch
 
 from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound, Unavailable
 from gpucaas.devtools.container_logs import ContainerLogServer, LogBook
-from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet
+from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet, PluginConnection
 from gpucaas.programs.sandbox.dra_kubelet import ClaimInfo, DraKubelet, PrepareFailed
 from services.device_plugin.api import dp_pb2
 from services.placement.extender import extended_resource_gpus
@@ -68,7 +69,7 @@ WAIT_REPORT_S = 30.0  # an admission still waiting says so this often (and keeps
 WAIT_STEP_S = 1.0  # how often a waiting admission checks that its pod is still wanted
 
 
-class Abandoned(Exception):  # noqa: N818 (not an error: the pod went away or the agent stops)
+class Abandoned(Exception):  # not an error: the pod went away or the agent stops
     """The pod being admitted was deleted (or the agent stops): stop waiting for it."""
 
 
@@ -149,7 +150,7 @@ class NodeAgent:
         self.log_server: ContainerLogServer | None = None
 
     # --- node object -----------------------------------------------------------------
-    def _live_plugin(self):  # noqa: ANN202
+    def _live_plugin(self) -> PluginConnection | None:
         """The registered plugin, unless its ListAndWatch stream ended (it went away)."""
         conn = self.kubelet.plugins.get(self.resource)
         return conn if conn is not None and not conn.stream_ended else None
@@ -171,7 +172,7 @@ class NodeAgent:
                 log.warning("still waiting for %s (%.0fs)", what, now - started)
                 last_report = now
 
-    def _wait_for_live_plugin(self, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401 (PluginConnection)
+    def _wait_for_live_plugin(self, wanted: Callable[[], bool]) -> Any:  # a PluginConnection
         """After a restart of the plugin or of this agent, wait for the plugin to register again
         and send its first device list; the live connection."""
         conn = self.kubelet.plugins.get(self.resource)
@@ -201,7 +202,7 @@ class NodeAgent:
         self._waiting(f"the {self.resource} device plugin to register", registered, wanted)
         return found[-1]
 
-    def _wait_for_devices(self, count: int, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401
+    def _wait_for_devices(self, count: int, wanted: Callable[[], bool]) -> Any:
         """The extender binds by partitions and leases, not by the kubelet's device health, so a
         pod can be bound a moment before its GPUs are reported Healthy again (a lease checked
         and Free, the next ListAndWatch update not yet sent): wait for that update. Returns the
@@ -209,11 +210,11 @@ class NodeAgent:
         while True:
             conn = self._wait_for_live_plugin(wanted)
 
-            def enough(c: Any = conn) -> bool:  # noqa: ANN401
+            def enough(c: Any = conn) -> bool:
                 return c.stream_ended or len(set(c.healthy()) - self.kubelet.allocated_ids(self.resource)) >= count
 
             self._waiting(f"{count} healthy unallocated {self.resource}",
-                          lambda: conn.wait_for(enough, timeout=WAIT_STEP_S), wanted)
+                          partial(conn.wait_for, enough, timeout=WAIT_STEP_S), wanted)
             if not conn.stream_ended:
                 return conn
 
@@ -245,7 +246,10 @@ class NodeAgent:
                 if not told:
                     self._event(pod, "AllocateRetrying", f"{exc}; retrying", "Warning")
                     told = True
-                conn.wait_for(lambda c: c.stream_ended or (stale and c.updates > updates), timeout=delay)
+                def said_more(c: PluginConnection, stale: bool = stale, updates: int = updates) -> bool:
+                    return c.stream_ended or (stale and c.updates > updates)
+
+                conn.wait_for(said_more, timeout=delay)
                 if not wanted():
                     raise Abandoned("Allocate") from exc
                 delay = min(delay * 2, 5.0)
@@ -472,7 +476,7 @@ class NodeAgent:
         started = (pod.get("status") or {}).get("startTime") or finished
         if deadline:
             term = {"terminated": {"exitCode": 137, "reason": "DeadlineExceeded", "startedAt": started, "finishedAt": finished}}
-            status = {"phase": "Failed", "reason": "DeadlineExceeded",
+            status: dict[str, Any] = {"phase": "Failed", "reason": "DeadlineExceeded",
                       "message": "Pod was active on the node longer than the specified deadline"}
         else:
             term = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": finished}}
@@ -559,7 +563,7 @@ class NodeAgent:
                 if pod is None:  # deleted meanwhile
                     break
                 try:
-                    self.admit(pod, wanted=lambda k=key: self._wanted(k))
+                    self.admit(pod, wanted=partial(self._wanted, key))
                     break
                 except Abandoned as exc:
                     log.info("stopped admitting %s (no longer wanted here) while waiting for %s", key, exc)
@@ -588,7 +592,8 @@ class NodeAgent:
                     self.on_pod("ADDED", p)
                 w = watch.Watch()
                 for ev in w.stream(self.core.list_pod_for_all_namespaces, field_selector=selector,
-                                   resource_version=listing.metadata.resource_version, timeout_seconds=60):
+                                   resource_version=listing.metadata.resource_version if listing.metadata else None,
+                                   timeout_seconds=60):
                     if self._stop.is_set():
                         w.stop()
                         break

@@ -38,20 +38,20 @@ from typing import Any
 
 import yaml
 
+from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
 from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
 from gpucaas.devtools.local_cluster.binaries import binary
 from gpucaas.devtools.local_cluster.cluster import free_port
-from gpucaas.devtools.local_cluster.processes import unix_socket_ready
 from gpucaas.devtools.local_cluster.objects import create_all
+from gpucaas.devtools.local_cluster.processes import unix_socket_ready
+from gpucaas.devtools.real_node.devices import make_char_devices
+from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing, unmount_under
+from gpucaas.devtools.real_node.registry import Registries
 from gpucaas.programs.sandbox import hostpath_volumes, identities
 from gpucaas.programs.sandbox.ingress import AUTH_ANNOTATIONS, TRAEFIK_VERSION, Ingress, write_info as write_ingress_info
 from gpucaas.programs.sandbox.node_agent import GPU_NODE_LABELS
 from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready
 from gpucaas.programs.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
-from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
-from gpucaas.devtools.real_node.devices import make_char_devices
-from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing, unmount_under
-from gpucaas.devtools.real_node.registry import Registries
 from services.api.pods import DEFAULT_RUN_AS_USER
 
 log = logging.getLogger(__name__)
@@ -146,10 +146,10 @@ class Sandbox:
 
     def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.api_url + path, data=data, method=method)  # noqa: S310
+        req = urllib.request.Request(self.api_url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {token or self.admin_token}")
         req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=30, context=self.ssl_context()) as resp:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=30, context=self.ssl_context()) as resp:
             return json.loads(resp.read() or b"null")
 
     def stop(self) -> None:
@@ -200,7 +200,7 @@ def published_slices(kubeconfig: Path, name: str) -> Any:
 
     def check() -> bool:
         with config.new_client_from_config(config_file=str(kubeconfig)) as api:
-            slices = client.CustomObjectsApi(api).list_cluster_custom_object(
+            slices: Any = client.CustomObjectsApi(api).list_cluster_custom_object(  # plain JSON
                 "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={name}")
         return bool(slices.get("items"))
     return check

@@ -11,7 +11,6 @@ from typing import Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
 AllocationMode = Literal["device-plugin", "dra"]
 
 
@@ -31,7 +30,8 @@ class SandboxSettings(BaseSettings):
 
 
     real_nodes: int = Field(
-        2, ge=0, description="How many GPU nodes are real (the first ones; both by default): containerd, runc and the kubelet run their containers "
+        2, ge=0, description="How many GPU nodes are real (the first ones; both by default): "
+                             "containerd, runc and the kubelet run their containers "
                              "(the kata-qemu-nvidia-gpu handler runs runc: no VM boots here); the others are "
                              "simulated by the node agent. Needs root and Debian's runc, containernetworking-plugins, "
                              "docker-registry, skopeo and apache2-utils (make install adds them).")

@@ -7,6 +7,8 @@ schema says what the server sends.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from services.api.errors import ERROR_RESPONSES
@@ -30,7 +32,7 @@ from services.api.routes import (
 )
 
 # What the edge may answer on any path, before a route runs.
-EDGE_RESPONSES = {code: ERROR_RESPONSES[code] for code in (400, 413, 429)}
+EDGE_RESPONSES: dict[int | str, dict[str, Any]] = {code: ERROR_RESPONSES[code] for code in (400, 413, 429)}
 
 api_router = APIRouter()
 api_router.include_router(health.router, responses=EDGE_RESPONSES)

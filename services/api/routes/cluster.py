@@ -9,9 +9,9 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Query
 
 from gpucaas.core import crds, dra
+from gpucaas.core.kube import KubeError
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep, SettingsDep
-from gpucaas.core.kube import KubeError
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 NodeFilter = Annotated[

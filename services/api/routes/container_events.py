@@ -8,10 +8,10 @@ from fastapi import APIRouter
 from sqlmodel import SQLModel
 
 from gpucaas.core import crds
+from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api import crud, errors, events
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.routes.containers import ContainerId
-from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/containers", tags=["containers"])

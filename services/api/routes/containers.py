@@ -14,13 +14,11 @@ from sqlmodel import Session
 from starlette.background import BackgroundTask
 
 from gpucaas.core import crds
+from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api import crud, endpoints, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
 from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
-from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api.kube import Kube
 from services.api.limits import Limiter
-from services.api.settings import Settings
-from services.api.routes import volumes as volume_routes
 from services.api.models import (
     TERMINAL_STATUSES,
     Container,
@@ -31,6 +29,8 @@ from services.api.models import (
     TenancyName,
     redacted_env,
 )
+from services.api.routes import volumes as volume_routes
+from services.api.settings import Settings
 
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
 admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])

@@ -14,10 +14,10 @@ from fastapi import APIRouter, Path
 from pydantic import Field, StrictBool
 
 from gpucaas.core import crds, lease_states
+from gpucaas.core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
 from gpucaas.core.lease_store import lease_name
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep
-from gpucaas.core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
 from services.api.models import StrictInput
 
 router = APIRouter(prefix="/v1/admin/gpus", tags=["admin"])

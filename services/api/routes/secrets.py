@@ -11,9 +11,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from gpucaas.core import crds
+from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
 from services.api import audit, errors, tenant_scope, tenant_secrets
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
-from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
 from services.api.kube import Kube
 from services.api.models import (
     AuditAction,

@@ -9,14 +9,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from services.api import crud, errors, pods
 from gpucaas.core.kube import KubeError
+from services.api import crud, errors, pods
 from services.api.deps import AdminUser, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.kube import Kube
-from services.api.settings import Settings
 from services.api.models import (
-    Tenancy,
     TenanciesPublic,
+    Tenancy,
     TenancyCreate,
     TenancyName,
     TenancyPublic,
@@ -26,6 +25,7 @@ from services.api.models import (
     TokenPublic,
     TokensPublic,
 )
+from services.api.settings import Settings
 
 log = logging.getLogger(__name__)
 # Documented shape only: any other value names no token (404).

@@ -27,7 +27,7 @@ To = Annotated[str | None, Query(max_length=64, json_schema_extra=_TIME_SHAPE,
                                  description=f"Window end (exclusive), {DATE_HELP}; default: now.")]
 GroupBy = Annotated[Literal["day", "container"], Query(description="day: one row per UTC day and tenancy; "
                                                                    "container: one row per container run.")]
-_CSV = {200: {"content": {"text/csv": {"schema": {"type": "string"}}},
+_CSV: dict[int | str, dict[str, Any]] = {200: {"content": {"text/csv": {"schema": {"type": "string"}}},
               "description": "The report; CSV (RFC 4180, a header row) with Accept: text/csv."}}
 
 
@@ -57,6 +57,7 @@ def _window(from_: str | None, to: str | None) -> tuple[datetime, datetime, date
 def _answer(request: Request, session: SessionDep, *, start: datetime, end: datetime, now: datetime,
             group_by: str, tenancy: str | None, current_only: bool) -> Any:
     rows = records.overlapping(session, start=start, end=end, tenancy=tenancy, current_only=current_only)
+    columns: tuple[str, ...]
     if group_by == "day":
         data, columns = report.by_day(rows, start=start, end=end, now=now), report.DAY_COLUMNS
     else:

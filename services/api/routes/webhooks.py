@@ -24,8 +24,8 @@ from services.api.webhooks import secret_store, signing, ssrf, store
 from services.api.webhooks.models import (
     WEBHOOKS_PER_TENANCY,
     DeliveriesPublic,
-    Webhook,
     DeliveryPublic,
+    Webhook,
     WebhookCreate,
     WebhookCreated,
     WebhookPublic,

@@ -26,7 +26,7 @@ END_POD, END_DELETED, END_VANISHED = "pod", "deleted", "vanished"
 class UsageRecord(SQLModel, table=True):
     """A container run (migration 0007_usage_records)."""
 
-    __tablename__ = "usage_record"  # type: ignore[assignment]
+    __tablename__ = "usage_record"
 
     container_id: str = Field(primary_key=True, max_length=32)
     tenancy: str = Field(max_length=63)
@@ -99,7 +99,7 @@ def open_run(session: Session, *, run: Run, gpus: int, gpu_model: str | None,
     }
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     stmt = dialect.insert(UsageRecord).values(**values).on_conflict_do_nothing(index_elements=["container_id"])
-    result = session.exec(stmt)  # type: ignore[call-overload]
+    result = session.exec(stmt)
     session.commit()
     return bool(result.rowcount)
 

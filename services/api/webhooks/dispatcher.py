@@ -83,11 +83,11 @@ class WebhookDispatcher:
                 next_prune = time.monotonic() + self.settings.retention_interval_seconds
                 try:
                     self.prune()
-                except Exception:  # noqa: BLE001 - retried at the next interval
+                except Exception:  # retried at the next interval
                     log.exception("webhook delivery pruning failed")
             try:
                 busy = self.run_once()
-            except Exception:  # noqa: BLE001 - e.g. the database briefly unreachable
+            except Exception:  # e.g. the database briefly unreachable
                 log.exception("webhook delivery pass failed")
                 busy = False
             if not busy:

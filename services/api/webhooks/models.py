@@ -50,7 +50,7 @@ class Webhook(SQLModel, table=True):
 
 
 class WebhookDelivery(SQLModel, table=True):
-    __tablename__ = "webhook_delivery"  # type: ignore[assignment]
+    __tablename__ = "webhook_delivery"
 
     id: str = Field(primary_key=True, max_length=32)
     webhook_id: str = Field(index=True, max_length=32)
@@ -71,7 +71,7 @@ class WebhookDelivery(SQLModel, table=True):
 
 
 class WebhookAttempt(SQLModel, table=True):
-    __tablename__ = "webhook_attempt"  # type: ignore[assignment]
+    __tablename__ = "webhook_attempt"
 
     id: str = Field(primary_key=True, max_length=32)
     delivery_id: str = Field(index=True, max_length=32)

@@ -19,6 +19,7 @@ from services.api import security
 from services.api.models import Container, ContainerStatus, utcnow
 from services.api.webhooks.models import EVENT_OF_STATUS, Webhook, WebhookDelivery
 
+
 def _iso(value: datetime | None) -> str | None:
     if value is None:
         return None

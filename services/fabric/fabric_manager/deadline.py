@@ -23,8 +23,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from services.fabric.fabric_manager.errors import FabricManagerUnavailable
@@ -57,7 +56,7 @@ class _Worker:
                 continue
             try:
                 fut.set_result(fn())
-            except BaseException as exc:  # handed to the waiting caller
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
                 fut.set_exception(exc)
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:

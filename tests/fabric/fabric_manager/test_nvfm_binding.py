@@ -9,11 +9,11 @@ import pytest
 
 from services.fabric.fabric_manager import nvfm
 from services.fabric.fabric_manager.errors import (
-    NotSupported,
     FabricManagerError,
     FabricManagerUnavailable,
     InvalidArgument,
     NotReady,
+    NotSupported,
     PartitionConflict,
     PartitionNotActive,
     PartitionUnsupported,

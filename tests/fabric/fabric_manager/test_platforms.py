@@ -79,7 +79,8 @@ def test_layout_from_a_file_as_a_configmap_mounts_it(tmp_path: Path, fmt: str) -
     ('{"gpus": []}', "'gpus' must list each GPU"),
     ('{"gpus": [{"physical_id": "x", "pci_bus_id": "0000:18:00.0"}]}', "gpus\\[0\\] needs an integer physical_id"),
     ('{"gpus": [{"physical_id": 1, "pci_bus_id": "18"}]}', "gpus\\[0\\] needs"),
-    ('{"gpus": [{"physical_id": 1, "pci_bus_id": "0000:18:00.0"}, {"physical_id": 1, "pci_bus_id": "0000:19:00.0"}]}',
+    ('{"gpus": [{"physical_id": 1, "pci_bus_id": "0000:18:00.0"}, '
+     '{"physical_id": 1, "pci_bus_id": "0000:19:00.0"}]}',
      "a physical id appears twice"),
     ("[: nope", "neither JSON nor YAML"),
 ], ids=["empty", "bad-id", "bad-bdf", "duplicate-id", "garbage"])

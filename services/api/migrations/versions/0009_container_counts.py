@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import sqlalchemy as sa
 from alembic import op
@@ -197,7 +198,7 @@ def upgrade() -> None:
             op.execute(trigger)
 
 
-def _migration_0006():
+def _migration_0006() -> ModuleType:
     """0006's module (its file name is not an importable name): its trigger definitions."""
     path = Path(__file__).with_name("0006_tenancy_gpu_counter.py")
     spec = importlib.util.spec_from_file_location("gpucaas_migration_0006", path)
@@ -215,8 +216,8 @@ def downgrade() -> None:
     before = _migration_0006()
     if postgres:
         op.execute("DROP FUNCTION IF EXISTS gpucaas_container_counts()")
-        op.execute(before._PG_FUNCTION)  # noqa: SLF001 - 0006's own definitions, restored
-        op.execute(before._PG_TRIGGER)  # noqa: SLF001
+        op.execute(before._PG_FUNCTION)  # 0006's own definitions, restored
+        op.execute(before._PG_TRIGGER)
     else:
-        for trigger in before._SQLITE_TRIGGERS:  # noqa: SLF001
+        for trigger in before._SQLITE_TRIGGERS:
             op.execute(trigger)
