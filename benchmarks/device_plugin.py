@@ -61,8 +61,9 @@ def _serve_fabric(physical_map: Any, work: Path, stop: Any) -> None:
     from services.fabric.server import UnixServer, create_app
 
     store = ActivationStore(work / "fabric-state").open()
-    server = UnixServer(create_app(PartitionService(SimulatedFabricManager(SimulatedFabric(physical_map)), store)),
-                        work / "fabric.sock")
+    server = UnixServer(
+        create_app(PartitionService(SimulatedFabricManager(SimulatedFabric(physical_map)), store)), work / "fabric.sock"
+    )
     server.start()
     gc.freeze()  # as `gpucaas fabric` does once started (services/fabric/cli.py)
     try:
@@ -92,6 +93,7 @@ def run(quick: bool) -> dict[str, Any]:
     from gpucaas.devtools.fake_kubelet import FakeKubelet
     from gpucaas.devtools.fake_sysfs import build_hgx_h100
     from services.device_plugin.api import dp_pb2
+
     n = 200 if quick else 2000
     rng = random.Random(5)
     work = Path(tempfile.mkdtemp(prefix="gpucaas-bench-", dir="/tmp"))
@@ -108,9 +110,9 @@ def run(quick: bool) -> dict[str, Any]:
         # lock with the plugin and its client would add the lock's hand-overs to Allocate.
         ctx = multiprocessing.get_context("spawn")
         stop_fabric = ctx.Event()
-        fabric_proc = ctx.Process(target=_serve_fabric, args=(board.physical_id_map(), work, stop_fabric),
-                                  daemon=True)
+        fabric_proc = ctx.Process(target=_serve_fabric, args=(board.physical_id_map(), work, stop_fabric), daemon=True)
         fabric_proc.start()
+
         def stop_fabric_service() -> None:
             stop_fabric.set()
             fabric_proc.join(30)
@@ -120,14 +122,37 @@ def run(quick: bool) -> dict[str, Any]:
         kubelet = FakeKubelet(work / "dp", work / "pr.sock").start()
         stack.append(kubelet.stop)
         # `gpucaas device-plugin` in its own process too: this one is the kubelet's side only
-        env = {**os.environ, "GPUCAAS_LEASES": "false", "GPUCAAS_SYSFS_ROOT": str(board.sysfs),
-               "GPUCAAS_DEV_ROOT": str(board.dev), "GPUCAAS_FABRIC_SOCKET": str(work / "fabric.sock"),
-               "GPUCAAS_POD_RESOURCES_INTERVAL": "3600", "GPUCAAS_FABRIC_SYNC_GRACE": "3600",
-               "GPUCAAS_LOG_LEVEL": "WARNING"}
+        env = {
+            **os.environ,
+            "GPUCAAS_LEASES": "false",
+            "GPUCAAS_SYSFS_ROOT": str(board.sysfs),
+            "GPUCAAS_DEV_ROOT": str(board.dev),
+            "GPUCAAS_FABRIC_SOCKET": str(work / "fabric.sock"),
+            "GPUCAAS_POD_RESOURCES_INTERVAL": "3600",
+            "GPUCAAS_FABRIC_SYNC_GRACE": "3600",
+            "GPUCAAS_LOG_LEVEL": "WARNING",
+        }
         plugin = subprocess.Popen(
-            [sys.executable, "-m", "gpucaas", "device-plugin", "--device-plugin-dir", str(work / "dp"),
-             "--cdi-dir", str(work / "cdi"), "--pod-resources-socket", str(work / "pr.sock"),
-             "--metrics-port", "-1", "--node-name", "bench"], env=env, stdout=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "gpucaas",
+                "device-plugin",
+                "--device-plugin-dir",
+                str(work / "dp"),
+                "--cdi-dir",
+                str(work / "cdi"),
+                "--pod-resources-socket",
+                str(work / "pr.sock"),
+                "--metrics-port",
+                "-1",
+                "--node-name",
+                "bench",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+
         def stop_plugin() -> None:
             plugin.terminate()
             plugin.wait(30)
@@ -155,9 +180,15 @@ def run(quick: bool) -> dict[str, Any]:
         reqs = []
         for _ in range(n):
             free = [b for b in gpus if rng.random() < 0.7] or gpus[:1]
-            reqs.append(dp_pb2.PreferredAllocationRequest(container_requests=[
-                dp_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=free,
-                                                           allocation_size=rng.randint(1, len(free)))]))
+            reqs.append(
+                dp_pb2.PreferredAllocationRequest(
+                    container_requests=[
+                        dp_pb2.ContainerPreferredAllocationRequest(
+                            available_deviceIDs=free, allocation_size=rng.randint(1, len(free))
+                        )
+                    ]
+                )
+            )
         preferred = timed(lambda i: stub.GetPreferredAllocation(reqs[i], timeout=10), n)
 
         shapes = [p for p in topology.HGX_H100_PARTITIONS if p.size in (1, 2, 4, 8)]
@@ -197,16 +228,21 @@ def run(quick: bool) -> dict[str, Any]:
         b, a, p, f, d = _ms(bare), _ms(alloc_times), _ms(preferred), _ms(direct), _ms(syncs)
         return {
             "iterations": n,
-            "bare_p50_ms": b["p50"], "bare_p99_ms": b["p99"],
-            "allocate_p50_ms": a["p50"], "allocate_p99_ms": a["p99"],
+            "bare_p50_ms": b["p50"],
+            "bare_p99_ms": b["p99"],
+            "allocate_p50_ms": a["p50"],
+            "allocate_p99_ms": a["p99"],
             "allocate_ratio_vs_bare_grpc": round(a["p99"] / b["p99"], 2),
             "allocate_ratio_vs_bare_p50": round(a["p50"] / b["p50"], 2),
             "allocate_target_met": a["p99"] < ALLOCATE_P99_TARGET_MS,
-            "preferred_p50_ms": p["p50"], "preferred_p99_ms": p["p99"],
+            "preferred_p50_ms": p["p50"],
+            "preferred_p99_ms": p["p99"],
             "preferred_ratio_vs_bare_p50": round(p["p50"] / b["p50"], 2),
-            "fabric_activate_p50_ms": f["p50"], "fabric_activate_p99_ms": f["p99"],
+            "fabric_activate_p50_ms": f["p50"],
+            "fabric_activate_p99_ms": f["p99"],
             "discovery_ms": round(statistics.median(scans) * 1e3, 3),
-            "disk_sync_p50_ms": d["p50"], "disk_sync_p99_ms": d["p99"],
+            "disk_sync_p50_ms": d["p50"],
+            "disk_sync_p99_ms": d["p99"],
             "fabric": "services.fabric + Fabric Manager simulator over unix socket",
         }
     finally:

@@ -183,8 +183,7 @@ class FabricClient:
                 self._give_back(conn)
             return response.status, response.reason, raw
 
-    def _request(self, method: str, path: str, *, json: Any = None,
-                 params: Mapping[str, Any] | None = None) -> Any:
+    def _request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
         target = path + ("?" + urlencode(params) if params else "")
         body = None if json is None else _json.dumps(json).encode()
         try:
@@ -241,9 +240,11 @@ class FabricClient:
 
     # --- admin (caasctl) --------------------------------------------------------------
     def activate_partition(self, partition_id: int, force: bool = False) -> dict[str, Any]:
-        return self._request("POST", f"/v1/partitions/{int(partition_id)}/activate",
-                             params={"force": str(bool(force)).lower()})
+        return self._request(
+            "POST", f"/v1/partitions/{int(partition_id)}/activate", params={"force": str(bool(force)).lower()}
+        )
 
     def deactivate_partition(self, partition_id: int, force: bool = False) -> dict[str, Any]:
-        return self._request("POST", f"/v1/partitions/{int(partition_id)}/deactivate",
-                             params={"force": str(bool(force)).lower()})
+        return self._request(
+            "POST", f"/v1/partitions/{int(partition_id)}/deactivate", params={"force": str(bool(force)).lower()}
+        )

@@ -146,11 +146,23 @@ def options_of(*sections: type[BaseModel | EnvSettings] | Section) -> list[Setti
             else:  # lists, tuples, mappings: the same JSON text as the env var
                 opt_type, is_json = str, True
             param = f"{sec.prefix.replace('-', '_')}{name}"
-            out.append(SettingOption(
-                section=i, field=name, param=param, flag="--" + param.replace("_", "-"),
-                env=env_names(sec.cls, name, info), type=opt_type, choices=choices, is_bool=is_bool,
-                is_json=is_json, default_text=_default_text(info, is_json),
-                description=(info.description or "").strip(), secret=secret, info=info))
+            out.append(
+                SettingOption(
+                    section=i,
+                    field=name,
+                    param=param,
+                    flag="--" + param.replace("_", "-"),
+                    env=env_names(sec.cls, name, info),
+                    type=opt_type,
+                    choices=choices,
+                    is_bool=is_bool,
+                    is_json=is_json,
+                    default_text=_default_text(info, is_json),
+                    description=(info.description or "").strip(),
+                    secret=secret,
+                    info=info,
+                )
+            )
     return out
 
 
@@ -203,10 +215,11 @@ def build_settings(cls: type[BaseModel | EnvSettings], given: dict[str, Any]) ->
     return cls(**kwargs)
 
 
-def settings_command(*sections: type[BaseModel | EnvSettings] | Section,
-                     name: str | None = None,
-                     precheck: Callable[[dict[str, Any]], None] | None = None,
-                     ) -> Callable[[Callable[..., Any]], SettingsCommand]:
+def settings_command(
+    *sections: type[BaseModel | EnvSettings] | Section,
+    name: str | None = None,
+    precheck: Callable[[dict[str, Any]], None] | None = None,
+) -> Callable[[Callable[..., Any]], SettingsCommand]:
     """Decorate ``fn(settings_a, settings_b, ..., **own_options)`` into a typer command.
 
     The first ``len(sections)`` parameters of ``fn`` receive the built settings objects;
@@ -229,9 +242,15 @@ class SettingsCommand:
     process whose settings do not need it (:mod:`gpucaas.core.env_settings`).
     """
 
-    def __init__(self, fn: Callable[..., Any], secs: list[Section], *, name: str | None,
-                 precheck: Callable[[dict[str, Any]], None] | None) -> None:
-        own = list(inspect.signature(fn, eval_str=True).parameters.values())[len(secs):]
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        secs: list[Section],
+        *,
+        name: str | None,
+        precheck: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())[len(secs) :]
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
         opts = options_of(*secs)
         generated = [o for o in opts if not o.secret]
@@ -286,8 +305,13 @@ class SettingsCommand:
 
     def __call__(self, **kwargs: Any) -> Any:
         if self._precheck is not None:
-            self._precheck({o.field: kwargs[o.param] for o in self.settings_options
-                            if o.param in kwargs and kwargs[o.param] is not None})
+            self._precheck(
+                {
+                    o.field: kwargs[o.param]
+                    for o in self.settings_options
+                    if o.param in kwargs and kwargs[o.param] is not None
+                }
+            )
         built = self._build(kwargs)
         return self._fn(*built, **kwargs)
 

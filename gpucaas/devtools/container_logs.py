@@ -173,13 +173,20 @@ def _serving_pair(folder: Path, host: str) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
     now = dt.datetime.now(dt.UTC)
-    built = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-             .not_valid_after(now + dt.timedelta(days=365))
-             .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
-             .sign(key, hashes.SHA256()))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    built = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     key_path.chmod(0o600)
     cert.write_bytes(built.public_bytes(serialization.Encoding.PEM))
     return cert, key_path
@@ -188,8 +195,9 @@ def _serving_pair(folder: Path, host: str) -> tuple[Path, Path]:
 class ContainerLogServer:
     """Serves :class:`LogBook` on ``https://<host>:<port>/containerLogs/...`` for kube-apiserver."""
 
-    def __init__(self, folder: Path, client_ca: Path, *, host: str = "127.0.0.1", port: int = 0,
-                 book: LogBook | None = None) -> None:
+    def __init__(
+        self, folder: Path, client_ca: Path, *, host: str = "127.0.0.1", port: int = 0, book: LogBook | None = None
+    ) -> None:
         self.book = book or LogBook()
         cert, key = _serving_pair(folder, host)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -38,10 +38,12 @@ def registrars(timers: LeaseTimerSettings) -> tuple[Registrar, ...]:
     return (tenancy_handlers.register,)
 
 
-@settings_command(tenancy_controller_cli.OPTIONS, gpu_leases_cli.TIMERS, Section(LoggingSettings, "log-"),
-                  name="controller")
+@settings_command(
+    tenancy_controller_cli.OPTIONS, gpu_leases_cli.TIMERS, Section(LoggingSettings, "log-"), name="controller"
+)
 def command(settings: ControllerSettings, timers: LeaseTimerSettings, logging_settings: LoggingSettings) -> None:
-    """Run the tenancy controller (Tenancy -> namespace, Cilium policy, quota, NFS storage, status) and the GPU-lease timers."""
+    """Run the tenancy controller (Tenancy -> namespace, Cilium policy, quota, NFS storage, status)
+    and the GPU-lease timers."""
     from services.tenancy_controller.main import run
 
     configure_logging(logging_settings)

@@ -54,12 +54,17 @@ def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> LeaseN
 
     def gpus() -> list[NodeGPU]:
         physical = {bdf: pid for pid, bdf in driver.physical_to_pci().items()}
-        return [NodeGPU(g.bdf, f"0x{g.device_id:04x}", physical.get(g.bdf), g.model)
-                for g in vfio_sysfs.scan(ds.sysfs_root, ds.dev_root).gpus]
+        return [
+            NodeGPU(g.bdf, f"0x{g.device_id:04x}", physical.get(g.bdf), g.model)
+            for g in vfio_sysfs.scan(ds.sysfs_root, ds.dev_root).gpus
+        ]
 
     def holdings() -> list[PodHolding]:
-        return [PodHolding(c.namespace, c.pod or c.name, c.pci_addresses)
-                for c in driver.checkpoint.all() if c.pci_addresses]
+        return [
+            PodHolding(c.namespace, c.pod or c.name, c.pci_addresses)
+            for c in driver.checkpoint.all()
+            if c.pci_addresses
+        ]
 
     agent = build_agent(settings, node=ds.node_name, sysfs_root=ds.sysfs_root, gpus=gpus, holdings=holdings)
     assert driver.driver is not None
@@ -67,8 +72,9 @@ def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> LeaseN
     return agent
 
 
-@settings_command(dra_driver_cli.OPTIONS, gpu_leases_cli.NODE_AGENT_BESIDE_DRA, Section(LoggingSettings, "log-"),
-                  name="dra-driver")
+@settings_command(
+    dra_driver_cli.OPTIONS, gpu_leases_cli.NODE_AGENT_BESIDE_DRA, Section(LoggingSettings, "log-"), name="dra-driver"
+)
 def command(settings: DraDriverSettings, lease_settings: LeaseAgentSettings, logging_settings: LoggingSettings) -> None:
     """Run the DRA kubelet plugin (NVLink partitions as devices) and, with --lease-leases, the GPU-lease agent."""
     configure_logging(logging_settings)
@@ -78,8 +84,12 @@ def command(settings: DraDriverSettings, lease_settings: LeaseAgentSettings, log
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     node.start()
-    logger.info("DRA driver running on %s (binding conditions %s, leases %s)", settings.node_name,
-                "on" if settings.binding_conditions else "off", "on" if node.leases else "off")
+    logger.info(
+        "DRA driver running on %s (binding conditions %s, leases %s)",
+        settings.node_name,
+        "on" if settings.binding_conditions else "off",
+        "on" if node.leases else "off",
+    )
     try:
         done.wait()
     finally:

@@ -80,10 +80,12 @@ def build_node(plugin_settings: DevicePluginSettings, lease_settings: LeaseAgent
     return GpuNode(plugin, attach_leases(plugin, lease_settings) if lease_settings.leases else None)
 
 
-@settings_command(device_plugin_cli.OPTIONS, gpu_leases_cli.NODE_AGENT, Section(LoggingSettings, "log-"),
-                  name="device-plugin")
-def command(plugin_settings: DevicePluginSettings, lease_settings: LeaseAgentSettings,
-            logging_settings: LoggingSettings) -> None:
+@settings_command(
+    device_plugin_cli.OPTIONS, gpu_leases_cli.NODE_AGENT, Section(LoggingSettings, "log-"), name="device-plugin"
+)
+def command(
+    plugin_settings: DevicePluginSettings, lease_settings: LeaseAgentSettings, logging_settings: LoggingSettings
+) -> None:
     """Run the vfio CDI device plugin and, with --leases, the GPU-lease node agent beside it."""
     configure_logging(logging_settings)
     node = build_node(plugin_settings, lease_settings)

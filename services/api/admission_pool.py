@@ -52,8 +52,14 @@ class AdmissionPool:
         conninfo = make_url(normalize_url(url)).set(drivername="postgresql").render_as_string(hide_password=False)
         self._idle_ping_s = idle_ping_s
         self._pool = AsyncConnectionPool(
-            conninfo, connection_class=_Connection, kwargs={"autocommit": True, "row_factory": namedtuple_row},
-            min_size=1, max_size=max_size, open=False, check=self._check, reset=self._returned,
+            conninfo,
+            connection_class=_Connection,
+            kwargs={"autocommit": True, "row_factory": namedtuple_row},
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            check=self._check,
+            reset=self._returned,
             name="gpucaas-admission",
         )
         self._compiled: dict[int, tuple[str, frozenset[str]]] = {}

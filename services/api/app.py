@@ -99,8 +99,11 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         if settings.run_worker:
             dispatcher.start()
         app.state.webhook_dispatcher = dispatcher
-        log.info("gpucaas api ready (database %s; rates counted %s)", eng.dialect.name,
-                 "in the shared storage" if settings.rate_limit_storage_url else "in this replica alone")
+        log.info(
+            "gpucaas api ready (database %s; rates counted %s)",
+            eng.dialect.name,
+            "in the shared storage" if settings.rate_limit_storage_url else "in this replica alone",
+        )
         try:
             yield
         finally:

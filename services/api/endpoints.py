@@ -91,8 +91,10 @@ def parse_host(value: str, domain: str) -> tuple[str, int] | None:
 
 def public_endpoints(container_id: str, ports: Sequence[Mapping[str, Any]] | None, domain: str) -> list[dict[str, Any]]:
     """The ``endpoints`` a container lists: ``{"port", "url", "public"}`` per declared port."""
-    return [{"port": int(p["port"]), "url": url(container_id, int(p["port"]), domain), "public": bool(p["public"])}
-            for p in ports or ()]
+    return [
+        {"port": int(p["port"]), "url": url(container_id, int(p["port"]), domain), "public": bool(p["public"])}
+        for p in ports or ()
+    ]
 
 
 def declared(ports: Sequence[Mapping[str, Any]] | None, port: int) -> Mapping[str, Any] | None:
@@ -104,31 +106,52 @@ def _labels(container_id: str, tenancy: str) -> dict[str, str]:
 
 
 def _meta(name: str, container_id: str, tenancy: str, owner: Mapping[str, Any] | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": crds.tenant_namespace(tenancy),
-                            "labels": _labels(container_id, tenancy)}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": crds.tenant_namespace(tenancy),
+        "labels": _labels(container_id, tenancy),
+    }
     if owner is not None:  # the pod: the garbage collector deletes these with it
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"],
-                                    "blockOwnerDeletion": False}]
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"], "blockOwnerDeletion": False}
+        ]
     return meta
 
 
-def service(container_id: str, tenancy: str, ports: Sequence[Mapping[str, Any]],
-            owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def service(
+    container_id: str, tenancy: str, ports: Sequence[Mapping[str, Any]], owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": _meta(object_name(container_id), container_id, tenancy, owner),
         "spec": {
             "type": "ClusterIP",
             "selector": {crds.LABEL_CONTAINER: container_id},
-            "ports": [{"name": f"{PORT_NAME_PREFIX}{int(p['port'])}", "protocol": "TCP", "port": int(p["port"]),
-                       "targetPort": int(p["port"])} for p in ports],
+            "ports": [
+                {
+                    "name": f"{PORT_NAME_PREFIX}{int(p['port'])}",
+                    "protocol": "TCP",
+                    "port": int(p["port"]),
+                    "targetPort": int(p["port"]),
+                }
+                for p in ports
+            ],
         },
     }
 
 
-def ingresses(container_id: str, tenancy: str, ports: Sequence[Mapping[str, Any]], *, domain: str,
-              ingress_class: str, annotations: Mapping[str, str], private_annotations: Mapping[str, str],
-              owner: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def ingresses(
+    container_id: str,
+    tenancy: str,
+    ports: Sequence[Mapping[str, Any]],
+    *,
+    domain: str,
+    ingress_class: str,
+    annotations: Mapping[str, str],
+    private_annotations: Mapping[str, str],
+    owner: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """One Ingress per visibility that has ports: the private one with ``private_annotations``."""
     out = []
     for visibility in VISIBILITIES:
@@ -140,49 +163,101 @@ def ingresses(container_id: str, tenancy: str, ports: Sequence[Mapping[str, Any]
         meta = _meta(ingress_name(container_id, visibility), container_id, tenancy, owner)
         if notes:
             meta["annotations"] = dict(notes)
-        out.append({
-            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-            "metadata": meta,
-            "spec": {
-                "ingressClassName": ingress_class,
-                "tls": [{"hosts": hosts}],
-                "rules": [{"host": h, "http": {"paths": [{
-                    "path": "/", "pathType": "Prefix",
-                    "backend": {"service": {"name": object_name(container_id),
-                                            "port": {"number": int(p["port"])}}}}]}}
-                          for h, p in zip(hosts, chosen, strict=True)],
-            },
-        })
+        out.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                "metadata": meta,
+                "spec": {
+                    "ingressClassName": ingress_class,
+                    "tls": [{"hosts": hosts}],
+                    "rules": [
+                        {
+                            "host": h,
+                            "http": {
+                                "paths": [
+                                    {
+                                        "path": "/",
+                                        "pathType": "Prefix",
+                                        "backend": {
+                                            "service": {
+                                                "name": object_name(container_id),
+                                                "port": {"number": int(p["port"])},
+                                            }
+                                        },
+                                    }
+                                ]
+                            },
+                        }
+                        for h, p in zip(hosts, chosen, strict=True)
+                    ],
+                },
+            }
+        )
     return out
 
 
-def network_policy(container_id: str, tenancy: str, ports: Sequence[Mapping[str, Any]], *,
-                   ingress_namespace: str, ingress_labels: Mapping[str, str],
-                   owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def network_policy(
+    container_id: str,
+    tenancy: str,
+    ports: Sequence[Mapping[str, Any]],
+    *,
+    ingress_namespace: str,
+    ingress_labels: Mapping[str, str],
+    owner: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Admit the ingress controller's pods to the declared ports, and nothing else from outside."""
-    peer = {"matchLabels": {"k8s:io.kubernetes.pod.namespace": ingress_namespace,
-                            **{f"k8s:{k}": v for k, v in ingress_labels.items()}}}
+    peer = {
+        "matchLabels": {
+            "k8s:io.kubernetes.pod.namespace": ingress_namespace,
+            **{f"k8s:{k}": v for k, v in ingress_labels.items()},
+        }
+    }
     return {
-        "apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNetworkPolicy",
         "metadata": _meta(policy_name(container_id), container_id, tenancy, owner),
         "spec": {
             "endpointSelector": {"matchLabels": {crds.LABEL_CONTAINER: container_id}},
-            "ingress": [{"fromEndpoints": [peer],
-                         "toPorts": [{"ports": [{"port": str(int(p["port"])), "protocol": "TCP"} for p in ports]}]}],
+            "ingress": [
+                {
+                    "fromEndpoints": [peer],
+                    "toPorts": [{"ports": [{"port": str(int(p["port"])), "protocol": "TCP"} for p in ports]}],
+                }
+            ],
         },
     }
 
 
-def objects(container_id: str, tenancy: str, ports: Sequence[Mapping[str, Any]], config: Config,
-            owner: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def objects(
+    container_id: str,
+    tenancy: str,
+    ports: Sequence[Mapping[str, Any]],
+    config: Config,
+    owner: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """Everything that serves a container's ports: the policy first (nothing reaches the pod
     before it admits the controller), the Service, then the Ingresses."""
     return [
-        network_policy(container_id, tenancy, ports, ingress_namespace=config.ingress_namespace,
-                       ingress_labels=config.ingress_labels, owner=owner),
+        network_policy(
+            container_id,
+            tenancy,
+            ports,
+            ingress_namespace=config.ingress_namespace,
+            ingress_labels=config.ingress_labels,
+            owner=owner,
+        ),
         service(container_id, tenancy, ports, owner),
-        *ingresses(container_id, tenancy, ports, domain=config.domain, ingress_class=config.ingress_class,
-                   annotations=config.annotations, private_annotations=config.auth_annotations, owner=owner),
+        *ingresses(
+            container_id,
+            tenancy,
+            ports,
+            domain=config.domain,
+            ingress_class=config.ingress_class,
+            annotations=config.annotations,
+            private_annotations=config.auth_annotations,
+            owner=owner,
+        ),
     ]
 
 

@@ -147,8 +147,7 @@ def response_of(exc: ApiError) -> Any:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     if isinstance(exc, TooManyRequests):
         headers = {"Retry-After": str(exc.retry_after)}
-    return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, status_code=exc.status,
-                        headers=headers)
+    return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, status_code=exc.status, headers=headers)
 
 
 def install_handlers(app: Any) -> None:

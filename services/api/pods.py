@@ -155,8 +155,9 @@ def build_pod(
         "containers": [container],
     }
     if allocation_mode == dra.DRA_MODE:
-        spec["resourceClaims"] = [{"name": dra.POD_CLAIM_NAME,
-                                   "resourceClaimTemplateName": dra.claim_template_name(gpus)}]
+        spec["resourceClaims"] = [
+            {"name": dra.POD_CLAIM_NAME, "resourceClaimTemplateName": dra.claim_template_name(gpus)}
+        ]
         container["resources"]["claims"] = [{"name": dra.POD_CLAIM_NAME}]
     if image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
@@ -166,21 +167,27 @@ def build_pod(
     mounts: list[dict[str, Any]] = []
     if nfs:
         read_only = bool(nfs.get("readOnly", False))
-        pod_volumes.append({"name": NFS_VOLUME,
-                            "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}})
+        pod_volumes.append(
+            {"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}}
+        )
         mounts.append({"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only})
     for index, mount in enumerate(volumes):
         volume_name = f"volume-{index}"
         read_only = bool(mount.get("read_only", False))
-        pod_volumes.append({"name": volume_name, "persistentVolumeClaim": {
-            "claimName": tenant_volumes.pvc_name(mount["name"]), "readOnly": read_only}})
+        pod_volumes.append(
+            {
+                "name": volume_name,
+                "persistentVolumeClaim": {"claimName": tenant_volumes.pvc_name(mount["name"]), "readOnly": read_only},
+            }
+        )
         mounts.append({"name": volume_name, "mountPath": mount["mount_path"], "readOnly": read_only})
     if volumes and run_as_user:
         spec["securityContext"]["fsGroup"] = run_as_user
     if size is not None and size.shm_bytes:
         # a tmpfs in the guest; the container's default /dev/shm (64 MiB) breaks PyTorch data loaders
-        pod_volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
-                                                         "sizeLimit": sizing.format_bytes(size.shm_bytes)}})
+        pod_volumes.append(
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": sizing.format_bytes(size.shm_bytes)}}
+        )
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     if pod_volumes:
         spec["volumes"] = pod_volumes

@@ -21,8 +21,15 @@ from services.api.models import utcnow
 Row = TypeVar("Row")
 
 
-def claim_due(session: Session, model: type[Row], *where: Any, order_by: Sequence[Any], claim_seconds: float,
-              limit: int, **stamp: Any) -> list[Row]:
+def claim_due(
+    session: Session,
+    model: type[Row],
+    *where: Any,
+    order_by: Sequence[Any],
+    claim_seconds: float,
+    limit: int,
+    **stamp: Any,
+) -> list[Row]:
     """Claim up to ``limit`` due rows of ``model`` matching ``where`` for ``claim_seconds``;
     ``stamp``: other columns to set on the claimed rows (e.g. which replica holds them)."""
     now = utcnow()

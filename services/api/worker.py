@@ -117,11 +117,21 @@ class SubmissionWorker:
             if unavailable is not None or row.tenancy in not_ready:
                 with Session(self.engine) as session:
                     if unavailable is not None:
-                        crud.reschedule(session, container_id=row.id, delay=self._backoff(row.attempts),
-                                        message=unavailable, count_attempt=True)
+                        crud.reschedule(
+                            session,
+                            container_id=row.id,
+                            delay=self._backoff(row.attempts),
+                            message=unavailable,
+                            count_attempt=True,
+                        )
                     else:
-                        crud.reschedule(session, container_id=row.id, delay=TENANCY_READY_POLL,
-                                        message=not_ready[row.tenancy], count_attempt=False)
+                        crud.reschedule(
+                            session,
+                            container_id=row.id,
+                            delay=TENANCY_READY_POLL,
+                            message=not_ready[row.tenancy],
+                            count_attempt=False,
+                        )
                 continue
             unavailable = self._submit(row, ready_cache, not_ready)
             did = True
@@ -130,9 +140,7 @@ class SubmissionWorker:
     def _backoff(self, attempts: int) -> float:
         return min(self.settings.retry_max_seconds, 0.5 * 2 ** max(0, attempts))
 
-    def _submit(
-        self, row: Container, ready_cache: dict[str, dict[str, Any]], not_ready: dict[str, str]
-    ) -> str | None:
+    def _submit(self, row: Container, ready_cache: dict[str, dict[str, Any]], not_ready: dict[str, str]) -> str | None:
         """Move one claimed row on; returns the queue message when Kubernetes did not answer."""
         ctx = f"container {row.id} tenancy {row.tenancy}"
         try:
@@ -191,13 +199,19 @@ class SubmissionWorker:
                 runtime_class=self.settings.runtime_class,
                 run_as_user=self.settings.tenant_run_as_user,
                 image_pull_secrets=pull_secrets,
-                size=sizing.size_for(self.settings.share, row.gpus, cpu=row.cpu, memory=row.memory,
-                                     shm_size=row.shm_size),
+                size=sizing.size_for(
+                    self.settings.share, row.gpus, cpu=row.cpu, memory=row.memory, shm_size=row.shm_size
+                ),
                 volumes=row.volumes or (),
             )
             created = self.kube.create_pod(body)
-            log.info("%s: pod %s/%s %s", ctx, body["metadata"]["namespace"], body["metadata"]["name"],
-                     "created" if created else "already existed")
+            log.info(
+                "%s: pod %s/%s %s",
+                ctx,
+                body["metadata"]["namespace"],
+                body["metadata"]["name"],
+                "created" if created else "already existed",
+            )
             if row.ports:
                 self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"])
             self.submitted += created
@@ -209,8 +223,13 @@ class SubmissionWorker:
             if isinstance(exc, Forbidden) and "exceeded quota" in str(exc):
                 # the tenancy's ResourceQuota is full for now: wait in the queue, saying so
                 with Session(self.engine) as session:
-                    crud.reschedule(session, container_id=row.id, delay=self._backoff(1),
-                                    message=f"waiting for quota: {exc}", count_attempt=False)
+                    crud.reschedule(
+                        session,
+                        container_id=row.id,
+                        delay=self._backoff(1),
+                        message=f"waiting for quota: {exc}",
+                        count_attempt=False,
+                    )
                 return None
             if isinstance(exc, Forbidden) and "error looking up service account" in str(exc):
                 # a namespace just made: kube-controller-manager adds its default ServiceAccount
@@ -248,8 +267,10 @@ class SubmissionWorker:
         refs = {k: v["secret"] for k, v in (row.env or {}).items() if isinstance(v, dict)}
         if not refs:
             return pull, None
-        have = {tenant_secrets.public_secret(o)["name"]
-                for o in self.kube.list_secrets_metadata(ns, tenant_secrets.selector(tenant_secrets.KIND_SECRET))}
+        have = {
+            tenant_secrets.public_secret(o)["name"]
+            for o in self.kube.list_secrets_metadata(ns, tenant_secrets.selector(tenant_secrets.KIND_SECRET))
+        }
         gone = sorted(f"env.{k}: secret {v!r} not found" for k, v in refs.items() if v not in have)
         if gone:
             return pull, "; ".join(gone) + " (create it with POST /v1/secrets, then submit again)"
@@ -269,11 +290,21 @@ class SubmissionWorker:
         """The Service, Ingresses and network policy of the container's ports, owned by its pod
         (a retried submission finds them made: each create is idempotent)."""
         uid = (self.kube.get_pod(namespace, pod).get("metadata") or {}).get("uid")
-        objects = endpoints.objects(row.id, row.tenancy, row.ports or (), self.settings.endpoint_config,
-                                    owner={"name": pod, "uid": uid} if uid else None)
+        objects = endpoints.objects(
+            row.id,
+            row.tenancy,
+            row.ports or (),
+            self.settings.endpoint_config,
+            owner={"name": pod, "uid": uid} if uid else None,
+        )
         made = self.kube.apply_endpoint_objects(objects)
-        log.info("container %s tenancy %s: %d endpoint objects made for ports %s", row.id, row.tenancy, made,
-                 ",".join(str(p["port"]) for p in row.ports or ()))
+        log.info(
+            "container %s tenancy %s: %d endpoint objects made for ports %s",
+            row.id,
+            row.tenancy,
+            made,
+            ",".join(str(p["port"]) for p in row.ports or ()),
+        )
 
     def _remove_endpoints(self, container_id: str, tenancy: str) -> None:
         """Stop serving a container's ports once it has ended (once per replica; best effort:
@@ -314,8 +345,13 @@ class SubmissionWorker:
         finally:
             resp.release_conn()
         with Session(self.engine) as session:
-            log_archive.keep(session, container_id=container_id, tenancy=tenancy, text=text,
-                             max_bytes=self.settings.log_archive_bytes)
+            log_archive.keep(
+                session,
+                container_id=container_id,
+                tenancy=tenancy,
+                text=text,
+                max_bytes=self.settings.log_archive_bytes,
+            )
         log.info("container %s tenancy %s: kept %d bytes of log", container_id, tenancy, len(text.encode()))
 
     def _reap_cancelled(self) -> bool:

@@ -61,12 +61,16 @@ class PodResourcesReader:
         except grpc.RpcError as exc:
             self.close()
             raise PodResourcesUnavailable(
-                f"PodResources List on {self.socket_path} failed: {exc.code().name} {exc.details()}") from exc
+                f"PodResources List on {self.socket_path} failed: {exc.code().name} {exc.details()}"
+            ) from exc
         out = []
         for pod in resp.pod_resources:
             for c in pod.containers:
                 for d in c.devices:
                     if resource_name is None or d.resource_name == resource_name:
-                        out.append(ContainerDevices(pod.namespace, pod.name, c.name, d.resource_name,
-                                                    tuple(sorted(d.device_ids))))
+                        out.append(
+                            ContainerDevices(
+                                pod.namespace, pod.name, c.name, d.resource_name, tuple(sorted(d.device_ids))
+                            )
+                        )
         return out

@@ -70,8 +70,9 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         resp = dp_pb2.PreferredAllocationResponse()
         try:
             for req in request.container_requests:
-                ids = self.core.preferred(list(req.available_deviceIDs), list(req.must_include_deviceIDs),
-                                          req.allocation_size)
+                ids = self.core.preferred(
+                    list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
+                )
                 resp.container_responses.add(deviceIDs=ids)
         except DevicePluginError as exc:
             _abort(context, exc)
@@ -87,8 +88,12 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
                 c.envs.update(alloc.envs)
                 c.annotations.update(alloc.annotations)
         except DevicePluginError as exc:
-            logger.warning("node=%s Allocate %s refused: %s", self.core.node,
-                           [list(r.devices_ids) for r in request.container_requests], exc)
+            logger.warning(
+                "node=%s Allocate %s refused: %s",
+                self.core.node,
+                [list(r.devices_ids) for r in request.container_requests],
+                exc,
+            )
             _abort(context, exc)
         return resp
 

@@ -28,8 +28,16 @@ def live_holders(containers: list[ContainerDevices]) -> list[LiveHolder]:
 
 
 class UsageMonitor:
-    def __init__(self, core: PluginCore, reader: PodResourcesReader, metrics: Metrics, *,
-                 resource_name: str, interval: float, grace: float) -> None:
+    def __init__(
+        self,
+        core: PluginCore,
+        reader: PodResourcesReader,
+        metrics: Metrics,
+        *,
+        resource_name: str,
+        interval: float,
+        grace: float,
+    ) -> None:
         self.core = core
         self.reader = reader
         self.metrics = metrics
@@ -79,8 +87,9 @@ class UsageMonitor:
             if holder is not None:
                 counts["allocated"] += 1
                 pid = pmap.physical(d.bdf)
-                m.gpu_allocation.labels(node, d.bdf, "" if pid is None else str(pid), holder.namespace, holder.pod,
-                                        holder.container).set(1)
+                m.gpu_allocation.labels(
+                    node, d.bdf, "" if pid is None else str(pid), holder.namespace, holder.pod, holder.container
+                ).set(1)
                 per_ns[holder.namespace] = per_ns.get(holder.namespace, 0) + 1
             elif not d.healthy:
                 counts["unhealthy"] += 1

@@ -54,10 +54,16 @@ def holder_for_claim(uid: str) -> str:
 class Driver:
     """The node side of the DRA mode for one node's pool."""
 
-    def __init__(self, *, node_name: str, checkpoint: Checkpoint, fabric: Fabric,
-                 read_claim: Callable[[str, str], Mapping[str, Any]],
-                 physical_to_pci: Callable[[], Mapping[int, str]],
-                 cdi_id: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        checkpoint: Checkpoint,
+        fabric: Fabric,
+        read_claim: Callable[[str, str], Mapping[str, Any]],
+        physical_to_pci: Callable[[], Mapping[int, str]],
+        cdi_id: Callable[[str], str],
+    ) -> None:
         self.node_name = node_name
         self.checkpoint = checkpoint
         self.fabric = fabric
@@ -81,8 +87,9 @@ class Driver:
         claim = self.read_claim(ref.namespace, ref.name)
         uid = claim.get("metadata", {}).get("uid")
         if uid != ref.uid:
-            raise ClaimNotReady(f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, not {ref.uid}: "
-                                "it was deleted and re-created")
+            raise ClaimNotReady(
+                f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, not {ref.uid}: it was deleted and re-created"
+            )
         results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
         mine = [r for r in results if r.get("driver") == DRIVER and r.get("pool") == self.node_name]
         pci = self.physical_to_pci()
@@ -93,13 +100,23 @@ class Driver:
             try:
                 bdfs = [pci[g] for g in partition.sorted_gpus()]
             except KeyError as exc:
-                raise ClaimNotReady(f"GPU with physical id {exc.args[0]} of device {result['device']} "
-                                    "is not on this node") from None
+                raise ClaimNotReady(
+                    f"GPU with physical id {exc.args[0]} of device {result['device']} is not on this node"
+                ) from None
             addresses.extend(bdfs)
-            devices.append(PreparedDevice((result["request"],), self.node_name, result["device"],
-                                          tuple(self.cdi_id(b) for b in bdfs)))
-        pod = next((r.get("name", "") for r in (claim.get("status") or {}).get("reservedFor") or []
-                    if r.get("resource") == "pods"), "")
+            devices.append(
+                PreparedDevice(
+                    (result["request"],), self.node_name, result["device"], tuple(self.cdi_id(b) for b in bdfs)
+                )
+            )
+        pod = next(
+            (
+                r.get("name", "")
+                for r in (claim.get("status") or {}).get("reservedFor") or []
+                if r.get("resource") == "pods"
+            ),
+            "",
+        )
         if addresses and self.gpu_refusal is not None:
             # The slices may lag behind a GPU's lease (published every few seconds): a GPU
             # still leased to another pod or on its way through the firmware check is not
@@ -107,8 +124,9 @@ class Driver:
             why = self.gpu_refusal(tuple(addresses), ref.namespace, pod)
             if why:
                 raise ClaimNotReady(why)
-        prepared = PreparedClaim(ref.uid, ref.namespace, ref.name, holder_for_claim(ref.uid),
-                                 tuple(addresses), tuple(devices), pod)
+        prepared = PreparedClaim(
+            ref.uid, ref.namespace, ref.name, holder_for_claim(ref.uid), tuple(addresses), tuple(devices), pod
+        )
         if addresses:
             try:
                 self.fabric.activate(prepared.holder, list(addresses))
@@ -122,8 +140,13 @@ class Driver:
         if addresses:
             for announce in self.activated_listeners:
                 announce(prepared)
-        log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
-                 ", ".join(d.device_name for d in devices) or "no devices of this driver")
+        log.info(
+            "prepared claim %s/%s (%s): %s",
+            ref.namespace,
+            ref.name,
+            ref.uid,
+            ", ".join(d.device_name for d in devices) or "no devices of this driver",
+        )
         return prepared
 
     def unprepare(self, ref: ClaimRef) -> None:

@@ -28,15 +28,28 @@ def kube_client(kubeconfig: Path | None) -> Any:
     return connect(KubeConnection(kubeconfig=kubeconfig))
 
 
-def build_agent(settings: LeaseAgentSettings, *, node: str, sysfs_root: Path,
-                gpus: Callable[[], Iterable[NodeGPU]], holdings: Callable[[], Iterable[PodHolding]]) -> LeaseNodeAgent:
+def build_agent(
+    settings: LeaseAgentSettings,
+    *,
+    node: str,
+    sysfs_root: Path,
+    gpus: Callable[[], Iterable[NodeGPU]],
+    holdings: Callable[[], Iterable[PodHolding]],
+) -> LeaseNodeAgent:
     """The node agent for ``node``; ``gpus`` and ``holdings`` come from whoever discovers them."""
     golden = GoldenTable.load(settings.firmware_golden_file) if settings.firmware_golden_file else GoldenTable()
     if not golden.by_device_id:
         logger.warning("node=%s no golden firmware configured: every GPU check will fail (NoGoldenFirmware)", node)
     checker = SysfsFirmwareCheck(sysfs_root, golden, toggle_rom=settings.firmware_rom_toggle)
-    return LeaseNodeAgent(kube_client(settings.kubeconfig), node, gpus, holdings, checker,
-                          interval=settings.lease_interval, reset=gpu_reset_hook(settings, sysfs_root))
+    return LeaseNodeAgent(
+        kube_client(settings.kubeconfig),
+        node,
+        gpus,
+        holdings,
+        checker,
+        interval=settings.lease_interval,
+        reset=gpu_reset_hook(settings, sysfs_root),
+    )
 
 
 def gpu_reset_hook(settings: LeaseAgentSettings, sysfs_root: Path) -> Callable[[str], object] | None:

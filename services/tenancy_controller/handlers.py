@@ -106,8 +106,14 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
     # The resync compares the Tenancy with its children as the watches last showed them
     # (indices below, no API call) and runs a full pass, with its reads, only on a difference
     # or a doubt (workflow.children_in_sync): a steady cluster costs no requests per tenancy.
-    @kopf.timer(*TENANCY, id="resync", interval=settings.resync_interval_s, initial_delay=settings.resync_interval_s,
-                registry=registry, backoff=backoff)
+    @kopf.timer(
+        *TENANCY,
+        id="resync",
+        interval=settings.resync_interval_s,
+        initial_delay=settings.resync_interval_s,
+        registry=registry,
+        backoff=backoff,
+    )
     async def resync_tenancy(name: str, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return
@@ -149,8 +155,12 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         if type != "DELETED" and not workflow.child_drifted(ctx, cached, _plain(body)):
             return
         what = f"{body.get('kind')} {body.get('metadata', {}).get('name')}"
-        log.info("tenancy %s: %s %s by someone else; reconciling", tenancy_name, what,
-                 "deleted" if type == "DELETED" else "changed")
+        log.info(
+            "tenancy %s: %s %s by someone else; reconciling",
+            tenancy_name,
+            what,
+            "deleted" if type == "DELETED" else "changed",
+        )
         await asyncio.to_thread(repair, ctx, tenancy_name, what)
 
     async def child_index(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:

@@ -71,8 +71,10 @@ def configure_kopf(ks: kopf.OperatorSettings, settings: ControllerSettings) -> N
     ks.batching.error_delays = (1, 2, 5, 10, 20, 30)
 
 
-def build_registry(settings: ControllerSettings, registrars: Sequence[Registrar] = DEFAULT_REGISTRARS,
-                   ) -> kopf.OperatorRegistry:
+def build_registry(
+    settings: ControllerSettings,
+    registrars: Sequence[Registrar] = DEFAULT_REGISTRARS,
+) -> kopf.OperatorRegistry:
     """A registry holding the handlers that every registrar adds."""
     registry = kopf.OperatorRegistry()
     for register in registrars:
@@ -122,24 +124,33 @@ def ensure_peering_object(cfg: kubernetes.client.Configuration, settings: Contro
     except errors.Conflict:
         return "present"
     except errors.Forbidden as exc:
-        log.error("ClusterKopfPeering %s: %s; the controller stays paused until the object exists "
-                  "(the Helm chart creates it: controller.peering.enabled) or run with --standalone",
-                  settings.peering, exc.summary())
+        log.error(
+            "ClusterKopfPeering %s: %s; the controller stays paused until the object exists "
+            "(the Helm chart creates it: controller.peering.enabled) or run with --standalone",
+            settings.peering,
+            exc.summary(),
+        )
         return "forbidden"
     except errors.NotFound:
-        log.error("the ClusterKopfPeering CRD (clusterkopfpeerings.kopf.dev) is not installed: "
-                  "the controller stays paused until it is (or run with --standalone)")
+        log.error(
+            "the ClusterKopfPeering CRD (clusterkopfpeerings.kopf.dev) is not installed: "
+            "the controller stays paused until it is (or run with --standalone)"
+        )
         return "no-crd"
     except errors.KubeError as exc:
-        log.error("ClusterKopfPeering %s: %s; the controller starts anyway and retries through Kopf",
-                  settings.peering, exc.summary())
+        log.error(
+            "ClusterKopfPeering %s: %s; the controller starts anyway and retries through Kopf",
+            settings.peering,
+            exc.summary(),
+        )
         return "unavailable"
     finally:
         client.close()
 
 
-def check_access(cfg: kubernetes.client.Configuration, settings: ControllerSettings,
-                 registry: kopf.OperatorRegistry | None = None) -> list[str]:
+def check_access(
+    cfg: kubernetes.client.Configuration, settings: ControllerSettings, registry: kopf.OperatorRegistry | None = None
+) -> list[str]:
     """List (limit 1) every resource the handlers of ``registry`` watch; the problems, each logged as an error.
 
     Kopf would retry a refused watch forever with a terse message; this says once, at start,
@@ -175,8 +186,14 @@ async def serve(
     identity: str | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread)."""
-    cfg = load_configuration(kube.connection(settings.kubeconfig, context=settings.context,
-                                             timeout_s=settings.request_timeout_s, pool_size=settings.workers * 4))
+    cfg = load_configuration(
+        kube.connection(
+            settings.kubeconfig,
+            context=settings.context,
+            timeout_s=settings.request_timeout_s,
+            pool_size=settings.workers * 4,
+        )
+    )
     registry = build_registry(settings, registrars)
 
     @kopf.on.login(registry=registry)
@@ -191,7 +208,12 @@ async def serve(
     peer_id = identity or f"{socket.gethostname()}/{os.getpid()}"
     log.info(
         "controller starting: modules=%s peering=%s standalone=%s priority=%d identity=%s server=%s",
-        ",".join(r.__module__ for r in registrars), settings.peering, settings.standalone, settings.priority, peer_id, cfg.host,
+        ",".join(r.__module__ for r in registrars),
+        settings.peering,
+        settings.standalone,
+        settings.priority,
+        peer_id,
+        cfg.host,
     )
     await kopf.operator(
         registry=registry,
@@ -207,8 +229,9 @@ async def serve(
     )
 
 
-def run(settings: ControllerSettings, registrars: Sequence[Registrar] = DEFAULT_REGISTRARS, *,
-        kopf_debug: bool = False) -> None:
+def run(
+    settings: ControllerSettings, registrars: Sequence[Registrar] = DEFAULT_REGISTRARS, *, kopf_debug: bool = False
+) -> None:
     """Run the operator until SIGINT/SIGTERM; Kopf's own log says only warnings and peering unless ``kopf_debug``."""
     if not kopf_debug:
         logging.getLogger("kopf").setLevel(logging.WARNING)

@@ -29,12 +29,21 @@ from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
 
 DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "console.png"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage",
-                 # nothing but the API: other names do not resolve, and a dead proxy takes the rest
-                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                 "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=127.0.0.1"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    # nothing but the API: other names do not resolve, and a dead proxy takes the rest
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--proxy-server=http://127.0.0.1:9",
+    "--proxy-bypass-list=127.0.0.1",
+]
 
 
 def test_the_console_is_served_with_its_csp_and_holds_no_inline_code(module_api: ApiServer) -> None:
@@ -42,8 +51,13 @@ def test_the_console_is_served_with_its_csp_and_holds_no_inline_code(module_api:
     with module_api.client(None) as anon:
         root = anon.get("/console")
         assert root.status_code == 308 and root.headers["location"] == "/console/"
-        for path in ("/console/", "/console/console.css", "/console/js/app.js", "/console/js/pages.js",
-                     "/console/missing.js"):
+        for path in (
+            "/console/",
+            "/console/console.css",
+            "/console/js/app.js",
+            "/console/js/pages.js",
+            "/console/missing.js",
+        ):
             r = anon.get(path)
             assert r.status_code == (404 if "missing" in path else 200), path
             assert r.headers["content-security-policy"] == CSP, path
@@ -84,8 +98,10 @@ def _context(browser: Any, requests: list[str], problems: list[str]) -> Any:
     context.set_default_timeout(30_000)
     context.on("request", lambda r: requests.append(r.url))
     # a request cut because the page moved on (a log follow, a refresh in flight) is no failure
-    context.on("requestfailed", lambda r: problems.append(f"failed {r.url}: {r.failure}")
-               if "ERR_ABORTED" not in (r.failure or "") else None)
+    context.on(
+        "requestfailed",
+        lambda r: problems.append(f"failed {r.url}: {r.failure}") if "ERR_ABORTED" not in (r.failure or "") else None,
+    )
 
     def console_message(msg: Any) -> None:
         if "Content Security Policy" in msg.text or "Refused to" in msg.text:
@@ -97,8 +113,13 @@ def _context(browser: Any, requests: list[str], problems: list[str]) -> Any:
 
 
 def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console(
-    serve: Callable[..., ApiServer], sqlite_url: str, kubeconfig: Path, k8s: Any, node_logs: Any,
-    browser: Any, tmp_path: Path,
+    serve: Callable[..., ApiServer],
+    sqlite_url: str,
+    kubeconfig: Path,
+    k8s: Any,
+    node_logs: Any,
+    browser: Any,
+    tmp_path: Path,
 ) -> None:
     from playwright.sync_api import expect
 
@@ -124,7 +145,14 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     assert page.evaluate("localStorage.length") == 0
     assert page.text_content("#who") == "console · test (admin)"
     assert page.locator("nav a").all_text_contents() == [
-        "Containers", "Usage", "Volumes", "Secrets", "Registry credentials", "Tokens", "Audit"]
+        "Containers",
+        "Usage",
+        "Volumes",
+        "Secrets",
+        "Registry credentials",
+        "Tokens",
+        "Audit",
+    ]
 
     # a volume: created through its page, listed with its size (no provisioner here: Pending)
     page.click("nav >> text=Volumes")
@@ -179,9 +207,24 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     wait_for(lambda: get_pod(k8s, ns, pod), 60, what="the API's pod")
     node_logs.write(ns, pod, "step 1\n")
     started = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    set_pod_status(k8s, ns, pod, {"phase": "Running", "containerStatuses": [
-        {"name": "main", "ready": True, "restartCount": 0, "image": "x", "imageID": "",
-         "state": {"running": {"startedAt": started}}}]})
+    set_pod_status(
+        k8s,
+        ns,
+        pod,
+        {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"running": {"startedAt": started}},
+                }
+            ],
+        },
+    )
     page.wait_for_selector("#container-status >> text=Running")
     expect(page.locator("#log")).to_contain_text("step 1")  # (no wait_for_function: the CSP forbids eval)
     node_logs.write(ns, pod, "step 2\nloss 0.42\n")
@@ -194,9 +237,22 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     with api.client(token) as c:
         waiting = c.post("/v1/containers", json={"image": "nvcr.io/nvidia/pytorch:24.05-py3", "gpus": 4}).json()["id"]
     wait_for(lambda: get_pod(k8s, ns, f"gpucaas-{waiting}"), 60, what="the second pod")
-    set_pod_status(k8s, ns, f"gpucaas-{waiting}", {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-         "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]})
+    set_pod_status(
+        k8s,
+        ns,
+        f"gpucaas-{waiting}",
+        {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    )
     page.goto(f"{api.base_url}/console/#/containers")
     page.wait_for_selector(f"#containers >> text={cid}")
     page.wait_for_selector("#containers >> text=Insufficient nvidia.com/gpu")
@@ -233,7 +289,12 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     reader.click("#signin button[type=submit]")
     reader.wait_for_selector("#containers")
     assert reader.locator("nav a").all_text_contents() == [
-        "Containers", "Usage", "Volumes", "Secrets", "Registry credentials"]
+        "Containers",
+        "Usage",
+        "Volumes",
+        "Secrets",
+        "Registry credentials",
+    ]
     assert reader.locator("text=New container").count() == 0
     reader.click("nav >> text=Volumes")
     reader.wait_for_selector("#list >> text=scratch")
@@ -280,8 +341,11 @@ def test_ports_volumes_and_endpoints_appear_once_the_api_offers_them(module_api:
     app = module_api.app
     spec = app.openapi()
     saved = app.openapi_schema
-    offered = {**spec, "paths": {**spec["paths"], "/v1/volumes": {"get": {"responses": {}}}},
-               "components": {**spec["components"], "schemas": {**spec["components"]["schemas"]}}}
+    offered = {
+        **spec,
+        "paths": {**spec["paths"], "/v1/volumes": {"get": {"responses": {}}}},
+        "components": {**spec["components"], "schemas": {**spec["components"]["schemas"]}},
+    }
     schemas = offered["components"]["schemas"]
     for name, field in (("ContainerCreate", "ports"), ("ContainerCreate", "volumes"), ("ContainerPublic", "endpoints")):
         schemas[name] = {**schemas[name], "properties": {**schemas[name]["properties"], field: {}}}

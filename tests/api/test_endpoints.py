@@ -24,18 +24,39 @@ from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
 
 DOMAIN = "apps.example.test"
 AUTH = {"example.test/auth": "ask-the-api"}
-RUNNING = {"phase": "Running", "containerStatuses": [
-    {"name": "main", "ready": True, "restartCount": 0, "image": "x", "imageID": "",
-     "state": {"running": {"startedAt": "2026-01-02T03:00:00Z"}}}]}
-SUCCEEDED = {"phase": "Succeeded", "containerStatuses": [
-    {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
-     "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}}}]}
+RUNNING = {
+    "phase": "Running",
+    "containerStatuses": [
+        {
+            "name": "main",
+            "ready": True,
+            "restartCount": 0,
+            "image": "x",
+            "imageID": "",
+            "state": {"running": {"startedAt": "2026-01-02T03:00:00Z"}},
+        }
+    ],
+}
+SUCCEEDED = {
+    "phase": "Succeeded",
+    "containerStatuses": [
+        {
+            "name": "main",
+            "ready": False,
+            "restartCount": 0,
+            "image": "x",
+            "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}},
+        }
+    ],
+}
 
 
 @pytest.fixture
 def api(kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str) -> ApiServer:
-    return serve(database_url, kubeconfig, endpoint_domain=DOMAIN, endpoint_auth_annotations=AUTH,
-                 endpoint_ingress_class="edge")
+    return serve(
+        database_url, kubeconfig, endpoint_domain=DOMAIN, endpoint_auth_annotations=AUTH, endpoint_ingress_class="edge"
+    )
 
 
 def _tenant(api: ApiServer, k8s: Any, name: str) -> str:
@@ -51,8 +72,9 @@ def _read(k8s: Any, kind: str, ns: str, name: str) -> dict[str, Any] | None:
             return k8s.sanitize_for_serialization(kc.CoreV1Api(k8s).read_namespaced_service(name, ns))
         if kind == "Ingress":
             return k8s.sanitize_for_serialization(kc.NetworkingV1Api(k8s).read_namespaced_ingress(name, ns))
-        return kc.CustomObjectsApi(k8s).get_namespaced_custom_object("cilium.io", "v2", ns, "ciliumnetworkpolicies",
-                                                                     name)
+        return kc.CustomObjectsApi(k8s).get_namespaced_custom_object(
+            "cilium.io", "v2", ns, "ciliumnetworkpolicies", name
+        )
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -66,16 +88,20 @@ def _asked(api: ApiServer, token: str | None, host: str) -> tuple[int, dict[str,
     return r.status_code, (r.json() if r.content else None)
 
 
-@pytest.mark.parametrize(("ports", "words"), [
-    ([{"port": 0}], "greater than or equal to 1"),
-    ([{"port": 65536}], "less than or equal to 65535"),
-    ([{"port": "8080"}], "valid integer"),
-    ([{"port": 8080, "public": "yes"}], "valid boolean"),
-    ([{"port": 8080}, {"port": 8080, "public": True}], "port 8080 is given twice"),
-    ([{"port": 8000 + i} for i in range(9)], "at most 8 items"),
-    ([{"port": 8080, "protocol": "udp"}], "unknown field(s) 'protocol'"),
-    ([{}], "field required"),
-], ids=["zero", "too-high", "string", "public-not-bool", "twice", "nine", "unknown-field", "no-port"])
+@pytest.mark.parametrize(
+    ("ports", "words"),
+    [
+        ([{"port": 0}], "greater than or equal to 1"),
+        ([{"port": 65536}], "less than or equal to 65535"),
+        ([{"port": "8080"}], "valid integer"),
+        ([{"port": 8080, "public": "yes"}], "valid boolean"),
+        ([{"port": 8080}, {"port": 8080, "public": True}], "port 8080 is given twice"),
+        ([{"port": 8000 + i} for i in range(9)], "at most 8 items"),
+        ([{"port": 8080, "protocol": "udp"}], "unknown field(s) 'protocol'"),
+        ([{}], "field required"),
+    ],
+    ids=["zero", "too-high", "string", "public-not-bool", "twice", "nine", "unknown-field", "no-port"],
+)
 def test_bad_ports_are_refused_naming_the_field(api: ApiServer, k8s: Any, ports: list[Any], words: str) -> None:
     token = _tenant(api, k8s, "badports")
     with api.client(token) as c:
@@ -89,17 +115,24 @@ def test_ports_become_endpoints_served_while_the_container_runs(api: ApiServer, 
     token = _tenant(api, k8s, "serves")
     ns = "tenant-serves"
     with api.client(token) as c:
-        r = c.post("/v1/containers", json={"image": "busybox", "ports": [
-            {"port": 8080}, {"port": 6006, "public": True}]})
+        r = c.post(
+            "/v1/containers", json={"image": "busybox", "ports": [{"port": 8080}, {"port": 6006, "public": True}]}
+        )
         assert r.status_code == 202, r.text
         cid = r.json()["id"]
         assert r.json()["ports"] == [{"port": 8080, "public": False}, {"port": 6006, "public": True}]
         assert r.json()["endpoints"] == [
             {"port": 8080, "url": f"https://{cid}-8080.{DOMAIN}", "public": False},
-            {"port": 6006, "url": f"https://{cid}-6006.{DOMAIN}", "public": True}]
+            {"port": 6006, "url": f"https://{cid}-6006.{DOMAIN}", "public": True},
+        ]
         pod = wait_for(lambda: get_pod(k8s, ns, f"gpucaas-{cid}"), 60, what="the pod")
-        owner = {"apiVersion": "v1", "kind": "Pod", "name": f"gpucaas-{cid}", "uid": pod["metadata"]["uid"],
-                 "blockOwnerDeletion": False}
+        owner = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": f"gpucaas-{cid}",
+            "uid": pod["metadata"]["uid"],
+            "blockOwnerDeletion": False,
+        }
 
         svc = wait_for(lambda: _read(k8s, "Service", ns, f"gpucaas-{cid}"), 60, what="the Service")
         assert svc["spec"]["selector"] == {"gpucaas.dev/container-id": cid}
@@ -111,7 +144,8 @@ def test_ports_become_endpoints_served_while_the_container_runs(api: ApiServer, 
         assert [r["host"] for r in private["spec"]["rules"]] == [f"{cid}-8080.{DOMAIN}"]
         assert private["spec"]["tls"] == [{"hosts": [f"{cid}-8080.{DOMAIN}"]}]  # the controller's default cert
         assert private["spec"]["rules"][0]["http"]["paths"][0]["backend"] == {
-            "service": {"name": f"gpucaas-{cid}", "port": {"number": 8080}}}
+            "service": {"name": f"gpucaas-{cid}", "port": {"number": 8080}}
+        }
         assert private["metadata"]["annotations"]["example.test/auth"] == "ask-the-api"
         assert [r["host"] for r in public["spec"]["rules"]] == [f"{cid}-6006.{DOMAIN}"]
         assert "example.test/auth" not in (public["metadata"].get("annotations") or {})
@@ -119,9 +153,12 @@ def test_ports_become_endpoints_served_while_the_container_runs(api: ApiServer, 
         policy = wait_for(lambda: _read(k8s, "CiliumNetworkPolicy", ns, f"gpucaas-{cid}-endpoints"), 60)
         assert policy["spec"]["endpointSelector"] == {"matchLabels": {"gpucaas.dev/container-id": cid}}
         (rule,) = policy["spec"]["ingress"]
-        assert rule["fromEndpoints"] == [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": "traefik",
-                                                          "k8s:app.kubernetes.io/name": "traefik"}}]
-        assert rule["toPorts"] == [{"ports": [{"port": "8080", "protocol": "TCP"}, {"port": "6006", "protocol": "TCP"}]}]
+        assert rule["fromEndpoints"] == [
+            {"matchLabels": {"k8s:io.kubernetes.pod.namespace": "traefik", "k8s:app.kubernetes.io/name": "traefik"}}
+        ]
+        assert rule["toPorts"] == [
+            {"ports": [{"port": "8080", "protocol": "TCP"}, {"port": "6006", "protocol": "TCP"}]}
+        ]
 
         set_pod_status(k8s, ns, f"gpucaas-{cid}", RUNNING)
         wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Running", 60)
@@ -130,8 +167,12 @@ def test_ports_become_endpoints_served_while_the_container_runs(api: ApiServer, 
         set_pod_status(k8s, ns, f"gpucaas-{cid}", SUCCEEDED)
         wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Succeeded", 60)
         assert c.get(f"/v1/containers/{cid}").json()["endpoints"] == []
-        for kind, name in [("Ingress", f"gpucaas-{cid}-private"), ("Ingress", f"gpucaas-{cid}-public"),
-                           ("Service", f"gpucaas-{cid}"), ("CiliumNetworkPolicy", f"gpucaas-{cid}-endpoints")]:
+        for kind, name in [
+            ("Ingress", f"gpucaas-{cid}-private"),
+            ("Ingress", f"gpucaas-{cid}-public"),
+            ("Service", f"gpucaas-{cid}"),
+            ("CiliumNetworkPolicy", f"gpucaas-{cid}-endpoints"),
+        ]:
             wait_for(lambda k=kind, n=name: _read(k8s, k, ns, n) is None, 60, what=f"{kind} {name} removed")
         assert get_pod(k8s, ns, f"gpucaas-{cid}") is not None  # the finished pod stays, for its log
 

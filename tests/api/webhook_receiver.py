@@ -64,5 +64,6 @@ class Receiver:
     def received(self, event_type: str | None = None, *, ok: bool = True) -> list[Received]:
         with self._lock:
             found = list(self.requests)
-        return [r for r in found if (event_type is None or r.event["type"] == event_type)
-                and (not ok or r.answered == 200)]
+        return [
+            r for r in found if (event_type is None or r.event["type"] == event_type) and (not ok or r.answered == 200)
+        ]

@@ -20,8 +20,15 @@ SKELETON = ("main.py", "cli.py", "settings.py", "errors.py")
 
 
 def test_there_are_services() -> None:
-    assert {p.name for p in SERVICES} >= {"api", "tenancy_controller", "device_plugin", "gpu_leases", "fabric",
-                                          "placement", "dra_driver"}
+    assert {p.name for p in SERVICES} >= {
+        "api",
+        "tenancy_controller",
+        "device_plugin",
+        "gpu_leases",
+        "fabric",
+        "placement",
+        "dra_driver",
+    }
 
 
 @pytest.mark.parametrize("service", SERVICES, ids=lambda p: p.name)
@@ -61,11 +68,19 @@ def _loading_by_name(path: Path, service: str) -> list[str]:
             found.append(f"from {node.module} import")
         elif isinstance(node, ast.Name) and node.id == "__import__":
             found.append("__import__")
-        elif isinstance(node, ast.Attribute) and node.attr in ("import_module", "spec_from_file_location",
-                                                               "find_spec", "__import__"):
+        elif isinstance(node, ast.Attribute) and node.attr in (
+            "import_module",
+            "spec_from_file_location",
+            "find_spec",
+            "__import__",
+        ):
             found.append(node.attr)
-        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-              and any(other in node.value for other in others)):
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and any(other in node.value for other in others)
+        ):
             found.append(f"the name {node.value!r}")
     return found
 
@@ -91,4 +106,8 @@ m = importlib.import_module(HANDLERS[1])
 n = __import__("os")
 ''')
     assert _loading_by_name(sample, "tenancy_controller") == [
-        "import importlib", "the name 'services.gpu_leases.controller'", "import_module", "__import__"]
+        "import importlib",
+        "the name 'services.gpu_leases.controller'",
+        "import_module",
+        "__import__",
+    ]

@@ -47,8 +47,7 @@ def recorder() -> Iterator[str]:
 
 
 def test_paced_requests_are_spread_over_time_not_sent_in_bursts(recorder: str) -> None:
-    result = loadgen.run(recorder, "/x", method="POST", body="{}", tokens=["t"], connections=16, seconds=2,
-                         rate=50)
+    result = loadgen.run(recorder, "/x", method="POST", body="{}", tokens=["t"], connections=16, seconds=2, rate=50)
     arrivals = sorted(_Recorder.arrivals)
     # wrk counts answered requests: those in flight when the run ends (at most one per
     # connection) reached the server but are not counted

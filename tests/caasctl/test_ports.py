@@ -29,11 +29,15 @@ def test_run_declares_ports_and_ps_shows_their_urls(caasctl: Caasctl, kube: Any)
     assert twice.exit_code == 1 and "port 8080 is given twice" in twice.stderr, twice.stderr
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("8080", {"port": 8080, "public": False}),
-    ("8080:public", {"port": 8080, "public": True}),
-    ("1:private", {"port": 1, "public": False}),
-], ids=["private", "public", "private-said"])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("8080", {"port": 8080, "public": False}),
+        ("8080:public", {"port": 8080, "public": True}),
+        ("1:private", {"port": 1, "public": False}),
+    ],
+    ids=["private", "public", "private-said"],
+)
 def test_port_flags_parse(raw: str, expected: dict) -> None:
     assert parse_port(raw) == expected
 

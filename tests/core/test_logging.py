@@ -78,9 +78,21 @@ def test_a_process_logs_json_when_told(tmp_path) -> None:
     """A real gpucaas process (the scheduler extender) started with GPUCAAS_LOG_FORMAT=json writes JSON lines."""
     env = {**os.environ, "GPUCAAS_LOG_FORMAT": "json", "GPUCAAS_LOG_LEVEL": "INFO"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "scheduler-extender", "--port", "0",
-         "--host", "127.0.0.1"],
-        env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-c",
+            "from gpucaas.programs.cli import app; app()",
+            "scheduler-extender",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()  # the first record: the effective settings (a dict full of quotes)

@@ -22,16 +22,27 @@ def forbidden(user: str, verb: str, resource: str, group: str = "", namespace: s
     what = f"{resource}.{group}" if group else resource
     where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
     return {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
         "message": f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group '
-                   f'"{group}" {where}',
-        "reason": "Forbidden", "details": {"group": group, "kind": resource}, "code": 403,
+        f'"{group}" {where}',
+        "reason": "Forbidden",
+        "details": {"group": group, "kind": resource},
+        "code": 403,
     }
 
 
 FORBIDDEN_STATUS = forbidden("system:serviceaccount:gpucaas-system:gpucaas-api", "list", "namespaces")
-NOT_FOUND_STATUS = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                    "message": "not found", "code": 404}
+NOT_FOUND_STATUS = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "reason": "NotFound",
+    "message": "not found",
+    "code": 404,
+}
 
 
 class Scripted(ThreadingHTTPServer):

@@ -85,7 +85,9 @@ class Caller:
         try:
             with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
                 raw = resp.read()
-                return resp.status, (json.loads(raw) if raw and resp.headers.get_content_type() == "application/json" else raw.decode())
+                return resp.status, (
+                    json.loads(raw) if raw and resp.headers.get_content_type() == "application/json" else raw.decode()
+                )
         except urllib.error.HTTPError as exc:
             raw = exc.read()
             try:
@@ -109,10 +111,15 @@ def cpu_hog() -> Iterator[int]:
         yield 0
         return
     if shutil.which("stress-ng") is None:
-        pytest.fail(f"{CPU_HOG_ENV}={workers} asks for a CPU hog, but stress-ng is not installed "
-                    "(make system-deps installs it)")
-    hog = subprocess.Popen(["stress-ng", "--cpu", str(workers), "--quiet"],
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+        pytest.fail(
+            f"{CPU_HOG_ENV}={workers} asks for a CPU hog, but stress-ng is not installed (make system-deps installs it)"
+        )
+    hog = subprocess.Popen(
+        ["stress-ng", "--cpu", str(workers), "--quiet"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         yield workers
     finally:
@@ -122,8 +129,13 @@ def cpu_hog() -> Iterator[int]:
 
 @pytest.fixture(scope="package")
 def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
-    with package_sandbox(request, "gpucaas-e2e-", run_seconds=4.0, allocation_mode=allocation_mode(),
-                         real_nodes=int(os.environ.get("GPUCAAS_E2E_REAL_NODES", "0") or 0)) as sb:
+    with package_sandbox(
+        request,
+        "gpucaas-e2e-",
+        run_seconds=4.0,
+        allocation_mode=allocation_mode(),
+        real_nodes=int(os.environ.get("GPUCAAS_E2E_REAL_NODES", "0") or 0),
+    ) as sb:
         yield sb
 
 
@@ -151,8 +163,6 @@ def tenant_factory(admin: Caller, sandbox: runner.Sandbox) -> Callable[[str], Ca
     return make
 
 
-
-
 def container_status(caller: Caller, cid: str) -> dict[str, Any]:
     status, body = caller.call("GET", f"/v1/containers/{cid}")
     assert status == 200, body
@@ -160,8 +170,11 @@ def container_status(caller: Caller, cid: str) -> dict[str, Any]:
 
 
 def wait_status(caller: Caller, cid: str, *wanted: str, timeout: float = 120.0) -> dict[str, Any]:
-    return wait_for(lambda: (c := container_status(caller, cid))["status"] in wanted and c,
-                    timeout, what=f"container {cid} in {wanted}")
+    return wait_for(
+        lambda: (c := container_status(caller, cid))["status"] in wanted and c,
+        timeout,
+        what=f"container {cid} in {wanted}",
+    )
 
 
 def activations(sandbox: runner.Sandbox) -> dict[str, list[dict[str, Any]]]:
@@ -215,8 +228,11 @@ def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str,
             if not claims:
                 continue
             cdi = sorted(i for c in claims for i in c["cdi_ids"])
-            return node.name, {"cdi": cdi, "devices": sorted(i.split("=", 1)[1] for i in cdi),
-                               "holder": holder_for_claim(claims[0]["uid"])}
+            return node.name, {
+                "cdi": cdi,
+                "devices": sorted(i.split("=", 1)[1] for i in cdi),
+                "holder": holder_for_claim(claims[0]["uid"]),
+            }
         for r in saved:
             if (r["namespace"], r["pod"]) == (namespace, pod):
                 return node.name, {**r, "holder": holder_for_gpus(r["devices"])}
@@ -234,13 +250,15 @@ def cdi_device_nodes(sandbox: runner.Sandbox, node_name: str) -> dict[str, list[
     """CDI name -> the device nodes the node's CDI spec (written by the device plugin) gives it."""
     node = next(n for n in sandbox.nodes if n.name == node_name)
     spec = json.loads((node.cdi_dir / spec_filename("nvidia.com/gpu")).read_text())
-    return {f"{spec['kind']}={d['name']}": [n["path"] for n in d["containerEdits"]["deviceNodes"]]
-            for d in spec["devices"]}
+    return {
+        f"{spec['kind']}={d['name']}": [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]
+    }
 
 
 def lease_of(k8s: client.ApiClient, node: str, pci_address: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(k8s).get_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL,
-                                                                  lease_name(node, pci_address))
+    return client.CustomObjectsApi(k8s).get_cluster_custom_object(
+        GROUP, VERSION, GPULEASE_PLURAL, lease_name(node, pci_address)
+    )
 
 
 def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:
@@ -249,8 +267,9 @@ def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:
     all 15 partitions of the board in the node's ResourceSlice, none tainted (dra)."""
     acts = activations(sandbox)
     nodes = client.CoreV1Api(k8s).list_node(label_selector="gpucaas.dev/gpu-node=true").items
-    if not (all(not a for a in acts.values())
-            and all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))):
+    if not (
+        all(not a for a in acts.values()) and all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))
+    ):
         return False
     if allocation_mode() == "dra":
         return all(len(offered_partitions(k8s, n.metadata.name)) == len(HGX_H100_PARTITIONS) for n in nodes)
@@ -262,7 +281,8 @@ def offered_partitions(k8s: client.ApiClient, node: str) -> set[str]:
     without a taint that blocks allocation (the driver taints a partition while one of its
     GPUs may not be handed out; the devices themselves always stay)."""
     slices = client.CustomObjectsApi(k8s).list_cluster_custom_object(
-        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}")["items"]
+        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}"
+    )["items"]
     return offered_devices(slices)
 
 

@@ -14,8 +14,9 @@ IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 
 @pytest.mark.parametrize("service", ["node-agent", "device-plugin", "fabric"])
-def test_restart_mid_flight_converges(sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient,
-                                      service: str) -> None:
+def test_restart_mid_flight_converges(
+    sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient, service: str
+) -> None:
     tenant = tenant_factory(f"restart-{service}")
     ids = []
     for gpus in (2, 4):

@@ -29,17 +29,25 @@ TIMEOUT = 240.0
 class Tenant(Caller):
     """A token's view of the API (:class:`tests.e2e.conftest.Caller`), with caasctl beside it."""
 
-    def caasctl(self, *args: str, timeout: float = TIMEOUT, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "GPUCAAS_CONFIG": str(runner.caasctl_config_path(self.sandbox)),
-               "GPUCAAS_TOKEN": self.token, "COLUMNS": "200"}
-        return subprocess.run([str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=timeout,
-                              check=False, input=stdin)
+    def caasctl(
+        self, *args: str, timeout: float = TIMEOUT, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "GPUCAAS_CONFIG": str(runner.caasctl_config_path(self.sandbox)),
+            "GPUCAAS_TOKEN": self.token,
+            "COLUMNS": "200",
+        }
+        return subprocess.run(
+            [str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False, input=stdin
+        )
 
     def wait(self, cid: str, *statuses: str) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
             status, body = self.call("GET", f"/v1/containers/{cid}")
             assert status == 200, body
             return body if body["status"] in statuses else None
+
         return waiting.wait_for(reached, TIMEOUT, interval=0.3, what=f"container {cid} in {statuses}")
 
 

@@ -27,8 +27,10 @@ from gpucaas.programs.sandbox import runner
 from .conftest import TIMEOUT, Tenant
 
 PAGE = "served-by-a-gpucaas-container"
-COMMAND = (f'sh -c "mkdir -p /tmp/www && echo {PAGE} > /tmp/www/index.html && echo serving on 8080 && '
-           'exec httpd -f -p 8080 -h /tmp/www"')
+COMMAND = (
+    f'sh -c "mkdir -p /tmp/www && echo {PAGE} > /tmp/www/index.html && echo serving on 8080 && '
+    'exec httpd -f -p 8080 -h /tmp/www"'
+)
 
 
 @pytest.fixture
@@ -40,11 +42,20 @@ def browser(sandbox: runner.Sandbox) -> Iterator[Any]:
         pytest.fail("Debian's chromium is needed (make install installs it)")
     ingress = json.loads((sandbox.state_dir / "ingress.json").read_text())
     domain = ingress["domain"]
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-dev-shm-usage",
-            f"--host-resolver-rules=MAP *.{domain} {ingress['address']}, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-            "--proxy-server=http://127.0.0.1:9", f"--proxy-bypass-list=127.0.0.1;*.{domain}"]
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--host-resolver-rules=MAP *.{domain} {ingress['address']}, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        "--proxy-server=http://127.0.0.1:9",
+        f"--proxy-bypass-list=127.0.0.1;*.{domain}",
+    ]
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=args, headless=True)
         try:
@@ -100,6 +111,7 @@ def test_a_tenant_runs_a_server_opens_its_endpoint_and_cancels_it_in_the_console
             return True
         served.reload()
         return False
+
     waiting.wait_for(shows_the_page, TIMEOUT, interval=0.5, what="the endpoint's page in the browser")
     served.close()
 

@@ -23,8 +23,10 @@ from .conftest import TIMEOUT, Tenant, new_tenant
 
 PAGE = "served from a gpucaas container"
 #: one httpd in the background on 8080 (private), one in the foreground on 9090 (public)
-SERVE = ("mkdir -p /tmp/www && echo '%s' > /tmp/www/index.html && httpd -p 8080 -h /tmp/www && "
-         "exec httpd -f -p 9090 -h /tmp/www" % PAGE)
+SERVE = (
+    f"mkdir -p /tmp/www && echo '{PAGE}' > /tmp/www/index.html && httpd -p 8080 -h /tmp/www && "
+    "exec httpd -f -p 9090 -h /tmp/www"
+)
 
 
 @pytest.fixture(scope="package")
@@ -40,8 +42,21 @@ def fetch(sandbox: runner.Sandbox, url: str, token: str | None = None) -> tuple[
     """GET ``url`` at the ingress controller's address (curl: SNI and Host from the URL)."""
     info = ingress_info(sandbox)
     host = urlsplit(url).hostname
-    args = ["curl", "-sS", "--max-time", "20", "--cacert", str(sandbox.tls.ca_cert),
-            "--connect-to", f"{host}:443:{info['address']}", "-o", "-", "-w", "\n%{http_code}", url]
+    args = [
+        "curl",
+        "-sS",
+        "--max-time",
+        "20",
+        "--cacert",
+        str(sandbox.tls.ca_cert),
+        "--connect-to",
+        f"{host}:443:{info['address']}",
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+        url,
+    ]
     if token:
         args += ["-H", f"Authorization: Bearer {token}"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
@@ -60,8 +75,9 @@ def test_ingress_json_names_the_controllers_https_address(sandbox: runner.Sandbo
 def test_a_private_endpoint_answers_its_tenancy_only_and_a_public_one_anyone(
     sandbox: runner.Sandbox, tenant: Tenant, outsider: Tenant
 ) -> None:
-    ran = tenant.caasctl("run", "busybox:1.36", "--detach", "--port", "8080", "--port", "9090:public",
-                         "--", "sh", "-c", SERVE)
+    ran = tenant.caasctl(
+        "run", "busybox:1.36", "--detach", "--port", "8080", "--port", "9090:public", "--", "sh", "-c", SERVE
+    )
     assert ran.returncode == 0, (ran.stdout, ran.stderr)
     cid = ran.stdout.strip()
     tenant.wait(cid, "Running")
@@ -77,6 +93,7 @@ def test_a_private_endpoint_answers_its_tenancy_only_and_a_public_one_anyone(
     def served() -> tuple[int, str] | None:
         answer = fetch(sandbox, urls[8080] + "/", tenant.token)
         return answer if answer[0] == 200 else None
+
     code, body = waiting.wait_for(served, TIMEOUT, interval=0.5, what="the private endpoint served")
     assert body.strip() == PAGE
 
@@ -90,15 +107,21 @@ def test_a_private_endpoint_answers_its_tenancy_only_and_a_public_one_anyone(
     def public() -> tuple[int, str] | None:
         answer = fetch(sandbox, urls[9090] + "/")
         return answer if answer[0] == 200 else None
+
     assert waiting.wait_for(public, TIMEOUT, interval=0.5, what="the public endpoint served")[1].strip() == PAGE
     assert fetch(sandbox, urls[9090] + "/", outsider.token)[0] == 200
 
     cancelled = tenant.caasctl("cancel", cid)
     assert cancelled.returncode == 0, cancelled.stderr
-    waiting.wait_for(lambda: fetch(sandbox, urls[8080] + "/", tenant.token)[0] == 404, TIMEOUT, interval=0.5,
-                     what="the private endpoint gone")
-    waiting.wait_for(lambda: fetch(sandbox, urls[9090] + "/")[0] == 404, TIMEOUT, interval=0.5,
-                     what="the public endpoint gone")
+    waiting.wait_for(
+        lambda: fetch(sandbox, urls[8080] + "/", tenant.token)[0] == 404,
+        TIMEOUT,
+        interval=0.5,
+        what="the private endpoint gone",
+    )
+    waiting.wait_for(
+        lambda: fetch(sandbox, urls[9090] + "/")[0] == 404, TIMEOUT, interval=0.5, what="the public endpoint gone"
+    )
     status, container = tenant.call("GET", f"/v1/containers/{cid}")
     assert container["endpoints"] == []
 
@@ -123,15 +146,19 @@ while IFS= read -r line; do
   [ -z "$line" ] && break
   case "$line" in [Ss]ec-[Ww]eb[Ss]ocket-[Kk]ey:*) key=$(printf '%s' "${line#*:}" | tr -d ' ');; esac
 done
-accept=$(printf "$(printf '%s' "${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11" | sha1sum | cut -d' ' -f1 | sed 's/../\\x&/g')" | base64)
-printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n' "$accept"
+digest=$(printf '%s' "${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11" | sha1sum | cut -d' ' -f1)
+accept=$(printf "$(printf '%s' "$digest" | sed 's/../\\x&/g')" | base64)
+printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
+printf 'Sec-WebSocket-Accept: %s\r\n\r\n' "$accept"
 printf '\201\017hello-websocket'
 sleep 30
 """
-SERVE_BOTH = ('mkdir -p /tmp/www/cgi-bin && echo ok > /tmp/www/ok && printf "%s" "$STREAM_CGI" > /tmp/www/cgi-bin/stream && '
-              'printf "%s" "$HEADERS_CGI" > /tmp/www/cgi-bin/headers && '
-              'printf "%s" "$WS_SERVER" > /tmp/ws.sh && chmod +x /tmp/www/cgi-bin/* /tmp/ws.sh && '
-              '(nc -ll -p 8081 -e /tmp/ws.sh &) && exec httpd -f -p 8080 -h /tmp/www')
+SERVE_BOTH = (
+    'mkdir -p /tmp/www/cgi-bin && echo ok > /tmp/www/ok && printf "%s" "$STREAM_CGI" > /tmp/www/cgi-bin/stream && '
+    'printf "%s" "$HEADERS_CGI" > /tmp/www/cgi-bin/headers && '
+    'printf "%s" "$WS_SERVER" > /tmp/ws.sh && chmod +x /tmp/www/cgi-bin/* /tmp/ws.sh && '
+    "(nc -ll -p 8081 -e /tmp/ws.sh &) && exec httpd -f -p 8080 -h /tmp/www"
+)
 
 
 def test_streamed_responses_and_websockets_pass_through(sandbox: runner.Sandbox, tenant: Tenant) -> None:
@@ -141,10 +168,16 @@ def test_streamed_responses_and_websockets_pass_through(sandbox: runner.Sandbox,
 
     from websockets.sync.client import connect
 
-    status, body = tenant.call("POST", "/v1/containers", {
-        "image": "busybox:1.36", "command": ["sh", "-c", SERVE_BOTH],
-        "env": {"STREAM_CGI": STREAM_CGI, "HEADERS_CGI": HEADERS_CGI, "WS_SERVER": WS_SERVER},
-        "ports": [{"port": 8080}, {"port": 8081}]})
+    status, body = tenant.call(
+        "POST",
+        "/v1/containers",
+        {
+            "image": "busybox:1.36",
+            "command": ["sh", "-c", SERVE_BOTH],
+            "env": {"STREAM_CGI": STREAM_CGI, "HEADERS_CGI": HEADERS_CGI, "WS_SERVER": WS_SERVER},
+            "ports": [{"port": 8080}, {"port": 8081}],
+        },
+    )
     assert status == 202, body
     cid = body["id"]
     tenant.wait(cid, "Running")
@@ -152,17 +185,36 @@ def test_streamed_responses_and_websockets_pass_through(sandbox: runner.Sandbox,
     info = ingress_info(sandbox)
 
     # a streamed response: the first line arrives while the script still waits for /tmp/go
-    waiting.wait_for(lambda: fetch(sandbox, urls[8080] + "/ok", tenant.token)[0] == 200, TIMEOUT,
-                     interval=0.5, what="the route to the container")
+    waiting.wait_for(
+        lambda: fetch(sandbox, urls[8080] + "/ok", tenant.token)[0] == 200,
+        TIMEOUT,
+        interval=0.5,
+        what="the route to the container",
+    )
     # the tenant's token stops at the ingress controller: the container never sees it
     code, headers = fetch(sandbox, urls[8080] + "/cgi-bin/headers", tenant.token)
     assert code == 200 and "HTTP_HOST=" in headers, headers
     assert "HTTP_AUTHORIZATION" not in headers and tenant.token not in headers, headers
     host = urlsplit(urls[8080]).hostname
     curl = subprocess.Popen(
-        ["curl", "-sS", "-N", "--max-time", "120", "--cacert", str(sandbox.tls.ca_cert),
-         "--connect-to", f"{host}:443:{info['address']}", "-H", f"Authorization: Bearer {tenant.token}",
-         urls[8080] + "/cgi-bin/stream"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            "curl",
+            "-sS",
+            "-N",
+            "--max-time",
+            "120",
+            "--cacert",
+            str(sandbox.tls.ca_cert),
+            "--connect-to",
+            f"{host}:443:{info['address']}",
+            "-H",
+            f"Authorization: Bearer {tenant.token}",
+            urls[8080] + "/cgi-bin/stream",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert curl.stdout is not None
         first: list[str] = []
@@ -187,11 +239,18 @@ def test_streamed_responses_and_websockets_pass_through(sandbox: runner.Sandbox,
     def message() -> str | None:
         sock = socket.create_connection((address, int(port)), timeout=30)
         try:
-            with connect(f"wss://{ws_host}/", sock=sock, ssl=ctx, server_hostname=ws_host, open_timeout=30,
-                         additional_headers={"Authorization": f"Bearer {tenant.token}"}) as ws:
+            with connect(
+                f"wss://{ws_host}/",
+                sock=sock,
+                ssl=ctx,
+                server_hostname=ws_host,
+                open_timeout=30,
+                additional_headers={"Authorization": f"Bearer {tenant.token}"},
+            ) as ws:
                 return str(ws.recv(timeout=30))
         except Exception:  # noqa: BLE001 - the route may not be there yet: try again
             sock.close()
             return None
+
     assert waiting.wait_for(message, TIMEOUT, interval=0.5, what="a WebSocket message") == "hello-websocket"
     assert tenant.caasctl("cancel", cid).returncode == 0

@@ -16,15 +16,19 @@ def _held(admin: Tenant, pod: str) -> list[tuple[str, str, str]]:
     return sorted((g["node"], g["pci_address"], g["state"]) for g in gpus["data"] if g.get("pod") == pod)
 
 
-def test_restarts_lose_no_running_container_and_no_gpu(sandbox: runner.Sandbox, tenant: Tenant,
-                                                       admin: Tenant) -> None:
-    status, made = tenant.call("POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 2,
-                                                          "command": ["sleep", "600"]})
+def test_restarts_lose_no_running_container_and_no_gpu(sandbox: runner.Sandbox, tenant: Tenant, admin: Tenant) -> None:
+    status, made = tenant.call(
+        "POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 2, "command": ["sleep", "600"]}
+    )
     assert status == 202, made
     running = tenant.wait(made["id"], "Running")
     node, pod = running["node_name"], f"gpucaas-{made['id']}"
-    held = waiting.wait_for(lambda: (h := _held(admin, pod)) and len(h) == 2 and h, TIMEOUT, interval=0.3,
-                            what="the container's two GPUs leased")
+    held = waiting.wait_for(
+        lambda: (h := _held(admin, pod)) and len(h) == 2 and h,
+        TIMEOUT,
+        interval=0.3,
+        what="the container's two GPUs leased",
+    )
 
     plugin = "dra-driver" if sandbox.allocation_mode == "dra" else "device-plugin"
     sandbox.real_nodes[node].restart("containerd")

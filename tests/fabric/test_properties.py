@@ -61,10 +61,13 @@ def test_records_equal_fabric_manager(sequence: list[tuple]) -> None:
             service.fabric_restarted(timeout_s=5)
 
         name = f"prop-{Path(tmp).name}"
-        vm = ServiceVM("test:///default",
-                       DomainSpec(name=name, domain_type="test", disk_image="/x.qcow2", fm_channel="none"),
-                       template_text(), backoff=BackoffPolicy(initial_s=0.001, max_s=0.001),
-                       on_restarted=vm_restarted)
+        vm = ServiceVM(
+            "test:///default",
+            DomainSpec(name=name, domain_type="test", disk_image="/x.qcow2", fm_channel="none"),
+            template_text(),
+            backoff=BackoffPolicy(initial_s=0.001, max_s=0.001),
+            on_restarted=vm_restarted,
+        )
         vm.start()
         conn = libvirt.open("test:///default")
         try:

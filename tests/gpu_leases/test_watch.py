@@ -23,14 +23,20 @@ NAME = lease_name(NODE, GPU)
 HOUR = 3600.0
 
 
-def test_a_check_requested_by_the_controller_runs_at_once(kubeconfig: Path, k8s: client.ApiClient,
-                                                          hgx_board: FakeBoard, golden: GoldenTable,
-                                                          kubelet: Kubelet) -> None:
+def test_a_check_requested_by_the_controller_runs_at_once(
+    kubeconfig: Path, k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
+) -> None:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
     kube = RestKube(KubeConnection(kubeconfig=kubeconfig))
-    agent = LeaseNodeAgent(kube, NODE, lambda: gpus, lambda: kubelet.holdings,
-                           SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
-                           interval=0.05, resync=HOUR)
+    agent = LeaseNodeAgent(
+        kube,
+        NODE,
+        lambda: gpus,
+        lambda: kubelet.holdings,
+        SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
+        interval=0.05,
+        resync=HOUR,
+    )
     store = LeaseStore(k8s)  # the controller's side, through the official client
     agent.start()
     try:
@@ -51,11 +57,19 @@ def test_a_check_requested_by_the_controller_runs_at_once(kubeconfig: Path, k8s:
         kube.close()
 
 
-def test_without_a_watch_every_tick_is_a_full_round(k8s: client.ApiClient, hgx_board: FakeBoard,
-                                                     golden: GoldenTable, kubelet: Kubelet) -> None:
+def test_without_a_watch_every_tick_is_a_full_round(
+    k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
+) -> None:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
-    agent = LeaseNodeAgent(k8s, NODE, lambda: gpus, lambda: kubelet.holdings,
-                           SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False), interval=0.05, resync=HOUR)
+    agent = LeaseNodeAgent(
+        k8s,
+        NODE,
+        lambda: gpus,
+        lambda: kubelet.holdings,
+        SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
+        interval=0.05,
+        resync=HOUR,
+    )
     store = LeaseStore(k8s)
     agent.start()
     try:

@@ -32,6 +32,7 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = TIMEOUT, what: st
     """Poll ``predicate`` until it returns something truthy (bounded, generous)."""
     return waiting.wait_for(predicate, timeout, interval=0.05, what=what)
 
+
 def install_crds(client: kube.KubeClient) -> None:
     for name in EXTRA_CRDS:
         crd = yaml.safe_load((MANIFESTS / name).read_text())
@@ -54,7 +55,11 @@ def api(kubeconfig: Path) -> Iterator[kube.KubeClient]:
 
 def controller_settings(kubeconfig: Path, **overrides: Any) -> ControllerSettings:
     values: dict[str, Any] = dict(
-        kubeconfig=kubeconfig, standalone=True, resync_interval_s=30.0, retry_delay_s=0.5, workers=4,
+        kubeconfig=kubeconfig,
+        standalone=True,
+        resync_interval_s=30.0,
+        retry_delay_s=0.5,
+        workers=4,
         post_events=False,
     )
     values.update(overrides)
@@ -64,8 +69,11 @@ def controller_settings(kubeconfig: Path, **overrides: Any) -> ControllerSetting
 class ControllerThread:
     """The operator in a thread of this process (its own event loop), stopped by a flag."""
 
-    def __init__(self, settings: ControllerSettings, registrars: tuple[main.Registrar, ...] = main.DEFAULT_REGISTRARS,
-                 ) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        registrars: tuple[main.Registrar, ...] = main.DEFAULT_REGISTRARS,
+    ) -> None:
         self.settings = settings
         self.registrars = registrars
         self.stop_flag = threading.Event()
@@ -75,8 +83,15 @@ class ControllerThread:
 
     def _run(self) -> None:
         try:
-            asyncio.run(main.serve(self.settings, self.registrars, stop_flag=self.stop_flag,
-                                   ready_flag=self.ready_flag, identity="test-controller"))
+            asyncio.run(
+                main.serve(
+                    self.settings,
+                    self.registrars,
+                    stop_flag=self.stop_flag,
+                    ready_flag=self.ready_flag,
+                    identity="test-controller",
+                )
+            )
         except BaseException as exc:  # noqa: BLE001 - surfaced by stop()
             self.error = exc
 
@@ -113,9 +128,23 @@ class ControllerProcess:
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "controller",
-             "--kubeconfig", str(kubeconfig), "--retry-delay-s", "0.5", "--workers", "4", *args],
-            stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-c",
+                "from gpucaas.programs.cli import app; app()",
+                "controller",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--retry-delay-s",
+                "0.5",
+                "--workers",
+                "4",
+                *args,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
         )
 
     def log(self) -> str:

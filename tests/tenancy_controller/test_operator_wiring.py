@@ -46,5 +46,12 @@ def test_settings_from_environment(monkeypatch):
 def test_cli_registered_with_env_vars():
     result = CliRunner().invoke(app, ["controller", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for option in ("--kubeconfig", "--peering", "--standalone", "--priority", "--liveness", "GPUCAAS_CONTROLLER_PEERING"):
+    for option in (
+        "--kubeconfig",
+        "--peering",
+        "--standalone",
+        "--priority",
+        "--liveness",
+        "GPUCAAS_CONTROLLER_PEERING",
+    ):
         assert option in result.output

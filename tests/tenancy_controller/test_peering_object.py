@@ -16,8 +16,7 @@ USER = "system:serviceaccount:gpucaas-system:gpucaas-controller"
 
 
 def test_a_forbidden_create_is_reported_and_the_controller_goes_on(scripted: Any, tmp_path: Path, caplog) -> None:
-    srv = scripted([(404, NOT_FOUND_STATUS),
-                    (403, forbidden(USER, "create", "clusterkopfpeerings", "kopf.dev"))])
+    srv = scripted([(404, NOT_FOUND_STATUS), (403, forbidden(USER, "create", "clusterkopfpeerings", "kopf.dev"))])
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", srv.url)
     settings = controller_settings(kubeconfig, standalone=False, peering="gpucaas")
     cfg = load_configuration(KubeConnection(kubeconfig=kubeconfig))
@@ -28,8 +27,11 @@ def test_a_forbidden_create_is_reported_and_the_controller_goes_on(scripted: Any
 
 
 def test_an_existing_peering_object_is_only_read(api, kubeconfig: Path) -> None:
-    api.request("POST", main.PEERING_PATH,
-                body={"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "gpucaas"}})
+    api.request(
+        "POST",
+        main.PEERING_PATH,
+        body={"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "gpucaas"}},
+    )
     settings = controller_settings(kubeconfig, standalone=False, peering="gpucaas")
     cfg = load_configuration(KubeConnection(kubeconfig=kubeconfig))
     assert main.ensure_peering_object(cfg, settings) == "present"

@@ -34,7 +34,9 @@ def _ready(body: dict, claim_phase: str = "Pending") -> tuple[dict, list[dict]]:
         if obj["kind"] == "PersistentVolumeClaim":
             obj["status"] = {"phase": claim_phase}
     if body["spec"].get("nfs"):
-        outcomes[reconcile.STORAGE] = reconcile.Outcome(True, "Reconciled", "PersistentVolumeClaim created; claim Pending")
+        outcomes[reconcile.STORAGE] = reconcile.Outcome(
+            True, "Reconciled", "PersistentVolumeClaim created; claim Pending"
+        )
     status = reconcile.tenancy_status(plan, outcomes, previous=None, now=datetime(2026, 1, 1, tzinfo=UTC))
     return {**body, "status": status}, live
 
@@ -114,8 +116,9 @@ def test_the_resync_reads_nothing_while_in_sync_and_repairs_a_doubt(api, kubecon
     ctl = ControllerThread(controller_settings(kubeconfig, resync_interval_s=0.2)).start()
     try:
         api.create(tenancy_body("steady", uid="", nfs=NFS))
-        wait_for(lambda: (api.get("Tenancy", "steady") or {}).get("status", {}).get("phase") == "Ready",
-                 what="steady Ready")
+        wait_for(
+            lambda: (api.get("Tenancy", "steady") or {}).get("status", {}).get("phase") == "Ready", what="steady Ready"
+        )
         wait_for(lambda: checks and checks[-1], what="a resync finding it in sync")
         settled, in_sync = len(calls), checks.count(True)
         wait_for(lambda: checks.count(True) >= in_sync + 3, what="three more resyncs")

@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 
-from gpucaas.core import crds
-from gpucaas.core import lease_states as states
+from gpucaas.core import crds, lease_states as states
 from gpucaas.core.kube import KubeConnection, load_configuration
 from gpucaas.core.lease_store import LeaseStore, build_gpu_lease
 from gpucaas.programs.controller import registrars
 from services.gpu_leases import controller as gpu_lease_timers
 from services.gpu_leases.settings import LeaseTimerSettings
 from services.tenancy_controller import handlers, main
-from tests.core_kube.scripted import forbidden, scripted, write_kubeconfig  # noqa: F401
+from tests.core_kube.scripted import forbidden, write_kubeconfig
 
 from .conftest import ControllerThread, controller_settings, wait_for
 
@@ -70,8 +69,10 @@ def test_a_refused_gpulease_list_is_named_at_start(scripted: Any, tmp_path: Path
     settings = controller_settings(write_kubeconfig(tmp_path / "kubeconfig", srv.url))
     registry = main.build_registry(settings, registrars(LeaseTimerSettings()))
     refused = _path(*GPULEASES)
-    script = [(403, forbidden(USER, "list", crds.GPULEASE_PLURAL, crds.GROUP)) if _path(*r) == refused
-              else (200, EMPTY_LIST) for r in main.watched_resources(registry)]
+    script = [
+        (403, forbidden(USER, "list", crds.GPULEASE_PLURAL, crds.GROUP)) if _path(*r) == refused else (200, EMPTY_LIST)
+        for r in main.watched_resources(registry)
+    ]
     srv.script[:] = [*script, (200, EMPTY_LIST)]
     cfg = load_configuration(KubeConnection(kubeconfig=settings.kubeconfig))
 

@@ -40,8 +40,13 @@ if TYPE_CHECKING:
     from .client import Kube, translated
     from .config import kopf_connection_info, load_configuration, new_api_client
 
-_LAZY = {"Kube": "client", "translated": "client", "load_configuration": "config",
-         "new_api_client": "config", "kopf_connection_info": "config"}
+_LAZY = {
+    "Kube": "client",
+    "translated": "client",
+    "load_configuration": "config",
+    "new_api_client": "config",
+    "kopf_connection_info": "config",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -55,8 +60,29 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_RETRY", "NO_RETRY", "Cause", "Conflict", "Forbidden", "Gone", "Invalid", "Kube", "KubeConnection",
-    "KubeError", "NotFound", "RestKube", "RetryPolicy", "Unauthorized", "Unavailable", "adapter",
-    "from_api_exception", "from_kopf_error", "from_status", "from_transport_error", "kopf_connection_info",
-    "load_configuration", "new_api_client", "retrying", "translated",
+    "DEFAULT_RETRY",
+    "NO_RETRY",
+    "Cause",
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "Kube",
+    "KubeConnection",
+    "KubeError",
+    "NotFound",
+    "RestKube",
+    "RetryPolicy",
+    "Unauthorized",
+    "Unavailable",
+    "adapter",
+    "from_api_exception",
+    "from_kopf_error",
+    "from_status",
+    "from_transport_error",
+    "kopf_connection_info",
+    "load_configuration",
+    "new_api_client",
+    "retrying",
+    "translated",
 ]

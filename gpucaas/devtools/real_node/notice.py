@@ -17,8 +17,10 @@ from kubernetes import client, config
 log = logging.getLogger(__name__)
 
 REASON = "RuntimeWithoutVM"
-MESSAGE = ("sandbox node {node}: the {handler} handler runs runc here, so the container runs as a plain Linux "
-           "container with its GPUs' /dev/vfio nodes; no Kata VM boots on this machine")
+MESSAGE = (
+    "sandbox node {node}: the {handler} handler runs runc here, so the container runs as a plain Linux "
+    "container with its GPUs' /dev/vfio nodes; no Kata VM boots on this machine"
+)
 
 
 class RuntimeNotice:
@@ -51,16 +53,32 @@ class RuntimeNotice:
         pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}").items
         for pod in pods:
             meta, spec = pod.metadata, pod.spec
-            if meta is None or spec is None or meta.uid is None or meta.namespace is None \
-                    or meta.uid in self._told or spec.runtime_class_name != self.handler:
+            if (
+                meta is None
+                or spec is None
+                or meta.uid is None
+                or meta.namespace is None
+                or meta.uid in self._told
+                or spec.runtime_class_name != self.handler
+            ):
                 continue
             now = dt.datetime.now(dt.UTC)
             event = {
                 "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
-                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": meta.name,
-                                   "namespace": meta.namespace, "uid": meta.uid},
-                "reason": REASON, "type": "Normal", "message": MESSAGE.format(node=self.node, handler=self.handler),
+                "involvedObject": {
+                    "kind": "Pod",
+                    "apiVersion": "v1",
+                    "name": meta.name,
+                    "namespace": meta.namespace,
+                    "uid": meta.uid,
+                },
+                "reason": REASON,
+                "type": "Normal",
+                "message": MESSAGE.format(node=self.node, handler=self.handler),
                 "source": {"component": "gpucaas-sandbox", "host": self.node},
-                "firstTimestamp": now.isoformat(), "lastTimestamp": now.isoformat(), "count": 1}
+                "firstTimestamp": now.isoformat(),
+                "lastTimestamp": now.isoformat(),
+                "count": 1,
+            }
             core.create_namespaced_event(meta.namespace, event)  # type: ignore[arg-type]  # a plain dict body
             self._told.add(meta.uid)

@@ -113,5 +113,9 @@ class Registries(ProcessGroup):
 
     def info(self) -> dict[str, str]:
         """``registry.json``: what a tenant needs to pull the private image."""
-        return {"server": PRIVATE_REGISTRY, "username": PRIVATE_USER, "password": self.password,
-                "private_image": PRIVATE_IMAGE}
+        return {
+            "server": PRIVATE_REGISTRY,
+            "username": PRIVATE_USER,
+            "password": self.password,
+            "private_image": PRIVATE_IMAGE,
+        }

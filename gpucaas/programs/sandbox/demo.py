@@ -104,14 +104,22 @@ class Observer:
             self.record(t, "tenancy_ready", f"tenancy {t.tenancy!r}, namespace {tn['status'].get('namespace')}")
         if "tenancy_ready" in t.seen and "isolation" not in t.seen:
             self._observe_isolation(t, ns)
-        pods = self.core.list_namespaced_pod(ns, label_selector=f"{LABEL_CONTAINER}={t.id}").items if "tenancy_ready" in t.seen else []
+        pods = (
+            self.core.list_namespaced_pod(ns, label_selector=f"{LABEL_CONTAINER}={t.id}").items
+            if "tenancy_ready" in t.seen
+            else []
+        )
         if pods:
             pod = self.api.sanitize_for_serialization(pods[0])
             t.pod = pod["metadata"]["name"]
             spec = pod["spec"]
             limits = spec["containers"][0].get("resources", {}).get("limits", {})
-            self.record(t, "pod_created", f"{ns}/{t.pod} runtimeClassName={spec.get('runtimeClassName')} "
-                                          f"limits nvidia.com/gpu={limits.get('nvidia.com/gpu')}")
+            self.record(
+                t,
+                "pod_created",
+                f"{ns}/{t.pod} runtimeClassName={spec.get('runtimeClassName')} "
+                f"limits nvidia.com/gpu={limits.get('nvidia.com/gpu')}",
+            )
             if spec.get("nodeName"):
                 t.node = spec["nodeName"]
                 self.record(t, "scheduled", f"node {t.node} (chosen by the scheduler extender)")
@@ -151,10 +159,13 @@ class Observer:
             return
         if cnps and nps:
             hard = quotas[0].spec.hard if quotas and quotas[0].spec else {}
-            self.record(t, "isolation",
-                        f"namespace {ns}; CiliumNetworkPolicy {', '.join(p['metadata']['name'] for p in cnps)}; "
-                        f"NetworkPolicy {', '.join(str(p.metadata.name if p.metadata else '') for p in nps)}; "
-                        f"quota {', '.join(f'{k}={v}' for k, v in sorted((hard or {}).items()))}")
+            self.record(
+                t,
+                "isolation",
+                f"namespace {ns}; CiliumNetworkPolicy {', '.join(p['metadata']['name'] for p in cnps)}; "
+                f"NetworkPolicy {', '.join(str(p.metadata.name if p.metadata else '') for p in nps)}; "
+                f"quota {', '.join(f'{k}={v}' for k, v in sorted((hard or {}).items()))}",
+            )
 
     def _observe_events(self, t: Tracked, ns: str) -> None:
         if "gpus_chosen" in t.seen:
@@ -221,8 +232,9 @@ class Observer:
         if len(mine) != len(t.devices):
             return
         if all((lz.get("status") or {}).get("state") == "Free" for lz in mine):
-            served = all(any(h.get("tenancy") == t.tenancy for h in (lz.get("status") or {}).get("history", []))
-                         for lz in mine)
+            served = all(
+                any(h.get("tenancy") == t.tenancy for h in (lz.get("status") or {}).get("history", [])) for lz in mine
+            )
             checks = {(lz.get("status") or {}).get("lastCheck", {}).get("result") for lz in mine}
             if served and checks == {"Passed"}:
                 self.record(t, "lease_free", f"{len(mine)} lease(s): firmware check Passed, state Free")

@@ -43,8 +43,17 @@ MODE = 0o770
 
 def chart_values() -> dict[str, object]:
     """The chart values that render the sandbox's StorageClass for tenant volumes."""
-    return {"volumes": {"storageClass": {"create": True, "provisioner": PROVISIONER, "parameters": {},
-                                         "mountOptions": [], "reclaimPolicy": "Delete"}}}
+    return {
+        "volumes": {
+            "storageClass": {
+                "create": True,
+                "provisioner": PROVISIONER,
+                "parameters": {},
+                "mountOptions": [],
+                "reclaimPolicy": "Delete",
+            }
+        }
+    }
 
 
 def hand_over(root: Path, uid: int, gid: int) -> list[Path]:

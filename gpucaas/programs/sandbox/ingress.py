@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 
 from gpucaas.devtools.local_cluster.cluster import LocalCluster, free_port
-from gpucaas.devtools.local_cluster.processes import ProcessGroup, http_ok
 from gpucaas.devtools.local_cluster.objects import create_all
+from gpucaas.devtools.local_cluster.processes import ProcessGroup, http_ok
 from gpucaas.programs.sandbox import identities
 from gpucaas.programs.sandbox.tls import TLSFiles
 
@@ -38,7 +38,9 @@ CONTROLLER = "traefik.io/ingress-controller"
 AUTH_MIDDLEWARE = "gpucaas-endpoint-auth"
 STRIP_MIDDLEWARE = "gpucaas-endpoint-strip"
 #: what the API puts on a private endpoint's Ingress in the sandbox (the file provider's middlewares)
-AUTH_ANNOTATIONS = {"traefik.ingress.kubernetes.io/router.middlewares": f"{AUTH_MIDDLEWARE}@file,{STRIP_MIDDLEWARE}@file"}
+AUTH_ANNOTATIONS = {
+    "traefik.ingress.kubernetes.io/router.middlewares": f"{AUTH_MIDDLEWARE}@file,{STRIP_MIDDLEWARE}@file"
+}
 LABELS = {"app.kubernetes.io/name": "traefik"}
 
 
@@ -47,38 +49,67 @@ def cluster_objects() -> list[dict[str, Any]]:
     name = "gpucaas-sandbox-traefik"
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE,
-                                                                    "labels": LABELS}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-         "rules": [
-             {"apiGroups": [""], "resources": ["services", "secrets", "nodes"], "verbs": ["get", "list", "watch"]},
-             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
-             {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "ingressclasses"],
-              "verbs": ["get", "list", "watch"]},
-             {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses/status"], "verbs": ["update"]},
-         ]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]},
-        {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": INGRESS_CLASS},
-         "spec": {"controller": CONTROLLER}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE, "labels": LABELS},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [
+                {"apiGroups": [""], "resources": ["services", "secrets", "nodes"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+                {
+                    "apiGroups": ["networking.k8s.io"],
+                    "resources": ["ingresses", "ingressclasses"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses/status"], "verbs": ["update"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "IngressClass",
+            "metadata": {"name": INGRESS_CLASS},
+            "spec": {"controller": CONTROLLER},
+        },
     ]
 
 
-def write_config(folder: Path, *, cluster: LocalCluster, token: str, tls: TLSFiles, api_url: str,
-                 https_port: int, ping_port: int) -> Path:
+def write_config(
+    folder: Path, *, cluster: LocalCluster, token: str, tls: TLSFiles, api_url: str, https_port: int, ping_port: int
+) -> Path:
     """Traefik's static configuration (and the dynamic file it names); returns the static file."""
     folder.mkdir(parents=True, exist_ok=True)
-    assert tls.endpoint_cert is not None and tls.endpoint_key is not None
     dynamic = {
-        "tls": {"stores": {"default": {"defaultCertificate": {"certFile": str(tls.endpoint_cert),
-                                                                "keyFile": str(tls.endpoint_key)}}}},
-        "http": {"middlewares": {
-            AUTH_MIDDLEWARE: {"forwardAuth": {"address": f"{api_url}/v1/endpoint-auth",
-                                              "trustForwardHeader": False,
-                                              "tls": {"ca": str(tls.ca_cert)}}},
-            STRIP_MIDDLEWARE: {"headers": {"customRequestHeaders": {"Authorization": ""}}},
-        }},
+        "tls": {
+            "stores": {
+                "default": {
+                    "defaultCertificate": {"certFile": str(tls.endpoint_cert), "keyFile": str(tls.endpoint_key)}
+                }
+            }
+        },
+        "http": {
+            "middlewares": {
+                AUTH_MIDDLEWARE: {
+                    "forwardAuth": {
+                        "address": f"{api_url}/v1/endpoint-auth",
+                        "trustForwardHeader": False,
+                        "tls": {"ca": str(tls.ca_cert)},
+                    }
+                },
+                STRIP_MIDDLEWARE: {"headers": {"customRequestHeaders": {"Authorization": ""}}},
+            }
+        },
     }
     (folder / "dynamic.yaml").write_text(yaml.safe_dump(dynamic, sort_keys=False))
     token_path = folder / "token"
@@ -94,9 +125,13 @@ def write_config(folder: Path, *, cluster: LocalCluster, token: str, tls: TLSFil
         "log": {"level": "INFO"},
         "accessLog": {"filePath": str(folder / "access.log")},
         "providers": {
-            "kubernetesIngress": {"endpoint": cluster.server, "token": token,
-                                  "certAuthFilePath": str(cluster.pki.ca.cert),
-                                  "ingressClass": INGRESS_CLASS, "throttleDuration": "0s"},
+            "kubernetesIngress": {
+                "endpoint": cluster.server,
+                "token": token,
+                "certAuthFilePath": str(cluster.pki.ca.cert),
+                "ingressClass": INGRESS_CLASS,
+                "throttleDuration": "0s",
+            },
             "file": {"filename": str(folder / "dynamic.yaml"), "watch": False},
         },
     }
@@ -109,8 +144,9 @@ def write_config(folder: Path, *, cluster: LocalCluster, token: str, tls: TLSFil
 class Ingress:
     """Traefik, started on a running sandbox cluster; ``address`` is where it serves HTTPS."""
 
-    def __init__(self, state_dir: Path, cluster: LocalCluster, admin_kubeconfig: Path, tls: TLSFiles,
-                 api_url: str) -> None:
+    def __init__(
+        self, state_dir: Path, cluster: LocalCluster, admin_kubeconfig: Path, tls: TLSFiles, api_url: str
+    ) -> None:
         self.folder = state_dir / "ingress"
         self.cluster = cluster
         self.admin_kubeconfig = admin_kubeconfig
@@ -128,16 +164,28 @@ class Ingress:
         """What ``ingress.json`` holds."""
         from gpucaas.programs.sandbox.tls import ENDPOINT_DOMAIN
 
-        return {"address": self.address, "domain": ENDPOINT_DOMAIN, "ca_cert": str(self.tls.ca_cert),
-                "ingress_class": INGRESS_CLASS}
+        return {
+            "address": self.address,
+            "domain": ENDPOINT_DOMAIN,
+            "ca_cert": str(self.tls.ca_cert),
+            "ingress_class": INGRESS_CLASS,
+        }
 
     def start(self, binary: str, timeout: float = 120.0) -> Ingress:
         create_all(self.admin_kubeconfig, cluster_objects())
         token = identities.mint_token(self.admin_kubeconfig, NAMESPACE, SERVICE_ACCOUNT)
-        config = write_config(self.folder, cluster=self.cluster, token=token, tls=self.tls, api_url=self.api_url,
-                              https_port=self.https_port, ping_port=self.ping_port)
-        self.procs.add("traefik", [binary, f"--configFile={config}"],
-                       ready=http_ok(f"http://127.0.0.1:{self.ping_port}/ping"))
+        config = write_config(
+            self.folder,
+            cluster=self.cluster,
+            token=token,
+            tls=self.tls,
+            api_url=self.api_url,
+            https_port=self.https_port,
+            ping_port=self.ping_port,
+        )
+        self.procs.add(
+            "traefik", [binary, f"--configFile={config}"], ready=http_ok(f"http://127.0.0.1:{self.ping_port}/ping")
+        )
         self.procs.launch("traefik")
         self.procs.wait_ready("traefik", timeout)
         return self

@@ -128,7 +128,11 @@ class Supervisor:
         out = open(log_path, "ab")  # handed to the child
         try:
             proc = subprocess.Popen(  # our own command line
-                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cmd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         finally:
@@ -158,16 +162,18 @@ class Supervisor:
         while True:
             if svc.process.poll() is not None:
                 raise ServiceFailed(
-                    f"{svc.spec.name} exited with code {svc.process.returncode}; "
-                    f"last log lines:\n{tail(svc.log_path)}"
+                    f"{svc.spec.name} exited with code {svc.process.returncode}; last log lines:\n{tail(svc.log_path)}"
                 )
             if svc.spec.ready():
                 return
             now = time.monotonic()
             if now - window_at >= PROGRESS_WINDOW_S:
                 used = cpu_seconds(svc.process.pid)
-                if used is not None and window_cpu is not None and \
-                        used - window_cpu >= STARTING_CPU_SHARE * (now - window_at):
+                if (
+                    used is not None
+                    and window_cpu is not None
+                    and used - window_cpu >= STARTING_CPU_SHARE * (now - window_at)
+                ):
                     progress_at = now
                 window_at, window_cpu = now, used
             if now - progress_at >= svc.spec.ready_timeout:

@@ -19,7 +19,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-
 #: the sandbox's endpoint domain: containers' ports are served at https://<id>-<port>.<this>
 ENDPOINT_DOMAIN = "endpoints.gpucaas.test"
 
@@ -29,8 +28,8 @@ class TLSFiles:
     ca_cert: Path
     cert: Path
     key: Path
-    endpoint_cert: Path | None = None
-    endpoint_key: Path | None = None
+    endpoint_cert: Path
+    endpoint_key: Path
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
@@ -44,12 +43,18 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     path.chmod(0o600)
 
 
-def ensure_self_signed(directory: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"),
-                       endpoint_domain: str = ENDPOINT_DOMAIN) -> TLSFiles:
+def ensure_self_signed(
+    directory: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"), endpoint_domain: str = ENDPOINT_DOMAIN
+) -> TLSFiles:
     """Create (once) a CA, a server certificate and the endpoint wildcard signed by it under ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    files = TLSFiles(directory / "ca.pem", directory / "server.pem", directory / "server-key.pem",
-                     directory / "endpoints.pem", directory / "endpoints-key.pem")
+    files = TLSFiles(
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "server-key.pem",
+        directory / "endpoints.pem",
+        directory / "endpoints-key.pem",
+    )
     if all(p.exists() for p in (files.ca_cert, files.cert, files.key, files.endpoint_cert, files.endpoint_key)):
         return files
 
@@ -67,9 +72,15 @@ def ensure_self_signed(directory: Path, hosts: tuple[str, ...] = ("localhost", "
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -102,6 +113,5 @@ def ensure_self_signed(directory: Path, hosts: tuple[str, ...] = ("localhost", "
 
     files.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     leaf(hosts, files.cert, files.key)
-    assert files.endpoint_cert is not None and files.endpoint_key is not None
     leaf((f"*.{endpoint_domain}",), files.endpoint_cert, files.endpoint_key)
     return files

@@ -28,8 +28,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 STATIC = Path(__file__).parent / "static"
 
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
 
 HEADERS = [
     (b"content-security-policy", CSP.encode()),

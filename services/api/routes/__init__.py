@@ -36,8 +36,23 @@ EDGE_RESPONSES: dict[int | str, dict[str, Any]] = {code: ERROR_RESPONSES[code] f
 
 api_router = APIRouter()
 api_router.include_router(health.router, responses=EDGE_RESPONSES)
-for _router in (containers.router, container_events.router, container_exec.router, containers.admin_router, tenancies.router,
-                cluster.router, gpus.router, secrets.router, registry_credentials.router, webhooks.router,
-                volumes.router, tokens.router, whoami.router, audit.router, usage.router, usage.admin_router,
-                endpoint_auth.router):
+for _router in (
+    containers.router,
+    container_events.router,
+    container_exec.router,
+    containers.admin_router,
+    tenancies.router,
+    cluster.router,
+    gpus.router,
+    secrets.router,
+    registry_credentials.router,
+    webhooks.router,
+    volumes.router,
+    tokens.router,
+    whoami.router,
+    audit.router,
+    usage.router,
+    usage.admin_router,
+    endpoint_auth.router,
+):
     api_router.include_router(_router, responses=ERROR_RESPONSES)

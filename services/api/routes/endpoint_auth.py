@@ -41,8 +41,12 @@ def _bearer(request: Request) -> str | None:
 )
 async def endpoint_auth(
     request: Request,
-    x_forwarded_host: Annotated[str | None, Header(
-        max_length=300, description="The host the request was sent to: <container id>-<port>.<endpoint domain>.")] = None,
+    x_forwarded_host: Annotated[
+        str | None,
+        Header(
+            max_length=300, description="The host the request was sent to: <container id>-<port>.<endpoint domain>."
+        ),
+    ] = None,
 ) -> Response:
     """The ingress controller's question for one request to a private endpoint (forwardAuth)."""
     settings: Settings = request.app.state.settings
@@ -56,8 +60,11 @@ async def endpoint_auth(
     def served() -> bool:
         with Session(request.app.state.engine) as session:
             row = crud.get_container(session, container_id=container_id, tenancy=caller.tenancy)
-        return (row is not None and row.status == ContainerStatus.RUNNING
-                and endpoints.declared(row.ports, port) is not None)
+        return (
+            row is not None
+            and row.status == ContainerStatus.RUNNING
+            and endpoints.declared(row.ports, port) is not None
+        )
 
     if not await anyio.to_thread.run_sync(served):
         raise gone

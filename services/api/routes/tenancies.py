@@ -92,7 +92,11 @@ def get_tenancy(name: TenancyName, session: SessionDep, _admin: AdminUser) -> Te
 
 @router.patch("/{name}", response_model=TenancyPublic)
 def update_tenancy(
-    name: TenancyName, body: TenancyUpdate, session: SessionDep, kube: KubeDep, settings: SettingsDep,
+    name: TenancyName,
+    body: TenancyUpdate,
+    session: SessionDep,
+    kube: KubeDep,
+    settings: SettingsDep,
     _admin: AdminUser,
 ) -> TenancyPublic:
     """Change quotas, internet access or storage; the custom resource follows."""
@@ -126,8 +130,9 @@ def issue_token(
     """Issue a tenant token bound to this tenancy; the secret is shown only here."""
     _get(session, name)
     body = body or TokenCreate()
-    row, secret = crud.create_token(session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at,
-                                    actor=admin.actor)
+    row, secret = crud.create_token(
+        session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at, actor=admin.actor
+    )
     return TokenIssued.model_validate(row, update={"token": secret})
 
 

@@ -125,8 +125,16 @@ class WebhookDispatcher:
                 next_at = None
             log.info("webhook %s delivery %s attempt %d failed: %s", hook.id, row.id, row.attempts + 1, error)
         with Session(self.engine) as session:
-            store.record_attempt(session, delivery=row, started_at=started, duration_ms=duration_ms,
-                                 status_code=status_code, error=error, next_attempt_at=next_at, delivered=delivered)
+            store.record_attempt(
+                session,
+                delivery=row,
+                started_at=started,
+                duration_ms=duration_ms,
+                status_code=status_code,
+                error=error,
+                next_attempt_at=next_at,
+                delivered=delivered,
+            )
 
     def _attempt(self, hook: Webhook, row: WebhookDelivery) -> tuple[int | None, str | None]:
         """One POST: (status code, None) when delivered, else (status code or None, why not)."""
