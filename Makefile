@@ -22,7 +22,7 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
-.PHONY: test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream
+.PHONY: test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream lint
 
 install: system-deps $(VENV)/.installed upstream
 
@@ -80,7 +80,15 @@ test-image: install
 sandbox: install
 	$(VENV)/bin/gpucaas sandbox
 
+# The house rules, before any test: ruff's lint (pycodestyle, pyflakes, import order, bugbear,
+# naming...), ruff's formatting, and mypy; each configured in pyproject.toml (docs/index.md, "Tests").
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
 test: install checkov test-image postgres
+	$(MAKE) lint
 	$(PY) -m pytest
 	$(MAKE) test-e2e-dra
 	$(MAKE) test-contention
@@ -104,4 +112,4 @@ bench: install postgres
 	done
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -42,6 +42,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -100,8 +101,9 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) 
 @contextmanager
 def _serve(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
     """Run the server; yields its URL and process id."""
-    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc)
@@ -133,11 +135,11 @@ def _postgres_database() -> Iterator[str]:
         admin.dispose()
 
 
-def _closed(url: str, path: str, tokens: list[str], seconds: float, connections: int,
-            method: str = "POST") -> loadgen.LoadResult:
+def _closed(
+    url: str, path: str, tokens: list[str], seconds: float, connections: int, method: str = "POST"
+) -> loadgen.LoadResult:
     body = json.dumps(PAYLOAD) if method == "POST" else None
-    return loadgen.run(url, path, method=method, body=body, tokens=tokens, connections=connections,
-                       seconds=seconds)
+    return loadgen.run(url, path, method=method, body=body, tokens=tokens, connections=connections, seconds=seconds)
 
 
 def _seed_history(db_url: str, tenancy: str, rows: int) -> None:
@@ -146,12 +148,22 @@ def _seed_history(db_url: str, tenancy: str, rows: int) -> None:
 
     from services.api.models import Container, utcnow
 
-    table = Container.__table__
-    template = Container(id="x", tenancy=tenancy, image=PAYLOAD["container-url"], status="Succeeded",
-                         pod_name="x", request_hash="0" * 64, gpus=1, pod_created=True, pod_deleted=True,
-                         started_at=utcnow(), finished_at=utcnow())
+    table = Container.__table__  # type: ignore[attr-defined]  # SQLAlchemy's, set on table models
+    template = Container(
+        id="x",
+        tenancy=tenancy,
+        image=str(PAYLOAD["container-url"]),
+        status="Succeeded",
+        pod_name="x",
+        request_hash="0" * 64,
+        gpus=1,
+        pod_created=True,
+        pod_deleted=True,
+        started_at=utcnow(),
+        finished_at=utcnow(),
+    )
     values = template.model_dump()
-    n = literal_column("s.n")
+    n: Any = literal_column("s.n")
     exprs = []
     for col in table.columns:
         if col.name == "id":
@@ -177,8 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short runs, smaller history")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--history-rows", type=int, default=1_000_000,
-                        help="finished containers in the table for the second submission run")
+    parser.add_argument(
+        "--history-rows",
+        type=int,
+        default=1_000_000,
+        help="finished containers in the table for the second submission run",
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds or (4.0 if args.quick else 10.0)
     conns = args.connections
@@ -187,13 +203,27 @@ def main(argv: list[str] | None = None) -> int:
     def measure(name: str, result: loadgen.LoadResult) -> loadgen.LoadResult:
         loadgen.check_not_saturated(name, result)
         runs.append((name, result))
-        print(f"{name}: {result.per_s:.0f} req/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, "
-              f"errors {result.http_errors}, wrk CPU {result.loadgen_cpu_share:.0%}", file=sys.stderr)
+        print(
+            f"{name}: {result.per_s:.0f} req/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, "
+            f"errors {result.http_errors}, wrk CPU {result.loadgen_cpu_share:.0%}",
+            file=sys.stderr,
+        )
         return result
 
     port_bare = _free_port()
-    bare_cmd = [sys.executable, "-m", "uvicorn", "benchmarks.api:bare_app", "--host", "127.0.0.1",
-                "--port", str(port_bare), "--no-access-log", "--log-level", "warning"]
+    bare_cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "benchmarks.api:bare_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port_bare),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
     with _serve(bare_cmd, port_bare) as (url, _pid):
         _closed(url, "/v1/containers", [], 1, conns)  # warm-up
         bare = measure("bare POST", _closed(url, "/v1/containers", [], seconds, conns))
@@ -216,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
             tokens = []
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as c:
                 for i in range(TENANCIES + 1):
-                    c.post("/v1/admin/tenancies", json={"name": f"bench-{i}", "gpu_quota": 100000,
-                                                        "pod_quota": 100000}).raise_for_status()
+                    c.post(
+                        "/v1/admin/tenancies", json={"name": f"bench-{i}", "gpu_quota": 100000, "pod_quota": 100000}
+                    ).raise_for_status()
                     tokens.append(c.post(f"/v1/admin/tenancies/bench-{i}/tokens").json()["token"])
             solo, many = tokens[-1:], tokens[:-1]
             _seed_history(db_url, "bench-history", 1_000)
@@ -227,17 +258,29 @@ def main(argv: list[str] | None = None) -> int:
             cpu_per_submit = (loadgen.process_cpu_seconds(pid) - cpu_before) / max(1, rows_1k.requests)
             one = measure("POST, one tenancy", _closed(url, "/v1/containers", solo, seconds, conns))
             half_rate = max(1.0, rows_1k.per_s / 2)
-            half = measure(f"POST offered at {half_rate:.0f}/s",
-                           loadgen.run(url, "/v1/containers", method="POST", body=json.dumps(PAYLOAD),
-                                       tokens=many, connections=conns * 2, seconds=seconds, rate=half_rate))
-            listing = measure("GET /v1/containers?limit=20",
-                              _closed(url, "/v1/containers?limit=20", many, seconds, conns, "GET"))
+            half = measure(
+                f"POST offered at {half_rate:.0f}/s",
+                loadgen.run(
+                    url,
+                    "/v1/containers",
+                    method="POST",
+                    body=json.dumps(PAYLOAD),
+                    tokens=many,
+                    connections=conns * 2,
+                    seconds=seconds,
+                    rate=half_rate,
+                ),
+            )
+            listing = measure(
+                "GET /v1/containers?limit=20", _closed(url, "/v1/containers?limit=20", many, seconds, conns, "GET")
+            )
             health = measure("GET /healthz", _closed(url, "/healthz", [], seconds, conns, "GET"))
             history = args.history_rows
             _seed_history(db_url, "bench-history-2", history - 1_000)
             _closed(url, "/v1/containers", many, 1, conns)  # warm-up
-            rows_1m = measure(f"POST, 20 tenancies, {history // 1000}k rows",
-                              _closed(url, "/v1/containers", many, seconds, conns))
+            rows_1m = measure(
+                f"POST, 20 tenancies, {history // 1000}k rows", _closed(url, "/v1/containers", many, seconds, conns)
+            )
 
     result = {
         "submit_per_s": round(rows_1k.per_s, 1),

@@ -59,12 +59,11 @@ from services.fabric.fabric_manager.simulator import (
     SimulatedFabricManager,
     default_gpu_map,
 )
-from services.fabric.runtime import FabricNode
+from services.fabric.main import FabricNode
 from services.fabric.settings import FabricSettings
 
 GPU = default_gpu_map()
 SETS = [(1, 2, 3, 4), (5, 7), (6,)]
-
 
 
 def fm_restart(runs: int, silent_s: float) -> dict[str, Any]:
@@ -78,16 +77,34 @@ def fm_restart(runs: int, silent_s: float) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="fabric-bench-fm-"))
     src = Path(__file__).resolve().parent.parent / "tests/fabric/fabric_manager/libnvfm_fake/nvfm_fake.c"
     lib_path = tmp / "libnvfm.so.535.216.01"
-    subprocess.run([shutil.which("gcc") or "gcc", "-std=c11", "-O1", "-shared", "-fPIC", "-pthread", "-o",
-                    str(lib_path), str(src)], check=True)
+    subprocess.run(
+        [
+            shutil.which("gcc") or "gcc",
+            "-std=c11",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            "-o",
+            str(lib_path),
+            str(src),
+        ],
+        check=True,
+    )
     lib = load_libnvfm(lib_path)
     lib.fakeFmStall.argtypes = [ctypes.c_int]
     lib.fakeFmReset()
     lib.fakeFmSetH100(1)
     board = build_hgx_h100(tmp / "board")
     settings = FabricSettings(
-        node_name="bench-node", socket=tmp / "fabric.sock", state_dir=tmp / "state", fm_backend="nvfm",
-        fm_library=lib_path, vm_enabled=False, publish=False, sysfs_root=board.sysfs,
+        node_name="bench-node",
+        socket=tmp / "fabric.sock",
+        state_dir=tmp / "state",
+        fm_backend="nvfm",
+        fm_library=lib_path,
+        vm_enabled=False,
+        publish=False,
+        sysfs_root=board.sysfs,
     )
     node = FabricNode(settings)
     gpu = board.physical_id_map()
@@ -113,8 +130,11 @@ def fm_restart(runs: int, silent_s: float) -> dict[str, Any]:
             lib.fakeFmStart(1)  # back in restart mode: waits 60 s for the activated list
             lib.fakeFmStall(0)
             t0 = time.monotonic()
-            wait_for(lambda: node.service.status.replays > before and not lib.fakeFmAwaitingList()
-                     and active() == want, 120, interval=0.01, what="replay after the FM restart")
+
+            def replayed(before: int = before) -> bool:
+                return node.service.status.replays > before and not lib.fakeFmAwaitingList() and active() == want
+
+            wait_for(replayed, 120, interval=0.01, what="replay after the FM restart")
             replay.append(time.monotonic() - t0)
             from_hang.append(time.monotonic() - t_hang)
             assert lib.fakeFmRunning() == 1
@@ -150,21 +170,34 @@ def run(driver: str, runs: int) -> dict[str, Any]:
             if driver == "libvirtd":
                 raise
             print(f"libvirtd unavailable ({exc}); using test:///default", file=sys.stderr)
-    real = daemon is not None
     tmp = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
     from gpucaas.devtools.fake_sysfs import build_hgx_h100
 
     board = build_hgx_h100(tmp / "board")  # GPUs are reset through its sysfs before activation
     name = f"gpucaas-fabric-bench-{os.getpid()}"
-    console = (daemon.workdir / "console.log") if real else None
+    real = daemon is not None and image is not None
+    console = (daemon.workdir / "console.log") if daemon is not None and daemon.workdir is not None else None
     settings = FabricSettings(
-        node_name="bench-node", socket=tmp / "fabric.sock", state_dir=tmp / "state", fm_backend="simulator",
-        libvirt_uri=daemon.uri if real else "test:///default", domain_type="qemu" if real else "test",
-        domain_name=name, vcpus=1, memory_mib=256,
-        kernel=image.kernel if real else None, initrd=image.initrd if real else None,
+        node_name="bench-node",
+        socket=tmp / "fabric.sock",
+        state_dir=tmp / "state",
+        fm_backend="simulator",
+        libvirt_uri=daemon.uri if daemon is not None else "test:///default",
+        domain_type="qemu" if real else "test",
+        domain_name=name,
+        vcpus=1,
+        memory_mib=256,
+        kernel=image.kernel if image is not None else None,
+        initrd=image.initrd if image is not None else None,
         disk_image=None if real else tmp / "none.qcow2",
-        kernel_cmdline="console=ttyS0 panic=-1", fm_channel="none", passthrough=False,
-        console_log=console, publish=False, stop_vm_on_exit=True, stop_timeout_s=3, restart_stable_s=1.0,
+        kernel_cmdline="console=ttyS0 panic=-1",
+        fm_channel="none",
+        passthrough=False,
+        console_log=console,
+        publish=False,
+        stop_vm_on_exit=True,
+        stop_timeout_s=3,
+        restart_stable_s=1.0,
         sysfs_root=board.sysfs,
     )
     fabric = SimulatedFabric(h100=True)
@@ -173,10 +206,15 @@ def run(driver: str, runs: int) -> dict[str, Any]:
     ready: list[float] = []
     try:
         node.start()
-        assert node.vm is not None
+        vm = node.vm
+        assert vm is not None
         if console is not None:
-            wait_for(lambda: console.exists() and "gpucaas-test-vm: up" in console.read_text(errors="replace"),
-                     180, interval=0.01, what="first boot")
+            wait_for(
+                lambda: console.exists() and "gpucaas-test-vm: up" in console.read_text(errors="replace"),
+                180,
+                interval=0.01,
+                what="first boot",
+            )
         with FabricClient(settings.socket) as c:
             for s in SETS:
                 c.activate(holder_for_gpus(GPU[g] for g in s), [GPU[g] for g in s])
@@ -190,8 +228,9 @@ def run(driver: str, runs: int) -> dict[str, Any]:
             before = node.vm_restart_replays
             boots = console.read_text(errors="replace").count("gpucaas-test-vm: up") if console else 0
             t0 = time.monotonic()
-            if real:
+            if daemon is not None:
                 pid = daemon.qemu_pid(name)
+                assert pid is not None, "the service VM's QEMU runs"
                 os.kill(pid, signal.SIGKILL)
             else:
                 import libvirt
@@ -199,17 +238,27 @@ def run(driver: str, runs: int) -> dict[str, Any]:
                 conn = libvirt.open("test:///default")
                 conn.lookupByName(name).destroy()
                 conn.close()
+
             # A VM restart is a fabric reset: handled when the VM is back and the records lost.
-            wait_for(lambda: node.vm_restart_replays > before and not fabric.active_partition_ids()
-                     and len(node.store.book.lost()) == len(SETS), 300, interval=0.01, what="restart + reset")
+            def reset_handled(before: int = before) -> bool:
+                return (
+                    node.vm_restart_replays > before
+                    and not fabric.active_partition_ids()
+                    and len(node.store.book.lost()) == len(SETS)
+                )
+
+            wait_for(reset_handled, 300, interval=0.01, what="restart + reset")
             replay.append(time.monotonic() - t0)
             if console is not None:
-                wait_for(lambda: console.read_text(errors="replace").count("gpucaas-test-vm: up") > boots,
-                         300, interval=0.01, what="guest boot")
+
+                def booted(console: Path = console, boots: int = boots) -> bool:
+                    return console.read_text(errors="replace").count("gpucaas-test-vm: up") > boots
+
+                wait_for(booted, 300, interval=0.01, what="guest boot")
                 ready.append(time.monotonic() - t0)
             # Every run measures a first crash: wait for the backoff streak to reset
             # (the VM stayed up restart_stable_s).
-            wait_for(lambda: node.vm.state()["crash_streak"] == 0, 60, interval=0.01, what="backoff reset")
+            wait_for(lambda: vm.state()["crash_streak"] == 0, 60, interval=0.01, what="backoff reset")
     finally:
         node.stop()
         if node.vm is not None:
@@ -237,8 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one crash instead of three")
     ap.add_argument("--driver", choices=["auto", "libvirtd", "test"], default="auto")
     ap.add_argument("--event", choices=["fm-restart", "vm-crash"], default="fm-restart")
-    ap.add_argument("--silent-s", type=float, default=12.0,
-                    help="fm-restart: how long FM is silent before it restarts (default 12 s)")
+    ap.add_argument(
+        "--silent-s",
+        type=float,
+        default=12.0,
+        help="fm-restart: how long FM is silent before it restarts (default 12 s)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     runs = 1 if args.quick else 3

@@ -102,8 +102,14 @@ import urllib3
 from benchmarks.loadgen import process_cpu_seconds
 from benchmarks.placement import DEFAULT_MIX, Job, workload
 from gpucaas.core import crds, dra
-from gpucaas.core.topology import GPU_COUNT, HGX_H100_PARTITIONS, choose_gpus, partition_by_id, partition_for, \
-    partitions_for_gpus
+from gpucaas.core.topology import (
+    GPU_COUNT,
+    HGX_H100_PARTITIONS,
+    choose_gpus,
+    partition_by_id,
+    partition_for,
+    partitions_for_gpus,
+)
 from services.dra_driver.slices import PublishedGpu, build_slices, partition_of_device
 from services.fabric.publisher import build_fabric_state, build_fabric_state_status
 from services.placement.fit import FULL_MASK, gpus_of, mask_of
@@ -153,8 +159,9 @@ class Trace:
         return self.warmup_h + self.measure_h
 
 
-def make_trace(*, nodes: int, load: float, warmup_h: float, measure_h: float, seed: int,
-               mix: dict[int, float] | None = None) -> Trace:
+def make_trace(
+    *, nodes: int, load: float, warmup_h: float, measure_h: float, seed: int, mix: dict[int, float] | None = None
+) -> Trace:
     """Poisson arrivals offering ``load`` of the fleet's GPUs, lognormal durations of mean 1 h
     (``benchmarks.placement.workload``: the design's 1/2/4/8-GPU mix)."""
     jobs = workload(nodes=nodes, load=load, horizon_h=warmup_h + measure_h, mix=mix or DEFAULT_MIX, seed=seed)
@@ -195,8 +202,11 @@ def pooled_bound(trace: Trace, capacity: int) -> dict[str, float]:
             else:
                 still.append(j)
         waiting = still
-    return {"pooled_bound_gpu_hours": served, "offered_gpu_hours": offered,
-            "fluid_bound_gpu_hours": min(offered, capacity * (hi - lo))}
+    return {
+        "pooled_bound_gpu_hours": served,
+        "offered_gpu_hours": offered,
+        "fluid_bound_gpu_hours": min(offered, capacity * (hi - lo)),
+    }
 
 
 # --------------------------------------------------------------------------- the API, raw
@@ -207,16 +217,34 @@ class Api:
 
     def __init__(self, server: str, ssl_context: ssl.SSLContext, *, maxsize: int = 16) -> None:
         self.server = server
-        self.pool = urllib3.PoolManager(num_pools=4, maxsize=maxsize, block=True, ssl_context=ssl_context,
-                                        retries=False, timeout=urllib3.Timeout(connect=5, read=60))
+        self.pool = urllib3.PoolManager(
+            num_pools=4,
+            maxsize=maxsize,
+            block=True,
+            ssl_context=ssl_context,
+            retries=False,
+            timeout=urllib3.Timeout(connect=5, read=60),
+        )
 
-    def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-             ok: tuple[int, ...] = (200, 201, 202), tries: int = 5) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        ok: tuple[int, ...] = (200, 201, 202),
+        tries: int = 5,
+    ) -> Any:
         data = None if body is None else orjson.dumps(body)
         for attempt in range(tries):
             try:
-                resp = self.pool.request(method, self.server + path, body=data,
-                                         headers={"Content-Type": content_type, "Accept": "application/json"})
+                resp = self.pool.request(
+                    method,
+                    self.server + path,
+                    body=data,
+                    headers={"Content-Type": content_type, "Accept": "application/json"},
+                )
             except urllib3.exceptions.HTTPError:
                 if attempt == tries - 1:
                     raise
@@ -233,10 +261,11 @@ class Api:
     def watch(self, path: str, resource_version: str, stop: threading.Event) -> Iterator[dict[str, Any]]:
         """Events of a watch from ``resource_version`` until ``stop`` (or the server ends it)."""
         sep = "&" if "?" in path else "?"
-        url = (f"{self.server}{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={resource_version}"
-               f"&timeoutSeconds=3600")
-        resp = self.pool.request("GET", url, preload_content=False,
-                                 timeout=urllib3.Timeout(connect=5, read=None))
+        url = (
+            f"{self.server}{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={resource_version}"
+            f"&timeoutSeconds=3600"
+        )
+        resp = self.pool.request("GET", url, preload_content=False, timeout=urllib3.Timeout(connect=5, read=None))
         if resp.status != 200:
             raise ApiError(resp.status, f"watch {path}: {resp.status}")
         buf = b""
@@ -277,11 +306,19 @@ def node_object(i: int, *, gpus: bool) -> dict[str, Any]:
         capacity["nvidia.com/gpu"] = str(GPU_COUNT)  # the device plugin's extended resource
     name = node_name(i)
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                "kubernetes.io/arch": "amd64", "type": "kwok",
-                                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            },
+        },
         "spec": {"podCIDR": f"10.{64 + i // 256}.{i % 256}.0/24"},
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
@@ -290,13 +327,24 @@ def node_object(i: int, *, gpus: bool) -> dict[str, Any]:
 def fabric_status(holders: dict[int, str]) -> dict[str, Any]:
     """The fabric service's FabricState status for a board whose active partitions are ``holders``
     (partition id -> holder); every GPU healthy, Fabric Manager reachable."""
-    partitions = [{"id": p.id, "gpus": [{"physical_id": g} for g in p.sorted_gpus()], "nvlinks": p.nvlinks,
-                   "active": p.id in holders, "supported": True, "holder": holders.get(p.id)}
-                  for p in HGX_H100_PARTITIONS]
+    partitions = [
+        {
+            "id": p.id,
+            "gpus": [{"physical_id": g} for g in p.sorted_gpus()],
+            "nvlinks": p.nvlinks,
+            "active": p.id in holders,
+            "supported": True,
+            "holder": holders.get(p.id),
+        }
+        for p in HGX_H100_PARTITIONS
+    ]
     gpus = [{"physical_id": g, "pci_bus_id": pci_of(g), "healthy": True} for g in range(1, GPU_COUNT + 1)]
-    return build_fabric_state_status(partitions=partitions, gpus=gpus,
-                                     service_vm={"state": "running", "domain": "fabric-vm"},
-                                     fabric_manager={"reachable": True, "backend": "kwok-fleet"})
+    return build_fabric_state_status(
+        partitions=partitions,
+        gpus=gpus,
+        service_vm={"state": "running", "domain": "fabric-vm"},
+        fabric_manager={"reachable": True, "backend": "kwok-fleet"},
+    )
 
 
 def resource_slices(node: str) -> list[dict[str, Any]]:
@@ -332,8 +380,19 @@ class PodRecord:
 class ModeRun:
     """One mode: a cluster, kwok, optionally the extender, kube-scheduler; the trace; the burst."""
 
-    def __init__(self, mode: str, *, nodes: int, trace: Trace, hour_s: float, burst_fraction: float,
-                 seed: int, folder: Path, log: Callable[[str], None], workers: int = 8) -> None:
+    def __init__(
+        self,
+        mode: str,
+        *,
+        nodes: int,
+        trace: Trace,
+        hour_s: float,
+        burst_fraction: float,
+        seed: int,
+        folder: Path,
+        log: Callable[[str], None],
+        workers: int = 8,
+    ) -> None:
         self.mode = mode
         self.dra = mode in DRA_MODES
         self.nodes = nodes
@@ -370,10 +429,14 @@ class ModeRun:
         from gpucaas.programs.sandbox.runner import cluster_objects
 
         t = time.perf_counter()
-        self.cluster = LocalCluster(self.folder / "cluster",
-                                    ClusterOptions(run_scheduler=False, audit_policy=None)).start()
-        objects: list[dict[str, Any]] = [*cluster_objects(), RUNTIME_CLASS,
-                                         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}]
+        self.cluster = LocalCluster(
+            self.folder / "cluster", ClusterOptions(run_scheduler=False, audit_policy=None)
+        ).start()
+        objects: list[dict[str, Any]] = [
+            *cluster_objects(),
+            RUNTIME_CLASS,
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        ]
         if self.dra:
             objects += [dra.device_class(s) for s in (1, *dra.NVLINK_SIZES)]
             objects += [dra.claim_template(s, NAMESPACE) for s in sorted(DEFAULT_MIX)]
@@ -381,10 +444,22 @@ class ModeRun:
         self.api = Api(self.cluster.server, self.cluster.admin_ssl_context(), maxsize=self.workers + 4)
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"fleet-{self.mode}")
         stages = self.folder / "kwok-stages.yaml"
-        stages.write_text(subprocess.run([str(self.cluster.bin_dir / "kwok-stages")], check=True,
-                                         capture_output=True, text=True).stdout)
-        self._spawn("kwok", [str(self.cluster.bin_dir / "kwok"), "--kubeconfig", str(self.cluster.admin_kubeconfig),
-                             "--config", str(stages), "--manage-all-nodes=true"])
+        stages.write_text(
+            subprocess.run(
+                [str(self.cluster.bin_dir / "kwok-stages")], check=True, capture_output=True, text=True
+            ).stdout
+        )
+        self._spawn(
+            "kwok",
+            [
+                str(self.cluster.bin_dir / "kwok"),
+                "--kubeconfig",
+                str(self.cluster.admin_kubeconfig),
+                "--config",
+                str(stages),
+                "--manage-all-nodes=true",
+            ],
+        )
         self._register_nodes()
         self._wait(lambda: self._ready_nodes() >= self.nodes, 120, "kwok reports every node Ready")
         self._wait(lambda: self._default_service_account(), 60, "the namespace's default ServiceAccount")
@@ -397,9 +472,14 @@ class ModeRun:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = (self.folder / f"{name}.log").open("wb")
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,  # noqa: S603
-                                env={**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "2"), **(env or {})},
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "2"), **(env or {})},
+            start_new_session=True,
+        )
         self.procs.append(proc)
         return proc
 
@@ -421,8 +501,12 @@ class ModeRun:
     def _ready_nodes(self) -> int:
         assert self.api is not None
         items = self.api.call("GET", "/api/v1/nodes")["items"]
-        return sum(1 for n in items for c in (n.get("status") or {}).get("conditions") or []
-                   if c.get("type") == "Ready" and c.get("status") == "True")
+        return sum(
+            1
+            for n in items
+            for c in (n.get("status") or {}).get("conditions") or []
+            if c.get("type") == "Ready" and c.get("status") == "True"
+        )
 
     def _default_service_account(self) -> bool:
         assert self.api is not None
@@ -439,10 +523,24 @@ class ModeRun:
         self.extender_url = f"http://127.0.0.1:{port}"
         env = {"PYTHONPATH": str(ROOT), "GPUCAAS_PLACEMENT_BIND": "false" if self.dra else "true"}
         env.pop("KUBECONFIG", None)
-        self._spawn("scheduler-extender",
-                    [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "scheduler-extender",
-                     "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", str(self.cluster.admin_kubeconfig),
-                     "--log-level", "WARNING"], env=env)
+        self._spawn(
+            "scheduler-extender",
+            [
+                sys.executable,
+                "-c",
+                "from gpucaas.programs.cli import app; app()",
+                "scheduler-extender",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--kubeconfig",
+                str(self.cluster.admin_kubeconfig),
+                "--log-level",
+                "WARNING",
+            ],
+            env=env,
+        )
         self._wait(lambda: self._extender_ready(), 120, "the extender ready (FabricStates, GPULeases, pods listed)")
 
     def _extender_ready(self) -> bool:
@@ -503,8 +601,12 @@ class ModeRun:
         assert self.api is not None
         with self.lock:
             holders = dict(self.node_holders[node])
-        self.api.call("PATCH", f"/apis/{crds.GROUP}/{crds.VERSION}/{crds.FABRICSTATE_PLURAL}/{node}/status",
-                      {"status": fabric_status(holders)}, content_type="application/merge-patch+json")
+        self.api.call(
+            "PATCH",
+            f"/apis/{crds.GROUP}/{crds.VERSION}/{crds.FABRICSTATE_PLURAL}/{node}/status",
+            {"status": fabric_status(holders)},
+            content_type="application/merge-patch+json",
+        )
 
     def _schedule_publish(self, node: str, not_before: float) -> None:
         with self.lock:
@@ -578,10 +680,12 @@ class ModeRun:
         for _ in range(50):
             claim_name = rec.claim
             if claim_name:
-                claim = self.api.call("GET", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/"
-                                             f"{claim_name}")
-                results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {})
-                           .get("results") or [])
+                claim = self.api.call(
+                    "GET", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{claim_name}"
+                )
+                results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+                    "results"
+                ) or []
                 if results:
                     gpus: set[int] = set()
                     for r in results:
@@ -629,21 +733,25 @@ class ModeRun:
                 return
             status = pod.get("status") or {}
             for c in status.get("conditions") or []:
-                if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+                if (
+                    c.get("type") == "PodScheduled"
+                    and c.get("status") == "False"
+                    and c.get("reason") == "Unschedulable"
+                ):
                     rec.unschedulable = True
             for s in status.get("resourceClaimStatuses") or []:
                 if s.get("resourceClaimName"):
                     rec.claim = s["resourceClaimName"]
-            node = (pod.get("spec") or {}).get("nodeName")
-            newly_bound = node and rec.bound is None
-            if newly_bound:
+            node: str | None = (pod.get("spec") or {}).get("nodeName")
+            newly_bound = node is not None and rec.bound is None
+            if node is not None and newly_bound:
                 rec.bound, rec.node = now, node
             newly_running = status.get("phase") == "Running" and rec.running is None
             if newly_running:
                 rec.running = now
                 if rec.phase == "trace":
                     self._timer(now + rec.duration_s, "depart", name)
-        if newly_bound:
+        if node is not None and newly_bound:
             self._on_bound(rec, node)
 
     # -- timers: arrivals, departures, FabricState writes ------------------------------------
@@ -676,9 +784,14 @@ class ModeRun:
     def _pod_body(self, rec: PodRecord) -> dict[str, Any]:
         from services.api.pods import build_pod
 
-        pod = build_pod(container_id=rec.name, tenancy=TENANCY, image=IMAGE, gpus=rec.size,
-                        command=["sleep", str(int(rec.duration_s * 3600 / self.hour_s))],
-                        allocation_mode=dra.DRA_MODE if self.dra else dra.DEVICE_PLUGIN_MODE)
+        pod = build_pod(
+            container_id=rec.name,
+            tenancy=TENANCY,
+            image=IMAGE,
+            gpus=rec.size,
+            command=["sleep", str(int(rec.duration_s * 3600 / self.hour_s))],
+            allocation_mode=dra.DRA_MODE if self.dra else dra.DEVICE_PLUGIN_MODE,
+        )
         pod["metadata"]["name"] = rec.name
         pod["metadata"].setdefault("labels", {})[SIZE_LABEL] = str(rec.size)
         return pod
@@ -704,8 +817,12 @@ class ModeRun:
         assert self.api is not None
         self._released(rec)
         try:
-            self.api.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{rec.name}",
-                          {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}, ok=(200, 202, 404))
+            self.api.call(
+                "DELETE",
+                f"/api/v1/namespaces/{NAMESPACE}/pods/{rec.name}",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+                ok=(200, 202, 404),
+            )
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"delete {rec.name}: {exc}")
         if rec.node is not None:
@@ -739,8 +856,10 @@ class ModeRun:
             running = [r for r in recs if r.bound and r.ended is None]
             pending = [r for r in recs if r.bound is None]
             used = sum(r.size for r in running)
-        return (f"{len(recs)} created, {len(running)} placed ({used}/{self.nodes * GPU_COUNT} GPUs), "
-                f"{len(pending)} pending, {len(self.errors)} errors")
+        return (
+            f"{len(recs)} created, {len(running)} placed ({used}/{self.nodes * GPU_COUNT} GPUs), "
+            f"{len(pending)} pending, {len(self.errors)} errors"
+        )
 
     def clear(self) -> None:
         """Delete every pod; wait until they, their claims and the node side are gone and shown free."""
@@ -752,17 +871,26 @@ class ModeRun:
                     rec.ended = time.time()
         self._wait(lambda: not self.live, 180, "every pod deleted")
         if self.dra:
-            self._wait(lambda: not self.api.call(  # type: ignore[union-attr]
-                "GET", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims")["items"], 180,
-                "every ResourceClaim deleted")
+            self._wait(
+                lambda: (
+                    not self.api.call(  # type: ignore[union-attr]
+                        "GET", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+                    )["items"]
+                ),
+                180,
+                "every ResourceClaim deleted",
+            )
         with self.lock:
             for node in self.node_free:
                 self.node_free[node] = FULL_MASK
                 self.node_holders[node] = {}
         list(self.pool.map(self._publish, list(self.node_free)))  # type: ignore[union-attr]
         if self.extender_url:
-            self._wait(lambda: all(m == FULL_MASK for m in self.extender_nodes().values()), 120,
-                       "the extender sees every GPU free")
+            self._wait(
+                lambda: all(m == FULL_MASK for m in self.extender_nodes().values()),
+                120,
+                "the extender sees every GPU free",
+            )
 
     def run_burst(self) -> dict[str, Any]:
         """Stop kube-scheduler, create a burst of pods, start it: binds per second."""
@@ -796,8 +924,11 @@ class ModeRun:
                 progress = sum(1 for r in burst if r.bound)
             time.sleep(0.5)
             with self.lock:
-                if progress == sum(1 for r in burst if r.bound) and progress and time.time() - max(
-                        r.bound or 0 for r in burst) > 15:
+                if (
+                    progress == sum(1 for r in burst if r.bound)
+                    and progress
+                    and time.time() - max(r.bound or 0 for r in burst) > 15
+                ):
                     break  # nothing more is bound: the rest do not fit
         cpu_after = _cpu_s(self.cluster.pid("kube-scheduler")), _cpu_s(self._extender_pid())
         bound = sorted(r.bound for r in burst if r.bound)
@@ -816,7 +947,14 @@ class ModeRun:
         }
 
     def _extender_pid(self) -> int | None:
-        return next((p.pid for p in self.procs if "scheduler-extender" in p.args and p.poll() is None), None)
+        return next(
+            (
+                p.pid
+                for p in self.procs
+                if isinstance(p.args, list) and "scheduler-extender" in p.args and p.poll() is None
+            ),
+            None,
+        )
 
     # -- figures -----------------------------------------------------------------------------------
 
@@ -865,10 +1003,20 @@ class ModeRun:
         }
 
 
-def run_mode(mode: str, *, nodes: int, trace: Trace, hour_s: float, burst_fraction: float, seed: int,
-             folder: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    run = ModeRun(mode, nodes=nodes, trace=trace, hour_s=hour_s, burst_fraction=burst_fraction, seed=seed,
-                  folder=folder, log=log)
+def run_mode(
+    mode: str,
+    *,
+    nodes: int,
+    trace: Trace,
+    hour_s: float,
+    burst_fraction: float,
+    seed: int,
+    folder: Path,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    run = ModeRun(
+        mode, nodes=nodes, trace=trace, hour_s=hour_s, burst_fraction=burst_fraction, seed=seed, folder=folder, log=log
+    )
     t_mode = time.perf_counter()
     try:
         run.start()
@@ -883,9 +1031,11 @@ def run_mode(mode: str, *, nodes: int, trace: Trace, hour_s: float, burst_fracti
         out["first_errors"] = run.errors[:5]
         out["load_average_1m_at_trace_end"] = round(load, 2)
         out["wall_s"] = round(time.perf_counter() - t_mode, 1)
-        log(f"[{mode}] served {out['gpu_hours_served']} GPU-h, invalid {out['invalid_partitions']}, "
+        log(
+            f"[{mode}] served {out['gpu_hours_served']} GPU-h, invalid {out['invalid_partitions']}, "
             f"never placed {out['pods_never_placed']}, {out['scheduled_per_s']} binds/s in the burst, "
-            f"{out['errors']} errors ({out['wall_s']} s)")
+            f"{out['errors']} errors ({out['wall_s']} s)"
+        )
         return out
     finally:
         t_close = time.perf_counter()
@@ -896,21 +1046,41 @@ def run_mode(mode: str, *, nodes: int, trace: Trace, hour_s: float, burst_fracti
 # --------------------------------------------------------------------------- main
 
 
-def run(*, nodes: int, load: float, hour_s: float, warmup_h: float, measure_h: float, seed: int,
-        burst_fraction: float, modes: Sequence[str], keep: bool = False,
-        log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:
+def run(
+    *,
+    nodes: int,
+    load: float,
+    hour_s: float,
+    warmup_h: float,
+    measure_h: float,
+    seed: int,
+    burst_fraction: float,
+    modes: Sequence[str],
+    keep: bool = False,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> dict[str, Any]:
     trace = make_trace(nodes=nodes, load=load, warmup_h=warmup_h, measure_h=measure_h, seed=seed)
     capacity = nodes * GPU_COUNT
     bound = pooled_bound(trace, capacity)
-    log(f"trace: {len(trace.jobs)} jobs over {trace.horizon_h} h (1 h = {hour_s} s), offered load {load}, "
-        f"pooled bound {bound['pooled_bound_gpu_hours']:.1f} GPU-h in the window")
+    log(
+        f"trace: {len(trace.jobs)} jobs over {trace.horizon_h} h (1 h = {hour_s} s), offered load {load}, "
+        f"pooled bound {bound['pooled_bound_gpu_hours']:.1f} GPU-h in the window"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     results: dict[str, dict[str, Any]] = {}
     t_start = time.perf_counter()
     try:
         for mode in modes:
-            results[mode] = run_mode(mode, nodes=nodes, trace=trace, hour_s=hour_s, burst_fraction=burst_fraction,
-                                     seed=seed, folder=tmp / mode, log=log)
+            results[mode] = run_mode(
+                mode,
+                nodes=nodes,
+                trace=trace,
+                hour_s=hour_s,
+                burst_fraction=burst_fraction,
+                seed=seed,
+                folder=tmp / mode,
+                log=log,
+            )
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -964,10 +1134,13 @@ def run(*, nodes: int, load: float, hour_s: float, warmup_h: float, measure_h: f
         "ratio_vs_bound_extender>=0.99": _ge(figures["gpu_hours_ratio_vs_bound_extender"], 0.99),
         "ratio_vs_most_allocated>=1.0": _ge(figures["gpu_hours_ratio_vs_most_allocated"], 1.0),
         "invalid_partitions_extender_and_dra==0": all(
-            results[m]["invalid_partitions"] == 0 for m in ("extender", "dra", "dra_extender") if m in results),
+            results[m]["invalid_partitions"] == 0 for m in ("extender", "dra", "dra_extender") if m in results
+        ),
         "scheduled_per_s_extender>=0.5x_most_allocated": (
-            None if ext is None or "most_allocated" not in results
-            else ext["scheduled_per_s"] >= 0.5 * results["most_allocated"]["scheduled_per_s"]),
+            None
+            if ext is None or "most_allocated" not in results
+            else ext["scheduled_per_s"] >= 0.5 * results["most_allocated"]["scheduled_per_s"]
+        ),
     }
     return figures
 
@@ -984,8 +1157,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--hour-s", type=float, default=None, help="real seconds per trace hour")
     parser.add_argument("--warmup-h", type=float, default=None, help="trace hours before the measurement window")
     parser.add_argument("--measure-h", type=float, default=None, help="trace hours measured")
-    parser.add_argument("--burst-fraction", type=float, default=0.5,
-                        help="the burst's GPUs as a fraction of the fleet's")
+    parser.add_argument(
+        "--burst-fraction", type=float, default=0.5, help="the burst's GPUs as a fraction of the fleet's"
+    )
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--seed", type=int, default=20261126)
     parser.add_argument("--keep", action="store_true", help="keep the clusters' folders and logs")
@@ -998,8 +1172,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     hour_s = args.hour_s or (20.0 if args.quick else 60.0)
     warmup_h = args.warmup_h if args.warmup_h is not None else 2.0
     measure_h = args.measure_h if args.measure_h is not None else (4.0 if args.quick else 6.0)
-    figures = run(nodes=nodes, load=args.load, hour_s=hour_s, warmup_h=warmup_h, measure_h=measure_h,
-                  seed=args.seed, burst_fraction=args.burst_fraction, modes=modes, keep=args.keep)
+    figures = run(
+        nodes=nodes,
+        load=args.load,
+        hour_s=hour_s,
+        warmup_h=warmup_h,
+        measure_h=measure_h,
+        seed=args.seed,
+        burst_fraction=args.burst_fraction,
+        modes=modes,
+        keep=args.keep,
+    )
     figures["quick"] = args.quick
     print(json.dumps(figures))
     return figures

@@ -19,8 +19,8 @@ idle window; ``lease_agent`` is the difference, i.e. what the agent adds to the 
 Method: ``gpucaas sandbox`` parts are started with one simulated node (every process as
 in production: the real service code, its real protocols), nothing is submitted, the
 figures are read from ``/proc/<pid>/status`` and ``/proc/<pid>/stat`` of each daemon's
-process (the supervisor's child). Targets (issue 18): under 60 MB and under 1 % of a core
-each.
+process (the supervisor's child). Targets: under 60 MB and under 1 % of a core each, since
+every GPU node runs these daemons beside its tenants' VMs.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 RSS_TARGET_MB = 60.0
 CPU_TARGET_PCT = 1.0
@@ -88,30 +89,56 @@ def main(argv: list[str] | None = None) -> int:
             alone_dir.mkdir()
             kubelet = FakeKubelet(alone_dir / "device-plugins", alone_dir / "pod-resources.sock").start()
             # as the sandbox's device plugin (same PodResources interval and sync grace), leases off
-            env = {**os.environ, **runner.device_plugin_env(alone_dir), "GPUCAAS_LEASES": "false",
-                   "GPUCAAS_SYSFS_ROOT": str(node.sysfs),
-                   "GPUCAAS_DEV_ROOT": str(node.dev), "GPUCAAS_FABRIC_SOCKET": str(node.fabric_socket)}
+            env = {
+                **os.environ,
+                **runner.device_plugin_env(alone_dir),
+                "GPUCAAS_LEASES": "false",
+                "GPUCAAS_SYSFS_ROOT": str(node.sysfs),
+                "GPUCAAS_DEV_ROOT": str(node.dev),
+                "GPUCAAS_FABRIC_SOCKET": str(node.fabric_socket),
+            }
             alone = subprocess.Popen(
-                [sys.executable, "-m", "gpucaas", "device-plugin", "--device-plugin-dir",
-                 str(alone_dir / "device-plugins"), "--cdi-dir", str(alone_dir / "cdi"),
-                 "--pod-resources-socket", str(alone_dir / "pod-resources.sock"),
-                 "--metrics-port", str(runner.free_port()), "--node-name", "gpu-node-a"],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "gpucaas",
+                    "device-plugin",
+                    "--device-plugin-dir",
+                    str(alone_dir / "device-plugins"),
+                    "--cdi-dir",
+                    str(alone_dir / "cdi"),
+                    "--pod-resources-socket",
+                    str(alone_dir / "pod-resources.sock"),
+                    "--metrics-port",
+                    str(runner.free_port()),
+                    "--node-name",
+                    "gpu-node-a",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60)
             time.sleep(settle_s)  # a benchmark, not a test: let start-up work finish
             services = sb.supervisor.services
-            wanted = {"device_plugin": "device-plugin-gpu-node-a", "fabric": "fabric-gpu-node-a",
-                      "node_agent": "node-agent-gpu-node-a"}
+            wanted = {
+                "device_plugin": "device-plugin-gpu-node-a",
+                "fabric": "fabric-gpu-node-a",
+                "node_agent": "node-agent-gpu-node-a",
+            }
             pids = {k: services[name].process.pid for k, name in wanted.items() if name in services}
             pids["device_plugin_alone"] = alone.pid
             before = {k: cpu_seconds(p) for k, p in pids.items()}
             t0 = time.monotonic()
             time.sleep(idle_s)
             wall = time.monotonic() - t0
-            daemons = {
-                k: {"rss_mb": round(rss_mb(p), 1), "pss_mb": pss_mb(p),
+            daemons: dict[str, dict[str, Any]] = {
+                k: {
+                    "rss_mb": round(rss_mb(p), 1),
+                    "pss_mb": pss_mb(p),
                     "idle_cpu_pct": round(100 * (cpu_seconds(p) - before[k]) / wall, 2),
-                    "threads": threads(p)}
+                    "threads": threads(p),
+                }
                 for k, p in pids.items()
             }
         finally:
@@ -122,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                 kubelet.stop()
             sb.stop()
     with_agent, without = daemons["device_plugin"], daemons.pop("device_plugin_alone")
-    lease_agent = {"in_process_of": "device_plugin",
-                   "rss_mb": round(with_agent["rss_mb"] - without["rss_mb"], 1),
-                   "idle_cpu_pct": round(with_agent["idle_cpu_pct"] - without["idle_cpu_pct"], 2)}
+    lease_agent = {
+        "in_process_of": "device_plugin",
+        "rss_mb": round(with_agent["rss_mb"] - without["rss_mb"], 1),
+        "idle_cpu_pct": round(with_agent["idle_cpu_pct"] - without["idle_cpu_pct"], 2),
+    }
     prod = [daemons[k] for k in PRODUCTION_DAEMONS if k in daemons]
     result = {
         "daemons": daemons,
@@ -140,10 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
     }
     for name, d in {**daemons, "device_plugin_alone": without}.items():
-        print(f"{name}: {d['rss_mb']} MB resident ({d['pss_mb']} MB proportional), {d['idle_cpu_pct']} % of a "
-              f"core idle, {d['threads']} threads", file=sys.stderr)
-    print(f"lease agent (in the device plugin's process): +{lease_agent['rss_mb']} MB, "
-          f"+{lease_agent['idle_cpu_pct']} % of a core", file=sys.stderr)
+        print(
+            f"{name}: {d['rss_mb']} MB resident ({d['pss_mb']} MB proportional), {d['idle_cpu_pct']} % of a "
+            f"core idle, {d['threads']} threads",
+            file=sys.stderr,
+        )
+    print(
+        f"lease agent (in the device plugin's process): +{lease_agent['rss_mb']} MB, "
+        f"+{lease_agent['idle_cpu_pct']} % of a core",
+        file=sys.stderr,
+    )
     print(json.dumps(result))
     return 0
 

@@ -125,9 +125,18 @@ def _lua_string(value: str) -> str:
     return json.dumps(value)  # a JSON string literal is a valid Lua string literal here
 
 
-def run(url: str, path: str, *, method: str = "GET", body: str | None = None,
-        tokens: list[str] | None = None, connections: int = 16, seconds: float = 5.0,
-        rate: float | None = None, timeout_s: float = 10.0) -> LoadResult:
+def run(
+    url: str,
+    path: str,
+    *,
+    method: str = "GET",
+    body: str | None = None,
+    tokens: list[str] | None = None,
+    connections: int = 16,
+    seconds: float = 5.0,
+    rate: float | None = None,
+    timeout_s: float = 10.0,
+) -> LoadResult:
     """One wrk run (one thread) against ``url + path``; see the module docstring."""
     interval_ms = 0 if rate is None else 1000.0 / rate
     script = _SCRIPT % {
@@ -140,8 +149,17 @@ def run(url: str, path: str, *, method: str = "GET", body: str | None = None,
     with tempfile.TemporaryDirectory() as tmp:
         lua = Path(tmp) / "bench.lua"
         lua.write_text(script)
-        cmd = [wrk_path(), "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-               f"--timeout", f"{timeout_s:g}s", "-s", str(lua), url]
+        cmd = [
+            wrk_path(),
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            f"{timeout_s:g}s",
+            "-s",
+            str(lua),
+            url,
+        ]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -173,7 +191,8 @@ def check_not_saturated(name: str, result: LoadResult, limit: float = 0.9) -> No
     if result.loadgen_cpu_share > limit:
         raise LoadGeneratorSaturated(
             f"{name}: wrk used {result.loadgen_cpu_share:.0%} of a core — the load generator, not the "
-            "server, set this figure; give it a core of its own or fewer connections")
+            "server, set this figure; give it a core of its own or fewer connections"
+        )
 
 
 def process_cpu_seconds(pid: int) -> float:

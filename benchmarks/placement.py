@@ -66,6 +66,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
+from typing import Any
 
 from gpucaas.core.topology import GPU_COUNT, partition_for
 from services.dra_driver.slices import buddy_order
@@ -375,15 +376,11 @@ class Result:
             "gpu_hours_placed": round(self.gpu_hours_placed, 1),
             "gpu_hours_served": round(self.gpu_hours_served, 1),
             "fragmentation": statistics.fmean(self.frag_samples) if self.frag_samples else 0.0,
-            "utilisation": statistics.fmean(self.utilisation_samples)
-            if self.utilisation_samples
-            else 0.0,
+            "utilisation": statistics.fmean(self.utilisation_samples) if self.utilisation_samples else 0.0,
         }
 
 
-def replay(
-    policy, jobs: Sequence[Job], *, nodes: int, window: tuple[float, float], drain: bool = True
-) -> Result:
+def replay(policy, jobs: Sequence[Job], *, nodes: int, window: tuple[float, float], drain: bool = True) -> Result:
     """Run the jobs through one policy; count what falls inside the window.
 
     With ``drain`` the jobs still running at the end depart too (the policy's state is
@@ -450,9 +447,7 @@ def run_level(
     seed: int,
     durations: str = "lognormal",
 ) -> dict[str, object]:
-    jobs = workload(
-        nodes=nodes, load=load, horizon_h=warmup_h + measure_h, mix=mix, seed=seed, durations=durations
-    )
+    jobs = workload(nodes=nodes, load=load, horizon_h=warmup_h + measure_h, mix=mix, seed=seed, durations=durations)
     window = (warmup_h, warmup_h + measure_h)
     results: dict[str, Result] = {}
     ours = Ours(nodes)
@@ -503,9 +498,7 @@ def extender_latency(index: FleetIndex, *, samples: int, seed: int) -> dict[str,
     timings: list[float] = []
     for _ in range(samples):
         size = rng.choice(sizes)
-        body = json.dumps(
-            {"Pod": _pod(size), "Nodes": None, "NodeNames": names}
-        ).encode()
+        body = json.dumps({"Pod": _pod(size), "Nodes": None, "NodeNames": names}).encode()
         t0 = time.perf_counter_ns()
         filtered = extender.handle_filter(index, body)
         t1 = time.perf_counter_ns()
@@ -524,9 +517,7 @@ def _pod(size: int) -> dict[str, object]:
         "kind": "Pod",
         "metadata": {"name": "bench", "namespace": "tenant-bench", "uid": "0"},
         "spec": {
-            "containers": [
-                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(size)}}}
-            ]
+            "containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(size)}}}]
         },
     }
 
@@ -543,13 +534,13 @@ def run_ours_only(
 # --------------------------------------------------------------------------- main
 
 
-def plot(levels: list[dict[str, object]], path: Path, nodes: int) -> None:
+def plot(levels: list[dict[str, Any]], path: Path, nodes: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    loads = [float(lv["load"]) for lv in levels]  # type: ignore[arg-type]
+    loads = [float(lv["load"]) for lv in levels]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {
         "bound": ("perfect defragmentation (bound)", "k--"),
@@ -561,11 +552,8 @@ def plot(levels: list[dict[str, object]], path: Path, nodes: int) -> None:
         "spread": ("default scheduler (spreading, any GPUs)", "C3-s"),
     }
     for key, (label, style) in styles.items():
-        acc = [lv[key]["acceptance"] for lv in levels]  # type: ignore[index]
-        served = [
-            lv[key]["gpu_hours_served"] / lv["bound"]["gpu_hours_offered"]  # type: ignore[index,operator]
-            for lv in levels
-        ]
+        acc = [lv[key]["acceptance"] for lv in levels]
+        served = [lv[key]["gpu_hours_served"] / lv["bound"]["gpu_hours_offered"] for lv in levels]
         ax1.plot(loads, acc, style, label=label)
         ax2.plot(loads, served, style, label=label)
     ax1.set_xlabel("offered load")
@@ -661,8 +649,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         # by GPU count + our device plugin), and the two DRA modes beside the extender's.
         "gpu_hours_ratio_vs_most_allocated": round(float(at90["ratio_vs_most_allocated"]), 3),  # type: ignore[arg-type]
         "dra_gpu_hours_ratio_vs_most_allocated": round(float(at90["dra_ratio_vs_most_allocated"]), 3),  # type: ignore[arg-type]
-        "dra_extender_gpu_hours_ratio_vs_most_allocated": round(
-            float(at90["dra_extender_ratio_vs_most_allocated"]), 3),  # type: ignore[arg-type]
+        "dra_extender_gpu_hours_ratio_vs_most_allocated": round(float(at90["dra_extender_ratio_vs_most_allocated"]), 3),  # type: ignore[arg-type]
         "dra_gpu_hours_ratio_vs_spread": round(float(at90["dra_ratio_vs_spread"]), 3),  # type: ignore[arg-type]
         "dra_extender_gpu_hours_ratio_vs_spread": round(float(at90["dra_extender_ratio_vs_spread"]), 3),  # type: ignore[arg-type]
         "dra_gpu_hours_ratio_vs_extender": round(float(at90["dra_ratio_vs_extender"]), 4),  # type: ignore[arg-type]

@@ -40,8 +40,11 @@ from services.api.token_cache import TokenCache, VerifiedToken
 
 def _cache_hit_us(n: int) -> float:
     cache = TokenCache(ttl=60)
-    cache.put("d", VerifiedToken(id="tok", tenancy="t", scope="read", expires_at=None, last_used_at=None),
-              generation=cache.generation)
+    cache.put(
+        "d",
+        VerifiedToken(id="tok", tenancy="t", scope="read", expires_at=None, last_used_at=None),
+        generation=cache.generation,
+    )
     started = time.perf_counter()
     for _ in range(n):
         cache.get("d")
@@ -86,7 +89,8 @@ async def _pool_figures(url: str, digest: str, n: int) -> dict[str, float]:
     finally:
         await pool.close()
     return {
-        "token_query_us": round(query_wall, 1), "token_query_cpu_us": round(query_cpu, 1),
+        "token_query_us": round(query_wall, 1),
+        "token_query_cpu_us": round(query_cpu, 1),
         "admit_us": round(statistics.mean(w for w, _ in admit), 1),
         "admit_cpu_us": round(statistics.mean(c for _, c in admit), 1),
         "admit_audited_us": round(statistics.mean(w for w, _ in admit_audited), 1),
@@ -95,8 +99,9 @@ async def _pool_figures(url: str, digest: str, n: int) -> dict[str, float]:
 
 
 def _revoke_figures(url: str, engine: Any, rounds: int) -> dict[str, float]:
-    listeners = [revocations.Listener(url, TokenCache(ttl=60, guarded=True), replica=f"bench-{i}").start()
-                 for i in range(2)]
+    listeners = [
+        revocations.Listener(url, TokenCache(ttl=60, guarded=True), replica=f"bench-{i}").start() for i in range(2)
+    ]
     try:
         for listener in listeners:
             if not listener.listening.wait(30):
@@ -114,8 +119,10 @@ def _revoke_figures(url: str, engine: Any, rounds: int) -> dict[str, float]:
         for listener in listeners:
             listener.stop()
     took.sort()
-    return {"revoke_ack_ms_p50": round(statistics.median(took) * 1e3, 2),
-            "revoke_ack_ms_p99": round(took[min(len(took) - 1, int(len(took) * 0.99))] * 1e3, 2)}
+    return {
+        "revoke_ack_ms_p50": round(statistics.median(took) * 1e3, 2),
+        "revoke_ack_ms_p99": round(took[min(len(took) - 1, int(len(took) * 0.99))] * 1e3, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,8 +76,13 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "from gpucaas.programs.cli import app; app()", *args],
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", *args],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def _cpu_s(*pids: int | None) -> float | None:
@@ -116,8 +121,13 @@ class ReadyWatch:
         from gpucaas.core import crds
 
         try:
-            for event in self._watch.stream(self._api.list_cluster_custom_object, crds.GROUP, crds.VERSION,
-                                            crds.TENANCY_PLURAL, timeout_seconds=3600):
+            for event in self._watch.stream(
+                self._api.list_cluster_custom_object,
+                crds.GROUP,
+                crds.VERSION,
+                crds.TENANCY_PLURAL,
+                timeout_seconds=3600,
+            ):
                 self._seen(event["object"])
         except Exception:  # noqa: BLE001 - the cluster going away at the end ends the stream
             return
@@ -213,16 +223,27 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
     from services.tenancy_controller import kube
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenancy-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
-           "GPUCAAS_CONTROLLER_HANDLER_MODULES": json.dumps(["services.tenancy_controller.handlers"])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUCAAS_CONTROLLER_GPU_LEASES": "false"}
     env.pop("KUBECONFIG", None)
     cluster = _start_cluster(tmp / "cluster")
     kubeconfig = cluster.admin_kubeconfig
     procs: list[subprocess.Popen[bytes]] = []
     try:
         api = kube.KubeClient(kube.connection(kubeconfig, pool_size=max(32, creators)))
-        controller = _spawn(["controller", "--kubeconfig", str(kubeconfig), "--standalone",
-                             "--workers", str(workers), "--retry-delay-s", "0.5"], tmp / "controller.log", env)
+        controller = _spawn(
+            [
+                "controller",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--standalone",
+                "--workers",
+                str(workers),
+                "--retry-delay-s",
+                "0.5",
+            ],
+            tmp / "controller.log",
+            env,
+        )
         procs.append(controller)
         watch = ReadyWatch(config.new_client_from_config(config_file=str(kubeconfig)))
 
@@ -240,8 +261,11 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
             answered[name] = time.perf_counter()
 
         def cpu() -> tuple[float | None, float | None, float | None]:
-            return (_cpu_s(cluster.pid("kube-apiserver"), cluster.pid("etcd")),
-                    _cpu_s(controller.pid), _cpu_s(cluster.pid("kube-controller-manager")))
+            return (
+                _cpu_s(cluster.pid("kube-apiserver"), cluster.pid("etcd")),
+                _cpu_s(controller.pid),
+                _cpu_s(cluster.pid("kube-controller-manager")),
+            )
 
         names = [f"bench-{i:04d}" for i in range(count)]
         cpu_before = cpu()
@@ -300,8 +324,9 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="the burst of 200, 10 s (not 30) at 20/s, then 5 single tenancies (not 20)")
+    parser.add_argument(
+        "--quick", action="store_true", help="the burst of 200, 10 s (not 30) at 20/s, then 5 single tenancies (not 20)"
+    )
     parser.add_argument("--count", type=int, default=None, help="tenancies in the burst (default 200)")
     parser.add_argument("--workers", type=int, default=16, help="controller reconcile threads")
     parser.add_argument("--creators", type=int, default=20, help="concurrent clients sending the creates")

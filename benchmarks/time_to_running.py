@@ -76,8 +76,17 @@ IMAGE_REF = "docker.io/library/busybox:1.36"  # what containerd calls it
 COMMAND = ["sleep", "1"]
 REAL_NODES = 2
 STALL_S = 180.0  # give up when no container progressed for this long (a stall, not slowness)
-PHASES = ("admission", "pod_creation", "scheduling", "room_wait", "kubelet", "runc_create", "runc_start",
-          "status_report", "api_report")
+PHASES = (
+    "admission",
+    "pod_creation",
+    "scheduling",
+    "room_wait",
+    "kubelet",
+    "runc_create",
+    "runc_start",
+    "status_report",
+    "api_report",
+)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -139,10 +148,14 @@ class PodWatch:
                     listing = self.core.list_pod_for_all_namespaces(label_selector=LABEL_CONTAINER)
                     for pod in listing.items:
                         self._note(pod)
-                    rv = listing.metadata.resource_version
+                    rv = listing.metadata.resource_version if listing.metadata else None
                 w = watch.Watch()
-                for ev in w.stream(self.core.list_pod_for_all_namespaces, label_selector=LABEL_CONTAINER,
-                                   resource_version=rv, timeout_seconds=60):
+                for ev in w.stream(
+                    self.core.list_pod_for_all_namespaces,
+                    label_selector=LABEL_CONTAINER,
+                    resource_version=rv,
+                    timeout_seconds=60,
+                ):
                     rv = ev["object"].metadata.resource_version
                     self._note(ev["object"])
                     if self._stop.is_set():
@@ -194,8 +207,12 @@ class ContainerdEvents:
     def __init__(self, ctr: Path, sockets: list[Path]) -> None:
         self.marks: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
-        self._procs = [subprocess.Popen([str(ctr), "--address", str(s), "events"], stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True) for s in sockets]
+        self._procs = [
+            subprocess.Popen(
+                [str(ctr), "--address", str(s), "events"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+            for s in sockets
+        ]
         for p in self._procs:
             threading.Thread(target=self._read, args=(p,), daemon=True, name="ctr-events").start()
 
@@ -250,7 +267,7 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
                 if body.get("type") == "container.running":
                     cid = body["data"]["container"]["id"]
@@ -295,7 +312,7 @@ def wait_ready(sb: Any, names: list[str]) -> None:
     from gpucaas.core.crds import GROUP, TENANCY_PLURAL, VERSION
 
     with config.new_client_from_config(str(sb.kubeconfig)) as api:
-        objects = client.CustomObjectsApi(api)
+        objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
         deadline = time.monotonic() + STALL_S
         while True:
             items = objects.list_cluster_custom_object(GROUP, VERSION, TENANCY_PLURAL)["items"]
@@ -327,11 +344,17 @@ def cache_image(sb: Any, token: str, watcher: PodWatch, ctr: Path) -> None:
     ids = [post(sb, token, body)[0] for _ in sb.real_nodes]
     wait_all("finished (warm-up)", ids, lambda i: getattr(watcher.seen.get(i), "finished", None), watcher.cond)
     for name, node in sb.real_nodes.items():
-        images = subprocess.run([str(ctr), "--address", str(node.containerd_socket), "--namespace", "k8s.io",
-                                 "images", "ls", "-q"], capture_output=True, text=True, check=True).stdout.split()
+        images = subprocess.run(
+            [str(ctr), "--address", str(node.containerd_socket), "--namespace", "k8s.io", "images", "ls", "-q"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         if IMAGE_REF not in images:
-            raise RuntimeError(f"{name}: {IMAGE_REF} not cached after the warm-up (nodes used: "
-                               f"{sorted(str(watcher.seen[i].node) for i in ids)})")
+            raise RuntimeError(
+                f"{name}: {IMAGE_REF} not cached after the warm-up (nodes used: "
+                f"{sorted(str(watcher.seen[i].node) for i in ids)})"
+            )
 
 
 def wait_gpus_free(sb: Any) -> None:
@@ -342,7 +365,7 @@ def wait_gpus_free(sb: Any) -> None:
     from gpucaas.core.lease_states import LeaseState, state_of
 
     with config.new_client_from_config(str(sb.kubeconfig)) as api:
-        objects = client.CustomObjectsApi(api)
+        objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
         deadline = time.monotonic() + STALL_S
         while True:
             items = objects.list_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL)["items"]
@@ -396,9 +419,17 @@ def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | No
     steps = [(b - a) * 1000 for a, b in zip(cum, cum[1:], strict=False)]
     admission, pod_creation, scheduling, kubelet, runc_create, runc_start, status_report, api_report = steps
     room_wait = min(scheduling, waited * 1000)
-    return {"admission": admission, "pod_creation": pod_creation, "scheduling": scheduling - room_wait,
-            "room_wait": room_wait, "kubelet": kubelet, "runc_create": runc_create, "runc_start": runc_start,
-            "status_report": status_report, "api_report": api_report}
+    return {
+        "admission": admission,
+        "pod_creation": pod_creation,
+        "scheduling": scheduling - room_wait,
+        "room_wait": room_wait,
+        "kubelet": kubelet,
+        "runc_create": runc_create,
+        "runc_start": runc_start,
+        "status_report": status_report,
+        "api_report": api_report,
+    }
 
 
 def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
@@ -417,7 +448,9 @@ def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
             pod_quota = max(20, -(-count // tenancies))
             names = [f"ttr-{t:02d}" for t in range(tenancies)]
             for name in names:
-                sb.api("POST", "/v1/admin/tenancies", {"name": name, "gpu_quota": 8 * pod_quota, "pod_quota": pod_quota})
+                sb.api(
+                    "POST", "/v1/admin/tenancies", {"name": name, "gpu_quota": 8 * pod_quota, "pod_quota": pod_quota}
+                )
                 tokens.append(sb.api("POST", f"/v1/admin/tenancies/{name}/tokens", {})["token"])
             # Tenancy namespaces are made by the controller: a container submitted before its
             # tenancy is Ready would wait for that too, which is not what this measures.
@@ -445,8 +478,14 @@ def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
     reasons = sorted({seen[i].wait_reason or "" for i in ids if seen[i].unschedulable is not None})
     for reason in reasons:
         print(f"a pod waited: {reason}", file=sys.stderr)
-    waited = {i: (seen[i].bound - seen[i].unschedulable  # type: ignore[operator]
-                  if seen[i].unschedulable is not None and seen[i].bound is not None else 0.0) for i in ids}
+    waited = {
+        i: (
+            seen[i].bound - seen[i].unschedulable  # type: ignore[operator]
+            if seen[i].unschedulable is not None and seen[i].bound is not None
+            else 0.0
+        )
+        for i in ids
+    }
     # A pod the kubelet refused (no container was ever made) did not run: the API reports it
     # failed, after a container.running event of its own (the pod had a start time).
     never = [i for i in ids if seen[i].container_id is None]
@@ -457,11 +496,32 @@ def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
     queued = [(api_running[i] - posted[i]) * 1000 for i in ids]
     control = [max(0.0, (api_running[i] - posted[i] - waited[i]) * 1000) for i in ids]
     to_pod = [(seen[i].created - posted[i]) * 1000 for i in ids]  # type: ignore[operator]
-    node_part = [(seen[i].running - seen[i].bound) * 1000 for i in ids  # type: ignore[operator]
-                 if seen[i].bound is not None and seen[i].running is not None]
-    split = [p for p in (phases_of([posted[i], answered[i], seen[i].created, seen[i].bound, ctrd[i].get("record"),
-                                    ctrd[i].get("task"), ctrd[i].get("started"), seen[i].running, api_running[i]],
-                                   waited[i]) for i in ids) if p is not None]
+    node_part = [
+        (running - bound) * 1000
+        for running, bound in ((seen[i].running, seen[i].bound) for i in ids)
+        if bound is not None and running is not None
+    ]
+    split = [
+        p
+        for p in (
+            phases_of(
+                [
+                    posted[i],
+                    answered[i],
+                    seen[i].created,
+                    seen[i].bound,
+                    ctrd[i].get("record"),
+                    ctrd[i].get("task"),
+                    ctrd[i].get("started"),
+                    seen[i].running,
+                    api_running[i],
+                ],
+                waited[i],
+            )
+            for i in ids
+        )
+        if p is not None
+    ]
     span = max(api_running[i] for i in ids) - min(posted.values())
     result: dict[str, Any] = {
         "running_p50_ms": round(percentile(control, 50), 1),
@@ -473,22 +533,24 @@ def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
         values = [p[phase] for p in split]
         result[f"{phase}_p50_ms"] = round(percentile(values, 50), 1)
         result[f"{phase}_p99_ms"] = round(percentile(values, 99), 1)
-    result.update({
-        "phases_measured": len(split),  # containers with every mark (the others lack a containerd event)
-        "post_to_pod_p50_ms": round(percentile(to_pod, 50), 1),
-        "post_to_pod_p99_ms": round(percentile(to_pod, 99), 1),
-        "bound_to_running_p50_ms": round(percentile(node_part, 50), 1),
-        "bound_to_running_p99_ms": round(percentile(node_part, 99), 1),
-        "waited_for_room": sum(waited[i] > 0 for i in ids),
-        "started_per_s": round(len(ids) / span, 2),
-        "containers": len(ids),  # those that ran
-        "did_not_start": submitted - len(ids),
-        "tenancies": tenancies,
-        "gpus": submitted,
-        "real_nodes": REAL_NODES,
-        "image": IMAGE,
-        "quick": quick,
-    })
+    result.update(
+        {
+            "phases_measured": len(split),  # containers with every mark (the others lack a containerd event)
+            "post_to_pod_p50_ms": round(percentile(to_pod, 50), 1),
+            "post_to_pod_p99_ms": round(percentile(to_pod, 99), 1),
+            "bound_to_running_p50_ms": round(percentile(node_part, 50), 1),
+            "bound_to_running_p99_ms": round(percentile(node_part, 99), 1),
+            "waited_for_room": sum(waited[i] > 0 for i in ids),
+            "started_per_s": round(len(ids) / span, 2),
+            "containers": len(ids),  # those that ran
+            "did_not_start": submitted - len(ids),
+            "tenancies": tenancies,
+            "gpus": submitted,
+            "real_nodes": REAL_NODES,
+            "image": IMAGE,
+            "quick": quick,
+        }
+    )
     return result
 
 
@@ -501,9 +563,12 @@ def main(argv: list[str] | None = None) -> int:
     count = args.containers or (40 if args.quick else 200)
     result = run(count, args.tenancies, args.quick)
     where = ", ".join(f"{p} {result[f'{p}_p50_ms']}" for p in PHASES)
-    print(f"POST -> API Running, control plane and node: p50 {result['running_p50_ms']} ms, "
-          f"p99 {result['running_p99_ms']} ms; with waits for room: p99 {result['queued_running_p99_ms']} ms; "
-          f"{result['started_per_s']} started/s; p50 by phase (ms): {where}", file=sys.stderr)
+    print(
+        f"POST -> API Running, control plane and node: p50 {result['running_p50_ms']} ms, "
+        f"p99 {result['running_p99_ms']} ms; with waits for room: p99 {result['queued_running_p99_ms']} ms; "
+        f"{result['started_per_s']} started/s; p50 by phase (ms): {where}",
+        file=sys.stderr,
+    )
     print(json.dumps(result))
     return 0
 

@@ -6,4 +6,6 @@ pytest_plugins = [
     "tests.fixtures.hardware",
     "tests.fixtures.kubelet",
     "tests.fixtures.redis_server",
+    # `scripted`: a scripted Kubernetes API server (tests/core_kube/scripted.py)
+    "tests.core_kube.scripted",
 ]

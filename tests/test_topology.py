@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from gpucaas.core import topology as t
 
@@ -29,7 +28,14 @@ def test_default_partition_table_matches_fabric_manager() -> None:
         ({2, 3, 4, 5, 6, 7, 8}, 3, (2, 3, 4)),  # inside the broken quad
         ({1, 2, 5, 6}, 2, None),  # 4 GPUs free, no free pair -> best effort below
     ],
-    ids=["whole-board", "first-quad", "pair-in-broken-quad", "single-in-broken-pair", "three-in-broken-quad", "no-pair"],
+    ids=[
+        "whole-board",
+        "first-quad",
+        "pair-in-broken-quad",
+        "single-in-broken-pair",
+        "three-in-broken-quad",
+        "no-pair",
+    ],
 )
 def test_choose_gpus_best_fit(free, size, expected) -> None:
     choice = t.choose_gpus(free, size)

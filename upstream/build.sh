@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the pinned upstream binaries (Kubernetes, etcd, kwok, and the node's containerd) from
+# Builds the pinned upstream binaries (Kubernetes, etcd, kwok, the node's containerd and the
+# sandbox's ingress controller, Traefik) from
 # their Go modules into a cache outside the work tree, and prints the folder that holds them.
 #
 #   upstream/build.sh            build what is missing, print the bin folder
@@ -15,7 +16,8 @@ KUBE_VERSION=v1.36.3
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 CONTAINERD_VERSION=v2.4.2
 NODE_BINARIES=(containerd containerd-shim-runc-v2 ctr)
-ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}")
+TRAEFIK_VERSION=v3.6.12
+ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" traefik)
 
 given="${GPUCAAS_KUBE_BIN:-${KUBEBUILDER_ASSETS:-}}"
 if [ -n "$given" ]; then
@@ -37,6 +39,9 @@ pins=$( (echo "$KUBE_VERSION $kube_ld $GOFLAGS_USED"; for m in "${control[@]}"; 
 ctr_tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
 ctr_ld="-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
 node_pins=$( (echo "$ctr_tags $ctr_ld $GOFLAGS_USED"; cat "$here/containerd/go.mod" "$here/containerd/go.sum") | sha256sum | cut -c1-12)
+# so are Traefik's
+traefik_ld="-X github.com/traefik/traefik/v3/pkg/version.Version=$TRAEFIK_VERSION"
+traefik_pins=$( (echo "$traefik_ld $GOFLAGS_USED"; cat "$here/traefik/go.mod" "$here/traefik/go.sum") | sha256sum | cut -c1-12)
 cache="${GPUCAAS_UPSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucaas/upstream}"
 bin="$cache/$KUBE_VERSION-$pins/bin"
 if [ "${1:-}" = "--print" ]; then echo "$bin"; exit 0; fi
@@ -44,6 +49,7 @@ if [ "${1:-}" = "--print" ]; then echo "$bin"; exit 0; fi
 if [ "$(cat "$bin/containerd.pins" 2>/dev/null)" != "$node_pins" ]; then
   for b in "${NODE_BINARIES[@]}"; do rm -f "$bin/$b"; done
 fi
+if [ "$(cat "$bin/traefik.pins" 2>/dev/null)" != "$traefik_pins" ]; then rm -f "$bin/traefik"; fi
 missing=()
 for b in "${ALL_BINARIES[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$bin"; exit 0; fi
@@ -72,10 +78,12 @@ for b in "${missing[@]}"; do
     kwok-stages) build kwok kwok-stages ./stages ;;
     containerd|containerd-shim-runc-v2|ctr)
       build containerd "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
+    traefik) build traefik traefik github.com/traefik/traefik/v3/cmd/traefik "$traefik_ld" ;;
     *) build kubernetes "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
   esac
 done
 echo "$node_pins" >"$bin/containerd.pins"
+echo "$traefik_pins" >"$bin/traefik.pins"
 echo "upstream/build.sh: $bin ready in $((SECONDS - start)) s" >&2
 # folders of earlier pins go (each is ~500 MB)
 for old in "$cache"/*/; do [ "${old%/}" = "${bin%/bin}" ] || rm -rf "$old"; done

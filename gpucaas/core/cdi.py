@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 class CDISpecError(ValueError):
     """The CDI spec built for the devices breaks a CDI rule; nothing was written."""
 
+
 CDI_VERSION = "0.7.0"
 _VENDOR_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$")
 _CLASS_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
@@ -60,15 +61,17 @@ def build_cdi_spec(gpus: Iterable[GPU], *, kind: str, dev_root: Path = Path("/de
     gpus = sorted(gpus, key=lambda g: g.bdf)
     devices = []
     for g in gpus:
-        devices.append({
-            "name": g.bdf,
-            "annotations": {
-                "gpucaas.dev/model": g.model,
-                "gpucaas.dev/iommu-group": str(g.iommu_group),
-                "gpucaas.dev/numa-node": "" if g.numa_node is None else str(g.numa_node),
-            },
-            "containerEdits": {"deviceNodes": [_node(p, dev_root) for p in g.device_nodes()]},
-        })
+        devices.append(
+            {
+                "name": g.bdf,
+                "annotations": {
+                    "gpucaas.dev/model": g.model,
+                    "gpucaas.dev/iommu-group": str(g.iommu_group),
+                    "gpucaas.dev/numa-node": "" if g.numa_node is None else str(g.numa_node),
+                },
+                "containerEdits": {"deviceNodes": [_node(p, dev_root) for p in g.device_nodes()]},
+            }
+        )
     spec: dict[str, Any] = {"cdiVersion": CDI_VERSION, "kind": kind, "devices": devices}
     if any(not (g.iommufd and g.vfio_device) for g in gpus):
         spec["containerEdits"] = {"deviceNodes": [_node("/dev/vfio/vfio", dev_root)]}
@@ -98,8 +101,10 @@ def check_cdi_spec(spec: Mapping[str, Any]) -> list[str]:
         name = dev.get("name") if isinstance(dev, dict) else None
         where = f"devices[{i}]"
         if not isinstance(name, str) or not _NAME_RE.match(name):
-            errors.append(f"{where}.name {name!r} must be letters, digits, '_', '-', '.', ':' "
-                          "starting and ending with a letter or digit")
+            errors.append(
+                f"{where}.name {name!r} must be letters, digits, '_', '-', '.', ':' "
+                "starting and ending with a letter or digit"
+            )
         elif name in seen:
             errors.append(f"{where}.name {name!r} is duplicated")
         else:

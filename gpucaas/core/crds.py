@@ -39,7 +39,7 @@ def tenant_namespace(tenancy: str) -> str:
 
 @cache
 def _load(filename: str) -> dict[str, Any]:
-    import yaml  # noqa: PLC0415 - only the manifests need it; node daemons import the constants (issue 18: RSS)
+    import yaml  # only the manifests need it; node daemons import the constants (their RSS)
 
     text = resources.files(__package__).joinpath("crds", filename).read_text()
     return yaml.safe_load(text)

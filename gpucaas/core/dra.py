@@ -88,7 +88,10 @@ def claim_template(gpus: int, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": {"name": claim_template_name(gpus), "namespace": namespace,
-                     "labels": {"app.kubernetes.io/managed-by": "gpucaas"}},
+        "metadata": {
+            "name": claim_template_name(gpus),
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpucaas"},
+        },
         "spec": {"spec": {"devices": {"requests": [claim_request(gpus)]}}},
     }

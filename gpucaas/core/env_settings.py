@@ -1,6 +1,6 @@
 """Settings read from the environment without pydantic-settings or pydantic, for the node daemons.
 
-A node daemon must stay under 60 MB resident (issue 18) and grpc alone takes ~37 MB.
+A node daemon must stay under 60 MB resident (it runs beside the tenants' VMs) and grpc alone takes ~37 MB.
 pydantic-settings costs a node daemon about 1.3 MB (device plugin) to 2.8 MB (fabric
 service), pydantic's models and validators about 7.5 MB more (pydantic-core alone is
 5 MB), all to read a few dozen strings at start-up. :class:`EnvSettings` does that
@@ -53,8 +53,20 @@ _MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "PydanticUndefine
 #: the value types a field may have (``None`` allowed beside one of them)
 _SIMPLE = (str, int, float, bool, Path)
 #: pydantic's lax ``bool`` from text (case-insensitive)
-_BOOLS = {"1": True, "on": True, "t": True, "true": True, "y": True, "yes": True,
-          "0": False, "off": False, "f": False, "false": False, "n": False, "no": False}
+_BOOLS = {
+    "1": True,
+    "on": True,
+    "t": True,
+    "true": True,
+    "y": True,
+    "yes": True,
+    "0": False,
+    "off": False,
+    "f": False,
+    "false": False,
+    "n": False,
+    "no": False,
+}
 #: canonical number text, converted in-house (also by the plain option parser of settings_cli)
 INT_TEXT = re.compile(r"-?[0-9]{1,18}")
 FLOAT_TEXT = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?")
@@ -71,15 +83,22 @@ class EnvSettingsConfigDict(TypedDict, total=False):
 class FieldInfo:
     """One field, with the attributes of pydantic's ``FieldInfo`` that gpucaas reads."""
 
-    __slots__ = ("annotation", "default", "default_factory", "description", "json_schema_extra",
-                 "gt", "ge", "lt", "le")
+    __slots__ = ("annotation", "default", "default_factory", "description", "json_schema_extra", "gt", "ge", "lt", "le")
     alias = None
     validation_alias = None
 
-    def __init__(self, default: Any = _MISSING, *, default_factory: Callable[[], Any] | None = None,
-                 description: str | None = None, gt: float | None = None, ge: float | None = None,
-                 lt: float | None = None, le: float | None = None,
-                 json_schema_extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        default: Any = _MISSING,
+        *,
+        default_factory: Callable[[], Any] | None = None,
+        description: str | None = None,
+        gt: float | None = None,
+        ge: float | None = None,
+        lt: float | None = None,
+        le: float | None = None,
+        json_schema_extra: dict[str, Any] | None = None,
+    ) -> None:
         if default is not _MISSING and default_factory is not None:
             raise TypeError("cannot specify both default and default_factory")
         self.annotation: Any = None
@@ -97,9 +116,11 @@ class FieldInfo:
 
     def pydantic_kwargs(self) -> dict[str, Any]:
         """The same field as ``pydantic.Field(**kwargs)``."""
-        kwargs: dict[str, Any] = {k: getattr(self, k) for k in ("default_factory", "description", "gt", "ge",
-                                                                 "lt", "le", "json_schema_extra")
-                                  if getattr(self, k) is not None}
+        kwargs: dict[str, Any] = {
+            k: getattr(self, k)
+            for k in ("default_factory", "description", "gt", "ge", "lt", "le", "json_schema_extra")
+            if getattr(self, k) is not None
+        }
         if self.default is not _MISSING:
             kwargs["default"] = self.default
         return kwargs
@@ -191,8 +212,12 @@ def _convert(annotation: Any, value: Any) -> Any:
 def _in_bounds(info: FieldInfo, value: Any) -> bool:
     if value is None or isinstance(value, (str, bool, Path)):
         return True
-    return ((info.gt is None or value > info.gt) and (info.ge is None or value >= info.ge)
-            and (info.lt is None or value < info.lt) and (info.le is None or value <= info.le))
+    return (
+        (info.gt is None or value > info.gt)
+        and (info.ge is None or value >= info.ge)
+        and (info.lt is None or value < info.lt)
+        and (info.le is None or value <= info.le)
+    )
 
 
 class EnvSettings:
@@ -201,6 +226,8 @@ class EnvSettings:
     model_config: ClassVar[EnvSettingsConfigDict] = EnvSettingsConfigDict(env_prefix="", extra="forbid")
     model_fields: ClassVar[dict[str, FieldInfo]] = {}
     _field_validators: ClassVar[dict[str, list[_Validator]]] = {}
+    if typing.TYPE_CHECKING:  # per instance, set in __init__ and model_construct (not a field)
+        _fields_set: set[str]
     _model_validators: ClassVar[list[_Validator]] = []
     _validators: ClassVar[dict[str, _Validator]] = {}
 
@@ -222,13 +249,17 @@ class EnvSettings:
             if name.startswith("_"):
                 raise TypeError(f"{cls.__qualname__}.{name}: EnvSettings fields are public")
             if not _simple(annotation):
-                raise TypeError(f"{cls.__qualname__}.{name}: EnvSettings fields are str, int, float, bool, "
-                                f"Path or a Literal of strings (optionally None), not {annotation!r}")
+                raise TypeError(
+                    f"{cls.__qualname__}.{name}: EnvSettings fields are str, int, float, bool, "
+                    f"Path or a Literal of strings (optionally None), not {annotation!r}"
+                )
             declared = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), _MISSING)
             if not isinstance(declared, FieldInfo):
                 if type(declared).__module__.startswith("pydantic"):
-                    raise TypeError(f"{cls.__qualname__}.{name}: use gpucaas.core.env_settings.Field "
-                                    "(EnvSettings fields take no alias nor pydantic-only options)")
+                    raise TypeError(
+                        f"{cls.__qualname__}.{name}: use gpucaas.core.env_settings.Field "
+                        "(EnvSettings fields take no alias nor pydantic-only options)"
+                    )
                 declared = FieldInfo(declared)
             info = FieldInfo(**{k: getattr(declared, k) for k in FieldInfo.__slots__ if k != "annotation"})
             info.annotation = annotation
@@ -242,8 +273,10 @@ class EnvSettings:
             func = v.func.__func__ if isinstance(v.func, (classmethod, staticmethod)) else v.func
             wanted = 1 if isinstance(v.func, staticmethod) or v.mode == "model" else 2
             if len(inspect.signature(func).parameters) != wanted:
-                raise TypeError(f"{cls.__qualname__}.{attr}: EnvSettings validators take "
-                                f"{'(self)' if v.mode == 'model' else '(cls, value)'}, no ValidationInfo")
+                raise TypeError(
+                    f"{cls.__qualname__}.{attr}: EnvSettings validators take "
+                    f"{'(self)' if v.mode == 'model' else '(cls, value)'}, no ValidationInfo"
+                )
             for f in v.fields:
                 by_field[f].append(v)
         cls._validators = validators
@@ -287,8 +320,11 @@ class EnvSettings:
         """The fields set in the environment, by field name (the text, unvalidated)."""
         prefix = str(cls.model_config.get("env_prefix", "")).lower()
         environ = {k.lower(): v for k, v in os.environ.items()}
-        return {name: environ[f"{prefix}{name}".lower()] for name in cls.model_fields
-                if f"{prefix}{name}".lower() in environ}
+        return {
+            name: environ[f"{prefix}{name}".lower()]
+            for name in cls.model_fields
+            if f"{prefix}{name}".lower() in environ
+        }
 
     @classmethod
     def pydantic_model(cls, base: type | None = None) -> type[Any]:
@@ -300,7 +336,9 @@ class EnvSettings:
         import pydantic
 
         namespace: dict[str, Any] = {
-            "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
             "__annotations__": {name: info.annotation for name, info in cls.model_fields.items()},
             "model_config": {"extra": cls.model_config.get("extra", "forbid"), "validate_default": True},
         }
@@ -309,8 +347,10 @@ class EnvSettings:
         for name, info in cls.model_fields.items():
             namespace[name] = pydantic.Field(**info.pydantic_kwargs())
         for attr, v in cls._validators.items():
-            namespace[attr] = (pydantic.model_validator(mode="after")(v.func) if v.mode == "model"
-                               else pydantic.field_validator(*v.fields, mode=v.mode)(v.func))  # type: ignore[call-overload]
+            if v.mode == "model":
+                namespace[attr] = pydantic.model_validator(mode="after")(v.func)
+            else:
+                namespace[attr] = pydantic.field_validator(*v.fields, mode=v.mode)(v.func)  # type: ignore[call-overload]
         model = types.new_class(cls.__name__, (base or pydantic.BaseModel,), exec_body=lambda ns: ns.update(namespace))
         cls._pydantic_models = {**cached, base: model}  # type: ignore[attr-defined]
         return model
@@ -319,7 +359,7 @@ class EnvSettings:
 
     @property
     def model_fields_set(self) -> set[str]:
-        return self._fields_set  # type: ignore[no-any-return]
+        return self._fields_set
 
     def model_dump(self) -> dict[str, Any]:
         return {name: self.__dict__[name] for name in self.model_fields}
@@ -333,7 +373,7 @@ class EnvSettings:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self.model_dump() == other.model_dump()  # type: ignore[attr-defined]
+        return self.model_dump() == other.model_dump()
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -22,8 +22,8 @@ import json as _json
 import os
 import socket
 import threading
-from time import monotonic, sleep
 from collections.abc import Iterable, Mapping
+from time import monotonic, sleep
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -83,12 +83,13 @@ class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, socket_path: str, timeout: float) -> None:
         super().__init__("fabric", timeout=timeout)
         self.socket_path = socket_path
+        self.connect_timeout = timeout  # HTTPConnection's own may be None; this one never is
 
     def connect(self) -> None:
         # A unix-socket connect() with a timeout does not queue when the server's listen
         # backlog is full: it fails at once with EAGAIN (unix(7)). A busy server is not an
         # absent one, so such a connect is tried again, backing off, until the timeout.
-        deadline = monotonic() + self.timeout
+        deadline = monotonic() + self.connect_timeout
         pause = 0.001
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -182,8 +183,7 @@ class FabricClient:
                 self._give_back(conn)
             return response.status, response.reason, raw
 
-    def _request(self, method: str, path: str, *, json: Any = None,
-                 params: Mapping[str, Any] | None = None) -> Any:
+    def _request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
         target = path + ("?" + urlencode(params) if params else "")
         body = None if json is None else _json.dumps(json).encode()
         try:
@@ -240,9 +240,11 @@ class FabricClient:
 
     # --- admin (caasctl) --------------------------------------------------------------
     def activate_partition(self, partition_id: int, force: bool = False) -> dict[str, Any]:
-        return self._request("POST", f"/v1/partitions/{int(partition_id)}/activate",
-                             params={"force": str(bool(force)).lower()})
+        return self._request(
+            "POST", f"/v1/partitions/{int(partition_id)}/activate", params={"force": str(bool(force)).lower()}
+        )
 
     def deactivate_partition(self, partition_id: int, force: bool = False) -> dict[str, Any]:
-        return self._request("POST", f"/v1/partitions/{int(partition_id)}/deactivate",
-                             params={"force": str(bool(force)).lower()})
+        return self._request(
+            "POST", f"/v1/partitions/{int(partition_id)}/deactivate", params={"force": str(bool(force)).lower()}
+        )

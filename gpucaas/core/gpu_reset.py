@@ -44,8 +44,10 @@ def reset_gpu(sysfs_root: str | Path, bdf: str) -> ResetResult:
     dev = Path(sysfs_root) / "bus" / "pci" / "devices" / bdf
     reset = dev / "reset"
     if not reset.exists():
-        raise GpuResetError(f"{bdf}: {reset} does not exist (the device offers no reset; "
-                            "check the kernel and the device's reset_method)")
+        raise GpuResetError(
+            f"{bdf}: {reset} does not exist (the device offers no reset; "
+            "check the kernel and the device's reset_method)"
+        )
     method = "default"
     methods_file = dev / "reset_method"
     try:

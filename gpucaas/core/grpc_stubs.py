@@ -19,8 +19,8 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +69,16 @@ class StubSet:
         tmp = Path(tempfile.mkdtemp(prefix=".generated-", dir=out.parent))
         try:
             for proto in self.protos:
-                rc = protoc.main([
-                    "grpc_tools.protoc", f"-I{self.proto_root}", f"-I{include}",
-                    f"--python_out={tmp}", f"--grpc_python_out={tmp}", str(self.proto_root / proto),
-                ])
+                rc = protoc.main(
+                    [
+                        "grpc_tools.protoc",
+                        f"-I{self.proto_root}",
+                        f"-I{include}",
+                        f"--python_out={tmp}",
+                        f"--grpc_python_out={tmp}",
+                        str(self.proto_root / proto),
+                    ]
+                )
                 if rc != 0:
                     raise StubGenerationError(f"protoc failed (exit {rc}) on {self.proto_root / proto}")
             for proto in self.protos:
@@ -111,9 +117,9 @@ class StubSet:
             if not first.exists():
                 raise StubGenerationError(
                     f"gRPC stubs missing and {self.generated} not writable ({exc}); run "
-                    f"`python -m {self.build_module}` at install time") from exc
-            logger.warning("gRPC stubs in %s are stale and cannot be regenerated (%s); using them",
-                           self.generated, exc)
+                    f"`python -m {self.build_module}` at install time"
+                ) from exc
+            logger.warning("gRPC stubs in %s are stale and cannot be regenerated (%s); using them", self.generated, exc)
 
     def main(self) -> int:
         logging.basicConfig(level=logging.INFO, format="%(message)s")

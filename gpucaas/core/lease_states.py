@@ -60,18 +60,21 @@ def _set_condition(status: dict[str, Any], ctype: str, value: bool, reason: str,
     old = next((c for c in status.get("conditions", []) if c.get("type") == ctype), None)
     new_status = "True" if value else "False"
     changed = old is None or old.get("status") != new_status
-    conds.append({
-        "type": ctype,
-        "status": new_status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": when if changed else old.get("lastTransitionTime", when),
-    })
+    conds.append(
+        {
+            "type": ctype,
+            "status": new_status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": when if old is None or changed else old.get("lastTransitionTime", when),
+        }
+    )
     status["conditions"] = sorted(conds, key=lambda c: c["type"])
 
 
-def _moved(status: dict[str, Any] | None, state: LeaseState, reason: str, message: str,
-           now: dt.datetime | None) -> dict[str, Any]:
+def _moved(
+    status: dict[str, Any] | None, state: LeaseState, reason: str, message: str, now: dt.datetime | None
+) -> dict[str, Any]:
     new = copy.deepcopy(status or {})
     when = now_iso(now)
     new["state"] = str(state)
@@ -105,11 +108,13 @@ def allocated(status: dict[str, Any] | None, holder: Holder, now: dt.datetime | 
             f"GPU is leased to {held.get('namespace')}/{held.get('pod')}; "
             f"cannot lease it to {holder.namespace}/{holder.pod} before it is released and checked"
         )
-    new = _moved(status, LeaseState.LEASED, "Allocated",
-                 f"allocated to pod {holder.namespace}/{holder.pod}", now)
+    new = _moved(status, LeaseState.LEASED, "Allocated", f"allocated to pod {holder.namespace}/{holder.pod}", now)
     new["holder"] = {
-        "pod": holder.pod, "namespace": holder.namespace, "tenancy": holder.tenancy,
-        "podUID": holder.pod_uid, "since": now_iso(now),
+        "pod": holder.pod,
+        "namespace": holder.namespace,
+        "tenancy": holder.tenancy,
+        "podUID": holder.pod_uid,
+        "since": now_iso(now),
     }
     new["holder"] = {k: v for k, v in new["holder"].items() if v is not None}
     return new
@@ -121,8 +126,11 @@ def released(status: dict[str, Any] | None, why: str, now: dt.datetime | None = 
     new = _moved(status, LeaseState.RELEASING, "PodGone", why, now)
     held = new.pop("holder", {}) or {}
     entry = {
-        "tenancy": held.get("tenancy"), "namespace": held.get("namespace"), "pod": held.get("pod"),
-        "from": held.get("since"), "to": now_iso(now),
+        "tenancy": held.get("tenancy"),
+        "namespace": held.get("namespace"),
+        "pod": held.get("pod"),
+        "from": held.get("since"),
+        "to": now_iso(now),
     }
     history = [*new.get("history", []), {k: v for k, v in entry.items() if v is not None}]
     new["history"] = history[-HISTORY_LIMIT:]
@@ -133,28 +141,48 @@ def check_started(status: dict[str, Any] | None, now: dt.datetime | None = None)
     """The controller asks the node to check the GPU (again, on a retry)."""
     current = _require(status, LeaseState.RELEASING, LeaseState.CHECKING, event="check request")
     attempts = int(((status or {}).get("lastCheck") or {}).get("attempts", 0)) if current is LeaseState.CHECKING else 0
-    new = _moved(status, LeaseState.CHECKING, "CheckRequested",
-                 f"firmware and binding check requested (attempt {attempts + 1})", now)
+    new = _moved(
+        status,
+        LeaseState.CHECKING,
+        "CheckRequested",
+        f"firmware and binding check requested (attempt {attempts + 1})",
+        now,
+    )
     new["lastCheck"] = {"attempts": attempts + 1, "at": now_iso(now)}
     return new
 
 
-def check_passed(status: dict[str, Any] | None, rom_sha256: str, rom_version: str | None,
-                 now: dt.datetime | None = None) -> dict[str, Any]:
+def check_passed(
+    status: dict[str, Any] | None, rom_sha256: str, rom_version: str | None, now: dt.datetime | None = None
+) -> dict[str, Any]:
     _require(status, LeaseState.CHECKING, event="check result")
-    new = _moved(status, LeaseState.FREE, "CheckPassed",
-                 f"firmware matches the golden image (version {rom_version or 'unknown'}); GPU is free", now)
+    new = _moved(
+        status,
+        LeaseState.FREE,
+        "CheckPassed",
+        f"firmware matches the golden image (version {rom_version or 'unknown'}); GPU is free",
+        now,
+    )
     new["lastCheck"] = {
-        **(new.get("lastCheck") or {}), "result": "Passed", "romSha256": rom_sha256,
-        "romVersion": rom_version or "", "reason": "CheckPassed", "at": now_iso(now),
+        **(new.get("lastCheck") or {}),
+        "result": "Passed",
+        "romSha256": rom_sha256,
+        "romVersion": rom_version or "",
+        "reason": "CheckPassed",
+        "at": now_iso(now),
     }
     _stamp_last_history(new, "Passed")
     return new
 
 
-def check_failed(status: dict[str, Any] | None, reason: str, message: str,
-                 rom_sha256: str | None = None, rom_version: str | None = None,
-                 now: dt.datetime | None = None) -> dict[str, Any]:
+def check_failed(
+    status: dict[str, Any] | None,
+    reason: str,
+    message: str,
+    rom_sha256: str | None = None,
+    rom_version: str | None = None,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
     _require(status, LeaseState.CHECKING, event="check result")
     new = _moved(status, LeaseState.QUARANTINED, reason, message, now)
     check = {**(new.get("lastCheck") or {}), "result": "Failed", "reason": reason, "at": now_iso(now)}
@@ -177,8 +205,9 @@ def admin_quarantine(status: dict[str, Any] | None, reason: str, now: dt.datetim
     return _moved(status, LeaseState.QUARANTINED, "QuarantinedByAdmin", reason or "quarantined by an admin", now)
 
 
-def admin_release(status: dict[str, Any] | None, skip_check: bool = False,
-                  now: dt.datetime | None = None) -> dict[str, Any]:
+def admin_release(
+    status: dict[str, Any] | None, skip_check: bool = False, now: dt.datetime | None = None
+) -> dict[str, Any]:
     """An admin clears a quarantine: the GPU is checked again unless ``skip_check``."""
     _require(status, LeaseState.QUARANTINED, event="admin release")
     if skip_check:

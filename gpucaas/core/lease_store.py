@@ -34,8 +34,9 @@ def lease_name(node: str, pci_address: str) -> str:
     return f"{node}-{pci_address.replace(':', '-').replace('.', '-')}"
 
 
-def build_gpu_lease(node: str, pci_address: str, device_id: str | None = None,
-                    physical_id: int | None = None, model: str | None = None) -> dict[str, Any]:
+def build_gpu_lease(
+    node: str, pci_address: str, device_id: str | None = None, physical_id: int | None = None, model: str | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"node": node, "pciAddress": pci_address}
     if device_id:
         spec["deviceId"] = device_id
@@ -46,8 +47,10 @@ def build_gpu_lease(node: str, pci_address: str, device_id: str | None = None,
     return {
         "apiVersion": API_VERSION,
         "kind": "GPULease",
-        "metadata": {"name": lease_name(node, pci_address),
-                     "labels": {LABEL_NODE: node, "app.kubernetes.io/managed-by": "gpucaas"}},
+        "metadata": {
+            "name": lease_name(node, pci_address),
+            "labels": {LABEL_NODE: node, "app.kubernetes.io/managed-by": "gpucaas"},
+        },
         "spec": spec,
     }
 
@@ -61,21 +64,42 @@ class LeaseStore:
 
     def list(self, node: str | None = None) -> list[dict[str, Any]]:
         kwargs = {"label_selector": f"{LABEL_NODE}={node}"} if node else {}
-        return self.kube.call(self.custom.list_cluster_custom_object, GROUP, VERSION, GPULEASE_PLURAL,
-                              what="list gpuleases", idempotent=True, **kwargs)["items"]
+        return self.kube.call(
+            self.custom.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            GPULEASE_PLURAL,
+            what="list gpuleases",
+            idempotent=True,
+            **kwargs,
+        )["items"]
 
     def get(self, name: str) -> dict[str, Any] | None:
         try:
-            return self.kube.call(self.custom.get_cluster_custom_object, GROUP, VERSION, GPULEASE_PLURAL, name,
-                                  what=f"get gpulease {name}", idempotent=True)
+            return self.kube.call(
+                self.custom.get_cluster_custom_object,
+                GROUP,
+                VERSION,
+                GPULEASE_PLURAL,
+                name,
+                what=f"get gpulease {name}",
+                idempotent=True,
+            )
         except NotFound:
             return None
 
     def ensure(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create the lease (state Free) unless it exists; return the live object."""
         try:
-            created = self.kube.call(self.custom.create_cluster_custom_object, GROUP, VERSION, GPULEASE_PLURAL,
-                                     body, what="create gpulease", idempotent=True)  # 409 handled below
+            created = self.kube.call(
+                self.custom.create_cluster_custom_object,
+                GROUP,
+                VERSION,
+                GPULEASE_PLURAL,
+                body,
+                what="create gpulease",
+                idempotent=True,
+            )  # 409 handled below
         except Conflict:
             live = self.get(body["metadata"]["name"])
             assert live is not None
@@ -91,21 +115,28 @@ class LeaseStore:
     def write_status(self, lease: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """Replace the status, guarded by the lease's resourceVersion."""
         body = {
-            "apiVersion": API_VERSION, "kind": "GPULease",
-            "metadata": {"name": lease["metadata"]["name"],
-                         "resourceVersion": lease["metadata"]["resourceVersion"]},
+            "apiVersion": API_VERSION,
+            "kind": "GPULease",
+            "metadata": {"name": lease["metadata"]["name"], "resourceVersion": lease["metadata"]["resourceVersion"]},
             "spec": lease.get("spec", {}),
             "status": status,
         }
         try:
-            return self.kube.call(self.custom.replace_cluster_custom_object_status,
-                                  GROUP, VERSION, GPULEASE_PLURAL, lease["metadata"]["name"], body,
-                                  what=f"update gpulease {lease['metadata']['name']} status")
+            return self.kube.call(
+                self.custom.replace_cluster_custom_object_status,
+                GROUP,
+                VERSION,
+                GPULEASE_PLURAL,
+                lease["metadata"]["name"],
+                body,
+                what=f"update gpulease {lease['metadata']['name']} status",
+            )
         except Conflict as exc:
             raise LeaseConflict(f"lease {lease['metadata']['name']} changed meanwhile") from exc
 
-    def transition(self, name: str, change: Callable[[dict[str, Any] | None], dict[str, Any]],
-                   attempts: int = 5) -> dict[str, Any]:
+    def transition(
+        self, name: str, change: Callable[[dict[str, Any] | None], dict[str, Any]], attempts: int = 5
+    ) -> dict[str, Any]:
         """Apply ``change(status) -> status`` to the current lease, retrying on conflicts."""
         for _ in range(attempts):
             lease = self.get(name)

@@ -32,7 +32,8 @@ class LoggingSettings(EnvSettings):
 
     level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR or CRITICAL.")
     format: Literal["text", "json"] = Field(
-        "text", description="text: human lines for a terminal; json: one JSON object per line (in a cluster).")
+        "text", description="text: human lines for a terminal; json: one JSON object per line (in a cluster)."
+    )
 
     @field_validator("level", mode="before")
     @classmethod
@@ -49,13 +50,16 @@ def formatter(fmt: Literal["text", "json"]) -> logging.Formatter:
         from pythonjsonlogger.json import JsonFormatter
 
         return JsonFormatter(
-            "{asctime}{levelname}{name}{message}", style="{",
-            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"})
+            "{asctime}{levelname}{name}{message}",
+            style="{",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+        )
     return logging.Formatter(TEXT_FORMAT)
 
 
-def configure_logging(settings: LoggingSettings | None = None, *, level: str | None = None,
-                      stream: IO[str] | None = None) -> logging.Handler:
+def configure_logging(
+    settings: LoggingSettings | None = None, *, level: str | None = None, stream: IO[str] | None = None
+) -> logging.Handler:
     """Install the process's log handler on the root logger; ``level`` overrides the settings'."""
     settings = settings or LoggingSettings()
     root = logging.getLogger()

@@ -56,8 +56,9 @@ class PlatformLayout:
 
     def __post_init__(self) -> None:
         if len(self.gpu_bdfs) != len(self.gpu_physical_ids):
-            raise LayoutError(f"layout {self.name}: {len(self.gpu_bdfs)} GPU addresses but "
-                              f"{len(self.gpu_physical_ids)} physical ids")
+            raise LayoutError(
+                f"layout {self.name}: {len(self.gpu_bdfs)} GPU addresses but {len(self.gpu_physical_ids)} physical ids"
+            )
         for bdf in (*self.gpu_bdfs, *self.nvswitch_bdfs):
             if not _BDF.match(bdf):
                 raise LayoutError(f"layout {self.name}: {bdf!r} is not a PCI address like 0000:18:00.0")
@@ -87,7 +88,9 @@ class PlatformLayout:
                 row["sysfs"] = sysfs_gpu_facts(sysfs_root, b)
             gpus.append(row)
         return {
-            "name": self.name, "source": self.source, "verified": self.verified,
+            "name": self.name,
+            "source": self.source,
+            "verified": self.verified,
             "gpus": gpus,
             "nvswitches": list(self.nvswitch_bdfs),
             "memory_controller": self.memory_controller_bdf,
@@ -150,10 +153,13 @@ def layout_from_mapping(data: Mapping[str, Any], *, source: str) -> PlatformLayo
     """
     if not isinstance(data, Mapping):
         raise LayoutError(f"layout {source}: expected a mapping with 'gpus'")
+    gpus: Any  # a list of mappings: checked below
     if "devices" in data:  # a fake board's board.json
-        gpus = [{"physical_id": d.get("physical_id"), "pci_bus_id": d.get("bdf"),
-                 "numa_node": d.get("numa_node")}
-                for d in data["devices"] if d.get("kind") == "gpu"]
+        gpus = [
+            {"physical_id": d.get("physical_id"), "pci_bus_id": d.get("bdf"), "numa_node": d.get("numa_node")}
+            for d in data["devices"]
+            if d.get("kind") == "gpu"
+        ]
         switches = [d["bdf"] for d in data["devices"] if d.get("kind") == "nvswitch"]
         mc = next((d["bdf"] for d in data["devices"] if d.get("kind") == "memory-controller"), None)
         name = f"board-{data.get('variant', 'fake')}"
@@ -167,17 +173,27 @@ def layout_from_mapping(data: Mapping[str, Any], *, source: str) -> PlatformLayo
     rows = []
     for i, g in enumerate(gpus):
         try:
-            rows.append((int(g["physical_id"]), normalize(str(g["pci_bus_id"])),
-                         None if g.get("numa_node") is None else int(g["numa_node"])))
+            rows.append(
+                (
+                    int(g["physical_id"]),
+                    normalize(str(g["pci_bus_id"])),
+                    None if g.get("numa_node") is None else int(g["numa_node"]),
+                )
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            raise LayoutError(f"layout {source}: gpus[{i}] needs an integer physical_id and a PCI "
-                              f"pci_bus_id ({exc})") from None
+            raise LayoutError(
+                f"layout {source}: gpus[{i}] needs an integer physical_id and a PCI pci_bus_id ({exc})"
+            ) from None
     numa = tuple(r[2] for r in rows)
     return PlatformLayout(
-        name=name, gpu_bdfs=tuple(r[1] for r in rows), gpu_physical_ids=tuple(r[0] for r in rows),
-        nvswitch_bdfs=tuple(normalize(s) for s in switches), memory_controller_bdf=mc and normalize(mc),
+        name=name,
+        gpu_bdfs=tuple(r[1] for r in rows),
+        gpu_physical_ids=tuple(r[0] for r in rows),
+        nvswitch_bdfs=tuple(normalize(s) for s in switches),
+        memory_controller_bdf=mc and normalize(mc),
         gpu_numa_nodes=None if any(n is None for n in numa) else numa,  # type: ignore[arg-type]
-        verified=bool(data.get("verified", False)), source=source,
+        verified=bool(data.get("verified", False)),
+        source=source,
     )
 
 
@@ -191,8 +207,9 @@ def load_layout(spec: str | Path) -> PlatformLayout:
     if path.is_dir():
         path = path / "board.json"
     if not path.exists():
-        raise LayoutError(f"platform: {text!r} is neither a shipped layout ({sorted(PLATFORMS)}) "
-                          "nor an existing layout file")
+        raise LayoutError(
+            f"platform: {text!r} is neither a shipped layout ({sorted(PLATFORMS)}) nor an existing layout file"
+        )
     raw = path.read_text()
     try:
         data = json.loads(raw)
@@ -236,8 +253,10 @@ def cross_check_sysfs(layout: PlatformLayout, sysfs_root: str | Path) -> list[st
             problems.append(f"GPU {pid}: {bdf} not in sysfs")
             continue
         if read(bdf, "vendor") != NVIDIA_VENDOR or not (read(bdf, "class") or "").startswith("0x0302"):
-            problems.append(f"GPU {pid}: {bdf} is not an NVIDIA 3D controller "
-                            f"(vendor {read(bdf, 'vendor')}, class {read(bdf, 'class')})")
+            problems.append(
+                f"GPU {pid}: {bdf} is not an NVIDIA 3D controller "
+                f"(vendor {read(bdf, 'vendor')}, class {read(bdf, 'class')})"
+            )
         got = read(bdf, "numa_node")
         if node is not None and got is not None and got != "-1" and int(got) != node:
             problems.append(f"GPU {pid}: {bdf} is on NUMA node {got}, the layout says {node}")
@@ -249,8 +268,11 @@ def cross_check_sysfs(layout: PlatformLayout, sysfs_root: str | Path) -> list[st
     if devices.is_dir():
         known = set(layout.gpu_bdfs)
         for d in sorted(devices.iterdir()):
-            if d.name not in known and read(d.name, "vendor") == NVIDIA_VENDOR \
-                    and (read(d.name, "class") or "").startswith("0x0302"):
+            if (
+                d.name not in known
+                and read(d.name, "vendor") == NVIDIA_VENDOR
+                and (read(d.name, "class") or "").startswith("0x0302")
+            ):
                 problems.append(f"NVIDIA GPU {d.name} in sysfs is not in layout {layout.name}")
     return problems
 
@@ -284,8 +306,9 @@ def sysfs_gpu_facts(sysfs_root: str | Path, bdf: str) -> dict[str, Any]:
     return facts
 
 
-def validate_against_table(layout: PlatformLayout, table: Iterable[Iterable[int]],
-                           *, expected_gpus: int = 8) -> list[str]:
+def validate_against_table(
+    layout: PlatformLayout, table: Iterable[Iterable[int]], *, expected_gpus: int = 8
+) -> list[str]:
     """Problems comparing the layout with Fabric Manager's partition table (the physical
     ids of each partition); empty when every id FM uses is mapped and the counts agree."""
     used: set[int] = set()
@@ -294,11 +317,14 @@ def validate_against_table(layout: PlatformLayout, table: Iterable[Iterable[int]
     mapped = set(layout.gpu_physical_ids)
     problems = []
     if used - mapped:
-        problems.append(f"Fabric Manager's partitions use physical id(s) {sorted(used - mapped)} "
-                        f"that layout {layout.name} does not map")
+        problems.append(
+            f"Fabric Manager's partitions use physical id(s) {sorted(used - mapped)} "
+            f"that layout {layout.name} does not map"
+        )
     if used and mapped - used:
-        problems.append(f"layout {layout.name} maps physical id(s) {sorted(mapped - used)} "
-                        "that no Fabric Manager partition uses")
+        problems.append(
+            f"layout {layout.name} maps physical id(s) {sorted(mapped - used)} that no Fabric Manager partition uses"
+        )
     if len(mapped) != expected_gpus:
         problems.append(f"layout {layout.name} has {len(mapped)} GPUs, expected {expected_gpus}")
     return problems

@@ -20,6 +20,7 @@ The same field walk (:func:`options_of`) feeds the generated configuration page
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 import json
@@ -28,7 +29,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -39,8 +40,7 @@ if TYPE_CHECKING:  # neither is loaded by a node daemon started with plain optio
     from pydantic import BaseModel, ValidationError
     from pydantic.fields import FieldInfo
 
-    from gpucaas.core.env_settings import EnvSettings
-    from gpucaas.core.env_settings import FieldInfo as EnvFieldInfo
+    from gpucaas.core.env_settings import EnvSettings, FieldInfo as EnvFieldInfo
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class SettingOption:
     default_text: str
     description: str
     secret: bool = False
-    info: FieldInfo | EnvFieldInfo | None = field(default=None, compare=False, repr=False)
+    info: FieldInfo | EnvFieldInfo | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def _unwrap_optional(tp: Any) -> Any:
@@ -80,11 +80,12 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
-def env_names(cls: type[BaseModel | EnvSettings], name: str, info: FieldInfo) -> tuple[str, ...]:
+def env_names(cls: type[BaseModel | EnvSettings], name: str, info: FieldInfo | EnvFieldInfo) -> tuple[str, ...]:
     """The environment variable(s) the settings class reads for one field."""
     alias = info.validation_alias
-    if hasattr(alias, "choices"):  # AliasChoices
-        names = tuple(str(c) for c in alias.choices if isinstance(c, str))
+    choices = getattr(alias, "choices", None)
+    if choices is not None:  # AliasChoices
+        names = tuple(str(c) for c in choices if isinstance(c, str))
     elif isinstance(alias, str):
         names = (alias,)
     else:
@@ -94,7 +95,7 @@ def env_names(cls: type[BaseModel | EnvSettings], name: str, info: FieldInfo) ->
     return names
 
 
-def _default_text(info: FieldInfo, is_json: bool) -> str:
+def _default_text(info: FieldInfo | EnvFieldInfo, is_json: bool) -> str:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     if "default_text" in extra:
         return str(extra["default_text"])
@@ -145,11 +146,23 @@ def options_of(*sections: type[BaseModel | EnvSettings] | Section) -> list[Setti
             else:  # lists, tuples, mappings: the same JSON text as the env var
                 opt_type, is_json = str, True
             param = f"{sec.prefix.replace('-', '_')}{name}"
-            out.append(SettingOption(
-                section=i, field=name, param=param, flag="--" + param.replace("_", "-"),
-                env=env_names(sec.cls, name, info), type=opt_type, choices=choices, is_bool=is_bool,
-                is_json=is_json, default_text=_default_text(info, is_json),
-                description=(info.description or "").strip(), secret=secret, info=info))
+            out.append(
+                SettingOption(
+                    section=i,
+                    field=name,
+                    param=param,
+                    flag="--" + param.replace("_", "-"),
+                    env=env_names(sec.cls, name, info),
+                    type=opt_type,
+                    choices=choices,
+                    is_bool=is_bool,
+                    is_json=is_json,
+                    default_text=_default_text(info, is_json),
+                    description=(info.description or "").strip(),
+                    secret=secret,
+                    info=info,
+                )
+            )
     return out
 
 
@@ -169,10 +182,10 @@ def _parameter(opt: SettingOption) -> inspect.Parameter:
     kwargs: dict[str, Any] = {"help": help_text, "show_default": opt.default_text}
     if opt.info is not None and _unwrap_optional(opt.info.annotation) is Path:
         kwargs["metavar"] = "PATH"
-    tp = Literal[opt.choices] if opt.choices else opt.type  # type: ignore[valid-type]
+    tp = Literal[opt.choices] if opt.choices else opt.type
     import typer
 
-    annotation = Annotated[tp | None, typer.Option(*decls, **kwargs)]
+    annotation = Annotated[tp | None, typer.Option(*decls, **kwargs)]  # type: ignore[valid-type]  # built at run time
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
 
 
@@ -195,16 +208,18 @@ def build_settings(cls: type[BaseModel | EnvSettings], given: dict[str, Any]) ->
     kwargs: dict[str, Any] = {}
     for name, value in given.items():
         alias = cls.model_fields[name].validation_alias
-        if hasattr(alias, "choices"):  # AliasChoices
-            alias = next((c for c in alias.choices if isinstance(c, str)), None)
+        choices = getattr(alias, "choices", None)
+        if choices is not None:  # AliasChoices
+            alias = next((c for c in choices if isinstance(c, str)), None)
         kwargs[alias if isinstance(alias, str) else name] = value
     return cls(**kwargs)
 
 
-def settings_command(*sections: type[BaseModel | EnvSettings] | Section,
-                     name: str | None = None,
-                     precheck: Callable[[dict[str, Any]], None] | None = None,
-                     ) -> Callable[[Callable[..., Any]], SettingsCommand]:
+def settings_command(
+    *sections: type[BaseModel | EnvSettings] | Section,
+    name: str | None = None,
+    precheck: Callable[[dict[str, Any]], None] | None = None,
+) -> Callable[[Callable[..., Any]], SettingsCommand]:
     """Decorate ``fn(settings_a, settings_b, ..., **own_options)`` into a typer command.
 
     The first ``len(sections)`` parameters of ``fn`` receive the built settings objects;
@@ -227,9 +242,15 @@ class SettingsCommand:
     process whose settings do not need it (:mod:`gpucaas.core.env_settings`).
     """
 
-    def __init__(self, fn: Callable[..., Any], secs: list[Section], *, name: str | None,
-                 precheck: Callable[[dict[str, Any]], None] | None) -> None:
-        own = list(inspect.signature(fn, eval_str=True).parameters.values())[len(secs):]
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        secs: list[Section],
+        *,
+        name: str | None,
+        precheck: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())[len(secs) :]
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
         opts = options_of(*secs)
         generated = [o for o in opts if not o.secret]
@@ -284,8 +305,13 @@ class SettingsCommand:
 
     def __call__(self, **kwargs: Any) -> Any:
         if self._precheck is not None:
-            self._precheck({o.field: kwargs[o.param] for o in self.settings_options
-                            if o.param in kwargs and kwargs[o.param] is not None})
+            self._precheck(
+                {
+                    o.field: kwargs[o.param]
+                    for o in self.settings_options
+                    if o.param in kwargs and kwargs[o.param] is not None
+                }
+            )
         built = self._build(kwargs)
         return self._fn(*built, **kwargs)
 

@@ -153,6 +153,7 @@ def choose_gpus(
     candidates = [(g, p) for g, p in candidates if must <= g]
 
     if candidates:
+
         def score(c: tuple[frozenset[int], Partition | None]) -> tuple[int, int, list[int]]:
             gpus, _ = c
             larger = [p for p in free_parts if p.size > len(gpus)]

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpucaas.core.pci import GPU_CLASS_PREFIX as GPU_CLASS_PREFIX
-from gpucaas.core.pci import NVIDIA_VENDOR as NVIDIA_VENDOR
+from gpucaas.core.pci import GPU_CLASS_PREFIX as GPU_CLASS_PREFIX, NVIDIA_VENDOR as NVIDIA_VENDOR
 
 #: PCI device id -> model name, for the GPUs this plugin is meant for.
 MODEL_NAMES: dict[int, str] = {

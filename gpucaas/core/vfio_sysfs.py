@@ -114,25 +114,37 @@ def scan(sysfs_root: Path, dev_root: Path) -> Inventory:
         group = int(group_name)
         peers = _group_peers(sysfs_root, group, bdf)
         if peers:
-            reason = (f"IOMMU group {group} also holds {', '.join(peers)}; a group is passed "
-                      "through whole, so this GPU cannot go to a tenant alone")
+            reason = (
+                f"IOMMU group {group} also holds {', '.join(peers)}; a group is passed "
+                "through whole, so this GPU cannot go to a tenant alone"
+            )
             left_out.append(LeftOut(bdf, driver, reason))
             continue
         numa, numa_problem = _read_numa(dev / "numa_node")
         if numa_problem:
             problems.append(f"{bdf}: {numa_problem}")
         vfio_dev = _vfio_cdev(dev)
-        iommufd = vfio_dev is not None and (dev_root / "vfio" / "devices" / vfio_dev).exists() \
+        iommufd = (
+            vfio_dev is not None
+            and (dev_root / "vfio" / "devices" / vfio_dev).exists()
             and (dev_root / "iommu").exists()
-        gpu = GPU(bdf=bdf, device_id=device_id, model=model_name(device_id), driver=driver,
-                  iommu_group=group, numa_node=numa, vfio_device=vfio_dev, iommufd=iommufd)
+        )
+        gpu = GPU(
+            bdf=bdf,
+            device_id=device_id,
+            model=model_name(device_id),
+            driver=driver,
+            iommu_group=group,
+            numa_node=numa,
+            vfio_device=vfio_dev,
+            iommufd=iommufd,
+        )
         missing = missing_nodes(gpu, dev_root)
         if missing:
             left_out.append(LeftOut(bdf, driver, f"device node {missing[0]} is missing"))
             continue
         gpus.append(gpu)
-    return Inventory(gpus=tuple(gpus), left_out=tuple(left_out), all_gpu_bdfs=tuple(all_gpus),
-                     problems=tuple(problems))
+    return Inventory(gpus=tuple(gpus), left_out=tuple(left_out), all_gpu_bdfs=tuple(all_gpus), problems=tuple(problems))
 
 
 def _group_peers(sysfs_root: Path, group: int, bdf: str) -> list[str]:

@@ -75,7 +75,7 @@ class LogBook:
         """The container exited: followers get the rest and their stream ends."""
         with self._cond:
             self._ended.add((namespace, pod, container))
-            self._text[(namespace, pod, container)]  # noqa: B018 (a container that printed nothing still exists)
+            self._text[(namespace, pod, container)]  # a container that printed nothing still exists
             self._cond.notify_all()
 
     def forget(self, namespace: str, pod: str) -> None:
@@ -116,7 +116,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the stdlib's name)
         return
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:  # the stdlib's name
         url = urllib.parse.urlsplit(self.path)
         parts = [urllib.parse.unquote(p) for p in url.path.split("/") if p]
         if len(parts) != 4 or parts[0] != "containerLogs":
@@ -173,13 +173,20 @@ def _serving_pair(folder: Path, host: str) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
     now = dt.datetime.now(dt.UTC)
-    built = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-             .not_valid_after(now + dt.timedelta(days=365))
-             .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
-             .sign(key, hashes.SHA256()))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    built = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     key_path.chmod(0o600)
     cert.write_bytes(built.public_bytes(serialization.Encoding.PEM))
     return cert, key_path
@@ -188,8 +195,9 @@ def _serving_pair(folder: Path, host: str) -> tuple[Path, Path]:
 class ContainerLogServer:
     """Serves :class:`LogBook` on ``https://<host>:<port>/containerLogs/...`` for kube-apiserver."""
 
-    def __init__(self, folder: Path, client_ca: Path, *, host: str = "127.0.0.1", port: int = 0,
-                 book: LogBook | None = None) -> None:
+    def __init__(
+        self, folder: Path, client_ca: Path, *, host: str = "127.0.0.1", port: int = 0, book: LogBook | None = None
+    ) -> None:
         self.book = book or LogBook()
         cert, key = _serving_pair(folder, host)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -95,10 +96,11 @@ class _Registration(dp_grpc.RegistrationServicer):
     def __init__(self, kubelet: FakeKubelet) -> None:
         self.kubelet = kubelet
 
-    def Register(self, request, context):  # noqa: N802 - gRPC names
+    def Register(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC names
         if request.version != API_VERSION:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"unsupported API version {request.version!r}, expected {API_VERSION}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"unsupported API version {request.version!r}, expected {API_VERSION}"
+            )
         if "/" not in request.resource_name:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid resource name {request.resource_name!r}")
         if not request.endpoint or "/" in request.endpoint:
@@ -111,16 +113,16 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
     def __init__(self, kubelet: FakeKubelet) -> None:
         self.kubelet = kubelet
 
-    def List(self, request, context):  # noqa: N802
+    def List(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         return pr_pb2.ListPodResourcesResponse(pod_resources=self.kubelet._pod_resources())
 
-    def Get(self, request, context):  # noqa: N802
+    def Get(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         for pod in self.kubelet._pod_resources():
             if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
                 return pr_pb2.GetPodResourcesResponse(pod_resources=pod)
         context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_namespace}/{request.pod_name} not found")
 
-    def GetAllocatableResources(self, request, context):  # noqa: N802
+    def GetAllocatableResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         out = []
         for conn in self.kubelet.plugins.values():
             out.append(pr_pb2.ContainerDevices(resource_name=conn.resource_name, device_ids=conn.healthy()))
@@ -128,8 +130,9 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
 
 
 class FakeKubelet:
-    def __init__(self, plugin_dir: Path, pod_resources_socket: Path | None = None,
-                 *, wipe_on_restart: bool = True) -> None:
+    def __init__(
+        self, plugin_dir: Path, pod_resources_socket: Path | None = None, *, wipe_on_restart: bool = True
+    ) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.socket_path = self.plugin_dir / "kubelet.sock"
         self.pod_resources_socket = Path(pod_resources_socket) if pod_resources_socket else None
@@ -203,8 +206,9 @@ class FakeKubelet:
     def _registered(self, request: dp_pb2.RegisterRequest) -> None:
         path = self.plugin_dir / request.endpoint
         channel = grpc.insecure_channel(f"unix://{path}")
-        conn = PluginConnection(request=request, socket_path=path, channel=channel,
-                                stub=dp_grpc.DevicePluginStub(channel))
+        conn = PluginConnection(
+            request=request, socket_path=path, channel=channel, stub=dp_grpc.DevicePluginStub(channel)
+        )
         with self._lock:
             old = self.plugins.get(request.resource_name)
             self.plugins[request.resource_name] = conn
@@ -225,8 +229,9 @@ class FakeKubelet:
                     # socket is there; one that went away ends the connection (it registers anew).
                     if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or not conn.socket_path.exists():
                         raise
-                    logger.warning("fake kubelet: %s: GetDevicePluginOptions timed out; asking again",
-                                   conn.resource_name)
+                    logger.warning(
+                        "fake kubelet: %s: GetDevicePluginOptions timed out; asking again", conn.resource_name
+                    )
             call = conn.stub.ListAndWatch(dp_pb2.Empty(), wait_for_ready=True)
             conn._call = call
             for resp in call:
@@ -247,9 +252,12 @@ class FakeKubelet:
         """The plugin once it has registered ``registrations`` times and its first list arrived."""
         with self._cond:
             ok = self._cond.wait_for(
-                lambda: resource_name in self.plugins
-                and sum(r.resource_name == resource_name for r in self.registrations) >= registrations,
-                timeout)
+                lambda: (
+                    resource_name in self.plugins
+                    and sum(r.resource_name == resource_name for r in self.registrations) >= registrations
+                ),
+                timeout,
+            )
             if not ok:
                 raise TimeoutError(f"no registration #{registrations} of {resource_name} within {timeout}s")
             conn = self.plugins[resource_name]
@@ -262,9 +270,17 @@ class FakeKubelet:
         with self._lock:
             return {d for a in self.allocations if a.resource_name == resource_name for d in a.device_ids}
 
-    def admit(self, namespace: str, pod: str, resource_name: str, count: int, *,
-              container: str = "main", devices: Sequence[str] | None = None,
-              timeout: float | None = 10.0) -> Allocation:
+    def admit(
+        self,
+        namespace: str,
+        pod: str,
+        resource_name: str,
+        count: int,
+        *,
+        container: str = "main",
+        devices: Sequence[str] | None = None,
+        timeout: float | None = 10.0,
+    ) -> Allocation:
         """Admit one container asking ``count`` devices (or exactly ``devices``), like the kubelet.
         ``timeout``: seconds per call to the plugin; None for none (the kubelet's device manager
         sets no deadline on GetPreferredAllocation and Allocate)."""
@@ -280,10 +296,16 @@ class FakeKubelet:
             chosen = available[:count]
             if conn.options is not None and conn.options.get_preferred_allocation_available:
                 try:
-                    resp = conn.stub.GetPreferredAllocation(dp_pb2.PreferredAllocationRequest(container_requests=[
-                        dp_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=available,
-                                                                   must_include_deviceIDs=[],
-                                                                   allocation_size=count)]), timeout=timeout)
+                    resp = conn.stub.GetPreferredAllocation(
+                        dp_pb2.PreferredAllocationRequest(
+                            container_requests=[
+                                dp_pb2.ContainerPreferredAllocationRequest(
+                                    available_deviceIDs=available, must_include_deviceIDs=[], allocation_size=count
+                                )
+                            ]
+                        ),
+                        timeout=timeout,
+                    )
                     preferred = tuple(resp.container_responses[0].deviceIDs)
                     if len(preferred) == count and set(preferred) <= set(available):
                         chosen = list(preferred)
@@ -294,14 +316,17 @@ class FakeKubelet:
         else:
             chosen = list(devices)
         try:
-            resp = conn.stub.Allocate(dp_pb2.AllocateRequest(container_requests=[
-                dp_pb2.ContainerAllocateRequest(devices_ids=chosen)]), timeout=timeout)
+            resp = conn.stub.Allocate(
+                dp_pb2.AllocateRequest(container_requests=[dp_pb2.ContainerAllocateRequest(devices_ids=chosen)]),
+                timeout=timeout,
+            )
             if conn.options is not None and conn.options.pre_start_required:
                 conn.stub.PreStartContainer(dp_pb2.PreStartContainerRequest(devices_ids=chosen), timeout=timeout)
         except grpc.RpcError as exc:
             raise AdmissionError(f"Allocate failed: {exc.code().name}: {exc.details()}") from exc
-        alloc = Allocation(namespace, pod, container, resource_name, tuple(chosen),
-                           resp.container_responses[0], preferred)
+        alloc = Allocation(
+            namespace, pod, container, resource_name, tuple(chosen), resp.container_responses[0], preferred
+        )
         with self._lock:
             self.allocations.append(alloc)
         return alloc

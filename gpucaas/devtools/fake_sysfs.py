@@ -222,8 +222,15 @@ def build_hgx_h100(
         driver = overrides.get(bdf, "vfio-pci")
         board.devices.append(
             FakeDevice(
-                bdf, "gpu", NVIDIA_VENDOR, H100_SXM5_DEVICE, GPU_CLASS, group, 0 if i < 4 else 1,
-                driver, physical_id=pid,
+                bdf,
+                "gpu",
+                NVIDIA_VENDOR,
+                H100_SXM5_DEVICE,
+                GPU_CLASS,
+                group,
+                0 if i < 4 else 1,
+                driver,
+                physical_id=pid,
                 vfio_dev=vfio_index if (iommufd and driver and "vfio" in driver) else None,
             )
         )
@@ -233,15 +240,30 @@ def build_hgx_h100(
     shared_group = group
     for bdf in NVSWITCH_BDFS:
         board.devices.append(
-            FakeDevice(bdf, "nvswitch", NVIDIA_VENDOR, NVSWITCH_DEVICE, NVSWITCH_CLASS,
-                       shared_group if variant == "supermicro" else group, 0, "vfio-pci")
+            FakeDevice(
+                bdf,
+                "nvswitch",
+                NVIDIA_VENDOR,
+                NVSWITCH_DEVICE,
+                NVSWITCH_CLASS,
+                shared_group if variant == "supermicro" else group,
+                0,
+                "vfio-pci",
+            )
         )
         if variant == "dgx":
             group += 1
     board.devices.append(
-        FakeDevice(MEMORY_CONTROLLER_BDF, "memory-controller", PMC_SIERRA_VENDOR,
-                   MEMORY_CONTROLLER_DEVICE, MEMORY_CONTROLLER_CLASS,
-                   shared_group if variant == "supermicro" else group, 0, "vfio-pci")
+        FakeDevice(
+            MEMORY_CONTROLLER_BDF,
+            "memory-controller",
+            PMC_SIERRA_VENDOR,
+            MEMORY_CONTROLLER_DEVICE,
+            MEMORY_CONTROLLER_CLASS,
+            shared_group if variant == "supermicro" else group,
+            0,
+            "vfio-pci",
+        )
     )
 
     sysfs = board.sysfs
@@ -286,6 +308,8 @@ def load_board(root: Path) -> FakeBoard:
     """Re-read a tree built earlier (the sandbox builds it once per node)."""
     data = json.loads((Path(root) / "board.json").read_text())
     return FakeBoard(
-        root=Path(root), variant=data["variant"], iommufd=data["iommufd"],
+        root=Path(root),
+        variant=data["variant"],
+        iommufd=data["iommufd"],
         devices=[FakeDevice(**d) for d in data["devices"]],
     )

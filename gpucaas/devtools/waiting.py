@@ -12,8 +12,9 @@ class WaitTimeout(AssertionError, TimeoutError):
     """The condition did not hold in time (an assertion failure in tests, a time-out elsewhere)."""
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, *, interval: float = 0.1,
-             what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 120.0, *, interval: float = 0.1, what: str = "condition"
+) -> Any:
     """Poll until ``predicate()`` is truthy and return its value; raise ``WaitTimeout`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     last: Any = None

@@ -1,7 +1,11 @@
-"""The ``gpucaas`` server-side command: one sub-command per service.
+"""The ``gpucaas`` server-side command: one sub-command per process.
 
-Each service's ``cli.py`` holds a ``command`` function (typer options only; heavy
-imports happen inside it), registered here.
+A service that has a process of its own holds its ``command`` in its ``cli.py`` (options
+only; its ``main.run`` builds and runs it; heavy imports happen inside). Where several
+services share a process, the command is composed here, in the programs floor, from
+their ``cli.py`` options and ``main.py`` builders: ``gpu_node`` (device plugin + GPU-lease
+agent), ``dra_node`` (DRA driver + GPU-lease agent), ``controller`` (tenancy controller +
+GPU-lease timers).
 """
 
 from __future__ import annotations
@@ -9,6 +13,12 @@ from __future__ import annotations
 import typer
 
 from gpucaas import __version__
+from gpucaas.programs import controller, dra_node, gpu_node
+from gpucaas.programs.doctor import cli as doctor_cli
+from gpucaas.programs.sandbox import cli as sandbox_cli
+from services.api import cli as api_cli
+from services.fabric import cli as fabric_cli
+from services.placement import cli as placement_cli
 
 app = typer.Typer(
     name="gpucaas",
@@ -24,19 +34,10 @@ def version() -> None:
     typer.echo(__version__)
 
 
-# Service registrations (one line per service; keep alphabetical).
-from gpucaas.programs import gpu_node  # noqa: E402
-from gpucaas.programs.doctor import cli as doctor_cli  # noqa: E402
-from gpucaas.programs.sandbox import cli as sandbox_cli  # noqa: E402
-from services.api import cli as api_cli  # noqa: E402
-from gpucaas.programs import dra_node  # noqa: E402
-from services.fabric import cli as fabric_cli  # noqa: E402
-from services.placement import cli as placement_cli  # noqa: E402
-from services.tenancy_controller import cli as tenancy_controller_cli  # noqa: E402
-
+# Service registrations (one line per service).
 app.command("device-plugin")(gpu_node.command)
 app.command("api")(api_cli.command)
-app.command("controller")(tenancy_controller_cli.command)
+app.command("controller")(controller.command)
 app.command("scheduler-extender")(placement_cli.command)
 app.command("sandbox")(sandbox_cli.command)
 app.command("node-agent")(sandbox_cli.node_agent_command)

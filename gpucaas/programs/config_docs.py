@@ -55,12 +55,10 @@ def _table(rows: list[str]) -> list[str]:
 
 
 def render() -> str:
-    from gpucaas.core.settings_cli import options_of
+    from gpucaas.core.logging import LoggingSettings
+    from gpucaas.core.settings_cli import Section, options_of
     from gpucaas.programs.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
     from gpucaas.programs.cli import app
-
-    from gpucaas.core.logging import LoggingSettings
-    from gpucaas.core.settings_cli import Section
 
     group = typer.main.get_command(app)
     lines = [INTRO, *_table([_row(o) for o in options_of(Section(LoggingSettings, "log-"))])]
@@ -76,14 +74,21 @@ def render() -> str:
         lines += [f"## gpucaas {name}", "", summary, "", f"Settings: {classes}.{logs}", ""]
         lines += _table([_row(o) for o in options_of(*sections) if sections[o.section].cls is not LoggingSettings])
 
-    lines += ["## caasctl", "",
-              "The admins' command line. Flag > environment variable > config file > default; the "
-              f"config file is `--config`, else `GPUCAAS_CONFIG`, else `{DEFAULT_CONFIG}`, and its keys "
-              "are the settings' names (`url`, `token`, `ca_cert`, `insecure`, "
-              "`nodes: {<node>: {fabric_socket: <path>}}`).", "",
-              "Settings: `gpucaas.programs.caasctl.settings.CaasctlSettings`.", ""]
-    rows = [f"| `--config` | `GPUCAAS_CONFIG` | `{DEFAULT_CONFIG}` | "
-            f"{_cell(ConfigLocation.model_fields['config'].description or '')} |"]
+    lines += [
+        "## caasctl",
+        "",
+        "The admins' command line. Flag > environment variable > config file > default; the "
+        f"config file is `--config`, else `GPUCAAS_CONFIG`, else `{DEFAULT_CONFIG}`, and its keys "
+        "are the settings' names (`url`, `token`, `ca_cert`, `insecure`, "
+        "`nodes: {<node>: {fabric_socket: <path>}}`).",
+        "",
+        "Settings: `gpucaas.programs.caasctl.settings.CaasctlSettings`.",
+        "",
+    ]
+    rows = [
+        f"| `--config` | `GPUCAAS_CONFIG` | `{DEFAULT_CONFIG}` | "
+        f"{_cell(ConfigLocation.model_fields['config'].description or '')} |"
+    ]
     for field, info in CaasctlSettings.model_fields.items():
         flag = f"`--{field.replace('_', '-')}`" if field in ("url", "token", "ca_cert", "insecure") else "(file/env)"
         default = default_to_text(info.get_default(call_default_factory=True))

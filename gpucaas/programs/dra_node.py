@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from gpucaas.core import vfio_sysfs
 from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
+from services.dra_driver import cli as dra_driver_cli
 from services.dra_driver.main import DraDriverNode, build
 from services.dra_driver.settings import DraDriverSettings
+from services.gpu_leases import cli as gpu_leases_cli
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
-from services.gpu_leases.node import build_agent
+from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 
 logger = logging.getLogger(__name__)
@@ -52,12 +54,17 @@ def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> LeaseN
 
     def gpus() -> list[NodeGPU]:
         physical = {bdf: pid for pid, bdf in driver.physical_to_pci().items()}
-        return [NodeGPU(g.bdf, f"0x{g.device_id:04x}", physical.get(g.bdf), g.model)
-                for g in vfio_sysfs.scan(ds.sysfs_root, ds.dev_root).gpus]
+        return [
+            NodeGPU(g.bdf, f"0x{g.device_id:04x}", physical.get(g.bdf), g.model)
+            for g in vfio_sysfs.scan(ds.sysfs_root, ds.dev_root).gpus
+        ]
 
     def holdings() -> list[PodHolding]:
-        return [PodHolding(c.namespace, c.pod or c.name, c.pci_addresses)
-                for c in driver.checkpoint.all() if c.pci_addresses]
+        return [
+            PodHolding(c.namespace, c.pod or c.name, c.pci_addresses)
+            for c in driver.checkpoint.all()
+            if c.pci_addresses
+        ]
 
     agent = build_agent(settings, node=ds.node_name, sysfs_root=ds.sysfs_root, gpus=gpus, holdings=holdings)
     assert driver.driver is not None
@@ -65,8 +72,9 @@ def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> LeaseN
     return agent
 
 
-@settings_command(DraDriverSettings, Section(LeaseAgentSettings, "lease-"), Section(LoggingSettings, "log-"),
-                  name="dra-driver")
+@settings_command(
+    dra_driver_cli.OPTIONS, gpu_leases_cli.NODE_AGENT_BESIDE_DRA, Section(LoggingSettings, "log-"), name="dra-driver"
+)
 def command(settings: DraDriverSettings, lease_settings: LeaseAgentSettings, logging_settings: LoggingSettings) -> None:
     """Run the DRA kubelet plugin (NVLink partitions as devices) and, with --lease-leases, the GPU-lease agent."""
     configure_logging(logging_settings)
@@ -76,8 +84,12 @@ def command(settings: DraDriverSettings, lease_settings: LeaseAgentSettings, log
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     node.start()
-    logger.info("DRA driver running on %s (binding conditions %s, leases %s)", settings.node_name,
-                "on" if settings.binding_conditions else "off", "on" if node.leases else "off")
+    logger.info(
+        "DRA driver running on %s (binding conditions %s, leases %s)",
+        settings.node_name,
+        "on" if settings.binding_conditions else "off",
+        "on" if node.leases else "off",
+    )
     try:
         done.wait()
     finally:

@@ -26,10 +26,12 @@ from typing import Any
 
 from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
+from services.device_plugin import cli as device_plugin_cli
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
+from services.gpu_leases import cli as gpu_leases_cli
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
-from services.gpu_leases.node import build_agent
+from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 
 logger = logging.getLogger(__name__)
@@ -78,9 +80,12 @@ def build_node(plugin_settings: DevicePluginSettings, lease_settings: LeaseAgent
     return GpuNode(plugin, attach_leases(plugin, lease_settings) if lease_settings.leases else None)
 
 
-@settings_command(DevicePluginSettings, LeaseAgentSettings, Section(LoggingSettings, "log-"), name="device-plugin")
-def command(plugin_settings: DevicePluginSettings, lease_settings: LeaseAgentSettings,
-            logging_settings: LoggingSettings) -> None:
+@settings_command(
+    device_plugin_cli.OPTIONS, gpu_leases_cli.NODE_AGENT, Section(LoggingSettings, "log-"), name="device-plugin"
+)
+def command(
+    plugin_settings: DevicePluginSettings, lease_settings: LeaseAgentSettings, logging_settings: LoggingSettings
+) -> None:
     """Run the vfio CDI device plugin and, with --leases, the GPU-lease node agent beside it."""
     configure_logging(logging_settings)
     node = build_node(plugin_settings, lease_settings)

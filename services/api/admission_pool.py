@@ -52,8 +52,14 @@ class AdmissionPool:
         conninfo = make_url(normalize_url(url)).set(drivername="postgresql").render_as_string(hide_password=False)
         self._idle_ping_s = idle_ping_s
         self._pool = AsyncConnectionPool(
-            conninfo, connection_class=_Connection, kwargs={"autocommit": True, "row_factory": namedtuple_row},
-            min_size=1, max_size=max_size, open=False, check=self._check, reset=self._returned,
+            conninfo,
+            connection_class=_Connection,
+            kwargs={"autocommit": True, "row_factory": namedtuple_row},
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            check=self._check,
+            reset=self._returned,
             name="gpucaas-admission",
         )
         self._compiled: dict[int, tuple[str, frozenset[str]]] = {}
@@ -97,7 +103,7 @@ class AdmissionPool:
             log.warning("database connection lost (%s): checking the admission pool", err)
             try:
                 await self._pool.check()
-            except Exception:  # noqa: BLE001 - the request's answer is the error below
+            except Exception:  # the request's answer is the error below
                 log.exception("admission pool check failed")
             kind = exc.OperationalError if isinstance(err, psycopg.OperationalError) else exc.InterfaceError
             raise kind(sql, None, err) from err

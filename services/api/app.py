@@ -99,8 +99,11 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         if settings.run_worker:
             dispatcher.start()
         app.state.webhook_dispatcher = dispatcher
-        log.info("gpucaas api ready (database %s; rates counted %s)", eng.dialect.name,
-                 "in the shared storage" if settings.rate_limit_storage_url else "in this replica alone")
+        log.info(
+            "gpucaas api ready (database %s; rates counted %s)",
+            eng.dialect.name,
+            "in the shared storage" if settings.rate_limit_storage_url else "in this replica alone",
+        )
         try:
             yield
         finally:
@@ -137,7 +140,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     app.include_router(api_router)
     console.install(app)  # the web console's static files under /console/
     app.add_middleware(
-        Edge,  # type: ignore[arg-type]
+        Edge,
         max_body_bytes=settings.max_body_bytes,
         metrics=metrics,
         limiter=limiter,

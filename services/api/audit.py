@@ -59,28 +59,57 @@ def _clip(value: str | None, n: int) -> str | None:
     return None if value is None else value[:n]
 
 
-def values(actor: Actor, *, tenancy: str, action: AuditAction, target: str | None = None,
-           detail: str | None = None, at: datetime | None = None) -> dict[str, Any]:
+def values(
+    actor: Actor,
+    *,
+    tenancy: str,
+    action: AuditAction,
+    target: str | None = None,
+    detail: str | None = None,
+    at: datetime | None = None,
+) -> dict[str, Any]:
     """The column values of one event."""
     return {
-        "id": new_id(), "tenancy": tenancy, "at": at or utcnow(), "action": action.value,
-        "target": _clip(target, 255), "token_id": actor.token_id, "token_name": _clip(actor.token_name, 128),
-        "client": _clip(actor.client, 64), "detail": _clip(detail, 256), "tenancy_deleted_at": None,
+        "id": new_id(),
+        "tenancy": tenancy,
+        "at": at or utcnow(),
+        "action": action.value,
+        "target": _clip(target, 255),
+        "token_id": actor.token_id,
+        "token_name": _clip(actor.token_name, 128),
+        "client": _clip(actor.client, 64),
+        "detail": _clip(detail, 256),
+        "tenancy_deleted_at": None,
     }
 
 
-def record(session: Session, actor: Actor | None, *, tenancy: str, action: AuditAction, target: str | None = None,
-           detail: str | None = None) -> None:
+def record(
+    session: Session,
+    actor: Actor | None,
+    *,
+    tenancy: str,
+    action: AuditAction,
+    target: str | None = None,
+    detail: str | None = None,
+) -> None:
     """Add an event to the session's transaction (the caller commits it with its change).
     No actor (an internal caller, a test driving ``crud`` directly): nothing is recorded."""
     if actor is None:
         return
-    session.execute(insert(_TABLE).values(**values(actor, tenancy=tenancy, action=action, target=target,
-                                                   detail=detail)))
+    session.execute(
+        insert(_TABLE).values(**values(actor, tenancy=tenancy, action=action, target=target, detail=detail))
+    )
 
 
-def record_now(session: Session, actor: Actor | None, *, tenancy: str, action: AuditAction,
-               target: str | None = None, detail: str | None = None) -> None:
+def record_now(
+    session: Session,
+    actor: Actor | None,
+    *,
+    tenancy: str,
+    action: AuditAction,
+    target: str | None = None,
+    detail: str | None = None,
+) -> None:
     """Record and commit an event of a change kept outside the database (a Kubernetes
     Secret), once that change was accepted."""
     record(session, actor, tenancy=tenancy, action=action, target=target, detail=detail)
@@ -105,10 +134,14 @@ def submission_insert(admitted: Any) -> Any:
     exists exactly when the container does."""
     columns = ["id", "tenancy", "at", "action", "target", "token_id", "token_name", "client"]
     source = select(
-        bindparam("a_id", type_=_TABLE.c.id.type), admitted.c.tenancy,
-        bindparam("a_at", type_=_TABLE.c.at.type), bindparam("a_action", type_=_TABLE.c.action.type),
-        admitted.c.id, bindparam("a_token_id", type_=_TABLE.c.token_id.type),
-        bindparam("a_token_name", type_=_TABLE.c.token_name.type), bindparam("a_client", type_=_TABLE.c.client.type),
+        bindparam("a_id", type_=_TABLE.c.id.type),
+        admitted.c.tenancy,
+        bindparam("a_at", type_=_TABLE.c.at.type),
+        bindparam("a_action", type_=_TABLE.c.action.type),
+        admitted.c.id,
+        bindparam("a_token_id", type_=_TABLE.c.token_id.type),
+        bindparam("a_token_name", type_=_TABLE.c.token_name.type),
+        bindparam("a_client", type_=_TABLE.c.client.type),
     ).select_from(admitted)
     return insert(_TABLE).from_select(columns, source)
 
@@ -119,36 +152,44 @@ def submission_insert(admitted: Any) -> Any:
 DETAIL_MAX = 256  # the column's width
 
 
-def exec_started(session: Session, actor: Actor | None, *, tenancy: str, container_id: str,
-                 command: Sequence[str], tty: bool) -> None:
+def exec_started(
+    session: Session, actor: Actor | None, *, tenancy: str, container_id: str, command: Sequence[str], tty: bool
+) -> None:
     """A command was started in a running container: its command line is recorded as the
     tenant typed it, cut to the column's width (as Kubernetes' own audit log keeps an exec's
     ``command`` parameters); the tenant guide says to pass values as secrets, never on it."""
     line = ("tty: " if tty else "") + shlex.join(command)
     if len(line) > DETAIL_MAX:
-        line = line[:DETAIL_MAX - 1] + "\u2026"
+        line = line[: DETAIL_MAX - 1] + "\u2026"
     record(session, actor, tenancy=tenancy, action=AuditAction.CONTAINER_EXEC, target=container_id, detail=line)
 
 
 def volume_changed(session: Session, actor: Actor | None, *, tenancy: str, volume: str, change: Change) -> None:
     """A volume of the tenancy was created, changed or deleted (``volume`` is its name or id)."""
-    action = {"create": AuditAction.VOLUME_CREATE, "update": AuditAction.VOLUME_UPDATE,
-              "delete": AuditAction.VOLUME_DELETE}[change]
+    action = {
+        "create": AuditAction.VOLUME_CREATE,
+        "update": AuditAction.VOLUME_UPDATE,
+        "delete": AuditAction.VOLUME_DELETE,
+    }[change]
     record(session, actor, tenancy=tenancy, action=action, target=volume)
 
 
 def endpoint_changed(session: Session, actor: Actor | None, *, tenancy: str, endpoint: str, change: Change) -> None:
     """An endpoint (a container's exposed service) was created, changed or deleted."""
-    action = {"create": AuditAction.ENDPOINT_CREATE, "update": AuditAction.ENDPOINT_UPDATE,
-              "delete": AuditAction.ENDPOINT_DELETE}[change]
+    action = {
+        "create": AuditAction.ENDPOINT_CREATE,
+        "update": AuditAction.ENDPOINT_UPDATE,
+        "delete": AuditAction.ENDPOINT_DELETE,
+    }[change]
     record(session, actor, tenancy=tenancy, action=action, target=endpoint)
 
 
 # --- reading, forgetting, pruning ----------------------------------------------------------
 
 
-def page(session: Session, *, tenancy: str, action: AuditAction | None, limit: int,
-         after: tuple[datetime, str] | None) -> tuple[Sequence[Any], tuple[datetime, str] | None]:
+def page(
+    session: Session, *, tenancy: str, action: AuditAction | None, limit: int, after: tuple[datetime, str] | None
+) -> tuple[Sequence[Any], tuple[datetime, str] | None]:
     """A page of the tenancy's events, newest first (``at``, then ``id``, both descending),
     starting after the key ``after``: an index range scan of ``ix_audit_event_tenancy_at``.
     Returns the rows and the key of the last one when more may follow."""
@@ -160,8 +201,7 @@ def page(session: Session, *, tenancy: str, action: AuditAction | None, limit: i
         if session.get_bind().dialect.name != "postgresql" and at.tzinfo is not None:  # SQLite keeps naive UTC
             at = at.astimezone(UTC).replace(tzinfo=None)
         conds.append(tuple_(_TABLE.c.at, _TABLE.c.id) < tuple_(literal(at), literal(last_id)))
-    stmt = (select(*_TABLE.columns).where(*conds).order_by(_TABLE.c.at.desc(), _TABLE.c.id.desc())
-            .limit(limit + 1))
+    stmt = select(*_TABLE.columns).where(*conds).order_by(_TABLE.c.at.desc(), _TABLE.c.id.desc()).limit(limit + 1)
     rows = list(session.execute(stmt).all())
     more = len(rows) > limit
     rows = rows[:limit]
@@ -170,8 +210,11 @@ def page(session: Session, *, tenancy: str, action: AuditAction | None, limit: i
 
 def forget_tenancy(session: Session, *, tenancy: str, when: datetime) -> None:
     """Hide a deleted tenancy's events from a new tenancy of the same name (the caller commits)."""
-    session.execute(update(_TABLE).where(_TABLE.c.tenancy == tenancy, _TABLE.c.tenancy_deleted_at.is_(None))
-                    .values(tenancy_deleted_at=when))
+    session.execute(
+        update(_TABLE)
+        .where(_TABLE.c.tenancy == tenancy, _TABLE.c.tenancy_deleted_at.is_(None))
+        .values(tenancy_deleted_at=when)
+    )
 
 
 def prune(engine: Engine, *, days: float, batch: int = 5000) -> int:

@@ -32,7 +32,6 @@ from services.api.models import (
     AuditEvent,
     Container,
     ContainerCreate,
-    ContainerLog,
     ContainerStatus,
     Tenancy,
     TenancyCreate,
@@ -99,8 +98,10 @@ def ensure_tenancy(session: Session, *, name: str, gpu_quota: int, pod_quota: in
 
 
 def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -> Tenancy:
-    problem = quota_problem(data.gpu_quota if data.gpu_quota is not None else tenancy.gpu_quota,
-                            data.pod_quota if data.pod_quota is not None else tenancy.pod_quota)
+    problem = quota_problem(
+        data.gpu_quota if data.gpu_quota is not None else tenancy.gpu_quota,
+        data.pod_quota if data.pod_quota is not None else tenancy.pod_quota,
+    )
     if problem:
         raise errors.Invalid(problem)
     name = tenancy.name
@@ -138,8 +139,14 @@ def delete_tenancy(session: Session, *, name: str) -> int:
     cancelled = session.exec(
         update(Container)
         .where(col(Container.tenancy) == name, col(Container.status).in_(ACTIVE_STATUSES))
-        .values(status=ContainerStatus.CANCELLED, message="cancelled: its tenancy was deleted",
-                finished_at=now, updated_at=now, claimed_by=None, claimed_until=None)
+        .values(
+            status=ContainerStatus.CANCELLED,
+            message="cancelled: its tenancy was deleted",
+            finished_at=now,
+            updated_at=now,
+            claimed_by=None,
+            claimed_until=None,
+        )
     ).rowcount
     session.exec(
         update(Container)
@@ -182,16 +189,17 @@ def reconcile_gpu_usage(session: Session) -> dict[str, tuple[int, int]]:
     names = list(session.exec(select(Tenancy.name)).all())
     session.commit()
     for name in names:
-        counter = session.exec(
-            select(Tenancy.gpus_in_use).where(Tenancy.name == name).with_for_update()
-        ).first()
+        counter = session.exec(select(Tenancy.gpus_in_use).where(Tenancy.name == name).with_for_update()).first()
         if counter is None:  # deleted meanwhile
             session.rollback()
             continue
-        actual = int(session.exec(
-            select(func.coalesce(func.sum(Container.gpus), 0)).where(
-                Container.tenancy == name, col(Container.status).in_(ACTIVE_STATUSES))
-        ).one())
+        actual = int(
+            session.exec(
+                select(func.coalesce(func.sum(Container.gpus), 0)).where(
+                    Container.tenancy == name, col(Container.status).in_(ACTIVE_STATUSES)
+                )
+            ).one()
+        )
         if actual != counter:
             drift[name] = (int(counter), actual)
             session.exec(update(Tenancy).where(col(Tenancy.name) == name).values(gpus_in_use=actual))
@@ -205,19 +213,32 @@ def reconcile_gpu_usage(session: Session) -> dict[str, tuple[int, int]]:
 
 
 def create_token(
-    session: Session, *, tenancy: str | None, name: str | None = None, scope: str | None = None,
-    expires_at: datetime | None = None, actor: Actor | None = None,
+    session: Session,
+    *,
+    tenancy: str | None,
+    name: str | None = None,
+    scope: str | None = None,
+    expires_at: datetime | None = None,
+    actor: Actor | None = None,
 ) -> tuple[ApiToken, str]:
     """A new token for ``tenancy`` (None = admin); returns the row and the secret (shown
     once, never stored: the row holds its digest). ``actor``, the token minting it, is
     recorded as ``created_by`` and in the tenancy's audit trail, in the same commit."""
     secret = security.generate_token()
-    row = ApiToken(id=security.new_id("tok_"), tenancy=tenancy, token_hash=security.hash_token(secret), name=name,
-                   scope=scope, expires_at=expires_at, created_by=actor.token_id if actor else None)
+    row = ApiToken(
+        id=security.new_id("tok_"),
+        tenancy=tenancy,
+        token_hash=security.hash_token(secret),
+        name=name,
+        scope=scope,
+        expires_at=expires_at,
+        created_by=actor.token_id if actor else None,
+    )
     session.add(row)
     if tenancy is not None:
         detail = f"name {name!r}, scope {scope or 'admin'}" + (
-            f", expires {expires_at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}" if expires_at else "")
+            f", expires {expires_at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}" if expires_at else ""
+        )
         audit.record(session, actor, tenancy=tenancy, action=AuditAction.TOKEN_CREATE, target=row.id, detail=detail)
     session.commit()
     session.refresh(row)
@@ -271,7 +292,7 @@ def touch_token(session: Session, *, token_id: str, now: datetime) -> None:
 
 
 def list_tokens(session: Session, *, tenancy: str) -> Sequence[ApiToken]:
-    return session.exec(select(ApiToken).where(ApiToken.tenancy == tenancy).order_by(ApiToken.created_at)).all()
+    return session.exec(select(ApiToken).where(ApiToken.tenancy == tenancy).order_by(col(ApiToken.created_at))).all()
 
 
 def count_tokens(session: Session, *, tenancy: str) -> int:
@@ -282,14 +303,21 @@ def delete_token(session: Session, *, tenancy: str, token_id: str, actor: Actor 
     """Revoke one of the tenancy's tokens (False: no such token in that tenancy). When this
     returns, no replica accepts it any more: this process forgets it after the commit and
     every other replica has acknowledged the revocation (``services.api.revocations``)."""
-    name = session.exec(select(ApiToken.name).where(col(ApiToken.tenancy) == tenancy,
-                                                    col(ApiToken.id) == token_id)).first()
+    name = session.exec(
+        select(ApiToken.name).where(col(ApiToken.tenancy) == tenancy, col(ApiToken.id) == token_id)
+    ).first()
     result = session.exec(delete(ApiToken).where(col(ApiToken.tenancy) == tenancy, col(ApiToken.id) == token_id))
     epoch = None
     if result.rowcount:
         epoch = revocations.announce(session, token_id=token_id)
-        audit.record(session, actor, tenancy=tenancy, action=AuditAction.TOKEN_REVOKE, target=token_id,
-                     detail=f"name {name!r}" if name else None)
+        audit.record(
+            session,
+            actor,
+            tenancy=tenancy,
+            action=AuditAction.TOKEN_REVOKE,
+            target=token_id,
+            detail=f"name {name!r}" if name else None,
+        )
     session.commit()
     token_cache.revoked(token_id=token_id)
     revocations.wait_heard(session.get_bind(), epoch)  # type: ignore[arg-type]
@@ -310,6 +338,7 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
         "timeout_seconds": data.timeout_seconds,
         **{k: getattr(data, k) for k in ("cpu", "memory", "shm_size") if getattr(data, k) is not None},
         **({"volumes": data.volumes_wire} if data.volumes else {}),
+        **({"ports": data.ports_wire} if data.ports else {}),
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
@@ -320,7 +349,11 @@ def _by_idempotency_key(session: Session, *, tenancy: str, key: str) -> Any:
 
 
 def submit_container(
-    session: Session, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None,
+    session: Session,
+    *,
+    tenancy_name: str,
+    data: ContainerCreate,
+    idempotency_key: str | None,
     actor: Actor | None = None,
 ) -> tuple[Container | SimpleNamespace, bool]:
     """Commit a new submission (status Queued) after admission; returns (row, created).
@@ -349,7 +382,12 @@ def submit_container(
 
 
 async def submit_container_async(
-    pool: AdmissionPool, engine: Engine, *, tenancy_name: str, data: ContainerCreate, idempotency_key: str | None,
+    pool: AdmissionPool,
+    engine: Engine,
+    *,
+    tenancy_name: str,
+    data: ContainerCreate,
+    idempotency_key: str | None,
     actor: Actor | None = None,
 ) -> tuple[Container | SimpleNamespace | Any, bool]:
     """:func:`submit_container` with its common case on the event loop: the idempotency
@@ -387,7 +425,8 @@ async def submit_container_async(
 _CONTAINERS = Container.__table__  # type: ignore[attr-defined]
 # the idempotency lookup as a Core statement built once (an index hit on uq_container_idempotency)
 _BY_KEY = _CONTAINERS.select().where(
-    _CONTAINERS.c.tenancy == bindparam("tenancy"), _CONTAINERS.c.idempotency_key == bindparam("key"),
+    _CONTAINERS.c.tenancy == bindparam("tenancy"),
+    _CONTAINERS.c.idempotency_key == bindparam("key"),
     _CONTAINERS.c.tenancy_deleted_at.is_(None),
 )
 
@@ -408,6 +447,7 @@ def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str |
         memory=data.memory,
         shm_size=data.shm_size,
         volumes=data.volumes_wire,
+        ports=data.ports_wire,
         timeout_seconds=data.timeout_seconds,
         status=ContainerStatus.QUEUED.value,
         pod_name=pod_name(cid),
@@ -418,7 +458,12 @@ def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str |
 
 
 def _not_admitted(
-    session: Session, tenancy_name: str, gpus: int, values: dict[str, Any], idempotency_key: str | None, digest: str,
+    session: Session,
+    tenancy_name: str,
+    gpus: int,
+    values: dict[str, Any],
+    idempotency_key: str | None,
+    digest: str,
     actor: Actor | None = None,
 ) -> tuple[Container | SimpleNamespace, bool]:
     """After the fast admission inserted nothing: a tenancy with a GPU-hour budget is
@@ -440,8 +485,9 @@ def _key_taken_meanwhile(
 ) -> tuple[Any, bool]:
     """The insert met the idempotency key's unique index: a concurrent request with the
     same key got in first; its row is the answer (or Conflict for a different request)."""
-    existing = None if idempotency_key is None else _by_idempotency_key(session, tenancy=tenancy_name,
-                                                                          key=idempotency_key)
+    existing = (
+        None if idempotency_key is None else _by_idempotency_key(session, tenancy=tenancy_name, key=idempotency_key)
+    )
     if existing is None:
         raise err
     return _same_request(existing, digest), False
@@ -494,11 +540,15 @@ def _admission_statement(*, lock: bool, budgeted: bool, audited: bool = False) -
     return event.returning(event.table.c.target)
 
 
-_ADMIT = {(lock, budgeted): _admission_statement(lock=lock, budgeted=budgeted)
-          for lock in (True, False) for budgeted in (True, False)}
+_ADMIT = {
+    (lock, budgeted): _admission_statement(lock=lock, budgeted=budgeted)
+    for lock in (True, False)
+    for budgeted in (True, False)
+}
 # PostgreSQL's admission with its audit event, in one statement
-_ADMIT_AUDITED = {budgeted: _admission_statement(lock=True, budgeted=budgeted, audited=True)
-                  for budgeted in (True, False)}
+_ADMIT_AUDITED = {
+    budgeted: _admission_statement(lock=True, budgeted=budgeted, audited=True) for budgeted in (True, False)
+}
 _AUDIT_INSERT = insert(AuditEvent.__table__)  # type: ignore[attr-defined]
 
 
@@ -510,8 +560,9 @@ def _admission(postgres: bool, budgeted: bool, values: dict[str, Any], actor: Ac
     return _ADMIT[(postgres, budgeted)], params
 
 
-def admit_container(session: Session, *, values: dict[str, Any], budgeted: bool = False,
-                    actor: Actor | None = None) -> bool:
+def admit_container(
+    session: Session, *, values: dict[str, Any], budgeted: bool = False, actor: Actor | None = None
+) -> bool:
     """Insert the new row ``values`` if its tenancy exists and has room for it, in one
     statement (:func:`_admission_statement`) run in autocommit: one round trip, and the
     row is durably committed when it returns (the commit's flush happens inside the
@@ -534,12 +585,21 @@ def admit_container(session: Session, *, values: dict[str, Any], budgeted: bool 
     postgres = _is_postgres(session)
     stmt, params = _admission(postgres, budgeted, values, actor)
     bind = session.get_bind()
+    assert isinstance(bind, Engine), "the API's sessions are bound to its engine"
     if actor is not None and not postgres:
         with bind.connect() as conn, conn.begin():
             if conn.execute(stmt, params).first() is None:
                 return False
-            conn.execute(_AUDIT_INSERT, audit.values(actor, tenancy=values["tenancy"], at=values["created_at"],
-                                                     action=AuditAction.CONTAINER_SUBMIT, target=values["id"]))
+            conn.execute(
+                _AUDIT_INSERT,
+                audit.values(
+                    actor,
+                    tenancy=values["tenancy"],
+                    at=values["created_at"],
+                    action=AuditAction.CONTAINER_SUBMIT,
+                    target=values["id"],
+                ),
+            )
             return True
     with bind.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         # RETURNING says whether a row went in (psycopg reports no rowcount for INSERT ... SELECT)
@@ -579,11 +639,17 @@ def get_container(session: Session, *, container_id: str, tenancy: str | None) -
 
 
 def list_containers(
-    session: Session, *, tenancy: str | None, status: str | None, limit: int, offset: int = 0,
-    after: tuple[datetime, str] | None = None, history: bool = False,
+    session: Session,
+    *,
+    tenancy: str | None,
+    status: str | None,
+    limit: int,
+    offset: int = 0,
+    after: tuple[datetime, str] | None = None,
+    history: bool = False,
 ) -> tuple[Sequence[Any], int, tuple[datetime, str] | None]:
-    """A page of containers (rows with the columns as attributes), newest first (``created_at`` then ``id``, both descending);
-    ``history`` includes those of deleted tenancies (admin).
+    """A page of containers (rows with the columns as attributes), newest first (``created_at``
+    then ``id``, both descending); ``history`` includes those of deleted tenancies (admin).
 
     ``after`` is the (created_at, id) of the last row of the previous page: the page
     then starts right after it (keyset pagination, an index range scan of
@@ -611,9 +677,11 @@ def list_containers(
         page.append(tuple_(col(Container.created_at), col(Container.id)) < tuple_(literal(created), literal(last_id)))
     stmt = (
         # plain rows (attribute access by column name), not ORM objects: read-only here
-        select(*Container.__table__.columns).where(*page)  # type: ignore[attr-defined]
+        select(*_CONTAINERS.columns)
+        .where(*page)
         .order_by(col(Container.created_at).desc(), col(Container.id).desc())
-        .offset(offset).limit(limit + 1)  # one more: is there a next page?
+        .offset(offset)
+        .limit(limit + 1)  # one more: is there a next page?
     )
     rows = list(session.execute(stmt).all())
     more = len(rows) > limit
@@ -625,8 +693,11 @@ def list_containers(
 def _count(session: Session, *, tenancy: str | None, status: str | None) -> int:
     """How many live containers match (one tenancy's, or every live tenancy's): the tenancy
     rows' counters (migration 0009), not a count of container rows."""
-    columns = [CONTAINER_COUNT_COLUMNS[ContainerStatus(status)]] if status is not None else list(
-        CONTAINER_COUNT_COLUMNS.values())
+    columns = (
+        [CONTAINER_COUNT_COLUMNS[ContainerStatus(status)]]
+        if status is not None
+        else list(CONTAINER_COUNT_COLUMNS.values())
+    )
     table = Tenancy.__table__  # type: ignore[attr-defined]
     per_row = sum((table.c[name] for name in columns[1:]), table.c[columns[0]])
     query = select(func.coalesce(func.sum(per_row), 0))
@@ -639,16 +710,29 @@ def containers_using_volume(session: Session, *, tenancy: str, volume: str) -> t
     """The tenancy's containers that mount ``volume``: the ids of the active ones (queued,
     pending, running), and the finished ones whose pod still exists (rows: ``id``,
     ``pod_name``), oldest first."""
-    rows = session.exec(select(Container.id, Container.status, Container.pod_name, Container.pod_created,
-                               Container.pod_deleted, Container.volumes).where(
-        Container.tenancy == tenancy, col(Container.volumes).is_not(None), col(Container.tenancy_deleted_at).is_(None),
-        or_(col(Container.status).in_([s.value for s in ACTIVE_STATUSES]),
-            and_(col(Container.pod_created).is_(True), col(Container.pod_deleted).is_(False))),
-    ).order_by(col(Container.created_at))).all()
+    columns = (
+        Container.id,
+        Container.status,
+        Container.pod_name,
+        Container.pod_created,
+        Container.pod_deleted,
+        Container.volumes,
+    )
+    query = select(*columns)  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns
+    rows = session.exec(
+        query.where(
+            Container.tenancy == tenancy,
+            col(Container.volumes).is_not(None),
+            col(Container.tenancy_deleted_at).is_(None),
+            or_(
+                col(Container.status).in_([s.value for s in ACTIVE_STATUSES]),
+                and_(col(Container.pod_created).is_(True), col(Container.pod_deleted).is_(False)),
+            ),
+        ).order_by(col(Container.created_at))
+    ).all()
     mounting = [r for r in rows if any(m.get("name") == volume for m in r.volumes or ())]
     active = {s.value for s in ACTIVE_STATUSES}
-    return ([r.id for r in mounting if r.status in active],
-            [r for r in mounting if r.status not in active])
+    return ([r.id for r in mounting if r.status in active], [r for r in mounting if r.status not in active])
 
 
 def cancel_container(session: Session, *, container: Container, actor: Actor | None = None) -> Container:
@@ -663,8 +747,9 @@ def cancel_container(session: Session, *, container: Container, actor: Actor | N
     )
     if result.rowcount:
         webhook_outbox.on_status_change(session, container_id=container.id, before=before)
-        audit.record(session, actor, tenancy=container.tenancy, action=AuditAction.CONTAINER_CANCEL,
-                     target=container.id)
+        audit.record(
+            session, actor, tenancy=container.tenancy, action=AuditAction.CONTAINER_CANCEL, target=container.id
+        )
     session.commit()
     session.refresh(container)
     return container
@@ -676,9 +761,14 @@ def cancel_container(session: Session, *, container: Container, actor: Actor | N
 def claim_due(session: Session, *, replica: str, claim_seconds: float, limit: int = 16) -> list[Container]:
     """Claim Queued rows whose retry time has come and that no live replica holds."""
     return row_claims.claim_due(
-        session, Container, Container.status == ContainerStatus.QUEUED,
+        session,
+        Container,
+        Container.status == ContainerStatus.QUEUED,
         order_by=(col(Container.next_attempt_at), col(Container.created_at)),
-        claim_seconds=claim_seconds, limit=limit, claimed_by=replica)
+        claim_seconds=claim_seconds,
+        limit=limit,
+        claimed_by=replica,
+    )
 
 
 def mark_pod_created(session: Session, *, container_id: str) -> bool:
@@ -728,8 +818,14 @@ def mark_failed(session: Session, *, container_id: str, message: str) -> None:
     result = session.exec(
         update(Container)
         .where(col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES))
-        .values(status=ContainerStatus.FAILED, message=message[:2048], finished_at=now, updated_at=now,
-                claimed_by=None, claimed_until=None)
+        .values(
+            status=ContainerStatus.FAILED,
+            message=message[:2048],
+            finished_at=now,
+            updated_at=now,
+            claimed_by=None,
+            claimed_until=None,
+        )
     )
     if result.rowcount:
         webhook_outbox.on_status_change(session, container_id=container_id, before=None)
@@ -786,9 +882,7 @@ def apply_pod_report(session: Session, *, container_id: str, report: PodReport) 
     return bool(result.rowcount)
 
 
-def running_without_pod(
-    session: Session, *, present: set[str], before: datetime
-) -> Sequence[Container]:
+def running_without_pod(session: Session, *, present: set[str], before: datetime) -> Sequence[Container]:
     """Pending/Running containers whose pod was absent from a list taken at ``before``."""
     rows = session.exec(
         select(Container).where(
@@ -801,5 +895,7 @@ def running_without_pod(
 
 def queue_depth(session: Session) -> int:
     return int(
-        session.exec(select(func.count()).select_from(Container).where(Container.status == ContainerStatus.QUEUED)).one()
+        session.exec(
+            select(func.count()).select_from(Container).where(Container.status == ContainerStatus.QUEUED)
+        ).one()
     )

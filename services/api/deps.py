@@ -17,10 +17,10 @@ from typing import Annotated
 
 import anyio
 from fastapi import Depends, Request
-from starlette.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlmodel import Session
+from starlette.requests import HTTPConnection
 
 from services.api import crud, errors, scopes, security
 from services.api.audit import Actor
@@ -114,10 +114,17 @@ async def authenticate(request: HTTPConnection, secret: str | None, method: str)
         raise errors.Unauthorized(f"token expired at {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}; ask for a new one")
     if token.tenancy is not None and not scopes.allows(token.scope, method, request.url.path):
         need = scopes.needed(method, request.url.path)
-        raise errors.Forbidden(f"this token's scope is {token.scope!r}; {method} {request.url.path} "
-                               f"needs a token with scope {need!r}")
-    return Caller(token_id=token.id, tenancy=token.tenancy, scope=token.scope, token_name=token.name, client=client,
-                  expires_at=expires)
+        raise errors.Forbidden(
+            f"this token's scope is {token.scope!r}; {method} {request.url.path} needs a token with scope {need!r}"
+        )
+    return Caller(
+        token_id=token.id,
+        tenancy=token.tenancy,
+        scope=token.scope,
+        token_name=token.name,
+        client=client,
+        expires_at=expires,
+    )
 
 
 def _verify(engine: Engine, cache: TokenCache, digest: str, now: datetime) -> VerifiedToken | None:
@@ -127,8 +134,14 @@ def _verify(engine: Engine, cache: TokenCache, digest: str, now: datetime) -> Ve
         row = crud.token_by_digest(session, digest=digest)
         if row is None:
             return None
-        token = VerifiedToken(id=row.id, tenancy=row.tenancy, scope=row.scope, expires_at=row.expires_at,
-                              last_used_at=row.last_used_at, name=row.name)
+        token = VerifiedToken(
+            id=row.id,
+            tenancy=row.tenancy,
+            scope=row.scope,
+            expires_at=row.expires_at,
+            last_used_at=row.last_used_at,
+            name=row.name,
+        )
         session.rollback()
         if crud.touch_due(token.last_used_at, now):
             crud.touch_token(session, token_id=token.id, now=now)

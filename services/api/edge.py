@@ -26,11 +26,15 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "gpucaas_api_requests_total", "HTTP requests by route and status.", ["method", "route", "status"],
+            "gpucaas_api_requests_total",
+            "HTTP requests by route and status.",
+            ["method", "route", "status"],
             registry=self.registry,
         )
         self.latency = Histogram(
-            "gpucaas_api_request_seconds", "HTTP request latency by route.", ["method", "route"],
+            "gpucaas_api_request_seconds",
+            "HTTP request latency by route.",
+            ["method", "route"],
             registry=self.registry,
         )
         self.submissions = Counter(
@@ -76,8 +80,13 @@ class Edge:
         client = (scope.get("client") or ("unknown", 0))[0]
         if self.limiter is not None and not self.limiter.enter_client(client):
             cap = self.limiter.cfg.requests_per_client
-            await _reply(send, 429, errors.TooManyRequests(
-                f"this address already has {cap} requests in flight (the most allowed)", retry_after=1))
+            await _reply(
+                send,
+                429,
+                errors.TooManyRequests(
+                    f"this address already has {cap} requests in flight (the most allowed)", retry_after=1
+                ),
+            )
             self._observe(scope, 429, start)
             return
         try:
@@ -120,8 +129,13 @@ class Edge:
                     # A body that stalls mid-way: answer 408 and let the app see a disconnect.
                     rejected[0] = True
                     status_holder[0] = 408
-                    await _reply(send, 408, errors.RequestTimeout(
-                        f"body: no data for {self.body_timeout:.0f}s; send the request body without pauses"))
+                    await _reply(
+                        send,
+                        408,
+                        errors.RequestTimeout(
+                            f"body: no data for {self.body_timeout:.0f}s; send the request body without pauses"
+                        ),
+                    )
                     return {"type": "http.disconnect"}
             if message["type"] == "http.request" and not message.get("more_body", False):
                 body_done[0] = True

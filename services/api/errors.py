@@ -147,8 +147,7 @@ def response_of(exc: ApiError) -> Any:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     if isinstance(exc, TooManyRequests):
         headers = {"Retry-After": str(exc.retry_after)}
-    return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, status_code=exc.status,
-                        headers=headers)
+    return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, status_code=exc.status, headers=headers)
 
 
 def install_handlers(app: Any) -> None:
@@ -166,7 +165,7 @@ def install_handlers(app: Any) -> None:
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, ApiError):
-            return response_of(exc)  # type: ignore[no-any-return]
+            return response_of(exc)
         if isinstance(exc, RequestValidationError):
             status, body = 422, {"code": "invalid", "detail": describe_validation_errors(exc.errors())}
         elif isinstance(exc, database_gone):

@@ -18,7 +18,8 @@ from typing import Any
 # kubelet/scheduler Event reason -> timeline kind
 EVENT_KINDS = {
     "Scheduled": "scheduled",
-    "DevicesAllocated": "partition-activated",  # the kubelet got the devices from the plugin (Allocate activated the partition)
+    # the kubelet got the devices from the plugin (Allocate activated the partition)
+    "DevicesAllocated": "partition-activated",
     "PartitionActivated": "partition-activated",  # the DRA driver prepared the pod's claim: its partition is active
     "FailedScheduling": "waiting",
     "Pulling": "pulling",
@@ -73,8 +74,12 @@ def timeline(
         kind = EVENT_KINDS.get(str(ev.get("reason")))
         if kind is None:
             continue
-        when = ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp") or \
-            (ev.get("metadata") or {}).get("creationTimestamp")
+        when = (
+            ev.get("lastTimestamp")
+            or ev.get("eventTime")
+            or ev.get("firstTimestamp")
+            or (ev.get("metadata") or {}).get("creationTimestamp")
+        )
         count = ev.get("count") or 1
         text = str(ev.get("message") or ev.get("reason"))
         out.append(_entry(when, kind, text + (f" (x{count})" if count > 1 else ""), "kubernetes"))
@@ -86,11 +91,18 @@ def timeline(
             if cond.get("type") != "PodScheduled":
                 continue
             if cond.get("status") == "True" and not seen_scheduled:
-                out.append(_entry(cond.get("lastTransitionTime"), "scheduled",
-                                  f"on node {spec.get('nodeName') or '?'}", "pod"))
+                out.append(
+                    _entry(cond.get("lastTransitionTime"), "scheduled", f"on node {spec.get('nodeName') or '?'}", "pod")
+                )
             elif cond.get("status") == "False":
-                out.append(_entry(cond.get("lastTransitionTime"), "waiting",
-                                  str(cond.get("message") or cond.get("reason") or "not scheduled yet"), "pod"))
+                out.append(
+                    _entry(
+                        cond.get("lastTransitionTime"),
+                        "waiting",
+                        str(cond.get("message") or cond.get("reason") or "not scheduled yet"),
+                        "pod",
+                    )
+                )
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
             if "running" in state:
@@ -105,15 +117,27 @@ def timeline(
         since = min(ls["status"]["holder"]["since"] for ls in held)
         nodes = sorted({(ls.get("spec") or {}).get("node", "?") for ls in held})
         pcis = sorted((ls.get("spec") or {}).get("pciAddress", "?") for ls in held)
-        out.append(_entry(since, "partition-activated",
-                          f"{len(held)} GPU(s) allocated on {', '.join(nodes)}: {', '.join(pcis)}", "device-plugin"))
+        out.append(
+            _entry(
+                since,
+                "partition-activated",
+                f"{len(held)} GPU(s) allocated on {', '.join(nodes)}: {', '.join(pcis)}",
+                "device-plugin",
+            )
+        )
     status_name = container.get("status")
     if status_name in ("Succeeded", "Failed", "Cancelled"):
         text = container.get("message") or status_name
         if container.get("exit_code") is not None and "exit code" not in str(text):
             text = f"{text} (exit code {container['exit_code']})"
-        out.append(_entry(container.get("finished_at"), "finished" if status_name != "Cancelled" else "cancelled",
-                          f"{status_name}: {text}", "api"))
+        out.append(
+            _entry(
+                container.get("finished_at"),
+                "finished" if status_name != "Cancelled" else "cancelled",
+                f"{status_name}: {text}",
+                "api",
+            )
+        )
     entries = [e for e in out if e is not None]
     # drop exact duplicates (a terminated state and a Started event may say the same)
     unique: list[dict[str, Any]] = []

@@ -26,8 +26,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import websockets
-from websockets.asyncio.client import connect
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.asyncio.client import connect
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +46,18 @@ class Upstream:
     headers: dict[str, str]
 
 
-def upstream_for(cfg: Any, *, namespace: str, pod: str, container: str, command: Sequence[str],
-                 stdin: bool, tty: bool) -> Upstream:
+def upstream_for(
+    cfg: Any, *, namespace: str, pod: str, container: str, command: Sequence[str], stdin: bool, tty: bool
+) -> Upstream:
     """The exec request for the official client's ``Configuration`` ``cfg`` (its server,
     CA, client certificate or token, refreshed as the client would)."""
     host = str(cfg.host).rstrip("/")
-    query = [("container", container), *(("command", c) for c in command),
-             ("stdout", "true"), ("stderr", "false" if tty else "true")]
+    query = [
+        ("container", container),
+        *(("command", c) for c in command),
+        ("stdout", "true"),
+        ("stderr", "false" if tty else "true"),
+    ]
     if stdin:
         query.append(("stdin", "true"))
     if tty:
@@ -82,9 +87,15 @@ def offered(client: WebSocket) -> list[str]:
 async def open_upstream(target: Upstream, protocols: Sequence[str], *, open_timeout: float) -> Any:
     """The API server's exec WebSocket (``websockets`` client connection)."""
     return await connect(
-        target.url, ssl=target.ssl_context, additional_headers=target.headers,
+        target.url,
+        ssl=target.ssl_context,
+        additional_headers=target.headers,
         subprotocols=list(protocols),  # type: ignore[arg-type]
-        open_timeout=open_timeout, max_size=MAX_MESSAGE, compression=None, ping_interval=20, close_timeout=2,
+        open_timeout=open_timeout,
+        max_size=MAX_MESSAGE,
+        compression=None,
+        ping_interval=20,
+        close_timeout=2,
         proxy=None,  # the API server is reached directly, as every other call of the API
     )
 

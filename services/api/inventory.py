@@ -26,8 +26,14 @@ def fabric_summary(fs: Mapping[str, Any] | None) -> dict[str, Any] | None:
         # physical id (module id) -> PCI address, as the fabric service maps them (docs/fabric-manager.md)
         "gpu_map": {str(g["physicalId"]): g.get("pciBusId") for g in st.get("gpus") or [] if "physicalId" in g},
         # NVLinkFabricIntact: False after a fabric reset until the holders that lost NVLink are gone
-        "nvlink_fabric": next((("intact" if c.get("status") == "True" else "lost")
-                               for c in st.get("conditions") or [] if c.get("type") == "NVLinkFabricIntact"), None),
+        "nvlink_fabric": next(
+            (
+                ("intact" if c.get("status") == "True" else "lost")
+                for c in st.get("conditions") or []
+                if c.get("type") == "NVLinkFabricIntact"
+            ),
+            None,
+        ),
         "lost_pods": [x.get("pod") or x.get("holder") for x in st.get("lostPartitions") or []],
     }
 
@@ -40,7 +46,9 @@ def _ready(node: Mapping[str, Any]) -> bool:
 
 
 def node_summaries(
-    nodes: Iterable[Mapping[str, Any]], fabric_states: Iterable[Mapping[str, Any]], gpu_resource: str,
+    nodes: Iterable[Mapping[str, Any]],
+    fabric_states: Iterable[Mapping[str, Any]],
+    gpu_resource: str,
     resource_slices: Iterable[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per node. GPU capacity and allocatable come from the node's extended resource
@@ -160,7 +168,8 @@ def gpu_summaries(
                 "healthy": fab.get("healthy"),
                 # An unhealthy GPU shows why it is unhealthy; otherwise the lease's last reason.
                 "reason": (fab.get("reason") if fab.get("healthy") is False else None)
-                or s["reason"] or fab.get("reason"),
+                or s["reason"]
+                or fab.get("reason"),
                 "lease": s["name"],
             }
         )

@@ -30,15 +30,17 @@ T = TypeVar("T")
 class Kube:
     """The handful of Kubernetes operations the API needs."""
 
-    def __init__(self, kubeconfig: Path | None = None, *, timeout: float = 10.0,
-                 connection: KubeConnection | None = None) -> None:
+    def __init__(
+        self, kubeconfig: Path | None = None, *, timeout: float = 10.0, connection: KubeConnection | None = None
+    ) -> None:
         self.timeout = timeout
         self._error: str | None = None
         self._kube: CoreKube | None = None
         self.core: Any = _NotConfigured()
         self.custom: Any = _NotConfigured()
-        conn = connection or KubeConnection(kubeconfig=kubeconfig, connect_timeout_s=min(5.0, timeout),
-                                            read_timeout_s=timeout)
+        conn = connection or KubeConnection(
+            kubeconfig=kubeconfig, connect_timeout_s=min(5.0, timeout), read_timeout_s=timeout
+        )
         try:
             self._kube = CoreKube(conn)
         except KubeError as exc:  # no configuration at all: run, but report unavailable
@@ -72,14 +74,25 @@ class Kube:
 
     def ping(self) -> None:
         """Raise unless the API server answers a cheap list the API's role grants (tenancies, limit 1)."""
-        self._call(self.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL,
-                   limit=1, what="list tenancies", idempotent=True)
+        self._call(
+            self.custom.list_cluster_custom_object,
+            crds.GROUP,
+            crds.VERSION,
+            crds.TENANCY_PLURAL,
+            limit=1,
+            what="list tenancies",
+            idempotent=True,
+        )
 
     # -- tenancies ------------------------------------------------------------------
 
     def get_tenancy(self, name: str) -> dict[str, Any]:
         return self._call(
-            self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name,
+            self.custom.get_cluster_custom_object,
+            crds.GROUP,
+            crds.VERSION,
+            crds.TENANCY_PLURAL,
+            name,
             idempotent=True,
         )
 
@@ -120,7 +133,11 @@ class Kube:
     def delete_tenancy(self, name: str) -> None:
         try:
             self._call(
-                self.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name,
+                self.custom.delete_cluster_custom_object,
+                crds.GROUP,
+                crds.VERSION,
+                crds.TENANCY_PLURAL,
+                name,
                 idempotent=True,
             )
         except NotFound:
@@ -193,8 +210,15 @@ class Kube:
         """Where and how to open the pod's ``exec`` WebSocket (:mod:`services.api.exec_relay`)."""
         if self._kube is None:
             raise Unavailable(self._error or "Kubernetes is not configured")
-        return exec_relay.upstream_for(self._kube.configuration, namespace=namespace, pod=pod, container="main",
-                                       command=command, stdin=stdin, tty=tty)
+        return exec_relay.upstream_for(
+            self._kube.configuration,
+            namespace=namespace,
+            pod=pod,
+            container="main",
+            command=command,
+            stdin=stdin,
+            tty=tty,
+        )
 
     def list_pod_events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
         """The core/v1 Events about one pod (scheduler, kubelet, device plugin)."""
@@ -208,13 +232,16 @@ class Kube:
         existed and ``replace`` was not asked for. The response (with the data) is dropped."""
         meta = body["metadata"]
         try:
-            self._call(self.core.create_namespaced_secret, meta["namespace"], body, _preload_content=False).release_conn()
+            self._call(
+                self.core.create_namespaced_secret, meta["namespace"], body, _preload_content=False
+            ).release_conn()
             return True
         except Conflict:
             if not replace:
                 return False
-        self._call(self.core.replace_namespaced_secret, meta["name"], meta["namespace"], body,
-                   _preload_content=False).release_conn()
+        self._call(
+            self.core.replace_namespaced_secret, meta["name"], meta["namespace"], body, _preload_content=False
+        ).release_conn()
         return True
 
     def list_secrets_metadata(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
@@ -244,24 +271,77 @@ class Kube:
     def create_pvc(self, body: dict[str, Any]) -> bool:
         """Create the claim; False when one of that name already exists."""
         try:
-            self._call(self.core.create_namespaced_persistent_volume_claim, body["metadata"]["namespace"], body,
-                       _preload_content=False).release_conn()
+            self._call(
+                self.core.create_namespaced_persistent_volume_claim,
+                body["metadata"]["namespace"],
+                body,
+                _preload_content=False,
+            ).release_conn()
             return True
         except Conflict:
             return False
 
     def list_pvcs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        return self._json(self.core.list_namespaced_persistent_volume_claim, namespace,
-                          label_selector=label_selector).get("items", [])
+        return self._json(
+            self.core.list_namespaced_persistent_volume_claim, namespace, label_selector=label_selector
+        ).get("items", [])
 
     def delete_pvc(self, namespace: str, name: str) -> bool:
         """Delete the claim; False when it did not exist."""
         try:
-            self._call(self.core.delete_namespaced_persistent_volume_claim, name, namespace,
-                       _preload_content=False, idempotent=True).release_conn()
+            self._call(
+                self.core.delete_namespaced_persistent_volume_claim,
+                name,
+                namespace,
+                _preload_content=False,
+                idempotent=True,
+            ).release_conn()
             return True
         except NotFound:
             return False
+
+    # -- container endpoints (Service, Ingresses, CiliumNetworkPolicy) ---------------
+
+    def apply_endpoint_objects(self, objects: list[dict[str, Any]]) -> int:
+        """Create each object (a Service, or one served by the custom-objects API by group,
+        version and plural); one that exists already counts as done. Returns how many were new."""
+        made = 0
+        for body in objects:
+            ns = body["metadata"]["namespace"]
+            try:
+                if body["kind"] == "Service":
+                    self._call(
+                        self.core.create_namespaced_service, ns, body, _preload_content=False, idempotent=True
+                    ).release_conn()
+                else:
+                    group, version, plural = _custom_api(body)
+                    self._call(
+                        self.custom.create_namespaced_custom_object, group, version, ns, plural, body, idempotent=True
+                    )
+                made += 1
+            except Conflict:
+                pass
+        return made
+
+    def delete_endpoint_objects(self, objects: list[dict[str, Any]]) -> int:
+        """Delete each object named in ``objects`` (kind, namespace, name); returns how many existed."""
+        gone = 0
+        for body in objects:
+            ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+            try:
+                if body["kind"] == "Service":
+                    self._call(
+                        self.core.delete_namespaced_service, name, ns, _preload_content=False, idempotent=True
+                    ).release_conn()
+                else:
+                    group, version, plural = _custom_api(body)
+                    self._call(
+                        self.custom.delete_namespaced_custom_object, group, version, ns, plural, name, idempotent=True
+                    )
+                gone += 1
+            except NotFound:
+                pass
+        return gone
 
     # -- cluster inventory (admin) --------------------------------------------------
 
@@ -269,27 +349,45 @@ class Kube:
         return self._json(self.core.list_node).get("items", [])
 
     def list_cluster_objects(self, plural: str) -> list[dict[str, Any]]:
-        return self._call(self.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, plural,
-                          idempotent=True).get(
-            "items", []
-        )
+        return self._call(
+            self.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, plural, idempotent=True
+        ).get("items", [])
 
     def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
         """The ResourceSlices one DRA driver publishes (``resource.k8s.io/v1``, by the
         ``spec.driver`` field selector every API server supports for them)."""
-        return self._call(self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceslices",
-                          field_selector=f"spec.driver={driver}", idempotent=True).get("items", [])
+        return self._call(
+            self.custom.list_cluster_custom_object,
+            "resource.k8s.io",
+            "v1",
+            "resourceslices",
+            field_selector=f"spec.driver={driver}",
+            idempotent=True,
+        ).get("items", [])
 
     def get_cluster_object(self, plural: str, name: str) -> dict[str, Any]:
-        return self._call(self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, plural, name,
-                          idempotent=True)
+        return self._call(
+            self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, plural, name, idempotent=True
+        )
 
     def replace_cluster_object_status(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         """Replace the status subresource; 409 (Conflict) when ``metadata.resourceVersion`` is stale."""
         return self._call(
             self.custom.replace_cluster_custom_object_status,
-            crds.GROUP, crds.VERSION, plural, body["metadata"]["name"], body,
+            crds.GROUP,
+            crds.VERSION,
+            plural,
+            body["metadata"]["name"],
+            body,
         )
+
+
+_CUSTOM_PLURALS = {"Ingress": "ingresses", "CiliumNetworkPolicy": "ciliumnetworkpolicies"}
+
+
+def _custom_api(body: dict[str, Any]) -> tuple[str, str, str]:
+    group, version = body["apiVersion"].split("/", 1)
+    return group, version, _CUSTOM_PLURALS[body["kind"]]
 
 
 class _NotConfigured:

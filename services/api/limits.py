@@ -35,14 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from limits import RateLimitItem, parse_many
-from limits import errors as limits_errors
+from limits import RateLimitItem, errors as limits_errors, parse_many
 from limits.aio.strategies import MovingWindowRateLimiter as SharedWindow
 from limits.storage import MemoryStorage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
-from prometheus_client import CollectorRegistry
-from prometheus_client import Counter as MetricCounter
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Counter as MetricCounter, Gauge
 
 from services.api import errors
 
@@ -73,8 +70,13 @@ def shared_storage(url: str, *, timeout: float) -> Any:
 
     uri = url if url.startswith("async+") else "async+" + url
     return storage_from_string(
-        uri, implementation="redispy", key_prefix=KEY_PREFIX, wrap_exceptions=True,
-        socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
+        uri,
+        implementation="redispy",
+        key_prefix=KEY_PREFIX,
+        wrap_exceptions=True,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),  # type: ignore[arg-type]  # passed on to redis-py, which takes a Retry
     )
 
 
@@ -94,7 +96,9 @@ class Limiter:
         self._shared_storage = shared_storage(cfg.storage_url, timeout=timeout) if cfg.storage_url else None
         self._shared = SharedWindow(self._shared_storage) if self._shared_storage is not None else None
         self._shared_errors: tuple[type[BaseException], ...] = (
-            limits_errors.StorageError, TimeoutError, OSError,
+            limits_errors.StorageError,
+            TimeoutError,
+            OSError,
             *_as_tuple(self._shared_storage.base_exceptions if self._shared_storage is not None else ()),
         )
         self._timeout = timeout
@@ -172,7 +176,9 @@ class Limiter:
             log.warning(
                 "rate limits: the shared storage does not answer (%s: %s); this replica counts alone, "
                 "so the replicas together allow more than the rates, until it answers (tried every %.0f s)",
-                type(exc).__name__, exc, self._retry_seconds,
+                type(exc).__name__,
+                exc,
+                self._retry_seconds,
             )
 
     async def _retry_after(self, item: RateLimitItem, *keys: str) -> int:
@@ -220,7 +226,8 @@ class Limiter:
                 if self._streams[key] >= cap:
                     who = "this token" if key.startswith("token:") else f"tenancy {tenancy!r}"
                     raise errors.TooManyRequests(
-                        f"{who} already has {cap} open streams (log follows and exec sessions; the most allowed); close one first",
+                        f"{who} already has {cap} open streams (log follows and exec sessions; the most allowed); "
+                        "close one first",
                         retry_after=5,
                     )
             for key, _cap in keys:

@@ -25,7 +25,7 @@ from pydantic import (
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from services.api import sizing, tenant_secrets, validation, volumes as volume_rules
+from services.api import endpoints as endpoint_rules, sizing, tenant_secrets, validation, volumes as volume_rules
 
 
 def utcnow() -> datetime:
@@ -62,13 +62,15 @@ TERMINAL_STATUSES = (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED, Containe
 TenancyName = Annotated[
     str,
     AfterValidator(validation.check_tenancy_name),
-    WithJsonSchema({
-        "type": "string",
-        "pattern": validation.DNS_LABEL.pattern,
-        "minLength": 1,
-        "maxLength": validation.TENANCY_NAME_MAX,
-        "description": "A DNS label: lowercase letters, digits and '-'.",
-    }),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": validation.DNS_LABEL.pattern,
+            "minLength": 1,
+            "maxLength": validation.TENANCY_NAME_MAX,
+            "description": "A DNS label: lowercase letters, digits and '-'.",
+        }
+    ),
 ]
 
 
@@ -121,8 +123,10 @@ GPUS_PER_POD_MAX = 8
 
 def quota_problem(gpu_quota: int, pod_quota: int) -> str | None:
     if gpu_quota > GPUS_PER_POD_MAX * pod_quota:
-        return (f"gpu_quota {gpu_quota} needs a pod_quota of at least {-(-gpu_quota // GPUS_PER_POD_MAX)}: "
-                f"one pod holds at most {GPUS_PER_POD_MAX} GPUs")
+        return (
+            f"gpu_quota {gpu_quota} needs a pod_quota of at least {-(-gpu_quota // GPUS_PER_POD_MAX)}: "
+            f"one pod holds at most {GPUS_PER_POD_MAX} GPUs"
+        )
     return None
 
 
@@ -132,9 +136,13 @@ class TenancyCreate(StrictInput, TenancyBase):
     pod_quota: StrictInt = PField(default=50, ge=1, le=100000)
     allow_internet: StrictBool = False
     gpu_hours_per_month: StrictFloat | StrictInt | None = PField(
-        None, ge=0, le=100_000_000, examples=[1000],
+        None,
+        ge=0,
+        le=100_000_000,
+        examples=[1000],
         description="GPU-hours a calendar month (UTC) may use; once spent, submissions are refused until the "
-        "1st of the next month. Unset: no budget.")
+        "1st of the next month. Unset: no budget.",
+    )
     name: TenancyName
     nfs: NfsSpec | None = None
 
@@ -153,7 +161,8 @@ class TenancyUpdate(StrictInput):
     nfs: NfsSpec | None = None
     clear_nfs: StrictBool = False
     gpu_hours_per_month: StrictFloat | StrictInt | None = PField(
-        None, ge=0, le=100_000_000, description="A new monthly GPU-hour budget.")
+        None, ge=0, le=100_000_000, description="A new monthly GPU-hour budget."
+    )
     clear_gpu_hours_per_month: StrictBool = PField(False, description="Remove the monthly GPU-hour budget.")
 
 
@@ -191,7 +200,7 @@ class TenanciesPublic(SQLModel):
 
 
 class ApiToken(SQLModel, table=True):
-    __tablename__ = "api_token"  # type: ignore[assignment]
+    __tablename__ = "api_token"
 
     id: str = Field(primary_key=True, max_length=32)
     tenancy: str | None = Field(default=None, index=True, max_length=63)  # None = admin
@@ -223,7 +232,9 @@ class _ExpiringToken(StrictInput):
     """What both ways of minting a token share: an optional expiry, in the future."""
 
     expires_at: UTCDatetime | None = PField(
-        None, description="When the token stops working (UTC, ISO 8601); unset: never.", examples=["2027-01-01T00:00:00Z"]
+        None,
+        description="When the token stops working (UTC, ISO 8601); unset: never.",
+        examples=["2027-01-01T00:00:00Z"],
     )
 
     @field_validator("expires_at")
@@ -247,8 +258,11 @@ class TenantTokenCreate(_ExpiringToken):
     than the caller's own scope, optionally expiring."""
 
     name: Annotated[str, AfterValidator(_printable_name)] = PField(
-        min_length=1, max_length=128, description="What the token is for, shown in listings and the audit trail.",
-        examples=["dash"])
+        min_length=1,
+        max_length=128,
+        description="What the token is for, shown in listings and the audit trail.",
+        examples=["dash"],
+    )
     scope: Literal["read", "submit", "admin"] = PField(
         "read",
         description="read (default): look only; submit: also submit and cancel containers; admin: also manage "
@@ -263,8 +277,9 @@ class TokenPublic(SQLModel):
     tenancy: str | None
     name: str | None
     created_at: UTCDatetime
-    created_by: str | None = PField(None, description="Id of the token that minted it (null: an operator's "
-                                    "bootstrap or an older token).")
+    created_by: str | None = PField(
+        None, description="Id of the token that minted it (null: an operator's bootstrap or an older token)."
+    )
     scope: str = "admin"
     expires_at: UTCDatetime | None = None
     last_used_at: UTCDatetime | None = PField(None, description="Last request made with it (to the minute).")
@@ -283,7 +298,8 @@ class WhoAmI(SQLModel):
     tenancy: str | None = PField(description="Its tenancy; null: an operator's admin token.")
     scope: Literal["read", "submit", "admin"] = PField(
         description="read: look only; submit: also submit and cancel containers; admin: also secrets, "
-        "registry credentials, webhooks, tokens and the audit trail.")
+        "registry credentials, webhooks, tokens and the audit trail."
+    )
     expires_at: UTCDatetime | None = PField(None, description="When it stops working; null: never.")
 
 
@@ -327,7 +343,7 @@ class AuditEvent(SQLModel, table=True):
     which object, when, from which address. Never a secret value: ``target`` is an id or
     a name, ``detail`` a short fixed description (migration 0010)."""
 
-    __tablename__ = "audit_event"  # type: ignore[assignment]
+    __tablename__ = "audit_event"
 
     id: str = Field(primary_key=True, max_length=32)
     tenancy: str = Field(max_length=63)
@@ -346,8 +362,9 @@ class AuditEventPublic(SQLModel):
     id: str
     at: UTCDatetime
     action: AuditAction
-    target: str | None = PField(None, description="What it acted on: a container or token id, a secret's name, "
-                                "a registry server, a webhook id.")
+    target: str | None = PField(
+        None, description="What it acted on: a container or token id, a secret's name, a registry server, a webhook id."
+    )
     token_id: str | None = PField(None, description="The token that did it.")
     token_name: str | None = PField(None, description="That token's name when it did it.")
     client: str | None = PField(None, description="The client's address, as the API saw it.")
@@ -377,16 +394,18 @@ SecretName = Annotated[str, AfterValidator(tenant_secrets.check_secret_name)]
 class SecretCreate(StrictInput):
     """A tenant secret: stored as a Kubernetes Secret in the tenancy's namespace, never returned."""
 
-    name: SecretName = PField(description="Name to reference it by, e.g. from env as {\"secret\": \"hf\"}.",
-                              examples=["hf"])
+    name: SecretName = PField(
+        description='Name to reference it by, e.g. from env as {"secret": "hf"}.', examples=["hf"]
+    )
     value: Annotated[str, AfterValidator(_no_nul)] = PField(
         min_length=1, max_length=32768, description="The secret value; write-only.", examples=["hf_xxxxxxxx"]
     )
 
 
 class SecretUpdate(StrictInput):
-    value: Annotated[str, AfterValidator(_no_nul)] = PField(min_length=1, max_length=32768,
-                                                              description="The new value; write-only.")
+    value: Annotated[str, AfterValidator(_no_nul)] = PField(
+        min_length=1, max_length=32768, description="The new value; write-only."
+    )
 
 
 class SecretPublic(SQLModel):
@@ -412,7 +431,10 @@ class RegistryCredentialCreate(StrictInput):
         max_length=253, description="Registry host[:port], as in image references.", examples=["nvcr.io"]
     )
     username: Annotated[str, AfterValidator(_no_nul)] = PField(
-        min_length=1, max_length=256, pattern=r"^[^:\s]+$", description="Registry user name (no ':').",
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^:\s]+$",
+        description="Registry user name (no ':').",
         examples=["$oauthtoken"],
     )
     password: Annotated[str, AfterValidator(_no_nul)] = PField(
@@ -436,9 +458,15 @@ class RegistryCredentialsPublic(SQLModel):
 VolumeName = Annotated[
     str,
     AfterValidator(volume_rules.check_name),
-    WithJsonSchema({"type": "string", "pattern": volume_rules.NAME.pattern, "minLength": 1,
-                    "maxLength": volume_rules.NAME_MAX,
-                    "description": "A DNS label: lowercase letters, digits and '-'."}),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": volume_rules.NAME.pattern,
+            "minLength": 1,
+            "maxLength": volume_rules.NAME_MAX,
+            "description": "A DNS label: lowercase letters, digits and '-'.",
+        }
+    ),
 ]
 
 
@@ -451,9 +479,12 @@ class VolumeCreate(StrictInput):
 
     name: VolumeName = PField(description="Name to mount it by.", examples=["datasets"])
     size: Annotated[str, AfterValidator(_volume_size)] = PField(
-        max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?(k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$",
+        max_length=32,
+        pattern=r"^[0-9]+(\.[0-9]+)?(k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$",
         description="Capacity, a Kubernetes quantity (e.g. 10Gi, 500Mi, 1Ti); at least 1Mi and "
-        "within the tenancy's storage quota.", examples=["10Gi"])
+        "within the tenancy's storage quota.",
+        examples=["10Gi"],
+    )
 
 
 class VolumePublic(SQLModel):
@@ -477,9 +508,31 @@ class VolumeMount(StrictInput):
 
     name: VolumeName = PField(description="A volume created with POST /v1/volumes.", examples=["datasets"])
     mount_path: Annotated[str, AfterValidator(volume_rules.check_mount_path)] = PField(
-        max_length=volume_rules.MOUNT_PATH_MAX, description="Absolute path in the container (not under /dev, /proc "
-        "or /sys).", examples=["/datasets"])
+        max_length=volume_rules.MOUNT_PATH_MAX,
+        description="Absolute path in the container (not under /dev, /proc or /sys).",
+        examples=["/datasets"],
+    )
     read_only: StrictBool = PField(False, description="Mount it read-only.")
+
+
+# --- endpoints (declared HTTP ports, served by the ingress controller) -------------
+
+
+class PortSpec(StrictInput):
+    """An HTTP port the container listens on, served at ``https://<id>-<port>.<endpoint domain>``."""
+
+    port: StrictInt = PField(ge=1, le=65535, description="TCP port the container serves HTTP on.", examples=[8080])
+    public: StrictBool = PField(
+        False,
+        description="false: only requests with a token of this tenancy (Authorization: Bearer) get "
+        "through; true: anyone who has the URL.",
+    )
+
+
+class EndpointPublic(SQLModel):
+    port: int
+    url: str = PField(description="https://<container id>-<port>.<endpoint domain>")
+    public: bool
 
 
 # --- containers ------------------------------------------------------------------
@@ -489,12 +542,16 @@ MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
 
 class ContainerBase(SQLModel):
     gpus: int = Field(
-        default=1, ge=1, le=8,
+        default=1,
+        ge=1,
+        le=8,
         description="GPUs passed through to the container's VM: 1-8 (1, 2, 4 or 8 get NVLink).",
         schema_extra={"examples": [8]},
     )
     timeout_seconds: int | None = Field(
-        default=None, ge=1, le=MAX_TIMEOUT_SECONDS,
+        default=None,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
         description="Stop the container after this many seconds (up to 30 days); unset: no limit.",
         schema_extra={"examples": [3600]},
     )
@@ -504,23 +561,36 @@ class ContainerCreate(StrictInput, ContainerBase):
     """A submission: ``image`` (or the design's ``container-url``) and what to run it with."""
 
     gpus: StrictInt = PField(
-        default=1, ge=1, le=8, examples=[8],
-        description="GPUs passed through to the container's VM: 1-8 (1, 2, 4 or 8 get NVLink); a JSON integer.")
+        default=1,
+        ge=1,
+        le=8,
+        examples=[8],
+        description="GPUs passed through to the container's VM: 1-8 (1, 2, 4 or 8 get NVLink); a JSON integer.",
+    )
     timeout_seconds: StrictInt | None = PField(
-        default=None, ge=1, le=MAX_TIMEOUT_SECONDS, examples=[3600],
-        description="Stop the container after this many seconds (up to 30 days); unset: no limit.")
+        default=None,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        examples=[3600],
+        description="Stop the container after this many seconds (up to 30 days); unset: no limit.",
+    )
 
     image: str | None = PField(
-        None, max_length=1024,
+        None,
+        max_length=1024,
         description="OCI image reference; private registries need a credential (POST /v1/registry-credentials).",
         examples=["nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"],
     )
     container_url: str | None = PField(
-        None, alias="container-url", max_length=1024, description="Same as image (the original payload's name).",
+        None,
+        alias="container-url",
+        max_length=1024,
+        description="Same as image (the original payload's name).",
         examples=["nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"],
     )
     tenancy: TenancyName | None = PField(
-        None, description="Tenant tokens: your own tenancy (may be left out). Admin tokens: required.",
+        None,
+        description="Tenant tokens: your own tenancy (may be left out). Admin tokens: required.",
         examples=["landon"],
     )
     nvlink: bool = PField(
@@ -532,40 +602,69 @@ class ContainerCreate(StrictInput, ContainerBase):
         examples=[True],
     )
     cpu: str | None = PField(
-        None, max_length=32,
+        None,
+        max_length=32,
         description="CPUs for the container's VM; default: the GPU count times the per-GPU share of the node.",
         examples=["96"],
     )
     memory: str | None = PField(
-        None, max_length=32,
+        None,
+        max_length=32,
         description="Memory of the container's VM; default: the GPU count times the per-GPU share of the node.",
         examples=["512Gi"],
     )
     shm_size: str | None = PField(
-        None, max_length=32, description="Size of /dev/shm; default: the GPU count times the per-GPU share.",
+        None,
+        max_length=32,
+        description="Size of /dev/shm; default: the GPU count times the per-GPU share.",
         examples=["64Gi"],
     )
     command: list[Annotated[str, PField(max_length=4096)]] | None = PField(
         None, max_length=256, description="Replaces the image's ENTRYPOINT.", examples=[["python", "train.py"]]
     )
     args: list[Annotated[str, PField(max_length=4096)]] | None = PField(
-        None, max_length=256, description="Replaces the image's CMD (arguments to command).",
+        None,
+        max_length=256,
+        description="Replaces the image's CMD (arguments to command).",
         examples=[["--epochs", "3"]],
     )
     env: dict[str, Annotated[str, PField(max_length=32768)] | SecretRef] | None = PField(
         None,
         max_length=256,
         description=(
-            "Environment variables: a plain string value, or {\"secret\": \"<name>\"} to take the value from a "
+            'Environment variables: a plain string value, or {"secret": "<name>"} to take the value from a '
             "secret created with POST /v1/secrets. Values are never shown back (names only)."
         ),
         examples=[{"EPOCHS": "3", "HF_TOKEN": {"secret": "hf"}}],
     )
     volumes: list[VolumeMount] | None = PField(
-        None, max_length=volume_rules.MAX_MOUNTS,
+        None,
+        max_length=volume_rules.MAX_MOUNTS,
         description=f"Volumes to mount (at most {volume_rules.MAX_MOUNTS}), each created first with POST /v1/volumes.",
         examples=[[{"name": "datasets", "mount_path": "/datasets", "read_only": True}]],
     )
+
+    ports: list[PortSpec] | None = PField(
+        None,
+        max_length=endpoint_rules.MAX_PORTS,
+        description=f"HTTP ports to serve (at most {endpoint_rules.MAX_PORTS}, each once): each becomes an endpoint "
+        "https://<container id>-<port>.<endpoint domain> while the container runs.",
+        examples=[[{"port": 8080, "public": False}]],
+    )
+
+    @field_validator("ports")
+    @classmethod
+    def _distinct_ports(cls, value: list[PortSpec] | None) -> list[PortSpec] | None:
+        seen = [p.port for p in value or ()]
+        twice = sorted({x for x in seen if seen.count(x) > 1})
+        if twice:
+            raise ValueError(f"port {twice[0]} is given twice; declare each port once")
+        return value
+
+    @property
+    def ports_wire(self) -> list[dict[str, Any]] | None:
+        """``ports`` as stored (``[{"port", "public"}]``)."""
+        return None if not self.ports else [p.model_dump() for p in self.ports]
 
     @field_validator("volumes")
     @classmethod
@@ -626,8 +725,10 @@ class ContainerCreate(StrictInput, ContainerBase):
     @model_validator(mode="after")
     def _shm_within_memory(self) -> ContainerCreate:
         if self.shm_size and self.memory and sizing.parse_bytes(self.shm_size) > sizing.parse_bytes(self.memory):
-            raise ValueError(f"shm_size: {self.shm_size} is more than the container's memory ({self.memory}); "
-                             "/dev/shm lives in the VM's memory")
+            raise ValueError(
+                f"shm_size: {self.shm_size} is more than the container's memory ({self.memory}); "
+                "/dev/shm lives in the VM's memory"
+            )
         return self
 
     @model_validator(mode="after")
@@ -660,6 +761,8 @@ class Container(ContainerBase, table=True):
     env: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     # the tenant volumes it mounts, [{"name", "mount_path", "read_only"}] (migration 0011)
     volumes: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # its declared HTTP ports, [{"port", "public"}] (migration 0012)
+    ports: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     cpu: str | None = Field(default=None, max_length=32)  # tenant overrides of the per-GPU sizing
     memory: str | None = Field(default=None, max_length=32)
     shm_size: str | None = Field(default=None, max_length=32)
@@ -709,7 +812,14 @@ class ContainerPublic(ContainerBase):
     memory: str | None = PField(None, description="Memory asked for (null: the per-GPU share).")
     shm_size: str | None = PField(None, description="/dev/shm size asked for (null: the per-GPU share).")
     volumes: list[dict[str, Any]] | None = PField(
-        None, description="The tenant volumes it mounts: name, mount_path, read_only.")
+        None, description="The tenant volumes it mounts: name, mount_path, read_only."
+    )
+    ports: list[dict[str, Any]] | None = PField(None, description="Its declared HTTP ports: port, public.")
+    endpoints: list[EndpointPublic] = PField(
+        default_factory=list,
+        description="Where its ports are served while it is queued, pending or running "
+        "(empty once it has ended): port, url, public.",
+    )
     status: ContainerStatus
     message: str | None = PField(
         None, description="Why it waits (scheduler, tenancy, quota, image pull) or how it ended, in plain words."
@@ -740,7 +850,7 @@ class ContainersPublic(SQLModel):
 class ContainerLog(SQLModel, table=True):
     """The last part of a finished container's output, kept after its pod is gone."""
 
-    __tablename__ = "container_log"  # type: ignore[assignment]
+    __tablename__ = "container_log"
 
     container_id: str = Field(primary_key=True, max_length=32)
     tenancy: str = Field(index=True, max_length=63)

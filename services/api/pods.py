@@ -155,8 +155,9 @@ def build_pod(
         "containers": [container],
     }
     if allocation_mode == dra.DRA_MODE:
-        spec["resourceClaims"] = [{"name": dra.POD_CLAIM_NAME,
-                                   "resourceClaimTemplateName": dra.claim_template_name(gpus)}]
+        spec["resourceClaims"] = [
+            {"name": dra.POD_CLAIM_NAME, "resourceClaimTemplateName": dra.claim_template_name(gpus)}
+        ]
         container["resources"]["claims"] = [{"name": dra.POD_CLAIM_NAME}]
     if image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
@@ -166,21 +167,27 @@ def build_pod(
     mounts: list[dict[str, Any]] = []
     if nfs:
         read_only = bool(nfs.get("readOnly", False))
-        pod_volumes.append({"name": NFS_VOLUME,
-                            "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}})
+        pod_volumes.append(
+            {"name": NFS_VOLUME, "persistentVolumeClaim": {"claimName": NFS_CLAIM, "readOnly": read_only}}
+        )
         mounts.append({"name": NFS_VOLUME, "mountPath": NFS_MOUNT_PATH, "readOnly": read_only})
     for index, mount in enumerate(volumes):
         volume_name = f"volume-{index}"
         read_only = bool(mount.get("read_only", False))
-        pod_volumes.append({"name": volume_name, "persistentVolumeClaim": {
-            "claimName": tenant_volumes.pvc_name(mount["name"]), "readOnly": read_only}})
+        pod_volumes.append(
+            {
+                "name": volume_name,
+                "persistentVolumeClaim": {"claimName": tenant_volumes.pvc_name(mount["name"]), "readOnly": read_only},
+            }
+        )
         mounts.append({"name": volume_name, "mountPath": mount["mount_path"], "readOnly": read_only})
     if volumes and run_as_user:
         spec["securityContext"]["fsGroup"] = run_as_user
     if size is not None and size.shm_bytes:
         # a tmpfs in the guest; the container's default /dev/shm (64 MiB) breaks PyTorch data loaders
-        pod_volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
-                                                         "sizeLimit": sizing.format_bytes(size.shm_bytes)}})
+        pod_volumes.append(
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": sizing.format_bytes(size.shm_bytes)}}
+        )
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     if pod_volumes:
         spec["volumes"] = pod_volumes
@@ -267,17 +274,28 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
         if c.get("name") == CONTAINER_NAME:
             image = c.get("image") or ""
     outcome = reasons.explain(pod, container=CONTAINER_NAME, image=image, timeout=spec.get("activeDeadlineSeconds"))
-    finished = None
+    finished = started = None
     for cs in status.get("containerStatuses") or []:
-        terminated = (cs.get("state") or {}).get("terminated")
-        if cs.get("name", CONTAINER_NAME) == CONTAINER_NAME and terminated:
+        if cs.get("name", CONTAINER_NAME) != CONTAINER_NAME:
+            continue
+        state = cs.get("state") or {}
+        terminated, running = state.get("terminated"), state.get("running")
+        if terminated:
             finished = _time(terminated.get("finishedAt"))
+            started = _time(terminated.get("startedAt"))
+        elif running:
+            started = _time(running.get("startedAt"))
+    if started is None and phase in ("Running", "Succeeded"):
+        # no container state reported (yet): the pod's own start stands in. A pod that
+        # failed or still waits without its container's start never ran it (an image that
+        # never pulled, a deadline passed while pulling, a refused admission): no start.
+        started = _time(status.get("startTime"))
     return PodReport(
         status=phase,
         node_name=spec.get("nodeName"),
         gpus=gpus,
         message=outcome.message,
-        started_at=_time(status.get("startTime")),
+        started_at=started,
         finished_at=finished,
         exit_code=outcome.exit_code,
     )

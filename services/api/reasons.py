@@ -44,8 +44,10 @@ def _waiting(state: Mapping[str, Any], image: str) -> str | None:
     if reason in PULL_REASONS:
         text = (detail or "").lower()
         if any(w in text for w in _AUTH_WORDS):
-            return (f"{reason}: unauthorized for {image} (image pull failed; register a credential for "
-                    f"{registry_of(image)} with POST /v1/registry-credentials)")
+            return (
+                f"{reason}: unauthorized for {image} (image pull failed; register a credential for "
+                f"{registry_of(image)} with POST /v1/registry-credentials)"
+            )
         if "not found" in text or "manifest unknown" in text:
             return f"{reason}: {image} not found (image pull failed)"
         return f"{reason}: image pull failed for {image}" + (f": {detail}" if detail else "")

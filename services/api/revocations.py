@@ -72,8 +72,7 @@ _POLL_SECONDS = 0.25
 
 _NEXT_EPOCH = text("UPDATE revocation_epoch SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch")
 _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
-_NOT_HEARD = text(
-    "SELECT replica FROM revocation_listener WHERE heard < :epoch AND lease_until > clock_timestamp()")
+_NOT_HEARD = text("SELECT replica FROM revocation_listener WHERE heard < :epoch AND lease_until > clock_timestamp()")
 
 
 def is_postgres(session_or_engine: Session | Engine) -> bool:
@@ -105,8 +104,9 @@ def wait_heard(engine: Engine, epoch: int | None, *, timeout: float = LEASE_SECO
             if not waiting:
                 return True
             if time.monotonic() >= deadline:
-                log.warning("revocation %d not acknowledged by replica(s) %s within %.0f s", epoch,
-                            ", ".join(waiting), timeout)
+                log.warning(
+                    "revocation %d not acknowledged by replica(s) %s within %.0f s", epoch, ", ".join(waiting), timeout
+                )
                 return False
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
@@ -125,8 +125,15 @@ class Listener:
     """One replica's ear: a thread with one autocommit connection that listens for
     revocations, applies them to ``cache``, acknowledges them and renews its lease."""
 
-    def __init__(self, database_url: str, cache: TokenCache, *, replica: str | None = None,
-                 lease: float = LEASE_SECONDS, heartbeat: float = HEARTBEAT_SECONDS) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        cache: TokenCache,
+        *,
+        replica: str | None = None,
+        lease: float = LEASE_SECONDS,
+        heartbeat: float = HEARTBEAT_SECONDS,
+    ) -> None:
         from services.api.db import normalize_url
 
         url = make_url(normalize_url(database_url)).set(drivername="postgresql")
@@ -208,7 +215,9 @@ class Listener:
         sent = time.monotonic()
         cur = conn.execute(
             "UPDATE revocation_listener SET lease_until = clock_timestamp() + make_interval(secs => %s) "
-            "WHERE replica = %s", (float(self.lease), self.replica))
+            "WHERE replica = %s",
+            (float(self.lease), self.replica),
+        )
         if cur.rowcount == 0:  # our row was removed (this replica was away for an hour): start again
             self._register(conn)
         else:
@@ -228,5 +237,6 @@ class Listener:
                 self.cache.forget(tenancy=tenancy)
             top = max(top, epoch)
         if top:
-            conn.execute("UPDATE revocation_listener SET heard = GREATEST(heard, %s) WHERE replica = %s",
-                         (top, self.replica))
+            conn.execute(
+                "UPDATE revocation_listener SET heard = GREATEST(heard, %s) WHERE replica = %s", (top, self.replica)
+            )

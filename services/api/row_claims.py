@@ -21,15 +21,23 @@ from services.api.models import utcnow
 Row = TypeVar("Row")
 
 
-def claim_due(session: Session, model: type[Row], *where: Any, order_by: Sequence[Any], claim_seconds: float,
-              limit: int, **stamp: Any) -> list[Row]:
+def claim_due(
+    session: Session,
+    model: type[Row],
+    *where: Any,
+    order_by: Sequence[Any],
+    claim_seconds: float,
+    limit: int,
+    **stamp: Any,
+) -> list[Row]:
     """Claim up to ``limit`` due rows of ``model`` matching ``where`` for ``claim_seconds``;
     ``stamp``: other columns to set on the claimed rows (e.g. which replica holds them)."""
     now = utcnow()
+    next_attempt_at = col(model.next_attempt_at)  # type: ignore[attr-defined]  # every claimable model has it
+    claimed_until = col(model.claimed_until)  # type: ignore[attr-defined]  # every claimable model has it
     stmt = (
         select(model)
-        .where(*where, col(model.next_attempt_at) <= now,  # type: ignore[attr-defined]
-               or_(col(model.claimed_until).is_(None), col(model.claimed_until) < now))  # type: ignore[attr-defined]
+        .where(*where, next_attempt_at <= now, or_(claimed_until.is_(None), claimed_until < now))
         .order_by(*order_by)
         .limit(limit)
     )

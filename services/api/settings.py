@@ -10,8 +10,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpucaas.core.dra import AllocationMode
-from services.api import sizing, volumes
-
+from services.api import endpoints, sizing, volumes
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})
 # The limits library's Redis storages (services/api/limits.py uses their asyncio variants).
@@ -42,28 +41,72 @@ class Settings(BaseSettings):
     )
     gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name pods request GPUs by.")
     allocation_mode: AllocationMode = Field(
-        "device-plugin", description="How pods get GPUs: device-plugin (the extended resource gpu_resource) or "
+        "device-plugin",
+        description="How pods get GPUs: device-plugin (the extended resource gpu_resource) or "
         "dra (a ResourceClaim from the tenant namespace's template gpucaas-gpus-N; Kubernetes 1.34+, docs/dra.md).",
     )
     runtime_class: str = Field("kata-qemu-nvidia-gpu", description="RuntimeClass of tenant pods.")
     tenant_run_as_user: int = Field(
-        1000, ge=0, description="UID/GID tenant containers run as inside their VM (Pod Security restricted); "
+        1000,
+        ge=0,
+        description="UID/GID tenant containers run as inside their VM (Pod Security restricted); "
         "0 = the image's own user, root allowed (tenant namespaces must then enforce baseline).",
     )
     default_gpu_quota: int = Field(8, ge=0, description="GPU quota of tenancies created on the fly.")
     default_pod_quota: int = Field(50, ge=1, description="Pod quota of tenancies created on the fly.")
     volume_storage_class: str = Field(
-        "gpucaas-volumes", min_length=1, max_length=200, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        "gpucaas-volumes",
+        min_length=1,
+        max_length=200,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
         description="StorageClass of tenant volumes (POST /v1/volumes); production: one of the NFS CSI driver "
         "nfs.csi.k8s.io, so that every volume is an NFS export (docs/deploy.md).",
     )
     volume_storage_quota: str = Field(
-        "100Gi", description="Storage a tenancy's volumes may ask for together (a quantity); the tenancy's "
+        "100Gi",
+        description="Storage a tenancy's volumes may ask for together (a quantity); the tenancy's "
         "ResourceQuota caps the storage class's requests.storage at the same figure.",
     )
     max_volumes: int = Field(
-        10, ge=0, le=1000, description="Most volumes a tenancy may have (0: no volumes); the ResourceQuota "
+        10,
+        ge=0,
+        le=1000,
+        description="Most volumes a tenancy may have (0: no volumes); the ResourceQuota "
         "counts the storage class's claims against the same figure.",
+    )
+    endpoint_domain: str = Field(
+        "endpoints.gpucaas.internal",
+        min_length=1,
+        max_length=200,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="DNS domain of container endpoints: a declared port is served at "
+        "https://<container id>-<port>.<domain> (a wildcard DNS record and certificate for *.<domain> point at "
+        "the ingress controller, docs/endpoints.md).",
+    )
+    endpoint_ingress_class: str = Field(
+        "traefik", min_length=1, max_length=253, description="IngressClass of the endpoints' Ingresses."
+    )
+    endpoint_annotations: dict[str, str] = Field(
+        default_factory=lambda: {"traefik.ingress.kubernetes.io/router.tls": "true"},
+        description="Annotations of every endpoint Ingress (JSON object in the environment).",
+    )
+    endpoint_auth_annotations: dict[str, str] = Field(
+        default_factory=lambda: {
+            "traefik.ingress.kubernetes.io/router.middlewares": "gpucaas-system-gpucaas-endpoint-auth@kubernetescrd"
+        },
+        description="Annotations that make the ingress controller ask GET /v1/endpoint-auth before serving a "
+        "private endpoint (the chart's Traefik Middleware by default; JSON object in the environment). Without "
+        "them a private endpoint would answer anyone: the API refuses to start with an empty value.",
+    )
+    endpoint_ingress_namespace: str = Field(
+        "traefik",
+        min_length=1,
+        max_length=63,
+        description="Namespace of the ingress controller's pods: the only peers an endpoint's network policy admits.",
+    )
+    endpoint_ingress_labels: dict[str, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "traefik"},
+        description="Labels of the ingress controller's pods (JSON object in the environment).",
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     run_worker: bool = Field(True, description="Run the submission worker in this process.")
@@ -90,7 +133,8 @@ class Settings(BaseSettings):
         "20/minute", description="Invalid tokens per client address before it is answered 429 ('' = none)."
     )
     rate_limit_storage_url: str = Field(
-        "", description="Redis where all the replicas count the rates together, as a limits storage URI "
+        "",
+        description="Redis where all the replicas count the rates together, as a limits storage URI "
         "(redis://[:password@]host:6379/0; rediss, redis+unix, redis+sentinel, redis+cluster). Empty: each "
         "replica counts alone, so N replicas allow N times each rate; so does a replica while the Redis "
         "does not answer.",
@@ -114,13 +158,17 @@ class Settings(BaseSettings):
         90.0, gt=0, description="Days a tenancy's audit events (GET /v1/audit) are kept before pruning."
     )
     database_pool_size: int = Field(
-        20, ge=1, description="Database connections kept for requests (as many again may open under bursts); "
-        "sized to the request worker threads (40) so that a request thread never waits for one."
+        20,
+        ge=1,
+        description="Database connections kept for requests (as many again may open under bursts); "
+        "sized to the request worker threads (40) so that a request thread never waits for one.",
     )
     token_cache_seconds: float = Field(
-        5.0, ge=0, description="How long a verified token is remembered in-process (0: ask the database on "
+        5.0,
+        ge=0,
+        description="How long a verified token is remembered in-process (0: ask the database on "
         "every request). A revocation holds on the next request on every replica regardless (PostgreSQL: each "
-        "replica acknowledges it before it is answered)."
+        "replica acknowledges it before it is answered).",
     )
     service_pool_size: int = Field(
         2, ge=1, description="Database connections kept apart for the worker and the health endpoints."
@@ -148,7 +196,8 @@ class Settings(BaseSettings):
 
     # --- webhooks (docs/webhooks.md) ---
     webhook_allow_loopback: bool = Field(
-        False, description="Webhook URLs may reach loopback addresses (127.0.0.0/8, ::1, localhost): for the "
+        False,
+        description="Webhook URLs may reach loopback addresses (127.0.0.0/8, ::1, localhost): for the "
         "sandbox and tests only. Private, link-local and cluster addresses are always refused.",
     )
     webhook_retry_hours: float = Field(
@@ -174,7 +223,8 @@ class Settings(BaseSettings):
         if url and url.split("://", 1)[0] not in RATE_LIMIT_STORAGE_SCHEMES:
             raise ValueError(
                 "rate_limit_storage_url (GPUCAAS_RATE_LIMIT_STORAGE_URL) must be a Redis URI ("
-                + ", ".join(f"{s}://" for s in RATE_LIMIT_STORAGE_SCHEMES) + "), or empty to count in each replica"
+                + ", ".join(f"{s}://" for s in RATE_LIMIT_STORAGE_SCHEMES)
+                + "), or empty to count in each replica"
             )
         return self
 
@@ -190,10 +240,30 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _endpoint_auth(self) -> Settings:
+        if not self.endpoint_auth_annotations:
+            raise ValueError(
+                "endpoint_auth_annotations (GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS) may not be empty: they make the "
+                "ingress controller ask the API before serving a private endpoint (docs/endpoints.md)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _sizes(self) -> Settings:
         self.share  # noqa: B018 - parses every quantity: a bad one stops start-up with its name
         self.volume_quota_bytes  # noqa: B018
         return self
+
+    @property
+    def endpoint_config(self) -> endpoints.Config:
+        return endpoints.Config(
+            self.endpoint_domain,
+            self.endpoint_ingress_class,
+            self.endpoint_annotations,
+            self.endpoint_auth_annotations,
+            self.endpoint_ingress_namespace,
+            self.endpoint_ingress_labels,
+        )
 
     @property
     def volume_quota(self) -> volumes.Quota:
@@ -211,6 +281,7 @@ class Settings(BaseSettings):
     @property
     def share(self) -> sizing.Share:
         """What one GPU brings with it (CPU, memory, /dev/shm) and the Kata overhead of a pod."""
+
         def parse(field: str, fn: Callable[[str], int]) -> int:
             try:
                 return fn(getattr(self, field))

@@ -29,8 +29,17 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 _UNITS = {
-    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
 }
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 GIB = 2**30
@@ -118,8 +127,9 @@ class Size:
         return {"limits": limits, "requests": requests}
 
 
-def size_for(share: Share, gpus: int, *, cpu: str | None = None, memory: str | None = None,
-             shm_size: str | None = None) -> Size:
+def size_for(
+    share: Share, gpus: int, *, cpu: str | None = None, memory: str | None = None, shm_size: str | None = None
+) -> Size:
     """The container's size: ``gpus × share`` unless overridden (validated by the caller)."""
     cpu_milli = parse_cpu(cpu) if cpu is not None else gpus * share.cpu_milli
     memory_bytes = parse_bytes(memory) if memory is not None else gpus * share.memory_bytes

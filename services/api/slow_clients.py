@@ -43,11 +43,14 @@ def protocol_class(header_timeout: float) -> type[asyncio.Protocol] | str:
         def _header_timed_out(self) -> None:
             self._header_timer = None
             if not self.transport.is_closing():
-                log.info("closing a connection from %s: no complete request head in %.0fs",
-                         (self.client or ("?",))[0], header_timeout)
+                log.info(
+                    "closing a connection from %s: no complete request head in %.0fs",
+                    (self.client or ("?",))[0],
+                    header_timeout,
+                )
                 self.transport.close()
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm()
 

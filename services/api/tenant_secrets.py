@@ -47,8 +47,12 @@ SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SECRET_NAME_MAX = 63 - len(SECRET_PREFIX)
 SECRET_NAME_RULE = f"1-{SECRET_NAME_MAX} lowercase letters, digits or '-', starting and ending with a letter or digit"
 # A registry host[:port], as in an image reference's domain (distribution/reference).
-REGISTRY_SERVER = re.compile(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?$")
-REGISTRY_RULE = "a registry host name with an optional port, e.g. nvcr.io or registry.example.com:5000 (no scheme, no path)"
+REGISTRY_SERVER = re.compile(
+    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?$"
+)
+REGISTRY_RULE = (
+    "a registry host name with an optional port, e.g. nvcr.io or registry.example.com:5000 (no scheme, no path)"
+)
 
 
 def check_secret_name(value: str) -> str:
@@ -61,7 +65,7 @@ def check_registry_server(value: str) -> str:
     server = value.strip()
     for scheme in ("https://", "http://"):
         if server.startswith(scheme):
-            server = server[len(scheme):]
+            server = server[len(scheme) :]
     server = server.rstrip("/")
     if len(server) > 253 or not REGISTRY_SERVER.match(server):
         raise ValueError(f"{value!r} is not a registry server; allowed: {REGISTRY_RULE}")
@@ -83,8 +87,9 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _metadata(tenancy: str, name: str, kind: str, label_name: str | None,
-              annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+def _metadata(
+    tenancy: str, name: str, kind: str, label_name: str | None, annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     labels = {crds.LABEL_TENANCY: tenancy, crds.LABEL_MANAGED_BY: MANAGED_BY, LABEL_KIND: kind}
     if label_name is not None:
         labels[LABEL_NAME] = label_name
@@ -112,8 +117,13 @@ def build_registry_secret(*, tenancy: str, server: str, username: str, password:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(tenancy, registry_object_name(server), KIND_REGISTRY, None,
-                              {ANNOTATION_SERVER: server, ANNOTATION_USERNAME: username}),
+        "metadata": _metadata(
+            tenancy,
+            registry_object_name(server),
+            KIND_REGISTRY,
+            None,
+            {ANNOTATION_SERVER: server, ANNOTATION_USERNAME: username},
+        ),
         "type": "kubernetes.io/dockerconfigjson",
         "data": {".dockerconfigjson": _b64(json.dumps(config, separators=(",", ":")).encode())},
     }
@@ -133,5 +143,8 @@ def public_registry(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What a listing shows of a registry credential: server, username, time; never the password."""
     meta = obj.get("metadata") or {}
     notes = meta.get("annotations") or {}
-    return {"server": notes.get(ANNOTATION_SERVER, ""), "username": notes.get(ANNOTATION_USERNAME, ""),
-            "created_at": meta.get("creationTimestamp")}
+    return {
+        "server": notes.get(ANNOTATION_SERVER, ""),
+        "username": notes.get(ANNOTATION_USERNAME, ""),
+        "created_at": meta.get("creationTimestamp"),
+    }

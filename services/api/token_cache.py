@@ -116,8 +116,11 @@ class TokenCache:
     def forget(self, *, token_id: str | None = None, tenancy: str | None = None) -> None:
         with self._lock:
             self.generation += 1
-            stale = [d for d, (_, t) in self._entries.items()
-                     if (token_id is not None and t.id == token_id) or (tenancy is not None and t.tenancy == tenancy)]
+            stale = [
+                d
+                for d, (_, t) in self._entries.items()
+                if (token_id is not None and t.id == token_id) or (tenancy is not None and t.tenancy == tenancy)
+            ]
             for digest in stale:
                 del self._entries[digest]
 

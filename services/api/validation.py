@@ -35,8 +35,7 @@ IMAGE_RULE = (
     "components, e.g. nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 )
 TENANCY_RULE = (
-    f"a DNS label: 1-{TENANCY_NAME_MAX} lowercase letters, digits or '-', "
-    "starting and ending with a letter or digit"
+    f"a DNS label: 1-{TENANCY_NAME_MAX} lowercase letters, digits or '-', starting and ending with a letter or digit"
 )
 ENV_RULE = "letters, digits and '_', not starting with a digit"
 
@@ -115,6 +114,8 @@ def find_control(value: Any, path: str = "") -> str | None:
 def has_control(value: str) -> bool:
     """Any C0 control character or DEL (for paths, query strings, identifiers)."""
     return _ANY_CONTROL.search(value) is not None
+
+
 # GPU counts that match an HGX H100 Fabric Manager partition (8, 4, 2, 1 GPUs).
 NVLINK_SIZES = (1, 2, 4, 8)
 
@@ -123,7 +124,7 @@ def nvlink_refusal(gpus: int) -> str:
     sizes = ", ".join(map(str, NVLINK_SIZES))
     return (
         f"gpus: {gpus} GPUs cannot be joined by NVLink (NVLink partitions have {sizes} GPUs); "
-        f"ask for {sizes} GPUs, or send \"nvlink\": false to run {gpus} GPUs without NVLink"
+        f'ask for {sizes} GPUs, or send "nvlink": false to run {gpus} GPUs without NVLink'
     )
 
 

@@ -144,5 +144,8 @@ class Quota:
         self.count = count
 
     def spec(self) -> dict[str, Any]:
-        return {"storageClassName": self.storage_class, "storageQuota": sizing.format_bytes(self.storage_bytes),
-                "maxVolumes": self.count}
+        return {
+            "storageClassName": self.storage_class,
+            "storageQuota": sizing.format_bytes(self.storage_bytes),
+            "maxVolumes": self.count,
+        }

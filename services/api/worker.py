@@ -28,7 +28,7 @@ from sqlmodel import Session
 
 from gpucaas.core import crds
 from gpucaas.core.kube import Forbidden, Invalid, KubeError
-from services.api import crud, log_archive, pods, retention, sizing, tenant_secrets, volumes
+from services.api import crud, endpoints, log_archive, pods, retention, sizing, tenant_secrets, volumes
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
@@ -51,6 +51,8 @@ class SubmissionWorker:
         self._watch_resp: Any = None
         self._watch_lock = threading.Lock()
         self.submitted = 0  # pods created by this replica (for metrics)
+        # containers whose endpoint objects this replica removed (a finished pod stays for its log)
+        self._endpoints_removed: set[str] = set()
         self.usage = UsageRecorder(engine=engine, kube=kube, gpu_resource=settings.gpu_resource)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -87,7 +89,7 @@ class SubmissionWorker:
         while not self._stop.is_set():
             try:
                 busy = self.run_once()
-            except Exception:  # noqa: BLE001 - e.g. database briefly unreachable
+            except Exception:  # e.g. database briefly unreachable
                 log.exception("submission pass failed")
                 busy = False
             if time.monotonic() >= next_prune:
@@ -95,7 +97,7 @@ class SubmissionWorker:
                 try:
                     retention.prune(self.engine, self.kube, days=self.settings.retention_days)
                     retention.prune_audit(self.engine, days=self.settings.audit_retention_days)
-                except Exception:  # noqa: BLE001 - retried at the next interval
+                except Exception:  # retried at the next interval
                     log.exception("retention pass failed")
             if not busy:
                 self._wake.wait(self.settings.worker_poll_seconds)
@@ -115,11 +117,21 @@ class SubmissionWorker:
             if unavailable is not None or row.tenancy in not_ready:
                 with Session(self.engine) as session:
                     if unavailable is not None:
-                        crud.reschedule(session, container_id=row.id, delay=self._backoff(row.attempts),
-                                        message=unavailable, count_attempt=True)
+                        crud.reschedule(
+                            session,
+                            container_id=row.id,
+                            delay=self._backoff(row.attempts),
+                            message=unavailable,
+                            count_attempt=True,
+                        )
                     else:
-                        crud.reschedule(session, container_id=row.id, delay=TENANCY_READY_POLL,
-                                        message=not_ready[row.tenancy], count_attempt=False)
+                        crud.reschedule(
+                            session,
+                            container_id=row.id,
+                            delay=TENANCY_READY_POLL,
+                            message=not_ready[row.tenancy],
+                            count_attempt=False,
+                        )
                 continue
             unavailable = self._submit(row, ready_cache, not_ready)
             did = True
@@ -128,9 +140,7 @@ class SubmissionWorker:
     def _backoff(self, attempts: int) -> float:
         return min(self.settings.retry_max_seconds, 0.5 * 2 ** max(0, attempts))
 
-    def _submit(
-        self, row: Container, ready_cache: dict[str, dict[str, Any]], not_ready: dict[str, str]
-    ) -> str | None:
+    def _submit(self, row: Container, ready_cache: dict[str, dict[str, Any]], not_ready: dict[str, str]) -> str | None:
         """Move one claimed row on; returns the queue message when Kubernetes did not answer."""
         ctx = f"container {row.id} tenancy {row.tenancy}"
         try:
@@ -141,7 +151,7 @@ class SubmissionWorker:
                 if tenancy is None:
                     with Session(self.engine) as session:
                         crud.mark_failed(session, container_id=row.id, message=f"tenancy {row.tenancy!r} was deleted")
-                    return
+                    return None
                 tenancy_cr = self.kube.upsert_tenancy(
                     pods.build_tenancy(
                         name=tenancy.name,
@@ -166,7 +176,7 @@ class SubmissionWorker:
                             message=not_ready[row.tenancy],
                             count_attempt=False,
                         )
-                    return
+                    return None
                 ready_cache[row.tenancy] = tenancy_cr
             pull_secrets, missing = self._tenant_secrets(row)
             missing = missing or self._missing_volumes(row)
@@ -189,13 +199,21 @@ class SubmissionWorker:
                 runtime_class=self.settings.runtime_class,
                 run_as_user=self.settings.tenant_run_as_user,
                 image_pull_secrets=pull_secrets,
-                size=sizing.size_for(self.settings.share, row.gpus, cpu=row.cpu, memory=row.memory,
-                                     shm_size=row.shm_size),
+                size=sizing.size_for(
+                    self.settings.share, row.gpus, cpu=row.cpu, memory=row.memory, shm_size=row.shm_size
+                ),
                 volumes=row.volumes or (),
             )
             created = self.kube.create_pod(body)
-            log.info("%s: pod %s/%s %s", ctx, body["metadata"]["namespace"], body["metadata"]["name"],
-                     "created" if created else "already existed")
+            log.info(
+                "%s: pod %s/%s %s",
+                ctx,
+                body["metadata"]["namespace"],
+                body["metadata"]["name"],
+                "created" if created else "already existed",
+            )
+            if row.ports:
+                self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"])
             self.submitted += created
             with Session(self.engine) as session:
                 still_wanted = crud.mark_pod_created(session, container_id=row.id)
@@ -205,8 +223,13 @@ class SubmissionWorker:
             if isinstance(exc, Forbidden) and "exceeded quota" in str(exc):
                 # the tenancy's ResourceQuota is full for now: wait in the queue, saying so
                 with Session(self.engine) as session:
-                    crud.reschedule(session, container_id=row.id, delay=self._backoff(1),
-                                    message=f"waiting for quota: {exc}", count_attempt=False)
+                    crud.reschedule(
+                        session,
+                        container_id=row.id,
+                        delay=self._backoff(1),
+                        message=f"waiting for quota: {exc}",
+                        count_attempt=False,
+                    )
                 return None
             if isinstance(exc, Forbidden) and "error looking up service account" in str(exc):
                 # a namespace just made: kube-controller-manager adds its default ServiceAccount
@@ -217,7 +240,7 @@ class SubmissionWorker:
             log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)
             with Session(self.engine) as session:
                 crud.mark_failed(session, container_id=row.id, message=f"Kubernetes rejected the pod: {exc}")
-        except Exception as exc:  # noqa: BLE001 - anything unexpected: retry later
+        except Exception as exc:  # anything unexpected: retry later
             log.exception("%s: unexpected error while submitting", ctx)
             return self._retry_later(row, ctx, exc)
         return None
@@ -244,8 +267,10 @@ class SubmissionWorker:
         refs = {k: v["secret"] for k, v in (row.env or {}).items() if isinstance(v, dict)}
         if not refs:
             return pull, None
-        have = {tenant_secrets.public_secret(o)["name"]
-                for o in self.kube.list_secrets_metadata(ns, tenant_secrets.selector(tenant_secrets.KIND_SECRET))}
+        have = {
+            tenant_secrets.public_secret(o)["name"]
+            for o in self.kube.list_secrets_metadata(ns, tenant_secrets.selector(tenant_secrets.KIND_SECRET))
+        }
         gone = sorted(f"env.{k}: secret {v!r} not found" for k, v in refs.items() if v not in have)
         if gone:
             return pull, "; ".join(gone) + " (create it with POST /v1/secrets, then submit again)"
@@ -260,6 +285,40 @@ class SubmissionWorker:
         have = {volumes.public_volume(o)["name"] for o in self.kube.list_pvcs(ns, volumes.selector())}
         gone = [f"volumes: volume {n!r} not found" for n in names if n not in have]
         return "; ".join(gone) + " (create it with POST /v1/volumes, then submit again)" if gone else None
+
+    def _serve_endpoints(self, row: Container, namespace: str, pod: str) -> None:
+        """The Service, Ingresses and network policy of the container's ports, owned by its pod
+        (a retried submission finds them made: each create is idempotent)."""
+        uid = (self.kube.get_pod(namespace, pod).get("metadata") or {}).get("uid")
+        objects = endpoints.objects(
+            row.id,
+            row.tenancy,
+            row.ports or (),
+            self.settings.endpoint_config,
+            owner={"name": pod, "uid": uid} if uid else None,
+        )
+        made = self.kube.apply_endpoint_objects(objects)
+        log.info(
+            "container %s tenancy %s: %d endpoint objects made for ports %s",
+            row.id,
+            row.tenancy,
+            made,
+            ",".join(str(p["port"]) for p in row.ports or ()),
+        )
+
+    def _remove_endpoints(self, container_id: str, tenancy: str) -> None:
+        """Stop serving a container's ports once it has ended (once per replica; best effort:
+        the garbage collector removes them with the pod in any case)."""
+        if container_id in self._endpoints_removed:
+            return
+        try:
+            gone = self.kube.delete_endpoint_objects(endpoints.object_refs(container_id, tenancy))
+        except KubeError as exc:
+            log.warning("container %s: endpoint objects not removed yet (%s); will retry", container_id, exc)
+            return
+        self._endpoints_removed.add(container_id)
+        if gone:
+            log.info("container %s tenancy %s: %d endpoint objects removed", container_id, tenancy, gone)
 
     def _delete_pod(self, row: Container) -> None:
         try:
@@ -286,8 +345,13 @@ class SubmissionWorker:
         finally:
             resp.release_conn()
         with Session(self.engine) as session:
-            log_archive.keep(session, container_id=container_id, tenancy=tenancy, text=text,
-                             max_bytes=self.settings.log_archive_bytes)
+            log_archive.keep(
+                session,
+                container_id=container_id,
+                tenancy=tenancy,
+                text=text,
+                max_bytes=self.settings.log_archive_bytes,
+            )
         log.info("container %s tenancy %s: kept %d bytes of log", container_id, tenancy, len(text.encode()))
 
     def _reap_cancelled(self) -> bool:
@@ -298,6 +362,8 @@ class SubmissionWorker:
                 break
             if row.pod_created:
                 self._keep_log(row.id, row.tenancy, row.pod_name)
+            if row.ports:
+                self._remove_endpoints(row.id, row.tenancy)
             self._delete_pod(row)
         return False  # retries of failed deletes wait for the next poll
 
@@ -382,6 +448,8 @@ class SubmissionWorker:
             keep = finished and row is not None and log_archive.get(session, container_id=cid) is None
         if keep and row is not None:
             self._keep_log(cid, row.tenancy, row.pod_name)
+        if finished and row is not None and row.ports:
+            self._remove_endpoints(cid, row.tenancy)
         return cid
 
 

@@ -79,22 +79,26 @@ def preferred(
     if size > len(avail):
         raise InvalidRequest(f"allocation_size {size} exceeds the {len(avail)} available device(s)")
     if not set(must) <= set(avail):
-        raise InvalidRequest("must_include_deviceIDs must be a subset of available_deviceIDs, "
-                             f"extra: {sorted(set(must) - set(avail))}")
+        raise InvalidRequest(
+            f"must_include_deviceIDs must be a subset of available_deviceIDs, extra: {sorted(set(must) - set(avail))}"
+        )
     if len(must) > size:
         raise InvalidRequest(f"{len(must)} must_include_deviceIDs exceed allocation_size {size}")
 
     known = {b: p for b in avail if (p := pmap.physical(b)) is not None}
     unknown_must = [b for b in must if b not in known]
     by_pid = {p: b for b, p in known.items()}
-    pid_numa = {p: (numa.get(b) if numa.get(b) is not None else 0) for b, p in known.items()}
+    pid_numa = {p: numa.get(b) or 0 for b, p in known.items()}
     want = size - len(unknown_must)
     chosen: list[str] = list(unknown_must)
     if want > 0:
         must_pids = [known[b] for b in must if b in known]
         want_known = min(want, len(known))
-        choice = topology.choose_gpus(known.values(), want_known, numa=pid_numa,
-                                      must_include=must_pids) if want_known >= max(1, len(must_pids)) else None
+        choice = (
+            topology.choose_gpus(known.values(), want_known, numa=pid_numa, must_include=must_pids)
+            if want_known >= max(1, len(must_pids))
+            else None
+        )
         if choice is not None:
             chosen += [by_pid[p] for p in choice.gpus]
         else:

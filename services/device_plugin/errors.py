@@ -35,5 +35,3 @@ class ActivationRejected(DevicePluginError):
 
 class RegistrationFailed(DevicePluginError):
     """The kubelet did not accept (or could not be reached for) registration."""
-
-

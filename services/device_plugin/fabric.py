@@ -44,9 +44,12 @@ class FabricService:
         failed: dict[str, str] = {}
         for g in topo.get("gpus", []):
             if g.get("healthy") is False and isinstance(g.get("pci_bus_id"), str):
-                failed[normalise_bdf(g["pci_bus_id"])] = str(g.get("reason") or "reported unhealthy by the fabric service")
-        return FabricTopology(gpus=tuple(topo.get("gpus", [])), source=str(topo.get("source", "fabric-manager")),
-                              failed=failed)
+                failed[normalise_bdf(g["pci_bus_id"])] = str(
+                    g.get("reason") or "reported unhealthy by the fabric service"
+                )
+        return FabricTopology(
+            gpus=tuple(topo.get("gpus", [])), source=str(topo.get("source", "fabric-manager")), failed=failed
+        )
 
     def activate(self, holder: str, gpus: Iterable[str]) -> Activation:
         self._available()
@@ -54,8 +57,12 @@ class FabricService:
             body = self._client.activate(holder, list(gpus))
         except fc.FabricError as exc:
             raise _translate(exc) from exc
-        return Activation(holder=str(body.get("holder", holder)), gpus=tuple(body.get("gpus", ())),
-                          partition_ids=tuple(body.get("partition_ids", ())), nvlink=bool(body.get("nvlink")))
+        return Activation(
+            holder=str(body.get("holder", holder)),
+            gpus=tuple(body.get("gpus", ())),
+            partition_ids=tuple(body.get("partition_ids", ())),
+            nvlink=bool(body.get("nvlink")),
+        )
 
     def release(self, holder: str) -> None:
         self._available()

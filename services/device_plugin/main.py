@@ -61,19 +61,36 @@ class DevicePlugin:
         logger.info("node=%s device plugin stopped", self.settings.node_name)
 
 
-def build(settings: DevicePluginSettings, *, fabric: FabricPort | None = None,
-          health_sources: list[HealthSource] | None = None) -> DevicePlugin:
+def build(
+    settings: DevicePluginSettings,
+    *,
+    fabric: FabricPort | None = None,
+    health_sources: list[HealthSource] | None = None,
+) -> DevicePlugin:
     metrics = Metrics(settings.node_name)
     if fabric is None:
-        fabric = (FabricService(settings.fabric_socket, timeout=settings.fabric_timeout)
-                  if settings.fabric_socket is not None else NoFabric())
+        fabric = (
+            FabricService(settings.fabric_socket, timeout=settings.fabric_timeout)
+            if settings.fabric_socket is not None
+            else NoFabric()
+        )
     core = PluginCore(settings, fabric, metrics, health_sources or ())
-    registrar = KubeletRegistrar(DevicePluginServicer(core), plugin_dir=settings.device_plugin_dir,
-                                 resource_name=settings.resource_name, metrics=metrics,
-                                 node=settings.node_name, watch_interval=settings.kubelet_watch_interval)
-    usage = UsageMonitor(core, PodResourcesReader(settings.pod_resources_socket), metrics,
-                         resource_name=settings.resource_name, interval=settings.pod_resources_interval,
-                         grace=settings.fabric_sync_grace)
+    registrar = KubeletRegistrar(
+        DevicePluginServicer(core),
+        plugin_dir=settings.device_plugin_dir,
+        resource_name=settings.resource_name,
+        metrics=metrics,
+        node=settings.node_name,
+        watch_interval=settings.kubelet_watch_interval,
+    )
+    usage = UsageMonitor(
+        core,
+        PodResourcesReader(settings.pod_resources_socket),
+        metrics,
+        resource_name=settings.resource_name,
+        interval=settings.pod_resources_interval,
+        grace=settings.fabric_sync_grace,
+    )
     core.on_conflict = usage.sync_now
     core.live_holders = lambda: {h.holder for h in live_holders(usage.last)}
     return DevicePlugin(settings, metrics, core, registrar, usage, fabric)

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpucaas.core import vfio_sysfs as sysfs
+from gpucaas.core.cdi import SpecWriter, qualified_name
+from gpucaas.core.vfio_devices import GPU, Inventory
 from services.device_plugin.allocation import (
     SOURCE_FABRIC,
     PhysicalMap,
@@ -29,8 +31,6 @@ from services.device_plugin.allocation import (
     preferred,
     shape_of,
 )
-from gpucaas.core.cdi import SpecWriter, qualified_name
-from gpucaas.core.vfio_devices import GPU, Inventory
 from services.device_plugin.errors import (
     ActivationConflict,
     CDISpecError,
@@ -80,8 +80,13 @@ class _Snapshot:
 
 
 class PluginCore:
-    def __init__(self, settings: DevicePluginSettings, fabric: FabricPort, metrics: Metrics,
-                 health_sources: Iterable[HealthSource] = ()) -> None:
+    def __init__(
+        self,
+        settings: DevicePluginSettings,
+        fabric: FabricPort,
+        metrics: Metrics,
+        health_sources: Iterable[HealthSource] = (),
+    ) -> None:
         self.settings = settings
         self.fabric = fabric
         self.metrics = metrics
@@ -162,7 +167,7 @@ class PluginCore:
         try:
             topo: FabricTopology | None = self.fabric.topology()
             reachable = True
-            error = None
+            error: Exception | None = None
         except FabricUnavailable as exc:
             topo, reachable, error = None, False, exc
         except Exception as exc:  # noqa: BLE001 - any fabric answer we cannot use
@@ -172,9 +177,12 @@ class PluginCore:
                 if reachable:
                     logger.info("node=%s fabric service reachable at %s", self.node, self.settings.fabric_socket)
                 else:
-                    logger.warning("node=%s fabric service unreachable (%s): partitions cannot be activated%s",
-                                   self.node, error, "" if self._fabric_map else
-                                   "; physical ids fall back to PCI order")
+                    logger.warning(
+                        "node=%s fabric service unreachable (%s): partitions cannot be activated%s",
+                        self.node,
+                        error,
+                        "" if self._fabric_map else "; physical ids fall back to PCI order",
+                    )
             self._fabric_reachable = reachable
             self._fabric_topo = topo
             self.metrics.fabric_reachable.labels(self.node).set(1 if reachable else 0)
@@ -189,9 +197,16 @@ class PluginCore:
         current = inv.by_bdf()
         for bdf, gpu in current.items():
             if bdf not in self._known:
-                logger.info("node=%s gpu=%s discovered: %s, %s, IOMMU group %d, NUMA %s%s", self.node, bdf,
-                            gpu.model, gpu.driver, gpu.iommu_group, gpu.numa_node,
-                            f", iommufd {gpu.vfio_device}" if gpu.iommufd else "")
+                logger.info(
+                    "node=%s gpu=%s discovered: %s, %s, IOMMU group %d, NUMA %s%s",
+                    self.node,
+                    bdf,
+                    gpu.model,
+                    gpu.driver,
+                    gpu.iommu_group,
+                    gpu.numa_node,
+                    f", iommufd {gpu.vfio_device}" if gpu.iommufd else "",
+                )
             self._known[bdf] = gpu
         for lo in inv.left_out:
             key = (lo.bdf, lo.reason)
@@ -217,8 +232,11 @@ class PluginCore:
             if pmap.source == SOURCE_FABRIC:
                 logger.info("node=%s physical GPU ids now from the fabric service", self.node)
             else:
-                logger.warning("node=%s physical GPU ids from PCI order (fabric service absent): "
-                               "partition-shaped choices may not match the real NVLink partitions", self.node)
+                logger.warning(
+                    "node=%s physical GPU ids from PCI order (fabric service absent): "
+                    "partition-shaped choices may not match the real NVLink partitions",
+                    self.node,
+                )
         self._pmap = pmap
         failed = dict(topo.failed) if topo is not None else {}
 
@@ -233,8 +251,9 @@ class PluginCore:
                 elif not sysfs.sysfs_entry_present(self.settings.sysfs_root, bdf):
                     reason = "PCI device gone from sysfs"
                 else:
-                    reason = next((p.split(": ", 1)[1] for p in inv.problems if p.startswith(f"{bdf}: ")),
-                                  "no longer discovered")
+                    reason = next(
+                        (p.split(": ", 1)[1] for p in inv.problems if p.startswith(f"{bdf}: ")), "no longer discovered"
+                    )
             elif bdf in failed:
                 reason = failed[bdf]
             elif bdf in self._extra:
@@ -303,16 +322,22 @@ class PluginCore:
             states = {d.bdf: d for d in self._snap.devices}
             transient = dict(self._transient) if admitting else {}
         if unknown:
-            raise UnknownDevice(f"unknown device id(s) {unknown}; this plugin advertises PCI addresses "
-                                f"{sorted(states)}")
+            raise UnknownDevice(
+                f"unknown device id(s) {unknown}; this plugin advertises PCI addresses {sorted(states)}"
+            )
         unhealthy = [i for i in ids if i in states and not states[i].healthy]
         waiting = [i for i in unhealthy if transient.get(i) is not None and transient[i] == states[i].reason]
         sick = [f"{i} ({states[i].reason})" for i in unhealthy if i not in waiting]
         if sick:
             raise DeviceUnhealthy(f"GPU(s) unhealthy: {', '.join(sick)}")
         for i in waiting:
-            logger.info("node=%s gpu=%s allocated while %s: the container starts once that is over "
-                        "(PreStartContainer waits for it)", self.node, i, states[i].reason)
+            logger.info(
+                "node=%s gpu=%s allocated while %s: the container starts once that is over "
+                "(PreStartContainer waits for it)",
+                self.node,
+                i,
+                states[i].reason,
+            )
 
     def allocate(self, device_ids: Sequence[str]) -> ContainerAllocation:
         ids = tuple(sorted(dict.fromkeys(device_ids)))
@@ -324,8 +349,14 @@ class PluginCore:
         shape = shape_of(ids, self.physical_map)
         holder = holder_for(ids)
         if len(ids) > 1 and not shape.nvlink:
-            logger.warning("node=%s holder=%s %d GPUs %s (physical %s) form no NVLink partition: allocated "
-                           "without NVLink", self.node, holder, len(ids), list(ids), list(shape.physical_ids))
+            logger.warning(
+                "node=%s holder=%s %d GPUs %s (physical %s) form no NVLink partition: allocated without NVLink",
+                self.node,
+                holder,
+                len(ids),
+                list(ids),
+                list(shape.physical_ids),
+            )
         activation = None
         try:
             activation = self._activate(holder, ids)
@@ -333,8 +364,13 @@ class PluginCore:
             if self.settings.fabric_required:
                 self.metrics.allocate_failures.labels(self.node, "fabric-unavailable").inc()
                 raise FabricUnavailable(f"cannot activate the NVLink partition for {list(ids)}: {exc}") from exc
-            logger.warning("node=%s holder=%s fabric service unavailable (%s): allocated WITHOUT partition "
-                           "activation (fabric_required=false)", self.node, holder, exc)
+            logger.warning(
+                "node=%s holder=%s fabric service unavailable (%s): allocated WITHOUT partition "
+                "activation (fabric_required=false)",
+                self.node,
+                holder,
+                exc,
+            )
         except Exception as exc:
             self.metrics.allocate_failures.labels(self.node, type(exc).__name__).inc()
             raise
@@ -347,9 +383,15 @@ class PluginCore:
         if activation is not None:
             envs["GPUCAAS_FABRIC_PARTITIONS"] = ",".join(str(p) for p in activation.partition_ids)
         annotations = {"gpucaas.dev/fabric-holder": holder}
-        logger.info("node=%s holder=%s allocated %s physical=%s partitions=%s nvlink=%s", self.node, holder,
-                    list(ids), list(shape.physical_ids),
-                    list(activation.partition_ids) if activation else None, nvlink)
+        logger.info(
+            "node=%s holder=%s allocated %s physical=%s partitions=%s nvlink=%s",
+            self.node,
+            holder,
+            list(ids),
+            list(shape.physical_ids),
+            list(activation.partition_ids) if activation else None,
+            nvlink,
+        )
         for listener in list(self._allocation_listeners):
             try:
                 listener(ids)
@@ -358,7 +400,10 @@ class PluginCore:
         return ContainerAllocation(
             device_ids=ids,
             cdi_devices=tuple(qualified_name(self.settings.cdi_kind, i) for i in ids),
-            envs=envs, annotations=annotations, shape=shape, activation=activation,
+            envs=envs,
+            annotations=annotations,
+            shape=shape,
+            activation=activation,
         )
 
     def _activate(self, holder: str, ids: Sequence[str]) -> Activation:
@@ -379,8 +424,12 @@ class PluginCore:
             except ActivationConflict as exc:
                 if self.on_conflict is None or time.monotonic() >= deadline:
                     raise
-                logger.info("node=%s holder=%s activation conflict (%s): syncing live holders and retrying",
-                            self.node, holder, exc)
+                logger.info(
+                    "node=%s holder=%s activation conflict (%s): syncing live holders and retrying",
+                    self.node,
+                    holder,
+                    exc,
+                )
                 if not self._release_stale(holder, ids, str(exc)):
                     self._stop.wait(min(delay, max(0.0, deadline - time.monotonic())))
                     delay = min(delay * 2, 1.0)
@@ -390,13 +439,13 @@ class PluginCore:
         but no live pod; True when one was released (retry at once)."""
         try:
             self.on_conflict()  # type: ignore[misc]
-        except Exception:  # noqa: BLE001 - the retry reports the real outcome
+        except Exception:  # the retry reports the real outcome
             logger.exception("node=%s live-holder sync after conflict failed", self.node)
         if self.live_holders is None:
             return False
         try:
             live = self.live_holders()
-        except Exception:  # noqa: BLE001 - without the live set nothing is released
+        except Exception:  # without the live set nothing is released
             logger.exception("node=%s live holders unknown", self.node)
             return False
         wanted = set(ids)
@@ -406,8 +455,13 @@ class PluginCore:
                 continue
             if not wanted & set(other.removeprefix("gpus:").split("+")):
                 continue
-            logger.warning("node=%s holder=%s releasing %s: it holds requested GPUs but no live pod "
-                           "(left by a pod that just ended)", self.node, holder, other)
+            logger.warning(
+                "node=%s holder=%s releasing %s: it holds requested GPUs but no live pod "
+                "(left by a pod that just ended)",
+                self.node,
+                holder,
+                other,
+            )
             try:
                 self.fabric.release(other)
                 released = True
@@ -423,10 +477,18 @@ class PluginCore:
         self.refresh()
         self._stop.clear()
         self._threads = [
-            threading.Thread(target=self._loop, args=(self.refresh_devices, self.settings.health_interval),
-                             name="dp-device-watch", daemon=True),
-            threading.Thread(target=self._loop, args=(self.refresh_fabric, self.settings.fabric_poll_interval),
-                             name="dp-fabric-watch", daemon=True),
+            threading.Thread(
+                target=self._loop,
+                args=(self.refresh_devices, self.settings.health_interval),
+                name="dp-device-watch",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._loop,
+                args=(self.refresh_fabric, self.settings.fabric_poll_interval),
+                name="dp-fabric-watch",
+                daemon=True,
+            ),
         ]
         for t in self._threads:
             t.start()
@@ -435,7 +497,7 @@ class PluginCore:
         while not self._stop.wait(interval):
             try:
                 step()
-            except Exception:  # noqa: BLE001 - a watcher never dies
+            except Exception:  # a watcher never dies
                 logger.exception("node=%s watcher %s failed; retrying", self.node, step.__name__)
 
     def stop(self) -> None:

@@ -67,12 +67,17 @@ class PodResourcesReader:
         except grpc.RpcError as exc:
             self.close()
             raise PodResourcesUnavailable(
-                f"PodResources List on {self.socket_path} failed: {exc.code().name} {exc.details()}") from exc
+                f"PodResources List on {self.socket_path} failed: {exc.code().name} {exc.details()}"
+            ) from exc
         merged: dict[tuple[str, str, str, str], set[str]] = {}
         for pod in resp.pod_resources:
             for c in pod.containers:
                 for d in c.devices:
                     if resource_name is None or d.resource_name == resource_name:
-                        merged.setdefault((pod.namespace, pod.name, c.name, d.resource_name), set()).update(d.device_ids)
-        return [ContainerDevices(ns, pod, container, resource, tuple(sorted(ids)))
-                for (ns, pod, container, resource), ids in merged.items()]
+                        merged.setdefault((pod.namespace, pod.name, c.name, d.resource_name), set()).update(
+                            d.device_ids
+                        )
+        return [
+            ContainerDevices(ns, pod, container, resource, tuple(sorted(ids)))
+            for (ns, pod, container, resource), ids in merged.items()
+        ]

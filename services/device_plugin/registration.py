@@ -41,8 +41,17 @@ def _inode(path: Path) -> tuple[int, int] | None:
 
 
 class KubeletRegistrar:
-    def __init__(self, servicer: DevicePluginServicer, *, plugin_dir: Path, resource_name: str,
-                 metrics: Metrics, node: str, watch_interval: float = 0.5, max_workers: int = 8) -> None:
+    def __init__(
+        self,
+        servicer: DevicePluginServicer,
+        *,
+        plugin_dir: Path,
+        resource_name: str,
+        metrics: Metrics,
+        node: str,
+        watch_interval: float = 0.5,
+        max_workers: int = 8,
+    ) -> None:
         self.servicer = servicer
         self.plugin_dir = Path(plugin_dir)
         self.resource_name = resource_name
@@ -71,15 +80,13 @@ class KubeletRegistrar:
             if self.socket_path.exists() or self.socket_path.is_symlink():
                 logger.info("node=%s removing stale socket %s", self.node, self.socket_path)
                 self.socket_path.unlink()
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers,
-                                                            thread_name_prefix="dp-grpc"))
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="dp-grpc"))
             dp_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
             server.add_insecure_port(f"unix://{self.socket_path}")
             server.start()
             self._server = server
             self._served = _inode(self.socket_path)
-            logger.info("node=%s serving device plugin for %s on %s", self.node, self.resource_name,
-                        self.socket_path)
+            logger.info("node=%s serving device plugin for %s on %s", self.node, self.resource_name, self.socket_path)
 
     def _stop_server(self) -> None:
         if self._server is not None:
@@ -95,18 +102,24 @@ class KubeletRegistrar:
         try:
             with grpc.insecure_channel(target) as channel:
                 dp_grpc.RegistrationStub(channel).Register(
-                    dp_pb2.RegisterRequest(version=VERSION, endpoint=self.endpoint,
-                                           resource_name=self.resource_name, options=options()),
-                    timeout=timeout, wait_for_ready=False)
+                    dp_pb2.RegisterRequest(
+                        version=VERSION, endpoint=self.endpoint, resource_name=self.resource_name, options=options()
+                    ),
+                    timeout=timeout,
+                    wait_for_ready=False,
+                )
         except grpc.RpcError as exc:
-            raise RegistrationFailed(f"kubelet at {self.kubelet_socket} refused registration of "
-                                     f"{self.resource_name}: {exc.code().name} {exc.details()}") from exc
+            raise RegistrationFailed(
+                f"kubelet at {self.kubelet_socket} refused registration of "
+                f"{self.resource_name}: {exc.code().name} {exc.details()}"
+            ) from exc
         self._registered_with = kubelet
         self.registrations += 1
         self.metrics.registrations.labels(self.node).inc()
         self.registered.set()
-        logger.info("node=%s registered %s (endpoint %s) with the kubelet", self.node, self.resource_name,
-                    self.endpoint)
+        logger.info(
+            "node=%s registered %s (endpoint %s) with the kubelet", self.node, self.resource_name, self.endpoint
+        )
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -132,7 +145,7 @@ class KubeletRegistrar:
         while not self._stop.wait(self.watch_interval):
             try:
                 self.check()
-            except Exception:  # noqa: BLE001 - the watcher never dies
+            except Exception:  # the watcher never dies
                 logger.exception("node=%s kubelet watch failed; retrying", self.node)
 
     def check(self) -> None:
@@ -140,14 +153,17 @@ class KubeletRegistrar:
         kubelet = _inode(self.kubelet_socket)
         ours = _inode(self.socket_path)
         if ours is None or ours != self._served:
-            logger.warning("node=%s plugin socket %s vanished (kubelet restart?): serving again", self.node,
-                           self.socket_path)
+            logger.warning(
+                "node=%s plugin socket %s vanished (kubelet restart?): serving again", self.node, self.socket_path
+            )
             self.serve()
             self._registered_with = None
         if kubelet is not None and kubelet != self._registered_with:
             if self._registered_with is not None:
-                logger.warning("node=%s kubelet.sock was recreated (kubelet restart): restarting server and "
-                               "registering again", self.node)
+                logger.warning(
+                    "node=%s kubelet.sock was recreated (kubelet restart): restarting server and registering again",
+                    self.node,
+                )
                 self.serve()
                 # Served anew once per kubelet restart: a registration that fails (a kubelet slow to
                 # answer on a loaded machine) is retried as is, not by restarting the server again.

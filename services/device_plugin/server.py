@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 
@@ -53,10 +54,10 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
     def __init__(self, core: PluginCore) -> None:
         self.core = core
 
-    def GetDevicePluginOptions(self, request, context):  # noqa: N802 - gRPC names
+    def GetDevicePluginOptions(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC names
         return options()
 
-    def ListAndWatch(self, request, context) -> Iterator[dp_pb2.ListAndWatchResponse]:  # noqa: N802
+    def ListAndWatch(self, request: Any, context: grpc.ServicerContext) -> Iterator[dp_pb2.ListAndWatchResponse]:  # noqa: N802
         devices, version = self.core.snapshot()
         yield dp_pb2.ListAndWatchResponse(devices=[device_message(d) for d in devices])
         while context.is_active() and not self.core.stopped:
@@ -65,18 +66,19 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
                 devices, version = self.core.snapshot()
                 yield dp_pb2.ListAndWatchResponse(devices=[device_message(d) for d in devices])
 
-    def GetPreferredAllocation(self, request, context):  # noqa: N802
+    def GetPreferredAllocation(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         resp = dp_pb2.PreferredAllocationResponse()
         try:
             for req in request.container_requests:
-                ids = self.core.preferred(list(req.available_deviceIDs), list(req.must_include_deviceIDs),
-                                          req.allocation_size)
+                ids = self.core.preferred(
+                    list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
+                )
                 resp.container_responses.add(deviceIDs=ids)
         except DevicePluginError as exc:
             _abort(context, exc)
         return resp
 
-    def Allocate(self, request, context):  # noqa: N802
+    def Allocate(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         resp = dp_pb2.AllocateResponse()
         try:
             for req in request.container_requests:
@@ -86,12 +88,16 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
                 c.envs.update(alloc.envs)
                 c.annotations.update(alloc.annotations)
         except DevicePluginError as exc:
-            logger.warning("node=%s Allocate %s refused: %s", self.core.node,
-                           [list(r.devices_ids) for r in request.container_requests], exc)
+            logger.warning(
+                "node=%s Allocate %s refused: %s",
+                self.core.node,
+                [list(r.devices_ids) for r in request.container_requests],
+                exc,
+            )
             _abort(context, exc)
         return resp
 
-    def PreStartContainer(self, request, context):  # noqa: N802
+    def PreStartContainer(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         try:
             self.core.pre_start(list(request.devices_ids))
         except DevicePluginError as exc:

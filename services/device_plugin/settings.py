@@ -15,9 +15,13 @@ from typing import Any
 from gpucaas.core.env_settings import EnvSettings, EnvSettingsConfigDict, Field, field_validator, model_validator
 
 #: ``vendor.com/class``: a DNS-subdomain-like vendor and a class of [A-Za-z0-9_.-].
-_KIND_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+_KIND_RE = re.compile(
+    r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"
+)
 #: Extended resource name: ``domain/name`` (kubelet wants a qualified, non-kubernetes.io name).
-_RESOURCE_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+_RESOURCE_RE = re.compile(
+    r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"
+)
 
 
 class DevicePluginSettings(EnvSettings):
@@ -49,20 +53,30 @@ class DevicePluginSettings(EnvSettings):
         60.0, ge=0, description="Seconds an activation may live before the PodResources sync may release it."
     )
     allocate_conflict_wait: float = Field(
-        5.0, ge=0, description="Seconds Allocate retries an activation conflict (a partition still being "
-        "released by a pod that just ended) before it fails with ABORTED."
+        5.0,
+        ge=0,
+        description="Seconds Allocate retries an activation conflict (a partition still being "
+        "released by a pod that just ended) before it fails with ABORTED.",
     )
     pod_resources_socket: Path = Field(
         Path("/var/lib/kubelet/pod-resources/kubelet.sock"), description="Kubelet PodResources API socket."
     )
     pod_resources_interval: float = Field(10.0, gt=0, description="Seconds between PodResources scans.")
     health_interval: float = Field(
-        1.0, gt=0, description="Seconds between sysfs / device node health checks (a GPU-lease change is "
-        "applied at once, not at the next check).")
+        1.0,
+        gt=0,
+        description="Seconds between sysfs / device node health checks (a GPU-lease change is "
+        "applied at once, not at the next check).",
+    )
     kubelet_watch_interval: float = Field(0.5, gt=0, description="Seconds between checks of kubelet.sock.")
-    node_name: str = Field(default_factory=socket.gethostname, description="This node's name (logs, metrics).",
-                           json_schema_extra={"default_text": "the host name"})
-    metrics_port: int = Field(9402, ge=-1, le=65535, description="Prometheus port on 0.0.0.0; -1 disables, 0 picks one.")
+    node_name: str = Field(
+        default_factory=socket.gethostname,
+        description="This node's name (logs, metrics).",
+        json_schema_extra={"default_text": "the host name"},
+    )
+    metrics_port: int = Field(
+        9402, ge=-1, le=65535, description="Prometheus port on 0.0.0.0; -1 disables, 0 picks one."
+    )
 
     @field_validator("resource_name")
     @classmethod
@@ -90,9 +104,11 @@ class DevicePluginSettings(EnvSettings):
         if self.fabric_socket is not None:
             self.fabric_socket = Path(self.fabric_socket).absolute()
         elif self.fabric_required:
-            raise ValueError("fabric_socket is empty (no fabric service) but fabric_required is true: "
-                             "set fabric_required=false (GPUCAAS_FABRIC_REQUIRED=false) to allow allocations "
-                             "without NVLink partition activation")
+            raise ValueError(
+                "fabric_socket is empty (no fabric service) but fabric_required is true: "
+                "set fabric_required=false (GPUCAAS_FABRIC_REQUIRED=false) to allow allocations "
+                "without NVLink partition activation"
+            )
         return self
 
     def summary(self) -> dict[str, Any]:

@@ -28,8 +28,16 @@ def live_holders(containers: list[ContainerDevices]) -> list[LiveHolder]:
 
 
 class UsageMonitor:
-    def __init__(self, core: PluginCore, reader: PodResourcesReader, metrics: Metrics, *,
-                 resource_name: str, interval: float, grace: float) -> None:
+    def __init__(
+        self,
+        core: PluginCore,
+        reader: PodResourcesReader,
+        metrics: Metrics,
+        *,
+        resource_name: str,
+        interval: float,
+        grace: float,
+    ) -> None:
         self.core = core
         self.reader = reader
         self.metrics = metrics
@@ -68,23 +76,21 @@ class UsageMonitor:
     def _export(self, containers: list[ContainerDevices]) -> None:
         devices, _ = self.core.snapshot()
         pmap = self.core.physical_map
-        held = {}
-        for c in containers:
-            for d in c.device_ids:
-                held[d] = c
+        held = {bdf: c for c in containers for bdf in c.device_ids}
         m, node = self.metrics, self.node
         m.gpu_allocation.clear()
         m.gpus_by_namespace.clear()
         counts = {"free": 0, "allocated": 0, "unhealthy": 0}
         per_ns: dict[str, int] = {}
         for d in devices:
-            c = held.get(d.bdf)
-            if c is not None:
+            holder = held.get(d.bdf)
+            if holder is not None:
                 counts["allocated"] += 1
                 pid = pmap.physical(d.bdf)
-                m.gpu_allocation.labels(node, d.bdf, "" if pid is None else str(pid), c.namespace, c.pod,
-                                        c.container).set(1)
-                per_ns[c.namespace] = per_ns.get(c.namespace, 0) + 1
+                m.gpu_allocation.labels(
+                    node, d.bdf, "" if pid is None else str(pid), holder.namespace, holder.pod, holder.container
+                ).set(1)
+                per_ns[holder.namespace] = per_ns.get(holder.namespace, 0) + 1
             elif not d.healthy:
                 counts["unhealthy"] += 1
             else:
@@ -109,7 +115,7 @@ class UsageMonitor:
                 self.scan()
             except DevicePluginError:
                 pass  # logged in scan
-            except Exception:  # noqa: BLE001 - the monitor never dies
+            except Exception:  # the monitor never dies
                 logger.exception("node=%s PodResources scan failed", self.node)
             if self._stop.wait(self.interval):
                 return

@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from gpucaas.core.dra import BINDING_CONDITION, BINDING_FAILURE_CONDITION, DRIVER
 from gpucaas.core.fabric_client import FabricClient, FabricConflict, FabricRejected, FabricUnavailable
@@ -47,14 +47,26 @@ def _now() -> str:
 
 
 def _condition(kind: str, reason: str, message: str, generation: int) -> dict[str, Any]:
-    return {"type": kind, "status": "True", "reason": reason, "message": message[:32768],
-            "lastTransitionTime": _now(), "observedGeneration": generation}
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": _now(),
+        "observedGeneration": generation,
+    }
 
 
 class BindingWatcher:
-    def __init__(self, kube: Kube, fabric: FabricClient, checkpoint: Checkpoint, node_name: str,
-                 physical_to_pci: Mapping[int, str] | None = None,
-                 on_refused: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        fabric: FabricClient,
+        checkpoint: Checkpoint,
+        node_name: str,
+        physical_to_pci: Mapping[int, str] | None = None,
+        on_refused: Callable[[], None] | None = None,
+    ) -> None:
         self.kube, self.fabric, self.checkpoint, self.node_name = kube, fabric, checkpoint, node_name
         self.physical_to_pci = physical_to_pci
         #: called when the fabric refused a claim's partition (the driver republishes its
@@ -62,13 +74,19 @@ class BindingWatcher:
         self.on_refused = on_refused
 
     def _ours(self, claim: dict[str, Any]) -> list[dict[str, Any]]:
-        results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {})
-                   .get("results") or [])
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
         return [r for r in results if r.get("driver") == DRIVER and r.get("pool") == self.node_name]
 
     def run_once(self) -> None:
-        claims = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                                idempotent=True, what="list ResourceClaims")["items"]
+        listing = self.kube.call(
+            self.kube.custom.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            PLURAL,
+            idempotent=True,
+            what="list ResourceClaims",
+        )
+        claims = cast("dict[str, Any]", listing)["items"]  # the custom-objects API answers plain JSON
         allocated_here: set[str] = set()
         for claim in claims:
             mine = self._ours(claim)
@@ -80,16 +98,24 @@ class BindingWatcher:
         self._release_orphans(allocated_here)
 
     def _decided(self, claim: dict[str, Any], mine: list[dict[str, Any]]) -> bool:
-        verdicts = {(d.get("pool"), d.get("device")): {c["type"] for c in d.get("conditions") or []
-                                                       if c.get("status") == "True"}
-                    for d in (claim.get("status") or {}).get("devices") or [] if d.get("driver") == DRIVER}
-        return all(verdicts.get((r["pool"], r["device"]), set()) & {BINDING_CONDITION, BINDING_FAILURE_CONDITION}
-                   for r in mine)
+        verdicts = {
+            (d.get("pool"), d.get("device")): {
+                c["type"] for c in d.get("conditions") or [] if c.get("status") == "True"
+            }
+            for d in (claim.get("status") or {}).get("devices") or []
+            if d.get("driver") == DRIVER
+        }
+        return all(
+            verdicts.get((r["pool"], r["device"]), set()) & {BINDING_CONDITION, BINDING_FAILURE_CONDITION} for r in mine
+        )
 
     def _bind(self, claim: dict[str, Any], mine: list[dict[str, Any]]) -> None:
         meta = claim["metadata"]
-        pci = self.physical_to_pci if self.physical_to_pci is not None else {
-            int(g["physical_id"]): g["pci_bus_id"] for g in self.fabric.topology()["gpus"]}
+        pci = (
+            self.physical_to_pci
+            if self.physical_to_pci is not None
+            else {int(g["physical_id"]): g["pci_bus_id"] for g in self.fabric.topology()["gpus"]}
+        )
         gpus = [pci[g] for r in mine for g in partition_by_id(partition_of_device(r["device"])).sorted_gpus()]
         try:
             self.fabric.activate(holder_for_claim(meta["uid"]), gpus)
@@ -99,20 +125,37 @@ class BindingWatcher:
             if self.on_refused is not None:
                 self.on_refused()
         except FabricUnavailable as exc:
-            log.warning("claim %s/%s: fabric service unavailable, no verdict yet: %s", meta["namespace"],
-                        meta["name"], exc)
+            log.warning(
+                "claim %s/%s: fabric service unavailable, no verdict yet: %s", meta["namespace"], meta["name"], exc
+            )
             return
         status = dict(claim.get("status") or {})
-        others = [d for d in status.get("devices") or []
-                  if not (d.get("driver") == DRIVER and d.get("pool") == self.node_name)]
+        others = [
+            d
+            for d in status.get("devices") or []
+            if not (d.get("driver") == DRIVER and d.get("pool") == self.node_name)
+        ]
         status["devices"] = others + [
-            {"driver": DRIVER, "pool": r["pool"], "device": r["device"],
-             "conditions": [_condition(kind, reason, message, meta.get("generation", 0))]} for r in mine]
+            {
+                "driver": DRIVER,
+                "pool": r["pool"],
+                "device": r["device"],
+                "conditions": [_condition(kind, reason, message, meta.get("generation", 0))],
+            }
+            for r in mine
+        ]
         body = {**claim, "status": status}
         try:
-            self.kube.call(self.kube.custom.replace_namespaced_custom_object_status, GROUP, VERSION,
-                           meta["namespace"], PLURAL, meta["name"], body,
-                           what=f"report {kind} on ResourceClaim {meta['namespace']}/{meta['name']}")
+            self.kube.call(
+                self.kube.custom.replace_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                meta["namespace"],
+                PLURAL,
+                meta["name"],
+                body,
+                what=f"report {kind} on ResourceClaim {meta['namespace']}/{meta['name']}",
+            )
             log.info("claim %s/%s: %s (%s)", meta["namespace"], meta["name"], kind, message)
         except (Conflict, NotFound) as exc:  # changed or gone meanwhile: the next round sees it again
             log.info("claim %s/%s: status not written (%s); next round", meta["namespace"], meta["name"], exc)
@@ -123,7 +166,7 @@ class BindingWatcher:
             holder = act.get("holder") or ""
             if not holder.startswith(CLAIM_HOLDER_PREFIX):
                 continue
-            uid = holder[len(CLAIM_HOLDER_PREFIX):]
+            uid = holder[len(CLAIM_HOLDER_PREFIX) :]
             if uid in prepared or uid in allocated_here:
                 continue
             try:

@@ -41,10 +41,19 @@ class PreparedClaim:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PreparedClaim:
-        devices = tuple(PreparedDevice(tuple(d["request_names"]), d["pool_name"], d["device_name"],
-                                       tuple(d["cdi_device_ids"])) for d in data["devices"])
-        return cls(data["uid"], data["namespace"], data["name"], data["holder"],
-                   tuple(data["pci_addresses"]), devices, data.get("pod", ""))
+        devices = tuple(
+            PreparedDevice(tuple(d["request_names"]), d["pool_name"], d["device_name"], tuple(d["cdi_device_ids"]))
+            for d in data["devices"]
+        )
+        return cls(
+            data["uid"],
+            data["namespace"],
+            data["name"],
+            data["holder"],
+            tuple(data["pci_addresses"]),
+            devices,
+            data.get("pod", ""),
+        )
 
 
 class Checkpoint:
@@ -80,8 +89,9 @@ class Checkpoint:
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = json.dumps({"version": VERSION, "claims": {u: asdict(c) for u, c in self._claims.items()}},
-                          indent=1, sort_keys=True)
+        body = json.dumps(
+            {"version": VERSION, "claims": {u: asdict(c) for u, c in self._claims.items()}}, indent=1, sort_keys=True
+        )
         fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w") as f:

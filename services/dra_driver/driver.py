@@ -24,6 +24,7 @@ from gpucaas.core.dra import DRIVER
 from gpucaas.core.fabric_client import FabricConflict, FabricRejected
 from gpucaas.core.topology import partition_by_id
 from services.dra_driver.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from services.dra_driver.errors import ClaimNotReady
 from services.dra_driver.slices import partition_of_device
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,6 @@ class Fabric(Protocol):
     def activate(self, holder: str, gpus: list[str]) -> Any: ...
 
     def release(self, holder: str) -> Any: ...
-
-
-class ClaimNotReady(Exception):
-    """The claim cannot be prepared yet, or not at all; the message is for the kubelet."""
 
 
 @dataclass(frozen=True)
@@ -57,10 +54,16 @@ def holder_for_claim(uid: str) -> str:
 class Driver:
     """The node side of the DRA mode for one node's pool."""
 
-    def __init__(self, *, node_name: str, checkpoint: Checkpoint, fabric: Fabric,
-                 read_claim: Callable[[str, str], Mapping[str, Any]],
-                 physical_to_pci: Callable[[], Mapping[int, str]],
-                 cdi_id: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        checkpoint: Checkpoint,
+        fabric: Fabric,
+        read_claim: Callable[[str, str], Mapping[str, Any]],
+        physical_to_pci: Callable[[], Mapping[int, str]],
+        cdi_id: Callable[[str], str],
+    ) -> None:
         self.node_name = node_name
         self.checkpoint = checkpoint
         self.fabric = fabric
@@ -84,8 +87,9 @@ class Driver:
         claim = self.read_claim(ref.namespace, ref.name)
         uid = claim.get("metadata", {}).get("uid")
         if uid != ref.uid:
-            raise ClaimNotReady(f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, not {ref.uid}: "
-                                "it was deleted and re-created")
+            raise ClaimNotReady(
+                f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, not {ref.uid}: it was deleted and re-created"
+            )
         results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
         mine = [r for r in results if r.get("driver") == DRIVER and r.get("pool") == self.node_name]
         pci = self.physical_to_pci()
@@ -96,13 +100,23 @@ class Driver:
             try:
                 bdfs = [pci[g] for g in partition.sorted_gpus()]
             except KeyError as exc:
-                raise ClaimNotReady(f"GPU with physical id {exc.args[0]} of device {result['device']} "
-                                    "is not on this node") from None
+                raise ClaimNotReady(
+                    f"GPU with physical id {exc.args[0]} of device {result['device']} is not on this node"
+                ) from None
             addresses.extend(bdfs)
-            devices.append(PreparedDevice((result["request"],), self.node_name, result["device"],
-                                          tuple(self.cdi_id(b) for b in bdfs)))
-        pod = next((r.get("name", "") for r in (claim.get("status") or {}).get("reservedFor") or []
-                    if r.get("resource") == "pods"), "")
+            devices.append(
+                PreparedDevice(
+                    (result["request"],), self.node_name, result["device"], tuple(self.cdi_id(b) for b in bdfs)
+                )
+            )
+        pod = next(
+            (
+                r.get("name", "")
+                for r in (claim.get("status") or {}).get("reservedFor") or []
+                if r.get("resource") == "pods"
+            ),
+            "",
+        )
         if addresses and self.gpu_refusal is not None:
             # The slices may lag behind a GPU's lease (published every few seconds): a GPU
             # still leased to another pod or on its way through the firmware check is not
@@ -110,14 +124,15 @@ class Driver:
             why = self.gpu_refusal(tuple(addresses), ref.namespace, pod)
             if why:
                 raise ClaimNotReady(why)
-        prepared = PreparedClaim(ref.uid, ref.namespace, ref.name, holder_for_claim(ref.uid),
-                                 tuple(addresses), tuple(devices), pod)
+        prepared = PreparedClaim(
+            ref.uid, ref.namespace, ref.name, holder_for_claim(ref.uid), tuple(addresses), tuple(devices), pod
+        )
         if addresses:
             try:
                 self.fabric.activate(prepared.holder, list(addresses))
             except (FabricConflict, FabricRejected):
-                for listener in self.refused_listeners:
-                    listener()
+                for refused in self.refused_listeners:
+                    refused()
                 raise
         self.checkpoint.put(prepared)
         for listener in self.prepared_listeners:
@@ -125,8 +140,13 @@ class Driver:
         if addresses:
             for announce in self.activated_listeners:
                 announce(prepared)
-        log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
-                 ", ".join(d.device_name for d in devices) or "no devices of this driver")
+        log.info(
+            "prepared claim %s/%s (%s): %s",
+            ref.namespace,
+            ref.name,
+            ref.uid,
+            ", ".join(d.device_name for d in devices) or "no devices of this driver",
+        )
         return prepared
 
     def unprepare(self, ref: ClaimRef) -> None:

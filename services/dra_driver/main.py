@@ -1,10 +1,14 @@
-"""``gpucaas dra-driver``: the DRA kubelet plugin of one node, wired and run.
+"""The DRA kubelet plugin of one node, built from its settings, started and stopped in order.
+
+The process entry (``gpucaas dra-driver``) is ``gpucaas/programs/dra_node.py``: it runs this
+driver and, beside it, the GPU-lease node agent (``services/gpu_leases``).
 
 Parts (each in its own module): the kubelet-facing gRPC server (registration, Prepare/
 Unprepare, health), the slice publisher, and, with binding conditions on, the binding
 watcher. When no device plugin runs on the node (``cdi_dir`` set), the driver keeps the
 node's CDI spec itself, with the device plugin's builder (:mod:`gpucaas.core.cdi`) over the
-vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop re-derives what the node offers from the fabric service
+vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop
+re-derives what the node offers from the fabric service
 (physical id <-> PCI, GPU health) and the node's GPU leases, updates the health streams
 and republishes the slices when they changed; another runs the binding rounds.
 """
@@ -12,14 +16,13 @@ and republishes the slices when they changed; another runs the binding rounds.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, cast
 
-from gpucaas.core import lease_states as states
-from gpucaas.core import vfio_sysfs
+from gpucaas.core import lease_states as states, vfio_sysfs
 from gpucaas.core.cdi import CDISpecError, SpecWriter, qualified_name
 from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
 from gpucaas.core.kube import Kube, KubeConnection, KubeError
@@ -81,8 +84,9 @@ class DraDriverNode:
         leases = LeaseStore(self.kube).list(self.settings.node_name)
         gpus = gpus_from(topology, leases, partitions)
         self._pci = {g.physical_id: g.pci_bus_id for g in gpus}
-        self.board.update({g.physical_id: (g.allocatable, "" if g.allocatable else "not free or unhealthy")
-                           for g in gpus})
+        self.board.update(
+            {g.physical_id: (g.allocatable, "" if g.allocatable else "not free or unhealthy") for g in gpus}
+        )
         return gpus
 
     def publish_once(self) -> None:
@@ -107,7 +111,9 @@ class DraDriverNode:
             binding = self.binding
             self._loop("binding", self.settings.binding_interval_s, lambda: run_round(binding))
 
-    def _loop(self, name: str, interval: float, step, wake: threading.Event | None = None) -> None:  # noqa: ANN001
+    def _loop(
+        self, name: str, interval: float, step: Callable[[], object], wake: threading.Event | None = None
+    ) -> None:
         def run() -> None:
             while True:
                 if wake is None:
@@ -136,6 +142,7 @@ class DraDriverNode:
 
 def lease_refusal(kube: Kube, node_name: str) -> Callable[[tuple[str, ...], str, str], str | None]:
     """Why GPUs may not be prepared for a pod now, from the node's GPU leases (none: no refusal)."""
+
     def refuse(addresses: tuple[str, ...], namespace: str, pod: str) -> str | None:
         leases = {lz["spec"]["pciAddress"]: lz for lz in LeaseStore(kube).list(node_name)}
         for bdf in addresses:
@@ -166,21 +173,29 @@ def activation_event(kube: Kube, node_name: str) -> Callable[[PreparedClaim], No
     tenant's container got its partition, in ``kubectl describe pod`` and the API's timeline.
     Best effort: an Event that cannot be written is logged, never fails the Prepare.
     """
+
     def announce(claim: PreparedClaim) -> None:
         if not claim.pod:
             return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         partitions = ", ".join(d.device_name for d in claim.devices)
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{claim.pod}.gpucaas-dra-", "namespace": claim.namespace},
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": claim.pod, "namespace": claim.namespace},
-            "reason": ACTIVATED_REASON, "type": "Normal", "count": 1,
-            "message": (f"{len(claim.pci_addresses)} GPU(s) allocated on {node_name}: "
-                        f"{', '.join(claim.pci_addresses)} (claim {claim.name}, partition {partitions})")[:1024],
-            "firstTimestamp": now, "lastTimestamp": now,
+            "reason": ACTIVATED_REASON,
+            "type": "Normal",
+            "count": 1,
+            "message": (
+                f"{len(claim.pci_addresses)} GPU(s) allocated on {node_name}: "
+                f"{', '.join(claim.pci_addresses)} (claim {claim.name}, partition {partitions})"
+            )[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
             "source": {"component": "gpucaas-dra-driver", "host": node_name},
-            "reportingComponent": "gpucaas-dra-driver", "reportingInstance": node_name,
+            "reportingComponent": "gpucaas-dra-driver",
+            "reportingInstance": node_name,
         }
         try:
             kube.request("POST", f"/api/v1/namespaces/{claim.namespace}/events", body=body)
@@ -197,10 +212,22 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
     board = HealthBoard()
     holder: dict[str, DraDriverNode] = {}
     driver = Driver(
-        node_name=settings.node_name, checkpoint=checkpoint, fabric=fabric,
-        read_claim=lambda ns, name: kube.call(kube.custom.get_namespaced_custom_object, "resource.k8s.io", "v1",
-                                              ns, "resourceclaims", name, idempotent=True,
-                                              what=f"read ResourceClaim {ns}/{name}"),
+        node_name=settings.node_name,
+        checkpoint=checkpoint,
+        fabric=fabric,
+        read_claim=lambda ns, name: cast(
+            "dict[str, Any]",
+            kube.call(  # the custom-objects API answers plain JSON
+                kube.custom.get_namespaced_custom_object,
+                "resource.k8s.io",
+                "v1",
+                ns,
+                "resourceclaims",
+                name,
+                idempotent=True,
+                what=f"read ResourceClaim {ns}/{name}",
+            ),
+        ),
         physical_to_pci=lambda: holder["node"].physical_to_pci(),
         cdi_id=lambda bdf: qualified_name(settings.cdi_kind, bdf),
     )
@@ -213,23 +240,9 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
     driver.refused_listeners.append(node.request_publish)
     if settings.cdi_dir is not None:
         node.cdi = SpecWriter(settings.cdi_dir, settings.cdi_kind, settings.dev_root)
-    node.publisher = SlicePublisher(kube, settings.node_name, node.discover,
-                                    binding_conditions=settings.binding_conditions)
+    node.publisher = SlicePublisher(
+        kube, settings.node_name, node.discover, binding_conditions=settings.binding_conditions
+    )
     if settings.binding_conditions:
         node.binding = BindingWatcher(kube, fabric, checkpoint, settings.node_name, on_refused=node.request_publish)
     return node
-
-
-def run(settings: DraDriverSettings) -> None:
-    """Run until SIGTERM/SIGINT."""
-    node = build(settings)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    node.start()
-    log.info("DRA driver running on %s (binding conditions %s)", settings.node_name,
-             "on" if settings.binding_conditions else "off")
-    try:
-        done.wait()
-    finally:
-        node.stop()

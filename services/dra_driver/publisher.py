@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from gpucaas.core import lease_states as states
 from gpucaas.core.dra import DRIVER
@@ -34,8 +34,14 @@ GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
 
 
 class SlicePublisher:
-    def __init__(self, kube: Kube, node_name: str, gpus: Callable[[], Iterable[PublishedGpu]], *,
-                 binding_conditions: bool = False) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        node_name: str,
+        gpus: Callable[[], Iterable[PublishedGpu]],
+        *,
+        binding_conditions: bool = False,
+    ) -> None:
         self.kube = kube
         self.node_name = node_name
         self.gpus = gpus
@@ -44,9 +50,16 @@ class SlicePublisher:
         self.generation = 0
 
     def _current(self) -> dict[str, dict[str, Any]]:
-        items = self.kube.call(self.kube.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                               field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
-                               idempotent=True, what="list this node's ResourceSlices")["items"]
+        listing = self.kube.call(
+            self.kube.custom.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            PLURAL,
+            field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER}",
+            idempotent=True,
+            what="list this node's ResourceSlices",
+        )
+        items = cast("dict[str, Any]", listing)["items"]  # the custom-objects API answers plain JSON
         return {i["metadata"]["name"]: i for i in items}
 
     def publish(self) -> bool:
@@ -65,29 +78,58 @@ class SlicePublisher:
             name = s["metadata"]["name"]
             if name in current:
                 s["metadata"]["resourceVersion"] = current[name]["metadata"]["resourceVersion"]
-                self.kube.call(self.kube.custom.replace_cluster_custom_object, GROUP, VERSION, PLURAL, name, s,
-                               what=f"update ResourceSlice {name}")
+                self.kube.call(
+                    self.kube.custom.replace_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    name,
+                    s,
+                    what=f"update ResourceSlice {name}",
+                )
             else:
-                self.kube.call(self.kube.custom.create_cluster_custom_object, GROUP, VERSION, PLURAL, s,
-                               what=f"create ResourceSlice {name}")
+                self.kube.call(
+                    self.kube.custom.create_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    s,
+                    what=f"create ResourceSlice {name}",
+                )
         for name in set(current) - {s["metadata"]["name"] for s in wanted}:
             try:
-                self.kube.call(self.kube.custom.delete_cluster_custom_object, GROUP, VERSION, PLURAL, name,
-                               what=f"delete ResourceSlice {name}")
+                self.kube.call(
+                    self.kube.custom.delete_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    name,
+                    what=f"delete ResourceSlice {name}",
+                )
             except NotFound:
                 pass
         self._published = content
-        log.info("published ResourceSlices of %s at generation %d (%d partition devices, GPUs available: %s)",
-                 self.node_name, self.generation, len(wanted[1]["spec"]["devices"]),
-                 ",".join(str(g.physical_id) for g in gpus if g.available) or "none")
+        log.info(
+            "published ResourceSlices of %s at generation %d (%d partition devices, GPUs available: %s)",
+            self.node_name,
+            self.generation,
+            len(wanted[1]["spec"]["devices"]),
+            ",".join(str(g.physical_id) for g in gpus if g.available) or "none",
+        )
         return True
 
     def withdraw(self) -> None:
         """Delete this node's slices (the driver is being removed from the node)."""
         for name in self._current():
             try:
-                self.kube.call(self.kube.custom.delete_cluster_custom_object, GROUP, VERSION, PLURAL, name,
-                               what=f"delete ResourceSlice {name}")
+                self.kube.call(
+                    self.kube.custom.delete_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    name,
+                    what=f"delete ResourceSlice {name}",
+                )
             except NotFound:
                 pass
         self._published = None
@@ -114,17 +156,29 @@ def foreign_holders(partitions: Iterable[dict[str, Any]]) -> dict[int, str]:
     return out
 
 
-def gpus_from(topology: dict[str, Any], leases: Iterable[dict[str, Any]],
-              partitions: Iterable[dict[str, Any]] = ()) -> list[PublishedGpu]:
+def gpus_from(
+    topology: dict[str, Any], leases: Iterable[dict[str, Any]], partitions: Iterable[dict[str, Any]] = ()
+) -> list[PublishedGpu]:
     """The node's GPUs as the fabric service sees them, held out while their lease is not usable
     (Releasing, Checking, Quarantined: not in ``lease_states.ALLOCATABLE_STATES``) or while a
     holder other than a claim keeps a partition containing them busy (:func:`foreign_holders`)."""
-    state_by_bdf = {(l.get("spec") or {}).get("pciAddress"): states.state_of(l.get("status")) for l in leases}
+    state_by_bdf = {
+        (lease.get("spec") or {}).get("pciAddress"): states.state_of(lease.get("status")) for lease in leases
+    }
     held_by = foreign_holders(partitions)
     out = []
     for g in topology.get("gpus", []):
         bdf = g["pci_bus_id"]
-        usable = bool(g.get("healthy", True)) and state_by_bdf.get(bdf, states.LeaseState.FREE) in states.ALLOCATABLE_STATES
-        out.append(PublishedGpu(int(g["physical_id"]), bdf, numa_node=int(g.get("numa_node") or 0),
-                                allocatable=usable, held_by=held_by.get(int(g["physical_id"]))))
+        usable = (
+            bool(g.get("healthy", True)) and state_by_bdf.get(bdf, states.LeaseState.FREE) in states.ALLOCATABLE_STATES
+        )
+        out.append(
+            PublishedGpu(
+                int(g["physical_id"]),
+                bdf,
+                numa_node=int(g.get("numa_node") or 0),
+                allocatable=usable,
+                held_by=held_by.get(int(g["physical_id"])),
+            )
+        )
     return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ import grpc
 from gpucaas.core.dra import DRIVER
 from gpucaas.core.topology import HGX_H100_PARTITIONS
 from services.dra_driver import api
-from services.dra_driver.driver import ClaimNotReady, ClaimRef, Driver
+from services.dra_driver.driver import ClaimRef, Driver
+from services.dra_driver.errors import ClaimNotReady
 from services.dra_driver.slices import device_name
 
 log = logging.getLogger(__name__)
@@ -72,12 +73,14 @@ def device_health(node_name: str, health: HealthMap, pb2: Any) -> list[Any]:
     for partition in HGX_H100_PARTITIONS:
         states = [health.get(g, (False, f"GPU {g} not found")) for g in partition.sorted_gpus()]
         bad = [f"GPU {g}: {why}" for g, (ok, why) in zip(partition.sorted_gpus(), states, strict=True) if not ok]
-        out.append(pb2.DeviceHealth(
-            device=pb2.DeviceIdentifier(pool_name=node_name, device_name=device_name(partition)),
-            health=pb2.UNHEALTHY if bad else pb2.HEALTHY,
-            last_updated_time=now,
-            message="; ".join(bad)[:1024],
-        ))
+        out.append(
+            pb2.DeviceHealth(
+                device=pb2.DeviceIdentifier(pool_name=node_name, device_name=device_name(partition)),
+                health=pb2.UNHEALTHY if bad else pb2.HEALTHY,
+                last_updated_time=now,
+                message="; ".join(bad)[:1024],
+            )
+        )
     return out
 
 
@@ -88,8 +91,9 @@ class _Registration:
         self.error: str | None = None
 
     def GetInfo(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC names)
-        return api.reg_pb2.PluginInfo(type=api.PLUGIN_TYPE, name=DRIVER, endpoint=str(self.endpoint),
-                                      supported_versions=[api.DRA_SERVICE])
+        return api.reg_pb2.PluginInfo(
+            type=api.PLUGIN_TYPE, name=DRIVER, endpoint=str(self.endpoint), supported_versions=[api.DRA_SERVICE]
+        )
 
     def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
         if request.plugin_registered:
@@ -112,10 +116,17 @@ class _DRAPlugin:
         for c in request.claims:
             try:
                 prepared = self.driver.prepare(ClaimRef(c.namespace, c.uid, c.name))
-                out[c.uid] = pb2.NodePrepareResourceResponse(devices=[
-                    pb2.Device(request_names=list(d.request_names), pool_name=d.pool_name,
-                               device_name=d.device_name, cdi_device_ids=list(d.cdi_device_ids))
-                    for d in prepared.devices])
+                out[c.uid] = pb2.NodePrepareResourceResponse(
+                    devices=[
+                        pb2.Device(
+                            request_names=list(d.request_names),
+                            pool_name=d.pool_name,
+                            device_name=d.device_name,
+                            cdi_device_ids=list(d.cdi_device_ids),
+                        )
+                        for d in prepared.devices
+                    ]
+                )
             except ClaimNotReady as exc:
                 out[c.uid] = pb2.NodePrepareResourceResponse(error=str(exc))
             except Exception as exc:  # the kubelet retries; say what failed
@@ -163,9 +174,11 @@ class DraServer:
         self._plugin_server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         api.dra_grpc.add_DRAPluginServicer_to_server(_DRAPlugin(driver), self._plugin_server)
         api.health_grpc.add_DRAResourceHealthServicer_to_server(
-            _Health(driver.node_name, board, api.health_pb2), self._plugin_server)
+            _Health(driver.node_name, board, api.health_pb2), self._plugin_server
+        )
         api.health_alpha_grpc.add_DRAResourceHealthServicer_to_server(
-            _Health(driver.node_name, board, api.health_alpha_pb2), self._plugin_server)
+            _Health(driver.node_name, board, api.health_alpha_pb2), self._plugin_server
+        )
         self._reg_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         api.reg_grpc.add_RegistrationServicer_to_server(self.registration, self._reg_server)
 
@@ -185,5 +198,3 @@ class DraServer:
         self._plugin_server.stop(grace).wait()
         for sock in (self.registration_socket, self.endpoint):
             sock.unlink(missing_ok=True)
-
-

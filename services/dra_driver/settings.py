@@ -14,24 +14,34 @@ class DraDriverSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUCAAS_DRA_", extra="ignore")
 
-    node_name: str = Field(default_factory=socket.gethostname, min_length=1,
-                           description="This node's name (the pool name of its slices).",
-                           json_schema_extra={"default_text": "the host name"})
+    node_name: str = Field(
+        default_factory=socket.gethostname,
+        min_length=1,
+        description="This node's name (the pool name of its slices).",
+        json_schema_extra={"default_text": "the host name"},
+    )
     kubeconfig: Path | None = Field(None, description="kubeconfig file; unset = in-cluster, else ~/.kube/config.")
-    registry_dir: Path = Field(Path("/var/lib/kubelet/plugins_registry"),
-                               description="The kubelet's plugin registration directory.")
-    plugins_dir: Path = Field(Path("/var/lib/kubelet/plugins"),
-                              description="Where the driver's endpoint socket goes (<dir>/<driver>/dra.sock).")
+    registry_dir: Path = Field(
+        Path("/var/lib/kubelet/plugins_registry"), description="The kubelet's plugin registration directory."
+    )
+    plugins_dir: Path = Field(
+        Path("/var/lib/kubelet/plugins"),
+        description="Where the driver's endpoint socket goes (<dir>/<driver>/dra.sock).",
+    )
     state_dir: Path = Field(Path("/var/lib/gpucaas/dra"), description="Checkpoint of prepared claims.")
     fabric_socket: Path = Field(Path("/run/gpucaas/fabric.sock"), description="The fabric service's unix socket.")
     cdi_kind: str = Field("nvidia.com/gpu", description="CDI kind of the device plugin's spec (same CDI ids).")
     cdi_dir: Path | None = Field(
-        None, description="Write the node's CDI spec here (the device plugin's spec, same builder) when the device "
-                          "plugin does not run on the node; unset = the device plugin writes it.")
+        None,
+        description="Write the node's CDI spec here (the device plugin's spec, same builder) when the device "
+        "plugin does not run on the node; unset = the device plugin writes it.",
+    )
     sysfs_root: Path = Field(Path("/sys"), description="Root of sysfs, where the vfio GPUs of the CDI spec are found.")
     dev_root: Path = Field(Path("/dev"), description="Root of /dev holding vfio/ and iommu (CDI host paths).")
     binding_conditions: bool = Field(
-        False, description="Publish devices with binding conditions and activate partitions before pods bind "
-                           "(Kubernetes 1.36+, feature gates DRADeviceBindingConditions and DRAResourceClaimDeviceStatus).")
+        False,
+        description="Publish devices with binding conditions and activate partitions before pods bind "
+        "(Kubernetes 1.36+, feature gates DRADeviceBindingConditions and DRAResourceClaimDeviceStatus).",
+    )
     publish_interval_s: float = Field(10.0, gt=0, description="How often the slices are re-derived and published.")
     binding_interval_s: float = Field(1.0, gt=0, description="How often allocated claims are checked for binding.")

@@ -113,8 +113,9 @@ def _quad_of(gpu: int) -> Partition:
 
 def buddy_order(partitions: Iterable[Partition] = HGX_H100_PARTITIONS) -> list[Partition]:
     """Partitions in the order first-fit allocation packs best (module docstring)."""
-    pairs_in_order = sorted((p for p in HGX_H100_PARTITIONS if p.size == 2),
-                            key=lambda p: (_quad_of(min(p.gpus)).id, p.id))
+    pairs_in_order = sorted(
+        (p for p in HGX_H100_PARTITIONS if p.size == 2), key=lambda p: (_quad_of(min(p.gpus)).id, p.id)
+    )
     single_rank = {g: (i, g) for i, pair in enumerate(pairs_in_order) for g in pair.sorted_gpus()}
 
     def key(p: Partition) -> tuple[int, tuple[int, int], int]:
@@ -147,15 +148,21 @@ def _device(partition: Partition, gpus: Mapping[int, PublishedGpu], binding_cond
     device: dict[str, Any] = {
         "name": device_name(partition),
         "attributes": attributes,
-        "consumesCounters": [{
-            "counterSet": COUNTER_SET,
-            "counters": {counter_name(g): {"value": "1"} for g in partition.sorted_gpus()},
-        }],
+        "consumesCounters": [
+            {
+                "counterSet": COUNTER_SET,
+                "counters": {counter_name(g): {"value": "1"} for g in partition.sorted_gpus()},
+            }
+        ],
     }
-    taints = [{"key": key, "value": "gpus-" + "-".join(str(m.physical_id) for m in concerned), "effect": "NoSchedule"}
-              for key, concerned in ((TAINT_NOT_ALLOCATABLE, [m for m in members if not m.allocatable]),
-                                     (TAINT_HELD_ON_FABRIC, [m for m in members if m.held_by is not None]))
-              if concerned]
+    taints = [
+        {"key": key, "value": "gpus-" + "-".join(str(m.physical_id) for m in concerned), "effect": "NoSchedule"}
+        for key, concerned in (
+            (TAINT_NOT_ALLOCATABLE, [m for m in members if not m.allocatable]),
+            (TAINT_HELD_ON_FABRIC, [m for m in members if m.held_by is not None]),
+        )
+        if concerned
+    ]
     if taints:
         device["taints"] = taints
     if binding_conditions:
@@ -165,9 +172,14 @@ def _device(partition: Partition, gpus: Mapping[int, PublishedGpu], binding_cond
     return device
 
 
-def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: int = 1,
-                 binding_conditions: bool = False,
-                 partitions: Iterable[Partition] = HGX_H100_PARTITIONS) -> list[dict[str, Any]]:
+def build_slices(
+    node_name: str,
+    gpus: Iterable[PublishedGpu],
+    *,
+    generation: int = 1,
+    binding_conditions: bool = False,
+    partitions: Iterable[Partition] = HGX_H100_PARTITIONS,
+) -> list[dict[str, Any]]:
     """The two ResourceSlice objects of ``node_name`` (see the module docstring).
 
     Every partition whose GPUs are all present is a device, always; one with a GPU that is
@@ -178,8 +190,9 @@ def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: in
     by_id = {g.physical_id: g for g in gpus}
     pool = {"name": node_name, "generation": generation, "resourceSliceCount": 2}
     counters = {counter_name(g): {"value": "1"} for g in sorted(by_id)}
-    devices = [_device(p, by_id, binding_conditions) for p in buddy_order(partitions)
-               if all(g in by_id for g in p.gpus)]
+    devices = [
+        _device(p, by_id, binding_conditions) for p in buddy_order(partitions) if all(g in by_id for g in p.gpus)
+    ]
     if len(devices) > MAX_DEVICES_WITH_COUNTERS or len(counters) > MAX_COUNTERS_PER_SET:
         raise ValueError("board too large for one slice")
     meta = {"labels": {"app.kubernetes.io/managed-by": "gpucaas-dra-driver"}}
@@ -188,8 +201,12 @@ def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: in
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
             "metadata": {"name": f"{node_name}-gpucaas-counters", **meta},
-            "spec": {"driver": DRIVER, "nodeName": node_name, "pool": pool,
-                     "sharedCounters": [{"name": COUNTER_SET, "counters": counters}]},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node_name,
+                "pool": pool,
+                "sharedCounters": [{"name": COUNTER_SET, "counters": counters}],
+            },
         },
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -203,5 +220,9 @@ def build_slices(node_name: str, gpus: Iterable[PublishedGpu], *, generation: in
 def offered_devices(slices: Iterable[Mapping[str, Any]]) -> set[str]:
     """The partition devices in these slices that the scheduler may allocate when no claim
     holds anything: those without a taint that blocks allocation."""
-    return {d["name"] for s in slices for d in (s.get("spec") or {}).get("devices") or []
-            if not any(t.get("effect") in ALLOCATION_BLOCKING_EFFECTS for t in d.get("taints") or [])}
+    return {
+        d["name"]
+        for s in slices
+        for d in (s.get("spec") or {}).get("devices") or []
+        if not any(t.get("effect") in ALLOCATION_BLOCKING_EFFECTS for t in d.get("taints") or [])
+    }

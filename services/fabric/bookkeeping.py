@@ -12,14 +12,15 @@ fsync, rename, fsync of the directory) and stamped with the kernel's boot id,
 plus a journal of the changes since it (one JSON line appended per change and
 ``fdatasync``-ed before the change returns). A change thus costs one small
 append and one sync instead of rewriting and renaming the whole file (about
-0.1 ms instead of 5 ms on this VM's disk: Allocate's fast path, issue 18); the
+0.1 ms instead of 5 ms on this VM's disk: Allocate's fast path waits on it); the
 journal is folded into a new snapshot when the store opens and every
 ``COMPACT_AFTER`` changes. Replaying the journal over a snapshot that already
 contains its changes gives the same records (each line sets one holder's final
 state), so a crash between writing a snapshot and emptying the journal is
 harmless; a torn last line (a crash mid-append, never acknowledged) is ignored.
 Records of an earlier boot of the node are dropped on load (a reboot reset every
-GPU and NVSwitch and no tenant VM survived it), wherever the state directory lives. The in-memory :class:`ActivationBook` is pure;
+GPU and NVSwitch and no tenant VM survived it), wherever the state directory lives. The
+in-memory :class:`ActivationBook` is pure;
 :class:`ActivationStore` adds the file. Callers serialise access (the service
 holds one lock around every change); a ``flock`` on ``<state_dir>/lock`` keeps a
 second service process on the same node from sharing the file.
@@ -80,9 +81,15 @@ class Activation:
         # By hand rather than dataclasses.asdict, which deep-copies every field: this runs on
         # each Allocate's durable record (benchmarks.device_plugin).
         return {
-            "holder": self.holder, "gpus": list(self.gpus), "partition_ids": list(self.partition_ids),
-            "physical_ids": list(self.physical_ids), "pod": self.pod, "since": self.since.isoformat(),
-            "nvlink": self.nvlink, "releasing": self.releasing, "lost": self.lost,
+            "holder": self.holder,
+            "gpus": list(self.gpus),
+            "partition_ids": list(self.partition_ids),
+            "physical_ids": list(self.physical_ids),
+            "pod": self.pod,
+            "since": self.since.isoformat(),
+            "nvlink": self.nvlink,
+            "releasing": self.releasing,
+            "lost": self.lost,
             "lost_at": self.lost_at.isoformat() if self.lost_at else None,
         }
 
@@ -132,8 +139,9 @@ class ActivationBook:
 
     def desired_active(self) -> list[int]:
         """Partitions that must be active: every record not being released."""
-        return sorted({p for a in self._by_holder.values()
-                       if not a.releasing and a.lost is None for p in a.partition_ids})
+        return sorted(
+            {p for a in self._by_holder.values() if not a.releasing and a.lost is None for p in a.partition_ids}
+        )
 
     def held(self) -> list[int]:
         """Partitions any record names (releasing ones included, lost ones not: Fabric
@@ -180,8 +188,11 @@ class ActivationStore:
         records, boot_id = self._read()
         if records and boot_id != self.boot_id:
             # The node rebooted: every GPU and NVSwitch was reset, no tenant VM survived.
-            log.warning("dropping %d activation record(s) of an earlier boot of the node (%s)",
-                        len(records), boot_id or "unknown")
+            log.warning(
+                "dropping %d activation record(s) of an earlier boot of the node (%s)",
+                len(records),
+                boot_id or "unknown",
+            )
             records = []
             self.discarded_stale = True
         self.book = ActivationBook(records)
@@ -261,8 +272,7 @@ class ActivationStore:
 
     def save(self) -> None:
         """Write every record atomically (temp + fsync + rename + directory fsync)."""
-        data = {"version": FORMAT_VERSION, "boot_id": self.boot_id,
-                "activations": [a.to_json() for a in self.book]}
+        data = {"version": FORMAT_VERSION, "boot_id": self.boot_id, "activations": [a.to_json() for a in self.book]}
         tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
         try:
             with open(tmp, "w") as f:

@@ -18,9 +18,10 @@ from services.fabric.settings import FabricSettings
 
 
 def _library_first(flags: dict[str, Any]) -> None:
-    """No silent simulator (issue 15): without libnvfm the default backend cannot run. Said in
-    one line, before any other setting is checked, since it is the first thing to fix."""
-    from services.fabric.runtime import missing_library_error
+    """No silent simulator: without libnvfm the default backend cannot run, and a simulated fabric
+    must never pass for a real one. Said in one line, before any other setting is checked, since it
+    is the first thing to fix."""
+    from services.fabric.main import missing_library_error
 
     env = FabricSettings.model_config.get("env_prefix", "")
     backend = flags.get("fm_backend") or os.environ.get(f"{env}FM_BACKEND")
@@ -36,28 +37,14 @@ def _library_first(flags: dict[str, Any]) -> None:
 @settings_command(FabricSettings, Section(LoggingSettings, "log-"), name="fabric", precheck=_library_first)
 def command(settings: FabricSettings, logging_settings: LoggingSettings) -> None:
     """Run the node's fabric service: service VM, Fabric Manager partitions, local API."""
-    import signal
-    import threading
-
     from services.fabric.errors import FabricServiceError
-    from services.fabric.runtime import FabricNode
+    from services.fabric.main import run
 
     configure_logging(logging_settings)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    node = FabricNode(settings)
     try:
-        node.start()
+        run(settings)
     except FabricServiceError as exc:
         import typer  # here only: a plain start never loads it (gpucaas.core.settings_cli.SettingsCommand)
 
         typer.echo(f"gpucaas fabric: {exc}", err=True)
         raise typer.Exit(1) from exc
-    import gc
-
-    gc.freeze()  # what start-up built lives as long as the process: no full collection rescans it
-    try:
-        stop.wait()
-    finally:
-        node.stop()

@@ -91,8 +91,7 @@ def _hostdev(devices: ET.Element, bdf: str) -> None:
     bdf = normalize_bdf(bdf)
     hd = _sub(devices, "hostdev", mode="subsystem", type="pci", managed="yes")
     src = _sub(hd, "source")
-    _sub(src, "address", domain=f"0x{bdf[0:4]}", bus=f"0x{bdf[5:7]}",
-         slot=f"0x{bdf[8:10]}", function=f"0x{bdf[11]}")
+    _sub(src, "address", domain=f"0x{bdf[0:4]}", bus=f"0x{bdf[5:7]}", slot=f"0x{bdf[8:10]}", function=f"0x{bdf[11]}")
 
 
 def build_domain_xml(spec: DomainSpec, template: str) -> str:
@@ -206,8 +205,8 @@ def hostdev_addresses(xml: str) -> list[str]:
         if a is None:
             continue
         out.append(
-            f"{int(a.get('domain', '0'), 16):04x}:{int(a.get('bus'), 16):02x}:"
-            f"{int(a.get('slot'), 16):02x}.{int(a.get('function'), 16):x}"
+            f"{int(a.get('domain', '0'), 16):04x}:{int(a.get('bus', ''), 16):02x}:"
+            f"{int(a.get('slot', ''), 16):02x}.{int(a.get('function', ''), 16):x}"
         )
     return out
 

@@ -16,7 +16,7 @@ implementation) and the activation records (``bookkeeping``):
 - ``fabric_reset(reason)``: the service VM restarted, which resets the NVSwitches
   (managed hostdevs go through a vfio reset): every partition active before is
   gone and cannot be replayed. The records are marked *lost* (the holders are
-  reported; see ``runtime`` for the Event, conditions and the pod policy), and
+  reported; see ``main`` for the Event, conditions and the pod policy), and
   Fabric Manager is told that nothing is active.
 
 GPU identity: on H100 Fabric Manager's partition info has empty PCI bus ids
@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from gpucaas.core import topology
@@ -171,8 +172,9 @@ class PartitionService:
         self._fm_pci_ids |= {g.physical_id for g in p.gpus if g.pci_bus_id}
         if not self._layout_pci or all(g.pci_bus_id for g in p.gpus):
             return p
-        gpus = tuple(g if g.pci_bus_id else replace(g, pci_bus_id=self._layout_pci.get(g.physical_id, ""))
-                     for g in p.gpus)
+        gpus = tuple(
+            g if g.pci_bus_id else replace(g, pci_bus_id=self._layout_pci.get(g.physical_id, "")) for g in p.gpus
+        )
         return replace(p, gpus=gpus)
 
     def validate_layout(self) -> list[str]:
@@ -187,8 +189,10 @@ class PartitionService:
             for g in p.gpus:
                 mapped = self._layout_pci.get(g.physical_id)
                 if g.pci_bus_id and mapped and g.pci_bus_id != mapped:
-                    problems.append(f"GPU {g.physical_id}: Fabric Manager says {g.pci_bus_id}, "
-                                    f"layout {self.layout.name} says {mapped}")
+                    problems.append(
+                        f"GPU {g.physical_id}: Fabric Manager says {g.pci_bus_id}, "
+                        f"layout {self.layout.name} says {mapped}"
+                    )
         problems = sorted(set(problems))
         self.status.layout_problems = problems
         for line in problems:
@@ -229,22 +233,32 @@ class PartitionService:
         with self._lock:
             parts = self._partitions()
             failed = self.failed_devices()
-        reasons = {d.pci_bus_id: f"NVLink failure on ports {list(d.ports)}" if d.ports else "NVLink failure"
-                   for d in failed.gpus}
+        reasons = {
+            d.pci_bus_id: f"NVLink failure on ports {list(d.ports)}" if d.ports else "NVLink failure"
+            for d in failed.gpus
+        }
         gpus: dict[int, str] = {}
         degraded: dict[int, str] = {}
         for p in parts:
             for g in p.gpus:
                 gpus[g.physical_id] = g.pci_bus_id
                 if len(p.gpus) > 1 and g.max_nvlinks and g.nvlinks_available < g.max_nvlinks:
-                    degraded[g.physical_id] = (f"NVLink degraded: {g.nvlinks_available} of {g.max_nvlinks} "
-                                               "NVLinks available")
+                    degraded[g.physical_id] = (
+                        f"NVLink degraded: {g.nvlinks_available} of {g.max_nvlinks} NVLinks available"
+                    )
         from_fm = set(self._fm_pci_ids)
         out = []
         for pid, pci in sorted(gpus.items()):
             reason = reasons.get(pci) or degraded.get(pid)
-            out.append({"physical_id": pid, "pci_bus_id": pci or None, "healthy": reason is None, "reason": reason,
-                        "pci_source": "fabric-manager" if pid in from_fm else ("layout" if pci else "unknown")})
+            out.append(
+                {
+                    "physical_id": pid,
+                    "pci_bus_id": pci or None,
+                    "healthy": reason is None,
+                    "reason": reason,
+                    "pci_source": "fabric-manager" if pid in from_fm else ("layout" if pci else "unknown"),
+                }
+            )
         return {
             "source": "fabric-manager",
             "gpus": out,
@@ -342,21 +356,30 @@ class PartitionService:
                 if existing.gpus != pcis:
                     raise Conflict(
                         f"holder {holder} already holds GPUs {list(existing.gpus)}; release it before "
-                        f"asking for {list(pcis)}", holder=holder)
+                        f"asking for {list(pcis)}",
+                        holder=holder,
+                    )
                 self._activate_missing(existing, parts)
                 return result_view(existing)
             needed = self._needed(parts, physical)
             unsupported = [p.id for p in needed if not p.supported]
             if unsupported:
-                raise Unsupported(f"partition(s) {unsupported} for GPUs {list(pcis)} are unsupported "
-                                  "by Fabric Manager (NVLink failure)")
+                raise Unsupported(
+                    f"partition(s) {unsupported} for GPUs {list(pcis)} are unsupported "
+                    "by Fabric Manager (NVLink failure)"
+                )
             blockers = self._blockers(parts, needed, holder)
             if blockers:
-                raise Conflict(f"GPUs {list(pcis)} need a partition that overlaps: " + "; ".join(blockers),
-                               holder=blockers[0])
+                raise Conflict(
+                    f"GPUs {list(pcis)} need a partition that overlaps: " + "; ".join(blockers), holder=blockers[0]
+                )
             rec = Activation(
-                holder=holder, gpus=pcis, partition_ids=tuple(sorted(p.id for p in needed)),
-                physical_ids=physical, pod=pod, since=utcnow(),
+                holder=holder,
+                gpus=pcis,
+                partition_ids=tuple(sorted(p.id for p in needed)),
+                physical_ids=physical,
+                pod=pod,
+                since=utcnow(),
                 nvlink=len(needed) == 1 and needed[0].nvlinks > 0,
             )
             self.store.put(rec)  # write-ahead: recorded before Fabric Manager is asked
@@ -384,7 +407,7 @@ class PartitionService:
         try:
             for p in todo:
                 try:
-                    self._call(lambda pid=p.id: self.fm.activate(pid))
+                    self._call(partial(self.fm.activate, p.id))
                 except PartitionAlreadyActive:
                     pass  # a replay on the way (NotReady) activated it from our write-ahead record
                 done.append(p.id)
@@ -419,7 +442,7 @@ class PartitionService:
         for pid in rec.partition_ids:
             if pid not in active:
                 try:
-                    self._call(lambda pid=pid: self.fm.activate(pid))
+                    self._call(partial(self.fm.activate, pid))
                 except PartitionAlreadyActive:
                     pass
                 except FabricManagerError as exc:
@@ -433,16 +456,24 @@ class PartitionService:
                 return {"holder": holder, "released": False, "partition_ids": [], "pending": False}
             released = self._release_locked(rec)
         self._changed()
-        return {"holder": holder, "released": released, "partition_ids": list(rec.partition_ids),
-                "pending": not released}
+        return {
+            "holder": holder,
+            "released": released,
+            "partition_ids": list(rec.partition_ids),
+            "pending": not released,
+        }
 
     def _release_locked(self, rec: Activation) -> bool:
         if rec.lost is not None:
             # The fabric reset took these partitions; their ids may be active for a new
             # holder by now, so nothing is deactivated: the record just goes.
             self.store.remove(rec.holder)
-            log.info("dropped lost record of %s (partitions %s gone since %s)", rec.holder,
-                     list(rec.partition_ids), rec.lost_at)
+            log.info(
+                "dropped lost record of %s (partitions %s gone since %s)",
+                rec.holder,
+                list(rec.partition_ids),
+                rec.lost_at,
+            )
             return True
         self.store.mark_releasing(rec.holder)
         try:
@@ -466,7 +497,9 @@ class PartitionService:
         if grace_s < 0:
             raise InvalidRequest(f"grace_seconds: must be >= 0, got {grace_s}")
         now = utcnow()
-        released, kept, pending = [], [], []
+        released: list[str] = []
+        kept: list[str] = []
+        pending: list[str] = []
         with self._lock:
             for rec in self.store.book.snapshot():
                 if rec.holder in live_pods:
@@ -525,8 +558,12 @@ class PartitionService:
             self.status.fabric_resets += 1
             self.status.last_fabric_reset_at = datetime.now(UTC)
         if lost:
-            log.error("fabric reset (%s): partitions of %d holder(s) lost: %s", reason, len(lost),
-                      ", ".join(describe_holder(a) for a in lost))
+            log.error(
+                "fabric reset (%s): partitions of %d holder(s) lost: %s",
+                reason,
+                len(lost),
+                ", ".join(describe_holder(a) for a in lost),
+            )
         self._changed()
         return lost
 
@@ -636,9 +673,14 @@ class PartitionService:
                 evicted = self._evict(parts, target)
                 parts = self._partitions()
                 target = self._partition(parts, pid)
-            rec = Activation(holder=holder, gpus=tuple(sorted(target.pci_bus_ids)), partition_ids=(pid,),
-                             physical_ids=tuple(sorted(target.physical_ids)), since=utcnow(),
-                             nvlink=target.nvlinks > 0)
+            rec = Activation(
+                holder=holder,
+                gpus=tuple(sorted(target.pci_bus_ids)),
+                partition_ids=(pid,),
+                physical_ids=tuple(sorted(target.physical_ids)),
+                since=utcnow(),
+                nvlink=target.nvlinks > 0,
+            )
             self.store.put(rec)
             if not target.active:
                 self._reset_gpus(rec)
@@ -659,8 +701,7 @@ class PartitionService:
                     raise Unavailable(f"Fabric Manager unreachable; release of {rec.holder} pending")
             elif target.active:
                 self._deactivate_quiet(pid)
-            log.warning("admin deactivated partition %s (force=%s, holder %s)", pid, force,
-                        rec.holder if rec else None)
+            log.warning("admin deactivated partition %s (force=%s, holder %s)", pid, force, rec.holder if rec else None)
         self._changed()
         return {"id": pid, "active": False, "released_holder": rec.holder if rec else None}
 
@@ -677,9 +718,16 @@ def describe_holder(rec: Activation) -> str:
 
 
 def activation_view(a: Activation) -> dict[str, Any]:
-    return {"holder": a.holder, "gpus": list(a.gpus), "partition_ids": list(a.partition_ids),
-            "pod": a.pod, "since": a.since.isoformat(), "releasing": a.releasing,
-            "lost": a.lost, "lost_at": a.lost_at.isoformat() if a.lost_at else None}
+    return {
+        "holder": a.holder,
+        "gpus": list(a.gpus),
+        "partition_ids": list(a.partition_ids),
+        "pod": a.pod,
+        "since": a.since.isoformat(),
+        "releasing": a.releasing,
+        "lost": a.lost,
+        "lost_at": a.lost_at.isoformat() if a.lost_at else None,
+    }
 
 
 def result_view(a: Activation) -> dict[str, Any]:

@@ -67,8 +67,14 @@ def _ensure_event_loop() -> None:
 
 
 _STATE_NAMES = {
-    0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown",
-    5: "shutoff", 6: "crashed", 7: "pmsuspended",
+    0: "nostate",
+    1: "running",
+    2: "blocked",
+    3: "paused",
+    4: "shutdown",
+    5: "shutoff",
+    6: "crashed",
+    7: "pmsuspended",
 }
 _RUNNING = {1, 2}  # running, blocked (idle vCPU)
 
@@ -152,15 +158,18 @@ class ServiceVM:
             if self.use_events:
                 try:
                     self._callback_id = self._conn.domainEventRegisterAny(
-                        None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None)
+                        None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
+                    )
                 except libvirt.libvirtError as exc:
                     log.warning("libvirt lifecycle events unavailable (%s); polling only", exc)
             return self._conn
 
     def _on_lifecycle(self, _conn: Any, dom: Any, event: int, _detail: int, _opaque: Any) -> None:
         libvirt = _libvirt()
-        if dom.name() == self.spec.name and event in (libvirt.VIR_DOMAIN_EVENT_STOPPED,
-                                                      libvirt.VIR_DOMAIN_EVENT_CRASHED):
+        if dom.name() == self.spec.name and event in (
+            libvirt.VIR_DOMAIN_EVENT_STOPPED,
+            libvirt.VIR_DOMAIN_EVENT_CRASHED,
+        ):
             self._wake.set()
 
     def _close_conn(self) -> None:
@@ -168,12 +177,12 @@ class ServiceVM:
             if self._callback_id is not None:
                 try:
                     self._conn.domainEventDeregisterAny(self._callback_id)
-                except Exception:  # connection already dead
+                except Exception:  # noqa: BLE001 - connection already dead
                     pass
                 self._callback_id = None
             try:
                 self._conn.close()
-            except Exception:  # already dead
+            except Exception:  # noqa: BLE001 - already dead
                 pass
             self._conn = None
 
@@ -232,15 +241,17 @@ class ServiceVM:
             if have == want:
                 log.info("reusing existing domain %s", self.spec.name)
                 return dom
-            log.warning("domain %s exists with another definition (hash %s, want %s): redefining",
-                        self.spec.name, have, want)
+            log.warning(
+                "domain %s exists with another definition (hash %s, want %s): redefining", self.spec.name, have, want
+            )
             xml = with_uuid(self.xml, dom.UUIDString())  # same domain, new definition
         try:
             dom = self._connection().defineXML(xml)
         except libvirt.libvirtError as exc:
             raise ServiceVMError(f"defining domain {self.spec.name}: {exc}") from exc
-        log.info("defined domain %s (type %s, %d hostdevs)", self.spec.name, self.spec.domain_type,
-                 len(self.spec.hostdevs))
+        log.info(
+            "defined domain %s (type %s, %d hostdevs)", self.spec.name, self.spec.domain_type, len(self.spec.hostdevs)
+        )
         return dom
 
     def start(self) -> bool:
@@ -316,8 +327,13 @@ class ServiceVM:
 
     # --- state ------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        return {"state": self._state, "domain": self.spec.name, "restarts": self.restarts,
-                "crash_streak": self._streak, "message": self.message}
+        return {
+            "state": self._state,
+            "domain": self.spec.name,
+            "restarts": self.restarts,
+            "crash_streak": self._streak,
+            "message": self.message,
+        }
 
     def domain_id(self) -> int | None:
         dom = self._lookup()
@@ -392,12 +408,21 @@ class ServiceVM:
                 self._state = "shutting down"  # on its way to shut off: restart once it is there
                 return False
             else:
-                self._state = "crashed" if state in (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_CRASHED) else \
-                    _STATE_NAMES.get(state, str(state))
+                self._state = (
+                    "crashed"
+                    if state in (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_CRASHED)
+                    else _STATE_NAMES.get(state, str(state))
+                )
                 self._streak += 1
                 delay = self.backoff.delay(self._streak)
-                log.error("service VM %s is %s (reason %s); restarting in %.1fs (crash %d in a row)",
-                          self.spec.name, _STATE_NAMES.get(state, state), reason, delay, self._streak)
+                log.error(
+                    "service VM %s is %s (reason %s); restarting in %.1fs (crash %d in a row)",
+                    self.spec.name,
+                    _STATE_NAMES.get(state, state),
+                    reason,
+                    delay,
+                    self._streak,
+                )
         if state not in _RUNNING:
             if self._stop.wait(delay):
                 return False
@@ -418,8 +443,7 @@ class ServiceVM:
                 self._up_since = time.monotonic()
                 self._state = "running"
                 self.message = ""
-                log.warning("service VM %s restarted (restart %d, id %s)", self.spec.name, self.restarts,
-                            self._last_id)
+                log.warning("service VM %s restarted (restart %d, id %s)", self.spec.name, self.restarts, self._last_id)
         if self.on_restarted is not None:
             try:
                 self.on_restarted()

@@ -26,65 +26,106 @@ class FabricSettings(EnvSettings):
     state_dir: Path = Field(
         Path("/run/gpucaas/fabric"),
         description="Activation records (activations.json); kept across service restarts, dropped after a "
-                    "node reboot (boot id), which resets every GPU.")
+        "node reboot (boot id), which resets every GPU.",
+    )
     sysfs_root: Path = Field(Path("/sys"), description="Root of sysfs (tests point it at a fake tree).")
 
     # --- Fabric Manager ---------------------------------------------------------------
     fm_backend: Literal["nvfm", "simulator"] = Field(
-        "nvfm", description="nvfm: NVIDIA's libnvfm (the default; a missing library stops the service "
-                            "with the fix). simulator: only when asked for (sandbox, tests, development).")
-    fm_address: str = Field("10.254.254.2:6666",
-                            description="Fabric Manager API address inside the service VM (host:port or unix path).")
+        "nvfm",
+        description="nvfm: NVIDIA's libnvfm (the default; a missing library stops the service "
+        "with the fix). simulator: only when asked for (sandbox, tests, development).",
+    )
+    fm_address: str = Field(
+        "10.254.254.2:6666", description="Fabric Manager API address inside the service VM (host:port or unix path)."
+    )
     fm_library: Path | None = Field(None, description="Path to libnvfm.so (default: found by the loader).")
-    board: Path | None = Field(None, description="Simulator only: board description (board.json) giving physical id -> PCI.")
+    board: Path | None = Field(
+        None, description="Simulator only: board description (board.json) giving physical id -> PCI."
+    )
     fm_call_deadline_s: float = Field(
-        5.0, gt=0, le=120, description="Longest wait for one Fabric Manager call; an overrun counts as "
-                                       "FM unavailable (a silent FM blocks libnvfm calls ~70 s).")
+        5.0,
+        gt=0,
+        le=120,
+        description="Longest wait for one Fabric Manager call; an overrun counts as "
+        "FM unavailable (a silent FM blocks libnvfm calls ~70 s).",
+    )
     fm_connect_params_version: int | None = Field(
-        None, ge=1, le=2, description="fmConnectParams version for libnvfm, 1 or 2 (default: v2 for a 550+ "
-                                      "library, else v1).")
+        None,
+        ge=1,
+        le=2,
+        description="fmConnectParams version for libnvfm, 1 or 2 (default: v2 for a 550+ library, else v1).",
+    )
     platform: str | None = Field(
-        None, description="GPU layout (physical id = module id -> PCI address): a shipped name "
-                          "(dgx-h100, supermicro-hgx-h100) or a JSON/YAML file (e.g. a mounted ConfigMap). "
-                          "Default: the shipped layout that sysfs matches (the simulator: its board).")
+        None,
+        description="GPU layout (physical id = module id -> PCI address): a shipped name "
+        "(dgx-h100, supermicro-hgx-h100) or a JSON/YAML file (e.g. a mounted ConfigMap). "
+        "Default: the shipped layout that sysfs matches (the simulator: its board).",
+    )
     gpu_reset: bool = Field(True, description="Reset GPUs through sysfs before their partition is activated.")
     fabric_reset_policy: Literal["flag", "evict"] = Field(
-        "flag", description="Pods whose NVLink partition a service VM restart destroyed: flag (Event + "
-                            "conditions, the pod keeps running without NVLink) or evict (Eviction API).")
+        "flag",
+        description="Pods whose NVLink partition a service VM restart destroyed: flag (Event + "
+        "conditions, the pod keeps running without NVLink) or evict (Eviction API).",
+    )
     simulator_h100: bool = Field(
-        True, description="Simulator only: behave as FM on H100 (empty PCI bus ids, no degradation lists).")
+        True, description="Simulator only: behave as FM on H100 (empty PCI bus ids, no degradation lists)."
+    )
     simulator_restart_timeout_s: float = Field(
-        60.0, gt=0, description="Simulator only: restart mode exits without the activated list after this.")
+        60.0, gt=0, description="Simulator only: restart mode exits without the activated list after this."
+    )
     simulate_fm_in_vm: bool = Field(
-        True, description="Simulator only: treat a service VM restart as a Fabric Manager restart (FM lives in the VM).")
-    fm_connect_timeout_s: float = Field(60.0, gt=0, description="How long to wait for Fabric Manager after a (re)start.")
+        True, description="Simulator only: treat a service VM restart as a Fabric Manager restart (FM lives in the VM)."
+    )
+    fm_connect_timeout_s: float = Field(
+        60.0, gt=0, description="How long to wait for Fabric Manager after a (re)start."
+    )
     release_grace_s: float = Field(30.0, ge=0, description="Grace of /v1/activations/sync when the request gives none.")
-    reconcile_interval_s: float = Field(5.0, gt=0, description="How often Fabric Manager state is checked against the records.")
+    reconcile_interval_s: float = Field(
+        5.0, gt=0, description="How often Fabric Manager state is checked against the records."
+    )
 
     # --- service VM (libvirt) ---------------------------------------------------------
     vm_enabled: bool = Field(True, description="Run the Fabric Manager service VM under libvirt.")
     libvirt_uri: str = Field("qemu:///system", description="libvirt connection URI.")
     domain_name: str = Field("gpucaas-fabric", description="libvirt domain name of the service VM.")
     domain_type: Literal["kvm", "qemu", "test"] = Field(
-        "kvm", description="Domain type: kvm in production, qemu for software emulation in tests.")
-    domain_template: Path | None = Field(None, description="Domain XML template (default: vm_images/domain/service-vm.xml).")
+        "kvm", description="Domain type: kvm in production, qemu for software emulation in tests."
+    )
+    domain_template: Path | None = Field(
+        None, description="Domain XML template (default: vm_images/domain/service-vm.xml)."
+    )
     vcpus: int = Field(2, ge=1, le=64, description="vCPUs of the service VM.")
     memory_mib: int = Field(4096, ge=64, description="Memory of the service VM in MiB.")
-    disk_image: Path | None = Field(None, description="Service VM disk image (qcow2) built by vm_images/service-vm/build.sh.")
-    kernel: Path | None = Field(None, description="Direct-boot kernel (with initrd; the disk, if any, is attached as vda).")
+    disk_image: Path | None = Field(
+        None, description="Service VM disk image (qcow2) built by vm_images/service-vm/build.sh."
+    )
+    kernel: Path | None = Field(
+        None, description="Direct-boot kernel (with initrd; the disk, if any, is attached as vda)."
+    )
     initrd: Path | None = Field(None, description="Direct-boot initramfs (with kernel).")
-    kernel_cmdline: str = Field("console=ttyS0 root=LABEL=fabricvm ro quiet",
-                                description="Kernel command line for direct boot.")
+    kernel_cmdline: str = Field(
+        "console=ttyS0 root=LABEL=fabricvm ro quiet", description="Kernel command line for direct boot."
+    )
     fm_channel: Literal["network", "unix", "none"] = Field(
-        "network", description="How the host reaches Fabric Manager: a private libvirt network or a virtio-serial unix socket.")
+        "network",
+        description="How the host reaches Fabric Manager: a private libvirt network or a virtio-serial unix socket.",
+    )
     fm_network: str = Field("gpucaas-fabric", description="Isolated libvirt network for fm_channel=network.")
-    fm_channel_socket: Path = Field(Path("/run/gpucaas/fabric-fm.sock"),
-                                    description="Host unix socket of the virtio-serial channel (fm_channel=unix).")
+    fm_channel_socket: Path = Field(
+        Path("/run/gpucaas/fabric-fm.sock"),
+        description="Host unix socket of the virtio-serial channel (fm_channel=unix).",
+    )
     console_log: Path | None = Field(None, description="Write the VM's serial console to this file (else a pty).")
-    nvswitches: str = Field("", description="Comma-separated NVSwitch PCI addresses to pass through "
-                                            "(default: discovered in sysfs).")
-    memory_controller: str | None = Field(None, description="NVSwitch memory controller PCI address (default: discovered).")
-    passthrough: bool = Field(True, description="Pass the NVSwitches and memory controller to the VM as managed hostdevs.")
+    nvswitches: str = Field(
+        "", description="Comma-separated NVSwitch PCI addresses to pass through (default: discovered in sysfs)."
+    )
+    memory_controller: str | None = Field(
+        None, description="NVSwitch memory controller PCI address (default: discovered)."
+    )
+    passthrough: bool = Field(
+        True, description="Pass the NVSwitches and memory controller to the VM as managed hostdevs."
+    )
     watch_interval_s: float = Field(1.0, gt=0, description="Service VM state polling interval.")
     vm_events: bool = Field(True, description="Also watch libvirt lifecycle events (a crash is seen at once).")
     restart_backoff_initial_s: float = Field(1.0, gt=0, description="First delay before restarting a crashed VM.")

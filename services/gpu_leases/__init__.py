@@ -12,10 +12,11 @@ Free | Quarantined):
   health source that withholds every GPU whose lease is not Free/Leased;
 - ``firmware.py``: the check itself (expansion ROM hash and version through sysfs);
 - ``controller.py``: the cluster side, Kopf timers (Releasing -> Checking, check
-  retries and time-outs, holders that vanished while the node was down), loaded by
-  ``gpucaas controller`` by name through its ``handler_modules`` setting, so the
+  retries and time-outs, holders that vanished while the node was down), added to
+  the operator of ``gpucaas controller`` by ``gpucaas/programs/controller.py``, so the
   tenancy controller never imports this package;
-- ``settings.py`` and ``node.py``: the node agent's settings and wiring.
+- ``main.py`` (building the node agent), ``cli.py`` (the options the composed commands
+  take), ``settings.py`` and ``errors.py``: the skeleton every service has.
 
 The node agent runs in the device plugin's process, composed by
 ``gpucaas/programs/gpu_node.py`` (``gpucaas device-plugin``): the agent reads the

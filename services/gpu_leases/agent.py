@@ -59,13 +59,21 @@ class LeaseNodeAgent:
     the node's leases changed (a watch, when the adapter offers one and RBAC grants it), the
     pods holding GPUs changed, an allocation is waiting to be seen, or ``resync`` seconds
     passed. Without a watch every tick is a full round, as before. This keeps an idle node
-    daemon under 1 % of a core (issue 18) without making lease changes slower to follow."""
+    daemon under 1 % of a core without making lease changes slower to follow."""
 
-    def __init__(self, api: Kube | RestKube | client.ApiClient, node: str, gpus: Callable[[], Iterable[NodeGPU]],
-                 holdings: Callable[[], Iterable[PodHolding]], checker: FirmwareCheck,
-                 interval: float = 1.0, unseen_grace: float = 5.0,
-                 reset: Callable[[str], object] | None = None, resync: float = 60.0,
-                 on_health_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        api: Kube | RestKube | client.ApiClient,
+        node: str,
+        gpus: Callable[[], Iterable[NodeGPU]],
+        holdings: Callable[[], Iterable[PodHolding]],
+        checker: FirmwareCheck,
+        interval: float = 1.0,
+        unseen_grace: float = 5.0,
+        reset: Callable[[str], object] | None = None,
+        resync: float = 60.0,
+        on_health_change: Callable[[], None] | None = None,
+    ) -> None:
         self.kube = adapter(api)  # the light RestKube in the daemon; any adapter works
         self.store = LeaseStore(self.kube)
         self.node = node
@@ -125,7 +133,7 @@ class LeaseNodeAgent:
 
     # --- one round ---------------------------------------------------------------------------
     def _holder(self, namespace: str, pod: str) -> states.Holder:
-        tenancy = namespace[len(TENANT_NAMESPACE_PREFIX):] if namespace.startswith(TENANT_NAMESPACE_PREFIX) else None
+        tenancy = namespace[len(TENANT_NAMESPACE_PREFIX) :] if namespace.startswith(TENANT_NAMESPACE_PREFIX) else None
         uid = None
         try:
             meta = self.kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}").get("metadata") or {}
@@ -140,8 +148,9 @@ class LeaseNodeAgent:
         leases = {lz["spec"]["pciAddress"]: lz for lz in self.store.list(self.node)}
         for bdf, gpu in known.items():
             if bdf not in leases:
-                leases[bdf] = self.store.ensure(build_gpu_lease(
-                    self.node, bdf, gpu.device_id, gpu.physical_id, gpu.model))
+                leases[bdf] = self.store.ensure(
+                    build_gpu_lease(self.node, bdf, gpu.device_id, gpu.physical_id, gpu.model)
+                )
             elif not (leases[bdf].get("status") or {}).get("state"):
                 leases[bdf] = self.store.initialize(leases[bdf]["metadata"]["name"])
         held: dict[str, PodHolding] = {}
@@ -177,8 +186,13 @@ class LeaseNodeAgent:
                 # it. That pod cannot start (PreStartContainer refuses a GPU that is not Free or
                 # Leased), so the check runs all the same; once it passes, the next round leases
                 # the GPU to the pod and its start goes through.
-                log.info("node=%s gpu=%s checking it before %s/%s, which the kubelet already gave it to, starts",
-                         self.node, bdf, holding.namespace, holding.pod)
+                log.info(
+                    "node=%s gpu=%s checking it before %s/%s, which the kubelet already gave it to, starts",
+                    self.node,
+                    bdf,
+                    holding.namespace,
+                    holding.pod,
+                )
             return self._check(name, bdf)
         if holding is not None:
             holder = status.get("holder") or {}
@@ -186,23 +200,38 @@ class LeaseNodeAgent:
             if state is states.LeaseState.FREE:
                 log.info("node=%s gpu=%s leased to %s/%s", self.node, bdf, holding.namespace, holding.pod)
                 return self.store.write_status(
-                    lease, states.allocated(status, self._holder(holding.namespace, holding.pod)))
+                    lease, states.allocated(status, self._holder(holding.namespace, holding.pod))
+                )
             if state is states.LeaseState.LEASED and not same:
                 # The previous holder is gone and the kubelet already gave the GPU to another pod.
-                log.error("node=%s gpu=%s now held by %s/%s while leased to %s/%s: releasing for a check",
-                          self.node, bdf, holding.namespace, holding.pod, holder.get("namespace"), holder.get("pod"))
+                log.error(
+                    "node=%s gpu=%s now held by %s/%s while leased to %s/%s: releasing for a check",
+                    self.node,
+                    bdf,
+                    holding.namespace,
+                    holding.pod,
+                    holder.get("namespace"),
+                    holder.get("pod"),
+                )
                 return self.store.write_status(lease, states.released(status, "the kubelet reassigned the GPU"))
             if state not in states.ALLOCATABLE_STATES:
-                log.error("node=%s gpu=%s is %s but allocated to %s/%s", self.node, bdf, state,
-                          holding.namespace, holding.pod)
+                log.error(
+                    "node=%s gpu=%s is %s but allocated to %s/%s", self.node, bdf, state, holding.namespace, holding.pod
+                )
             return lease
         if state is states.LeaseState.LEASED:
             holder = status.get("holder") or {}
             if self._still_running(holder):
                 # A kubelet that has just started answers PodResources before it has read back its
                 # pods: the API server's word that the holder's container runs wins until it stops.
-                log.info("node=%s gpu=%s: PodResources does not list %s/%s, whose container the API server "
-                         "says runs; keeping the lease", self.node, bdf, holder.get("namespace"), holder.get("pod"))
+                log.info(
+                    "node=%s gpu=%s: PodResources does not list %s/%s, whose container the API server "
+                    "says runs; keeping the lease",
+                    self.node,
+                    bdf,
+                    holder.get("namespace"),
+                    holder.get("pod"),
+                )
                 return lease
             why = f"pod {holder.get('namespace')}/{holder.get('pod')} no longer holds the GPU (PodResources)"
             log.info("node=%s gpu=%s releasing: %s", self.node, bdf, why)
@@ -222,7 +251,8 @@ class LeaseNodeAgent:
             return False
         st = found.get("status") or {}
         return st.get("phase") not in ("Succeeded", "Failed") and any(
-            "running" in (c.get("state") or {}) for c in st.get("containerStatuses") or [])
+            "running" in (c.get("state") or {}) for c in st.get("containerStatuses") or []
+        )
 
     def _allocated_but_gone(self, lease: dict[str, Any]) -> dict[str, Any]:
         status = lease.get("status") or {}
@@ -235,27 +265,36 @@ class LeaseNodeAgent:
         return self.store.write_status(lease, states.released(leased, why))
 
     def _check(self, name: str, bdf: str) -> dict[str, Any]:
-        # --- GPU reset hook (Fabric Manager truth, issue 15) -------------------------------
+        # --- GPU reset hook ------------------------------------------------------------------
         # After release the GPU is reset (secondary bus reset, as the Shared NVSwitch model
         # asks of the hypervisor) and only then is its firmware checked: the check sees the
         # GPU as the next tenant will. A GPU that cannot be reset is quarantined.
         if self.reset is not None:
             try:
                 self.reset(bdf)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failed reset fails the check
                 log.warning("node=%s gpu=%s reset before the firmware check failed: %s", self.node, bdf, exc)
                 why = f"GPU reset failed: {exc}"
                 return self.store.transition(name, lambda st: states.check_failed(st, "ResetFailed", why))
         # -------------------------------------------------------------------------------------
         result = self.checker.check(bdf)
         if result.passed:
+
             def change(st: dict[str, Any] | None) -> dict[str, Any]:
                 return states.check_passed(st, result.rom_sha256 or "", result.rom_version)
         else:
+
             def change(st: dict[str, Any] | None) -> dict[str, Any]:
                 return states.check_failed(st, result.reason, result.message, result.rom_sha256, result.rom_version)
-        log.log(logging.INFO if result.passed else logging.WARNING,
-                "node=%s gpu=%s check %s: %s", self.node, bdf, result.reason, result.message)
+
+        log.log(
+            logging.INFO if result.passed else logging.WARNING,
+            "node=%s gpu=%s check %s: %s",
+            self.node,
+            bdf,
+            result.reason,
+            result.message,
+        )
         return self.store.transition(name, change)
 
     def _refresh_health(self, leases: list[dict[str, Any]]) -> None:
@@ -273,7 +312,7 @@ class LeaseNodeAgent:
         if changed and self.on_health_change is not None:
             try:
                 self.on_health_change()
-            except Exception:  # noqa: BLE001 -- the plugin's next health check picks it up anyway
+            except Exception:  # the plugin's next health check picks it up anyway
                 log.exception("node=%s health change callback failed", self.node)
 
     # --- loop -----------------------------------------------------------------------------------
@@ -287,8 +326,13 @@ class LeaseNodeAgent:
     def _round_needed(self, holdings: frozenset[PodHolding]) -> bool:
         with self._lock:
             waiting = bool(self._allocated)
-        return (not self._watching or self._dirty or waiting or holdings != self._last_holdings
-                or time.monotonic() - self._last_full >= self.resync)
+        return (
+            not self._watching
+            or self._dirty
+            or waiting
+            or holdings != self._last_holdings
+            or time.monotonic() - self._last_full >= self.resync
+        )
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -316,10 +360,18 @@ class LeaseNodeAgent:
             from gpucaas.core.lease_store import LABEL_NODE
 
             self._watcher = threading.Thread(
-                target=watch_changes, name="gpu-leases-watch",
-                args=(self.kube, f"/apis/{GROUP}/{VERSION}/{GPULEASE_PLURAL}", [("labelSelector", f"{LABEL_NODE}={self.node}")],
-                      self._leases_changed, self._stop),
-                kwargs={"on_watching": self._set_watching}, daemon=True)
+                target=watch_changes,
+                name="gpu-leases-watch",
+                args=(
+                    self.kube,
+                    f"/apis/{GROUP}/{VERSION}/{GPULEASE_PLURAL}",
+                    [("labelSelector", f"{LABEL_NODE}={self.node}")],
+                    self._leases_changed,
+                    self._stop,
+                ),
+                kwargs={"on_watching": self._set_watching},
+                daemon=True,
+            )
             self._watcher.start()
         self._thread = threading.Thread(target=self._loop, name="gpu-leases", daemon=True)
         self._thread.start()

@@ -50,19 +50,30 @@ def holder_gone(core: client.CoreV1Api, holder: dict[str, Any], now: dt.datetime
             obj = core.read_namespaced_pod(pod, ns)
     except NotFound:
         return f"pod {ns}/{pod} was deleted"
-    if holder.get("podUID") and obj.metadata.uid != holder["podUID"]:
+    uid = obj.metadata.uid if obj.metadata else None
+    if holder.get("podUID") and uid != holder["podUID"]:
         return f"pod {ns}/{pod} was replaced by a new pod of the same name"
-    phase = obj.status.phase if obj.status else None
-    if phase in ("Succeeded", "Failed"):
-        finished = [cs.state.terminated.finished_at for cs in (obj.status.container_statuses or [])
-                    if cs.state and cs.state.terminated and cs.state.terminated.finished_at]
+    status = obj.status
+    phase = status.phase if status else None
+    if status and phase in ("Succeeded", "Failed"):
+        finished = [
+            cs.state.terminated.finished_at
+            for cs in (status.container_statuses or [])
+            if cs.state and cs.state.terminated and cs.state.terminated.finished_at
+        ]
         if not finished or (now - max(finished)).total_seconds() >= TERMINATED_GRACE_S:
             return f"pod {ns}/{pod} {phase}"
     return None
 
 
-def step(store: LeaseStore, core: client.CoreV1Api, lease: dict[str, Any], now: dt.datetime,
-         check_timeout_s: float = CHECK_TIMEOUT_S, check_attempts: int = CHECK_ATTEMPTS) -> str | None:
+def step(
+    store: LeaseStore,
+    core: client.CoreV1Api,
+    lease: dict[str, Any],
+    now: dt.datetime,
+    check_timeout_s: float = CHECK_TIMEOUT_S,
+    check_attempts: int = CHECK_ATTEMPTS,
+) -> str | None:
     """Advance one lease if it is the controller's turn; returns what was done."""
     status = lease.get("status") or {}
     state = states.state_of(status)
@@ -82,10 +93,16 @@ def step(store: LeaseStore, core: client.CoreV1Api, lease: dict[str, Any], now: 
                 store.write_status(lease, states.check_started(status, now))
                 return f"check retried (attempt {attempts + 1})"
             node = lease["spec"]["node"]
-            store.write_status(lease, states.check_failed(
-                status, "CheckTimedOut",
-                f"no check result from node {node} after {attempts} attempts of {check_timeout_s:.0f}s; "
-                "is the device plugin running there?", now=now))
+            store.write_status(
+                lease,
+                states.check_failed(
+                    status,
+                    "CheckTimedOut",
+                    f"no check result from node {node} after {attempts} attempts of {check_timeout_s:.0f}s; "
+                    "is the device plugin running there?",
+                    now=now,
+                ),
+            )
             return "quarantined: check timed out"
     return None
 
@@ -104,7 +121,9 @@ def register(registry: kopf.OperatorRegistry, settings: Any) -> None:
             memo.gpu_leases[2].close()
 
     @kopf.timer(*LEASE, id="lease-lifecycle", interval=INTERVAL_S, sharp=False, registry=registry)
-    def lease_lifecycle(body: kopf.Body, memo: Any, logger: logging.Logger, **_: Any) -> None:
+    def lease_lifecycle(
+        body: kopf.Body, memo: Any, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+    ) -> None:
         store, core, _api = memo.gpu_leases
         lease = store.get(body["metadata"]["name"])  # the freshest copy, with its resourceVersion
         if lease is None:
@@ -119,5 +138,10 @@ def register(registry: kopf.OperatorRegistry, settings: Any) -> None:
         except KubeError as exc:  # "forbidden: <user> cannot ..." or "Kubernetes unreachable at ..."
             raise kopf.TemporaryError(f"lease {lease['metadata']['name']}: {exc.summary()}", delay=INTERVAL_S) from exc
         if done:
-            logger.info("lease %s (%s %s): %s", lease["metadata"]["name"], lease["spec"]["node"],
-                        lease["spec"]["pciAddress"], done)
+            logger.info(
+                "lease %s (%s %s): %s",
+                lease["metadata"]["name"],
+                lease["spec"]["node"],
+                lease["spec"]["pciAddress"],
+                done,
+            )

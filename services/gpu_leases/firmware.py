@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gpucaas.core.pci import NVIDIA_VENDOR
+from services.gpu_leases.errors import BadGoldenTable
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +57,13 @@ class GoldenTable:
         """``{"0x2330": {"sha256": ["..."], "versions": ["96.00.74.00.01"]}}``"""
         raw = json.loads(text) if text.strip() else {}
         if not isinstance(raw, dict):
-            raise ValueError("golden firmware table must be a JSON object keyed by PCI device id (e.g. \"0x2330\")")
+            raise BadGoldenTable('golden firmware table must be a JSON object keyed by PCI device id (e.g. "0x2330")')
         table: dict[str, GoldenFirmware] = {}
         for device_id, entry in raw.items():
             if not re.fullmatch(r"0x[0-9a-f]{4}", device_id):
-                raise ValueError(f"golden firmware key {device_id!r} is not a PCI device id like 0x2330")
+                raise BadGoldenTable(f"golden firmware key {device_id!r} is not a PCI device id like 0x2330")
             if not isinstance(entry, dict) or not entry.get("sha256"):
-                raise ValueError(f"golden firmware for {device_id} needs a non-empty 'sha256' list")
+                raise BadGoldenTable(f"golden firmware for {device_id} needs a non-empty 'sha256' list")
             table[device_id] = GoldenFirmware(
                 frozenset(s.lower() for s in entry["sha256"]), frozenset(entry.get("versions", []))
             )
@@ -99,8 +100,9 @@ class SysfsFirmwareCheck:
     turn it off; the read, hash and comparison are the same.
     """
 
-    def __init__(self, sysfs_root: Path, golden: GoldenTable, toggle_rom: bool = True,
-                 max_rom_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(
+        self, sysfs_root: Path, golden: GoldenTable, toggle_rom: bool = True, max_rom_bytes: int = 16 * 1024 * 1024
+    ) -> None:
         self.sysfs_root = Path(sysfs_root)
         self.golden = golden
         self.toggle_rom = toggle_rom
@@ -126,8 +128,11 @@ class SysfsFirmwareCheck:
     def check(self, pci_address: str) -> CheckResult:
         d = self._device_dir(pci_address)
         if not d.exists():
-            return CheckResult(False, "DeviceVanished",
-                               f"{pci_address} is no longer on the PCI bus (sysfs entry gone during the check)")
+            return CheckResult(
+                False,
+                "DeviceVanished",
+                f"{pci_address} is no longer on the PCI bus (sysfs entry gone during the check)",
+            )
         try:
             vendor = self._read_attr(d, "vendor")
             device = self._read_attr(d, "device")
@@ -135,34 +140,57 @@ class SysfsFirmwareCheck:
         except OSError as exc:
             return CheckResult(False, "DeviceVanished", f"{pci_address}: cannot read its identity: {exc}")
         if _hex(vendor) != NVIDIA_VENDOR or not pci_class.startswith("0x0302"):
-            return CheckResult(False, "IdentityChanged",
-                               f"{pci_address} now reports vendor {vendor} class {pci_class}; expected an NVIDIA 3D controller")
+            return CheckResult(
+                False,
+                "IdentityChanged",
+                f"{pci_address} now reports vendor {vendor} class {pci_class}; expected an NVIDIA 3D controller",
+            )
         driver_link = d / "driver"
         driver = Path(driver_link.readlink()).name if driver_link.is_symlink() else None
         if not driver or "vfio" not in driver:
-            return CheckResult(False, "NotBoundToVfio",
-                               f"{pci_address} is bound to {driver or 'no driver'}; it must stay on vfio-pci between tenants")
+            return CheckResult(
+                False,
+                "NotBoundToVfio",
+                f"{pci_address} is bound to {driver or 'no driver'}; it must stay on vfio-pci between tenants",
+            )
         golden = self.golden.by_device_id.get(device)
         if golden is None:
-            return CheckResult(False, "NoGoldenFirmware",
-                               f"no golden firmware is configured for PCI device id {device}; cannot verify {pci_address}")
+            return CheckResult(
+                False,
+                "NoGoldenFirmware",
+                f"no golden firmware is configured for PCI device id {device}; cannot verify {pci_address}",
+            )
         try:
             image = self.read_rom(pci_address)
         except OSError as exc:
             gone = not d.exists()
-            return CheckResult(False, "DeviceVanished" if gone else "RomUnreadable",
-                               f"{pci_address}: reading the expansion ROM failed: {exc}")
+            return CheckResult(
+                False,
+                "DeviceVanished" if gone else "RomUnreadable",
+                f"{pci_address}: reading the expansion ROM failed: {exc}",
+            )
         if not image.startswith(ROM_SIGNATURE):
-            return CheckResult(False, "RomInvalid",
-                               f"{pci_address}: expansion ROM has no 0x55AA signature ({len(image)} bytes read)")
+            return CheckResult(
+                False, "RomInvalid", f"{pci_address}: expansion ROM has no 0x55AA signature ({len(image)} bytes read)"
+            )
         digest = hashlib.sha256(image).hexdigest()
         version = rom_version(image)
         if golden.versions and version not in golden.versions:
-            return CheckResult(False, "RomVersionMismatch",
-                               f"{pci_address}: ROM version {version or 'unreadable'} is not one of "
-                               f"{', '.join(sorted(golden.versions))}", digest, version)
+            return CheckResult(
+                False,
+                "RomVersionMismatch",
+                f"{pci_address}: ROM version {version or 'unreadable'} is not one of "
+                f"{', '.join(sorted(golden.versions))}",
+                digest,
+                version,
+            )
         if digest not in golden.sha256:
-            return CheckResult(False, "RomMismatch",
-                               f"{pci_address}: ROM sha256 {digest[:16]}… matches no golden image for {device}"
-                               f" (version string says {version or 'nothing'})", digest, version)
+            return CheckResult(
+                False,
+                "RomMismatch",
+                f"{pci_address}: ROM sha256 {digest[:16]}… matches no golden image for {device}"
+                f" (version string says {version or 'nothing'})",
+                digest,
+                version,
+            )
         return CheckResult(True, "CheckPassed", f"{pci_address}: firmware {version} verified", digest, version)

@@ -20,9 +20,10 @@ a NodeList) is the form the filter answers in.
 
 from __future__ import annotations
 
-import orjson
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from gpucaas.core import dra
 from services.placement.errors import InvalidRequest
@@ -130,9 +131,7 @@ def extended_resource_gpus(pod: dict[str, Any], resource: str = GPU_RESOURCE) ->
     containers = spec.get("containers") or []
     if not isinstance(containers, list):
         raise InvalidRequest("Pod.spec.containers", "must be a list")
-    total = sum(
-        _container_gpus(c, resource, f"Pod.spec.containers[{i}]") for i, c in enumerate(containers)
-    )
+    total = sum(_container_gpus(c, resource, f"Pod.spec.containers[{i}]") for i, c in enumerate(containers))
     init = max(
         (
             _container_gpus(c, resource, f"Pod.spec.initContainers[{i}]")
@@ -226,9 +225,7 @@ def filter_result(index: FleetIndex, args: ExtenderArgs, resource: str = GPU_RES
     return build_filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable)
 
 
-def prioritize_result(
-    index: FleetIndex, args: ExtenderArgs, resource: str = GPU_RESOURCE
-) -> list[dict[str, Any]]:
+def prioritize_result(index: FleetIndex, args: ExtenderArgs, resource: str = GPU_RESOURCE) -> list[dict[str, Any]]:
     size = pod_gpu_count(args.pod, resource)
     return build_host_priority_list(index.prioritize(args.candidate_names(), size))
 

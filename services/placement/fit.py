@@ -8,7 +8,7 @@ function the device plugin's GetPreferredAllocation calls on the node. The node
 choice and the node's own GPU choice therefore agree by construction: the GPUs
 the extender scores a node by are exactly the GPUs the device plugin will pick.
 
-Rules (issue 10):
+Rules:
 
 * a node *fits* a request when ``choose_gpus`` finds a partition-shaped set: for
   sizes 1/2/4/8 a whole free partition of that size (NVLink), for 3 and 5-7 GPUs
@@ -82,11 +82,7 @@ def _shaped(gpus: frozenset[int], size: int) -> bool:
 
 
 def _cost(free: frozenset[int], gpus: frozenset[int]) -> int:
-    return sum(
-        p.size
-        for p in HGX_H100_PARTITIONS
-        if p.size > len(gpus) and p.gpus <= free and p.gpus & gpus
-    )
+    return sum(p.size for p in HGX_H100_PARTITIONS if p.size > len(gpus) and p.gpus <= free and p.gpus & gpus)
 
 
 def _compute(free_mask: int, size: int) -> Fit:
@@ -110,10 +106,7 @@ FIT_TABLE: tuple[tuple[Fit, ...], ...] = (
 #: For each size, the masks that fit, best fit first.
 PREFERENCE: tuple[tuple[int, ...], ...] = (
     (),
-    *(
-        tuple(f.free_mask for f in sorted((f for f in FIT_TABLE[s] if f.fits), key=lambda f: f.key))
-        for s in SIZES
-    ),
+    *(tuple(f.free_mask for f in sorted((f for f in FIT_TABLE[s] if f.fits), key=lambda f: f.key)) for s in SIZES),
 )
 
 #: FITS[size][mask] -> bool, the filter's answer without attribute lookups.

@@ -48,9 +48,7 @@ class NodeFree:
             if not 0 <= value <= FULL_MASK:
                 raise ValueError(f"{field_name} must be 0..{FULL_MASK}, got {value}")
         if self.free_mask & ~self.healthy_mask:
-            raise ValueError(
-                f"free_mask {self.free_mask:#04x} has GPUs outside healthy_mask {self.healthy_mask:#04x}"
-            )
+            raise ValueError(f"free_mask {self.free_mask:#04x} has GPUs outside healthy_mask {self.healthy_mask:#04x}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +139,7 @@ class FleetIndex:
         node = self._nodes[name]
         if gpus_mask & ~node.free_mask:
             raise ValueError(f"GPUs {_fmt(gpus_mask & ~node.free_mask)} of {name} are not free")
-        self.set_node(
-            NodeFree(name, node.free_mask & ~gpus_mask, node.healthy_mask, node.usable, node.reason)
-        )
+        self.set_node(NodeFree(name, node.free_mask & ~gpus_mask, node.healthy_mask, node.usable, node.reason))
 
     def give_back(self, name: str, gpus_mask: int) -> None:
         """Mark GPUs of a node free again (healthy ones only)."""
@@ -214,10 +210,10 @@ class FleetIndex:
         reasons: dict[int, str] = {}
         for name, mask in zip(rejected, rejected_masks, strict=True):
             if mask < _UNUSABLE and fits[healthy_of.get(name, 0)]:
-                reason = reasons.get(mask)
-                if reason is None:
-                    reason = reasons[mask] = _busy_reason(mask, size)
-                failed[name] = reason
+                busy = reasons.get(mask)
+                if busy is None:
+                    busy = reasons[mask] = _busy_reason(mask, size)
+                failed[name] = busy
             elif mask == _UNKNOWN:
                 unresolvable[name] = "no FabricState for the node: its NVLink partitions are unknown"
             else:

@@ -25,7 +25,15 @@ from kubernetes import client, watch
 
 from gpucaas.core import crds
 from gpucaas.core.kube import (
-    Forbidden, Gone, Kube, KubeConnection, KubeError, NotFound, Unavailable, from_status, translated,
+    Forbidden,
+    Gone,
+    Kube,
+    KubeConnection,
+    KubeError,
+    NotFound,
+    Unavailable,
+    from_status,
+    translated,
 )
 from services.placement.errors import BindFailed, KubernetesUnavailable
 from services.placement.extender import GPU_RESOURCE, BindingArgs
@@ -37,8 +45,13 @@ log = logging.getLogger(__name__)
 
 def new_kube(kubeconfig: str | None = None, *, timeout_s: float = 10.0) -> Kube:
     """The core adapter from a kubeconfig file, else in-cluster, else ~/.kube/config (or $KUBECONFIG)."""
-    return Kube(KubeConnection(kubeconfig=Path(kubeconfig) if kubeconfig else None,
-                               connect_timeout_s=min(5.0, timeout_s), read_timeout_s=timeout_s))
+    return Kube(
+        KubeConnection(
+            kubeconfig=Path(kubeconfig) if kubeconfig else None,
+            connect_timeout_s=min(5.0, timeout_s),
+            read_timeout_s=timeout_s,
+        )
+    )
 
 
 class FleetWatcher:
@@ -67,9 +80,7 @@ class FleetWatcher:
         self._fabric: dict[str, dict[str, Any]] = {}
         self._leases: dict[str, dict[str, Any]] = {}  # lease name -> lease
         self._claims: dict[str, PodClaim] = {}  # "ns/name" -> claim of a bound GPU pod
-        self._synced: dict[str, threading.Event] = {
-            k: threading.Event() for k in ("fabricstates", "gpuleases", "pods")
-        }
+        self._synced: dict[str, threading.Event] = {k: threading.Event() for k in ("fabricstates", "gpuleases", "pods")}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
@@ -77,7 +88,15 @@ class FleetWatcher:
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        loops: list[tuple[str, Callable[..., Any], tuple[Any, ...], Callable[[list[dict[str, Any]]], None], Callable[[str, dict[str, Any]], None]]] = [
+        loops: list[
+            tuple[
+                str,
+                Callable[..., Any],
+                tuple[Any, ...],
+                Callable[[list[dict[str, Any]]], None],
+                Callable[[str, dict[str, Any]], None],
+            ]
+        ] = [
             (
                 "fabricstates",
                 self.custom.list_cluster_custom_object,
@@ -142,7 +161,8 @@ class FleetWatcher:
                     # Leases refine the node state (GPUs in a firmware check) but are not
                     # required: without access (RBAC) or the CRD, go on from the fabric alone.
                     (log.debug if self._synced[kind].is_set() else log.warning)(
-                        "cannot list GPULeases (%s): placing from FabricState and pods only", exc.summary(),
+                        "cannot list GPULeases (%s): placing from FabricState and pods only",
+                        exc.summary(),
                     )
                     self._synced[kind].set()
                     self._stop.wait(max(self.retry_seconds, 30.0))
@@ -150,7 +170,7 @@ class FleetWatcher:
                 # "forbidden: <user> cannot list <resource>" or "Kubernetes unreachable at <url>"
                 log.warning("%s list/watch failed (%s); retrying", kind, exc.summary())
                 self._stop.wait(self.retry_seconds)
-            except Exception as exc:  # network errors: keep the last state, retry
+            except Exception as exc:  # noqa: BLE001 - network errors: keep the last state, retry
                 if self._stop.is_set():
                     return
                 log.warning("%s list/watch failed: %s; retrying", kind, exc)
@@ -215,7 +235,8 @@ class FleetWatcher:
             self._leases = {o["metadata"]["name"]: o for o in items}
             nodes |= {_lease_node(o) for o in self._leases.values()}
             for node in nodes:
-                self._recompute(node)
+                if node is not None:
+                    self._recompute(node)
 
     def _on_lease(self, etype: str, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -223,8 +244,9 @@ class FleetWatcher:
             old = self._leases.pop(name, None)
             if etype != "DELETED":
                 self._leases[name] = obj
-            for node in {_lease_node(obj), _lease_node(old) if old else None} - {None}:
-                self._recompute(node)  # type: ignore[arg-type]
+            for node in {_lease_node(obj), _lease_node(old)}:
+                if node is not None:
+                    self._recompute(node)
 
     def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -261,15 +283,18 @@ class FleetWatcher:
         self.index.set_node(state)
         if previous != state:
             log.debug(
-                "node %s: free mask %#04x healthy %#04x usable %s", node, state.free_mask,
-                state.healthy_mask, state.usable,
+                "node %s: free mask %#04x healthy %#04x usable %s",
+                node,
+                state.free_mask,
+                state.healthy_mask,
+                state.usable,
             )
 
     # -- bind ------------------------------------------------------------------------
 
     def bind(self, args: BindingArgs) -> None:
         """Bind the pod to the node (pods/binding) and count its GPUs there at once."""
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": args.pod_name, "namespace": args.pod_namespace},
@@ -281,16 +306,32 @@ class FleetWatcher:
         try:
             # _preload_content=False: the client's V1Binding model rejects the Status the
             # API server answers with (kubernetes-client/python#825).
-            self.kube.call(self.core.create_namespaced_binding, args.pod_namespace, body,
-                           _preload_content=False, _request_timeout=self.request_timeout, what=what)
-            pod = self._raw(self.kube.call(self.core.read_namespaced_pod, args.pod_name, args.pod_namespace,
-                                           _request_timeout=self.request_timeout, idempotent=True, what=what))
+            self.kube.call(
+                self.core.create_namespaced_binding,
+                args.pod_namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+                what=what,
+            )
+            pod = self._raw(
+                self.kube.call(
+                    self.core.read_namespaced_pod,
+                    args.pod_name,
+                    args.pod_namespace,
+                    _request_timeout=self.request_timeout,
+                    idempotent=True,
+                    what=what,
+                )
+            )
         except Unavailable as exc:
             raise KubernetesUnavailable(exc.summary()) from exc
         except KubeError as exc:  # 403 reads "forbidden: <user> cannot create pods/binding"
             raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
         pod.setdefault("spec", {})["nodeName"] = args.node
-        conditions = [c for c in (pod.setdefault("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"]
+        conditions = [
+            c for c in (pod.setdefault("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"
+        ]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now})
         pod["status"]["conditions"] = conditions  # bound now, whatever the API echoed

@@ -132,7 +132,7 @@ def derive_node(
         pid = _phys(failed.get("physicalId"))
         if pid is None and failed.get("pciBusId"):
             pid = pci_to_phys.get(normalize_pci(failed["pciBusId"]))
-        healthy.discard(pid)  # type: ignore[arg-type]
+        healthy.discard(pid)
 
     busy: set[int] = set()
     for part in status.get("partitions") or []:
@@ -158,7 +158,8 @@ def derive_node(
         holder = lstatus.get("holder") or {}
         if state == "Leased" and holder.get("pod"):
             leased_pods.setdefault(f"{holder.get('namespace', '')}/{holder['pod']}", set()).update(
-                {pid} if pid is not None else set())
+                {pid} if pid is not None else set()
+            )
             leased_gpus += 1
 
     free_mask = mask_of(healthy - busy)
@@ -190,7 +191,5 @@ def derive_node(
     usable = fm.get("reachable", True) is not False
     reason = None
     if not usable:
-        reason = "Fabric Manager unreachable on the node" + (
-            f": {fm['message']}" if fm.get("message") else ""
-        )
+        reason = "Fabric Manager unreachable on the node" + (f": {fm['message']}" if fm.get("message") else "")
     return NodeFree(name, free_mask, mask_of(healthy), usable, reason)

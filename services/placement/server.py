@@ -83,9 +83,7 @@ def create_app(
             await run_in_threadpool(binder.bind, args)
         except PlacementError as exc:
             log.warning("bind failed: %s", exc.detail)
-            return _error(exc) if exc.status == 400 else _json(
-                extender.build_binding_result(exc.detail), 200
-            )
+            return _error(exc) if exc.status == 400 else _json(extender.build_binding_result(exc.detail), 200)
         log.info("bound pod %s/%s to node %s", args.pod_namespace, args.pod_name, args.node)
         return _json(extender.build_binding_result())
 

@@ -248,7 +248,11 @@ def build_api_secrets_role_binding(tenancy: Tenancy, access: ApiAccess) -> dict[
         "kind": "RoleBinding",
         "metadata": child_metadata(tenancy, API_SECRETS_BINDING),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": access.cluster_role},
-        "subjects": [{"kind": "ServiceAccount", "name": access.service_account_name,
-                      "namespace": access.service_account_namespace}],
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": access.service_account_name,
+                "namespace": access.service_account_namespace,
+            }
+        ],
     }
-

@@ -21,8 +21,9 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 #: Keys whose mapping value holds resource name -> Quantity (in the kinds the controller writes).
-QUANTITY_MAPS = frozenset({"capacity", "requests", "limits", "hard", "default", "defaultRequest", "max", "min",
-                           "maxLimitRequestRatio"})
+QUANTITY_MAPS = frozenset(
+    {"capacity", "requests", "limits", "hard", "default", "defaultRequest", "max", "min", "maxLimitRequestRatio"}
+)
 
 
 #: Values Go's ``omitempty`` leaves out of a built-in object's JSON.

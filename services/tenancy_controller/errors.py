@@ -15,8 +15,17 @@ from __future__ import annotations
 from gpucaas.core.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 
 __all__ = [
-    "Conflict", "Forbidden", "InvalidSpec", "Invalid", "KubeError", "NFSServerUnresolvable", "NotFound",
-    "NotReadyYet", "PodsRemaining", "TenancyControllerError", "Unavailable",
+    "Conflict",
+    "Forbidden",
+    "InvalidSpec",
+    "Invalid",
+    "KubeError",
+    "NFSServerUnresolvable",
+    "NotFound",
+    "NotReadyYet",
+    "PodsRemaining",
+    "TenancyControllerError",
+    "Unavailable",
 ]
 
 

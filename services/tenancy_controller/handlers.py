@@ -1,7 +1,7 @@
 """Kopf handlers of the tenancy controller: thin, they decorate and call :mod:`.workflow`.
 
 ``register(registry, settings)`` adds them to an operator's registry (the
-operator process may host other modules' handlers too, see :mod:`.operator`):
+operator process may host other modules' handlers too, see :mod:`.main`):
 
 * Tenancy resume/create/update and a resync timer -> ``ensure_tenancy``;
 * Tenancy deletion (Kopf keeps its finalizer on every Tenancy) -> ``finalize_tenancy``;
@@ -43,7 +43,7 @@ CHILDREN = (
 )
 #: Watched in allocation mode dra only: the claim templates (builders.build_claim_templates).
 DRA_CHILD = ("resource.k8s.io", "v1", "resourceclaimtemplates")
-CHILD_LABELS = {crds.LABEL_TENANCY: kopf.PRESENT, crds.LABEL_MANAGED_BY: MANAGER}
+CHILD_LABELS: dict[str, Any] = {crds.LABEL_TENANCY: kopf.PRESENT, crds.LABEL_MANAGED_BY: MANAGER}
 
 
 def _index_id(plural: str) -> str:
@@ -106,8 +106,14 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
     # The resync compares the Tenancy with its children as the watches last showed them
     # (indices below, no API call) and runs a full pass, with its reads, only on a difference
     # or a doubt (workflow.children_in_sync): a steady cluster costs no requests per tenancy.
-    @kopf.timer(*TENANCY, id="resync", interval=settings.resync_interval_s, initial_delay=settings.resync_interval_s,
-                registry=registry, backoff=backoff)
+    @kopf.timer(
+        *TENANCY,
+        id="resync",
+        interval=settings.resync_interval_s,
+        initial_delay=settings.resync_interval_s,
+        registry=registry,
+        backoff=backoff,
+    )
     async def resync_tenancy(name: str, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return
@@ -131,8 +137,13 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         except (errors.NotReadyYet, errors.KubeError) as exc:
             log.warning("tenancy %s: repair after %s deferred to the resync: %s", tenancy_name, what, exc)
 
-    async def child_changed(type: str | None, body: kopf.Body, memo: Any, tenancy_bodies: kopf.Index,
-                            **_: Any) -> None:
+    async def child_changed(
+        type: str | None,  # noqa: A002 - Kopf's keyword
+        body: kopf.Body,
+        memo: Any,
+        tenancy_bodies: kopf.Index,
+        **_: Any,
+    ) -> None:
         if type is None:  # initial listing: the Tenancy's own resume handler covers it
             return
         labels = (body.get("metadata") or {}).get("labels") or {}
@@ -144,8 +155,12 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         if type != "DELETED" and not workflow.child_drifted(ctx, cached, _plain(body)):
             return
         what = f"{body.get('kind')} {body.get('metadata', {}).get('name')}"
-        log.info("tenancy %s: %s %s by someone else; reconciling", tenancy_name, what,
-                 "deleted" if type == "DELETED" else "changed")
+        log.info(
+            "tenancy %s: %s %s by someone else; reconciling",
+            tenancy_name,
+            what,
+            "deleted" if type == "DELETED" else "changed",
+        )
         await asyncio.to_thread(repair, ctx, tenancy_name, what)
 
     async def child_index(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
@@ -154,5 +169,5 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
     for group, version, plural in watched:
         kopf.index(group, version, plural, id=_index_id(plural), labels=CHILD_LABELS, registry=registry)(child_index)
         kopf.on.event(group, version, plural, id=f"child-{plural}", labels=CHILD_LABELS, registry=registry)(
-            child_changed
+            child_changed  # type: ignore[arg-type]  # the index comes as a keyword Kopf's protocol does not name
         )

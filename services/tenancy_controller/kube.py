@@ -69,18 +69,25 @@ RECREATE_ON_INVALID = frozenset({"PersistentVolume", "PersistentVolumeClaim"})
 CREATED, REPLACED, UNCHANGED, RECREATING = "created", "replaced", "unchanged", "recreating"
 
 
-def connection(kubeconfig: Path | None, *, context: str | None = None, timeout_s: float = 30.0,
-               pool_size: int = 32) -> KubeConnection:
+def connection(
+    kubeconfig: Path | None, *, context: str | None = None, timeout_s: float = 30.0, pool_size: int = 32
+) -> KubeConnection:
     """The controller's connection: a kubeconfig file, else the in-cluster service account."""
-    return KubeConnection(kubeconfig=kubeconfig, context=context, connect_timeout_s=min(5.0, timeout_s),
-                          read_timeout_s=timeout_s, pool_size=pool_size)
+    return KubeConnection(
+        kubeconfig=kubeconfig,
+        context=context,
+        connect_timeout_s=min(5.0, timeout_s),
+        read_timeout_s=timeout_s,
+        pool_size=pool_size,
+    )
 
 
 class KubeClient:
     """Thread-safe (one urllib3 pool) JSON client for the kinds in :data:`KINDS`, on the core adapter."""
 
-    def __init__(self, connection: KubeConnection | kubernetes.client.Configuration | Kube,
-                 *, timeout: float | None = None) -> None:
+    def __init__(
+        self, connection: KubeConnection | kubernetes.client.Configuration | Kube, *, timeout: float | None = None
+    ) -> None:
         if isinstance(connection, Kube):
             self.kube = connection
         else:
@@ -118,7 +125,9 @@ class KubeClient:
         except errors.NotFound:
             return None
 
-    def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None) -> list[dict[str, Any]]:
+    def list(
+        self, kind: str, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
         query = [("labelSelector", label_selector)] if label_selector else None
         try:
             return list(self.request("GET", self._path(kind, None, namespace), query=query).get("items") or [])
@@ -144,7 +153,9 @@ class KubeClient:
             return False
         return True
 
-    def patch_status(self, kind: str, name: str, status: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    def patch_status(
+        self, kind: str, name: str, status: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
         return self.request(
             "PATCH",
             self._path(kind, name, namespace) + "/status",
@@ -200,7 +211,9 @@ def _merge_for_replace(desired: Mapping[str, Any], live: Mapping[str, Any]) -> d
         meta["annotations"] = {**(live_meta.get("annotations") or {}), **(want_meta.get("annotations") or {})}
     if "ownerReferences" in want_meta:
         ours = {r["uid"] for r in want_meta["ownerReferences"]}
-        others = [r for r in live_meta.get("ownerReferences") or [] if r.get("uid") not in ours and not r.get("controller")]
+        others = [
+            r for r in live_meta.get("ownerReferences") or [] if r.get("uid") not in ours and not r.get("controller")
+        ]
         meta["ownerReferences"] = [*want_meta["ownerReferences"], *others]
     merged = {k: v for k, v in live.items() if k not in ("metadata",)}
     merged.update({k: v for k, v in desired.items() if k != "metadata"})

@@ -81,7 +81,10 @@ def build_cilium_network_policy(tenancy: Tenancy, config: NetworkConfig) -> dict
     """The tenancy's CiliumNetworkPolicy (cilium.io/v2) ``tenant-isolation``."""
     ns = tenancy.namespace
     same_namespace = [{"matchLabels": {CILIUM_NAMESPACE_LABEL: ns}}]
-    dns_selector = {CILIUM_NAMESPACE_LABEL: config.dns_namespace, **{f"k8s:{k}": v for k, v in config.dns_labels.items()}}
+    dns_selector = {
+        CILIUM_NAMESPACE_LABEL: config.dns_namespace,
+        **{f"k8s:{k}": v for k, v in config.dns_labels.items()},
+    }
     egress: list[dict[str, Any]] = [
         {"toEndpoints": same_namespace},
         {

@@ -110,8 +110,10 @@ def reconcile_tenancy(
             policies.build_cilium_network_policy(tenancy, network),
             policies.build_network_policy(tenancy, network, nfs_addresses=nfs_addresses),
         ],
-        QUOTA: [builders.build_resource_quota(tenancy, allocation_mode=allocation_mode),
-                builders.build_limit_range(tenancy)]
+        QUOTA: [
+            builders.build_resource_quota(tenancy, allocation_mode=allocation_mode),
+            builders.build_limit_range(tenancy),
+        ]
         + (builders.build_claim_templates(tenancy) if allocation_mode == "dra" else []),
         STORAGE: [],
     }
@@ -130,8 +132,15 @@ def reconcile_tenancy(
     return Plan(tenancy=tenancy, components=components, namespace_owned=owned, notes=notes, absent=absent)
 
 
-def _condition(ctype: str, ok: bool, reason: str, message: str, generation: int | None,
-               previous: Mapping[str, Mapping[str, Any]], now: str) -> dict[str, Any]:
+def _condition(
+    ctype: str,
+    ok: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+    previous: Mapping[str, Mapping[str, Any]],
+    now: str,
+) -> dict[str, Any]:
     status = "True" if ok else "False"
     before = previous.get(ctype)
     since = before.get("lastTransitionTime") if before and before.get("status") == status else None
@@ -148,7 +157,7 @@ def _condition(ctype: str, ok: bool, reason: str, message: str, generation: int 
 
 
 def _previous(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
-    return {c.get("type"): c for c in (status or {}).get("conditions") or [] if isinstance(c, Mapping)}
+    return {c["type"]: c for c in (status or {}).get("conditions") or [] if isinstance(c, Mapping) and "type" in c}
 
 
 def timestamp(now: datetime) -> str:
@@ -190,8 +199,9 @@ def tenancy_status(
     return status
 
 
-def failed_status(body: Mapping[str, Any], error: InvalidSpec, *, previous: Mapping[str, Any] | None,
-                  now: datetime) -> dict[str, Any]:
+def failed_status(
+    body: Mapping[str, Any], error: InvalidSpec, *, previous: Mapping[str, Any] | None, now: datetime
+) -> dict[str, Any]:
     """Status of a Tenancy whose spec cannot be realised: phase Failed, Ready=False/InvalidSpec."""
     meta = body.get("metadata") or {}
     generation = meta.get("generation")
@@ -205,8 +215,9 @@ def failed_status(body: Mapping[str, Any], error: InvalidSpec, *, previous: Mapp
     return status
 
 
-def terminating_status(body: Mapping[str, Any], message: str, *, previous: Mapping[str, Any] | None,
-                       now: datetime) -> dict[str, Any]:
+def terminating_status(
+    body: Mapping[str, Any], message: str, *, previous: Mapping[str, Any] | None, now: datetime
+) -> dict[str, Any]:
     """Status while the finalizer cleans up (or waits for pods)."""
     meta = body.get("metadata") or {}
     generation = meta.get("generation")

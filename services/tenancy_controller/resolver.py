@@ -13,7 +13,7 @@ def resolve_host(host: str) -> list[str]:
         infos = socket.getaddrinfo(host, 2049, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
         raise NFSServerUnresolvable(f"spec.nfs.server {host!r} does not resolve: {exc}") from exc
-    addresses = sorted({info[4][0] for info in infos})
+    addresses = sorted({str(info[4][0]) for info in infos})
     if not addresses:
         raise NFSServerUnresolvable(f"spec.nfs.server {host!r} resolves to no address")
     return addresses

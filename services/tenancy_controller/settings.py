@@ -16,11 +16,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpucaas.core.dra import AllocationMode
 
-#: Handler modules the operator process loads; each exposes ``register(registry, settings)``.
-#: The GPU-lease timers live with the rest of the lease life cycle in services/gpu_leases and are
-#: loaded here by name, so the controller's code never imports that service.
-DEFAULT_HANDLER_MODULES = ("services.tenancy_controller.handlers", "services.gpu_leases.controller")
-
 
 class ControllerSettings(BaseSettings):
     """Everything ``gpucaas controller`` can be told."""
@@ -38,31 +33,37 @@ class ControllerSettings(BaseSettings):
         description="Name of the ClusterKopfPeering object through which replicas elect the one active instance.",
     )
     standalone: bool = Field(default=False, description="Run without peering (a single replica; tests, development).")
-    priority: int = Field(default=0, description="Peering priority; the highest-priority live replica acts, the others pause.")
+    priority: int = Field(
+        default=0, description="Peering priority; the highest-priority live replica acts, the others pause."
+    )
     liveness: str | None = Field(
         default=None, description="Liveness endpoint served by Kopf, e.g. http://0.0.0.0:8080/healthz; unset = none."
     )
-    handler_modules: tuple[str, ...] = Field(
-        default=DEFAULT_HANDLER_MODULES,
-        description="Python modules whose register(registry, settings) adds Kopf handlers to this operator process.",
-    )
     resync_interval_s: float = Field(
-        default=60.0, gt=0,
+        default=60.0,
+        gt=0,
         description="Every Tenancy is compared this often with its children as the watches show them; "
         "a full reconcile (with reads) follows only on a difference (drift repair).",
     )
-    retry_delay_s: float = Field(default=5.0, gt=0, description="Delay before retrying a reconcile that hit a transient error.")
+    retry_delay_s: float = Field(
+        default=5.0, gt=0, description="Delay before retrying a reconcile that hit a transient error."
+    )
     workers: int = Field(default=16, ge=1, description="Threads running the (synchronous) reconciles.")
     request_timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one Kubernetes API request.")
-    watch_timeout_s: int = Field(default=300, ge=1, description="Server-side timeout of a watch request, after which it is renewed.")
-    post_events: bool = Field(default=True, description="Post Kubernetes Events for warnings and errors about Tenancies.")
+    watch_timeout_s: int = Field(
+        default=300, ge=1, description="Server-side timeout of a watch request, after which it is renewed."
+    )
+    post_events: bool = Field(
+        default=True, description="Post Kubernetes Events for warnings and errors about Tenancies."
+    )
     dns_namespace: str = Field(default="kube-system", description="Namespace of the cluster DNS pods.")
     dns_labels: dict[str, str] = Field(
         default_factory=lambda: {"k8s-app": "kube-dns"}, description="Labels selecting the cluster DNS pods."
     )
     node_cidrs: list[str] = Field(
         default_factory=list,
-        description="Node address ranges to exclude from internet egress when they are public (private ranges are always excluded).",
+        description="Node address ranges to exclude from internet egress when they are public "
+        "(private ranges are always excluded).",
     )
     pod_security_level: str = Field(
         default="restricted",
@@ -80,7 +81,8 @@ class ControllerSettings(BaseSettings):
         "every tenant namespace so that the API can keep tenant secrets there (unset = no binding).",
     )
     api_secrets_cluster_role: str | None = Field(
-        default=None, description="ClusterRole (from the chart) granting the API its rights on Secrets in a tenant namespace."
+        default=None,
+        description="ClusterRole (from the chart) granting the API its rights on Secrets in a tenant namespace.",
     )
 
     @field_validator("api_service_account")

@@ -117,7 +117,10 @@ def _nfs(raw: Any) -> NFSSpec | None:
                 f"{server!r} is neither an IP address nor a host name (lowercase DNS labels separated by '.')",
             ) from None
     if address is not None and (
-        address.is_loopback or address.is_link_local or address.is_unspecified or address.is_multicast
+        address.is_loopback
+        or address.is_link_local
+        or address.is_unspecified
+        or address.is_multicast
         or address.is_reserved
     ):
         raise InvalidSpec(
@@ -182,19 +185,24 @@ def _volumes(raw: Any) -> VolumesSpec | None:
     quota = _quantity_field(raw, "storageQuota", QUANTITY_BYTES, where="spec.volumes.storageQuota")
     if quota is None:
         raise InvalidSpec("spec.volumes.storageQuota", "must be a quantity such as 100Gi")
-    return VolumesSpec(storage_class=storage_class, storage_quota=quota,
-                       max_volumes=_int_field(raw, "maxVolumes", 0, 0))
+    return VolumesSpec(
+        storage_class=storage_class, storage_quota=quota, max_volumes=_int_field(raw, "maxVolumes", 0, 0)
+    )
 
 
 QUANTITY_CPU = re.compile(r"^[0-9]+(\.[0-9]+)?m?$")
 QUANTITY_BYTES = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)?$")
 
 
-def _quantity_field(spec: Mapping[str, Any], key: str, pattern: re.Pattern[str], *,
-                    where: str | None = None) -> str | None:
+def _quantity_field(
+    spec: Mapping[str, Any], key: str, pattern: re.Pattern[str], *, where: str | None = None
+) -> str | None:
     value = spec.get(key)
     if value is None:
         return None
     if not isinstance(value, str) or not pattern.match(value):
-        raise InvalidSpec(where or f"spec.{key}", f"must be a quantity such as {'96' if key == 'cpuQuota' else '1792Gi'}, got {value!r}")
+        raise InvalidSpec(
+            where or f"spec.{key}",
+            f"must be a quantity such as {'96' if key == 'cpuQuota' else '1792Gi'}, got {value!r}",
+        )
     return value

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +23,7 @@ from gpucaas.core.dra import AllocationMode
 
 from . import errors, kube, reconcile
 from .builders import ApiAccess, claim_template_name_list, persistent_volume_name
+from .kube import KubeClient
 from .policies import NetworkConfig
 from .resolver import resolve_host
 from .settings import ControllerSettings
@@ -58,7 +59,7 @@ class LockTable:
 class Context:
     """What a reconcile pass needs; built once per operator process (kept in Kopf's memo)."""
 
-    kube: kube.KubeClient
+    kube: KubeClient
     network: NetworkConfig
     pod_security_level: str = "restricted"
     api_access: ApiAccess | None = None
@@ -72,10 +73,11 @@ class Context:
     plans_guard: threading.Lock = field(default_factory=threading.Lock)
     #: Threads applying a pass's independent components side by side (see ensure_tenancy).
     pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="tenancy-apply"))
+        default_factory=lambda: ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="tenancy-apply")
+    )
 
     @classmethod
-    def from_settings(cls, settings: ControllerSettings, client: kube.KubeClient, *, identity: str = "") -> Context:
+    def from_settings(cls, settings: ControllerSettings, client: KubeClient, *, identity: str = "") -> Context:
         return cls(
             kube=client,
             network=NetworkConfig(
@@ -110,15 +112,23 @@ def plan_for(ctx: Context, body: Mapping[str, Any], observed_namespace: Mapping[
     nfs = ((body.get("spec") or {}).get("nfs") or {}).get("server")
     addresses: list[str] = []
     plan = reconcile.reconcile_tenancy(
-        body, network=ctx.network, observed_namespace=observed_namespace, pod_security_level=ctx.pod_security_level,
-        api_access=ctx.api_access, allocation_mode=ctx.allocation_mode,
+        body,
+        network=ctx.network,
+        observed_namespace=observed_namespace,
+        pod_security_level=ctx.pod_security_level,
+        api_access=ctx.api_access,
+        allocation_mode=ctx.allocation_mode,
     )
     if plan.tenancy.spec.nfs is not None and plan.tenancy.spec.nfs.server_ip is None and nfs:
         addresses = ctx.resolve(nfs)
         plan = reconcile.reconcile_tenancy(
-            body, network=ctx.network, observed_namespace=observed_namespace, nfs_addresses=addresses,
+            body,
+            network=ctx.network,
+            observed_namespace=observed_namespace,
+            nfs_addresses=addresses,
             pod_security_level=ctx.pod_security_level,
-            api_access=ctx.api_access, allocation_mode=ctx.allocation_mode,
+            api_access=ctx.api_access,
+            allocation_mode=ctx.allocation_mode,
         )
     return plan
 
@@ -138,8 +148,9 @@ def _component_outcome(comp: str, actions: list[tuple[str, dict[str, Any]]], pla
 
 def _failure_outcome(comp: str, obj: Mapping[str, Any], exc: Exception) -> reconcile.Outcome:
     if isinstance(exc, errors.NotFound) and obj.get("kind") == "CiliumNetworkPolicy":
-        return reconcile.Outcome(False, "CiliumNotInstalled",
-                                 f"the API server does not serve {obj['apiVersion']} CiliumNetworkPolicy: {exc}")
+        return reconcile.Outcome(
+            False, "CiliumNotInstalled", f"the API server does not serve {obj['apiVersion']} CiliumNetworkPolicy: {exc}"
+        )
     if isinstance(exc, errors.Forbidden):
         return reconcile.Outcome(False, "Forbidden", str(exc))
     if isinstance(exc, errors.Invalid):
@@ -147,8 +158,9 @@ def _failure_outcome(comp: str, obj: Mapping[str, Any], exc: Exception) -> recon
     return reconcile.Outcome(False, type(exc).__name__, str(exc))
 
 
-def _observe_and_plan(ctx: Context, body: Mapping[str, Any], name: str, previous: Mapping[str, Any]
-                      ) -> tuple[reconcile.Plan, dict[str, Any] | None, dict[str, Any] | None]:
+def _observe_and_plan(
+    ctx: Context, body: Mapping[str, Any], name: str, previous: Mapping[str, Any]
+) -> tuple[reconcile.Plan, dict[str, Any] | None, dict[str, Any] | None]:
     """The plan, the namespace observed before it, and the namespace this call created (if it did).
 
     A Tenancy never reconciled (no status phase yet) most likely has no namespace: it is
@@ -173,9 +185,14 @@ def _observe_and_plan(ctx: Context, body: Mapping[str, Any], name: str, previous
     return plan_for(ctx, body, namespace), namespace, None
 
 
-def _apply_component(ctx: Context, name: str, comp: str, plan: reconcile.Plan, fresh: bool,
-                     first: tuple[str, dict[str, Any]] | None = None
-                     ) -> tuple[reconcile.Outcome, Exception | None, bool]:
+def _apply_component(
+    ctx: Context,
+    name: str,
+    comp: str,
+    plan: reconcile.Plan,
+    fresh: bool,
+    first: tuple[str, dict[str, Any]] | None = None,
+) -> tuple[reconcile.Outcome, Exception | None, bool]:
     """Apply one component's objects in order.
 
     Returns its outcome, the error that calls for a retry, and whether what follows is fresh
@@ -203,8 +220,14 @@ def _apply_component(ctx: Context, name: str, comp: str, plan: reconcile.Plan, f
             if actions[-1][0] in (kube.CREATED, kube.REPLACED):
                 # creations at DEBUG: a new tenancy's are said by its phase line (one line, not
                 # eight, per tenancy in a burst); a replace repairs drift and is worth INFO
-                log.log(logging.DEBUG if actions[-1][0] == kube.CREATED else logging.INFO,
-                        "tenancy %s: %s %s %s", name, obj["kind"], obj["metadata"]["name"], actions[-1][0])
+                log.log(
+                    logging.DEBUG if actions[-1][0] == kube.CREATED else logging.INFO,
+                    "tenancy %s: %s %s %s",
+                    name,
+                    obj["kind"],
+                    obj["metadata"]["name"],
+                    actions[-1][0],
+                )
     except (errors.KubeError, errors.NotReadyYet) as exc:
         return _failure_outcome(comp, obj, exc), exc, fresh
     outcome = _component_outcome(comp, actions, plan)
@@ -235,8 +258,12 @@ def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
             _write_status(ctx, name, previous, status)
             return status
         except errors.NotReadyYet as exc:
-            status = {**previous, "phase": reconcile.PENDING, "namespace": crds.tenant_namespace(name),
-                      "message": str(exc)}
+            status = {
+                **previous,
+                "phase": reconcile.PENDING,
+                "namespace": crds.tenant_namespace(name),
+                "message": str(exc),
+            }
             _write_status(ctx, name, previous, status)
             raise
         fresh = namespace is None  # a namespace created in this pass holds nothing yet
@@ -244,7 +271,8 @@ def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         outcomes: dict[str, reconcile.Outcome] = {}
         retry: Exception | None = None
         outcomes[reconcile.NAMESPACE], retry, fresh = _apply_component(
-            ctx, name, reconcile.NAMESPACE, plan, fresh, first)
+            ctx, name, reconcile.NAMESPACE, plan, fresh, first
+        )
         if retry is None:  # else nothing can live in a namespace that is not there
             rest = [c for c in reconcile.COMPONENTS if c != reconcile.NAMESPACE]
             futures = {c: ctx.pool.submit(_apply_component, ctx, name, c, plan, fresh) for c in rest}
@@ -253,8 +281,14 @@ def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
                 retry = retry or error
         status = reconcile.tenancy_status(plan, outcomes, previous=previous, now=ctx.now())
         if status["phase"] != previous.get("phase"):
-            log.info("tenancy %s: phase %s -> %s (%s)%s", name, previous.get("phase"), status["phase"],
-                     status["message"], f" by {ctx.identity}" if ctx.identity else "")
+            log.info(
+                "tenancy %s: phase %s -> %s (%s)%s",
+                name,
+                previous.get("phase"),
+                status["phase"],
+                status["message"],
+                f" by {ctx.identity}" if ctx.identity else "",
+            )
         _write_status(ctx, name, previous, status)
         if retry is not None:
             raise retry
@@ -295,18 +329,28 @@ def finalize_tenancy(ctx: Context, body: Mapping[str, Any]) -> None:
                     log.info("tenancy %s: deleting pod %s/%s", name, ns_name, pm["name"])
             if pods:
                 exc = errors.PodsRemaining(ns_name, sorted(pods))
-                _write_status(ctx, name, previous,
-                              reconcile.terminating_status(body, str(exc), previous=previous, now=ctx.now()))
+                _write_status(
+                    ctx, name, previous, reconcile.terminating_status(body, str(exc), previous=previous, now=ctx.now())
+                )
                 raise exc
-            _write_status(ctx, name, previous, reconcile.terminating_status(
-                body, f"removing the objects of {ns_name}", previous=previous, now=ctx.now()))
+            _write_status(
+                ctx,
+                name,
+                previous,
+                reconcile.terminating_status(
+                    body, f"removing the objects of {ns_name}", previous=previous, now=ctx.now()
+                ),
+            )
             for kind, child in (
                 ("CiliumNetworkPolicy", "tenant-isolation"),
                 ("NetworkPolicy", "tenant-isolation"),
                 ("ResourceQuota", "tenant-quota"),
                 ("LimitRange", "tenant-limits"),
                 ("PersistentVolumeClaim", "tenant-storage"),
-                *(("ResourceClaimTemplate", t) for t in (claim_template_name_list() if ctx.allocation_mode == "dra" else [])),
+                *(
+                    ("ResourceClaimTemplate", t)
+                    for t in (claim_template_name_list() if ctx.allocation_mode == "dra" else [])
+                ),
             ):
                 try:
                     _delete_if_owned(ctx, kind, child, ns_name, uid)
@@ -332,8 +376,13 @@ def _desired_plan(ctx: Context, tenancy: Mapping[str, Any]) -> reconcile.Plan:
     with ctx.plans_guard:
         plan = ctx.plans.get(key)
     if plan is None:
-        plan = reconcile.reconcile_tenancy(tenancy, network=ctx.network, pod_security_level=ctx.pod_security_level,
-                                           api_access=ctx.api_access, allocation_mode=ctx.allocation_mode)
+        plan = reconcile.reconcile_tenancy(
+            tenancy,
+            network=ctx.network,
+            pod_security_level=ctx.pod_security_level,
+            api_access=ctx.api_access,
+            allocation_mode=ctx.allocation_mode,
+        )
         with ctx.plans_guard:
             if len(ctx.plans) >= PLAN_CACHE_SIZE:
                 ctx.plans.pop(next(iter(ctx.plans)))  # the oldest entry
@@ -350,7 +399,11 @@ def child_drifted(ctx: Context, tenancy: Mapping[str, Any], child: Mapping[str, 
     meta = child.get("metadata") or {}
     for desired in plan.objects:
         dm = desired["metadata"]
-        if desired["kind"] == child.get("kind") and dm["name"] == meta.get("name") and dm.get("namespace") == meta.get("namespace"):
+        if (
+            desired["kind"] == child.get("kind")
+            and dm["name"] == meta.get("name")
+            and dm.get("namespace") == meta.get("namespace")
+        ):
             if desired["kind"] == "Namespace" and not reconcile.owned_by(child, plan.tenancy.uid):
                 desired = {**desired, "metadata": {k: v for k, v in dm.items() if k != "ownerReferences"}}
             if desired["kind"] == "NetworkPolicy" and plan.tenancy.spec.nfs and plan.tenancy.spec.nfs.server_ip is None:
@@ -379,8 +432,10 @@ def children_in_sync(ctx: Context, tenancy: Mapping[str, Any], observed: list[Ma
     nfs = plan.tenancy.spec.nfs
     if nfs is not None and nfs.server_ip is None:
         return False
-    seen = {(o.get("kind"), (o.get("metadata") or {}).get("namespace"), (o.get("metadata") or {}).get("name")): o
-            for o in observed}
+    seen = {
+        (o.get("kind"), (o.get("metadata") or {}).get("namespace"), (o.get("metadata") or {}).get("name")): o
+        for o in observed
+    }
     for desired in plan.objects:
         dm = desired["metadata"]
         live = seen.get((desired["kind"], dm.get("namespace"), dm["name"]))
@@ -392,7 +447,9 @@ def children_in_sync(ctx: Context, tenancy: Mapping[str, Any], observed: list[Ma
             return False
         if desired["kind"] == "PersistentVolumeClaim":
             phase = (live.get("status") or {}).get("phase", "Pending")
-            storage = next((c for c in status.get("conditions") or [] if c.get("type") == "StorageReady"), {})
+            storage: Mapping[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "StorageReady"), {}
+            )
             if not str(storage.get("message", "")).endswith(f"claim {phase}"):
                 return False
     return all((kind, ns, name) not in seen for kind, name, ns in plan.absent)

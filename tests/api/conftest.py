@@ -96,7 +96,9 @@ def new_tenancy(admin: httpx.Client, name: str, **fields: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def module_api(tls_ca: Any, tls_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+def module_api(
+    tls_ca: Any, tls_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
     """One API server (SQLite, Kubernetes down) shared by a module's read-mostly tests.
 
     Its per-token and per-tenancy rate limits are off: a module's tests send their requests

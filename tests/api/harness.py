@@ -38,6 +38,7 @@ class ApiServer:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
         self.thread.start()
+
         def started() -> bool:
             if not self.thread.is_alive():  # type: ignore[union-attr]
                 raise RuntimeError("API server thread ended before serving")
@@ -64,8 +65,6 @@ class ApiServer:
     @property
     def worker(self) -> Any:
         return self.app.state.worker
-
-
 
 
 def write_dead_kubeconfig(path: Path) -> Path:

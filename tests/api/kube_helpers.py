@@ -41,10 +41,16 @@ def mark_tenancy_ready(k8s: Any, name: str, timeout: float = 180.0) -> dict[str,
     # as the controller does: Ready once pods can be created there (kube-controller-manager's
     # ServiceAccount controller has made the namespace's default account, which admission needs;
     # a cluster started just before, on a busy machine, takes a while to sync its controllers)
-    wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", ns)), timeout,
-             what=f"the default ServiceAccount of {ns}")
+    wait_for(
+        lambda: _exists(lambda: core.read_namespaced_service_account("default", ns)),
+        timeout,
+        what=f"the default ServiceAccount of {ns}",
+    )
     return custom.patch_cluster_custom_object_status(
-        crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name,
+        crds.GROUP,
+        crds.VERSION,
+        crds.TENANCY_PLURAL,
+        name,
         {"status": {"phase": "Ready", "namespace": ns, "observedGeneration": tenancy["metadata"].get("generation", 1)}},
     )
 
@@ -80,9 +86,14 @@ def bind_pod(k8s: Any, namespace: str, name: str, node: str) -> None:
     """The scheduler's part: bind the pod to a node."""
     core = client.CoreV1Api(k8s)
     core.create_namespaced_pod_binding(
-        name, namespace,
-        {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-         "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+        name,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        },
         _preload_content=False,
     )
 

@@ -48,7 +48,8 @@ def test_gpus_and_timeouts_take_json_integers_only(tenant: httpx.Client) -> None
         detail = _error(tenant.post("/v1/containers", json={"image": IMAGE, "gpus": value}), 422)
         assert "gpus" in detail and "integer" in detail, (value, detail)
     assert "timeout_seconds" in _error(
-        tenant.post("/v1/containers", json={"image": IMAGE, "timeout_seconds": "60"}), 422)
+        tenant.post("/v1/containers", json={"image": IMAGE, "timeout_seconds": "60"}), 422
+    )
     assert tenant.get("/v1/containers").json()["count"] == 0  # nothing stored
 
 
@@ -75,16 +76,20 @@ def test_nul_in_admin_paths_and_queries_is_refused(admin: httpx.Client) -> None:
 
 
 def test_control_characters_in_container_bodies_are_refused(tenant: httpx.Client) -> None:
-    for body in ({"image": IMAGE, "env": {"A": "x\x00y"}}, {"image": IMAGE, "args": ["ok", "bad\x00"]},
-                 {"image": IMAGE, "command": ["\x1b[2J"]}):
+    for body in (
+        {"image": IMAGE, "env": {"A": "x\x00y"}},
+        {"image": IMAGE, "args": ["ok", "bad\x00"]},
+        {"image": IMAGE, "command": ["\x1b[2J"]},
+    ):
         detail = _error(tenant.post("/v1/containers", json=body), 422)
         assert "control characters" in detail, detail
     assert tenant.get("/v1/containers").json()["count"] == 0
 
 
 def test_tabs_and_newlines_in_free_text_are_kept(tenant: httpx.Client) -> None:
-    r = tenant.post("/v1/containers", json={"image": IMAGE, "args": ["-c", "echo a\n\techo b"],
-                                            "env": {"SCRIPT": "line1\r\nline2"}})
+    r = tenant.post(
+        "/v1/containers", json={"image": IMAGE, "args": ["-c", "echo a\n\techo b"], "env": {"SCRIPT": "line1\r\nline2"}}
+    )
     assert r.status_code == 202, r.text
     assert r.json()["args"] == ["-c", "echo a\n\techo b"]
 
@@ -94,15 +99,23 @@ def test_nul_in_token_names_and_tenancy_fields_is_refused(admin: httpx.Client) -
     assert "control characters" in _error(admin.post("/v1/admin/tenancies/tokname/tokens", json={"name": "a\x00"}), 422)
     assert "control characters" in _error(
         admin.post("/v1/admin/tenancies", json={"name": "nfsnul", "nfs": {"server": "nfs.example", "path": "/x\x00"}}),
-        422)
+        422,
+    )
 
 
 # --- reserved environment names ------------------------------------------------------
 
 
 def test_env_names_that_steer_the_runtime_are_refused(tenant: httpx.Client) -> None:
-    for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-                 "CUDA_VISIBLE_DEVICES", "KUBERNETES_SERVICE_HOST", "ld_preload"):
+    for name in (
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "CUDA_VISIBLE_DEVICES",
+        "KUBERNETES_SERVICE_HOST",
+        "ld_preload",
+    ):
         detail = _error(tenant.post("/v1/containers", json={"image": IMAGE, "env": {name: "x", "OK": "y"}}), 422)
         assert repr(name) in detail
         for prefix in ("LD_*", "NVIDIA_*", "CUDA_VISIBLE_*", "KUBERNETES_*"):
@@ -117,14 +130,32 @@ def test_env_names_that_steer_the_runtime_are_refused(tenant: httpx.Client) -> N
 
 
 INTERNAL_IMAGES = [
-    "169.254.169.254/x:1", "127.0.0.1:5000/x:1", "kubernetes.default.svc/x:1", "kubernetes.default/x:1",
-    "10.0.0.7/team/x:1", "192.168.1.2:443/x", "[::1]:5000/x:1", "[fe80::1]/x", "localhost:5000/x:1",
-    "registry.kube-system.svc.cluster.local/x:1", "metadata.google.internal/x:1", "2852039166:80/x:1",
-    "0xa9.0xfe.0xa9.0xfe/x:1", "docker.example.com:2375/x:1", "node.example.com:10250/x:1", "0.0.0.0/x",
+    "169.254.169.254/x:1",
+    "127.0.0.1:5000/x:1",
+    "kubernetes.default.svc/x:1",
+    "kubernetes.default/x:1",
+    "10.0.0.7/team/x:1",
+    "192.168.1.2:443/x",
+    "[::1]:5000/x:1",
+    "[fe80::1]/x",
+    "localhost:5000/x:1",
+    "registry.kube-system.svc.cluster.local/x:1",
+    "metadata.google.internal/x:1",
+    "2852039166:80/x:1",
+    "0xa9.0xfe.0xa9.0xfe/x:1",
+    "docker.example.com:2375/x:1",
+    "node.example.com:10250/x:1",
+    "0.0.0.0/x",
 ]
-PUBLIC_IMAGES = ["ubuntu:24.04", "nvcr.io/nvidia/cuda:12.5.0-base", "ghcr.io/acme/train:1",
-                 "registry.example.com:5000/team/x:1", "8.8.8.8/x:1", "library/busybox",
-                 "2852039166/x:1"]  # no '.' or ':' in the first component: a docker.io path
+PUBLIC_IMAGES = [
+    "ubuntu:24.04",
+    "nvcr.io/nvidia/cuda:12.5.0-base",
+    "ghcr.io/acme/train:1",
+    "registry.example.com:5000/team/x:1",
+    "8.8.8.8/x:1",
+    "library/busybox",
+    "2852039166/x:1",
+]  # no '.' or ':' in the first component: a docker.io path
 
 
 def test_internal_registries_are_refused_public_ones_accepted(tenant: httpx.Client) -> None:
@@ -171,13 +202,13 @@ def test_patch_racing_delete_is_404_or_200_never_500(serve, database_url, kubeco
             assert admin.post("/v1/admin/tenancies", json={"name": name}).status_code == 201
             barrier = threading.Barrier(3)
 
-            def patch(n: str = name) -> None:
+            def patch(n: str = name, barrier: threading.Barrier = barrier) -> None:
                 with api.client() as c:
                     barrier.wait()
                     for q in range(3):
                         statuses.append(c.patch(f"/v1/admin/tenancies/{n}", json={"gpu_quota": q}).status_code)
 
-            def delete(n: str = name) -> None:
+            def delete(n: str = name, barrier: threading.Barrier = barrier) -> None:
                 with api.client() as c:
                     barrier.wait()
                     statuses.append(c.delete(f"/v1/admin/tenancies/{n}").status_code)

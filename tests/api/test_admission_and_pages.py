@@ -150,15 +150,31 @@ def test_the_counter_triggers_survive_every_migration(database_url: str) -> None
         db.upgrade(engine)
         with engine.connect() as conn:
             if db.is_postgres(engine):
-                names = conn.execute(text("SELECT tgname FROM pg_trigger WHERE tgrelid = 'container'::regclass "
-                                          "AND NOT tgisinternal")).scalars().all()
-                assert set(names) == {"container_counts_insert", "container_counts_update",
-                                      "container_counts_delete"}  # statement-level (migration 0009)
+                names = (
+                    conn.execute(
+                        text("SELECT tgname FROM pg_trigger WHERE tgrelid = 'container'::regclass AND NOT tgisinternal")
+                    )
+                    .scalars()
+                    .all()
+                )
+                assert set(names) == {
+                    "container_counts_insert",
+                    "container_counts_update",
+                    "container_counts_delete",
+                }  # statement-level (migration 0009)
             else:
-                names = conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'trigger' "
-                                          "AND tbl_name = 'container'")).scalars().all()
-                assert set(names) == {"container_gpu_usage_insert", "container_gpu_usage_update",
-                                      "container_gpu_usage_delete"}
+                names = (
+                    conn.execute(
+                        text("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'container'")
+                    )
+                    .scalars()
+                    .all()
+                )
+                assert set(names) == {
+                    "container_gpu_usage_insert",
+                    "container_gpu_usage_update",
+                    "container_gpu_usage_delete",
+                }
     finally:
         engine.dispose()
 

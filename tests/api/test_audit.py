@@ -54,11 +54,16 @@ def test_every_change_is_recorded_with_the_token_name_and_address_and_never_a_se
         assert plain.status_code == referencing.status_code == 202, (plain.text, referencing.text)
         assert c.delete(f"/v1/containers/{plain.json()['id']}").status_code == 200
         assert c.delete("/v1/secrets/hf").status_code == 204
-        assert c.post("/v1/registry-credentials", json={"server": "nvcr.io", "username": "$oauthtoken",
-                                                        "password": values[2]}).status_code == 201
+        assert (
+            c.post(
+                "/v1/registry-credentials", json={"server": "nvcr.io", "username": "$oauthtoken", "password": values[2]}
+            ).status_code
+            == 201
+        )
         assert c.delete("/v1/registry-credentials/nvcr.io").status_code == 204
-        hook = c.post("/v1/webhooks", json={"url": f"http://127.0.0.1:9/hook?key={values[3]}",
-                                            "events": ["container.failed"]})
+        hook = c.post(
+            "/v1/webhooks", json={"url": f"http://127.0.0.1:9/hook?key={values[3]}", "events": ["container.failed"]}
+        )
         assert hook.status_code == 201, hook.text
         assert c.delete(f"/v1/webhooks/{hook.json()['id']}").status_code == 204
         minted = c.post("/v1/tokens", json={"name": "dash", "scope": "read"}).json()
@@ -99,18 +104,28 @@ def test_pages_newest_first_with_a_filter_and_a_cursor(api_down: ApiServer, admi
         assert [e["target"] for e in first["data"]] == ids[::-1][:2] and first["limit"] == 2
         seen, after = [], None
         while True:
-            page = c.get("/v1/audit", params={"limit": 2, "after": after, "action": "container.submit"}
-                         if after else {"limit": 2, "action": "container.submit"}).json()
+            page = c.get(
+                "/v1/audit",
+                params={"limit": 2, "after": after, "action": "container.submit"}
+                if after
+                else {"limit": 2, "action": "container.submit"},
+            ).json()
             seen += [e["target"] for e in page["data"]]
             after = page["next"]
             if after is None:
                 break
         assert seen == ids[::-1]
         assert [e["action"] for e in c.get("/v1/audit", params={"action": "token.create"}).json()["data"]] == [
-            "token.create"]
-        for params, field in (({"after": "bm90LWEtY3Vyc29y"}, "after"), ({"after": "!"}, "after"),
-                              ({"action": "container.explode"}, "action"), ({"limit": 0}, "limit"),
-                              ({"limit": 501}, "limit"), ({"tenancy": "Not A Name"}, "tenancy")):
+            "token.create"
+        ]
+        for params, field in (
+            ({"after": "bm90LWEtY3Vyc29y"}, "after"),
+            ({"after": "!"}, "after"),
+            ({"action": "container.explode"}, "action"),
+            ({"limit": 0}, "limit"),
+            ({"limit": 501}, "limit"),
+            ({"tenancy": "Not A Name"}, "tenancy"),
+        ):
             r = c.get("/v1/audit", params=params)
             assert r.status_code == 422, (params, r.text)
             assert r.json()["detail"].startswith(f"{field}: "), (params, r.json())
@@ -134,14 +149,17 @@ def test_a_refused_or_repeated_submission_records_no_event(api_down: ApiServer, 
     assert [e["target"] for e in events] == [made.json()["id"]]
 
 
-def test_retention_prunes_old_events(
-    api_down: ApiServer, admin: httpx.Client
-) -> None:
+def test_retention_prunes_old_events(api_down: ApiServer, admin: httpx.Client) -> None:
     engine = api_down.app.state.engine
     owner = new_tenancy(admin, "kept")
     with Session(engine) as session:
-        old = audit.values(Actor("tok_old", "old", "10.0.0.1"), tenancy="kept", action=AuditAction.SECRET_DELETE,
-                           target="gone", at=utcnow() - timedelta(days=91))
+        old = audit.values(
+            Actor("tok_old", "old", "10.0.0.1"),
+            tenancy="kept",
+            action=AuditAction.SECRET_DELETE,
+            target="gone",
+            at=utcnow() - timedelta(days=91),
+        )
         session.execute(insert(AuditEvent.__table__), old)  # type: ignore[attr-defined]
         session.commit()
     with api_down.client(owner) as c:
@@ -152,9 +170,7 @@ def test_retention_prunes_old_events(
         assert [e["action"] for e in c.get("/v1/audit").json()["data"]] == ["token.create"]
 
 
-def test_a_deleted_tenancys_trail_is_hidden_from_a_new_tenancy_of_the_same_name(
-    api_up: ApiServer, k8s: Any
-) -> None:
+def test_a_deleted_tenancys_trail_is_hidden_from_a_new_tenancy_of_the_same_name(api_up: ApiServer, k8s: Any) -> None:
     with api_up.client() as admin:
         first = new_tenancy(admin, "reborn")
         with api_up.client(first) as c:
@@ -169,8 +185,9 @@ def test_the_hooks_for_exec_volumes_and_endpoints_record(api_down: ApiServer, ad
     owner = new_tenancy(admin, "hooks")
     who = Actor("tok_x", "ops-bot", "192.0.2.7")
     with Session(api_down.app.state.engine) as session:
-        audit.exec_started(session, who, tenancy="hooks", container_id="c0ffee", command=["sh", "-c", "echo $((6*7))"],
-                           tty=False)
+        audit.exec_started(
+            session, who, tenancy="hooks", container_id="c0ffee", command=["sh", "-c", "echo $((6*7))"], tty=False
+        )
         audit.exec_started(session, who, tenancy="hooks", container_id="c0ffee", command=["x" * 300], tty=True)
         audit.volume_changed(session, who, tenancy="hooks", volume="scratch", change="create")
         audit.endpoint_changed(session, who, tenancy="hooks", endpoint="notebook", change="delete")
@@ -203,10 +220,18 @@ def test_migration_0010_goes_down_and_up(engine: Engine) -> None:
     from alembic.config import Config
 
     with Session(engine) as session:
-        session.execute(insert(AuditEvent.__table__), audit.values(  # type: ignore[attr-defined]
-            Actor("tok_a", "a", None), tenancy="t", action=AuditAction.TOKEN_CREATE, target="tok_b"))
-        session.execute(text("INSERT INTO api_token (id, tenancy, token_hash, name, created_at, created_by) "
-                             "VALUES ('tok_b', 't', 'h', 'b', CURRENT_TIMESTAMP, 'tok_a')"))
+        session.execute(
+            insert(AuditEvent.__table__),
+            audit.values(  # type: ignore[attr-defined]
+                Actor("tok_a", "a", None), tenancy="t", action=AuditAction.TOKEN_CREATE, target="tok_b"
+            ),
+        )
+        session.execute(
+            text(
+                "INSERT INTO api_token (id, tenancy, token_hash, name, created_at, created_by) "
+                "VALUES ('tok_b', 't', 'h', 'b', CURRENT_TIMESTAMP, 'tok_a')"
+            )
+        )
         session.commit()
     cfg = Config()
     cfg.set_main_option("script_location", str(db.MIGRATIONS))

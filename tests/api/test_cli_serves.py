@@ -26,6 +26,7 @@ def _free_port() -> int:
 
 def _run_until_healthy(args: list[str], env: dict[str, str], url: str, verify: Any) -> subprocess.Popen[str]:
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     def healthy() -> bool:
         assert proc.poll() is None, proc.communicate()[1]
         try:
@@ -55,13 +56,15 @@ def test_gpucaas_api_serves_https_and_prints_the_admin_token_once(
     verify = ssl.create_default_context()
     tls_ca.configure_trust(verify)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
-    env.update({
-        "GPUCAAS_DATABASE_URL": f"sqlite:///{tmp_path / 'api.db'}",
-        "GPUCAAS_KUBECONFIG": str(write_dead_kubeconfig(tmp_path / "kubeconfig")),
-        "GPUCAAS_TLS_CERT": str(tls_pair[0]),
-        "GPUCAAS_TLS_KEY": str(tls_pair[1]),
-        "GPUCAAS_LOG_LEVEL": "WARNING",
-    })
+    env.update(
+        {
+            "GPUCAAS_DATABASE_URL": f"sqlite:///{tmp_path / 'api.db'}",
+            "GPUCAAS_KUBECONFIG": str(write_dead_kubeconfig(tmp_path / "kubeconfig")),
+            "GPUCAAS_TLS_CERT": str(tls_pair[0]),
+            "GPUCAAS_TLS_KEY": str(tls_pair[1]),
+            "GPUCAAS_LOG_LEVEL": "WARNING",
+        }
+    )
     args = [sys.executable, "-m", "gpucaas", "api", "--host", "127.0.0.1", "--port", str(port)]
 
     proc = _run_until_healthy(args, env, url, verify)
@@ -73,9 +76,12 @@ def test_gpucaas_api_serves_https_and_prints_the_admin_token_once(
     proc = _run_until_healthy(args, env, url, verify)
     r: httpx.Response | None = None
     try:
-        r = httpx.post(f"{url}/v1/containers", verify=verify, headers={"Authorization": f"Bearer {token}"},
-                       json={"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8",
-                             "tenancy": "landon"})
+        r = httpx.post(
+            f"{url}/v1/containers",
+            verify=verify,
+            headers={"Authorization": f"Bearer {token}"},
+            json={"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"},
+        )
     finally:
         err_second = _stop(proc)
     assert r is not None and r.status_code == 202, r.text if r is not None else None

@@ -5,16 +5,17 @@ the API on the local cluster, the tests playing the scheduler and the kubelet: s
 submit a 2-GPU container, see it reach Running and its log lines arrive, cancel it, mint
 a ``read`` token (whose console offers no submission and no tokens) and revoke it. Every
 request the pages make goes to 127.0.0.1. Screenshots of the main pages are kept under the
-test's tmp folder (``console-shots``); with ``GPUCAAS_UPDATE_DOCS_IMAGES=1`` the containers list is copied to docs/img/console.png.
+test's tmp folder (``console-shots``); with ``GPUCAAS_UPDATE_DOCS_IMAGES=1`` the containers list
+is copied to docs/img/console.png.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,12 +29,21 @@ from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
 
 DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "console.png"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage",
-                 # nothing but the API: other names do not resolve, and a dead proxy takes the rest
-                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                 "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=127.0.0.1"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    # nothing but the API: other names do not resolve, and a dead proxy takes the rest
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--proxy-server=http://127.0.0.1:9",
+    "--proxy-bypass-list=127.0.0.1",
+]
 
 
 def test_the_console_is_served_with_its_csp_and_holds_no_inline_code(module_api: ApiServer) -> None:
@@ -41,8 +51,13 @@ def test_the_console_is_served_with_its_csp_and_holds_no_inline_code(module_api:
     with module_api.client(None) as anon:
         root = anon.get("/console")
         assert root.status_code == 308 and root.headers["location"] == "/console/"
-        for path in ("/console/", "/console/console.css", "/console/js/app.js", "/console/js/pages.js",
-                     "/console/missing.js"):
+        for path in (
+            "/console/",
+            "/console/console.css",
+            "/console/js/app.js",
+            "/console/js/pages.js",
+            "/console/missing.js",
+        ):
             r = anon.get(path)
             assert r.status_code == (404 if "missing" in path else 200), path
             assert r.headers["content-security-policy"] == CSP, path
@@ -83,8 +98,10 @@ def _context(browser: Any, requests: list[str], problems: list[str]) -> Any:
     context.set_default_timeout(30_000)
     context.on("request", lambda r: requests.append(r.url))
     # a request cut because the page moved on (a log follow, a refresh in flight) is no failure
-    context.on("requestfailed", lambda r: problems.append(f"failed {r.url}: {r.failure}")
-               if "ERR_ABORTED" not in (r.failure or "") else None)
+    context.on(
+        "requestfailed",
+        lambda r: problems.append(f"failed {r.url}: {r.failure}") if "ERR_ABORTED" not in (r.failure or "") else None,
+    )
 
     def console_message(msg: Any) -> None:
         if "Content Security Policy" in msg.text or "Refused to" in msg.text:
@@ -96,8 +113,13 @@ def _context(browser: Any, requests: list[str], problems: list[str]) -> Any:
 
 
 def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console(
-    serve: Callable[..., ApiServer], sqlite_url: str, kubeconfig: Path, k8s: Any, node_logs: Any,
-    browser: Any, tmp_path: Path,
+    serve: Callable[..., ApiServer],
+    sqlite_url: str,
+    kubeconfig: Path,
+    k8s: Any,
+    node_logs: Any,
+    browser: Any,
+    tmp_path: Path,
 ) -> None:
     from playwright.sync_api import expect
 
@@ -123,7 +145,14 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     assert page.evaluate("localStorage.length") == 0
     assert page.text_content("#who") == "console · test (admin)"
     assert page.locator("nav a").all_text_contents() == [
-        "Containers", "Usage", "Volumes", "Secrets", "Registry credentials", "Tokens", "Audit"]
+        "Containers",
+        "Usage",
+        "Volumes",
+        "Secrets",
+        "Registry credentials",
+        "Tokens",
+        "Audit",
+    ]
 
     # a volume: created through its page, listed with its size (no provisioner here: Pending)
     page.click("nav >> text=Volumes")
@@ -158,7 +187,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     page.select_option("#gpus", "2")
     page.fill("#env", "EPOCHS=3")
     page.fill("#secret-env", "HF_TOKEN=hf")
-    assert page.locator("#ports").count() == 0  # the API has no ports yet: not offered
+    page.fill("#ports", "8888, 6006:public")
     page.screenshot(path=shots / "new-container.png")
     page.click("#submit-form button[type=submit]")
     page.wait_for_url(re.compile(r"#/containers/[0-9a-f]+$"))
@@ -168,14 +197,34 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
         submitted = c.get(f"/v1/containers/{cid}").json()
     assert submitted["gpus"] == 2 and submitted["env"]["HF_TOKEN"] == {"secret": "hf"}
     assert set(submitted["env"]) == {"EPOCHS", "HF_TOKEN"}
+    assert submitted["ports"] == [{"port": 8888, "public": False}, {"port": 6006, "public": True}]
+    endpoint = f"https://{cid}-6006.endpoints.gpucaas.internal"
+    page.wait_for_selector(f"#endpoints >> text={endpoint}")
+    assert "port 8888, private" in page.text_content("#endpoints")
+    assert page.locator("#endpoints a.endpoint").nth(1).get_attribute("href") == endpoint
 
     # the scheduler and the kubelet: bound to the logs node, running, writing its log
     wait_for(lambda: get_pod(k8s, ns, pod), 60, what="the API's pod")
     node_logs.write(ns, pod, "step 1\n")
     started = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    set_pod_status(k8s, ns, pod, {"phase": "Running", "containerStatuses": [
-        {"name": "main", "ready": True, "restartCount": 0, "image": "x", "imageID": "",
-         "state": {"running": {"startedAt": started}}}]})
+    set_pod_status(
+        k8s,
+        ns,
+        pod,
+        {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"running": {"startedAt": started}},
+                }
+            ],
+        },
+    )
     page.wait_for_selector("#container-status >> text=Running")
     expect(page.locator("#log")).to_contain_text("step 1")  # (no wait_for_function: the CSP forbids eval)
     node_logs.write(ns, pod, "step 2\nloss 0.42\n")
@@ -188,9 +237,22 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     with api.client(token) as c:
         waiting = c.post("/v1/containers", json={"image": "nvcr.io/nvidia/pytorch:24.05-py3", "gpus": 4}).json()["id"]
     wait_for(lambda: get_pod(k8s, ns, f"gpucaas-{waiting}"), 60, what="the second pod")
-    set_pod_status(k8s, ns, f"gpucaas-{waiting}", {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-         "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]})
+    set_pod_status(
+        k8s,
+        ns,
+        f"gpucaas-{waiting}",
+        {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    )
     page.goto(f"{api.base_url}/console/#/containers")
     page.wait_for_selector(f"#containers >> text={cid}")
     page.wait_for_selector("#containers >> text=Insufficient nvidia.com/gpu")
@@ -206,6 +268,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     page.click("#cancel")
     page.click("#cancel")
     page.wait_for_selector("#container-status >> text=Cancelled")
+    page.wait_for_selector("#endpoints >> text=None: the container has ended.")
     with api.client(token) as c:
         assert c.get(f"/v1/containers/{cid}").json()["status"] == "Cancelled"
 
@@ -226,7 +289,12 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     reader.click("#signin button[type=submit]")
     reader.wait_for_selector("#containers")
     assert reader.locator("nav a").all_text_contents() == [
-        "Containers", "Usage", "Volumes", "Secrets", "Registry credentials"]
+        "Containers",
+        "Usage",
+        "Volumes",
+        "Secrets",
+        "Registry credentials",
+    ]
     assert reader.locator("text=New container").count() == 0
     reader.click("nav >> text=Volumes")
     reader.wait_for_selector("#list >> text=scratch")
@@ -273,8 +341,11 @@ def test_ports_volumes_and_endpoints_appear_once_the_api_offers_them(module_api:
     app = module_api.app
     spec = app.openapi()
     saved = app.openapi_schema
-    offered = {**spec, "paths": {**spec["paths"], "/v1/volumes": {"get": {"responses": {}}}},
-               "components": {**spec["components"], "schemas": {**spec["components"]["schemas"]}}}
+    offered = {
+        **spec,
+        "paths": {**spec["paths"], "/v1/volumes": {"get": {"responses": {}}}},
+        "components": {**spec["components"], "schemas": {**spec["components"]["schemas"]}},
+    }
     schemas = offered["components"]["schemas"]
     for name, field in (("ContainerCreate", "ports"), ("ContainerCreate", "volumes"), ("ContainerPublic", "endpoints")):
         schemas[name] = {**schemas[name], "properties": {**schemas[name]["properties"], field: {}}}

@@ -32,8 +32,9 @@ def submit(engine: Engine, tenancy: str, n: int) -> list[str]:
     ids = []
     with Session(engine) as session:
         for _ in range(n):
-            row, created = crud.submit_container(session, tenancy_name=tenancy,
-                                                 data=ContainerCreate(image=IMAGE, gpus=1), idempotency_key=None)
+            row, created = crud.submit_container(
+                session, tenancy_name=tenancy, data=ContainerCreate(image=IMAGE, gpus=1), idempotency_key=None
+            )
             assert created
             ids.append(row.id)
     return ids

@@ -46,12 +46,27 @@ def _headless(api: ApiServer, tmp_path: Path, *mode: str) -> subprocess.Complete
     """Chromium with no network but the API: every other host fails to resolve and a dead proxy
     takes whatever is not loopback."""
     return subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         f"--user-data-dir={tmp_path / 'profile'}", "--ignore-certificate-errors",
-         "--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-         "--no-first-run", "--virtual-time-budget=20000", "--window-size=1280,1600", *mode,
-         f"{api.base_url}/docs"],
-        capture_output=True, text=True, timeout=None, check=False, cwd=tmp_path,
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--ignore-certificate-errors",
+            "--proxy-server=http://127.0.0.1:9",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            "--no-first-run",
+            "--virtual-time-budget=20000",
+            "--window-size=1280,1600",
+            *mode,
+            f"{api.base_url}/docs",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=None,
+        check=False,
+        cwd=tmp_path,
     )
 
 

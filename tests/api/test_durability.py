@@ -3,7 +3,7 @@ between creating a pod and recording it, and two replicas sharing one queue."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,9 @@ def test_kubernetes_outage_queues_then_completes(
     own_cluster.stop_apiserver()  # Kubernetes goes away
     with api.client(token) as c:
         ids = [c.post("/v1/containers", json={"image": IMAGE}).json()["id"] for _ in range(4)]
-        queued = wait_for(lambda: all("Kubernetes unavailable" in (c.get(f"/v1/containers/{i}").json()["message"] or "")
-                                      for i in ids))
+        queued = wait_for(
+            lambda: all("Kubernetes unavailable" in (c.get(f"/v1/containers/{i}").json()["message"] or "") for i in ids)
+        )
         assert queued
         assert set(statuses(api, token).values()) == {"Queued"}
         assert c.get("/readyz").status_code == 503

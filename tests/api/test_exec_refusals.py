@@ -23,9 +23,19 @@ from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready, set_pod_status
 
-RUNNING = {"phase": "Running", "containerStatuses": [
-    {"name": "main", "ready": True, "restartCount": 0, "image": "x", "imageID": "",
-     "state": {"running": {"startedAt": "2026-01-02T03:00:00Z"}}}]}
+RUNNING = {
+    "phase": "Running",
+    "containerStatuses": [
+        {
+            "name": "main",
+            "ready": True,
+            "restartCount": 0,
+            "image": "x",
+            "imageID": "",
+            "state": {"running": {"startedAt": "2026-01-02T03:00:00Z"}},
+        }
+    ],
+}
 
 
 @pytest.fixture
@@ -33,16 +43,26 @@ def api(kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str) ->
     return serve(database_url, kubeconfig)
 
 
-def refused(api: ApiServer, token: str | None, cid: str, query: str = "command=true",
-            protocols: tuple[str, ...] = ("v5.channel.k8s.io",)) -> tuple[int, dict[str, Any]]:
+def refused(
+    api: ApiServer,
+    token: str | None,
+    cid: str,
+    query: str = "command=true",
+    protocols: tuple[str, ...] = ("v5.channel.k8s.io",),
+) -> tuple[int, dict[str, Any]]:
     """The status and body of a refused exec upgrade (the test fails if it was accepted)."""
     ctx = ssl.create_default_context()
     api.ca.configure_trust(ctx)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     url = f"wss://127.0.0.1:{api.port}/v1/containers/{cid}/exec?{query}"
     try:
-        with connect(url, ssl=ctx, additional_headers=headers, subprotocols=list(protocols),  # type: ignore[arg-type]
-                     open_timeout=30):
+        with connect(
+            url,
+            ssl=ctx,
+            additional_headers=headers,
+            subprotocols=list(protocols),  # type: ignore[arg-type]
+            open_timeout=30,
+        ):
             pass
     except InvalidStatus as exc:
         return exc.response.status_code, json.loads(exc.response.body or b"{}")

@@ -65,8 +65,9 @@ def test_retention_prunes_finished_containers_and_their_pods(
         wait_for(lambda: all(get_pod(k8s, "tenant-old", f"gpucaas-{c}") is None for c in ids[:2]), what="cancelled")
     engine = api.app.state.engine
     with Session(engine) as session:  # the first finished 40 days ago, the second just now
-        session.exec(update(Container).where(col(Container.id) == ids[0])
-                     .values(finished_at=utcnow() - timedelta(days=40)))
+        session.exec(
+            update(Container).where(col(Container.id) == ids[0]).values(finished_at=utcnow() - timedelta(days=40))
+        )
         session.commit()
     assert retention.prune(engine, api.app.state.kube, days=30) == 1
     with Session(engine) as session:
@@ -75,8 +76,11 @@ def test_retention_prunes_finished_containers_and_their_pods(
     assert get_pod(k8s, "tenant-old", f"gpucaas-{ids[2]}") is not None
     # a long-finished container whose pod (and its logs) still exists: the pod goes first
     with Session(engine) as session:
-        session.exec(update(Container).where(col(Container.id) == ids[2])
-                     .values(status="Succeeded", finished_at=utcnow() - timedelta(days=31)))
+        session.exec(
+            update(Container)
+            .where(col(Container.id) == ids[2])
+            .values(status="Succeeded", finished_at=utcnow() - timedelta(days=31))
+        )
         session.commit()
     assert retention.prune(engine, api.app.state.kube, days=30) == 1
     assert get_pod(k8s, "tenant-old", f"gpucaas-{ids[2]}") is None

@@ -10,11 +10,23 @@ from services.api.inventory import dra_gpu_counts, node_summaries
 from services.dra_driver.slices import PublishedGpu, build_slices
 
 
-def _board(node: str, unallocatable: set[int] = frozenset(), missing: set[int] = frozenset(),
-           held: set[int] = frozenset(), generation: int = 1) -> list[dict]:
-    gpus = [PublishedGpu(i, f"0000:{i:02x}:00.0", allocatable=i not in unallocatable,
-                         held_by="admin:partition-3" if i in held else None)
-            for i in range(1, 9) if i not in missing]
+def _board(
+    node: str,
+    unallocatable: set[int] = frozenset(),
+    missing: set[int] = frozenset(),
+    held: set[int] = frozenset(),
+    generation: int = 1,
+) -> list[dict]:
+    gpus = [
+        PublishedGpu(
+            i,
+            f"0000:{i:02x}:00.0",
+            allocatable=i not in unallocatable,
+            held_by="admin:partition-3" if i in held else None,
+        )
+        for i in range(1, 9)
+        if i not in missing
+    ]
     return build_slices(node, gpus, generation=generation)
 
 
@@ -36,13 +48,20 @@ def test_a_missing_gpu_is_not_counted_and_old_generations_are_ignored() -> None:
 
 
 def test_other_drivers_slices_are_ignored() -> None:
-    other = {"spec": {"driver": "gpu.example.com", "nodeName": "n1", "pool": {"name": "n1", "generation": 9},
-                      "sharedCounters": [{"name": "x", "counters": {"a": {"value": "1"}}}]}}
+    other = {
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 9},
+            "sharedCounters": [{"name": "x", "counters": {"a": {"value": "1"}}}],
+        }
+    }
     assert dra_gpu_counts([other, *_board("n1")]) == {"n1": (8, 8)}
 
 
 def test_node_rows_take_the_dra_counts_and_zero_for_a_node_without_slices() -> None:
-    nodes = [{"metadata": {"name": n}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-             for n in ("n1", "n2")]
+    nodes = [
+        {"metadata": {"name": n}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}} for n in ("n1", "n2")
+    ]
     rows = node_summaries(nodes, [], "nvidia.com/gpu", _board("n1", unallocatable={5}))
     assert [(r["name"], r["gpu_capacity"], r["gpu_allocatable"]) for r in rows] == [("n1", 8, 7), ("n2", 0, 0)]

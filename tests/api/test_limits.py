@@ -72,17 +72,20 @@ def test_a_hundred_follows_do_not_stall_other_tenants(
 
         # submissions keep moving: the quiet tenant's container gets its pod
         qid = quiet.post("/v1/containers", json={"image": IMAGE}).json()["id"]
-        wait_for(lambda: quiet.get(f"/v1/containers/{qid}").json()["status"] == "Pending",
-                 what="the worker to create the quiet tenant's pod")
+        wait_for(
+            lambda: quiet.get(f"/v1/containers/{qid}").json()["status"] == "Pending",
+            what="the worker to create the quiet tenant's pod",
+        )
         assert anon.get("/readyz").status_code == 200
 
         # the streams still deliver
         node_logs.write("tenant-noisy", f"gpucaas-{cid}", "step 2\n")
     # closing the streams gives their slots back
     wait_for(lambda: limiter.open_streams(tenancy="noisy") == 0, what="stream slots released")
-    with api.client(noisy_token) as again, again.stream(
-        "GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}
-    ) as r:
+    with (
+        api.client(noisy_token) as again,
+        again.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}) as r,
+    ):
         assert r.status_code == 200
 
 
@@ -127,7 +130,11 @@ def test_requests_in_flight_per_client_address_are_capped(
     token, cid = _running_container(api, k8s, node_logs, "crowded")
     with api.client(token) as c, ExitStack() as streams:
         for _ in range(3):
-            assert streams.enter_context(c.stream("GET", f"/v1/containers/{cid}/logs",
-                                                  params={"follow": "true"})).status_code == 200
+            assert (
+                streams.enter_context(
+                    c.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"})
+                ).status_code
+                == 200
+            )
         r = c.get("/v1/containers")
         assert r.status_code == 429 and "in flight" in r.json()["detail"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,19 @@ from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
 
-TERMINATED_OK = {"phase": "Succeeded", "containerStatuses": [
-    {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
-     "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}}}]}
+TERMINATED_OK = {
+    "phase": "Succeeded",
+    "containerStatuses": [
+        {
+            "name": "main",
+            "ready": False,
+            "restartCount": 0,
+            "image": "x",
+            "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}},
+        }
+    ],
+}
 
 
 @pytest.fixture
@@ -49,13 +58,25 @@ def _started(api: ApiServer, k8s: Any, tenancy: str) -> tuple[str, str, str]:
 
 def _curl(api: ApiServer, ca_file: Path, token: str, path: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        ["curl", "-sS", "-N", "--fail", "--cacert", str(ca_file), "-H", f"Authorization: Bearer {token}",
-         f"{api.base_url}{path}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            "curl",
+            "-sS",
+            "-N",
+            "--fail",
+            "--cacert",
+            str(ca_file),
+            "-H",
+            f"Authorization: Bearer {token}",
+            f"{api.base_url}{path}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
-def test_httpx_reads_a_followed_log_to_its_end_when_the_container_ends(api: ApiServer, k8s: Any, node_logs: Any) -> None:
+def test_httpx_reads_a_followed_log_to_its_end_when_the_container_ends(
+    api: ApiServer, k8s: Any, node_logs: Any
+) -> None:
     token, cid, pod = _started(api, k8s, "follow")
     node_logs.write("tenant-follow", pod, "step 1\n")
     with api.client(token) as c, c.stream("GET", f"/v1/containers/{cid}/logs", params={"follow": "true"}) as stream:
@@ -105,7 +126,9 @@ def test_curl_follow_exits_0_when_the_container_is_cancelled_and_the_log_stays(
     assert kept.status_code == 200 and kept.text == "epoch 1 loss 0.9\n"
 
 
-def test_a_client_that_leaves_a_follow_early_does_not_break_the_server(api: ApiServer, k8s: Any, node_logs: Any) -> None:
+def test_a_client_that_leaves_a_follow_early_does_not_break_the_server(
+    api: ApiServer, k8s: Any, node_logs: Any
+) -> None:
     token, cid, pod = _started(api, k8s, "leaver")
     node_logs.write("tenant-leaver", pod, "hello\n")
     with api.client(token) as c:
@@ -132,7 +155,7 @@ def test_the_log_of_a_finished_container_is_served_after_its_pod_is_gone(
         followed = c.get(f"/v1/containers/{cid}/logs", params={"follow": "true"})
     assert len(r.text.encode()) <= 2048
     assert r.text.endswith(lines[-1]) and r.text.startswith("line ")  # cut on a line boundary
-    assert r.text == "".join(lines[-len(r.text.splitlines()):])
+    assert r.text == "".join(lines[-len(r.text.splitlines()) :])
     assert tail.text == lines[-2] + lines[-1]
     assert followed.status_code == 200 and followed.text == r.text
     with api.client() as admin:
@@ -147,7 +170,12 @@ def test_the_log_of_a_finished_container_is_served_after_its_pod_is_gone(
 def test_bounded_tail_cuts_on_a_line_boundary() -> None:
     from services.api.log_archive import bounded_tail
 
-    cases = [("short\n", 100, ("short\n", False)), ("aaaa\nbbbb\ncccc\n", 11, ("bbbb\ncccc\n", True)), ("aaaa\nbbbb\ncccc\n", 9, ("cccc\n", True)),
-             ("no newline at all", 5, ("t all", True)), ("é" * 10, 5, ("éé", True))]
+    cases = [
+        ("short\n", 100, ("short\n", False)),
+        ("aaaa\nbbbb\ncccc\n", 11, ("bbbb\ncccc\n", True)),
+        ("aaaa\nbbbb\ncccc\n", 9, ("cccc\n", True)),
+        ("no newline at all", 5, ("t all", True)),
+        ("é" * 10, 5, ("éé", True)),
+    ]
     for text, limit, expected in cases:
         assert bounded_tail(text, limit) == expected, (text, limit)

@@ -113,8 +113,10 @@ def test_tenancy_resource() -> None:
 
 T0 = "2026-01-02T03:04:05Z"
 T1 = "2026-01-02T04:00:00Z"
-SPEC = {"nodeName": "gpu-node-1", "containers": [{"name": "main", "image": "nvcr.io/acme/x:1",
-                                                  "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+SPEC = {
+    "nodeName": "gpu-node-1",
+    "containers": [{"name": "main", "image": "nvcr.io/acme/x:1", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+}
 
 
 @pytest.mark.parametrize(
@@ -122,8 +124,15 @@ SPEC = {"nodeName": "gpu-node-1", "containers": [{"name": "main", "image": "nvcr
     [
         pytest.param({"spec": {"containers": []}}, ("Pending", None, None, None), id="fresh"),
         pytest.param(
-            {"spec": SPEC, "status": {"phase": "Pending", "containerStatuses": [
-                {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}},
+            {
+                "spec": SPEC,
+                "status": {
+                    "phase": "Pending",
+                    "containerStatuses": [
+                        {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}
+                    ],
+                },
+            },
             ("Pending", "gpu-node-1", 2, "ImagePullBackOff: nvcr.io/acme/x:1 not found (image pull failed)"),
             id="image-pull",
         ),
@@ -138,8 +147,15 @@ SPEC = {"nodeName": "gpu-node-1", "containers": [{"name": "main", "image": "nvcr
             id="deadline",
         ),
         pytest.param(
-            {"spec": SPEC, "status": {"phase": "Succeeded", "containerStatuses": [
-                {"state": {"terminated": {"reason": "Completed", "exitCode": 0, "finishedAt": T1}}}]}},
+            {
+                "spec": SPEC,
+                "status": {
+                    "phase": "Succeeded",
+                    "containerStatuses": [
+                        {"state": {"terminated": {"reason": "Completed", "exitCode": 0, "finishedAt": T1}}}
+                    ],
+                },
+            },
             ("Succeeded", "gpu-node-1", 2, "Completed: finished with exit code 0"),
             id="succeeded",
         ),
@@ -165,6 +181,48 @@ def test_times_from_pod() -> None:
     assert report.finished_at == datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC)
 
 
+def test_the_start_is_the_containers_own_and_a_container_that_never_ran_has_none() -> None:
+    started = "2026-01-02T03:10:00Z"
+    ran = {
+        "spec": SPEC,
+        "status": {
+            "phase": "Failed",
+            "startTime": T0,
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 3, "startedAt": started, "finishedAt": T1}}}],
+        },
+    }
+    assert container_status_from_pod(ran).started_at == datetime(2026, 1, 2, 3, 10, 0, tzinfo=UTC)
+    running = {
+        "spec": SPEC,
+        "status": {
+            "phase": "Running",
+            "startTime": T0,
+            "containerStatuses": [{"state": {"running": {"startedAt": started}}}],
+        },
+    }
+    assert container_status_from_pod(running).started_at == datetime(2026, 1, 2, 3, 10, 0, tzinfo=UTC)
+    # the kubelet took the pod (startTime) but the image never pulled before the deadline
+    never = {
+        "spec": SPEC,
+        "status": {
+            "phase": "Failed",
+            "reason": "DeadlineExceeded",
+            "startTime": T0,
+            "containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff"}}}],
+        },
+    }
+    assert container_status_from_pod(never).started_at is None
+    pulling = {
+        "spec": SPEC,
+        "status": {
+            "phase": "Pending",
+            "startTime": T0,
+            "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
+        },
+    }
+    assert container_status_from_pod(pulling).started_at is None
+
+
 # --- DRA allocation mode (docs/dra.md) --------------------------------------------------
 
 
@@ -180,8 +238,14 @@ def test_dra_pod_asks_for_its_claim_template_and_is_valid_kubernetes(gpus: int) 
     from services.api import sizing
 
     share = sizing.Share(cpu_milli=24000, memory_bytes=224 * sizing.GIB, shm_bytes=32 * sizing.GIB, hugepages=True)
-    pod = build_pod(container_id="c1", tenancy="acme", image="nvcr.io/nvidia/cuda:12.5.0", gpus=gpus,
-                    size=sizing.size_for(share, gpus), allocation_mode="dra")
+    pod = build_pod(
+        container_id="c1",
+        tenancy="acme",
+        image="nvcr.io/nvidia/cuda:12.5.0",
+        gpus=gpus,
+        size=sizing.size_for(share, gpus),
+        allocation_mode="dra",
+    )
     spec = pod["spec"]
     main = spec["containers"][0]
     assert spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": f"gpucaas-gpus-{gpus}"}]
@@ -205,17 +269,27 @@ def test_dra_pod_without_sizing_has_only_the_claim() -> None:
 
 
 def test_report_ignores_claims_the_container_does_not_use_and_foreign_templates() -> None:
-    spec = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpucaas-gpus-2"},
-                               {"name": "other", "resourceClaimTemplateName": "someone-elses"}],
-            "containers": [{"name": "main", "resources": {"claims": [{"name": "other"}]}}]}
+    spec = {
+        "resourceClaims": [
+            {"name": "gpus", "resourceClaimTemplateName": "gpucaas-gpus-2"},
+            {"name": "other", "resourceClaimTemplateName": "someone-elses"},
+        ],
+        "containers": [{"name": "main", "resources": {"claims": [{"name": "other"}]}}],
+    }
     assert container_status_from_pod({"spec": spec}).gpus is None
 
 
 def test_volumes_are_mounted_by_claim_with_the_tenant_group_owning_them() -> None:
-    pod = build_pod(container_id="c1", tenancy="acme", image="busybox", gpus=1, volumes=[
-        {"name": "datasets", "mount_path": "/datasets", "read_only": True},
-        {"name": "out", "mount_path": "/out", "read_only": False},
-    ])
+    pod = build_pod(
+        container_id="c1",
+        tenancy="acme",
+        image="busybox",
+        gpus=1,
+        volumes=[
+            {"name": "datasets", "mount_path": "/datasets", "read_only": True},
+            {"name": "out", "mount_path": "/out", "read_only": False},
+        ],
+    )
     spec = pod["spec"]
     assert spec["volumes"] == [
         {"name": "volume-0", "persistentVolumeClaim": {"claimName": "gpucaas-volume-datasets", "readOnly": True}},

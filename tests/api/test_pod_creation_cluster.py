@@ -25,8 +25,12 @@ PSA_RESTRICTED = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in
 
 
 def _ensure_runtime_class(kube: Kube) -> None:
-    body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": RUNTIME_CLASS},
-            "handler": RUNTIME_CLASS}
+    body = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": RUNTIME_CLASS},
+        "handler": RUNTIME_CLASS,
+    }
     try:
         kube.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", body=body)
     except Conflict:
@@ -35,7 +39,10 @@ def _ensure_runtime_class(kube: Kube) -> None:
 
 @pytest.mark.cluster
 def test_the_api_creates_an_admissible_restricted_pod(
-    kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str,
+    kubeconfig: Path,
+    k8s: Any,
+    serve: Callable[..., ApiServer],
+    database_url: str,
     unique_name: Callable[[str], str],
 ) -> None:
     kube = Kube.of(k8s)
@@ -48,14 +55,23 @@ def test_the_api_creates_an_admissible_restricted_pod(
             assert admin.post("/v1/admin/tenancies", json={"name": tenancy, "gpu_quota": 1}).status_code == 201
             token = admin.post(f"/v1/admin/tenancies/{tenancy}/tokens").json()["token"]
         # the tenancy controller's part, as it does it: the labelled namespace, then Ready
-        kube.call(kube.core.create_namespace, {"metadata": {"name": namespace, "labels": {
-            crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}}})
+        kube.call(
+            kube.core.create_namespace,
+            {"metadata": {"name": namespace, "labels": {crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}}},
+        )
         wait_for(lambda: _tenancy(kube, tenancy), 60, what="tenancy upserted by the API")
-        kube.call(kube.custom.patch_cluster_custom_object_status, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL,
-                  tenancy, {"status": {"phase": "Ready", "namespace": namespace, "observedGeneration": 1}})
+        kube.call(
+            kube.custom.patch_cluster_custom_object_status,
+            crds.GROUP,
+            crds.VERSION,
+            crds.TENANCY_PLURAL,
+            tenancy,
+            {"status": {"phase": "Ready", "namespace": namespace, "observedGeneration": 1}},
+        )
         with api.client(token) as tenant:
-            cid = tenant.post("/v1/containers", json={"container-url": "busybox:1.36", "tenancy": tenancy,
-                                                      "command": ["sleep", "1"]}).json()["id"]
+            cid = tenant.post(
+                "/v1/containers", json={"container-url": "busybox:1.36", "tenancy": tenancy, "command": ["sleep", "1"]}
+            ).json()["id"]
             pod = wait_for(lambda: get_pod(k8s, namespace, f"gpucaas-{cid}"), 60, what="the API's pod")
             status = tenant.get(f"/v1/containers/{cid}").json()
         assert status["status"] in ("Pending", "Running", "Succeeded"), status  # admitted, not Failed
@@ -83,7 +99,10 @@ def _tenancy(kube: Kube, name: str) -> dict[str, Any] | None:
 
 @pytest.mark.cluster
 def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
-    kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str,
+    kubeconfig: Path,
+    k8s: Any,
+    serve: Callable[..., ApiServer],
+    database_url: str,
     unique_name: Callable[[str], str],
 ) -> None:
     """allocation_mode dra: the pod names the namespace's template gpucaas-gpus-N and carries
@@ -101,17 +120,33 @@ def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
             assert admin.post("/v1/admin/tenancies", json={"name": tenancy, "gpu_quota": 8}).status_code == 201
             token = admin.post(f"/v1/admin/tenancies/{tenancy}/tokens").json()["token"]
         # the tenancy controller's part in dra mode: the labelled namespace and the claim templates
-        kube.call(kube.core.create_namespace, {"metadata": {"name": namespace, "labels": {
-            crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}}})
+        kube.call(
+            kube.core.create_namespace,
+            {"metadata": {"name": namespace, "labels": {crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}}},
+        )
         template = dra.claim_template(2, namespace)
-        kube.call(kube.custom.create_namespaced_custom_object, "resource.k8s.io", "v1", namespace,
-                  "resourceclaimtemplates", template)
+        kube.call(
+            kube.custom.create_namespaced_custom_object,
+            "resource.k8s.io",
+            "v1",
+            namespace,
+            "resourceclaimtemplates",
+            template,
+        )
         wait_for(lambda: _tenancy(kube, tenancy), 60, what="tenancy upserted by the API")
-        kube.call(kube.custom.patch_cluster_custom_object_status, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL,
-                  tenancy, {"status": {"phase": "Ready", "namespace": namespace, "observedGeneration": 1}})
+        kube.call(
+            kube.custom.patch_cluster_custom_object_status,
+            crds.GROUP,
+            crds.VERSION,
+            crds.TENANCY_PLURAL,
+            tenancy,
+            {"status": {"phase": "Ready", "namespace": namespace, "observedGeneration": 1}},
+        )
         with api.client(token) as tenant:
-            cid = tenant.post("/v1/containers", json={"container-url": "busybox:1.36", "tenancy": tenancy,
-                                                      "gpus": 2, "command": ["sleep", "1"]}).json()["id"]
+            cid = tenant.post(
+                "/v1/containers",
+                json={"container-url": "busybox:1.36", "tenancy": tenancy, "gpus": 2, "command": ["sleep", "1"]},
+            ).json()["id"]
             pod = wait_for(lambda: get_pod(k8s, namespace, f"gpucaas-{cid}"), 60, what="the API's pod")
             status = tenant.get(f"/v1/containers/{cid}").json()
         assert status["status"] in ("Pending", "Running", "Succeeded"), status

@@ -18,16 +18,45 @@ import pytest
 from services.api import pods
 
 #: Baseline "Capabilities": what may be added beyond the runtime's defaults.
-BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-                 "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+BASELINE_CAPS = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
 #: Restricted "Volume Types".
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                      "projected", "secret"}
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 #: Baseline "Sysctls": the safe set.
-SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-                "net.ipv4.tcp_keepalive_probes"}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
 
 
 def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -96,20 +125,31 @@ def restricted_violations(pod: dict[str, Any]) -> list[str]:
 
 
 NFS = {"server": "10.0.0.5", "path": "/export/a", "readOnly": False, "capacity": "1Ti"}
-SHAPES = list(itertools.product(
-    [1, 8],                                   # GPUs
-    [None, NFS, {**NFS, "readOnly": True}],   # storage
-    [None, ["python", "train.py"]],           # command
-    [None, 3600],                             # deadline
-    [None, {"WANDB_MODE": "offline"}],        # env
-    ["device-plugin", "dra"],                 # allocation mode (a DRA claim is no volume)
-))
+SHAPES = list(
+    itertools.product(
+        [1, 8],  # GPUs
+        [None, NFS, {**NFS, "readOnly": True}],  # storage
+        [None, ["python", "train.py"]],  # command
+        [None, 3600],  # deadline
+        [None, {"WANDB_MODE": "offline"}],  # env
+        ["device-plugin", "dra"],  # allocation mode (a DRA claim is no volume)
+    )
+)
 
 
 @pytest.mark.parametrize(("gpus", "nfs", "command", "timeout", "env", "mode"), SHAPES)
 def test_every_tenant_pod_shape_passes_restricted(gpus, nfs, command, timeout, env, mode) -> None:
-    pod = pods.build_pod(container_id="c-1", tenancy="acme", image="nvcr.io/nvidia/pytorch:24.05-py3", gpus=gpus,
-                         command=command, timeout_seconds=timeout, nfs=nfs, env=env, allocation_mode=mode)
+    pod = pods.build_pod(
+        container_id="c-1",
+        tenancy="acme",
+        image="nvcr.io/nvidia/pytorch:24.05-py3",
+        gpus=gpus,
+        command=command,
+        timeout_seconds=timeout,
+        nfs=nfs,
+        env=env,
+        allocation_mode=mode,
+    )
     assert restricted_violations(pod) == []
     assert pod["spec"]["securityContext"]["runAsUser"] == pods.DEFAULT_RUN_AS_USER
 
@@ -128,8 +168,14 @@ def test_the_checker_sees_what_restricted_forbids() -> None:
     pod["spec"]["hostPID"] = True
     pod["spec"]["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
     found = restricted_violations(pod)
-    for rule in ("Privileged Containers", "Host Namespaces", "HostPath Volumes", "Privilege Escalation",
-                 "Capabilities: main must drop ALL", "Volume Types"):
+    for rule in (
+        "Privileged Containers",
+        "Host Namespaces",
+        "HostPath Volumes",
+        "Privilege Escalation",
+        "Capabilities: main must drop ALL",
+        "Volume Types",
+    ):
         assert any(v.startswith(rule) for v in found), (rule, found)
 
 
@@ -153,8 +199,15 @@ def test_a_pod_refused_by_admission_fails_the_container_with_the_reason() -> Non
     from gpucaas.core.kube import from_status
     from services.api.worker import _rejected
 
-    psa = from_status(403, {"message": 'pods "gpucaas-x" is forbidden: violates PodSecurity "restricted:latest": '
-                                       'runAsNonRoot != true'})
-    rbac = from_status(403, {"message": 'pods is forbidden: User "system:serviceaccount:gpucaas-system:gpucaas-api" '
-                                        'cannot create resource "pods" in API group "" in the namespace "tenant-a"'})
+    psa = from_status(
+        403,
+        {"message": 'pods "gpucaas-x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'},
+    )
+    rbac = from_status(
+        403,
+        {
+            "message": 'pods is forbidden: User "system:serviceaccount:gpucaas-system:gpucaas-api" '
+            'cannot create resource "pods" in API group "" in the namespace "tenant-a"'
+        },
+    )
     assert _rejected(psa) and not _rejected(rbac)

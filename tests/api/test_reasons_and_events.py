@@ -4,7 +4,7 @@ and a tenant-worded end (timeout, OOM, exit code), and its timeline at /events."
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,41 +25,89 @@ def _pod(status: dict[str, Any]) -> dict[str, Any]:
 
 
 def _waiting(reason: str, message: str) -> dict[str, Any]:
-    return {"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": reason, "message": message}}}]}
+    return {
+        "phase": "Pending",
+        "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": reason, "message": message}}}],
+    }
 
 
 def _terminated(code: int, reason: str, pod_reason: str | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": "Failed" if code else "Succeeded", "containerStatuses": [
-        {"name": "main", "state": {"terminated": {"exitCode": code, "reason": reason}}}]}
+    status: dict[str, Any] = {
+        "phase": "Failed" if code else "Succeeded",
+        "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": code, "reason": reason}}}],
+    }
     if pod_reason:
         status["reason"] = pod_reason
     return status
 
 
-UNSCHEDULABLE = {"phase": "Pending", "conditions": [
-    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-     "message": "0/2 nodes fit: gpu-a: 2 free GPUs, 8 asked; gpu-b: no NVLink partition of 8 free"}]}
+UNSCHEDULABLE = {
+    "phase": "Pending",
+    "conditions": [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/2 nodes fit: gpu-a: 2 free GPUs, 8 asked; gpu-b: no NVLink partition of 8 free",
+        }
+    ],
+}
 
 CASES = [
-    ("unschedulable", UNSCHEDULABLE, 0,
-     ("waiting for GPUs: 0/2 nodes fit: gpu-a: 2 free GPUs, 8 asked; gpu-b: no NVLink partition of 8 free", None)),
-    ("pull-unauthorized", _waiting("ImagePullBackOff", 'Back-off pulling image "nvcr.io/acme/private:1": '
-                                   "failed to authorize: 401 Unauthorized"), 0,
-     ("ImagePullBackOff: unauthorized for nvcr.io/acme/private:1 (image pull failed; register a credential for "
-      "nvcr.io with POST /v1/registry-credentials)", None)),
-    ("pull-not-found", _waiting("ErrImagePull", "manifest unknown"), 0,
-     ("ErrImagePull: nvcr.io/acme/private:1 not found (image pull failed)", None)),
-    ("missing-secret", _waiting("CreateContainerConfigError", 'secret "gpucaas-secret-hf" not found'), 0,
-     ('CreateContainerConfigError: secret "gpucaas-secret-hf" not found', None)),
+    (
+        "unschedulable",
+        UNSCHEDULABLE,
+        0,
+        ("waiting for GPUs: 0/2 nodes fit: gpu-a: 2 free GPUs, 8 asked; gpu-b: no NVLink partition of 8 free", None),
+    ),
+    (
+        "pull-unauthorized",
+        _waiting(
+            "ImagePullBackOff", 'Back-off pulling image "nvcr.io/acme/private:1": failed to authorize: 401 Unauthorized'
+        ),
+        0,
+        (
+            "ImagePullBackOff: unauthorized for nvcr.io/acme/private:1 (image pull failed; register a credential for "
+            "nvcr.io with POST /v1/registry-credentials)",
+            None,
+        ),
+    ),
+    (
+        "pull-not-found",
+        _waiting("ErrImagePull", "manifest unknown"),
+        0,
+        ("ErrImagePull: nvcr.io/acme/private:1 not found (image pull failed)", None),
+    ),
+    (
+        "missing-secret",
+        _waiting("CreateContainerConfigError", 'secret "gpucaas-secret-hf" not found'),
+        0,
+        ('CreateContainerConfigError: secret "gpucaas-secret-hf" not found', None),
+    ),
     ("exit-0", _terminated(0, "Completed"), 0, ("Completed: finished with exit code 0", 0)),
     ("exit-3", _terminated(3, "Error"), 0, ("Error: failed with exit code 3", 3)),
-    ("oom", _terminated(137, "OOMKilled"), 0,
-     ("OOMKilled: the container ran out of memory (exit code 137); ask for more memory", 137)),
-    ("timeout", _terminated(137, "Error", "DeadlineExceeded"), 600,
-     ("timeout_seconds exceeded (600 s): the container was stopped", 137)),
-    ("timeout-before-start", {"phase": "Failed", "reason": "DeadlineExceeded",
-                              "message": "Pod was active on the node longer than the specified deadline"}, 60,
-     ("timeout_seconds exceeded (60 s): the container was stopped", None)),
+    (
+        "oom",
+        _terminated(137, "OOMKilled"),
+        0,
+        ("OOMKilled: the container ran out of memory (exit code 137); ask for more memory", 137),
+    ),
+    (
+        "timeout",
+        _terminated(137, "Error", "DeadlineExceeded"),
+        600,
+        ("timeout_seconds exceeded (600 s): the container was stopped", 137),
+    ),
+    (
+        "timeout-before-start",
+        {
+            "phase": "Failed",
+            "reason": "DeadlineExceeded",
+            "message": "Pod was active on the node longer than the specified deadline",
+        },
+        60,
+        ("timeout_seconds exceeded (60 s): the container was stopped", None),
+    ),
 ]
 
 
@@ -75,12 +123,20 @@ def api(kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str) ->
 
 
 def _post_event(k8s: Any, ns: str, pod: str, reason: str, message: str, when: str) -> None:
-    kc.CoreV1Api(k8s).create_namespaced_event(ns, {
-        "metadata": {"name": f"{pod}.{reason.lower()}", "namespace": ns},
-        "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns},
-        "reason": reason, "message": message, "type": "Normal", "count": 1,
-        "firstTimestamp": when, "lastTimestamp": when, "source": {"component": "kubelet"},
-    })
+    kc.CoreV1Api(k8s).create_namespaced_event(
+        ns,
+        {
+            "metadata": {"name": f"{pod}.{reason.lower()}", "namespace": ns},
+            "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns},
+            "reason": reason,
+            "message": message,
+            "type": "Normal",
+            "count": 1,
+            "firstTimestamp": when,
+            "lastTimestamp": when,
+            "source": {"component": "kubelet"},
+        },
+    )
 
 
 def test_waiting_reason_exit_code_and_timeline(api: ApiServer, k8s: Any) -> None:
@@ -99,20 +155,49 @@ def test_waiting_reason_exit_code_and_timeline(api: ApiServer, k8s: Any) -> None
         mark_tenancy_ready(k8s, "story")
         pod = f"gpucaas-{cid}"
         wait_for(lambda: get_pod(k8s, "tenant-story", pod))
-        set_pod_status(k8s, "tenant-story", pod, UNSCHEDULABLE | {"conditions": [
-            UNSCHEDULABLE["conditions"][0] | {"lastTransitionTime": at(1)}]})
-        waiting = wait_for(lambda: (s := c.get(f"/v1/containers/{cid}").json())["message"] and
-                           s["message"].startswith("waiting for GPUs") and s)
+        set_pod_status(
+            k8s,
+            "tenant-story",
+            pod,
+            UNSCHEDULABLE | {"conditions": [UNSCHEDULABLE["conditions"][0] | {"lastTransitionTime": at(1)}]},
+        )
+        waiting = wait_for(
+            lambda: (
+                (s := c.get(f"/v1/containers/{cid}").json())["message"]
+                and s["message"].startswith("waiting for GPUs")
+                and s
+            )
+        )
         assert waiting["status"] == "Pending" and waiting["exit_code"] is None
         bind_pod(k8s, "tenant-story", pod, "gpu-node-1")
         _post_event(k8s, "tenant-story", pod, "Pulling", f'Pulling image "{IMAGE}"', at(5))
         _post_event(k8s, "tenant-story", pod, "Pulled", f'Successfully pulled image "{IMAGE}"', at(30))
-        set_pod_status(k8s, "tenant-story", pod, {"phase": "Failed", "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": at(2)}],
-            "containerStatuses": [{"name": "main", "ready": False, "restartCount": 0, "image": IMAGE, "imageID": "",
-                                   "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
-                                                            "startedAt": at(31),
-                                                            "finishedAt": at(600)}}}]})
+        set_pod_status(
+            k8s,
+            "tenant-story",
+            pod,
+            {
+                "phase": "Failed",
+                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at(2)}],
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": IMAGE,
+                        "imageID": "",
+                        "state": {
+                            "terminated": {
+                                "exitCode": 137,
+                                "reason": "OOMKilled",
+                                "startedAt": at(31),
+                                "finishedAt": at(600),
+                            }
+                        },
+                    }
+                ],
+            },
+        )
         done = wait_for(lambda: (s := c.get(f"/v1/containers/{cid}").json())["status"] == "Failed" and s)
         assert done["exit_code"] == 137 and done["message"].startswith("OOMKilled: the container ran out of memory")
         timeline = c.get(f"/v1/containers/{cid}/events").json()
@@ -139,11 +224,18 @@ def test_a_full_quota_keeps_the_container_queued_saying_so(api: ApiServer, k8s: 
         token = new_tenancy(admin, "full")
     mark_tenancy_ready(k8s, "full")
     core = kc.CoreV1Api(k8s)
-    core.create_namespaced_resource_quota("tenant-full", {"metadata": {"name": "full"}, "spec": {"hard": {"pods": "0"}}})
+    core.create_namespaced_resource_quota(
+        "tenant-full", {"metadata": {"name": "full"}, "spec": {"hard": {"pods": "0"}}}
+    )
     with api.client(token) as c:
         cid = c.post("/v1/containers", json={"image": IMAGE}).json()["id"]
-        waiting = wait_for(lambda: (s := c.get(f"/v1/containers/{cid}").json())["message"]
-                           and s["message"].startswith("waiting for quota") and s)
+        waiting = wait_for(
+            lambda: (
+                (s := c.get(f"/v1/containers/{cid}").json())["message"]
+                and s["message"].startswith("waiting for quota")
+                and s
+            )
+        )
         assert waiting["status"] == "Queued" and "exceeded quota" in waiting["message"]
         core.delete_namespaced_resource_quota("full", "tenant-full")
         assert wait_for(lambda: get_pod(k8s, "tenant-full", f"gpucaas-{cid}"))
@@ -156,10 +248,15 @@ def test_a_dra_drivers_partition_event_is_the_activation_in_the_timeline() -> No
     from services.api.events import timeline
 
     container = {"created_at": "2026-11-22T10:00:00Z", "gpus": 2, "status": "Running"}
-    event = {"reason": "PartitionActivated", "message": "2 GPU(s) allocated on n1: a, b (claim c, partition p)",
-             "lastTimestamp": "2026-11-22T10:00:03Z"}
-    lease = {"spec": {"node": "n1", "pciAddress": "a"},
-             "status": {"holder": {"since": "2026-11-22T10:00:03Z", "pod": "p", "namespace": "tenant-t"}}}
+    event = {
+        "reason": "PartitionActivated",
+        "message": "2 GPU(s) allocated on n1: a, b (claim c, partition p)",
+        "lastTimestamp": "2026-11-22T10:00:03Z",
+    }
+    lease = {
+        "spec": {"node": "n1", "pciAddress": "a"},
+        "status": {"holder": {"since": "2026-11-22T10:00:03Z", "pod": "p", "namespace": "tenant-t"}},
+    }
     entries = timeline(container=container, pod_events=[event], leases=[lease])
     assert [(e["kind"], e["source"]) for e in entries] == [("queued", "api"), ("partition-activated", "kubernetes")]
     assert entries[1]["message"] == event["message"]

@@ -46,8 +46,9 @@ class Replica:
         self.url, self.verify, self.proc, self.log = url, verify, proc, log
 
     def client(self, token: str) -> httpx.Client:
-        return httpx.Client(base_url=self.url, verify=self.verify, timeout=30,
-                            headers={"Authorization": f"Bearer {token}"})
+        return httpx.Client(
+            base_url=self.url, verify=self.verify, timeout=30, headers={"Authorization": f"Bearer {token}"}
+        )
 
 
 @pytest.fixture
@@ -56,22 +57,38 @@ def replica_a(serve: Callable[..., ApiServer], postgres_url: str, dead_kubeconfi
 
 
 @pytest.fixture
-def replica_b(replica_a: ApiServer, postgres_url: str, dead_kubeconfig: Path, tls_pair: tuple[Path, Path],
-              tls_ca: Any, tmp_path: Path) -> Iterator[Replica]:
+def replica_b(
+    replica_a: ApiServer,
+    postgres_url: str,
+    dead_kubeconfig: Path,
+    tls_pair: tuple[Path, Path],
+    tls_ca: Any,
+    tmp_path: Path,
+) -> Iterator[Replica]:
     port = _free_port()
     verify = ssl.create_default_context()
     tls_ca.configure_trust(verify)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
-    env.update({
-        "GPUCAAS_DATABASE_URL": postgres_url, "GPUCAAS_KUBECONFIG": str(dead_kubeconfig),
-        "GPUCAAS_TLS_CERT": str(tls_pair[0]), "GPUCAAS_TLS_KEY": str(tls_pair[1]),
-        "GPUCAAS_ADMIN_TOKEN": ADMIN_TOKEN, "GPUCAAS_RUN_WORKER": "false",
-        "GPUCAAS_TOKEN_CACHE_SECONDS": CACHE_SECONDS, "GPUCAAS_LOG_LEVEL": "WARNING",
-    })
+    env.update(
+        {
+            "GPUCAAS_DATABASE_URL": postgres_url,
+            "GPUCAAS_KUBECONFIG": str(dead_kubeconfig),
+            "GPUCAAS_TLS_CERT": str(tls_pair[0]),
+            "GPUCAAS_TLS_KEY": str(tls_pair[1]),
+            "GPUCAAS_ADMIN_TOKEN": ADMIN_TOKEN,
+            "GPUCAAS_RUN_WORKER": "false",
+            "GPUCAAS_TOKEN_CACHE_SECONDS": CACHE_SECONDS,
+            "GPUCAAS_LOG_LEVEL": "WARNING",
+        }
+    )
     log = tmp_path / "replica-b.log"
     with log.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "gpucaas", "api", "--host", "127.0.0.1", "--port", str(port)],
-                                env=env, stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpucaas", "api", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     url = f"https://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -96,8 +113,11 @@ def _listeners(postgres_url: str) -> int:
     engine = create_engine(postgres_url)
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text(
-                "SELECT count(*) FROM revocation_listener WHERE lease_until > clock_timestamp()")).scalar_one())
+            return int(
+                conn.execute(
+                    text("SELECT count(*) FROM revocation_listener WHERE lease_until > clock_timestamp()")
+                ).scalar_one()
+            )
     finally:
         engine.dispose()
 
@@ -129,7 +149,7 @@ def test_a_token_revoked_on_one_replica_is_refused_on_its_next_request_on_the_ot
         _warm(a, b, dash["token"])
         with a.client(dash["token"]) as da, b.client(dash["token"]) as db_:
             assert db_.post("/v1/containers", json={"image": "ubuntu"}).status_code == 403  # read only
-            with (a.client(owner) if through_a else b.client(owner)) as revoker:
+            with a.client(owner) if through_a else b.client(owner) as revoker:
                 assert revoker.delete(f"/v1/tokens/{dash['id']}").status_code == 204
             # the very next request, on each replica
             other, same = (db_, da) if through_a else (da, db_)
@@ -141,7 +161,8 @@ def test_a_token_revoked_on_one_replica_is_refused_on_its_next_request_on_the_ot
 
 
 def test_without_the_notification_the_other_replica_would_have_served_it(
-    both: tuple[ApiServer, Replica, str], postgres_url: str,
+    both: tuple[ApiServer, Replica, str],
+    postgres_url: str,
 ) -> None:
     """The control: a token row deleted behind the API's back (no revocation announced)
     is still served from replica B's cache — the 401s above come from the revocation."""
@@ -160,7 +181,8 @@ def test_without_the_notification_the_other_replica_would_have_served_it(
 
 
 def test_a_replica_that_lost_its_listener_still_refuses_a_revoked_token(
-    both: tuple[ApiServer, Replica, str], postgres_url: str,
+    both: tuple[ApiServer, Replica, str],
+    postgres_url: str,
 ) -> None:
     a, b, owner = both
     with a.client(owner) as ca:
@@ -169,9 +191,12 @@ def test_a_replica_that_lost_its_listener_still_refuses_a_revoked_token(
     engine = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:  # every replica's listening connection is cut
-            killed = conn.execute(text(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = 'gpucaas-revocations'")).scalar_one()
+            killed = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = 'gpucaas-revocations'"
+                )
+            ).scalar_one()
     finally:
         engine.dispose()
     assert killed == 2
@@ -186,21 +211,27 @@ def test_a_replica_that_lost_its_listener_still_refuses_a_revoked_token(
 
 
 def test_a_revocation_waits_for_a_replica_that_does_not_answer_until_its_lease_ends(
-    both: tuple[ApiServer, Replica, str], postgres_url: str,
+    both: tuple[ApiServer, Replica, str],
+    postgres_url: str,
 ) -> None:
     a, b, owner = both
     engine = create_engine(postgres_url)
     try:
         with engine.begin() as conn:  # a replica that holds a lease for 3 s more and never acknowledges
-            conn.execute(text("INSERT INTO revocation_listener (replica, heard, lease_until) "
-                              "VALUES ('stuck', 0, clock_timestamp() + interval '3 seconds'), "
-                              "('long-gone', 0, clock_timestamp() - interval '1 second')"))
+            conn.execute(
+                text(
+                    "INSERT INTO revocation_listener (replica, heard, lease_until) "
+                    "VALUES ('stuck', 0, clock_timestamp() + interval '3 seconds'), "
+                    "('long-gone', 0, clock_timestamp() - interval '1 second')"
+                )
+            )
         with a.client(owner) as ca:
             dash = ca.post("/v1/tokens", json={"name": "dash"}).json()
             assert ca.delete(f"/v1/tokens/{dash['id']}").status_code == 204
             with engine.connect() as conn:  # answered only once the stuck replica's lease was over
-                assert conn.execute(text("SELECT lease_until <= clock_timestamp() FROM revocation_listener "
-                                         "WHERE replica = 'stuck'")).scalar_one()
+                assert conn.execute(
+                    text("SELECT lease_until <= clock_timestamp() FROM revocation_listener WHERE replica = 'stuck'")
+                ).scalar_one()
             dash2 = ca.post("/v1/tokens", json={"name": "dash2"}).json()
             started = time.monotonic()
             assert ca.delete(f"/v1/tokens/{dash2['id']}").status_code == 204

@@ -104,8 +104,10 @@ def test_env_from_a_secret_reaches_the_pod_and_no_value_is_echoed(api: ApiServer
         _no_value_in(*shown)
         pod = wait_for(lambda: get_pod(k8s, "tenant-envs", f"gpucaas-{cid}"))
     env = pod["spec"]["containers"][0]["env"]
-    assert env == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gpucaas-secret-hf", "key": "value"}}},
-                   {"name": "EPOCHS", "value": "3"}]
+    assert env == [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gpucaas-secret-hf", "key": "value"}}},
+        {"name": "EPOCHS", "value": "3"},
+    ]
 
 
 def test_a_secret_deleted_after_submission_fails_the_container_with_the_reason(api: ApiServer, k8s: Any) -> None:
@@ -141,9 +143,15 @@ def test_the_database_never_holds_a_secret_value(
     token = _tenant(api, k8s, "dbcheck")
     with api.client(token) as c:
         assert c.post("/v1/secrets", json={"name": "hf", "value": HF_VALUE}).status_code == 201
-        assert c.post("/v1/registry-credentials",
-                      json={"server": "nvcr.io", "username": "$oauthtoken", "password": NGC_KEY}).status_code == 201
-        cid = c.post("/v1/containers", json={"image": "nvcr.io/acme/train:1", "env": {"HF_TOKEN": {"secret": "hf"}}}).json()["id"]
+        assert (
+            c.post(
+                "/v1/registry-credentials", json={"server": "nvcr.io", "username": "$oauthtoken", "password": NGC_KEY}
+            ).status_code
+            == 201
+        )
+        cid = c.post(
+            "/v1/containers", json={"image": "nvcr.io/acme/train:1", "env": {"HF_TOKEN": {"secret": "hf"}}}
+        ).json()["id"]
         wait_for(lambda: get_pod(k8s, "tenant-dbcheck", f"gpucaas-{cid}"))
     api.stop()  # checkpoint: everything the API wrote is on disk
     db_file = Path(sqlite_url.removeprefix("sqlite:///"))
@@ -159,16 +167,22 @@ def test_the_database_never_holds_a_secret_value(
 def test_registry_credentials_become_image_pull_secrets(api: ApiServer, k8s: Any) -> None:
     token = _tenant(api, k8s, "private")
     with api.client(token) as c:
-        r = c.post("/v1/registry-credentials",
-                   json={"server": "nvcr.io", "username": "$oauthtoken", "password": NGC_KEY})
-        again = c.post("/v1/registry-credentials",
-                       json={"server": "https://nvcr.io/", "username": "$oauthtoken", "password": NGC_KEY + "x"})
+        r = c.post(
+            "/v1/registry-credentials", json={"server": "nvcr.io", "username": "$oauthtoken", "password": NGC_KEY}
+        )
+        again = c.post(
+            "/v1/registry-credentials",
+            json={"server": "https://nvcr.io/", "username": "$oauthtoken", "password": NGC_KEY + "x"},
+        )
         c.post("/v1/registry-credentials", json={"server": "ghcr.io", "username": "bot", "password": "ghp_x"})
         listed = c.get("/v1/registry-credentials")
         _no_value_in(r, again, listed)
         assert r.status_code == 201 and (r.json()["server"], r.json()["username"]) == ("nvcr.io", "$oauthtoken")
         assert again.status_code == 201  # the same server again replaces it
-        assert [(x["server"], x["username"]) for x in listed.json()["data"]] == [("ghcr.io", "bot"), ("nvcr.io", "$oauthtoken")]
+        assert [(x["server"], x["username"]) for x in listed.json()["data"]] == [
+            ("ghcr.io", "bot"),
+            ("nvcr.io", "$oauthtoken"),
+        ]
         assert "password" not in listed.json()["data"][0]
         cid = c.post("/v1/containers", json={"image": "nvcr.io/nvidia/pytorch:24.05-py3"}).json()["id"]
         pod = wait_for(lambda: get_pod(k8s, "tenant-private", f"gpucaas-{cid}"))

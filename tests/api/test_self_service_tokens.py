@@ -41,8 +41,9 @@ def test_an_admin_token_mints_a_read_token_that_looks_but_cannot_submit_until_re
         assert listed.status_code == 200 and [x["id"] for x in listed.json()["data"]] == [submitted.json()["id"]]
         refused = d.post("/v1/containers", json={"image": IMAGE})
         assert refused.status_code == 403, refused.text
-        assert refused.json()["detail"] == ("this token's scope is 'read'; POST /v1/containers needs a token "
-                                            "with scope 'submit'")
+        assert refused.json()["detail"] == (
+            "this token's scope is 'read'; POST /v1/containers needs a token with scope 'submit'"
+        )
         with api_down.client(owner) as c:
             tokens = c.get("/v1/tokens").json()
             assert {t["name"]: t["scope"] for t in tokens["data"]} == {"test": "admin", "dash": "read"}
@@ -55,8 +56,11 @@ def test_an_admin_token_mints_a_read_token_that_looks_but_cannot_submit_until_re
         assert c.delete(f"/v1/tokens/{dash['id']}").status_code == 404  # already gone
         events = c.get("/v1/audit").json()["data"]
     assert [(e["action"], e["token_name"]) for e in events] == [
-        ("token.revoke", "test"), ("token.create", "test"), ("container.submit", "test"),
-        ("token.create", "bootstrap")]  # the operator issued "test"
+        ("token.revoke", "test"),
+        ("token.create", "test"),
+        ("container.submit", "test"),
+        ("token.create", "bootstrap"),
+    ]  # the operator issued "test"
     assert events[0]["target"] == events[1]["target"] == dash["id"]
     assert events[2]["target"] == submitted.json()["id"]
     assert all(e["client"] == "127.0.0.1" for e in events)
@@ -76,8 +80,9 @@ def test_a_minted_token_keeps_its_expiry_and_the_minter(api_down: ApiServer, adm
     later = (datetime.now(UTC) + timedelta(days=30)).replace(microsecond=0)
     with api_down.client(owner) as c:
         me = c.get("/v1/tokens").json()["data"][0]
-        made = c.post("/v1/tokens", json={"name": "ci", "scope": "submit",
-                                          "expires_at": later.strftime("%Y-%m-%dT%H:%M:%SZ")}).json()
+        made = c.post(
+            "/v1/tokens", json={"name": "ci", "scope": "submit", "expires_at": later.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        ).json()
         # scope defaults to read, the narrowest
         plain = c.post("/v1/tokens", json={"name": "peek"}).json()
     assert made["expires_at"] == later.strftime("%Y-%m-%dT%H:%M:%SZ") and made["created_by"] == me["id"]
@@ -88,21 +93,26 @@ def test_a_minted_token_keeps_its_expiry_and_the_minter(api_down: ApiServer, adm
 
 
 @pytest.mark.parametrize("scope", ["read", "submit"])
-def test_narrower_tokens_cannot_manage_tokens_or_read_the_audit(api_down: ApiServer, admin: httpx.Client,
-                                                                scope: str) -> None:
+def test_narrower_tokens_cannot_manage_tokens_or_read_the_audit(
+    api_down: ApiServer, admin: httpx.Client, scope: str
+) -> None:
     owner = new_tenancy(admin, f"narrow-{scope}")
     with api_down.client(owner) as c:
         narrow = c.post("/v1/tokens", json={"name": "n", "scope": scope}).json()
         mine = c.get("/v1/tokens").json()["data"][0]["id"]
     with api_down.client(narrow["token"]) as n:
-        for method, path, body in (("POST", "/v1/tokens", {"name": "wider", "scope": "admin"}),
-                                   ("POST", "/v1/tokens", {"name": "same", "scope": scope}),
-                                   ("GET", "/v1/tokens", None), ("DELETE", f"/v1/tokens/{mine}", None),
-                                   ("GET", "/v1/audit", None)):
+        for method, path, body in (
+            ("POST", "/v1/tokens", {"name": "wider", "scope": "admin"}),
+            ("POST", "/v1/tokens", {"name": "same", "scope": scope}),
+            ("GET", "/v1/tokens", None),
+            ("DELETE", f"/v1/tokens/{mine}", None),
+            ("GET", "/v1/audit", None),
+        ):
             r = n.request(method, path, json=body)
             assert r.status_code == 403, (method, path, r.text)
-            assert r.json()["detail"] == (f"this token's scope is '{scope}'; {method} {path} needs a token "
-                                          "with scope 'admin'")
+            assert r.json()["detail"] == (
+                f"this token's scope is '{scope}'; {method} {path} needs a token with scope 'admin'"
+            )
     with api_down.client(owner) as c:
         assert len(c.get("/v1/tokens").json()["data"]) == 2  # nothing minted, nothing revoked
 
@@ -144,8 +154,7 @@ def test_an_operator_names_the_tenancy(api_down: ApiServer, admin: httpx.Client)
     assert unnamed.status_code == 422 and unnamed.json()["detail"].startswith("tenancy: query parameter required")
     made = admin.post("/v1/tokens", params={"tenancy": "opsd"}, json={"name": "by-ops", "scope": "admin"})
     assert made.status_code == 201 and made.json()["tenancy"] == "opsd"
-    assert {t["name"] for t in admin.get("/v1/tokens", params={"tenancy": "opsd"}).json()["data"]} == {
-        "test", "by-ops"}
+    assert {t["name"] for t in admin.get("/v1/tokens", params={"tenancy": "opsd"}).json()["data"]} == {"test", "by-ops"}
     assert admin.delete(f"/v1/tokens/{made.json()['id']}", params={"tenancy": "opsd"}).status_code == 204
     assert admin.get("/v1/tokens", params={"tenancy": "nowhere"}).status_code == 404
     # the operator's own endpoints still work, and are audited in the tenancy
@@ -153,8 +162,12 @@ def test_an_operator_names_the_tenancy(api_down: ApiServer, admin: httpx.Client)
     assert admin.delete(f"/v1/admin/tenancies/opsd/tokens/{issued['id']}").status_code == 204
     events = admin.get("/v1/audit", params={"tenancy": "opsd"}).json()["data"]
     assert [(e["action"], e["token_name"]) for e in events] == [
-        ("token.revoke", "bootstrap"), ("token.create", "bootstrap"), ("token.revoke", "bootstrap"),
-        ("token.create", "bootstrap"), ("token.create", "bootstrap")]
+        ("token.revoke", "bootstrap"),
+        ("token.create", "bootstrap"),
+        ("token.revoke", "bootstrap"),
+        ("token.create", "bootstrap"),
+        ("token.create", "bootstrap"),
+    ]
 
 
 def test_a_tenancy_holds_at_most_a_hundred_tokens(

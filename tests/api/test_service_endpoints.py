@@ -12,7 +12,7 @@ from services.api import db
 from services.api.app import bootstrap
 from services.api.settings import Settings
 from tests.api.harness import ApiServer
-from tests.core_kube.scripted import forbidden, scripted, write_kubeconfig  # noqa: F401 - scripted: a fixture
+from tests.core_kube.scripted import forbidden, write_kubeconfig
 
 
 def test_health_and_readiness_with_kubernetes_down(module_api: ApiServer) -> None:
@@ -41,10 +41,21 @@ def test_metrics_openapi_and_docs(module_api: ApiServer) -> None:
     assert 'gpucaas_api_requests_total{method="POST",route="/v1/containers",status="202"}' in text
     assert "gpucaas_api_submissions_total 1.0" in text
     assert "gpucaas_api_queued_containers" in text
-    for path in ("/v1/containers", "/v1/containers/{container_id}", "/v1/containers/{container_id}/logs",
-                 "/v1/admin/tenancies", "/v1/admin/tenancies/{name}/tokens", "/v1/admin/containers",
-                 "/v1/admin/nodes", "/v1/admin/gpus", "/v1/admin/leases", "/v1/admin/partitions",
-                 "/v1/volumes", "/v1/volumes/{volume_name}"):
+    for path in (
+        "/v1/containers",
+        "/v1/containers/{container_id}",
+        "/v1/containers/{container_id}/logs",
+        "/v1/admin/tenancies",
+        "/v1/admin/tenancies/{name}/tokens",
+        "/v1/admin/containers",
+        "/v1/admin/nodes",
+        "/v1/admin/gpus",
+        "/v1/admin/leases",
+        "/v1/admin/partitions",
+        "/v1/volumes",
+        "/v1/volumes/{volume_name}",
+        "/v1/endpoint-auth",
+    ):
         assert path in spec["paths"], path
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
 
@@ -76,8 +87,14 @@ def test_cli_options_have_env_vars() -> None:
     from gpucaas.programs.cli import app
 
     out = CliRunner().invoke(app, ["api", "--help"], env={"COLUMNS": "200"}).output
-    for env in ("GPUCAAS_HOST", "GPUCAAS_PORT", "GPUCAAS_TLS_CERT", "GPUCAAS_TLS_KEY", "GPUCAAS_DATABASE_URL",
-                "GPUCAAS_KUBECONFIG"):
+    for env in (
+        "GPUCAAS_HOST",
+        "GPUCAAS_PORT",
+        "GPUCAAS_TLS_CERT",
+        "GPUCAAS_TLS_KEY",
+        "GPUCAAS_DATABASE_URL",
+        "GPUCAAS_KUBECONFIG",
+    ):
         assert env in out
 
 

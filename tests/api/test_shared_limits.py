@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,9 @@ class Replica:
         self.stderr = (folder / f"api-{self.port}.log").open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpucaas", "api", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=self.stderr,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr,
         )
 
     def wait_healthy(self) -> None:
@@ -63,8 +64,9 @@ class Replica:
         wait_for(healthy, 120, interval=0.2, what=f"gpucaas api on port {self.port} to answer /healthz")
 
     def client(self, token: str) -> httpx.Client:
-        return httpx.Client(base_url=self.url, verify=self.verify, timeout=30,
-                            headers={"Authorization": f"Bearer {token}"})
+        return httpx.Client(
+            base_url=self.url, verify=self.verify, timeout=30, headers={"Authorization": f"Bearer {token}"}
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -89,15 +91,17 @@ def two_replicas(
 
     def start(**settings: str) -> tuple[Replica, Replica]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
-        env.update({
-            "GPUCAAS_DATABASE_URL": postgres_url,
-            "GPUCAAS_KUBECONFIG": str(write_dead_kubeconfig(tmp_path / "kubeconfig")),
-            "GPUCAAS_TLS_CERT": str(tls_pair[0]),
-            "GPUCAAS_TLS_KEY": str(tls_pair[1]),
-            "GPUCAAS_ADMIN_TOKEN": ADMIN_TOKEN,
-            "GPUCAAS_RUN_WORKER": "false",
-            "GPUCAAS_LOG_LEVEL": "WARNING",
-        })
+        env.update(
+            {
+                "GPUCAAS_DATABASE_URL": postgres_url,
+                "GPUCAAS_KUBECONFIG": str(write_dead_kubeconfig(tmp_path / "kubeconfig")),
+                "GPUCAAS_TLS_CERT": str(tls_pair[0]),
+                "GPUCAAS_TLS_KEY": str(tls_pair[1]),
+                "GPUCAAS_ADMIN_TOKEN": ADMIN_TOKEN,
+                "GPUCAAS_RUN_WORKER": "false",
+                "GPUCAAS_LOG_LEVEL": "WARNING",
+            }
+        )
         env.update({f"GPUCAAS_{k.upper()}": v for k, v in settings.items()})
         pair = []
         for _ in range(2):  # one after the other: the first migrates the database
@@ -135,8 +139,12 @@ def test_two_replicas_refuse_a_tenant_at_the_limit_of_the_pair(
 ) -> None:
     # minute windows: the test ends long before any entry leaves its window, so every
     # count below is exact without waiting
-    pair = two_replicas(rate_limit_storage_url=redis_url, rate_limit_token="6/minute",
-                        rate_limit_tenancy="10/minute", rate_limit_bad_tokens="4/minute")
+    pair = two_replicas(
+        rate_limit_storage_url=redis_url,
+        rate_limit_token="6/minute",
+        rate_limit_tenancy="10/minute",
+        rate_limit_bad_tokens="4/minute",
+    )
     with pair[0].client(ADMIN_TOKEN) as admin:
         first = new_tenancy(admin, "busy")
         second = admin.post("/v1/admin/tenancies/busy/tokens", json={}).json()["token"]
@@ -163,7 +171,7 @@ def test_two_replicas_refuse_a_tenant_at_the_limit_of_the_pair(
 
 @pytest.mark.postgres
 def test_without_a_shared_storage_each_replica_counts_alone(
-    two_replicas: Callable[..., tuple[Replica, Replica]]
+    two_replicas: Callable[..., tuple[Replica, Replica]],
 ) -> None:
     pair = two_replicas(rate_limit_token="6/minute", rate_limit_tenancy="")
     with pair[0].client(ADMIN_TOKEN) as admin:
@@ -179,8 +187,13 @@ def test_an_unreachable_storage_falls_back_to_each_replica_never_a_500(
     serve: Callable[..., ApiServer], sqlite_url: str, dead_kubeconfig: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="services.api.limits")
-    api = serve(sqlite_url, dead_kubeconfig, rate_limit_token="3/minute", rate_limit_tenancy="",
-                rate_limit_storage_url=f"redis://127.0.0.1:{_closed_port()}/0")
+    api = serve(
+        sqlite_url,
+        dead_kubeconfig,
+        rate_limit_token="3/minute",
+        rate_limit_tenancy="",
+        rate_limit_storage_url=f"redis://127.0.0.1:{_closed_port()}/0",
+    )
     with api.client() as admin:
         token = new_tenancy(admin, "offline")
     with api.client(token) as c:
@@ -201,8 +214,15 @@ def test_an_unreachable_storage_falls_back_to_each_replica_never_a_500(
 
 
 def _limits(url: str, **kwargs: Any) -> Limiter:
-    cfg = LimitSettings(token_rate="4/minute", tenancy_rate="", bad_token_rate="", streams_per_token=1,
-                        streams_per_tenancy=1, requests_per_client=1, storage_url=url)
+    cfg = LimitSettings(
+        token_rate="4/minute",
+        tenancy_rate="",
+        bad_token_rate="",
+        streams_per_token=1,
+        streams_per_tenancy=1,
+        requests_per_client=1,
+        storage_url=url,
+    )
     return Limiter(cfg, **kwargs)
 
 

@@ -22,8 +22,14 @@ from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARE = sizing.Share(cpu_milli=24000, memory_bytes=224 * 2**30, shm_bytes=32 * 2**30, hugepages=True,
-                     overhead_cpu_milli=500, overhead_memory_bytes=2**30)
+SHARE = sizing.Share(
+    cpu_milli=24000,
+    memory_bytes=224 * 2**30,
+    shm_bytes=32 * 2**30,
+    hugepages=True,
+    overhead_cpu_milli=500,
+    overhead_memory_bytes=2**30,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,14 +55,22 @@ def test_resources_with_and_without_hugepages() -> None:
         "requests": {"cpu": "192", "memory": "1Gi", "hugepages-1Gi": "1792Gi"},
     }
     plain = sizing.size_for(sizing.Share(4000, 2**34, 2**30, hugepages=False), 2).resources("nvidia.com/gpu", 2)
-    assert plain == {"limits": {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi"},
-                     "requests": {"cpu": "8", "memory": "32Gi"}}
+    assert plain == {
+        "limits": {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi"},
+        "requests": {"cpu": "8", "memory": "32Gi"},
+    }
 
 
 @pytest.mark.parametrize(
     ("text", "fn", "expected"),
-    [("16", sizing.parse_cpu, 16000), ("12.5", sizing.parse_cpu, 12500), ("500m", sizing.parse_cpu, 500),
-     ("1Ti", sizing.parse_bytes, 2**40), ("512Mi", sizing.parse_bytes, 2**29), ("2G", sizing.parse_bytes, 2 * 10**9)],
+    [
+        ("16", sizing.parse_cpu, 16000),
+        ("12.5", sizing.parse_cpu, 12500),
+        ("500m", sizing.parse_cpu, 500),
+        ("1Ti", sizing.parse_bytes, 2**40),
+        ("512Mi", sizing.parse_bytes, 2**29),
+        ("2G", sizing.parse_bytes, 2 * 10**9),
+    ],
 )
 def test_quantities(text: str, fn: Callable[[str], int], expected: int) -> None:
     assert fn(text) == expected
@@ -74,8 +88,14 @@ def test_the_hugepages_setting_is_one_value_for_the_chart_the_api_and_kata() -> 
     default = Settings.model_fields["kata_hugepages"].default
     assert kata["hypervisor"]["qemu"]["enable_hugepages"] is values["sizing"]["kataHugepages"] is default
     deployment = (ROOT / "deploy/helm/gpucaas/templates/api/deployment.yaml").read_text()
-    for env in ("GPUCAAS_KATA_HUGEPAGES", "GPUCAAS_CPU_PER_GPU", "GPUCAAS_MEMORY_PER_GPU", "GPUCAAS_SHM_PER_GPU",
-                "GPUCAAS_KATA_OVERHEAD_CPU", "GPUCAAS_KATA_OVERHEAD_MEMORY"):
+    for env in (
+        "GPUCAAS_KATA_HUGEPAGES",
+        "GPUCAAS_CPU_PER_GPU",
+        "GPUCAAS_MEMORY_PER_GPU",
+        "GPUCAAS_SHM_PER_GPU",
+        "GPUCAAS_KATA_OVERHEAD_CPU",
+        "GPUCAAS_KATA_OVERHEAD_MEMORY",
+    ):
         assert re.search(rf"name: {env}\b", deployment), env
 
 
@@ -98,14 +118,19 @@ def test_an_eight_gpu_container_gets_eight_shares_and_the_tenancy_quota_covers_c
     assert (tenancy["spec"]["cpuQuota"], tenancy["spec"]["memoryQuota"]) == ("392", "3600Gi")  # 16 x (share + overhead)
     with api.client(token) as c:
         big = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 8}).json()["id"]
-        small = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 2, "cpu": "8", "memory": "64Gi",
-                                              "shm_size": "16Gi"}).json()
+        small = c.post(
+            "/v1/containers", json={"image": "ubuntu", "gpus": 2, "cpu": "8", "memory": "64Gi", "shm_size": "16Gi"}
+        ).json()
         assert (small["cpu"], small["memory"], small["shm_size"]) == ("8", "64Gi", "16Gi")
         pod = wait_for(lambda: get_pod(k8s, "tenant-sized", f"gpucaas-{big}"))
         other = wait_for(lambda: get_pod(k8s, "tenant-sized", f"gpucaas-{small['id']}"))
     main = pod["spec"]["containers"][0]
-    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8", "cpu": "192", "memory": "1792Gi",
-                                           "hugepages-1Gi": "1792Gi"}
+    assert main["resources"]["limits"] == {
+        "nvidia.com/gpu": "8",
+        "cpu": "192",
+        "memory": "1792Gi",
+        "hugepages-1Gi": "1792Gi",
+    }
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}} in pod["spec"]["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in main["volumeMounts"]
     assert other["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "8"
@@ -124,8 +149,16 @@ def test_an_eight_gpu_container_gets_eight_shares_and_the_tenancy_quota_covers_c
         ({"gpus": 3}, "body: gpus: 3 GPUs cannot be joined by NVLink (NVLink partitions have 1, 2, 4, 8 GPUs)"),
         ({"gpus": 3, "nvlink": False}, None),
     ],
-    ids=["cpu-over-quota", "memory-over-quota", "shm-over-memory", "shm-over-share", "bad-cpu", "too-little-memory",
-         "three-gpus-need-nvlink-false", "three-without-nvlink"],
+    ids=[
+        "cpu-over-quota",
+        "memory-over-quota",
+        "shm-over-memory",
+        "shm-over-share",
+        "bad-cpu",
+        "too-little-memory",
+        "three-gpus-need-nvlink-false",
+        "three-without-nvlink",
+    ],
 )
 def test_sizing_and_nvlink_input(api_down: ApiServer, admin: Any, body: dict, start: str | None) -> None:
     token = new_tenancy(admin, "tight", gpu_quota=4)
@@ -137,10 +170,10 @@ def test_sizing_and_nvlink_input(api_down: ApiServer, admin: Any, body: dict, st
         assert r.status_code == 422 and r.json()["detail"].startswith(start), r.text
 
 
-def test_without_hugepages_memory_is_plain(kubeconfig: Path, serve: Callable[..., ApiServer], sqlite_url: str,
-                                           k8s: Any) -> None:
-    api = serve(sqlite_url, kubeconfig, kata_hugepages=False, cpu_per_gpu="8", memory_per_gpu="64Gi",
-                shm_per_gpu="8Gi")
+def test_without_hugepages_memory_is_plain(
+    kubeconfig: Path, serve: Callable[..., ApiServer], sqlite_url: str, k8s: Any
+) -> None:
+    api = serve(sqlite_url, kubeconfig, kata_hugepages=False, cpu_per_gpu="8", memory_per_gpu="64Gi", shm_per_gpu="8Gi")
     with api.client() as admin:
         token = new_tenancy(admin, "plain")
     mark_tenancy_ready(k8s, "plain")

@@ -47,9 +47,11 @@ def test_a_stalled_body_is_answered_408(
 ) -> None:
     api = serve(sqlite_url, dead_kubeconfig, body_timeout_seconds=1.0)
     with _connect(api, tls_ca) as sock:
-        sock.sendall(b"POST /v1/admin/tenancies HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                     b"admin-test-token-0123456789\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 100\r\n\r\n{\"name\": ")
+        sock.sendall(
+            b"POST /v1/admin/tenancies HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            b"admin-test-token-0123456789\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"name": '
+        )
         reply = _read_all(sock)
     assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
     assert b'"code":"request_timeout"' in reply.replace(b" ", b"")

@@ -33,14 +33,21 @@ def test_seed_payload_from_the_tenancys_own_token(api_down: ApiServer, admin: ht
     with api_down.client(token) as landon:
         r = landon.post("/v1/containers", json=SEED)
         assert r.status_code == 202, r.text
-        r2 = landon.post("/v1/containers", json={"image": IMAGE, "gpus": 2, "command": ["nvidia-smi"],
-                                                 "env": {"A": "1"}, "timeout_seconds": 60})
+        r2 = landon.post(
+            "/v1/containers",
+            json={"image": IMAGE, "gpus": 2, "command": ["nvidia-smi"], "env": {"A": "1"}, "timeout_seconds": 60},
+        )
         assert r2.status_code == 202, r2.text
         assert r2.json()["tenancy"] == "landon"  # a tenant POST without tenancy uses its own
         got = landon.get(f"/v1/containers/{r2.json()['id']}").json()
         logs = landon.get(f"/v1/containers/{r2.json()['id']}/logs")
     assert logs.status_code == 409 and "has no pod yet (status Queued)" in logs.json()["detail"]
-    assert (got["gpus"], got["command"], got["env"], got["timeout_seconds"]) == (2, ["nvidia-smi"], {"A": "<redacted>"}, 60)  # names only
+    assert (got["gpus"], got["command"], got["env"], got["timeout_seconds"]) == (
+        2,
+        ["nvidia-smi"],
+        {"A": "<redacted>"},
+        60,
+    )  # names only
 
 
 def test_idempotency_key_makes_retries_safe(api_down: ApiServer, admin: httpx.Client) -> None:
@@ -110,10 +117,17 @@ def test_cancel_is_idempotent_and_final(api_down: ApiServer, admin: httpx.Client
 
 
 def test_admin_tenancy_lifecycle(api_down: ApiServer, admin: httpx.Client) -> None:
-    created = admin.post("/v1/admin/tenancies", json={"name": "acme", "gpu_quota": 16,
-                                                       "nfs": {"server": "10.0.0.5", "path": "/export/acme"}})
+    created = admin.post(
+        "/v1/admin/tenancies",
+        json={"name": "acme", "gpu_quota": 16, "nfs": {"server": "10.0.0.5", "path": "/export/acme"}},
+    )
     assert created.status_code == 201
-    assert created.json()["nfs"] == {"server": "10.0.0.5", "path": "/export/acme", "read_only": False, "capacity": "1Ti"}
+    assert created.json()["nfs"] == {
+        "server": "10.0.0.5",
+        "path": "/export/acme",
+        "read_only": False,
+        "capacity": "1Ti",
+    }
     assert admin.post("/v1/admin/tenancies", json={"name": "acme"}).status_code == 409
     patched = admin.patch("/v1/admin/tenancies/acme", json={"allow_internet": True, "clear_nfs": True}).json()
     assert patched["allow_internet"] is True and patched["nfs"] is None and patched["gpu_quota"] == 16
@@ -132,8 +146,10 @@ def test_restart_loses_and_duplicates_nothing_while_kubernetes_is_down(
     with first.client() as admin:
         token = new_tenancy(admin, "durable", gpu_quota=50)
     with first.client(token) as c:
-        ids = [c.post("/v1/containers", json={"image": IMAGE}, headers={"Idempotency-Key": f"k{i}"}).json()["id"]
-               for i in range(5)]
+        ids = [
+            c.post("/v1/containers", json={"image": IMAGE}, headers={"Idempotency-Key": f"k{i}"}).json()["id"]
+            for i in range(5)
+        ]
     first.stop()
     second = serve(database_url, dead_kubeconfig)
     with second.client(token) as c:

@@ -61,14 +61,32 @@ def test_other_tenancys_container_is_not_found_by_the_exec_websocket(api_down: A
         api_down.ca.configure_trust(ctx)
         url = f"wss://127.0.0.1:{api_down.port}/v1/containers/{cid}/exec?command=sh"
         try:
-            connect(url, ssl=ctx, subprotocols=["v5.channel.k8s.io"],  # type: ignore[list-item]
-                    additional_headers={"Authorization": f"Bearer {two_tenants['alpha']['token']}"}).close()
+            connect(
+                url,
+                ssl=ctx,
+                subprotocols=["v5.channel.k8s.io"],  # type: ignore[list-item]
+                additional_headers={"Authorization": f"Bearer {two_tenants['alpha']['token']}"},
+            ).close()
         except InvalidStatus as exc:
             return exc.response.status_code, (exc.response.body or b"").decode().replace(cid, "<id>")
         raise AssertionError("accepted")
 
     assert refusal(two_tenants["beta"]["container"]) == refusal("00000000000000000000")
     assert refusal("00000000000000000000")[0] == 404
+
+
+def test_other_tenancys_endpoint_is_not_found_by_the_ingress_question(api_down: ApiServer, two_tenants: dict) -> None:
+    """``/v1/endpoint-auth`` (the ingress controller asks it for private endpoints): another
+    tenancy's container and port answer exactly as a container that does not exist."""
+    domain = api_down.app.state.settings.endpoint_domain
+
+    def asked(cid: str) -> tuple[int, str]:
+        with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+            r = alpha.get("/v1/endpoint-auth", headers={"X-Forwarded-Host": f"{cid}-8080.{domain}"})
+        return r.status_code, r.text.replace(cid, "<id>")
+
+    assert asked(two_tenants["beta"]["container"]) == asked("00000000000000000000")
+    assert asked("00000000000000000000")[0] == 404
 
 
 def test_submitting_into_another_tenancy_is_not_found(api_down: ApiServer, two_tenants: dict) -> None:
@@ -158,7 +176,9 @@ def test_another_tenancys_tokens_and_audit_are_not_found(
         assert {e["action"] for e in beta.get("/v1/audit").json()["data"]} == {"token.create", "container.submit"}
 
 
-@pytest.mark.parametrize("header", [None, "Bearer", "Bearer wrong", "Basic abc"], ids=["none", "empty", "wrong", "basic"])
+@pytest.mark.parametrize(
+    "header", [None, "Bearer", "Bearer wrong", "Basic abc"], ids=["none", "empty", "wrong", "basic"]
+)
 def test_missing_or_bad_tokens_are_401(api_down: ApiServer, header: str | None) -> None:
     with api_down.client(None) as anon:
         r = anon.get("/v1/containers", headers={"Authorization": header} if header else {})
@@ -202,13 +222,13 @@ SECRET_PROBES = [
 
 
 @pytest.fixture
-def api_up(kubeconfig, serve, database_url) -> ApiServer:  # noqa: ANN001 - fixtures
+def api_up(kubeconfig, serve, database_url) -> ApiServer:  # the arguments are fixtures
     return serve(database_url, kubeconfig)
 
 
 @pytest.mark.parametrize(("method", "path", "body"), SECRET_PROBES, ids=[f"{m} {p}" for m, p, _ in SECRET_PROBES])
 def test_another_tenancys_secrets_and_credentials_are_not_found(
-    api_up: ApiServer, k8s, method: str, path: str, body: dict | None  # noqa: ANN001
+    api_up: ApiServer, k8s, method: str, path: str, body: dict | None
 ) -> None:
     from kubernetes import client as kc
 
@@ -220,8 +240,13 @@ def test_another_tenancys_secrets_and_credentials_are_not_found(
         mark_tenancy_ready(k8s, name)
     with api_up.client(tokens["owner"]) as owner:
         assert owner.post("/v1/secrets", json={"name": "hf", "value": "hf_owner_only"}).status_code == 201
-        assert owner.post("/v1/registry-credentials",
-                          json={"server": "nvcr.io", "username": "$oauthtoken", "password": "nvapi-owner"}).status_code == 201
+        assert (
+            owner.post(
+                "/v1/registry-credentials",
+                json={"server": "nvcr.io", "username": "$oauthtoken", "password": "nvapi-owner"},
+            ).status_code
+            == 201
+        )
     with api_up.client(tokens["thief"]) as thief:
         theirs = thief.request(method, path.format(name="hf", server="nvcr.io", owner="owner"), json=body)
         missing = thief.request(method, path.format(name="zz", server="zz.example", owner="nowhere"), json=body)
@@ -255,7 +280,7 @@ VOLUME_PROBES = [
 
 @pytest.mark.parametrize(("method", "path", "body"), VOLUME_PROBES, ids=[f"{m} {p}" for m, p, _ in VOLUME_PROBES])
 def test_another_tenancys_volumes_are_not_found(
-    api_up: ApiServer, k8s, method: str, path: str, body: dict | None  # noqa: ANN001
+    api_up: ApiServer, k8s, method: str, path: str, body: dict | None
 ) -> None:
     from kubernetes import client as kc
 

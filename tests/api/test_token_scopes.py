@@ -41,10 +41,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("scope", "method", "path", "body", "allowed"), CASES,
-                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
-def test_scope_is_enforced(api_down: ApiServer, scoped: dict[str, str], scope: str, method: str, path: str,
-                           body: dict | None, allowed: bool) -> None:
+@pytest.mark.parametrize(
+    ("scope", "method", "path", "body", "allowed"), CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES]
+)
+def test_scope_is_enforced(
+    api_down: ApiServer, scoped: dict[str, str], scope: str, method: str, path: str, body: dict | None, allowed: bool
+) -> None:
     with api_down.client(scoped["admin"]) as owner:
         cid = owner.post("/v1/containers", json={"image": IMAGE}).json()["id"]
     with api_down.client(scoped[scope]) as c:

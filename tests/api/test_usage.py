@@ -54,18 +54,39 @@ def test_a_run_is_charged_from_the_containers_own_times(api: ApiServer, k8s: Any
         end_run(k8s, "meter", cid, pod_start=pod_start, started=started, finished=finished)
         done = wait_for(lambda: (r := record_of(c, cid)) and not r["running"] and r, 60, what="the run's end")
         assert done == {
-            "container_id": cid, "tenancy": "meter", "gpus": 2, "gpu_model": "NVIDIA-H100-80GB-HBM3",
-            "node_name": "dgx-a", "nvlink_partition_size": 2, "started_at": stamp(started),
-            "finished_at": stamp(finished), "running": False, "end_source": "pod",
-            "gpu_seconds": 6.0, "gpu_hours": round(6 / 3600, 6),
+            "container_id": cid,
+            "tenancy": "meter",
+            "gpus": 2,
+            "gpu_model": "NVIDIA-H100-80GB-HBM3",
+            "node_name": "dgx-a",
+            "nvlink_partition_size": 2,
+            "started_at": stamp(started),
+            "finished_at": stamp(finished),
+            "running": False,
+            "end_source": "pod",
+            "gpu_seconds": 6.0,
+            "gpu_hours": round(6 / 3600, 6),
         }
         day = c.get("/v1/usage").json()
         assert day["group_by"] == "day" and day["tenancy"] == "meter" and day["total_gpu_seconds"] == 6.0
-        assert day["data"] == [{"day": started.date().isoformat(), "tenancy": "meter", "gpu_seconds": 6.0,
-                                "gpu_hours": round(6 / 3600, 6), "containers": 1}]
+        assert day["data"] == [
+            {
+                "day": started.date().isoformat(),
+                "tenancy": "meter",
+                "gpu_seconds": 6.0,
+                "gpu_hours": round(6 / 3600, 6),
+                "containers": 1,
+            }
+        ]
         # a window that ends halfway through the run charges the half inside it
-        half = c.get("/v1/usage", params={"group_by": "container", "from": stamp(started - timedelta(hours=1)),
-                                          "to": stamp(started + timedelta(seconds=1))}).json()
+        half = c.get(
+            "/v1/usage",
+            params={
+                "group_by": "container",
+                "from": stamp(started - timedelta(hours=1)),
+                "to": stamp(started + timedelta(seconds=1)),
+            },
+        ).json()
         assert half["total_gpu_seconds"] == 2.0
     assert wait_for(lambda: _metric(api, "meter"), 30, what="the GPU-seconds counter") == 6.0
 
@@ -79,7 +100,10 @@ def test_a_run_is_charged_from_the_containers_own_times(api: ApiServer, k8s: Any
 
 
 def test_a_run_that_ends_while_the_api_is_down_is_charged_from_the_pods_times(
-    kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str, k8s: Any,
+    kubeconfig: Path,
+    serve: Callable[..., ApiServer],
+    database_url: str,
+    k8s: Any,
 ) -> None:
     api = serve(database_url, kubeconfig)
     with api.client() as admin:
@@ -127,7 +151,10 @@ def test_a_cancelled_run_ends_when_its_pod_is_deleted(api: ApiServer, k8s: Any) 
 
 
 def test_a_run_whose_pod_vanished_while_the_api_was_down_ends_when_it_is_found_gone(
-    kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str, k8s: Any,
+    kubeconfig: Path,
+    serve: Callable[..., ApiServer],
+    database_url: str,
+    k8s: Any,
 ) -> None:
     api = serve(database_url, kubeconfig)
     with api.client() as admin:
@@ -177,7 +204,10 @@ def test_a_spent_monthly_budget_refuses_submissions_until_raised(api: ApiServer,
 
 
 def test_usage_outlives_the_retention_of_container_records(
-    kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str, k8s: Any,
+    kubeconfig: Path,
+    serve: Callable[..., ApiServer],
+    database_url: str,
+    k8s: Any,
 ) -> None:
     # containers finished more than ~1 s ago are pruned, every 0.5 s
     api = serve(database_url, kubeconfig, retention_days=1 / 86400, retention_interval_seconds=0.5)
@@ -196,7 +226,10 @@ def test_usage_outlives_the_retention_of_container_records(
 
 
 def test_two_replicas_watching_the_same_run_record_it_once(
-    kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str, k8s: Any,
+    kubeconfig: Path,
+    serve: Callable[..., ApiServer],
+    database_url: str,
+    k8s: Any,
 ) -> None:
     one, two = serve(database_url, kubeconfig), serve(database_url, kubeconfig)
     with one.client() as admin:
@@ -217,7 +250,9 @@ def test_two_replicas_watching_the_same_run_record_it_once(
 
 
 def test_a_run_that_ends_across_a_kubernetes_outage_is_charged_from_the_pods_times(
-    own_cluster: Any, serve: Callable[..., ApiServer], database_url: str,
+    own_cluster: Any,
+    serve: Callable[..., ApiServer],
+    database_url: str,
 ) -> None:
     k8s = own_cluster.k8s
     api = serve(database_url, own_cluster.kubeconfig)

@@ -16,16 +16,21 @@ def tenant(module_api: ApiServer) -> str:
 
 
 @pytest.mark.parametrize("path", ["/v1/usage", "/v1/admin/usage"])
-@pytest.mark.parametrize(("params", "field", "words"), [
-    ({"from": "2026-11-30", "to": "2026-11-01"}, "from", "is after to"),
-    ({"from": "2026-13-01"}, "from", "YYYY-MM-DD"),
-    ({"to": "yesterday"}, "to", "ISO 8601"),
-    ({"from": ""}, "from", "YYYY-MM-DD"),
-    ({"group_by": "week"}, "group_by", "'day' or 'container'"),
-    ({"tenancy": "Not_A_Name"}, "tenancy", "lowercase"),
-], ids=["from-after-to", "bad-from", "bad-to", "empty-from", "bad-group-by", "bad-tenancy"])
-def test_bad_usage_queries_name_the_field(module_api: ApiServer, path: str, params: dict, field: str,
-                                          words: str) -> None:
+@pytest.mark.parametrize(
+    ("params", "field", "words"),
+    [
+        ({"from": "2026-11-30", "to": "2026-11-01"}, "from", "is after to"),
+        ({"from": "2026-13-01"}, "from", "YYYY-MM-DD"),
+        ({"to": "yesterday"}, "to", "ISO 8601"),
+        ({"from": ""}, "from", "YYYY-MM-DD"),
+        ({"group_by": "week"}, "group_by", "'day' or 'container'"),
+        ({"tenancy": "Not_A_Name"}, "tenancy", "lowercase"),
+    ],
+    ids=["from-after-to", "bad-from", "bad-to", "empty-from", "bad-group-by", "bad-tenancy"],
+)
+def test_bad_usage_queries_name_the_field(
+    module_api: ApiServer, path: str, params: dict, field: str, words: str
+) -> None:
     with module_api.client() as admin:
         r = admin.get(path, params=params)
     assert r.status_code == 422, r.text
@@ -42,9 +47,14 @@ def test_a_window_is_given_back_as_read(module_api: ApiServer, tenant: str) -> N
     assert (body["data"], body["count"], body["total_gpu_seconds"]) == ([], 0, 0)
 
 
-@pytest.mark.parametrize(("value", "words"), [
-    (-1, "greater than or equal to 0"), ("10", "valid number"), (True, "valid number"),
-])
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (-1, "greater than or equal to 0"),
+        ("10", "valid number"),
+        (True, "valid number"),
+    ],
+)
 def test_bad_budgets_are_refused(module_api: ApiServer, value: object, words: str) -> None:
     with module_api.client() as admin:
         created = admin.post("/v1/admin/tenancies", json={"name": "budgets", "gpu_hours_per_month": value})

@@ -57,7 +57,9 @@ def test_a_tenant_sees_only_its_own_usage(api: ApiServer, k8s: Any) -> None:
         assert a in csv_text and b not in csv_text
         assert alpha.get("/v1/admin/usage").status_code == 403
     with api.client() as admin:
-        both = {r["container_id"] for r in admin.get("/v1/admin/usage", params={"group_by": "container"}).json()["data"]}
+        both = {
+            r["container_id"] for r in admin.get("/v1/admin/usage", params={"group_by": "container"}).json()["data"]
+        }
         assert both == {a, b}
         only_b = admin.get("/v1/admin/usage", params={"group_by": "container", "tenancy": "beta"}).json()
         assert [r["container_id"] for r in only_b["data"]] == [b] and only_b["total_gpu_seconds"] == 10.0

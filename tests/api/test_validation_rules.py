@@ -45,4 +45,3 @@ def test_env_names() -> None:
     assert check_env_names({"A": "1", "_x9": "2"})
     with pytest.raises(ValueError, match="'1BAD'"):
         check_env_names({"OK": "1", "1BAD": "2"})
-

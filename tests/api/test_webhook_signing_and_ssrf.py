@@ -30,15 +30,16 @@ def _documented_verify() -> Any:
     source = code.group(1)
     assert source.startswith("def verify(")
     namespace: dict[str, Any] = {}
-    exec(compile(source, str(DOC), "exec"), namespace)  # noqa: S102 - the documented recipe, run as a tenant would
+    exec(compile(source, str(DOC), "exec"), namespace)  # the documented recipe, run as a tenant would
     return namespace["verify"]
 
 
 def test_the_signature_is_hmac_sha256_of_timestamp_dot_body_as_openssl_computes_it() -> None:
     if shutil.which("openssl") is None:
         pytest.fail("openssl is needed (Debian package openssl)")
-    out = subprocess.run(["openssl", "dgst", "-sha256", "-hmac", SECRET], input=f"{T}.".encode() + BODY,
-                         capture_output=True, check=True).stdout.decode()
+    out = subprocess.run(
+        ["openssl", "dgst", "-sha256", "-hmac", SECRET], input=f"{T}.".encode() + BODY, capture_output=True, check=True
+    ).stdout.decode()
     expected = out.strip().rsplit(" ", 1)[-1]
     headers = signing.headers(SECRET, "evt_1", BODY, now=T)
     assert headers["Gpucaas-Webhook-Signature"] == f"v1={expected}"
@@ -57,10 +58,15 @@ def test_the_verifier_accepts_fresh_authentic_requests_only(verify: Any) -> None
     assert verify(SECRET, headers, BODY, now=T + 600, tolerance=900)
     moved = dict(headers, **{"Gpucaas-Webhook-Timestamp": str(T + 100)})  # a fresh timestamp on an old signature
     assert not verify(SECRET, moved, BODY, now=T + 100)
-    rotated = dict(headers, **{"Gpucaas-Webhook-Signature": "v1=" + "0" * 64 + " " + headers["Gpucaas-Webhook-Signature"]})
+    rotated = dict(
+        headers, **{"Gpucaas-Webhook-Signature": "v1=" + "0" * 64 + " " + headers["Gpucaas-Webhook-Signature"]}
+    )
     assert verify(SECRET, rotated, BODY, now=T)
-    for broken in ({}, {"Gpucaas-Webhook-Timestamp": "soon", "Gpucaas-Webhook-Signature": "v1=00"},
-                   {"Gpucaas-Webhook-Timestamp": str(T), "Gpucaas-Webhook-Signature": ""}):
+    for broken in (
+        {},
+        {"Gpucaas-Webhook-Timestamp": "soon", "Gpucaas-Webhook-Signature": "v1=00"},
+        {"Gpucaas-Webhook-Timestamp": str(T), "Gpucaas-Webhook-Signature": ""},
+    ):
         assert not verify(SECRET, broken, BODY, now=T)
 
 
@@ -71,15 +77,29 @@ def test_the_documented_verifier_is_the_module_one() -> None:
     assert source in DOC.read_text()
 
 
-@pytest.mark.parametrize("address, kind", [
-    ("127.0.0.1", "loopback"), ("127.8.9.10", "loopback"), ("::1", "loopback"),
-    ("169.254.169.254", "link-local"), ("fe80::1", "link-local"),
-    ("10.0.0.1", "private"), ("172.16.0.1", "private"), ("172.31.255.255", "private"),
-    ("192.168.0.1", "private"), ("fc00::1", "private"), ("fd12:3456::1", "private"),
-    ("::ffff:10.0.0.1", "private"), ("::ffff:127.0.0.1", "loopback"),
-    ("100.64.0.1", "non-public"), ("0.0.0.0", "unspecified"), ("224.0.0.1", "multicast"),
-    ("240.0.0.1", "reserved"), ("198.18.0.1", "private"),
-])
+@pytest.mark.parametrize(
+    "address, kind",
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.8.9.10", "loopback"),
+        ("::1", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("fe80::1", "link-local"),
+        ("10.0.0.1", "private"),
+        ("172.16.0.1", "private"),
+        ("172.31.255.255", "private"),
+        ("192.168.0.1", "private"),
+        ("fc00::1", "private"),
+        ("fd12:3456::1", "private"),
+        ("::ffff:10.0.0.1", "private"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("100.64.0.1", "non-public"),
+        ("0.0.0.0", "unspecified"),
+        ("224.0.0.1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("198.18.0.1", "private"),
+    ],
+)
 def test_internal_addresses_are_refused_and_named(address: str, kind: str) -> None:
     with pytest.raises(ssrf.Refused, match=f"is a {kind} address"):
         ssrf.check_address(ipaddress.ip_address(address), allow_loopback=False)

@@ -30,10 +30,27 @@ from tests.api.webhook_receiver import Receiver
 
 EVENTS = ["container.running", "container.succeeded", "container.failed", "container.cancelled"]
 RUNNING = {"phase": "Running", "startTime": "2026-01-02T03:00:00Z"}
-SUCCEEDED = {"phase": "Succeeded", "startTime": "2026-01-02T03:00:00Z", "containerStatuses": [
-    {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
-     "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-01-02T03:00:00Z",
-                              "finishedAt": "2026-01-02T03:00:03Z"}}}]}
+SUCCEEDED = {
+    "phase": "Succeeded",
+    "startTime": "2026-01-02T03:00:00Z",
+    "containerStatuses": [
+        {
+            "name": "main",
+            "ready": False,
+            "restartCount": 0,
+            "image": "x",
+            "imageID": "",
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": "2026-01-02T03:00:00Z",
+                    "finishedAt": "2026-01-02T03:00:03Z",
+                }
+            },
+        }
+    ],
+}
 
 
 @pytest.fixture
@@ -52,8 +69,13 @@ def flaky_receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def api(kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str) -> ApiServer:
-    return serve(database_url, kubeconfig, webhook_allow_loopback=True, webhook_retry_first_seconds=0.2,
-                 webhook_retry_max_seconds=1.0)
+    return serve(
+        database_url,
+        kubeconfig,
+        webhook_allow_loopback=True,
+        webhook_retry_first_seconds=0.2,
+        webhook_retry_max_seconds=1.0,
+    )
 
 
 def _tenant(api: ApiServer, k8s: Any, name: str) -> str:
@@ -74,8 +96,9 @@ def test_a_receiver_gets_running_and_succeeded_with_valid_signatures(
 ) -> None:
     token = _tenant(api, k8s, "hooked")
     with api.client(token) as c:
-        created = c.post("/v1/webhooks", json={"url": receiver.url, "events": ["container.succeeded",
-                                                                                 "container.running"]})
+        created = c.post(
+            "/v1/webhooks", json={"url": receiver.url, "events": ["container.succeeded", "container.running"]}
+        )
         assert created.status_code == 201, created.text
         hook = created.json()
         secret = hook["secret"]
@@ -100,10 +123,16 @@ def test_a_receiver_gets_running_and_succeeded_with_valid_signatures(
             assert event["data"]["container"]["id"] == cid and event["data"]["container"]["gpus"] == 2
         assert running[0].event["data"]["container"]["status"] == "Running"
         done = succeeded[0].event["data"]["container"]
-        assert done["status"] == "Succeeded" and done["exit_code"] == 0 and done["finished_at"].startswith("2026-01-02T03:00:03")
+        assert (
+            done["status"] == "Succeeded"
+            and done["exit_code"] == 0
+            and done["finished_at"].startswith("2026-01-02T03:00:03")
+        )
 
-        wait_for(lambda: c.get(f"/v1/webhooks/{hook['id']}/deliveries", params={"status": "delivered"})
-                 .json()["count"] == 2, what="both deliveries recorded")
+        wait_for(
+            lambda: c.get(f"/v1/webhooks/{hook['id']}/deliveries", params={"status": "delivered"}).json()["count"] == 2,
+            what="both deliveries recorded",
+        )
         deliveries = c.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
         assert {d["event_type"] for d in deliveries} == {"container.running", "container.succeeded"}
         for d in deliveries:
@@ -164,59 +193,73 @@ def test_the_signing_secret_lives_in_the_tenant_namespace_not_in_the_database(
         assert c.get("/v1/secrets").json()["count"] == 0  # not one of the tenant's own secrets
         engine = create_engine(normalize_url(database_url))
         with engine.connect() as conn:
-            rows = [str(tuple(r)) for t in ("webhook", "webhook_delivery", "webhook_attempt")
-                    for r in conn.execute(text(f"SELECT * FROM {t}"))]
+            rows = [
+                str(tuple(r))
+                for t in ("webhook", "webhook_delivery", "webhook_attempt")
+                for r in conn.execute(text(f"SELECT * FROM {t}"))
+            ]
         engine.dispose()
         assert rows and not any(hook["secret"] in r for r in rows)
 
         assert c.delete(f"/v1/webhooks/{hook['id']}").status_code == 204
-        wait_for(lambda: obj_name not in [s.metadata.name for s in
-                                          kc.CoreV1Api(k8s).list_namespaced_secret("tenant-keeper").items],
-                 what="the signing secret deleted")
+        wait_for(
+            lambda: (
+                obj_name
+                not in [s.metadata.name for s in kc.CoreV1Api(k8s).list_namespaced_secret("tenant-keeper").items]
+            ),
+            what="the signing secret deleted",
+        )
         assert c.get(f"/v1/webhooks/{hook['id']}").status_code == 404
         assert c.delete(f"/v1/webhooks/{hook['id']}").status_code == 404
 
 
-@pytest.mark.parametrize("url", [
-    "http://169.254.169.254/latest/meta-data/",
-    "http://10.0.0.1/hook",
-    "https://172.16.5.4/hook",
-    "https://192.168.1.10:8443/hook",
-    "http://127.0.0.1:8080/hook",
-    "http://[::1]/hook",
-    "http://[fe80::1]/hook",
-    "http://[fc00::1]/hook",
-    "http://[::ffff:10.0.0.1]/hook",
-    "http://100.64.0.1/hook",
-    "http://0.0.0.0/hook",
-    "http://localhost:8080/hook",
-    "https://kubernetes.default.svc/api",
-    "https://gpucaas-api.gpucaas.svc.cluster.local/v1",
-    "http://metadata.google.internal/computeMetadata/v1/",
-    "http://kubernetes/api",
-    "ftp://hooks.example.com/hook",
-    "file:///etc/passwd",
-    "https://user:pass@hooks.example.com/hook",
-    "hooks.example.com/hook",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/hook",
+        "https://172.16.5.4/hook",
+        "https://192.168.1.10:8443/hook",
+        "http://127.0.0.1:8080/hook",
+        "http://[::1]/hook",
+        "http://[fe80::1]/hook",
+        "http://[fc00::1]/hook",
+        "http://[::ffff:10.0.0.1]/hook",
+        "http://100.64.0.1/hook",
+        "http://0.0.0.0/hook",
+        "http://localhost:8080/hook",
+        "https://kubernetes.default.svc/api",
+        "https://gpucaas-api.gpucaas.svc.cluster.local/v1",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://kubernetes/api",
+        "ftp://hooks.example.com/hook",
+        "file:///etc/passwd",
+        "https://user:pass@hooks.example.com/hook",
+        "hooks.example.com/hook",
+    ],
+)
 def test_internal_and_malformed_urls_are_refused_at_registration(module_api: ApiServer, url: str) -> None:
     with module_api.client() as admin:
         if admin.get("/v1/admin/tenancies/guarded").status_code == 404:
             new_tenancy(admin, "guarded")
-        r = admin.post("/v1/webhooks", params={"tenancy": "guarded"},
-                       json={"url": url, "events": ["container.succeeded"]})
+        r = admin.post(
+            "/v1/webhooks", params={"tenancy": "guarded"}, json={"url": url, "events": ["container.succeeded"]}
+        )
     assert r.status_code == 422, r.text
     assert r.json()["detail"].startswith("url: "), r.text
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"url": "https://hooks.example.com/x", "events": []}, "events"),
-    ({"url": "https://hooks.example.com/x", "events": ["container.exploded"]}, "events"),
-    ({"url": "https://hooks.example.com/x"}, "events"),
-    ({"events": ["container.failed"]}, "url"),
-    ({"url": "https://hooks.example.com/" + "x" * 3000, "events": ["container.failed"]}, "url"),
-    ({"url": "https://hooks.example.com/x", "events": ["container.failed"], "secret": "mine"}, "secret"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"url": "https://hooks.example.com/x", "events": []}, "events"),
+        ({"url": "https://hooks.example.com/x", "events": ["container.exploded"]}, "events"),
+        ({"url": "https://hooks.example.com/x"}, "events"),
+        ({"events": ["container.failed"]}, "url"),
+        ({"url": "https://hooks.example.com/" + "x" * 3000, "events": ["container.failed"]}, "url"),
+        ({"url": "https://hooks.example.com/x", "events": ["container.failed"], "secret": "mine"}, "secret"),
+    ],
+)
 def test_bad_webhook_bodies_get_a_4xx_naming_the_field(module_api: ApiServer, body: dict, field: str) -> None:
     with module_api.client() as admin:
         if admin.get("/v1/admin/tenancies/guarded").status_code == 404:
@@ -227,7 +270,11 @@ def test_bad_webhook_bodies_get_a_4xx_naming_the_field(module_api: ApiServer, bo
 
 
 def test_a_name_resolving_to_loopback_is_refused_at_delivery(
-    kubeconfig: Path, serve: Callable[..., ApiServer], sqlite_url: str, k8s: Any, receiver: Receiver,
+    kubeconfig: Path,
+    serve: Callable[..., ApiServer],
+    sqlite_url: str,
+    k8s: Any,
+    receiver: Receiver,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """DNS rebinding: the name did not resolve at registration (accepted; DNS may lag), and
@@ -248,8 +295,10 @@ def test_a_name_resolving_to_loopback_is_refused_at_delivery(
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     token = _tenant(api, k8s, "rebound")
     with api.client(token) as c:
-        created = c.post("/v1/webhooks", json={"url": f"http://{name}:{receiver.port}/hooks/gpucaas",
-                                               "events": ["container.running"]})
+        created = c.post(
+            "/v1/webhooks",
+            json={"url": f"http://{name}:{receiver.port}/hooks/gpucaas", "events": ["container.running"]},
+        )
         assert created.status_code == 201, created.text
         hook = created.json()
         _cid, pod = _submit(c)
@@ -282,8 +331,12 @@ def test_deliveries_wait_in_the_outbox_while_the_receiver_is_down_and_survive_a_
         hook = c.post("/v1/webhooks", json={"url": url, "events": ["container.running"]}).json()
         _cid, pod = _submit(c)
         set_pod_status(k8s, "tenant-patient", pod, RUNNING)
-        wait_for(lambda: (c.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"] or [{}])[0]
-                 .get("attempt_count", 0) >= 1, what="a failed attempt")
+        wait_for(
+            lambda: (
+                (c.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"] or [{}])[0].get("attempt_count", 0) >= 1
+            ),
+            what="a failed attempt",
+        )
         failed = c.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"][0]
     assert failed["status"] == "pending" and "ConnectError" in failed["last_error"]
     api.stop()
@@ -301,15 +354,32 @@ def test_only_wanted_events_are_sent_and_a_deleted_webhook_gets_nothing_more(
 ) -> None:
     token = _tenant(api, k8s, "picky")
     with api.client(token) as c:
-        failed_only = c.post("/v1/webhooks", json={"url": receiver.url + "?which=failed",
-                                                   "events": ["container.failed"]}).json()
+        failed_only = c.post(
+            "/v1/webhooks", json={"url": receiver.url + "?which=failed", "events": ["container.failed"]}
+        ).json()
         gone = c.post("/v1/webhooks", json={"url": receiver.url + "?which=gone", "events": EVENTS}).json()
         assert c.delete(f"/v1/webhooks/{gone['id']}").status_code == 204
         _cid, pod = _submit(c)
         set_pod_status(k8s, "tenant-picky", pod, RUNNING)
-        set_pod_status(k8s, "tenant-picky", pod, {"phase": "Failed", "startTime": now(), "containerStatuses": [
-            {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
-             "state": {"terminated": {"exitCode": 3, "reason": "Error", "finishedAt": now()}}}]})
+        set_pod_status(
+            k8s,
+            "tenant-picky",
+            pod,
+            {
+                "phase": "Failed",
+                "startTime": now(),
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "x",
+                        "imageID": "",
+                        "state": {"terminated": {"exitCode": 3, "reason": "Error", "finishedAt": now()}},
+                    }
+                ],
+            },
+        )
         got = wait_for(lambda: receiver.received("container.failed"), what="container.failed")
         assert got[0].path == "/hooks/gpucaas?which=failed" and got[0].event["data"]["container"]["exit_code"] == 3
         rows = c.get(f"/v1/webhooks/{failed_only['id']}/deliveries").json()["data"]
@@ -320,8 +390,14 @@ def test_only_wanted_events_are_sent_and_a_deleted_webhook_gets_nothing_more(
 def test_a_delivery_that_keeps_failing_is_given_up_after_the_window_then_pruned(
     kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str, k8s: Any
 ) -> None:
-    api = serve(database_url, kubeconfig, webhook_allow_loopback=True, webhook_retry_first_seconds=0.2,
-                webhook_retry_max_seconds=0.4, webhook_retry_hours=1.5 / 3600)  # a 1.5-second window
+    api = serve(
+        database_url,
+        kubeconfig,
+        webhook_allow_loopback=True,
+        webhook_retry_first_seconds=0.2,
+        webhook_retry_max_seconds=0.4,
+        webhook_retry_hours=1.5 / 3600,
+    )  # a 1.5-second window
     always_down = Receiver(fail_first=1_000_000).start()
     try:
         token = _tenant(api, k8s, "doomed")

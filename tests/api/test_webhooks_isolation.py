@@ -35,8 +35,9 @@ def world(kubeconfig: Path, serve: Callable[..., ApiServer], sqlite_url: str, k8
             cid = c.post("/v1/containers", json={"image": "busybox:1.36"}).json()["id"]
             assert c.delete(f"/v1/containers/{cid}").status_code in (200, 202)
             hook_id = hook.json()["id"]
-            deliveries = wait_for(lambda: c.get(f"/v1/webhooks/{hook_id}/deliveries").json()["data"],
-                                  what="a delivery")
+            deliveries = wait_for(
+                lambda hook_id=hook_id: c.get(f"/v1/webhooks/{hook_id}/deliveries").json()["data"], what="a delivery"
+            )
         out[name] = {"token": token, "hook": hook_id, "delivery": deliveries[0]["id"]}
     return out
 
@@ -63,8 +64,9 @@ def test_another_tenancys_webhook_is_not_found(world: dict[str, Any], method: st
         theirs = alpha.request(method, path.format(hook=beta["hook"], delivery=beta["delivery"]))
         missing = alpha.request(method, path.format(hook=MISSING_HOOK, delivery=MISSING_DELIVERY))
     assert theirs.status_code == 404 and missing.status_code == 404, (theirs.text, missing.text)
-    assert _scrub(theirs.json(), beta["hook"], beta["delivery"]) == _scrub(missing.json(), MISSING_HOOK,
-                                                                           MISSING_DELIVERY)
+    assert _scrub(theirs.json(), beta["hook"], beta["delivery"]) == _scrub(
+        missing.json(), MISSING_HOOK, MISSING_DELIVERY
+    )
     with api.client(beta["token"]) as own:  # untouched
         assert own.get(f"/v1/webhooks/{beta['hook']}").status_code == 200
 
@@ -84,8 +86,9 @@ def test_lists_and_admin_views_are_per_tenancy(world: dict[str, Any]) -> None:
         mine = c.get("/v1/webhooks").json()
         other = c.get("/v1/webhooks", params={"tenancy": "beta"})
         nowhere = c.get("/v1/webhooks", params={"tenancy": "nowhere"})
-        create_there = c.post("/v1/webhooks", params={"tenancy": "beta"},
-                              json={"url": URL, "events": ["container.failed"]})
+        create_there = c.post(
+            "/v1/webhooks", params={"tenancy": "beta"}, json={"url": URL, "events": ["container.failed"]}
+        )
     assert [h["id"] for h in mine["data"]] == [alpha["hook"]] and mine["count"] == 1
     assert other.status_code == nowhere.status_code == create_there.status_code == 404
     assert other.json()["detail"].replace("beta", "X") == nowhere.json()["detail"].replace("nowhere", "X")
@@ -107,9 +110,11 @@ def test_a_read_token_looks_but_does_not_manage(world: dict[str, Any]) -> None:
     with api.client(read) as c:
         assert c.get("/v1/webhooks").status_code == 200
         assert c.get(f"/v1/webhooks/{alpha['hook']}/deliveries").status_code == 200
-        for r in (c.post("/v1/webhooks", json={"url": URL, "events": ["container.failed"]}),
-                  c.delete(f"/v1/webhooks/{alpha['hook']}"),
-                  c.post(f"/v1/webhooks/{alpha['hook']}/deliveries/{alpha['delivery']}/resend")):
+        for r in (
+            c.post("/v1/webhooks", json={"url": URL, "events": ["container.failed"]}),
+            c.delete(f"/v1/webhooks/{alpha['hook']}"),
+            c.post(f"/v1/webhooks/{alpha['hook']}/deliveries/{alpha['delivery']}/resend"),
+        ):
             assert r.status_code == 403 and "scope" in r.json()["detail"]
 
 

@@ -15,18 +15,29 @@ def test_whoami_describes_the_caller_only(module_api: ApiServer) -> None:
         me = admin.get("/v1/whoami").json()
         assert me["tenancy"] is None and me["scope"] == "admin"
     with module_api.client(owner) as c:
-        minted = c.post("/v1/tokens", json={"name": "dash", "scope": "read",
-                                            "expires_at": "2099-01-02T03:04:05Z"}).json()
+        minted = c.post(
+            "/v1/tokens", json={"name": "dash", "scope": "read", "expires_at": "2099-01-02T03:04:05Z"}
+        ).json()
         mine = c.get("/v1/whoami")
         assert mine.status_code == 200, mine.text
-        assert mine.json() == {"token_id": mine.json()["token_id"], "token_name": "test", "tenancy": "whoami-a",
-                               "scope": "admin", "expires_at": None}
+        assert mine.json() == {
+            "token_id": mine.json()["token_id"],
+            "token_name": "test",
+            "tenancy": "whoami-a",
+            "scope": "admin",
+            "expires_at": None,
+        }
         # it takes no tenancy argument: asking about another tenancy changes nothing
         assert c.get("/v1/whoami", params={"tenancy": "whoami-b"}).json()["tenancy"] == "whoami-a"
     with module_api.client(minted["token"]) as d:
         body = d.get("/v1/whoami").json()
-    assert body == {"token_id": minted["id"], "token_name": "dash", "tenancy": "whoami-a", "scope": "read",
-                    "expires_at": "2099-01-02T03:04:05Z"}
+    assert body == {
+        "token_id": minted["id"],
+        "token_name": "dash",
+        "tenancy": "whoami-a",
+        "scope": "read",
+        "expires_at": "2099-01-02T03:04:05Z",
+    }
     assert minted["token"] not in str(body)
     with module_api.client(other) as b:
         assert b.get("/v1/whoami").json()["tenancy"] == "whoami-b"
@@ -40,4 +51,9 @@ def test_whoami_describes_the_caller_only(module_api: ApiServer) -> None:
     op = spec["paths"]["/v1/whoami"]["get"]
     assert op["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/WhoAmI"}
     assert set(spec["components"]["schemas"]["WhoAmI"]["properties"]) == {
-        "token_id", "token_name", "tenancy", "scope", "expires_at"}
+        "token_id",
+        "token_name",
+        "tenancy",
+        "scope",
+        "expires_at",
+    }

@@ -31,14 +31,18 @@ def status_of(client: httpx.Client, cid: str) -> dict[str, Any]:
 
 def test_seed_payload_becomes_a_kata_pod_once_the_tenancy_is_ready(api: ApiServer, k8s: Any) -> None:
     with api.client() as admin:
-        r = admin.post("/v1/admin/tenancies", json={"name": "landon", "gpu_quota": 16,
-                                                     "nfs": {"server": "10.0.0.5", "path": "/export/landon"}})
+        r = admin.post(
+            "/v1/admin/tenancies",
+            json={"name": "landon", "gpu_quota": 16, "nfs": {"server": "10.0.0.5", "path": "/export/landon"}},
+        )
         assert r.status_code == 201, r.text
         token = admin.post("/v1/admin/tenancies/landon/tokens").json()["token"]
     with api.client(token) as landon:
         cid = landon.post("/v1/containers", json=SEED).json()["id"]
         # no controller yet: the Tenancy exists (upserted from the DB record) but is not Ready
-        waiting = wait_for(lambda: (s := status_of(landon, cid))["message"] and "waiting for tenancy" in s["message"] and s)
+        waiting = wait_for(
+            lambda: (s := status_of(landon, cid))["message"] and "waiting for tenancy" in s["message"] and s
+        )
         assert waiting["status"] == "Queued"
         tenancy = mark_tenancy_ready(k8s, "landon")
         assert tenancy["spec"]["gpuQuota"] == 16 and tenancy["spec"]["podQuota"] == 50
@@ -54,19 +58,31 @@ def test_seed_payload_becomes_a_kata_pod_once_the_tenancy_is_ready(api: ApiServe
     assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
     assert main["image"] == SEED["container-url"]
     # one GPU's share of an HGX H100 node, memory backed by 1 GiB hugepages (the defaults)
-    assert main["resources"]["limits"] == {"nvidia.com/gpu": "1", "cpu": "24", "memory": "224Gi",
-                                           "hugepages-1Gi": "224Gi"}
+    assert main["resources"]["limits"] == {
+        "nvidia.com/gpu": "1",
+        "cpu": "24",
+        "memory": "224Gi",
+        "hugepages-1Gi": "224Gi",
+    }
     # the API server fills in the extended resource's request from its limit
-    assert main["resources"]["requests"] == {"cpu": "24", "memory": "1Gi", "hugepages-1Gi": "224Gi",
-                                             "nvidia.com/gpu": "1"}
+    assert main["resources"]["requests"] == {
+        "cpu": "24",
+        "memory": "1Gi",
+        "hugepages-1Gi": "224Gi",
+        "nvidia.com/gpu": "1",
+    }
     assert main["securityContext"]["privileged"] is False
     assert main["securityContext"]["allowPrivilegeEscalation"] is False
     assert all("hostPath" not in v for v in spec.get("volumes", []))
     # (the API server leaves out readOnly: false, a zero value of the built-in types)
-    assert spec["volumes"] == [{"name": "tenant-storage", "persistentVolumeClaim": {"claimName": "tenant-storage"}},
-                               {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}]
-    assert main["volumeMounts"] == [{"name": "tenant-storage", "mountPath": "/data"},
-                                    {"name": "dshm", "mountPath": "/dev/shm"}]
+    assert spec["volumes"] == [
+        {"name": "tenant-storage", "persistentVolumeClaim": {"claimName": "tenant-storage"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
+    ]
+    assert main["volumeMounts"] == [
+        {"name": "tenant-storage", "mountPath": "/data"},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
     assert "activeDeadlineSeconds" not in spec
 
 
@@ -85,16 +101,32 @@ def test_pod_options_and_phases_flow_back(api: ApiServer, k8s: Any) -> None:
         token = new_tenancy(admin, "flow")
     mark_tenancy_ready(k8s, "flow")
     with api.client(token) as c:
-        cid = c.post("/v1/containers", json={"image": "ghcr.io/acme/train:v1", "gpus": 4, "command": ["python"],
-                                             "args": ["train.py"], "env": {"EPOCHS": "3"},
-                                             "timeout_seconds": 600}).json()["id"]
+        cid = c.post(
+            "/v1/containers",
+            json={
+                "image": "ghcr.io/acme/train:v1",
+                "gpus": 4,
+                "command": ["python"],
+                "args": ["train.py"],
+                "env": {"EPOCHS": "3"},
+                "timeout_seconds": 600,
+            },
+        ).json()["id"]
         name = f"gpucaas-{cid}"
         pod = wait_for(lambda: get_pod(k8s, "tenant-flow", name))
         assert pod["spec"]["activeDeadlineSeconds"] == 600
         main = pod["spec"]["containers"][0]
-        assert (main["command"], main["args"], main["env"]) == (["python"], ["train.py"], [{"name": "EPOCHS", "value": "3"}])
-        assert main["resources"]["limits"] == {"nvidia.com/gpu": "4", "cpu": "96", "memory": "896Gi",
-                                               "hugepages-1Gi": "896Gi"}
+        assert (main["command"], main["args"], main["env"]) == (
+            ["python"],
+            ["train.py"],
+            [{"name": "EPOCHS", "value": "3"}],
+        )
+        assert main["resources"]["limits"] == {
+            "nvidia.com/gpu": "4",
+            "cpu": "96",
+            "memory": "896Gi",
+            "hugepages-1Gi": "896Gi",
+        }
         assert [v["name"] for v in pod["spec"]["volumes"]] == ["dshm"]  # no NFS on this tenancy
 
         bind_pod(k8s, "tenant-flow", name, "gpu-node-7")
@@ -103,9 +135,26 @@ def test_pod_options_and_phases_flow_back(api: ApiServer, k8s: Any) -> None:
         assert running["node_name"] == "gpu-node-7" and running["gpus"] == 4
         assert running["started_at"] == "2026-01-02T03:04:05Z"
 
-        set_pod_status(k8s, "tenant-flow", name, {"phase": "Succeeded", "containerStatuses": [
-            {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
-             "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}}}]})
+        set_pod_status(
+            k8s,
+            "tenant-flow",
+            name,
+            {
+                "phase": "Succeeded",
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "x",
+                        "imageID": "",
+                        "state": {
+                            "terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}
+                        },
+                    }
+                ],
+            },
+        )
         done = wait_for(lambda: (s := status_of(c, cid))["status"] == "Succeeded" and s)
         assert done["finished_at"] == "2026-01-02T04:00:00Z"
         assert done["message"] == "Completed: finished with exit code 0" and done["exit_code"] == 0
@@ -121,8 +170,12 @@ def test_failed_pod_and_vanished_pod(api: ApiServer, k8s: Any) -> None:
         a = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
         b = c.post("/v1/containers", json={"image": "ubuntu"}).json()["id"]
         wait_for(lambda: get_pod(k8s, "tenant-fails", f"gpucaas-{b}"))
-        set_pod_status(k8s, "tenant-fails", f"gpucaas-{a}",
-                       {"phase": "Failed", "reason": "DeadlineExceeded", "message": "Pod was active too long"})
+        set_pod_status(
+            k8s,
+            "tenant-fails",
+            f"gpucaas-{a}",
+            {"phase": "Failed", "reason": "DeadlineExceeded", "message": "Pod was active too long"},
+        )
         failed = wait_for(lambda: (s := status_of(c, a))["status"] == "Failed" and s)
         assert failed["message"] == "timeout_seconds exceeded: the container was stopped"
         from kubernetes import client as kc
@@ -158,8 +211,9 @@ def test_a_pod_that_outlives_its_cancellation_is_deleted(api: ApiServer, k8s: An
         c.delete(f"/v1/containers/{cid}")
         wait_for(lambda: get_pod(k8s, "tenant-late", f"gpucaas-{cid}") is None)
         # a replica that crashed mid-submission creates the pod after the cancellation
-        kc.CoreV1Api(k8s).create_namespaced_pod("tenant-late", build_pod(container_id=cid, tenancy="late",
-                                                                          image="ubuntu", gpus=1))
+        kc.CoreV1Api(k8s).create_namespaced_pod(
+            "tenant-late", build_pod(container_id=cid, tenancy="late", image="ubuntu", gpus=1)
+        )
         wait_for(lambda: get_pod(k8s, "tenant-late", f"gpucaas-{cid}") is None)
         assert status_of(c, cid)["status"] == "Cancelled"
 

@@ -41,17 +41,55 @@ def start_run(k8s: Any, tenancy: str, cid: str, *, node: str, pod_start: datetim
     ns, name = crds.tenant_namespace(tenancy), f"gpucaas-{cid}"
     wait_for(lambda: get_pod(k8s, ns, name), 60, what="the API's pod")
     bind_pod(k8s, ns, name, node)
-    set_pod_status(k8s, ns, name, {"phase": "Running", "startTime": stamp(pod_start), "containerStatuses": [
-        {"name": "main", "ready": True, "restartCount": 0, "image": "busybox:1.36", "imageID": "",
-         "state": {"running": {"startedAt": stamp(started)}}}]})
+    set_pod_status(
+        k8s,
+        ns,
+        name,
+        {
+            "phase": "Running",
+            "startTime": stamp(pod_start),
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "busybox:1.36",
+                    "imageID": "",
+                    "state": {"running": {"startedAt": stamp(started)}},
+                }
+            ],
+        },
+    )
 
 
 def end_run(k8s: Any, tenancy: str, cid: str, *, pod_start: datetime, started: datetime, finished: datetime) -> None:
     ns, name = crds.tenant_namespace(tenancy), f"gpucaas-{cid}"
-    set_pod_status(k8s, ns, name, {"phase": "Succeeded", "startTime": stamp(pod_start), "containerStatuses": [
-        {"name": "main", "ready": False, "restartCount": 0, "image": "busybox:1.36", "imageID": "",
-         "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp(started),
-                                  "finishedAt": stamp(finished)}}}]})
+    set_pod_status(
+        k8s,
+        ns,
+        name,
+        {
+            "phase": "Succeeded",
+            "startTime": stamp(pod_start),
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "busybox:1.36",
+                    "imageID": "",
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": stamp(started),
+                            "finishedAt": stamp(finished),
+                        }
+                    },
+                }
+            ],
+        },
+    )
 
 
 def usage_rows(c: httpx.Client, **params: str) -> list[dict[str, Any]]:

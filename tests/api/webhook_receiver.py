@@ -30,7 +30,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver._lock:
                     code = 500 if len(receiver.requests) < receiver.fail_first else 200
@@ -64,5 +64,6 @@ class Receiver:
     def received(self, event_type: str | None = None, *, ok: bool = True) -> list[Received]:
         with self._lock:
             found = list(self.requests)
-        return [r for r in found if (event_type is None or r.event["type"] == event_type)
-                and (not ok or r.answered == 200)]
+        return [
+            r for r in found if (event_type is None or r.event["type"] == event_type) and (not ok or r.answered == 200)
+        ]

@@ -25,8 +25,10 @@ NOT_SETTINGS = {
     "sandbox": {"--demo"},
 }
 #: Values a class requires (a field without default, or a cross-field check).
-REQUIRED = {"node-agent": {"node_name": "gpu-node-a", "kubelet_dir": "/var/lib/kubelet"},
-            "fabric": {"disk_image": "/var/lib/gpucaas/images/fm.qcow2"}}
+REQUIRED = {
+    "node-agent": {"node_name": "gpu-node-a", "kubelet_dir": "/var/lib/kubelet"},
+    "fabric": {"disk_image": "/var/lib/gpucaas/images/fm.qcow2"},
+}
 
 GROUP = typer.main.get_command(app)
 COMMANDS = sorted(n for n in GROUP.commands if n != "version")  # type: ignore[attr-defined]
@@ -39,7 +41,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def _callback(name: str):  # noqa: ANN202
+def _callback(name: str):
     return GROUP.commands[name].callback  # type: ignore[attr-defined]
 
 
@@ -80,7 +82,9 @@ def test_each_option_is_a_field_with_its_env_var_and_default(name: str, clean_en
         elif isinstance(actual, bool):
             assert shown == str(actual).lower(), flag
         elif isinstance(actual, (int, float, str, Path)):
-            assert type(actual)(shown if shown != '""' else "") == actual, f"{flag}: shows {shown}, class has {actual!r}"
+            assert type(actual)(shown if shown != '""' else "") == actual, (
+                f"{flag}: shows {shown}, class has {actual!r}"
+            )
         else:  # lists, mappings: shown as the JSON the env var takes
             import json
 
@@ -113,18 +117,33 @@ def test_flag_beats_env_beats_default(clean_env: None, monkeypatch: pytest.Monke
 
 def test_list_flags_take_the_env_vars_json(clean_env: None) -> None:
     build = _callback("controller").build_settings
-    controller, _ = build({"node_cidrs": '["203.0.113.0/24"]', "dns_labels": '{"app": "dns"}'})
+    controller, timers, _ = build(
+        {"node_cidrs": '["203.0.113.0/24"]', "dns_labels": '{"app": "dns"}', "gpu_leases": False}
+    )
     assert controller.node_cidrs == ["203.0.113.0/24"] and controller.dns_labels == {"app": "dns"}
+    assert timers.gpu_leases is False
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["controller", "--node-cidrs", "not json"], "gpucaas controller: invalid --node-cidrs: not JSON"),
-    (["controller", "--node-cidrs", '["nope"]'],
-     "gpucaas controller: invalid --node-cidrs (GPUCAAS_CONTROLLER_NODE_CIDRS): node_cidrs: 'nope' is not a CIDR"),
-    (["fabric", "--vcpus", "0", "--no-vm-enabled", "--fm-backend", "simulator"],
-     "gpucaas fabric: invalid --vcpus (GPUCAAS_FABRIC_VCPUS): Input should be greater than or equal to 1"),
-    (["api", "--log-level", "LOUD"], "gpucaas api: invalid --log-level (GPUCAAS_LOG_LEVEL): log level must be one of"),
-], ids=["not-json", "bad-cidr", "range", "log-level"])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["controller", "--node-cidrs", "not json"], "gpucaas controller: invalid --node-cidrs: not JSON"),
+        (
+            ["controller", "--node-cidrs", '["nope"]'],
+            "gpucaas controller: invalid --node-cidrs (GPUCAAS_CONTROLLER_NODE_CIDRS): "
+            "node_cidrs: 'nope' is not a CIDR",
+        ),
+        (
+            ["fabric", "--vcpus", "0", "--no-vm-enabled", "--fm-backend", "simulator"],
+            "gpucaas fabric: invalid --vcpus (GPUCAAS_FABRIC_VCPUS): Input should be greater than or equal to 1",
+        ),
+        (
+            ["api", "--log-level", "LOUD"],
+            "gpucaas api: invalid --log-level (GPUCAAS_LOG_LEVEL): log level must be one of",
+        ),
+    ],
+    ids=["not-json", "bad-cidr", "range", "log-level"],
+)
 def test_bad_values_exit_2_naming_flag_and_env(args: list[str], message: str, clean_env: None) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
@@ -143,6 +162,5 @@ def test_an_empty_path_flag_reaches_the_class_as_empty(clean_env: None) -> None:
     """``--fabric-socket ''`` disables the fabric service (the class maps "" to None), not a socket at '.'."""
     result = CliRunner().invoke(app, ["device-plugin", "--fabric-socket", "", "--metrics-port", "-1"])
     assert result.exit_code == 2 and "fabric_required=false" in result.output
-    plugin, _leases, _logs = _callback("device-plugin").build_settings(
-        {"fabric_socket": "", "fabric_required": False})
+    plugin, _leases, _logs = _callback("device-plugin").build_settings({"fabric_socket": "", "fabric_required": False})
     assert plugin.fabric_socket is None

@@ -12,15 +12,36 @@ from benchmarks.placement import Job
 
 
 def test_the_extender_places_a_short_trace_on_kwok_nodes_on_whole_partitions() -> None:
-    figures = fleet.run(nodes=4, load=0.9, hour_s=6.0, warmup_h=0.5, measure_h=1.5, seed=7,
-                        burst_fraction=0.5, modes=["extender"], log=lambda _: None)
+    figures = fleet.run(
+        nodes=4,
+        load=0.9,
+        hour_s=6.0,
+        warmup_h=0.5,
+        measure_h=1.5,
+        seed=7,
+        burst_fraction=0.5,
+        modes=["extender"],
+        log=lambda _: None,
+    )
 
-    for key in ("nodes", "gpus", "gpu_hours_ratio_vs_most_allocated", "dra_gpu_hours_ratio_vs_most_allocated",
-                "dra_extender_gpu_hours_ratio_vs_most_allocated", "invalid_partitions_most_allocated",
-                "invalid_partitions_extender", "scheduled_per_s_most_allocated", "scheduled_per_s_extender",
-                "scheduled_per_s_dra", "schedule_p99_ms_extender", "eight_gpu_wait_p99_s_most_allocated",
-                "eight_gpu_wait_p99_s_extender", "gpu_hours_ratio_vs_bound_extender", "invalid_partitions_dra",
-                "invalid_partitions_dra_extender"):
+    for key in (
+        "nodes",
+        "gpus",
+        "gpu_hours_ratio_vs_most_allocated",
+        "dra_gpu_hours_ratio_vs_most_allocated",
+        "dra_extender_gpu_hours_ratio_vs_most_allocated",
+        "invalid_partitions_most_allocated",
+        "invalid_partitions_extender",
+        "scheduled_per_s_most_allocated",
+        "scheduled_per_s_extender",
+        "scheduled_per_s_dra",
+        "schedule_p99_ms_extender",
+        "eight_gpu_wait_p99_s_most_allocated",
+        "eight_gpu_wait_p99_s_extender",
+        "gpu_hours_ratio_vs_bound_extender",
+        "invalid_partitions_dra",
+        "invalid_partitions_dra_extender",
+    ):
         assert key in figures, key
     assert (figures["nodes"], figures["gpus"]) == (4, 32)
     ext = figures["modes"]["extender"]

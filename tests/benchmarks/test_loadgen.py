@@ -21,7 +21,7 @@ class _Recorder(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
     arrivals: list[float] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:  # http.server's naming
         _Recorder.arrivals.append(time.monotonic())
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.send_response(202)
@@ -47,8 +47,7 @@ def recorder() -> Iterator[str]:
 
 
 def test_paced_requests_are_spread_over_time_not_sent_in_bursts(recorder: str) -> None:
-    result = loadgen.run(recorder, "/x", method="POST", body="{}", tokens=["t"], connections=16, seconds=2,
-                         rate=50)
+    result = loadgen.run(recorder, "/x", method="POST", body="{}", tokens=["t"], connections=16, seconds=2, rate=50)
     arrivals = sorted(_Recorder.arrivals)
     # wrk counts answered requests: those in flight when the run ends (at most one per
     # connection) reached the server but are not counted

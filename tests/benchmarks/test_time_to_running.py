@@ -26,8 +26,7 @@ def test_post_to_running_on_real_nodes_splits_into_phases_that_add_up() -> None:
     assert figures["real_nodes"] == 2 and figures["quick"] is True
     # every container that ran has every mark: its containerd events matched to its pod
     assert figures["phases_measured"] == figures["containers"]
-    for name in ("running", "queued_running", "post_to_pod", "bound_to_running",
-                 *time_to_running.PHASES):
+    for name in ("running", "queued_running", "post_to_pod", "bound_to_running", *time_to_running.PHASES):
         p50, p99 = figures[f"{name}_p50_ms"], figures[f"{name}_p99_ms"]
         assert not math.isnan(p50) and 0 <= p50 <= p99, (name, p50, p99)
     # the work of starting one is real: the node's part, and runc's within it

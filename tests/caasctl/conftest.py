@@ -82,9 +82,17 @@ def start_api(ca: Any, kcfg: Path, tmp_path_factory: pytest.TempPathFactory, **o
         pem.write_to_path(cert_file, append=True)
     cert.private_key_pem.write_to_path(key_file)
     settings = Settings(
-        host="127.0.0.1", port=0, tls_cert=cert_file, tls_key=key_file,
-        database_url=f"sqlite:///{folder / 'api.db'}", kubeconfig=kcfg, admin_token=ADMIN_TOKEN,
-        worker_poll_seconds=0.2, retry_max_seconds=1.0, kube_timeout_seconds=5.0, **overrides,
+        host="127.0.0.1",
+        port=0,
+        tls_cert=cert_file,
+        tls_key=key_file,
+        database_url=f"sqlite:///{folder / 'api.db'}",
+        kubeconfig=kcfg,
+        admin_token=ADMIN_TOKEN,
+        worker_poll_seconds=0.2,
+        retry_max_seconds=1.0,
+        kube_timeout_seconds=5.0,
+        **overrides,
     )
     return ApiServer(settings, ca=ca).start()
 
@@ -149,10 +157,17 @@ class Run:
 Caasctl = Callable[..., Run]
 
 
-def invoke(args: list[str], env: dict[str, str], input: str | None = None) -> Run:
+def invoke(args: list[str], env: dict[str, str], input: str | None = None) -> Run:  # noqa: A002 - CliRunner's keyword
     """Run ``caasctl args`` in-process (typer's CliRunner) with exactly ``env`` for its settings."""
-    base = {"GPUCAAS_URL": None, "GPUCAAS_TOKEN": None, "GPUCAAS_CA_CERT": None, "GPUCAAS_CONFIG": None,
-            "GPUCAAS_FABRIC_SOCKET": None, "GPUCAAS_FABRIC_SOCKET_PATH": None, "COLUMNS": "250"}
+    base = {
+        "GPUCAAS_URL": None,
+        "GPUCAAS_TOKEN": None,
+        "GPUCAAS_CA_CERT": None,
+        "GPUCAAS_CONFIG": None,
+        "GPUCAAS_FABRIC_SOCKET": None,
+        "GPUCAAS_FABRIC_SOCKET_PATH": None,
+        "COLUMNS": "250",
+    }
     result = CliRunner().invoke(app, [str(a) for a in args], env={**base, **env}, input=input)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception  # a crash, not an exit code: show the traceback
@@ -169,9 +184,13 @@ def no_config(tmp_path: Path) -> dict[str, str]:
 def caasctl(api: ApiServer, ca_file: Path, no_config: dict[str, str]) -> Caasctl:
     """``caasctl(*args, env=..., input=...)`` against the module's API, as an admin (env settings)."""
 
-    def run(*args: Any, env: dict[str, str] | None = None, input: str | None = None) -> Run:
-        settings = {**no_config, "GPUCAAS_URL": api.base_url, "GPUCAAS_TOKEN": ADMIN_TOKEN,
-                    "GPUCAAS_CA_CERT": str(ca_file)}
+    def run(*args: Any, env: dict[str, str] | None = None, input: str | None = None) -> Run:  # noqa: A002 - as invoke
+        settings = {
+            **no_config,
+            "GPUCAAS_URL": api.base_url,
+            "GPUCAAS_TOKEN": ADMIN_TOKEN,
+            "GPUCAAS_CA_CERT": str(ca_file),
+        }
         return invoke(list(args), {**settings, **(env or {})}, input=input)
 
     return run

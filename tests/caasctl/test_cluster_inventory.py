@@ -41,10 +41,23 @@ def cluster(kube: Any, fabric_service: Fabric) -> dict[str, Any]:
     core = client.CoreV1Api(kube)
     for name, gpus in ((NODE, 8), (OTHER, 0)):
         core.create_node({"metadata": {"name": name, "labels": {"gpucaas.dev/gpu-node": "true"}}})
-        core.patch_node_status(name, {"status": {
-            "capacity": {"nvidia.com/gpu": str(gpus)}, "allocatable": {"nvidia.com/gpu": str(gpus)},
-            "conditions": [{"type": "Ready", "status": "True" if name == NODE else "False",
-                            "reason": "KubeletReady", "message": "ok"}]}})
+        core.patch_node_status(
+            name,
+            {
+                "status": {
+                    "capacity": {"nvidia.com/gpu": str(gpus)},
+                    "allocatable": {"nvidia.com/gpu": str(gpus)},
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True" if name == NODE else "False",
+                            "reason": "KubeletReady",
+                            "message": "ok",
+                        }
+                    ],
+                }
+            },
+        )
     store = LeaseStore(kube)
     for physical_id, pci in GPUS.items():
         store.ensure(build_gpu_lease(NODE, pci, "0x2330", physical_id, "H100-SXM5-80GB"))
@@ -58,9 +71,11 @@ def cluster(kube: Any, fabric_service: Fabric) -> dict[str, Any]:
 
     def collect() -> dict[str, Any]:
         return build_fabric_state_status(
-            partitions=svc.list_partitions(), gpus=svc.topology()["gpus"],
+            partitions=svc.list_partitions(),
+            gpus=svc.topology()["gpus"],
             service_vm={"state": "running", "restarts": 0},
-            fabric_manager={"reachable": True, "backend": svc.backend})
+            fabric_manager={"reachable": True, "backend": svc.backend},
+        )
 
     FabricStatePublisher(kube, NODE, collect).publish_once()
     return {"partitions": svc.list_partitions()}
@@ -157,7 +172,8 @@ def test_partitions_list_from_the_fabric_state(caasctl: Caasctl, cluster: dict[s
     # what the fabric service reported, as the API serves it
     assert [(p["id"], p["gpus"], p["nvlinks"], p["active"], p["holder"]) for p in rows] == [
         (p["id"], sorted(g["physical_id"] for g in p["gpus"]), p["nvlinks"], p["active"], p["holder"])
-        for p in cluster["partitions"]]
+        for p in cluster["partitions"]
+    ]
     assert all(p["node"] == NODE for p in rows)
     one = next(p for p in rows if p["id"] == 1)
     assert one["active"] is True and one["holder"] == HOLDER and one["gpus"] == [1, 2, 3, 4]
@@ -170,4 +186,3 @@ def test_partitions_list_from_the_fabric_state(caasctl: Caasctl, cluster: dict[s
         assert header in table.stdout
     active = [ln for ln in table.stdout.splitlines() if "Active" in ln and "Inactive" not in ln]
     assert len(active) == 1 and "1,2,3,4" in active[0] and HOLDER in active[0]
-

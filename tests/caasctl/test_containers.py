@@ -73,15 +73,35 @@ def test_follow_exits_0_and_admins_see_secret_names_events_and_exit_codes(
     mark_tenancy_ready(kube, "shown")
     with api.client(token) as tenant:
         assert tenant.post("/v1/secrets", json={"name": "hf", "value": "hf_never_shown"}).status_code == 201
-        assert tenant.post("/v1/registry-credentials",
-                           json={"server": "nvcr.io", "username": "$oauthtoken", "password": "nvapi-never"}).status_code == 201
+        assert (
+            tenant.post(
+                "/v1/registry-credentials",
+                json={"server": "nvcr.io", "username": "$oauthtoken", "password": "nvapi-never"},
+            ).status_code
+            == 201
+        )
         cid = tenant.post("/v1/containers", json={"image": IMAGE, "env": {"HF_TOKEN": {"secret": "hf"}}}).json()["id"]
     pod = f"gpucaas-{cid}"
     wait_for(lambda: get_pod(kube, "tenant-shown", pod))
     logs.write("tenant-shown", pod, "Test PASSED\n")
-    set_pod_status(kube, "tenant-shown", pod, {"phase": "Succeeded", "containerStatuses": [
-        {"name": "main", "ready": False, "restartCount": 0, "image": IMAGE, "imageID": "",
-         "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now()}}}]})
+    set_pod_status(
+        kube,
+        "tenant-shown",
+        pod,
+        {
+            "phase": "Succeeded",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": IMAGE,
+                    "imageID": "",
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now()}},
+                }
+            ],
+        },
+    )
     followed = caasctl("containers", "logs", "-f", cid)
     assert followed.exit_code == 0, followed.stderr
     assert followed.stdout.splitlines() == ["Test PASSED"]

@@ -35,8 +35,9 @@ def closed_port() -> int:
 def test_no_url_and_no_token(no_config: dict[str, str], api: ApiServer) -> None:
     r = invoke(["nodes"], no_config)
     assert r.exit_code == 1 and r.stdout == ""
-    assert one_line(r.stderr) == ("error: no API URL: pass --url, set GPUCAAS_URL, "
-                                  "or put url: in ~/.config/gpucaas/config.yaml")
+    assert one_line(r.stderr) == (
+        "error: no API URL: pass --url, set GPUCAAS_URL, or put url: in ~/.config/gpucaas/config.yaml"
+    )
     r = invoke(["tenancies", "list"], {**no_config, "GPUCAAS_URL": api.base_url})
     assert r.exit_code == 1
     assert one_line(r.stderr) == "error: no token: pass --token, set GPUCAAS_TOKEN, or put token: in the config file"
@@ -94,23 +95,30 @@ def test_tls_is_verified(api: ApiServer, no_config: dict[str, str], tmp_path: Pa
 
 
 def test_unknown_tenancy_is_404(caasctl: Caasctl) -> None:
-    for args in (["tenancies", "describe", "nope"], ["tenancies", "delete", "nope", "--yes"],
-                 ["tokens", "issue", "nope"], ["tokens", "list", "nope"]):
+    for args in (
+        ["tenancies", "describe", "nope"],
+        ["tenancies", "delete", "nope", "--yes"],
+        ["tokens", "issue", "nope"],
+        ["tokens", "list", "nope"],
+    ):
         r = caasctl(*args)
         assert r.exit_code == 1 and r.stdout == "", args
         assert one_line(r.stderr) == "error: 404: tenancy 'nope' not found", args
 
 
 # --- usage errors: exit 2 ---------------------------------------------------------------------
-@pytest.mark.parametrize("args", [
-    ["no-such-command"],
-    ["tenancies", "describe"],  # missing NAME
-    ["tenancies", "list", "-o", "xml"],  # not table|json|yaml
-    ["partitions", "activate", "three"],  # not an integer
-    ["tenancies", "create", "x", "--gpu-quota", "many"],
-    ["gpus", "quarantine", "gpu-node-a"],  # missing PCI_ADDRESS
-    ["--no-such-flag", "nodes"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["no-such-command"],
+        ["tenancies", "describe"],  # missing NAME
+        ["tenancies", "list", "-o", "xml"],  # not table|json|yaml
+        ["partitions", "activate", "three"],  # not an integer
+        ["tenancies", "create", "x", "--gpu-quota", "many"],
+        ["gpus", "quarantine", "gpu-node-a"],  # missing PCI_ADDRESS
+        ["--no-such-flag", "nodes"],
+    ],
+)
 def test_usage_errors_exit_2(args: list[str], no_config: dict[str, str]) -> None:
     r = invoke(args, no_config)
     assert r.exit_code == 2, (args, r.stdout, r.stderr)
@@ -118,11 +126,28 @@ def test_usage_errors_exit_2(args: list[str], no_config: dict[str, str]) -> None
 
 
 def test_every_command_has_help_and_the_output_option() -> None:
-    commands = [["partitions", "list"], ["partitions", "activate"], ["partitions", "deactivate"], ["nodes"],
-                ["gpus"], ["gpus", "quarantine"], ["gpus", "release"], ["leases"], ["tenancies", "create"],
-                ["tenancies", "list"], ["tenancies", "describe"], ["tenancies", "delete"], ["tokens", "issue"],
-                ["tokens", "list"], ["tokens", "revoke"], ["tokens", "create"], ["audit"], ["containers", "list"],
-                ["containers", "describe"], ["containers", "cancel"]]
+    commands = [
+        ["partitions", "list"],
+        ["partitions", "activate"],
+        ["partitions", "deactivate"],
+        ["nodes"],
+        ["gpus"],
+        ["gpus", "quarantine"],
+        ["gpus", "release"],
+        ["leases"],
+        ["tenancies", "create"],
+        ["tenancies", "list"],
+        ["tenancies", "describe"],
+        ["tenancies", "delete"],
+        ["tokens", "issue"],
+        ["tokens", "list"],
+        ["tokens", "revoke"],
+        ["tokens", "create"],
+        ["audit"],
+        ["containers", "list"],
+        ["containers", "describe"],
+        ["containers", "cancel"],
+    ]
     for cmd in commands:
         r = invoke([*cmd, "--help"], {})
         assert r.exit_code == 0, cmd
@@ -138,11 +163,19 @@ def test_console_script_exit_codes(caasctl_bin: Path, api: ApiServer, ca_file: P
     env = clean_env(HOME=str(tmp_path), COLUMNS="200")  # no ~/.config/gpucaas of this machine
 
     def sh(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(caasctl_bin), *args], env={**env, **extra}, capture_output=True, text=True,
-                              timeout=120, check=False)
+        return subprocess.run(
+            [str(caasctl_bin), *args], env={**env, **extra}, capture_output=True, text=True, timeout=120, check=False
+        )
 
-    ok = sh("tenancies", "list", "-o", "json", GPUCAAS_URL=api.base_url, GPUCAAS_TOKEN=ADMIN_TOKEN,
-            GPUCAAS_CA_CERT=str(ca_file))
+    ok = sh(
+        "tenancies",
+        "list",
+        "-o",
+        "json",
+        GPUCAAS_URL=api.base_url,
+        GPUCAAS_TOKEN=ADMIN_TOKEN,
+        GPUCAAS_CA_CERT=str(ca_file),
+    )
     assert ok.returncode == 0, ok.stderr
     assert isinstance(json.loads(ok.stdout), list)
 
@@ -163,8 +196,16 @@ def test_each_setting_flag_over_env_over_file_over_default(tmp_path: Path, monke
     for name in ("GPUCAAS_URL", "GPUCAAS_TOKEN", "GPUCAAS_CA_CERT", "GPUCAAS_INSECURE", "GPUCAAS_FABRIC_SOCKET"):
         monkeypatch.delenv(name, raising=False)
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(yaml.safe_dump({"url": "https://file", "token": "file-token", "insecure": True,
-                                   "nodes": {"gpu-node-a": {"fabric_socket": "/tmp/a.sock"}}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "url": "https://file",
+                "token": "file-token",
+                "insecure": True,
+                "nodes": {"gpu-node-a": {"fabric_socket": "/tmp/a.sock"}},
+            }
+        )
+    )
     monkeypatch.setenv("GPUCAAS_CONFIG", str(cfg))
     from_file = CaasctlSettings.load()
     assert (from_file.url, from_file.token_value, from_file.insecure) == ("https://file", "file-token", True)

@@ -41,7 +41,13 @@ def test_list_from_the_socket(fab: Fabric, no_config: dict[str, str]) -> None:
     rows = r.json()
     assert [p["id"] for p in rows] == list(range(15))  # the HGX H100 partition table
     p1 = rows[1]
-    assert (p1["gpus"], p1["nvlinks"], p1["active"], p1["holder"], p1["node"]) == ([1, 2, 3, 4], 72, False, None, "local")
+    assert (p1["gpus"], p1["nvlinks"], p1["active"], p1["holder"], p1["node"]) == (
+        [1, 2, 3, 4],
+        72,
+        False,
+        None,
+        "local",
+    )
     assert p1["pci"] == [GPUS[i] for i in (1, 2, 3, 4)]
     assert run(fab, no_config, "partitions", "list", "-o", "yaml").yaml() == rows
     table = run(fab, no_config, "partitions", "list")
@@ -123,11 +129,14 @@ def test_socket_errors_are_one_line(fab: Fabric, no_config: dict[str, str], tmp_
     r = invoke(["partitions", "activate", "3", "--fabric-socket", str(absent)], no_config)
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1 and "unreachable" in r.stderr
     # no socket anywhere: says how to give one
-    r = invoke(["partitions", "activate", "3", "--node", "nowhere"],
-               {**no_config, "GPUCAAS_FABRIC_SOCKET": str(absent)})
+    r = invoke(
+        ["partitions", "activate", "3", "--node", "nowhere"], {**no_config, "GPUCAAS_FABRIC_SOCKET": str(absent)}
+    )
     assert r.exit_code == 1
-    assert r.stderr.strip() == ("error: no fabric service socket for node nowhere: run caasctl on the node, "
-                                "pass --fabric-socket, or add nodes.<node>.fabric_socket to the config file")
+    assert r.stderr.strip() == (
+        "error: no fabric service socket for node nowhere: run caasctl on the node, "
+        "pass --fabric-socket, or add nodes.<node>.fabric_socket to the config file"
+    )
     r = run(fab, no_config, "partitions", "activate", "99")
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1 and "99" in r.stderr
     assert set(fab.fabric.active_partition_ids()) == set()

@@ -16,7 +16,7 @@ from kubernetes import client
 
 from gpucaas.devtools.waiting import wait_for
 from services.api.webhooks.signing import verify
-from tests.api.harness import ADMIN_TOKEN, ApiServer
+from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready, set_pod_status
 from tests.api.webhook_receiver import Receiver
 
@@ -69,14 +69,18 @@ def test_secrets_create_list_delete_with_the_value_from_stdin(caasctl: Caasctl, 
 
 def test_registry_login_stores_a_dockerconfigjson_and_logout_removes_it(caasctl: Caasctl, kube: Any) -> None:
     me = tenant(caasctl, kube, "rl")
-    login = caasctl("registry", "login", "nvcr.io", "--username", "$oauthtoken", "--password-stdin",
-                    input="nvapi-KEY-42\n", env=me)
+    login = caasctl(
+        "registry", "login", "nvcr.io", "--username", "$oauthtoken", "--password-stdin", input="nvapi-KEY-42\n", env=me
+    )
     assert login.exit_code == 0, login.stderr
     assert login.stdout.strip() == "Login stored for nvcr.io as $oauthtoken" and "nvapi" not in login.stdout
     listed = caasctl("registry", "list", "-o", "json", env=me).json()
     assert [(r["server"], r["username"]) for r in listed] == [("nvcr.io", "$oauthtoken")]
-    secrets = client.CoreV1Api(kube).list_namespaced_secret(
-        "tenant-rl", label_selector="gpucaas.dev/secret-kind=registry-credential").items
+    secrets = (
+        client.CoreV1Api(kube)
+        .list_namespaced_secret("tenant-rl", label_selector="gpucaas.dev/secret-kind=registry-credential")
+        .items
+    )
     config = json.loads(base64.b64decode(secrets[0].data[".dockerconfigjson"]))
     assert config["auths"]["nvcr.io"]["password"] == "nvapi-KEY-42"
     assert caasctl("registry", "logout", "nvcr.io", env=me).exit_code == 0
@@ -89,8 +93,20 @@ def test_webhooks_create_list_deliveries_resend_delete(caasctl: Caasctl, kube: A
     me = tenant(caasctl, kube, "wk")
     receiver = Receiver().start()
     try:
-        made = caasctl("webhooks", "create", receiver.url, "-e", "container.running", "-e", "container.cancelled",
-                       "--description", "ci", "-o", "json", env=me)
+        made = caasctl(
+            "webhooks",
+            "create",
+            receiver.url,
+            "-e",
+            "container.running",
+            "-e",
+            "container.cancelled",
+            "--description",
+            "ci",
+            "-o",
+            "json",
+            env=me,
+        )
         assert made.exit_code == 0, made.stderr
         hook = made.json()
         assert hook["events"] == ["container.running", "container.cancelled"] and hook["secret"].startswith("whsec_")

@@ -14,7 +14,9 @@ from .conftest import Caasctl
 
 def tenancy_cr(kube: Any, name: str) -> dict[str, Any] | None:
     try:
-        return client.CustomObjectsApi(kube).get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name)
+        return client.CustomObjectsApi(kube).get_cluster_custom_object(
+            crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name
+        )
     except client.ApiException as exc:
         if exc.status == 404:
             return None
@@ -22,11 +24,30 @@ def tenancy_cr(kube: Any, name: str) -> dict[str, Any] | None:
 
 
 def test_tenancy_lifecycle(caasctl: Caasctl, kube: Any) -> None:
-    r = caasctl("tenancies", "create", "acme", "--gpu-quota", "16", "--pod-quota", "4", "--allow-internet",
-                "--nfs-server", "10.0.0.5", "--nfs-path", "/export/acme", "-o", "json")
+    r = caasctl(
+        "tenancies",
+        "create",
+        "acme",
+        "--gpu-quota",
+        "16",
+        "--pod-quota",
+        "4",
+        "--allow-internet",
+        "--nfs-server",
+        "10.0.0.5",
+        "--nfs-path",
+        "/export/acme",
+        "-o",
+        "json",
+    )
     assert r.exit_code == 0, r.stderr
     created = r.json()
-    assert (created["name"], created["gpu_quota"], created["pod_quota"], created["allow_internet"]) == ("acme", 16, 4, True)
+    assert (created["name"], created["gpu_quota"], created["pod_quota"], created["allow_internet"]) == (
+        "acme",
+        16,
+        4,
+        True,
+    )
     assert created["nfs"]["server"] == "10.0.0.5" and created["nfs"]["path"] == "/export/acme"
     # the API pushed the Tenancy custom resource the controller acts on
     cr = tenancy_cr(kube, "acme")

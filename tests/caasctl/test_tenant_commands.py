@@ -27,12 +27,28 @@ def tenant_token(caasctl: Caasctl, tenancy: str) -> str:
     return issued.json()["token"]
 
 
-def test_a_tenant_runs_lists_reads_and_cancels_with_its_own_token(caasctl: Caasctl, api: ApiServer, kube: Any,
-                                                                  logs: Any) -> None:
+def test_a_tenant_runs_lists_reads_and_cancels_with_its_own_token(
+    caasctl: Caasctl, api: ApiServer, kube: Any, logs: Any
+) -> None:
     token = tenant_token(caasctl, "tt")
     me = {"GPUCAAS_TOKEN": token}
-    ran = caasctl("run", "--detach", IMAGE, "--gpus", "2", "-e", "MODE=train", "--timeout", "600", "--", "python", "train.py",
-                  "--epochs", "3", env=me)
+    ran = caasctl(
+        "run",
+        "--detach",
+        IMAGE,
+        "--gpus",
+        "2",
+        "-e",
+        "MODE=train",
+        "--timeout",
+        "600",
+        "--",
+        "python",
+        "train.py",
+        "--epochs",
+        "3",
+        env=me,
+    )
     assert ran.exit_code == 0, ran.stderr
     cid = ran.stdout.strip()
     with api.client() as admin:
@@ -62,9 +78,11 @@ def test_admin_commands_refuse_a_tenant_token_in_one_line(caasctl: Caasctl) -> N
     for args in (["tenancies", "list"], ["containers", "list"], ["leases"]):
         got = caasctl(*args, env=me)
         assert got.exit_code == 1 and got.stdout == ""
-        assert got.stderr.strip() == ("error: this is an admin command and the token in use is not an admin token "
-                                      "(a tenant token runs: run, ps, logs, exec, cancel, usage, secrets, registry, webhooks, "
-                                      "tokens, audit)")
+        assert got.stderr.strip() == (
+            "error: this is an admin command and the token in use is not an admin token "
+            "(a tenant token runs: run, ps, logs, exec, cancel, usage, secrets, registry, webhooks, "
+            "tokens, audit)"
+        )
 
 
 def test_bad_input_is_a_usage_error(caasctl: Caasctl) -> None:
@@ -84,8 +102,9 @@ def test_version_and_completion(caasctl: Caasctl) -> None:
     assert shown.exit_code == 0 and "caasctl" in shown.stdout
 
 
-def test_run_follow_streams_the_log_and_exits_with_the_containers_code(caasctl: Caasctl, api: ApiServer,
-                                                                       kube: Any, logs: Any) -> None:
+def test_run_follow_streams_the_log_and_exits_with_the_containers_code(
+    caasctl: Caasctl, api: ApiServer, kube: Any, logs: Any
+) -> None:
     me = {"GPUCAAS_TOKEN": tenant_token(caasctl, "tf")}
     mark_tenancy_ready(kube, "tf")
     outcome: dict[str, Run] = {}
@@ -103,14 +122,41 @@ def test_run_follow_streams_the_log_and_exits_with_the_containers_code(caasctl: 
 
     wait_for(our_pod, 60, what="the pod of `caasctl run --follow`")
     pod = pods[0]
-    started = {"phase": "Running", "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0,
-               "image": IMAGE, "imageID": "", "state": {"running": {"startedAt": "2026-11-22T10:00:00Z"}}}]}
+    started = {
+        "phase": "Running",
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": True,
+                "restartCount": 0,
+                "image": IMAGE,
+                "imageID": "",
+                "state": {"running": {"startedAt": "2026-11-22T10:00:00Z"}},
+            }
+        ],
+    }
     set_pod_status(kube, "tenant-tf", pod, started)
     logs.write("tenant-tf", pod, "starting\nfailing on purpose\n")
-    ended = {"phase": "Failed", "containerStatuses": [{"name": "main", "ready": False, "restartCount": 0,
-             "image": IMAGE, "imageID": "", "state": {"terminated": {"exitCode": 3, "reason": "Error",
-                                                                     "startedAt": "2026-11-22T10:00:00Z",
-                                                                     "finishedAt": "2026-11-22T10:00:05Z"}}}]}
+    ended = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": False,
+                "restartCount": 0,
+                "image": IMAGE,
+                "imageID": "",
+                "state": {
+                    "terminated": {
+                        "exitCode": 3,
+                        "reason": "Error",
+                        "startedAt": "2026-11-22T10:00:00Z",
+                        "finishedAt": "2026-11-22T10:00:05Z",
+                    }
+                },
+            }
+        ],
+    }
     set_pod_status(kube, "tenant-tf", pod, ended)
     t.join(120)
     assert not t.is_alive()

@@ -30,11 +30,13 @@ def test_a_tenant_mints_lists_revokes_and_reads_its_audit_trail(caasctl: Caasctl
     assert caasctl("ps", "-o", "json", env=as_dash).json()[0]["id"] == cid
     refused = caasctl("run", "--detach", IMAGE, env=as_dash)
     assert refused.exit_code == 1 and refused.stdout == ""
-    assert refused.stderr.strip() == ("error: 403: this token's scope is 'read'; POST /v1/containers needs a token "
-                                      "with scope 'submit'")
+    assert refused.stderr.strip() == (
+        "error: 403: this token's scope is 'read'; POST /v1/containers needs a token with scope 'submit'"
+    )
     no_keys = caasctl("tokens", "list", env=as_dash)
     assert no_keys.exit_code == 1 and one_line(no_keys.stderr) == (
-        "error: 403: this token's scope is 'read'; GET /v1/tokens needs a token with scope 'admin'")
+        "error: 403: this token's scope is 'read'; GET /v1/tokens needs a token with scope 'admin'"
+    )
 
     listed = caasctl("tokens", "list", "-o", "json", env=me).json()
     assert sorted((t["name"] or "-", t["scope"]) for t in listed) == [("-", "admin"), ("dash", "read")]
@@ -53,8 +55,11 @@ def test_a_tenant_mints_lists_revokes_and_reads_its_audit_trail(caasctl: Caasctl
     assert trail.exit_code == 0, trail.stderr
     events = trail.json()
     assert [(e["action"], e["target"]) for e in events] == [
-        ("token.revoke", dash["id"]), ("token.create", dash["id"]), ("container.submit", cid),
-        ("token.create", events[-1]["target"])]
+        ("token.revoke", dash["id"]),
+        ("token.create", dash["id"]),
+        ("container.submit", cid),
+        ("token.create", events[-1]["target"]),
+    ]
     assert dash["token"] not in trail.stdout
     one = caasctl("audit", "--action", "token.create", "--limit", "1", "-o", "json", env=me).json()
     assert [e["target"] for e in one] == [dash["id"]]
@@ -78,10 +83,15 @@ def test_bad_input_is_one_line_and_a_failing_exit_code(caasctl: Caasctl, api: Ap
     cases: list[tuple[list[str], str]] = [
         (["tokens", "create", "x", "--expires-in", "soon"], "error: --expires-in: 'soon' is not a duration"),
         (["tokens", "create", "x", "--expires-in", "0d"], "error: --expires-in: '0d' is not a duration"),
-        (["tokens", "create", "x", "--expires-in", "1d", "--expires-at", "2099-01-01T00:00:00Z"],
-         "error: give --expires-in or --expires-at, not both"),
+        (
+            ["tokens", "create", "x", "--expires-in", "1d", "--expires-at", "2099-01-01T00:00:00Z"],
+            "error: give --expires-in or --expires-at, not both",
+        ),
         (["tokens", "create", "x", "--scope", "root"], "error: 422: scope: "),
-        (["tokens", "create", "x", "--expires-at", "2001-01-01T00:00:00Z"], "error: 422: expires_at: must be in the future"),
+        (
+            ["tokens", "create", "x", "--expires-at", "2001-01-01T00:00:00Z"],
+            "error: 422: expires_at: must be in the future",
+        ),
         (["tokens", "create", "x", "--expires-at", "yesterday"], "error: 422: expires_at: "),
         (["tokens", "create", " "], "error: 422: name: "),
         (["tokens", "revoke", "a", "b", "c"], "error: tokens revoke: expected ID, or TENANCY ID"),

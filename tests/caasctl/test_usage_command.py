@@ -35,15 +35,28 @@ def test_a_tenant_reads_its_gpu_seconds(caasctl: Caasctl, api: ApiServer, kube: 
     assert report["total_gpu_seconds"] == 6.0 and report["group_by"] == "container"
     [row] = report["data"]
     assert (row["container_id"], row["gpus"], row["started_at"], row["finished_at"], row["gpu_seconds"]) == (
-        cid, 2, stamp(started), stamp(finished), 6.0)
+        cid,
+        2,
+        stamp(started),
+        stamp(finished),
+        6.0,
+    )
 
     table = caasctl("usage", env=({"COLUMNS": "200", **me}))
     assert table.exit_code == 0, table.stderr
     assert "GPU-SECONDS" in table.stdout and started.date().isoformat() in table.stdout
     assert "6 GPU-seconds" in table.stdout
 
-    window = caasctl("usage", "--from", started.date().isoformat(), "--to", stamp(started + timedelta(seconds=1)),
-                     "-o", "json", env=me)
+    window = caasctl(
+        "usage",
+        "--from",
+        started.date().isoformat(),
+        "--to",
+        stamp(started + timedelta(seconds=1)),
+        "-o",
+        "json",
+        env=me,
+    )
     assert window.exit_code == 0 and window.json()["total_gpu_seconds"] == 2.0
 
     bad = caasctl("usage", "--from", "2026-12-31", "--to", "2026-01-01", env=me)

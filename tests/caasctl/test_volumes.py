@@ -48,11 +48,15 @@ def test_run_mounts_volumes_by_name(caasctl: Caasctl, kube: Any) -> None:
     assert unknown.exit_code == 1 and "volume 'nope' not found" in unknown.stderr
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("data:/data", {"name": "data", "mount_path": "/data", "read_only": False}),
-    ("data:/data:ro", {"name": "data", "mount_path": "/data", "read_only": True}),
-    ("data:/a/b:rw", {"name": "data", "mount_path": "/a/b", "read_only": False}),
-], ids=["plain", "read-only", "read-write"])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("data:/data", {"name": "data", "mount_path": "/data", "read_only": False}),
+        ("data:/data:ro", {"name": "data", "mount_path": "/data", "read_only": True}),
+        ("data:/a/b:rw", {"name": "data", "mount_path": "/a/b", "read_only": False}),
+    ],
+    ids=["plain", "read-only", "read-write"],
+)
 def test_volume_flags_parse(raw: str, expected: dict) -> None:
     assert parse_volume(raw) == expected
 

@@ -102,40 +102,84 @@ def _outcome(cls: type[Any], kwargs: dict[str, Any]) -> tuple[str, Any]:
 
 CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("nothing set: the defaults", {}, {}),
-    ("every kind from the environment", {
-        "GPUCAAS_T_TEXT": "b", "GPUCAAS_T_COUNT": "9402", "GPUCAAS_T_SECONDS": "0.5", "GPUCAAS_T_GRACE": "0",
-        "GPUCAAS_T_FLAG": "false", "GPUCAAS_T_ROOT": "/tmp/sys", "GPUCAAS_T_SOCKET_PATH": "",
-        "GPUCAAS_T_MAYBE_PATH": "rel/dir", "GPUCAAS_T_MAYBE_INT": "2", "GPUCAAS_T_MAYBE_TEXT": "",
-        "GPUCAAS_T_MODE": "unix", "GPUCAAS_T_HOST": "node-a", "GPUCAAS_T_LEVEL": "debug",
-        "GPUCAAS_T_BDFS": "01:00.0,,02:00.0"}, {}),
+    (
+        "every kind from the environment",
+        {
+            "GPUCAAS_T_TEXT": "b",
+            "GPUCAAS_T_COUNT": "9402",
+            "GPUCAAS_T_SECONDS": "0.5",
+            "GPUCAAS_T_GRACE": "0",
+            "GPUCAAS_T_FLAG": "false",
+            "GPUCAAS_T_ROOT": "/tmp/sys",
+            "GPUCAAS_T_SOCKET_PATH": "",
+            "GPUCAAS_T_MAYBE_PATH": "rel/dir",
+            "GPUCAAS_T_MAYBE_INT": "2",
+            "GPUCAAS_T_MAYBE_TEXT": "",
+            "GPUCAAS_T_MODE": "unix",
+            "GPUCAAS_T_HOST": "node-a",
+            "GPUCAAS_T_LEVEL": "debug",
+            "GPUCAAS_T_BDFS": "01:00.0,,02:00.0",
+        },
+        {},
+    ),
     ("names are case-insensitive", {"gpucaas_t_count": "7", "Gpucaas_T_Mode": "none"}, {}),
     ("booleans as pydantic reads them", {"GPUCAAS_T_FLAG": "Yes"}, {}),
-    *[(f"boolean {text!r}", {"GPUCAAS_T_FLAG": text}, {})
-      for text in ("1", "0", "on", "OFF", "t", "F", "y", "n", "TRUE", "False", "no", " true", "")],
-    *[(f"integer {text!r}", {"GPUCAAS_T_COUNT": text}, {})
-      for text in ("0", "-1", "-0", "0042", "65535", "65536", "-2", "1_000", "5.0", "", "99999999999999999999")],
-    *[(f"float {text!r}", {"GPUCAAS_T_SECONDS": text, "GPUCAAS_T_RATIO": text}, {})
-      for text in ("1", "0.25", "-0.5", "0", ".5", "5.", "1e-3", "inf", "nan", "0012.50", "1,5", "")],
+    *[
+        (f"boolean {text!r}", {"GPUCAAS_T_FLAG": text}, {})
+        for text in ("1", "0", "on", "OFF", "t", "F", "y", "n", "TRUE", "False", "no", " true", "")
+    ],
+    *[
+        (f"integer {text!r}", {"GPUCAAS_T_COUNT": text}, {})
+        for text in ("0", "-1", "-0", "0042", "65535", "65536", "-2", "1_000", "5.0", "", "99999999999999999999")
+    ],
+    *[
+        (f"float {text!r}", {"GPUCAAS_T_SECONDS": text, "GPUCAAS_T_RATIO": text}, {})
+        for text in ("1", "0.25", "-0.5", "0", ".5", "5.", "1e-3", "inf", "nan", "0012.50", "1,5", "")
+    ],
     ("numbers with spaces and signs", {"GPUCAAS_T_COUNT": " +12 ", "GPUCAAS_T_SECONDS": "1e-3"}, {}),
     ("paths: relative, spaces, empty", {"GPUCAAS_T_ROOT": "rel", "GPUCAAS_T_MAYBE_PATH": " a b "}, {}),
     ("an empty path", {"GPUCAAS_T_ROOT": "", "GPUCAAS_T_MAYBE_PATH": ""}, {}),
     ("a choice in another case", {"GPUCAAS_T_MODE": "Unix"}, {}),
-    ("keyword arguments win over the environment", {"GPUCAAS_T_COUNT": "7", "GPUCAAS_T_TEXT": "env"},
-     {"count": 8}),
-    ("keyword arguments of every type", {}, {
-        "text": "t", "count": 5, "seconds": 2, "grace": 0.0, "ratio": 0.75, "flag": False, "root": Path("/r"),
-        "socket_path": None, "maybe_path": Path("p"), "maybe_int": 1, "mode": "none", "host": "h",
-        "level": "info", "bdfs": ""}),
-    ("keyword arguments pydantic converts", {}, {"count": True, "seconds": True, "flag": 1, "root": "x",
-                                                 "maybe_int": 2.0, "text": b"bytes"}),
-    ("keyword arguments pydantic refuses", {}, {"text": 5, "count": 1.5, "flag": "maybe", "mode": 1,
-                                               "root": 3, "seconds": float("nan")}),
+    ("keyword arguments win over the environment", {"GPUCAAS_T_COUNT": "7", "GPUCAAS_T_TEXT": "env"}, {"count": 8}),
+    (
+        "keyword arguments of every type",
+        {},
+        {
+            "text": "t",
+            "count": 5,
+            "seconds": 2,
+            "grace": 0.0,
+            "ratio": 0.75,
+            "flag": False,
+            "root": Path("/r"),
+            "socket_path": None,
+            "maybe_path": Path("p"),
+            "maybe_int": 1,
+            "mode": "none",
+            "host": "h",
+            "level": "info",
+            "bdfs": "",
+        },
+    ),
+    (
+        "keyword arguments pydantic converts",
+        {},
+        {"count": True, "seconds": True, "flag": 1, "root": "x", "maybe_int": 2.0, "text": b"bytes"},
+    ),
+    (
+        "keyword arguments pydantic refuses",
+        {},
+        {"text": 5, "count": 1.5, "flag": "maybe", "mode": 1, "root": 3, "seconds": float("nan")},
+    ),
     ("unrelated and unknown variables are ignored", {"GPUCAAS_T_NOPE": "1", "GPUCAAS_COUNT": "x"}, {}),
     ("unknown keyword arguments are ignored", {}, {"nope": 1}),
     ("not an integer", {"GPUCAAS_T_COUNT": "nine"}, {}),
     ("a fraction for an integer", {"GPUCAAS_T_COUNT": "1.5"}, {}),
-    ("out of range", {"GPUCAAS_T_COUNT": "70000", "GPUCAAS_T_SECONDS": "0", "GPUCAAS_T_GRACE": "-1",
-                      "GPUCAAS_T_RATIO": "1"}, {}),
+    (
+        "out of range",
+        {"GPUCAAS_T_COUNT": "70000", "GPUCAAS_T_SECONDS": "0", "GPUCAAS_T_GRACE": "-1", "GPUCAAS_T_RATIO": "1"},
+        {},
+    ),
     ("not a number", {"GPUCAAS_T_SECONDS": "soon"}, {}),
     ("not a boolean", {"GPUCAAS_T_FLAG": "maybe"}, {}),
     ("not a choice", {"GPUCAAS_T_MODE": "tcp"}, {}),
@@ -150,7 +194,8 @@ CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("env", "kwargs"), [(e, k) for _, e, k in CASES], ids=[c[0] for c in CASES])
 def test_same_values_and_errors_as_pydantic_settings(
-        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], kwargs: dict[str, Any]) -> None:
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], kwargs: dict[str, Any]
+) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert _outcome(Lean, kwargs) == _outcome(Reference, kwargs)
@@ -159,9 +204,18 @@ def test_same_values_and_errors_as_pydantic_settings(
 #: (class, environment) pairs for the daemons' own classes: good and bad values of their fields
 DAEMON_CASES: list[tuple[type[EnvSettings], dict[str, str]]] = [
     (DevicePluginSettings, {}),
-    (DevicePluginSettings, {"GPUCAAS_SYSFS_ROOT": "sys", "GPUCAAS_FABRIC_SOCKET": "", "GPUCAAS_FABRIC_REQUIRED": "no",
-                            "GPUCAAS_METRICS_PORT": "-1", "GPUCAAS_NODE_NAME": "gpu-node-a",
-                            "GPUCAAS_FABRIC_TIMEOUT": "0.2", "GPUCAAS_RESOURCE_NAME": "example.com/vgpu"}),
+    (
+        DevicePluginSettings,
+        {
+            "GPUCAAS_SYSFS_ROOT": "sys",
+            "GPUCAAS_FABRIC_SOCKET": "",
+            "GPUCAAS_FABRIC_REQUIRED": "no",
+            "GPUCAAS_METRICS_PORT": "-1",
+            "GPUCAAS_NODE_NAME": "gpu-node-a",
+            "GPUCAAS_FABRIC_TIMEOUT": "0.2",
+            "GPUCAAS_RESOURCE_NAME": "example.com/vgpu",
+        },
+    ),
     (DevicePluginSettings, {"GPUCAAS_FABRIC_SOCKET": ""}),
     (DevicePluginSettings, {"GPUCAAS_METRICS_PORT": "lots", "GPUCAAS_FABRIC_TIMEOUT": "0"}),
     (DevicePluginSettings, {"GPUCAAS_RESOURCE_NAME": "kubernetes.io/gpu", "GPUCAAS_CDI_KIND": "gpu"}),
@@ -173,18 +227,36 @@ DAEMON_CASES: list[tuple[type[EnvSettings], dict[str, str]]] = [
     (LoggingSettings, {"GPUCAAS_LOG_LEVEL": "loud", "GPUCAAS_LOG_FORMAT": "xml"}),
     (FabricSettings, {"GPUCAAS_FABRIC_VM_ENABLED": "false"}),
     (FabricSettings, {}),
-    (FabricSettings, {"GPUCAAS_FABRIC_DISK_IMAGE": "/i.qcow2", "GPUCAAS_FABRIC_NVSWITCHES": "0000:05:00.0,6:0.0",
-                      "GPUCAAS_FABRIC_MEMORY_CONTROLLER": "0000:07:00.0", "GPUCAAS_FABRIC_FM_BACKEND": "simulator",
-                      "GPUCAAS_FABRIC_FM_CONNECT_PARAMS_VERSION": "2", "GPUCAAS_FABRIC_SOCKET_MODE": "432"}),
-    (FabricSettings, {"GPUCAAS_FABRIC_VM_ENABLED": "false", "GPUCAAS_FABRIC_NVSWITCHES": "zz",
-                      "GPUCAAS_FABRIC_VCPUS": "0", "GPUCAAS_FABRIC_FM_CALL_DEADLINE_S": "121"}),
+    (
+        FabricSettings,
+        {
+            "GPUCAAS_FABRIC_DISK_IMAGE": "/i.qcow2",
+            "GPUCAAS_FABRIC_NVSWITCHES": "0000:05:00.0,6:0.0",
+            "GPUCAAS_FABRIC_MEMORY_CONTROLLER": "0000:07:00.0",
+            "GPUCAAS_FABRIC_FM_BACKEND": "simulator",
+            "GPUCAAS_FABRIC_FM_CONNECT_PARAMS_VERSION": "2",
+            "GPUCAAS_FABRIC_SOCKET_MODE": "432",
+        },
+    ),
+    (
+        FabricSettings,
+        {
+            "GPUCAAS_FABRIC_VM_ENABLED": "false",
+            "GPUCAAS_FABRIC_NVSWITCHES": "zz",
+            "GPUCAAS_FABRIC_VCPUS": "0",
+            "GPUCAAS_FABRIC_FM_CALL_DEADLINE_S": "121",
+        },
+    ),
     (FabricSettings, {"GPUCAAS_FABRIC_VM_ENABLED": "false", "GPUCAAS_FABRIC_KERNEL": "/vmlinuz"}),
 ]
 
 
-@pytest.mark.parametrize(("cls", "env"), DAEMON_CASES, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(DAEMON_CASES)])
+@pytest.mark.parametrize(
+    ("cls", "env"), DAEMON_CASES, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(DAEMON_CASES)]
+)
 def test_the_daemons_settings_read_as_their_pydantic_settings_equivalents(
-        monkeypatch: pytest.MonkeyPatch, cls: type[EnvSettings], env: dict[str, str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, cls: type[EnvSettings], env: dict[str, str]
+) -> None:
     for name in list(os.environ):
         if name.startswith("GPUCAAS_"):
             monkeypatch.delenv(name)
@@ -195,24 +267,32 @@ def test_the_daemons_settings_read_as_their_pydantic_settings_equivalents(
 
 def test_the_pydantic_equivalent_keeps_the_declaration() -> None:
     model = DevicePluginSettings.pydantic_model()
-    assert model.__name__ == "DevicePluginSettings" and list(model.model_fields) == list(DevicePluginSettings.model_fields)
+    assert model.__name__ == "DevicePluginSettings" and list(model.model_fields) == list(
+        DevicePluginSettings.model_fields
+    )
     for name, info in DevicePluginSettings.model_fields.items():
         theirs = model.model_fields[name]
         assert (theirs.annotation, theirs.description, theirs.is_required()) == (
-            info.annotation, info.description, info.is_required())
+            info.annotation,
+            info.description,
+            info.is_required(),
+        )
         assert theirs.get_default(call_default_factory=True) == info.get_default(call_default_factory=True)
 
 
 def test_a_structured_aliased_or_pydantic_field_is_refused() -> None:
     with pytest.raises(TypeError, match="not list"):
+
         class _List(EnvSettings):
             items: list[str] = []
 
     with pytest.raises(TypeError, match="no alias"):
+
         class _Alias(EnvSettings):
             name: str = pydantic.Field("x", validation_alias="OTHER")
 
     with pytest.raises(TypeError, match="no ValidationInfo"):
+
         class _Info(EnvSettings):
             name: str = "x"
 
@@ -232,24 +312,33 @@ def test_the_validators_apply(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_good_environment_never_loads_pydantic() -> None:
     """The point of the class: a daemon whose settings are fine does not import pydantic (7.5 MB)."""
-    code = ("import sys, json\n"
-            "from gpucaas.programs import gpu_node\n"
-            "from services.fabric import cli\n"
-            "from services.device_plugin.settings import DevicePluginSettings\n"
-            "from services.fabric.settings import FabricSettings\n"
-            "from services.gpu_leases.settings import LeaseAgentSettings\n"
-            "from gpucaas.core.logging import LoggingSettings\n"
-            "for cls in (DevicePluginSettings, FabricSettings, LeaseAgentSettings, LoggingSettings): cls()\n"
-            "gpu_node.command.build_settings({'node_name': 'n', 'metrics_port': '-1'})\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pydantic'))))\n")
+    code = (
+        "import sys, json\n"
+        "from gpucaas.programs import gpu_node\n"
+        "from services.fabric import cli\n"
+        "from services.device_plugin.settings import DevicePluginSettings\n"
+        "from services.fabric.settings import FabricSettings\n"
+        "from services.gpu_leases.settings import LeaseAgentSettings\n"
+        "from gpucaas.core.logging import LoggingSettings\n"
+        "for cls in (DevicePluginSettings, FabricSettings, LeaseAgentSettings, LoggingSettings): cls()\n"
+        "gpu_node.command.build_settings({'node_name': 'n', 'metrics_port': '-1'})\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pydantic'))))\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
     env |= {"GPUCAAS_FABRIC_VM_ENABLED": "false", "GPUCAAS_LEASES": "true", "GPUCAAS_LOG_LEVEL": "debug"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert json.loads(run.stdout) == []
 
 
-@pytest.mark.parametrize("case", ["nothing set: the defaults", "every kind from the environment",
-                                  "booleans as pydantic reads them", "keyword arguments of every type"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "nothing set: the defaults",
+        "every kind from the environment",
+        "booleans as pydantic reads them",
+        "keyword arguments of every type",
+    ],
+)
 def test_plain_values_are_decided_without_pydantic(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     """The comparisons above are not all pydantic's answers twice: plain values never reach it."""
     _, env, kwargs = next(c for c in CASES if c[0] == case)

@@ -16,7 +16,7 @@ from gpucaas.core.logging import LoggingSettings, configure_logging
 
 
 @pytest.fixture
-def root_logger():  # noqa: ANN201
+def root_logger():
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     yield root
@@ -74,13 +74,25 @@ def test_env_chooses_format_and_level(monkeypatch: pytest.MonkeyPatch) -> None:
         LoggingSettings()
 
 
-def test_a_process_logs_json_when_told(tmp_path) -> None:  # noqa: ANN001
+def test_a_process_logs_json_when_told(tmp_path) -> None:
     """A real gpucaas process (the scheduler extender) started with GPUCAAS_LOG_FORMAT=json writes JSON lines."""
     env = {**os.environ, "GPUCAAS_LOG_FORMAT": "json", "GPUCAAS_LOG_LEVEL": "INFO"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "scheduler-extender", "--port", "0",
-         "--host", "127.0.0.1"],
-        env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-c",
+            "from gpucaas.programs.cli import app; app()",
+            "scheduler-extender",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()  # the first record: the effective settings (a dict full of quotes)

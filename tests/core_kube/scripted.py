@@ -22,16 +22,27 @@ def forbidden(user: str, verb: str, resource: str, group: str = "", namespace: s
     what = f"{resource}.{group}" if group else resource
     where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
     return {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
         "message": f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group '
-                   f'"{group}" {where}',
-        "reason": "Forbidden", "details": {"group": group, "kind": resource}, "code": 403,
+        f'"{group}" {where}',
+        "reason": "Forbidden",
+        "details": {"group": group, "kind": resource},
+        "code": 403,
     }
 
 
 FORBIDDEN_STATUS = forbidden("system:serviceaccount:gpucaas-system:gpucaas-api", "list", "namespaces")
-NOT_FOUND_STATUS = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                    "message": "not found", "code": 404}
+NOT_FOUND_STATUS = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "reason": "NotFound",
+    "message": "not found",
+    "code": 404,
+}
 
 
 class Scripted(ThreadingHTTPServer):
@@ -44,7 +55,7 @@ class Scripted(ThreadingHTTPServer):
         self.requests: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(inner) -> None:  # noqa: N802, N805
+            def do_GET(inner) -> None:  # noqa: N805 - `self` is the server
                 self.requests.append(inner.path)
                 status, body = self.script.pop(0) if len(self.script) > 1 else self.script[0]
                 data = json.dumps(body).encode()

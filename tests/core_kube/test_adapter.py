@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import crds
-from gpucaas.core import kube as k
-from tests.core_kube.scripted import FORBIDDEN_STATUS, scripted  # noqa: F401 - the fixture
+from gpucaas.core import crds, kube as k
+from tests.core_kube.scripted import FORBIDDEN_STATUS
+
 
 def no_wait_retry(attempts: int = 3) -> k.RetryPolicy:
     return k.RetryPolicy(attempts=attempts, initial_s=0.0, max_s=0.0)
@@ -62,18 +62,32 @@ def test_forbidden_names_user_verb_and_resource(scripted) -> None:
             kube.call(kube.core.list_namespace, idempotent=True)
     err = info.value
     assert (err.user, err.verb, err.resource, err.group) == (
-        "system:serviceaccount:gpucaas-system:gpucaas-api", "list", "namespaces", None)
+        "system:serviceaccount:gpucaas-system:gpucaas-api",
+        "list",
+        "namespaces",
+        None,
+    )
     assert err.summary() == "forbidden: system:serviceaccount:gpucaas-system:gpucaas-api cannot list namespaces"
     assert len(srv.requests) == 1  # a 403 is an answer: never retried
 
 
 def test_forbidden_in_a_namespace_and_group() -> None:
-    err = k.from_status(403, {"message": 'pods "p" is forbidden: User "alice" cannot create resource "pods/binding"'
-                                         ' in API group "" in the namespace "tenant-a"'})
+    err = k.from_status(
+        403,
+        {
+            "message": 'pods "p" is forbidden: User "alice" cannot create resource "pods/binding"'
+            ' in API group "" in the namespace "tenant-a"'
+        },
+    )
     assert isinstance(err, k.Forbidden)
     assert err.summary() == "forbidden: alice cannot create pods/binding in namespace tenant-a"
-    err = k.from_status(403, {"message": 'clusterkopfpeerings.kopf.dev is forbidden: User "bob" cannot create '
-                                         'resource "clusterkopfpeerings" in API group "kopf.dev" at the cluster scope'})
+    err = k.from_status(
+        403,
+        {
+            "message": 'clusterkopfpeerings.kopf.dev is forbidden: User "bob" cannot create '
+            'resource "clusterkopfpeerings" in API group "kopf.dev" at the cluster scope'
+        },
+    )
     assert err.summary() == "forbidden: bob cannot create clusterkopfpeerings.kopf.dev"
     # an admission refusal is a 403 too, but no RBAC denial
     psa = k.from_status(403, {"message": 'pods "p" is forbidden: violates PodSecurity "restricted:latest": ...'})
@@ -81,9 +95,17 @@ def test_forbidden_in_a_namespace_and_group() -> None:
 
 
 def test_invalid_carries_the_causes() -> None:
-    err = k.from_status(422, {"kind": "Status", "reason": "Invalid", "message": 'Pod "p" is invalid: ...',
-                              "details": {"causes": [{"reason": "FieldValueRequired", "field": "spec.containers",
-                                                      "message": "Required value"}]}})
+    err = k.from_status(
+        422,
+        {
+            "kind": "Status",
+            "reason": "Invalid",
+            "message": 'Pod "p" is invalid: ...',
+            "details": {
+                "causes": [{"reason": "FieldValueRequired", "field": "spec.containers", "message": "Required value"}]
+            },
+        },
+    )
     assert isinstance(err, k.Invalid)
     assert [str(c) for c in err.causes] == ["spec.containers: Required value"]
 
@@ -152,7 +174,12 @@ def test_explicit_server_token_and_ca(tmp_path: Path) -> None:
     assert cfg.ssl_ca_cert == str(ca) and cfg.verify_ssl
     assert cfg.retries is False  # urllib3 never retries behind the policy's back
     info = k.kopf_connection_info(cfg)
-    assert (info.server, info.token, info.scheme, info.ca_path) == ("https://10.0.0.1:6443", "s3cret", "Bearer", str(ca))
+    assert (info.server, info.token, info.scheme, info.ca_path) == (
+        "https://10.0.0.1:6443",
+        "s3cret",
+        "Bearer",
+        str(ca),
+    )
 
 
 def test_kubeconfig_and_missing_configuration(kubeconfig: Path, tmp_path: Path) -> None:

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import crds
-from gpucaas.core import kube as k
+from gpucaas.core import crds, kube as k
 from gpucaas.core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
-from tests.core_kube.scripted import FORBIDDEN_STATUS, scripted  # noqa: F401 - the fixture
+from tests.core_kube.scripted import FORBIDDEN_STATUS
 
 
 def no_wait_retry(attempts: int = 3) -> k.RetryPolicy:
@@ -21,8 +20,10 @@ def no_wait_retry(attempts: int = 3) -> k.RetryPolicy:
 
 
 def test_importing_the_light_path_does_not_load_the_official_client() -> None:
-    code = ("import sys; import gpucaas.core.kube, gpucaas.core.lease_store, services.gpu_leases.agent, "
-            "services.fabric.publisher; print('kubernetes' in sys.modules)")
+    code = (
+        "import sys; import gpucaas.core.kube, gpucaas.core.lease_store, services.gpu_leases.agent, "
+        "services.fabric.publisher; print('kubernetes' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -36,14 +37,22 @@ def test_custom_objects_round_trip_over_tls(kubeconfig: Path) -> None:
         name = lease_name("node-r", "0000:18:00.0")
         assert [x["metadata"]["name"] for x in store.list("node-r")] == [name]
         assert store.list("other-node") == []
-        assert store.ensure(build_gpu_lease("node-r", "0000:18:00.0", "0x2330", 2, "H100"))["metadata"]["uid"] == \
-            lease["metadata"]["uid"]  # a second create answers 409: the live object
+        assert (
+            store.ensure(build_gpu_lease("node-r", "0000:18:00.0", "0x2330", 2, "H100"))["metadata"]["uid"]
+            == lease["metadata"]["uid"]
+        )  # a second create answers 409: the live object
         stale = dict(lease)
         store.write_status(lease, {**lease["status"], "reason": "checked"})
         with pytest.raises(LeaseConflict):  # guarded by resourceVersion
             store.write_status(stale, {**lease["status"], "reason": "stale"})
-        patched = kube.call(kube.custom.patch_cluster_custom_object_status, crds.GROUP, crds.VERSION,
-                            crds.GPULEASE_PLURAL, name, {"status": {"message": "merge-patched"}})
+        patched = kube.call(
+            kube.custom.patch_cluster_custom_object_status,
+            crds.GROUP,
+            crds.VERSION,
+            crds.GPULEASE_PLURAL,
+            name,
+            {"status": {"message": "merge-patched"}},
+        )
         assert patched["status"]["message"] == "merge-patched"
         assert patched["status"]["reason"] == "checked"  # a merge patch keeps the rest
 

@@ -18,10 +18,18 @@ def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 
 def test_ingress_bounds_each_client() -> None:
-    objects = render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge-tls",
-                                          "annotations": {"example.com/x": "y"},
-                                          "limits": {"enabled": True, "connectionsPerClient": 32,
-                                                     "rpsPerClient": 20, "bodySize": "64k"}}}})
+    objects = render(
+        {
+            "api": {
+                "ingress": {
+                    "enabled": True,
+                    "tlsSecretName": "edge-tls",
+                    "annotations": {"example.com/x": "y"},
+                    "limits": {"enabled": True, "connectionsPerClient": 32, "rpsPerClient": 20, "bodySize": "64k"},
+                }
+            }
+        }
+    )
     annotations = _one(objects, "Ingress", "gpucaas-api")["metadata"]["annotations"]
     assert annotations == {
         "nginx.ingress.kubernetes.io/limit-connections": "32",
@@ -29,14 +37,30 @@ def test_ingress_bounds_each_client() -> None:
         "nginx.ingress.kubernetes.io/proxy-body-size": "64k",
         "example.com/x": "y",
     }
-    off = render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge-tls", "limits": {
-        "enabled": False, "connectionsPerClient": 1, "rpsPerClient": 1, "bodySize": "1k"}}}})
+    off = render(
+        {
+            "api": {
+                "ingress": {
+                    "enabled": True,
+                    "tlsSecretName": "edge-tls",
+                    "limits": {"enabled": False, "connectionsPerClient": 1, "rpsPerClient": 1, "bodySize": "1k"},
+                }
+            }
+        }
+    )
     assert "annotations" not in _one(off, "Ingress", "gpucaas-api")["metadata"]
 
 
 def test_allow_list_and_retention_reach_the_api_settings(monkeypatch: Any) -> None:
-    objects = render({"api": {"imageRegistryAllowlist": ["10.0.0.5:5000", "registry.corp.internal"],
-                              "retentionDays": 7, "auditRetentionDays": 400}})
+    objects = render(
+        {
+            "api": {
+                "imageRegistryAllowlist": ["10.0.0.5:5000", "registry.corp.internal"],
+                "retentionDays": 7,
+                "auditRetentionDays": 400,
+            }
+        }
+    )
     container = _one(objects, "Deployment", "gpucaas-api")["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert json.loads(env["GPUCAAS_IMAGE_REGISTRY_ALLOWLIST"]) == ["10.0.0.5:5000", "registry.corp.internal"]
@@ -86,4 +110,6 @@ def test_rate_limit_storage_reaches_the_api_from_a_secret(monkeypatch: Any) -> N
 def test_production_values_share_the_rates() -> None:
     env = _api_env(render(production_values()))
     assert env["GPUCAAS_RATE_LIMIT_STORAGE_URL"]["valueFrom"]["secretKeyRef"] == {
-        "name": "gpucaas-rate-limits", "key": "url"}
+        "name": "gpucaas-rate-limits",
+        "key": "url",
+    }

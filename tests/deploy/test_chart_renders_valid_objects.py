@@ -2,7 +2,10 @@
 
 Built-in kinds are checked by kubernetes-validate in strict mode (unknown fields
 are errors) for the oldest and newest Kubernetes the chart targets; custom
-resources against the schema of their own CRD.
+resources against the schema of their own CRD: the chart's, a subset of
+cert-manager's Certificate, and Traefik's own Middleware CRD, read from the Traefik
+module that upstream/build.sh builds the sandbox's controller from (unknown fields
+are errors there too, as ``kubectl apply --validate=strict`` would say).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -101,12 +106,51 @@ def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
             key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
             schemas[key] = version["schema"]["openAPIV3Schema"]
     schemas[("cert-manager.io/v1", "Certificate")] = CERTIFICATE_SCHEMA
+    middleware = _traefik_middleware_crd()
+    schemas[("traefik.io/v1alpha1", "Middleware")] = middleware["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schemas
+
+
+def _traefik_middleware_crd() -> dict[str, Any]:
+    """Traefik's Middleware CRD, from the pinned Traefik module (upstream/traefik/go.mod)."""
+    wrapper = Path(CHART).parents[2] / "upstream" / "traefik"
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", "github.com/traefik/traefik/v3"],
+        cwd=wrapper,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    folder = Path(json.loads(out.stdout)["Dir"])
+    crd = yaml.safe_load(
+        (folder / "docs/content/reference/dynamic-configuration/traefik.io_middlewares.yaml").read_text()
+    )
+    assert crd["spec"]["group"] == "traefik.io" and crd["spec"]["versions"][0]["name"] == "v1alpha1"
+    return crd
+
+
+def _no_unknown_fields(obj: Any, schema: dict[str, Any], where: str) -> None:
+    """What Kubernetes would prune (or strict validation refuse): a field its CRD does not name."""
+    if isinstance(obj, dict) and "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        unknown = sorted(set(obj) - set(schema["properties"]))
+        assert not unknown, f"{where}: unknown field(s) {unknown}"
+        for key, value in obj.items():
+            _no_unknown_fields(value, schema["properties"][key], f"{where}.{key}")
+    elif isinstance(obj, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key, value in obj.items():
+            _no_unknown_fields(value, schema["additionalProperties"], f"{where}.{key}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, value in enumerate(obj):
+            _no_unknown_fields(value, schema["items"], f"{where}[{i}]")
 
 
 def _validate_custom(obj: dict[str, Any], schemas: dict[tuple[str, str], dict[str, Any]]) -> None:
     schema = schemas[(obj["apiVersion"], obj["kind"])]
     jsonschema.validate(obj, schema, cls=jsonschema.Draft7Validator)
+    _no_unknown_fields(
+        {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}, schema, obj["kind"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -146,20 +190,34 @@ def test_lint_strict_is_clean(values_name: str) -> None:
 def test_example_custom_resources_match_their_crds(crd_schemas: dict) -> None:
     """The objects the services exchange fit the schemas the chart installs."""
     tenancy = {
-        "apiVersion": "gpucaas.dev/v1alpha1", "kind": "Tenancy", "metadata": {"name": "acme"},
-        "spec": {"gpuQuota": 16, "podQuota": 20, "network": {"allowInternet": True},
-                 "nfs": {"server": "10.0.0.5", "path": "/export/acme", "readOnly": False}},
+        "apiVersion": "gpucaas.dev/v1alpha1",
+        "kind": "Tenancy",
+        "metadata": {"name": "acme"},
+        "spec": {
+            "gpuQuota": 16,
+            "podQuota": 20,
+            "network": {"allowInternet": True},
+            "nfs": {"server": "10.0.0.5", "path": "/export/acme", "readOnly": False},
+        },
         "status": {"phase": "Ready", "namespace": "tenant-acme", "observedGeneration": 1},
     }
     lease = {
-        "apiVersion": "gpucaas.dev/v1alpha1", "kind": "GPULease",
+        "apiVersion": "gpucaas.dev/v1alpha1",
+        "kind": "GPULease",
         "metadata": {"name": "node-a-0000-18-00-0"},
-        "spec": {"node": "node-a", "pciAddress": "0000:18:00.0", "deviceId": "0x2330",
-                 "physicalId": 2, "model": "H100-SXM5"},
+        "spec": {
+            "node": "node-a",
+            "pciAddress": "0000:18:00.0",
+            "deviceId": "0x2330",
+            "physicalId": 2,
+            "model": "H100-SXM5",
+        },
         "status": {"state": "Free"},
     }
     fabric = {
-        "apiVersion": "gpucaas.dev/v1alpha1", "kind": "FabricState", "metadata": {"name": "node-a"},
+        "apiVersion": "gpucaas.dev/v1alpha1",
+        "kind": "FabricState",
+        "metadata": {"name": "node-a"},
     }
     for obj in (tenancy, lease, fabric):
         _validate_custom(obj, crd_schemas)
@@ -178,7 +236,9 @@ def test_chart_crds_are_the_core_crds() -> None:
     chart_dir = CHART / "crds"
     for name in core_crds.CRD_FILES:
         core_text = (CORE_CRDS / name).read_text()
-        assert (chart_dir / name).read_text() == core_text, f"crds/{name} differs from gpucaas/core/crds/{name}: run `make crds`"
+        assert (chart_dir / name).read_text() == core_text, (
+            f"crds/{name} differs from gpucaas/core/crds/{name}: run `make crds`"
+        )
     extra = {p.name for p in chart_dir.iterdir()} - set(core_crds.CRD_FILES)
     assert extra == {"kopfpeerings.kopf.dev.yaml"}
     kinds = {crd["spec"]["names"]["kind"] for crd in chart_crds()}
@@ -198,15 +258,18 @@ def test_runtime_class_targets_gpu_nodes() -> None:
 
 def test_values_map_to_env_vars() -> None:
     """Each component setting reaches its container as the variable its settings class reads."""
-    objects = render({
-        "logLevel": "DEBUG", "resourceName": "example.com/gpu",
-        "fabricSocket": "/run/gpucaas/fm.sock",
-        "api": {"port": 9443, "defaultGpuQuota": 4, "adminToken": {"existingSecret": "adm"}},
-        "fabric": {"fmAddress": "10.1.1.1:6666", "fmBackend": "simulator", "diskImage": "fm.qcow2"},
-        "devicePlugin": {"fabricRequired": False},
-        "controller": {"peering": {"name": "gpucaas-peers"}, "nodeCidrs": ["203.0.113.0/24"]},
-        "schedulerExtender": {"enabled": True, "bind": False},
-    })
+    objects = render(
+        {
+            "logLevel": "DEBUG",
+            "resourceName": "example.com/gpu",
+            "fabricSocket": "/run/gpucaas/fm.sock",
+            "api": {"port": 9443, "defaultGpuQuota": 4, "adminToken": {"existingSecret": "adm"}},
+            "fabric": {"fmAddress": "10.1.1.1:6666", "fmBackend": "simulator", "diskImage": "fm.qcow2"},
+            "devicePlugin": {"fabricRequired": False},
+            "controller": {"peering": {"name": "gpucaas-peers"}, "nodeCidrs": ["203.0.113.0/24"]},
+            "schedulerExtender": {"enabled": True, "bind": False},
+        }
+    )
 
     def env(kind: str, name: str) -> dict[str, Any]:
         container = find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0]
@@ -313,8 +376,10 @@ def test_rendered_env_is_accepted_by_the_service_settings(
 def test_allocation_mode_reaches_the_api_and_the_controller_and_picks_the_node_daemon() -> None:
     """allocation.mode is one value for every part: the API's and the controller's setting, and
     the node daemon (device plugin or DRA driver) the chart deploys."""
-    for mode, daemon, absent in (("device-plugin", "gpucaas-device-plugin", "gpucaas-dra-driver"),
-                                 ("dra", "gpucaas-dra-driver", "gpucaas-device-plugin")):
+    for mode, daemon, absent in (
+        ("device-plugin", "gpucaas-device-plugin", "gpucaas-dra-driver"),
+        ("dra", "gpucaas-dra-driver", "gpucaas-device-plugin"),
+    ):
         objects = render({"allocation": {"mode": mode}})
 
         def env(kind: str, name: str, objects: list = objects) -> dict[str, Any]:
@@ -327,8 +392,13 @@ def test_allocation_mode_reaches_the_api_and_the_controller_and_picks_the_node_d
         names = {o["metadata"]["name"] for o in objects}
         assert absent not in names
         assert "gpucaas-firmware-golden" in names  # the lease agent runs beside either node daemon
-    dra = render({"allocation": {"mode": "dra"}, "draDriver": {"bindingConditions": True, "stateDir": "/var/lib/x"},
-                  "devicePlugin": {"cdiKind": "example.com/gpu"}})
+    dra = render(
+        {
+            "allocation": {"mode": "dra"},
+            "draDriver": {"bindingConditions": True, "stateDir": "/var/lib/x"},
+            "devicePlugin": {"cdiKind": "example.com/gpu"},
+        }
+    )
     spec = find(dra, "DaemonSet", "gpucaas-dra-driver")["spec"]["template"]["spec"]
     driver = {e["name"]: e.get("value", e.get("valueFrom")) for e in spec["containers"][0]["env"]}
     assert driver["GPUCAAS_DRA_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -353,10 +423,14 @@ def test_device_classes_are_the_cores() -> None:
 
     assert not [o for o in render({}) if o["kind"] == "DeviceClass"]
     classes = [o for o in render({"allocation": {"mode": "dra"}}) if o["kind"] == "DeviceClass"]
-    assert [{k: v for k, v in o.items() if k != "metadata"} | {"metadata": {"name": o["metadata"]["name"]}}
-            for o in classes] == [dra.device_class(n) for n in (1, 2, 4, 8)]
-    assert not [o for o in render({"allocation": {"mode": "dra"}, "draDriver": {"deviceClasses": False}})
-                if o["kind"] == "DeviceClass"]
+    assert [
+        {k: v for k, v in o.items() if k != "metadata"} | {"metadata": {"name": o["metadata"]["name"]}} for o in classes
+    ] == [dra.device_class(n) for n in (1, 2, 4, 8)]
+    assert not [
+        o
+        for o in render({"allocation": {"mode": "dra"}, "draDriver": {"deviceClasses": False}})
+        if o["kind"] == "DeviceClass"
+    ]
 
 
 def test_database_url_value_becomes_a_secret() -> None:
@@ -377,7 +451,9 @@ def test_notes_tell_how_to_reach_the_api() -> None:
 
 
 def test_notes_in_dra_mode_say_who_checks_the_gpus() -> None:
-    notes = render_notes({"allocation": {"mode": "dra"}, "devicePlugin": {"firmware": {"golden": {"0x2330": {"sha256": ["0" * 64]}}}}})
+    notes = render_notes(
+        {"allocation": {"mode": "dra"}, "devicePlugin": {"firmware": {"golden": {"0x2330": {"sha256": ["0" * 64]}}}}}
+    )
     assert "DRA allocation mode" in notes and "DRA allocation mode" not in render_notes({})
     assert "lease agent runs\nbeside the driver" in notes and "WARNING" not in notes
     unchecked = render_notes({"allocation": {"mode": "dra"}, "devicePlugin": {"leases": {"enabled": False}}})
@@ -418,9 +494,7 @@ def uncommented_keys(text: str) -> list[str]:
             above_indent = len(above) - len(above.lstrip())
             if above.strip().startswith("#"):
                 break
-            one_line_sibling = (
-                above.strip() and above_indent == indent and not above.rstrip().endswith(":")
-            )
+            one_line_sibling = above.strip() and above_indent == indent and not above.rstrip().endswith(":")
             if not one_line_sibling:
                 j = -1
                 break

@@ -27,17 +27,23 @@ pytestmark = pytest.mark.skipif(
 VALUE_SETS = {
     "defaults": {"schedulerExtender": {"enabled": True}},
     "production": production_values(),
-    "dra": {"schedulerExtender": {"enabled": True}, "allocation": {"mode": "dra"},
-            "draDriver": {"bindingConditions": True}},
+    "dra": {
+        "schedulerExtender": {"enabled": True},
+        "allocation": {"mode": "dra"},
+        "draDriver": {"bindingConditions": True},
+    },
 }
 
 
 def _run_checkov(directory: Path) -> dict:
     env = dict(os.environ, BC_SKIP_MAPPING="TRUE", CHECKOV_RUN_SCA_PACKAGE_SCAN_V2="false")
     proc = subprocess.run(
-        [str(CHECKOV), "-d", str(directory), "--framework", "kubernetes",
-         "--skip-download", "-o", "json"],
-        capture_output=True, text=True, timeout=600, env=env, check=False,
+        [str(CHECKOV), "-d", str(directory), "--framework", "kubernetes", "--skip-download", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
     )
     assert proc.stdout, proc.stderr[-2000:]
     report = json.loads(proc.stdout)

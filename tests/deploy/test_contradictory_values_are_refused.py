@@ -10,21 +10,59 @@ import pytest
 from tests.deploy.rendering import render
 
 CONTRADICTIONS = [
-    ("both database sources", {"database": {"url": "postgresql://u@h/db"}}, "either database.existingSecret or database.url"),
+    (
+        "both database sources",
+        {"database": {"url": "postgresql://u@h/db"}},
+        "either database.existingSecret or database.url",
+    ),
     ("no database", {"database": {"existingSecret": ""}}, "the API needs PostgreSQL"),
-    ("not a postgres url", {"database": {"existingSecret": "", "url": "mysql://h/db"}}, "database.url must be a PostgreSQL URL"),
-    ("both rate-limit storage sources", {"api": {"rateLimitStorage": {"existingSecret": "limits", "url": "redis://r:6379/0"}}},
-     "either api.rateLimitStorage.existingSecret or api.rateLimitStorage.url"),
-    ("not a redis rate-limit storage", {"api": {"rateLimitStorage": {"url": "memcached://m:11211"}}},
-     "api.rateLimitStorage.url must be a Redis URI"),
+    (
+        "not a postgres url",
+        {"database": {"existingSecret": "", "url": "mysql://h/db"}},
+        "database.url must be a PostgreSQL URL",
+    ),
+    (
+        "both rate-limit storage sources",
+        {"api": {"rateLimitStorage": {"existingSecret": "limits", "url": "redis://r:6379/0"}}},
+        "either api.rateLimitStorage.existingSecret or api.rateLimitStorage.url",
+    ),
+    (
+        "not a redis rate-limit storage",
+        {"api": {"rateLimitStorage": {"url": "memcached://m:11211"}}},
+        "api.rateLimitStorage.url must be a Redis URI",
+    ),
     ("pod tls without certificate", {"api": {"tls": {"existingSecret": ""}}}, "api.tls.enabled needs"),
     ("ingress without tls", {"api": {"ingress": {"enabled": True}}}, "api.ingress.enabled needs TLS"),
-    ("cert-manager without issuer", {"certManager": {"enabled": True}}, "certManager.enabled needs certManager.issuerRef.name"),
-    ("two controllers without peering", {"controller": {"replicas": 2, "peering": {"enabled": False}}}, "needs controller.peering.enabled"),
-    ("pdb blocks every api pod", {"api": {"replicas": 2, "pdb": {"maxUnavailable": 2}}}, "api.pdb.maxUnavailable must be smaller"),
-    ("privileged and non-root fabric", {"fabric": {"privileged": True, "libvirtGroupId": 108}}, "fabric.privileged and fabric.libvirtGroupId contradict"),
-    ("root tenants in restricted namespaces", {"api": {"tenantRunAsUser": 0}}, "api.tenantRunAsUser 0 runs tenant containers as root"),
-    ("binding conditions without dra", {"draDriver": {"bindingConditions": True}}, "draDriver.bindingConditions needs allocation.mode dra"),
+    (
+        "cert-manager without issuer",
+        {"certManager": {"enabled": True}},
+        "certManager.enabled needs certManager.issuerRef.name",
+    ),
+    (
+        "two controllers without peering",
+        {"controller": {"replicas": 2, "peering": {"enabled": False}}},
+        "needs controller.peering.enabled",
+    ),
+    (
+        "pdb blocks every api pod",
+        {"api": {"replicas": 2, "pdb": {"maxUnavailable": 2}}},
+        "api.pdb.maxUnavailable must be smaller",
+    ),
+    (
+        "privileged and non-root fabric",
+        {"fabric": {"privileged": True, "libvirtGroupId": 108}},
+        "fabric.privileged and fabric.libvirtGroupId contradict",
+    ),
+    (
+        "root tenants in restricted namespaces",
+        {"api": {"tenantRunAsUser": 0}},
+        "api.tenantRunAsUser 0 runs tenant containers as root",
+    ),
+    (
+        "binding conditions without dra",
+        {"draDriver": {"bindingConditions": True}},
+        "draDriver.bindingConditions needs allocation.mode dra",
+    ),
 ]
 
 SCHEMA_ERRORS = [
@@ -40,8 +78,11 @@ SCHEMA_ERRORS = [
     ("non-string node label", {"gpuNodes": {"nodeSelector": {"gpucaas.dev/gpu-node": True}}}, "/gpuNodes/nodeSelector"),
     ("negative tenant uid", {"api": {"tenantRunAsUser": -1}}, "/api/tenantRunAsUser"),
     ("unknown rate-limit storage key", {"api": {"rateLimitStorage": {"uri": "redis://r"}}}, "uri"),
-    ("extender cluster ip not an address", {"schedulerExtender": {"service": {"clusterIP": "extender.svc"}}},
-     "/schedulerExtender/service/clusterIP"),
+    (
+        "extender cluster ip not an address",
+        {"schedulerExtender": {"service": {"clusterIP": "extender.svc"}}},
+        "/schedulerExtender/service/clusterIP",
+    ),
 ]
 
 
@@ -66,4 +107,6 @@ def test_contradiction_fixed_renders() -> None:
     assert render({"api": {"tenantRunAsUser": 0}, "controller": {"podSecurityLevel": "baseline"}})
     assert render({"api": {"ingress": {"enabled": True, "tlsSecretName": "edge"}}})
     assert render({"api": {"rateLimitStorage": {"url": "rediss://:pw@r:6380/0"}}})
-    assert render({"certManager": {"enabled": True, "issuerRef": {"name": "ca"}}, "api": {"tls": {"existingSecret": ""}}})
+    assert render(
+        {"certManager": {"enabled": True, "issuerRef": {"name": "ca"}}, "api": {"tls": {"existingSecret": ""}}}
+    )

@@ -14,8 +14,11 @@ GOLDEN = {"0x2330": {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VE
 
 
 def _plugin(objects):
-    ds = next(w for w in workloads(objects) if w["kind"] == "DaemonSet"
-              and w["metadata"]["labels"]["app.kubernetes.io/component"] == "device-plugin")
+    ds = next(
+        w
+        for w in workloads(objects)
+        if w["kind"] == "DaemonSet" and w["metadata"]["labels"]["app.kubernetes.io/component"] == "device-plugin"
+    )
     return pod_spec(ds)["containers"][0]
 
 
@@ -47,8 +50,11 @@ def test_leases_off_is_said_out_loud() -> None:
     assert "without a\nfirmware check" in render_notes(values)
 
 
-@pytest.mark.parametrize("golden", [{"2330": {"sha256": ["0" * 64]}}, {"0x2330": {"sha256": ["not-hex"]}},
-                                    {"0x2330": {"versions": ["1"]}}], ids=["bad-id", "bad-sha", "no-sha"])
+@pytest.mark.parametrize(
+    "golden",
+    [{"2330": {"sha256": ["0" * 64]}}, {"0x2330": {"sha256": ["not-hex"]}}, {"0x2330": {"versions": ["1"]}}],
+    ids=["bad-id", "bad-sha", "no-sha"],
+)
 def test_malformed_golden_values_are_refused(golden) -> None:
     with pytest.raises(helm_python.HelmValuesError):
         render({"devicePlugin": {"firmware": {"golden": golden}}})

@@ -15,8 +15,10 @@ RUNTIME = "kata-qemu-nvidia-gpu"
 
 @pytest.mark.parametrize(
     ("name", "version", "cri_table"),
-    [("kata-qemu-nvidia-gpu.toml", 2, "io.containerd.grpc.v1.cri"),
-     ("kata-qemu-nvidia-gpu.v3.toml", 3, "io.containerd.cri.v1.runtime")],
+    [
+        ("kata-qemu-nvidia-gpu.toml", 2, "io.containerd.grpc.v1.cri"),
+        ("kata-qemu-nvidia-gpu.v3.toml", 3, "io.containerd.cri.v1.runtime"),
+    ],
     ids=["containerd-1.7", "containerd-2"],
 )
 def test_containerd_drop_in(name: str, version: int, cri_table: str) -> None:
@@ -56,9 +58,21 @@ def test_every_kata_setting_is_explained() -> None:
     """Each key the Kata overrides set has its reasoning in deploy/kata/README.md."""
     config = tomllib.loads((DEPLOY / "kata" / "configuration-qemu-nvidia-gpu.toml").read_text())
     readme = (DEPLOY / "kata" / "README.md").read_text()
-    keys = [k for section in (config["hypervisor"]["qemu"], config["runtime"], config["agent"]["kata"])
-            for k in section if k not in ("path", "image", "kernel_params", "default_memory",
-                                          "default_maxmemory", "default_vcpus", "default_maxvcpus")]
+    keys = [
+        k
+        for section in (config["hypervisor"]["qemu"], config["runtime"], config["agent"]["kata"])
+        for k in section
+        if k
+        not in (
+            "path",
+            "image",
+            "kernel_params",
+            "default_memory",
+            "default_maxmemory",
+            "default_vcpus",
+            "default_maxvcpus",
+        )
+    ]
     missing = [k for k in keys if f"`{k}`" not in readme and k not in readme]
     assert missing == []
 

@@ -34,21 +34,34 @@ def _renamed(objects: list[dict[str, Any]], suffix: str, namespace: str) -> list
         if obj["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
             obj["metadata"]["namespace"] = namespace
         if obj["kind"] in ("ClusterRole", "Role"):
-            obj["rules"] = [{**r, "resourceNames": [f"{n}-{suffix}" for n in r["resourceNames"]]}
-                            if r.get("resourceNames") else r for r in obj.get("rules") or []]
+            obj["rules"] = [
+                {**r, "resourceNames": [f"{n}-{suffix}" for n in r["resourceNames"]]} if r.get("resourceNames") else r
+                for r in obj.get("rules") or []
+            ]
         if "roleRef" in obj:
-            obj["roleRef"] = {**obj["roleRef"], "name": (f"{obj['roleRef']['name']}-{suffix}"
-                                                       if not obj["roleRef"]["name"].startswith("system:")
-                                                       else obj["roleRef"]["name"])}
-            obj["subjects"] = [{**s, "name": f"{s['name']}-{suffix}", "namespace": namespace}
-                               if s.get("kind") == "ServiceAccount" else s for s in obj.get("subjects") or []]
+            obj["roleRef"] = {
+                **obj["roleRef"],
+                "name": (
+                    f"{obj['roleRef']['name']}-{suffix}"
+                    if not obj["roleRef"]["name"].startswith("system:")
+                    else obj["roleRef"]["name"]
+                ),
+            }
+            obj["subjects"] = [
+                {**s, "name": f"{s['name']}-{suffix}", "namespace": namespace}
+                if s.get("kind") == "ServiceAccount"
+                else s
+                for s in obj.get("subjects") or []
+            ]
         out.append(obj)
     return out
 
 
 #: Both allocation modes: the device plugin, or the DRA driver with every grant binding conditions add.
-MODES = {"device-plugin": {"schedulerExtender": {"enabled": True}},
-         "dra": {"schedulerExtender": {"enabled": True}, **DRA_BINDING}}
+MODES = {
+    "device-plugin": {"schedulerExtender": {"enabled": True}},
+    "dra": {"schedulerExtender": {"enabled": True}, **DRA_BINDING},
+}
 
 
 @pytest.fixture(params=list(MODES), ids=list(MODES))
@@ -57,7 +70,7 @@ def values(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 @pytest.fixture
-def applied(k8s: client.ApiClient, unique_name, values) -> Iterator[tuple[str, dict[str, str]]]:  # noqa: ANN001
+def applied(k8s: client.ApiClient, unique_name, values) -> Iterator[tuple[str, dict[str, str]]]:
     suffix = unique_name("rbac").rsplit("-", 1)[1]
     namespace = f"gpucaas-rbac-{suffix}"
     core = client.CoreV1Api(k8s)
@@ -71,10 +84,16 @@ def applied(k8s: client.ApiClient, unique_name, values) -> Iterator[tuple[str, d
             res.create(body=obj, namespace=obj["metadata"].get("namespace"))
             made.append((res, obj))
         accounts = {component(o): o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
-        names = {(component(o), g, r, v): rule["resourceNames"][0]
-                 for o in objects if o["kind"] in ("ClusterRole", "Role")
-                 for rule in o.get("rules") or [] if rule.get("resourceNames")
-                 for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+        names = {
+            (component(o), g, r, v): rule["resourceNames"][0]
+            for o in objects
+            if o["kind"] in ("ClusterRole", "Role")
+            for rule in o.get("rules") or []
+            if rule.get("resourceNames")
+            for g in rule["apiGroups"]
+            for r in rule["resources"]
+            for v in rule["verbs"]
+        }
         yield namespace, accounts, names
     finally:
         for res, obj in reversed(made):
@@ -83,25 +102,41 @@ def applied(k8s: client.ApiClient, unique_name, values) -> Iterator[tuple[str, d
         core.delete_namespace(namespace)
 
 
-def _allowed(k8s: client.ApiClient, namespace: str, account: str, group: str, resource: str, verb: str,
-             where: str | None = "default", name: str | None = None) -> bool:
+def _allowed(
+    k8s: client.ApiClient,
+    namespace: str,
+    account: str,
+    group: str,
+    resource: str,
+    verb: str,
+    where: str | None = "default",
+    name: str | None = None,
+) -> bool:
     """``kubectl auth can-i VERB RESOURCE --as system:serviceaccount:NS:ACCOUNT``, as JSON on the wire."""
     name_, _, sub = resource.partition("/")
-    attributes = {"group": group, "resource": name_, "subresource": sub, "verb": verb, "namespace": where,
-                  "name": name}
-    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": {"user": f"system:serviceaccount:{namespace}:{account}",
-                     "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}",
-                                "system:authenticated"],
-                     "resourceAttributes": {k: v for k, v in attributes.items() if v}}}
-    resp = k8s.call_api(*k8s.param_serialize(
-        "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body,
-        header_params={"Content-Type": "application/json", "Accept": "application/json"},
-        auth_settings=["BearerToken"]))
+    attributes = {"group": group, "resource": name_, "subresource": sub, "verb": verb, "namespace": where, "name": name}
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:{account}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            "resourceAttributes": {k: v for k, v in attributes.items() if v},
+        },
+    }
+    resp = k8s.call_api(
+        *k8s.param_serialize(
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            body=body,
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+    )
     return bool(json.loads(resp.read())["status"].get("allowed"))
 
 
-def test_every_component_may_do_what_it_needs_and_no_more(k8s: client.ApiClient, applied, values) -> None:  # noqa: ANN001
+def test_every_component_may_do_what_it_needs_and_no_more(k8s: client.ApiClient, applied, values) -> None:
     namespace, accounts, names = applied
     checked = 0
     for comp, rules in expected_cluster_rules(values).items():
@@ -109,7 +144,12 @@ def test_every_component_may_do_what_it_needs_and_no_more(k8s: client.ApiClient,
         for (group, resource), verbs in rules.items():
             for verb in sorted(verbs):
                 name = names.get((comp, group, resource, verb))
-                assert _allowed(k8s, namespace, account, group, resource, verb, name=name), (comp, group, resource, verb)
+                assert _allowed(k8s, namespace, account, group, resource, verb, name=name), (
+                    comp,
+                    group,
+                    resource,
+                    verb,
+                )
                 if name is not None:  # a rule with resourceNames allows that object only
                     assert not _allowed(k8s, namespace, account, group, resource, verb, name="another"), comp
                 checked += 1

@@ -15,8 +15,12 @@ from tests.deploy.rendering import component, find, pod_spec, production_values,
 
 DRA = {"allocation": {"mode": "dra"}}
 DRA_BINDING = {"allocation": {"mode": "dra"}, "draDriver": {"bindingConditions": True}}
-VALUE_SETS = {"defaults": {}, "production": production_values(), "dra": DRA,
-              "production-dra-binding-conditions": production_values() | DRA_BINDING}
+VALUE_SETS = {
+    "defaults": {},
+    "production": production_values(),
+    "dra": DRA,
+    "production-dra-binding-conditions": production_values() | DRA_BINDING,
+}
 
 # (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
 EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
@@ -36,8 +40,10 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("gpucaas.dev", "tenancies/finalizers"): {"update"},
         ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "patch"},
         ("gpucaas.dev", "gpuleases/status"): {"update"},
-        **{("", r): {"get", "list", "watch", "create", "update", "delete"}
-           for r in ("namespaces", "resourcequotas", "limitranges", "persistentvolumeclaims", "persistentvolumes")},
+        **{
+            ("", r): {"get", "list", "watch", "create", "update", "delete"}
+            for r in ("namespaces", "resourcequotas", "limitranges", "persistentvolumeclaims", "persistentvolumes")
+        },
         ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "update", "delete"},
         ("cilium.io", "ciliumnetworkpolicies"): {"get", "list", "watch", "create", "update", "delete"},
         ("", "pods"): {"get", "list", "delete"},
@@ -100,13 +106,15 @@ def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, 
         return EXPECTED_CLUSTER_RULES
     rules = {k: v for k, v in EXPECTED_CLUSTER_RULES.items() if k != "device-plugin"}
     rules["controller"] = EXPECTED_CLUSTER_RULES["controller"] | CONTROLLER_DRA_RULES
-    rules["dra-driver"] = DRA_DRIVER_RULES | (DRA_BINDING_RULES if values.get("draDriver", {}).get("bindingConditions")
-                                              else {})
+    rules["dra-driver"] = DRA_DRIVER_RULES | (
+        DRA_BINDING_RULES if values.get("draDriver", {}).get("bindingConditions") else {}
+    )
     # the API counts the nodes' GPUs from the DRA driver's slices (/v1/admin/nodes)
     rules["api"] = EXPECTED_CLUSTER_RULES["api"] | {("resource.k8s.io", "resourceslices"): {"list"}}
     # the extender only scores nodes: the scheduler's DRA plugin allocates and binds
-    rules["scheduler-extender"] = {k: v for k, v in EXPECTED_CLUSTER_RULES["scheduler-extender"].items()
-                                   if k != ("", "bindings")}
+    rules["scheduler-extender"] = {
+        k: v for k, v in EXPECTED_CLUSTER_RULES["scheduler-extender"].items() if k != ("", "bindings")
+    }
     return rules
 
 
@@ -178,12 +186,21 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
         assert _flatten(roles[name]["rules"]) == expected
     # Secrets, volume claims and exec only in tenant namespaces: the role exists, and nothing in the
     # chart binds it (the controller binds it per tenant namespace, see services/tenancy_controller/builders.py)
-    assert [_flatten(r["rules"]) for r in tenant_secrets] == [{
-        ("", "secrets"): {"get", "list", "create", "update", "delete"},
-        ("", "persistentvolumeclaims"): {"list", "create", "delete"},
-        ("", "pods/exec"): {"get", "create"}}]
+    assert [_flatten(r["rules"]) for r in tenant_secrets] == [
+        {
+            ("", "secrets"): {"get", "list", "create", "update", "delete"},
+            ("", "persistentvolumeclaims"): {"list", "create", "delete"},
+            ("", "pods/exec"): {"get", "create"},
+            ("", "services"): {"create", "delete"},
+            ("networking.k8s.io", "ingresses"): {"create", "delete"},
+            ("cilium.io", "ciliumnetworkpolicies"): {"create", "delete"},
+        }
+    ]
     assert not [o for o in objects if o["kind"].endswith("Binding") and o["roleRef"]["name"] == TENANT_SECRETS]
-    controller_env = {e["name"]: e.get("value") for e in pod_spec(find(objects, "Deployment", "gpucaas-controller"))["containers"][0]["env"]}
+    controller_env = {
+        e["name"]: e.get("value")
+        for e in pod_spec(find(objects, "Deployment", "gpucaas-controller"))["containers"][0]["env"]
+    }
     assert controller_env["GPUCAAS_CONTROLLER_API_SECRETS_CLUSTER_ROLE"] == TENANT_SECRETS
     assert controller_env["GPUCAAS_CONTROLLER_API_SERVICE_ACCOUNT"] == "gpucaas-system/gpucaas-api"
     # each binding ties one component's role to that component's own ServiceAccount
@@ -255,7 +272,9 @@ def test_no_workload_is_privileged_and_host_access_is_minimal(values_name: str) 
             assert mounts[host[path]].get("readOnly", False) is read_only, f"{name}: {path}"
         if name in EXPECTED_HOST_PATHS:
             assert spec["nodeSelector"] == {"gpucaas.dev/gpu-node": "true"}
-    node_daemon = "dra-driver" if VALUE_SETS[values_name].get("allocation", {}).get("mode") == "dra" else "device-plugin"
+    node_daemon = (
+        "dra-driver" if VALUE_SETS[values_name].get("allocation", {}).get("mode") == "dra" else "device-plugin"
+    )
     assert seen == {"api", "controller", node_daemon, "fabric", "scheduler-extender"}
 
 

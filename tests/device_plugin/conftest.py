@@ -27,11 +27,20 @@ SettingsFactory = Callable[..., DevicePluginSettings]
 def make_settings(socket_dir: Path, tmp_path: Path) -> SettingsFactory:
     def make(board: FakeBoard, **overrides: Any) -> DevicePluginSettings:
         values: dict[str, Any] = dict(
-            sysfs_root=board.sysfs, dev_root=board.dev, device_plugin_dir=socket_dir / "device-plugins",
-            cdi_dir=tmp_path / "cdi", fabric_socket=socket_dir / "fabric.sock",
-            pod_resources_socket=socket_dir / "pod-resources" / "kubelet.sock", node_name="gpu-node-1",
-            metrics_port=-1, health_interval=0.1, fabric_poll_interval=0.2, kubelet_watch_interval=0.2,
-            pod_resources_interval=0.5, fabric_timeout=2.0, fabric_sync_grace=30.0,
+            sysfs_root=board.sysfs,
+            dev_root=board.dev,
+            device_plugin_dir=socket_dir / "device-plugins",
+            cdi_dir=tmp_path / "cdi",
+            fabric_socket=socket_dir / "fabric.sock",
+            pod_resources_socket=socket_dir / "pod-resources" / "kubelet.sock",
+            node_name="gpu-node-1",
+            metrics_port=-1,
+            health_interval=0.1,
+            fabric_poll_interval=0.2,
+            kubelet_watch_interval=0.2,
+            pod_resources_interval=0.5,
+            fabric_timeout=2.0,
+            fabric_sync_grace=30.0,
         )
         values.update(overrides)
         if values["fabric_socket"] in ("", None):
@@ -86,8 +95,13 @@ def run_plugin() -> Iterator[Callable[[DevicePluginSettings], DevicePlugin]]:
 
 
 @pytest.fixture
-def plugin(hgx_board: FakeBoard, fabric: RunningFabric, fake_kubelet: FakeKubelet,
-           make_settings: SettingsFactory, run_plugin: Callable[..., DevicePlugin]) -> DevicePlugin:
+def plugin(
+    hgx_board: FakeBoard,
+    fabric: RunningFabric,
+    fake_kubelet: FakeKubelet,
+    make_settings: SettingsFactory,
+    run_plugin: Callable[..., DevicePlugin],
+) -> DevicePlugin:
     """The plugin on the DGX board, fabric service up, registered with the fake kubelet."""
     p = run_plugin(make_settings(hgx_board))
     fake_kubelet.wait_for_plugin("nvidia.com/gpu")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gpucaas.core import vfio_sysfs as sysfs
 from gpucaas.devtools.fake_kubelet import FakeKubelet
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from gpucaas.devtools.waiting import wait_for
-from gpucaas.core import vfio_sysfs as sysfs
 
 BDF = GPU_BDFS[2]
 
@@ -29,10 +29,16 @@ CASES: list[tuple[str, Callable[[FakeBoard], None], str]] = [
     ("device-missing", lambda b: (_dev(b) / "device").unlink(), "device is missing"),
     ("device-empty", lambda b: (_dev(b) / "device").write_text(""), "expected a hex PCI device id"),
     ("iommu-group-missing", lambda b: (_dev(b) / "iommu_group").unlink(), "iommu_group is missing"),
-    ("iommu-group-garbage", lambda b: (_dev(b) / "iommu_group").unlink()
-     or (_dev(b) / "iommu_group").symlink_to("/nonexistent/groupX"), "not a group link"),
-    ("vendor-is-a-directory", lambda b: ((_dev(b) / "vendor").unlink(), (_dev(b) / "vendor").mkdir()),
-     "vendor unreadable"),
+    (
+        "iommu-group-garbage",
+        lambda b: (_dev(b) / "iommu_group").unlink() or (_dev(b) / "iommu_group").symlink_to("/nonexistent/groupX"),
+        "not a group link",
+    ),
+    (
+        "vendor-is-a-directory",
+        lambda b: ((_dev(b) / "vendor").unlink(), (_dev(b) / "vendor").mkdir()),
+        "vendor unreadable",
+    ),
 ]
 
 
@@ -42,8 +48,9 @@ def test_corrupt_gpu_entry_is_left_out_with_reason(hgx_board: FakeBoard, corrupt
     inv = sysfs.scan(hgx_board.sysfs, hgx_board.dev)
     assert BDF not in {g.bdf for g in inv.gpus}
     assert len(inv.gpus) == 7
-    assert any(BDF in p and expected in p for p in inv.problems) or \
-        any(lo.bdf == BDF and expected in lo.reason for lo in inv.left_out), (inv.problems, inv.left_out)
+    assert any(BDF in p and expected in p for p in inv.problems) or any(
+        lo.bdf == BDF and expected in lo.reason for lo in inv.left_out
+    ), (inv.problems, inv.left_out)
 
 
 def test_garbage_numa_keeps_gpu_with_unknown_node(hgx_board: FakeBoard) -> None:
@@ -59,9 +66,9 @@ def test_missing_pci_tree_discovers_nothing(tmp_path: Path) -> None:
     assert "cannot list" in inv.problems[0]
 
 
-def test_running_plugin_logs_and_survives_corruption(hgx_board: FakeBoard, fake_kubelet: FakeKubelet,
-                                                     make_settings, run_plugin,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_running_plugin_logs_and_survives_corruption(
+    hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings, run_plugin, caplog: pytest.LogCaptureFixture
+) -> None:
     (_dev(hgx_board) / "vendor").write_text("garbage\n")
     (hgx_board.device_dir(GPU_BDFS[5]) / "numa_node").write_text("\x00\x01")
     with caplog.at_level(logging.WARNING):
@@ -72,8 +79,12 @@ def test_running_plugin_logs_and_survives_corruption(hgx_board: FakeBoard, fake_
         shutil.rmtree(hgx_board.sysfs / "bus" / "pci" / "devices")
         assert conn.wait_for(lambda c: set(c.health().values()) == {"Unhealthy"})
         assert not conn.stream_ended
-        wait_for(lambda: any("cannot list" in r.getMessage() for r in caplog.records), 10, interval=0.05,
-                 what="the 'cannot list' warning")
+        wait_for(
+            lambda: any("cannot list" in r.getMessage() for r in caplog.records),
+            10,
+            interval=0.05,
+            what="the 'cannot list' warning",
+        )
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"{BDF}" in m and "expected a hex PCI vendor id" in m for m in messages)
     assert any("cannot list" in m for m in messages)

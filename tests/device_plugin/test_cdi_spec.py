@@ -8,11 +8,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from gpucaas.core import vfio_sysfs as sysfs
+from gpucaas.core.cdi import CDI_VERSION, CDISpecError, SpecWriter, build_cdi_spec, check_cdi_spec
 from gpucaas.devtools.fake_kubelet import FakeKubelet
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
-from gpucaas.core import vfio_sysfs as sysfs
-from gpucaas.core.cdi import CDI_VERSION, SpecWriter, build_cdi_spec, check_cdi_spec
-from gpucaas.core.cdi import CDISpecError
 
 #: The parts of CDI's schema/schema.json (container-device-interface) this spec uses,
 #: with SPEC.md's naming rules as patterns.
@@ -22,35 +21,59 @@ CDI_SCHEMA = {
     "additionalProperties": False,
     "properties": {
         "cdiVersion": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$"},
-        "kind": {"type": "string",
-                 "pattern": r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+/"
-                            r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"},
+        "kind": {
+            "type": "string",
+            "pattern": r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+/"
+            r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$",
+        },
         "annotations": {"$ref": "#/definitions/annotations"},
-        "devices": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["name", "containerEdits"], "additionalProperties": False,
-            "properties": {
-                "name": {"type": "string", "pattern": r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$"},
-                "annotations": {"$ref": "#/definitions/annotations"},
-                "containerEdits": {"$ref": "#/definitions/containerEdits"},
-            }}},
+        "devices": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["name", "containerEdits"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "pattern": r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$"},
+                    "annotations": {"$ref": "#/definitions/annotations"},
+                    "containerEdits": {"$ref": "#/definitions/containerEdits"},
+                },
+            },
+        },
         "containerEdits": {"$ref": "#/definitions/containerEdits"},
     },
     "definitions": {
         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
         "absPath": {"type": "string", "pattern": "^/"},
-        "containerEdits": {"type": "object", "additionalProperties": False, "properties": {
-            "env": {"type": "array", "items": {"type": "string"}},
-            "deviceNodes": {"type": "array", "items": {
-                "type": "object", "required": ["path"], "additionalProperties": False, "properties": {
-                    "path": {"$ref": "#/definitions/absPath"},
-                    "hostPath": {"$ref": "#/definitions/absPath"},
-                    "type": {"enum": ["b", "c", "u", "p"]},
-                    "major": {"type": "integer"}, "minor": {"type": "integer"},
-                    "fileMode": {"type": "integer"},
-                    "permissions": {"type": "string", "pattern": "^[rwm]+$"},
-                    "uid": {"type": "integer"}, "gid": {"type": "integer"}}}},
-            "mounts": {"type": "array"}, "hooks": {"type": "array"},
-        }},
+        "containerEdits": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "env": {"type": "array", "items": {"type": "string"}},
+                "deviceNodes": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["path"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "path": {"$ref": "#/definitions/absPath"},
+                            "hostPath": {"$ref": "#/definitions/absPath"},
+                            "type": {"enum": ["b", "c", "u", "p"]},
+                            "major": {"type": "integer"},
+                            "minor": {"type": "integer"},
+                            "fileMode": {"type": "integer"},
+                            "permissions": {"type": "string", "pattern": "^[rwm]+$"},
+                            "uid": {"type": "integer"},
+                            "gid": {"type": "integer"},
+                        },
+                    },
+                },
+                "mounts": {"type": "array"},
+                "hooks": {"type": "array"},
+            },
+        },
     },
 }
 
@@ -104,8 +127,9 @@ def test_checker_rejects_rule_breaks(hgx_board: FakeBoard, patch: dict, message:
         jsonschema.validate(spec, CDI_SCHEMA)
 
 
-@pytest.mark.parametrize("name", ["-0000:18:00.0", "0000:18:00.0/", "gpu 1", "gpu="],
-                         ids=["leading-dash", "slash", "space", "equals"])
+@pytest.mark.parametrize(
+    "name", ["-0000:18:00.0", "0000:18:00.0/", "gpu 1", "gpu="], ids=["leading-dash", "slash", "space", "equals"]
+)
 def test_checker_rejects_bad_device_names(hgx_board: FakeBoard, name: str) -> None:
     spec = _spec_of(hgx_board)
     spec["devices"][0]["name"] = name
@@ -137,8 +161,9 @@ def test_writer_is_atomic_rewrites_on_change_and_removes_when_empty(hgx_board: F
     assert not writer.path.exists()
 
 
-def test_running_plugin_keeps_spec_current(hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings,
-                                           run_plugin, tmp_path: Path) -> None:
+def test_running_plugin_keeps_spec_current(
+    hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings, run_plugin, tmp_path: Path
+) -> None:
     p = run_plugin(make_settings(hgx_board, fabric_socket=""))
     conn = fake_kubelet.wait_for_plugin("nvidia.com/gpu")
     path = p.settings.cdi_dir / "gpucaas-nvidia.com-gpu.json"

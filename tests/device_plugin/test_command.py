@@ -14,10 +14,24 @@ from gpucaas.devtools.fake_sysfs import FakeBoard
 
 def test_command_runs_end_to_end(hgx_board: FakeBoard, fake_kubelet: FakeKubelet, tmp_path: Path) -> None:
     env = dict(os.environ, GPUCAAS_FABRIC_REQUIRED="false", GPUCAAS_METRICS_PORT="0", GPUCAAS_NODE_NAME="n1")
-    cmd = [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "device-plugin",
-           "--sysfs-root", str(hgx_board.sysfs), "--dev-root", str(hgx_board.dev),
-           "--device-plugin-dir", str(fake_kubelet.plugin_dir), "--cdi-dir", str(tmp_path / "cdi"),
-           "--fabric-socket", "", "--pod-resources-socket", str(fake_kubelet.pod_resources_socket)]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from gpucaas.programs.cli import app; app()",
+        "device-plugin",
+        "--sysfs-root",
+        str(hgx_board.sysfs),
+        "--dev-root",
+        str(hgx_board.dev),
+        "--device-plugin-dir",
+        str(fake_kubelet.plugin_dir),
+        "--cdi-dir",
+        str(tmp_path / "cdi"),
+        "--fabric-socket",
+        "",
+        "--pod-resources-socket",
+        str(fake_kubelet.pod_resources_socket),
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         conn = fake_kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gpucaas.core import vfio_sysfs as sysfs
 from gpucaas.devtools.fake_kubelet import FakeKubelet
 from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, build_hgx_h100
-from gpucaas.core import vfio_sysfs as sysfs
 
 
 def test_dgx_board_advertises_the_eight_gpus_only(hgx_board) -> None:
@@ -49,14 +49,14 @@ def test_gpu_on_nvidia_driver_is_reported_not_advertised(tmp_path: Path) -> None
     inv = sysfs.scan(board.sysfs, board.dev)
     assert [g.bdf for g in inv.gpus] == [b for b in GPU_BDFS if b not in ("0000:2a:00.0", "0000:db:00.0")]
     reasons = {lo.bdf: lo.reason for lo in inv.left_out}
-    assert reasons == {"0000:2a:00.0": "bound to nvidia, not a vfio driver",
-                       "0000:db:00.0": "not bound to any driver"}
+    assert reasons == {"0000:2a:00.0": "bound to nvidia, not a vfio driver", "0000:db:00.0": "not bound to any driver"}
     # PCI-order ids still count every GPU on the board.
     assert inv.all_gpu_bdfs == GPU_BDFS
 
 
-def test_non_vfio_gpu_logged_and_exported(tmp_path: Path, fake_kubelet: FakeKubelet, make_settings, run_plugin,
-                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_non_vfio_gpu_logged_and_exported(
+    tmp_path: Path, fake_kubelet: FakeKubelet, make_settings, run_plugin, caplog: pytest.LogCaptureFixture
+) -> None:
     board = build_hgx_h100(tmp_path / "node", gpu_drivers={"0000:2a:00.0": "nvidia"})
     with caplog.at_level(logging.WARNING):
         p = run_plugin(make_settings(board, fabric_socket=""))

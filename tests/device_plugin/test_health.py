@@ -16,8 +16,9 @@ def _health(conn: PluginConnection, bdf: str, want: str) -> bool:
     return conn.wait_for(lambda c: c.health().get(bdf) == want, timeout=10)
 
 
-def test_vfio_node_disappearing_and_returning(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                              hgx_board: FakeBoard) -> None:
+def test_vfio_node_disappearing_and_returning(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard
+) -> None:
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     hgx_board.remove_vfio_node(GPU)
     assert _health(conn, GPU, "Unhealthy")
@@ -33,11 +34,15 @@ def test_sysfs_entry_disappearing(plugin: DevicePlugin, fake_kubelet: FakeKubele
     states = {d.bdf: d for d in plugin.core.snapshot()[0]}
     assert states[GPU].reason == "PCI device gone from sysfs"
     text = plugin.metrics.render().decode()
-    assert f'gpucaas_device_plugin_gpu_healthy{{gpu="{GPU}",model="NVIDIA H100 80GB HBM3 SXM5",node="gpu-node-1"}} 0.0' in text
+    assert (
+        f'gpucaas_device_plugin_gpu_healthy{{gpu="{GPU}",model="NVIDIA H100 80GB HBM3 SXM5",node="gpu-node-1"}} 0.0'
+        in text
+    )
 
 
-def test_unbinding_from_vfio_and_rebinding(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                           hgx_board: FakeBoard) -> None:
+def test_unbinding_from_vfio_and_rebinding(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard
+) -> None:
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     hgx_board.bind(GPU, "nvidia")
     assert _health(conn, GPU, "Unhealthy")
@@ -46,8 +51,9 @@ def test_unbinding_from_vfio_and_rebinding(plugin: DevicePlugin, fake_kubelet: F
     assert _health(conn, GPU, "Healthy")
 
 
-def test_fabric_reported_failure_and_recovery(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                              fabric: RunningFabric, hgx_board: FakeBoard) -> None:
+def test_fabric_reported_failure_and_recovery(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, fabric: RunningFabric, hgx_board: FakeBoard
+) -> None:
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     physical_id = next(g.physical_id for g in hgx_board.gpus if g.bdf == GPU)
     fabric.fm.inject_gpu_nvlink_failure(physical_id, ports=(4, 5))
@@ -66,8 +72,7 @@ def test_extra_health_source_hook(plugin: DevicePlugin, fake_kubelet: FakeKubele
     assert _health(conn, GPU, "Healthy")
 
 
-def test_broken_health_source_is_ignored(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                         hgx_board: FakeBoard) -> None:
+def test_broken_health_source_is_ignored(plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard) -> None:
     def broken() -> dict[str, str]:
         raise RuntimeError("lease cache not ready")
 
@@ -77,8 +82,9 @@ def test_broken_health_source_is_ignored(plugin: DevicePlugin, fake_kubelet: Fak
     assert _health(conn, GPU, "Unhealthy")  # the device watcher keeps going
 
 
-def test_gpu_appearing_on_vfio_is_advertised(tmp_path: Path, fake_kubelet: FakeKubelet, make_settings,
-                                             run_plugin) -> None:
+def test_gpu_appearing_on_vfio_is_advertised(
+    tmp_path: Path, fake_kubelet: FakeKubelet, make_settings, run_plugin
+) -> None:
     board = build_hgx_h100(tmp_path / "node", gpu_drivers={GPU: "nvidia"})
     run_plugin(make_settings(board, fabric_socket=""))
     conn = fake_kubelet.wait_for_plugin("nvidia.com/gpu")
@@ -88,8 +94,9 @@ def test_gpu_appearing_on_vfio_is_advertised(tmp_path: Path, fake_kubelet: FakeK
     assert _health(conn, GPU, "Healthy")
 
 
-def test_unhealthy_gpu_refused_at_allocate(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                           hgx_board: FakeBoard) -> None:
+def test_unhealthy_gpu_refused_at_allocate(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard
+) -> None:
     import pytest
 
     from gpucaas.devtools.fake_kubelet import AdmissionError
@@ -97,12 +104,15 @@ def test_unhealthy_gpu_refused_at_allocate(plugin: DevicePlugin, fake_kubelet: F
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     hgx_board.remove_vfio_node(GPU)
     assert _health(conn, GPU, "Unhealthy")
-    with pytest.raises(AdmissionError, match=r"FAILED_PRECONDITION.*0000:9a:00.0 \(device node /dev/vfio/\d+ is missing\)"):
+    with pytest.raises(
+        AdmissionError, match=r"FAILED_PRECONDITION.*0000:9a:00.0 \(device node /dev/vfio/\d+ is missing\)"
+    ):
         fake_kubelet.admit("tenant-a", "p", "nvidia.com/gpu", 1, devices=[GPU])
 
 
-def test_a_gpu_being_released_is_allocated_and_waits_at_pre_start(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                                                  hgx_board: FakeBoard) -> None:
+def test_a_gpu_being_released_is_allocated_and_waits_at_pre_start(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard
+) -> None:
     """The kubelet may choose a GPU before it hears that its lease is being released: Allocate
     must not fail the pod for that (UnexpectedAdmissionError is final); PreStartContainer,
     which the kubelet retries, holds the start until the release is over."""

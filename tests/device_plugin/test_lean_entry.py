@@ -1,5 +1,5 @@
 """`gpucaas device-plugin` and `gpucaas fabric` start without the other services' imports
-(issue 18: node daemons under 60 MB): no web framework, ORM, official Kubernetes client or
+(node daemons stay under 60 MB): no web framework, ORM, official Kubernetes client or
 HTTP client package is loaded, nor pydantic-settings (their settings are
 ``gpucaas.core.env_settings`` classes), and the options and help are the full CLI's."""
 
@@ -38,22 +38,33 @@ def test_other_commands_and_the_command_list_use_the_full_cli() -> None:
     out = subprocess.run([sys.executable, "-m", "gpucaas", "--help"], capture_output=True, text=True, check=True)
     for command in ("api", "controller", "device-plugin", "fabric", "sandbox"):
         assert command in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "gpucaas", "device-plugin", "--no-such-option"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "gpucaas", "device-plugin", "--no-such-option"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "No such option" in bad.stderr
 
 
-@pytest.mark.parametrize(("command", "env", "flag"), [
-    ("device-plugin", {"GPUCAAS_METRICS_PORT": "lots"}, "--metrics-port (GPUCAAS_METRICS_PORT)"),
-    ("device-plugin", {"GPUCAAS_LEASE_INTERVAL": "0"}, "--lease-interval (GPUCAAS_LEASE_INTERVAL)"),
-    ("device-plugin", {"GPUCAAS_LOG_FORMAT": "xml"}, "--log-format (GPUCAAS_LOG_FORMAT)"),
-    ("fabric", {"GPUCAAS_FABRIC_FM_BACKEND": "simulator", "GPUCAAS_FABRIC_VCPUS": "0"},
-     "--vcpus (GPUCAAS_FABRIC_VCPUS)"),
-])
-def test_a_bad_environment_value_stops_the_daemon_with_one_line(command: str, env: dict[str, str],
-                                                                flag: str) -> None:
-    run = subprocess.run([sys.executable, "-m", "gpucaas", command], capture_output=True, text=True,
-                         env={**os.environ, **env}, timeout=60)
+@pytest.mark.parametrize(
+    ("command", "env", "flag"),
+    [
+        ("device-plugin", {"GPUCAAS_METRICS_PORT": "lots"}, "--metrics-port (GPUCAAS_METRICS_PORT)"),
+        ("device-plugin", {"GPUCAAS_LEASE_INTERVAL": "0"}, "--lease-interval (GPUCAAS_LEASE_INTERVAL)"),
+        ("device-plugin", {"GPUCAAS_LOG_FORMAT": "xml"}, "--log-format (GPUCAAS_LOG_FORMAT)"),
+        (
+            "fabric",
+            {"GPUCAAS_FABRIC_FM_BACKEND": "simulator", "GPUCAAS_FABRIC_VCPUS": "0"},
+            "--vcpus (GPUCAAS_FABRIC_VCPUS)",
+        ),
+    ],
+)
+def test_a_bad_environment_value_stops_the_daemon_with_one_line(command: str, env: dict[str, str], flag: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "gpucaas", command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+    )
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"gpucaas {command}: invalid {flag}: "), run.stderr
@@ -63,19 +74,51 @@ def test_a_bad_environment_value_stops_the_daemon_with_one_line(command: str, en
 PLAIN_ARGS = {
     "device-plugin": [
         [],
-        ["--device-plugin-dir", "/tmp/dp", "--cdi-dir", "/tmp/cdi", "--pod-resources-socket", "/tmp/pr.sock",
-         "--metrics-port", "-1", "--node-name", "gpu-node-a"],
-        ["--leases", "--no-fabric-required", "--fabric-socket=", "--fabric-timeout", "0.25", "--log-format=json",
-         "--log-level", "debug", "--lease-interval", "2", "--kubeconfig", "/k"],
+        [
+            "--device-plugin-dir",
+            "/tmp/dp",
+            "--cdi-dir",
+            "/tmp/cdi",
+            "--pod-resources-socket",
+            "/tmp/pr.sock",
+            "--metrics-port",
+            "-1",
+            "--node-name",
+            "gpu-node-a",
+        ],
+        [
+            "--leases",
+            "--no-fabric-required",
+            "--fabric-socket=",
+            "--fabric-timeout",
+            "0.25",
+            "--log-format=json",
+            "--log-level",
+            "debug",
+            "--lease-interval",
+            "2",
+            "--kubeconfig",
+            "/k",
+        ],
     ],
     "fabric": [
         ["--fm-backend", "simulator", "--no-vm-enabled", "--vcpus", "4", "--node-name", "n1", "--socket-mode", "0660"],
     ],
 }
 #: what typer must handle (help, errors, forms typer reads its own way)
-NOT_PLAIN = [["--help"], ["--metrics-port", "lots"], ["--metrics-port", " 5"], ["--leases=true"],
-             ["--node-name"], ["--node-name", "a", "--node-name", "b"], ["--log-format", "xml"], ["extra"],
-             ["--fabric-timeout", "1e-3"], ["--node-name", "--leases"], ["--no-such-option"]]
+NOT_PLAIN = [
+    ["--help"],
+    ["--metrics-port", "lots"],
+    ["--metrics-port", " 5"],
+    ["--leases=true"],
+    ["--node-name"],
+    ["--node-name", "a", "--node-name", "b"],
+    ["--log-format", "xml"],
+    ["extra"],
+    ["--fabric-timeout", "1e-3"],
+    ["--node-name", "--leases"],
+    ["--no-such-option"],
+]
 
 
 def _commands() -> dict[str, object]:
@@ -100,7 +143,8 @@ def test_plain_options_are_what_typer_passes(name: str, args: list[str], monkeyp
     real = _commands()[name]
     seen: list[list[dict[str, object]]] = []
     capture = settings_command(*real.settings_sections, name=name)(  # type: ignore[attr-defined]
-        lambda *built: seen.append([s.model_dump() for s in built]))
+        lambda *built: seen.append([s.model_dump() for s in built])
+    )
     app = typer.Typer()
 
     @app.callback()
@@ -121,12 +165,14 @@ def test_anything_else_is_left_to_typer(args: list[str]) -> None:
 
 def test_a_plain_start_loads_neither_typer_nor_pydantic() -> None:
     """typer converts each option with a pydantic TypeAdapter: 10 MB a daemon does without."""
-    code = ("import json, sys\n"
-            "from gpucaas.programs.gpu_node import command\n"
-            f"given = command.plain_options({PLAIN_ARGS['device-plugin'][2]!r})\n"
-            "command.build_settings(given)\n"
-            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'typer', 'click', 'rich', 'pydantic', 'pydantic_core', 'pydantic_settings'})))\n")
+    code = (
+        "import json, sys\n"
+        "from gpucaas.programs.gpu_node import command\n"
+        f"given = command.plain_options({PLAIN_ARGS['device-plugin'][2]!r})\n"
+        "command.build_settings(given)\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'typer', 'click', 'rich', 'pydantic', 'pydantic_core', 'pydantic_settings'})))\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert json.loads(out.stdout) == []

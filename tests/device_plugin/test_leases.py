@@ -30,12 +30,28 @@ def wait(predicate: Callable[[], object], timeout: float = 20.0) -> None:
 
 
 @pytest.fixture
-def leased_plugin(hgx_board: FakeBoard, fabric: RunningFabric, fake_kubelet: FakeKubelet, make_settings,
-                  kubeconfig: Path, tmp_path: Path) -> Iterator[GpuNode]:
+def leased_plugin(
+    hgx_board: FakeBoard,
+    fabric: RunningFabric,
+    fake_kubelet: FakeKubelet,
+    make_settings,
+    kubeconfig: Path,
+    tmp_path: Path,
+) -> Iterator[GpuNode]:
     golden = tmp_path / "golden.json"
-    golden.write_text(json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}))
-    node = build_node(make_settings(hgx_board), LeaseAgentSettings(
-        leases=True, kubeconfig=kubeconfig, firmware_golden_file=golden, firmware_rom_toggle=False, lease_interval=0.1))
+    golden.write_text(
+        json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}})
+    )
+    node = build_node(
+        make_settings(hgx_board),
+        LeaseAgentSettings(
+            leases=True,
+            kubeconfig=kubeconfig,
+            firmware_golden_file=golden,
+            firmware_rom_toggle=False,
+            lease_interval=0.1,
+        ),
+    )
     node.start()
     try:
         fake_kubelet.wait_for_plugin(RESOURCE)
@@ -44,8 +60,9 @@ def leased_plugin(hgx_board: FakeBoard, fabric: RunningFabric, fake_kubelet: Fak
         node.stop()
 
 
-def test_leases_follow_allocations_and_checks(leased_plugin: GpuNode, fake_kubelet: FakeKubelet,
-                                              k8s: client.ApiClient) -> None:
+def test_leases_follow_allocations_and_checks(
+    leased_plugin: GpuNode, fake_kubelet: FakeKubelet, k8s: client.ApiClient
+) -> None:
     store = LeaseStore(k8s)
     wait(lambda: len(store.list(NODE)) == 8)
     alloc = fake_kubelet.admit("tenant-acme", "c-1", RESOURCE, 2)
@@ -60,14 +77,16 @@ def test_leases_follow_allocations_and_checks(leased_plugin: GpuNode, fake_kubel
 
     core = client.CoreV1Api(k8s)
     import datetime as dt
+
     for n in names:  # the controller's turn
         lease_handlers.step(store, core, store.get(n), dt.datetime.now(dt.UTC))
     wait(lambda: all(store.get(n)["status"]["state"] == "Free" for n in names))
     assert conn.wait_for(lambda c: all(c.health()[d] == "Healthy" for d in alloc.device_ids), timeout=10)
 
 
-def test_a_quarantined_gpu_is_never_allocated(leased_plugin: GpuNode, fake_kubelet: FakeKubelet,
-                                              k8s: client.ApiClient) -> None:
+def test_a_quarantined_gpu_is_never_allocated(
+    leased_plugin: GpuNode, fake_kubelet: FakeKubelet, k8s: client.ApiClient
+) -> None:
     store = LeaseStore(k8s)
     wait(lambda: len(store.list(NODE)) == 8)
     bad = GPU_BDFS[2]

@@ -29,8 +29,9 @@ def test_metrics_by_state_and_pod(plugin: DevicePlugin, fake_kubelet: FakeKubele
         assert f'gpu="{b}",namespace="tenant-acme"' in text and 'pod="train-0"' in text
 
 
-def test_sync_releases_partitions_of_pods_gone(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                               fabric: RunningFabric) -> None:
+def test_sync_releases_partitions_of_pods_gone(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, fabric: RunningFabric
+) -> None:
     plugin.usage.stop()  # scans below are explicit
     a = fake_kubelet.admit("tenant-acme", "train-0", "nvidia.com/gpu", 4)
     b = fake_kubelet.admit("tenant-acme", "train-1", "nvidia.com/gpu", 2)
@@ -71,7 +72,8 @@ def test_missing_pod_resources_socket_is_a_clear_error(tmp_path) -> None:
 
 
 def test_a_containers_devices_are_one_holder_though_the_kubelet_lists_each_apart(
-        plugin: DevicePlugin, fake_kubelet: FakeKubelet) -> None:
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet
+) -> None:
     """The kubelet's List answers one ContainerDevices per device; the reader (and so the fabric's
     live-holder sync) sees one container holding all four, whose partition then stays held."""
     import grpc

@@ -9,8 +9,9 @@ from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from services.device_plugin.registration import endpoint_name
 
 
-def test_register_request_and_options(hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings,
-                                      run_plugin) -> None:
+def test_register_request_and_options(
+    hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings, run_plugin
+) -> None:
     run_plugin(make_settings(hgx_board, fabric_socket=""))
     conn = fake_kubelet.wait_for_plugin("nvidia.com/gpu")
     (req,) = fake_kubelet.registrations
@@ -31,8 +32,9 @@ def test_custom_resource_name(hgx_board: FakeBoard, fake_kubelet: FakeKubelet, m
     assert conn.request.endpoint == "gpucaas-gpucaas.dev_h100.sock"
 
 
-def test_kubelet_restart_makes_plugin_register_again(hgx_board: FakeBoard, fake_kubelet: FakeKubelet,
-                                                     make_settings, run_plugin) -> None:
+def test_kubelet_restart_makes_plugin_register_again(
+    hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings, run_plugin
+) -> None:
     p = run_plugin(make_settings(hgx_board, fabric_socket=""))
     fake_kubelet.wait_for_plugin("nvidia.com/gpu")
     for n in (2, 3):
@@ -44,8 +46,9 @@ def test_kubelet_restart_makes_plugin_register_again(hgx_board: FakeBoard, fake_
     assert p.registrar.registrations == 3
 
 
-def test_restart_without_socket_wipe_also_reregisters(hgx_board: FakeBoard, socket_dir: Path, make_settings,
-                                                      run_plugin) -> None:
+def test_restart_without_socket_wipe_also_reregisters(
+    hgx_board: FakeBoard, socket_dir: Path, make_settings, run_plugin
+) -> None:
     kubelet = FakeKubelet(socket_dir / "device-plugins", wipe_on_restart=False).start()
     try:
         run_plugin(make_settings(hgx_board, fabric_socket=""))
@@ -57,8 +60,9 @@ def test_restart_without_socket_wipe_also_reregisters(hgx_board: FakeBoard, sock
         kubelet.stop()
 
 
-def test_plugin_started_before_kubelet_registers_when_it_appears(hgx_board: FakeBoard, socket_dir: Path,
-                                                                 make_settings, run_plugin) -> None:
+def test_plugin_started_before_kubelet_registers_when_it_appears(
+    hgx_board: FakeBoard, socket_dir: Path, make_settings, run_plugin
+) -> None:
     p = run_plugin(make_settings(hgx_board, fabric_socket=""))
     assert p.registrar.registrations == 0
     kubelet = FakeKubelet(socket_dir / "device-plugins").start()
@@ -69,8 +73,9 @@ def test_plugin_started_before_kubelet_registers_when_it_appears(hgx_board: Fake
         kubelet.stop()
 
 
-def test_stale_socket_replaced_and_socket_removed_on_stop(hgx_board: FakeBoard, fake_kubelet: FakeKubelet,
-                                                          make_settings, run_plugin) -> None:
+def test_stale_socket_replaced_and_socket_removed_on_stop(
+    hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings, run_plugin
+) -> None:
     settings = make_settings(hgx_board, fabric_socket="")
     stale = settings.device_plugin_dir / "gpucaas-nvidia.com_gpu.sock"
     stale.write_text("left over by a crashed plugin")
@@ -84,7 +89,8 @@ def test_stale_socket_replaced_and_socket_removed_on_stop(hgx_board: FakeBoard, 
 
 
 def test_a_kubelet_slow_to_answer_is_asked_again_without_restarting_the_server(
-        hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings, run_plugin) -> None:
+    hgx_board: FakeBoard, fake_kubelet: FakeKubelet, make_settings, run_plugin
+) -> None:
     """After a kubelet restart the plugin serves anew once; a Register that then times out (the
     kubelet too loaded to answer) is retried as is. Restarting the server on every failed try
     dropped the connection the kubelet had just opened to it, again and again."""

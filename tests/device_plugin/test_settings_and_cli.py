@@ -26,12 +26,16 @@ def test_env_vars(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert s.cdi_kind == "nvidia.com/gpu" and s.cdi_dir == Path("/var/run/cdi")
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("resource_name", "gpu", "resource_name must be 'domain/name'"),
-    ("cdi_kind", "NVIDIA/gpu", "cdi_kind must be 'vendor.domain/class'"),
-    ("cdi_kind", "nvidia.com/gpu/x", "cdi_kind must be"),
-    ("metrics_port", 70000, "less than or equal to 65535"),
-], ids=["resource", "kind-case", "kind-slashes", "port"])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("resource_name", "gpu", "resource_name must be 'domain/name'"),
+        ("cdi_kind", "NVIDIA/gpu", "cdi_kind must be 'vendor.domain/class'"),
+        ("cdi_kind", "nvidia.com/gpu/x", "cdi_kind must be"),
+        ("metrics_port", 70000, "less than or equal to 65535"),
+    ],
+    ids=["resource", "kind-case", "kind-slashes", "port"],
+)
 def test_invalid_values_name_the_field(field: str, value, message: str) -> None:
     with pytest.raises(ValidationError, match=message) as err:
         DevicePluginSettings(**{field: value})
@@ -54,8 +58,18 @@ def test_cli_options_each_have_an_env_var() -> None:
 
     cmd = typer.main.get_command(app).commands["device-plugin"]  # type: ignore[attr-defined]
     helps = {p.opts[0]: p.help for p in cmd.params}
-    for name in ("sysfs-root", "dev-root", "device-plugin-dir", "cdi-dir", "resource-name", "cdi-kind",
-                 "fabric-socket", "pod-resources-socket", "node-name", "metrics-port"):
+    for name in (
+        "sysfs-root",
+        "dev-root",
+        "device-plugin-dir",
+        "cdi-dir",
+        "resource-name",
+        "cdi-kind",
+        "fabric-socket",
+        "pod-resources-socket",
+        "node-name",
+        "metrics-port",
+    ):
         assert helps[f"--{name}"].endswith("[env: GPUCAAS_" + name.upper().replace("-", "_") + "]")
 
 

@@ -9,8 +9,9 @@ from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.conftest import RunningFabric
 
 
-def test_pod_gets_an_nvlink_pair_as_cdi_devices(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                                 hgx_board: FakeBoard, fabric: RunningFabric) -> None:
+def test_pod_gets_an_nvlink_pair_as_cdi_devices(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard, fabric: RunningFabric
+) -> None:
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     assert conn.healthy() == sorted(g.bdf for g in hgx_board.gpus)
     alloc = fake_kubelet.admit("tenant-a", "pod-1", "nvidia.com/gpu", 2)

@@ -13,8 +13,9 @@ from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.conftest import RunningFabric
 
 
-def test_allocations_activate_real_partitions(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                              fabric: RunningFabric, hgx_board: FakeBoard) -> None:
+def test_allocations_activate_real_partitions(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, fabric: RunningFabric, hgx_board: FakeBoard
+) -> None:
     pid = {g.bdf: g.physical_id for g in hgx_board.gpus}
     assert plugin.core.physical_map.source == "fabric-manager"
     assert plugin.core.physical_map.by_bdf == pid
@@ -28,8 +29,9 @@ def test_allocations_activate_real_partitions(plugin: DevicePlugin, fake_kubelet
         fake_kubelet.admit("tenant-c", "x", "nvidia.com/gpu", 1, devices=[quad.device_ids[0]])
 
 
-def test_pod_gone_partition_released_by_sync(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                             fabric: RunningFabric) -> None:
+def test_pod_gone_partition_released_by_sync(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, fabric: RunningFabric
+) -> None:
     plugin.usage.stop()
     plugin.usage.grace = 0.0
     fake_kubelet.admit("tenant-a", "quad", "nvidia.com/gpu", 4)
@@ -40,8 +42,9 @@ def test_pod_gone_partition_released_by_sync(plugin: DevicePlugin, fake_kubelet:
     assert fabric.fm.active_partition_ids() == frozenset()
 
 
-def test_nvlink_failure_reported_unhealthy(plugin: DevicePlugin, fake_kubelet: FakeKubelet,
-                                           fabric: RunningFabric, hgx_board: FakeBoard) -> None:
+def test_nvlink_failure_reported_unhealthy(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, fabric: RunningFabric, hgx_board: FakeBoard
+) -> None:
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     gpu = next(g for g in hgx_board.gpus if g.physical_id == 6)
     fabric.fm.inject_gpu_nvlink_failure(6, ports=(3,))

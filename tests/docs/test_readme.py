@@ -61,8 +61,12 @@ def test_readme_links_stay_inside_the_repository() -> None:
 
 
 def test_no_seed_in_user_facing_text() -> None:
-    texts = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
-             *sorted((ROOT / "gpucaas" / "programs").rglob("*.py")), *sorted((ROOT / "services").glob("*/cli.py"))]
+    texts = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").rglob("*.md")),
+        *sorted((ROOT / "gpucaas" / "programs").rglob("*.py")),
+        *sorted((ROOT / "services").glob("*/cli.py")),
+    ]
     offenders = [str(p.relative_to(ROOT)) for p in texts if re.search(r"\bseed", p.read_text(), re.IGNORECASE)]
     assert offenders == []
 
@@ -119,8 +123,9 @@ def _matches(template: str, path: str) -> bool:
 
 
 @pytest.mark.parametrize(("method", "path", "headers"), _curl_requests(), ids=lambda v: str(v)[:40])
-def test_curl_request_in_the_session_exists(method: str, path: str, headers: list[str],
-                                            openapi_paths: dict[str, set[str]]) -> None:
+def test_curl_request_in_the_session_exists(
+    method: str, path: str, headers: list[str], openapi_paths: dict[str, set[str]]
+) -> None:
     templates = [t for t in openapi_paths if _matches(t, path)]
     assert templates, f"{path} is not a path of the API"
     assert any(method in openapi_paths[t] for t in templates), f"{method} {path} is not an operation of the API"

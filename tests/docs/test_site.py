@@ -12,8 +12,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_docs_site_builds_strictly(tmp_path: Path) -> None:
     mkdocs = Path(sys.executable).with_name("mkdocs")
-    result = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                            cwd=ROOT, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "site" / "design" / "index.html").exists()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpucaas.core.platforms import PlatformLayout
-from gpucaas.programs.doctor.paths import HostPaths
 from gpucaas.devtools.fake_sysfs import FakeBoard
+from gpucaas.programs.doctor.paths import HostPaths
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
 from services.fabric.partitions import PartitionService
@@ -24,8 +24,10 @@ from services.fabric.server import UnixServer, create_app
 REPO = Path(__file__).resolve().parents[2]
 CONTAINERD_DROP_IN = REPO / "deploy" / "containerd" / "kata-qemu-nvidia-gpu.toml"
 
-CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0 root=/dev/nvme0n1p2 ro intel_iommu=on iommu=pt " \
-          "default_hugepagesz=1G hugepagesz=1G hugepages=512 vfio-pci.ids=10de:2330,10de:22a3,11f8:4128\n"
+CMDLINE = (
+    "BOOT_IMAGE=/vmlinuz-6.8.0 root=/dev/nvme0n1p2 ro intel_iommu=on iommu=pt "
+    "default_hugepagesz=1G hugepagesz=1G hugepages=512 vfio-pci.ids=10de:2330,10de:22a3,11f8:4128\n"
+)
 MODULES = """vfio_pci 16384 0 - Live 0x0000000000000000
 vfio_pci_core 94208 1 vfio_pci, Live 0x0000000000000000
 vfio_iommu_type1 49152 0 - Live 0x0000000000000000
@@ -85,11 +87,26 @@ class FakeNode:
 
     def cli_args(self) -> list[str]:
         p = self.paths
-        return ["doctor", "--sysfs-root", str(p.sysfs_root), "--dev-root", str(p.dev_root),
-                "--proc-root", str(p.proc_root), "--etc-root", str(p.etc_root),
-                "--cdi-dir", str(p.cdi_dir), "--kubelet-dir", str(p.kubelet_dir),
-                "--libvirt-socket", str(p.libvirt_socket), "--fabric-socket", str(p.fabric_socket),
-                "--expect-nvswitches"]
+        return [
+            "doctor",
+            "--sysfs-root",
+            str(p.sysfs_root),
+            "--dev-root",
+            str(p.dev_root),
+            "--proc-root",
+            str(p.proc_root),
+            "--etc-root",
+            str(p.etc_root),
+            "--cdi-dir",
+            str(p.cdi_dir),
+            "--kubelet-dir",
+            str(p.kubelet_dir),
+            "--libvirt-socket",
+            str(p.libvirt_socket),
+            "--fabric-socket",
+            str(p.fabric_socket),
+            "--expect-nvswitches",
+        ]
 
 
 def build_node(board: FakeBoard, sockets: Path) -> FakeNode:
@@ -114,9 +131,14 @@ def build_node(board: FakeBoard, sockets: Path) -> FakeNode:
     kubelet = sockets / "kubelet"
     (kubelet / "pod-resources").mkdir(parents=True, exist_ok=True)
     paths = HostPaths(
-        sysfs_root=board.sysfs, dev_root=board.dev, proc_root=root / "proc", etc_root=root / "etc",
-        cdi_dir=root / "var" / "run" / "cdi", kubelet_dir=kubelet,
-        libvirt_socket=sockets / "libvirt-sock", fabric_socket=sockets / "fabric.sock",
+        sysfs_root=board.sysfs,
+        dev_root=board.dev,
+        proc_root=root / "proc",
+        etc_root=root / "etc",
+        cdi_dir=root / "var" / "run" / "cdi",
+        kubelet_dir=kubelet,
+        libvirt_socket=sockets / "libvirt-sock",
+        fabric_socket=sockets / "fabric.sock",
     )
     node = FakeNode(board=board, root=root, sockets=sockets, fabric=SimulatedFabric(), paths=paths)
     node.listen(kubelet / "device-plugins" / "kubelet.sock")
@@ -130,8 +152,9 @@ def short_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("dr")
 
 
-def _node(board: FakeBoard, short_dir: Path, *, fabric: SimulatedFabric | None = None,
-          layout: PlatformLayout | None = None) -> Iterator[FakeNode]:
+def _node(
+    board: FakeBoard, short_dir: Path, *, fabric: SimulatedFabric | None = None, layout: PlatformLayout | None = None
+) -> Iterator[FakeNode]:
     """A node with its fabric service on its socket; ``fabric``/``layout`` replace the
     board's simulated Fabric Manager and the service's platform layout (validated)."""
     node = build_node(board, short_dir)

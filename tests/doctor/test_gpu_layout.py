@@ -1,5 +1,5 @@
 """``gpucaas doctor`` shows the GPU layout (module id -> PCI) the fabric service uses and warns
-when it does not match Fabric Manager or sysfs (issue 15, H100: FM gives no PCI bus ids)."""
+when it does not match Fabric Manager or sysfs (on H100, FM gives no PCI bus ids)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,12 @@ def h100_node(hgx_board: FakeBoard, short_dir: Path) -> Iterator[FakeNode]:
 @pytest.fixture
 def wrong_layout_node(hgx_board: FakeBoard, short_dir: Path) -> Iterator[FakeNode]:
     # A layout whose module ids 7 and 8 are missing: FM's table uses them.
-    seven = PlatformLayout(name="partial", gpu_bdfs=SUPERMICRO_HGX_H100.gpu_bdfs[:6],
-                           gpu_physical_ids=SUPERMICRO_HGX_H100.gpu_physical_ids[:6],
-                           nvswitch_bdfs=SUPERMICRO_HGX_H100.nvswitch_bdfs)
+    seven = PlatformLayout(
+        name="partial",
+        gpu_bdfs=SUPERMICRO_HGX_H100.gpu_bdfs[:6],
+        gpu_physical_ids=SUPERMICRO_HGX_H100.gpu_physical_ids[:6],
+        nvswitch_bdfs=SUPERMICRO_HGX_H100.nvswitch_bdfs,
+    )
     yield from _h100_node(hgx_board, short_dir, seven)
 
 

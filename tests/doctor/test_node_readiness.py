@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS
 from gpucaas.programs.cli import app
 from gpucaas.programs.doctor.checks import CHECK_IDS
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS
-from tests.core_kube.scripted import forbidden, scripted, write_kubeconfig  # noqa: F401 - scripted: a fixture
+from tests.core_kube.scripted import forbidden, write_kubeconfig
 from tests.doctor.conftest import CMDLINE, MODULES, REPO, FakeNode, meminfo
 
 
@@ -102,42 +102,103 @@ def _drop_in(node: FakeNode) -> Path:
 
 BROKEN: list[tuple[str, Callable[[FakeNode], None], set[str], str]] = [
     ("iommu off in firmware", _no_iommu, {"iommu"}, "intel_iommu=on iommu=pt"),
-    ("iommu off on cmdline", lambda n: _write(n.proc / "cmdline", CMDLINE.replace("intel_iommu=on", "intel_iommu=off")),
-     {"iommu"}, "GRUB_CMDLINE_LINUX"),
+    (
+        "iommu off on cmdline",
+        lambda n: _write(n.proc / "cmdline", CMDLINE.replace("intel_iommu=on", "intel_iommu=off")),
+        {"iommu"},
+        "GRUB_CMDLINE_LINUX",
+    ),
     ("gpu on nvidia driver", lambda n: n.board.bind(GPU_BDFS[3], "nvidia"), {"gpus-vfio"}, "vfio-pci.ids=10de:2330"),
     ("gpu unbound", lambda n: n.board.bind(GPU_BDFS[0], None), {"gpus-vfio"}, "driverctl set-override"),
-    ("nvswitch on host driver", lambda n: n.board.bind(NVSWITCH_BDFS[1], "nvidia-nvswitch"),
-     {"nvswitches-vfio"}, "fabric service VM"),
-    ("memory controller unbound", lambda n: n.board.bind(MEMORY_CONTROLLER_BDF, None),
-     {"memory-controller-vfio"}, "11f8:4128"),
-    ("nvidia module loaded", lambda n: _write(n.proc / "modules", MODULES + "nvidia 56717312 0 - Live 0x0\n"),
-     {"nvidia-modules"}, "blacklist nvidia"),
-    ("nouveau loaded", lambda n: _write(n.proc / "modules", MODULES + "nouveau 2998272 0 - Live 0x0\n"),
-     {"nvidia-modules"}, "modprobe -r nouveau"),
+    (
+        "nvswitch on host driver",
+        lambda n: n.board.bind(NVSWITCH_BDFS[1], "nvidia-nvswitch"),
+        {"nvswitches-vfio"},
+        "fabric service VM",
+    ),
+    (
+        "memory controller unbound",
+        lambda n: n.board.bind(MEMORY_CONTROLLER_BDF, None),
+        {"memory-controller-vfio"},
+        "11f8:4128",
+    ),
+    (
+        "nvidia module loaded",
+        lambda n: _write(n.proc / "modules", MODULES + "nvidia 56717312 0 - Live 0x0\n"),
+        {"nvidia-modules"},
+        "blacklist nvidia",
+    ),
+    (
+        "nouveau loaded",
+        lambda n: _write(n.proc / "modules", MODULES + "nouveau 2998272 0 - Live 0x0\n"),
+        {"nvidia-modules"},
+        "modprobe -r nouveau",
+    ),
     ("nic shares a gpu group", _nic_in_gpu_group, {"iommu-groups"}, "ACS"),
     ("vfio group node missing", lambda n: n.board.remove_vfio_node(GPU_BDFS[5]), {"vfio-device-nodes"}, "udev"),
-    ("no hugepages", lambda n: (_write(n.proc / "meminfo", meminfo(0)), _write(
-        n.board.sysfs / "kernel" / "mm" / "hugepages" / "hugepages-1048576kB" / "nr_hugepages", "0\n")),
-     {"hugepages"}, "hugepagesz=1G"),
-    ("hugetlbfs not mounted", lambda n: _write(n.proc / "mounts", "proc /proc proc rw 0 0\n"),
-     {"hugepages"}, "mount -t hugetlbfs"),
+    (
+        "no hugepages",
+        lambda n: (
+            _write(n.proc / "meminfo", meminfo(0)),
+            _write(n.board.sysfs / "kernel" / "mm" / "hugepages" / "hugepages-1048576kB" / "nr_hugepages", "0\n"),
+        ),
+        {"hugepages"},
+        "hugepagesz=1G",
+    ),
+    (
+        "hugetlbfs not mounted",
+        lambda n: _write(n.proc / "mounts", "proc /proc proc rw 0 0\n"),
+        {"hugepages"},
+        "mount -t hugetlbfs",
+    ),
     ("no cdi dir", lambda n: n.paths.cdi_dir.rmdir(), {"cdi-dir"}, "mkdir -p"),
     ("kubelet not running", _kubelet_gone, {"kubelet-device-plugins"}, "systemctl restart kubelet"),
-    ("cri disabled", lambda n: _write(n.etc / "containerd" / "config.toml",
-                                      'version = 2\ndisabled_plugins = ["cri"]\nimports = ["/etc/containerd/conf.d/*.toml"]\n'),
-     {"containerd-cri"}, "disabled_plugins"),
-    ("cdi disabled", lambda n: _write(_drop_in(n), _drop_in(n).read_text().replace("enable_cdi = true", "enable_cdi = false")),
-     {"containerd-cdi"}, "enable_cdi = true"),
-    ("cdi dir not read by containerd", lambda n: _write(_drop_in(n), _drop_in(n).read_text().replace(
-        'cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]', 'cdi_spec_dirs = ["/etc/cdi"]')),
-     {"containerd-cdi"}, '"/var/run/cdi" to cdi_spec_dirs'),
-    ("kata runtime missing", lambda n: _drop_in(n).unlink(), {"containerd-cdi", "kata-runtime"},
-     "deploy/containerd/kata-qemu-nvidia-gpu.toml"),
-    ("containerd config broken", lambda n: _write(n.etc / "containerd" / "config.toml", "version = 2\n[plugins\n"),
-     {"containerd-cri", "containerd-cdi", "kata-runtime"}, "TOML"),
+    (
+        "cri disabled",
+        lambda n: _write(
+            n.etc / "containerd" / "config.toml",
+            'version = 2\ndisabled_plugins = ["cri"]\nimports = ["/etc/containerd/conf.d/*.toml"]\n',
+        ),
+        {"containerd-cri"},
+        "disabled_plugins",
+    ),
+    (
+        "cdi disabled",
+        lambda n: _write(_drop_in(n), _drop_in(n).read_text().replace("enable_cdi = true", "enable_cdi = false")),
+        {"containerd-cdi"},
+        "enable_cdi = true",
+    ),
+    (
+        "cdi dir not read by containerd",
+        lambda n: _write(
+            _drop_in(n),
+            _drop_in(n)
+            .read_text()
+            .replace('cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]', 'cdi_spec_dirs = ["/etc/cdi"]'),
+        ),
+        {"containerd-cdi"},
+        '"/var/run/cdi" to cdi_spec_dirs',
+    ),
+    (
+        "kata runtime missing",
+        lambda n: _drop_in(n).unlink(),
+        {"containerd-cdi", "kata-runtime"},
+        "deploy/containerd/kata-qemu-nvidia-gpu.toml",
+    ),
+    (
+        "containerd config broken",
+        lambda n: _write(n.etc / "containerd" / "config.toml", "version = 2\n[plugins\n"),
+        {"containerd-cri", "containerd-cdi", "kata-runtime"},
+        "TOML",
+    ),
     ("libvirt not listening", _libvirt_dead, {"libvirt"}, "libvirtd"),
     ("fabric service down", _stop_fabric_socket, {"fabric-service"}, "fabric DaemonSet"),
-    ("service vm crashed", lambda n: n.vm_state.update(state="crashed", restarts=4), {"fabric-service"}, "virsh console"),
+    (
+        "service vm crashed",
+        lambda n: n.vm_state.update(state="crashed", restarts=4),
+        {"fabric-service"},
+        "virsh console",
+    ),
     ("fabric manager down", lambda n: n.fabric.stop(), {"fabric-service"}, "logs ds/gpucaas-fabric"),
 ]
 
@@ -157,12 +218,26 @@ def test_each_broken_prerequisite_fails_its_check(
 WARNINGS: list[tuple[str, Callable[[FakeNode], None], str, str]] = [
     ("no iommu=pt", lambda n: _write(n.proc / "cmdline", CMDLINE.replace(" iommu=pt", "")), "iommu", "iommu=pt"),
     ("gpu nvlink failed", lambda n: n.fabric.inject_gpu_nvlink_failure(3), "fabric-service", "caasctl gpus"),
-    ("too few hugepages", lambda n: (_write(n.proc / "meminfo", meminfo(8)), _write(
-        n.board.sysfs / "kernel" / "mm" / "hugepages" / "hugepages-1048576kB" / "nr_hugepages", "8\n")),
-     "hugepages", "hugepages=<N>"),
-    ("privileged pods get host devices", lambda n: _write(_drop_in(n), _drop_in(n).read_text().replace(
-        "privileged_without_host_devices = true", "privileged_without_host_devices = false")),
-     "kata-runtime", "privileged_without_host_devices = true"),
+    (
+        "too few hugepages",
+        lambda n: (
+            _write(n.proc / "meminfo", meminfo(8)),
+            _write(n.board.sysfs / "kernel" / "mm" / "hugepages" / "hugepages-1048576kB" / "nr_hugepages", "8\n"),
+        ),
+        "hugepages",
+        "hugepages=<N>",
+    ),
+    (
+        "privileged pods get host devices",
+        lambda n: _write(
+            _drop_in(n),
+            _drop_in(n)
+            .read_text()
+            .replace("privileged_without_host_devices = true", "privileged_without_host_devices = false"),
+        ),
+        "kata-runtime",
+        "privileged_without_host_devices = true",
+    ),
 ]
 
 
@@ -213,11 +288,30 @@ def test_unknown_check_is_a_usage_error(node: FakeNode) -> None:
 def test_wrong_roots_fail_clearly(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = CliRunner().invoke(app, ["doctor", "--sysfs-root", str(empty), "--dev-root", str(empty),
-                                      "--proc-root", str(empty), "--etc-root", str(empty),
-                                      "--cdi-dir", str(empty / "cdi"), "--kubelet-dir", str(empty),
-                                      "--libvirt-socket", str(empty / "l.sock"),
-                                      "--fabric-socket", str(empty / "f.sock"), "-o", "json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "doctor",
+            "--sysfs-root",
+            str(empty),
+            "--dev-root",
+            str(empty),
+            "--proc-root",
+            str(empty),
+            "--etc-root",
+            str(empty),
+            "--cdi-dir",
+            str(empty / "cdi"),
+            "--kubelet-dir",
+            str(empty),
+            "--libvirt-socket",
+            str(empty / "l.sock"),
+            "--fabric-socket",
+            str(empty / "f.sock"),
+            "-o",
+            "json",
+        ],
+    )
     assert result.exit_code == 1
     checks = by_id(json.loads(result.stdout))
     assert "--sysfs-root" in checks["gpus-vfio"]["summary"]
@@ -235,14 +329,20 @@ def test_kubernetes_api_check_reaches_the_cluster(node: FakeNode, kubeconfig: Pa
 def test_kubernetes_api_check_tells_forbidden_from_unreachable(node: FakeNode, tmp_path: Path, scripted) -> None:
     user = "system:serviceaccount:gpucaas-system:gpucaas-device-plugin"
     srv = scripted([(403, forbidden(user, "list", "gpuleases", "gpucaas.dev"))])
-    code, report = run_doctor(node, "--kubeconfig", str(write_kubeconfig(tmp_path / "kc", srv.url)),
-                              "--check", "kubernetes-api")
+    code, report = run_doctor(
+        node, "--kubeconfig", str(write_kubeconfig(tmp_path / "kc", srv.url)), "--check", "kubernetes-api"
+    )
     check = by_id(report)["kubernetes-api"]
     assert code == 1 and check["status"] == "fail"
     assert check["summary"] == f"forbidden: {user} cannot list gpuleases.gpucaas.dev"
     assert "ClusterRole" in check["hint"]
 
-    code, report = run_doctor(node, "--kubeconfig", str(write_kubeconfig(tmp_path / "dead", "http://127.0.0.1:9")),
-                              "--check", "kubernetes-api")
+    code, report = run_doctor(
+        node,
+        "--kubeconfig",
+        str(write_kubeconfig(tmp_path / "dead", "http://127.0.0.1:9")),
+        "--check",
+        "kubernetes-api",
+    )
     check = by_id(report)["kubernetes-api"]
     assert code == 1 and check["summary"].startswith("Kubernetes unreachable at http://127.0.0.1:9")

@@ -49,14 +49,21 @@ class DraCluster:
 
 @pytest.fixture(scope="session")
 def dra_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("dra-cluster"),
-                           ClusterOptions(scheduler_config=dra_scheduler_config(), unsafe_no_fsync=True,
-                                          audit_policy=None,
-                                          apiserver_args=["--disable-admission-plugins=ServiceAccount"]))
+    cluster = LocalCluster(
+        tmp_path_factory.mktemp("dra-cluster"),
+        ClusterOptions(
+            scheduler_config=dra_scheduler_config(),
+            unsafe_no_fsync=True,
+            audit_policy=None,
+            apiserver_args=["--disable-admission-plugins=ServiceAccount"],
+        ),
+    )
     cluster.start()
     try:
-        create_all(cluster.admin_kubeconfig,
-                   [*base_objects(), *(dra_names.device_class(s) for s in (1, *dra_names.NVLINK_SIZES))])
+        create_all(
+            cluster.admin_kubeconfig,
+            [*base_objects(), *(dra_names.device_class(s) for s in (1, *dra_names.NVLINK_SIZES))],
+        )
         k8s = config.new_client_from_config(config_file=str(cluster.admin_kubeconfig))
         heartbeats = Heartbeats(k8s).start()
         try:
@@ -71,8 +78,9 @@ def dra_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraCluster
 @pytest.fixture
 def dra(dra_cluster: DraCluster) -> Iterator[Scheduling]:
     """This test's GPU node and namespace on the DRA cluster."""
-    s = Scheduling(dra_cluster.cluster, dra_cluster.k8s, dra_cluster.heartbeats, unique("gpu-node"),
-                   unique("tenant")).set_up()
+    s = Scheduling(
+        dra_cluster.cluster, dra_cluster.k8s, dra_cluster.heartbeats, unique("gpu-node"), unique("tenant")
+    ).set_up()
     try:
         yield s
     finally:

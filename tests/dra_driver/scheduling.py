@@ -66,11 +66,18 @@ class Heartbeats:
         self._thread.join(timeout=30)
 
     def add(self, node: str, node_uid: str) -> None:
-        self.leases.create_namespaced_lease(LEASE_NAMESPACE, {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": node, "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]},
-            "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": _micro_now()}})
+        self.leases.create_namespaced_lease(
+            LEASE_NAMESPACE,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": node,
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}],
+                },
+                "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": _micro_now()},
+            },
+        )
         with self._lock:
             self.nodes.add(node)
 
@@ -117,23 +124,53 @@ class Scheduling:
         """The namespace (with a claim template per GPU count) and the Ready node."""
         self.core.create_namespace({"metadata": {"name": self.namespace}})
         for gpus in dra.CLAIM_TEMPLATE_SIZES:
-            self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "resourceclaimtemplates",
-                                                        dra.claim_template(gpus, self.namespace))
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "resourceclaimtemplates", dra.claim_template(gpus, self.namespace)
+            )
         self.add_node(self.node)
         return self
 
     def add_node(self, name: str) -> None:
         """A Ready node with room for pods and nothing else (its GPUs are the driver's slices);
         returns once kube-scheduler may place pods there."""
-        node = self.core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}})
+        node = self.core.create_node(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                    },
+                },
+            }
+        )
         resources = {"cpu": "224", "memory": "2Ti", "hugepages-1Gi": "1800Gi", "pods": "110"}
-        self.core.patch_node_status(name, {"status": {
-            "capacity": resources, "allocatable": resources,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+        self.core.patch_node_status(
+            name,
+            {
+                "status": {
+                    "capacity": resources,
+                    "allocatable": resources,
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
                             "message": "a fake GPU node of the DRA driver's tests",
-                            "lastHeartbeatTime": _now(), "lastTransitionTime": _now()}],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}]}})
+                            "lastHeartbeatTime": _now(),
+                            "lastTransitionTime": _now(),
+                        }
+                    ],
+                    "addresses": [
+                        {"type": "InternalIP", "address": "127.0.0.1"},
+                        {"type": "Hostname", "address": name},
+                    ],
+                }
+            },
+        )
         self.heartbeats.add(name, node.metadata.uid)
         # kube-apiserver's TaintNodesByCondition admission gives a new node the not-ready taint;
         # the node lifecycle controller lifts it once it has seen the node Ready
@@ -145,11 +182,13 @@ class Scheduling:
             self._delete_pod_now(pod.metadata.name)
         self.core.delete_namespace(self.namespace)
         self.heartbeats.remove(self.node)
-        slices = self.custom.list_cluster_custom_object(GROUP, VERSION, "resourceslices",
-                                                        field_selector=f"spec.nodeName={self.node}")["items"]
+        slices = self.custom.list_cluster_custom_object(
+            GROUP, VERSION, "resourceslices", field_selector=f"spec.nodeName={self.node}"
+        )["items"]
         for s in slices:
-            self._ignore_missing(self.custom.delete_cluster_custom_object, GROUP, VERSION, "resourceslices",
-                                 s["metadata"]["name"])
+            self._ignore_missing(
+                self.custom.delete_cluster_custom_object, GROUP, VERSION, "resourceslices", s["metadata"]["name"]
+            )
         self._ignore_missing(self.core.delete_node, self.node)
 
     @staticmethod
@@ -164,24 +203,43 @@ class Scheduling:
 
     def create_claim(self, name: str, gpus: int) -> dict[str, Any]:
         """A ResourceClaim of its own (it outlives the pods that use it)."""
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim", "metadata": {"name": name},
-                "spec": {"devices": {"requests": [dra.claim_request(gpus)]}}}
-        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "resourceclaims",
-                                                                body))
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [dra.claim_request(gpus)]}},
+        }
+        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "resourceclaims", body))
 
     def create_pod(self, name: str, *, gpus: int | None = None, claim: str | None = None) -> str:
         """A pod on this test's node whose claim ``gpus`` comes from the tenant's ResourceClaimTemplate
         (as the API's pods), or is the ResourceClaim ``claim``."""
         assert (gpus is None) != (claim is None)
-        source = ({"resourceClaimTemplateName": dra.claim_template_name(gpus)} if gpus is not None
-                  else {"resourceClaimName": claim})
-        self.core.create_namespaced_pod(self.namespace, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": self.node},
-                     "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"claims": [{"name": dra.POD_CLAIM_NAME}]}}],
-                     "resourceClaims": [{"name": dra.POD_CLAIM_NAME, **source}]}})
+        source = (
+            {"resourceClaimTemplateName": dra.claim_template_name(gpus)}
+            if gpus is not None
+            else {"resourceClaimName": claim}
+        )
+        self.core.create_namespaced_pod(
+            self.namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": self.node},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"claims": [{"name": dra.POD_CLAIM_NAME}]},
+                        }
+                    ],
+                    "resourceClaims": [{"name": dra.POD_CLAIM_NAME, **source}],
+                },
+            },
+        )
         return name
 
     def claim_name(self, pod: str) -> str | None:
@@ -197,8 +255,9 @@ class Scheduling:
 
     def claim(self, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "resourceclaims",
-                                                                 name))
+            return dict(
+                self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "resourceclaims", name)
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -206,6 +265,7 @@ class Scheduling:
 
     def allocated(self, pod: str, timeout: float = 60.0) -> dict[str, Any]:
         """The pod's claim once kube-scheduler has written its allocation."""
+
         def got() -> dict[str, Any] | None:
             name = self.claim_name(pod)
             c = self.claim(name) if name else None
@@ -216,8 +276,11 @@ class Scheduling:
     def bound(self, pod: str, timeout: float = 60.0) -> str:
         """The node kube-scheduler bound ``pod`` to."""
         try:
-            return wait_for(lambda: self.core.read_namespaced_pod(pod, self.namespace).spec.node_name,  # type: ignore[no-any-return]
-                            timeout, what=f"kube-scheduler to bind pod {pod}")
+            return wait_for(
+                lambda: self.core.read_namespaced_pod(pod, self.namespace).spec.node_name,  # type: ignore[no-any-return]
+                timeout,
+                what=f"kube-scheduler to bind pod {pod}",
+            )
         except WaitTimeout as exc:
             raise WaitTimeout(f"{exc}; kube-scheduler says: {self.verdict(pod)}") from None
 
@@ -241,8 +304,11 @@ class Scheduling:
         """Waits until kube-scheduler found that the pod's claim cannot be allocated on any node
         (not a passing reason, such as its claim not made from the template yet); checks it is
         neither bound nor allocated and returns the message."""
-        message: str = wait_for(lambda: (v := self.verdict(pod)) and NO_ALLOCATION in v and v, timeout,
-                                what=f"kube-scheduler to find no allocation for pod {pod}")
+        message: str = wait_for(
+            lambda: (v := self.verdict(pod)) and NO_ALLOCATION in v and v,
+            timeout,
+            what=f"kube-scheduler to find no allocation for pod {pod}",
+        )
         assert not self.core.read_namespaced_pod(pod, self.namespace).spec.node_name
         name = self.claim_name(pod)
         c = self.claim(name) if name else None
@@ -259,8 +325,11 @@ class Scheduling:
         if claim is None:
             return
         if own:
-            wait_for(lambda: not ((self.claim(claim) or {}).get("status") or {}).get("allocation"), timeout,
-                     what=f"claim {claim} deallocated")
+            wait_for(
+                lambda: not ((self.claim(claim) or {}).get("status") or {}).get("allocation"),
+                timeout,
+                what=f"claim {claim} deallocated",
+            )
         else:
             wait_for(lambda: self.claim(claim) is None, timeout, what=f"claim {claim} deleted")
 

@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from gpucaas.core import dra as dra_names
+from gpucaas.core.fabric_client import FabricClient
 from gpucaas.core.topology import partition_by_id
 from gpucaas.devtools.fake_sysfs import FakeBoard
 from gpucaas.devtools.waiting import wait_for
@@ -30,7 +31,6 @@ from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager import simulator as fabric_sim
 from services.fabric.partitions import PartitionService
 from services.fabric.server import UnixServer, create_app
-from gpucaas.core.fabric_client import FabricClient
 from tests.dra_driver.scheduling import Scheduling
 
 
@@ -61,10 +61,17 @@ def fabric_socket(fm_fabric, sockets: Path, tmp_path: Path) -> Iterator[Path]:
 class Node:
     """The driver of one node, restartable with the same checkpoint file."""
 
-    def __init__(self, name: str, board: FakeBoard, fabric_socket: Path, sockets: Path, k8s: client.ApiClient,
-                 state: Path) -> None:
+    def __init__(
+        self, name: str, board: FakeBoard, fabric_socket: Path, sockets: Path, k8s: client.ApiClient, state: Path
+    ) -> None:
         self.name, self.board, self.fabric_socket, self.sockets, self.k8s, self.state = (
-            name, board, fabric_socket, sockets, k8s, state)
+            name,
+            board,
+            fabric_socket,
+            sockets,
+            k8s,
+            state,
+        )
         self.server: DraServer | None = None
         self.fabric: FabricClient | None = None
         self.driver: Driver | None = None
@@ -73,15 +80,19 @@ class Node:
         objects = client.CustomObjectsApi(self.k8s)
         self.fabric = FabricClient(self.fabric_socket)
         driver = self.driver = Driver(
-            node_name=self.name, checkpoint=Checkpoint(self.state / "checkpoint.json"), fabric=self.fabric,
+            node_name=self.name,
+            checkpoint=Checkpoint(self.state / "checkpoint.json"),
+            fabric=self.fabric,
             read_claim=lambda ns, name: objects.get_namespaced_custom_object(
-                "resource.k8s.io", "v1", ns, "resourceclaims", name),
+                "resource.k8s.io", "v1", ns, "resourceclaims", name
+            ),
             physical_to_pci=self.board.physical_id_map,
             cdi_id=lambda bdf: f"nvidia.com/gpu={bdf}",
         )
         health = HealthBoard({g: (True, "") for g in self.board.physical_id_map()})
-        self.server = DraServer(driver, health, registry_dir=self.sockets / "registry",
-                                plugins_dir=self.sockets / "plugins")
+        self.server = DraServer(
+            driver, health, registry_dir=self.sockets / "registry", plugins_dir=self.sockets / "plugins"
+        )
         self.server.start()
         return self.server
 
@@ -119,30 +130,48 @@ def make_claim(dra: Scheduling, name: str, gpus: int) -> dict:
 
 
 def prepare(node: Node, *claims: dict):
-    req = api.dra_pb2.NodePrepareResourcesRequest(claims=[
-        api.dra_pb2.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"]) for c in claims])
+    req = api.dra_pb2.NodePrepareResourcesRequest(
+        claims=[
+            api.dra_pb2.Claim(
+                namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"]
+            )
+            for c in claims
+        ]
+    )
     return kubelet_call(node.server.endpoint, api.dra_grpc.DRAPluginStub, "NodePrepareResources", req)
 
 
 def unprepare(node: Node, *claims: dict):
-    req = api.dra_pb2.NodeUnprepareResourcesRequest(claims=[
-        api.dra_pb2.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"]) for c in claims])
+    req = api.dra_pb2.NodeUnprepareResourcesRequest(
+        claims=[
+            api.dra_pb2.Claim(
+                namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"]
+            )
+            for c in claims
+        ]
+    )
     return kubelet_call(node.server.endpoint, api.dra_grpc.DRAPluginStub, "NodeUnprepareResources", req)
 
 
 def test_registration_announces_a_dra_plugin_and_its_endpoint(node: Node) -> None:
-    info = kubelet_call(node.server.registration_socket, api.reg_grpc.RegistrationStub, "GetInfo",
-                        api.reg_pb2.InfoRequest())
+    info = kubelet_call(
+        node.server.registration_socket, api.reg_grpc.RegistrationStub, "GetInfo", api.reg_pb2.InfoRequest()
+    )
     assert info.type == "DRAPlugin" and info.name == dra_names.DRIVER
     assert info.endpoint == str(node.sockets / "plugins" / dra_names.DRIVER / "dra.sock")
     assert list(info.supported_versions) == ["v1.DRAPlugin"]
-    kubelet_call(node.server.registration_socket, api.reg_grpc.RegistrationStub, "NotifyRegistrationStatus",
-                 api.reg_pb2.RegistrationStatus(plugin_registered=True))
+    kubelet_call(
+        node.server.registration_socket,
+        api.reg_grpc.RegistrationStub,
+        "NotifyRegistrationStatus",
+        api.reg_pb2.RegistrationStatus(plugin_registered=True),
+    )
     assert node.server.registration.registered.is_set()
 
 
-def test_prepare_activates_the_partition_and_returns_its_cdi_ids_once(node: Node, dra: Scheduling, fm_fabric,
-                                                                      hgx_board: FakeBoard) -> None:
+def test_prepare_activates_the_partition_and_returns_its_cdi_ids_once(
+    node: Node, dra: Scheduling, fm_fabric, hgx_board: FakeBoard
+) -> None:
     pair = make_claim(dra, "pair", 2)
     quad = make_claim(dra, "quad", 4)
     answer = prepare(node, pair, quad)
@@ -189,7 +218,8 @@ def test_a_recreated_claim_with_another_uid_is_refused(node: Node, dra: Scheduli
 def test_an_unhealthy_gpu_marks_every_partition_containing_it(node: Node, hgx_board: FakeBoard) -> None:
     with grpc.insecure_channel(f"unix://{node.server.endpoint}") as ch:
         stream = api.health_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
-            api.health_pb2.NodeWatchResourcesRequest(), timeout=30)
+            api.health_pb2.NodeWatchResourcesRequest(), timeout=30
+        )
         first = next(stream)
         assert len(first.devices) == 15
         assert all(d.health == api.health_pb2.HEALTHY for d in first.devices)
@@ -198,10 +228,12 @@ def test_an_unhealthy_gpu_marks_every_partition_containing_it(node: Node, hgx_bo
         node.server.board.update(health)
         second = next(stream)
         sick = {d.device.device_name for d in second.devices if d.health == api.health_pb2.UNHEALTHY}
-        assert {partition_of_device(n) for n in sick} == {p.id for p in
-                                                          (partition_by_id(i) for i in range(15)) if 3 in p.gpus}
-        assert all("GPU 3: firmware check failed" in d.message for d in second.devices
-                   if d.health == api.health_pb2.UNHEALTHY)
+        assert {partition_of_device(n) for n in sick} == {
+            p.id for p in (partition_by_id(i) for i in range(15)) if 3 in p.gpus
+        }
+        assert all(
+            "GPU 3: firmware check failed" in d.message for d in second.devices if d.health == api.health_pb2.UNHEALTHY
+        )
         stream.cancel()
     wait_for(lambda: True, timeout=1)
 

@@ -51,8 +51,9 @@ def fabric(fm_fabric, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) 
 
 
 def slices(dra: Scheduling) -> list[dict]:
-    return dra.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
-                                                 field_selector=f"spec.nodeName={dra.node}")["items"]
+    return dra.custom.list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={dra.node}"
+    )["items"]
 
 
 def test_slices_follow_the_fabric_and_the_leases(dra: Scheduling, fabric: FabricClient, hgx_board: FakeBoard) -> None:
@@ -66,8 +67,11 @@ def test_slices_follow_the_fabric_and_the_leases(dra: Scheduling, fabric: Fabric
     parts = first[f"{node}-gpucaas-partitions"]["spec"]["devices"]
     assert len(parts) == 15
     pci = hgx_board.physical_id_map()
-    singles = {d["attributes"]["resource.kubernetes.io/pciBusID"]["string"] for d in parts
-               if d["attributes"]["gpus"]["int"] == 1}
+    singles = {
+        d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+        for d in parts
+        if d["attributes"]["gpus"]["int"] == 1
+    }
     assert singles == set(pci.values())
     assert pub.publish() is False  # nothing changed: nothing written
 
@@ -92,12 +96,17 @@ def test_slices_follow_the_fabric_and_the_leases(dra: Scheduling, fabric: Fabric
 
 def _verdicts(dra: Scheduling, claim: str) -> set[str]:
     c = dra.claim(claim) or {}
-    return {c["type"] for d in (c.get("status") or {}).get("devices") or [] for c in d.get("conditions") or []
-            if c["status"] == "True"}
+    return {
+        c["type"]
+        for d in (c.get("status") or {}).get("devices") or []
+        for c in d.get("conditions") or []
+        if c["status"] == "True"
+    }
 
 
 def _rounds_until_verdict(watcher: BindingWatcher, dra: Scheduling, claim: str) -> set[str]:
     """The driver's binding loop, until it has said something about ``claim``."""
+
     def said() -> set[str]:
         watcher.run_once()
         return _verdicts(dra, claim)
@@ -110,7 +119,8 @@ def _unbound(dra: Scheduling, pod: str) -> bool:
 
 
 def test_binding_conditions_activate_before_binding_and_failures_are_reported(
-        dra: Scheduling, fabric: FabricClient, fm_fabric, tmp_path: Path) -> None:
+    dra: Scheduling, fabric: FabricClient, fm_fabric, tmp_path: Path
+) -> None:
     SlicePublisher(dra.kube, dra.node, lambda: gpus_from(fabric.topology(), []), binding_conditions=True).publish()
     watcher = BindingWatcher(dra.kube, fabric, Checkpoint(tmp_path / "cp.json"), dra.node)
 
@@ -151,11 +161,14 @@ def test_binding_conditions_activate_before_binding_and_failures_are_reported(
     dra.delete_pod("quad")
     watcher.run_once()
     assert partition_of_device(dev["device"]) not in fm_fabric.active_partition_ids()
-    assert fm_fabric.active_partition_ids() == frozenset({partition_of_device(results(dra.allocated("pair"))[0]["device"])})
+    assert fm_fabric.active_partition_ids() == frozenset(
+        {partition_of_device(results(dra.allocated("pair"))[0]["device"])}
+    )
 
 
-def test_the_command_registers_publishes_and_prepares(dra: Scheduling, fabric: FabricClient, fm_fabric,
-                                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_the_command_registers_publishes_and_prepares(
+    dra: Scheduling, fabric: FabricClient, fm_fabric, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """``gpucaas dra-driver`` as a process: the kubelet finds it, the scheduler sees its slices."""
     import os
     import subprocess
@@ -166,11 +179,16 @@ def test_the_command_registers_publishes_and_prepares(dra: Scheduling, fabric: F
     from services.dra_driver import api
 
     root = tmp_path_factory.mktemp("drv")
-    env = {**os.environ, "GPUCAAS_DRA_NODE_NAME": dra.node,
-           "GPUCAAS_DRA_KUBECONFIG": str(dra.cluster.admin_kubeconfig),
-           "GPUCAAS_DRA_REGISTRY_DIR": str(root / "reg"), "GPUCAAS_DRA_PLUGINS_DIR": str(root / "plugins"),
-           "GPUCAAS_DRA_STATE_DIR": str(root / "state"), "GPUCAAS_DRA_FABRIC_SOCKET": str(fabric.socket_path),
-           "GPUCAAS_DRA_PUBLISH_INTERVAL_S": "0.2"}
+    env = {
+        **os.environ,
+        "GPUCAAS_DRA_NODE_NAME": dra.node,
+        "GPUCAAS_DRA_KUBECONFIG": str(dra.cluster.admin_kubeconfig),
+        "GPUCAAS_DRA_REGISTRY_DIR": str(root / "reg"),
+        "GPUCAAS_DRA_PLUGINS_DIR": str(root / "plugins"),
+        "GPUCAAS_DRA_STATE_DIR": str(root / "state"),
+        "GPUCAAS_DRA_FABRIC_SOCKET": str(fabric.socket_path),
+        "GPUCAAS_DRA_PUBLISH_INTERVAL_S": "0.2",
+    }
     proc = subprocess.Popen([sys.executable, "-m", "gpucaas", "dra-driver"], env=env)
     try:
         reg = root / "reg" / f"{dra_names.DRIVER}-reg.sock"
@@ -183,9 +201,16 @@ def test_the_command_registers_publishes_and_prepares(dra: Scheduling, fabric: F
         dra.create_pod("eight", gpus=8)
         claim = dra.scheduled("eight")
         with grpc.insecure_channel(f"unix://{info.endpoint}") as ch:
-            res = api.dra_grpc.DRAPluginStub(ch).NodePrepareResources(api.dra_pb2.NodePrepareResourcesRequest(
-                claims=[api.dra_pb2.Claim(namespace=dra.namespace, uid=claim["metadata"]["uid"],
-                                          name=claim["metadata"]["name"])]), timeout=30)
+            res = api.dra_grpc.DRAPluginStub(ch).NodePrepareResources(
+                api.dra_pb2.NodePrepareResourcesRequest(
+                    claims=[
+                        api.dra_pb2.Claim(
+                            namespace=dra.namespace, uid=claim["metadata"]["uid"], name=claim["metadata"]["name"]
+                        )
+                    ]
+                ),
+                timeout=30,
+            )
         (dev,) = res.claims[claim["metadata"]["uid"]].devices
         assert len(dev.cdi_device_ids) == 8 and all(i.startswith("nvidia.com/gpu=") for i in dev.cdi_device_ids)
         assert set(fm_fabric.active_partition_ids()) == {0}
@@ -201,13 +226,19 @@ def _driver_node(dra: Scheduling, fabric: FabricClient, root: Path):
     from services.dra_driver.main import build
     from services.dra_driver.settings import DraDriverSettings
 
-    settings = DraDriverSettings(node_name=dra.node, fabric_socket=fabric.socket_path, state_dir=root / "state",
-                                 registry_dir=root / "reg", plugins_dir=root / "plugins")
+    settings = DraDriverSettings(
+        node_name=dra.node,
+        fabric_socket=fabric.socket_path,
+        state_dir=root / "state",
+        registry_dir=root / "reg",
+        plugins_dir=root / "plugins",
+    )
     return build(settings, kube=dra.kube)
 
 
 def test_a_partition_held_by_a_holder_other_than_a_claim_is_not_offered(
-        dra: Scheduling, fabric: FabricClient, tmp_path: Path) -> None:
+    dra: Scheduling, fabric: FabricClient, tmp_path: Path
+) -> None:
     """A holder that is not ``claim:<uid>`` (here an admin's activation of GPU 1) keeps a
     partition active that kube-scheduler knows nothing of: every partition overlapping it
     leaves the slice, so the scheduler never picks one the fabric service would refuse

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gpucaas.core import dra as dra_names
 from gpucaas.core.platforms import DGX_H100
 from gpucaas.core.topology import HGX_H100_PARTITIONS, partition_by_id
 from services.dra_driver.publisher import SlicePublisher, foreign_holders
@@ -23,9 +22,10 @@ ALL = frozenset(range(1, 9))
 
 
 def board(**allocatable: bool) -> list[PublishedGpu]:
-    return [PublishedGpu(pid, bdf, numa_node=0 if pid <= 4 else 1,
-                         allocatable=allocatable.get(f"gpu{pid}", True))
-            for pid, bdf in DGX_H100.physical_id_to_bdf().items()]
+    return [
+        PublishedGpu(pid, bdf, numa_node=0 if pid <= 4 else 1, allocatable=allocatable.get(f"gpu{pid}", True))
+        for pid, bdf in DGX_H100.physical_id_to_bdf().items()
+    ]
 
 
 def test_a_board_publishes_counters_and_fifteen_partitions_in_buddy_order() -> None:
@@ -65,23 +65,28 @@ def test_a_gpu_that_is_not_free_holds_every_partition_containing_it_out() -> Non
 def test_a_partition_busy_for_another_holder_holds_every_partition_overlapping_it_out() -> None:
     """The fabric service refuses a partition overlapping one that a holder other than a claim
     keeps busy (active, or named by its record); the claims' own are left to the counters."""
+
     def part(pid: int, holder: str | None, active: bool = True) -> dict[str, Any]:
         gpus = [{"physical_id": g, "pci_bus_id": f"bdf-{g}"} for g in partition_by_id(pid).sorted_gpus()]
         return {"id": pid, "gpus": gpus, "active": active, "holder": holder}
 
     single = {g: next(p.id for p in HGX_H100_PARTITIONS if p.gpus == {g}) for g in ALL}
     pair_57 = next(p.id for p in HGX_H100_PARTITIONS if p.gpus == {5, 7})
-    held = foreign_holders([
-        part(single[1], "admin:partition-x"),            # an admin's activation
-        part(single[2], "claim:0d2c", active=False),     # a claim's, being activated: counters
-        part(single[3], None),                           # active in Fabric Manager, unrecorded
-        part(single[4], None, active=False),             # idle
-        part(pair_57, "gpus:0000:1b:00.0+0000:43:00.0", active=False),  # recorded, being activated
-    ])
+    held = foreign_holders(
+        [
+            part(single[1], "admin:partition-x"),  # an admin's activation
+            part(single[2], "claim:0d2c", active=False),  # a claim's, being activated: counters
+            part(single[3], None),  # active in Fabric Manager, unrecorded
+            part(single[4], None, active=False),  # idle
+            part(pair_57, "gpus:0000:1b:00.0+0000:43:00.0", active=False),  # recorded, being activated
+        ]
+    )
     assert set(held) == {1, 3, 5, 7} and held[1] == "admin:partition-x"
 
-    gpus = [PublishedGpu(g.physical_id, g.pci_bus_id, allocatable=g.allocatable, held_by=held.get(g.physical_id))
-            for g in board()]
+    gpus = [
+        PublishedGpu(g.physical_id, g.pci_bus_id, allocatable=g.allocatable, held_by=held.get(g.physical_id))
+        for g in board()
+    ]
     slices = build_slices(NODE, gpus)
     assert len(slices[1]["spec"]["devices"]) == 15  # all stay devices: a claim's counters keep counting
     quad = next(d for d in slices[1]["spec"]["devices"] if d["attributes"]["physicalIDs"]["string"] == "1,2,3,4")
@@ -133,8 +138,9 @@ class Holdings:
 
     def assert_no_overlap(self) -> None:
         """What the cluster's claims hold, not this bookkeeping: no GPU in two allocations."""
-        claims = self.dra.custom.list_namespaced_custom_object("resource.k8s.io", "v1", self.dra.namespace,
-                                                               "resourceclaims")["items"]
+        claims = self.dra.custom.list_namespaced_custom_object(
+            "resource.k8s.io", "v1", self.dra.namespace, "resourceclaims"
+        )["items"]
         held = [g for c in claims for g in gpus_of_claim(c)]
         assert sum(len(g) for g in held) == len(frozenset().union(*held)), held
         assert frozenset().union(*held) == ALL - self.free
@@ -148,8 +154,9 @@ def publish(dra: Scheduling, **allocatable: bool) -> SlicePublisher:
 
 def offered_partitions(dra: Scheduling) -> set[int]:
     """The partitions the node's slices offer: devices without a taint that blocks allocation."""
-    slices = dra.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
-                                                   field_selector=f"spec.nodeName={dra.node}")["items"]
+    slices = dra.custom.list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={dra.node}"
+    )["items"]
     return {partition_of_device(d) for d in offered_devices(slices)}
 
 
@@ -191,7 +198,8 @@ def test_without_the_allocated_device_kube_scheduler_would_hand_out_an_overlappi
         if "devices" in s["spec"]:  # the board's devices without the whole board: the old hold-out
             s["spec"]["devices"] = [d for d in s["spec"]["devices"] if d["attributes"]["gpus"]["int"] != 8]
         s["metadata"]["resourceVersion"] = dra.custom.get_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"])["metadata"]["resourceVersion"]
+            "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
+        )["metadata"]["resourceVersion"]
         dra.custom.replace_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"], s)
     dra.create_pod("pair", gpus=2)
     assert gpus_of_claim(dra.scheduled("pair")) == [frozenset({1, 3})]

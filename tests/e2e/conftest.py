@@ -87,13 +87,15 @@ class Caller:
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.sandbox.api_url + path, data=data, method=method)  # noqa: S310
+        req = urllib.request.Request(self.sandbox.api_url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
                 raw = resp.read()
-                return resp.status, (json.loads(raw) if raw and resp.headers.get_content_type() == "application/json" else raw.decode())
+                return resp.status, (
+                    json.loads(raw) if raw and resp.headers.get_content_type() == "application/json" else raw.decode()
+                )
         except urllib.error.HTTPError as exc:
             raw = exc.read()
             try:
@@ -106,17 +108,25 @@ class Tenant(Caller):
     """A token's view of the API, with the installed caasctl beside it (configured by the
     caasctl.yaml the sandbox writes, the token this one's)."""
 
-    def caasctl(self, *args: str, timeout: float = TIMEOUT, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "GPUCAAS_CONFIG": str(runner.caasctl_config_path(self.sandbox)),
-               "GPUCAAS_TOKEN": self.token, "COLUMNS": "200"}
-        return subprocess.run([str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=timeout,
-                              check=False, input=stdin)
+    def caasctl(
+        self, *args: str, timeout: float = TIMEOUT, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "GPUCAAS_CONFIG": str(runner.caasctl_config_path(self.sandbox)),
+            "GPUCAAS_TOKEN": self.token,
+            "COLUMNS": "200",
+        }
+        return subprocess.run(
+            [str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False, input=stdin
+        )
 
     def wait(self, cid: str, *statuses: str) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
             status, body = self.call("GET", f"/v1/containers/{cid}")
             assert status == 200, body
             return body if body["status"] in statuses else None
+
         return wait_for(reached, TIMEOUT, interval=0.3, what=f"container {cid} in {statuses}")
 
 
@@ -128,17 +138,22 @@ def cpu_hog() -> Iterator[int]:
     """With ``GPUCAAS_E2E_CPU_HOG=N`` (``make test-contention``), ``stress-ng --cpu N`` runs
     beside the whole end-to-end package (autouse: the tests that start their own
     sandbox too), started before the package's sandbox and stopped after it:
-    the control plane must not stall or give up under CPU contention (issue 18, item 6).
+    the control plane must not stall or give up under CPU contention.
     Yields the number of hog workers (0: none)."""
     workers = int(os.environ.get(CPU_HOG_ENV, "0") or 0)
     if workers <= 0:
         yield 0
         return
     if shutil.which("stress-ng") is None:
-        pytest.fail(f"{CPU_HOG_ENV}={workers} asks for a CPU hog, but stress-ng is not installed "
-                    "(make system-deps installs it)")
-    hog = subprocess.Popen(["stress-ng", "--cpu", str(workers), "--quiet"],  # noqa: S603, S607
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+        pytest.fail(
+            f"{CPU_HOG_ENV}={workers} asks for a CPU hog, but stress-ng is not installed (make system-deps installs it)"
+        )
+    hog = subprocess.Popen(
+        ["stress-ng", "--cpu", str(workers), "--quiet"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         yield workers
     finally:
@@ -184,8 +199,6 @@ def tenant(admin: Tenant) -> Tenant:
     return new_tenant(admin, "realnode", 16)
 
 
-
-
 def container_status(caller: Caller, cid: str) -> dict[str, Any]:
     status, body = caller.call("GET", f"/v1/containers/{cid}")
     assert status == 200, body
@@ -193,8 +206,11 @@ def container_status(caller: Caller, cid: str) -> dict[str, Any]:
 
 
 def wait_status(caller: Caller, cid: str, *wanted: str, timeout: float = 120.0) -> dict[str, Any]:
-    return wait_for(lambda: (c := container_status(caller, cid))["status"] in wanted and c,
-                    timeout, what=f"container {cid} in {wanted}")
+    return wait_for(
+        lambda: (c := container_status(caller, cid))["status"] in wanted and c,
+        timeout,
+        what=f"container {cid} in {wanted}",
+    )
 
 
 def activations(sandbox: runner.Sandbox) -> dict[str, list[dict[str, Any]]]:
@@ -278,14 +294,23 @@ def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str,
             saved = _checkpoint(node.kubelet_dir / DRA_MANAGER_CHECKPOINT)
             if saved is None:
                 continue
-            claims = [c for c in json.loads(saved["Data"])["ClaimInfoStateList"] or []
-                      if uid in (c.get("PodUIDs") or {})]
+            claims = [
+                c for c in json.loads(saved["Data"])["ClaimInfoStateList"] or [] if uid in (c.get("PodUIDs") or {})
+            ]
             if not claims:
                 continue
-            cdi = sorted(i for c in claims for state in (c.get("DriverState") or {}).values()
-                         for d in state.get("Devices") or [] for i in d.get("CDIDeviceIDs") or [])
-            return node.name, {"cdi": cdi, "devices": sorted(i.split("=", 1)[1] for i in cdi),
-                               "holder": holder_for_claim(claims[0]["ClaimUID"])}
+            cdi = sorted(
+                i
+                for c in claims
+                for state in (c.get("DriverState") or {}).values()
+                for d in state.get("Devices") or []
+                for i in d.get("CDIDeviceIDs") or []
+            )
+            return node.name, {
+                "cdi": cdi,
+                "devices": sorted(i.split("=", 1)[1] for i in cdi),
+                "holder": holder_for_claim(claims[0]["ClaimUID"]),
+            }
         saved = _checkpoint(node.device_plugin_dir / DEVICE_MANAGER_CHECKPOINT)
         if saved is None:
             continue
@@ -293,8 +318,11 @@ def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str,
             if e["PodUID"] == uid and e["ResourceName"] == "nvidia.com/gpu":
                 devices = sorted(d for ids in e["DeviceIDs"].values() for d in ids)
                 resp = dp_pb2.ContainerAllocateResponse.FromString(base64.b64decode(e["AllocResp"]))
-                return node.name, {"devices": devices, "cdi": [d.name for d in resp.cdi_devices],
-                                   "holder": holder_for_gpus(devices)}
+                return node.name, {
+                    "devices": devices,
+                    "cdi": [d.name for d in resp.cdi_devices],
+                    "holder": holder_for_gpus(devices),
+                }
     return None
 
 
@@ -309,13 +337,15 @@ def cdi_device_nodes(sandbox: runner.Sandbox, node_name: str) -> dict[str, list[
     """CDI name -> the device nodes the node's CDI spec (written by the device plugin) gives it."""
     node = next(n for n in sandbox.nodes if n.name == node_name)
     spec = json.loads((node.cdi_dir / spec_filename("nvidia.com/gpu")).read_text())
-    return {f"{spec['kind']}={d['name']}": [n["path"] for n in d["containerEdits"]["deviceNodes"]]
-            for d in spec["devices"]}
+    return {
+        f"{spec['kind']}={d['name']}": [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]
+    }
 
 
 def lease_of(k8s: client.ApiClient, node: str, pci_address: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(k8s).get_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL,
-                                                                  lease_name(node, pci_address))
+    return client.CustomObjectsApi(k8s).get_cluster_custom_object(
+        GROUP, VERSION, GPULEASE_PLURAL, lease_name(node, pci_address)
+    )
 
 
 def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:
@@ -324,8 +354,9 @@ def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:
     all 15 partitions of the board in the node's ResourceSlice, none tainted (dra)."""
     acts = activations(sandbox)
     nodes = client.CoreV1Api(k8s).list_node(label_selector="gpucaas.dev/gpu-node=true").items
-    if not (all(not a for a in acts.values())
-            and all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))):
+    if not (
+        all(not a for a in acts.values()) and all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s))
+    ):
         return False
     if allocation_mode() == "dra":
         return all(len(offered_partitions(k8s, n.metadata.name)) == len(HGX_H100_PARTITIONS) for n in nodes)
@@ -337,7 +368,8 @@ def offered_partitions(k8s: client.ApiClient, node: str) -> set[str]:
     without a taint that blocks allocation (the driver taints a partition while one of its
     GPUs may not be handed out; the devices themselves always stay)."""
     slices = client.CustomObjectsApi(k8s).list_cluster_custom_object(
-        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}")["items"]
+        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}"
+    )["items"]
     return offered_devices(slices)
 
 

@@ -33,7 +33,9 @@ def as_json(result: subprocess.CompletedProcess[str]) -> Any:
 def test_inventory_through_caasctl(sandbox: runner.Sandbox) -> None:
     nodes = as_json(caasctl(sandbox, "nodes", "-o", "json"))
     assert {n["name"]: (n["ready"], n["gpu_capacity"]) for n in nodes} == {
-        "gpu-node-a": (True, 8), "gpu-node-b": (True, 8)}
+        "gpu-node-a": (True, 8),
+        "gpu-node-b": (True, 8),
+    }
     parts = as_json(caasctl(sandbox, "partitions", "list", "--node", "gpu-node-a", "-o", "json"))
     assert sorted(p["id"] for p in parts) == list(range(15))
     gpus = as_json(caasctl(sandbox, "gpus", "--node", "gpu-node-b", "-o", "json"))
@@ -47,10 +49,12 @@ def test_partition_refused_while_a_container_holds_it(sandbox: runner.Sandbox, t
     assert status == 202, body
     running = wait_status(tenant, body["id"], "Running")
     node = running["node_name"]
-    devices = wait_for(lambda: allocated_devices(sandbox, "tenant-cli-holder", running["pod_name"]), what="devices")
+    wait_for(lambda: allocated_devices(sandbox, "tenant-cli-holder", running["pod_name"]), what="devices")
     holder = holder_of(sandbox, "tenant-cli-holder", running["pod_name"])
-    act = wait_for(lambda: next((a for a in activations(sandbox)[node] if a["holder"] == holder), None),
-                   what="the container's partition")
+    act = wait_for(
+        lambda: next((a for a in activations(sandbox)[node] if a["holder"] == holder), None),
+        what="the container's partition",
+    )
     held = act["partition_ids"][0]
     whole_board = "0"  # partition 0 overlaps every partition on the board
     refused = caasctl(sandbox, "partitions", "activate", whole_board, "--node", node)

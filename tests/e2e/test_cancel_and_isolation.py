@@ -19,16 +19,25 @@ def test_cancel_releases_gpus_and_partition(sandbox: runner.Sandbox, tenant_fact
     running = wait_status(tenant, cid, "Running")
     devices = wait_for(lambda: allocated_devices(sandbox, "tenant-canceller", running["pod_name"]), what="devices")
     holder = holder_of(sandbox, "tenant-canceller", running["pod_name"])
-    wait_for(lambda: any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
-             what="the partition to be active")
+    wait_for(
+        lambda: any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
+        what="the partition to be active",
+    )
     status, body = tenant.call("DELETE", f"/v1/containers/{cid}")
     assert status in (200, 202), body
     assert wait_status(tenant, cid, "Cancelled")["status"] == "Cancelled"
-    wait_for(lambda: not any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
-             what="the partition to be released")
-    wait_for(lambda: all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s)
-                         if lz["spec"]["pciAddress"] in devices and lz["spec"]["node"] == running["node_name"]),
-             what="the GPUs' leases to be checked and Free")
+    wait_for(
+        lambda: not any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
+        what="the partition to be released",
+    )
+    wait_for(
+        lambda: all(
+            (lz.get("status") or {}).get("state") == "Free"
+            for lz in leases(k8s)
+            if lz["spec"]["pciAddress"] in devices and lz["spec"]["node"] == running["node_name"]
+        ),
+        what="the GPUs' leases to be checked and Free",
+    )
     wait_for(lambda: settled(sandbox, k8s), what="nothing held")
 
 
@@ -37,8 +46,11 @@ def test_tenant_a_cannot_see_or_touch_b(sandbox: runner.Sandbox, tenant_factory)
     status, body = a.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 1})
     assert status == 202, body
     cid = body["id"]
-    for method, path in (("GET", f"/v1/containers/{cid}"), ("GET", f"/v1/containers/{cid}/logs"),
-                         ("DELETE", f"/v1/containers/{cid}")):
+    for method, path in (
+        ("GET", f"/v1/containers/{cid}"),
+        ("GET", f"/v1/containers/{cid}/logs"),
+        ("DELETE", f"/v1/containers/{cid}"),
+    ):
         status, _ = b.call(method, path)
         assert status == 404, (method, path, status)
     status, listing = b.call("GET", "/v1/containers")

@@ -1,4 +1,4 @@
-"""What issue 27 promises a tenant, on real nodes in both allocation modes: the container really
+"""What a tenant is promised, on real nodes in both allocation modes: the container really
 runs, sees exactly its GPUs' device nodes, and its exit code, pull errors and OOM kill are its own."""
 
 from __future__ import annotations
@@ -21,10 +21,14 @@ def test_every_node_is_a_real_kubelet_with_containerd_2(sandbox: runner.Sandbox,
         assert info.container_runtime_version.startswith("containerd://2."), info
 
 
-def test_a_two_gpu_container_sees_the_device_nodes_of_its_gpus(sandbox: runner.Sandbox, tenant: Tenant,
-                                                               admin: Tenant) -> None:
-    status, made = tenant.call("POST", "/v1/containers", {
-        "image": "busybox:1.36", "gpus": 2, "command": ["sh", "-c", "ls /dev/vfio; id -u; sleep 600"]})
+def test_a_two_gpu_container_sees_the_device_nodes_of_its_gpus(
+    sandbox: runner.Sandbox, tenant: Tenant, admin: Tenant
+) -> None:
+    status, made = tenant.call(
+        "POST",
+        "/v1/containers",
+        {"image": "busybox:1.36", "gpus": 2, "command": ["sh", "-c", "ls /dev/vfio; id -u; sleep 600"]},
+    )
     assert status == 202, made
     running = tenant.wait(made["id"], "Running")
 
@@ -32,6 +36,7 @@ def test_a_two_gpu_container_sees_the_device_nodes_of_its_gpus(sandbox: runner.S
         status, text = tenant.call("GET", f"/v1/containers/{made['id']}/logs")
         lines = text.splitlines() if status == 200 and isinstance(text, str) else []
         return lines if len(lines) >= 4 else None  # two groups, the vfio container node, the uid
+
     lines = waiting.wait_for(listed, TIMEOUT, interval=0.3, what="the container's listing")
 
     status, gpus = admin.call("GET", f"/v1/admin/gpus?node={running['node_name']}")
@@ -47,6 +52,7 @@ def test_a_two_gpu_container_sees_the_device_nodes_of_its_gpus(sandbox: runner.S
         status, timeline = tenant.call("GET", f"/v1/containers/{made['id']}/events")
         assert status == 200, timeline
         return any(e["kind"] == "runtime" and "no Kata VM boots" in e["message"] for e in timeline["data"])
+
     waiting.wait_for(told, TIMEOUT, interval=0.3, what="the timeline saying no VM boots")
     assert tenant.call("DELETE", f"/v1/containers/{made['id']}")[0] == 200
 
@@ -69,6 +75,7 @@ def test_the_private_image_needs_the_registry_credentials(sandbox: runner.Sandbo
         if not seen or seen[-1] != f"{body.get('status')}: {body.get('message')}":
             seen.append(f"{body.get('status')}: {body.get('message')}")
         return body if "unauthorized" in (body.get("message") or "") else None
+
     try:
         said = waiting.wait_for(refused, TIMEOUT, interval=0.3, what="the pull refused without credentials")
     except waiting.WaitTimeout as timeout:
@@ -77,8 +84,15 @@ def test_the_private_image_needs_the_registry_credentials(sandbox: runner.Sandbo
     assert registry["password"] not in json.dumps(said)
     assert tenant.call("DELETE", f"/v1/containers/{made['id']}")[0] == 200
 
-    login = tenant.caasctl("registry", "login", registry["server"], "--username", registry["username"],
-                           "--password-stdin", stdin=registry["password"])
+    login = tenant.caasctl(
+        "registry",
+        "login",
+        registry["server"],
+        "--username",
+        registry["username"],
+        "--password-stdin",
+        stdin=registry["password"],
+    )
     assert login.returncode == 0, login.stderr
     ran = tenant.caasctl("run", registry["private_image"])
     assert ran.returncode == 0, (ran.stdout, ran.stderr)
@@ -86,8 +100,16 @@ def test_the_private_image_needs_the_registry_credentials(sandbox: runner.Sandbo
 
 
 def test_memory_past_the_limit_is_an_oom_kill_said_to_the_tenant(tenant: Tenant) -> None:
-    status, made = tenant.call("POST", "/v1/containers", {
-        "image": "busybox:1.36", "gpus": 1, "memory": "4Gi", "command": ["awk", "BEGIN { s = \"x\"; for (i = 0; i < 33; i++) s = s s; print length(s) }"]})
+    status, made = tenant.call(
+        "POST",
+        "/v1/containers",
+        {
+            "image": "busybox:1.36",
+            "gpus": 1,
+            "memory": "4Gi",
+            "command": ["awk", 'BEGIN { s = "x"; for (i = 0; i < 33; i++) s = s s; print length(s) }'],
+        },
+    )
     assert status == 202, made
     ended = tenant.wait(made["id"], "Failed", "Succeeded")
     assert ended["status"] == "Failed" and ended["message"].startswith("OOMKilled"), ended["message"]

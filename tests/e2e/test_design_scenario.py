@@ -31,6 +31,7 @@ from .conftest import (
     wait_status,
 )
 
+
 def assert_claims_gpus(pod: client.V1Pod, gpus: int) -> None:
     """The pod asks for its GPUs the way the mode's kubelet hands them out: the extended
     resource (device-plugin), or one claim from the tenancy's template of that size (dra)."""
@@ -102,7 +103,11 @@ def test_design_payload_runs_to_completion(sandbox: runner.Sandbox, admin: Calle
     assert lease["state"] == "Free"
     last = lease["history"][-1]
     assert (last["tenancy"], last["namespace"], last["pod"], last["check"]) == (
-        "landon", "tenant-landon", pod_name, "Passed")
+        "landon",
+        "tenant-landon",
+        pod_name,
+        "Passed",
+    )
 
 
 def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient) -> None:
@@ -124,14 +129,23 @@ def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_f
     wait_for(lambda: settled(sandbox, k8s), what="every GPU free before the sizes are placed")
     try:
         for gpus in (4, 2, 1, 8):  # 15 GPUs over two 8-GPU boards
-            status, body = tenant.call("POST", "/v1/containers", {
-                "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": gpus,
-                "cpu": "50m", "command": ["sleep", "3600"]})
+            status, body = tenant.call(
+                "POST",
+                "/v1/containers",
+                {
+                    "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8",
+                    "gpus": gpus,
+                    "cpu": "50m",
+                    "command": ["sleep", "3600"],
+                },
+            )
             assert status == 202, body
             ids[gpus] = body["id"]
             assert wait_status(tenant, body["id"], "Running", "Succeeded", "Failed")["status"] == "Running"
             held = sum(ids)  # and the extender has seen it: its next score counts these GPUs
-            wait_for(lambda held=held: _extender_free(sandbox) == 16 - held, what=f"the extender to see {held} GPUs held")
+            wait_for(
+                lambda held=held: _extender_free(sandbox) == 16 - held, what=f"the extender to see {held} GPUs held"
+            )
         _check_placements(sandbox, tenant, ids)
     finally:  # never leave GPUs held for the tests after this one
         for cid in ids.values():
@@ -148,7 +162,7 @@ def _extender_free(sandbox: runner.Sandbox) -> int:
     import urllib.request
 
     assert sandbox.extender_url is not None
-    with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:
         return sum(len(n["free"]) for n in json.load(resp)["nodes"])
 
 
@@ -164,7 +178,9 @@ def _check_placements(sandbox: runner.Sandbox, tenant: Caller, ids: dict[int, st
         # the fabric service holds exactly that partition for these GPUs, and Allocate named
         # them to the kubelet by their CDI names
         holder = holder_of(sandbox, "tenant-sizes", c["pod_name"])
-        assert [a["partition_ids"] for a in activations(sandbox)[c["node_name"]] if a["holder"] == holder] == [[part.id]]
+        assert [a["partition_ids"] for a in activations(sandbox)[c["node_name"]] if a["holder"] == holder] == [
+            [part.id]
+        ]
         got = handed_over(sandbox, "tenant-sizes", c["pod_name"])
         assert got is not None and got[0] == c["node_name"]
         assert got[1]["cdi"] == [f"nvidia.com/gpu={d}" for d in sorted(devices)]

@@ -22,8 +22,9 @@ from .conftest import CAASCTL, Tenant, new_tenant
 
 @pytest.fixture(scope="module")
 def running(tenant: Tenant) -> Iterator[dict[str, Any]]:
-    status, made = tenant.call("POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 1,
-                                                          "command": ["sleep", "3600"]})
+    status, made = tenant.call(
+        "POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 1, "command": ["sleep", "3600"]}
+    )
     assert status == 202, made
     yield tenant.wait(made["id"], "Running")
     tenant.call("DELETE", f"/v1/containers/{made['id']}")
@@ -43,8 +44,16 @@ def test_exec_prints_the_output_and_exits_with_the_commands_code(tenant: Tenant,
 
 
 def test_exec_sends_the_input_when_asked(tenant: Tenant, running: dict[str, Any]) -> None:
-    ran = tenant.caasctl("exec", "-i", running["id"], "--", "sh", "-c", "read line; echo got $line; cat | wc -l",
-                         stdin="hello\none\ntwo\n")
+    ran = tenant.caasctl(
+        "exec",
+        "-i",
+        running["id"],
+        "--",
+        "sh",
+        "-c",
+        "read line; echo got $line; cat | wc -l",
+        stdin="hello\none\ntwo\n",
+    )
     assert (ran.returncode, ran.stdout.split()) == (0, ["got", "hello", "2"]), ran.stderr
 
 
@@ -56,13 +65,16 @@ def test_a_missing_command_is_127_and_says_so(tenant: Tenant, running: dict[str,
 # Kubernetes' exec has no initial terminal size: the first resize reaches the terminal a
 # moment after the command started (kubectl's sessions alike). The command waits for each
 # size it is told, bounded, then prints it.
-SIZES = ("wait_size() { i=0; while s=$(stty size 2>/dev/null); [ -z \"$s\" -o \"$s\" = \"$1\" ] && [ $i -lt 600 ]; "
-         "do i=$((i+1)); usleep 50000; done; stty size; }; "
-         "wait_size '0 0'; tty; read line; wait_size '33 101'; exit 7")
+SIZES = (
+    'wait_size() { i=0; while s=$(stty size 2>/dev/null); [ -z "$s" -o "$s" = "$1" ] && [ $i -lt 600 ]; '
+    "do i=$((i+1)); usleep 50000; done; stty size; }; "
+    "wait_size '0 0'; tty; read line; wait_size '33 101'; exit 7"
+)
 
 
-def test_exec_with_a_terminal_gets_the_windows_size_and_its_changes(sandbox: runner.Sandbox, tenant: Tenant,
-                                                                      running: dict[str, Any]) -> None:
+def test_exec_with_a_terminal_gets_the_windows_size_and_its_changes(
+    sandbox: runner.Sandbox, tenant: Tenant, running: dict[str, Any]
+) -> None:
     pid, fd = pty.fork()
     if pid == 0:  # the child: caasctl on a terminal of 33 rows and 101 columns
         fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
@@ -92,8 +104,9 @@ def test_exec_with_a_terminal_gets_the_windows_size_and_its_changes(sandbox: run
     assert text.index("33 101") < text.index("/dev/pts/") < text.index("40 120"), text
 
 
-def test_another_tenancy_gets_what_a_missing_container_gets(tenant: Tenant, stranger: Tenant,
-                                                           running: dict[str, Any]) -> None:
+def test_another_tenancy_gets_what_a_missing_container_gets(
+    tenant: Tenant, stranger: Tenant, running: dict[str, Any]
+) -> None:
     theirs = stranger.caasctl("exec", running["id"], "--", "true")
     missing = stranger.caasctl("exec", "0" * len(running["id"]), "--", "true")
     assert theirs.returncode == missing.returncode == 1

@@ -39,15 +39,23 @@ def _without(objects: list[dict], cluster_role: str, group: str, resource: str, 
 
 def test_fabric_without_create_on_fabricstates_fails_the_sandbox() -> None:
     mode = allocation_mode()
-    objects = _without(identities.cluster_side(identities.sandbox_values(mode)),
-                       "gpucaas-fabric", "gpucaas.dev", "fabricstates", "create")
+    objects = _without(
+        identities.cluster_side(identities.sandbox_values(mode)),
+        "gpucaas-fabric",
+        "gpucaas.dev",
+        "fabricstates",
+        "create",
+    )
     state = Path(tempfile.mkdtemp(prefix="gpucaas-rbac-", dir="/tmp"))
     try:
         with pytest.raises((identities.RBACRefused, ServiceFailed)) as err:
-            sandbox = runner.start(state, nodes=("gpu-node-a",), api_port=runner.free_port(), chart_objects=objects,
-                                   allocation_mode=mode)
+            sandbox = runner.start(
+                state, nodes=("gpu-node-a",), api_port=runner.free_port(), chart_objects=objects, allocation_mode=mode
+            )
             sandbox.stop()
-        assert ('fabricstates.gpucaas.dev is forbidden: User "system:serviceaccount:gpucaas-system:gpucaas-fabric" '
-                'cannot create resource "fabricstates" in API group "gpucaas.dev" at the cluster scope') in str(err.value)
+        assert (
+            'fabricstates.gpucaas.dev is forbidden: User "system:serviceaccount:gpucaas-system:gpucaas-fabric" '
+            'cannot create resource "fabricstates" in API group "gpucaas.dev" at the cluster scope'
+        ) in str(err.value)
     finally:
         shutil.rmtree(state, ignore_errors=True)

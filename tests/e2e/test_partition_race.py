@@ -35,8 +35,11 @@ def test_random_submit_and_cancel_never_aborts_for_good(
         gpus = rng.choice([1, 2, 2, 4])
         # 50m CPU: on the sandbox's 2-CPU real nodes the pods' 500m Kata overhead already limits
         # them to three a node; GPUs, not CPU, should be what the submissions contend for
-        status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": gpus, "cpu": "50m",
-                                                              "command": ["sleep", str(rng.choice([1, 600]))]})
+        status, body = tenant.call(
+            "POST",
+            "/v1/containers",
+            {"image": IMAGE, "gpus": gpus, "cpu": "50m", "command": ["sleep", str(rng.choice([1, 600]))]},
+        )
         if status == 403:  # quota (16 GPUs): cancel something instead
             continue
         assert status == 202, body
@@ -47,8 +50,11 @@ def test_random_submit_and_cancel_never_aborts_for_good(
     for cid in live:
         tenant.call("DELETE", f"/v1/containers/{cid}")
     finals = {cid: wait_status(tenant, cid, "Succeeded", "Failed", "Cancelled", timeout=240) for cid in seen}
-    aborted = {cid: c["message"] for cid, c in finals.items()
-               if c["status"] == "Failed" and ("ABORTED" in (c["message"] or "") or "held by" in (c["message"] or ""))}
+    aborted = {
+        cid: c["message"]
+        for cid, c in finals.items()
+        if c["status"] == "Failed" and ("ABORTED" in (c["message"] or "") or "held by" in (c["message"] or ""))
+    }
     assert not aborted, aborted
     failed = {cid: c["message"] for cid, c in finals.items() if c["status"] == "Failed"}
     assert not failed, failed

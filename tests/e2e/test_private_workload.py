@@ -23,6 +23,7 @@ IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 def _created(caller: Caller, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """POST until the tenancy's namespace exists (409 'not ready yet' before that) and the
     API's rights there are in effect (503 'retry later' while kube-apiserver's RBAC catches up)."""
+
     def attempt() -> dict[str, Any] | None:
         status, out = caller.call("POST", path, body)
         if (status == 409 and "not ready yet" in str(out)) or (status == 503 and "retry later" in str(out)):
@@ -33,19 +34,25 @@ def _created(caller: Caller, path: str, body: dict[str, Any]) -> dict[str, Any]:
     return wait_for(attempt, what=f"POST {path}")
 
 
-def test_private_image_secret_env_and_gpu_sizing(sandbox: runner.Sandbox, tenant_factory, admin: Caller,
-                                                  k8s: client.ApiClient) -> None:
+def test_private_image_secret_env_and_gpu_sizing(
+    sandbox: runner.Sandbox, tenant_factory, admin: Caller, k8s: client.ApiClient
+) -> None:
     tenant = tenant_factory("paying")
-    cred = _created(tenant, "/v1/registry-credentials", {"server": "nvcr.io", "username": "$oauthtoken", "password": NGC_KEY})
+    cred = _created(
+        tenant, "/v1/registry-credentials", {"server": "nvcr.io", "username": "$oauthtoken", "password": NGC_KEY}
+    )
     secret = _created(tenant, "/v1/secrets", {"name": "hf", "value": HF_VALUE})
     assert (cred["server"], secret["name"]) == ("nvcr.io", "hf")
 
-    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 8,
-                                                          "env": {"HF_TOKEN": {"secret": "hf"}, "EPOCHS": "3"}})
+    status, body = tenant.call(
+        "POST", "/v1/containers", {"image": IMAGE, "gpus": 8, "env": {"HF_TOKEN": {"secret": "hf"}, "EPOCHS": "3"}}
+    )
     assert status == 202, body
     cid = body["id"]
     running = wait_status(tenant, cid, "Running", "Succeeded")
-    pod = k8s.sanitize_for_serialization(client.CoreV1Api(k8s).read_namespaced_pod(running["pod_name"], "tenant-paying"))
+    pod = k8s.sanitize_for_serialization(
+        client.CoreV1Api(k8s).read_namespaced_pod(running["pod_name"], "tenant-paying")
+    )
     spec, main = pod["spec"], pod["spec"]["containers"][0]
 
     # the pull uses the tenancy's registry credential, a dockerconfigjson Secret in its namespace
@@ -56,7 +63,10 @@ def test_private_image_secret_env_and_gpu_sizing(sandbox: runner.Sandbox, tenant
     assert json.loads(base64.b64decode(pull.data[".dockerconfigjson"]))["auths"]["nvcr.io"]["password"] == NGC_KEY
     # the variable comes from the Secret, not from a literal
     env = {e["name"]: e for e in main["env"]}
-    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gpucaas-secret-hf", "key": "value"}}}
+    assert env["HF_TOKEN"] == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "gpucaas-secret-hf", "key": "value"}},
+    }
     value = client.CoreV1Api(k8s).read_namespaced_secret("gpucaas-secret-hf", "tenant-paying").data["value"]
     assert base64.b64decode(value).decode() == HF_VALUE
     # 8 x the sandbox's per-GPU share, /dev/shm sized. Its real nodes share this machine, so the
@@ -78,17 +88,31 @@ def test_private_image_secret_env_and_gpu_sizing(sandbox: runner.Sandbox, tenant
     quota = client.CoreV1Api(k8s).list_namespaced_resource_quota("tenant-paying").items[0].spec.hard
     per_gpu_cpu = sizing.parse_cpu(share["GPUCAAS_CPU_PER_GPU"]) + 500
     per_gpu_memory = sizing.parse_bytes(share["GPUCAAS_MEMORY_PER_GPU"]) + sizing.GIB
-    assert (quota["limits.cpu"], quota["limits.memory"]) == (
-        sizing.format_cpu(16 * per_gpu_cpu), sizing.format_bytes(16 * per_gpu_memory)) == ("10400m", "48Gi")
+    assert (
+        (quota["limits.cpu"], quota["limits.memory"])
+        == (sizing.format_cpu(16 * per_gpu_cpu), sizing.format_bytes(16 * per_gpu_memory))
+        == ("10400m", "48Gi")
+    )
 
     done = wait_status(tenant, cid, "Succeeded")
     assert done["exit_code"] == 0
     # nothing the API answers carries the value, to the tenant or the admin
-    reads = [tenant.call("GET", p) for p in ("/v1/containers", f"/v1/containers/{cid}", f"/v1/containers/{cid}/logs",
-                                             f"/v1/containers/{cid}/events", "/v1/secrets", "/v1/secrets/hf",
-                                             "/v1/registry-credentials")]
-    reads += [admin.call("GET", p) for p in ("/v1/admin/containers", "/v1/secrets?tenancy=paying",
-                                             "/v1/registry-credentials?tenancy=paying")]
+    reads = [
+        tenant.call("GET", p)
+        for p in (
+            "/v1/containers",
+            f"/v1/containers/{cid}",
+            f"/v1/containers/{cid}/logs",
+            f"/v1/containers/{cid}/events",
+            "/v1/secrets",
+            "/v1/secrets/hf",
+            "/v1/registry-credentials",
+        )
+    ]
+    reads += [
+        admin.call("GET", p)
+        for p in ("/v1/admin/containers", "/v1/secrets?tenancy=paying", "/v1/registry-credentials?tenancy=paying")
+    ]
     for status, out in reads:
         assert status == 200, out
         text = json.dumps(out)

@@ -16,10 +16,14 @@ from .conftest import allocation_mode
 
 _DRIFT = "replaced (PUT) only when the child drifts from its Tenancy; tests/tenancy_controller covers the repair"
 _NFS = "only for tenancies with NFS storage, which the end-to-end tenancies do not have"
-_FABRIC_RESET = ("a service VM restart (a fabric reset) flags the lost holders' leases and tells their pods; "
-                 "tests/fabric/test_service_vm_libvirtd.py covers it against the local cluster")
-_SECRETS = ("reading one secret, replacing and deleting it (the e2e run creates and lists); "
-            "tests/api/test_secrets_and_registry.py covers them against the local cluster")
+_FABRIC_RESET = (
+    "a service VM restart (a fabric reset) flags the lost holders' leases and tells their pods; "
+    "tests/fabric/test_service_vm_libvirtd.py covers it against the local cluster"
+)
+_SECRETS = (
+    "reading one secret, replacing and deleting it (the e2e run creates and lists); "
+    "tests/api/test_secrets_and_registry.py covers them against the local cluster"
+)
 _PEERING = "Kopf peering between replicas: the sandbox runs one controller --standalone, the chart's Deployment peers"
 
 #: Granted but not exercised by tests/e2e, with why the grant is still needed.
@@ -40,13 +44,16 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
         ("", "persistentvolumes", "delete"): _NFS,
         ("gpucaas.dev", "tenancies/finalizers", "update"): (
             "children set blockOwnerDeletion on their Tenancy: required where the OwnerReferencesPermissionEnforcement "
-            "admission plugin is on (not among the default admission plugins the sandbox runs)"),
+            "admission plugin is on (not among the default admission plugins the sandbox runs)"
+        ),
         ("rbac.authorization.k8s.io", "clusterroles", "bind"): (
             "kube-apiserver's RBAC escalation check asks for it when the controller binds the API's "
-            "tenant-secrets role in a tenant namespace, an internal authorisation check the audit log does not record"),
+            "tenant-secrets role in a tenant namespace, an internal authorisation check the audit log does not record"
+        ),
         ("rbac.authorization.k8s.io", "rolebindings", "update"): _DRIFT,
         ("rbac.authorization.k8s.io", "rolebindings", "delete"): (
-            "only when the API's Secret rights are turned off (the controller's api_service_account unset)"),
+            "only when the API's Secret rights are turned off (the controller's api_service_account unset)"
+        ),
         **{("kopf.dev", "clusterkopfpeerings", verb): _PEERING for verb in ("get", "list", "watch", "create", "patch")},
     },
     "api": {
@@ -56,7 +63,8 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
         ("", "pods/exec", "create"): (
             "kube-apiserver asks for it when an exec's WebSocket upgrade arrives (the request itself is a "
             "GET, which the audit log records; AuthorizePodWebsocketUpgradeCreatePermission, on by default in "
-            "v1.36), an internal authorisation check the audit log does not record"),
+            "v1.36), an internal authorisation check the audit log does not record"
+        ),
     },
     "scheduler-extender": {
         ("", "pods", "get"): "the pod is re-read only when its Binding conflicts",
@@ -70,8 +78,10 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
 }
 
 
-_BINDING = ("only with draDriver.bindingConditions (Kubernetes 1.36+ binding conditions); "
-            "tests/dra_driver covers the binding watcher")
+_BINDING = (
+    "only with draDriver.bindingConditions (Kubernetes 1.36+ binding conditions); "
+    "tests/dra_driver covers the binding watcher"
+)
 #: allocation.mode=dra grants the end-to-end run does not reach yet (added to NOT_EXERCISED only
 #: where the chart granted them, i.e. when the sandbox runs in DRA mode).
 DRA_NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
@@ -79,14 +89,17 @@ DRA_NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
         ("resource.k8s.io", "resourceclaimtemplates", "update"): _DRIFT,
         ("resource.k8s.io", "resourceclaimtemplates", "delete"): (
             "only when a Tenancy that does not own its namespace goes (else the namespace takes them); "
-            "tests/tenancy_controller/test_dra_claim_templates.py covers it"),
+            "tests/tenancy_controller/test_dra_claim_templates.py covers it"
+        ),
     },
     "dra-driver": {
         ("resource.k8s.io", "resourceslices", "delete"): (
-            "only for a slice the driver no longer wants (a changed pool layout or a renamed node)"),
+            "only for a slice the driver no longer wants (a changed pool layout or a renamed node)"
+        ),
         ("resource.k8s.io", "resourceclaims/status", "update"): _BINDING,
         ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"): (
-            _BINDING + "; a synthetic subresource kube-apiserver checks internally, which the audit log does not record"),
+            _BINDING + "; a synthetic subresource kube-apiserver checks internally, which the audit log does not record"
+        ),
     },
 }
 
@@ -153,8 +166,10 @@ def test_every_granted_permission_was_used(sandbox: runner.Sandbox) -> None:
     granted = _granted(_chart_cluster_side())
     used = _used(sandbox)
     excused = not_exercised(granted)
-    unused = {component: sorted(grants - used.get(component, set()) - set(excused.get(component, {})))
-              for component, grants in granted.items()}
+    unused = {
+        component: sorted(grants - used.get(component, set()) - set(excused.get(component, {})))
+        for component, grants in granted.items()
+    }
     unused = {c: u for c, u in unused.items() if u}
     assert not unused, f"granted by the chart but never used in the end-to-end run: {unused}"
     for component, reasons in excused.items():

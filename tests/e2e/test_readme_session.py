@@ -59,8 +59,9 @@ def test_the_readme_session_runs_as_written(sandbox: runner.Sandbox) -> None:
             line = line.replace("curl ", "curl -sS --fail-with-body ", 1)
             if line.endswith("/logs"):  # the log exists once the container runs
                 wait_status(Caller(sandbox, sandbox.tenant_token or ""), cid or "", "Running", "Succeeded")
-        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, cwd=ROOT,
-                              timeout=180, check=False)
+        done = subprocess.run(
+            ["bash", "-c", line], capture_output=True, text=True, env=env, cwd=ROOT, timeout=180, check=False
+        )
         assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
         if cid is None and line.startswith("curl ") and " -d " in line:
             cid = json.loads(done.stdout)["id"]

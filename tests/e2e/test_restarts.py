@@ -1,6 +1,6 @@
 """Killing a kubelet, a device plugin (the DRA driver in dra mode) or a fabric service mid-flight
 converges with nothing leaked: the running containers finish, new work placed after the restart
-runs, and every partition and lease is released. And issue 27's restarts under a running
+runs, and every partition and lease is released. And restarts under a running
 container: containerd, the device plugin (the DRA driver) and the kubelets restart, the
 container keeps running and keeps its GPUs, and the plugin registers again with the restarted
 kubelet, so new work gets GPUs too."""
@@ -26,8 +26,9 @@ IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 
 @pytest.mark.parametrize("service", ["kubelet", "device-plugin", "fabric"])
-def test_restart_mid_flight_converges(sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient,
-                                      service: str) -> None:
+def test_restart_mid_flight_converges(
+    sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient, service: str
+) -> None:
     tenant = tenant_factory(f"restart-{service}")
     ids = []
     for gpus in (2, 4):
@@ -58,15 +59,19 @@ def _held(admin: Tenant, pod: str) -> list[tuple[str, str, str]]:
     return sorted((g["node"], g["pci_address"], g["state"]) for g in gpus["data"] if g.get("pod") == pod)
 
 
-def test_restarts_lose_no_running_container_and_no_gpu(sandbox: runner.Sandbox, tenant: Tenant,
-                                                       admin: Tenant) -> None:
-    status, made = tenant.call("POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 2,
-                                                          "command": ["sleep", "600"]})
+def test_restarts_lose_no_running_container_and_no_gpu(sandbox: runner.Sandbox, tenant: Tenant, admin: Tenant) -> None:
+    status, made = tenant.call(
+        "POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 2, "command": ["sleep", "600"]}
+    )
     assert status == 202, made
     running = tenant.wait(made["id"], "Running")
     node, pod = running["node_name"], f"gpucaas-{made['id']}"
-    held = wait_for(lambda: (h := _held(admin, pod)) and len(h) == 2 and h, TIMEOUT, interval=0.3,
-                    what="the container's two GPUs leased")
+    held = wait_for(
+        lambda: (h := _held(admin, pod)) and len(h) == 2 and h,
+        TIMEOUT,
+        interval=0.3,
+        what="the container's two GPUs leased",
+    )
 
     plugin = node_service("device-plugin")
     sandbox.real_nodes[node].restart("containerd")

@@ -18,16 +18,23 @@ REGISTRY_PASSWORD = "nvapi-at-rest-8f03aa"
 def _etcd_raw(sandbox: runner.Sandbox, prefix: str) -> bytes:
     assert sandbox.cluster is not None
     etcdctl = str(sandbox.cluster.bin_dir / "etcdctl")
-    out = subprocess.run([etcdctl, "--endpoints", sandbox.cluster.etcd_url, "get", "--prefix", prefix],
-                         capture_output=True, check=True, timeout=60)
+    out = subprocess.run(
+        [etcdctl, "--endpoints", sandbox.cluster.etcd_url, "get", "--prefix", prefix],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
     return out.stdout
 
 
 def test_etcd_holds_no_tenant_secret_in_clear(sandbox: runner.Sandbox, tenant_factory, admin: Caller) -> None:
     tenant = tenant_factory("atrest")
     _created(tenant, "/v1/secrets", {"name": "hf", "value": SECRET_VALUE})
-    _created(tenant, "/v1/registry-credentials",
-             {"server": "nvcr.io", "username": "$oauthtoken", "password": REGISTRY_PASSWORD})
+    _created(
+        tenant,
+        "/v1/registry-credentials",
+        {"server": "nvcr.io", "username": "$oauthtoken", "password": REGISTRY_PASSWORD},
+    )
     raw = _etcd_raw(sandbox, "/registry/secrets/")
     keys = [line for line in raw.split(b"\n") if line.startswith(b"/registry/secrets/tenant-atrest/")]
     assert len(keys) >= 2, raw[:2000]  # the secret and the registry credential are there...

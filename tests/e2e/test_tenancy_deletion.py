@@ -41,18 +41,27 @@ def test_deleting_a_tenancy_frees_its_running_container(
     running = wait_status(tenant, cid, "Running")
     devices = wait_for(lambda: allocated_devices(sandbox, "tenant-doomed", running["pod_name"]), what="devices")
     holder = holder_of(sandbox, "tenant-doomed", running["pod_name"])
-    wait_for(lambda: any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
-             what="the partition to be active")
+    wait_for(
+        lambda: any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
+        what="the partition to be active",
+    )
 
     status, body = admin.call("DELETE", "/v1/admin/tenancies/doomed")
     assert status == 204, body
 
     wait_for(lambda: not _pod_exists(k8s, "tenant-doomed", running["pod_name"]), what="the pod to be gone")
-    wait_for(lambda: not any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
-             what="the partition to be released")
-    wait_for(lambda: all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s)
-                         if lz["spec"]["pciAddress"] in devices and lz["spec"]["node"] == running["node_name"]),
-             what="the GPUs' leases to be Free")
+    wait_for(
+        lambda: not any(a["holder"] == holder for acts in activations(sandbox).values() for a in acts),
+        what="the partition to be released",
+    )
+    wait_for(
+        lambda: all(
+            (lz.get("status") or {}).get("state") == "Free"
+            for lz in leases(k8s)
+            if lz["spec"]["pciAddress"] in devices and lz["spec"]["node"] == running["node_name"]
+        ),
+        what="the GPUs' leases to be Free",
+    )
     wait_for(lambda: _tenancy_cr(k8s, "doomed") is None, what="the Tenancy object to be gone")
     # the old token is gone with its tenancy; the record stays as history for the admin
     assert tenant.call("GET", f"/v1/containers/{cid}")[0] == 401

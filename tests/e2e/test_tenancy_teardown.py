@@ -21,8 +21,9 @@ def _gone(read, *args: str) -> bool:
     return False
 
 
-def test_deleting_a_tenancy_removes_its_namespace_and_pods(sandbox: runner.Sandbox, admin, tenant_factory,
-                                                          k8s: client.ApiClient) -> None:
+def test_deleting_a_tenancy_removes_its_namespace_and_pods(
+    sandbox: runner.Sandbox, admin, tenant_factory, k8s: client.ApiClient
+) -> None:
     tenant = tenant_factory("farewell")
     status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 1, "command": ["sleep", "600"]})
     assert status == 202, body
@@ -31,8 +32,10 @@ def test_deleting_a_tenancy_removes_its_namespace_and_pods(sandbox: runner.Sandb
     status, body = admin.call("PATCH", "/v1/admin/tenancies/farewell", {"gpu_quota": 8})
     assert status == 200, body
     custom = client.CustomObjectsApi(k8s)
-    wait_for(lambda: custom.get_cluster_custom_object(GROUP, VERSION, TENANCY_PLURAL, "farewell")["spec"]
-             ["gpuQuota"] == 8, what="the Tenancy to follow the new quota")
+    wait_for(
+        lambda: custom.get_cluster_custom_object(GROUP, VERSION, TENANCY_PLURAL, "farewell")["spec"]["gpuQuota"] == 8,
+        what="the Tenancy to follow the new quota",
+    )
     core = client.CoreV1Api(k8s)
     assert core.read_namespaced_pod(running["pod_name"], "tenant-farewell").metadata.name == running["pod_name"]
     # The controller waits for the tenancy's pods to be gone before removing its namespace.
@@ -42,8 +45,10 @@ def test_deleting_a_tenancy_removes_its_namespace_and_pods(sandbox: runner.Sandb
     wait_for(lambda: not core.list_namespaced_pod("tenant-farewell").items, what="the tenancy's pods to be gone")
     status, body = admin.call("DELETE", "/v1/admin/tenancies/farewell")
     assert status == 204, body
-    wait_for(lambda: _gone(custom.get_cluster_custom_object, GROUP, VERSION, TENANCY_PLURAL, "farewell"),
-             what="the Tenancy to be gone")
+    wait_for(
+        lambda: _gone(custom.get_cluster_custom_object, GROUP, VERSION, TENANCY_PLURAL, "farewell"),
+        what="the Tenancy to be gone",
+    )
     wait_for(lambda: _gone(core.read_namespace, "tenant-farewell"), what="the tenant namespace to be gone")
 
 
@@ -59,5 +64,10 @@ def test_admin_quarantines_and_releases_a_gpu(sandbox: runner.Sandbox, admin, k8
     assert status == 200, body
     status, body = admin.call("POST", f"{gpu}/release", {"skip_check": True})
     assert status == 200, body
-    wait_for(lambda: next(lz for lz in leases(k8s) if lz["metadata"]["name"] == lease["metadata"]["name"])
-             ["status"]["state"] == "Free", what="the GPU to be Free again")
+    wait_for(
+        lambda: (
+            next(lz for lz in leases(k8s) if lz["metadata"]["name"] == lease["metadata"]["name"])["status"]["state"]
+            == "Free"
+        ),
+        what="the GPU to be Free again",
+    )

@@ -1,8 +1,9 @@
-"""Issue 20's scenario on the sandbox, as a tenant lives it with caasctl only: register two
+"""A tenant's session on the sandbox, lived with caasctl only: register two
 webhooks (one receiver fails its first two deliveries), run a 2-GPU `ls /dev/vfio; sleep 3` with
 `caasctl run --follow` (log shown, exit code 0), see `caasctl usage` charge it 2 × about 3
-GPU-seconds from the container's own start and end as the kubelet reports them, and find `container.running` and `container.succeeded` at both receivers,
-each signed as docs/webhooks.md tells tenants to verify."""
+GPU-seconds from the container's own start and end as the kubelet reports them, and find
+`container.running` and `container.succeeded` at both receivers, each signed as
+docs/webhooks.md tells tenants to verify."""
 
 from __future__ import annotations
 
@@ -24,12 +25,17 @@ EVENTS = ("container.running", "container.succeeded")
 
 def test_a_tenants_session_run_usage_and_signed_webhooks(sandbox: runner.Sandbox, tenant_factory) -> None:
     tenant = tenant_factory("metered")
-    env = {**os.environ, "GPUCAAS_CONFIG": str(runner.caasctl_config_path(sandbox)), "GPUCAAS_TOKEN": tenant.token,
-           "COLUMNS": "200"}
+    env = {
+        **os.environ,
+        "GPUCAAS_CONFIG": str(runner.caasctl_config_path(sandbox)),
+        "GPUCAAS_TOKEN": tenant.token,
+        "COLUMNS": "200",
+    }
 
     def caasctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        return subprocess.run(
+            [str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     steady, flaky = Receiver().start(), Receiver(fail_first=2).start()
     try:
@@ -39,8 +45,9 @@ def test_a_tenants_session_run_usage_and_signed_webhooks(sandbox: runner.Sandbox
             assert made.returncode == 0, made.stderr
             secrets[receiver.url] = json.loads(made.stdout)["secret"]
 
-        ran = caasctl("run", "busybox:1.36", "--gpus", "2", "--follow", "--", "sh", "-c", "ls /dev/vfio; sleep 3",
-                      timeout=300)
+        ran = caasctl(
+            "run", "busybox:1.36", "--gpus", "2", "--follow", "--", "sh", "-c", "ls /dev/vfio; sleep 3", timeout=300
+        )
         assert ran.returncode == 0, ran.stderr
         # the container's log, followed to its end: its two GPUs' IOMMU groups and the vfio container node
         listed = ran.stdout.split()
@@ -50,8 +57,9 @@ def test_a_tenants_session_run_usage_and_signed_webhooks(sandbox: runner.Sandbox
         def charged() -> dict | None:
             got = caasctl("usage", "--group-by", "container", "-o", "json")
             assert got.returncode == 0, got.stderr
-            return next((r for r in json.loads(got.stdout)["data"] if r["container_id"] == cid and not r["running"]),
-                        None)
+            return next(
+                (r for r in json.loads(got.stdout)["data"] if r["container_id"] == cid and not r["running"]), None
+            )
 
         row = wait_for(charged, what="the run's usage record")
         assert row["gpus"] == 2 and row["nvlink_partition_size"] == 2 and row["end_source"] == "pod"
@@ -61,8 +69,11 @@ def test_a_tenants_session_run_usage_and_signed_webhooks(sandbox: runner.Sandbox
         assert table.returncode == 0 and "GPU-SECONDS" in table.stdout
 
         for receiver in (steady, flaky):
-            wait_for(lambda r=receiver: all(r.received(e) for e in EVENTS), timeout=180,
-                     what=f"both events delivered to {receiver.url}")
+            wait_for(
+                lambda r=receiver: all(r.received(e) for e in EVENTS),
+                timeout=180,
+                what=f"both events delivered to {receiver.url}",
+            )
             for event_type in EVENTS:
                 got = receiver.received(event_type)[0]
                 assert got.event["data"]["container"]["id"] == cid

@@ -49,6 +49,7 @@ def test_a_file_written_to_a_volume_is_read_by_a_later_container_and_no_other_te
         status, body = tenant.call("GET", "/v1/volumes/shared")
         assert status == 200, body
         return body if body["status"] == "Bound" else None
+
     assert waiting.wait_for(bound, TIMEOUT, interval=0.3, what="the volume bound")["size"] == "64Mi"
     claim = core.read_namespaced_persistent_volume_claim("gpucaas-volume-shared", "tenant-realnode")
     pv = core.read_persistent_volume(claim.spec.volume_name)
@@ -65,15 +66,29 @@ def test_a_file_written_to_a_volume_is_read_by_a_later_container_and_no_other_te
     assert hard["gpucaas-volumes.storageclass.storage.k8s.io/persistentvolumeclaims"] == str(page["max_volumes"])
 
     # a container writes a file to it (as the tenants' non-root user) ...
-    wrote = tenant.caasctl("run", "busybox:1.36", "--volume", "shared:/data", "--",
-                           "sh", "-c", "echo written-by-the-first > /data/note && id -u")
+    wrote = tenant.caasctl(
+        "run",
+        "busybox:1.36",
+        "--volume",
+        "shared:/data",
+        "--",
+        "sh",
+        "-c",
+        "echo written-by-the-first > /data/note && id -u",
+    )
     assert wrote.returncode == 0, (wrote.stdout, wrote.stderr)
     assert wrote.stdout.split()[-1] != "0"
 
     # ... a later one of the same tenancy reads it, mounted read-only
-    status, reader = tenant.call("POST", "/v1/containers", {
-        "image": "busybox:1.36", "volumes": [{"name": "shared", "mount_path": "/in", "read_only": True}],
-        "command": ["sh", "-c", "cat /in/note; touch /in/other 2>/dev/null && echo writable || echo read-only"]})
+    status, reader = tenant.call(
+        "POST",
+        "/v1/containers",
+        {
+            "image": "busybox:1.36",
+            "volumes": [{"name": "shared", "mount_path": "/in", "read_only": True}],
+            "command": ["sh", "-c", "cat /in/note; touch /in/other 2>/dev/null && echo writable || echo read-only"],
+        },
+    )
     assert status == 202, reader
     assert reader["volumes"] == [{"name": "shared", "mount_path": "/in", "read_only": True}]
     _finished(tenant, reader["id"])
@@ -84,17 +99,26 @@ def test_a_file_written_to_a_volume_is_read_by_a_later_container_and_no_other_te
         theirs, missing = other.call(method, "/v1/volumes/shared"), other.call(method, "/v1/volumes/absent")
         assert theirs[0] == missing[0] == 404, (theirs, missing)
         assert theirs[1]["detail"] == missing[1]["detail"].replace("absent", "shared")
-    status, body = other.call("POST", "/v1/containers", {
-        "image": "busybox:1.36", "volumes": [{"name": "shared", "mount_path": "/steal"}], "command": ["true"]})
+    status, body = other.call(
+        "POST",
+        "/v1/containers",
+        {"image": "busybox:1.36", "volumes": [{"name": "shared", "mount_path": "/steal"}], "command": ["true"]},
+    )
     assert status == 422 and "volume 'shared' not found" in body["detail"], body
     stolen = other.caasctl("run", "busybox:1.36", "--volume", "shared:/steal", "--", "cat", "/steal/note")
     assert stolen.returncode == 1 and "volume 'shared' not found" in stolen.stderr, stolen.stderr
     assert other.call("GET", "/v1/volumes")[1]["data"] == []
 
     # in use: not deleted; once the container has ended: deleted, and its storage with it
-    status, holder = tenant.call("POST", "/v1/containers", {
-        "image": "busybox:1.36", "volumes": [{"name": "shared", "mount_path": "/data"}],
-        "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"]})  # ends as soon as it is cancelled
+    status, holder = tenant.call(
+        "POST",
+        "/v1/containers",
+        {
+            "image": "busybox:1.36",
+            "volumes": [{"name": "shared", "mount_path": "/data"}],
+            "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"],
+        },
+    )  # ends as soon as it is cancelled
     assert status == 202, holder
     tenant.wait(holder["id"], "Running")
     refused = tenant.caasctl("volumes", "delete", "shared")
@@ -106,4 +130,5 @@ def test_a_file_written_to_a_volume_is_read_by_a_later_container_and_no_other_te
 
     def removed() -> bool:
         return tenant.call("GET", "/v1/volumes/shared")[0] == 404 and not directory.exists()
+
     waiting.wait_for(removed, TIMEOUT, interval=0.3, what="the claim, its volume and its directory gone")

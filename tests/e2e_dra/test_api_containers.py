@@ -46,24 +46,25 @@ def test_containers_of_every_size_run_on_claimed_partitions(dra_sandbox: runner.
 
     ids: dict[int, str] = {}
     for gpus in SIZES:
-        status, body = tenant.call("POST", "/v1/containers",
-                                   {"image": IMAGE, "gpus": gpus, "command": ["sleep", "3"]})
+        status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": gpus, "command": ["sleep", "3"]})
         assert status == 202, body
         ids[gpus] = body["id"]
 
     seen: dict[str, dict[str, Any]] = {}
 
     def allocations() -> dict[str, dict[str, Any]]:
-        for claim in custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace,
-                                                          "resourceclaims")["items"]:
+        for claim in custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims")[
+            "items"
+        ]:
             if _gpus_of(claim):
                 seen[claim["metadata"]["name"]] = claim
         return seen
 
     def finished() -> bool:
         allocations()
-        return all(container_status(tenant, cid)["status"] in ("Succeeded", "Failed", "Cancelled")
-                   for cid in ids.values())
+        return all(
+            container_status(tenant, cid)["status"] in ("Succeeded", "Failed", "Cancelled") for cid in ids.values()
+        )
 
     wait_for(finished, 240, interval=0.5, what="every container to finish")
     for gpus, cid in ids.items():
@@ -79,8 +80,9 @@ def test_containers_of_every_size_run_on_claimed_partitions(dra_sandbox: runner.
         assert owner_pod, claim["metadata"]
         template = (claim["metadata"].get("annotations") or {}).get("resource.kubernetes.io/pod-claim-name", "gpus")
         assert template == "gpus"
-        claims_by_template.setdefault(claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
-                                      []).append(claim)
+        claims_by_template.setdefault(claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"], []).append(
+            claim
+        )
     assert sorted(len(v) for v in claims_by_template.values()) == [1, 1, 1, 1]
     for gpus in SIZES:
         cls = dra.device_class_name(gpus)
@@ -90,27 +92,41 @@ def test_containers_of_every_size_run_on_claimed_partitions(dra_sandbox: runner.
 
 def _slice_devices(custom: client.CustomObjectsApi, node: str) -> set[str]:
     slices = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
-    return {d["name"] for s in slices if s["spec"].get("nodeName") == node and s["spec"]["driver"] == dra.DRIVER
-            for d in s["spec"].get("devices") or []}
+    return {
+        d["name"]
+        for s in slices
+        if s["spec"].get("nodeName") == node and s["spec"]["driver"] == dra.DRIVER
+        for d in s["spec"].get("devices") or []
+    }
 
 
-def test_kube_scheduler_writes_the_allocation_of_a_driver_device(dra_sandbox: runner.Sandbox,
-                                                                  k8s: client.ApiClient) -> None:
+def test_kube_scheduler_writes_the_allocation_of_a_driver_device(
+    dra_sandbox: runner.Sandbox, k8s: client.ApiClient
+) -> None:
     """A running container's claim was allocated by kube-scheduler itself (its field manager owns
     ``status.allocation``), naming a partition device of the driver's slices on the pod's node."""
     tenant = _tenant(dra_sandbox, "dra-owner")
     namespace = "tenant-dra-owner"
     custom = client.CustomObjectsApi(k8s)
-    wait_for(lambda: custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace,
-                                                          "resourceclaimtemplates")["items"],
-             what="the tenancy's claim templates")
+    wait_for(
+        lambda: custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaimtemplates")[
+            "items"
+        ],
+        what="the tenancy's claim templates",
+    )
     status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "30"]})
     assert status == 202, body
     wait_for(lambda: container_status(tenant, body["id"])["status"] == "Running", 180, what="the container Running")
-    (claim,) = [c for c in custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace,
-                                                                 "resourceclaims")["items"] if _gpus_of(c)]
-    managers = {m["manager"] for m in claim["metadata"]["managedFields"]
-                if m.get("subresource") == "status" and "f:allocation" in (m.get("fieldsV1") or {}).get("f:status", {})}
+    (claim,) = [
+        c
+        for c in custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims")["items"]
+        if _gpus_of(c)
+    ]
+    managers = {
+        m["manager"]
+        for m in claim["metadata"]["managedFields"]
+        if m.get("subresource") == "status" and "f:allocation" in (m.get("fieldsV1") or {}).get("f:status", {})
+    }
     assert managers == {"kube-scheduler"}, claim["metadata"]["managedFields"]
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert result["driver"] == dra.DRIVER

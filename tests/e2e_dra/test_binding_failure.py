@@ -54,16 +54,21 @@ def _unscored_template(custom: client.CustomObjectsApi, gpus: int) -> str:
 
 def _claims_held_on(custom: client.CustomObjectsApi, node: str) -> list[dict[str, Any]]:
     claims = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")["items"]
-    return [r for c in claims for r in ((((c.get("status") or {}).get("allocation") or {})
-                                         .get("devices") or {}).get("results") or []) if r["pool"] == node]
+    return [
+        r
+        for c in claims
+        for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or [])
+        if r["pool"] == node
+    ]
 
 
 def _devices_of(core: client.CoreV1Api, custom: client.CustomObjectsApi, pod: str) -> tuple[str, list[str]]:
     """(node, devices allocated to the pod's claim)."""
     p = core.read_namespaced_pod(pod, NS)
     (status,) = p.status.resource_claim_statuses
-    claim = custom.get_namespaced_custom_object("resource.k8s.io", "v1", NS, "resourceclaims",
-                                                status.resource_claim_name)
+    claim = custom.get_namespaced_custom_object(
+        "resource.k8s.io", "v1", NS, "resourceclaims", status.resource_claim_name
+    )
     return p.spec.node_name, [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
 
 
@@ -100,8 +105,10 @@ def _blocked(sandbox: runner.Sandbox, k8s: client.ApiClient) -> Iterator[None]:
     node_a = next(n for n in sandbox.nodes if n.name == "gpu-node-a")
 
     def both_boards_whole() -> bool:
-        return all(set(offered_partitions(k8s, n)) == ALL_PARTITIONS and not _claims_held_on(custom, n)
-                   for n in ("gpu-node-a", "gpu-node-b"))
+        return all(
+            set(offered_partitions(k8s, n)) == ALL_PARTITIONS and not _claims_held_on(custom, n)
+            for n in ("gpu-node-a", "gpu-node-b")
+        )
 
     wait_for(both_boards_whole, timeout=180, what="both boards whole and offered")
     with FabricClient(node_a.fabric_socket, timeout=10) as fc:
@@ -111,10 +118,16 @@ def _blocked(sandbox: runner.Sandbox, k8s: client.ApiClient) -> Iterator[None]:
     finally:
         with FabricClient(node_a.fabric_socket, timeout=10) as fc:
             fc.release(BLOCKER)
-    wait_for(lambda: set(offered_partitions(k8s, "gpu-node-a")) == ALL_PARTITIONS, timeout=120,
-             what="gpu-node-a offering every partition once the holder let go")
-    wait_for(lambda: not [a for acts in activations(sandbox).values() for a in acts
-                          if a["holder"].startswith("claim:")], timeout=120, what="no partition held by a claim")
+    wait_for(
+        lambda: set(offered_partitions(k8s, "gpu-node-a")) == ALL_PARTITIONS,
+        timeout=120,
+        what="gpu-node-a offering every partition once the holder let go",
+    )
+    wait_for(
+        lambda: not [a for acts in activations(sandbox).values() for a in acts if a["holder"].startswith("claim:")],
+        timeout=120,
+        what="no partition held by a claim",
+    )
 
 
 def _delete_now(core: client.CoreV1Api, *pods: str) -> None:
@@ -124,8 +137,11 @@ def _delete_now(core: client.CoreV1Api, *pods: str) -> None:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-    wait_for(lambda: not [p for p in core.list_namespaced_pod(NS).items if p.metadata.name in pods],
-             timeout=120, what=f"pods {pods} gone")
+    wait_for(
+        lambda: not [p for p in core.list_namespaced_pod(NS).items if p.metadata.name in pods],
+        timeout=120,
+        what=f"pods {pods} gone",
+    )
 
 
 def _running(core: client.CoreV1Api, pod: str) -> bool:
@@ -135,18 +151,25 @@ def _running(core: client.CoreV1Api, pod: str) -> bool:
 
 
 def test_a_partition_held_by_another_holder_is_not_offered_and_claims_go_where_it_works(
-        dra_sandbox: runner.Sandbox, k8s: client.ApiClient) -> None:
+    dra_sandbox: runner.Sandbox, k8s: client.ApiClient
+) -> None:
     core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
     ensure_namespace(core, custom, NS, sizes=())
     eight, four = _unscored_template(custom, 8), _unscored_template(custom, 4)
     with _blocked(dra_sandbox, k8s), _conditions_seen(custom) as seen:
         # the driver offers no partition with GPU 1 on gpu-node-a any more (tainted held-on-fabric), and
         # every other one
-        wait_for(lambda: set(offered_partitions(k8s, "gpu-node-a")) == FREE_OF_THE_BLOCKER, timeout=60,
-                 what="gpu-node-a's slice without the partitions of the held GPU")
+        wait_for(
+            lambda: set(offered_partitions(k8s, "gpu-node-a")) == FREE_OF_THE_BLOCKER,
+            timeout=60,
+            what="gpu-node-a's slice without the partitions of the held GPU",
+        )
         # gpu-node-b offers everything once the GPUs earlier tests used are released and checked
-        wait_for(lambda: set(offered_partitions(k8s, "gpu-node-b")) == ALL_PARTITIONS, timeout=120,
-                 what="gpu-node-b's slice with every partition")
+        wait_for(
+            lambda: set(offered_partitions(k8s, "gpu-node-b")) == ALL_PARTITIONS,
+            timeout=120,
+            what="gpu-node-b's slice with every partition",
+        )
         try:
             for name, template in (("eight", eight), ("four", four)):
                 pod = dra_pod(name, 8 if name == "eight" else 4, seconds=3600)
@@ -166,8 +189,9 @@ def test_a_partition_held_by_another_holder_is_not_offered_and_claims_go_where_i
     assert not [s for s in seen if s[1] == dra.BINDING_FAILURE_CONDITION], seen
 
 
-def test_the_extender_sends_a_gpucaas_claim_past_the_blocked_board(dra_sandbox: runner.Sandbox,
-                                                                   k8s: client.ApiClient) -> None:
+def test_the_extender_sends_a_gpucaas_claim_past_the_blocked_board(
+    dra_sandbox: runner.Sandbox, k8s: client.ApiClient
+) -> None:
     """With gpucaas' own template the prioritize-only extender, which sees the blocker's
     partition in gpu-node-a's FabricState, scores gpu-node-b best too: the pod runs there."""
     core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
@@ -177,16 +201,23 @@ def test_the_extender_sends_a_gpucaas_claim_past_the_blocked_board(dra_sandbox: 
         """The extender's own view (GET /v1/nodes): gpu-node-a no longer has 8 GPUs free, and
         gpu-node-b has all 8."""
         assert dra_sandbox.extender_url is not None
-        with urllib.request.urlopen(f"{dra_sandbox.extender_url}/v1/nodes", timeout=10) as resp:  # noqa: S310
+        with urllib.request.urlopen(f"{dra_sandbox.extender_url}/v1/nodes", timeout=10) as resp:
             nodes = {n["node"]: n for n in json.load(resp)["nodes"]}
-        return ("gpu-node-a" in nodes and len(nodes["gpu-node-a"]["free"]) < 8
-                and "gpu-node-b" in nodes and len(nodes["gpu-node-b"]["free"]) == 8)
+        return (
+            "gpu-node-a" in nodes
+            and len(nodes["gpu-node-a"]["free"]) < 8
+            and "gpu-node-b" in nodes
+            and len(nodes["gpu-node-b"]["free"]) == 8
+        )
 
     with _blocked(dra_sandbox, k8s), _conditions_seen(custom) as seen:
         wait_for(extender_sees_the_blocker, timeout=180, what="the extender to see the blocker")
         core.create_namespaced_pod(NS, dra_pod("eight-scored", 8, seconds=2))
-        wait_for(lambda: core.read_namespaced_pod("eight-scored", NS).status.phase in ("Succeeded", "Failed"),
-                 timeout=240, what="the 8-GPU pod to finish")
+        wait_for(
+            lambda: core.read_namespaced_pod("eight-scored", NS).status.phase in ("Succeeded", "Failed"),
+            timeout=240,
+            what="the 8-GPU pod to finish",
+        )
     pod = core.read_namespaced_pod("eight-scored", NS)
     assert pod.status.phase == "Succeeded"
     assert pod.spec.node_name == "gpu-node-b"

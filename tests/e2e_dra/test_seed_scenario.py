@@ -48,8 +48,9 @@ def _overlaps(claims: list[dict[str, Any]]) -> list[str]:
     return bad
 
 
-def test_pods_of_every_size_run_on_whole_partitions_without_overlap(dra_sandbox: runner.Sandbox,
-                                                                    k8s: client.ApiClient) -> None:
+def test_pods_of_every_size_run_on_whole_partitions_without_overlap(
+    dra_sandbox: runner.Sandbox, k8s: client.ApiClient
+) -> None:
     core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
     ensure_namespace(core, custom, NS, sizes=(1, 2, 4, 8))
     overlaps: list[str] = []
@@ -73,8 +74,11 @@ def test_pods_of_every_size_run_on_whole_partitions_without_overlap(dra_sandbox:
         core.create_namespaced_pod(NS, dra_pod(name, n, seconds=3))
     try:
         for name in names:
-            wait_for(lambda name=name: core.read_namespaced_pod(name, NS).status.phase in ("Succeeded", "Failed"),
-                     timeout=300, what=f"pod {name} to finish")
+            wait_for(
+                lambda name=name: core.read_namespaced_pod(name, NS).status.phase in ("Succeeded", "Failed"),
+                timeout=300,
+                what=f"pod {name} to finish",
+            )
     finally:
         stop.set()
         watcher.join(timeout=10)
@@ -105,8 +109,11 @@ def test_pods_of_every_size_run_on_whole_partitions_without_overlap(dra_sandbox:
 
     # the claims of finished pods are deleted and no partition stays active for a claim
     wait_for(lambda: not _claims(custom), timeout=60, what="the generated claims to be deleted")
-    wait_for(lambda: not [a for acts in activations(dra_sandbox).values() for a in acts
-                          if a["holder"].startswith("claim:")], timeout=60, what="every claim's partition released")
+    wait_for(
+        lambda: not [a for acts in activations(dra_sandbox).values() for a in acts if a["holder"].startswith("claim:")],
+        timeout=60,
+        what="every claim's partition released",
+    )
 
     # GPU leases followed the claims: each pod's GPUs were leased to it, and after Unprepare
     # every GPU went through the firmware check back to Free
@@ -116,9 +123,16 @@ def test_pods_of_every_size_run_on_whole_partitions_without_overlap(dra_sandbox:
         return items if ok else None
 
     leases = wait_for(leases_settled, timeout=120, what="every GPU lease Free again")
-    held_by = {(h.get("namespace"), h.get("pod"), h.get("check"))
-               for lz in leases for h in (lz.get("status") or {}).get("history") or []}
+    held_by = {
+        (h.get("namespace"), h.get("pod"), h.get("check"))
+        for lz in leases
+        for h in (lz.get("status") or {}).get("history") or []
+    }
     for name, n in zip(names, SIZES, strict=True):
-        entries = [lz for lz in leases for h in (lz.get("status") or {}).get("history") or []
-                   if (h.get("namespace"), h.get("pod"), h.get("check")) == (NS, name, "Passed")]
+        entries = [
+            lz
+            for lz in leases
+            for h in (lz.get("status") or {}).get("history") or []
+            if (h.get("namespace"), h.get("pod"), h.get("check")) == (NS, name, "Passed")
+        ]
         assert len(entries) == n, (name, held_by)

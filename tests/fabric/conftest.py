@@ -65,8 +65,9 @@ def missing_prerequisite(why: str) -> NoReturn:
     installs both, so their absence there is a broken set-up, not a reason to skip.
     Elsewhere (a developer's machine without them) the test skips, saying why."""
     if os.environ.get("CI"):
-        pytest.fail(f"{why} (CI is set: the libvirtd tests must run; `make test` installs their prerequisites)",
-                    pytrace=False)
+        pytest.fail(
+            f"{why} (CI is set: the libvirtd tests must run; `make test` installs their prerequisites)", pytrace=False
+        )
     pytest.skip(why)
 
 

@@ -20,14 +20,22 @@ GPUCAAS = str(Path(sys.executable).parent / "gpucaas")
 
 def test_cli_serves_and_stops(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, hgx_board: FakeBoard) -> None:
     sock = tmp_path_factory.mktemp("cli") / "fabric.sock"
-    env = {**os.environ, "GPUCAAS_FABRIC_SOCKET": str(sock), "GPUCAAS_FABRIC_STATE_DIR": str(tmp_path / "st"),
-           "GPUCAAS_FABRIC_FM_BACKEND": "simulator", "GPUCAAS_FABRIC_BOARD": str(hgx_board.root),
-           "GPUCAAS_FABRIC_SYSFS_ROOT": str(hgx_board.sysfs),
-           "GPUCAAS_FABRIC_VM_ENABLED": "false", "GPUCAAS_FABRIC_PUBLISH": "false"}
-    proc = subprocess.Popen([GPUCAAS, "fabric", "--node-name", "n1"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "GPUCAAS_FABRIC_SOCKET": str(sock),
+        "GPUCAAS_FABRIC_STATE_DIR": str(tmp_path / "st"),
+        "GPUCAAS_FABRIC_FM_BACKEND": "simulator",
+        "GPUCAAS_FABRIC_BOARD": str(hgx_board.root),
+        "GPUCAAS_FABRIC_SYSFS_ROOT": str(hgx_board.sysfs),
+        "GPUCAAS_FABRIC_VM_ENABLED": "false",
+        "GPUCAAS_FABRIC_PUBLISH": "false",
+    }
+    proc = subprocess.Popen(
+        [GPUCAAS, "fabric", "--node-name", "n1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         with FabricClient(sock, timeout=10) as c:
+
             def serving() -> dict | None:
                 try:
                     return c.health()
@@ -37,8 +45,7 @@ def test_cli_serves_and_stops(tmp_path: Path, tmp_path_factory: pytest.TempPathF
                     return None
 
             health = wait_for(serving, 120, what="gpucaas fabric to serve its socket")
-            assert health["fabric_manager"] == {"reachable": True, "backend": "simulator", "message": "",
-                                                "replays": 0}
+            assert health["fabric_manager"] == {"reachable": True, "backend": "simulator", "message": "", "replays": 0}
             assert c.activate(holder(1, 2), pcis(1, 2))["partition_ids"] == [7, 8]
             # The GPUs were reset through sysfs before their partitions were activated.
             assert hgx_board.reset_log() == {p: 1 for p in pcis(1, 2)}
@@ -55,8 +62,12 @@ def test_cli_serves_and_stops(tmp_path: Path, tmp_path_factory: pytest.TempPathF
 
 
 def test_cli_rejects_bad_settings(tmp_path: Path) -> None:
-    res = subprocess.run([GPUCAAS, "fabric", "--domain-type", "xen", "--fm-backend", "simulator",
-                          "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [GPUCAAS, "fabric", "--domain-type", "xen", "--fm-backend", "simulator", "--state-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode != 0
     assert "--domain-type" in res.stdout + res.stderr  # the flag generated from the domain_type field
 
@@ -80,4 +91,5 @@ def test_nvfm_forced_with_a_missing_library_path_names_it(tmp_path: Path) -> Non
     assert res.stderr.strip().splitlines() == [
         f"gpucaas fabric: libnvfm not found at {tmp_path / 'libnvfm.so.1'}: install NVIDIA's libnvfm1 "
         "(Fabric Manager SDK, the driver branch of the service VM's nv-fabricmanager) on the node or set "
-        "GPUCAAS_FABRIC_FM_LIBRARY to it; for development only, set GPUCAAS_FABRIC_FM_BACKEND=simulator"]
+        "GPUCAAS_FABRIC_FM_LIBRARY to it; for development only, set GPUCAAS_FABRIC_FM_BACKEND=simulator"
+    ]

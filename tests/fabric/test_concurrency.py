@@ -32,7 +32,7 @@ def race(n: int, fn: Callable[[int], object]) -> list[object]:
         barrier.wait()
         try:
             out[i] = fn(i)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the caller's outcome, whatever it is
             out[i] = exc
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
@@ -103,8 +103,10 @@ def test_failure_midway_rolls_back(tmp_path, tmp_path_factory) -> None:
     fm = FailOnNthActivate(fabric, n=3)
     with ActivationStore(tmp_path / "s") as store:
         service = PartitionService(fm, store)
-        with UnixServer(create_app(service), tmp_path_factory.mktemp("s") / "f.sock") as srv, \
-                FabricClient(srv.socket_path) as c:
+        with (
+            UnixServer(create_app(service), tmp_path_factory.mktemp("s") / "f.sock") as srv,
+            FabricClient(srv.socket_path) as c,
+        ):
             with pytest.raises(FabricUnavailable):
                 c.activate("three", pcis(1, 2, 3))  # singles 7, 8 activated, 9 fails
             assert fabric.active_partition_ids() == frozenset()  # 7 and 8 rolled back
@@ -210,6 +212,7 @@ def _connect_once(client: FabricClient) -> str:
 
 def test_the_service_accepts_a_burst_larger_than_the_default_backlog(api: UnixServer) -> None:
     """Thirty-two callers at once (kubelet, lease agents, admins): none is turned away."""
+
     def go(_i: int) -> object:
         with FabricClient(api.socket_path, timeout=60) as c:
             return c.health()

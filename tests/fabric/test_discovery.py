@@ -9,8 +9,11 @@ from services.fabric.discovery import discover_fabric_devices, normalize_bdf
 from services.fabric.errors import DiscoveryError
 
 
-@pytest.mark.parametrize(("variant", "groups", "shared"), [("dgx", 5, False), ("supermicro", 1, True)],
-                         ids=["dgx-separate-groups", "supermicro-shared-group"])
+@pytest.mark.parametrize(
+    ("variant", "groups", "shared"),
+    [("dgx", 5, False), ("supermicro", 1, True)],
+    ids=["dgx-separate-groups", "supermicro-shared-group"],
+)
 def test_finds_switches_and_memory_controller(tmp_path, variant: str, groups: int, shared: bool) -> None:
     board = build_hgx_h100(tmp_path / "n", variant=variant)
     found = discover_fabric_devices(board.sysfs)
@@ -22,8 +25,9 @@ def test_finds_switches_and_memory_controller(tmp_path, variant: str, groups: in
 
 
 def test_configured_addresses_win(hgx_board: FakeBoard) -> None:
-    found = discover_fabric_devices(hgx_board.sysfs, nvswitches=["05:00.0", "0000:06:00.0"],
-                                    memory_controller="03:00.1")
+    found = discover_fabric_devices(
+        hgx_board.sysfs, nvswitches=["05:00.0", "0000:06:00.0"], memory_controller="03:00.1"
+    )
     assert [d.bdf for d in found.nvswitches] == ["0000:05:00.0", "0000:06:00.0"]
     assert found.memory_controller.bdf == MEMORY_CONTROLLER_BDF
 

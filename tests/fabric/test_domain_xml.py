@@ -13,7 +13,7 @@ from gpucaas.devtools.fake_sysfs import MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, bu
 from services.fabric.discovery import discover_fabric_devices
 from services.fabric.domain_xml import CHANNEL_NAME, DomainSpec, build_domain_xml, hostdev_addresses, spec_hash
 from services.fabric.errors import DomainXMLError
-from services.fabric.runtime import domain_spec, passthrough_devices
+from services.fabric.main import domain_spec, passthrough_devices
 from services.fabric.service_vm import BackoffPolicy, ServiceVM
 from services.fabric.settings import FabricSettings
 from vm_images.domain import template_text
@@ -22,8 +22,15 @@ ALL = (*NVSWITCH_BDFS, MEMORY_CONTROLLER_BDF)
 
 
 def spec(**kw) -> DomainSpec:
-    base = dict(name="gpucaas-fabric-t", domain_type="qemu", vcpus=2, memory_mib=1024, hostdevs=ALL,
-                disk_image="/var/lib/gpucaas/fabric/service-vm.qcow2", node="node-a")
+    base = dict(
+        name="gpucaas-fabric-t",
+        domain_type="qemu",
+        vcpus=2,
+        memory_mib=1024,
+        hostdevs=ALL,
+        disk_image="/var/lib/gpucaas/fabric/service-vm.qcow2",
+        node="node-a",
+    )
     return DomainSpec(**{**base, **kw})
 
 
@@ -56,8 +63,9 @@ def test_builder_fills_the_template() -> None:
 
 
 def test_kvm_gets_host_cpu_and_direct_boot() -> None:
-    xml = build_domain_xml(spec(domain_type="kvm", disk_image=None, kernel="/k", initrd="/i",
-                                cmdline="console=ttyS0"), template_text())
+    xml = build_domain_xml(
+        spec(domain_type="kvm", disk_image=None, kernel="/k", initrd="/i", cmdline="console=ttyS0"), template_text()
+    )
     root = ET.fromstring(xml)
     assert root.find("cpu").get("mode") == "host-passthrough"
     assert root.findtext("os/kernel") == "/k" and root.findtext("os/initrd") == "/i"
@@ -65,8 +73,7 @@ def test_kvm_gets_host_cpu_and_direct_boot() -> None:
 
 
 def test_unix_channel_for_the_fm_api() -> None:
-    root = ET.fromstring(build_domain_xml(spec(fm_channel="unix", fm_channel_socket="/run/fm.sock"),
-                                          template_text()))
+    root = ET.fromstring(build_domain_xml(spec(fm_channel="unix", fm_channel_socket="/run/fm.sock"), template_text()))
     ch = root.find("devices/channel")
     assert ch.get("type") == "unix" and ch.find("source").get("path") == "/run/fm.sock"
     assert ch.find("target").get("name") == CHANNEL_NAME
@@ -108,9 +115,15 @@ def test_bad_template() -> None:
 @pytest.mark.parametrize("variant", ["dgx", "supermicro"])
 def test_defined_and_started_on_the_test_driver(tmp_path: Path, test_conn, variant: str) -> None:
     board = build_hgx_h100(tmp_path / "n", variant=variant)
-    settings = FabricSettings(sysfs_root=board.sysfs, domain_type="test", domain_name=f"fab-{variant}",
-                              libvirt_uri="test:///default", fm_channel="unix", disk_image=tmp_path / "d.qcow2",
-                              fm_channel_socket=tmp_path / "fm.sock")
+    settings = FabricSettings(
+        sysfs_root=board.sysfs,
+        domain_type="test",
+        domain_name=f"fab-{variant}",
+        libvirt_uri="test:///default",
+        fm_channel="unix",
+        disk_image=tmp_path / "d.qcow2",
+        fm_channel_socket=tmp_path / "fm.sock",
+    )
     devs = passthrough_devices(settings)
     assert devs == ALL
     vm = ServiceVM("test:///default", domain_spec(settings, devs), template_text())
@@ -142,12 +155,12 @@ def test_existing_domain_is_reused_not_duplicated(test_conn) -> None:
         assert second.domain_id() == dom_id
         assert [d.name() for d in test_conn.listAllDomains()].count("fab-reuse") == 1
         # A changed spec redefines the same domain (same UUID), not a second one.
-        third = ServiceVM("test:///default", spec(name="fab-reuse", domain_type="test", vcpus=3),
-                          template_text())
+        third = ServiceVM("test:///default", spec(name="fab-reuse", domain_type="test", vcpus=3), template_text())
         third.ensure_defined()
         assert test_conn.lookupByName("fab-reuse").UUIDString() == uuid
-        assert spec_hash(test_conn.lookupByName("fab-reuse").XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)) \
-            == spec_hash(third.xml)
+        assert spec_hash(test_conn.lookupByName("fab-reuse").XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)) == spec_hash(
+            third.xml
+        )
         third.close()
     finally:
         first.undefine()
@@ -157,8 +170,13 @@ def test_existing_domain_is_reused_not_duplicated(test_conn) -> None:
 
 def test_crash_is_restarted_with_backoff(test_conn) -> None:
     calls: list[int] = []
-    vm = ServiceVM("test:///default", spec(name="fab-crash", domain_type="test"), template_text(),
-                   backoff=BackoffPolicy(initial_s=0.01, max_s=0.04), on_restarted=lambda: calls.append(1))
+    vm = ServiceVM(
+        "test:///default",
+        spec(name="fab-crash", domain_type="test"),
+        template_text(),
+        backoff=BackoffPolicy(initial_s=0.01, max_s=0.04),
+        on_restarted=lambda: calls.append(1),
+    )
     try:
         vm.start()
         assert vm.check_once() is False  # running, nothing to do
@@ -178,8 +196,12 @@ def test_crash_is_restarted_with_backoff(test_conn) -> None:
 
 
 def test_undefined_domain_is_redefined(test_conn) -> None:
-    vm = ServiceVM("test:///default", spec(name="fab-gone", domain_type="test"), template_text(),
-                   backoff=BackoffPolicy(initial_s=0.01))
+    vm = ServiceVM(
+        "test:///default",
+        spec(name="fab-gone", domain_type="test"),
+        template_text(),
+        backoff=BackoffPolicy(initial_s=0.01),
+    )
     try:
         vm.start()
         dom = test_conn.lookupByName("fab-gone")
@@ -204,8 +226,14 @@ def test_lifecycle_event_wakes_the_watcher(test_conn) -> None:
     import threading
 
     restarted = threading.Event()
-    vm = ServiceVM("test:///default", spec(name="fab-events", domain_type="test"), template_text(),
-                   watch_interval_s=3600, backoff=BackoffPolicy(initial_s=0.01), on_restarted=restarted.set)
+    vm = ServiceVM(
+        "test:///default",
+        spec(name="fab-events", domain_type="test"),
+        template_text(),
+        watch_interval_s=3600,
+        backoff=BackoffPolicy(initial_s=0.01),
+        on_restarted=restarted.set,
+    )
     try:
         vm.start()
         vm.start_watch()

@@ -21,7 +21,7 @@ from gpucaas.core.lease_store import build_gpu_lease, lease_name
 from gpucaas.devtools.fake_sysfs import build_hgx_h100
 from gpucaas.devtools.waiting import wait_for
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
-from services.fabric.runtime import FabricNode
+from services.fabric.main import FabricNode
 from services.fabric.settings import FabricSettings
 from tests.fabric.factories import holder, pcis
 
@@ -34,9 +34,13 @@ def make_pod(core: kclient.CoreV1Api, ns: str, name: str) -> None:
     except kclient.ApiException as exc:
         if exc.status != 409:
             raise
-    core.create_namespaced_pod(ns, kclient.V1Pod(
-        metadata=kclient.V1ObjectMeta(name=name, namespace=ns),
-        spec=kclient.V1PodSpec(node_name=NODE, containers=[kclient.V1Container(name="c", image="busybox")])))
+    core.create_namespaced_pod(
+        ns,
+        kclient.V1Pod(
+            metadata=kclient.V1ObjectMeta(name=name, namespace=ns),
+            spec=kclient.V1PodSpec(node_name=NODE, containers=[kclient.V1Container(name="c", image="busybox")]),
+        ),
+    )
 
 
 def fabric_events(core: kclient.CoreV1Api, ns: str) -> list[kclient.CoreV1Event]:
@@ -45,18 +49,31 @@ def fabric_events(core: kclient.CoreV1Api, ns: str) -> list[kclient.CoreV1Event]
 
 def lease_condition(custom: kclient.CustomObjectsApi, bdf: str, node: str = NODE) -> dict | None:
     lease = custom.get_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL, lease_name(node, bdf))
-    return next((c for c in (lease.get("status") or {}).get("conditions") or []
-                 if c["type"] == "NVLinkFabricIntact"), None)
+    return next(
+        (c for c in (lease.get("status") or {}).get("conditions") or [] if c["type"] == "NVLinkFabricIntact"), None
+    )
 
 
 def start_node(tmp_path: Path, sock_dir: Path, k8s, policy: str) -> FabricNode:
     board = build_hgx_h100(tmp_path / "board")
     settings = FabricSettings(
-        node_name=NODE, socket=sock_dir / "fabric.sock", state_dir=tmp_path / "state",
-        sysfs_root=board.sysfs, fm_backend="simulator", libvirt_uri="test:///default", domain_type="test",
-        domain_name=f"fabric-{tmp_path.name}", disk_image=tmp_path / "service-vm.qcow2", fm_channel="none",
-        watch_interval_s=0.05, restart_backoff_initial_s=0.01, restart_backoff_max_s=0.05,
-        reconcile_interval_s=0.2, publish=True, publish_interval_s=0.5, stop_vm_on_exit=True,
+        node_name=NODE,
+        socket=sock_dir / "fabric.sock",
+        state_dir=tmp_path / "state",
+        sysfs_root=board.sysfs,
+        fm_backend="simulator",
+        libvirt_uri="test:///default",
+        domain_type="test",
+        domain_name=f"fabric-{tmp_path.name}",
+        disk_image=tmp_path / "service-vm.qcow2",
+        fm_channel="none",
+        watch_interval_s=0.05,
+        restart_backoff_initial_s=0.01,
+        restart_backoff_max_s=0.05,
+        reconcile_interval_s=0.2,
+        publish=True,
+        publish_interval_s=0.5,
+        stop_vm_on_exit=True,
         fabric_reset_policy=policy,  # type: ignore[arg-type]
     )
     node = FabricNode(settings, fm=SimulatedFabricManager(SimulatedFabric(h100=True)), kube_client=k8s)
@@ -100,13 +117,18 @@ def test_vm_restart_reports_lost_fabric_and_new_pods_get_fresh_partitions(node: 
     with FabricClient(node.settings.socket) as c:
         c.activate(holder(1, 2, 3, 4), pcis(1, 2, 3, 4))
         c.activate(holder(5, 7), pcis(5, 7))
-        c.sync([{"holder": holder(1, 2, 3, 4), "pod": "t1/quad"}, {"holder": holder(5, 7), "pod": "t2/pair"}],
-               grace_seconds=0)
+        c.sync(
+            [{"holder": holder(1, 2, 3, 4), "pod": "t1/quad"}, {"holder": holder(5, 7), "pod": "t2/pair"}],
+            grace_seconds=0,
+        )
         crash_vm(node)
 
         # Events: on FabricState (namespace default) and on each affected pod.
-        wait_for(lambda: len(fabric_events(core, "t1")) == 1 and len(fabric_events(core, "t2")) == 1, 30,
-                 what="Events on the affected pods")
+        wait_for(
+            lambda: len(fabric_events(core, "t1")) == 1 and len(fabric_events(core, "t2")) == 1,
+            30,
+            what="Events on the affected pods",
+        )
         ev = fabric_events(core, "t1")[0]
         assert ev.reason == "NVLinkLost" and ev.type == "Warning"
         assert ev.involved_object.kind == "Pod" and ev.involved_object.name == "quad"
@@ -138,13 +160,25 @@ def test_vm_restart_reports_lost_fabric_and_new_pods_get_fresh_partitions(node: 
         c.release(holder(1, 3))
         assert c.activate(holder(*range(1, 9)), pcis(*range(1, 9)))["partition_ids"] == [0]
         # And FabricState says the fabric is intact again.
-        wait_for(lambda: {x["type"]: x for x in (custom.get_cluster_custom_object(
-            GROUP, VERSION, FABRICSTATE_PLURAL, NODE).get("status") or {}).get("conditions") or []}
-            .get("NVLinkFabricIntact", {}).get("status") == "True", 30, what="NVLinkFabricIntact=True")
+        wait_for(
+            lambda: (
+                {
+                    x["type"]: x
+                    for x in (
+                        custom.get_cluster_custom_object(GROUP, VERSION, FABRICSTATE_PLURAL, NODE).get("status") or {}
+                    ).get("conditions")
+                    or []
+                }.get("NVLinkFabricIntact", {}).get("status")
+                == "True"
+            ),
+            30,
+            what="NVLinkFabricIntact=True",
+        )
 
 
-def test_a_report_kubernetes_refused_is_retried(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
-                                                k8s, core, custom) -> None:
+def test_a_report_kubernetes_refused_is_retried(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, k8s, core, custom
+) -> None:
     """The pod's namespace does not exist when the fabric resets (the Event is refused); the
     reconcile loop keeps trying until Kubernetes takes it."""
     node = start_node(tmp_path, tmp_path_factory.mktemp("s"), k8s, "flag")

@@ -87,8 +87,14 @@ def test_a_record_with_every_field_set_survives_the_journal(tmp_path: Path) -> N
     from dataclasses import fields, replace
     from datetime import UTC, datetime
 
-    full = replace(rec("a", 7, 8), pod="t/p", nvlink=True, releasing=True, lost="fabric reset",
-                   lost_at=datetime(2026, 11, 23, tzinfo=UTC))
+    full = replace(
+        rec("a", 7, 8),
+        pod="t/p",
+        nvlink=True,
+        releasing=True,
+        lost="fabric reset",
+        lost_at=datetime(2026, 11, 23, tzinfo=UTC),
+    )
     assert set(full.to_json()) == {f.name for f in fields(Activation)}
     with ActivationStore(tmp_path, boot_id="b") as store:
         store.put(full)

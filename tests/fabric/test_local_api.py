@@ -185,16 +185,20 @@ def test_admin_deactivate_needs_force_for_a_holder(client: FabricClient, fabric:
 
 
 def test_unreachable_socket_raises_unavailable(tmp_path_factory: pytest.TempPathFactory) -> None:
-    with FabricClient(tmp_path_factory.mktemp("none") / "absent.sock", timeout=2) as c, \
-            pytest.raises(FabricUnavailable):
+    with (
+        FabricClient(tmp_path_factory.mktemp("none") / "absent.sock", timeout=2) as c,
+        pytest.raises(FabricUnavailable),
+    ):
         c.health()
 
 
 def test_sync_without_grace_uses_the_service_default(service, tmp_path_factory, fabric: SimulatedFabric) -> None:
     from services.fabric.server import UnixServer, create_app
 
-    with UnixServer(create_app(service, default_grace_s=0), tmp_path_factory.mktemp("g") / "f.sock") as srv, \
-            FabricClient(srv.socket_path) as c:
+    with (
+        UnixServer(create_app(service, default_grace_s=0), tmp_path_factory.mktemp("g") / "f.sock") as srv,
+        FabricClient(srv.socket_path) as c,
+    ):
         c.activate(holder(4), pcis(4))
         assert c.sync([], grace_seconds=None)["released"] == [holder(4)]
         assert active(fabric) == set()
@@ -203,8 +207,10 @@ def test_sync_without_grace_uses_the_service_default(service, tmp_path_factory, 
 def test_malformed_http_answers_400_and_the_service_keeps_serving(client: FabricClient) -> None:
     import socket as _socket
 
-    for raw in (b"POST /v1/activations HTTP/1.1\r\nHost: f\r\nContent-Length: 5\r\n\r\n{nope",
-                b"POST /v1/activations HTTP/1.1\r\nHost: f\r\nContent-Length: many\r\n\r\n"):
+    for raw in (
+        b"POST /v1/activations HTTP/1.1\r\nHost: f\r\nContent-Length: 5\r\n\r\n{nope",
+        b"POST /v1/activations HTTP/1.1\r\nHost: f\r\nContent-Length: many\r\n\r\n",
+    ):
         with _socket.socket(_socket.AF_UNIX) as s:
             s.connect(client.socket_path)
             s.sendall(raw)

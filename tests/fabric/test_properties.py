@@ -7,8 +7,7 @@ import tempfile
 from pathlib import Path
 
 import libvirt
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gpucaas.core import topology
 from services.fabric.bookkeeping import ActivationStore
@@ -45,7 +44,7 @@ def check_invariants(fabric: SimulatedFabric, store: ActivationStore) -> None:
         seen |= gpus
     # what the file says is what memory says
     reread = ActivationStore(store.state_dir)
-    assert [a.to_json() for a in reread._load()] == [a.to_json() for a in book]  # noqa: SLF001
+    assert [a.to_json() for a in reread._load()] == [a.to_json() for a in book]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,10 +61,13 @@ def test_records_equal_fabric_manager(sequence: list[tuple]) -> None:
             service.fabric_restarted(timeout_s=5)
 
         name = f"prop-{Path(tmp).name}"
-        vm = ServiceVM("test:///default",
-                       DomainSpec(name=name, domain_type="test", disk_image="/x.qcow2", fm_channel="none"),
-                       template_text(), backoff=BackoffPolicy(initial_s=0.001, max_s=0.001),
-                       on_restarted=vm_restarted)
+        vm = ServiceVM(
+            "test:///default",
+            DomainSpec(name=name, domain_type="test", disk_image="/x.qcow2", fm_channel="none"),
+            template_text(),
+            backoff=BackoffPolicy(initial_s=0.001, max_s=0.001),
+            on_restarted=vm_restarted,
+        )
         vm.start()
         conn = libvirt.open("test:///default")
         try:

@@ -1,10 +1,10 @@
-"""FabricState publishing: the pure status builder, then through the kubernetes client to the local cluster's kube-apiserver."""
+"""FabricState publishing: the pure status builder, then through the kubernetes client to the
+local cluster's kube-apiserver."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
 from kubernetes import client as kclient
 
 from gpucaas.core.crds import FABRICSTATE_PLURAL, GROUP, VERSION
@@ -19,17 +19,34 @@ NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 def test_status_builder() -> None:
     partitions = [
-        {"id": 3, "gpus": [{"physical_id": 3, "pci_bus_id": "b"}, {"physical_id": 1, "pci_bus_id": "a"}],
-         "nvlinks": 36, "active": True, "supported": True, "holder": "h"},
-        {"id": 9, "gpus": [{"physical_id": 3, "pci_bus_id": "b"}], "nvlinks": 0, "active": False,
-         "supported": False, "holder": None},
+        {
+            "id": 3,
+            "gpus": [{"physical_id": 3, "pci_bus_id": "b"}, {"physical_id": 1, "pci_bus_id": "a"}],
+            "nvlinks": 36,
+            "active": True,
+            "supported": True,
+            "holder": "h",
+        },
+        {
+            "id": 9,
+            "gpus": [{"physical_id": 3, "pci_bus_id": "b"}],
+            "nvlinks": 0,
+            "active": False,
+            "supported": False,
+            "holder": None,
+        },
     ]
-    gpus = [{"physical_id": 1, "pci_bus_id": "a", "healthy": True, "reason": None},
-            {"physical_id": 3, "pci_bus_id": "b", "healthy": False, "reason": "NVLink failure on ports [2]"}]
+    gpus = [
+        {"physical_id": 1, "pci_bus_id": "a", "healthy": True, "reason": None},
+        {"physical_id": 3, "pci_bus_id": "b", "healthy": False, "reason": "NVLink failure on ports [2]"},
+    ]
     status = build_fabric_state_status(
-        partitions=partitions, gpus=gpus, failed_switches=[{"pci_bus_id": "0000:05:00.0"}],
+        partitions=partitions,
+        gpus=gpus,
+        failed_switches=[{"pci_bus_id": "0000:05:00.0"}],
         service_vm={"state": "running", "domain": "d", "restarts": 2, "message": ""},
-        fabric_manager={"reachable": True, "backend": "simulator", "message": ""}, now=NOW,
+        fabric_manager={"reachable": True, "backend": "simulator", "message": ""},
+        now=NOW,
     )
     assert status == {
         "updatedAt": "2026-01-02T03:04:05Z",
@@ -52,9 +69,13 @@ def test_status_builder() -> None:
 
 
 def test_status_when_fm_unreachable() -> None:
-    status = build_fabric_state_status(partitions=None, gpus=None, service_vm={"state": "crashed"},
-                                       fabric_manager={"reachable": False, "backend": "nvfm", "message": "down"},
-                                       now=NOW)
+    status = build_fabric_state_status(
+        partitions=None,
+        gpus=None,
+        service_vm={"state": "crashed"},
+        fabric_manager={"reachable": False, "backend": "nvfm", "message": "down"},
+        now=NOW,
+    )
     assert "partitions" not in status and "gpus" not in status
     assert status["fabricManager"] == {"reachable": False, "backend": "nvfm", "message": "down"}
     assert status["activePartitionIds"] == ""
@@ -62,8 +83,10 @@ def test_status_when_fm_unreachable() -> None:
 
 def collect_for(service: PartitionService) -> dict:
     return build_fabric_state_status(
-        partitions=service.list_partitions(), gpus=service.topology()["gpus"],
-        service_vm={"state": "unmanaged"}, fabric_manager={"reachable": True, "backend": service.backend},
+        partitions=service.list_partitions(),
+        gpus=service.topology()["gpus"],
+        service_vm={"state": "unmanaged"},
+        fabric_manager={"reachable": True, "backend": service.backend},
     )
 
 
@@ -80,8 +103,9 @@ def test_publish_to_the_api(k8s, service: PartitionService, fabric: SimulatedFab
     p3 = next(p for p in st["partitions"] if p["id"] == 3)
     assert p3["holder"] == holder(1, 3) and p3["gpus"] == [1, 3]
     assert {g["physicalId"]: g["pciBusId"] for g in st["gpus"]} == fabric.gpu_map
-    assert st["failedDevices"] == [{"physicalId": 8, "pciBusId": fabric.gpu_map[8], "kind": "gpu",
-                                    "reason": "NVLink failure on ports [0]"}]
+    assert st["failedDevices"] == [
+        {"physicalId": 8, "pciBusId": fabric.gpu_map[8], "kind": "gpu", "reason": "NVLink failure on ports [0]"}
+    ]
     # A second publish patches the same object.
     service.release(holder(1, 3))
     pub.publish_once()
@@ -97,6 +121,7 @@ def test_background_publisher_follows_changes(k8s, service: PartitionService) ->
     pub.start()
     try:
         service.activate(holder(5, 6, 7, 8), pcis(5, 6, 7, 8))
+
         def shows_partition_2() -> bool:
             try:
                 obj = api.get_cluster_custom_object(GROUP, VERSION, FABRICSTATE_PLURAL, "gpu-node-8")

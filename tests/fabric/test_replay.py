@@ -17,8 +17,8 @@ from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,
     SimulatedFabricManager,
 )
+from services.fabric.main import FabricNode
 from services.fabric.partitions import PartitionService
-from services.fabric.runtime import FabricNode
 from services.fabric.settings import FabricSettings
 from tests.fabric.factories import holder, pcis
 
@@ -84,13 +84,23 @@ def test_second_service_on_the_same_state_dir_is_refused(tmp_path: Path) -> None
 def node(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricNode]:
     board = build_hgx_h100(tmp_path / "board", variant="supermicro")
     settings = FabricSettings(
-        node_name="gpu-node-1", socket=tmp_path_factory.mktemp("s") / "fabric.sock",
-        state_dir=tmp_path / "state", sysfs_root=board.sysfs, fm_backend="simulator",
-        libvirt_uri="test:///default", domain_type="test", domain_name=f"fabric-{tmp_path.name}",
+        node_name="gpu-node-1",
+        socket=tmp_path_factory.mktemp("s") / "fabric.sock",
+        state_dir=tmp_path / "state",
+        sysfs_root=board.sysfs,
+        fm_backend="simulator",
+        libvirt_uri="test:///default",
+        domain_type="test",
+        domain_name=f"fabric-{tmp_path.name}",
         disk_image=tmp_path / "service-vm.qcow2",
-        fm_channel="unix", fm_channel_socket=tmp_path / "fm.sock", watch_interval_s=0.05,
-        restart_backoff_initial_s=0.01, restart_backoff_max_s=0.05, reconcile_interval_s=0.2,
-        publish=False, stop_vm_on_exit=True,
+        fm_channel="unix",
+        fm_channel_socket=tmp_path / "fm.sock",
+        watch_interval_s=0.05,
+        restart_backoff_initial_s=0.01,
+        restart_backoff_max_s=0.05,
+        reconcile_interval_s=0.2,
+        publish=False,
+        stop_vm_on_exit=True,
     )
     n = FabricNode(settings, fm=SimulatedFabricManager(SimulatedFabric()))
     n.start()

@@ -8,7 +8,7 @@ the pods' GPU leases, in the local cluster's kube-apiserver), and new 2/4/8-GPU 
 fresh partitions; then a clean stop. PCI passthrough cannot be exercised here: this VM has no
 hostdevs (``passthrough=False``); the hostdev XML is covered on the test:///
 driver. Fabric Manager cannot run in this VM either, so the simulator stands for
-"FM inside the service VM" (a VM restart restarts it; see services/fabric/runtime.py).
+"FM inside the service VM" (a VM restart restarts it; see services/fabric/main.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,
     SimulatedFabricManager,
 )
-from services.fabric.runtime import FabricNode
+from services.fabric.main import FabricNode
 from services.fabric.settings import FabricSettings
 from tests.fabric.factories import holder, pcis
 from tests.fabric.test_fabric_reset import fabric_events, lease_condition, make_pod
@@ -39,7 +39,6 @@ from vm_images.test_image import READY_LINE
 from vm_images.test_image.daemon import PrivateLibvirtd
 
 pytestmark = pytest.mark.libvirtd
-
 
 
 def test_boot_crash_restart_fabric_reset_and_clean_stop(
@@ -54,13 +53,30 @@ def test_boot_crash_restart_fabric_reset_and_clean_stop(
     make_pod(core, "t2", "pair")
     console = libvirtd.workdir / "console.log"  # written by QEMU as the daemon's user
     settings = FabricSettings(
-        node_name="gpu-node-1", socket=tmp_path_factory.mktemp("s") / "fabric.sock",
-        state_dir=tmp_path / "state", fm_backend="simulator", libvirt_uri=libvirtd.uri,
-        domain_type="qemu", domain_name=name, vcpus=1, memory_mib=256,
-        kernel=test_image.kernel, initrd=test_image.initrd, kernel_cmdline="console=ttyS0 panic=-1",
-        fm_channel="none", passthrough=False, console_log=console, watch_interval_s=0.2, restart_backoff_initial_s=0.5,
-        reconcile_interval_s=1.0, publish=True, publish_interval_s=1.0, stop_vm_on_exit=True, stop_timeout_s=3,
-        sysfs_root=board.sysfs, fabric_reset_policy="flag",
+        node_name="gpu-node-1",
+        socket=tmp_path_factory.mktemp("s") / "fabric.sock",
+        state_dir=tmp_path / "state",
+        fm_backend="simulator",
+        libvirt_uri=libvirtd.uri,
+        domain_type="qemu",
+        domain_name=name,
+        vcpus=1,
+        memory_mib=256,
+        kernel=test_image.kernel,
+        initrd=test_image.initrd,
+        kernel_cmdline="console=ttyS0 panic=-1",
+        fm_channel="none",
+        passthrough=False,
+        console_log=console,
+        watch_interval_s=0.2,
+        restart_backoff_initial_s=0.5,
+        reconcile_interval_s=1.0,
+        publish=True,
+        publish_interval_s=1.0,
+        stop_vm_on_exit=True,
+        stop_timeout_s=3,
+        sysfs_root=board.sysfs,
+        fabric_reset_policy="flag",
     )
     node = FabricNode(settings, fm=SimulatedFabricManager(SimulatedFabric(h100=True)), kube_client=k8s)
     fabric = node.fm.fabric  # type: ignore[attr-defined]
@@ -69,14 +85,19 @@ def test_boot_crash_restart_fabric_reset_and_clean_stop(
         node.start()
         dom = conn.lookupByName(name)
         assert dom.isActive()
-        wait_for(lambda: console.exists() and READY_LINE in console.read_text(errors="replace"),
-                 120, what="the guest to boot")
+        wait_for(
+            lambda: console.exists() and READY_LINE in console.read_text(errors="replace"),
+            120,
+            what="the guest to boot",
+        )
 
         with FabricClient(settings.socket) as c:
             c.activate(holder(1, 2, 3, 4), pcis(1, 2, 3, 4))
             c.activate(holder(5, 7), pcis(5, 7))
-            c.sync([{"holder": holder(1, 2, 3, 4), "pod": "t1/quad"}, {"holder": holder(5, 7), "pod": "t2/pair"}],
-                   grace_seconds=0)
+            c.sync(
+                [{"holder": holder(1, 2, 3, 4), "pod": "t1/quad"}, {"holder": holder(5, 7), "pod": "t2/pair"}],
+                grace_seconds=0,
+            )
             assert fabric.active_partition_ids() == {1, 5}
             assert board.reset_log() == {b: 1 for b in pcis(1, 2, 3, 4, 5, 7)}  # reset before activation
             first_id = dom.ID()
@@ -91,19 +112,39 @@ def test_boot_crash_restart_fabric_reset_and_clean_stop(
             # A fabric reset, not a replay: nothing claimed active, the holders reported lost.
             assert fabric.active_partition_ids() == frozenset()
             assert {a["holder"] for a in c.activations() if a["lost"]} == {holder(1, 2, 3, 4), holder(5, 7)}
-            wait_for(lambda: [e.reason for e in fabric_events(core, "t1")] == ["NVLinkLost"]
-                     and [e.reason for e in fabric_events(core, "t2")] == ["NVLinkLost"], 60,
-                     what="Events on the affected pods")
+            wait_for(
+                lambda: (
+                    [e.reason for e in fabric_events(core, "t1")] == ["NVLinkLost"]
+                    and [e.reason for e in fabric_events(core, "t2")] == ["NVLinkLost"]
+                ),
+                60,
+                what="Events on the affected pods",
+            )
             for bdf in pcis(1, 2, 3, 4, 5, 7):
                 assert (lease_condition(custom, bdf, "gpu-node-1") or {}).get("status") == "False"
-            wait_for(lambda: any(x["type"] == "NVLinkFabricIntact" and x["status"] == "False" for x in (
-                custom.get_cluster_custom_object(GROUP, VERSION, FABRICSTATE_PLURAL, "gpu-node-1")
-                .get("status") or {}).get("conditions") or []), 60, what="FabricState NVLinkFabricIntact=False")
-            wait_for(lambda: console.read_text(errors="replace").count(READY_LINE) >= 2, 120,
-                     what="the guest to boot again")
+            wait_for(
+                lambda: any(
+                    x["type"] == "NVLinkFabricIntact" and x["status"] == "False"
+                    for x in (
+                        custom.get_cluster_custom_object(GROUP, VERSION, FABRICSTATE_PLURAL, "gpu-node-1").get("status")
+                        or {}
+                    ).get("conditions")
+                    or []
+                ),
+                60,
+                what="FabricState NVLinkFabricIntact=False",
+            )
+            wait_for(
+                lambda: console.read_text(errors="replace").count(READY_LINE) >= 2, 120, what="the guest to boot again"
+            )
             h = c.health()
-            assert h["service_vm"] == {"state": "running", "domain": name, "restarts": 1, "crash_streak": 1,
-                                      "message": ""}
+            assert h["service_vm"] == {
+                "state": "running",
+                "domain": name,
+                "restarts": 1,
+                "crash_streak": 1,
+                "message": "",
+            }
             assert not any(p["active"] for p in c.partitions())
             # The flagged pods end; new 8-, 4- and 2-GPU pods get fresh partitions.
             c.sync([], grace_seconds=0)

@@ -46,14 +46,23 @@ def test_fabric_manager_truth_settings_from_env(monkeypatch) -> None:
     monkeypatch.setenv("GPUCAAS_FABRIC_FM_CALL_DEADLINE_S", "2.5")
     s = FabricSettings(vm_enabled=False)
     assert (s.fm_connect_params_version, s.platform, s.fabric_reset_policy, s.fm_call_deadline_s) == (
-        2, "supermicro-hgx-h100", "evict", 2.5)
+        2,
+        "supermicro-hgx-h100",
+        "evict",
+        2.5,
+    )
     assert s.fm_backend == "nvfm"  # never the simulator unless asked for
 
 
-@pytest.mark.parametrize(("kw", "field"), [
-    ({"fm_backend": "auto"}, "fm_backend"), ({"fm_connect_params_version": 3}, "fm_connect_params_version"),
-    ({"fabric_reset_policy": "ignore"}, "fabric_reset_policy"), ({"fm_call_deadline_s": 0}, "fm_call_deadline_s"),
-])
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"fm_backend": "auto"}, "fm_backend"),
+        ({"fm_connect_params_version": 3}, "fm_connect_params_version"),
+        ({"fabric_reset_policy": "ignore"}, "fabric_reset_policy"),
+        ({"fm_call_deadline_s": 0}, "fm_call_deadline_s"),
+    ],
+)
 def test_bad_fabric_manager_settings_name_the_field(kw, field) -> None:
     with pytest.raises(ValueError, match=field):
         FabricSettings(vm_enabled=False, **kw)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
-from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
-from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
 from gpucaas.core.lease_store import LeaseStore
+from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
+from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
+from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 
 NODE = "gpu-node-a"
 
@@ -32,8 +32,9 @@ class Kubelet:
 
 @pytest.fixture
 def golden() -> GoldenTable:
-    return GoldenTable.from_json(json.dumps(
-        {H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}))
+    return GoldenTable.from_json(
+        json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}})
+    )
 
 
 @pytest.fixture
@@ -44,8 +45,9 @@ def kubelet() -> Kubelet:
 @pytest.fixture
 def lease_agent(k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet) -> LeaseNodeAgent:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
-    return LeaseNodeAgent(k8s, NODE, lambda: gpus, lambda: kubelet.holdings,
-                          SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False))
+    return LeaseNodeAgent(
+        k8s, NODE, lambda: gpus, lambda: kubelet.holdings, SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False)
+    )
 
 
 @pytest.fixture
@@ -61,8 +63,11 @@ def make_pod(k8s: client.ApiClient, tenancy: str, name: str) -> dict[str, Any]:
     except client.ApiException as exc:
         if exc.status != 409:
             raise
-    pod = core.create_namespaced_pod(ns, {
-        "metadata": {"name": name, "labels": {"gpucaas.dev/tenancy": tenancy}},
-        "spec": {"containers": [{"name": "main", "image": "busybox"}], "nodeName": NODE},
-    })
+    pod = core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": name, "labels": {"gpucaas.dev/tenancy": tenancy}},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}], "nodeName": NODE},
+        },
+    )
     return k8s.sanitize_for_serialization(pod)

@@ -18,16 +18,39 @@ from gpucaas.devtools.fake_sysfs import FakeBoard
 from gpucaas.devtools.waiting import wait_for
 
 
-def test_leases_are_kept_by_the_device_plugin_process(hgx_board: FakeBoard, fake_kubelet: FakeKubelet,
-                                                      kubeconfig: Path, k8s: client.ApiClient, tmp_path: Path) -> None:
+def test_leases_are_kept_by_the_device_plugin_process(
+    hgx_board: FakeBoard, fake_kubelet: FakeKubelet, kubeconfig: Path, k8s: client.ApiClient, tmp_path: Path
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
     env |= {"GPUCAAS_LOG_FORMAT": "json", "GPUCAAS_FIRMWARE_ROM_TOGGLE": "false"}
-    cmd = [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "device-plugin",
-           "--sysfs-root", str(hgx_board.sysfs), "--dev-root", str(hgx_board.dev),
-           "--device-plugin-dir", str(fake_kubelet.plugin_dir), "--cdi-dir", str(tmp_path / "cdi"),
-           "--fabric-socket", "", "--no-fabric-required", "--metrics-port", "-1", "--node-name", "n1",
-           "--pod-resources-socket", str(fake_kubelet.pod_resources_socket),
-           "--leases", "--kubeconfig", str(kubeconfig), "--lease-interval", "0.2"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from gpucaas.programs.cli import app; app()",
+        "device-plugin",
+        "--sysfs-root",
+        str(hgx_board.sysfs),
+        "--dev-root",
+        str(hgx_board.dev),
+        "--device-plugin-dir",
+        str(fake_kubelet.plugin_dir),
+        "--cdi-dir",
+        str(tmp_path / "cdi"),
+        "--fabric-socket",
+        "",
+        "--no-fabric-required",
+        "--metrics-port",
+        "-1",
+        "--node-name",
+        "n1",
+        "--pod-resources-socket",
+        str(fake_kubelet.pod_resources_socket),
+        "--leases",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--lease-interval",
+        "0.2",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     store = LeaseStore(k8s)
     try:

@@ -21,9 +21,9 @@ GPU = "0000:18:00.0"
 
 @pytest.fixture
 def golden() -> GoldenTable:
-    return GoldenTable.from_json(json.dumps(
-        {H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}
-    ))
+    return GoldenTable.from_json(
+        json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}})
+    )
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_rom_enable_protocol_is_followed(tmp_path: Path, golden: GoldenTable) ->
 
 @pytest.mark.parametrize(
     "text",
-    ['[]', '{"2330": {"sha256": ["x"]}}', '{"0x2330": {}}'],
+    ["[]", '{"2330": {"sha256": ["x"]}}', '{"0x2330": {}}'],
     ids=["not-object", "bad-key", "no-sha"],
 )
 def test_golden_table_rejects_bad_config(text: str) -> None:

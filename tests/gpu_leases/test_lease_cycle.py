@@ -10,10 +10,10 @@ import datetime as dt
 
 from kubernetes import client
 
+from gpucaas.core.lease_store import LeaseStore, lease_name
 from gpucaas.devtools.fake_sysfs import FakeBoard, rom_image
 from services.gpu_leases import controller as handlers
 from services.gpu_leases.agent import LeaseNodeAgent
-from gpucaas.core.lease_store import LeaseStore, lease_name
 
 from .conftest import NODE, Kubelet, make_pod
 
@@ -47,15 +47,23 @@ def test_every_gpu_gets_a_free_lease(lease_agent: LeaseNodeAgent, store: LeaseSt
     assert sorted(lz["spec"]["pciAddress"] for lz in leases) == sorted(d.bdf for d in hgx_board.gpus)
     assert {lz["status"]["state"] for lz in leases} == {"Free"}
     lz = store.get(NAME)
-    assert lz["spec"] == {"node": NODE, "pciAddress": GPU, "deviceId": "0x2330", "physicalId": 2,
-                          "model": "NVIDIA H100 80GB HBM3"}
+    assert lz["spec"] == {
+        "node": NODE,
+        "pciAddress": GPU,
+        "deviceId": "0x2330",
+        "physicalId": 2,
+        "model": "NVIDIA H100 80GB HBM3",
+    }
     assert lease_agent.health() == {}
     lease_agent.reconcile_once()  # idempotent
     assert len(store.list(NODE)) == 8
 
 
 def test_full_cycle_free_leased_releasing_checking_free(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
 ) -> None:
     lease_agent.reconcile_once()
     pod = make_pod(k8s, "acme", "c-1")
@@ -88,7 +96,11 @@ def test_full_cycle_free_leased_releasing_checking_free(
 
 
 def test_tampered_rom_is_quarantined_and_reported_unhealthy(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient, hgx_board: FakeBoard,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
+    hgx_board: FakeBoard,
 ) -> None:
     lease_agent.reconcile_once()
     make_pod(k8s, "acme", "c-1")
@@ -112,7 +124,11 @@ def test_tampered_rom_is_quarantined_and_reported_unhealthy(
 
 
 def test_gpu_vanishing_mid_check_ends_quarantined(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient, hgx_board: FakeBoard,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
+    hgx_board: FakeBoard,
 ) -> None:
     to_checking(lease_agent, store, kubelet, k8s)
     hgx_board.remove_device(GPU)
@@ -124,7 +140,10 @@ def test_gpu_vanishing_mid_check_ends_quarantined(
 
 
 def test_controller_releases_a_lease_whose_pod_is_gone(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
 ) -> None:
     """A node agent that is down cannot release; the controller sees the pod is gone."""
     lease_agent.reconcile_once()
@@ -139,7 +158,10 @@ def test_controller_releases_a_lease_whose_pod_is_gone(
 
 
 def test_check_timeout_retries_then_quarantines(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
 ) -> None:
     """No node answers (its agent is down): retried, then Quarantined with the reason."""
     to_checking(lease_agent, store, kubelet, k8s)
@@ -155,7 +177,10 @@ def test_check_timeout_retries_then_quarantines(
 
 
 def test_a_restarted_controller_continues_a_check(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
 ) -> None:
     """All state is in the lease: a fresh controller (a new step call) picks up mid-check."""
     to_checking(lease_agent, store, kubelet, k8s)  # the "old" controller requested the check, then died
@@ -164,20 +189,24 @@ def test_a_restarted_controller_continues_a_check(
     assert state(store) == "Free"
 
 
-def test_a_lease_left_without_status_is_initialised(lease_agent: LeaseNodeAgent, store: LeaseStore,
-                                                    k8s: client.ApiClient) -> None:
+def test_a_lease_left_without_status_is_initialised(
+    lease_agent: LeaseNodeAgent, store: LeaseStore, k8s: client.ApiClient
+) -> None:
     """A lease created but never given its status (the write lost a race) becomes Free next round."""
     from gpucaas.core.lease_store import build_gpu_lease
 
     client.CustomObjectsApi(k8s).create_cluster_custom_object(
-        "gpucaas.dev", "v1alpha1", "gpuleases", build_gpu_lease(NODE, GPU, "0x2330", 2))
+        "gpucaas.dev", "v1alpha1", "gpuleases", build_gpu_lease(NODE, GPU, "0x2330", 2)
+    )
     assert not store.get(NAME).get("status")
     lease_agent.reconcile_once()
     assert state(store) == "Free"
 
 
 def test_an_allocation_no_pod_was_seen_holding_is_still_checked(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, k8s: client.ApiClient,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    k8s: client.ApiClient,
 ) -> None:
     """A pod that ran and vanished between two rounds never shows in PodResources; its GPU
     went through Allocate, so it is released and checked all the same."""
@@ -195,7 +224,10 @@ def test_an_allocation_no_pod_was_seen_holding_is_still_checked(
 
 
 def test_an_allocation_seen_in_pod_resources_takes_the_normal_path(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
 ) -> None:
     lease_agent.unseen_grace = 0.0
     lease_agent.reconcile_once()
@@ -209,7 +241,10 @@ def test_an_allocation_seen_in_pod_resources_takes_the_normal_path(
 
 
 def test_a_holder_the_api_server_says_runs_keeps_its_lease_while_podresources_forgets_it(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
 ) -> None:
     """A kubelet that has just restarted lists no pods on PodResources until it has read them
     back; a running container's GPU must not be released (and checked under it) meanwhile."""
@@ -220,23 +255,60 @@ def test_a_holder_the_api_server_says_runs_keeps_its_lease_while_podresources_fo
     lease_agent.reconcile_once()
     assert state(store) == "Leased"
     now = dt.datetime.now(dt.UTC).isoformat()
-    core.patch_namespaced_pod_status("c-1", "tenant-acme", {"status": {"phase": "Running", "containerStatuses": [
-        {"name": "main", "image": "busybox", "imageID": "", "ready": True, "restartCount": 0,
-         "state": {"running": {"startedAt": now}}}]}})
+    core.patch_namespaced_pod_status(
+        "c-1",
+        "tenant-acme",
+        {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": now}},
+                    }
+                ],
+            }
+        },
+    )
 
     kubelet.drop("tenant-acme", "c-1")  # the restarted kubelet does not list it yet
     lease_agent.reconcile_once()
     assert state(store) == "Leased"
 
-    core.patch_namespaced_pod_status("c-1", "tenant-acme", {"status": {"phase": "Succeeded", "containerStatuses": [
-        {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
-         "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}}]}})
+    core.patch_namespaced_pod_status(
+        "c-1",
+        "tenant-acme",
+        {
+            "status": {
+                "phase": "Succeeded",
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {
+                            "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
+                        },
+                    }
+                ],
+            }
+        },
+    )
     lease_agent.reconcile_once()
     assert state(store) == "Releasing"
 
 
 def test_a_gpu_given_to_a_new_pod_while_checking_is_checked_then_leased_to_it(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient,
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
 ) -> None:
     """The kubelet may hand a GPU to the next pod before the plugin's health update withholds
     it; that pod cannot start until the GPU is Free (PreStartContainer), so the check must

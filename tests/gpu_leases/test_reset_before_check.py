@@ -1,4 +1,4 @@
-"""After release the GPU is reset through sysfs, then its firmware is checked (issue 15).
+"""After release the GPU is reset through sysfs, then its firmware is checked (the Shared NVSwitch model asks it).
 
 The reset and the ROM read are ordered: a checker that looks at the fake board's reset
 count when it runs sees the reset already done.
@@ -11,8 +11,8 @@ from kubernetes import client
 from gpucaas.core.gpu_reset import reset_gpu
 from gpucaas.core.lease_store import LeaseStore
 from gpucaas.devtools.fake_sysfs import FakeBoard
-from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU
+from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from tests.gpu_leases.conftest import NODE, Kubelet, make_pod
 from tests.gpu_leases.test_lease_cycle import GPU, NAME, controller_step, state
 
@@ -28,7 +28,9 @@ class RecordingCheck(SysfsFirmwareCheck):
         return super().check(pci_address)
 
 
-def _agent(k8s, board: FakeBoard, golden: GoldenTable, kubelet: Kubelet, reset) -> tuple[LeaseNodeAgent, RecordingCheck]:
+def _agent(
+    k8s, board: FakeBoard, golden: GoldenTable, kubelet: Kubelet, reset
+) -> tuple[LeaseNodeAgent, RecordingCheck]:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in board.gpus]
     checker = RecordingCheck(board, golden)
     return LeaseNodeAgent(k8s, NODE, lambda: gpus, lambda: kubelet.holdings, checker, reset=reset), checker
@@ -45,8 +47,9 @@ def _release_and_check(agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubele
     agent.reconcile_once()  # reset, then the firmware check
 
 
-def test_gpu_is_reset_after_release_before_the_check(k8s: client.ApiClient, hgx_board: FakeBoard,
-                                                     golden: GoldenTable, kubelet: Kubelet) -> None:
+def test_gpu_is_reset_after_release_before_the_check(
+    k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
+) -> None:
     store = LeaseStore(k8s)
     agent, checker = _agent(k8s, hgx_board, golden, kubelet, lambda bdf: reset_gpu(hgx_board.sysfs, bdf))
     _release_and_check(agent, store, kubelet, k8s)
@@ -56,8 +59,9 @@ def test_gpu_is_reset_after_release_before_the_check(k8s: client.ApiClient, hgx_
     assert (hgx_board.device_dir(GPU) / "reset_method").read_text().strip() == "bus"  # secondary bus reset
 
 
-def test_a_gpu_that_cannot_be_reset_is_quarantined(k8s: client.ApiClient, hgx_board: FakeBoard,
-                                                  golden: GoldenTable, kubelet: Kubelet) -> None:
+def test_a_gpu_that_cannot_be_reset_is_quarantined(
+    k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
+) -> None:
     (hgx_board.device_dir(GPU) / "reset").unlink()  # the device offers no reset
     store = LeaseStore(k8s)
     agent, checker = _agent(k8s, hgx_board, golden, kubelet, lambda bdf: reset_gpu(hgx_board.sysfs, bdf))

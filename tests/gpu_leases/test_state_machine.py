@@ -24,10 +24,16 @@ def test_free_leased_releasing_checking_free() -> None:
     st = s.check_passed(st, "ab" * 32, "96.00.74.00.01", T0 + dt.timedelta(minutes=7))
     assert st["state"] == "Free" and st["reason"] == "CheckPassed"
     assert "holder" not in st
-    assert st["history"] == [{
-        "tenancy": "a", "namespace": "tenant-a", "pod": "c-1",
-        "from": "2026-11-21T12:00:00Z", "to": "2026-11-21T12:05:00Z", "check": "Passed",
-    }]
+    assert st["history"] == [
+        {
+            "tenancy": "a",
+            "namespace": "tenant-a",
+            "pod": "c-1",
+            "from": "2026-11-21T12:00:00Z",
+            "to": "2026-11-21T12:05:00Z",
+            "check": "Passed",
+        }
+    ]
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Allocatable"]["status"] == "True" and conds["Quarantined"]["status"] == "False"
 
@@ -57,8 +63,15 @@ def test_retry_counts_attempts() -> None:
         (lambda: s.allocated(s.initial(T0), HOLDER), lambda st: s.admin_quarantine(st, "suspect")),
         (lambda: s.initial(T0), lambda st: s.admin_release(st)),
     ],
-    ids=["release-free", "result-free", "check-leased", "steal-leased", "lease-checking",
-         "quarantine-in-use", "release-not-quarantined"],
+    ids=[
+        "release-free",
+        "result-free",
+        "check-leased",
+        "steal-leased",
+        "lease-checking",
+        "quarantine-in-use",
+        "release-not-quarantined",
+    ],
 )
 def test_illegal_transitions_are_refused(make, event) -> None:
     with pytest.raises(s.IllegalTransition):

@@ -23,18 +23,24 @@ NAME = lease_name(NODE, GPU)
 HOUR = 3600.0
 
 
-def test_a_check_requested_by_the_controller_runs_at_once(kubeconfig: Path, k8s: client.ApiClient,
-                                                          hgx_board: FakeBoard, golden: GoldenTable,
-                                                          kubelet: Kubelet) -> None:
+def test_a_check_requested_by_the_controller_runs_at_once(
+    kubeconfig: Path, k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
+) -> None:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
     kube = RestKube(KubeConnection(kubeconfig=kubeconfig))
-    agent = LeaseNodeAgent(kube, NODE, lambda: gpus, lambda: kubelet.holdings,
-                           SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
-                           interval=0.05, resync=HOUR)
+    agent = LeaseNodeAgent(
+        kube,
+        NODE,
+        lambda: gpus,
+        lambda: kubelet.holdings,
+        SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
+        interval=0.05,
+        resync=HOUR,
+    )
     store = LeaseStore(k8s)  # the controller's side, through the official client
     agent.start()
     try:
-        wait_for(lambda: agent._watching, what="the watch on the node's leases")  # noqa: SLF001
+        wait_for(lambda: agent._watching, what="the watch on the node's leases")
         wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="lease created Free")
         # a pod takes the GPU and leaves (PodResources, seen locally), the controller asks for the check
         make_pod(k8s, "acme", "w-1")
@@ -51,17 +57,26 @@ def test_a_check_requested_by_the_controller_runs_at_once(kubeconfig: Path, k8s:
         kube.close()
 
 
-def test_without_a_watch_every_tick_is_a_full_round(k8s: client.ApiClient, hgx_board: FakeBoard,
-                                                     golden: GoldenTable, kubelet: Kubelet) -> None:
+def test_without_a_watch_every_tick_is_a_full_round(
+    k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
+) -> None:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
-    agent = LeaseNodeAgent(k8s, NODE, lambda: gpus, lambda: kubelet.holdings,
-                           SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False), interval=0.05, resync=HOUR)
+    agent = LeaseNodeAgent(
+        k8s,
+        NODE,
+        lambda: gpus,
+        lambda: kubelet.holdings,
+        SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
+        interval=0.05,
+        resync=HOUR,
+    )
     store = LeaseStore(k8s)
     agent.start()
     try:
-        wait_for(lambda: store.get(NAME) is not None and store.get(NAME)["status"]["state"] == "Free", what="Free")
+        # the lease is created first and its status written next: wait for both
+        wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="Free")
         store.transition(NAME, lambda st: states.admin_quarantine(st, "operator says so"))
         wait_for(lambda: GPU in agent.health(), what="the quarantine withheld from the kubelet")
-        assert not agent._watching  # noqa: SLF001 -- the official client's adapter: polled
+        assert not agent._watching  # the official client's adapter: polled
     finally:
         agent.stop()

@@ -24,13 +24,12 @@ class ServedExtender:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
-        )
+        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> ServedExtender:
         self.thread.start()
+
         def started() -> bool:
             if not self.thread.is_alive():
                 raise RuntimeError("extender server thread ended before serving")

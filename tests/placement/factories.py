@@ -88,9 +88,7 @@ def fabric_status(
             }
             for pid, gpus in PARTITIONS
         ],
-        "failedDevices": [
-            {"physicalId": g, "pciBusId": PCI[g], "kind": "gpu", "reason": "Xid 79"} for g in failed
-        ],
+        "failedDevices": [{"physicalId": g, "pciBusId": PCI[g], "kind": "gpu", "reason": "Xid 79"} for g in failed],
     }
 
 

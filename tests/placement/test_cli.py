@@ -28,19 +28,33 @@ def test_the_command_serves_the_extender_from_the_cluster(kubeconfig: Path, k8s:
     body = {"apiVersion": crds.API_VERSION, "kind": "FabricState", "metadata": {"name": "gpu-node-a"}}
     custom.create_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, body)
     custom.patch_cluster_custom_object_status(
-        crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, "gpu-node-a",
+        crds.GROUP,
+        crds.VERSION,
+        crds.FABRICSTATE_PLURAL,
+        "gpu-node-a",
         {"status": fabric_status(active={5: "gpus:x"})},  # pair {5,7} busy
     )
     port = _free_port()
     env = {**os.environ, "GPUCAAS_PLACEMENT_KUBECONFIG": str(kubeconfig), "GPUCAAS_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "scheduler-extender",
-         "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-c",
+            "from gpucaas.programs.cli import app; app()",
+            "scheduler-extender",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(timeout=5) as http:
+
             def ready() -> bool:
                 try:
                     if http.get(f"{url}/readyz").status_code == 200 and http.get(f"{url}/v1/nodes").json()["nodes"]:

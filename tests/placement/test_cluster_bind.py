@@ -24,8 +24,9 @@ from tests.placement.factories import fabric_status
 
 
 @pytest.mark.cluster
-def test_the_extender_sees_the_fabric_and_binds(k8s: Any, on_real_cluster: bool,
-                                                 unique_name: Callable[[str], str]) -> None:
+def test_the_extender_sees_the_fabric_and_binds(
+    k8s: Any, on_real_cluster: bool, unique_name: Callable[[str], str]
+) -> None:
     kube = Kube.of(k8s)
     nodes = kube.json(kube.core.list_node)["items"]
     if nodes:
@@ -42,26 +43,50 @@ def test_the_extender_sees_the_fabric_and_binds(k8s: Any, on_real_cluster: bool,
     watcher.start()
     try:
         assert watcher.wait_synced(60)
-        body = {"apiVersion": crds.API_VERSION, "kind": "FabricState", "metadata": {"name": node},
-                "spec": {"node": node}}
+        body = {
+            "apiVersion": crds.API_VERSION,
+            "kind": "FabricState",
+            "metadata": {"name": node},
+            "spec": {"node": node},
+        }
         try:
             kube.call(kube.custom.create_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, body)
             made_fabric_state = True
         except Conflict:  # a real cluster may have it already (the fabric service writes it)
             pass
         stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        kube.call(kube.custom.patch_cluster_custom_object_status, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL,
-                  node, {"status": fabric_status(updated_at=stamp)})
+        kube.call(
+            kube.custom.patch_cluster_custom_object_status,
+            crds.GROUP,
+            crds.VERSION,
+            crds.FABRICSTATE_PLURAL,
+            node,
+            {"status": fabric_status(updated_at=stamp)},
+        )
         wait_for(lambda: watcher.index.node(node), 60, what=f"FabricState {node} in the fleet index")
 
         # a pod no scheduler picks up (unknown schedulerName): the extender's bind places it
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name, "namespace": namespace},
-               "spec": {"schedulerName": "gpucaas-test-nobody", "restartPolicy": "Never",
-                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
-                                            "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9",
-                                        "securityContext": {"allowPrivilegeEscalation": False,
-                                                            "capabilities": {"drop": ["ALL"]}}}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod_name, "namespace": namespace},
+            "spec": {
+                "schedulerName": "gpucaas-test-nobody",
+                "restartPolicy": "Never",
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "pause",
+                        "image": "registry.k8s.io/pause:3.9",
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    }
+                ],
+            },
+        }
         created = kube.call(kube.core.create_namespaced_pod, namespace, pod)
         watcher.bind(BindingArgs(pod_name, namespace, created.metadata.uid, node))
         bound = kube.json(kube.core.read_namespaced_pod, pod_name, namespace)
@@ -72,9 +97,10 @@ def test_the_extender_sees_the_fabric_and_binds(k8s: Any, on_real_cluster: bool,
             kube.call(kube.core.delete_namespace, namespace)
         except NotFound:
             pass
-        if not (on_real_cluster and made_fabric_state):
-            return
-        try:  # only a FabricState this test made; one the fabric service wrote stays
-            kube.call(kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, node)
-        except NotFound:
-            pass
+        if on_real_cluster and made_fabric_state:
+            try:  # only a FabricState this test made; one the fabric service wrote stays
+                kube.call(
+                    kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, node
+                )
+            except NotFound:
+                pass

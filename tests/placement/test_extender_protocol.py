@@ -59,15 +59,29 @@ def test_a_dra_pod_counts_the_gpus_of_its_gpucaas_claims() -> None:
     ("spec", "expected"),
     [
         # one claim used by two containers is allocated once
-        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpucaas-gpus-2"}],
-          "containers": [{"resources": {"claims": [{"name": "g"}]}}, {"resources": {"claims": [{"name": "g"}]}}]}, 2),
+        (
+            {
+                "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpucaas-gpus-2"}],
+                "containers": [{"resources": {"claims": [{"name": "g"}]}}, {"resources": {"claims": [{"name": "g"}]}}],
+            },
+            2,
+        ),
         # a claim no container uses, another vendor's template, a malformed name: nothing
-        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpucaas-gpus-8"}],
-          "containers": [{}]}, 0),
-        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "other-gpus"}],
-          "containers": [{"resources": {"claims": [{"name": "g"}]}}]}, 0),
-        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": 8}],
-          "containers": [{"resources": {"claims": [{"name": "g"}]}}]}, 0),
+        ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpucaas-gpus-8"}], "containers": [{}]}, 0),
+        (
+            {
+                "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "other-gpus"}],
+                "containers": [{"resources": {"claims": [{"name": "g"}]}}],
+            },
+            0,
+        ),
+        (
+            {
+                "resourceClaims": [{"name": "g", "resourceClaimTemplateName": 8}],
+                "containers": [{"resources": {"claims": [{"name": "g"}]}}],
+            },
+            0,
+        ),
     ],
     ids=["shared-claim-once", "unused-claim", "foreign-template", "malformed-template"],
 )
@@ -83,9 +97,7 @@ def test_negative_or_fractional_gpu_counts_are_refused() -> None:
 
 
 def test_binding_args() -> None:
-    args = extender.parse_binding_args(
-        b'{"PodName":"p","PodNamespace":"tenant-x","PodUID":"u-1","Node":"gpu-node-a"}'
-    )
+    args = extender.parse_binding_args(b'{"PodName":"p","PodNamespace":"tenant-x","PodUID":"u-1","Node":"gpu-node-a"}')
     assert args == extender.BindingArgs("p", "tenant-x", "u-1", "gpu-node-a")
     assert extender.build_binding_result() == {"Error": ""}
     with pytest.raises(InvalidRequest, match="^Node: "):

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from gpucaas.core.topology import choose_gpus, free_partitions
 from services.placement.fit import FIT_TABLE, FULL_MASK, gpus_of, mask_of
@@ -43,7 +42,13 @@ def test_eight_gpu_pod_needs_a_whole_board() -> None:
         (1, {"empty": set(range(1, 9)), "quad": {1, 2, 3, 4}}, "quad"),
         (2, {"two-pairs": {1, 3, 6, 8}, "quad-and-pair": {1, 2, 3, 4, 5, 7}}, "two-pairs"),
     ],
-    ids=["1-gpu-takes-lone-gpu", "2-gpu-takes-lone-pair", "4-gpu-keeps-the-board", "1-gpu-keeps-the-board", "2-gpu-keeps-the-quad"],
+    ids=[
+        "1-gpu-takes-lone-gpu",
+        "2-gpu-takes-lone-pair",
+        "4-gpu-keeps-the-board",
+        "1-gpu-keeps-the-board",
+        "2-gpu-keeps-the-quad",
+    ],
 )
 def test_best_fit_keeps_larger_free_partitions(size: int, nodes: dict[str, set[int]], best: str) -> None:
     index = fleet(**nodes)

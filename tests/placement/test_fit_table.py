@@ -19,8 +19,12 @@ from services.placement.fit import FIT_TABLE, FULL_MASK, PREFERENCE, SIZES, fit,
 #: (partition id, physical GPU ids), as the FM User Guide lists them for HGX H100.
 ORACLE_PARTITIONS: dict[int, frozenset[int]] = {
     0: frozenset(range(1, 9)),
-    1: frozenset({1, 2, 3, 4}), 2: frozenset({5, 6, 7, 8}),
-    3: frozenset({1, 3}), 4: frozenset({2, 4}), 5: frozenset({5, 7}), 6: frozenset({6, 8}),
+    1: frozenset({1, 2, 3, 4}),
+    2: frozenset({5, 6, 7, 8}),
+    3: frozenset({1, 3}),
+    4: frozenset({2, 4}),
+    5: frozenset({5, 7}),
+    6: frozenset({6, 8}),
     **{6 + g: frozenset({g}) for g in range(1, 9)},
 }
 
@@ -38,8 +42,7 @@ def _oracle(free: frozenset[int], size: int) -> dict[frozenset[int], int]:
             continue
         if covering == size and gpus not in ORACLE_PARTITIONS.values():
             continue
-        allowed[gpus] = sum(len(p) for p in ORACLE_PARTITIONS.values()
-                            if len(p) > size and p <= free and p & gpus)
+        allowed[gpus] = sum(len(p) for p in ORACLE_PARTITIONS.values() if len(p) > size and p <= free and p & gpus)
     return allowed
 
 

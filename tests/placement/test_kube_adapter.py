@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +21,7 @@ from tests.placement.factories import fabric_status, lease, pod
 
 def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
     """Wait until ``check()`` is truthy; an AssertionError inside it counts as not yet."""
+
     def holds() -> Any:
         try:
             return check()
@@ -39,7 +39,9 @@ def put_fabric_state(custom: client.CustomObjectsApi, node: str, **status: Any) 
     except client.ApiException as exc:
         if exc.status != 409:
             raise
-    status.setdefault("updated_at", datetime.now(UTC).isoformat().replace("+00:00", "Z"))  # as the fabric service stamps it
+    status.setdefault(
+        "updated_at", datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    )  # as the fabric service stamps it
     written = custom.patch_cluster_custom_object_status(
         crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, node, {"status": fabric_status(**status)}
     )
@@ -49,8 +51,8 @@ def put_fabric_state(custom: client.CustomObjectsApi, node: str, **status: Any) 
 def seen_fabric_version(w: FleetWatcher, node: str) -> str | None:
     """The resourceVersion of the node's FabricState the watcher last took in (read under its
     lock, so the node's free mask has been recomputed from it)."""
-    with w._lock:  # noqa: SLF001 - the watcher's own record of what it has seen
-        obj = w._fabric.get(node)  # noqa: SLF001
+    with w._lock:  # the watcher's own record of what it has seen
+        obj = w._fabric.get(node)
     return None if obj is None else obj["metadata"]["resourceVersion"]
 
 
@@ -137,7 +139,12 @@ def test_extender_over_http_binds_and_counts_the_pod_at_once(k8s: client.ApiClie
         assert best == "gpu-node-a"  # the free quad, keeping node b's board whole
         bound = http.post(
             f"{served.url}/bind",
-            json={"PodName": "quad-job", "PodNamespace": "tenant-acme", "PodUID": wire["metadata"]["uid"], "Node": best},
+            json={
+                "PodName": "quad-job",
+                "PodNamespace": "tenant-acme",
+                "PodUID": wire["metadata"]["uid"],
+                "Node": best,
+            },
         ).json()
         assert bound == {"Error": ""}
         # counted at once, before the node's fabric state shows the partition

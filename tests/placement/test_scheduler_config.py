@@ -14,16 +14,22 @@ from services.placement.server import create_app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "scheduler"
 #: A (kubeadm, host network): the Service's fixed ClusterIP; B (a pod): its DNS name.
-URL_PREFIX = {"default": "http://10.96.0.88:8888",
-              "second": "http://gpucaas-scheduler-extender.gpucaas-system.svc:8888"}
+URL_PREFIX = {
+    "default": "http://10.96.0.88:8888",
+    "second": "http://gpucaas-scheduler-extender.gpucaas-system.svc:8888",
+}
 
 #: The Lease rules of the bootstrap ClusterRole system:kube-scheduler (Kubernetes'
 #: plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go): create any Lease,
 #: get/update only the one named kube-scheduler.
 SYSTEM_KUBE_SCHEDULER_LEASE_RULES = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
-     "resourceNames": ["kube-scheduler"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "update"],
+        "resourceNames": ["kube-scheduler"],
+    },
 ]
 
 
@@ -68,13 +74,27 @@ def test_the_dra_configuration_scores_only() -> None:
     assert not {"filterVerb", "bindVerb", "preemptVerb", "managedResources"} & set(ext)
     assert ext["nodeCacheCapable"] is True and ext["urlPrefix"] == URL_PREFIX["default"]
     # the fields are kube-scheduler's Extender type's (k8s.io/kube-scheduler/config/v1)
-    assert set(ext) <= {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb",
-                        "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources",
-                        "ignorable"}
+    assert set(ext) <= {
+        "urlPrefix",
+        "filterVerb",
+        "preemptVerb",
+        "prioritizeVerb",
+        "weight",
+        "bindVerb",
+        "enableHTTPS",
+        "tlsConfig",
+        "httpTimeout",
+        "nodeCacheCapable",
+        "managedResources",
+        "ignorable",
+    }
     objects = render({"allocation": {"mode": "dra"}, "schedulerExtender": {"enabled": True}})
-    env = {e["name"]: e.get("value") for d in objects if d["kind"] == "Deployment"
-           and d["metadata"]["name"] == "gpucaas-scheduler-extender"
-           for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for d in objects
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpucaas-scheduler-extender"
+        for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["GPUCAAS_PLACEMENT_BIND"] == "false"
 
 
@@ -93,23 +113,32 @@ def test_second_scheduler_manifests_validate() -> None:
 def _allows(rules: list[dict[str, Any]], verb: str, group: str, resource: str, name: str) -> bool:
     """One RBAC rule check as the authorizer makes it (verbs, apiGroups, resources, resourceNames)."""
     for r in rules:
-        if (verb in r["verbs"] or "*" in r["verbs"]) and (group in r["apiGroups"] or "*" in r["apiGroups"]) \
-                and (resource in r["resources"] or "*" in r["resources"]) \
-                and (not r.get("resourceNames") or name in r["resourceNames"]):
+        if (
+            (verb in r["verbs"] or "*" in r["verbs"])
+            and (group in r["apiGroups"] or "*" in r["apiGroups"])
+            and (resource in r["resources"] or "*" in r["resources"])
+            and (not r.get("resourceNames") or name in r["resourceNames"])
+        ):
             return True
     return False
 
 
 def _rules_of(docs: list[dict[str, Any]], sa: str, sa_ns: str, namespace: str) -> list[dict[str, Any]]:
-    """Rules bound to the ServiceAccount that apply in ``namespace`` (system:kube-scheduler from the bootstrap policy)."""
-    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d.get("rules", [])
-             for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    """Rules bound to the ServiceAccount that apply in ``namespace`` (system:kube-scheduler from
+    the bootstrap policy)."""
+    roles = {
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d.get("rules", [])
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+    }
     roles[("ClusterRole", None, "system:kube-scheduler")] = SYSTEM_KUBE_SCHEDULER_LEASE_RULES
     rules: list[dict[str, Any]] = []
     for b in docs:
         if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
             continue
-        if not any(s["kind"] == "ServiceAccount" and s["name"] == sa and s["namespace"] == sa_ns for s in b["subjects"]):
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == sa and s["namespace"] == sa_ns for s in b["subjects"]
+        ):
             continue
         if b["kind"] == "RoleBinding" and b["metadata"]["namespace"] != namespace:
             continue

@@ -36,14 +36,16 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     missing = node_tools_missing()
     assert not missing, f"a real node needs: {', '.join(missing)} (make install adds the packages)"
     base = tmp_path_factory.mktemp("real-node")
-    cluster = LocalCluster(base / "cluster", ClusterOptions(unsafe_no_fsync=True, run_scheduler=False,
-                                                            audit_policy=None)).start()
+    cluster = LocalCluster(
+        base / "cluster", ClusterOptions(unsafe_no_fsync=True, run_scheduler=False, audit_policy=None)
+    ).start()
     registries = node = None
     try:
         registries = Registries(base / "registries").start()
         dev_root = base / "dev"
-        node = RealNode(base / "node", cluster, NodeOptions(NODE, cdi_dirs=(base / "cdi",),
-                                                            mirrors=registries.mirrors())).start()
+        node = RealNode(
+            base / "node", cluster, NodeOptions(NODE, cdi_dirs=(base / "cdi",), mirrors=registries.mirrors())
+        ).start()
         api = config.new_client_from_config(config_file=str(cluster.admin_kubeconfig))
         core = client.CoreV1Api(api)
         waiting.wait_for(lambda: _default_account(core), TIMEOUT, interval=0.2, what="ServiceAccount default")
@@ -65,21 +67,45 @@ def _default_account(core: client.CoreV1Api) -> bool:
         return False
 
 
-RESTRICTED = {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
-              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
-def make_pod(core: client.CoreV1Api, name: str, image: str, command: list[str] | None = None, *,
-             limits: dict[str, str] | None = None, pull_secret: str | None = None,
-             annotations: dict[str, str] | None = None, restart: str = "Never") -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": image, "securityContext": RESTRICTED,
-                                 "resources": {"limits": limits or {}}}
+def make_pod(
+    core: client.CoreV1Api,
+    name: str,
+    image: str,
+    command: list[str] | None = None,
+    *,
+    limits: dict[str, str] | None = None,
+    pull_secret: str | None = None,
+    annotations: dict[str, str] | None = None,
+    restart: str = "Never",
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": image,
+        "securityContext": RESTRICTED,
+        "resources": {"limits": limits or {}},
+    }
     if command:
         container["command"] = command
-    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
-                           "metadata": {"name": name, "annotations": annotations or {}},
-                           "spec": {"restartPolicy": restart, "nodeName": NODE, "containers": [container],
-                                    "terminationGracePeriodSeconds": 1}}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "restartPolicy": restart,
+            "nodeName": NODE,
+            "containers": [container],
+            "terminationGracePeriodSeconds": 1,
+        },
+    }
     if pull_secret:
         pod["spec"]["imagePullSecrets"] = [{"name": pull_secret}]
     core.create_namespaced_pod("default", pod)
@@ -93,10 +119,12 @@ def container_state(core: client.CoreV1Api, name: str) -> Any:
 
 def _wait_state(core: client.CoreV1Api, name: str, which: str, accept: Any = bool) -> Any:
     """The main container's ``state.<which>`` once it is there and ``accept`` takes it."""
+
     def seen() -> Any:
         state = container_state(core, name)
         got = getattr(state, which) if state is not None else None
         return got if got is not None and accept(got) else None
+
     return waiting.wait_for(seen, TIMEOUT, interval=0.2, what=f"pod {name} {which}")
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import base64
 import json
+from pathlib import Path
 
 from gpucaas.devtools.real_node.registry import PRIVATE_IMAGE
 
@@ -33,17 +32,30 @@ def test_the_log_is_the_containers_output_and_the_exit_code_its_own(real: Node) 
 
 
 def test_memory_past_the_limit_ends_oom_killed(real: Node) -> None:
-    make_pod(real.core, "hog", "busybox:1.36", ["sh", "-c", "head -c 256m /dev/zero | tail"],
-             limits={"memory": "48Mi", "cpu": "250m"})
+    make_pod(
+        real.core,
+        "hog",
+        "busybox:1.36",
+        ["sh", "-c", "head -c 256m /dev/zero | tail"],
+        limits={"memory": "48Mi", "cpu": "250m"},
+    )
     ended = wait_terminated(real.core, "hog")
     assert ended.reason == "OOMKilled" and ended.exit_code == 137
 
 
 def test_limits_are_the_cgroups_and_the_seccomp_profile_is_on(real: Node) -> None:
-    make_pod(real.core, "limits", "busybox:1.36",
-             ["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us; "
-                          "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status"],
-             limits={"memory": "64Mi", "cpu": "250m"})
+    make_pod(
+        real.core,
+        "limits",
+        "busybox:1.36",
+        [
+            "sh",
+            "-c",
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us; "
+            "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status",
+        ],
+        limits={"memory": "64Mi", "cpu": "250m"},
+    )
     assert wait_terminated(real.core, "limits").exit_code == 0
     lines = real.core.read_namespaced_pod_log("limits", "default").splitlines()
     assert lines[0] == str(64 * 2**20)
@@ -57,9 +69,14 @@ def test_the_private_image_pulls_only_with_credentials(real: Node) -> None:
     assert wait_waiting_reason(real.core, "no-creds", ("ErrImagePull", "ImagePullBackOff"))
     info = real.registries.info()
     config = {"auths": {info["server"]: {"username": info["username"], "password": info["password"]}}}
-    real.core.create_namespaced_secret("default", {
-        "metadata": {"name": "pull"}, "type": "kubernetes.io/dockerconfigjson",
-        "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()}})
+    real.core.create_namespaced_secret(
+        "default",
+        {
+            "metadata": {"name": "pull"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
+        },
+    )
     make_pod(real.core, "with-creds", PRIVATE_IMAGE, pull_secret="pull")
     assert wait_terminated(real.core, "with-creds").exit_code == 0
     assert "pulled with credentials" in real.core.read_namespaced_pod_log("with-creds", "default")

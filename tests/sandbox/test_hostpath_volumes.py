@@ -43,5 +43,6 @@ def test_the_sandbox_renders_its_storage_class_from_the_chart() -> None:
     from gpucaas.programs.sandbox import identities
 
     classes = [o for o in identities.cluster_side() if o["kind"] == "StorageClass"]
-    assert [(c["metadata"]["name"], c["provisioner"], c["reclaimPolicy"], c["volumeBindingMode"])
-            for c in classes] == [("gpucaas-volumes", "kubernetes.io/host-path", "Delete", "Immediate")]
+    assert [(c["metadata"]["name"], c["provisioner"], c["reclaimPolicy"], c["volumeBindingMode"]) for c in classes] == [
+        ("gpucaas-volumes", "kubernetes.io/host-path", "Delete", "Immediate")
+    ]

@@ -23,8 +23,12 @@ time.sleep(60)
 
 
 def _run(tmp_path: Path, code: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL,  # noqa: S603
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture
@@ -35,8 +39,9 @@ def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_slow_but_busy_start_is_waited_for_past_the_timeout(tmp_path: Path, short_window: None) -> None:
     ready = tmp_path / "ready"
     proc = _run(tmp_path, BUSY_START, str(ready))
-    svc = RunningService(ServiceSpec("busy", [], ready=file_ready(ready), ready_timeout=1.0), proc,
-                         tmp_path / "busy.log")
+    svc = RunningService(
+        ServiceSpec("busy", [], ready=file_ready(ready), ready_timeout=1.0), proc, tmp_path / "busy.log"
+    )
     try:
         Supervisor(tmp_path / "logs").wait_ready(svc)  # 3 CPU-seconds > 1 s: only progress explains it
         assert ready.exists()
@@ -47,8 +52,9 @@ def test_a_slow_but_busy_start_is_waited_for_past_the_timeout(tmp_path: Path, sh
 
 def test_an_idle_service_that_never_gets_ready_fails_and_says_why(tmp_path: Path, short_window: None) -> None:
     proc = _run(tmp_path, "import time; time.sleep(60)")
-    svc = RunningService(ServiceSpec("idle", [], ready=file_ready(tmp_path / "never"), ready_timeout=1.0), proc,
-                         tmp_path / "idle.log")
+    svc = RunningService(
+        ServiceSpec("idle", [], ready=file_ready(tmp_path / "never"), ready_timeout=1.0), proc, tmp_path / "idle.log"
+    )
     try:
         with pytest.raises(ServiceFailed, match="idle not ready after .* not busy starting for the last 1s"):
             Supervisor(tmp_path / "logs").wait_ready(svc)

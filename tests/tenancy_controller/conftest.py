@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from gpucaas.devtools import waiting
-from services.tenancy_controller import kube, operator
+from services.tenancy_controller import kube, main
 from services.tenancy_controller.settings import ControllerSettings
 
 HERE = Path(__file__).parent
@@ -25,13 +24,14 @@ ROOT = HERE.parent.parent
 MANIFESTS = HERE / "manifests"
 EXTRA_CRDS = ("ciliumnetworkpolicies.cilium.io.yaml", "clusterkopfpeerings.kopf.dev.yaml")
 TIMEOUT = 60.0
-#: Only this service's handlers (the operator process may host others; they have their own tests).
-HANDLER_MODULES = ("services.tenancy_controller.handlers",)
+#: ``gpucaas controller`` without the GPU-lease timers: only this service's handlers (the timers have their own tests).
+ONLY_TENANCY_HANDLERS = {"GPUCAAS_CONTROLLER_GPU_LEASES": "false"}
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = TIMEOUT, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy (bounded, generous)."""
     return waiting.wait_for(predicate, timeout, interval=0.05, what=what)
+
 
 def install_crds(client: kube.KubeClient) -> None:
     for name in EXTRA_CRDS:
@@ -55,8 +55,12 @@ def api(kubeconfig: Path) -> Iterator[kube.KubeClient]:
 
 def controller_settings(kubeconfig: Path, **overrides: Any) -> ControllerSettings:
     values: dict[str, Any] = dict(
-        kubeconfig=kubeconfig, standalone=True, resync_interval_s=30.0, retry_delay_s=0.5, workers=4,
-        post_events=False, handler_modules=HANDLER_MODULES,
+        kubeconfig=kubeconfig,
+        standalone=True,
+        resync_interval_s=30.0,
+        retry_delay_s=0.5,
+        workers=4,
+        post_events=False,
     )
     values.update(overrides)
     return ControllerSettings(**values)
@@ -65,8 +69,13 @@ def controller_settings(kubeconfig: Path, **overrides: Any) -> ControllerSetting
 class ControllerThread:
     """The operator in a thread of this process (its own event loop), stopped by a flag."""
 
-    def __init__(self, settings: ControllerSettings) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        registrars: tuple[main.Registrar, ...] = main.DEFAULT_REGISTRARS,
+    ) -> None:
         self.settings = settings
+        self.registrars = registrars
         self.stop_flag = threading.Event()
         self.ready_flag = threading.Event()
         self.error: BaseException | None = None
@@ -74,8 +83,15 @@ class ControllerThread:
 
     def _run(self) -> None:
         try:
-            asyncio.run(operator.serve(self.settings, stop_flag=self.stop_flag, ready_flag=self.ready_flag,
-                                       identity="test-controller"))
+            asyncio.run(
+                main.serve(
+                    self.settings,
+                    self.registrars,
+                    stop_flag=self.stop_flag,
+                    ready_flag=self.ready_flag,
+                    identity="test-controller",
+                )
+            )
         except BaseException as exc:  # noqa: BLE001 - surfaced by stop()
             self.error = exc
 
@@ -107,15 +123,28 @@ class ControllerProcess:
     """``gpucaas controller`` as a real process (for restarts and peering)."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, *args: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT),
-               "GPUCAAS_CONTROLLER_HANDLER_MODULES": json.dumps(list(HANDLER_MODULES))}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **ONLY_TENANCY_HANDLERS}
         env.pop("KUBECONFIG", None)
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", "controller",
-             "--kubeconfig", str(kubeconfig), "--retry-delay-s", "0.5", "--workers", "4", *args],
-            stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-c",
+                "from gpucaas.programs.cli import app; app()",
+                "controller",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--retry-delay-s",
+                "0.5",
+                "--workers",
+                "4",
+                *args,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
         )
 
     def log(self) -> str:

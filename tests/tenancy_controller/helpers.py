@@ -14,8 +14,9 @@ def status(api: kube.KubeClient, name: str) -> dict[str, Any]:
     return (t or {}).get("status") or {}
 
 
-def wait_phase(api: kube.KubeClient, name: str, phase: str, *, generation: int | None = None,
-               timeout: float = 60.0) -> dict[str, Any]:
+def wait_phase(
+    api: kube.KubeClient, name: str, phase: str, *, generation: int | None = None, timeout: float = 60.0
+) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         t = api.get("Tenancy", name) or {}
         st = t.get("status") or {}
@@ -33,21 +34,35 @@ def conditions(tenancy: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def merge_patch(api: kube.KubeClient, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-    return api.request("PATCH", f"/apis/gpucaas.dev/v1alpha1/tenancies/{name}", body=patch,
-                       content_type="application/merge-patch+json")
+    return api.request(
+        "PATCH", f"/apis/gpucaas.dev/v1alpha1/tenancies/{name}", body=patch, content_type="application/merge-patch+json"
+    )
 
 
 def create_pod(api: kube.KubeClient, namespace: str, name: str, tenancy: str) -> dict[str, Any]:
     """A tenant pod as the API builds it, as far as Pod Security "restricted" (which tenant
     namespaces enforce) looks at it."""
-    return api.create({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"gpucaas.dev/tenancy": tenancy}},
-        "spec": {"runtimeClassName": "kata-qemu-nvidia-gpu",
-                 "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
-                                     "seccompProfile": {"type": "RuntimeDefault"}},
-                 "containers": [{"name": "main", "image": "busybox",
-                                 "securityContext": {"allowPrivilegeEscalation": False,
-                                                     "capabilities": {"drop": ["ALL"]}},
-                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    })
+    return api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"gpucaas.dev/tenancy": tenancy}},
+            "spec": {
+                "runtimeClassName": "kata-qemu-nvidia-gpu",
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 1000,
+                    "runAsGroup": 1000,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        }
+    )

@@ -86,7 +86,7 @@ def _cilium_selector_matches(selector: Mapping[str, Any], peer: Peer, policy_ns:
     for key, value in labels.items():
         if not key.startswith("k8s:"):
             raise UnknownRule(f"label without source prefix: {key}")
-        if peer.labels.get(key[len("k8s:"):]) != value:
+        if peer.labels.get(key[len("k8s:") :]) != value:
             return False
     return True
 
@@ -115,8 +115,11 @@ def _cilium_ports_match(to_ports: Sequence[Mapping[str, Any]] | None, port: int,
 
 
 def _cilium_peer_matches(rule: Mapping[str, Any], peer: Peer, policy_ns: str, *, egress: bool) -> bool:
-    known = {"toEndpoints", "toCIDR", "toCIDRSet", "toEntities", "toFQDNs", "toPorts"} if egress else {
-        "fromEndpoints", "fromCIDR", "fromCIDRSet", "fromEntities", "toPorts"}
+    known = (
+        {"toEndpoints", "toCIDR", "toCIDRSet", "toEntities", "toFQDNs", "toPorts"}
+        if egress
+        else {"fromEndpoints", "fromCIDR", "fromCIDRSet", "fromEntities", "toPorts"}
+    )
     if set(rule) - known:
         raise UnknownRule(f"rule keys {set(rule) - known}")
     d = "to" if egress else "from"
@@ -141,8 +144,9 @@ def _cilium_peer_matches(rule: Mapping[str, Any], peer: Peer, policy_ns: str, *,
     return False
 
 
-def _cilium_allows(policies: Sequence[Mapping[str, Any]], pod: Peer, other: Peer, port: int, protocol: str,
-                   *, egress: bool) -> bool:
+def _cilium_allows(
+    policies: Sequence[Mapping[str, Any]], pod: Peer, other: Peer, port: int, protocol: str, *, egress: bool
+) -> bool:
     selecting = [p for p in policies if p["metadata"]["namespace"] == pod.namespace]
     for p in selecting:
         if p["spec"].get("endpointSelector") != {}:
@@ -152,7 +156,8 @@ def _cilium_allows(policies: Sequence[Mapping[str, Any]], pod: Peer, other: Peer
     denies = [(p, r) for p in selecting for r in p["spec"].get(f"{direction}Deny") or []]
     for p, r in denies:
         if _cilium_peer_matches(r, other, p["metadata"]["namespace"], egress=egress) and _cilium_ports_match(
-                r.get("toPorts"), port, protocol):
+            r.get("toPorts"), port, protocol
+        ):
             return False
     if not rules and not denies:
         return True  # not selected in this direction: default allow
@@ -207,11 +212,13 @@ def _np_ports_match(ports: Sequence[Mapping[str, Any]] | None, port: int, protoc
     return any(int(p["port"]) == port and p.get("protocol", "TCP") == protocol for p in ports)
 
 
-def _np_allows(policies: Sequence[Mapping[str, Any]], pod: Peer, other: Peer, port: int, protocol: str,
-               *, egress: bool) -> bool:
+def _np_allows(
+    policies: Sequence[Mapping[str, Any]], pod: Peer, other: Peer, port: int, protocol: str, *, egress: bool
+) -> bool:
     kind = "Egress" if egress else "Ingress"
     selecting = [
-        p for p in policies
+        p
+        for p in policies
         if p["metadata"]["namespace"] == pod.namespace
         and _label_selector_matches(p["spec"].get("podSelector"), pod.labels)
         and kind in p["spec"].get("policyTypes", ["Ingress"])

@@ -21,8 +21,14 @@ from .helpers import conditions, merge_patch, wait_phase
         (dict(nfs={"server": "10.0.0.1"}), "spec.nfs.path"),
         (dict(nfs={"server": "10.0.0.1", "path": "/x", "capacity": "lots"}), "spec.nfs.capacity"),
     ],
-    ids=["negative-gpu-quota", "zero-pod-quota", "nfs-server-not-a-host", "nfs-path-relative", "nfs-path-missing",
-         "nfs-capacity-not-a-quantity"],
+    ids=[
+        "negative-gpu-quota",
+        "zero-pod-quota",
+        "nfs-server-not-a-host",
+        "nfs-path-relative",
+        "nfs-path-missing",
+        "nfs-capacity-not-a-quantity",
+    ],
 )
 def test_schema_rejects(api, spec, field):
     with pytest.raises(errors.Invalid) as info:
@@ -79,10 +85,24 @@ def test_failed_tenancy_recovers_when_its_spec_is_fixed(api, controller):
 
 def test_namespace_owned_by_another_tenancy_fails(api, controller):
     other = api.create(new_tenancy("other"))
-    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": "tenant-taken",
-        "ownerReferences": [{"apiVersion": "gpucaas.dev/v1alpha1", "kind": "Tenancy", "name": "other",
-                             "uid": other["metadata"]["uid"], "controller": True}]}})
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": "tenant-taken",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "gpucaas.dev/v1alpha1",
+                        "kind": "Tenancy",
+                        "name": "other",
+                        "uid": other["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+        }
+    )
     api.create(new_tenancy("taken"))
     failed = wait_phase(api, "taken", "Failed")
     assert "belongs to another Tenancy" in conditions(failed)["Ready"]["message"]

@@ -68,8 +68,10 @@ def test_resource_quota_caps_the_volumes_of_their_storage_class_only():
 
 
 def test_the_volume_allowance_is_read_from_the_spec():
-    body = {"metadata": {"name": "acme", "uid": UID},
-            "spec": {"volumes": {"storageClassName": "nfs-csi", "storageQuota": "1Ti", "maxVolumes": 3}}}
+    body = {
+        "metadata": {"name": "acme", "uid": UID},
+        "spec": {"volumes": {"storageClassName": "nfs-csi", "storageQuota": "1Ti", "maxVolumes": 3}},
+    }
     assert parse_tenancy(body).spec.volumes == VolumesSpec("nfs-csi", "1Ti", 3)
     assert parse_tenancy({"metadata": {"name": "acme"}, "spec": {}}).spec.volumes is None
 
@@ -119,7 +121,12 @@ def test_persistent_volume_claim():
     assert builders.build_persistent_volume_claim(tenancy(nfs=NFS), NFS) == {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "tenant-storage", "namespace": "tenant-acme", "labels": LABELS, "ownerReferences": [OWNER]},
+        "metadata": {
+            "name": "tenant-storage",
+            "namespace": "tenant-acme",
+            "labels": LABELS,
+            "ownerReferences": [OWNER],
+        },
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "resources": {"requests": {"storage": "2Ti"}},
@@ -130,12 +137,29 @@ def test_persistent_volume_claim():
     }
 
 
-PRIVATE4 = ["0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-            "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4"]
+PRIVATE4 = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+]
 PRIVATE6 = ["::1/128", "fc00::/7", "fe80::/10", "ff00::/8"]
 DNS_PORTS = [{"port": "53", "protocol": "UDP"}, {"port": "53", "protocol": "TCP"}]
-NFS_PORTS = [{"ports": [{"port": "2049", "protocol": "TCP"}, {"port": "2049", "protocol": "UDP"},
-                        {"port": "111", "protocol": "TCP"}, {"port": "111", "protocol": "UDP"}]}]
+NFS_PORTS = [
+    {
+        "ports": [
+            {"port": "2049", "protocol": "TCP"},
+            {"port": "2049", "protocol": "UDP"},
+            {"port": "111", "protocol": "TCP"},
+            {"port": "111", "protocol": "UDP"},
+        ]
+    }
+]
 
 
 def test_cilium_policy_closed_tenancy():
@@ -143,15 +167,21 @@ def test_cilium_policy_closed_tenancy():
     assert got == {
         "apiVersion": "cilium.io/v2",
         "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": "tenant-isolation", "namespace": "tenant-acme", "labels": LABELS, "ownerReferences": [OWNER]},
+        "metadata": {
+            "name": "tenant-isolation",
+            "namespace": "tenant-acme",
+            "labels": LABELS,
+            "ownerReferences": [OWNER],
+        },
         "spec": {
             "endpointSelector": {},
             "ingress": [{"fromEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": "tenant-acme"}}]}],
             "egress": [
                 {"toEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": "tenant-acme"}}]},
                 {
-                    "toEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": "kube-system",
-                                                     "k8s:k8s-app": "kube-dns"}}],
+                    "toEndpoints": [
+                        {"matchLabels": {"k8s:io.kubernetes.pod.namespace": "kube-system", "k8s:k8s-app": "kube-dns"}}
+                    ],
                     "toPorts": [{"ports": DNS_PORTS, "rules": {"dns": [{"matchPattern": "*"}]}}],
                 },
             ],
@@ -167,8 +197,12 @@ def test_cilium_policy_internet_and_nfs_by_ip_and_public_node_range():
     config = policies.NetworkConfig(node_cidrs=("203.0.113.0/24",))
     egress = policies.build_cilium_network_policy(tenancy(allow_internet=True, nfs=NFS), config)["spec"]["egress"]
     assert egress[2:] == [
-        {"toCIDRSet": [{"cidr": "0.0.0.0/0", "except": [*PRIVATE4, "203.0.113.0/24"]},
-                       {"cidr": "::/0", "except": PRIVATE6}]},
+        {
+            "toCIDRSet": [
+                {"cidr": "0.0.0.0/0", "except": [*PRIVATE4, "203.0.113.0/24"]},
+                {"cidr": "::/0", "except": PRIVATE6},
+            ]
+        },
         {"toCIDR": ["10.20.0.5/32"], "toPorts": NFS_PORTS},
     ]
 
@@ -183,7 +217,12 @@ def test_network_policy_closed_tenancy():
     assert policies.build_network_policy(tenancy(), policies.NetworkConfig()) == {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": "tenant-isolation", "namespace": "tenant-acme", "labels": LABELS, "ownerReferences": [OWNER]},
+        "metadata": {
+            "name": "tenant-isolation",
+            "namespace": "tenant-acme",
+            "labels": LABELS,
+            "ownerReferences": [OWNER],
+        },
         "spec": {
             "podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
@@ -191,8 +230,12 @@ def test_network_policy_closed_tenancy():
             "egress": [
                 {"to": [{"podSelector": {}}]},
                 {
-                    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
                     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
                 },
             ],
@@ -203,12 +246,23 @@ def test_network_policy_closed_tenancy():
 def test_network_policy_internet_and_nfs_host_name_resolved():
     nfs = NFSSpec(server="nfs.corp.example", path="/x")
     egress = policies.build_network_policy(
-        tenancy(allow_internet=True, nfs=nfs), policies.NetworkConfig(), nfs_addresses=["10.9.0.8", "10.9.0.7", "10.9.0.8"]
+        tenancy(allow_internet=True, nfs=nfs),
+        policies.NetworkConfig(),
+        nfs_addresses=["10.9.0.8", "10.9.0.7", "10.9.0.8"],
     )["spec"]["egress"]
-    nfs_ports = [{"protocol": "TCP", "port": 2049}, {"protocol": "UDP", "port": 2049},
-                 {"protocol": "TCP", "port": 111}, {"protocol": "UDP", "port": 111}]
+    nfs_ports = [
+        {"protocol": "TCP", "port": 2049},
+        {"protocol": "UDP", "port": 2049},
+        {"protocol": "TCP", "port": 111},
+        {"protocol": "UDP", "port": 111},
+    ]
     assert egress[2:] == [
-        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": PRIVATE4}}, {"ipBlock": {"cidr": "::/0", "except": PRIVATE6}}]},
+        {
+            "to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": PRIVATE4}},
+                {"ipBlock": {"cidr": "::/0", "except": PRIVATE6}},
+            ]
+        },
         {"to": [{"ipBlock": {"cidr": "10.9.0.7/32"}}, {"ipBlock": {"cidr": "10.9.0.8/32"}}], "ports": nfs_ports},
     ]
 
@@ -232,8 +286,16 @@ def test_api_secrets_role_binding():
     assert builders.build_api_secrets_role_binding(tenancy(), access) == {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": "gpucaas-api-tenant-secrets", "namespace": "tenant-acme", "labels": LABELS,
-                     "ownerReferences": [OWNER]},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpucaas-api-tenant-secrets"},
+        "metadata": {
+            "name": "gpucaas-api-tenant-secrets",
+            "namespace": "tenant-acme",
+            "labels": LABELS,
+            "ownerReferences": [OWNER],
+        },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "gpucaas-api-tenant-secrets",
+        },
         "subjects": [{"kind": "ServiceAccount", "name": "gpucaas-api", "namespace": "gpucaas-system"}],
     }

@@ -20,8 +20,11 @@ def test_killed_mid_reconcile_then_restarted_converges(api, spawn):
     for name in names:
         api.create(new_tenancy(name, nfs={"server": "10.20.0.5", "path": f"/exports/{name}"}))
     first = spawn("--standalone")
-    wait_for(lambda: any(ns["metadata"]["name"].startswith("tenant-restart-") for ns in api.list("Namespace")),
-             timeout=120, what="the first controller to start creating namespaces")
+    wait_for(
+        lambda: any(ns["metadata"]["name"].startswith("tenant-restart-") for ns in api.list("Namespace")),
+        timeout=120,
+        what="the first controller to start creating namespaces",
+    )
     first.kill()  # SIGKILL: no cleanup, Kopf's progress annotations stay as they were
     ready_at_kill = _ready(api, names)
     assert len(ready_at_kill) < COUNT, "the kill came too late to interrupt anything"
@@ -33,7 +36,9 @@ def test_killed_mid_reconcile_then_restarted_converges(api, spawn):
         for desired in reconcile.reconcile_tenancy(tenancy, network=policies.NetworkConfig()).objects:
             meta = desired["metadata"]
             assert reconcile.matches(desired, api.get(desired["kind"], meta["name"], meta.get("namespace"))), (
-                name, desired["kind"])
+                name,
+                desired["kind"],
+            )
     second.terminate()
 
 
@@ -46,6 +51,7 @@ def test_two_replicas_only_the_higher_priority_one_acts(api, spawn):
         return len(obj.get("status") or {}) == 2
 
     wait_for(lambda: _safe(peers), timeout=120, what="both replicas registered in the peering object")
+
     def low_paused():
         # Kopf starts paused; it logs "Resuming" when it finds itself alone and "Pausing" when a
         # higher-priority peer appears: the last word says the state.

@@ -47,9 +47,15 @@ def test_templates_and_device_class_quota_reach_the_tenant_namespace(api, dra_co
         assert (owner["kind"], owner["uid"]) == ("Tenancy", tenancy["metadata"]["uid"])
     # a partition request names its NVLink class; 3, 5, 6, 7 GPUs are that many single GPUs
     assert live["gpucaas-gpus-4"]["spec"]["spec"]["devices"]["requests"][0]["exactly"] == {
-        "deviceClassName": "nvlink-4.gpu.gpucaas.dev", "allocationMode": "ExactCount", "count": 1}
+        "deviceClassName": "nvlink-4.gpu.gpucaas.dev",
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }
     assert live["gpucaas-gpus-3"]["spec"]["spec"]["devices"]["requests"][0]["exactly"] == {
-        "deviceClassName": "gpu.gpucaas.dev", "allocationMode": "ExactCount", "count": 3}
+        "deviceClassName": "gpu.gpucaas.dev",
+        "allocationMode": "ExactCount",
+        "count": 3,
+    }
     hard = api.get("ResourceQuota", "tenant-quota", "tenant-dra-acme")["spec"]["hard"]
     assert {k: v for k, v in hard.items() if "deviceclass" in k} == {
         "gpu.gpucaas.dev.deviceclass.resource.k8s.io/devices": "8",
@@ -64,12 +70,19 @@ def test_a_deleted_template_is_restored_and_the_quota_follows_the_spec(api, dra_
     wait_phase(api, "dra-beta", "Ready")
     before = api.get("ResourceClaimTemplate", "gpucaas-gpus-2", "tenant-dra-beta")
     api.delete("ResourceClaimTemplate", "gpucaas-gpus-2", "tenant-dra-beta")
-    wait_for(lambda: (o := api.get("ResourceClaimTemplate", "gpucaas-gpus-2", "tenant-dra-beta"))
-             and o["metadata"]["uid"] != before["metadata"]["uid"], what="template restored")
+    wait_for(
+        lambda: (
+            (o := api.get("ResourceClaimTemplate", "gpucaas-gpus-2", "tenant-dra-beta"))
+            and o["metadata"]["uid"] != before["metadata"]["uid"]
+        ),
+        what="template restored",
+    )
     merge_patch(api, "dra-beta", {"spec": {"gpuQuota": 16}})
     key = dra.device_class_quota_key(8)
-    wait_for(lambda: api.get("ResourceQuota", "tenant-quota", "tenant-dra-beta")["spec"]["hard"].get(key) == "2",
-             what="quota of 8-GPU partitions follows gpuQuota 16")
+    wait_for(
+        lambda: api.get("ResourceQuota", "tenant-quota", "tenant-dra-beta")["spec"]["hard"].get(key) == "2",
+        what="quota of 8-GPU partitions follows gpuQuota 16",
+    )
 
 
 def test_templates_go_with_a_namespace_the_tenancy_does_not_own(api, dra_controller):

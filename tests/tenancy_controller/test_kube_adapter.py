@@ -8,9 +8,12 @@ from services.tenancy_controller import errors, kube
 
 
 def quota(pods: str, **labels: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": "q", "namespace": "ns1", "labels": {"mine": "yes", **labels}},
-            "spec": {"hard": {"pods": pods}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "q", "namespace": "ns1", "labels": {"mine": "yes", **labels}},
+        "spec": {"hard": {"pods": pods}},
+    }
 
 
 def test_ensure_creates_leaves_alone_and_replaces_keeping_foreign_metadata(api):
@@ -35,8 +38,14 @@ def test_errors_are_ours_and_named(api):
     assert api.get("ResourceQuota", "nope", "ns-missing") is None
     assert api.delete("ResourceQuota", "nope", "ns-missing") is False
     with pytest.raises(errors.Invalid) as info:
-        api.create({"apiVersion": "gpucaas.dev/v1alpha1", "kind": "Tenancy", "metadata": {"name": "x"},
-                    "spec": {"gpuQuota": -3}})
+        api.create(
+            {
+                "apiVersion": "gpucaas.dev/v1alpha1",
+                "kind": "Tenancy",
+                "metadata": {"name": "x"},
+                "spec": {"gpuQuota": -3},
+            }
+        )
     assert info.value.status == 422 and "gpuQuota" in str(info.value)
     assert isinstance(info.value.__cause__, Exception)
     api.create({"apiVersion": "gpucaas.dev/v1alpha1", "kind": "Tenancy", "metadata": {"name": "x"}})

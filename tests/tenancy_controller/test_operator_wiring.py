@@ -1,4 +1,4 @@
-"""The operator process: handler modules into one registry, Kopf settings in one place, the CLI."""
+"""The operator process: the tenancy handlers in one registry, Kopf settings in one place, the CLI."""
 
 from __future__ import annotations
 
@@ -7,28 +7,28 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucaas.programs.cli import app
-from services.tenancy_controller import operator
+from services.tenancy_controller import main
 from services.tenancy_controller.settings import ControllerSettings
 
 
-def test_registry_holds_every_handler_of_the_listed_modules():
-    registry = operator.build_registry(ControllerSettings(handler_modules=("services.tenancy_controller.handlers",)))
-    ids = {h.id for h in registry._changing.get_all_handlers()}  # noqa: SLF001 - Kopf has no public listing
+def test_registry_holds_every_tenancy_handler():
+    registry = main.build_registry(ControllerSettings())
+    ids = {h.id for h in registry._changing.get_all_handlers()}  # Kopf has no public listing
     assert {"reconcile-resume", "reconcile-create", "reconcile-update/spec", "finalize"} <= ids
-    watching = {h.id for h in registry._watching.get_all_handlers()}  # noqa: SLF001
+    watching = {h.id for h in registry._watching.get_all_handlers()}
     assert {"child-namespaces", "child-ciliumnetworkpolicies", "child-persistentvolumes"} <= watching
-    assert {h.id for h in registry._spawning.get_all_handlers()} == {"resync"}  # noqa: SLF001
+    assert {h.id for h in registry._spawning.get_all_handlers()} == {"resync"}
 
 
 def test_kopf_settings_in_one_place():
     ks = kopf.OperatorSettings()
-    operator.configure_kopf(ks, ControllerSettings(peering="p1", priority=7, workers=3, standalone=False))
+    main.configure_kopf(ks, ControllerSettings(peering="p1", priority=7, workers=3, standalone=False))
     assert (ks.peering.name, ks.peering.priority, ks.peering.mandatory, ks.peering.clusterwide) == ("p1", 7, True, True)
     assert ks.persistence.finalizer == "gpucaas.dev/controller"
     assert isinstance(ks.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert ks.execution.max_workers == 3
     ks2 = kopf.OperatorSettings()
-    operator.configure_kopf(ks2, ControllerSettings(standalone=True))
+    main.configure_kopf(ks2, ControllerSettings(standalone=True))
     assert ks2.peering.standalone and not ks2.peering.mandatory
 
 
@@ -46,5 +46,12 @@ def test_settings_from_environment(monkeypatch):
 def test_cli_registered_with_env_vars():
     result = CliRunner().invoke(app, ["controller", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for option in ("--kubeconfig", "--peering", "--standalone", "--priority", "--liveness", "GPUCAAS_CONTROLLER_PEERING"):
+    for option in (
+        "--kubeconfig",
+        "--peering",
+        "--standalone",
+        "--priority",
+        "--liveness",
+        "GPUCAAS_CONTROLLER_PEERING",
+    ):
         assert option in result.output

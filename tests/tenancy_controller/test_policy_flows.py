@@ -24,8 +24,12 @@ def test_without_policies_everything_passes():
 
 
 def test_unknown_rule_shape_is_refused():
-    policy = {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy", "metadata": {"namespace": "tenant-a"},
-              "spec": {"endpointSelector": {}, "egress": [{"toServices": [{}]}]}}
+    policy = {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNetworkPolicy",
+        "metadata": {"namespace": "tenant-a"},
+        "spec": {"endpointSelector": {}, "egress": [{"toServices": [{}]}]},
+    }
     a = Peer(ip="10.244.1.10", kind="pod", namespace="tenant-a")
     with pytest.raises(UnknownRule):
         cilium_allows([policy], Flow(a, Peer(ip="1.1.1.1", kind="external"), 443))
@@ -39,11 +43,15 @@ def test_readme_table_renders():
 
 def test_egress_deny_holds_even_if_someone_adds_an_allow_all_rule():
     """Defence in depth: an extra allow-everything rule in the namespace still cannot reach metadata or nodes."""
-    from .policy_table import APISERVER, HOST, INTERNET, METADATA, A1, policies_for
+    from .policy_table import A1, APISERVER, HOST, INTERNET, METADATA, policies_for
 
     cnps, _ = policies_for("closed")
-    widened = [dict(p, spec={**p["spec"], "egress": [*p["spec"]["egress"], {"toEntities": ["all"]}]})
-               if p["metadata"]["namespace"] == "tenant-a" else p for p in cnps]
+    widened = [
+        dict(p, spec={**p["spec"], "egress": [*p["spec"]["egress"], {"toEntities": ["all"]}]})
+        if p["metadata"]["namespace"] == "tenant-a"
+        else p
+        for p in cnps
+    ]
     assert cilium_allows(widened, Flow(A1, INTERNET, 443))  # the rule did widen egress...
     for dst in (METADATA, HOST, APISERVER):  # ...but not to these
         assert not cilium_allows(widened, Flow(A1, dst, 443)), dst

@@ -11,8 +11,8 @@ from __future__ import annotations
 from services.tenancy_controller import builders
 from services.tenancy_controller.comparison import is_subset, matches
 
-from .factories import new_tenancy
 from .conftest import wait_for
+from .factories import new_tenancy
 from .helpers import merge_patch, wait_phase
 
 PVC = builders.PVC_NAME
@@ -20,18 +20,22 @@ PVC = builders.PVC_NAME
 
 def test_canonical_quantities_match_what_was_asked() -> None:
     assert is_subset({"spec": {"capacity": {"storage": "1024Gi"}}}, {"spec": {"capacity": {"storage": "1Ti"}}})
-    assert is_subset({"hard": {"requests.nvidia.com/gpu": "4", "pods": "10", "requests.memory": "1024Mi"}},
-                     {"hard": {"requests.nvidia.com/gpu": "4", "pods": "10", "requests.memory": "1Gi"}})
-    assert is_subset({"limits": [{"type": "Container", "default": {"cpu": "1000m", "memory": "8Gi"}}]},
-                     {"limits": [{"type": "Container", "default": {"cpu": "1", "memory": "8Gi"}}]})
+    assert is_subset(
+        {"hard": {"requests.nvidia.com/gpu": "4", "pods": "10", "requests.memory": "1024Mi"}},
+        {"hard": {"requests.nvidia.com/gpu": "4", "pods": "10", "requests.memory": "1Gi"}},
+    )
+    assert is_subset(
+        {"limits": [{"type": "Container", "default": {"cpu": "1000m", "memory": "8Gi"}}]},
+        {"limits": [{"type": "Container", "default": {"cpu": "1", "memory": "8Gi"}}]},
+    )
     assert not is_subset({"spec": {"capacity": {"storage": "1024Gi"}}}, {"spec": {"capacity": {"storage": "1T"}}})
     # outside quantity fields, strings stay strings
     assert not is_subset({"spec": {"path": "1024Gi"}}, {"spec": {"path": "1Ti"}})
     assert not is_subset({"limits": [{"type": "Container"}]}, {"limits": [{"type": "Pod"}]})
-    assert matches({"kind": "PersistentVolumeClaim", "metadata": {},
-                    "spec": {"resources": {"requests": {"storage": "1024Gi"}}}},
-                   {"kind": "PersistentVolumeClaim", "metadata": {},
-                    "spec": {"resources": {"requests": {"storage": "1Ti"}}}})
+    assert matches(
+        {"kind": "PersistentVolumeClaim", "metadata": {}, "spec": {"resources": {"requests": {"storage": "1024Gi"}}}},
+        {"kind": "PersistentVolumeClaim", "metadata": {}, "spec": {"resources": {"requests": {"storage": "1Ti"}}}},
+    )
 
 
 def _canonical(api, kind: str, name: str, namespace: str | None, path: tuple[str, ...]) -> dict:
@@ -47,17 +51,30 @@ def _canonical(api, kind: str, name: str, namespace: str | None, path: tuple[str
 
 
 def test_a_canonical_capacity_reaches_ready_without_replacing_storage(api, controller) -> None:
-    api.create(new_tenancy("acme", gpu_quota=4, pod_quota=10,
-                           nfs={"server": "10.20.0.5", "path": "/exports/acme", "capacity": "1024Gi"}))
+    api.create(
+        new_tenancy(
+            "acme",
+            gpu_quota=4,
+            pod_quota=10,
+            nfs={"server": "10.20.0.5", "path": "/exports/acme", "capacity": "1024Gi"},
+        )
+    )
     wait_phase(api, "acme", "Ready")
     # kube-controller-manager's volume binder writes both objects (claimRef, phase) on its own
     # schedule; the comparison starts once it has nothing left to write.
-    for kind, name, namespace in (("PersistentVolume", builders.persistent_volume_name("acme"), None),
-                                  ("PersistentVolumeClaim", PVC, "tenant-acme")):
-        wait_for(lambda: ((api.get(kind, name, namespace) or {}).get("status") or {}).get("phase") == "Bound",
-                 what=f"{kind} {name} bound")
-    pv = _canonical(api, "PersistentVolume", builders.persistent_volume_name("acme"), None,
-                    ("spec", "capacity", "storage"))
+    for kind, name, namespace in (
+        ("PersistentVolume", builders.persistent_volume_name("acme"), None),
+        ("PersistentVolumeClaim", PVC, "tenant-acme"),
+    ):
+        wait_for(
+            lambda kind=kind, name=name, namespace=namespace: (
+                ((api.get(kind, name, namespace) or {}).get("status") or {}).get("phase") == "Bound"
+            ),
+            what=f"{kind} {name} bound",
+        )
+    pv = _canonical(
+        api, "PersistentVolume", builders.persistent_volume_name("acme"), None, ("spec", "capacity", "storage")
+    )
     pvc = _canonical(api, "PersistentVolumeClaim", PVC, "tenant-acme", ("spec", "resources", "requests", "storage"))
 
     # Two full reconciles (each a spec change the controller must act on), then the storage is untouched.

@@ -23,17 +23,28 @@ def kinds(plan):
 
 def test_plan_without_nfs_prunes_storage():
     plan = reconcile.reconcile_tenancy(tenancy_body("acme", uid="u"), network=NET)
-    assert kinds(plan) == [("Namespace", "tenant-acme"), ("CiliumNetworkPolicy", "tenant-isolation"),
-                           ("NetworkPolicy", "tenant-isolation"), ("ResourceQuota", "tenant-quota"),
-                           ("LimitRange", "tenant-limits")]
-    assert plan.absent == [("PersistentVolumeClaim", "tenant-storage", "tenant-acme"),
-                           ("PersistentVolume", "tenant-acme-storage", None)]
+    assert kinds(plan) == [
+        ("Namespace", "tenant-acme"),
+        ("CiliumNetworkPolicy", "tenant-isolation"),
+        ("NetworkPolicy", "tenant-isolation"),
+        ("ResourceQuota", "tenant-quota"),
+        ("LimitRange", "tenant-limits"),
+    ]
+    assert plan.absent == [
+        ("PersistentVolumeClaim", "tenant-storage", "tenant-acme"),
+        ("PersistentVolume", "tenant-acme-storage", None),
+    ]
     assert plan.namespace_owned
 
 
 def test_plan_with_nfs():
-    plan = reconcile.reconcile_tenancy(tenancy_body("acme", uid="u", nfs={"server": "10.0.0.9", "path": "/e"}), network=NET)
-    assert kinds(plan)[-2:] == [("PersistentVolume", "tenant-acme-storage"), ("PersistentVolumeClaim", "tenant-storage")]
+    plan = reconcile.reconcile_tenancy(
+        tenancy_body("acme", uid="u", nfs={"server": "10.0.0.9", "path": "/e"}), network=NET
+    )
+    assert kinds(plan)[-2:] == [
+        ("PersistentVolume", "tenant-acme-storage"),
+        ("PersistentVolumeClaim", "tenant-storage"),
+    ]
     assert plan.absent == []
 
 
@@ -71,18 +82,30 @@ def test_ready_only_when_every_component_is_ok():
     all_ok = {c: OK for c in reconcile.COMPONENTS}
     st = reconcile.tenancy_status(plan, all_ok, previous=None, now=T0)
     assert st["phase"] == "Ready" and st["namespace"] == "tenant-acme" and st["observedGeneration"] == 3
-    assert [c["type"] for c in st["conditions"]] == ["Ready", "NamespaceReady", "NetworkPolicyReady", "QuotaReady",
-                                                    "StorageReady"]
-    assert all(c["status"] == "True" and c["lastTransitionTime"] == "2026-01-01T00:00:00Z"
-               and c["observedGeneration"] == 3 for c in st["conditions"])
+    assert [c["type"] for c in st["conditions"]] == [
+        "Ready",
+        "NamespaceReady",
+        "NetworkPolicyReady",
+        "QuotaReady",
+        "StorageReady",
+    ]
+    assert all(
+        c["status"] == "True" and c["lastTransitionTime"] == "2026-01-01T00:00:00Z" and c["observedGeneration"] == 3
+        for c in st["conditions"]
+    )
 
     broken = {**all_ok, "NetworkPolicy": reconcile.Outcome(False, "CiliumNotInstalled", "no cilium.io/v2")}
     st2 = reconcile.tenancy_status(plan, broken, previous=st, now=T0 + timedelta(minutes=1))
     assert st2["phase"] == "Pending"
     cond = {c["type"]: c for c in st2["conditions"]}
-    assert cond["Ready"] == {"type": "Ready", "status": "False", "reason": "CiliumNotInstalled",
-                             "message": "NetworkPolicyReady: no cilium.io/v2",
-                             "lastTransitionTime": "2026-01-01T00:01:00Z", "observedGeneration": 3}
+    assert cond["Ready"] == {
+        "type": "Ready",
+        "status": "False",
+        "reason": "CiliumNotInstalled",
+        "message": "NetworkPolicyReady: no cilium.io/v2",
+        "lastTransitionTime": "2026-01-01T00:01:00Z",
+        "observedGeneration": 3,
+    }
     assert cond["QuotaReady"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged status keeps its time
     missing = reconcile.tenancy_status(plan, {"Namespace": OK}, previous=None, now=T0)
     assert missing["phase"] == "Pending"
@@ -90,14 +113,24 @@ def test_ready_only_when_every_component_is_ok():
 
 def test_failed_and_terminating_status():
     body = tenancy_body("acme", uid="u", generation=2)
-    st = reconcile.failed_status(body, InvalidSpec("spec.gpuQuota", "must be between 0 and 100000, got -1"),
-                                 previous=None, now=T0)
+    st = reconcile.failed_status(
+        body, InvalidSpec("spec.gpuQuota", "must be between 0 and 100000, got -1"), previous=None, now=T0
+    )
     assert st == {
-        "phase": "Failed", "message": "spec.gpuQuota: must be between 0 and 100000, got -1", "namespace": "tenant-acme",
+        "phase": "Failed",
+        "message": "spec.gpuQuota: must be between 0 and 100000, got -1",
+        "namespace": "tenant-acme",
         "observedGeneration": 2,
-        "conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec",
-                        "message": "spec.gpuQuota: must be between 0 and 100000, got -1",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 2}],
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "InvalidSpec",
+                "message": "spec.gpuQuota: must be between 0 and 100000, got -1",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "observedGeneration": 2,
+            }
+        ],
     }
     term = reconcile.terminating_status(body, "waiting for 1 pod(s)", previous=st, now=T0)
     assert term["phase"] == "Terminating" and term["conditions"][0]["reason"] == "Terminating"
@@ -105,11 +138,19 @@ def test_failed_and_terminating_status():
 
 
 def test_matches_ignores_server_fields_but_not_ours():
-    desired = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "labels": {"a": "1"}},
-               "spec": {"hard": {"pods": "5"}}}
-    live = {"apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": "q", "labels": {"a": "1", "b": "2"}, "resourceVersion": "9"},
-            "spec": {"hard": {"pods": "5"}}, "status": {"used": {"pods": "1"}}}
+    desired = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "q", "labels": {"a": "1"}},
+        "spec": {"hard": {"pods": "5"}},
+    }
+    live = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "q", "labels": {"a": "1", "b": "2"}, "resourceVersion": "9"},
+        "spec": {"hard": {"pods": "5"}},
+        "status": {"used": {"pods": "1"}},
+    }
     assert reconcile.matches(desired, live)
     assert not reconcile.matches(desired, {**live, "spec": {"hard": {"pods": "6"}}})
     assert not reconcile.matches(desired, {**live, "metadata": {"name": "q", "labels": {}}})

@@ -20,7 +20,7 @@ def _ctx() -> Context:
 
 
 class _NoKube:
-    def __getattr__(self, name: str):  # noqa: ANN204 - any use of the API is a failure here
+    def __getattr__(self, name: str):  # any use of the API is a failure here
         raise AssertionError(f"children_in_sync used the API ({name})")
 
 
@@ -34,7 +34,9 @@ def _ready(body: dict, claim_phase: str = "Pending") -> tuple[dict, list[dict]]:
         if obj["kind"] == "PersistentVolumeClaim":
             obj["status"] = {"phase": claim_phase}
     if body["spec"].get("nfs"):
-        outcomes[reconcile.STORAGE] = reconcile.Outcome(True, "Reconciled", "PersistentVolumeClaim created; claim Pending")
+        outcomes[reconcile.STORAGE] = reconcile.Outcome(
+            True, "Reconciled", "PersistentVolumeClaim created; claim Pending"
+        )
     status = reconcile.tenancy_status(plan, outcomes, previous=None, now=datetime(2026, 1, 1, tzinfo=UTC))
     return {**body, "status": status}, live
 
@@ -100,12 +102,12 @@ def test_the_resync_reads_nothing_while_in_sync_and_repairs_a_doubt(api, kubecon
     checks: list[bool] = []
     real_request, real_check = kube.KubeClient.request, workflow.children_in_sync
 
-    def counted_request(self, method, path, **kw):  # noqa: ANN001, ANN202
+    def counted_request(self, method, path, **kw):
         if threading.current_thread() is not threading.main_thread():  # the controller's, not this test's
             calls.append(f"{method} {path}")
         return real_request(self, method, path, **kw)
 
-    def counted_check(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+    def counted_check(*args, **kw):
         checks.append(real_check(*args, **kw))
         return checks[-1]
 
@@ -114,14 +116,15 @@ def test_the_resync_reads_nothing_while_in_sync_and_repairs_a_doubt(api, kubecon
     ctl = ControllerThread(controller_settings(kubeconfig, resync_interval_s=0.2)).start()
     try:
         api.create(tenancy_body("steady", uid="", nfs=NFS))
-        wait_for(lambda: (api.get("Tenancy", "steady") or {}).get("status", {}).get("phase") == "Ready",
-                 what="steady Ready")
+        wait_for(
+            lambda: (api.get("Tenancy", "steady") or {}).get("status", {}).get("phase") == "Ready", what="steady Ready"
+        )
         wait_for(lambda: checks and checks[-1], what="a resync finding it in sync")
         settled, in_sync = len(calls), checks.count(True)
         wait_for(lambda: checks.count(True) >= in_sync + 3, what="three more resyncs")
         assert calls[settled:] == []
         api.patch_status("Tenancy", "steady", {"phase": "Pending"})
         wait_for(lambda: api.get("Tenancy", "steady")["status"]["phase"] == "Ready", what="status put right")
-        assert f"GET /api/v1/namespaces/tenant-steady" in calls[settled:]
+        assert "GET /api/v1/namespaces/tenant-steady" in calls[settled:]
     finally:
         ctl.stop()

@@ -14,11 +14,15 @@ def test_defaults_and_values():
     t = parse_tenancy(tenancy_body("acme", gpu_quota=None, pod_quota=None, allow_internet=None, uid="u1", generation=4))
     assert (t.name, t.uid, t.generation, t.namespace) == ("acme", "u1", 4, "tenant-acme")
     assert (t.spec.gpu_quota, t.spec.pod_quota, t.spec.allow_internet, t.spec.nfs) == (8, 50, False, None)
-    t = parse_tenancy(tenancy_body("x", gpu_quota=0, nfs={"server": "nfs.corp.example", "path": "/e", "readOnly": True}))
+    t = parse_tenancy(
+        tenancy_body("x", gpu_quota=0, nfs={"server": "nfs.corp.example", "path": "/e", "readOnly": True})
+    )
     assert t.spec.gpu_quota == 0
     assert t.spec.nfs == NFSSpec(server="nfs.corp.example", path="/e", read_only=True, capacity="1Ti")
     assert t.spec.nfs.server_ip is None
-    assert str(parse_tenancy(tenancy_body("y", nfs={"server": "10.1.2.3", "path": "/"})).spec.nfs.server_ip) == "10.1.2.3"
+    assert (
+        str(parse_tenancy(tenancy_body("y", nfs={"server": "10.1.2.3", "path": "/"})).spec.nfs.server_ip) == "10.1.2.3"
+    )
 
 
 @pytest.mark.parametrize(
@@ -46,10 +50,29 @@ def test_defaults_and_values():
         ("q", dict(nfs={"server": "10.0.0.1", "path": "/a", "readOnly": "no"}), "spec.nfs.readOnly", "true or false"),
         ("q", dict(nfs={"server": "10.0.0.1", "path": "/a", "capacity": "1TB"}), "spec.nfs.capacity", "quantity"),
     ],
-    ids=["name-too-long", "name-uppercase", "name-leading-dash", "name-empty", "gpu-negative", "gpu-too-big",
-         "gpu-bool", "pods-zero", "internet-not-bool", "nfs-not-object", "nfs-no-server", "nfs-server-spaces",
-         "nfs-server-bad-ip", "nfs-loopback", "nfs-metadata", "nfs-unspecified", "nfs-multicast", "nfs-relative-path",
-         "nfs-dotdot", "nfs-readonly-not-bool", "nfs-capacity-unit"],
+    ids=[
+        "name-too-long",
+        "name-uppercase",
+        "name-leading-dash",
+        "name-empty",
+        "gpu-negative",
+        "gpu-too-big",
+        "gpu-bool",
+        "pods-zero",
+        "internet-not-bool",
+        "nfs-not-object",
+        "nfs-no-server",
+        "nfs-server-spaces",
+        "nfs-server-bad-ip",
+        "nfs-loopback",
+        "nfs-metadata",
+        "nfs-unspecified",
+        "nfs-multicast",
+        "nfs-relative-path",
+        "nfs-dotdot",
+        "nfs-readonly-not-bool",
+        "nfs-capacity-unit",
+    ],
 )
 def test_invalid(name, spec, field, says):
     with pytest.raises(InvalidSpec) as info:
@@ -61,8 +84,11 @@ def test_invalid(name, spec, field, says):
 
 @pytest.mark.parametrize(
     ("spec", "field"),
-    [({"cpuQuota": "lots"}, "spec.cpuQuota"), ({"cpuQuota": 96}, "spec.cpuQuota"),
-     ({"memoryQuota": "1TB"}, "spec.memoryQuota")],
+    [
+        ({"cpuQuota": "lots"}, "spec.cpuQuota"),
+        ({"cpuQuota": 96}, "spec.cpuQuota"),
+        ({"memoryQuota": "1TB"}, "spec.memoryQuota"),
+    ],
     ids=["cpu-word", "cpu-integer", "memory-decimal-unit"],
 )
 def test_invalid_cpu_and_memory_quotas(spec, field):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.tenancy_controller.comparison import is_subset
 from services.tenancy_controller import builders, policies, reconcile
+from services.tenancy_controller.comparison import is_subset
 from services.tenancy_controller.spec import parse_tenancy
 
 from .conftest import wait_for
@@ -53,8 +53,13 @@ def test_create_reaches_ready_with_every_child_as_specified(api, controller):
 
     children = expected_children(tenancy)
     assert [c["kind"] for c in children] == [
-        "Namespace", "CiliumNetworkPolicy", "NetworkPolicy", "ResourceQuota", "LimitRange",
-        "PersistentVolume", "PersistentVolumeClaim",
+        "Namespace",
+        "CiliumNetworkPolicy",
+        "NetworkPolicy",
+        "ResourceQuota",
+        "LimitRange",
+        "PersistentVolume",
+        "PersistentVolumeClaim",
     ]
     live = {c["kind"]: assert_child_as_built(api, c) for c in children}
 
@@ -114,13 +119,17 @@ def test_child_deleted_by_hand_is_restored(api, controller, kind, name, namespac
     ns = "tenant-gamma" if namespaced else None
     before = api.get(kind, name, ns)
     api.delete(kind, name, ns)
-    restored = wait_for(lambda: (o := api.get(kind, name, ns)) and o["metadata"]["uid"] != before["metadata"]["uid"] and o,
-                        what=f"{kind} {name} restored")
+    restored = wait_for(
+        lambda: (o := api.get(kind, name, ns)) and o["metadata"]["uid"] != before["metadata"]["uid"] and o,
+        what=f"{kind} {name} restored",
+    )
     desired = next(c for c in expected_children(tenancy) if c["kind"] == kind)
     assert reconcile.matches(desired, restored)
     if kind == "PersistentVolumeClaim":  # and bound again to the tenancy's volume
-        wait_for(lambda: (api.get(kind, name, ns).get("status") or {}).get("phase") == "Bound",
-                 what="the restored claim bound to the tenancy's PersistentVolume")
+        wait_for(
+            lambda: (api.get(kind, name, ns).get("status") or {}).get("phase") == "Bound",
+            what="the restored claim bound to the tenancy's PersistentVolume",
+        )
 
 
 def test_bound_volume_deleted_by_hand_stays_while_its_claim_exists(api, controller):
@@ -129,8 +138,12 @@ def test_bound_volume_deleted_by_hand_stays_while_its_claim_exists(api, controll
     api.create(new_tenancy("gamma", nfs=NFS))
     wait_phase(api, "gamma", "Ready")
     api.delete("PersistentVolume", "tenant-gamma-storage")
-    pv = wait_for(lambda: (o := api.get("PersistentVolume", "tenant-gamma-storage"))
-                  and o["metadata"].get("deletionTimestamp") and o, what="the volume's deletion held")
+    pv = wait_for(
+        lambda: (
+            (o := api.get("PersistentVolume", "tenant-gamma-storage")) and o["metadata"].get("deletionTimestamp") and o
+        ),
+        what="the volume's deletion held",
+    )
     assert "kubernetes.io/pv-protection" in pv["metadata"]["finalizers"]
     assert api.get("PersistentVolumeClaim", "tenant-storage", "tenant-gamma")["status"]["phase"] == "Bound"
 
@@ -144,10 +157,16 @@ def test_child_edited_by_hand_is_put_back(api, controller):
     policy = api.get("CiliumNetworkPolicy", "tenant-isolation", "tenant-delta")
     policy["spec"]["egress"].append({"toEntities": ["world"]})
     api.replace(policy)
-    wait_for(lambda: api.get("ResourceQuota", "tenant-quota", "tenant-delta")["spec"]["hard"]["requests.nvidia.com/gpu"] == "3",
-             what="quota put back")
-    wait_for(lambda: len(api.get("CiliumNetworkPolicy", "tenant-isolation", "tenant-delta")["spec"]["egress"]) == 2,
-             what="policy put back")
+    wait_for(
+        lambda: (
+            api.get("ResourceQuota", "tenant-quota", "tenant-delta")["spec"]["hard"]["requests.nvidia.com/gpu"] == "3"
+        ),
+        what="quota put back",
+    )
+    wait_for(
+        lambda: len(api.get("CiliumNetworkPolicy", "tenant-isolation", "tenant-delta")["spec"]["egress"]) == 2,
+        what="policy put back",
+    )
 
 
 def test_namespace_deleted_by_hand_is_recreated_with_its_children(api, controller):
@@ -155,11 +174,24 @@ def test_namespace_deleted_by_hand_is_recreated_with_its_children(api, controlle
     wait_phase(api, "eps", "Ready")
     old_uid = api.get("Namespace", "tenant-eps")["metadata"]["uid"]
     api.delete("Namespace", "tenant-eps")
-    wait_for(lambda: (ns := api.get("Namespace", "tenant-eps")) and ns["metadata"]["uid"] != old_uid
-             and not ns["metadata"].get("deletionTimestamp"), what="namespace recreated")
-    tenancy = wait_for(lambda: all(api.get(c["kind"], c["metadata"]["name"], c["metadata"].get("namespace"))
-                                   for c in expected_children(api.get("Tenancy", "eps"))) and api.get("Tenancy", "eps"),
-                       what="children recreated")
+    wait_for(
+        lambda: (
+            (ns := api.get("Namespace", "tenant-eps"))
+            and ns["metadata"]["uid"] != old_uid
+            and not ns["metadata"].get("deletionTimestamp")
+        ),
+        what="namespace recreated",
+    )
+    tenancy = wait_for(
+        lambda: (
+            all(
+                api.get(c["kind"], c["metadata"]["name"], c["metadata"].get("namespace"))
+                for c in expected_children(api.get("Tenancy", "eps"))
+            )
+            and api.get("Tenancy", "eps")
+        ),
+        what="children recreated",
+    )
     for child in expected_children(tenancy):
         assert_child_as_built(api, child)
     wait_phase(api, "eps", "Ready")
@@ -177,8 +209,10 @@ def test_deletion_deletes_its_pods_waits_for_them_then_removes_what_it_made(api,
     terminating = wait_phase(api, "zeta", "Terminating")
     wait_for(lambda: "job-1" in status(api, "zeta").get("message", ""), what="terminating message names the pod")
     assert terminating["metadata"]["deletionTimestamp"]
-    held = wait_for(lambda: (p := api.get("Pod", "job-1", "tenant-zeta")) and p["metadata"].get("deletionTimestamp") and p,
-                    what="the controller deleted the tenancy's pod")
+    held = wait_for(
+        lambda: (p := api.get("Pod", "job-1", "tenant-zeta")) and p["metadata"].get("deletionTimestamp") and p,
+        what="the controller deleted the tenancy's pod",
+    )
     assert api.get("Namespace", "tenant-zeta") is not None
     assert api.get("CiliumNetworkPolicy", "tenant-isolation", "tenant-zeta") is not None
 
@@ -202,8 +236,9 @@ def test_deletion_removes_finished_pods_too(api, controller):
 
 
 def test_deletion_never_deletes_a_namespace_it_does_not_own(api, controller):
-    api.create({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": "tenant-eta", "labels": {"team": "platform"}}})
+    api.create(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-eta", "labels": {"team": "platform"}}}
+    )
     api.create(new_tenancy("eta"))
     tenancy = wait_phase(api, "eta", "Ready")
     assert conditions(tenancy)["NamespaceReady"]["reason"] == "Adopted"
@@ -233,8 +268,9 @@ def test_parse_matches_what_the_api_server_defaulted(api):
 def test_create_ready_and_delete_on_the_local_or_a_real_cluster(api, controller, unique_name):
     """The same path on the local cluster, or on the cluster named by $KUBECONFIG (which needs Cilium's CRDs)."""
     name = unique_name("gpucaas-e2e")
-    api.create(new_tenancy(name, gpu_quota=1, nfs={"server": "10.20.0.5", "path": f"/exports/{name}",
-                                                   "capacity": "1024Gi"}))
+    api.create(
+        new_tenancy(name, gpu_quota=1, nfs={"server": "10.20.0.5", "path": f"/exports/{name}", "capacity": "1024Gi"})
+    )
     try:
         tenancy = wait_phase(api, name, "Ready", timeout=120)
         for child in expected_children(tenancy):
@@ -246,8 +282,11 @@ def test_create_ready_and_delete_on_the_local_or_a_real_cluster(api, controller,
         api.delete("Tenancy", name)
         wait_for(lambda: api.get("Tenancy", name) is None, timeout=120, what="e2e tenancy deleted")
     # garbage-collected once its claim is gone with the namespace (kube-controller-manager's pv-protection)
-    wait_for(lambda: api.get("PersistentVolume", builders.persistent_volume_name(name)) is None, timeout=120,
-             what="the tenancy's PersistentVolume deleted")
+    wait_for(
+        lambda: api.get("PersistentVolume", builders.persistent_volume_name(name)) is None,
+        timeout=120,
+        what="the tenancy's PersistentVolume deleted",
+    )
 
 
 def test_api_secret_rights_and_cpu_memory_quota_reach_the_namespace(api, kubeconfig):
@@ -255,14 +294,22 @@ def test_api_secret_rights_and_cpu_memory_quota_reach_the_namespace(api, kubecon
     lets the API keep Secrets there; the Tenancy's CPU and memory quotas reach its ResourceQuota."""
     from .conftest import ControllerThread, controller_settings
 
-    settings = controller_settings(kubeconfig, api_service_account="gpucaas-system/gpucaas-api",
-                                   api_secrets_cluster_role="gpucaas-api-tenant-secrets")
+    settings = controller_settings(
+        kubeconfig,
+        api_service_account="gpucaas-system/gpucaas-api",
+        api_secrets_cluster_role="gpucaas-api-tenant-secrets",
+    )
     ctl = ControllerThread(settings).start()
     try:
         api.create(new_tenancy("sized", gpu_quota=8))
         merge_patch(api, "sized", {"spec": {"cpuQuota": "196", "memoryQuota": "1800Gi"}})
-        wait_for(lambda: (q := api.get("ResourceQuota", "tenant-quota", "tenant-sized"))
-                 and q["spec"]["hard"].get("limits.cpu") == "196", what="the CPU quota")
+        wait_for(
+            lambda: (
+                (q := api.get("ResourceQuota", "tenant-quota", "tenant-sized"))
+                and q["spec"]["hard"].get("limits.cpu") == "196"
+            ),
+            what="the CPU quota",
+        )
         binding = api.get("RoleBinding", "gpucaas-api-tenant-secrets", "tenant-sized")
         assert binding["roleRef"]["name"] == "gpucaas-api-tenant-secrets"
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpucaas-api", "namespace": "gpucaas-system"}]

@@ -82,8 +82,11 @@ def build_initramfs(path: Path, busybox: Path = BUSYBOX) -> Path:
         raise ImageBuildError(f"{busybox} missing: install the busybox-static package")
     d, f, x = 0o040755, 0o100644, 0o100755
     entries = [(n, d, b"") for n in ("bin", "dev", "proc", "sys", "tmp", "run", "sbin", "etc")]
-    entries += [("bin/busybox", x, busybox.read_bytes()), ("init", x, INIT_SCRIPT.encode()),
-                ("etc/hostname", f, b"gpucaas-test-vm\n")]
+    entries += [
+        ("bin/busybox", x, busybox.read_bytes()),
+        ("init", x, INIT_SCRIPT.encode()),
+        ("etc/hostname", f, b"gpucaas-test-vm\n"),
+    ]
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent test runs build side by side
     tmp.write_bytes(gzip.compress(_cpio_newc(entries), compresslevel=6))
     tmp.chmod(0o644)

@@ -66,8 +66,11 @@ def ensure_user() -> pwd.struct_passwd:
         pass
     if os.geteuid() != 0:
         raise DaemonUnavailable(f"user {USER} missing and not root to create it") from None
-    subprocess.run(["useradd", "--system", "--user-group", "--home-dir", str(HOME),
-                    "--shell", "/usr/sbin/nologin", USER], check=True, capture_output=True)
+    subprocess.run(
+        ["useradd", "--system", "--user-group", "--home-dir", str(HOME), "--shell", "/usr/sbin/nologin", USER],
+        check=True,
+        capture_output=True,
+    )
     log.info("created system user %s", USER)
     return pwd.getpwnam(USER)
 
@@ -98,9 +101,17 @@ class PrivateLibvirtd:
         cfg = self.workdir / f"{name}.conf"
         cfg.write_text(conf)
         pidfile = self.workdir / f"{name}.pid"
-        res = subprocess.run([binary, "-d", "-f", str(cfg), "-p", str(pidfile)], env=self._env(),
-                             user=self._user.pw_uid, group=self._user.pw_gid, extra_groups=[],
-                             capture_output=True, text=True, timeout=60, cwd=self.workdir)
+        res = subprocess.run(
+            [binary, "-d", "-f", str(cfg), "-p", str(pidfile)],
+            env=self._env(),
+            user=self._user.pw_uid,
+            group=self._user.pw_gid,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=self.workdir,
+        )
         if res.returncode != 0:
             raise DaemonUnavailable(f"{binary} -d failed ({res.returncode}): {res.stderr.strip()[-400:]}")
         deadline = time.monotonic() + timeout_s
@@ -132,17 +143,28 @@ class PrivateLibvirtd:
         self.socket = self.workdir / "run" / "libvirt-sock"
         self.uri = f"qemu+unix:///session?socket={self.socket}"
         try:
-            self._start("virtlogd", VIRTLOGD, f'log_outputs = "3:file:{self.workdir}/virtlogd.log"\n',
-                        self.workdir / "run" / "libvirt" / "virtlogd-sock")
-            self._start("libvirtd", LIBVIRTD, "\n".join([
-                f'unix_sock_dir = "{self.workdir / "run"}"',
-                'unix_sock_rw_perms = "0777"',
-                'unix_sock_ro_perms = "0777"',
-                'auth_unix_rw = "none"',
-                'auth_unix_ro = "none"',
-                f'log_outputs = "3:file:{self.workdir}/libvirtd.log"',
-                "",
-            ]), self.socket)
+            self._start(
+                "virtlogd",
+                VIRTLOGD,
+                f'log_outputs = "3:file:{self.workdir}/virtlogd.log"\n',
+                self.workdir / "run" / "libvirt" / "virtlogd-sock",
+            )
+            self._start(
+                "libvirtd",
+                LIBVIRTD,
+                "\n".join(
+                    [
+                        f'unix_sock_dir = "{self.workdir / "run"}"',
+                        'unix_sock_rw_perms = "0777"',
+                        'unix_sock_ro_perms = "0777"',
+                        'auth_unix_rw = "none"',
+                        'auth_unix_ro = "none"',
+                        f'log_outputs = "3:file:{self.workdir}/libvirtd.log"',
+                        "",
+                    ]
+                ),
+                self.socket,
+            )
         except BaseException:
             self.stop()
             raise

@@ -7,7 +7,7 @@ timeouts and bounded retries, and :mod:`.errors` is the one error tree.
 
 Node daemons that make a handful of calls use :class:`RestKube` (:mod:`.rest`): the
 same calls, errors and retries over plain HTTPS, without importing the official
-client's ~600 generated model modules (about 35 MB resident, issue 18). The names
+client's ~600 generated model modules (about 35 MB resident, of a 60 MB budget). The names
 that need the official client (``Kube``, ``translated``, ``load_configuration``,
 ``new_api_client``, ``kopf_connection_info``) are imported on first use, so
 importing this package, its errors or :class:`RestKube` does not load it.
@@ -40,8 +40,13 @@ if TYPE_CHECKING:
     from .client import Kube, translated
     from .config import kopf_connection_info, load_configuration, new_api_client
 
-_LAZY = {"Kube": "client", "translated": "client", "load_configuration": "config",
-         "new_api_client": "config", "kopf_connection_info": "config"}
+_LAZY = {
+    "Kube": "client",
+    "translated": "client",
+    "load_configuration": "config",
+    "new_api_client": "config",
+    "kopf_connection_info": "config",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -55,8 +60,29 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_RETRY", "NO_RETRY", "Cause", "Conflict", "Forbidden", "Gone", "Invalid", "Kube", "KubeConnection",
-    "KubeError", "NotFound", "RestKube", "RetryPolicy", "Unauthorized", "Unavailable", "adapter",
-    "from_api_exception", "from_kopf_error", "from_status", "from_transport_error", "kopf_connection_info",
-    "load_configuration", "new_api_client", "retrying", "translated",
+    "DEFAULT_RETRY",
+    "NO_RETRY",
+    "Cause",
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "Kube",
+    "KubeConnection",
+    "KubeError",
+    "NotFound",
+    "RestKube",
+    "RetryPolicy",
+    "Unauthorized",
+    "Unavailable",
+    "adapter",
+    "from_api_exception",
+    "from_kopf_error",
+    "from_status",
+    "from_transport_error",
+    "kopf_connection_info",
+    "load_configuration",
+    "new_api_client",
+    "retrying",
+    "translated",
 ]

@@ -44,9 +44,14 @@ def translated(what: str = "", *, server: str | None = None) -> Iterator[None]:
 class Kube:
     """One configured client; thread-safe (one urllib3 pool)."""
 
-    def __init__(self, connection: KubeConnection | kubernetes.client.Configuration | None = None, *,
-                 timeout: tuple[float, float] | float | None = None, retry: RetryPolicy = DEFAULT_RETRY,
-                 api_client: kubernetes.client.ApiClient | None = None) -> None:
+    def __init__(
+        self,
+        connection: KubeConnection | kubernetes.client.Configuration | None = None,
+        *,
+        timeout: tuple[float, float] | float | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        api_client: kubernetes.client.ApiClient | None = None,
+    ) -> None:
         if api_client is not None:
             cfg, conn = api_client.configuration, KubeConnection()
         elif isinstance(connection, kubernetes.client.Configuration):
@@ -69,7 +74,7 @@ class Kube:
         existing ``ApiClient`` (which its owner closes)."""
         from .rest import RestKube
 
-        return api if isinstance(api, (Kube, RestKube)) else cls(api_client=api)  # type: ignore[return-value]
+        return api if isinstance(api, (Kube, RestKube)) else cls(api_client=api)
 
     @property
     def server(self) -> str:
@@ -88,11 +93,12 @@ class Kube:
     def translated(self, what: str = "") -> Any:
         return translated(what, server=self.server)
 
-    def call(self, fn: Callable[..., T], *args: Any, what: str | None = None, idempotent: bool = False,
-             **kwargs: Any) -> T:
+    def call(
+        self, fn: Callable[..., T], *args: Any, what: str | None = None, idempotent: bool = False, **kwargs: Any
+    ) -> T:
         """``fn(*args, **kwargs)`` with the timeout, translated errors and (if idempotent) retries."""
         kwargs.setdefault("_request_timeout", self.timeout)
-        label = what or getattr(fn, "__name__", "kubernetes call")
+        label = what or str(getattr(fn, "__name__", "kubernetes call"))
 
         def once() -> T:
             with translated(label, server=self.server):
@@ -100,8 +106,16 @@ class Kube:
 
         return retrying(once, self.retry if idempotent else NO_RETRY, what=label)
 
-    def request(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
-                content_type: str = "application/json", idempotent: bool | None = None) -> dict[str, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+        idempotent: bool | None = None,
+    ) -> dict[str, Any]:
         """A raw JSON request on ``path``; GET/PUT/DELETE count as idempotent unless said otherwise."""
         what = f"{method} {path}"
         if idempotent is None:
@@ -110,12 +124,16 @@ class Kube:
         def once() -> dict[str, Any]:
             with translated(what, server=self.server):
                 m, url, hdrs, data, post = self.api_client.param_serialize(
-                    method=method, resource_path=path, query_params=query or None,
+                    method=method,
+                    resource_path=path,
+                    query_params=query or None,
                     header_params={"Accept": "application/json", "Content-Type": content_type},
-                    body=body, auth_settings=["BearerToken"],
+                    body=body,
+                    auth_settings=["BearerToken"],
                 )
-                resp = self.api_client.call_api(m, url, header_params=hdrs, body=data, post_params=post,
-                                                _request_timeout=self.timeout)
+                resp = self.api_client.call_api(
+                    m, url, header_params=hdrs, body=data, post_params=post, _request_timeout=self.timeout
+                )
                 raw = resp.read()
                 if not 200 <= resp.status <= 299:
                     raise kubernetes.client.ApiException(http_resp=resp)

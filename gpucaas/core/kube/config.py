@@ -26,8 +26,8 @@ import kubernetes
 from .connection import SERVICEACCOUNT_DIR, KubeConnection
 from .errors import Unavailable
 
-__all__ = ["SERVICEACCOUNT_DIR", "KubeConnection", "kopf_connection_info", "load_configuration",
-           "new_api_client"]
+__all__ = ["SERVICEACCOUNT_DIR", "KubeConnection", "kopf_connection_info", "load_configuration", "new_api_client"]
+
 
 def load_configuration(conn: KubeConnection | None = None) -> kubernetes.client.Configuration:
     """The official client's configuration for ``conn``; :class:`Unavailable` when none can be made."""
@@ -48,8 +48,9 @@ def load_configuration(conn: KubeConnection | None = None) -> kubernetes.client.
                 cfg.ssl_ca_cert = str(conn.ca_file)
             cfg.verify_ssl = not conn.insecure
         elif conn.kubeconfig is not None:
-            config.load_kube_config(config_file=str(conn.kubeconfig), context=conn.context,
-                                    client_configuration=cfg, persist_config=False)
+            config.load_kube_config(
+                config_file=str(conn.kubeconfig), context=conn.context, client_configuration=cfg, persist_config=False
+            )
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=cfg)
         else:

@@ -33,8 +33,19 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "Cause", "Conflict", "Forbidden", "Gone", "Invalid", "KubeError", "NotFound", "Unauthorized",
-    "Unavailable", "from_api_exception", "from_kopf_error", "from_status", "from_transport_error",
+    "Cause",
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "KubeError",
+    "NotFound",
+    "Unauthorized",
+    "Unavailable",
+    "from_api_exception",
+    "from_kopf_error",
+    "from_status",
+    "from_transport_error",
 ]
 
 
@@ -53,8 +64,9 @@ class Cause:
 class KubeError(Exception):
     """A Kubernetes API call failed; ``status`` is the HTTP status, or None when nothing answered."""
 
-    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None,
-                 body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, reason: str | None = None, body: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -85,9 +97,17 @@ class Unauthorized(KubeError):
 class Forbidden(KubeError):
     """403: RBAC (or an admission rule) refused; ``user``/``verb``/``resource`` as the server named them."""
 
-    def __init__(self, message: str, *, user: str | None = None, verb: str | None = None,
-                 resource: str | None = None, group: str | None = None, namespace: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        user: str | None = None,
+        verb: str | None = None,
+        resource: str | None = None,
+        group: str | None = None,
+        namespace: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(message, **kwargs)
         self.user = user
         self.verb = verb
@@ -154,8 +174,9 @@ def _parse_body(raw: Any) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def from_status(status: int | None, body: Any = None, *, what: str = "", server: str | None = None,
-                reason: str | None = None) -> KubeError:
+def from_status(
+    status: int | None, body: Any = None, *, what: str = "", server: str | None = None, reason: str | None = None
+) -> KubeError:
     """The error for an HTTP ``status`` and its (JSON ``Status``) ``body``; ``what`` prefixes the message."""
     parsed = _parse_body(body)
     message = parsed.get("message") or reason or (body if isinstance(body, str) and body else "") or ""
@@ -182,7 +203,8 @@ def from_status(status: int | None, body: Any = None, *, what: str = "", server:
         details = parsed.get("details") or {}
         causes = tuple(
             Cause(str(c.get("field") or ""), str(c.get("message") or ""), str(c.get("reason") or ""))
-            for c in details.get("causes") or [] if isinstance(c, dict)
+            for c in details.get("causes") or []
+            if isinstance(c, dict)
         )
         return Invalid(text, causes=causes, **kwargs)
     return KubeError(text, **kwargs)
@@ -191,8 +213,9 @@ def from_status(status: int | None, body: Any = None, *, what: str = "", server:
 def from_api_exception(exc: Any, *, what: str = "", server: str | None = None) -> KubeError:
     """Translate a ``kubernetes.client.ApiException`` (status 0/None = no HTTP answer)."""
     status = getattr(exc, "status", None) or None
-    return from_status(status, getattr(exc, "body", None), what=what, server=server,
-                       reason=getattr(exc, "reason", None))
+    return from_status(
+        status, getattr(exc, "body", None), what=what, server=server, reason=getattr(exc, "reason", None)
+    )
 
 
 def from_transport_error(exc: BaseException, *, what: str = "", server: str | None = None) -> Unavailable:

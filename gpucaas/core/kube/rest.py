@@ -70,10 +70,18 @@ class NeedsFullClient(Unavailable):
 class _Target:
     """Server URL, TLS context and credentials, resolved once from a :class:`KubeConnection`."""
 
-    def __init__(self, server: str, *, ca_file: str | None = None, ca_data: str | None = None,
-                 insecure: bool = False, token: str | None = None, token_file: str | None = None,
-                 cert: tuple[str | None, str | None, str | None, str | None] = (None, None, None, None),
-                 basic: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        server: str,
+        *,
+        ca_file: str | None = None,
+        ca_data: str | None = None,
+        insecure: bool = False,
+        token: str | None = None,
+        token_file: str | None = None,
+        cert: tuple[str | None, str | None, str | None, str | None] = (None, None, None, None),
+        basic: tuple[str, str] | None = None,
+    ) -> None:
         self.server = server.rstrip("/")
         self.insecure = insecure
         self._token = token
@@ -107,11 +115,13 @@ class _Target:
         return {}
 
 
-def _load_client_cert(ctx: ssl.SSLContext, cert_file: str | None, cert_data: str | None,
-                      key_file: str | None, key_data: str | None) -> None:
+def _load_client_cert(
+    ctx: ssl.SSLContext, cert_file: str | None, cert_data: str | None, key_file: str | None, key_data: str | None
+) -> None:
     """``load_cert_chain`` reads files only: inline data goes through private temporary files."""
     made: list[str] = []
     try:
+
         def as_file(path: str | None, data: str | None) -> str | None:
             if data is None:
                 return path
@@ -158,9 +168,14 @@ def _from_kubeconfig(path: Path, context: str | None) -> _Target:
         ca_file=rel(cluster.get("certificate-authority")),
         ca_data=base64.b64decode(ca_data).decode() if ca_data else None,
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        token=user.get("token"), token_file=rel(user.get("tokenFile")),
-        cert=(rel(user.get("client-certificate")), user.get("client-certificate-data"),
-              rel(user.get("client-key")), user.get("client-key-data")),
+        token=user.get("token"),
+        token_file=rel(user.get("tokenFile")),
+        cert=(
+            rel(user.get("client-certificate")),
+            user.get("client-certificate-data"),
+            rel(user.get("client-key")),
+            user.get("client-key-data"),
+        ),
         basic=(user["username"], user.get("password", "")) if user.get("username") else None,
     )
 
@@ -169,16 +184,23 @@ def resolve(conn: KubeConnection) -> _Target:
     """Where and how, in :func:`.config.load_configuration`'s order; :class:`Unavailable` if nowhere."""
     try:
         if conn.server:
-            return _Target(conn.server, ca_file=str(conn.ca_file) if conn.ca_file else None,
-                           insecure=conn.insecure, token=conn.token,
-                           token_file=str(conn.token_file) if conn.token is None and conn.token_file else None)
+            return _Target(
+                conn.server,
+                ca_file=str(conn.ca_file) if conn.ca_file else None,
+                insecure=conn.insecure,
+                token=conn.token,
+                token_file=str(conn.token_file) if conn.token is None and conn.token_file else None,
+            )
         if conn.kubeconfig is not None:
             return _from_kubeconfig(Path(conn.kubeconfig), conn.context)
         host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         if host:
             host = f"[{host}]" if ":" in host else host
-            return _Target(f"https://{host}:{port}", ca_file=str(SERVICEACCOUNT_DIR / "ca.crt"),
-                           token_file=str(SERVICEACCOUNT_DIR / "token"))
+            return _Target(
+                f"https://{host}:{port}",
+                ca_file=str(SERVICEACCOUNT_DIR / "ca.crt"),
+                token_file=str(SERVICEACCOUNT_DIR / "token"),
+            )
         env = os.environ.get("KUBECONFIG")
         candidates = [Path(p) for p in env.split(os.pathsep) if p] if env else [Path.home() / ".kube" / "config"]
         for path in candidates:
@@ -204,35 +226,50 @@ class _CustomObjects:
             path += "/" + quote(name, safe="")
         return path + (f"/{sub}" if sub else "")
 
-    def list_cluster_custom_object(self, group: str, version: str, plural: str, *, label_selector: str | None = None,
-                                   field_selector: str | None = None, **_: Any) -> dict[str, Any]:
+    def list_cluster_custom_object(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
         query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v]
         return self.kube.send("GET", self._path(group, version, plural), query=query)
 
     def get_cluster_custom_object(self, group: str, version: str, plural: str, name: str, **_: Any) -> dict[str, Any]:
         return self.kube.send("GET", self._path(group, version, plural, name))
 
-    def create_cluster_custom_object(self, group: str, version: str, plural: str, body: dict[str, Any],
-                                     **_: Any) -> dict[str, Any]:
+    def create_cluster_custom_object(
+        self, group: str, version: str, plural: str, body: dict[str, Any], **_: Any
+    ) -> dict[str, Any]:
         return self.kube.send("POST", self._path(group, version, plural), body=body)
 
-    def replace_cluster_custom_object_status(self, group: str, version: str, plural: str, name: str,
-                                             body: dict[str, Any], **_: Any) -> dict[str, Any]:
+    def replace_cluster_custom_object_status(
+        self, group: str, version: str, plural: str, name: str, body: dict[str, Any], **_: Any
+    ) -> dict[str, Any]:
         return self.kube.send("PUT", self._path(group, version, plural, name, "status"), body=body)
 
-    def patch_cluster_custom_object_status(self, group: str, version: str, plural: str, name: str,
-                                           body: Any, **_: Any) -> dict[str, Any]:
+    def patch_cluster_custom_object_status(
+        self, group: str, version: str, plural: str, name: str, body: Any, **_: Any
+    ) -> dict[str, Any]:
         # As the official client: a list is a JSON patch, an object a JSON merge patch.
         kind = "application/json-patch+json" if isinstance(body, list) else "application/merge-patch+json"
-        return self.kube.send("PATCH", self._path(group, version, plural, name, "status"), body=body,
-                              content_type=kind)
+        return self.kube.send("PATCH", self._path(group, version, plural, name, "status"), body=body, content_type=kind)
 
 
 class RestKube:
     """The light adapter: :class:`~gpucaas.core.kube.Kube`'s calls for node daemons, wire JSON in and out."""
 
-    def __init__(self, connection: KubeConnection | None = None, *,
-                 timeout: tuple[float, float] | float | None = None, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+    def __init__(
+        self,
+        connection: KubeConnection | None = None,
+        *,
+        timeout: tuple[float, float] | float | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
         import urllib3
 
         conn = connection or KubeConnection()
@@ -271,8 +308,16 @@ class RestKube:
         except self._errors as exc:
             raise from_transport_error(exc, what=what, server=self.server) from exc
 
-    def send(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
-             content_type: str = "application/json", what: str | None = None) -> dict[str, Any]:
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+        what: str | None = None,
+    ) -> dict[str, Any]:
         """One request, no retry: the JSON answer, or the :mod:`.errors` exception for its status."""
         what = what or f"{method} {path}"
         url = self.server + path + ("?" + urlencode(query) if query else "")
@@ -282,40 +327,61 @@ class RestKube:
             headers["Content-Type"] = content_type
             data = json.dumps(body).encode()
         with self.translated(what):
-            resp = self._http.request(method, url, body=data, headers=headers, timeout=self._timeout,
-                                      retries=False, redirect=False)
+            resp = self._http.request(
+                method, url, body=data, headers=headers, timeout=self._timeout, retries=False, redirect=False
+            )
         raw = resp.data
         if not 200 <= resp.status <= 299:
             text = raw.decode("utf-8", "replace")
-            raise from_status(resp.status, text, what=what, server=self.server,
-                              reason=resp.reason) from HTTPStatusError(resp.status, resp.reason, text)
+            raise from_status(
+                resp.status, text, what=what, server=self.server, reason=resp.reason
+            ) from HTTPStatusError(resp.status, resp.reason, text)
         return json.loads(raw) if raw else {}
 
-    def call(self, fn: Callable[..., T], *args: Any, what: str | None = None, idempotent: bool = False,
-             **kwargs: Any) -> T:
+    def call(
+        self, fn: Callable[..., T], *args: Any, what: str | None = None, idempotent: bool = False, **kwargs: Any
+    ) -> T:
         """``fn(*args, **kwargs)`` (a method of ``custom``) with retries when idempotent."""
         kwargs.pop("_request_timeout", None)
         kwargs.pop("_preload_content", None)
-        label = what or getattr(fn, "__name__", "kubernetes call")
+        label = what or str(getattr(fn, "__name__", "kubernetes call"))
         return retrying(lambda: fn(*args, **kwargs), self.retry if idempotent else NO_RETRY, what=label)
 
     def json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.call(fn, *args, **kwargs)
 
-    def request(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
-                content_type: str = "application/json", idempotent: bool | None = None) -> dict[str, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+        idempotent: bool | None = None,
+    ) -> dict[str, Any]:
         """A raw JSON request on ``path``; GET/PUT/DELETE count as idempotent unless said otherwise."""
         what = f"{method} {path}"
         if idempotent is None:
             idempotent = method in ("GET", "HEAD", "PUT", "DELETE")
-        return retrying(lambda: self.send(method, path, body=body, query=query, content_type=content_type,
-                                          what=what),
-                        self.retry if idempotent else NO_RETRY, what=what)
+        return retrying(
+            lambda: self.send(method, path, body=body, query=query, content_type=content_type, what=what),
+            self.retry if idempotent else NO_RETRY,
+            what=what,
+        )
 
 
-def watch_changes(kube: RestKube, path: str, query: list[tuple[str, str]], on_change: Callable[[], None],
-                  stop: threading.Event, *, on_watching: Callable[[bool], None] = lambda _: None,
-                  retry_s: float = 2.0, timeout_s: int = 300) -> None:
+def watch_changes(
+    kube: RestKube,
+    path: str,
+    query: list[tuple[str, str]],
+    on_change: Callable[[], None],
+    stop: threading.Event,
+    *,
+    on_watching: Callable[[bool], None] = lambda _: None,
+    retry_s: float = 2.0,
+    timeout_s: int = 300,
+) -> None:
     """Call ``on_change()`` whenever an object of the collection at ``path`` changes, until ``stop``.
 
     List then watch from the list's resourceVersion, as client-go's reflector does
@@ -338,25 +404,46 @@ def watch_changes(kube: RestKube, path: str, query: list[tuple[str, str]], on_ch
             except Exception:  # noqa: BLE001 -- best effort: the daemon thread ends with the stream
                 pass
 
-    stop_watcher = threading.Thread(target=lambda: (stop.wait(), cut()), name="kube-watch-stop", daemon=True)
+    def cut_when_stopped() -> None:
+        stop.wait()
+        cut()
+
+    stop_watcher = threading.Thread(target=cut_when_stopped, name="kube-watch-stop", daemon=True)
     stop_watcher.start()
     while not stop.is_set():
         try:
             rv = kube.send("GET", path, query=query).get("metadata", {}).get("resourceVersion", "")
             on_change()
-            url = kube.server + path + "?" + urlencode([*query, ("watch", "1"), ("resourceVersion", rv),
-                                                         ("allowWatchBookmarks", "true"),
-                                                         ("timeoutSeconds", str(timeout_s))])
-            connect = kube._timeout.connect_timeout  # noqa: SLF001
-            resp = kube._http.request(  # noqa: SLF001
-                "GET", url, headers={"Accept": "application/json", **kube._target.headers()},  # noqa: SLF001
-                preload_content=False, retries=False, redirect=False,
-                timeout=urllib3.Timeout(connect=connect, read=timeout_s + 30))
+            url = (
+                kube.server
+                + path
+                + "?"
+                + urlencode(
+                    [
+                        *query,
+                        ("watch", "1"),
+                        ("resourceVersion", rv),
+                        ("allowWatchBookmarks", "true"),
+                        ("timeoutSeconds", str(timeout_s)),
+                    ]
+                )
+            )
+            connect = kube._timeout.connect_timeout
+            resp = kube._http.request(
+                "GET",
+                url,
+                headers={"Accept": "application/json", **kube._target.headers()},
+                preload_content=False,
+                retries=False,
+                redirect=False,
+                timeout=urllib3.Timeout(connect=connect, read=timeout_s + 30),
+            )
             holder["resp"] = resp
             try:
                 if resp.status != 200:
-                    raise from_status(resp.status, resp.read().decode("utf-8", "replace"), what=f"watch {path}",
-                                      server=kube.server)
+                    raise from_status(
+                        resp.status, resp.read().decode("utf-8", "replace"), what=f"watch {path}", server=kube.server
+                    )
                 on_watching(True)
                 for line in stream_lines(resp):
                     if stop.is_set():

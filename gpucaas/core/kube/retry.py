@@ -42,8 +42,13 @@ NO_RETRY = RetryPolicy(attempts=1)
 DEFAULT_RETRY = RetryPolicy()
 
 
-def retrying(fn: Callable[[], T], policy: RetryPolicy = DEFAULT_RETRY, *, what: str = "",
-             sleep: Callable[[float], None] = time.sleep) -> T:
+def retrying(
+    fn: Callable[[], T],
+    policy: RetryPolicy = DEFAULT_RETRY,
+    *,
+    what: str = "",
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """``fn()``, again after a backoff while it raises :class:`Unavailable`, at most ``policy.attempts`` times."""
     delays = policy.delays()
     for attempt in range(len(delays) + 1):

@@ -26,17 +26,22 @@ def bin_dir(*, build: bool = False) -> Path:
         folder = Path(given)
     else:
         if not BUILD_SCRIPT.exists():
-            raise BinariesMissing(f"{BUILD_SCRIPT} is missing: set GPUCAAS_KUBE_BIN to a folder with "
-                                  f"{', '.join(CONTROL_PLANE)}")
+            raise BinariesMissing(
+                f"{BUILD_SCRIPT} is missing: set GPUCAAS_KUBE_BIN to a folder with {', '.join(CONTROL_PLANE)}"
+            )
         args = [str(BUILD_SCRIPT)] + ([] if build else ["--print"])
-        out = subprocess.run(args, check=False, capture_output=True, text=True)  # noqa: S603
+        out = subprocess.run(args, check=False, capture_output=True, text=True)
         if out.returncode != 0:
-            raise BinariesMissing(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "upstream/build.sh failed")
+            raise BinariesMissing(
+                out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "upstream/build.sh failed"
+            )
         folder = Path(out.stdout.strip().splitlines()[-1])
     missing = [b for b in CONTROL_PLANE if not os.access(folder / b, os.X_OK)]
     if missing:
-        raise BinariesMissing(f"{folder} lacks {', '.join(missing)}: run `make upstream` "
-                              "(builds the pinned Kubernetes, etcd and kwok from their Go modules)")
+        raise BinariesMissing(
+            f"{folder} lacks {', '.join(missing)}: run `make upstream` "
+            "(builds the pinned Kubernetes, etcd and kwok from their Go modules)"
+        )
     return folder
 
 

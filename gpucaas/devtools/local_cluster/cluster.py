@@ -42,11 +42,16 @@ SERVICE_CIDR = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 #: Every request at Metadata level (who, what, the authoriser's decision), none of the bodies.
 DEFAULT_AUDIT_POLICY: dict[str, Any] = {
-    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
     "rules": [
         # the control plane's own heartbeats would be most of the log
-        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
-         "users": ["system:kube-controller-manager", "system:kube-scheduler", "system:apiserver"]},
+        {
+            "level": "None",
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+            "users": ["system:kube-controller-manager", "system:kube-scheduler", "system:apiserver"],
+        },
         {"level": "None", "nonResourceURLs": ["/healthz*", "/readyz*", "/livez*", "/version"]},
         {"level": "Metadata"},
     ],
@@ -54,7 +59,8 @@ DEFAULT_AUDIT_POLICY: dict[str, Any] = {
 
 
 KUBELET_API_ADMIN_BINDING: dict[str, Any] = {
-    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
     "metadata": {"name": "gpucaas:apiserver-kubelet-api-admin"},
     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
@@ -145,8 +151,11 @@ class LocalCluster(ProcessGroup):
 
     def get(self, path: str, timeout: float = 10.0) -> Any:
         """GET a path of the API server as the admin (JSON decoded)."""
-        with urllib.request.urlopen(self.server + path, timeout=timeout,  # noqa: S310 (loopback)
-                                    context=self.admin_ssl_context()) as resp:
+        with urllib.request.urlopen(
+            self.server + path,
+            timeout=timeout,  # a loopback URL
+            context=self.admin_ssl_context(),
+        ) as resp:
             return json.loads(resp.read())
 
     def audit_events(self) -> list[dict[str, Any]]:
@@ -173,48 +182,107 @@ class LocalCluster(ProcessGroup):
         pki.ensure_ca()
         pki.ensure_service_account_keys()
         serving = pki.issue("apiserver", "kube-apiserver", server_names=SERVING_NAMES, client=False)
-        kubelet_client = pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
-                                   groups=("kubeadm:cluster-admins",))
+        kubelet_client = pki.issue(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", groups=("kubeadm:cluster-admins",)
+        )
         admin = pki.issue("admin", "kubernetes-admin", groups=("system:masters",))
         pki.kubeconfig(self.admin_kubeconfig, self.server, "kubernetes-admin", pair=admin)
 
         etcd_dir = self.folder / "etcd"
-        etcd = [b / "etcd", "--name", "local", "--data-dir", etcd_dir,
-                "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
-                "--listen-peer-urls", f"http://127.0.0.1:{self._peer_port}",
-                "--initial-advertise-peer-urls", f"http://127.0.0.1:{self._peer_port}",
-                "--initial-cluster", f"local=http://127.0.0.1:{self._peer_port}",
-                "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}",
-                "--log-level", "warn", "--quota-backend-bytes", str(4 << 30)]
+        etcd = [
+            b / "etcd",
+            "--name",
+            "local",
+            "--data-dir",
+            etcd_dir,
+            "--listen-client-urls",
+            self.etcd_url,
+            "--advertise-client-urls",
+            self.etcd_url,
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{self._peer_port}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{self._peer_port}",
+            "--initial-cluster",
+            f"local=http://127.0.0.1:{self._peer_port}",
+            "--listen-metrics-urls",
+            f"http://127.0.0.1:{free_port()}",
+            "--log-level",
+            "warn",
+            "--quota-backend-bytes",
+            str(4 << 30),
+        ]
         if opts.unsafe_no_fsync:
             etcd.append("--unsafe-no-fsync")
         self.add("etcd", etcd, http_ok(f"{self.etcd_url}/health"))
 
-        api = [b / "kube-apiserver", "--etcd-servers", self.etcd_url,
-               "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-               "--secure-port", str(self.apiserver_port),
-               "--tls-cert-file", serving.cert, "--tls-private-key-file", serving.key,
-               "--client-ca-file", pki.ca.cert,
-               # the aggregation layer's front-proxy trust (components read it from the
-               # extension-apiserver-authentication ConfigMap and complain when it is missing)
-               "--requestheader-client-ca-file", pki.ca.cert, "--requestheader-allowed-names", "front-proxy-client",
-               "--requestheader-username-headers", "X-Remote-User", "--requestheader-group-headers", "X-Remote-Group",
-               "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
-               "--service-account-issuer", ISSUER, "--service-account-key-file", pki.sa_public,
-               "--service-account-signing-key-file", pki.sa_private,
-               "--service-cluster-ip-range", SERVICE_CIDR,
-               "--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
-               "--kubelet-client-certificate", kubelet_client.cert, "--kubelet-client-key", kubelet_client.key,
-               # as kubeadm: nodes are reached at their address, not a host name to resolve
-               "--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname",
-               "--allow-privileged=true", "--profiling=false", "--v", "1"]
+        api = [
+            b / "kube-apiserver",
+            "--etcd-servers",
+            self.etcd_url,
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(self.apiserver_port),
+            "--tls-cert-file",
+            serving.cert,
+            "--tls-private-key-file",
+            serving.key,
+            "--client-ca-file",
+            pki.ca.cert,
+            # the aggregation layer's front-proxy trust (components read it from the
+            # extension-apiserver-authentication ConfigMap and complain when it is missing)
+            "--requestheader-client-ca-file",
+            pki.ca.cert,
+            "--requestheader-allowed-names",
+            "front-proxy-client",
+            "--requestheader-username-headers",
+            "X-Remote-User",
+            "--requestheader-group-headers",
+            "X-Remote-Group",
+            "--requestheader-extra-headers-prefix",
+            "X-Remote-Extra-",
+            "--service-account-issuer",
+            ISSUER,
+            "--service-account-key-file",
+            pki.sa_public,
+            "--service-account-signing-key-file",
+            pki.sa_private,
+            "--service-cluster-ip-range",
+            SERVICE_CIDR,
+            "--authorization-mode",
+            "Node,RBAC",
+            "--enable-admission-plugins",
+            "NodeRestriction",
+            "--kubelet-client-certificate",
+            kubelet_client.cert,
+            "--kubelet-client-key",
+            kubelet_client.key,
+            # as kubeadm: nodes are reached at their address, not a host name to resolve
+            "--kubelet-preferred-address-types",
+            "InternalIP,ExternalIP,Hostname",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v",
+            "1",
+        ]
         if opts.token_auth_file is not None:
             api += ["--token-auth-file", opts.token_auth_file]
         if opts.audit_policy is not None:
             policy = self.folder / "audit-policy.yaml"
             policy.write_text(yaml.safe_dump(opts.audit_policy))
-            api += ["--audit-policy-file", policy, "--audit-log-path", self.audit_log,
-                    "--audit-log-format", "json", "--audit-log-maxsize", "0"]
+            api += [
+                "--audit-policy-file",
+                policy,
+                "--audit-log-path",
+                self.audit_log,
+                "--audit-log-format",
+                "json",
+                "--audit-log-maxsize",
+                "0",
+            ]
         if opts.compaction_interval:
             api += ["--etcd-compaction-interval", opts.compaction_interval]
         if opts.encryption_config is not None:
@@ -228,15 +296,36 @@ class LocalCluster(ProcessGroup):
         self.add("kube-apiserver", api, self._api_ready)
 
         if opts.run_controller_manager:
-            kcm_kc = self.kubeconfig_for(self.folder / "kube-controller-manager.kubeconfig",
-                                         "system:kube-controller-manager")
-            kcm = [b / "kube-controller-manager", "--kubeconfig", kcm_kc,
-                   "--authentication-kubeconfig", kcm_kc, "--authorization-kubeconfig", kcm_kc,
-                   "--use-service-account-credentials", "--leader-elect=false",
-                   "--service-account-private-key-file", pki.sa_private, "--root-ca-file", pki.ca.cert,
-                   "--cluster-signing-cert-file", pki.ca.cert, "--cluster-signing-key-file", pki.ca.key,
-                   "--bind-address", "127.0.0.1", "--secure-port", str(self._kcm_port),
-                   "--concurrent-gc-syncs", "5", "--v", "1"]
+            kcm_kc = self.kubeconfig_for(
+                self.folder / "kube-controller-manager.kubeconfig", "system:kube-controller-manager"
+            )
+            kcm = [
+                b / "kube-controller-manager",
+                "--kubeconfig",
+                kcm_kc,
+                "--authentication-kubeconfig",
+                kcm_kc,
+                "--authorization-kubeconfig",
+                kcm_kc,
+                "--use-service-account-credentials",
+                "--leader-elect=false",
+                "--service-account-private-key-file",
+                pki.sa_private,
+                "--root-ca-file",
+                pki.ca.cert,
+                "--cluster-signing-cert-file",
+                pki.ca.cert,
+                "--cluster-signing-key-file",
+                pki.ca.key,
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(self._kcm_port),
+                "--concurrent-gc-syncs",
+                "5",
+                "--v",
+                "1",
+            ]
             if opts.feature_gates:
                 kcm += ["--feature-gates", _gates(opts.feature_gates)]
             kcm += opts.controller_manager_args
@@ -248,15 +337,29 @@ class LocalCluster(ProcessGroup):
     def _add_scheduler(self) -> None:
         opts, b = self.options, self.bin_dir
         sched_kc = self.kubeconfig_for(self.folder / "kube-scheduler.kubeconfig", "system:kube-scheduler")
-        config = dict(opts.scheduler_config or {
-            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"})
+        config = dict(
+            opts.scheduler_config
+            or {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
+        )
         config["clientConnection"] = {"kubeconfig": str(sched_kc)}
         config["leaderElection"] = {"leaderElect": False}
         cfg = self.folder / "kube-scheduler-config.yaml"
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-        sched = [b / "kube-scheduler", "--config", cfg,
-                 "--authentication-kubeconfig", sched_kc, "--authorization-kubeconfig", sched_kc,
-                 "--bind-address", "127.0.0.1", "--secure-port", str(self._sched_port), "--v", "1"]
+        sched = [
+            b / "kube-scheduler",
+            "--config",
+            cfg,
+            "--authentication-kubeconfig",
+            sched_kc,
+            "--authorization-kubeconfig",
+            sched_kc,
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(self._sched_port),
+            "--v",
+            "1",
+        ]
         if opts.feature_gates:
             sched += ["--feature-gates", _gates(opts.feature_gates)]
         self.add("kube-scheduler", sched, https_self_signed_ok(self._sched_port))
@@ -275,7 +378,7 @@ class LocalCluster(ProcessGroup):
         """``/readyz`` answers ok (RBAC's bootstrap roles and the other post-start hooks done)."""
         try:
             ctx = ssl.create_default_context(cafile=str(self.pki.ca.cert))
-            with urllib.request.urlopen(f"{self.server}/readyz", timeout=2, context=ctx) as resp:  # noqa: S310
+            with urllib.request.urlopen(f"{self.server}/readyz", timeout=2, context=ctx) as resp:
                 return bool(resp.status == 200)
         except (OSError, urllib.error.HTTPError):
             return False

@@ -17,8 +17,12 @@ from typing import Any
 #: Keys the control plane rewrites on its own; never deleted (their absence would be noticed
 #: only by the component that owns them, and it writes them again anyway).
 KEEP_PREFIXES = (
-    b"/registry/masterleases/", b"/registry/leases/kube-system/", b"/registry/apiserver.k8s.io/",
-    b"/registry/ranges/", b"/registry/health", b"/registry/events/kube-system/",
+    b"/registry/masterleases/",
+    b"/registry/leases/kube-system/",
+    b"/registry/apiserver.k8s.io/",
+    b"/registry/ranges/",
+    b"/registry/health",
+    b"/registry/events/kube-system/",
 )
 
 
@@ -31,8 +35,8 @@ class EtcdKeys:
         self.url = url.rstrip("/")
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        req = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(), method="POST")  # noqa: S310
-        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 (loopback)
+        req = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:  # a loopback URL
             return dict(json.loads(resp.read()))
 
     def keys(self, prefix: bytes = b"/registry/") -> set[bytes]:
@@ -48,14 +52,14 @@ class EtcdKeys:
     def put(self, items: dict[bytes, bytes]) -> None:
         ops = [{"request_put": {"key": _b64(k), "value": _b64(v)}} for k, v in sorted(items.items())]
         for i in range(0, len(ops), 100):
-            self._post("/v3/kv/txn", {"success": ops[i:i + 100]})
+            self._post("/v3/kv/txn", {"success": ops[i : i + 100]})
 
     def delete(self, keys: set[bytes]) -> None:
         if not keys:
             return
         ops = [{"request_delete_range": {"key": _b64(k)}} for k in sorted(keys)]
         for i in range(0, len(ops), 100):  # etcd's --max-txn-ops is 128
-            self._post("/v3/kv/txn", {"success": ops[i:i + 100]})
+            self._post("/v3/kv/txn", {"success": ops[i : i + 100]})
 
 
 #: Keys restored to their snapshot value when changed (a test that edits a CRD); other
@@ -79,8 +83,7 @@ class Snapshot:
         (:data:`RESTORE_PREFIXES`); returns the keys put back."""
         now = self.etcd.values(b"/registry/")
         extra = {k for k in set(now) - self.keys if not k.startswith(KEEP_PREFIXES)}
-        back = {k: v for k, v in self.items.items()
-                if k not in now or (k.startswith(RESTORE_PREFIXES) and now[k] != v)}
+        back = {k: v for k, v in self.items.items() if k not in now or (k.startswith(RESTORE_PREFIXES) and now[k] != v)}
         self.etcd.delete(extra)
         self.etcd.put(back)
         return set(back)

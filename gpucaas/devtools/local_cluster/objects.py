@@ -46,5 +46,9 @@ def _wait_established(dyn: Any, name: str, deadline: float) -> None:
 #: The RuntimeClass tenant pods name. The chart's templates create it; the objects a cluster
 #: holds before them (the chart's CRDs, Cilium's) are ``gpucaas.programs.sandbox.runner.cluster_objects()``,
 #: which this floor cannot import (programs sit above the development tools).
-RUNTIME_CLASS: dict[str, Any] = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                 "metadata": {"name": "kata-qemu-nvidia-gpu"}, "handler": "kata-qemu-nvidia-gpu"}
+RUNTIME_CLASS: dict[str, Any] = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "kata-qemu-nvidia-gpu"},
+    "handler": "kata-qemu-nvidia-gpu",
+}

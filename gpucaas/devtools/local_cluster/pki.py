@@ -22,8 +22,15 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = dt.timedelta(days=365)
 #: Names the API server answers to: loopback, and the in-cluster Service names and address.
-SERVING_NAMES = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                 "kubernetes.default.svc.cluster.local", "10.96.0.1")
+SERVING_NAMES = (
+    "127.0.0.1",
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+    "10.96.0.1",
+)
 
 
 @dataclass(frozen=True)
@@ -33,8 +40,9 @@ class Pair:
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -45,9 +53,17 @@ def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 
 def _usage(*, ca: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(digital_signature=True, key_cert_sign=ca, crl_sign=ca, content_commitment=False,
-                         key_encipherment=not ca, data_encipherment=False, key_agreement=False,
-                         encipher_only=False, decipher_only=False)
+    return x509.KeyUsage(
+        digital_signature=True,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        content_commitment=False,
+        key_encipherment=not ca,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
 class PKI:
@@ -66,13 +82,19 @@ class PKI:
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpucaas local cluster CA")])
         now = dt.datetime.now(dt.UTC)
-        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
-                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                .add_extension(_usage(ca=True), critical=True)
-                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-                .sign(key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(_usage(ca=True), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
         _write(self.ca.key, _key_pem(key))
         _write(self.ca.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
@@ -82,11 +104,21 @@ class PKI:
             return
         key = ec.generate_private_key(ec.SECP256R1())
         _write(self.sa_private, _key_pem(key))
-        _write(self.sa_public, key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
+        _write(
+            self.sa_public,
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
+            0o644,
+        )
 
-    def issue(self, name: str, common_name: str, *, groups: tuple[str, ...] = (), server_names: tuple[str, ...] = (),
-              client: bool = True) -> Pair:
+    def issue(
+        self,
+        name: str,
+        common_name: str,
+        *,
+        groups: tuple[str, ...] = (),
+        server_names: tuple[str, ...] = (),
+        client: bool = True,
+    ) -> Pair:
         """A certificate signed by the CA (``<name>.pem``/``<name>-key.pem``), made once.
 
         A client certificate's CN is the user and its O entries the groups, as kube-apiserver reads them.
@@ -98,17 +130,28 @@ class PKI:
         ca_key = serialization.load_pem_private_key(self.ca.key.read_bytes(), None)
         ca_cert = x509.load_pem_x509_certificate(self.ca.cert.read_bytes())
         key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups),
-                             x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        subject = x509.Name(
+            [
+                *(x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups),
+                x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            ]
+        )
         now = dt.datetime.now(dt.UTC)
         usages = ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else []) + (
-            [ExtendedKeyUsageOID.SERVER_AUTH] if server_names else [])
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(_usage(ca=False), critical=True)
-                   .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+            [ExtendedKeyUsageOID.SERVER_AUTH] if server_names else []
+        )
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_usage(ca=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        )
         if server_names:
             sans: list[x509.GeneralName] = []
             for host in server_names:
@@ -122,16 +165,24 @@ class PKI:
         _write(pair.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
         return pair
 
-    def kubeconfig(self, path: Path, server: str, user: str, *, pair: Pair | None = None,
-                   token: str | None = None) -> Path:
+    def kubeconfig(
+        self, path: Path, server: str, user: str, *, pair: Pair | None = None, token: str | None = None
+    ) -> Path:
         """A kubeconfig for ``server`` trusting the CA, authenticating with a client certificate or a token."""
         b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
-        creds: dict[str, str] = {"token": token} if token else {
-            "client-certificate-data": b64(pair.cert), "client-key-data": b64(pair.key)} if pair else {}
+        creds: dict[str, str] = (
+            {"token": token}
+            if token
+            else {"client-certificate-data": b64(pair.cert), "client-key-data": b64(pair.key)}
+            if pair
+            else {}
+        )
         doc = {
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "local", "cluster": {"server": server,
-                                                       "certificate-authority-data": b64(self.ca.cert)}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "local", "cluster": {"server": server, "certificate-authority-data": b64(self.ca.cert)}}
+            ],
             "users": [{"name": user, "user": creds}],
             "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
             "current-context": "local",

@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,9 +44,16 @@ class ProcessGroup:
         self.logs_dir = logs_dir
         self.components: dict[str, Component] = {}
 
-    def add(self, name: str, args: list[object], ready: Callable[[], bool], env: dict[str, str] | None = None) -> None:
-        self.components[name] = Component(name, [str(a) for a in args], ready,
-                                          log_path=self.logs_dir / f"{name}.log", env=dict(env or {}))
+    def add(
+        self,
+        name: str,
+        args: Sequence[object],
+        ready: Callable[[], bool],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.components[name] = Component(
+            name, [str(a) for a in args], ready, log_path=self.logs_dir / f"{name}.log", env=dict(env or {})
+        )
 
     def launch(self, name: str) -> None:
         comp = self.components[name]
@@ -55,10 +62,14 @@ class ProcessGroup:
         with comp.log_path.open("ab") as out:
             out.write(f"--- started {time.strftime('%H:%M:%S')}: {' '.join(comp.args)}\n".encode())
             out.flush()
-            comp.process = subprocess.Popen(comp.args, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
-                                            stderr=subprocess.STDOUT, start_new_session=True,
-                                            env={**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "2"),
-                                                 **comp.env})
+            comp.process = subprocess.Popen(
+                comp.args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "2"), **comp.env},
+            )
 
     def wait_ready(self, name: str, timeout: float) -> None:
         comp = self.components[name]
@@ -120,12 +131,14 @@ class ProcessGroup:
 
 def http_ok(url: str, context: ssl.SSLContext | None = None) -> Callable[[], bool]:
     """Ready when ``url`` answers 200."""
+
     def check() -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=2, context=context) as resp:  # noqa: S310 (loopback)
+            with urllib.request.urlopen(url, timeout=2, context=context) as resp:  # a loopback URL
                 return bool(resp.status == 200)
         except (OSError, urllib.error.HTTPError):
             return False
+
     return check
 
 
@@ -148,5 +161,6 @@ def unix_socket_ready(path: Path) -> Callable[[], bool]:
 
 def https_self_signed_ok(port: int, path: str = "/healthz") -> Callable[[], bool]:
     """Ready when a component's own (self-signed) HTTPS endpoint answers 200."""
-    return http_ok(f"https://127.0.0.1:{port}{path}",
-                   ssl._create_unverified_context())  # noqa: S323 (its own throw-away serving certificate)
+    return http_ok(
+        f"https://127.0.0.1:{port}{path}", ssl._create_unverified_context()
+    )  # its own throw-away serving certificate

@@ -68,6 +68,7 @@ def _layer() -> bytes:
     """An uncompressed tar of the busybox tree (deterministic)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+
         def add_dir(name: str, mode: int = 0o755) -> None:
             info = tarfile.TarInfo(name)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, 0
@@ -84,8 +85,10 @@ def _layer() -> bytes:
             link = tarfile.TarInfo(applet)
             link.type, link.linkname, link.mode, link.mtime = tarfile.SYMTYPE, "/bin/busybox", 0o777, 0
             tar.addfile(link)
-        for name, text in (("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"),
-                           ("etc/group", "root:x:0:\nnobody:x:65534:\n")):
+        for name, text in (
+            ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"),
+            ("etc/group", "root:x:0:\nnobody:x:65534:\n"),
+        ):
             raw = text.encode()
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(raw), 0o644, 0
@@ -114,30 +117,53 @@ def write_layout(layout: Path, images: list[Image]) -> None:
     manifests = []
     for image in images:
         config = {
-            "architecture": "amd64", "os": "linux",
-            "config": {"Env": [PATH_ENV], "Cmd": list(image.cmd) or None, "Entrypoint": list(image.entrypoint) or None,
-                       "Labels": image.labels or None, "WorkingDir": "/"},
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Env": [PATH_ENV],
+                "Cmd": list(image.cmd) or None,
+                "Entrypoint": list(image.entrypoint) or None,
+                "Labels": image.labels or None,
+                "WorkingDir": "/",
+            },
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         }
         config_digest, config_size = _blob(layout, json.dumps(config, sort_keys=True).encode())
         manifest = {
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                       "digest": config_digest, "size": config_size},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                        "digest": layer_digest, "size": layer_size}],
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": config_size,
+            },
+            "layers": [
+                {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": layer_size}
+            ],
         }
         digest, size = _blob(layout, json.dumps(manifest, sort_keys=True).encode())
-        manifests.append({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest,
-                          "size": size, "platform": {"architecture": "amd64", "os": "linux"},
-                          "annotations": {"org.opencontainers.image.ref.name": f"{image.repository}:{image.tag}"}})
+        manifests.append(
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": size,
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {"org.opencontainers.image.ref.name": f"{image.repository}:{image.tag}"},
+            }
+        )
     (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": manifests}))
 
 
 def push(layout: Path, image: Image, registry: str, *, creds: str | None = None) -> None:
     """``skopeo copy`` one image of the layout to ``registry`` (plain HTTP on loopback)."""
-    cmd = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false",
-           f"oci:{layout}:{image.repository}:{image.tag}", f"docker://{registry}/{image.repository}:{image.tag}"]
+    cmd = [
+        "skopeo",
+        "copy",
+        "--quiet",
+        "--dest-tls-verify=false",
+        f"oci:{layout}:{image.repository}:{image.tag}",
+        f"docker://{registry}/{image.repository}:{image.tag}",
+    ]
     if creds:
         cmd[2:2] = ["--dest-creds", creds]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -155,6 +181,10 @@ def public_images() -> dict[str, Image]:
     return {
         BUSYBOX_IMAGE: Image.named(BUSYBOX_IMAGE, cmd=("sh",)),
         PAUSE: Image.named(PAUSE, cmd=("sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done")),
-        CUDA_SAMPLE: Image.named(CUDA_SAMPLE, cmd=(), labels={"dev.gpucaas.stand-in": "true"},
-                                 entrypoint=("sh", "-c", STAND_IN_SCRIPT.format(image=CUDA_SAMPLE), "cuda-sample")),
+        CUDA_SAMPLE: Image.named(
+            CUDA_SAMPLE,
+            cmd=(),
+            labels={"dev.gpucaas.stand-in": "true"},
+            entrypoint=("sh", "-c", STAND_IN_SCRIPT.format(image=CUDA_SAMPLE), "cuda-sample"),
+        ),
     }

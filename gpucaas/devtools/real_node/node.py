@@ -156,8 +156,13 @@ class RealNode(ProcessGroup):
 
     def _prepare(self) -> None:
         opts = self.options
-        for d in (self.folder / "containerd", self.folder / "cni" / "net.d", self.kubelet_dir,
-                  self.folder / "certs.d", self.device_plugin_dir):
+        for d in (
+            self.folder / "containerd",
+            self.folder / "cni" / "net.d",
+            self.kubelet_dir,
+            self.folder / "certs.d",
+            self.device_plugin_dir,
+        ):
             d.mkdir(parents=True, exist_ok=True)
         if not opts.pod_cidr:
             opts.pod_cidr = free_pod_cidr()
@@ -177,24 +182,56 @@ class RealNode(ProcessGroup):
         # what the kubelet mounts for its pods stays inside (gone with the namespace). The pod
         # logs' fixed folders are the node's own there too: a kubelet removes the log folders of
         # pods it does not know, and would take its neighbour's pods' logs.
-        binds = {SHARED_DEVICE_PLUGIN_DIR: self.device_plugin_dir, **{
-            f"/var/log/{kind}": self.folder / "log" / kind for kind in ("pods", "containers")}}
+        binds = {
+            SHARED_DEVICE_PLUGIN_DIR: self.device_plugin_dir,
+            **{f"/var/log/{kind}": self.folder / "log" / kind for kind in ("pods", "containers")},
+        }
         for source in binds.values():
             source.mkdir(parents=True, exist_ok=True)
-        mounts = " && ".join(f"mkdir -p {target} && mount --bind '{source}' {target}"
-                             for target, source in binds.items())
-        self.add("mount-namespace", ["unshare", "--mount", "--propagation", "slave", "sh", "-c",
-                                     f"{mounts} && touch '{self.folder / 'namespace-ready'}' && exec sleep infinity"],
-                 lambda: (self.folder / "namespace-ready").exists())
+        mounts = " && ".join(
+            f"mkdir -p {target} && mount --bind '{source}' {target}" for target, source in binds.items()
+        )
+        self.add(
+            "mount-namespace",
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "slave",
+                "sh",
+                "-c",
+                f"{mounts} && touch '{self.folder / 'namespace-ready'}' && exec sleep infinity",
+            ],
+            lambda: (self.folder / "namespace-ready").exists(),
+        )
         (self.folder / "namespace-ready").unlink(missing_ok=True)
-        self.add("containerd", [b / "containerd", "--config", cfg], unix_socket_ready(self.containerd_socket),
-                 env={"PATH": f"{b}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"})
-        kubeconfig = self.cluster.kubeconfig_for(self.folder / f"kubelet-{self.name}.kubeconfig", f"system:node:{self.name}",
-                                                 groups=("system:nodes",))
+        self.add(
+            "containerd",
+            [b / "containerd", "--config", cfg],
+            unix_socket_ready(self.containerd_socket),
+            env={"PATH": f"{b}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"},
+        )
+        kubeconfig = self.cluster.kubeconfig_for(
+            self.folder / f"kubelet-{self.name}.kubeconfig", f"system:node:{self.name}", groups=("system:nodes",)
+        )
         kcfg = self._write_kubelet_config()
-        args: list[object] = [b / "kubelet", "--config", kcfg, "--kubeconfig", kubeconfig,
-                              "--root-dir", self.kubelet_dir, "--cert-dir", self.folder / "kubelet-pki",
-                              "--hostname-override", self.name, "--node-ip", self.gateway, "--v", "1"]
+        args: list[object] = [
+            b / "kubelet",
+            "--config",
+            kcfg,
+            "--kubeconfig",
+            kubeconfig,
+            "--root-dir",
+            self.kubelet_dir,
+            "--cert-dir",
+            self.folder / "kubelet-pki",
+            "--hostname-override",
+            self.name,
+            "--node-ip",
+            self.gateway,
+            "--v",
+            "1",
+        ]
         if opts.labels:
             args += ["--node-labels", ",".join(f"{k}={v}" for k, v in sorted(opts.labels.items()))]
         self.add("kubelet", args, http_ok(f"http://127.0.0.1:{self._healthz_port}/healthz"))
@@ -225,8 +262,9 @@ class RealNode(ProcessGroup):
         if subprocess.run(ip, capture_output=True, check=False).returncode != 0:
             subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], check=True, capture_output=True)
         prefix = ipaddress.ip_network(self.options.pod_cidr).prefixlen
-        subprocess.run(["ip", "addr", "replace", f"{self.gateway}/{prefix}", "dev", self.bridge],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["ip", "addr", "replace", f"{self.gateway}/{prefix}", "dev", self.bridge], check=True, capture_output=True
+        )
         subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True, capture_output=True)
 
     def _write_registry_hosts(self) -> None:
@@ -235,16 +273,26 @@ class RealNode(ProcessGroup):
             d = root / name
             d.mkdir(parents=True, exist_ok=True)
             (d / "hosts.toml").write_text(
-                f'server = "http://{address}"\n\n[host."http://{address}"]\n  capabilities = ["pull", "resolve"]\n')
+                f'server = "http://{address}"\n\n[host."http://{address}"]\n  capabilities = ["pull", "resolve"]\n'
+            )
 
     def _write_cni(self) -> None:
         conf = {
-            "cniVersion": "1.0.0", "name": "gpucaas-pods",
+            "cniVersion": "1.0.0",
+            "name": "gpucaas-pods",
             "plugins": [
-                {"type": "bridge", "bridge": self.bridge, "isGateway": True,
-                 "ipMasq": False, "hairpinMode": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": self.options.pod_cidr}]],
-                          "dataDir": str(self.folder / "cni" / "ipam")}},
+                {
+                    "type": "bridge",
+                    "bridge": self.bridge,
+                    "isGateway": True,
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": self.options.pod_cidr}]],
+                        "dataDir": str(self.folder / "cni" / "ipam"),
+                    },
+                },
                 {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }
@@ -254,17 +302,17 @@ class RealNode(ProcessGroup):
         root = self.folder / "containerd"
         cdi = [str(d) for d in self.options.cdi_dirs] or [str(self.folder / "cdi")]
         config = f"""version = 3
-root = "{root / 'root'}"
-state = "{root / 'state'}"
+root = "{root / "root"}"
+state = "{root / "state"}"
 
 [grpc]
   address = "{self.containerd_socket}"
 
 [ttrpc]
-  address = "{root / 'containerd.sock.ttrpc'}"
+  address = "{root / "containerd.sock.ttrpc"}"
 
 [plugins.'io.containerd.internal.v1.opt']
-  path = "{root / 'opt'}"
+  path = "{root / "opt"}"
 
 [plugins.'io.containerd.nri.v1.nri']
   disable = true
@@ -281,22 +329,22 @@ state = "{root / 'state'}"
       runtime_type = "{RUNC_SHIM}"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "{RUNC}"
-        Root = "{root / 'runc'}"
+        Root = "{root / "runc"}"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{KATA_HANDLER}]
       runtime_type = "{RUNC_SHIM}"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{KATA_HANDLER}.options]
         BinaryName = "{RUNC}"
-        Root = "{root / 'runc'}"
+        Root = "{root / "runc"}"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["{CNI_BIN}"]
-    conf_dir = "{self.folder / 'cni' / 'net.d'}"
+    conf_dir = "{self.folder / "cni" / "net.d"}"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{PAUSE}"
   [plugins.'io.containerd.cri.v1.images'.registry]
-    config_path = "{self.folder / 'certs.d'}"
+    config_path = "{self.folder / "certs.d"}"
 
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
@@ -309,23 +357,44 @@ state = "{root / 'state'}"
     def _write_kubelet_config(self) -> Path:
         pki = self.cluster.pki
         cfg = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": self.gateway, "port": self.kubelet_port, "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": self._healthz_port,
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(pki.ca.cert)}},
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": self.gateway,
+            "port": self.kubelet_port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": self._healthz_port,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(pki.ca.cert)},
+            },
             "authorization": {"mode": "Webhook"},
-            "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root, "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.cgroup_root,
+            "failCgroupV1": False,
             "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
-            "failSwapOn": False, "maxPods": self.options.max_pods,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                             "nodefs.inodesFree": "1%"},
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "serializeImagePulls": False, "registerNode": True, "podCIDR": self.options.pod_cidr,
-            "resolvConf": "/etc/resolv.conf", "localStorageCapacityIsolation": True,
-            "fileCheckFrequency": "2s", "syncFrequency": "10s",
-            "nodeStatusReportFrequency": "10s", "nodeStatusUpdateFrequency": "5s",
-            "shutdownGracePeriod": "0s", "protectKernelDefaults": False,
+            "failSwapOn": False,
+            "maxPods": self.options.max_pods,
+            "evictionHard": {
+                "memory.available": "100Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+                "nodefs.inodesFree": "1%",
+            },
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False,
+            "registerNode": True,
+            "podCIDR": self.options.pod_cidr,
+            "resolvConf": "/etc/resolv.conf",
+            "localStorageCapacityIsolation": True,
+            "fileCheckFrequency": "2s",
+            "syncFrequency": "10s",
+            "nodeStatusReportFrequency": "10s",
+            "nodeStatusUpdateFrequency": "5s",
+            "shutdownGracePeriod": "0s",
+            "protectKernelDefaults": False,
         }
         path = self.folder / "kubelet-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -356,7 +425,9 @@ def unmount_under(folder: Path) -> None:
     kubelet bind-mounts its root directory onto itself, pods' volumes are tmpfs and binds,
     containers' root filesystems are overlays."""
     prefix = str(folder.resolve())
-    mounts = [line.split()[1].encode().decode("unicode_escape") for line in Path("/proc/mounts").read_text().splitlines()]
+    mounts = [
+        line.split()[1].encode().decode("unicode_escape") for line in Path("/proc/mounts").read_text().splitlines()
+    ]
     for target in sorted((m for m in mounts if m == prefix or m.startswith(prefix + "/")), key=len, reverse=True):
         subprocess.run(["umount", "-l", target], capture_output=True, check=False)
 

@@ -17,8 +17,10 @@ from kubernetes import client, config
 log = logging.getLogger(__name__)
 
 REASON = "RuntimeWithoutVM"
-MESSAGE = ("sandbox node {node}: the {handler} handler runs runc here, so the container runs as a plain Linux "
-           "container with its GPUs' /dev/vfio nodes; no Kata VM boots on this machine")
+MESSAGE = (
+    "sandbox node {node}: the {handler} handler runs runc here, so the container runs as a plain Linux "
+    "container with its GPUs' /dev/vfio nodes; no Kata VM boots on this machine"
+)
 
 
 class RuntimeNotice:
@@ -50,14 +52,33 @@ class RuntimeNotice:
     def tell(self, core: client.CoreV1Api) -> None:
         pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}").items
         for pod in pods:
-            if pod.metadata.uid in self._told or pod.spec.runtime_class_name != self.handler:
+            meta, spec = pod.metadata, pod.spec
+            if (
+                meta is None
+                or spec is None
+                or meta.uid is None
+                or meta.namespace is None
+                or meta.uid in self._told
+                or spec.runtime_class_name != self.handler
+            ):
                 continue
             now = dt.datetime.now(dt.UTC)
-            core.create_namespaced_event(pod.metadata.namespace, {
-                "metadata": {"generateName": f"{pod.metadata.name}.", "namespace": pod.metadata.namespace},
-                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name,
-                                   "namespace": pod.metadata.namespace, "uid": pod.metadata.uid},
-                "reason": REASON, "type": "Normal", "message": MESSAGE.format(node=self.node, handler=self.handler),
+            event = {
+                "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
+                "involvedObject": {
+                    "kind": "Pod",
+                    "apiVersion": "v1",
+                    "name": meta.name,
+                    "namespace": meta.namespace,
+                    "uid": meta.uid,
+                },
+                "reason": REASON,
+                "type": "Normal",
+                "message": MESSAGE.format(node=self.node, handler=self.handler),
                 "source": {"component": "gpucaas-sandbox", "host": self.node},
-                "firstTimestamp": now.isoformat(), "lastTimestamp": now.isoformat(), "count": 1})
-            self._told.add(pod.metadata.uid)
+                "firstTimestamp": now.isoformat(),
+                "lastTimestamp": now.isoformat(),
+                "count": 1,
+            }
+            core.create_namespaced_event(meta.namespace, event)  # type: ignore[arg-type]  # a plain dict body
+            self._told.add(meta.uid)

@@ -52,8 +52,12 @@ class RestClient:
                 verify = ssl.create_default_context(cafile=cfg.ca_cert)
             except (OSError, ssl.SSLError) as exc:
                 raise CaasctlError(f"CA certificate {cfg.ca_cert} cannot be loaded: {exc}") from exc
-        self.http = httpx.Client(base_url=cfg.url.rstrip("/"), timeout=timeout, verify=verify,
-                                 headers={"Authorization": f"Bearer {cfg.token_value}"})
+        self.http = httpx.Client(
+            base_url=cfg.url.rstrip("/"),
+            timeout=timeout,
+            verify=verify,
+            headers={"Authorization": f"Bearer {cfg.token_value}"},
+        )
         self._verify = verify
         self._token = cfg.token_value
 
@@ -64,6 +68,7 @@ class RestClient:
 
         from websockets.exceptions import InvalidHandshake, InvalidStatus
         from websockets.sync.client import connect
+        from websockets.typing import Subprotocol
 
         base = str(self.http.base_url).rstrip("/")
         scheme, _, rest = base.partition("://")
@@ -77,9 +82,15 @@ class RestClient:
                 if not self._verify:
                     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         try:
-            return connect(url, ssl=context, additional_headers={"Authorization": f"Bearer {self._token}"},
-                           subprotocols=subprotocols, compression=None, open_timeout=30,
-                           max_size=1 << 20)  # type: ignore[arg-type]
+            return connect(
+                url,
+                ssl=context,
+                additional_headers={"Authorization": f"Bearer {self._token}"},
+                subprotocols=[Subprotocol(p) for p in subprotocols],
+                compression=None,
+                open_timeout=30,
+                max_size=1 << 20,
+            )
         except InvalidStatus as exc:
             refusal = httpx.Response(exc.response.status_code, content=bytes(exc.response.body or b""))
             raise CaasctlError(f"{refusal.status_code}: {_detail(refusal)}") from exc
@@ -95,9 +106,11 @@ class RestClient:
         except httpx.HTTPError as exc:
             raise CaasctlError(f"cannot reach the API at {self.http.base_url}: {exc}") from exc
         if resp.status_code == 403 and path.startswith("/v1/admin"):
-            raise CaasctlError("this is an admin command and the token in use is not an admin token "
-                               "(a tenant token runs: run, ps, logs, exec, cancel, usage, secrets, registry, webhooks, "
-                               "tokens, audit)")
+            raise CaasctlError(
+                "this is an admin command and the token in use is not an admin token "
+                "(a tenant token runs: run, ps, logs, exec, cancel, usage, secrets, registry, webhooks, "
+                "tokens, audit)"
+            )
         if resp.status_code >= 400:
             raise CaasctlError(f"{resp.status_code}: {_detail(resp)}")
         return resp.json() if resp.content else None
@@ -149,4 +162,5 @@ def fabric_socket_for(cfg: Config, node: str | None, explicit: str | None) -> st
     where = f" for node {node}" if node else ""
     raise CaasctlError(
         f"no fabric service socket{where}: run caasctl on the node, pass --fabric-socket, "
-        "or add nodes.<node>.fabric_socket to the config file")
+        "or add nodes.<node>.fabric_socket to the config file"
+    )

@@ -58,8 +58,9 @@ def emit(data: Any, fmt: Format, columns: Sequence[Column] | None = None, title:
     if isinstance(data, dict) and columns is None:
         table = Table(show_header=False, title=title, box=None)
         for key, value in data.items():
-            table.add_row(Text(str(key), style="bold"),
-                          _cell(value) if not isinstance(value, dict) else Text(json.dumps(value)))
+            table.add_row(
+                Text(str(key), style="bold"), _cell(value) if not isinstance(value, dict) else Text(json.dumps(value))
+            )
         console.print(table)
         return
     rows = data if isinstance(data, list) else [data]

@@ -41,8 +41,9 @@ class ConfigLocation(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    config: Path = Field(DEFAULT_CONFIG, validation_alias=AliasChoices("GPUCAAS_CONFIG"),
-                         description="caasctl's config file (YAML).")
+    config: Path = Field(
+        DEFAULT_CONFIG, validation_alias=AliasChoices("GPUCAAS_CONFIG"), description="caasctl's config file (YAML)."
+    )
 
 
 class NodeConfig(BaseModel):
@@ -59,7 +60,8 @@ class _CheckedYaml(YamlConfigSettingsSource):
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
             raise CaasctlError(
-                f"config file {file_path} is not valid YAML: {getattr(exc, 'problem', None) or exc}{where}") from exc
+                f"config file {file_path} is not valid YAML: {getattr(exc, 'problem', None) or exc}{where}"
+            ) from exc
         except OSError as exc:
             raise CaasctlError(f"config file {file_path} cannot be read: {exc.strerror or exc}") from exc
         if not isinstance(data, dict):
@@ -73,14 +75,21 @@ class CaasctlSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
 
     url: str | None = Field(None, description="API base URL, e.g. https://gpucaas.example.com.")
-    token: SecretStr | None = Field(None, description="Bearer token: an admin token, or a tenant token for run, ps, logs, cancel, usage, secrets, registry, webhooks.")
+    token: SecretStr | None = Field(
+        None,
+        description="Bearer token: an admin token, or a tenant token for run, ps, logs, "
+        "cancel, usage, secrets, registry, webhooks.",
+    )
     ca_cert: str | None = Field(None, description="CA bundle to trust (PEM).")
     insecure: bool = Field(False, description="Skip TLS verification (development only).")
     nodes: dict[str, NodeConfig] = Field(
-        default_factory=dict, description="Per node: {fabric_socket: path} (config file only).")
+        default_factory=dict, description="Per node: {fabric_socket: path} (config file only)."
+    )
     fabric_socket: str = Field(
-        "/run/gpucaas/fabric.sock", validation_alias=AliasChoices("GPUCAAS_FABRIC_SOCKET"),
-        description="This node's fabric socket, used when the node has no entry in nodes.")
+        "/run/gpucaas/fabric.sock",
+        validation_alias=AliasChoices("GPUCAAS_FABRIC_SOCKET"),
+        description="This node's fabric socket, used when the node has no entry in nodes.",
+    )
 
     @field_validator("nodes", mode="before")
     @classmethod
@@ -91,8 +100,11 @@ class CaasctlSettings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings, _CheckedYaml(settings_cls)
@@ -108,7 +120,8 @@ class CaasctlSettings(BaseSettings):
     @classmethod
     def load(cls, *, config_path: str | None = None, **flags: Any) -> CaasctlSettings:
         """flag > env > file > default; ``flags`` left ``None`` (or ``False``) were not given."""
-        path = ConfigLocation(**({"GPUCAAS_CONFIG": config_path} if config_path else {})).config.expanduser()
+        given: dict[str, Any] = {"GPUCAAS_CONFIG": config_path} if config_path else {}
+        path = ConfigLocation(**given).config.expanduser()
         if config_path and not path.exists():
             raise CaasctlError(f"config file {path} does not exist")
         bound = type(cls.__name__, (cls,), {"model_config": {**cls.model_config, "yaml_file": path}})

@@ -22,14 +22,22 @@ Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or y
 TenancyOpt = Annotated[str | None, typer.Option("--tenancy", help="With an admin token: the tenancy acted on.")]
 
 TOKEN_COLUMNS = [
-    ("ID", lambda r: r["id"]), ("NAME", lambda r: r.get("name")), ("SCOPE", lambda r: r.get("scope")),
-    ("EXPIRES", lambda r: r.get("expires_at")), ("LAST USED", lambda r: r.get("last_used_at")),
-    ("CREATED", lambda r: r.get("created_at")), ("CREATED BY", lambda r: r.get("created_by")),
+    ("ID", lambda r: r["id"]),
+    ("NAME", lambda r: r.get("name")),
+    ("SCOPE", lambda r: r.get("scope")),
+    ("EXPIRES", lambda r: r.get("expires_at")),
+    ("LAST USED", lambda r: r.get("last_used_at")),
+    ("CREATED", lambda r: r.get("created_at")),
+    ("CREATED BY", lambda r: r.get("created_by")),
 ]
 AUDIT_COLUMNS = [
-    ("TIME", lambda r: r["at"]), ("ACTION", lambda r: r["action"]), ("TARGET", lambda r: r.get("target")),
-    ("TOKEN", lambda r: r.get("token_name")), ("TOKEN ID", lambda r: r.get("token_id")),
-    ("CLIENT", lambda r: r.get("client")), ("DETAIL", lambda r: r.get("detail")),
+    ("TIME", lambda r: r["at"]),
+    ("ACTION", lambda r: r["action"]),
+    ("TARGET", lambda r: r.get("target")),
+    ("TOKEN", lambda r: r.get("token_name")),
+    ("TOKEN ID", lambda r: r.get("token_id")),
+    ("CLIENT", lambda r: r.get("client")),
+    ("DETAIL", lambda r: r.get("detail")),
 ]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -40,8 +48,9 @@ def parse_duration(text: str) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``3600s``, ``2w``: a positive whole number and a unit."""
     match = _DURATION.match(text.strip())
     if match is None:
-        raise CaasctlError(f"--expires-in: {text!r} is not a duration; use a number and a unit: s, m, h, d or w "
-                           "(e.g. 30d)")
+        raise CaasctlError(
+            f"--expires-in: {text!r} is not a duration; use a number and a unit: s, m, h, d or w (e.g. 30d)"
+        )
     return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
 
 
@@ -59,8 +68,11 @@ def register(app: typer.Typer, tokens_app: typer.Typer, api_of: Any) -> None:
         name: Annotated[str, typer.Argument(help="What the token is for, e.g. dash.")],
         scope: Annotated[str, typer.Option(help="read, submit or admin; no wider than your own token's.")] = "read",
         expires_in: Annotated[str | None, typer.Option(help="Expire after this long: 30d, 12h, 90m, 2w.")] = None,
-        expires_at: Annotated[str | None, typer.Option(help="Expire then: UTC ISO 8601 (2027-01-01T00:00:00Z).")] = None,
-        tenancy: TenancyOpt = None, output: Output = Format.table,
+        expires_at: Annotated[
+            str | None, typer.Option(help="Expire then: UTC ISO 8601 (2027-01-01T00:00:00Z).")
+        ] = None,
+        tenancy: TenancyOpt = None,
+        output: Output = Format.table,
     ) -> None:
         """Mint a token for your tenancy; its secret is printed this once."""
         if expires_in is not None and expires_at is not None:
@@ -73,8 +85,10 @@ def register(app: typer.Typer, tokens_app: typer.Typer, api_of: Any) -> None:
             body["expires_at"] = expires_at
         made = api_of(ctx).post(f"/v1/tokens{_q(tenancy)}", body)
         if output == Format.table:
-            typer.echo(f"id:      {made['id']}\nname:    {made['name']}\nscope:   {made['scope']}\n"
-                       f"expires: {made.get('expires_at') or 'never'}\ntoken:   {made['token']}")
+            typer.echo(
+                f"id:      {made['id']}\nname:    {made['name']}\nscope:   {made['scope']}\n"
+                f"expires: {made.get('expires_at') or 'never'}\ntoken:   {made['token']}"
+            )
             err_console.print("Keep the token now: it is not shown again.")
         else:
             emit(made, output)
@@ -82,17 +96,19 @@ def register(app: typer.Typer, tokens_app: typer.Typer, api_of: Any) -> None:
     @app.command("audit")
     def audit(
         ctx: typer.Context,
-        action: Annotated[str | None, typer.Option(help="Only this action, e.g. container.submit, token.revoke.")] = None,
+        action: Annotated[
+            str | None, typer.Option(help="Only this action, e.g. container.submit, token.revoke.")
+        ] = None,
         limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many events, newest first.")] = 50,
-        tenancy: TenancyOpt = None, output: Output = Format.table,
+        tenancy: TenancyOpt = None,
+        output: Output = Format.table,
     ) -> None:
         """Your tenancy's audit trail: who (token name) did what, when, from which address."""
         api = api_of(ctx)
         rows: list[Any] = []
         after = None
         while len(rows) < limit:
-            page = api.get("/v1/audit", action=action, limit=min(500, limit - len(rows)), after=after,
-                           tenancy=tenancy)
+            page = api.get("/v1/audit", action=action, limit=min(500, limit - len(rows)), after=after, tenancy=tenancy)
             rows += page["data"]
             after = page.get("next")
             if not after or not page["data"]:

@@ -16,7 +16,9 @@ from gpucaas.programs.caasctl.output import Format, emit
 Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")]
 TenancyOpt = Annotated[str | None, typer.Option("--tenancy", help="With an admin token: the tenancy acted on.")]
 COLUMNS = [
-    ("NAME", lambda r: r["name"]), ("SIZE", lambda r: r["size"]), ("STATUS", lambda r: r["status"]),
+    ("NAME", lambda r: r["name"]),
+    ("SIZE", lambda r: r["size"]),
+    ("STATUS", lambda r: r["status"]),
     ("CREATED", lambda r: r.get("created_at")),
 ]
 
@@ -39,14 +41,19 @@ def _q(tenancy: str | None) -> str:
 
 def register(app: typer.Typer, api_of: Any) -> None:
     """Add ``volumes create/list/delete`` to caasctl; ``api_of(ctx)`` is the REST client."""
-    volumes_app = typer.Typer(help="Volumes: storage that outlives containers, mounted with run --volume.",
-                              no_args_is_help=True)
+    volumes_app = typer.Typer(
+        help="Volumes: storage that outlives containers, mounted with run --volume.", no_args_is_help=True
+    )
     app.add_typer(volumes_app, name="volumes")
 
     @volumes_app.command("create")
-    def create(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The volume's name, e.g. datasets.")],
-               size: Annotated[str, typer.Option("--size", help="Its size, a quantity such as 10Gi or 500Mi.")],
-               tenancy: TenancyOpt = None, output: Output = Format.table) -> None:
+    def create(
+        ctx: typer.Context,
+        name: Annotated[str, typer.Argument(help="The volume's name, e.g. datasets.")],
+        size: Annotated[str, typer.Option("--size", help="Its size, a quantity such as 10Gi or 500Mi.")],
+        tenancy: TenancyOpt = None,
+        output: Output = Format.table,
+    ) -> None:
         """Create a volume of SIZE; mount it with caasctl run --volume NAME:/path."""
         emit(api_of(ctx).post(f"/v1/volumes{_q(tenancy)}", {"name": name, "size": size}), output, COLUMNS)
 
@@ -54,8 +61,13 @@ def register(app: typer.Typer, api_of: Any) -> None:
     def list_(ctx: typer.Context, tenancy: TenancyOpt = None, output: Output = Format.table) -> None:
         """Your volumes, and how much of the storage quota they use."""
         page = api_of(ctx).get("/v1/volumes", tenancy=tenancy)
-        emit(page["data"], output, COLUMNS, title=f"volumes ({page['storage_used']} of {page['storage_quota']}, "
-             f"{page['count']} of {page['max_volumes']} volumes)")
+        emit(
+            page["data"],
+            output,
+            COLUMNS,
+            title=f"volumes ({page['storage_used']} of {page['storage_quota']}, "
+            f"{page['count']} of {page['max_volumes']} volumes)",
+        )
 
     @volumes_app.command("delete")
     def delete(ctx: typer.Context, name: str, tenancy: TenancyOpt = None) -> None:

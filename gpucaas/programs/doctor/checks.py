@@ -34,8 +34,14 @@ class CheckResult:
     hint: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "status": self.status, "summary": self.summary,
-                "details": list(self.details), "hint": self.hint}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "status": self.status,
+            "summary": self.summary,
+            "details": list(self.details),
+            "hint": self.hint,
+        }
 
 
 @dataclass(frozen=True)
@@ -87,8 +93,9 @@ def check_iommu(facts: HostFacts, options: Options) -> CheckResult:
     if facts.cmdline is not None:
         b.details.append(f"cmdline: {' '.join(facts.cmdline.split())}")
     if not groups:
-        return b.fail("no IOMMU groups in /sys/kernel/iommu_groups: the IOMMU is off, vfio cannot pass devices",
-                      enable_hint)
+        return b.fail(
+            "no IOMMU groups in /sys/kernel/iommu_groups: the IOMMU is off, vfio cannot pass devices", enable_hint
+        )
     b.details.append(f"{len(groups)} IOMMU groups")
     if args.get("intel_iommu") == "off" or args.get("amd_iommu") == "off":
         return b.fail("the kernel command line turns the IOMMU off", enable_hint)
@@ -106,9 +113,11 @@ def check_iommu(facts: HostFacts, options: Options) -> CheckResult:
 def _binding(b: _Builder, devices: list[PciDevice], what: str, hint: str, *, required: bool) -> CheckResult:
     if not devices:
         if required:
-            return b.fail(f"no {what} found on the PCI bus",
-                          "lspci -nn shows none: check that they are seated and powered (BMC), "
-                          "or point --sysfs-root at the host's /sys")
+            return b.fail(
+                f"no {what} found on the PCI bus",
+                "lspci -nn shows none: check that they are seated and powered (BMC), "
+                "or point --sysfs-root at the host's /sys",
+            )
         return b.skip(f"no {what} on this board")
     wrong = [d for d in devices if d.driver != VFIO_DRIVER]
     for d in devices:
@@ -145,8 +154,13 @@ def check_gpus_vfio(facts: HostFacts, options: Options) -> CheckResult:
 def check_nvswitches_vfio(facts: HostFacts, options: Options) -> CheckResult:
     b = _Builder("nvswitches-vfio", "NVSwitches bound to vfio-pci")
     switches = [d for d in _pci(facts) if d.is_nvswitch]
-    return _binding(b, switches, "NVSwitches", _vfio_hint(switches) + " (the fabric service VM takes them)",
-                    required=bool(options.expect_nvswitches))
+    return _binding(
+        b,
+        switches,
+        "NVSwitches",
+        _vfio_hint(switches) + " (the fabric service VM takes them)",
+        required=bool(options.expect_nvswitches),
+    )
 
 
 def check_memory_controller_vfio(facts: HostFacts, options: Options) -> CheckResult:
@@ -154,7 +168,9 @@ def check_memory_controller_vfio(facts: HostFacts, options: Options) -> CheckRes
     controllers = [d for d in _pci(facts) if d.is_nvswitch_memory_controller]
     has_switches = any(d.is_nvswitch for d in _pci(facts))
     return _binding(
-        b, controllers, "NVSwitch memory controllers",
+        b,
+        controllers,
+        "NVSwitch memory controllers",
         _vfio_hint(controllers) + " (it goes to the fabric service VM with the NVSwitches)",
         required=has_switches and bool(options.expect_nvswitches),
     )
@@ -201,30 +217,42 @@ def check_iommu_groups(facts: HostFacts, options: Options) -> CheckResult:
             if other.bdf == gpu.bdf or other.is_bridge:
                 continue
             if other.is_nvswitch or other.is_nvswitch_memory_controller:
-                problems.append(f"GPU {gpu.bdf} shares group {gpu.iommu_group} with the fabric device {other.bdf}: "
-                                "a tenant VM would get the NVSwitch fabric")
+                problems.append(
+                    f"GPU {gpu.bdf} shares group {gpu.iommu_group} with the fabric device {other.bdf}: "
+                    "a tenant VM would get the NVSwitch fabric"
+                )
             elif other.driver != VFIO_DRIVER:
-                problems.append(f"GPU {gpu.bdf} shares group {gpu.iommu_group} with {other.bdf} "
-                                f"(driver {other.driver or 'none'}): the whole group must go to one VM")
+                problems.append(
+                    f"GPU {gpu.bdf} shares group {gpu.iommu_group} with {other.bdf} "
+                    f"(driver {other.driver or 'none'}): the whole group must go to one VM"
+                )
             elif other.is_nvidia_gpu:
-                problems.append(f"GPUs {gpu.bdf} and {other.bdf} share group {gpu.iommu_group}: "
-                                "they can only be passed together")
+                problems.append(
+                    f"GPUs {gpu.bdf} and {other.bdf} share group {gpu.iommu_group}: they can only be passed together"
+                )
     fabric = [d for d in devices.values() if d.is_nvswitch or d.is_nvswitch_memory_controller]
     fabric_groups = sorted({d.iommu_group for d in fabric if d.iommu_group is not None})
     layout = "none"
     if fabric:
         layout = "shared" if len(fabric_groups) == 1 and len(fabric) > 1 else "per-device"
         b.details.append(
-            f"fabric devices ({len(fabric)}) in {'one group ' + str(fabric_groups[0]) if layout == 'shared' else 'groups ' + str(fabric_groups)}"
-            + (" - Supermicro-style layout: the service VM takes the whole group (libvirt, not Kata)"
-               if layout == "shared" else " - DGX-style layout")
+            f"fabric devices ({len(fabric)}) in "
+            f"{'one group ' + str(fabric_groups[0]) if layout == 'shared' else 'groups ' + str(fabric_groups)}"
+            + (
+                " - Supermicro-style layout: the service VM takes the whole group (libvirt, not Kata)"
+                if layout == "shared"
+                else " - DGX-style layout"
+            )
         )
         for group in fabric_groups:
             for member in facts.iommu_groups.get(group, ()):
-                other = devices.get(member)
-                if other and not (other.is_nvswitch or other.is_nvswitch_memory_controller or other.is_bridge) \
-                        and other.driver != VFIO_DRIVER:
-                    problems.append(f"fabric group {group} also holds {member} (driver {other.driver or 'none'})")
+                neighbour = devices.get(member)
+                if (
+                    neighbour
+                    and not (neighbour.is_nvswitch or neighbour.is_nvswitch_memory_controller or neighbour.is_bridge)
+                    and neighbour.driver != VFIO_DRIVER
+                ):
+                    problems.append(f"fabric group {group} also holds {member} (driver {neighbour.driver or 'none'})")
     b.details.extend(f"GPU {g.bdf}: group {g.iommu_group}" for g in gpus)
     if problems:
         b.details.extend(problems)
@@ -239,20 +267,28 @@ def check_iommu_groups(facts: HostFacts, options: Options) -> CheckResult:
 def check_vfio_device_nodes(facts: HostFacts, options: Options) -> CheckResult:
     b = _Builder("vfio-device-nodes", "/dev/vfio device nodes")
     if facts.dev_vfio is None:
-        return b.fail("no /dev/vfio: vfio is not loaded (or --dev-root is wrong)",
-                      "modprobe vfio-pci; check that udev created /dev/vfio")
+        return b.fail(
+            "no /dev/vfio: vfio is not loaded (or --dev-root is wrong)",
+            "modprobe vfio-pci; check that udev created /dev/vfio",
+        )
     missing = []
     if "vfio" not in facts.dev_vfio:
         missing.append("/dev/vfio/vfio")
     for d in _pci(facts):
-        if d.kind != "other" and d.driver == VFIO_DRIVER and d.iommu_group is not None \
-                and str(d.iommu_group) not in facts.dev_vfio:
+        if (
+            d.kind != "other"
+            and d.driver == VFIO_DRIVER
+            and d.iommu_group is not None
+            and str(d.iommu_group) not in facts.dev_vfio
+        ):
             missing.append(f"/dev/vfio/{d.iommu_group} ({d.bdf})")
     missing = sorted(set(missing))
     if missing:
         b.details.extend(missing)
-        return b.fail(f"missing {', '.join(missing)}",
-                      "rebind the device to vfio-pci (driverctl set-override <BDF> vfio-pci) and check udev rules")
+        return b.fail(
+            f"missing {', '.join(missing)}",
+            "rebind the device to vfio-pci (driverctl set-override <BDF> vfio-pci) and check udev rules",
+        )
     groups = sorted(n for n in facts.dev_vfio if n.isdigit())
     if facts.dev_iommu:
         b.details.append("/dev/iommu present (iommufd)")
@@ -282,12 +318,16 @@ def check_hugepages(facts: HostFacts, options: Options) -> CheckResult:
     if total_kib == 0:
         return b.fail("no hugepages reserved: Kata GPU VMs with hugepage-backed memory cannot start", hint)
     if facts.mounts is not None and not any(fstype == "hugetlbfs" for _, _, fstype in facts.mounts):
-        return b.fail("hugepages reserved but no hugetlbfs is mounted", "mount -t hugetlbfs nodev /dev/hugepages "
-                      "(and add it to /etc/fstab)")
+        return b.fail(
+            "hugepages reserved but no hugetlbfs is mounted",
+            "mount -t hugetlbfs nodev /dev/hugepages (and add it to /etc/fstab)",
+        )
     if total_kib < options.min_hugepages_kib:
         return b.warn(
             f"only {total_kib // (1024 * 1024)} GiB of hugepages; one GPU VM wants at least "
-            f"{options.min_hugepages_kib // (1024 * 1024)} GiB", hint)
+            f"{options.min_hugepages_kib // (1024 * 1024)} GiB",
+            hint,
+        )
     if 1024 * 1024 not in pools:
         b.details.append("no 1 GiB pages: 2 MiB pages work, 1 GiB pages map large guests and BARs faster")
     free = f", {free_kib // (1024 * 1024)} GiB free" if free_kib is not None else ""
@@ -302,8 +342,10 @@ def check_cdi_dir(facts: HostFacts, options: Options) -> CheckResult:
     cdi = facts.cdi
     assert cdi is not None
     if not cdi.exists:
-        return b.fail(f"{cdi.path} does not exist: the device plugin has nowhere to write the CDI spec",
-                      f"mkdir -p {cdi.path} (the device plugin's DaemonSet also creates it)")
+        return b.fail(
+            f"{cdi.path} does not exist: the device plugin has nowhere to write the CDI spec",
+            f"mkdir -p {cdi.path} (the device plugin's DaemonSet also creates it)",
+        )
     if not cdi.is_dir:
         return b.fail(f"{cdi.path} is not a directory", f"remove {cdi.path} and mkdir -p it")
     specs = [e for e in cdi.entries if e.endswith((".json", ".yaml", ".yml"))]
@@ -316,11 +358,15 @@ def check_kubelet(facts: HostFacts, options: Options) -> CheckResult:
     dp = facts.device_plugins
     assert dp is not None and facts.kubelet_socket is not None
     if not dp.is_dir:
-        return b.fail(f"{dp.path} missing: no kubelet on this node (or --kubelet-dir is wrong)",
-                      "install and start the kubelet; join the node to the cluster")
+        return b.fail(
+            f"{dp.path} missing: no kubelet on this node (or --kubelet-dir is wrong)",
+            "install and start the kubelet; join the node to the cluster",
+        )
     if not facts.kubelet_socket.is_socket:
-        return b.fail(f"{facts.kubelet_socket.path} is not a socket: the kubelet is not running",
-                      "systemctl restart kubelet; journalctl -u kubelet")
+        return b.fail(
+            f"{facts.kubelet_socket.path} is not a socket: the kubelet is not running",
+            "systemctl restart kubelet; journalctl -u kubelet",
+        )
     plugins = [e for e in dp.entries if e.endswith(".sock") and e != "kubelet.sock"]
     b.details.extend(f"plugin socket: {p}" for p in plugins)
     return b.ok(f"kubelet.sock present ({len(plugins)} plugin socket(s))")
@@ -344,10 +390,15 @@ def _containerd_unreadable(b: _Builder, facts: HostFacts) -> CheckResult | None:
     c = facts.containerd
     assert c is not None
     if not c.exists:
-        return b.fail(f"{c.path} not found", "containerd config default > /etc/containerd/config.toml, then add "
-                      "deploy/containerd/kata-qemu-nvidia-gpu.toml (see deploy/containerd/README.md)")
+        return b.fail(
+            f"{c.path} not found",
+            "containerd config default > /etc/containerd/config.toml, then add "
+            "deploy/containerd/kata-qemu-nvidia-gpu.toml (see deploy/containerd/README.md)",
+        )
     if c.error:
-        return b.fail(f"containerd config does not parse: {c.error}", "fix the TOML syntax, then systemctl restart containerd")
+        return b.fail(
+            f"containerd config does not parse: {c.error}", "fix the TOML syntax, then systemctl restart containerd"
+        )
     return None
 
 
@@ -359,9 +410,11 @@ def check_containerd_cri(facts: HostFacts, options: Options) -> CheckResult:
     disabled = set(config.get("disabled_plugins", []) or [])
     b.details.extend(f"config: {s}" for s in facts.containerd.sources)  # type: ignore[union-attr]
     if disabled & {"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"}:
-        return b.fail(f"the CRI plugin is disabled (disabled_plugins = {sorted(disabled)})",
-                      "remove \"cri\" from disabled_plugins in /etc/containerd/config.toml (distribution "
-                      "packages ship it disabled), then systemctl restart containerd")
+        return b.fail(
+            f"the CRI plugin is disabled (disabled_plugins = {sorted(disabled)})",
+            'remove "cri" from disabled_plugins in /etc/containerd/config.toml (distribution '
+            "packages ship it disabled), then systemctl restart containerd",
+        )
     return b.ok(f"CRI enabled (config version {config.get('version', 1)})")
 
 
@@ -376,14 +429,18 @@ def check_containerd_cdi(facts: HostFacts, options: Options) -> CheckResult:
     b.details.append(f"enable_cdi = {str(enabled).lower()}, cdi_spec_dirs = {spec_dirs}")
     table = "io.containerd.cri.v1.runtime" if version >= 3 else "io.containerd.grpc.v1.cri"
     if not enabled:
-        return b.fail("CDI is off: containerd ignores the device plugin's CDI devices (the VM gets no GPU)",
-                      f"set enable_cdi = true under [plugins.\"{table}\"], then systemctl restart containerd")
+        return b.fail(
+            "CDI is off: containerd ignores the device plugin's CDI devices (the VM gets no GPU)",
+            f'set enable_cdi = true under [plugins."{table}"], then systemctl restart containerd',
+        )
     # /var/run is /run on every distribution; the doctor may read the directory
     # under another root (tests, a container), so its own path counts too.
     wanted = {"/var/run/cdi", "/run/cdi", str(facts.paths.cdi_dir)}
     if not wanted & set(spec_dirs):
-        return b.fail(f"cdi_spec_dirs {spec_dirs} does not include /var/run/cdi where the device plugin writes",
-                      f"add \"/var/run/cdi\" to cdi_spec_dirs under [plugins.\"{table}\"]")
+        return b.fail(
+            f"cdi_spec_dirs {spec_dirs} does not include /var/run/cdi where the device plugin writes",
+            f'add "/var/run/cdi" to cdi_spec_dirs under [plugins."{table}"]',
+        )
     return b.ok(f"CDI enabled, reading {', '.join(spec_dirs)}")
 
 
@@ -392,9 +449,11 @@ def check_kata_runtime(facts: HostFacts, options: Options) -> CheckResult:
     if (bad := _containerd_unreadable(b, facts)) is not None:
         return bad
     version, _, runtimes_table = _cri_sections(facts.containerd.config or {})  # type: ignore[union-attr]
-    runtimes = ((runtimes_table.get("containerd") or {}).get("runtimes") or {})
-    hint = "install deploy/containerd/kata-qemu-nvidia-gpu.toml (imports = [\"/etc/containerd/conf.d/*.toml\"]), " \
-           "then systemctl restart containerd"
+    runtimes = (runtimes_table.get("containerd") or {}).get("runtimes") or {}
+    hint = (
+        'install deploy/containerd/kata-qemu-nvidia-gpu.toml (imports = ["/etc/containerd/conf.d/*.toml"]), '
+        "then systemctl restart containerd"
+    )
     runtime = runtimes.get(RUNTIME)
     if runtime is None:
         b.details.append(f"configured runtimes: {sorted(runtimes) or 'none'}")
@@ -411,8 +470,10 @@ def check_kata_runtime(facts: HostFacts, options: Options) -> CheckResult:
             f"set privileged_without_host_devices = true in the {RUNTIME} runtime table",
         )
     if not config_path:
-        return b.warn("no options.ConfigPath: Kata uses its generic configuration, not the GPU one",
-                      "set ConfigPath = \"/opt/kata/share/defaults/kata-containers/configuration-qemu-nvidia-gpu.toml\"")
+        return b.warn(
+            "no options.ConfigPath: Kata uses its generic configuration, not the GPU one",
+            'set ConfigPath = "/opt/kata/share/defaults/kata-containers/configuration-qemu-nvidia-gpu.toml"',
+        )
     return b.ok(f"{RUNTIME} -> {RUNTIME_TYPE}")
 
 
@@ -438,13 +499,17 @@ def check_fabric_service(facts: HostFacts, options: Options) -> CheckResult:
     fabric = facts.fabric
     assert fabric is not None
     switches = any(d.is_nvswitch for d in _pci(facts))
-    hint = "kubectl -n gpucaas-system logs ds/gpucaas-fabric on this node; the service VM's console: " \
-           "virsh console gpucaas-fabric"
+    hint = (
+        "kubectl -n gpucaas-system logs ds/gpucaas-fabric on this node; the service VM's console: "
+        "virsh console gpucaas-fabric"
+    )
     if not fabric.socket.is_socket:
         if not switches and not options.expect_nvswitches:
             return b.skip(f"no fabric service socket at {fabric.socket.path} and no NVSwitch: NVLink-less node")
-        return b.fail(f"no fabric service socket at {fabric.socket.path}: multi-GPU containers cannot get NVLink",
-                      "deploy the gpucaas fabric DaemonSet on this node (label it gpucaas.dev/gpu-node=true)")
+        return b.fail(
+            f"no fabric service socket at {fabric.socket.path}: multi-GPU containers cannot get NVLink",
+            "deploy the gpucaas fabric DaemonSet on this node (label it gpucaas.dev/gpu-node=true)",
+        )
     if fabric.health is None:
         return b.fail(f"fabric service not answering: {fabric.error}", hint)
     fm = fabric.health.get("fabric_manager") or {}
@@ -455,11 +520,15 @@ def check_fabric_service(facts: HostFacts, options: Options) -> CheckResult:
     topo = fabric.topology or {}
     layout = topo.get("layout") or {}
     if layout:
-        b.details.append(f"GPU layout: {layout.get('name')} ({layout.get('source')}, "
-                         f"{'verified' if layout.get('verified') else 'unverified on hardware'})")
+        b.details.append(
+            f"GPU layout: {layout.get('name')} ({layout.get('source')}, "
+            f"{'verified' if layout.get('verified') else 'unverified on hardware'})"
+        )
     for g in topo.get("gpus") or []:
-        b.details.append(f"GPU {g.get('physical_id')} (module id) -> {g.get('pci_bus_id') or '?'} "
-                         f"[{g.get('pci_source', 'fabric-manager')}]")
+        b.details.append(
+            f"GPU {g.get('physical_id')} (module id) -> {g.get('pci_bus_id') or '?'} "
+            f"[{g.get('pci_source', 'fabric-manager')}]"
+        )
     # "unmanaged": Fabric Manager runs outside a VM this service manages; its reachability decides.
     if vm.get("state") not in ("running", "unmanaged"):
         return b.fail(f"the Fabric Manager service VM is {vm.get('state')!r}, not running", hint)
@@ -469,14 +538,18 @@ def check_fabric_service(facts: HostFacts, options: Options) -> CheckResult:
     unmapped = [g.get("physical_id") for g in topo.get("gpus") or [] if not g.get("pci_bus_id")]
     if problems or unmapped:
         b.details.extend(f"layout: {p}" for p in problems)
-        return b.warn(f"GPU layout does not match Fabric Manager or sysfs"
-                      f"{f' (GPUs {unmapped} have no PCI address)' if unmapped else ''}",
-                      "set GPUCAAS_FABRIC_PLATFORM (fabric.platform) to the board's layout or a layout file; "
-                      "see docs/hardware-runbook.md, step 'mapping'")
+        return b.warn(
+            f"GPU layout does not match Fabric Manager or sysfs"
+            f"{f' (GPUs {unmapped} have no PCI address)' if unmapped else ''}",
+            "set GPUCAAS_FABRIC_PLATFORM (fabric.platform) to the board's layout or a layout file; "
+            "see docs/hardware-runbook.md, step 'mapping'",
+        )
     if failed:
         b.details.extend(f"failed GPU: {g}" for g in failed)
-        return b.warn(f"{len(failed)} GPU(s) failed in Fabric Manager: {', '.join(failed)}",
-                      "caasctl gpus --node <node>; reset or replace the GPU, then restart the fabric service")
+        return b.warn(
+            f"{len(failed)} GPU(s) failed in Fabric Manager: {', '.join(failed)}",
+            "caasctl gpus --node <node>; reset or replace the GPU, then restart the fabric service",
+        )
     if int(vm.get("restarts") or 0) > 0:
         return b.ok(f"service VM running (restarted {vm.get('restarts')}x), Fabric Manager answering")
     return b.ok(f"service VM {vm.get('state')}, Fabric Manager ({fm.get('backend')}) answering")
@@ -491,16 +564,25 @@ def check_kubernetes(facts: HostFacts, options: Options) -> CheckResult:
     if kube.ok:
         return b.ok(f"{kube.server} answers; GPULeases can be listed")
     if kube.kind == "Forbidden":
-        return b.fail(kube.error or "forbidden",
-                      "the identity lacks a permission of the chart's device-plugin ClusterRole: check the "
-                      "ClusterRoleBinding of its ServiceAccount (kubectl auth can-i list gpuleases.gpucaas.dev --as ...)")
+        return b.fail(
+            kube.error or "forbidden",
+            "the identity lacks a permission of the chart's device-plugin ClusterRole: check the "
+            "ClusterRoleBinding of its ServiceAccount (kubectl auth can-i list gpuleases.gpucaas.dev --as ...)",
+        )
     if kube.kind == "NotFound":
-        return b.fail(f"the GPULease resource is not served: {kube.error}",
-                      "install the gpucaas CRDs (helm install of deploy/helm/gpucaas, or kubectl apply -f gpucaas/core/crds/)")
+        return b.fail(
+            f"the GPULease resource is not served: {kube.error}",
+            "install the gpucaas CRDs (helm install of deploy/helm/gpucaas, or kubectl apply -f gpucaas/core/crds/)",
+        )
     if kube.kind == "Unauthorized":
-        return b.fail(f"credentials refused: {kube.error}", "renew the token in the kubeconfig (or the pod's ServiceAccount token)")
-    return b.fail(kube.error or "Kubernetes unreachable",
-                  "check the API server address, the node's route and firewall to it, and that it is up")
+        return b.fail(
+            f"credentials refused: {kube.error}",
+            "renew the token in the kubeconfig (or the pod's ServiceAccount token)",
+        )
+    return b.fail(
+        kube.error or "Kubernetes unreachable",
+        "check the API server address, the node's route and firewall to it, and that it is up",
+    )
 
 
 Check = Callable[[HostFacts, Options], CheckResult]
@@ -526,9 +608,22 @@ CHECKS: tuple[Check, ...] = (
 )
 
 CHECK_IDS: tuple[str, ...] = (
-    "iommu", "gpus-vfio", "nvswitches-vfio", "memory-controller-vfio", "nvidia-modules", "iommu-groups",
-    "vfio-device-nodes", "hugepages", "cdi-dir", "kubelet-device-plugins", "containerd-cri",
-    "containerd-cdi", "kata-runtime", "libvirt", "fabric-service", "kubernetes-api",
+    "iommu",
+    "gpus-vfio",
+    "nvswitches-vfio",
+    "memory-controller-vfio",
+    "nvidia-modules",
+    "iommu-groups",
+    "vfio-device-nodes",
+    "hugepages",
+    "cdi-dir",
+    "kubelet-device-plugins",
+    "containerd-cri",
+    "containerd-cdi",
+    "kata-runtime",
+    "libvirt",
+    "fabric-service",
+    "kubernetes-api",
 )
 
 

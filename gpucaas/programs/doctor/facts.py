@@ -347,13 +347,20 @@ def probe_kubernetes(kubeconfig: Path | None, *, timeout: float) -> KubeFacts | 
     from gpucaas.core.kube import NO_RETRY, Kube, KubeConnection, KubeError
 
     try:
-        kube = Kube(KubeConnection(kubeconfig=kubeconfig, connect_timeout_s=timeout, read_timeout_s=timeout),
-                    retry=NO_RETRY)
+        kube = Kube(
+            KubeConnection(kubeconfig=kubeconfig, connect_timeout_s=timeout, read_timeout_s=timeout), retry=NO_RETRY
+        )
     except KubeError as exc:
         return KubeFacts(None, False, type(exc).__name__, exc.summary())
     try:
-        kube.call(kube.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL, limit=1,
-                  what="list gpuleases")
+        kube.call(
+            kube.custom.list_cluster_custom_object,
+            crds.GROUP,
+            crds.VERSION,
+            crds.GPULEASE_PLURAL,
+            limit=1,
+            what="list gpuleases",
+        )
     except KubeError as exc:
         return KubeFacts(kube.server, False, type(exc).__name__, exc.summary())
     finally:

@@ -50,8 +50,9 @@ def write_table(results: Sequence[CheckResult], out: IO[str], *, verbose: bool =
     console.print(table)
     failed = blocking(results)
     if failed:
-        console.print(f"[bold red]{len(failed)} check(s) block GPU containers on this node:[/] "
-                      + ", ".join(r.id for r in failed))
+        console.print(
+            f"[bold red]{len(failed)} check(s) block GPU containers on this node:[/] " + ", ".join(r.id for r in failed)
+        )
     else:
         warned = sum(1 for r in results if r.status == "warn")
         console.print("[green]this node can run GPU containers[/]" + (f" ({warned} warning(s))" if warned else ""))

@@ -21,17 +21,25 @@ class DoctorSettings(BaseSettings):
     proc_root: Path = Field(Path("/proc"), description="/proc mount point.")
     etc_root: Path = Field(Path("/etc"), description="/etc directory.")
     containerd_config: Path | None = Field(
-        None, description="containerd config (default: <etc-root>/containerd/config.toml).")
+        None, description="containerd config (default: <etc-root>/containerd/config.toml)."
+    )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="CDI spec directory.")
     kubelet_dir: Path = Field(Path("/var/lib/kubelet"), description="kubelet root directory.")
     libvirt_socket: Path = Field(Path("/var/run/libvirt/libvirt-sock"), description="libvirtd socket.")
     fabric_socket: Path = Field(Path("/run/gpucaas/fabric.sock"), description="Fabric service socket.")
     kubeconfig: Path | None = Field(
-        None, validation_alias=AliasChoices("GPUCAAS_DOCTOR_KUBECONFIG"),
-        description="kubeconfig for the Kubernetes API check (default: in-cluster when run in a pod, else skipped).")
+        None,
+        validation_alias=AliasChoices("GPUCAAS_DOCTOR_KUBECONFIG"),
+        description="kubeconfig for the Kubernetes API check (default: in-cluster when run in a pod, else skipped).",
+    )
     min_hugepages_gib: int = Field(
-        16, ge=0, validation_alias=AliasChoices("GPUCAAS_DOCTOR_MIN_HUGEPAGES_GIB"),
-        description="Hugepage memory (GiB) below which to warn.")
+        16,
+        ge=0,
+        validation_alias=AliasChoices("GPUCAAS_DOCTOR_MIN_HUGEPAGES_GIB"),
+        description="Hugepage memory (GiB) below which to warn.",
+    )
     expect_nvswitches: bool = Field(
-        False, validation_alias=AliasChoices("GPUCAAS_DOCTOR_EXPECT_NVSWITCHES"),
-        description="Fail when no NVSwitch / memory controller is found (HGX boards).")
+        False,
+        validation_alias=AliasChoices("GPUCAAS_DOCTOR_EXPECT_NVSWITCHES"),
+        description="Fail when no NVSwitch / memory controller is found (HGX boards).",
+    )

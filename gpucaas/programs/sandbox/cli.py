@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 import signal
 import threading
-from typing import Annotated
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,20 +15,20 @@ from gpucaas.core.logging import LoggingSettings, configure_logging
 from gpucaas.core.settings_cli import Section, settings_command
 from gpucaas.programs.sandbox.settings import NodeAgentSettings, SandboxSettings
 
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
-def _api_client(kubeconfig: str | None):  # noqa: ANN202
-    from pathlib import Path
 
+def _api_client(kubeconfig: str | None) -> ApiClient:
     from gpucaas.core.kube import KubeConnection, new_api_client
 
     return new_api_client(KubeConnection(kubeconfig=Path(kubeconfig) if kubeconfig else None))
 
 
-def _cluster_ca(kubeconfig: str | None, kubelet_dir):  # noqa: ANN001, ANN202
+def _cluster_ca(kubeconfig: str | None, kubelet_dir: str | Path) -> Path | None:
     """The cluster's CA from the kubeconfig, as a file: kube-apiserver's kubelet client
     certificate is signed by it (the kubelet's --client-ca-file). None without one."""
     import base64
-    from pathlib import Path
 
     import yaml
 
@@ -43,7 +45,7 @@ def _cluster_ca(kubeconfig: str | None, kubelet_dir):  # noqa: ANN001, ANN202
     return Path(ca) if ca else None
 
 
-def _stop_on_signals(stop) -> None:  # noqa: ANN001
+def _stop_on_signals(stop: Callable[[], object]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop())
 
@@ -52,9 +54,15 @@ def _stop_on_signals(stop) -> None:  # noqa: ANN001
 def command(
     settings: SandboxSettings,
     logging_settings: LoggingSettings,
-    demo: Annotated[bool, typer.Option("--demo", help="Run the design's scenario, print each step, and exit (0 only if every step happened).")] = False,
-    allocation: Annotated[str | None, typer.Option(
-        "--allocation", help="Short for --allocation-mode (device-plugin | dra).")] = None,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo", help="Run the design's scenario, print each step, and exit (0 only if every step happened)."
+        ),
+    ] = False,
+    allocation: Annotated[
+        str | None, typer.Option("--allocation", help="Short for --allocation-mode (device-plugin | dra).")
+    ] = None,
 ) -> None:
     """Run the whole control plane and two simulated HGX H100 nodes on this machine."""
     from rich.console import Console
@@ -75,6 +83,7 @@ def command(
     mode = settings.allocation_mode
     try:
         with console.status("starting the sandbox…") as status:
+
             def progress(msg: str) -> None:
                 status.update(msg)
                 console.print(f"[green]✓[/] {msg}")
@@ -82,8 +91,14 @@ def command(
             # The demo follows each step through the node agent's records (its DevicesAllocated
             # Event, its checkpoints): its nodes are simulated until it reads the real kubelet's.
             real_nodes = 0 if kubeconfig or demo else settings.real_nodes
-            sandbox = runner.start(state_dir, api_port=api_port, kubeconfig=kubeconfig, progress=progress,
-                                   allocation_mode=mode, real_nodes=real_nodes)
+            sandbox = runner.start(
+                state_dir,
+                api_port=api_port,
+                kubeconfig=kubeconfig,
+                progress=progress,
+                allocation_mode=mode,
+                real_nodes=real_nodes,
+            )
     except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
         raise typer.Exit(1) from exc
@@ -113,11 +128,19 @@ def command(
     console.print(f"  tenant token   {sandbox.tenant_token}   (tenancy '{runner.DEMO_TENANCY}')")
     console.print(f"  kubeconfig     {sandbox.kubeconfig}")
     for node in sandbox.nodes:
-        kind = ("real: kubelet, containerd and runc run its containers (the Kata handler runs runc: no VM)"
-                if node.name in sandbox.real_nodes else "simulated by the node agent: no container runs")
+        kind = (
+            "real: kubelet, containerd and runc run its containers (the Kata handler runs runc: no VM)"
+            if node.name in sandbox.real_nodes
+            else "simulated by the node agent: no container runs"
+        )
         console.print(f"  node           {node.name}  {kind}")
     if sandbox.registries is not None:
         console.print(f"  registry       {state_dir / 'registry.json'}  (a private image and its credentials)")
+    if sandbox.ingress is not None:
+        console.print(
+            f"  endpoints      https://<id>-<port>.{sandbox.ingress.info()['domain']} served by Traefik at "
+            f"{sandbox.ingress.address}  ({state_dir / 'ingress.json'})"
+        )
     console.print()
     console.print("Try, as the tenant 'demo':")
     console.print("  " + shlex.join(runner.tenant_curl(sandbox)), soft_wrap=True, markup=False, highlight=False)
@@ -150,11 +173,17 @@ def node_agent_command(settings: NodeAgentSettings, logging_settings: LoggingSet
         from gpucaas.core.kube import Kube
         from gpucaas.programs.sandbox.dra_kubelet import DraKubelet
 
-        dra = DraKubelet(Kube.of(api), settings.node_name, settings.kubelet_dir / "plugins_registry",
-                         settings.kubelet_dir)
-    agent = NodeAgent(api, settings.node_name, settings.kubelet_dir, settings.resource_name,
-                      settings.run_seconds, dra=dra, client_ca=_cluster_ca(kubeconfig, settings.kubelet_dir))
+        dra = DraKubelet(
+            Kube.of(api), settings.node_name, settings.kubelet_dir / "plugins_registry", settings.kubelet_dir
+        )
+    agent = NodeAgent(
+        api,
+        settings.node_name,
+        settings.kubelet_dir,
+        settings.resource_name,
+        settings.run_seconds,
+        dra=dra,
+        client_ca=_cluster_ca(kubeconfig, settings.kubelet_dir),
+    )
     _stop_on_signals(agent.stop)
     agent.run()
-
-

@@ -31,8 +31,8 @@ from gpucaas.core.crds import (
     tenant_namespace,
 )
 from gpucaas.core.fabric_client import FabricClient, FabricError
-from gpucaas.programs.sandbox.runner import Sandbox
 from gpucaas.devtools.waiting import wait_for
+from gpucaas.programs.sandbox.runner import Sandbox
 
 DESIGN_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
 IMAGE = DESIGN_PAYLOAD["container-url"]
@@ -79,7 +79,7 @@ class Observer:
         api = new_api_client(KubeConnection(kubeconfig=Path(sandbox.kubeconfig)))
         self.api = api
         self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.custom: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
         self.tracked: list[Tracked] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -104,14 +104,22 @@ class Observer:
             self.record(t, "tenancy_ready", f"tenancy {t.tenancy!r}, namespace {tn['status'].get('namespace')}")
         if "tenancy_ready" in t.seen and "isolation" not in t.seen:
             self._observe_isolation(t, ns)
-        pods = self.core.list_namespaced_pod(ns, label_selector=f"{LABEL_CONTAINER}={t.id}").items if "tenancy_ready" in t.seen else []
+        pods = (
+            self.core.list_namespaced_pod(ns, label_selector=f"{LABEL_CONTAINER}={t.id}").items
+            if "tenancy_ready" in t.seen
+            else []
+        )
         if pods:
             pod = self.api.sanitize_for_serialization(pods[0])
             t.pod = pod["metadata"]["name"]
             spec = pod["spec"]
             limits = spec["containers"][0].get("resources", {}).get("limits", {})
-            self.record(t, "pod_created", f"{ns}/{t.pod} runtimeClassName={spec.get('runtimeClassName')} "
-                                          f"limits nvidia.com/gpu={limits.get('nvidia.com/gpu')}")
+            self.record(
+                t,
+                "pod_created",
+                f"{ns}/{t.pod} runtimeClassName={spec.get('runtimeClassName')} "
+                f"limits nvidia.com/gpu={limits.get('nvidia.com/gpu')}",
+            )
             if spec.get("nodeName"):
                 t.node = spec["nodeName"]
                 self.record(t, "scheduled", f"node {t.node} (chosen by the scheduler extender)")
@@ -150,11 +158,14 @@ class Observer:
         except ApiException:
             return
         if cnps and nps:
-            hard = quotas[0].spec.hard if quotas else {}
-            self.record(t, "isolation",
-                        f"namespace {ns}; CiliumNetworkPolicy {', '.join(p['metadata']['name'] for p in cnps)}; "
-                        f"NetworkPolicy {', '.join(p.metadata.name for p in nps)}; "
-                        f"quota {', '.join(f'{k}={v}' for k, v in sorted((hard or {}).items()))}")
+            hard = quotas[0].spec.hard if quotas and quotas[0].spec else {}
+            self.record(
+                t,
+                "isolation",
+                f"namespace {ns}; CiliumNetworkPolicy {', '.join(p['metadata']['name'] for p in cnps)}; "
+                f"NetworkPolicy {', '.join(str(p.metadata.name if p.metadata else '') for p in nps)}; "
+                f"quota {', '.join(f'{k}={v}' for k, v in sorted((hard or {}).items()))}",
+            )
 
     def _observe_events(self, t: Tracked, ns: str) -> None:
         if "gpus_chosen" in t.seen:
@@ -162,7 +173,7 @@ class Observer:
         events = self.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={t.pod}").items
         for ev in events:
             if ev.reason == "DevicesAllocated":
-                msg = ev.message
+                msg = ev.message or ""
                 devices_part, _, cdi_part = msg.partition("; CDI devices: ")
                 ids = devices_part.split(": ", 1)[1].split(" (preferred")[0]
                 t.devices = [d.strip() for d in ids.split(",") if d.strip()]
@@ -170,7 +181,7 @@ class Observer:
                 self.record(t, "gpus_chosen", f"{', '.join(t.devices)} on {t.node} — {self._why(t)}")
                 self.record(t, "cdi", self._cdi_detail(t, [c.strip() for c in cdi_part.split(",") if c.strip()]))
             if ev.reason == "UnexpectedAdmissionError":
-                t.seen.setdefault("failed", ev.message)
+                t.seen.setdefault("failed", ev.message or "")
 
     def _why(self, t: Tracked) -> str:
         from gpucaas.core import topology
@@ -221,8 +232,9 @@ class Observer:
         if len(mine) != len(t.devices):
             return
         if all((lz.get("status") or {}).get("state") == "Free" for lz in mine):
-            served = all(any(h.get("tenancy") == t.tenancy for h in (lz.get("status") or {}).get("history", []))
-                         for lz in mine)
+            served = all(
+                any(h.get("tenancy") == t.tenancy for h in (lz.get("status") or {}).get("history", [])) for lz in mine
+            )
             checks = {(lz.get("status") or {}).get("lastCheck", {}).get("result") for lz in mine}
             if served and checks == {"Passed"}:
                 self.record(t, "lease_free", f"{len(mine)} lease(s): firmware check Passed, state Free")

@@ -52,13 +52,20 @@ STEPS = (
 def dra_pod(name: str, gpus: int, seconds: float = 4.0) -> dict[str, Any]:
     """A pod of the documented DRA shape asking for ``gpus`` GPUs through the size's template."""
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "gpucaas-dra-demo"}},
         "spec": {
             "restartPolicy": "Never",
             "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": dra.claim_template_name(gpus)}],
-            "containers": [{"name": "main", "image": IMAGE, "command": ["sleep", str(seconds)],
-                            "resources": {"claims": [{"name": "gpus"}]}}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "command": ["sleep", str(seconds)],
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
         },
     }
 
@@ -69,9 +76,12 @@ def ensure_namespace(core: Any, custom: Any, namespace: str, sizes: tuple[int, .
 
     for create in (
         lambda: core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
-        *(lambda s=s: custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace,
-                                                             "resourceclaimtemplates", dra.claim_template(s, namespace))
-          for s in sizes),
+        *(
+            lambda s=s: custom.create_namespaced_custom_object(
+                "resource.k8s.io", "v1", namespace, "resourceclaimtemplates", dra.claim_template(s, namespace)
+            )
+            for s in sizes
+        ),
     ):
         try:
             create()
@@ -119,7 +129,7 @@ class DraObserver:
 
         self.api = new_api_client(KubeConnection(kubeconfig=Path(sandbox.kubeconfig)))
         self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.custom: Any = client.CustomObjectsApi(self.api)  # answers plain JSON: untyped
         self.console = console
         self.namespace = namespace
         self.sockets = {n.name: n.fabric_socket for n in sandbox.nodes}
@@ -137,10 +147,14 @@ class DraObserver:
 
     def observe(self) -> None:
         ns = self.namespace
-        pods = {p["metadata"]["name"]: p for p in
-                self.api.sanitize_for_serialization(self.core.list_namespaced_pod(ns).items)}
-        claims = {c["metadata"]["name"]: c for c in
-                  self.custom.list_namespaced_custom_object("resource.k8s.io", "v1", ns, "resourceclaims")["items"]}
+        pods = {
+            p["metadata"]["name"]: p
+            for p in self.api.sanitize_for_serialization(self.core.list_namespaced_pod(ns).items)
+        }
+        claims = {
+            c["metadata"]["name"]: c
+            for c in self.custom.list_namespaced_custom_object("resource.k8s.io", "v1", ns, "resourceclaims")["items"]
+        }
         events = self.api.sanitize_for_serialization(self.core.list_namespaced_event(ns).items)
         holders: dict[str, dict[str, Any]] = {}
         for node, sock in self.sockets.items():
@@ -153,8 +167,14 @@ class DraObserver:
             self._observe(t, pods.get(t.name), claims, events, holders)
         self._check_overlap(claims)
 
-    def _observe(self, t: Tracked, pod: dict[str, Any] | None, claims: dict[str, Any], events: list[dict[str, Any]],
-                 holders: dict[str, Any]) -> None:
+    def _observe(
+        self,
+        t: Tracked,
+        pod: dict[str, Any] | None,
+        claims: dict[str, Any],
+        events: list[dict[str, Any]],
+        holders: dict[str, Any],
+    ) -> None:
         if pod is not None:
             t.uid = pod["metadata"]["uid"]
             for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
@@ -207,10 +227,11 @@ class DraObserver:
             results = (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
             if results:
                 by_node.setdefault(results[0]["pool"], []).append(
-                    (c["metadata"]["name"], gpus_of_devices([r["device"] for r in results])))
+                    (c["metadata"]["name"], gpus_of_devices([r["device"] for r in results]))
+                )
         for node, held in by_node.items():
             for i, (a, ga) in enumerate(held):
-                for b, gb in held[i + 1:]:
+                for b, gb in held[i + 1 :]:
                     if ga & gb:
                         self.overlaps.append(f"{a} and {b} share GPUs {sorted(ga & gb)} on {node}")
 
@@ -231,13 +252,16 @@ class DraObserver:
 
 def run_dra_demo(sandbox: Sandbox, console: Console, timeout: float = 240.0) -> bool:
     obs = DraObserver(sandbox, console)
-    console.print(f"\n[bold]The scenario through DRA[/]: pods asking for {', '.join(map(str, SCENARIO_SIZES))} GPUs "
-                  f"in namespace {NAMESPACE!r} (ResourceClaimTemplates {', '.join(dra.claim_template_name(s) for s in SCENARIO_SIZES)})")
+    console.print(
+        f"\n[bold]The scenario through DRA[/]: pods asking for {', '.join(map(str, SCENARIO_SIZES))} GPUs "
+        f"in namespace {NAMESPACE!r} "
+        f"(ResourceClaimTemplates {', '.join(dra.claim_template_name(s) for s in SCENARIO_SIZES)})"
+    )
     ensure_namespace(obs.core, obs.custom, NAMESPACE)
     for size in SCENARIO_SIZES:
         t = Tracked(f"gpus-{size}", size)
         obs.tracked[t.name] = t
-        obs.core.create_namespaced_pod(NAMESPACE, dra_pod(t.name, size))
+        obs.core.create_namespaced_pod(NAMESPACE, dra_pod(t.name, size))  # type: ignore[arg-type]  # a plain dict body
     thread = threading.Thread(target=obs.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
@@ -255,8 +279,13 @@ def run_dra_demo(sandbox: Sandbox, console: Console, timeout: float = 240.0) -> 
     for t in obs.tracked.values():
         missing = [title for step, title in STEPS if step not in t.seen]
         ok = ok and not missing and not t.failed
-        table.add_row(t.name, str(t.gpus), t.node or "-", ", ".join(t.devices) or "-",
-                      "all" if not missing else f"missing: {', '.join(missing)}" + (f" ({t.failed})" if t.failed else ""))
+        table.add_row(
+            t.name,
+            str(t.gpus),
+            t.node or "-",
+            ", ".join(t.devices) or "-",
+            "all" if not missing else f"missing: {', '.join(missing)}" + (f" ({t.failed})" if t.failed else ""),
+        )
     console.print(table)
     for o in obs.overlaps:
         console.print(f"[red]overlap: {o}[/]")

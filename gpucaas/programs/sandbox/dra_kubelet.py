@@ -28,7 +28,7 @@ import logging
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -97,8 +97,9 @@ def claim_name_of(pod: dict[str, Any], entry: dict[str, Any]) -> str | None:
 class DraKubelet:
     """The DRA plugin watcher and manager of one node."""
 
-    def __init__(self, kube: Kube, node_name: str, registry_dir: Path, state_dir: Path,
-                 poll_interval: float = 0.5) -> None:
+    def __init__(
+        self, kube: Kube, node_name: str, registry_dir: Path, state_dir: Path, poll_interval: float = 0.5
+    ) -> None:
         self.kube = kube
         self.node = node_name
         self.registry_dir = Path(registry_dir)
@@ -126,15 +127,17 @@ class DraKubelet:
     def _save(self) -> None:
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"claims": [asdict(c) for c in self.claims.values()], "pods": self.pod_claims},
-                                  indent=1))
+        tmp.write_text(
+            json.dumps({"claims": [asdict(c) for c in self.claims.values()], "pods": self.pod_claims}, indent=1)
+        )
         tmp.replace(self.state_file)
 
     # --- plugin watcher -----------------------------------------------------------------
     def scan(self) -> None:
         """One pass of the plugin watcher over the registration directory."""
-        sockets = {str(p): _socket_id(p) for p in self.registry_dir.glob("*.sock")} \
-            if self.registry_dir.is_dir() else {}
+        sockets = (
+            {str(p): _socket_id(p) for p in self.registry_dir.glob("*.sock")} if self.registry_dir.is_dir() else {}
+        )
         with self._lock:
             for driver, plugin in list(self.plugins.items()):
                 if sockets.get(plugin.registration_socket) != plugin.socket_id:
@@ -155,10 +158,13 @@ class DraKubelet:
                 if info.type != api.PLUGIN_TYPE:
                     error = f"plugin type {info.type!r} is not handled by this kubelet stand-in"
                 elif not set(info.supported_versions) & set(SUPPORTED_SERVICES):
-                    error = (f"none of the DRA services {list(info.supported_versions)} is supported "
-                             f"(this kubelet speaks {list(SUPPORTED_SERVICES)})")
-                reg.NotifyRegistrationStatus(api.reg_pb2.RegistrationStatus(
-                    plugin_registered=not error, error=error), timeout=5)
+                    error = (
+                        f"none of the DRA services {list(info.supported_versions)} is supported "
+                        f"(this kubelet speaks {list(SUPPORTED_SERVICES)})"
+                    )
+                reg.NotifyRegistrationStatus(
+                    api.reg_pb2.RegistrationStatus(plugin_registered=not error, error=error), timeout=5
+                )
         except grpc.RpcError as exc:  # not serving yet: the next scan tries again
             log.debug("registration socket %s not answering: %s", sock, exc)
             return
@@ -206,9 +212,17 @@ class DraKubelet:
         return bool(pod.get("spec", {}).get("resourceClaims"))
 
     def _read_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.kube.call(self.kube.custom.get_namespaced_custom_object, GROUP, VERSION, namespace,
-                              "resourceclaims", name, idempotent=True,
-                              what=f"read ResourceClaim {namespace}/{name}")
+        claim = self.kube.call(
+            self.kube.custom.get_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            "resourceclaims",
+            name,
+            idempotent=True,
+            what=f"read ResourceClaim {namespace}/{name}",
+        )
+        return cast("dict[str, Any]", claim)  # the custom-objects API answers plain JSON
 
     def prepare_pod(self, pod: dict[str, Any], plugin_timeout: float = 30.0) -> list[ClaimInfo]:
         """PrepareResources (manager.go): every claim of the pod prepared, or PrepareFailed."""
@@ -247,11 +261,13 @@ class DraKubelet:
         for driver, claims in to_prepare.items():
             stub = self.wait_for_plugin(driver, plugin_timeout).stub()
             try:
-                resp = stub.NodePrepareResources(api.dra_pb2.NodePrepareResourcesRequest(
-                    claims=[api.dra_pb2.Claim(**c) for c in claims]), timeout=60)
+                resp = stub.NodePrepareResources(
+                    api.dra_pb2.NodePrepareResourcesRequest(claims=[api.dra_pb2.Claim(**c) for c in claims]), timeout=60
+                )
             except grpc.RpcError as exc:
-                raise PrepareFailed(f"NodePrepareResources of driver {driver} failed: {exc.code().name}: "
-                                    f"{exc.details()}") from None
+                raise PrepareFailed(
+                    f"NodePrepareResources of driver {driver} failed: {exc.code().name}: {exc.details()}"
+                ) from None
             for c in claims:
                 answer = resp.claims.get(c["uid"])
                 if answer is None:
@@ -296,8 +312,12 @@ class DraKubelet:
                     ok = False
                     break
                 try:
-                    resp = plugin.stub().NodeUnprepareResources(api.dra_pb2.NodeUnprepareResourcesRequest(
-                        claims=[api.dra_pb2.Claim(namespace=info.namespace, uid=uid, name=info.name)]), timeout=60)
+                    resp = plugin.stub().NodeUnprepareResources(
+                        api.dra_pb2.NodeUnprepareResourcesRequest(
+                            claims=[api.dra_pb2.Claim(namespace=info.namespace, uid=uid, name=info.name)]
+                        ),
+                        timeout=60,
+                    )
                     err = resp.claims[uid].error if uid in resp.claims else "no answer"
                 except grpc.RpcError as exc:
                     err = f"{exc.code().name}: {exc.details()}"

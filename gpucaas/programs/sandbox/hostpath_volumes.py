@@ -43,14 +43,23 @@ MODE = 0o770
 
 def chart_values() -> dict[str, object]:
     """The chart values that render the sandbox's StorageClass for tenant volumes."""
-    return {"volumes": {"storageClass": {"create": True, "provisioner": PROVISIONER, "parameters": {},
-                                         "mountOptions": [], "reclaimPolicy": "Delete"}}}
+    return {
+        "volumes": {
+            "storageClass": {
+                "create": True,
+                "provisioner": PROVISIONER,
+                "parameters": {},
+                "mountOptions": [],
+                "reclaimPolicy": "Delete",
+            }
+        }
+    }
 
 
 def hand_over(root: Path, uid: int, gid: int) -> list[Path]:
     """Give each volume directory under ``root`` that is not yet the tenant's to ``uid:gid``
     with mode 0770; returns those changed."""
-    changed = []
+    changed: list[Path] = []
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:

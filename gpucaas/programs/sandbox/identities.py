@@ -31,19 +31,35 @@ from gpucaas.programs import chart
 from gpucaas.programs.sandbox import hostpath_volumes
 
 #: Kinds of the rendered chart the sandbox applies (the cluster side; no workloads).
-CLUSTER_SIDE_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                      "RuntimeClass", "ConfigMap", "ClusterKopfPeering", "DeviceClass", "StorageClass")
+CLUSTER_SIDE_KINDS = (
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "RuntimeClass",
+    "ConfigMap",
+    "ClusterKopfPeering",
+    "DeviceClass",
+    "StorageClass",
+)
 #: Values the sandbox renders the chart with: every component the sandbox runs, and the
 #: StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner.
 SANDBOX_VALUES: dict[str, Any] = {"schedulerExtender": {"enabled": True}, **hostpath_volumes.chart_values()}
 #: ... and in the DRA allocation mode (binding conditions on: the stand-in scheduler honours them).
-SANDBOX_DRA_VALUES: dict[str, Any] = {**SANDBOX_VALUES, "allocation": {"mode": "dra"},
-                                      "draDriver": {"bindingConditions": True}}
+SANDBOX_DRA_VALUES: dict[str, Any] = {
+    **SANDBOX_VALUES,
+    "allocation": {"mode": "dra"},
+    "draDriver": {"bindingConditions": True},
+}
 
 
 def sandbox_values(allocation_mode: str) -> dict[str, Any]:
     """The chart values the sandbox renders with for ``allocation_mode``."""
     return SANDBOX_DRA_VALUES if allocation_mode == "dra" else SANDBOX_VALUES
+
+
 TOKEN_SECONDS = 30 * 24 * 3600
 
 
@@ -58,8 +74,9 @@ class Identity:
 
 def cluster_side(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The chart's cluster-side objects, its namespace first (``helm install --create-namespace``)."""
-    objects = [o for o in chart.render(values if values is not None else SANDBOX_VALUES)
-               if o["kind"] in CLUSTER_SIDE_KINDS]
+    objects = [
+        o for o in chart.render(values if values is not None else SANDBOX_VALUES) if o["kind"] in CLUSTER_SIDE_KINDS
+    ]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart.NAMESPACE}}
     order = {k: i for i, k in enumerate(CLUSTER_SIDE_KINDS)}
     return [namespace, *sorted(objects, key=lambda o: order[o["kind"]])]
@@ -102,10 +119,14 @@ def mint_token(admin_kubeconfig: Path, namespace: str, service_account: str, *, 
     with config.new_client_from_config(str(admin_kubeconfig)) as api:
         spec: dict[str, Any] = {"expirationSeconds": TOKEN_SECONDS}
         if node is not None:
-            uid = client.CoreV1Api(api).read_node(node).metadata.uid
+            metadata = client.CoreV1Api(api).read_node(node).metadata
+            uid = metadata.uid if metadata else None
             spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
         request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-        out = client.CoreV1Api(api).create_namespaced_service_account_token(service_account, namespace, request)
+        core = client.CoreV1Api(api)
+        out = core.create_namespaced_service_account_token(service_account, namespace, request)  # type: ignore[arg-type]  # a plain dict body
+    if out.status is None or not out.status.token:
+        raise RuntimeError(f"no token for the ServiceAccount {namespace}/{service_account}")
     return out.status.token
 
 
@@ -131,20 +152,27 @@ def _decision(event: dict[str, Any]) -> dict[str, Any]:
     user = (event.get("user") or {}).get("username", "")
     allowed = (event.get("annotations") or {}).get("authorization.k8s.io/decision") != "forbid"
     ref = event.get("objectRef") or {}
-    what = (f'resource "{ref.get("resource", "")}'
-            + (f'/{ref["subresource"]}' if ref.get("subresource") else "")
-            + f'" in API group "{ref.get("apiGroup", "")}"'
-            + (f' in the namespace "{ref["namespace"]}"' if ref.get("namespace") else "")
-            if ref else f'path "{event.get("requestURI", "")}"')
+    what = (
+        f'resource "{ref.get("resource", "")}'
+        + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        + f'" in API group "{ref.get("apiGroup", "")}"'
+        + (f' in the namespace "{ref["namespace"]}"' if ref.get("namespace") else "")
+        if ref
+        else f'path "{event.get("requestURI", "")}"'
+    )
     reason = (event.get("annotations") or {}).get("authorization.k8s.io/reason", "")
     # the server's own answer when it has one (``<resource> is forbidden: User ... cannot ...``)
     message = (event.get("responseStatus") or {}).get("message") or (
-        f'User "{user}" cannot {event.get("verb", "")} {what}' + (f" ({reason})" if reason else ""))
+        f'User "{user}" cannot {event.get("verb", "")} {what}' + (f" ({reason})" if reason else "")
+    )
     out = {"user": user, "allowed": allowed, "verb": event.get("verb", ""), "message": message}
     if ref:
-        out.update(group=ref.get("apiGroup", ""), resource=ref.get("resource", ""),
-                   subresource=ref.get("subresource", ""),
-                   object=(ref.get("apiGroup", ""), ref.get("resource", ""), ref.get("namespace", ""), ref.get("name", "")))
+        out.update(
+            group=ref.get("apiGroup", ""),
+            resource=ref.get("resource", ""),
+            subresource=ref.get("subresource", ""),
+            object=(ref.get("apiGroup", ""), ref.get("resource", ""), ref.get("namespace", ""), ref.get("name", "")),
+        )
     return out
 
 
@@ -196,12 +224,17 @@ def check_no_refusals(audit_log: Path, ids: dict[str, Identity], *, settle_timeo
 
     users = {i.user for i in ids.values()}
     try:
-        wait_for(lambda: users <= {e["user"] for e in audit_entries(audit_log)}, settle_timeout,
-                 interval=0.2, what="every gpucaas process to reach the Kubernetes API")
+        wait_for(
+            lambda: users <= {e["user"] for e in audit_entries(audit_log)},
+            settle_timeout,
+            interval=0.2,
+            what="every gpucaas process to reach the Kubernetes API",
+        )
     except WaitTimeout:
         pass  # a silent process is not an RBAC failure; report what was refused
     refused = refusals(audit_log, users)
     if refused:
         lines = sorted({e.get("message", str(e)) for e in refused})
-        raise RBACRefused("the chart's RBAC refused gpucaas processes (a permission is missing):\n  "
-                          + "\n  ".join(lines))
+        raise RBACRefused(
+            "the chart's RBAC refused gpucaas processes (a permission is missing):\n  " + "\n  ".join(lines)
+        )

@@ -26,7 +26,7 @@ to register and for its devices to be reported healthy for as long as the pod is
 wanted here (not deleted) and says every ``WAIT_REPORT_S`` that it still waits; the
 plugin's Allocate has no deadline (the kubelet's device manager calls it with
 ``context.Background()``, pkg/kubelet/cm/devicemanager). Under CPU contention these steps
-get slower, never abandoned (issue 18, item 6; docs/sandbox.md).
+get slower, never abandoned (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from kubernetes import client, watch
 
 from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound, Unavailable
 from gpucaas.devtools.container_logs import ContainerLogServer, LogBook
-from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet
+from gpucaas.devtools.fake_kubelet import AdmissionError, Allocation, FakeKubelet, PluginConnection
 from gpucaas.programs.sandbox.dra_kubelet import ClaimInfo, DraKubelet, PrepareFailed
 from services.device_plugin.api import dp_pb2
 from services.placement.extender import extended_resource_gpus
@@ -60,7 +61,8 @@ CHECKPOINT = "node_agent_checkpoint.json"
 GPU_NODE_LABEL = "gpucaas.dev/gpu-node"
 #: what a GPU node of the sandbox carries beside the kubelet's own labels
 GPU_NODE_LABELS = {
-    GPU_NODE_LABEL: "true", "node.kubernetes.io/instance-type": "hgx-h100-8",
+    GPU_NODE_LABEL: "true",
+    "node.kubernetes.io/instance-type": "hgx-h100-8",
     # as NVIDIA GPU Feature Discovery labels an H100 SXM node (usage records read it)
     "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
 }
@@ -68,7 +70,7 @@ WAIT_REPORT_S = 30.0  # an admission still waiting says so this often (and keeps
 WAIT_STEP_S = 1.0  # how often a waiting admission checks that its pod is still wanted
 
 
-class Abandoned(Exception):  # noqa: N818 (not an error: the pod went away or the agent stops)
+class Abandoned(Exception):  # not an error: the pod went away or the agent stops
     """The pod being admitted was deleted (or the agent stops): stop waiting for it."""
 
 
@@ -86,8 +88,9 @@ def run_seconds_of(pod: dict[str, Any], default: float) -> float:
     return default
 
 
-def simulated_log(pod: dict[str, Any], alloc: Allocation | None, node: str,
-                  claims: list[ClaimInfo] | None = None) -> str:
+def simulated_log(
+    pod: dict[str, Any], alloc: Allocation | None, node: str, claims: list[ClaimInfo] | None = None
+) -> str:
     """What the sandbox writes as the container's log: no image runs here, so it prints no
     program output, only what the control plane really did for the pod."""
     image = pod["spec"]["containers"][0].get("image", "")
@@ -96,16 +99,21 @@ def simulated_log(pod: dict[str, Any], alloc: Allocation | None, node: str,
         devices = list(alloc.device_ids) if alloc else []
         cdi = [d.name for d in alloc.response.cdi_devices] if alloc else []
         nvlink = alloc.response.envs.get("GPUCAAS_NVLINK", "false") if alloc else "false"
-        lines.append(f"[gpucaas sandbox] node {node}: {len(devices)} GPU(s) allocated by the device plugin, "
-                     f"NVLink {nvlink}.")
-        lines += [f"[gpucaas sandbox]   GPU {bdf} -> CDI device {cdi[i] if i < len(cdi) else '-'}"
-                  for i, bdf in enumerate(devices)]
+        lines.append(
+            f"[gpucaas sandbox] node {node}: {len(devices)} GPU(s) allocated by the device plugin, NVLink {nvlink}."
+        )
+        lines += [
+            f"[gpucaas sandbox]   GPU {bdf} -> CDI device {cdi[i] if i < len(cdi) else '-'}"
+            for i, bdf in enumerate(devices)
+        ]
     for c in claims or []:
         # One partition device holding several GPUs is an NVLink partition; several devices
         # are single-GPU partitions (a size that is no partition on the board).
         nvlink = "true" if len(c.devices) == 1 and len(c.cdi_ids) > 1 else "false"
-        lines.append(f"[gpucaas sandbox] node {node}: {len(c.cdi_ids)} GPU(s) allocated by the DRA driver "
-                     f"(ResourceClaim {c.name}: {', '.join(c.devices)}), NVLink {nvlink}.")
+        lines.append(
+            f"[gpucaas sandbox] node {node}: {len(c.cdi_ids)} GPU(s) allocated by the DRA driver "
+            f"(ResourceClaim {c.name}: {', '.join(c.devices)}), NVLink {nvlink}."
+        )
         lines += [f"[gpucaas sandbox]   GPU {cdi_id.split('=', 1)[-1]} -> CDI device {cdi_id}" for cdi_id in c.cdi_ids]
     return "\n".join(lines) + "\n"
 
@@ -120,10 +128,17 @@ class Running:
 
 
 class NodeAgent:
-    def __init__(self, api: client.ApiClient, node_name: str, kubelet_dir: Path,
-                 resource_name: str = "nvidia.com/gpu", default_run_seconds: float = 3.0,
-                 status_interval: float = 1.0, dra: DraKubelet | None = None,
-                 client_ca: Path | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        node_name: str,
+        kubelet_dir: Path,
+        resource_name: str = "nvidia.com/gpu",
+        default_run_seconds: float = 3.0,
+        status_interval: float = 1.0,
+        dra: DraKubelet | None = None,
+        client_ca: Path | None = None,
+    ) -> None:
         self.kube = Kube.of(api)  # the core adapter: its timeouts and one error tree
         self.api = self.kube.api_client
         self.core = self.kube.core
@@ -149,7 +164,7 @@ class NodeAgent:
         self.log_server: ContainerLogServer | None = None
 
     # --- node object -----------------------------------------------------------------
-    def _live_plugin(self):  # noqa: ANN202
+    def _live_plugin(self) -> PluginConnection | None:
         """The registered plugin, unless its ListAndWatch stream ended (it went away)."""
         conn = self.kubelet.plugins.get(self.resource)
         return conn if conn is not None and not conn.stream_ended else None
@@ -171,7 +186,7 @@ class NodeAgent:
                 log.warning("still waiting for %s (%.0fs)", what, now - started)
                 last_report = now
 
-    def _wait_for_live_plugin(self, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401 (PluginConnection)
+    def _wait_for_live_plugin(self, wanted: Callable[[], bool]) -> Any:  # a PluginConnection
         """After a restart of the plugin or of this agent, wait for the plugin to register again
         and send its first device list; the live connection."""
         conn = self.kubelet.plugins.get(self.resource)
@@ -201,7 +216,7 @@ class NodeAgent:
         self._waiting(f"the {self.resource} device plugin to register", registered, wanted)
         return found[-1]
 
-    def _wait_for_devices(self, count: int, wanted: Callable[[], bool]) -> Any:  # noqa: ANN401
+    def _wait_for_devices(self, count: int, wanted: Callable[[], bool]) -> Any:
         """The extender binds by partitions and leases, not by the kubelet's device health, so a
         pod can be bound a moment before its GPUs are reported Healthy again (a lease checked
         and Free, the next ListAndWatch update not yet sent): wait for that update. Returns the
@@ -209,11 +224,14 @@ class NodeAgent:
         while True:
             conn = self._wait_for_live_plugin(wanted)
 
-            def enough(c: Any = conn) -> bool:  # noqa: ANN401
+            def enough(c: Any = conn) -> bool:
                 return c.stream_ended or len(set(c.healthy()) - self.kubelet.allocated_ids(self.resource)) >= count
 
-            self._waiting(f"{count} healthy unallocated {self.resource}",
-                          lambda: conn.wait_for(enough, timeout=WAIT_STEP_S), wanted)
+            self._waiting(
+                f"{count} healthy unallocated {self.resource}",
+                partial(conn.wait_for, enough, timeout=WAIT_STEP_S),
+                wanted,
+            )
             if not conn.stream_ended:
                 return conn
 
@@ -226,8 +244,9 @@ class NodeAgent:
             try:
                 # No deadline on the plugin's calls, as the kubelet's device manager: a dead plugin
                 # ends the call with UNAVAILABLE, a slow one is waited for.
-                return self.kubelet.admit(md["namespace"], md["name"], self.resource, count,
-                                          container=container, timeout=None)
+                return self.kubelet.admit(
+                    md["namespace"], md["name"], self.resource, count, container=container, timeout=None
+                )
             except AdmissionError as exc:
                 unavailable = "UNAVAILABLE" in str(exc)
                 stale = "FAILED_PRECONDITION" in str(exc) and "unhealthy" in str(exc)
@@ -240,12 +259,17 @@ class NodeAgent:
                 # the plugin has had time to say more: a dead plugin's stream ends and
                 # _wait_for_devices waits for its return; a newer device list changes the choice.
                 updates = conn.updates
-                log.warning("Allocate for %s/%s refused, retrying in %.1fs: %s", md["namespace"], md["name"],
-                            delay, exc)
+                log.warning(
+                    "Allocate for %s/%s refused, retrying in %.1fs: %s", md["namespace"], md["name"], delay, exc
+                )
                 if not told:
                     self._event(pod, "AllocateRetrying", f"{exc}; retrying", "Warning")
                     told = True
-                conn.wait_for(lambda c: c.stream_ended or (stale and c.updates > updates), timeout=delay)
+
+                def said_more(c: PluginConnection, stale: bool = stale, updates: int = updates) -> bool:
+                    return c.stream_ended or (stale and c.updates > updates)
+
+                conn.wait_for(said_more, timeout=delay)
                 if not wanted():
                     raise Abandoned("Allocate") from exc
                 delay = min(delay * 2, 5.0)
@@ -256,11 +280,17 @@ class NodeAgent:
 
     def ensure_node(self) -> None:
         body = {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.node, "labels": {
-                "kubernetes.io/hostname": self.node, "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64", **GPU_NODE_LABELS,
-            }},
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.node,
+                "labels": {
+                    "kubernetes.io/hostname": self.node,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    **GPU_NODE_LABELS,
+                },
+            },
             "spec": {},
         }
         delay = 0.5
@@ -289,23 +319,44 @@ class NodeAgent:
         status = {
             # an HGX H100 node as the chart's sizing expects it: 1 GiB hugepages reserved for the
             # Kata VMs' memory (8 x 224Gi)
-            "capacity": {"cpu": "224", "memory": "2Ti", "hugepages-1Gi": "1800Gi", "pods": "110",
-                         self.resource: str(len(devices))},
-            "allocatable": {"cpu": "220", "memory": "1900Gi", "hugepages-1Gi": "1800Gi", "pods": "110",
-                            self.resource: str(len(healthy))},
-            "conditions": [{
-                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "gpucaas sandbox node agent is posting ready status"
-                           + ("" if registered else "; no device plugin registered yet"),
-                "lastHeartbeatTime": now_iso(), "lastTransitionTime": self._ready_since,
-            }],
+            "capacity": {
+                "cpu": "224",
+                "memory": "2Ti",
+                "hugepages-1Gi": "1800Gi",
+                "pods": "110",
+                self.resource: str(len(devices)),
+            },
+            "allocatable": {
+                "cpu": "220",
+                "memory": "1900Gi",
+                "hugepages-1Gi": "1800Gi",
+                "pods": "110",
+                self.resource: str(len(healthy)),
+            },
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "gpucaas sandbox node agent is posting ready status"
+                    + ("" if registered else "; no device plugin registered yet"),
+                    "lastHeartbeatTime": now_iso(),
+                    "lastTransitionTime": self._ready_since,
+                }
+            ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": self.node}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_server.port if self.log_server else 0}},
             "nodeInfo": {
-                "kubeletVersion": "v1.31.0-gpucaas-sandbox", "containerRuntimeVersion": "containerd://1.7 (kata, simulated)",
-                "architecture": "amd64", "operatingSystem": "linux", "osImage": "gpucaas sandbox",
-                "kernelVersion": os.uname().release, "kubeProxyVersion": "", "machineID": self.node,
-                "systemUUID": self.node, "bootID": self.node,
+                "kubeletVersion": "v1.31.0-gpucaas-sandbox",
+                "containerRuntimeVersion": "containerd://1.7 (kata, simulated)",
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "osImage": "gpucaas sandbox",
+                "kernelVersion": os.uname().release,
+                "kubeProxyVersion": "",
+                "machineID": self.node,
+                "systemUUID": self.node,
+                "bootID": self.node,
             },
         }
         self.core.patch_node_status(self.node, {"status": status})
@@ -320,8 +371,14 @@ class NodeAgent:
     # --- checkpoint (restart safety) ---------------------------------------------------
     def _save_checkpoint(self) -> None:
         data = [
-            {"namespace": a.namespace, "pod": a.pod, "container": a.container, "resource": a.resource_name,
-             "devices": list(a.device_ids), "cdi": [d.name for d in a.response.cdi_devices]}
+            {
+                "namespace": a.namespace,
+                "pod": a.pod,
+                "container": a.container,
+                "resource": a.resource_name,
+                "devices": list(a.device_ids),
+                "cdi": [d.name for d in a.response.cdi_devices],
+            }
             for a in self.kubelet.allocations
         ]
         tmp = self.dir / (CHECKPOINT + ".tmp")
@@ -334,21 +391,32 @@ class NodeAgent:
             return
         for a in json.loads(path.read_text()):
             resp = dp_pb2.ContainerAllocateResponse(cdi_devices=[dp_pb2.CDIDevice(name=n) for n in a["cdi"]])
-            self.kubelet.allocations.append(Allocation(
-                a["namespace"], a["pod"], a["container"], a["resource"], tuple(a["devices"]), resp, None))
+            self.kubelet.allocations.append(
+                Allocation(a["namespace"], a["pod"], a["container"], a["resource"], tuple(a["devices"]), resp, None)
+            )
         log.info("restored %d allocation(s) from the checkpoint", len(self.kubelet.allocations))
 
     # --- pods --------------------------------------------------------------------------
     def _event(self, pod: dict[str, Any], reason: str, message: str, etype: str = "Normal") -> None:
         md = pod["metadata"]
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": md["name"],
-                               "namespace": md["namespace"], "uid": md.get("uid")},
-            "reason": reason, "message": message, "type": etype,
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": md["name"],
+                "namespace": md["namespace"],
+                "uid": md.get("uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": etype,
             "source": {"component": "kubelet", "host": self.node},
-            "firstTimestamp": now_iso(), "lastTimestamp": now_iso(), "count": 1,
+            "firstTimestamp": now_iso(),
+            "lastTimestamp": now_iso(),
+            "count": 1,
         }
         try:
             self.kube.call(self.core.create_namespaced_event, md["namespace"], body, what="create event")
@@ -358,8 +426,14 @@ class NodeAgent:
     def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         md = pod["metadata"]
         try:
-            self.kube.call(self.core.patch_namespaced_pod_status, md["name"], md["namespace"], {"status": status},
-                           what=f"patch pod {md['namespace']}/{md['name']} status", idempotent=True)
+            self.kube.call(
+                self.core.patch_namespaced_pod_status,
+                md["name"],
+                md["namespace"],
+                {"status": status},
+                what=f"patch pod {md['namespace']}/{md['name']} status",
+                idempotent=True,
+            )
         except NotFound:
             pass
 
@@ -374,30 +448,43 @@ class NodeAgent:
 
     def _container_status(self, pod: dict[str, Any], state: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
         c = pod["spec"]["containers"][0]
-        return [{"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": ready,
-                 "restartCount": 0, "started": ready, "state": state,
-                 "containerID": f"kata://{pod['metadata'].get('uid', '')[:12]}"}]
+        return [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": ready,
+                "restartCount": 0,
+                "started": ready,
+                "state": state,
+                "containerID": f"kata://{pod['metadata'].get('uid', '')[:12]}",
+            }
+        ]
 
     def admit(self, pod: dict[str, Any], wanted: Callable[[], bool] = lambda: True) -> None:
         md = pod["metadata"]
         key = f"{md['namespace']}/{md['name']}"
         count = extended_resource_gpus(pod, self.resource)  # the device manager's count; claims go to DRA
         alloc: Allocation | None = next(
-            (a for a in self.kubelet.allocations if (a.namespace, a.pod) == (md["namespace"], md["name"])), None)
+            (a for a in self.kubelet.allocations if (a.namespace, a.pod) == (md["namespace"], md["name"])), None
+        )
         if count and alloc is None:
             try:
                 alloc = self._admit_devices(pod, count, wanted)
             except AdmissionError as exc:
                 log.warning("admission of %s failed: %s", key, exc)
                 self._event(pod, "UnexpectedAdmissionError", str(exc), "Warning")
-                self._patch_status(pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError",
-                                         "message": f"Pod was rejected: {exc}"})
+                self._patch_status(
+                    pod,
+                    {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": f"Pod was rejected: {exc}"},
+                )
                 return
             self._save_checkpoint()
             cdi = ", ".join(d.name for d in alloc.response.cdi_devices)
             why = f" (preferred: {', '.join(alloc.preferred)})" if alloc.preferred else ""
-            self._event(pod, "DevicesAllocated",
-                        f"{self.resource}: {', '.join(alloc.device_ids)}{why}; CDI devices: {cdi}")
+            self._event(
+                pod, "DevicesAllocated", f"{self.resource}: {', '.join(alloc.device_ids)}{why}; CDI devices: {cdi}"
+            )
         claims = None
         if self.dra is not None and self.dra.has_claims(pod):
             claims = self._prepare_claims(pod, wanted)
@@ -405,18 +492,30 @@ class NodeAgent:
                 return
         started = now_iso()
         self._event(pod, "Started", "Started container in a Kata micro-VM (simulated)")
-        self._patch_status(pod, {
-            "phase": "Running", "hostIP": "192.0.2.10", "podIP": "10.244.0.10", "startTime": started,
-            "conditions": [{"type": t, "status": "True", "lastTransitionTime": started}
-                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
-            "containerStatuses": self._container_status(pod, {"running": {"startedAt": started}}, True),
-        })
+        self._patch_status(
+            pod,
+            {
+                "phase": "Running",
+                "hostIP": "192.0.2.10",
+                "podIP": "10.244.0.10",
+                "startTime": started,
+                "conditions": [
+                    {"type": t, "status": "True", "lastTransitionTime": started}
+                    for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+                ],
+                "containerStatuses": self._container_status(pod, {"running": {"startedAt": started}}, True),
+            },
+        )
         deadline = pod["spec"].get("activeDeadlineSeconds")
         now = time.monotonic()
         with self._lock:
-            self._running[key] = Running(md["namespace"], md["name"], md.get("uid", ""),
-                                         now + run_seconds_of(pod, self.default_run_seconds),
-                                         now + float(deadline) if deadline else None)
+            self._running[key] = Running(
+                md["namespace"],
+                md["name"],
+                md.get("uid", ""),
+                now + run_seconds_of(pod, self.default_run_seconds),
+                now + float(deadline) if deadline else None,
+            )
         self._wake.set()
         self._append_log(pod, simulated_log(pod, alloc, self.node, claims))
 
@@ -434,20 +533,24 @@ class NodeAgent:
             except PrepareFailed as exc:
                 if not wanted() or self._stop.is_set():
                     return None
-                log.info("claims of %s/%s not prepared yet: %s", pod["metadata"]["namespace"],
-                         pod["metadata"]["name"], exc)
+                log.info(
+                    "claims of %s/%s not prepared yet: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], exc
+                )
                 if not reported and delay >= 4.0:  # one Warning, as the kubelet's FailedPrepareDynamicResources
                     self._event(pod, "FailedPrepareDynamicResources", str(exc), "Warning")
                     reported = True
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
                 try:  # the controller may have written resourceClaimStatuses meanwhile
-                    pod = self.kube.json(self.core.read_namespaced_pod, pod["metadata"]["name"],
-                                         pod["metadata"]["namespace"], idempotent=True)
+                    pod = self.kube.json(
+                        self.core.read_namespaced_pod,
+                        pod["metadata"]["name"],
+                        pod["metadata"]["namespace"],
+                        idempotent=True,
+                    )
                 except NotFound:
                     return None
-        devices = "; ".join(f"{c.name}: {', '.join(c.devices)} (CDI devices: {', '.join(c.cdi_ids)})"
-                            for c in claims)
+        devices = "; ".join(f"{c.name}: {', '.join(c.devices)} (CDI devices: {', '.join(c.cdi_ids)})" for c in claims)
         self._event(pod, "ResourcesPrepared", f"DRA claims prepared: {devices}")
         return claims
 
@@ -471,13 +574,25 @@ class NodeAgent:
         finished = now_iso()
         started = (pod.get("status") or {}).get("startTime") or finished
         if deadline:
-            term = {"terminated": {"exitCode": 137, "reason": "DeadlineExceeded", "startedAt": started, "finishedAt": finished}}
-            status = {"phase": "Failed", "reason": "DeadlineExceeded",
-                      "message": "Pod was active on the node longer than the specified deadline"}
+            term = {
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "DeadlineExceeded",
+                    "startedAt": started,
+                    "finishedAt": finished,
+                }
+            }
+            status: dict[str, Any] = {
+                "phase": "Failed",
+                "reason": "DeadlineExceeded",
+                "message": "Pod was active on the node longer than the specified deadline",
+            }
         else:
             term = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": finished}}
             status = {"phase": "Succeeded"}
-        status["conditions"] = [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": finished}]
+        status["conditions"] = [
+            {"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": finished}
+        ]
         status["containerStatuses"] = self._container_status(pod, term, False)
         self._end_logs(run.namespace, run.name)
         self._patch_status(pod, status)
@@ -503,8 +618,13 @@ class NodeAgent:
             self._end_logs(md["namespace"], md["name"])
             if not md.get("finalizers"):
                 try:  # the containers are stopped: complete the graceful deletion, as the kubelet does
-                    self.kube.call(self.core.delete_namespaced_pod, md["name"], md["namespace"],
-                                   grace_period_seconds=0, idempotent=True)
+                    self.kube.call(
+                        self.core.delete_namespaced_pod,
+                        md["name"],
+                        md["namespace"],
+                        grace_period_seconds=0,
+                        idempotent=True,
+                    )
                 except NotFound:
                     pass
             return
@@ -529,13 +649,19 @@ class NodeAgent:
             started = (pod.get("status") or {}).get("startTime")
             elapsed = 0.0
             if started:
-                elapsed = (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(started.replace("Z", "+00:00"))).total_seconds()
+                elapsed = (
+                    dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
+                ).total_seconds()
             now = time.monotonic()
             deadline = pod["spec"].get("activeDeadlineSeconds")
             with self._lock:
-                self._running[key] = Running(md["namespace"], md["name"], md.get("uid", ""),
-                                             now + max(0.0, run_seconds_of(pod, self.default_run_seconds) - elapsed),
-                                             now + max(0.0, float(deadline) - elapsed) if deadline else None)
+                self._running[key] = Running(
+                    md["namespace"],
+                    md["name"],
+                    md.get("uid", ""),
+                    now + max(0.0, run_seconds_of(pod, self.default_run_seconds) - elapsed),
+                    now + max(0.0, float(deadline) - elapsed) if deadline else None,
+                )
             self._wake.set()
 
     # --- loops ------------------------------------------------------------------------
@@ -559,7 +685,7 @@ class NodeAgent:
                 if pod is None:  # deleted meanwhile
                     break
                 try:
-                    self.admit(pod, wanted=lambda k=key: self._wanted(k))
+                    self.admit(pod, wanted=partial(self._wanted, key))
                     break
                 except Abandoned as exc:
                     log.info("stopped admitting %s (no longer wanted here) while waiting for %s", key, exc)
@@ -587,8 +713,12 @@ class NodeAgent:
                 for p in pods:
                     self.on_pod("ADDED", p)
                 w = watch.Watch()
-                for ev in w.stream(self.core.list_pod_for_all_namespaces, field_selector=selector,
-                                   resource_version=listing.metadata.resource_version, timeout_seconds=60):
+                for ev in w.stream(
+                    self.core.list_pod_for_all_namespaces,
+                    field_selector=selector,
+                    resource_version=listing.metadata.resource_version if listing.metadata else None,
+                    timeout_seconds=60,
+                ):
                     if self._stop.is_set():
                         w.stop()
                         break
@@ -608,7 +738,9 @@ class NodeAgent:
                         due.append((self._running.pop(key), True))
                     elif run.finish_at <= now:
                         due.append((self._running.pop(key), False))
-                nxt = min((min(r.finish_at, r.deadline_at or r.finish_at) for r in self._running.values()), default=now + 1)
+                nxt = min(
+                    (min(r.finish_at, r.deadline_at or r.finish_at) for r in self._running.values()), default=now + 1
+                )
             for run, deadline in due:
                 try:
                     self.finish(run, deadline)
@@ -639,8 +771,10 @@ class NodeAgent:
             log.info("serving container logs on https://127.0.0.1:%d", self.log_server.port)
         log.info("node agent for %s: kubelet socket %s", self.node, self.kubelet.socket_path)
         self.ensure_node()
-        threads = [threading.Thread(target=t, daemon=True, name=t.__name__)
-                   for t in (self._watch_pods, self._admit_pods, self._run_timers, self._status_loop)]
+        threads = [
+            threading.Thread(target=t, daemon=True, name=t.__name__)
+            for t in (self._watch_pods, self._admit_pods, self._run_timers, self._status_loop)
+        ]
         if self.dra is not None:
             threads.append(threading.Thread(target=self.dra.run_watcher, daemon=True, name="dra-plugin-watcher"))
         for t in threads:

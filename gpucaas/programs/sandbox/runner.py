@@ -38,18 +38,25 @@ from typing import Any
 
 import yaml
 
-from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
-from gpucaas.devtools.local_cluster.cluster import free_port
-from gpucaas.devtools.local_cluster.processes import unix_socket_ready
-from gpucaas.devtools.local_cluster.objects import create_all
-from gpucaas.programs.sandbox import hostpath_volumes, identities
-from gpucaas.programs.sandbox.node_agent import GPU_NODE_LABELS
-from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready
-from gpucaas.programs.sandbox.tls import TLSFiles, ensure_self_signed
 from gpucaas.devtools.fake_sysfs import build_hgx_h100, load_board
+from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
+from gpucaas.devtools.local_cluster.binaries import binary
+from gpucaas.devtools.local_cluster.cluster import free_port
+from gpucaas.devtools.local_cluster.objects import create_all
+from gpucaas.devtools.local_cluster.processes import unix_socket_ready
 from gpucaas.devtools.real_node.devices import make_char_devices
 from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing, unmount_under
 from gpucaas.devtools.real_node.registry import Registries
+from gpucaas.programs.sandbox import hostpath_volumes, identities
+from gpucaas.programs.sandbox.ingress import (
+    AUTH_ANNOTATIONS,
+    TRAEFIK_VERSION,
+    Ingress,
+    write_info as write_ingress_info,
+)
+from gpucaas.programs.sandbox.node_agent import GPU_NODE_LABELS
+from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready
+from gpucaas.programs.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
 from services.api.pods import DEFAULT_RUN_AS_USER
 
 log = logging.getLogger(__name__)
@@ -136,27 +143,36 @@ class Sandbox:
     registries: Registries | None = None
     #: hands the HostPath provisioner's volume directories to the tenant UID (own cluster only)
     volume_ownership: hostpath_volumes.VolumeOwnership | None = None
+    #: Traefik serving the containers' endpoints (own cluster only; ``ingress.json``)
+    ingress: Ingress | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
 
     def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.api_url + path, data=data, method=method)  # noqa: S310
+        req = urllib.request.Request(self.api_url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {token or self.admin_token}")
         req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=30, context=self.ssl_context()) as resp:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=30, context=self.ssl_context()) as resp:
             return json.loads(resp.read() or b"null")
 
     def stop(self) -> None:
         if self.volume_ownership is not None:
             self.volume_ownership.stop()
-        _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster)
+        _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster, self.ingress)
 
 
-def _stop_all(sup: Supervisor, real: dict[str, RealNode], registries: Registries | None,
-              cluster: LocalCluster | None) -> None:
-    """The services, then the real nodes, the registries and the control plane."""
+def _stop_all(
+    sup: Supervisor,
+    real: dict[str, RealNode],
+    registries: Registries | None,
+    cluster: LocalCluster | None,
+    ingress: Ingress | None = None,
+) -> None:
+    """The ingress controller and the services, then the real nodes, the registries and the control plane."""
+    if ingress is not None:
+        ingress.stop()
     sup.stop_all()
     for node in real.values():
         node.stop()
@@ -169,8 +185,12 @@ def _stop_all(sup: Supervisor, real: dict[str, RealNode], registries: Registries
 #: a container's share of a real node: this machine (2 CPUs, 24 GiB, no 1 GiB pages reserved)
 #: stands in for an HGX server's 224 threads and 2 TiB, so an 8-GPU container and the
 #: RuntimeClass's overhead (500m, 1 GiB) must fit in what it has
-REAL_NODE_SIZING = {"GPUCAAS_CPU_PER_GPU": "150m", "GPUCAAS_MEMORY_PER_GPU": "2Gi", "GPUCAAS_SHM_PER_GPU": "256Mi",
-                    "GPUCAAS_KATA_HUGEPAGES": "false"}
+REAL_NODE_SIZING = {
+    "GPUCAAS_CPU_PER_GPU": "150m",
+    "GPUCAAS_MEMORY_PER_GPU": "2Gi",
+    "GPUCAAS_SHM_PER_GPU": "256Mi",
+    "GPUCAAS_KATA_HUGEPAGES": "false",
+}
 
 
 def _node_status(kubeconfig: Path, name: str) -> dict[str, Any]:
@@ -194,9 +214,11 @@ def published_slices(kubeconfig: Path, name: str) -> Any:
 
     def check() -> bool:
         with config.new_client_from_config(config_file=str(kubeconfig)) as api:
-            slices = client.CustomObjectsApi(api).list_cluster_custom_object(
-                "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={name}")
+            slices: Any = client.CustomObjectsApi(api).list_cluster_custom_object(  # plain JSON
+                "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={name}"
+            )
         return bool(slices.get("items"))
+
     return check
 
 
@@ -248,8 +270,9 @@ def device_plugin_env(state_dir: Path) -> dict[str, str]:
     if not golden.exists():
         from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
 
-        golden.write_text(json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()],
-                                                          "versions": [GOLDEN_ROM_VERSION]}}))
+        golden.write_text(
+            json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}})
+        )
     return {
         "GPUCAAS_LEASES": "true",
         "GPUCAAS_FIRMWARE_GOLDEN_FILE": str(golden),
@@ -311,8 +334,10 @@ def start_cluster(state_dir: Path, nodes: tuple[str, ...], allocation_mode: str,
     folder = state_dir / "cluster"
     mode_file = folder / "allocation-mode"
     if mode_file.exists() and mode_file.read_text().strip() != allocation_mode:
-        say(f"the cluster's state is from the {mode_file.read_text().strip()} mode: starting it empty "
-            f"for the {allocation_mode} mode")
+        say(
+            f"the cluster's state is from the {mode_file.read_text().strip()} mode: starting it empty "
+            f"for the {allocation_mode} mode"
+        )
         shutil.rmtree(folder / "etcd", ignore_errors=True)
         (state_dir / "gpucaas.db").unlink(missing_ok=True)
         unmount_under(state_dir / "nodes")  # what a real node's kubelet left mounted, if it was killed
@@ -321,12 +346,20 @@ def start_cluster(state_dir: Path, nodes: tuple[str, ...], allocation_mode: str,
     mode_file.write_text(allocation_mode + "\n")
     tokens = state_dir / "kube-tokens.csv"
     identities.write_token_file(tokens, nodes)
-    cluster = LocalCluster(folder, ClusterOptions(token_auth_file=tokens, run_scheduler=False,
-                                                  encryption_config=secrets_encryption(folder / "pki"),
-                                                  # tenant volumes (hostpath_volumes)
-                                                  controller_manager_args=[hostpath_volumes.CONTROLLER_MANAGER_FLAG]))
-    say(f"starting Kubernetes {cluster_version()} (etcd, kube-apiserver, kube-controller-manager) "
-        f"from {cluster.bin_dir}")
+    cluster = LocalCluster(
+        folder,
+        ClusterOptions(
+            token_auth_file=tokens,
+            run_scheduler=False,
+            encryption_config=secrets_encryption(folder / "pki"),
+            # tenant volumes (hostpath_volumes)
+            controller_manager_args=[hostpath_volumes.CONTROLLER_MANAGER_FLAG],
+        ),
+    )
+    say(
+        f"starting Kubernetes {cluster_version()} (etcd, kube-apiserver, kube-controller-manager) "
+        f"from {cluster.bin_dir}"
+    )
     return cluster.start()
 
 
@@ -344,11 +377,17 @@ def secrets_encryption(folder: Path) -> dict[str, Any]:
         key_file.write_bytes(base64.b64encode(os.urandom(32)))
         key_file.chmod(0o600)
     return {
-        "apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration",
-        "resources": [{"resources": ["secrets"], "providers": [
-            {"secretbox": {"keys": [{"name": "sandbox-1", "secret": key_file.read_text().strip()}]}},
-            {"identity": {}},
-        ]}],
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "EncryptionConfiguration",
+        "resources": [
+            {
+                "resources": ["secrets"],
+                "providers": [
+                    {"secretbox": {"keys": [{"name": "sandbox-1", "secret": key_file.read_text().strip()}]}},
+                    {"identity": {}},
+                ],
+            }
+        ],
     }
 
 
@@ -377,12 +416,20 @@ def api_secret_rights(chart_objects: list[dict[str, Any]] | None) -> dict[str, s
 
     objects = chart_objects if chart_objects is not None else identities.cluster_side()
     api_sa = identities.service_accounts(objects).get("api")
-    role = next((o["metadata"]["name"] for o in objects
-                 if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-tenant-secrets")), None)
+    role = next(
+        (
+            o["metadata"]["name"]
+            for o in objects
+            if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-tenant-secrets")
+        ),
+        None,
+    )
     if api_sa is None or role is None:
         return {}
-    return {"GPUCAAS_CONTROLLER_API_SERVICE_ACCOUNT": f"{NAMESPACE}/{api_sa}",
-            "GPUCAAS_CONTROLLER_API_SECRETS_CLUSTER_ROLE": role}
+    return {
+        "GPUCAAS_CONTROLLER_API_SERVICE_ACCOUNT": f"{NAMESPACE}/{api_sa}",
+        "GPUCAAS_CONTROLLER_API_SECRETS_CLUSTER_ROLE": role,
+    }
 
 
 def tenant_pod_security_level() -> str:
@@ -397,10 +444,15 @@ def tenant_pod_security_level() -> str:
     return override or str(production_values().get("controller", {}).get("podSecurityLevel") or "baseline")
 
 
-def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dict[str, str],
-                     nodes: tuple[str, ...], say: Any,
-                     chart_objects: list[dict[str, Any]] | None = None,
-                     allocation_mode: str = "device-plugin") -> dict[str, identities.Identity]:
+def _make_identities(
+    state_dir: Path,
+    admin_kubeconfig: Path,
+    static_tokens: dict[str, str],
+    nodes: tuple[str, ...],
+    say: Any,
+    chart_objects: list[dict[str, Any]] | None = None,
+    allocation_mode: str = "device-plugin",
+) -> dict[str, identities.Identity]:
     """Install the chart's cluster side and write one kubeconfig per gpucaas process."""
     from gpucaas.programs.chart import NAMESPACE
 
@@ -418,14 +470,16 @@ def _make_identities(state_dir: Path, admin_kubeconfig: Path, static_tokens: dic
         out[component] = identities.Identity(component, user, path)
     for node in nodes:
         user = f"system:node:{node}"
-        path = identities.write_kubeconfig(admin_kubeconfig, folder / f"node-{node}.kubeconfig", user,
-                                           static_tokens[user])
+        path = identities.write_kubeconfig(
+            admin_kubeconfig, folder / f"node-{node}.kubeconfig", user, static_tokens[user]
+        )
         out[f"node-{node}"] = identities.Identity(f"node-{node}", user, path)
     return out
 
 
-def _node_bound_identity(state_dir: Path, admin_kubeconfig: Path, ids: dict[str, identities.Identity],
-                         component: str, node: str) -> Path:
+def _node_bound_identity(
+    state_dir: Path, admin_kubeconfig: Path, ids: dict[str, identities.Identity], component: str, node: str
+) -> Path:
     """A kubeconfig for ``component`` on ``node`` whose ServiceAccount token is bound to the Node."""
     from gpucaas.devtools.waiting import wait_for
     from gpucaas.programs.chart import NAMESPACE
@@ -434,8 +488,9 @@ def _node_bound_identity(state_dir: Path, admin_kubeconfig: Path, ids: dict[str,
     sa = base.user.rsplit(":", 1)[-1]
     wait_for(lambda: _node_exists(admin_kubeconfig, node), 120, interval=0.2, what=f"node {node} registered")
     token = identities.mint_token(admin_kubeconfig, NAMESPACE, sa, node=node)
-    path = identities.write_kubeconfig(admin_kubeconfig, state_dir / "identities" / f"{component}@{node}.kubeconfig",
-                                       base.user, token)
+    path = identities.write_kubeconfig(
+        admin_kubeconfig, state_dir / "identities" / f"{component}@{node}.kubeconfig", base.user, token
+    )
     ids[f"{component}@{node}"] = identities.Identity(f"{component}@{node}", base.user, path)
     return path
 
@@ -501,13 +556,16 @@ def start(
     real: dict[str, RealNode] = {}
     registries: Registries | None = None
     ownership: hostpath_volumes.VolumeOwnership | None = None
+    ingress: Ingress | None = None
     try:
         real_nodes = min(real_nodes, len(nodes))
         missing = node_tools_missing() if real_nodes else []
         if real_nodes and (real_cluster or missing):
-            raise OSError("a real node needs the sandbox's own cluster and "
-                          + (", ".join(missing) or "no --kubeconfig")
-                          + " (make install adds the packages; --real-nodes 0 simulates every node)")
+            raise OSError(
+                "a real node needs the sandbox's own cluster and "
+                + (", ".join(missing) or "no --kubeconfig")
+                + " (make install adds the packages; --real-nodes 0 simulates every node)"
+            )
         if not real_cluster:
             cluster = start_cluster(state_dir, nodes, allocation_mode, say)
             kubeconfig = state_dir / "kubeconfig"
@@ -522,17 +580,26 @@ def start(
             ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say, chart_objects, allocation_mode)
 
         say("starting the tenancy and GPU lease controller")
-        sup.start(ServiceSpec("controller", ["controller", "--standalone", "--kubeconfig", str(kc("controller"))],
-                              env={**kube_env("controller"),
-                                   "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level(),
-                                   "GPUCAAS_CONTROLLER_ALLOCATION_MODE": allocation_mode,
-                                   **api_secret_rights(chart_objects)},
-                              ready=None))
+        sup.start(
+            ServiceSpec(
+                "controller",
+                ["controller", "--standalone", "--kubeconfig", str(kc("controller"))],
+                env={
+                    **kube_env("controller"),
+                    "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level(),
+                    "GPUCAAS_CONTROLLER_ALLOCATION_MODE": allocation_mode,
+                    **api_secret_rights(chart_objects),
+                },
+                ready=None,
+            )
+        )
 
         node_paths: list[NodePaths] = []
         if real_nodes:
-            say("starting the local registries (public images built from busybox-static; a private one "
-                "that asks for credentials) and pushing the images")
+            say(
+                "starting the local registries (public images built from busybox-static; a private one "
+                "that asks for credentials) and pushing the images"
+            )
             registries = Registries(state_dir / "registries").start()
             write_private(state_dir / "registry.json", json.dumps(registries.info(), indent=2) + "\n")
         if not real_cluster:
@@ -544,91 +611,203 @@ def start(
                 load_board(node.board)
                 if index < real_nodes:
                     make_char_devices(node.dev)
-                for d in (node.device_plugin_dir, node.cdi_dir, node.fabric_state_dir,
-                          node.pod_resources_socket.parent):
+                for d in (
+                    node.device_plugin_dir,
+                    node.cdi_dir,
+                    node.fabric_state_dir,
+                    node.pod_resources_socket.parent,
+                ):
                     d.mkdir(parents=True, exist_ok=True)
                 say(f"[{name}] starting the fabric service (Fabric Manager simulator, service VM on libvirt test:///)")
-                sup.start(ServiceSpec(
-                    f"fabric-{name}", ["fabric"],
-                    env={**_node_env(node, kc("fabric")), **fabric_env(node, kc("fabric"))},
-                    ready=unix_socket_ready(node.fabric_socket),
-                ))
+                sup.start(
+                    ServiceSpec(
+                        f"fabric-{name}",
+                        ["fabric"],
+                        env={**_node_env(node, kc("fabric")), **fabric_env(node, kc("fabric"))},
+                        ready=unix_socket_ready(node.fabric_socket),
+                    )
+                )
                 if index < real_nodes:
                     assert cluster is not None and registries is not None
-                    say(f"[{name}] starting a real node: containerd, runc and kubelet {cluster_version()} "
-                        "(the kata-qemu-nvidia-gpu handler runs runc here: no VM boots on this machine)")
-                    real[name] = RealNode(node.root, cluster, NodeOptions(
-                        name, cdi_dirs=(node.cdi_dir,), labels=GPU_NODE_LABELS,
-                        mirrors=registries.mirrors())).start()
+                    say(
+                        f"[{name}] starting a real node: containerd, runc and kubelet {cluster_version()} "
+                        "(the kata-qemu-nvidia-gpu handler runs runc here: no VM boots on this machine)"
+                    )
+                    real[name] = RealNode(
+                        node.root,
+                        cluster,
+                        NodeOptions(
+                            name, cdi_dirs=(node.cdi_dir,), labels=GPU_NODE_LABELS, mirrors=registries.mirrors()
+                        ),
+                    ).start()
                 else:
-                    say(f"[{name}] starting the node agent (kubelet stand-in, user system:node:{name}; "
-                        "simulated: no container runs)")
-                    sup.start(ServiceSpec(
-                        f"node-agent-{name}",
-                        ["node-agent", "--node-name", name, "--kubelet-dir", str(node.kubelet_dir),
-                         "--kubeconfig", str(kc(f"node-{name}")), "--run-seconds", str(run_seconds),
-                         "--allocation-mode", allocation_mode],
-                        env=_node_env(node, kc(f"node-{name}")),
-                        ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
-                    ))
+                    say(
+                        f"[{name}] starting the node agent (kubelet stand-in, user system:node:{name}; "
+                        "simulated: no container runs)"
+                    )
+                    sup.start(
+                        ServiceSpec(
+                            f"node-agent-{name}",
+                            [
+                                "node-agent",
+                                "--node-name",
+                                name,
+                                "--kubelet-dir",
+                                str(node.kubelet_dir),
+                                "--kubeconfig",
+                                str(kc(f"node-{name}")),
+                                "--run-seconds",
+                                str(run_seconds),
+                                "--allocation-mode",
+                                allocation_mode,
+                            ],
+                            env=_node_env(node, kc(f"node-{name}")),
+                            ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
+                        )
+                    )
                 if allocation_mode == "dra":
-                    say(f"[{name}] starting the DRA driver (ResourceSlices, NodePrepareResources, binding conditions; "
-                        "the GPU-lease agent beside it)")
+                    say(
+                        f"[{name}] starting the DRA driver (ResourceSlices, NodePrepareResources, binding conditions; "
+                        "the GPU-lease agent beside it)"
+                    )
                     driver_kc = kc("dra-driver")
                     if not real_cluster:  # its token bound to its node, as a DaemonSet pod's
                         driver_kc = _node_bound_identity(state_dir, kubeconfig, ids, "dra-driver", name)
-                    sup.start(ServiceSpec(
-                        f"dra-driver-{name}", ["dra-driver"],
-                        env={**_node_env(node, driver_kc), **dra_driver_env(node, driver_kc),
-                             **device_plugin_env(state_dir)},  # leases and firmware check as beside the plugin
-                        ready=(published_slices(kubeconfig, name) if name in real
-                               else file_ready(node.kubelet_dir / "dra-registered")),
-                    ))
+                    sup.start(
+                        ServiceSpec(
+                            f"dra-driver-{name}",
+                            ["dra-driver"],
+                            env={
+                                **_node_env(node, driver_kc),
+                                **dra_driver_env(node, driver_kc),
+                                **device_plugin_env(state_dir),
+                            },  # leases and firmware check as beside the plugin
+                            ready=(
+                                published_slices(kubeconfig, name)
+                                if name in real
+                                else file_ready(node.kubelet_dir / "dra-registered")
+                            ),
+                        )
+                    )
                     continue
                 say(f"[{name}] starting the device plugin (with the GPU-lease agent beside it)")
-                sup.start(ServiceSpec(
-                    f"device-plugin-{name}",
-                    ["device-plugin", "--device-plugin-dir", str(node.device_plugin_dir),
-                     "--cdi-dir", str(node.cdi_dir), "--pod-resources-socket", str(node.pod_resources_socket),
-                     "--metrics-port", str(free_port()), "--node-name", name],
-                    env={**_node_env(node, kc("device-plugin")), **device_plugin_env(state_dir)},
-                    ready=(node_offers_gpus(kubeconfig, name) if name in real
-                           else file_ready(node.kubelet_dir / "registered")),
-                ))
+                sup.start(
+                    ServiceSpec(
+                        f"device-plugin-{name}",
+                        [
+                            "device-plugin",
+                            "--device-plugin-dir",
+                            str(node.device_plugin_dir),
+                            "--cdi-dir",
+                            str(node.cdi_dir),
+                            "--pod-resources-socket",
+                            str(node.pod_resources_socket),
+                            "--metrics-port",
+                            str(free_port()),
+                            "--node-name",
+                            name,
+                        ],
+                        env={**_node_env(node, kc("device-plugin")), **device_plugin_env(state_dir)},
+                        ready=(
+                            node_offers_gpus(kubeconfig, name)
+                            if name in real
+                            else file_ready(node.kubelet_dir / "registered")
+                        ),
+                    )
+                )
 
         extender_port = free_port()
         extender_url = f"http://127.0.0.1:{extender_port}"
         say("starting the scheduler extender")
-        sup.start(ServiceSpec(
-            "scheduler-extender", ["scheduler-extender", "--host", "127.0.0.1", "--port", str(extender_port),
-                                   "--kubeconfig", str(kc("scheduler-extender"))],
-            # as the chart: in the DRA mode the extender only scores nodes (no bind verb)
-            env={**kube_env("scheduler-extender"),
-                 **({"GPUCAAS_PLACEMENT_BIND": "false"} if allocation_mode == "dra" else {})},
-            ready=http_ready(f"{extender_url}/healthz"),
-        ))
+        sup.start(
+            ServiceSpec(
+                "scheduler-extender",
+                [
+                    "scheduler-extender",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(extender_port),
+                    "--kubeconfig",
+                    str(kc("scheduler-extender")),
+                ],
+                # as the chart: in the DRA mode the extender only scores nodes (no bind verb)
+                env={
+                    **kube_env("scheduler-extender"),
+                    **({"GPUCAAS_PLACEMENT_BIND": "false"} if allocation_mode == "dra" else {}),
+                },
+                ready=http_ready(f"{extender_url}/healthz"),
+            )
+        )
         if cluster is not None:
-            say("starting kube-scheduler with the chart's scheduler configuration ("
-                + ("DynamicResources allocates the claims; the extender scores nodes)" if allocation_mode == "dra"
-                   else "the extender filters, scores and binds GPU pods)"))
+            say(
+                "starting kube-scheduler with the chart's scheduler configuration ("
+                + (
+                    "DynamicResources allocates the claims; the extender scores nodes)"
+                    if allocation_mode == "dra"
+                    else "the extender filters, scores and binds GPU pods)"
+                )
+            )
             cluster.start_scheduler(scheduler_config(allocation_mode, extender_url))
 
         api_url = f"https://127.0.0.1:{api_port}"
         say(f"starting the API on {api_url}")
-        sup.start(ServiceSpec(
-            "api",
-            ["api", "--host", "127.0.0.1", "--port", str(api_port),
-             "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
-             "--database-url", f"sqlite:///{state_dir / 'gpucaas.db'}", "--kubeconfig", str(kc("api"))],
-            # webhooks may reach receivers on this machine (docs/webhooks.md)
-            env={**kube_env("api"), "GPUCAAS_ADMIN_TOKEN": admin_token, "GPUCAAS_ALLOCATION_MODE": allocation_mode,
-                 "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true", **(REAL_NODE_SIZING if real else {})},
-            ready=http_ready(f"{api_url}/healthz", ca_file=tls.ca_cert),
-        ))
-        sandbox = Sandbox(state_dir, sup, api_url, kubeconfig, tls, admin_token,
-                          nodes=node_paths, extender_url=extender_url, identities=ids, audit_log=audit_log,
-                          allocation_mode=allocation_mode, cluster=cluster, real_nodes=real, registries=registries,
-                          volume_ownership=ownership)
+        sup.start(
+            ServiceSpec(
+                "api",
+                [
+                    "api",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(api_port),
+                    "--tls-cert",
+                    str(tls.cert),
+                    "--tls-key",
+                    str(tls.key),
+                    "--database-url",
+                    f"sqlite:///{state_dir / 'gpucaas.db'}",
+                    "--kubeconfig",
+                    str(kc("api")),
+                ],
+                # webhooks may reach receivers on this machine (docs/webhooks.md)
+                env={
+                    **kube_env("api"),
+                    "GPUCAAS_ADMIN_TOKEN": admin_token,
+                    "GPUCAAS_ALLOCATION_MODE": allocation_mode,
+                    "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true",
+                    **(REAL_NODE_SIZING if real else {}),
+                    "GPUCAAS_ENDPOINT_DOMAIN": ENDPOINT_DOMAIN,
+                    "GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS": json.dumps(AUTH_ANNOTATIONS),
+                },
+                ready=http_ready(f"{api_url}/healthz", ca_file=tls.ca_cert),
+            )
+        )
+        if cluster is not None:
+            say(
+                f"starting the ingress controller (Traefik {TRAEFIK_VERSION}) for container endpoints "
+                f"https://<id>-<port>.{ENDPOINT_DOMAIN}"
+            )
+            ingress = Ingress(state_dir, cluster, kubeconfig, tls, api_url).start(binary("traefik"))
+            write_ingress_info(state_dir / "ingress.json", ingress)
+        sandbox = Sandbox(
+            state_dir,
+            sup,
+            api_url,
+            kubeconfig,
+            tls,
+            admin_token,
+            nodes=node_paths,
+            extender_url=extender_url,
+            identities=ids,
+            audit_log=audit_log,
+            allocation_mode=allocation_mode,
+            cluster=cluster,
+            real_nodes=real,
+            registries=registries,
+            volume_ownership=ownership,
+            ingress=ingress,
+        )
         if audit_log is not None:
             say("checking that RBAC refused none of the gpucaas processes")
             identities.check_no_refusals(audit_log, ids)
@@ -640,7 +819,7 @@ def start(
     except BaseException:
         if ownership is not None:
             ownership.stop()
-        _stop_all(sup, real, registries, cluster)
+        _stop_all(sup, real, registries, cluster, ingress)
         raise
 
 
@@ -651,12 +830,17 @@ def caasctl_config_path(sandbox: Sandbox) -> Path:
 def write_caasctl_config(sandbox: Sandbox) -> Path:
     """A caasctl config for this sandbox: `export GPUCAAS_CONFIG=<this file>` and caasctl just works."""
     path = caasctl_config_path(sandbox)
-    path.write_text(yaml.safe_dump({
-        "url": sandbox.api_url,
-        "token": sandbox.admin_token,
-        "ca_cert": str(sandbox.tls.ca_cert),
-        "nodes": {n.name: {"fabric_socket": str(n.fabric_socket)} for n in sandbox.nodes},
-    }, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "url": sandbox.api_url,
+                "token": sandbox.admin_token,
+                "ca_cert": str(sandbox.tls.ca_cert),
+                "nodes": {n.name: {"fabric_socket": str(n.fabric_socket)} for n in sandbox.nodes},
+            },
+            sort_keys=False,
+        )
+    )
     path.chmod(0o600)
     return path
 
@@ -672,21 +856,33 @@ def ensure_demo_tenant(sandbox: Sandbox) -> str:
     return sandbox.api("POST", f"/v1/admin/tenancies/{DEMO_TENANCY}/tokens", {})["token"]
 
 
-
 def env_summary(sandbox: Sandbox) -> str:
-    return "\n".join([
-        f"export GPUCAAS_CONFIG={caasctl_config_path(sandbox)}   # caasctl: URL, admin token, CA, fabric sockets",
-        f"export KUBECONFIG={sandbox.kubeconfig}   # kubectl/the kubernetes client: the sandbox's cluster (admin)",
-    ])
+    return "\n".join(
+        [
+            f"export GPUCAAS_CONFIG={caasctl_config_path(sandbox)}   # caasctl: URL, admin token, CA, fabric sockets",
+            f"export KUBECONFIG={sandbox.kubeconfig}   # kubectl/the kubernetes client: the sandbox's cluster (admin)",
+        ]
+    )
 
 
 def tenant_curl(sandbox: Sandbox) -> list[str]:
     """The first request a tenant makes (the sandbox prints it; tests run it): submit a 2-GPU
     container. JSON needs its Content-Type, or the API answers 422."""
     body = '{"image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": 2}'
-    return ["curl", "-sS", "--fail-with-body", "--cacert", str(sandbox.tls.ca_cert),
-            "-H", f"Authorization: Bearer {sandbox.tenant_token}", "-H", "Content-Type: application/json",
-            "-d", body, f"{sandbox.api_url}/v1/containers"]
+    return [
+        "curl",
+        "-sS",
+        "--fail-with-body",
+        "--cacert",
+        str(sandbox.tls.ca_cert),
+        "-H",
+        f"Authorization: Bearer {sandbox.tenant_token}",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        body,
+        f"{sandbox.api_url}/v1/containers",
+    ]
 
 
 def default_state_dir() -> Path:

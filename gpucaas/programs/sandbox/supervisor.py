@@ -39,7 +39,7 @@ def http_ready(url: str, ca_file: Path | None = None) -> ReadyCheck:
     def check() -> bool:
         ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
         try:
-            with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:  # noqa: S310 (local URL)
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:  # a loopback URL
                 return resp.status < 500
         except urllib.error.HTTPError as exc:
             return exc.code < 500
@@ -125,10 +125,14 @@ class Supervisor:
         log_path = self.log_dir / f"{spec.name}.log"
         env = {**self.base_env, **spec.env, "PYTHONUNBUFFERED": "1"}
         cmd = [sys.executable, "-m", "gpucaas", *spec.args]
-        out = open(log_path, "ab")  # noqa: SIM115 (handed to the child)
+        out = open(log_path, "ab")  # handed to the child
         try:
-            proc = subprocess.Popen(  # noqa: S603 (our own command line)
-                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(  # our own command line
+                cmd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         finally:
@@ -158,16 +162,18 @@ class Supervisor:
         while True:
             if svc.process.poll() is not None:
                 raise ServiceFailed(
-                    f"{svc.spec.name} exited with code {svc.process.returncode}; "
-                    f"last log lines:\n{tail(svc.log_path)}"
+                    f"{svc.spec.name} exited with code {svc.process.returncode}; last log lines:\n{tail(svc.log_path)}"
                 )
             if svc.spec.ready():
                 return
             now = time.monotonic()
             if now - window_at >= PROGRESS_WINDOW_S:
                 used = cpu_seconds(svc.process.pid)
-                if used is not None and window_cpu is not None and \
-                        used - window_cpu >= STARTING_CPU_SHARE * (now - window_at):
+                if (
+                    used is not None
+                    and window_cpu is not None
+                    and used - window_cpu >= STARTING_CPU_SHARE * (now - window_at)
+                ):
                     progress_at = now
                 window_at, window_cpu = now, used
             if now - progress_at >= svc.spec.ready_timeout:

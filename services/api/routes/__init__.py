@@ -7,6 +7,8 @@ schema says what the server sends.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from services.api.errors import ERROR_RESPONSES
@@ -16,6 +18,7 @@ from services.api.routes import (
     container_events,
     container_exec,
     containers,
+    endpoint_auth,
     gpus,
     health,
     registry_credentials,
@@ -29,11 +32,27 @@ from services.api.routes import (
 )
 
 # What the edge may answer on any path, before a route runs.
-EDGE_RESPONSES = {code: ERROR_RESPONSES[code] for code in (400, 413, 429)}
+EDGE_RESPONSES: dict[int | str, dict[str, Any]] = {code: ERROR_RESPONSES[code] for code in (400, 413, 429)}
 
 api_router = APIRouter()
 api_router.include_router(health.router, responses=EDGE_RESPONSES)
-for _router in (containers.router, container_events.router, container_exec.router, containers.admin_router, tenancies.router,
-                cluster.router, gpus.router, secrets.router, registry_credentials.router, webhooks.router,
-                volumes.router, tokens.router, whoami.router, audit.router, usage.router, usage.admin_router):
+for _router in (
+    containers.router,
+    container_events.router,
+    container_exec.router,
+    containers.admin_router,
+    tenancies.router,
+    cluster.router,
+    gpus.router,
+    secrets.router,
+    registry_credentials.router,
+    webhooks.router,
+    volumes.router,
+    tokens.router,
+    whoami.router,
+    audit.router,
+    usage.router,
+    usage.admin_router,
+    endpoint_auth.router,
+):
     api_router.include_router(_router, responses=ERROR_RESPONSES)

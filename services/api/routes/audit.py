@@ -24,13 +24,22 @@ ActionFilter = Annotated[AuditAction | None, Query(description="Only events of t
 
 
 @router.get("", response_model=AuditPage)
-def list_audit_events(session: SessionDep, caller: CurrentTenant, action: ActionFilter = None,
-                      limit: AuditLimit = 50, after: After = None, tenancy: TenancyQuery = None) -> Response:
+def list_audit_events(
+    session: SessionDep,
+    caller: CurrentTenant,
+    action: ActionFilter = None,
+    limit: AuditLimit = 50,
+    after: After = None,
+    tenancy: TenancyQuery = None,
+) -> Response:
     """What was changed in your tenancy, by which token, from which address: newest first.
     Pass the answer's ``next`` back as ``after`` for the next page."""
     name = tenant_scope.resolve(session, caller, tenancy)
     key = pagination.decode(after) if after is not None else None
     rows, last = audit.page(session, tenancy=name, action=action, limit=limit, after=key)
-    page = AuditPage(data=[AuditEventPublic.model_validate(dict(r._mapping)) for r in rows], limit=limit,
-                     next=pagination.encode(last) if last is not None else None)
+    page = AuditPage(
+        data=[AuditEventPublic.model_validate(dict(r._mapping)) for r in rows],
+        limit=limit,
+        next=pagination.encode(last) if last is not None else None,
+    )
     return Response(page.model_dump_json(), media_type="application/json")

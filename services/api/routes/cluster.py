@@ -9,9 +9,9 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Query
 
 from gpucaas.core import crds, dra
+from gpucaas.core.kube import KubeError
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep, SettingsDep
-from gpucaas.core.kube import KubeError
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 NodeFilter = Annotated[
@@ -34,8 +34,7 @@ def list_nodes(kube: KubeDep, settings: SettingsDep, _admin: AdminUser) -> dict[
     allocation mode the GPU counts come from the DRA driver's ResourceSlices)."""
     nodes = _read(kube.list_nodes)
     states = _read(lambda: kube.list_cluster_objects(crds.FABRICSTATE_PLURAL))
-    slices = (_read(lambda: kube.list_resource_slices(dra.DRIVER))
-              if settings.allocation_mode == dra.DRA_MODE else None)
+    slices = _read(lambda: kube.list_resource_slices(dra.DRIVER)) if settings.allocation_mode == dra.DRA_MODE else None
     data = inventory.node_summaries(nodes, states, settings.gpu_resource, slices)
     return {"data": data, "count": len(data)}
 

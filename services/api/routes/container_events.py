@@ -8,10 +8,10 @@ from fastapi import APIRouter
 from sqlmodel import SQLModel
 
 from gpucaas.core import crds
+from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 from services.api import crud, errors, events
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.routes.containers import ContainerId
-from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
@@ -30,7 +30,9 @@ class ContainerEvents(SQLModel):
 
 
 @router.get("/{container_id}/events", response_model=ContainerEvents)
-def container_events(container_id: ContainerId, session: SessionDep, caller: CurrentTenant, kube: KubeDep) -> ContainerEvents:
+def container_events(
+    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, kube: KubeDep
+) -> ContainerEvents:
     """The container's timeline: queued, scheduled (or why not), GPUs allocated, pulling, running, finished."""
     row = crud.get_container(session, container_id=container_id, tenancy=caller.tenancy)
     if row is None:
@@ -41,9 +43,12 @@ def container_events(container_id: ContainerId, session: SessionDep, caller: Cur
         try:
             pod = kube.get_pod(ns, row.pod_name)
             pod_events = kube.list_pod_events(ns, row.pod_name)
-            leases = [ls for ls in kube.list_cluster_objects(crds.GPULEASE_PLURAL)
-                      if ((ls.get("status") or {}).get("holder") or {}).get("pod") == row.pod_name
-                      and ((ls.get("status") or {}).get("holder") or {}).get("namespace") == ns]
+            leases = [
+                ls
+                for ls in kube.list_cluster_objects(crds.GPULEASE_PLURAL)
+                if ((ls.get("status") or {}).get("holder") or {}).get("pod") == row.pod_name
+                and ((ls.get("status") or {}).get("holder") or {}).get("namespace") == ns
+            ]
         except KubeNotFound:
             pass  # the pod is gone: what the API kept is the timeline
         except KubeError as exc:

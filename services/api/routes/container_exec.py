@@ -35,7 +35,7 @@ PROTOCOL_DOC = (
     "A WebSocket (subprotocol `v5.channel.k8s.io`, or `v4.channel.k8s.io`) carrying Kubernetes' exec "
     "stream protocol: each binary message is one channel byte and its data: 0 stdin, 1 stdout, 2 stderr, "
     "3 the final Status (JSON; `reason: NonZeroExitCode` with an `ExitCode` cause carries the exit code), "
-    "4 a terminal size (`{\"Width\": 80, \"Height\": 24}`), 255 (v5) closes the stream named by the next "
+    '4 a terminal size (`{"Width": 80, "Height": 24}`), 255 (v5) closes the stream named by the next '
     "byte. Needs a token of scope `submit` or wider; each exec is in the audit trail with its command line."
 )
 
@@ -57,8 +57,10 @@ def _flag(socket: WebSocket, name: str) -> bool:
 def _command(socket: WebSocket) -> list[str]:
     command = socket.query_params.getlist("command")
     if not command or not command[0]:
-        raise errors.Invalid("query.command: name the command to run, one argument per 'command' parameter "
-                             "(e.g. ?command=sh&command=-c&command=date)")
+        raise errors.Invalid(
+            "query.command: name the command to run, one argument per 'command' parameter "
+            "(e.g. ?command=sh&command=-c&command=date)"
+        )
     if len(command) > MAX_ARGS:
         raise errors.Invalid(f"query.command: at most {MAX_ARGS} arguments, got {len(command)}")
     if sum(len(c.encode()) for c in command) > MAX_COMMAND_BYTES:
@@ -95,8 +97,11 @@ def _refused_upstream(exc: Exception, container_id: str) -> errors.ApiError:
     if status in (400, 404):  # the pod or its container went, or the container is not running any more
         return errors.Conflict(f"container {container_id!r} is no longer running: exec needs a Running container")
     if status in (401, 403):
-        log.error("the API server refused the API's own exec (HTTP %s): check the API's role in tenant "
-                  "namespaces (pods/exec: get, create)", status)
+        log.error(
+            "the API server refused the API's own exec (HTTP %s): check the API's role in tenant "
+            "namespaces (pods/exec: get, create)",
+            status,
+        )
     else:
         log.warning("exec could not be opened on the API server: %s", exc)
     return errors.Unavailable("exec: the cluster did not open the session; retry shortly")
@@ -105,24 +110,37 @@ def _refused_upstream(exc: Exception, container_id: str) -> errors.ApiError:
 @router.get(
     "/{container_id}/exec",
     summary="Run a command in a running container (WebSocket)",
-    description=("Run a command in a running container of the caller's tenancy. " + PROTOCOL_DOC
-                 + " Refused upgrades answer with the status and `{code, detail}` body of every route: "
-                 "401, 403 (a `read` token), 404 (also another tenancy's container), 409 (not Running), "
-                 "429 (too many open streams), 503. Asked over plain HTTP, it answers 426."),
+    description=(
+        "Run a command in a running container of the caller's tenancy. "
+        + PROTOCOL_DOC
+        + " Refused upgrades answer with the status and `{code, detail}` body of every route: "
+        "401, 403 (a `read` token), 404 (also another tenancy's container), 409 (not Running), "
+        "429 (too many open streams), 503. Asked over plain HTTP, it answers 426."
+    ),
     response_class=Response,
     status_code=101,
     response_description="Switching Protocols: the exec session, a WebSocket.",
     responses={426: {"model": errors.ErrorBody, "description": "Asked without a WebSocket upgrade."}},
 )
 def exec_without_upgrade(
-    container_id: Annotated[str, FPath(description="The container's id (lowercase hex).",
-                                       json_schema_extra={"pattern": r"^[0-9a-f]{1,64}$", "maxLength": 64})],
+    container_id: Annotated[
+        str,
+        FPath(
+            description="The container's id (lowercase hex).",
+            json_schema_extra={"pattern": r"^[0-9a-f]{1,64}$", "maxLength": 64},
+        ),
+    ],
     session: SessionDep,
     caller: CurrentTenant,
-    command: Annotated[list[Annotated[str, Query(pattern=r"^[^\x00-\x1f\x7f]*$")]], Query(
-        min_length=1, max_length=MAX_ARGS,
-        description="The command, one argument per parameter. Over the WebSocket an argument may also hold "
-                    "tabs and newlines (a multi-line `sh -c` script); no other control character.")],
+    command: Annotated[
+        list[Annotated[str, Query(pattern=r"^[^\x00-\x1f\x7f]*$")]],
+        Query(
+            min_length=1,
+            max_length=MAX_ARGS,
+            description="The command, one argument per parameter. Over the WebSocket an argument may also hold "
+            "tabs and newlines (a multi-line `sh -c` script); no other control character.",
+        ),
+    ],
     stdin: Annotated[bool, Query(description="Send the client's channel 0 to the command.")] = False,
     tty: Annotated[bool, Query(description="Give the command a terminal (stderr then comes on stdout).")] = False,
 ) -> Response:
@@ -130,8 +148,10 @@ def exec_without_upgrade(
     container check out (a WebSocket's refused upgrade answers the same 401/403/404 first)."""
     if crud.get_container(session, container_id=container_id, tenancy=caller.tenancy) is None:
         raise errors.NotFound(f"container {container_id!r} not found")
-    raise errors.UpgradeRequired("exec is a WebSocket: open it with the Upgrade: websocket header and the "
-                                 f"subprotocol {exec_relay.PROTOCOLS[0]} (caasctl exec does)")
+    raise errors.UpgradeRequired(
+        "exec is a WebSocket: open it with the Upgrade: websocket header and the "
+        f"subprotocol {exec_relay.PROTOCOLS[0]} (caasctl exec does)"
+    )
 
 
 @router.websocket("/{container_id}/exec")
@@ -142,8 +162,10 @@ async def exec_in_container(socket: WebSocket, container_id: str) -> None:
     try:
         protocols = exec_relay.offered(socket)
         if not protocols:
-            raise errors.BadRequest("exec speaks Kubernetes' stream protocol: offer the WebSocket subprotocol "
-                                    f"{exec_relay.PROTOCOLS[0]} (Sec-WebSocket-Protocol)")
+            raise errors.BadRequest(
+                "exec speaks Kubernetes' stream protocol: offer the WebSocket subprotocol "
+                f"{exec_relay.PROTOCOLS[0]} (Sec-WebSocket-Protocol)"
+            )
         caller = await authenticate(socket, _bearer(socket), "GET")
         command, stdin, tty = _command(socket), _flag(socket, "stdin"), _flag(socket, "tty")
         row = await anyio.to_thread.run_sync(_running, app.state.engine, caller, container_id)
@@ -151,8 +173,9 @@ async def exec_in_container(socket: WebSocket, container_id: str) -> None:
         slot = limiter.stream(token_id=caller.token_id, tenancy=caller.tenancy)
         kube: Kube = app.state.kube
         try:
-            target = kube.exec_upstream(crds.tenant_namespace(row.tenancy), row.pod_name, command=command,
-                                        stdin=stdin, tty=tty)
+            target = kube.exec_upstream(
+                crds.tenant_namespace(row.tenancy), row.pod_name, command=command, stdin=stdin, tty=tty
+            )
             upstream = await exec_relay.open_upstream(target, protocols, open_timeout=UPSTREAM_OPEN_TIMEOUT_S)
         except KubeError as exc:
             raise errors.Unavailable(f"exec: {exc}") from exc

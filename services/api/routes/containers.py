@@ -14,13 +14,11 @@ from sqlmodel import Session
 from starlette.background import BackgroundTask
 
 from gpucaas.core import crds
-from services.api import crud, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
-from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
+from services.api import crud, endpoints, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
+from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.kube import Kube
 from services.api.limits import Limiter
-from services.api.settings import Settings
-from services.api.routes import volumes as volume_routes
 from services.api.models import (
     TERMINAL_STATUSES,
     Container,
@@ -31,6 +29,8 @@ from services.api.models import (
     TenancyName,
     redacted_env,
 )
+from services.api.routes import volumes as volume_routes
+from services.api.settings import Settings
 
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
 admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])
@@ -38,17 +38,23 @@ admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])
 Limit = Annotated[int, Query(ge=1, le=500, description="Page size (1-500).")]
 MAX_OFFSET = 1_000_000_000  # far beyond any table, far below the databases' 64-bit limit
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description=f"Rows to skip (0-{MAX_OFFSET}).")]
-After = Annotated[str | None, Query(
-    max_length=256, pattern=r"^[A-Za-z0-9_-]+$",
-    description="Keyset cursor: the 'next' value of the previous page (newest first), URL-safe base64.",
-)]
+After = Annotated[
+    str | None,
+    Query(
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Keyset cursor: the 'next' value of the previous page (newest first), URL-safe base64.",
+    ),
+]
 StatusFilter = Annotated[ContainerStatus | None, Query(description="Only containers in this status.")]
 # Container ids are lowercase hex (security.new_id). The schema says so; any other value
 # simply names no container (404, like another tenant's id), so it is not validated here.
 ContainerId = Annotated[
     str,
-    FPath(description="The container's id (lowercase hex).",
-          json_schema_extra={"pattern": r"^[0-9a-f]{1,64}$", "maxLength": 64}),
+    FPath(
+        description="The container's id (lowercase hex).",
+        json_schema_extra={"pattern": r"^[0-9a-f]{1,64}$", "maxLength": 64},
+    ),
 ]
 
 
@@ -62,16 +68,18 @@ _JSON_ERRORS: dict[int | str, dict[str, object]] = {
 
 
 #: the public fields read straight from a container row (namespace and env are derived)
-_ROW_FIELDS = tuple(name for name in ContainerPublic.model_fields if name not in ("namespace", "env"))
+_ROW_FIELDS = tuple(name for name in ContainerPublic.model_fields if name not in ("namespace", "env", "endpoints"))
 
 
-def to_public(row: Container | SimpleNamespace | Row[Any]) -> ContainerPublic:
+def to_public(row: Container | SimpleNamespace | Row[Any], endpoint_domain: str) -> ContainerPublic:
     # From a dict, not from the row's attributes with ``update=``: SQLModel wraps such an
     # object to merge the update and reads each field through that wrapper, twice the cost
     # (23 against 12 us a container; a page of 20 on every list, one on every submission).
     values = {name: getattr(row, name) for name in _ROW_FIELDS}
     values["namespace"] = crds.tenant_namespace(row.tenancy)
     values["env"] = redacted_env(row.env)
+    if row.ports and row.status not in TERMINAL_STATUSES:
+        values["endpoints"] = endpoints.public_endpoints(row.id, row.ports, endpoint_domain)
     return ContainerPublic.model_validate(values)
 
 
@@ -98,22 +106,29 @@ def _check_size(settings: SettingsDep, body: ContainerCreate, session: SessionDe
     size = sizing.size_for(share, body.gpus, cpu=body.cpu, memory=body.memory, shm_size=body.shm_size)
     quota = sizing.tenancy_quota(share, tenancy.gpu_quota)
     if size.cpu_milli > quota["cpu_milli"]:
-        raise errors.Invalid(f"cpu: {sizing.format_cpu(size.cpu_milli)} is more than tenancy {tenancy.name!r} "
-                             f"may use ({sizing.format_cpu(quota['cpu_milli'])} CPUs)")
+        raise errors.Invalid(
+            f"cpu: {sizing.format_cpu(size.cpu_milli)} is more than tenancy {tenancy.name!r} "
+            f"may use ({sizing.format_cpu(quota['cpu_milli'])} CPUs)"
+        )
     if size.memory_bytes > quota["memory_bytes"]:
-        raise errors.Invalid(f"memory: {sizing.format_bytes(size.memory_bytes)} is more than tenancy "
-                             f"{tenancy.name!r} may use ({sizing.format_bytes(quota['memory_bytes'])})")
+        raise errors.Invalid(
+            f"memory: {sizing.format_bytes(size.memory_bytes)} is more than tenancy "
+            f"{tenancy.name!r} may use ({sizing.format_bytes(quota['memory_bytes'])})"
+        )
     if size.shm_bytes > size.memory_bytes:
-        raise errors.Invalid(f"shm_size: {sizing.format_bytes(size.shm_bytes)} is more than the container's memory "
-                             f"({sizing.format_bytes(size.memory_bytes)}); /dev/shm lives in the VM's memory")
+        raise errors.Invalid(
+            f"shm_size: {sizing.format_bytes(size.shm_bytes)} is more than the container's memory "
+            f"({sizing.format_bytes(size.memory_bytes)}); /dev/shm lives in the VM's memory"
+        )
 
 
 def _check_secret_refs(kube: KubeDep, tenancy: str, refs: dict[str, str]) -> None:
     """Refuse env references to secrets that do not exist, when Kubernetes answers now
     (when it does not, the submission is kept and the worker checks before the pod)."""
     try:
-        objs = kube.list_secrets_metadata(crds.tenant_namespace(tenancy),
-                                          tenant_secrets.selector(tenant_secrets.KIND_SECRET))
+        objs = kube.list_secrets_metadata(
+            crds.tenant_namespace(tenancy), tenant_secrets.selector(tenant_secrets.KIND_SECRET)
+        )
     except KubeError:
         return
     have = {tenant_secrets.public_secret(o)["name"] for o in objs}
@@ -152,20 +167,31 @@ async def submit_container(
         if name != caller.tenancy:  # another tenancy's name: as if it did not exist
             raise errors.NotFound(f"tenancy {name!r} not found")
     pool = getattr(state, "admission_pool", None)
-    if (pool is not None and not caller.is_admin and not _has_overrides(body) and not body.secret_refs
-            and not body.volumes):
+    if (
+        pool is not None
+        and not caller.is_admin
+        and not _has_overrides(body)
+        and not body.secret_refs
+        and not body.volumes
+    ):
         row, created = await crud.submit_container_async(
-            pool, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key, actor=caller.actor)
+            pool, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key, actor=caller.actor
+        )
     else:
         row, created = await anyio.to_thread.run_sync(
-            _submit_on_thread, state.engine, settings, state.kube, caller, body, idempotency_key)
+            _submit_on_thread, state.engine, settings, state.kube, caller, body, idempotency_key
+        )
     if created:
         state.metrics.submissions.inc()
         if state.worker is not None:
             state.worker.wake()
     # serialised here, once (a returned model would be validated again against response_model)
-    return Response(to_public(row).model_dump_json(), status_code=202, media_type="application/json",
-                    headers={"Location": f"/v1/containers/{row.id}"})
+    return Response(
+        to_public(row, settings.endpoint_domain).model_dump_json(),
+        status_code=202,
+        media_type="application/json",
+        headers={"Location": f"/v1/containers/{row.id}"},
+    )
 
 
 def _has_overrides(body: ContainerCreate) -> bool:
@@ -173,7 +199,11 @@ def _has_overrides(body: ContainerCreate) -> bool:
 
 
 def _submit_on_thread(
-    engine: Engine, settings: Settings, kube: Kube, caller: Caller, body: ContainerCreate,
+    engine: Engine,
+    settings: Settings,
+    kube: Kube,
+    caller: Caller,
+    body: ContainerCreate,
     idempotency_key: str | None,
 ) -> tuple[Container | SimpleNamespace, bool]:
     with Session(engine, expire_on_commit=False) as session:
@@ -181,7 +211,9 @@ def _submit_on_thread(
             if body.tenancy is None:
                 raise errors.Invalid("tenancy: field required with an admin token (a DNS-label tenancy name)")
             name = crud.ensure_tenancy(
-                session, name=body.tenancy, gpu_quota=settings.default_gpu_quota,
+                session,
+                name=body.tenancy,
+                gpu_quota=settings.default_gpu_quota,
                 pod_quota=settings.default_pod_quota,
             ).name
         else:
@@ -191,28 +223,59 @@ def _submit_on_thread(
             _check_secret_refs(kube, name, body.secret_refs)
         if body.volumes:
             volume_routes.check_mounts(kube, name, [m.name for m in body.volumes])
-        return crud.submit_container(session, tenancy_name=name, data=body, idempotency_key=idempotency_key,
-                                     actor=caller.actor)
+        return crud.submit_container(
+            session, tenancy_name=name, data=body, idempotency_key=idempotency_key, actor=caller.actor
+        )
 
 
 @router.get("", response_model=ContainersPublic)
 def list_containers(
-    session: SessionDep, caller: CurrentTenant, status: StatusFilter = None, limit: Limit = 50, offset: Offset = 0,
+    session: SessionDep,
+    caller: CurrentTenant,
+    settings: SettingsDep,
+    status: StatusFilter = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
     after: After = None,
 ) -> Response:
     """The caller's containers, newest first, optionally filtered by status. Page with
     ``after`` (the previous page's ``next``: as fast on any page) or ``offset``."""
-    return _json(_page(session, tenancy=caller.tenancy, status=status, limit=limit, offset=offset, after=after,
-                       history=False))
+    return _json(
+        _page(
+            session,
+            tenancy=caller.tenancy,
+            status=status,
+            limit=limit,
+            offset=offset,
+            after=after,
+            history=False,
+            endpoint_domain=settings.endpoint_domain,
+        )
+    )
 
 
-def _page(session: SessionDep, *, tenancy: str | None, status: ContainerStatus | None, limit: int, offset: int,
-          after: str | None, history: bool) -> ContainersPublic:
+def _page(
+    session: SessionDep,
+    *,
+    tenancy: str | None,
+    status: ContainerStatus | None,
+    limit: int,
+    offset: int,
+    after: str | None,
+    history: bool,
+    endpoint_domain: str,
+) -> ContainersPublic:
     key = pagination.decode(after) if after is not None else None
-    rows, total, last = crud.list_containers(session, tenancy=tenancy, status=status, limit=limit, offset=offset,
-                                             after=key, history=history)
-    return ContainersPublic(data=[to_public(r) for r in rows], count=total, limit=limit, offset=offset,
-                            next=pagination.encode(last) if last is not None else None)
+    rows, total, last = crud.list_containers(
+        session, tenancy=tenancy, status=status, limit=limit, offset=offset, after=key, history=history
+    )
+    return ContainersPublic(
+        data=[to_public(r, endpoint_domain) for r in rows],
+        count=total,
+        limit=limit,
+        offset=offset,
+        next=pagination.encode(last) if last is not None else None,
+    )
 
 
 def _json(model: ContainersPublic) -> Response:
@@ -221,25 +284,27 @@ def _json(model: ContainersPublic) -> Response:
 
 
 @router.get("/{container_id}", response_model=ContainerPublic)
-def get_container(container_id: ContainerId, session: SessionDep, caller: CurrentTenant) -> ContainerPublic:
+def get_container(
+    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, settings: SettingsDep
+) -> ContainerPublic:
     """One container (404 when it is not the caller's)."""
-    return to_public(_visible(session, caller, container_id))
+    return to_public(_visible(session, caller, container_id), settings.endpoint_domain)
 
 
 @router.delete("/{container_id}", response_model=ContainerPublic)
 def cancel_container(
-    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, worker: WorkerDep
+    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, worker: WorkerDep, settings: SettingsDep
 ) -> ContainerPublic:
-    """Cancel: status becomes Cancelled and the worker deletes the pod."""
+    """Cancel: status becomes Cancelled and the worker deletes the pod (and its endpoints)."""
     row = _visible(session, caller, container_id)
     if row.status in TERMINAL_STATUSES:
         if row.status == ContainerStatus.CANCELLED:
-            return to_public(row)
+            return to_public(row, settings.endpoint_domain)
         raise errors.Conflict(f"container {container_id!r} already finished ({row.status})")
     row = crud.cancel_container(session, container=row, actor=caller.actor)
     if worker is not None:
         worker.wake()
-    return to_public(row)
+    return to_public(row, settings.endpoint_domain)
 
 
 @router.get(
@@ -310,6 +375,7 @@ def container_logs(
 def admin_list_containers(
     session: SessionDep,
     _admin: AdminUser,
+    settings: SettingsDep,
     tenancy: TenancyName | None = None,
     status: StatusFilter = None,
     limit: Limit = 50,
@@ -319,5 +385,15 @@ def admin_list_containers(
     """Every tenancy's containers (admin), optionally by tenancy and status; those of
     deleted tenancies are kept as history until retention prunes them. Paged like the
     tenant listing (``after`` or ``offset``)."""
-    return _json(_page(session, tenancy=tenancy, status=status, limit=limit, offset=offset, after=after,
-                       history=True))
+    return _json(
+        _page(
+            session,
+            tenancy=tenancy,
+            status=status,
+            limit=limit,
+            offset=offset,
+            after=after,
+            history=True,
+            endpoint_domain=settings.endpoint_domain,
+        )
+    )

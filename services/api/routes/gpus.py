@@ -14,10 +14,10 @@ from fastapi import APIRouter, Path
 from pydantic import Field, StrictBool
 
 from gpucaas.core import crds, lease_states
+from gpucaas.core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
 from gpucaas.core.lease_store import lease_name
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep
-from gpucaas.core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
 from services.api.models import StrictInput
 
 router = APIRouter(prefix="/v1/admin/gpus", tags=["admin"])
@@ -35,7 +35,6 @@ class ReleaseRequest(StrictInput):
     skip_check: StrictBool = Field(False, description="Free the GPU without a new firmware check.")
 
 
-
 def _transition(kube: Any, node: str, pci: str, change: Any) -> dict[str, Any]:
     name = lease_name(node, pci)
     for _ in range(5):
@@ -49,9 +48,13 @@ def _transition(kube: Any, node: str, pci: str, change: Any) -> dict[str, Any]:
             status = change(lease.get("status"))
         except lease_states.IllegalTransition as exc:
             raise errors.Conflict(f"GPU {pci} on {node}: {exc}") from exc
-        body = {"apiVersion": crds.API_VERSION, "kind": "GPULease", "metadata": {
-            "name": name, "resourceVersion": lease["metadata"]["resourceVersion"]},
-            "spec": lease.get("spec", {}), "status": status}
+        body = {
+            "apiVersion": crds.API_VERSION,
+            "kind": "GPULease",
+            "metadata": {"name": name, "resourceVersion": lease["metadata"]["resourceVersion"]},
+            "spec": lease.get("spec", {}),
+            "status": status,
+        }
         try:
             return inventory.lease_summary(kube.replace_cluster_object_status(crds.GPULEASE_PLURAL, body))
         except KubeConflict:
@@ -62,14 +65,16 @@ def _transition(kube: Any, node: str, pci: str, change: Any) -> dict[str, Any]:
 
 
 @router.post("/{node}/{pci_address}/quarantine")
-def quarantine_gpu(kube: KubeDep, _admin: AdminUser, body: QuarantineRequest,
-                   node: str = NodeName, pci_address: str = PciAddress) -> dict[str, Any]:
+def quarantine_gpu(
+    kube: KubeDep, _admin: AdminUser, body: QuarantineRequest, node: str = NodeName, pci_address: str = PciAddress
+) -> dict[str, Any]:
     """Quarantine a GPU: the device plugin reports it Unhealthy until an admin releases it."""
     return _transition(kube, node, pci_address, lambda st: lease_states.admin_quarantine(st, body.reason))
 
 
 @router.post("/{node}/{pci_address}/release")
-def release_gpu(kube: KubeDep, _admin: AdminUser, body: ReleaseRequest,
-                node: str = NodeName, pci_address: str = PciAddress) -> dict[str, Any]:
+def release_gpu(
+    kube: KubeDep, _admin: AdminUser, body: ReleaseRequest, node: str = NodeName, pci_address: str = PciAddress
+) -> dict[str, Any]:
     """Clear a GPU's quarantine; it is checked again first unless ``skip_check``."""
     return _transition(kube, node, pci_address, lambda st: lease_states.admin_release(st, body.skip_check))

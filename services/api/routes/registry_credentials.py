@@ -19,9 +19,13 @@ from services.api.models import (
 )
 from services.api.routes.secrets import TenancyQuery, list_objects, remove, write
 
-ServerPath = Annotated[str, Path(
-    description="The registry server as registered: host[:port].",
-    json_schema_extra={"pattern": r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$", "maxLength": 253})]
+ServerPath = Annotated[
+    str,
+    Path(
+        description="The registry server as registered: host[:port].",
+        json_schema_extra={"pattern": r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$", "maxLength": 253},
+    ),
+]
 
 router = APIRouter(prefix="/v1/registry-credentials", tags=["registry credentials"])
 
@@ -32,15 +36,27 @@ def _all(kube: Kube, tenancy: str) -> list[RegistryCredentialPublic]:
 
 
 @router.post("", status_code=201, response_model=RegistryCredentialPublic)
-def create_registry_credential(body: RegistryCredentialCreate, session: SessionDep, caller: CurrentTenant,
-                               kube: KubeDep, tenancy: TenancyQuery = None) -> RegistryCredentialPublic:
+def create_registry_credential(
+    body: RegistryCredentialCreate,
+    session: SessionDep,
+    caller: CurrentTenant,
+    kube: KubeDep,
+    tenancy: TenancyQuery = None,
+) -> RegistryCredentialPublic:
     """Store (or replace) the credential for one registry server; pods pull with it from then on."""
     name = tenant_scope.resolve(session, caller, tenancy)
-    obj = tenant_secrets.build_registry_secret(tenancy=name, server=body.server, username=body.username,
-                                               password=body.password)
+    obj = tenant_secrets.build_registry_secret(
+        tenancy=name, server=body.server, username=body.username, password=body.password
+    )
     write(kube, obj, replace=True, what="registry credential", tenancy=name)
-    audit.record_now(session, caller.actor, tenancy=name, action=AuditAction.REGISTRY_CREDENTIAL_PUT,
-                     target=body.server, detail=f"username {body.username!r}")
+    audit.record_now(
+        session,
+        caller.actor,
+        tenancy=name,
+        action=AuditAction.REGISTRY_CREDENTIAL_PUT,
+        target=body.server,
+        detail=f"username {body.username!r}",
+    )
     for row in _all(kube, name):
         if row.server == body.server:
             return row
@@ -48,16 +64,18 @@ def create_registry_credential(body: RegistryCredentialCreate, session: SessionD
 
 
 @router.get("", response_model=RegistryCredentialsPublic)
-def list_registry_credentials(session: SessionDep, caller: CurrentTenant, kube: KubeDep,
-                              tenancy: TenancyQuery = None) -> RegistryCredentialsPublic:
+def list_registry_credentials(
+    session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None
+) -> RegistryCredentialsPublic:
     """The tenancy's registry credentials: server and username, never the password."""
     rows = _all(kube, tenant_scope.resolve(session, caller, tenancy))
     return RegistryCredentialsPublic(data=rows, count=len(rows))
 
 
 @router.delete("/{server}", status_code=204)
-def delete_registry_credential(server: ServerPath, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
-                               tenancy: TenancyQuery = None) -> Response:
+def delete_registry_credential(
+    server: ServerPath, session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None
+) -> Response:
     """Forget the credential for ``server`` (e.g. ``nvcr.io``)."""
     name = tenant_scope.resolve(session, caller, tenancy)
     try:

@@ -11,9 +11,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from gpucaas.core import crds
+from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
 from services.api import audit, errors, tenant_scope, tenant_secrets
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
-from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
 from services.api.kube import Kube
 from services.api.models import (
     AuditAction,
@@ -25,9 +25,13 @@ from services.api.models import (
     TenancyName,
 )
 
-SecretNamePath = Annotated[SecretName, Path(
-    description="The secret's name (a DNS label).",
-    json_schema_extra={"pattern": tenant_secrets.SECRET_NAME.pattern, "maxLength": tenant_secrets.SECRET_NAME_MAX})]
+SecretNamePath = Annotated[
+    SecretName,
+    Path(
+        description="The secret's name (a DNS label).",
+        json_schema_extra={"pattern": tenant_secrets.SECRET_NAME.pattern, "maxLength": tenant_secrets.SECRET_NAME_MAX},
+    ),
+]
 
 router = APIRouter(prefix="/v1/secrets", tags=["secrets"])
 
@@ -75,49 +79,71 @@ def _find(kube: Kube, tenancy: str, name: str) -> SecretPublic:
 
 
 @router.post("", status_code=201, response_model=SecretPublic)
-def create_secret(body: SecretCreate, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
-                  tenancy: TenancyQuery = None) -> SecretPublic:
+def create_secret(
+    body: SecretCreate, session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None
+) -> SecretPublic:
     """Store a secret (write-only); reference it from a container's env as ``{"secret": name}``."""
     name = tenant_scope.resolve(session, caller, tenancy)
     obj = tenant_secrets.build_secret(tenancy=name, name=body.name, value=body.value)
     if not write(kube, obj, replace=False, what="secret", tenancy=name):
-        raise errors.Conflict(f"name: secret {body.name!r} already exists; PUT /v1/secrets/{body.name} replaces its value")
-    audit.record_now(session, caller.actor, tenancy=name, action=AuditAction.SECRET_PUT, target=body.name,
-                     detail="created")
+        raise errors.Conflict(
+            f"name: secret {body.name!r} already exists; PUT /v1/secrets/{body.name} replaces its value"
+        )
+    audit.record_now(
+        session, caller.actor, tenancy=name, action=AuditAction.SECRET_PUT, target=body.name, detail="created"
+    )
     return _find(kube, name, body.name)
 
 
 @router.put("/{secret_name}", response_model=SecretPublic)
-def replace_secret(secret_name: SecretNamePath, body: SecretUpdate, session: SessionDep, caller: CurrentTenant,
-                   kube: KubeDep, tenancy: TenancyQuery = None) -> SecretPublic:
+def replace_secret(
+    secret_name: SecretNamePath,
+    body: SecretUpdate,
+    session: SessionDep,
+    caller: CurrentTenant,
+    kube: KubeDep,
+    tenancy: TenancyQuery = None,
+) -> SecretPublic:
     """Replace a secret's value (or create it); running containers keep the value they started with."""
     name = tenant_scope.resolve(session, caller, tenancy)
-    write(kube, tenant_secrets.build_secret(tenancy=name, name=secret_name, value=body.value), replace=True,
-          what="secret", tenancy=name)
-    audit.record_now(session, caller.actor, tenancy=name, action=AuditAction.SECRET_PUT, target=secret_name,
-                     detail="value set")
+    write(
+        kube,
+        tenant_secrets.build_secret(tenancy=name, name=secret_name, value=body.value),
+        replace=True,
+        what="secret",
+        tenancy=name,
+    )
+    audit.record_now(
+        session, caller.actor, tenancy=name, action=AuditAction.SECRET_PUT, target=secret_name, detail="value set"
+    )
     return _find(kube, name, secret_name)
 
 
 @router.get("", response_model=SecretsPublic)
-def list_secrets(session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None) -> SecretsPublic:
+def list_secrets(
+    session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None
+) -> SecretsPublic:
     """The tenancy's secrets, by name (values are never returned)."""
     name = tenant_scope.resolve(session, caller, tenancy)
-    rows = sorted((tenant_secrets.public_secret(o) for o in list_objects(kube, name, tenant_secrets.KIND_SECRET)),
-                  key=lambda r: r["name"])
+    rows = sorted(
+        (tenant_secrets.public_secret(o) for o in list_objects(kube, name, tenant_secrets.KIND_SECRET)),
+        key=lambda r: r["name"],
+    )
     return SecretsPublic(data=[SecretPublic.model_validate(r) for r in rows], count=len(rows))
 
 
 @router.get("/{secret_name}", response_model=SecretPublic)
-def get_secret(secret_name: SecretNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
-               tenancy: TenancyQuery = None) -> SecretPublic:
+def get_secret(
+    secret_name: SecretNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None
+) -> SecretPublic:
     """One secret's name and creation time (never its value)."""
     return _find(kube, tenant_scope.resolve(session, caller, tenancy), secret_name)
 
 
 @router.delete("/{secret_name}", status_code=204)
-def delete_secret(secret_name: SecretNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
-                  tenancy: TenancyQuery = None) -> Response:
+def delete_secret(
+    secret_name: SecretNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None
+) -> Response:
     """Delete a secret; containers that reference it can no longer start."""
     name = tenant_scope.resolve(session, caller, tenancy)
     if not remove(kube, name, tenant_secrets.secret_object_name(secret_name)):

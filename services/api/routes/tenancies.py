@@ -9,14 +9,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from services.api import crud, errors, pods
 from gpucaas.core.kube import KubeError
+from services.api import crud, errors, pods
 from services.api.deps import AdminUser, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.kube import Kube
-from services.api.settings import Settings
 from services.api.models import (
-    Tenancy,
     TenanciesPublic,
+    Tenancy,
     TenancyCreate,
     TenancyName,
     TenancyPublic,
@@ -26,6 +25,7 @@ from services.api.models import (
     TokenPublic,
     TokensPublic,
 )
+from services.api.settings import Settings
 
 log = logging.getLogger(__name__)
 # Documented shape only: any other value names no token (404).
@@ -92,7 +92,11 @@ def get_tenancy(name: TenancyName, session: SessionDep, _admin: AdminUser) -> Te
 
 @router.patch("/{name}", response_model=TenancyPublic)
 def update_tenancy(
-    name: TenancyName, body: TenancyUpdate, session: SessionDep, kube: KubeDep, settings: SettingsDep,
+    name: TenancyName,
+    body: TenancyUpdate,
+    session: SessionDep,
+    kube: KubeDep,
+    settings: SettingsDep,
     _admin: AdminUser,
 ) -> TenancyPublic:
     """Change quotas, internet access or storage; the custom resource follows."""
@@ -126,8 +130,9 @@ def issue_token(
     """Issue a tenant token bound to this tenancy; the secret is shown only here."""
     _get(session, name)
     body = body or TokenCreate()
-    row, secret = crud.create_token(session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at,
-                                    actor=admin.actor)
+    row, secret = crud.create_token(
+        session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at, actor=admin.actor
+    )
     return TokenIssued.model_validate(row, update={"token": secret})
 
 

@@ -25,18 +25,24 @@ router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 
 
 @router.post("", status_code=201, response_model=TokenIssued)
-def create_token(body: TenantTokenCreate, session: SessionDep, caller: CurrentTenant,
-                 tenancy: TenancyQuery = None) -> TokenIssued:
+def create_token(
+    body: TenantTokenCreate, session: SessionDep, caller: CurrentTenant, tenancy: TenancyQuery = None
+) -> TokenIssued:
     """Mint a token for your tenancy, no wider than your own; the secret is shown only here."""
     name = tenant_scope.resolve(session, caller, tenancy)
     if not scopes.within(body.scope, caller.scope):
-        raise errors.Forbidden(f"scope: this token's scope is {caller.scope!r}; it may mint tokens of that scope "
-                               "or narrower (read < submit < admin)")
+        raise errors.Forbidden(
+            f"scope: this token's scope is {caller.scope!r}; it may mint tokens of that scope "
+            "or narrower (read < submit < admin)"
+        )
     if crud.count_tokens(session, tenancy=name) >= TOKENS_PER_TENANCY:
-        raise errors.Conflict(f"tenancy {name!r} has {TOKENS_PER_TENANCY} tokens, the most allowed; revoke one "
-                              "first (DELETE /v1/tokens/{id})")
-    row, secret = crud.create_token(session, tenancy=name, name=body.name, scope=body.scope,
-                                    expires_at=body.expires_at, actor=caller.actor)
+        raise errors.Conflict(
+            f"tenancy {name!r} has {TOKENS_PER_TENANCY} tokens, the most allowed; revoke one "
+            "first (DELETE /v1/tokens/{id})"
+        )
+    row, secret = crud.create_token(
+        session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at, actor=caller.actor
+    )
     return TokenIssued.model_validate(row, update={"token": secret})
 
 
@@ -48,8 +54,9 @@ def list_tokens(session: SessionDep, caller: CurrentTenant, tenancy: TenancyQuer
 
 
 @router.delete("/{token_id}", status_code=204)
-def revoke_token(token_id: TokenId, session: SessionDep, caller: CurrentTenant,
-                 tenancy: TenancyQuery = None) -> Response:
+def revoke_token(
+    token_id: TokenId, session: SessionDep, caller: CurrentTenant, tenancy: TenancyQuery = None
+) -> Response:
     """Revoke one of your tenancy's tokens (the one in use too); its next request, on any
     replica, is refused (401)."""
     name = tenant_scope.resolve(session, caller, tenancy)

@@ -22,9 +22,13 @@ from services.api.kube import Kube
 from services.api.models import VolumeCreate, VolumeName, VolumePublic, VolumesPublic
 from services.api.routes.secrets import TenancyQuery
 
-VolumeNamePath = Annotated[VolumeName, Path(
-    description="The volume's name (a DNS label).",
-    json_schema_extra={"pattern": volumes.NAME.pattern, "maxLength": volumes.NAME_MAX})]
+VolumeNamePath = Annotated[
+    VolumeName,
+    Path(
+        description="The volume's name (a DNS label).",
+        json_schema_extra={"pattern": volumes.NAME.pattern, "maxLength": volumes.NAME_MAX},
+    ),
+]
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"])
 
@@ -67,8 +71,14 @@ def check_mounts(kube: Kube, tenancy: str, names: list[str]) -> None:
 
 
 @router.post("", status_code=201, response_model=VolumePublic)
-def create_volume(body: VolumeCreate, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
-                  settings: SettingsDep, tenancy: TenancyQuery = None) -> VolumePublic:
+def create_volume(
+    body: VolumeCreate,
+    session: SessionDep,
+    caller: CurrentTenant,
+    kube: KubeDep,
+    settings: SettingsDep,
+    tenancy: TenancyQuery = None,
+) -> VolumePublic:
     """Create a volume of ``size`` (a Kubernetes quantity) within the tenancy's storage quota."""
     name = tenant_scope.resolve(session, caller, tenancy)
     quota = settings.volume_quota
@@ -79,20 +89,27 @@ def create_volume(body: VolumeCreate, session: SessionDep, caller: CurrentTenant
     if len(have) >= quota.count:
         raise errors.QuotaExceeded(
             f"volumes: tenancy {name!r} has {len(have)} of its {quota.count} volumes; delete one first "
-            "(DELETE /v1/volumes/{name})", quota=quota.count, in_use=len(have))
+            "(DELETE /v1/volumes/{name})",
+            quota=quota.count,
+            in_use=len(have),
+        )
     used = volumes.claimed_bytes(have)
     if used + size > quota.storage_bytes:
         left = max(quota.storage_bytes - used, 0)
         raise errors.QuotaExceeded(
             f"size: {body.size} is more than the {sizing.format_bytes(left)} left of the storage quota of tenancy "
             f"{name!r} ({sizing.format_bytes(quota.storage_bytes)}, {sizing.format_bytes(used)} in use); ask for less "
-            "or delete a volume", quota=sizing.format_bytes(quota.storage_bytes), in_use=sizing.format_bytes(used))
+            "or delete a volume",
+            quota=sizing.format_bytes(quota.storage_bytes),
+            in_use=sizing.format_bytes(used),
+        )
     obj = volumes.build_pvc(tenancy=name, name=body.name, size_bytes=size, storage_class=quota.storage_class)
     try:
         created = kube.create_pvc(obj)
     except KubeNotFound as exc:  # the namespace does not exist yet
         raise errors.Conflict(
-            f"tenancy {name!r} is not ready yet (its namespace does not exist); retry in a few seconds") from exc
+            f"tenancy {name!r} is not ready yet (its namespace does not exist); retry in a few seconds"
+        ) from exc
     except (Invalid, Forbidden) as exc:
         if isinstance(exc, Forbidden) and exc.is_rbac:  # the platform's RBAC gap, not the tenant's input
             raise errors.Unavailable("cannot create the volume now; retry later") from exc
@@ -113,20 +130,26 @@ def _audit(session: Session, caller: CurrentTenant, tenancy: str, volume: str, c
 
 
 @router.get("", response_model=VolumesPublic)
-def list_volumes(session: SessionDep, caller: CurrentTenant, kube: KubeDep, settings: SettingsDep,
-                 tenancy: TenancyQuery = None) -> VolumesPublic:
+def list_volumes(
+    session: SessionDep, caller: CurrentTenant, kube: KubeDep, settings: SettingsDep, tenancy: TenancyQuery = None
+) -> VolumesPublic:
     """The tenancy's volumes by name, with its storage quota and what they use of it."""
     objs = claims(kube, tenant_scope.resolve(session, caller, tenancy))
     rows = sorted((volumes.public_volume(o) for o in objs), key=lambda r: r["name"])
     quota = settings.volume_quota
-    return VolumesPublic(data=[VolumePublic.model_validate(r) for r in rows], count=len(rows),
-                         storage_quota=sizing.format_bytes(quota.storage_bytes),
-                         storage_used=sizing.format_bytes(volumes.claimed_bytes(objs)), max_volumes=quota.count)
+    return VolumesPublic(
+        data=[VolumePublic.model_validate(r) for r in rows],
+        count=len(rows),
+        storage_quota=sizing.format_bytes(quota.storage_bytes),
+        storage_used=sizing.format_bytes(volumes.claimed_bytes(objs)),
+        max_volumes=quota.count,
+    )
 
 
 @router.get("/{volume_name}", response_model=VolumePublic)
-def get_volume(volume_name: VolumeNamePath, session: SessionDep, caller: CurrentTenant,
-               kube: KubeDep, tenancy: TenancyQuery = None) -> VolumePublic:
+def get_volume(
+    volume_name: VolumeNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None
+) -> VolumePublic:
     """One volume: its size, status and creation time."""
     found = _find(claims(kube, tenant_scope.resolve(session, caller, tenancy)), volume_name)
     if found is None:
@@ -135,8 +158,9 @@ def get_volume(volume_name: VolumeNamePath, session: SessionDep, caller: Current
 
 
 @router.delete("/{volume_name}", status_code=204)
-def delete_volume(volume_name: VolumeNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
-                  tenancy: TenancyQuery = None) -> Response:
+def delete_volume(
+    volume_name: VolumeNamePath, session: SessionDep, caller: CurrentTenant, kube: KubeDep, tenancy: TenancyQuery = None
+) -> Response:
     """Delete a volume and its data; refused (409) while an active container mounts it."""
     name = tenant_scope.resolve(session, caller, tenancy)
     if _find(claims(kube, name), volume_name) is None:
@@ -145,7 +169,9 @@ def delete_volume(volume_name: VolumeNamePath, session: SessionDep, caller: Curr
     if users:
         raise errors.Conflict(
             f"volume {volume_name!r} is in use by container(s) {', '.join(users)}; cancel them "
-            "(DELETE /v1/containers/{id}) or wait until they finish", containers=users)
+            "(DELETE /v1/containers/{id}) or wait until they finish",
+            containers=users,
+        )
     namespace = crds.tenant_namespace(name)
     try:
         # Kubernetes keeps a claim while any pod names it, finished ones included (the

@@ -24,8 +24,8 @@ from services.api.webhooks import secret_store, signing, ssrf, store
 from services.api.webhooks.models import (
     WEBHOOKS_PER_TENANCY,
     DeliveriesPublic,
-    Webhook,
     DeliveryPublic,
+    Webhook,
     WebhookCreate,
     WebhookCreated,
     WebhookPublic,
@@ -56,8 +56,14 @@ def _found(session: SessionDep, tenancy: str, webhook_id: str) -> Webhook:
 
 
 @router.post("", status_code=201, response_model=WebhookCreated)
-def create_webhook(body: WebhookCreate, session: SessionDep, caller: CurrentTenant, kube: KubeDep,
-                   settings: SettingsDep, tenancy: TenancyQuery = None) -> WebhookCreated:
+def create_webhook(
+    body: WebhookCreate,
+    session: SessionDep,
+    caller: CurrentTenant,
+    kube: KubeDep,
+    settings: SettingsDep,
+    tenancy: TenancyQuery = None,
+) -> WebhookCreated:
     """Register an endpoint; the answer carries its signing secret, shown this once."""
     name = tenant_scope.resolve(session, caller, tenancy)
     try:
@@ -65,15 +71,28 @@ def create_webhook(body: WebhookCreate, session: SessionDep, caller: CurrentTena
     except ssrf.Refused as exc:
         raise errors.Invalid(f"url: {exc}") from None
     if store.count(session, tenancy=name) >= WEBHOOKS_PER_TENANCY:
-        raise errors.Conflict(f"tenancy {name!r} has {WEBHOOKS_PER_TENANCY} webhooks, the most allowed; "
-                              "delete one first (DELETE /v1/webhooks/{id})")
+        raise errors.Conflict(
+            f"tenancy {name!r} has {WEBHOOKS_PER_TENANCY} webhooks, the most allowed; "
+            "delete one first (DELETE /v1/webhooks/{id})"
+        )
     webhook_id = store.new_id()
     secret = signing.new_secret()
-    write(kube, secret_store.build(tenancy=name, webhook_id=webhook_id, secret=secret), replace=False,
-          what="webhook signing secret", tenancy=name)
+    write(
+        kube,
+        secret_store.build(tenancy=name, webhook_id=webhook_id, secret=secret),
+        replace=False,
+        what="webhook signing secret",
+        tenancy=name,
+    )
     try:
-        audit.record(session, caller.actor, tenancy=name, action=AuditAction.WEBHOOK_CREATE, target=webhook_id,
-                     detail=f"events {', '.join(body.events)}")
+        audit.record(
+            session,
+            caller.actor,
+            tenancy=name,
+            action=AuditAction.WEBHOOK_CREATE,
+            target=webhook_id,
+            detail=f"events {', '.join(body.events)}",
+        )
         row = store.create(session, tenancy=name, data=body, webhook_id=webhook_id)  # commits the event too
     except Exception:
         _delete_secret(kube, name, webhook_id)
@@ -89,8 +108,9 @@ def list_webhooks(session: SessionDep, caller: CurrentTenant, tenancy: TenancyQu
 
 
 @router.get("/{webhook_id}", response_model=WebhookPublic)
-def get_webhook(webhook_id: WebhookIdPath, session: SessionDep, caller: CurrentTenant,
-                tenancy: TenancyQuery = None) -> WebhookPublic:
+def get_webhook(
+    webhook_id: WebhookIdPath, session: SessionDep, caller: CurrentTenant, tenancy: TenancyQuery = None
+) -> WebhookPublic:
     """One webhook (never its secret)."""
     return _public(_found(session, tenant_scope.resolve(session, caller, tenancy), webhook_id))
 
@@ -103,8 +123,14 @@ def _delete_secret(kube: KubeDep, tenancy: str, webhook_id: str) -> None:
 
 
 @router.delete("/{webhook_id}", status_code=204)
-def delete_webhook(webhook_id: WebhookIdPath, request: Request, session: SessionDep, caller: CurrentTenant,
-                   kube: KubeDep, tenancy: TenancyQuery = None) -> Response:
+def delete_webhook(
+    webhook_id: WebhookIdPath,
+    request: Request,
+    session: SessionDep,
+    caller: CurrentTenant,
+    kube: KubeDep,
+    tenancy: TenancyQuery = None,
+) -> Response:
     """Delete a webhook, its pending deliveries and its delivery log."""
     name = tenant_scope.resolve(session, caller, tenancy)
     audit.record(session, caller.actor, tenancy=name, action=AuditAction.WEBHOOK_DELETE, target=webhook_id)
@@ -120,7 +146,10 @@ def delete_webhook(webhook_id: WebhookIdPath, request: Request, session: Session
 
 @router.get("/{webhook_id}/deliveries", response_model=DeliveriesPublic)
 def list_deliveries(
-    webhook_id: WebhookIdPath, session: SessionDep, caller: CurrentTenant, settings: SettingsDep,
+    webhook_id: WebhookIdPath,
+    session: SessionDep,
+    caller: CurrentTenant,
+    settings: SettingsDep,
     status: Annotated[Literal["pending", "delivered", "failed"] | None, Query(description="Only these.")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
@@ -135,15 +164,28 @@ def list_deliveries(
 
 
 @router.post("/{webhook_id}/deliveries/{delivery_id}/resend", status_code=202, response_model=DeliveryPublic)
-def resend_delivery(webhook_id: WebhookIdPath, delivery_id: DeliveryIdPath, request: Request, session: SessionDep,
-                    caller: CurrentTenant, settings: SettingsDep, tenancy: TenancyQuery = None) -> DeliveryPublic:
+def resend_delivery(
+    webhook_id: WebhookIdPath,
+    delivery_id: DeliveryIdPath,
+    request: Request,
+    session: SessionDep,
+    caller: CurrentTenant,
+    settings: SettingsDep,
+    tenancy: TenancyQuery = None,
+) -> DeliveryPublic:
     """Send a delivery again now (same event id and body), with a fresh retry window."""
     hook = _found(session, tenant_scope.resolve(session, caller, tenancy), webhook_id)
     row = store.get_delivery(session, webhook_id=hook.id, delivery_id=delivery_id)
     if row is None:
         raise errors.NotFound(f"delivery {delivery_id!r} not found")
-    audit.record(session, caller.actor, tenancy=hook.tenancy, action=AuditAction.WEBHOOK_RESEND, target=hook.id,
-                 detail=f"delivery {row.id}")
+    audit.record(
+        session,
+        caller.actor,
+        tenancy=hook.tenancy,
+        action=AuditAction.WEBHOOK_RESEND,
+        target=hook.id,
+        detail=f"delivery {row.id}",
+    )
     row = store.resend(session, delivery=row)  # commits the event with the resend
     dispatcher = getattr(request.app.state, "webhook_dispatcher", None)
     if dispatcher is not None:

@@ -16,5 +16,13 @@ router = APIRouter(prefix="/v1/whoami", tags=["tokens"])
 @router.get("", response_model=WhoAmI)
 async def whoami(caller: CurrentTenant) -> WhoAmI:
     """The token in use: its id, name, tenancy (null: an operator's admin token), scope and expiry."""
-    return WhoAmI(token_id=caller.token_id, token_name=caller.token_name, tenancy=caller.tenancy,
-                  scope=caller.scope or "admin", expires_at=caller.expires_at)
+    # validated as the response is: the stored scope is one of WhoAmI's
+    return WhoAmI.model_validate(
+        {
+            "token_id": caller.token_id,
+            "token_name": caller.token_name,
+            "tenancy": caller.tenancy,
+            "scope": caller.scope or "admin",
+            "expires_at": caller.expires_at,
+        }
+    )

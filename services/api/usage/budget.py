@@ -41,5 +41,7 @@ def check(session: Session, *, tenancy: Tenancy, now: datetime | None = None) ->
         f"GPU-hour budget spent for tenancy {tenancy.name!r}: {used:.2f} of {budget:g} GPU-hours used in "
         f"{now.strftime('%B %Y')} (UTC); submissions are accepted again from {resets}, or an admin can raise "
         "gpu_hours_per_month",
-        budget_gpu_hours=budget, used_gpu_hours=round(used, 6), resets_at=resets,
+        budget_gpu_hours=budget,
+        used_gpu_hours=round(used, 6),
+        resets_at=resets,
     )

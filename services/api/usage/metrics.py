@@ -33,10 +33,13 @@ class UsageCollector(Collector):
         if engine is not None:
             try:
                 with Session(engine) as session:
-                    stmt = (select(UsageRecord.tenancy, func.sum(UsageRecord.gpu_seconds))
-                            .where(col(UsageRecord.gpu_seconds).is_not(None)).group_by(UsageRecord.tenancy))
+                    stmt = (
+                        select(UsageRecord.tenancy, func.sum(UsageRecord.gpu_seconds))
+                        .where(col(UsageRecord.gpu_seconds).is_not(None))
+                        .group_by(UsageRecord.tenancy)
+                    )
                     for tenancy, total in session.exec(stmt).all():
                         family.add_metric([tenancy], float(total or 0))
-            except Exception:  # noqa: BLE001 - a scrape must not fail on a database hiccup
+            except Exception:  # a scrape must not fail on a database hiccup
                 log.warning("usage metrics unavailable", exc_info=True)
         yield family

@@ -50,8 +50,9 @@ class Recorder:
                 except KubeError as exc:
                     log.info("GPU models unknown for now (%s)", exc)
                     return None
-                self._models = {n["metadata"]["name"]: ((n["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL))
-                                for n in nodes}
+                self._models = {
+                    n["metadata"]["name"]: ((n["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL)) for n in nodes
+                }
             return self._models.get(node)
 
     def observe(self, pod: dict[str, Any], *, deleted: bool) -> None:
@@ -66,10 +67,17 @@ class Recorder:
             if gpus is None:  # DRA pods name no extended resource: the submission says
                 gpus = row.gpus if row is not None else 0
             deleted_at = row.tenancy_deleted_at if row is not None else None
-            if records.open_run(session, run=run, gpus=gpus, gpu_model=self.gpu_model(run.node_name),
-                                tenancy_deleted_at=deleted_at):
-                log.info("usage: container %s tenancy %s started at %s on %s (%d GPUs)", run.container_id,
-                         run.tenancy, run.started_at.isoformat(), run.node_name or "-", gpus)
+            if records.open_run(
+                session, run=run, gpus=gpus, gpu_model=self.gpu_model(run.node_name), tenancy_deleted_at=deleted_at
+            ):
+                log.info(
+                    "usage: container %s tenancy %s started at %s on %s (%d GPUs)",
+                    run.container_id,
+                    run.tenancy,
+                    run.started_at.isoformat(),
+                    run.node_name or "-",
+                    gpus,
+                )
             if run.finished_at is not None:
                 self._close(session, run.container_id, run.finished_at, records.END_POD)
             elif deleted:
@@ -89,5 +97,10 @@ class Recorder:
     def _close(session: Session, container_id: str, when: datetime, source: str) -> None:
         seconds = records.close_run(session, container_id=container_id, finished_at=when, source=source)
         if seconds is not None:
-            log.info("usage: container %s ended at %s (%s): %.1f GPU-seconds", container_id, when.isoformat(),
-                     source, seconds)
+            log.info(
+                "usage: container %s ended at %s (%s): %.1f GPU-seconds",
+                container_id,
+                when.isoformat(),
+                source,
+                seconds,
+            )

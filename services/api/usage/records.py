@@ -26,7 +26,7 @@ END_POD, END_DELETED, END_VANISHED = "pod", "deleted", "vanished"
 class UsageRecord(SQLModel, table=True):
     """A container run (migration 0007_usage_records)."""
 
-    __tablename__ = "usage_record"  # type: ignore[assignment]
+    __tablename__ = "usage_record"
 
     container_id: str = Field(primary_key=True, max_length=32)
     tenancy: str = Field(max_length=63)
@@ -74,8 +74,14 @@ def run_of_pod(pod: Mapping[str, Any], gpu_resource: str) -> Run | None:
             finished = pods._time(terminated.get("finishedAt"))
         elif running:
             started = pods._time(running.get("startedAt"))
-    return Run(container_id=cid, tenancy=tenancy, gpus=report.gpus, node_name=report.node_name,
-               started_at=started, finished_at=finished)
+    return Run(
+        container_id=cid,
+        tenancy=tenancy,
+        gpus=report.gpus,
+        node_name=report.node_name,
+        started_at=started,
+        finished_at=finished,
+    )
 
 
 def nvlink_partition_size(gpus: int) -> int | None:
@@ -88,18 +94,25 @@ def gpu_seconds(gpus: int, start: datetime, end: datetime) -> float:
     return gpus * max(0.0, (_as_utc(end) - _as_utc(start)).total_seconds())  # type: ignore[operator]
 
 
-def open_run(session: Session, *, run: Run, gpus: int, gpu_model: str | None,
-             tenancy_deleted_at: datetime | None = None) -> bool:
+def open_run(
+    session: Session, *, run: Run, gpus: int, gpu_model: str | None, tenancy_deleted_at: datetime | None = None
+) -> bool:
     """Insert the run's record unless it exists (any replica, any number of times). True if new."""
     assert run.started_at is not None
     values = {
-        "container_id": run.container_id, "tenancy": run.tenancy, "gpus": gpus, "gpu_model": gpu_model,
-        "node_name": run.node_name, "nvlink_partition_size": nvlink_partition_size(gpus),
-        "started_at": run.started_at, "recorded_at": utcnow(), "tenancy_deleted_at": tenancy_deleted_at,
+        "container_id": run.container_id,
+        "tenancy": run.tenancy,
+        "gpus": gpus,
+        "gpu_model": gpu_model,
+        "node_name": run.node_name,
+        "nvlink_partition_size": nvlink_partition_size(gpus),
+        "started_at": run.started_at,
+        "recorded_at": utcnow(),
+        "tenancy_deleted_at": tenancy_deleted_at,
     }
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     stmt = dialect.insert(UsageRecord).values(**values).on_conflict_do_nothing(index_elements=["container_id"])
-    result = session.exec(stmt)  # type: ignore[call-overload]
+    result = session.exec(stmt)
     session.commit()
     return bool(result.rowcount)
 
@@ -125,17 +138,20 @@ def close_run(session: Session, *, container_id: str, finished_at: datetime, sou
 
 def mark_tenancy_deleted(session: Session, *, tenancy: str, when: datetime) -> None:
     """The tenancy is being deleted (in the caller's transaction): its runs become history."""
-    session.exec(update(UsageRecord)
-                 .where(col(UsageRecord.tenancy) == tenancy, col(UsageRecord.tenancy_deleted_at).is_(None))
-                 .values(tenancy_deleted_at=when))
+    session.exec(
+        update(UsageRecord)
+        .where(col(UsageRecord.tenancy) == tenancy, col(UsageRecord.tenancy_deleted_at).is_(None))
+        .values(tenancy_deleted_at=when)
+    )
 
 
 def open_runs(session: Session) -> Sequence[UsageRecord]:
     return session.exec(select(UsageRecord).where(col(UsageRecord.finished_at).is_(None))).all()
 
 
-def overlapping(session: Session, *, start: datetime, end: datetime, tenancy: str | None,
-                current_only: bool = False) -> Sequence[UsageRecord]:
+def overlapping(
+    session: Session, *, start: datetime, end: datetime, tenancy: str | None, current_only: bool = False
+) -> Sequence[UsageRecord]:
     """Runs that used GPUs within [start, end), of one tenancy or all; ``current_only``: not
     the runs of a deleted tenancy of the same name (a tenant's view, its budget)."""
     conds: list[Any] = [

@@ -15,8 +15,20 @@ from services.api.usage.records import UsageRecord
 
 GROUPS = ("day", "container")
 DAY_COLUMNS = ("day", "tenancy", "gpu_seconds", "gpu_hours", "containers")
-CONTAINER_COLUMNS = ("container_id", "tenancy", "gpus", "gpu_model", "node_name", "nvlink_partition_size",
-                     "started_at", "finished_at", "running", "end_source", "gpu_seconds", "gpu_hours")
+CONTAINER_COLUMNS = (
+    "container_id",
+    "tenancy",
+    "gpus",
+    "gpu_model",
+    "node_name",
+    "nvlink_partition_size",
+    "started_at",
+    "finished_at",
+    "running",
+    "end_source",
+    "gpu_seconds",
+    "gpu_hours",
+)
 
 
 def stamp(value: datetime | None) -> str | None:
@@ -40,13 +52,22 @@ def by_container(rows: Iterable[UsageRecord], *, start: datetime, end: datetime,
         seconds = row.gpus * (span[1] - span[0]).total_seconds() if span else 0.0
         if span is None and not (row.started_at >= start and row.started_at < end):
             continue  # touches the window at an edge only
-        out.append({
-            "container_id": row.container_id, "tenancy": row.tenancy, "gpus": row.gpus, "gpu_model": row.gpu_model,
-            "node_name": row.node_name, "nvlink_partition_size": row.nvlink_partition_size,
-            "started_at": stamp(row.started_at), "finished_at": stamp(row.finished_at),
-            "running": row.finished_at is None, "end_source": row.end_source,
-            "gpu_seconds": round(seconds, 3), "gpu_hours": _hours(seconds),
-        })
+        out.append(
+            {
+                "container_id": row.container_id,
+                "tenancy": row.tenancy,
+                "gpus": row.gpus,
+                "gpu_model": row.gpu_model,
+                "node_name": row.node_name,
+                "nvlink_partition_size": row.nvlink_partition_size,
+                "started_at": stamp(row.started_at),
+                "finished_at": stamp(row.finished_at),
+                "running": row.finished_at is None,
+                "end_source": row.end_source,
+                "gpu_seconds": round(seconds, 3),
+                "gpu_hours": _hours(seconds),
+            }
+        )
     return out
 
 
@@ -65,9 +86,16 @@ def by_day(rows: Iterable[UsageRecord], *, start: datetime, end: datetime, now: 
             seconds[key] += row.gpus * (piece_end - lo).total_seconds()
             runs[key].add(row.container_id)
             lo = piece_end
-    return [{"day": d.isoformat(), "tenancy": t, "gpu_seconds": round(s, 3), "gpu_hours": _hours(s),
-             "containers": len(runs[(d, t)])}
-            for (d, t), s in sorted(seconds.items())]
+    return [
+        {
+            "day": d.isoformat(),
+            "tenancy": t,
+            "gpu_seconds": round(s, 3),
+            "gpu_hours": _hours(s),
+            "containers": len(runs[(d, t)]),
+        }
+        for (d, t), s in sorted(seconds.items())
+    ]
 
 
 def month_bounds(now: datetime) -> tuple[datetime, datetime]:

@@ -27,7 +27,8 @@ class UsageContainer(BaseModel):
     running: bool
     end_source: Literal["pod", "deleted", "vanished"] | None = Field(
         description="pod: the container's finishedAt; deleted: its pod was deleted first (cancelled), ended then; "
-        "vanished: its pod was gone when the API looked again, ended then.")
+        "vanished: its pod was gone when the API looked again, ended then."
+    )
     gpu_seconds: float = Field(description="GPUs × seconds within the window (a running one: up to now).")
     gpu_hours: float
 

@@ -83,11 +83,11 @@ class WebhookDispatcher:
                 next_prune = time.monotonic() + self.settings.retention_interval_seconds
                 try:
                     self.prune()
-                except Exception:  # noqa: BLE001 - retried at the next interval
+                except Exception:  # retried at the next interval
                     log.exception("webhook delivery pruning failed")
             try:
                 busy = self.run_once()
-            except Exception:  # noqa: BLE001 - e.g. the database briefly unreachable
+            except Exception:  # e.g. the database briefly unreachable
                 log.exception("webhook delivery pass failed")
                 busy = False
             if not busy:
@@ -125,8 +125,16 @@ class WebhookDispatcher:
                 next_at = None
             log.info("webhook %s delivery %s attempt %d failed: %s", hook.id, row.id, row.attempts + 1, error)
         with Session(self.engine) as session:
-            store.record_attempt(session, delivery=row, started_at=started, duration_ms=duration_ms,
-                                 status_code=status_code, error=error, next_attempt_at=next_at, delivered=delivered)
+            store.record_attempt(
+                session,
+                delivery=row,
+                started_at=started,
+                duration_ms=duration_ms,
+                status_code=status_code,
+                error=error,
+                next_attempt_at=next_at,
+                delivered=delivered,
+            )
 
     def _attempt(self, hook: Webhook, row: WebhookDelivery) -> tuple[int | None, str | None]:
         """One POST: (status code, None) when delivered, else (status code or None, why not)."""

@@ -50,7 +50,7 @@ class Webhook(SQLModel, table=True):
 
 
 class WebhookDelivery(SQLModel, table=True):
-    __tablename__ = "webhook_delivery"  # type: ignore[assignment]
+    __tablename__ = "webhook_delivery"
 
     id: str = Field(primary_key=True, max_length=32)
     webhook_id: str = Field(index=True, max_length=32)
@@ -71,7 +71,7 @@ class WebhookDelivery(SQLModel, table=True):
 
 
 class WebhookAttempt(SQLModel, table=True):
-    __tablename__ = "webhook_attempt"  # type: ignore[assignment]
+    __tablename__ = "webhook_attempt"
 
     id: str = Field(primary_key=True, max_length=32)
     delivery_id: str = Field(index=True, max_length=32)
@@ -94,7 +94,8 @@ class WebhookCreate(StrictInput):
         examples=["https://hooks.example.com/gpucaas"],
     )
     events: list[EventType] = PField(
-        min_length=1, max_length=len(EVENT_TYPES),
+        min_length=1,
+        max_length=len(EVENT_TYPES),
         description="The events wanted: " + ", ".join(EVENT_TYPES) + ".",
         examples=[["container.running", "container.succeeded", "container.failed"]],
     )
@@ -159,10 +160,18 @@ def _utc(value: datetime) -> datetime:
 
 def delivery_public(row: WebhookDelivery, attempts: list[WebhookAttempt], *, window: timedelta) -> DeliveryPublic:
     data: dict[str, Any] = {
-        "id": row.id, "event_id": row.event_id, "event_type": row.event_type, "container_id": row.container_id,
-        "status": row.status, "attempt_count": row.attempts, "created_at": row.created_at,
-        "next_attempt_at": row.next_attempt_at if row.status == PENDING else None, "give_up_at": _utc(row.window_start) + window,
-        "delivered_at": row.delivered_at, "last_status_code": row.last_status_code, "last_error": row.last_error,
+        "id": row.id,
+        "event_id": row.event_id,
+        "event_type": row.event_type,
+        "container_id": row.container_id,
+        "status": row.status,
+        "attempt_count": row.attempts,
+        "created_at": row.created_at,
+        "next_attempt_at": row.next_attempt_at if row.status == PENDING else None,
+        "give_up_at": _utc(row.window_start) + window,
+        "delivered_at": row.delivered_at,
+        "last_status_code": row.last_status_code,
+        "last_error": row.last_error,
         "attempts": [AttemptPublic.model_validate(a, from_attributes=True) for a in attempts],
     }
     return DeliveryPublic.model_validate(data)

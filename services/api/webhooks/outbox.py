@@ -19,6 +19,7 @@ from services.api import security
 from services.api.models import Container, ContainerStatus, utcnow
 from services.api.webhooks.models import EVENT_OF_STATUS, Webhook, WebhookDelivery
 
+
 def _iso(value: datetime | None) -> str | None:
     if value is None:
         return None
@@ -28,15 +29,30 @@ def _iso(value: datetime | None) -> str | None:
 def container_view(row: Container) -> dict[str, Any]:
     """What an event says of the container (no environment, no worker bookkeeping)."""
     return {
-        "id": row.id, "status": row.status, "image": row.image, "gpus": row.gpus, "exit_code": row.exit_code,
-        "node_name": row.node_name, "message": row.message, "created_at": _iso(row.created_at),
-        "started_at": _iso(row.started_at), "finished_at": _iso(row.finished_at),
+        "id": row.id,
+        "status": row.status,
+        "image": row.image,
+        "gpus": row.gpus,
+        "exit_code": row.exit_code,
+        "node_name": row.node_name,
+        "message": row.message,
+        "created_at": _iso(row.created_at),
+        "started_at": _iso(row.started_at),
+        "finished_at": _iso(row.finished_at),
     }
 
 
 def event_body(event_id: str, event_type: str, tenancy: str, container: dict[str, Any], now: datetime) -> str:
-    return json.dumps({"id": event_id, "type": event_type, "created_at": _iso(now), "tenancy": tenancy,
-                       "data": {"container": container}}, separators=(",", ":"))
+    return json.dumps(
+        {
+            "id": event_id,
+            "type": event_type,
+            "created_at": _iso(now),
+            "tenancy": tenancy,
+            "data": {"container": container},
+        },
+        separators=(",", ":"),
+    )
 
 
 def on_status_change(session: Session, *, container_id: str, before: str | None) -> int:
@@ -70,10 +86,19 @@ def on_status_change(session: Session, *, container_id: str, before: str | None)
         body = event_body(event_id, event_type, row.tenancy, view, now)
         for hook in hooks:
             if event_type in hook.events:
-                session.add(WebhookDelivery(
-                    id=security.new_id("whd_", nbytes=12), webhook_id=hook.id, tenancy=row.tenancy,
-                    event_id=event_id, event_type=event_type, container_id=row.id, body=body,
-                    created_at=now, next_attempt_at=now, window_start=now,
-                ))
+                session.add(
+                    WebhookDelivery(
+                        id=security.new_id("whd_", nbytes=12),
+                        webhook_id=hook.id,
+                        tenancy=row.tenancy,
+                        event_id=event_id,
+                        event_type=event_type,
+                        container_id=row.id,
+                        body=body,
+                        created_at=now,
+                        next_attempt_at=now,
+                        window_start=now,
+                    )
+                )
                 queued += 1
     return queued

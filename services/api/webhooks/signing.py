@@ -66,7 +66,7 @@ def verify(secret: str, headers: dict, body: bytes, tolerance: int = 300, now: f
     if abs((time.time() if now is None else now) - int(timestamp)) > tolerance:
         return False  # too old (or from the future): a replay
     expected = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return any(
-        part.startswith("v1=") and hmac.compare_digest(part[3:], expected) for part in signatures.split()
-    )
+    return any(part.startswith("v1=") and hmac.compare_digest(part[3:], expected) for part in signatures.split())
+
+
 # END verify

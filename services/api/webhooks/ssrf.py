@@ -50,8 +50,14 @@ def kind_of(ip: IPAddress) -> str:
     """A word for an address class, for messages."""
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    for attr, word in (("is_loopback", "loopback"), ("is_link_local", "link-local"), ("is_multicast", "multicast"),
-                       ("is_unspecified", "unspecified"), ("is_reserved", "reserved"), ("is_private", "private")):
+    for attr, word in (
+        ("is_loopback", "loopback"),
+        ("is_link_local", "link-local"),
+        ("is_multicast", "multicast"),
+        ("is_unspecified", "unspecified"),
+        ("is_reserved", "reserved"),
+        ("is_private", "private"),
+    ):
         if getattr(ip, attr):
             return word
     return "public" if ip.is_global else "non-public"

@@ -86,8 +86,11 @@ def deliveries(
         conds.append(WebhookDelivery.status == status)
     total = int(session.exec(select(func.count()).select_from(WebhookDelivery).where(*conds)).one())
     rows = session.exec(
-        select(WebhookDelivery).where(*conds)
-        .order_by(col(WebhookDelivery.created_at).desc(), col(WebhookDelivery.id)).offset(offset).limit(limit)
+        select(WebhookDelivery)
+        .where(*conds)
+        .order_by(col(WebhookDelivery.created_at).desc(), col(WebhookDelivery.id))
+        .offset(offset)
+        .limit(limit)
     ).all()
     return rows, attempts_of(session, [r.id for r in rows]), total
 
@@ -97,7 +100,8 @@ def attempts_of(session: Session, delivery_ids: Sequence[str]) -> dict[str, list
     if not delivery_ids:
         return found
     for a in session.exec(
-        select(WebhookAttempt).where(col(WebhookAttempt.delivery_id).in_(delivery_ids))
+        select(WebhookAttempt)
+        .where(col(WebhookAttempt.delivery_id).in_(delivery_ids))
         .order_by(col(WebhookAttempt.number).desc())
     ).all():
         if len(found[a.delivery_id]) < ATTEMPTS_SHOWN:
@@ -115,7 +119,8 @@ def resend(session: Session, *, delivery: WebhookDelivery) -> WebhookDelivery:
     """Send again now, with a fresh retry window (also after it was delivered or given up)."""
     now = utcnow()
     session.exec(
-        update(WebhookDelivery).where(col(WebhookDelivery.id) == delivery.id)
+        update(WebhookDelivery)
+        .where(col(WebhookDelivery.id) == delivery.id)
         .values(status=PENDING, next_attempt_at=now, window_start=now, claimed_until=None, delivered_at=None)
     )
     session.commit()
@@ -128,9 +133,14 @@ def resend(session: Session, *, delivery: WebhookDelivery) -> WebhookDelivery:
 
 def claim_due(session: Session, *, claim_seconds: float, limit: int = 16) -> list[WebhookDelivery]:
     """Claim pending deliveries whose next attempt is due and that no dispatcher holds."""
-    return row_claims.claim_due(session, WebhookDelivery, WebhookDelivery.status == PENDING,
-                                order_by=(col(WebhookDelivery.next_attempt_at),),
-                                claim_seconds=claim_seconds, limit=limit)
+    return row_claims.claim_due(
+        session,
+        WebhookDelivery,
+        WebhookDelivery.status == PENDING,
+        order_by=(col(WebhookDelivery.next_attempt_at),),
+        claim_seconds=claim_seconds,
+        limit=limit,
+    )
 
 
 def webhook_by_id(session: Session, *, webhook_id: str) -> Webhook | None:
@@ -138,19 +148,36 @@ def webhook_by_id(session: Session, *, webhook_id: str) -> Webhook | None:
 
 
 def record_attempt(
-    session: Session, *, delivery: WebhookDelivery, started_at: datetime, duration_ms: float,
-    status_code: int | None, error: str | None, next_attempt_at: datetime | None, delivered: bool,
+    session: Session,
+    *,
+    delivery: WebhookDelivery,
+    started_at: datetime,
+    duration_ms: float,
+    status_code: int | None,
+    error: str | None,
+    next_attempt_at: datetime | None,
+    delivered: bool,
 ) -> None:
     """Log one attempt and move the delivery on: delivered, due again at ``next_attempt_at``,
     or (neither) given up."""
     number = delivery.attempts + 1
     attempt = WebhookAttempt(
-        id=security.new_id("wha_", nbytes=12), delivery_id=delivery.id, webhook_id=delivery.webhook_id,
-        number=number, started_at=started_at, duration_ms=round(duration_ms, 1), status_code=status_code,
-        error=None if error is None else error[:1024], next_attempt_at=None if delivered else next_attempt_at,
+        id=security.new_id("wha_", nbytes=12),
+        delivery_id=delivery.id,
+        webhook_id=delivery.webhook_id,
+        number=number,
+        started_at=started_at,
+        duration_ms=round(duration_ms, 1),
+        status_code=status_code,
+        error=None if error is None else error[:1024],
+        next_attempt_at=None if delivered else next_attempt_at,
     )
-    values: dict[str, object] = {"attempts": number, "claimed_until": None, "last_status_code": status_code,
-                                 "last_error": None if error is None else error[:1024]}
+    values: dict[str, object] = {
+        "attempts": number,
+        "claimed_until": None,
+        "last_status_code": status_code,
+        "last_error": None if error is None else error[:1024],
+    }
     if delivered:
         values.update(status=DELIVERED, delivered_at=utcnow())
     elif next_attempt_at is not None:
@@ -168,10 +195,13 @@ def record_attempt(
 def prune(session: Session, *, before: datetime) -> int:
     """Forget finished deliveries (delivered or failed) created before ``before``, with their
     attempts; pending ones stay whatever their age. Returns how many went."""
-    old = list(session.exec(
-        select(WebhookDelivery.id).where(col(WebhookDelivery.status) != PENDING,
-                                         col(WebhookDelivery.created_at) < before).limit(10_000)
-    ).all())
+    old = list(
+        session.exec(
+            select(WebhookDelivery.id)
+            .where(col(WebhookDelivery.status) != PENDING, col(WebhookDelivery.created_at) < before)
+            .limit(10_000)
+        ).all()
+    )
     if old:
         session.exec(delete(WebhookAttempt).where(col(WebhookAttempt.delivery_id).in_(old)))
         session.exec(delete(WebhookDelivery).where(col(WebhookDelivery.id).in_(old)))

@@ -14,8 +14,12 @@ HERE = Path(__file__).resolve().parent
 STUBS = StubSet(
     proto_root=HERE / "protos",
     generated=HERE / "generated",
-    protos=("dra/v1/api.proto", "pluginregistration/v1/api.proto",
-            "dra_health/v1alpha1/api.proto", "dra_health/v1/api.proto"),
+    protos=(
+        "dra/v1/api.proto",
+        "pluginregistration/v1/api.proto",
+        "dra_health/v1alpha1/api.proto",
+        "dra_health/v1/api.proto",
+    ),
     build_module=__name__,
 )
 

@@ -23,8 +23,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from services.fabric.fabric_manager.errors import FabricManagerUnavailable
@@ -57,7 +56,7 @@ class _Worker:
                 continue
             try:
                 fut.set_result(fn())
-            except BaseException as exc:  # handed to the waiting caller
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
                 fut.set_exception(exc)
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
@@ -75,8 +74,13 @@ class _Worker:
 class DeadlineFabricManager:
     """``interface.FabricManager`` around a client built by ``make``, each call bounded."""
 
-    def __init__(self, make: Callable[[], FabricManager], *, deadline_s: float = DEFAULT_DEADLINE_S,
-                 connect_deadline_s: float | None = None) -> None:
+    def __init__(
+        self,
+        make: Callable[[], FabricManager],
+        *,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        connect_deadline_s: float | None = None,
+    ) -> None:
         if deadline_s <= 0:
             raise ValueError(f"deadline_s: must be > 0, got {deadline_s}")
         self._make = make
@@ -121,8 +125,12 @@ class DeadlineFabricManager:
             self.overruns += 1
             if self._inner is not inner:
                 return  # another caller swapped already
-            log.warning("Fabric Manager call %s overran %.3g s: abandoning its thread %s and handle",
-                        what, self.deadline_s, worker.thread.name)
+            log.warning(
+                "Fabric Manager call %s overran %.3g s: abandoning its thread %s and handle",
+                what,
+                self.deadline_s,
+                worker.thread.name,
+            )
             worker.retire(last=inner.close)  # closes the old handle if the library ever returns
             self._inner = self._make()
             self._worker = _Worker()
@@ -159,5 +167,4 @@ class DeadlineFabricManager:
         return self._run("fmGetNvlinkFailedDevices", lambda fm: fm.nvlink_failed_devices(), self.deadline_s)
 
     def unsupported_partitions(self) -> list[int]:
-        return self._run("fmGetUnsupportedFabricPartitions", lambda fm: fm.unsupported_partitions(),
-                         self.deadline_s)
+        return self._run("fmGetUnsupportedFabricPartitions", lambda fm: fm.unsupported_partitions(), self.deadline_s)

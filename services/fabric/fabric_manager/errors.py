@@ -66,8 +66,10 @@ class PartitionAlreadyActive(PartitionConflict):
 
     def __init__(self, partition_id: int, *, code: int | None = None) -> None:
         super().__init__(
-            partition_id, f"partition {partition_id} is already active",
-            conflicting=(partition_id,), code=code,
+            partition_id,
+            f"partition {partition_id} is already active",
+            conflicting=(partition_id,),
+            code=code,
         )
 
 

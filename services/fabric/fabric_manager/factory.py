@@ -54,9 +54,11 @@ class LibraryMissing(Exception):
 
 def missing_library_message(library: str | os.PathLike[str] | None) -> str:
     where = f"at {os.fspath(library)}" if library else "by the dynamic loader (find_library('nvfm'))"
-    return (f"libnvfm not found {where}: install NVIDIA's libnvfm1 (Fabric Manager SDK, the driver "
-            "branch of the service VM's nv-fabricmanager) on the node or set GPUCAAS_FABRIC_FM_LIBRARY "
-            "to it; for development only, set GPUCAAS_FABRIC_FM_BACKEND=simulator")
+    return (
+        f"libnvfm not found {where}: install NVIDIA's libnvfm1 (Fabric Manager SDK, the driver "
+        "branch of the service VM's nv-fabricmanager) on the node or set GPUCAAS_FABRIC_FM_LIBRARY "
+        "to it; for development only, set GPUCAAS_FABRIC_FM_BACKEND=simulator"
+    )
 
 
 def make_fabric_manager(
@@ -94,8 +96,9 @@ def make_fabric_manager(
     Nothing connects here; call ``connect()``.
     """
     if backend not in BACKENDS:
-        raise ValueError(f"backend: {backend!r} is not one of {list(BACKENDS)} (the simulator is "
-                         "only used when asked for by name)")
+        raise ValueError(
+            f"backend: {backend!r} is not one of {list(BACKENDS)} (the simulator is only used when asked for by name)"
+        )
     if gpu_map is None and board is not None:
         gpu_map = load_gpu_map(board)
 
@@ -105,21 +108,28 @@ def make_fabric_manager(
         found = nvfm.find_libnvfm(library)
         if found is None and require_library:
             raise LibraryMissing(missing_library_message(library))
-        logger.debug("Fabric Manager backend: nvfm (library %s, address %s%s)",
-                    found or library, address, " unix socket" if unix_socket else "")
+        logger.debug(
+            "Fabric Manager backend: nvfm (library %s, address %s%s)",
+            found or library,
+            address,
+            " unix socket" if unix_socket else "",
+        )
 
         def build() -> FabricManager:
             return nvfm.NvfmFabricManager(
-                library=library, address=address, unix_socket=unix_socket,
-                timeout_ms=timeout_ms, gpu_map=gpu_map, connect_params_version=connect_params_version,
+                library=library,
+                address=address,
+                unix_socket=unix_socket,
+                timeout_ms=timeout_ms,
+                gpu_map=gpu_map,
+                connect_params_version=connect_params_version,
             )
 
         if deadline_s is None:
             return build()
         from services.fabric.fabric_manager.deadline import DeadlineFabricManager
 
-        return DeadlineFabricManager(build, deadline_s=deadline_s,
-                                     connect_deadline_s=deadline_s + timeout_ms / 1000)
+        return DeadlineFabricManager(build, deadline_s=deadline_s, connect_deadline_s=deadline_s + timeout_ms / 1000)
 
     from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
 

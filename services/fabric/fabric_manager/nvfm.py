@@ -260,9 +260,7 @@ fmConnectParams_v2_version = make_param_version(fmConnectParams_v2, 2)
 fmFabricPartitionList_version = make_param_version(fmFabricPartitionList_v2, 1)
 fmActivatedFabricPartitionList_version = make_param_version(fmActivatedFabricPartitionList_v1, 1)
 fmNvlinkFailedDevices_version = make_param_version(fmNvlinkFailedDevices_v1, 1)
-fmUnsupportedFabricPartitionList_version = make_param_version(
-    fmUnsupportedFabricPartitionList_v1, 1
-)
+fmUnsupportedFabricPartitionList_version = make_param_version(fmUnsupportedFabricPartitionList_v1, 1)
 
 #: Every structure the binding declares, by its SDK name (the layout test walks these).
 STRUCTURES: dict[str, type[ctypes.Structure]] = {
@@ -298,13 +296,9 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "fmGetSupportedFabricPartitions": ([fmHandle_t, _P(fmFabricPartitionList_t)], fmReturn_t),
     "fmActivateFabricPartition": ([fmHandle_t, fmFabricPartitionId_t], fmReturn_t),
     "fmDeactivateFabricPartition": ([fmHandle_t, fmFabricPartitionId_t], fmReturn_t),
-    "fmSetActivatedFabricPartitions": (
-        [fmHandle_t, _P(fmActivatedFabricPartitionList_t)], fmReturn_t
-    ),
+    "fmSetActivatedFabricPartitions": ([fmHandle_t, _P(fmActivatedFabricPartitionList_t)], fmReturn_t),
     "fmGetNvlinkFailedDevices": ([fmHandle_t, _P(fmNvlinkFailedDevices_t)], fmReturn_t),
-    "fmGetUnsupportedFabricPartitions": (
-        [fmHandle_t, _P(fmUnsupportedFabricPartitionList_t)], fmReturn_t
-    ),
+    "fmGetUnsupportedFabricPartitions": ([fmHandle_t, _P(fmUnsupportedFabricPartitionList_t)], fmReturn_t),
 }
 
 
@@ -370,9 +364,7 @@ def load_libnvfm(path: str | os.PathLike[str] | None = None) -> ctypes.CDLL:
             try:
                 fn = getattr(lib, name)
             except AttributeError as exc:
-                raise FabricManagerUnavailable(
-                    f"{found!r} is not a Fabric Manager library: no {name}()"
-                ) from exc
+                raise FabricManagerUnavailable(f"{found!r} is not a Fabric Manager library: no {name}()") from exc
             fn.argtypes = argtypes
             fn.restype = restype
         rc = lib.fmLibInit()
@@ -415,20 +407,20 @@ class NvfmFabricManager:
         connect_params_version: int | None = None,
     ) -> None:
         if connect_params_version not in (None, 1, 2):
-            raise ValueError(f"connect_params_version: 1, 2 or None (by the library's version), "
-                             f"got {connect_params_version!r}")
+            raise ValueError(
+                f"connect_params_version: 1, 2 or None (by the library's version), got {connect_params_version!r}"
+            )
         if not address or len(address.encode()) >= FM_MAX_STR_LENGTH:
-            raise ValueError(f"address: give a host[:port] or socket path shorter than "
-                             f"{FM_MAX_STR_LENGTH} bytes, got {address!r}")
+            raise ValueError(
+                f"address: give a host[:port] or socket path shorter than {FM_MAX_STR_LENGTH} bytes, got {address!r}"
+            )
         if timeout_ms <= 0:
             raise ValueError(f"timeout_ms: must be > 0, got {timeout_ms}")
         self._library_path = library
         self.address = address
         self.unix_socket = unix_socket
         self.timeout_ms = timeout_ms
-        self._known_pci: dict[int, str] = {
-            int(k): normalize_pci_bus_id(v) for k, v in (gpu_map or {}).items()
-        }
+        self._known_pci: dict[int, str] = {int(k): normalize_pci_bus_id(v) for k, v in (gpu_map or {}).items()}
         self._lib: ctypes.CDLL | None = None
         self._handle: fmHandle_t | None = None
         self._lock = threading.RLock()
@@ -487,8 +479,7 @@ class NvfmFabricManager:
                     f"cannot connect to Fabric Manager at {self.address}: {_name(rc)}", code=rc
                 )
             self._handle = handle
-            logger.info("connected to Fabric Manager at %s (fmConnectParams v%d)", self.address,
-                        self._connect_version)
+            logger.info("connected to Fabric Manager at %s (fmConnectParams v%d)", self.address, self._connect_version)
 
     def close(self) -> None:
         with self._lock:
@@ -524,12 +515,14 @@ class NvfmFabricManager:
                     code=rc,
                 )
             if rc == FM_ST_NOT_SUPPORTED:
-                raise NotSupported(f"{name}: not supported by Fabric Manager in its current mode "
-                                   f"({_name(rc)}; e.g. restart mode)", code=rc)
+                raise NotSupported(
+                    f"{name}: not supported by Fabric Manager in its current mode ({_name(rc)}; e.g. restart mode)",
+                    code=rc,
+                )
             if rc in (FM_ST_NOT_CONFIGURED, FM_ST_NOT_READY, FM_ST_RESOURCE_NOT_READY):
                 raise NotReady(
-                    f"{name}: Fabric Manager is initialising or waits for the activated "
-                    f"partition list ({_name(rc)})", code=rc,
+                    f"{name}: Fabric Manager is initialising or waits for the activated partition list ({_name(rc)})",
+                    code=rc,
                 )
             return int(rc)
 
@@ -582,27 +575,30 @@ class NvfmFabricManager:
                     self._known_pci[int(g.physicalId)] = bdf
                 else:
                     bdf = self._known_pci.get(int(g.physicalId), "")
-                gpus.append(GpuInfo(
-                    physical_id=int(g.physicalId), pci_bus_id=bdf, uuid=_text(g.uuid),
-                    nvlinks_available=int(g.numNvLinksAvailable),
-                    max_nvlinks=int(g.maxNumNvLinks),
-                    nvlink_line_rate_mbps=int(g.nvlinkLineRateMBps),
-                ))
+                gpus.append(
+                    GpuInfo(
+                        physical_id=int(g.physicalId),
+                        pci_bus_id=bdf,
+                        uuid=_text(g.uuid),
+                        nvlinks_available=int(g.numNvLinksAvailable),
+                        max_nvlinks=int(g.maxNumNvLinks),
+                        nvlink_line_rate_mbps=int(g.nvlinkLineRateMBps),
+                    )
+                )
             gpus.sort(key=lambda x: x.physical_id)
             pid = int(info.partitionId)
             parts[pid] = PartitionInfo(
-                id=pid, gpus=tuple(gpus), nvlinks=sum(x.nvlinks_available for x in gpus),
-                active=bool(info.isActive), supported=pid not in unsupported,
+                id=pid,
+                gpus=tuple(gpus),
+                nvlinks=sum(x.nvlinks_available for x in gpus),
+                active=bool(info.isActive),
+                supported=pid not in unsupported,
             )
         for pid, physical_ids in unsupported.items():
             if pid in parts:
                 continue
-            gpus = [
-                GpuInfo(physical_id=g, pci_bus_id=self._known_pci.get(g, ""))
-                for g in sorted(physical_ids)
-            ]
-            parts[pid] = PartitionInfo(id=pid, gpus=tuple(gpus), nvlinks=0, active=False,
-                                       supported=False)
+            gpus = [GpuInfo(physical_id=g, pci_bus_id=self._known_pci.get(g, "")) for g in sorted(physical_ids)]
+            parts[pid] = PartitionInfo(id=pid, gpus=tuple(gpus), nvlinks=0, active=False, supported=False)
         self._table = {p.id: topology.Partition(p.id, p.physical_ids) for p in parts.values()}
         return [parts[k] for k in sorted(parts)]
 
@@ -617,7 +613,8 @@ class NvfmFabricManager:
             raise self._fail("fmGetNvlinkFailedDevices", rc)
         gpu_bdfs = {
             normalize_pci_bus_id(_text(out.gpuInfo[i].pciBusId))
-            for i in range(min(out.numGpus, FM_MAX_NUM_GPUS)) if _text(out.gpuInfo[i].pciBusId)
+            for i in range(min(out.numGpus, FM_MAX_NUM_GPUS))
+            if _text(out.gpuInfo[i].pciBusId)
         }
         if not gpu_bdfs <= set(self._known_pci.values()):
             self.list_partitions()  # learn physical id <-> PCI bus id from Fabric Manager
@@ -628,25 +625,26 @@ class NvfmFabricManager:
             bdf = normalize_pci_bus_id(raw) if raw else ""
             n = min(info.numPorts, FM_MAX_NUM_NVLINK_PORTS)
             return FailedDevice(
-                pci_bus_id=bdf, uuid=_text(info.uuid),
+                pci_bus_id=bdf,
+                uuid=_text(info.uuid),
                 ports=tuple(sorted(int(info.portNum[k]) for k in range(n))),
                 physical_id=by_pci.get(bdf) if gpu else None,
             )
 
         return FailedDevices(
-            gpus=tuple(device(out.gpuInfo[i], True)
-                       for i in range(min(out.numGpus, FM_MAX_NUM_GPUS))),
-            switches=tuple(device(out.switchInfo[i], False)
-                           for i in range(min(out.numSwitches, FM_MAX_NUM_NVSWITCHES))),
+            gpus=tuple(device(out.gpuInfo[i], True) for i in range(min(out.numGpus, FM_MAX_NUM_GPUS))),
+            switches=tuple(
+                device(out.switchInfo[i], False) for i in range(min(out.numSwitches, FM_MAX_NUM_NVSWITCHES))
+            ),
         )
 
     # --- changes ------------------------------------------------------------------------
     @staticmethod
     def _check_id(partition_id: int) -> None:
-        if not isinstance(partition_id, int) or isinstance(partition_id, bool) \
-                or not 0 <= partition_id < 2**32:
-            raise UnknownPartition(partition_id, f"partition_id: {partition_id!r} is not a "
-                                                 "partition id (unsigned 32-bit integer)")
+        if not isinstance(partition_id, int) or isinstance(partition_id, bool) or not 0 <= partition_id < 2**32:
+            raise UnknownPartition(
+                partition_id, f"partition_id: {partition_id!r} is not a partition id (unsigned 32-bit integer)"
+            )
 
     def activate(self, partition_id: int) -> None:
         self._check_id(partition_id)
@@ -663,11 +661,14 @@ class NvfmFabricManager:
             kind = FM_ST_IN_USE  # 550+ names the same refusal more precisely
         elif rc in (FM_ST_RESOURCE_BAD, FM_ST_PARTITION_ID_NOT_IN_USE):
             kind = FM_ST_BADPARAM
-        if kind == FM_ST_NVLINK_ERROR or \
-                FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR <= kind <= FM_ST_PARTITION_MISWIRED_TRUNKS:
+        if (
+            kind == FM_ST_NVLINK_ERROR
+            or FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR <= kind <= FM_ST_PARTITION_MISWIRED_TRUNKS
+        ):
             return PartitionUnsupported(
-                partition_id, f"partition {partition_id}: NVLink training/routing failed on activation "
-                f"({_name(rc)})", code=rc,
+                partition_id,
+                f"partition {partition_id}: NVLink training/routing failed on activation ({_name(rc)})",
+                code=rc,
             )
         if kind in (FM_ST_IN_USE, FM_ST_BADPARAM):
             parts = {p.id: p for p in self.list_partitions()}
@@ -675,10 +676,13 @@ class NvfmFabricManager:
             if kind == FM_ST_IN_USE:
                 if target is not None and target.active:
                     return PartitionAlreadyActive(partition_id, code=rc)
-                conflicting = tuple(sorted(
-                    p.id for p in parts.values()
-                    if p.active and target is not None and p.physical_ids & target.physical_ids
-                ))
+                conflicting = tuple(
+                    sorted(
+                        p.id
+                        for p in parts.values()
+                        if p.active and target is not None and p.physical_ids & target.physical_ids
+                    )
+                )
                 return PartitionConflict(partition_id, conflicting=conflicting, code=rc)
             if target is not None and not target.supported:
                 return PartitionUnsupported(partition_id, code=rc)
@@ -701,9 +705,7 @@ class NvfmFabricManager:
     def set_activated_list(self, partition_ids: list[int]) -> None:
         ids = list(partition_ids)
         if len(ids) > FM_MAX_FABRIC_PARTITIONS:
-            raise InvalidArgument(
-                f"partition_ids: at most {FM_MAX_FABRIC_PARTITIONS} partitions, got {len(ids)}"
-            )
+            raise InvalidArgument(f"partition_ids: at most {FM_MAX_FABRIC_PARTITIONS} partitions, got {len(ids)}")
         for pid in ids:
             self._check_id(pid)
         arg = fmActivatedFabricPartitionList_t()
@@ -729,5 +731,4 @@ class NvfmFabricManager:
         except FabricManagerError as exc:
             exc.code = rc
             return exc
-        return InvalidArgument(f"fmSetActivatedFabricPartitions refused {ids}: {_name(rc)}",
-                               code=rc)
+        return InvalidArgument(f"fmSetActivatedFabricPartitions refused {ids}: {_name(rc)}", code=rc)

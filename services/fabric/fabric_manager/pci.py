@@ -14,9 +14,7 @@ def parse_pci_bus_id(text: str) -> tuple[int, int, int, int]:
     """(domain, bus, device, function) of a PCI bus id in any usual form."""
     m = _BDF.match(text.strip())
     if not m:
-        raise ValueError(
-            f"pci_bus_id: {text!r} is not a PCI address like 0000:18:00.0 or 00000000:18:00.0"
-        )
+        raise ValueError(f"pci_bus_id: {text!r} is not a PCI address like 0000:18:00.0 or 00000000:18:00.0")
     domain = int(m["domain"] or "0", 16)
     bus, device, function = int(m["bus"], 16), int(m["device"], 16), int(m["function"])
     if device > 0x1F:

@@ -26,19 +26,15 @@ def check_activated_list(ids: Sequence[int], table: Mapping[int, topology.Partit
     """Refuse an activated list Fabric Manager would refuse: too long, duplicates,
     unknown ids, or two partitions sharing a GPU."""
     if len(ids) > MAX_FABRIC_PARTITIONS:
-        raise InvalidArgument(
-            f"partition_ids: at most {MAX_FABRIC_PARTITIONS} partitions, got {len(ids)}"
-        )
+        raise InvalidArgument(f"partition_ids: at most {MAX_FABRIC_PARTITIONS} partitions, got {len(ids)}")
     if len(set(ids)) != len(ids):
         dupes = sorted({i for i in ids if list(ids).count(i) > 1})
         raise InvalidArgument(f"partition_ids: duplicate id(s) {dupes}")
     for pid in ids:
         if pid not in table:
-            raise UnknownPartition(
-                pid, f"partition_ids: no fabric partition {pid}; ids are {sorted(table)}"
-            )
+            raise UnknownPartition(pid, f"partition_ids: no fabric partition {pid}; ids are {sorted(table)}")
     for i, a in enumerate(ids):
-        for b in ids[i + 1:]:
+        for b in ids[i + 1 :]:
             if table[a].overlaps(table[b]):
                 raise PartitionConflict(
                     a,

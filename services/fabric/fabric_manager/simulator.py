@@ -133,9 +133,7 @@ class SimulatedFabric:
                 f"gpus: no PCI bus id for physical id(s) {sorted(missing)} used by the "
                 f"partition table; give one for each of {sorted(needed)}"
             )
-        self._switches = tuple(
-            normalize_pci_bus_id(s) for s in (default_switches() if switches is None else switches)
-        )
+        self._switches = tuple(normalize_pci_bus_id(s) for s in (default_switches() if switches is None else switches))
         self._nvlinks_per_gpu = nvlinks_per_gpu
         self.resiliency = resiliency
         self.h100 = h100
@@ -173,8 +171,10 @@ class SimulatedFabric:
         """Restart mode: no activated list within the timeout -> Fabric Manager exits
         (FM User Guide, "Fabric Manager Restart Mode")."""
         if self._running and self._awaiting_list and self._clock() > self._list_deadline:
-            logger.warning("simulated fabric manager: no activated partition list within %.0f s "
-                           "in restart mode; exiting", self.restart_timeout_s)
+            logger.warning(
+                "simulated fabric manager: no activated partition list within %.0f s in restart mode; exiting",
+                self.restart_timeout_s,
+            )
             self.exits_without_list += 1
             self._awaiting_list = False
             self._running = False
@@ -219,7 +219,8 @@ class SimulatedFabric:
             self._restart_mode = mode
             self._list_deadline = self._clock() + self.restart_timeout_s
             logger.info(
-                "simulated fabric manager started (restart %d, %s)", self.restarts,
+                "simulated fabric manager started (restart %d, %s)",
+                self.restarts,
                 "waiting for the activated partition list" if self._awaiting_list else "ready",
             )
 
@@ -238,8 +239,7 @@ class SimulatedFabric:
                 (*self._gpu_failures.get(physical_id, ()), *self._ports(ports))
             )
             self._gpu_infos.clear()
-            logger.info("simulated NVLink failure on GPU %d (%s)", physical_id,
-                        self._gpus[physical_id])
+            logger.info("simulated NVLink failure on GPU %d (%s)", physical_id, self._gpus[physical_id])
 
     def clear_gpu_nvlink_failure(self, physical_id: int) -> None:
         self._check_gpu(physical_id)
@@ -251,12 +251,9 @@ class SimulatedFabric:
         """An NVSwitch reports failed ports (listed in failed devices; partitions unaffected)."""
         bdf = normalize_pci_bus_id(pci_bus_id)
         if bdf not in self._switches:
-            raise ValueError(f"pci_bus_id: {pci_bus_id!r} is not an NVSwitch here; "
-                             f"allowed: {list(self._switches)}")
+            raise ValueError(f"pci_bus_id: {pci_bus_id!r} is not an NVSwitch here; allowed: {list(self._switches)}")
         with self.lock:
-            self._switch_failures[bdf] = self._ports(
-                (*self._switch_failures.get(bdf, ()), *self._ports(ports))
-            )
+            self._switch_failures[bdf] = self._ports((*self._switch_failures.get(bdf, ()), *self._ports(ports)))
 
     def clear_switch_nvlink_failure(self, pci_bus_id: str) -> None:
         with self.lock:
@@ -270,9 +267,7 @@ class SimulatedFabric:
     def _ports(ports: Iterable[int]) -> tuple[int, ...]:
         out = tuple(sorted({int(p) for p in ports}))
         if not out or any(not 0 <= p < NVSWITCH_PORTS for p in out):
-            raise ValueError(
-                f"ports: give 1..{NVSWITCH_PORTS} port numbers in 0..{NVSWITCH_PORTS - 1}"
-            )
+            raise ValueError(f"ports: give 1..{NVSWITCH_PORTS} port numbers in 0..{NVSWITCH_PORTS - 1}")
         return out
 
     # --- the Fabric Manager API, as the clients call it ---------------------------------
@@ -318,8 +313,11 @@ class SimulatedFabric:
         if gpus is None:
             gpus = self._gpu_infos[p.id] = self._gpu_entries(p)
         return PartitionInfo(
-            id=p.id, gpus=gpus, nvlinks=sum(g.nvlinks_available for g in gpus),
-            active=active, supported=supported,
+            id=p.id,
+            gpus=gpus,
+            nvlinks=sum(g.nvlinks_available for g in gpus),
+            active=active,
+            supported=supported,
         )
 
     def _gpu_entries(self, p: topology.Partition) -> tuple[GpuInfo, ...]:
@@ -329,11 +327,16 @@ class SimulatedFabric:
             failed = len(self._gpu_failures.get(g, ()))
             available = max(self._nvlinks_per_gpu - failed, 0) if multi else 0
             pci = "" if self.h100 else self._gpus[g]  # H100: no PCI bus id, no UUID
-            gpus.append(GpuInfo(
-                physical_id=g, pci_bus_id=pci, uuid=gpu_uuid(pci) if pci else "",
-                nvlinks_available=available, max_nvlinks=self._nvlinks_per_gpu,
-                nvlink_line_rate_mbps=H100_NVLINK_LINE_RATE_MBPS,
-            ))
+            gpus.append(
+                GpuInfo(
+                    physical_id=g,
+                    pci_bus_id=pci,
+                    uuid=gpu_uuid(pci) if pci else "",
+                    nvlinks_available=available,
+                    max_nvlinks=self._nvlinks_per_gpu,
+                    nvlink_line_rate_mbps=H100_NVLINK_LINE_RATE_MBPS,
+                )
+            )
         return tuple(gpus)
 
     def activate(self, partition_id: int) -> None:
@@ -353,8 +356,7 @@ class SimulatedFabric:
             if conflicting:
                 raise PartitionConflict(partition_id, conflicting=conflicting)
             self._active.add(partition_id)
-            logger.info("simulated fabric manager activated partition %d (GPUs %s)",
-                        partition_id, part.sorted_gpus())
+            logger.info("simulated fabric manager activated partition %d (GPUs %s)", partition_id, part.sorted_gpus())
 
     def deactivate(self, partition_id: int) -> None:
         with self.lock:
@@ -371,8 +373,10 @@ class SimulatedFabric:
         with self.lock:
             self._require_running()
             if not self._awaiting_list:
-                raise NotSupported("set_activated_list refused: Fabric Manager only takes the "
-                                   "activated list after a restart in restart mode")
+                raise NotSupported(
+                    "set_activated_list refused: Fabric Manager only takes the "
+                    "activated list after a restart in restart mode"
+                )
             rules.check_activated_list(ids, self._partitions)
             self._active = set(ids)
             self._awaiting_list = False
@@ -387,13 +391,11 @@ class SimulatedFabric:
                 return FailedDevices()  # H100: always empty
             return FailedDevices(
                 gpus=tuple(
-                    FailedDevice(pci_bus_id=self._gpus[g], uuid=gpu_uuid(self._gpus[g]),
-                                 ports=ports, physical_id=g)
+                    FailedDevice(pci_bus_id=self._gpus[g], uuid=gpu_uuid(self._gpus[g]), ports=ports, physical_id=g)
                     for g, ports in sorted(self._gpu_failures.items())
                 ),
                 switches=tuple(
-                    FailedDevice(pci_bus_id=s, ports=ports)
-                    for s, ports in sorted(self._switch_failures.items())
+                    FailedDevice(pci_bus_id=s, ports=ports) for s, ports in sorted(self._switch_failures.items())
                 ),
             )
 
@@ -431,8 +433,7 @@ class SimulatedFabricManager:
         with self._lock, self.fabric.lock:
             if not self.fabric.running:
                 self._epoch = None
-                raise FabricManagerUnavailable("cannot connect: fabric manager is not running "
-                                               "(simulated)")
+                raise FabricManagerUnavailable("cannot connect: fabric manager is not running (simulated)")
             self._epoch = self.fabric.epoch
 
     def close(self) -> None:

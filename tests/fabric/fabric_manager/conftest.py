@@ -25,9 +25,23 @@ def libnvfm_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail("gcc not found: run `make system-deps` to install it")
     out = tmp_path_factory.mktemp("libnvfm") / "libnvfm.so"
     subprocess.run(
-        [gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-shared", "-fPIC", "-pthread",
-         "-o", str(out), str(FAKE_SRC / "nvfm_fake.c")],
-        check=True, capture_output=True, text=True,
+        [
+            gcc,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            "-o",
+            str(out),
+            str(FAKE_SRC / "nvfm_fake.c"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return out
 
@@ -66,12 +80,11 @@ def fake_lib(libnvfm: ctypes.CDLL, hgx_board: FakeBoard) -> Iterator[ctypes.CDLL
 
 
 @pytest.fixture
-def nvfm_client(
-    fake_lib: ctypes.CDLL, libnvfm_path: Path, hgx_board: FakeBoard
-) -> Iterator[NvfmFabricManager]:
+def nvfm_client(fake_lib: ctypes.CDLL, libnvfm_path: Path, hgx_board: FakeBoard) -> Iterator[NvfmFabricManager]:
     """The binding as the factory builds it: the board's physical id map as fallback."""
-    client = NvfmFabricManager(library=libnvfm_path, address="10.0.0.2:6666", timeout_ms=2000,
-                               gpu_map=hgx_board.physical_id_map())
+    client = NvfmFabricManager(
+        library=libnvfm_path, address="10.0.0.2:6666", timeout_ms=2000, gpu_map=hgx_board.physical_id_map()
+    )
     client.connect()
     yield client
     client.close()

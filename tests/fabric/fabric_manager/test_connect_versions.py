@@ -25,8 +25,26 @@ def _build(out: Path, *defines: str) -> Path:
     gcc = shutil.which("gcc")
     if gcc is None:
         pytest.fail("gcc not found: run `make system-deps` to install it")
-    subprocess.run([gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-shared", "-fPIC", "-pthread",
-                    *defines, "-o", str(out), str(FAKE_SRC)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            gcc,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            *defines,
+            "-o",
+            str(out),
+            str(FAKE_SRC),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out
 
 

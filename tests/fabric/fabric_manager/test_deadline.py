@@ -38,9 +38,11 @@ def stall_lib(fake_lib: ctypes.CDLL) -> Iterator[ctypes.CDLL]:
 @pytest.fixture
 def bounded(stall_lib: ctypes.CDLL, libnvfm_path: Path, hgx_board) -> Iterator[DeadlineFabricManager]:
     fm = DeadlineFabricManager(
-        lambda: NvfmFabricManager(library=libnvfm_path, address="10.0.0.2:6666", timeout_ms=2000,
-                                  gpu_map=hgx_board.physical_id_map()),
-        deadline_s=DEADLINE_S)
+        lambda: NvfmFabricManager(
+            library=libnvfm_path, address="10.0.0.2:6666", timeout_ms=2000, gpu_map=hgx_board.physical_id_map()
+        ),
+        deadline_s=DEADLINE_S,
+    )
     fm.connect()
     yield fm
     stall_lib.fakeFmStall(0)
@@ -116,8 +118,9 @@ def test_slow_answers_past_the_deadline_are_unavailable(bounded: DeadlineFabricM
 
 def test_connect_has_a_deadline_too(stall_lib, libnvfm_path: Path) -> None:
     stall_lib.fakeFmStall(-1)
-    fm = DeadlineFabricManager(lambda: NvfmFabricManager(library=libnvfm_path, address="10.0.0.2"),
-                               deadline_s=DEADLINE_S)
+    fm = DeadlineFabricManager(
+        lambda: NvfmFabricManager(library=libnvfm_path, address="10.0.0.2"), deadline_s=DEADLINE_S
+    )
     with pytest.raises(FabricManagerUnavailable, match="fmConnect"):
         fm.connect()
     assert stall_lib.fakeFmStalledCalls() >= 1

@@ -9,11 +9,11 @@ import pytest
 
 from services.fabric.fabric_manager import nvfm
 from services.fabric.fabric_manager.errors import (
-    NotSupported,
     FabricManagerError,
     FabricManagerUnavailable,
     InvalidArgument,
     NotReady,
+    NotSupported,
     PartitionConflict,
     PartitionNotActive,
     PartitionUnsupported,
@@ -34,8 +34,7 @@ def test_is_a_fabric_manager(nvfm_client) -> None:
     ids=["tcp", "unix-socket"],
 )
 def test_connect_passes_the_address(fake_lib, libnvfm_path, address, unix_socket) -> None:
-    client = NvfmFabricManager(library=libnvfm_path, address=address, unix_socket=unix_socket,
-                               timeout_ms=1234)
+    client = NvfmFabricManager(library=libnvfm_path, address=address, unix_socket=unix_socket, timeout_ms=1234)
     client.connect()
     try:
         assert fake_lib.fakeFmLastAddress() == address.encode()
@@ -48,9 +47,7 @@ def test_connect_passes_the_address(fake_lib, libnvfm_path, address, unix_socket
 def test_round_trip_reaches_the_library_state(nvfm_client, fake_lib) -> None:
     nvfm_client.activate(1)
     nvfm_client.activate(6)
-    assert [fake_lib.fakeFmIsActive(i) for i in range(15)] == [
-        1 if i in (1, 6) else 0 for i in range(15)
-    ]
+    assert [fake_lib.fakeFmIsActive(i) for i in range(15)] == [1 if i in (1, 6) else 0 for i in range(15)]
     nvfm_client.deactivate(6)
     assert fake_lib.fakeFmIsActive(6) == 0
     fake_lib.fakeFmStop()
@@ -119,40 +116,103 @@ def test_unsupported_gpu_pci_comes_from_the_board_map(fake_lib, libnvfm_path, hg
 
 # (what, SDK function made to fail, its fmReturn_t, the client call, error expected)
 ERROR_MAP = [
-    ("timeout on activate", "fmActivateFabricPartition", nvfm.FM_ST_TIMEOUT,
-     lambda c: c.activate(1), FabricManagerUnavailable),
-    ("nvlink training failure", "fmActivateFabricPartition", nvfm.FM_ST_NVLINK_ERROR,
-     lambda c: c.activate(1), PartitionUnsupported),
-    ("initialising on activate", "fmActivateFabricPartition", nvfm.FM_ST_NOT_CONFIGURED,
-     lambda c: c.activate(1), NotReady),
-    ("not supported (not shared NVSwitch mode)", "fmGetSupportedFabricPartitions",
-     nvfm.FM_ST_NOT_SUPPORTED, lambda c: c.list_partitions(), NotSupported),
+    (
+        "timeout on activate",
+        "fmActivateFabricPartition",
+        nvfm.FM_ST_TIMEOUT,
+        lambda c: c.activate(1),
+        FabricManagerUnavailable,
+    ),
+    (
+        "nvlink training failure",
+        "fmActivateFabricPartition",
+        nvfm.FM_ST_NVLINK_ERROR,
+        lambda c: c.activate(1),
+        PartitionUnsupported,
+    ),
+    (
+        "initialising on activate",
+        "fmActivateFabricPartition",
+        nvfm.FM_ST_NOT_CONFIGURED,
+        lambda c: c.activate(1),
+        NotReady,
+    ),
+    (
+        "not supported (not shared NVSwitch mode)",
+        "fmGetSupportedFabricPartitions",
+        nvfm.FM_ST_NOT_SUPPORTED,
+        lambda c: c.list_partitions(),
+        NotSupported,
+    ),
     # A silent or gone FM: libnvfm returns GENERIC_ERROR after ~70 s -> unavailable.
-    ("generic error on unsupported list", "fmGetUnsupportedFabricPartitions",
-     nvfm.FM_ST_GENERIC_ERROR, lambda c: c.unsupported_partitions(), FabricManagerUnavailable),
-    ("550+: not ready", "fmActivateFabricPartition", nvfm.FM_ST_NOT_READY,
-     lambda c: c.activate(1), NotReady),
-    ("550+: resource in use on activate", "fmActivateFabricPartition", nvfm.FM_ST_RESOURCE_IN_USE,
-     lambda c: c.activate(1), PartitionConflict),
-    ("550+: route programming error", "fmActivateFabricPartition",
-     nvfm.FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR, lambda c: c.activate(1), PartitionUnsupported),
-    ("550+: not in use on deactivate", "fmDeactivateFabricPartition", nvfm.FM_ST_RESOURCE_NOT_IN_USE,
-     lambda c: c.deactivate(1), PartitionNotActive),
-    ("in use on deactivate", "fmDeactivateFabricPartition", nvfm.FM_ST_IN_USE,
-     lambda c: c.deactivate(1), FabricManagerError),
-    ("not active on deactivate", "fmDeactivateFabricPartition", nvfm.FM_ST_UNINITIALIZED,
-     lambda c: c.deactivate(1), PartitionNotActive),
-    ("bad list, valid by the table", "fmSetActivatedFabricPartitions", nvfm.FM_ST_BADPARAM,
-     lambda c: c.set_activated_list([1]), InvalidArgument),
-    ("version mismatch on failed devices", "fmGetNvlinkFailedDevices",
-     nvfm.FM_ST_VERSION_MISMATCH, lambda c: c.nvlink_failed_devices(), FabricManagerError),
-    ("connection lost twice", "fmConnect", nvfm.FM_ST_CONNECTION_NOT_VALID,
-     lambda c: c.connect(), FabricManagerUnavailable),
+    (
+        "generic error on unsupported list",
+        "fmGetUnsupportedFabricPartitions",
+        nvfm.FM_ST_GENERIC_ERROR,
+        lambda c: c.unsupported_partitions(),
+        FabricManagerUnavailable,
+    ),
+    ("550+: not ready", "fmActivateFabricPartition", nvfm.FM_ST_NOT_READY, lambda c: c.activate(1), NotReady),
+    (
+        "550+: resource in use on activate",
+        "fmActivateFabricPartition",
+        nvfm.FM_ST_RESOURCE_IN_USE,
+        lambda c: c.activate(1),
+        PartitionConflict,
+    ),
+    (
+        "550+: route programming error",
+        "fmActivateFabricPartition",
+        nvfm.FM_ST_PARTITION_ROUTE_PROGRAMMING_ERROR,
+        lambda c: c.activate(1),
+        PartitionUnsupported,
+    ),
+    (
+        "550+: not in use on deactivate",
+        "fmDeactivateFabricPartition",
+        nvfm.FM_ST_RESOURCE_NOT_IN_USE,
+        lambda c: c.deactivate(1),
+        PartitionNotActive,
+    ),
+    (
+        "in use on deactivate",
+        "fmDeactivateFabricPartition",
+        nvfm.FM_ST_IN_USE,
+        lambda c: c.deactivate(1),
+        FabricManagerError,
+    ),
+    (
+        "not active on deactivate",
+        "fmDeactivateFabricPartition",
+        nvfm.FM_ST_UNINITIALIZED,
+        lambda c: c.deactivate(1),
+        PartitionNotActive,
+    ),
+    (
+        "bad list, valid by the table",
+        "fmSetActivatedFabricPartitions",
+        nvfm.FM_ST_BADPARAM,
+        lambda c: c.set_activated_list([1]),
+        InvalidArgument,
+    ),
+    (
+        "version mismatch on failed devices",
+        "fmGetNvlinkFailedDevices",
+        nvfm.FM_ST_VERSION_MISMATCH,
+        lambda c: c.nvlink_failed_devices(),
+        FabricManagerError,
+    ),
+    (
+        "connection lost twice",
+        "fmConnect",
+        nvfm.FM_ST_CONNECTION_NOT_VALID,
+        lambda c: c.connect(),
+        FabricManagerUnavailable,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("function", "rc", "call", "error"), [e[1:] for e in ERROR_MAP],
-                         ids=[e[0] for e in ERROR_MAP])
+@pytest.mark.parametrize(("function", "rc", "call", "error"), [e[1:] for e in ERROR_MAP], ids=[e[0] for e in ERROR_MAP])
 def test_return_codes_map_to_errors(nvfm_client, fake_lib, function, rc, call, error) -> None:
     if function == "fmDeactivateFabricPartition":
         nvfm_client.activate(1)  # the call itself would succeed but for the injected code
@@ -166,8 +226,7 @@ def test_return_codes_map_to_errors(nvfm_client, fake_lib, function, rc, call, e
 
 def test_stale_handle_is_replaced_transparently(nvfm_client, fake_lib) -> None:
     """One FM_ST_CONNECTION_NOT_VALID: the binding reconnects and the call goes through."""
-    assert fake_lib.fakeFmFailNext(b"fmActivateFabricPartition",
-                                   nvfm.FM_ST_CONNECTION_NOT_VALID) == 0
+    assert fake_lib.fakeFmFailNext(b"fmActivateFabricPartition", nvfm.FM_ST_CONNECTION_NOT_VALID) == 0
     nvfm_client.activate(5)
     assert fake_lib.fakeFmIsActive(5) == 1
 
@@ -190,8 +249,7 @@ def test_library_without_the_sdk_is_refused(tmp_path: Path) -> None:
 
 
 def test_version_mismatch_is_an_error(nvfm_client, fake_lib, monkeypatch) -> None:
-    monkeypatch.setattr(nvfm, "fmNvlinkFailedDevices_version",
-                        nvfm.fmNvlinkFailedDevices_version + (1 << 24))
+    monkeypatch.setattr(nvfm, "fmNvlinkFailedDevices_version", nvfm.fmNvlinkFailedDevices_version + (1 << 24))
     with pytest.raises(FabricManagerError) as info:
         nvfm_client.nvlink_failed_devices()
     assert info.value.code == nvfm.FM_ST_VERSION_MISMATCH

@@ -11,15 +11,18 @@ from services.fabric.fabric_manager import nvfm
 UNKNOWN = -(2 ** (8 * ctypes.sizeof(ctypes.c_long) - 1))  # LONG_MIN: key not in the C table
 
 CONSTANTS = [
-    "FM_MAX_STR_LENGTH", "FM_UUID_BUFFER_SIZE", "FM_DEVICE_PCI_BUS_ID_BUFFER_SIZE",
-    "FM_MAX_NUM_GPUS", "FM_MAX_NUM_NVSWITCHES", "FM_MAX_FABRIC_PARTITIONS",
-    "FM_MAX_NUM_NVLINK_PORTS", "FM_CMD_PORT_NUMBER",
+    "FM_MAX_STR_LENGTH",
+    "FM_UUID_BUFFER_SIZE",
+    "FM_DEVICE_PCI_BUS_ID_BUFFER_SIZE",
+    "FM_MAX_NUM_GPUS",
+    "FM_MAX_NUM_NVSWITCHES",
+    "FM_MAX_FABRIC_PARTITIONS",
+    "FM_MAX_NUM_NVLINK_PORTS",
+    "FM_CMD_PORT_NUMBER",
     *[name for name in nvfm.RETURN_NAMES.values() if name != "FM_ST_SUCCESS"],
 ]
 
-FIELDS = [
-    (name, field[0]) for name, struct in nvfm.STRUCTURES.items() for field in struct._fields_
-]
+FIELDS = [(name, field[0]) for name, struct in nvfm.STRUCTURES.items() for field in struct._fields_]
 
 
 @pytest.mark.parametrize("name", sorted(nvfm.STRUCTURES))

@@ -75,14 +75,21 @@ def test_layout_from_a_file_as_a_configmap_mounts_it(tmp_path: Path, fmt: str) -
     assert validate_against_table(layout, TABLE) == []
 
 
-@pytest.mark.parametrize(("content", "error"), [
-    ('{"gpus": []}', "'gpus' must list each GPU"),
-    ('{"gpus": [{"physical_id": "x", "pci_bus_id": "0000:18:00.0"}]}', "gpus\\[0\\] needs an integer physical_id"),
-    ('{"gpus": [{"physical_id": 1, "pci_bus_id": "18"}]}', "gpus\\[0\\] needs"),
-    ('{"gpus": [{"physical_id": 1, "pci_bus_id": "0000:18:00.0"}, {"physical_id": 1, "pci_bus_id": "0000:19:00.0"}]}',
-     "a physical id appears twice"),
-    ("[: nope", "neither JSON nor YAML"),
-], ids=["empty", "bad-id", "bad-bdf", "duplicate-id", "garbage"])
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ('{"gpus": []}', "'gpus' must list each GPU"),
+        ('{"gpus": [{"physical_id": "x", "pci_bus_id": "0000:18:00.0"}]}', "gpus\\[0\\] needs an integer physical_id"),
+        ('{"gpus": [{"physical_id": 1, "pci_bus_id": "18"}]}', "gpus\\[0\\] needs"),
+        (
+            '{"gpus": [{"physical_id": 1, "pci_bus_id": "0000:18:00.0"}, '
+            '{"physical_id": 1, "pci_bus_id": "0000:19:00.0"}]}',
+            "a physical id appears twice",
+        ),
+        ("[: nope", "neither JSON nor YAML"),
+    ],
+    ids=["empty", "bad-id", "bad-bdf", "duplicate-id", "garbage"],
+)
 def test_bad_layout_files_are_refused_naming_the_field(tmp_path: Path, content: str, error: str) -> None:
     path = tmp_path / "layout.json"
     path.write_text(content)
@@ -98,8 +105,9 @@ def test_unknown_layout_name_lists_the_shipped_ones() -> None:
 def test_layout_that_misses_a_gpu_fm_uses_is_reported() -> None:
     from dataclasses import replace
 
-    seven = replace(DGX_H100, gpu_bdfs=DGX_H100.gpu_bdfs[:7], gpu_physical_ids=DGX_H100.gpu_physical_ids[:7],
-                    gpu_numa_nodes=None)
+    seven = replace(
+        DGX_H100, gpu_bdfs=DGX_H100.gpu_bdfs[:7], gpu_physical_ids=DGX_H100.gpu_physical_ids[:7], gpu_numa_nodes=None
+    )
     problems = validate_against_table(seven, TABLE)
     assert any("use physical id(s) [6]" in p for p in problems)
     assert "layout dgx-h100 has 7 GPUs, expected 8" in problems
@@ -131,8 +139,9 @@ def test_h100_degradation_shows_in_topology(tmp_path: Path) -> None:
     assert all(g["healthy"] for g in topo["gpus"] if g["physical_id"] != 4)
 
 
-def test_binding_over_the_h100_double_lists_without_raising(fake_lib: ctypes.CDLL, libnvfm_path: Path,
-                                                           tmp_path: Path) -> None:
+def test_binding_over_the_h100_double_lists_without_raising(
+    fake_lib: ctypes.CDLL, libnvfm_path: Path, tmp_path: Path
+) -> None:
     """The C double in H100 mode writes empty pciBusId/uuid: listing must not raise, and the
     host layout supplies the addresses (no gpu_map given to the binding)."""
     fake_lib.fakeFmSetH100(1)

@@ -20,8 +20,7 @@ import ctypes
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -50,7 +49,9 @@ TABLE = {p.id: p for p in topology.HGX_H100_PARTITIONS}
 BOARD = dict(zip(GPU_PHYSICAL_IDS, GPU_BDFS, strict=True))
 
 SETTINGS = settings(
-    max_examples=100, stateful_step_count=30, deadline=None,
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 
@@ -81,8 +82,7 @@ def machine_for(make_driver: Callable[[], Driver]) -> type[RuleBasedStateMachine
                 assert not self.running
                 return
             except PartitionConflict:
-                assert any(TABLE[r].overlaps(TABLE[partition_id])
-                           for r in self.records.values())
+                assert any(TABLE[r].overlaps(TABLE[partition_id]) for r in self.records.values())
                 return
             except PartitionUnsupported:
                 assert TABLE[partition_id].gpus & self.degraded
@@ -140,7 +140,7 @@ def machine_for(make_driver: Callable[[], Driver]) -> type[RuleBasedStateMachine
             assert active == set(self.records.values()), (active, self.records)
             held = sorted(self.records.values())
             for i, a in enumerate(held):
-                for b in held[i + 1:]:
+                for b in held[i + 1 :]:
                     assert not TABLE[a].overlaps(TABLE[b])
 
         @invariant()
@@ -166,14 +166,12 @@ def test_simulator_active_partitions_equal_records() -> None:
 
 
 @pytest.mark.parametrize("examples", [40])
-def test_binding_active_partitions_equal_records(libnvfm: ctypes.CDLL, libnvfm_path,
-                                                 examples: int) -> None:
+def test_binding_active_partitions_equal_records(libnvfm: ctypes.CDLL, libnvfm_path, examples: int) -> None:
     def make() -> LibDriver:
         reset_fake(libnvfm, BOARD)
         return LibDriver(NvfmFabricManager(library=libnvfm_path, gpu_map=BOARD), libnvfm)
 
     try:
-        run_state_machine_as_test(machine_for(make),
-                                  settings=settings(SETTINGS, max_examples=examples))
+        run_state_machine_as_test(machine_for(make), settings=settings(SETTINGS, max_examples=examples))
     finally:
         libnvfm.fakeFmReset()

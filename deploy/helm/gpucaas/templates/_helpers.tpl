@@ -134,3 +134,16 @@ PreBind and the default binder binds; the extender only scores nodes (prioritize
 {{- define "gpucaas.extenderBinds" -}}
 {{- if and .Values.schedulerExtender.bind (eq .Values.allocation.mode "device-plugin") }}true{{ end -}}
 {{- end }}
+
+{{/* The annotations that send private endpoints through the API's /v1/endpoint-auth: the
+operator's (endpoints.authAnnotations), else the chart's Traefik Middlewares by their
+cross-namespace names (<namespace>-<name>@kubernetescrd). */}}
+{{- define "gpucaas.endpointAuthAnnotations" -}}
+{{- if .Values.endpoints.authAnnotations -}}
+{{- toJson .Values.endpoints.authAnnotations -}}
+{{- else -}}
+{{- $mw := include "gpucaas.componentName" (list . "endpoint") -}}
+{{- $chain := printf "%s-%s-auth@kubernetescrd,%s-%s-strip@kubernetescrd" .Release.Namespace $mw .Release.Namespace $mw -}}
+{{- dict "traefik.ingress.kubernetes.io/router.middlewares" $chain | toJson -}}
+{{- end -}}
+{{- end -}}

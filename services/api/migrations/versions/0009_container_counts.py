@@ -4,7 +4,7 @@ triggers that already keep ``tenancy.gpus_in_use`` (migration 0006).
 ``GET /v1/containers`` answers ``count``, the number of the caller's containers (of one
 status, with ``?status=``). Counting the rows costs what the tenancy's history holds: a
 tenancy with a million finished containers read a million index entries and their rows
-on every page (issue 18: "counts without scanning"). The tenancy row now carries
+on every page: a count must not scan the history. The tenancy row now carries
 ``containers_<status>`` for its live containers (those of this tenancy, not of an
 earlier tenancy of the same name, ``tenancy_deleted_at IS NULL``): a page's count reads
 one row.
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import sqlalchemy as sa
 from alembic import op
@@ -43,8 +44,7 @@ depends_on = None
 
 _ACTIVE = "('Queued', 'Pending', 'Running')"
 #: status -> column (services.api.models.CONTAINER_COUNT_COLUMNS says the same)
-_COLUMNS = {s: f"containers_{s.lower()}" for s in
-            ("Queued", "Pending", "Running", "Succeeded", "Failed", "Cancelled")}
+_COLUMNS = {s: f"containers_{s.lower()}" for s in ("Queued", "Pending", "Running", "Succeeded", "Failed", "Cancelled")}
 
 
 def _count_terms(old: str | None, new: str | None) -> str:
@@ -65,12 +65,13 @@ def _sums(rows: str, sign: str) -> str:
     """Per tenancy, the signed GPU and per-status deltas of the rows of transition table ``rows``."""
     counts = ", ".join(
         f"{sign}(CASE WHEN tenancy_deleted_at IS NULL AND status = '{status}' THEN 1 ELSE 0 END) AS {column}"
-        for status, column in _COLUMNS.items())
-    return (f"SELECT tenancy, {sign}(CASE WHEN status IN {_ACTIVE} THEN gpus ELSE 0 END) AS gpus, {counts} "
-            f"FROM {rows}")
+        for status, column in _COLUMNS.items()
+    )
+    return f"SELECT tenancy, {sign}(CASE WHEN status IN {_ACTIVE} THEN gpus ELSE 0 END) AS gpus, {counts} FROM {rows}"
 
 
 _ALL = ("gpus", *_COLUMNS.values())
+
 
 # PostgreSQL: statement-level triggers over the statement's transition tables
 # (https://www.postgresql.org/docs/current/sql-createtrigger.html, REFERENCING), one UPDATE per
@@ -80,11 +81,13 @@ _ALL = ("gpus", *_COLUMNS.values())
 # row's chain of versions made by the ones before it (200,000 rows: ten minutes).
 def _apply(deltas: str) -> str:
     """Add the per-tenancy sums of ``deltas`` (rows of :func:`_sums`) to the tenancy rows."""
-    return (f"UPDATE tenancy t SET gpus_in_use = t.gpus_in_use + d.gpus, "
-            f"{', '.join(f'{c} = t.{c} + d.{c}' for c in _COLUMNS.values())} "
-            f"FROM (SELECT tenancy, {', '.join(f'SUM({c}) AS {c}' for c in _ALL)} "
-            f"FROM ({deltas}) x GROUP BY tenancy) d "
-            f"WHERE t.name = d.tenancy AND ({' OR '.join(f'd.{c} <> 0' for c in _ALL)});")
+    return (
+        f"UPDATE tenancy t SET gpus_in_use = t.gpus_in_use + d.gpus, "
+        f"{', '.join(f'{c} = t.{c} + d.{c}' for c in _COLUMNS.values())} "
+        f"FROM (SELECT tenancy, {', '.join(f'SUM({c}) AS {c}' for c in _ALL)} "
+        f"FROM ({deltas}) x GROUP BY tenancy) d "
+        f"WHERE t.name = d.tenancy AND ({' OR '.join(f'd.{c} <> 0' for c in _ALL)});"
+    )
 
 
 _PG_FUNCTION = f"""
@@ -114,8 +117,10 @@ _PG_TRIGGERS = (
 def _pg_create() -> None:
     op.execute(_PG_FUNCTION)
     for name, event, tables in _PG_TRIGGERS:
-        op.execute(f"CREATE TRIGGER {name} AFTER {event} ON container REFERENCING {tables} "
-                   "FOR EACH STATEMENT EXECUTE FUNCTION gpucaas_container_counts()")
+        op.execute(
+            f"CREATE TRIGGER {name} AFTER {event} ON container REFERENCING {tables} "
+            "FOR EACH STATEMENT EXECUTE FUNCTION gpucaas_container_counts()"
+        )
 
 
 def _live(row: str) -> str:
@@ -168,7 +173,8 @@ def _fill() -> str:
     sets = ", ".join(
         f"{column} = (SELECT COUNT(*) FROM container c WHERE c.tenancy = tenancy.name "
         f"AND c.tenancy_deleted_at IS NULL AND c.status = '{status}')"
-        for status, column in _COLUMNS.items())
+        for status, column in _COLUMNS.items()
+    )
     return f"UPDATE tenancy SET {sets}"
 
 
@@ -197,7 +203,7 @@ def upgrade() -> None:
             op.execute(trigger)
 
 
-def _migration_0006():
+def _migration_0006() -> ModuleType:
     """0006's module (its file name is not an importable name): its trigger definitions."""
     path = Path(__file__).with_name("0006_tenancy_gpu_counter.py")
     spec = importlib.util.spec_from_file_location("gpucaas_migration_0006", path)
@@ -215,8 +221,8 @@ def downgrade() -> None:
     before = _migration_0006()
     if postgres:
         op.execute("DROP FUNCTION IF EXISTS gpucaas_container_counts()")
-        op.execute(before._PG_FUNCTION)  # noqa: SLF001 - 0006's own definitions, restored
-        op.execute(before._PG_TRIGGER)  # noqa: SLF001
+        op.execute(before._PG_FUNCTION)  # 0006's own definitions, restored
+        op.execute(before._PG_TRIGGER)
     else:
-        for trigger in before._SQLITE_TRIGGERS:  # noqa: SLF001
+        for trigger in before._SQLITE_TRIGGERS:
             op.execute(trigger)

@@ -62,6 +62,11 @@ function containers(main, ctx) {
   return every(3, render);
 }
 
+// A command line's words: split on spaces, a "double" or 'single' quoted part kept whole.
+export function words(line) {
+  return [...line.matchAll(/"([^"]*)"|'([^']*)'|(\S+)/g)].map(m => m[1] ?? m[2] ?? m[3]);
+}
+
 function newContainer(main, ctx) {
   const f = ctx.features;
   const field = (id, label, input, hint) =>
@@ -74,14 +79,14 @@ function newContainer(main, ctx) {
     field("gpus", "GPUs", h("select", { id: "gpus", name: "gpus" },
       [1, 2, 3, 4, 5, 6, 7, 8].map(n => h("option", { value: n }, n)))),
     field("command", "Command", h("input", { id: "command", name: "command", placeholder: "python train.py" }),
-      "Split on spaces; empty: the image's own."),
+      "Split on spaces, as a shell would: quote an argument that holds spaces (sh -c \"echo hi\"); empty: the image's own."),
     field("env", "Environment", h("textarea", { id: "env", name: "env", placeholder: "EPOCHS=3" }),
       "NAME=value, one a line."),
     field("secret-env", "Secrets as environment", h("textarea", { id: "secret-env", name: "secret-env",
       placeholder: "HF_TOKEN=hf" }), "NAME=secret name, one a line (the value never reaches this page)."),
     secretNames,
-    f.ports ? field("ports", "Ports", h("input", { id: "ports", name: "ports", placeholder: "8888, 6006" }),
-      "Container ports to expose, comma-separated.") : null,
+    f.ports ? field("ports", "Ports", h("input", { id: "ports", name: "ports", placeholder: "8888, 6006:public" }),
+      "HTTP ports to serve, comma-separated; private (your tenancy's tokens only) unless :public.") : null,
     f.volumeMounts ? field("volumes", "Volumes", h("textarea", { id: "volumes", name: "volumes", placeholder: "[]" }),
       "As the API takes them (JSON).") : null,
     h("div", { id: "submit-error" }),
@@ -94,8 +99,11 @@ function newContainer(main, ctx) {
       const env = pairs(v("env"), "env");
       for (const [name, secret] of Object.entries(pairs(v("secret-env"), "secrets"))) env[name] = { secret };
       if (Object.keys(env).length) body.env = env;
-      if (v("command")) body.command = v("command").split(/\s+/);
-      if (f.ports && v("ports")) body.ports = v("ports").split(",").map(p => Number(p.trim()));
+      if (v("command")) body.command = words(v("command"));
+      if (f.ports && v("ports")) body.ports = v("ports").split(",").map(p => p.trim()).filter(Boolean).map(p => {
+        const [port, visibility] = p.split(":");
+        return { port: Number(port), public: visibility === "public" };
+      });
       if (f.volumeMounts && v("volumes")) body.volumes = JSON.parse(v("volumes"));
       const created = await api("POST", "/v1/containers", { body });
       location.hash = `#/containers/${created.id}`;
@@ -176,11 +184,12 @@ function containerDetail(main, ctx, id) {
       replace(actions);
     }
     if (ctx.features.endpoints) {
-      const list = Array.isArray(c.endpoints) ? c.endpoints : Object.values(c.endpoints || {});
-      replace(endpoints, list.length ? h("ul", {}, list.map(e => {
-        const url = typeof e === "string" ? e : e.url;
-        return h("li", {}, h("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, url));
-      })) : h("p", { class: "muted" }, "None."));
+      const list = c.endpoints || [];
+      replace(endpoints, list.length ? h("ul", {}, list.map(e => h("li", {},
+        h("a", { href: e.url, target: "_blank", rel: "noopener noreferrer", class: "endpoint" }, e.url), " ",
+        h("span", { class: "muted" }, e.public ? `port ${e.port}, public`
+          : `port ${e.port}, private: requests need a token of this tenancy (Authorization: Bearer)`))))
+        : h("p", { class: "muted" }, TERMINAL.includes(c.status) ? "None: the container has ended." : "None."));
     }
     await show(timeline, async () => table([
       ["Time", e => when(e.time)], ["What", e => e.kind], ["Message", e => e.message], ["Source", e => e.source],

@@ -1,4 +1,10 @@
-"""Wiring of the node agent: settings + what the node offers (GPUs, pod holdings) -> a LeaseNodeAgent."""
+"""Building the node agent: settings + what the node offers (GPUs, pod holdings) -> a LeaseNodeAgent.
+
+The agent has no process of its own: the GPU node programs (``gpucaas/programs/gpu_node.py``,
+``dra_node.py``) build it here, beside their daemon, and run it with theirs. The cluster-side
+timers are :func:`services.gpu_leases.controller.register`, which ``gpucaas/programs/controller.py``
+adds to the controller's operator.
+"""
 
 from __future__ import annotations
 
@@ -22,15 +28,28 @@ def kube_client(kubeconfig: Path | None) -> Any:
     return connect(KubeConnection(kubeconfig=kubeconfig))
 
 
-def build_agent(settings: LeaseAgentSettings, *, node: str, sysfs_root: Path,
-                gpus: Callable[[], Iterable[NodeGPU]], holdings: Callable[[], Iterable[PodHolding]]) -> LeaseNodeAgent:
+def build_agent(
+    settings: LeaseAgentSettings,
+    *,
+    node: str,
+    sysfs_root: Path,
+    gpus: Callable[[], Iterable[NodeGPU]],
+    holdings: Callable[[], Iterable[PodHolding]],
+) -> LeaseNodeAgent:
     """The node agent for ``node``; ``gpus`` and ``holdings`` come from whoever discovers them."""
     golden = GoldenTable.load(settings.firmware_golden_file) if settings.firmware_golden_file else GoldenTable()
     if not golden.by_device_id:
         logger.warning("node=%s no golden firmware configured: every GPU check will fail (NoGoldenFirmware)", node)
     checker = SysfsFirmwareCheck(sysfs_root, golden, toggle_rom=settings.firmware_rom_toggle)
-    return LeaseNodeAgent(kube_client(settings.kubeconfig), node, gpus, holdings, checker,
-                          interval=settings.lease_interval, reset=gpu_reset_hook(settings, sysfs_root))
+    return LeaseNodeAgent(
+        kube_client(settings.kubeconfig),
+        node,
+        gpus,
+        holdings,
+        checker,
+        interval=settings.lease_interval,
+        reset=gpu_reset_hook(settings, sysfs_root),
+    )
 
 
 def gpu_reset_hook(settings: LeaseAgentSettings, sysfs_root: Path) -> Callable[[str], object] | None:

@@ -1,10 +1,11 @@
-"""The operator process: one Kopf operator hosting the handlers of several modules.
+"""``gpucaas controller``'s operator, built and run: one Kopf operator hosting the handlers of several services.
 
-``gpucaas controller`` loads ``settings.handler_modules`` (the tenancy
-controller's :mod:`.handlers`, and later the GPULease handlers); each module's
-``register(registry, settings)`` adds its handlers to one registry. All Kopf
-settings (peering, event posting, persistence, backoff, watching) are set here
-in :func:`configure_kopf`, and nowhere else.
+:func:`run` builds one registry from the given registrars, each a ``register(registry,
+settings)`` function adding its handlers: this service's :func:`.handlers.register` by
+default. The programs floor (``gpucaas/programs/controller.py``) adds the GPU-lease timers
+beside them, by import, so this service never imports another. All Kopf settings
+(peering, event posting, persistence, backoff, watching) are set here in
+:func:`configure_kopf`, and nowhere else.
 
 Authentication: the core adapter (:mod:`gpucaas.core.kube`) loads the client
 configuration (kubeconfig or in-cluster) once; Kopf's login handler hands the
@@ -19,23 +20,27 @@ clearly when it may not (403) instead of dying.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import os
 import socket
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import kopf
 import kubernetes
 
-from gpucaas.core import crds
 from gpucaas.core.kube import kopf_connection_info, load_configuration
 
-from . import errors, kube
+from . import errors, handlers, kube
 from .settings import ControllerSettings
 
 log = logging.getLogger(__name__)
+
+#: A module's ``register(registry, settings)``: adds its handlers to the operator's registry.
+Registrar = Callable[[kopf.OperatorRegistry, ControllerSettings], None]
+#: This service's own handlers; ``gpucaas controller`` adds the GPU-lease timers (gpucaas/programs/controller.py).
+DEFAULT_REGISTRARS: tuple[Registrar, ...] = (handlers.register,)
 
 #: Annotation prefix under which Kopf keeps its progress and last-handled state.
 KOPF_ANNOTATION_PREFIX = "gpucaas.dev"
@@ -66,14 +71,33 @@ def configure_kopf(ks: kopf.OperatorSettings, settings: ControllerSettings) -> N
     ks.batching.error_delays = (1, 2, 5, 10, 20, 30)
 
 
-def build_registry(settings: ControllerSettings) -> kopf.OperatorRegistry:
-    """A registry holding the handlers of every module in ``settings.handler_modules``."""
+def build_registry(
+    settings: ControllerSettings,
+    registrars: Sequence[Registrar] = DEFAULT_REGISTRARS,
+) -> kopf.OperatorRegistry:
+    """A registry holding the handlers that every registrar adds."""
     registry = kopf.OperatorRegistry()
-    for name in settings.handler_modules:
-        module = importlib.import_module(name)
-        module.register(registry, settings)
-        log.debug("registered handlers of %s", name)
+    for register in registrars:
+        register(registry, settings)
+        log.debug("registered handlers of %s", register.__module__)
     return registry
+
+
+def watched_resources(registry: kopf.OperatorRegistry) -> list[tuple[str, str, str]]:
+    """(group, version, plural) of every resource a handler of ``registry`` watches, indexes or times.
+
+    Read from the registry itself, so that the start-up check covers whatever handlers a
+    process hosts, including those another service registers."""
+    found: list[tuple[str, str, str]] = []
+    for kind in ("_indexing", "_watching", "_spawning", "_changing"):  # Kopf has no public listing
+        for handler in getattr(registry, kind).get_all_handlers():
+            sel = handler.selector
+            if sel is None:
+                continue
+            resource = (sel.group or "", sel.version or "", sel.plural or sel.any_name or "")
+            if resource not in found:
+                found.append(resource)
+    return found
 
 
 PEERING_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
@@ -100,33 +124,40 @@ def ensure_peering_object(cfg: kubernetes.client.Configuration, settings: Contro
     except errors.Conflict:
         return "present"
     except errors.Forbidden as exc:
-        log.error("ClusterKopfPeering %s: %s; the controller stays paused until the object exists "
-                  "(the Helm chart creates it: controller.peering.enabled) or run with --standalone",
-                  settings.peering, exc.summary())
+        log.error(
+            "ClusterKopfPeering %s: %s; the controller stays paused until the object exists "
+            "(the Helm chart creates it: controller.peering.enabled) or run with --standalone",
+            settings.peering,
+            exc.summary(),
+        )
         return "forbidden"
     except errors.NotFound:
-        log.error("the ClusterKopfPeering CRD (clusterkopfpeerings.kopf.dev) is not installed: "
-                  "the controller stays paused until it is (or run with --standalone)")
+        log.error(
+            "the ClusterKopfPeering CRD (clusterkopfpeerings.kopf.dev) is not installed: "
+            "the controller stays paused until it is (or run with --standalone)"
+        )
         return "no-crd"
     except errors.KubeError as exc:
-        log.error("ClusterKopfPeering %s: %s; the controller starts anyway and retries through Kopf",
-                  settings.peering, exc.summary())
+        log.error(
+            "ClusterKopfPeering %s: %s; the controller starts anyway and retries through Kopf",
+            settings.peering,
+            exc.summary(),
+        )
         return "unavailable"
     finally:
         client.close()
 
 
-def check_access(cfg: kubernetes.client.Configuration, settings: ControllerSettings) -> list[str]:
-    """List (limit 1) every kind the controller watches; the problems, each logged as an error.
+def check_access(
+    cfg: kubernetes.client.Configuration, settings: ControllerSettings, registry: kopf.OperatorRegistry | None = None
+) -> list[str]:
+    """List (limit 1) every resource the handlers of ``registry`` watch; the problems, each logged as an error.
 
     Kopf would retry a refused watch forever with a terse message; this says once, at start,
     "forbidden: <user> cannot list <resource>" or "Kubernetes unreachable at <url>". Never fatal.
+    Without ``registry``, the one this service's own handlers make.
     """
-    from . import handlers
-
-    kinds = [handlers.TENANCY, *handlers.CHILDREN]
-    if "services.tenancy_controller.lease_handlers" in settings.handler_modules:
-        kinds.append((crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL))
+    kinds = watched_resources(registry if registry is not None else build_registry(settings))
     client = kube.KubeClient(cfg, timeout=settings.request_timeout_s)
     problems: list[str] = []
     try:
@@ -148,21 +179,28 @@ def check_access(cfg: kubernetes.client.Configuration, settings: ControllerSetti
 
 async def serve(
     settings: ControllerSettings,
+    registrars: Sequence[Registrar] = DEFAULT_REGISTRARS,
     *,
     stop_flag: asyncio.Future[Any] | asyncio.Event | threading.Event | None = None,
     ready_flag: asyncio.Future[Any] | asyncio.Event | threading.Event | None = None,
     identity: str | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread)."""
-    cfg = load_configuration(kube.connection(settings.kubeconfig, context=settings.context,
-                                             timeout_s=settings.request_timeout_s, pool_size=settings.workers * 4))
-    registry = build_registry(settings)
+    cfg = load_configuration(
+        kube.connection(
+            settings.kubeconfig,
+            context=settings.context,
+            timeout_s=settings.request_timeout_s,
+            pool_size=settings.workers * 4,
+        )
+    )
+    registry = build_registry(settings, registrars)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kopf_connection_info(cfg)
 
-    check_access(cfg, settings)
+    check_access(cfg, settings, registry)
     if not settings.standalone:
         ensure_peering_object(cfg, settings)
     ks = kopf.OperatorSettings()
@@ -170,7 +208,12 @@ async def serve(
     peer_id = identity or f"{socket.gethostname()}/{os.getpid()}"
     log.info(
         "controller starting: modules=%s peering=%s standalone=%s priority=%d identity=%s server=%s",
-        ",".join(settings.handler_modules), settings.peering, settings.standalone, settings.priority, peer_id, cfg.host,
+        ",".join(r.__module__ for r in registrars),
+        settings.peering,
+        settings.standalone,
+        settings.priority,
+        peer_id,
+        cfg.host,
     )
     await kopf.operator(
         registry=registry,
@@ -184,3 +227,14 @@ async def serve(
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     )
+
+
+def run(
+    settings: ControllerSettings, registrars: Sequence[Registrar] = DEFAULT_REGISTRARS, *, kopf_debug: bool = False
+) -> None:
+    """Run the operator until SIGINT/SIGTERM; Kopf's own log says only warnings and peering unless ``kopf_debug``."""
+    if not kopf_debug:
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+        logging.getLogger("kopf._core.engines.peering").setLevel(logging.INFO)  # pause/resume matter
+    log.info("effective settings: %s", settings.model_dump_json())
+    asyncio.run(serve(settings, registrars))

@@ -43,7 +43,7 @@ from services.fabric.discovery import discover_fabric_devices
 from services.fabric.domain_xml import DomainSpec
 from services.fabric.errors import FabricServiceError
 from services.fabric.fabric_manager.interface import FabricManager
-from services.fabric.partitions import PartitionService, activation_view
+from services.fabric.partitions import PartitionService
 from services.fabric.publisher import FabricStatePublisher, build_fabric_state_status
 from services.fabric.server import UnixServer, create_app
 from services.fabric.service_vm import BackoffPolicy, ServiceVM
@@ -75,12 +75,16 @@ def passthrough_devices(settings: FabricSettings) -> tuple[str, ...]:
     """The NVSwitches + memory controller to pass (discovered or configured); () when disabled."""
     if not settings.passthrough:
         return ()
-    found = discover_fabric_devices(settings.sysfs_root, nvswitches=settings.nvswitch_addresses,
-                                    memory_controller=settings.memory_controller)
-    log.info("service VM gets NVSwitches %s and memory controller %s (IOMMU groups %s%s)",
-             [d.bdf for d in found.nvswitches],
-             found.memory_controller.bdf if found.memory_controller else None,
-             sorted(found.iommu_groups), ", shared" if found.shared_iommu_group else "")
+    found = discover_fabric_devices(
+        settings.sysfs_root, nvswitches=settings.nvswitch_addresses, memory_controller=settings.memory_controller
+    )
+    log.info(
+        "service VM gets NVSwitches %s and memory controller %s (IOMMU groups %s%s)",
+        [d.bdf for d in found.nvswitches],
+        found.memory_controller.bdf if found.memory_controller else None,
+        sorted(found.iommu_groups),
+        ", shared" if found.shared_iommu_group else "",
+    )
     return tuple(d.bdf for d in found.passthrough)
 
 
@@ -154,8 +158,9 @@ class FabricNode:
             self.layout = resolve_layout(settings)
         except LayoutError as exc:
             raise FabricServiceError(str(exc)) from exc
-        self.service = PartitionService(self.fm, self.store, layout=self.layout,
-                                        gpu_reset=sysfs_gpu_reset(settings), sysfs_root=settings.sysfs_root)
+        self.service = PartitionService(
+            self.fm, self.store, layout=self.layout, gpu_reset=sysfs_gpu_reset(settings), sysfs_root=settings.sysfs_root
+        )
         self.fabric_resets = 0
         self.last_reset_report: dict[str, list[str]] | None = None
         self.vm: ServiceVM | None = None
@@ -196,7 +201,9 @@ class FabricNode:
         s = self.settings
         spec = replace(domain_spec(s, passthrough_devices(s)), fm_restart=self._booted_marker.exists())
         return ServiceVM(
-            s.libvirt_uri, spec, self._template_text(),
+            s.libvirt_uri,
+            spec,
+            self._template_text(),
             watch_interval_s=s.watch_interval_s,
             backoff=BackoffPolicy(s.restart_backoff_initial_s, s.restart_backoff_max_s, s.restart_stable_s),
             stop_timeout_s=s.stop_timeout_s,
@@ -262,15 +269,22 @@ class FabricNode:
             partitions = self.service.list_partitions()
             gpus = self.service.topology()["gpus"]
             failed = self.service.failed_devices()
-            switches = [{"pci_bus_id": d.pci_bus_id, "reason": f"NVLink failure on ports {list(d.ports)}"}
-                        for d in failed.switches]
+            switches = [
+                {"pci_bus_id": d.pci_bus_id, "reason": f"NVLink failure on ports {list(d.ports)}"}
+                for d in failed.switches
+            ]
             fm_state["reachable"] = True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the Fabric Manager's failure is the status's message
             fm_state["message"] = str(exc)
-        return build_fabric_state_status(partitions=partitions, gpus=gpus, failed_switches=switches,
-                                         service_vm=self.vm_state(), fabric_manager=fm_state,
-                                         lost=self.service.lost(),
-                                         last_fabric_reset_at=self.service.status.last_fabric_reset_at)
+        return build_fabric_state_status(
+            partitions=partitions,
+            gpus=gpus,
+            failed_switches=switches,
+            service_vm=self.vm_state(),
+            fabric_manager=fm_state,
+            lost=self.service.lost(),
+            last_fabric_reset_at=self.service.status.last_fabric_reset_at,
+        )
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -281,8 +295,11 @@ class FabricNode:
                 raise FabricServiceError(problem)
         log.info("fabric service starting on node %s: %s", s.node_name, s.redacted())
         if self.layout is None:
-            log.error("no GPU layout: set GPUCAAS_FABRIC_PLATFORM (%s or a file); on H100 Fabric Manager "
-                      "gives no PCI bus ids, so GPUs cannot be matched", ", ".join(PLATFORMS))
+            log.error(
+                "no GPU layout: set GPUCAAS_FABRIC_PLATFORM (%s or a file); on H100 Fabric Manager "
+                "gives no PCI bus ids, so GPUs cannot be matched",
+                ", ".join(PLATFORMS),
+            )
         else:
             for problem in cross_check_sysfs(self.layout, s.sysfs_root):
                 log.error("platform layout %s vs sysfs: %s", self.layout.name, problem)
@@ -307,8 +324,9 @@ class FabricNode:
                 self.service.validate_layout()
             except FabricServiceError as exc:
                 log.warning("layout not validated against Fabric Manager yet: %s", exc)
-            self.server = UnixServer(create_app(self.service, self.vm_state, default_grace_s=s.release_grace_s),
-                                     s.socket, s.socket_mode)
+            self.server = UnixServer(
+                create_app(self.service, self.vm_state, default_grace_s=s.release_grace_s), s.socket, s.socket_mode
+            )
             self.server.start()
             if self.vm is not None:
                 self.vm.start_watch()
@@ -316,8 +334,9 @@ class FabricNode:
             self._reconciler = threading.Thread(target=self._reconcile_loop, name="fabric-reconcile", daemon=True)
             self._reconciler.start()
             if s.publish:
-                self.publisher = FabricStatePublisher(self._kube(), s.node_name, self.collect_status,
-                                                      interval_s=s.publish_interval_s)
+                self.publisher = FabricStatePublisher(
+                    self._kube(), s.node_name, self.collect_status, interval_s=s.publish_interval_s
+                )
                 self.service.add_listener(self.publisher.notify)
                 self.publisher.start()
                 self._report_lost()
@@ -381,3 +400,20 @@ class FabricNode:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def run(settings: FabricSettings) -> None:
+    """Run the node's fabric service until SIGTERM/SIGINT; a failed start raises FabricServiceError."""
+    import gc
+    import signal
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    node = FabricNode(settings)
+    node.start()
+    gc.freeze()  # what start-up built lives as long as the process: no full collection rescans it
+    try:
+        stop.wait()
+    finally:
+        node.stop()
