@@ -42,8 +42,10 @@ def registrars(timers: LeaseTimerSettings) -> tuple[Registrar, ...]:
     tenancy_controller_cli.OPTIONS, gpu_leases_cli.TIMERS, Section(LoggingSettings, "log-"), name="controller"
 )
 def command(settings: ControllerSettings, timers: LeaseTimerSettings, logging_settings: LoggingSettings) -> None:
-    """Run the tenancy controller (Tenancy -> namespace, Cilium policy, quota, NFS storage, status)
-    and the GPU-lease timers."""
+    """Run the tenancy controller and the GPU-lease timers.
+
+    The controller turns each Tenancy into its namespace, Cilium policy, quota, NFS storage
+    and status."""
     from services.tenancy_controller.main import run
 
     configure_logging(logging_settings)
