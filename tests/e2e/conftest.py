@@ -48,6 +48,10 @@ ALLOCATION_ENV = "GPUCAAS_E2E_ALLOCATION"
 CAASCTL = Path(sys.executable).with_name("caasctl")
 #: how long a container may take to reach a state (image pulls and starts on a busy 2-CPU machine)
 TIMEOUT = 240.0
+#: a command that runs until the container is cancelled and then ends at once: the shell traps
+#: SIGTERM (a plain ``sleep`` as PID 1 ignores it, and its pod would hold its GPUs through the
+#: 30 s grace period until the kubelet's SIGKILL)
+UNTIL_CANCELLED = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 ALLOCATION_MODES = ("device-plugin", "dra")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpucaas.programs.sandbox import runner
 
-from .conftest import activations, allocated_devices, holder_of, wait_for, wait_status
+from .conftest import UNTIL_CANCELLED, activations, allocated_devices, holder_of, wait_for, wait_status
 
 CAASCTL = Path(sys.executable).with_name("caasctl")
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
@@ -45,7 +45,7 @@ def test_inventory_through_caasctl(sandbox: runner.Sandbox) -> None:
 
 def test_partition_refused_while_a_container_holds_it(sandbox: runner.Sandbox, tenant_factory, k8s) -> None:
     tenant = tenant_factory("cli-holder")
-    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "600"]})
+    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": UNTIL_CANCELLED})
     assert status == 202, body
     running = wait_status(tenant, body["id"], "Running")
     node = running["node_name"]

@@ -13,6 +13,7 @@ IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 def test_cancel_releases_gpus_and_partition(sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient) -> None:
     tenant = tenant_factory("canceller")
+    # a plain sleep ignores SIGTERM: the release waits for the kubelet's SIGKILL after the grace period
     status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "600"]})
     assert status == 202, body
     cid = body["id"]

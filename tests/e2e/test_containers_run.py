@@ -27,7 +27,11 @@ def test_a_two_gpu_container_sees_the_device_nodes_of_its_gpus(
     status, made = tenant.call(
         "POST",
         "/v1/containers",
-        {"image": "busybox:1.36", "gpus": 2, "command": ["sh", "-c", "ls /dev/vfio; id -u; sleep 600"]},
+        {
+            "image": "busybox:1.36",
+            "gpus": 2,
+            "command": ["sh", "-c", "ls /dev/vfio; id -u; trap 'exit 0' TERM; sleep 600 & wait"],
+        },
     )
     assert status == 202, made
     running = tenant.wait(made["id"], "Running")

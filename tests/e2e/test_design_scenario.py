@@ -18,6 +18,7 @@ from gpucaas.core.fabric_client import FabricClient
 from gpucaas.programs.sandbox import runner
 
 from .conftest import (
+    UNTIL_CANCELLED,
     Caller,
     activations,
     allocated_devices,
@@ -136,7 +137,7 @@ def test_every_size_lands_on_a_valid_partition(sandbox: runner.Sandbox, tenant_f
                     "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8",
                     "gpus": gpus,
                     "cpu": "50m",
-                    "command": ["sleep", "3600"],
+                    "command": UNTIL_CANCELLED,
                 },
             )
             assert status == 202, body

@@ -17,13 +17,13 @@ import pytest
 
 from gpucaas.programs.sandbox import runner
 
-from .conftest import CAASCTL, Tenant, new_tenant
+from .conftest import CAASCTL, UNTIL_CANCELLED, Tenant, new_tenant
 
 
 @pytest.fixture(scope="module")
 def running(tenant: Tenant) -> Iterator[dict[str, Any]]:
     status, made = tenant.call(
-        "POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 1, "command": ["sleep", "3600"]}
+        "POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 1, "command": UNTIL_CANCELLED}
     )
     assert status == 202, made
     yield tenant.wait(made["id"], "Running")

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from gpucaas.programs.sandbox import runner
 
-from .conftest import container_status, settled, wait_for, wait_status
+from .conftest import UNTIL_CANCELLED, container_status, settled, wait_for, wait_status
 
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
@@ -38,7 +38,7 @@ def test_random_submit_and_cancel_never_aborts_for_good(
         status, body = tenant.call(
             "POST",
             "/v1/containers",
-            {"image": IMAGE, "gpus": gpus, "cpu": "50m", "command": ["sleep", str(rng.choice([1, 600]))]},
+            {"image": IMAGE, "gpus": gpus, "cpu": "50m", "command": rng.choice([["sleep", "1"], UNTIL_CANCELLED])},
         )
         if status == 403:  # quota (16 GPUs): cancel something instead
             continue

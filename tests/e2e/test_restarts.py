@@ -14,6 +14,7 @@ from gpucaas.programs.sandbox import runner
 
 from .conftest import (
     TIMEOUT,
+    UNTIL_CANCELLED,
     Tenant,
     activations,
     node_service,
@@ -61,7 +62,7 @@ def _held(admin: Tenant, pod: str) -> list[tuple[str, str, str]]:
 
 def test_restarts_lose_no_running_container_and_no_gpu(sandbox: runner.Sandbox, tenant: Tenant, admin: Tenant) -> None:
     status, made = tenant.call(
-        "POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 2, "command": ["sleep", "600"]}
+        "POST", "/v1/containers", {"image": "busybox:1.36", "gpus": 2, "command": UNTIL_CANCELLED}
     )
     assert status == 202, made
     running = tenant.wait(made["id"], "Running")

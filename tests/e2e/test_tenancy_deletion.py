@@ -7,7 +7,17 @@ from kubernetes import client
 from gpucaas.core.crds import GROUP, TENANCY_PLURAL, VERSION
 from gpucaas.programs.sandbox import runner
 
-from .conftest import Caller, activations, allocated_devices, holder_of, leases, settled, wait_for, wait_status
+from .conftest import (
+    UNTIL_CANCELLED,
+    Caller,
+    activations,
+    allocated_devices,
+    holder_of,
+    leases,
+    settled,
+    wait_for,
+    wait_status,
+)
 
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
@@ -35,7 +45,7 @@ def test_deleting_a_tenancy_frees_its_running_container(
     sandbox: runner.Sandbox, admin: Caller, tenant_factory, k8s: client.ApiClient
 ) -> None:
     tenant = tenant_factory("doomed")
-    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "600"]})
+    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": UNTIL_CANCELLED})
     assert status == 202, body
     cid = body["id"]
     running = wait_status(tenant, cid, "Running")
@@ -85,7 +95,7 @@ def test_kubectl_delete_tenancy_deletes_its_pods(
     sandbox: runner.Sandbox, tenant_factory, k8s: client.ApiClient
 ) -> None:
     tenant = tenant_factory("kubedel")
-    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 1, "command": ["sleep", "600"]})
+    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 1, "command": UNTIL_CANCELLED})
     assert status == 202, body
     running = wait_status(tenant, body["id"], "Running")
     client.CustomObjectsApi(k8s).delete_cluster_custom_object(GROUP, VERSION, TENANCY_PLURAL, "kubedel")

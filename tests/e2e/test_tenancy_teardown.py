@@ -8,7 +8,7 @@ from kubernetes.client.rest import ApiException
 from gpucaas.core.crds import GROUP, TENANCY_PLURAL, VERSION
 from gpucaas.programs.sandbox import runner
 
-from .conftest import leases, wait_for, wait_status
+from .conftest import UNTIL_CANCELLED, leases, wait_for, wait_status
 
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
@@ -25,7 +25,7 @@ def test_deleting_a_tenancy_removes_its_namespace_and_pods(
     sandbox: runner.Sandbox, admin, tenant_factory, k8s: client.ApiClient
 ) -> None:
     tenant = tenant_factory("farewell")
-    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 1, "command": ["sleep", "600"]})
+    status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 1, "command": UNTIL_CANCELLED})
     assert status == 202, body
     cid = body["id"]
     running = wait_status(tenant, cid, "Running")
