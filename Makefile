@@ -101,10 +101,16 @@ test-e2e-dra: install
 
 # The end-to-end package again, with `stress-ng --cpu 2` beside it (the package's autouse
 # cpu_hog fixture, tests/e2e/conftest.py): nothing in the control plane may stall or give
-# up under CPU contention (docs/sandbox.md, "Under CPU contention").
+# up under CPU contention (docs/sandbox.md, "Under CPU contention"). The tests of what a
+# container itself does on a real node (exit codes, OOM, exec, volumes, endpoints, the console)
+# ran in both modes above and are left out here, and with them the audit that every granted
+# permission was used (some are used only by those tests): a third real-node run costs minutes.
 CPU_HOG ?= 2
+CONTENTION_LEAVES_OUT := $(addprefix --ignore=tests/e2e/,test_containers_run.py test_exec.py \
+	test_volumes.py test_endpoints.py test_console_on_sandbox.py) \
+	--deselect tests/e2e/test_rbac_of_the_chart.py::test_every_granted_permission_was_used
 test-contention: install
-	GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q tests/e2e
+	GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q tests/e2e $(CONTENTION_LEAVES_OUT)
 
 bench: install postgres
 	@for b in $$(ls benchmarks/*.py | xargs -n1 basename | sed 's/\.py$$//' | grep -v '^_'); do \
