@@ -31,7 +31,7 @@ def make_settings(socket_dir: Path, tmp_path: Path) -> SettingsFactory:
             cdi_dir=tmp_path / "cdi", fabric_socket=socket_dir / "fabric.sock",
             pod_resources_socket=socket_dir / "pod-resources" / "kubelet.sock", node_name="gpu-node-1",
             metrics_port=-1, health_interval=0.1, fabric_poll_interval=0.2, kubelet_watch_interval=0.2,
-            pod_resources_interval=0.5, fabric_timeout=2.0, fabric_sync_grace=30.0,
+            pod_resources_interval=0.5, fabric_timeout=2.0, fabric_sync_grace=30.0, allocate_fabric_wait=0.5,
         )
         values.update(overrides)
         if values["fabric_socket"] in ("", None):
