@@ -103,12 +103,12 @@ test-contention: install
 # plane and real nodes, two API replicas on PostgreSQL, 60 short containers over 20
 # tenancies while every component is killed once; it exits 1 unless lost, duplicated,
 # stuck_leases, stuck_partitions, usage_mismatches and server_errors are all 0. One recorded
-# seed per allocation mode (CHAOS_SEED_DP=N CHAOS_SEED_DRA=M tries others).
-CHAOS_SEED_DP ?= 1
-CHAOS_SEED_DRA ?= 2
+# random number per allocation mode (CHAOS_N_DP=N CHAOS_N_DRA=M tries others).
+CHAOS_N_DP ?= 1
+CHAOS_N_DRA ?= 2
 test-chaos: install postgres
-	$(PY) -m benchmarks.chaos --quick --seed $(CHAOS_SEED_DP) --allocation device-plugin
-	$(PY) -m benchmarks.chaos --quick --seed $(CHAOS_SEED_DRA) --allocation dra
+	$(PY) -m benchmarks.chaos --quick --random $(CHAOS_N_DP) --allocation device-plugin
+	$(PY) -m benchmarks.chaos --quick --random $(CHAOS_N_DRA) --allocation dra
 
 bench: install postgres
 	@for b in $$(ls benchmarks/*.py | xargs -n1 basename | sed 's/\.py$$//' | grep -v '^_'); do \

@@ -1,7 +1,8 @@
 """The chaos soak: short containers of mixed sizes on the real control plane and real nodes
 while every component is killed, then a check that nothing was lost, run twice or leaked.
 
-Run: ``python -m benchmarks.chaos [--quick] [--seed N] [--allocation device-plugin|dra]``.
+Run: ``python -m benchmarks.chaos [--quick] [--seed N] [--allocation device-plugin|dra]``
+(``--random N`` is the same option).
 
 Set-up: ``gpucaas sandbox`` with its two nodes real (containerd, runc and the pinned kubelet
 run the containers), two API replicas on one PostgreSQL database (a fresh database of its
@@ -896,7 +897,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK.containers} containers over "
                         f"{QUICK.window_s:.0f}s, each component killed once (CI's size)")
-    parser.add_argument("--seed", type=int, default=None, help="the random seed (printed; a new one by default)")
+    parser.add_argument("--seed", "--random", dest="seed", type=int, default=None,
+                        help="the random seed: every random draw of the run follows from it (printed; a new one "
+                        "by default)")
     parser.add_argument("--allocation", choices=("device-plugin", "dra"), default="device-plugin")
     parser.add_argument("--containers", type=int, default=None)
     args = parser.parse_args(argv)
