@@ -291,12 +291,14 @@ class SubmissionWorker:
 
     def _delete_pod(self, row: Container) -> None:
         try:
-            self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
+            existed = self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
         except KubeError as exc:
             log.warning("container %s: pod delete failed (%s); will retry", row.id, exc)
             with Session(self.engine) as session:
                 crud.mark_pod_deleted(session, container_id=row.id, deleted=False)
             return
+        if existed:  # it ends now (the usage run too, should the watch miss the pod's last states)
+            self.usage.pod_deleted(row.id, when=utcnow())
         with Session(self.engine) as session:
             crud.mark_pod_deleted(session, container_id=row.id)
         log.info("container %s tenancy %s: pod %s deleted (cancelled)", row.id, row.tenancy, row.pod_name)
