@@ -466,6 +466,7 @@ class PodWatch:
         self.core = client.CoreV1Api(self.api)
         self.pods: dict[str, PodRecord] = {}
         self.relists = 0
+        self.expired = 0  # watches that met 410 Gone (resumed from a compacted revision)
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="pod-watch")
@@ -478,7 +479,10 @@ class PodWatch:
         self._stop.set()
 
     def _run(self) -> None:
+        """List, then watch from the listing's revision; after a failure resume from the last
+        revision seen (as client-go's reflectors do), and list again only on 410 Gone."""
         from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
 
         from gpucaas.core.crds import LABEL_CONTAINER
 
@@ -502,14 +506,20 @@ class PodWatch:
                                    resource_version=rv, timeout_seconds=30, _request_timeout=60):
                     obj = ev["raw_object"]
                     if ev["type"] == "ERROR":
+                        if obj.get("code") == 410:
+                            self.expired += 1
                         rv = None
                         break
                     rv = obj["metadata"]["resourceVersion"]
                     self.note(obj, deleted=ev["type"] == "DELETED")
                     if self._stop.is_set():
                         w.stop()
-            except Exception:  # noqa: BLE001 (kube-apiserver killed, 410 Gone: list again)
-                rv = None
+            except ApiException as exc:
+                if exc.status == 410:  # the revision was compacted away: list again
+                    self.expired += 1
+                    rv = None
+                self._stop.wait(0.5)
+            except Exception:  # noqa: BLE001 (kube-apiserver killed: resume from rv, as a reflector does)
                 self._stop.wait(0.5)
 
     def note(self, pod: dict[str, Any], *, deleted: bool) -> None:
@@ -652,6 +662,23 @@ def audit_pod_creates(audit_log: Path) -> Counter[str]:
                 and (ev.get("responseStatus") or {}).get("code") == 201):
             creates[f"{ref.get('namespace')}/{ref['name']}"] += 1
     return creates
+
+
+def watches_expired(state: Path) -> dict[str, int]:
+    """Per log file of the sandbox, the lines saying a watch met 410 Gone (its resource
+    version compacted away): the short compaction interval at work."""
+    import re
+
+    pattern = re.compile(r"too old resource version|\b410\b.*(gone|expired)|(gone|expired).*\b410\b", re.IGNORECASE)
+    out = {}
+    for path in sorted(state.rglob("*.log")):
+        try:
+            count = sum(1 for line in path.read_text(errors="replace").splitlines() if pattern.search(line))
+        except OSError:
+            continue
+        if count:
+            out[path.stem] = count
+    return out
 
 
 def usage_records(database_url: str) -> dict[str, dict[str, Any]]:
@@ -853,8 +880,9 @@ def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = N
         for item in faults:
             print(f"failed by a fault: {item}", file=sys.stderr)
         print(f"API statuses: {dict(statuses)}; execs {dict(work.execs)}; log follows {dict(work.follows)}; "
-              f"retried {dict(tally.retries)}; crashes {dict(killer.crashes)}; pod watch relists {watcher.relists}; "
-              f"heal {healed:.0f}s", file=sys.stderr)
+              f"retried {dict(tally.retries)}; crashes {dict(killer.crashes)}; pod watch relists {watcher.relists}, "
+              f"410 Gone {watcher.expired}; "
+              f"heal {healed:.0f}s; watches that met 410 Gone, by log: {watches_expired(state)}", file=sys.stderr)
         result = {
             "submitted": len(work.submissions),
             "accepted": len(accepted),
