@@ -683,13 +683,17 @@ def claim_due(session: Session, *, replica: str, claim_seconds: float, limit: in
         claim_seconds=claim_seconds, limit=limit, claimed_by=replica)
 
 
-def mark_pod_created(session: Session, *, container_id: str) -> bool:
-    """Queued → Pending once the pod exists. False only when the container was cancelled
-    meanwhile (its pod must go); the pod watch may already have moved it on, which is fine."""
+def mark_pod_created(session: Session, *, container_id: str, pod_name: str | None = None) -> bool:
+    """Queued → Pending once the pod (``pod_name``: the attempt's) exists. False only when the
+    container was cancelled meanwhile (its pod must go); the pod watch may already have moved
+    it on, or queued a later attempt, which is fine."""
     now = utcnow()
+    where = [col(Container.id) == container_id, col(Container.status) == ContainerStatus.QUEUED]
+    if pod_name is not None:
+        where.append(col(Container.pod_name) == pod_name)
     result = session.exec(
         update(Container)
-        .where(col(Container.id) == container_id, col(Container.status) == ContainerStatus.QUEUED)
+        .where(*where)
         .values(
             status=ContainerStatus.PENDING,
             pod_created=True,
@@ -704,6 +708,22 @@ def mark_pod_created(session: Session, *, container_id: str) -> bool:
         return True
     row = session.get(Container, container_id)
     return row is not None and row.status != ContainerStatus.CANCELLED
+
+
+def requeue_refused(session: Session, *, container_id: str, pod_name: str, next_pod_name: str, message: str) -> bool:
+    """Its node refused the pod ``pod_name`` at admission (it never started): queue the container
+    again for a new pod ``next_pod_name``. Only one replica wins (the row must still name
+    ``pod_name`` and be active, not cancelled); True for that one."""
+    now = utcnow()
+    result = session.exec(
+        update(Container)
+        .where(col(Container.id) == container_id, col(Container.pod_name) == pod_name,
+               col(Container.status).in_((ContainerStatus.QUEUED, ContainerStatus.PENDING)))
+        .values(status=ContainerStatus.QUEUED, pod_name=next_pod_name, pod_created=False, node_name=None,
+                message=message[:2048], next_attempt_at=now, claimed_by=None, claimed_until=None, updated_at=now)
+    )
+    session.commit()
+    return bool(result.rowcount)
 
 
 def reschedule(session: Session, *, container_id: str, delay: float, message: str, count_attempt: bool) -> None:

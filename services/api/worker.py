@@ -194,6 +194,7 @@ class SubmissionWorker:
                 size=sizing.size_for(self.settings.share, row.gpus, cpu=row.cpu, memory=row.memory,
                                      shm_size=row.shm_size),
                 volumes=row.volumes or (),
+                name=row.pod_name,
             )
             created = self.kube.create_pod(body)
             log.info("%s: pod %s/%s %s", ctx, body["metadata"]["namespace"], body["metadata"]["name"],
@@ -202,7 +203,7 @@ class SubmissionWorker:
                 self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"])
             self.submitted += created
             with Session(self.engine) as session:
-                still_wanted = crud.mark_pod_created(session, container_id=row.id)
+                still_wanted = crud.mark_pod_created(session, container_id=row.id, pod_name=row.pod_name)
             if not still_wanted:  # cancelled while we were creating it
                 self._delete_pod(row)
         except KubeError as exc:
@@ -388,6 +389,16 @@ class SubmissionWorker:
         cid = (meta.get("labels") or {}).get(crds.LABEL_CONTAINER)
         if not cid:
             return None
+        with Session(self.engine) as session:
+            current = session.get(Container, cid)
+        name = meta.get("name")
+        if current is not None and name and name != current.pod_name:
+            # an earlier attempt's pod, refused by its node (the container has a newer one): not its state
+            if not deleted and not meta.get("deletionTimestamp"):
+                self._delete_attempt(current, name)
+            return cid
+        if not deleted and current is not None and self._retry_refused(current, pod):
+            return cid
         self.usage.observe(pod, deleted=deleted)
         with Session(self.engine) as session:
             if deleted:
@@ -417,6 +428,37 @@ class SubmissionWorker:
         if finished and row is not None and row.ports:
             self._remove_endpoints(cid, row.tenancy)
         return cid
+
+
+    def _retry_refused(self, row: Container, pod: dict[str, Any]) -> bool:
+        """A pod its node refused at admission before it started (``UnexpectedAdmissionError``:
+        the device plugin or the kubelet restarting, say) is made again, under the next
+        attempt's name, ``pods.ADMISSION_RETRIES`` times at most; then the container fails with
+        the kubelet's message. True when the pod was handled here."""
+        why = pods.refused_at_admission(pod)
+        if why is None or row.status not in (ContainerStatus.QUEUED, ContainerStatus.PENDING):
+            return False
+        attempt = pods.attempt_of(row.pod_name, row.id)
+        if attempt < 0 or attempt >= pods.ADMISSION_RETRIES:
+            return False
+        upcoming = pods.pod_name(row.id, attempt + 1)
+        message = (f"the node refused the pod ({why}); making another "
+                   f"({attempt + 1} of {pods.ADMISSION_RETRIES})")
+        with Session(self.engine) as session:
+            won = crud.requeue_refused(session, container_id=row.id, pod_name=row.pod_name, next_pod_name=upcoming,
+                                       message=message)
+        if won:
+            log.warning("container %s tenancy %s: %s", row.id, row.tenancy, message)
+            self.wake()
+        self._delete_attempt(row, row.pod_name)
+        return True
+
+    def _delete_attempt(self, row: Container, name: str) -> None:
+        """Delete a refused attempt's pod (it never ran; it holds nothing but its name)."""
+        try:
+            self.kube.delete_pod(crds.tenant_namespace(row.tenancy), name)
+        except KubeError as exc:
+            log.info("container %s: refused pod %s not deleted yet (%s)", row.id, name, exc)
 
 
 def _rejected(exc: KubeError) -> bool:
