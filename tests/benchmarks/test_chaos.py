@@ -66,6 +66,16 @@ def test_the_checks_count_lost_duplicated_and_usage_mismatches() -> None:
     assert sorted(item.split(" ")[0].rstrip(":") for item in found["duplicated"]) == ["extra", "twice"]
     assert sorted(item.split(":")[0] for item in found["usage_mismatches"]) == ["nousage", "wrongusage"]
 
+    # a pod deleted (its tenancy's deletion) before the soak's watch saw it end cannot be checked: not lost
+    gone = chaos.Submission("k-gone", "chaos-00", 2, 0, cid="gone")
+    work.submissions.append(gone)
+    rows["gone"] = {**ok, "status": "Succeeded"}
+    pods["gone"] = [chaos.PodRecord("uid-gone", "gone", phase="Running", started_at="2026-11-26T10:00:00Z",
+                                    running=True, deleted=True, gpus=2)]
+    usage["gone"] = _usage(2, 6.0, source="deleted")
+    found = chaos.check(work, rows, pods, Counter(), usage, [])
+    assert not any(item.startswith("gone") for item in found["lost"] + found["usage_mismatches"])
+
     # a pod created twice counts, as seen in kube-apiserver's audit log
     again = chaos.check(work, rows, pods, Counter({"tenant-chaos-00/gpucaas-fine": 2}), usage, [])
     assert any(item.startswith("fine:") for item in again["duplicated"])
