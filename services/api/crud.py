@@ -710,9 +710,10 @@ def mark_pod_created(session: Session, *, container_id: str, pod_name: str | Non
     return row is not None and row.status != ContainerStatus.CANCELLED
 
 
-def requeue_refused(session: Session, *, container_id: str, pod_name: str, next_pod_name: str, message: str) -> bool:
+def requeue_refused(session: Session, *, container_id: str, pod_name: str, next_pod_name: str, message: str,
+                    delay: float = 0.0) -> bool:
     """Its node refused the pod ``pod_name`` at admission (it never started): queue the container
-    again for a new pod ``next_pod_name``. Only one replica wins (the row must still name
+    again for a new pod ``next_pod_name``, made in ``delay`` seconds. Only one replica wins (the row must still name
     ``pod_name`` and be active, not cancelled); True for that one."""
     now = utcnow()
     result = session.exec(
@@ -720,7 +721,8 @@ def requeue_refused(session: Session, *, container_id: str, pod_name: str, next_
         .where(col(Container.id) == container_id, col(Container.pod_name) == pod_name,
                col(Container.status).in_((ContainerStatus.QUEUED, ContainerStatus.PENDING)))
         .values(status=ContainerStatus.QUEUED, pod_name=next_pod_name, pod_created=False, node_name=None,
-                message=message[:2048], next_attempt_at=now, claimed_by=None, claimed_until=None, updated_at=now)
+                message=message[:2048], next_attempt_at=now + timedelta(seconds=delay), claimed_by=None,
+                claimed_until=None, updated_at=now)
     )
     session.commit()
     return bool(result.rowcount)

@@ -442,14 +442,14 @@ class SubmissionWorker:
         if attempt < 0 or attempt >= pods.ADMISSION_RETRIES:
             return False
         upcoming = pods.pod_name(row.id, attempt + 1)
-        message = (f"the node refused the pod ({why}); making another "
+        delay = pods.ADMISSION_RETRY_DELAY_S * 2 ** attempt
+        message = (f"the node refused the pod ({why}); making another in {delay:.0f}s "
                    f"({attempt + 1} of {pods.ADMISSION_RETRIES})")
         with Session(self.engine) as session:
             won = crud.requeue_refused(session, container_id=row.id, pod_name=row.pod_name, next_pod_name=upcoming,
-                                       message=message)
+                                       message=message, delay=delay)
         if won:
             log.warning("container %s tenancy %s: %s", row.id, row.tenancy, message)
-            self.wake()
         self._delete_attempt(row, row.pod_name)
         return True
 
