@@ -747,11 +747,15 @@ def reschedule(session: Session, *, container_id: str, delay: float, message: st
     session.commit()
 
 
-def mark_failed(session: Session, *, container_id: str, message: str) -> None:
+def mark_failed(session: Session, *, container_id: str, message: str, pod_name: str | None = None) -> None:
+    """Fail an active container (``pod_name``: only while that pod is its current attempt)."""
     now = utcnow()
+    where = [col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES)]
+    if pod_name is not None:
+        where.append(col(Container.pod_name) == pod_name)
     result = session.exec(
         update(Container)
-        .where(col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES))
+        .where(*where)
         .values(status=ContainerStatus.FAILED, message=message[:2048], finished_at=now, updated_at=now,
                 claimed_by=None, claimed_until=None)
     )
@@ -775,10 +779,12 @@ def mark_pod_deleted(session: Session, *, container_id: str, deleted: bool = Tru
     session.commit()
 
 
-def apply_pod_report(session: Session, *, container_id: str, report: PodReport) -> bool:
-    """Copy a pod's state into its (still active) container; False when nothing changed."""
+def apply_pod_report(session: Session, *, container_id: str, report: PodReport, pod_name: str | None = None) -> bool:
+    """Copy a pod's state into its (still active) container; False when nothing changed.
+    ``pod_name``: the pod reporting, whose report counts only while it is the container's
+    current attempt (another replica may have just queued the next one)."""
     row = session.get(Container, container_id)
-    if row is None or row.status not in ACTIVE_STATUSES:
+    if row is None or row.status not in ACTIVE_STATUSES or (pod_name is not None and row.pod_name != pod_name):
         return False
     values: dict[str, Any] = {
         "status": report.status,
@@ -799,11 +805,10 @@ def apply_pod_report(session: Session, *, container_id: str, report: PodReport) 
     values["claimed_by"] = None
     values["claimed_until"] = None
     before = row.status
-    result = session.exec(
-        update(Container)
-        .where(col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES))
-        .values(**values)
-    )
+    where = [col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES)]
+    if pod_name is not None:
+        where.append(col(Container.pod_name) == pod_name)
+    result = session.exec(update(Container).where(*where).values(**values))
     if result.rowcount and report.status != before:
         webhook_outbox.on_status_change(session, container_id=container_id, before=before)
     session.commit()

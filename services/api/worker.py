@@ -406,9 +406,9 @@ class SubmissionWorker:
                 if row is not None and row.status in (ContainerStatus.PENDING, ContainerStatus.RUNNING):
                     report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
                     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
-                        crud.apply_pod_report(session, container_id=cid, report=report)
+                        crud.apply_pod_report(session, container_id=cid, report=report, pod_name=name)
                     else:
-                        crud.mark_failed(session, container_id=cid, message="pod deleted")
+                        crud.mark_failed(session, container_id=cid, message="pod deleted", pod_name=name)
                 return cid
             row = session.get(Container, cid)
         if row is not None and row.status == ContainerStatus.CANCELLED:
@@ -419,7 +419,7 @@ class SubmissionWorker:
             return cid
         with Session(self.engine) as session:
             report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
-            if crud.apply_pod_report(session, container_id=cid, report=report):
+            if crud.apply_pod_report(session, container_id=cid, report=report, pod_name=name):
                 log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")
             finished = report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED)
             keep = finished and row is not None and log_archive.get(session, container_id=cid) is None

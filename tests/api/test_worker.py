@@ -163,6 +163,36 @@ def test_a_pod_its_node_refused_at_admission_is_made_again_a_bounded_number_of_t
     assert pods.attempt_of("gpucaas-other", cid) == -1
 
 
+def test_a_late_report_of_a_refused_attempt_changes_nothing(api: ApiServer, k8s: Any) -> None:
+    """Two replicas watch the pods: one may apply the refused attempt's last "Pending on the
+    node" after the other queued the next attempt. That report must not move the container
+    (Pending with no pod to come would hang it): it counts only for the current attempt."""
+    from sqlmodel import Session
+
+    from services.api import crud, pods
+    from services.api.models import Container
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "latereport")
+    mark_tenancy_ready(k8s, "latereport")
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+        first = pods.pod_name(cid)
+        wait_for(lambda: get_pod(k8s, "tenant-latereport", first))
+        bind_pod(k8s, "tenant-latereport", first, "gpu-node-4")
+        bound = wait_for(lambda: (p := get_pod(k8s, "tenant-latereport", first)) and p["spec"].get("nodeName") and p)
+        set_pod_status(k8s, "tenant-latereport", first, {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                                                         "message": "Pod was rejected: no healthy devices present"})
+        wait_for(lambda: status_of(c, cid)["pod_name"] == pods.pod_name(cid, 1))
+        api.worker.stop()  # from here on, only the late report below
+        report = pods.container_status_from_pod(bound, "nvidia.com/gpu")
+        with Session(api.worker.engine) as session:
+            assert not crud.apply_pod_report(session, container_id=cid, report=report, pod_name=first)
+            crud.mark_failed(session, container_id=cid, message="pod deleted", pod_name=first)
+            row = session.get(Container, cid)
+            assert row is not None and (row.status, row.pod_name) == ("Queued", pods.pod_name(cid, 1))
+
+
 def test_a_pod_that_started_is_never_made_again() -> None:
     from services.api import pods
 
