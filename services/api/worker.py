@@ -429,7 +429,6 @@ class SubmissionWorker:
             self._remove_endpoints(cid, row.tenancy)
         return cid
 
-
     def _retry_refused(self, row: Container, pod: dict[str, Any]) -> bool:
         """A pod its node refused at admission before it started (``UnexpectedAdmissionError``:
         the device plugin or the kubelet restarting, say) is made again, under the next
