@@ -22,7 +22,7 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
-.PHONY: test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream lint
+.PHONY: test-chaos test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream lint
 
 install: system-deps $(VENV)/.installed upstream
 
@@ -92,6 +92,7 @@ test: install checkov test-image postgres
 	$(PY) -m pytest
 	$(MAKE) test-e2e-dra
 	$(MAKE) test-contention
+	$(MAKE) test-chaos
 
 # The end-to-end package again in the DRA allocation mode (tests/e2e/conftest.py: the
 # sandbox runs the DRA driver, the kubelet's DRA side and claim allocation instead of the
@@ -111,6 +112,17 @@ CONTENTION_LEAVES_OUT := $(addprefix --ignore=tests/e2e/,test_containers_run.py 
 	--deselect tests/e2e/test_rbac_of_the_chart.py::test_every_granted_permission_was_used
 test-contention: install
 	GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q tests/e2e $(CONTENTION_LEAVES_OUT)
+
+# The chaos soak at its quick size (benchmarks/chaos.py, docs/chaos.md): the real control
+# plane and real nodes, two API replicas on PostgreSQL, 60 short containers over 20
+# tenancies while every component is killed once; it exits 1 unless lost, duplicated,
+# stuck_leases, stuck_partitions, usage_mismatches and server_errors are all 0. One recorded
+# random number per allocation mode (CHAOS_N_DP=N CHAOS_N_DRA=M tries others).
+CHAOS_N_DP ?= 1
+CHAOS_N_DRA ?= 2
+test-chaos: install postgres
+	$(PY) -m benchmarks.chaos --quick --random $(CHAOS_N_DP) --allocation device-plugin
+	$(PY) -m benchmarks.chaos --quick --random $(CHAOS_N_DRA) --allocation dra
 
 bench: install postgres
 	@for b in $$(ls benchmarks/*.py | xargs -n1 basename | sed 's/\.py$$//' | grep -v '^_'); do \

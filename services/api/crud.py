@@ -771,13 +771,17 @@ def claim_due(session: Session, *, replica: str, claim_seconds: float, limit: in
     )
 
 
-def mark_pod_created(session: Session, *, container_id: str) -> bool:
-    """Queued → Pending once the pod exists. False only when the container was cancelled
-    meanwhile (its pod must go); the pod watch may already have moved it on, which is fine."""
+def mark_pod_created(session: Session, *, container_id: str, pod_name: str | None = None) -> bool:
+    """Queued → Pending once the pod (``pod_name``: the attempt's) exists. False only when the
+    container was cancelled meanwhile (its pod must go); the pod watch may already have moved
+    it on, or queued a later attempt, which is fine."""
     now = utcnow()
+    where = [col(Container.id) == container_id, col(Container.status) == ContainerStatus.QUEUED]
+    if pod_name is not None:
+        where.append(col(Container.pod_name) == pod_name)
     result = session.exec(
         update(Container)
-        .where(col(Container.id) == container_id, col(Container.status) == ContainerStatus.QUEUED)
+        .where(*where)
         .values(
             status=ContainerStatus.PENDING,
             pod_created=True,
@@ -792,6 +796,36 @@ def mark_pod_created(session: Session, *, container_id: str) -> bool:
         return True
     row = session.get(Container, container_id)
     return row is not None and row.status != ContainerStatus.CANCELLED
+
+
+def requeue_refused(
+    session: Session, *, container_id: str, pod_name: str, next_pod_name: str, message: str, delay: float = 0.0
+) -> bool:
+    """Its node refused the pod ``pod_name`` at admission (it never started): queue the container
+    again for a new pod ``next_pod_name``, made in ``delay`` seconds. Only one replica wins (the row must still name
+    ``pod_name`` and be active, not cancelled); True for that one."""
+    now = utcnow()
+    result = session.exec(
+        update(Container)
+        .where(
+            col(Container.id) == container_id,
+            col(Container.pod_name) == pod_name,
+            col(Container.status).in_((ContainerStatus.QUEUED, ContainerStatus.PENDING)),
+        )
+        .values(
+            status=ContainerStatus.QUEUED,
+            pod_name=next_pod_name,
+            pod_created=False,
+            node_name=None,
+            message=message[:2048],
+            next_attempt_at=now + timedelta(seconds=delay),
+            claimed_by=None,
+            claimed_until=None,
+            updated_at=now,
+        )
+    )
+    session.commit()
+    return bool(result.rowcount)
 
 
 def reschedule(session: Session, *, container_id: str, delay: float, message: str, count_attempt: bool) -> None:
@@ -813,11 +847,15 @@ def reschedule(session: Session, *, container_id: str, delay: float, message: st
     session.commit()
 
 
-def mark_failed(session: Session, *, container_id: str, message: str) -> None:
+def mark_failed(session: Session, *, container_id: str, message: str, pod_name: str | None = None) -> None:
+    """Fail an active container (``pod_name``: only while that pod is its current attempt)."""
     now = utcnow()
+    where = [col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES)]
+    if pod_name is not None:
+        where.append(col(Container.pod_name) == pod_name)
     result = session.exec(
         update(Container)
-        .where(col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES))
+        .where(*where)
         .values(
             status=ContainerStatus.FAILED,
             message=message[:2048],
@@ -847,10 +885,12 @@ def mark_pod_deleted(session: Session, *, container_id: str, deleted: bool = Tru
     session.commit()
 
 
-def apply_pod_report(session: Session, *, container_id: str, report: PodReport) -> bool:
-    """Copy a pod's state into its (still active) container; False when nothing changed."""
+def apply_pod_report(session: Session, *, container_id: str, report: PodReport, pod_name: str | None = None) -> bool:
+    """Copy a pod's state into its (still active) container; False when nothing changed.
+    ``pod_name``: the pod reporting, whose report counts only while it is the container's
+    current attempt (another replica may have just queued the next one)."""
     row = session.get(Container, container_id)
-    if row is None or row.status not in ACTIVE_STATUSES:
+    if row is None or row.status not in ACTIVE_STATUSES or (pod_name is not None and row.pod_name != pod_name):
         return False
     values: dict[str, Any] = {
         "status": report.status,
@@ -871,11 +911,10 @@ def apply_pod_report(session: Session, *, container_id: str, report: PodReport) 
     values["claimed_by"] = None
     values["claimed_until"] = None
     before = row.status
-    result = session.exec(
-        update(Container)
-        .where(col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES))
-        .values(**values)
-    )
+    where = [col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES)]
+    if pod_name is not None:
+        where.append(col(Container.pod_name) == pod_name)
+    result = session.exec(update(Container).where(*where).values(**values))
     if result.rowcount and report.status != before:
         webhook_outbox.on_status_change(session, container_id=container_id, before=before)
     session.commit()

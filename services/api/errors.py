@@ -81,8 +81,12 @@ class UpgradeRequired(ApiError):
 
 
 class Unavailable(ApiError):
+    """A dependency (the database, the Kubernetes API) cannot be reached now: the same request
+    may be sent again, so it goes out with ``Retry-After`` (seconds) as a 429 does."""
+
     status = 503
     code = "unavailable"
+    retry_after = 1
 
 
 class TooManyRequests(ApiError):
@@ -145,7 +149,7 @@ def response_of(exc: ApiError) -> Any:
     from fastapi.responses import JSONResponse
 
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    if isinstance(exc, TooManyRequests):
+    if isinstance(exc, TooManyRequests | Unavailable):
         headers = {"Retry-After": str(exc.retry_after)}
     return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, status_code=exc.status, headers=headers)
 

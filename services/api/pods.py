@@ -29,9 +29,47 @@ MANAGED_BY = "gpucaas-api"
 DEFAULT_RUN_AS_USER = 1000
 
 
-def pod_name(container_id: str) -> str:
-    """The one pod name a container can ever have."""
-    return f"{POD_NAME_PREFIX}{container_id}"
+#: how many times a container's pod is made again after its node refused it at admission
+#: (``UnexpectedAdmissionError``, ``OutOf<resource>``: no container of it ever started)
+ADMISSION_RETRIES = 3
+#: seconds before the next attempt's pod, doubling per attempt (3, 6, 12): what refused it
+#: (a device plugin registering again with a restarted kubelet) takes a few seconds to pass
+ADMISSION_RETRY_DELAY_S = 3.0
+#: the kubelet's reasons for refusing a pod at admission (pkg/kubelet/lifecycle's predicate
+#: results): the pod never started, so making another cannot run the container twice
+_ADMISSION_REFUSALS = ("UnexpectedAdmissionError",)
+_ADMISSION_REFUSAL_PREFIX = "OutOf"
+
+
+def pod_name(container_id: str, attempt: int = 0) -> str:
+    """The pod name of a container's attempt: one name per attempt, the first ``gpucaas-<id>``;
+    a later attempt exists only after the node refused the one before at admission."""
+    return f"{POD_NAME_PREFIX}{container_id}" + (f"-r{attempt}" if attempt else "")
+
+
+def attempt_of(name: str, container_id: str) -> int:
+    """Which attempt ``name`` is (0 for the first pod; -1 for a name not of this container)."""
+    first = pod_name(container_id)
+    if name == first:
+        return 0
+    rest = name.removeprefix(first + "-r")
+    return int(rest) if rest != name and rest.isdigit() else -1
+
+
+def refused_at_admission(pod: Mapping[str, Any]) -> str | None:
+    """The kubelet's message when it refused the pod at admission before any of its containers
+    started (None otherwise): the pod failed without running, and another may be made."""
+    status = pod.get("status") or {}
+    reason = status.get("reason") or ""
+    if status.get("phase") != "Failed" or not (
+        reason in _ADMISSION_REFUSALS or reason.startswith(_ADMISSION_REFUSAL_PREFIX)
+    ):
+        return None
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if state.get("running") or (state.get("terminated") or {}).get("startedAt"):
+            return None
+    return f"{reason}: {status.get('message') or ''}".strip()
 
 
 def build_tenancy(
@@ -103,6 +141,7 @@ def build_pod(
     size: sizing.Size | None = None,
     allocation_mode: dra.AllocationMode = dra.DEVICE_PLUGIN_MODE,
     volumes: Sequence[Mapping[str, Any]] = (),
+    name: str | None = None,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
 
@@ -196,7 +235,7 @@ def build_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(container_id),
+            "name": name or pod_name(container_id),
             "namespace": crds.tenant_namespace(tenancy),
             "labels": {
                 crds.LABEL_CONTAINER: container_id,

@@ -203,6 +203,7 @@ class SubmissionWorker:
                     self.settings.share, row.gpus, cpu=row.cpu, memory=row.memory, shm_size=row.shm_size
                 ),
                 volumes=row.volumes or (),
+                name=row.pod_name,
             )
             created = self.kube.create_pod(body)
             log.info(
@@ -216,7 +217,7 @@ class SubmissionWorker:
                 self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"])
             self.submitted += created
             with Session(self.engine) as session:
-                still_wanted = crud.mark_pod_created(session, container_id=row.id)
+                still_wanted = crud.mark_pod_created(session, container_id=row.id, pod_name=row.pod_name)
             if not still_wanted:  # cancelled while we were creating it
                 self._delete_pod(row)
         except KubeError as exc:
@@ -322,12 +323,14 @@ class SubmissionWorker:
 
     def _delete_pod(self, row: Container) -> None:
         try:
-            self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
+            existed = self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
         except KubeError as exc:
             log.warning("container %s: pod delete failed (%s); will retry", row.id, exc)
             with Session(self.engine) as session:
                 crud.mark_pod_deleted(session, container_id=row.id, deleted=False)
             return
+        if existed:  # it ends now (the usage run too, should the watch miss the pod's last states)
+            self.usage.pod_deleted(row.id, when=utcnow())
         with Session(self.engine) as session:
             crud.mark_pod_deleted(session, container_id=row.id)
         log.info("container %s tenancy %s: pod %s deleted (cancelled)", row.id, row.tenancy, row.pod_name)
@@ -422,6 +425,16 @@ class SubmissionWorker:
         cid = (meta.get("labels") or {}).get(crds.LABEL_CONTAINER)
         if not cid:
             return None
+        with Session(self.engine) as session:
+            current = session.get(Container, cid)
+        name = meta.get("name")
+        if current is not None and name and name != current.pod_name:
+            # an earlier attempt's pod, refused by its node (the container has a newer one): not its state
+            if not deleted and not meta.get("deletionTimestamp"):
+                self._delete_attempt(current, name)
+            return cid
+        if not deleted and current is not None and self._retry_refused(current, pod):
+            return cid
         self.usage.observe(pod, deleted=deleted)
         with Session(self.engine) as session:
             if deleted:
@@ -429,9 +442,9 @@ class SubmissionWorker:
                 if row is not None and row.status in (ContainerStatus.PENDING, ContainerStatus.RUNNING):
                     report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
                     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
-                        crud.apply_pod_report(session, container_id=cid, report=report)
+                        crud.apply_pod_report(session, container_id=cid, report=report, pod_name=name)
                     else:
-                        crud.mark_failed(session, container_id=cid, message="pod deleted")
+                        crud.mark_failed(session, container_id=cid, message="pod deleted", pod_name=name)
                 return cid
             row = session.get(Container, cid)
         if row is not None and row.status == ContainerStatus.CANCELLED:
@@ -442,7 +455,7 @@ class SubmissionWorker:
             return cid
         with Session(self.engine) as session:
             report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
-            if crud.apply_pod_report(session, container_id=cid, report=report):
+            if crud.apply_pod_report(session, container_id=cid, report=report, pod_name=name):
                 log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")
             finished = report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED)
             keep = finished and row is not None and log_archive.get(session, container_id=cid) is None
@@ -451,6 +464,44 @@ class SubmissionWorker:
         if finished and row is not None and row.ports:
             self._remove_endpoints(cid, row.tenancy)
         return cid
+
+    def _retry_refused(self, row: Container, pod: dict[str, Any]) -> bool:
+        """A pod its node refused at admission before it started (``UnexpectedAdmissionError``:
+        the device plugin or the kubelet restarting, say) is made again, under the next
+        attempt's name, ``pods.ADMISSION_RETRIES`` times at most; then the container fails with
+        the kubelet's message. True when the pod was handled here."""
+        why = pods.refused_at_admission(pod)
+        if why is None or row.status not in (ContainerStatus.QUEUED, ContainerStatus.PENDING):
+            return False
+        attempt = pods.attempt_of(row.pod_name, row.id)
+        if attempt < 0 or attempt >= pods.ADMISSION_RETRIES:
+            return False
+        upcoming = pods.pod_name(row.id, attempt + 1)
+        delay = pods.ADMISSION_RETRY_DELAY_S * 2**attempt
+        message = (
+            f"the node refused the pod ({why}); making another in {delay:.0f}s "
+            f"({attempt + 1} of {pods.ADMISSION_RETRIES})"
+        )
+        with Session(self.engine) as session:
+            won = crud.requeue_refused(
+                session,
+                container_id=row.id,
+                pod_name=row.pod_name,
+                next_pod_name=upcoming,
+                message=message,
+                delay=delay,
+            )
+        if won:
+            log.warning("container %s tenancy %s: %s", row.id, row.tenancy, message)
+        self._delete_attempt(row, row.pod_name)
+        return True
+
+    def _delete_attempt(self, row: Container, name: str) -> None:
+        """Delete a refused attempt's pod (it never ran; it holds nothing but its name)."""
+        try:
+            self.kube.delete_pod(crds.tenant_namespace(row.tenancy), name)
+        except KubeError as exc:
+            log.info("container %s: refused pod %s not deleted yet (%s)", row.id, name, exc)
 
 
 def _rejected(exc: KubeError) -> bool:

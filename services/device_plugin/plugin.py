@@ -414,13 +414,32 @@ class PluginCore:
         left by a pod that just ended (the periodic sync spares it for
         ``fabric_sync_grace``): it is released now. A conflict that remains (the old pod
         still being torn down) is retried with back-off for at most
-        ``allocate_conflict_wait`` seconds before Allocate fails with ABORTED.
+        ``allocate_conflict_wait`` seconds before Allocate fails with ABORTED. A fabric
+        service that does not answer (restarting) is waited for, ``allocate_fabric_wait``
+        seconds at most, before Allocate fails with UNAVAILABLE.
         """
         deadline = time.monotonic() + self.settings.allocate_conflict_wait
-        delay = 0.1
+        reachable_by = time.monotonic() + self.settings.allocate_fabric_wait
+        delay = unreachable_delay = 0.1
         while True:
             try:
                 return self.fabric.activate(holder, ids)
+            except FabricUnavailable as exc:
+                # The fabric service restarting (a crash, an upgrade of its DaemonSet): wait for it.
+                # The kubelet waits for Allocate without a deadline but never retries one that
+                # failed: the pod would fail for good (UnexpectedAdmissionError).
+                if not self.settings.fabric_required or time.monotonic() >= reachable_by:
+                    raise
+                logger.warning(
+                    "node=%s holder=%s fabric service unreachable (%s): retrying the activation for up to %.0fs more",
+                    self.node,
+                    holder,
+                    exc,
+                    reachable_by - time.monotonic(),
+                )
+                if self._stop.wait(min(unreachable_delay, max(0.0, reachable_by - time.monotonic()))):
+                    raise
+                unreachable_delay = min(unreachable_delay * 2, 1.0)
             except ActivationConflict as exc:
                 if self.on_conflict is None or time.monotonic() >= deadline:
                     raise

@@ -58,6 +58,13 @@ class DevicePluginSettings(EnvSettings):
         description="Seconds Allocate retries an activation conflict (a partition still being "
         "released by a pod that just ended) before it fails with ABORTED.",
     )
+    allocate_fabric_wait: float = Field(
+        20.0,
+        ge=0,
+        description="Seconds Allocate waits for an unreachable fabric service to answer again "
+        "(restarting, as a DaemonSet pod is) before it fails with UNAVAILABLE: the kubelet does not retry a "
+        "failed Allocate, it fails the pod (UnexpectedAdmissionError).",
+    )
     pod_resources_socket: Path = Field(
         Path("/var/lib/kubelet/pod-resources/kubelet.sock"), description="Kubelet PodResources API socket."
     )

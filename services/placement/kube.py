@@ -42,6 +42,10 @@ from services.placement.nodestate import PodClaim, derive_node, pod_claim
 
 log = logging.getLogger(__name__)
 
+#: the Node annotation the extender touches when a node's GPUs are freed (``FleetWatcher._nudge_loop``)
+NUDGE_ANNOTATION = "gpucaas.dev/gpus-freed-at"
+NUDGE_INTERVAL_S = 1.0
+
 
 def new_kube(kubeconfig: str | None = None, *, timeout_s: float = 10.0) -> Kube:
     """The core adapter from a kubeconfig file, else in-cluster, else ~/.kube/config (or $KUBECONFIG)."""
@@ -66,6 +70,7 @@ class FleetWatcher:
         watch_timeout_seconds: int = 300,
         request_timeout_seconds: float = 10.0,
         retry_seconds: float = 1.0,
+        nudge_nodes: bool = False,
     ) -> None:
         self.kube = Kube.of(api)
         self.api = self.kube.api_client
@@ -84,6 +89,11 @@ class FleetWatcher:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
+        #: nodes whose GPUs were freed since the last nudge (see ``_nudge_loop``)
+        self.nudge_nodes = nudge_nodes
+        self._freed: set[str] = set()
+        self._freed_cond = threading.Condition()
+        self.nudges = 0
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -113,6 +123,10 @@ class FleetWatcher:
             ),
             ("pods", self.core.list_pod_for_all_namespaces, (), self._replace_pods, self._on_pod),
         ]
+        if self.nudge_nodes:
+            thread = threading.Thread(target=self._nudge_loop, name="placement-nudge", daemon=True)
+            self._threads.append(thread)
+            thread.start()
         for kind, lister, args, replace, on_event in loops:
             thread = threading.Thread(
                 target=self._loop,
@@ -127,6 +141,8 @@ class FleetWatcher:
         """Stop the loops. A watch blocked on a quiet stream ends at its next event or
         server timeout; the threads are daemons, so they are waited for only briefly."""
         self._stop.set()
+        with self._freed_cond:
+            self._freed_cond.notify_all()
         for w in list(self._watches):
             w.stop()
         deadline = time.monotonic() + timeout
@@ -281,6 +297,15 @@ class FleetWatcher:
         state = derive_node(node, fabric, leases, claims)
         previous = self.index.node(node)
         self.index.set_node(state)
+        if (
+            self.nudge_nodes
+            and previous is not None
+            and state.usable
+            and (not previous.usable or state.free_mask & ~previous.free_mask)
+        ):
+            with self._freed_cond:
+                self._freed.add(node)
+                self._freed_cond.notify_all()
         if previous != state:
             log.debug(
                 "node %s: free mask %#04x healthy %#04x usable %s",
@@ -289,6 +314,48 @@ class FleetWatcher:
                 state.healthy_mask,
                 state.usable,
             )
+
+    # -- nudge -----------------------------------------------------------------------
+
+    def _nudge_loop(self) -> None:
+        """Tell kube-scheduler that a node's GPUs were freed, by touching one annotation of
+        the Node (``NUDGE_ANNOTATION``).
+
+        A GPU frees in steps kube-scheduler does not watch: the pod ends (an event: pods this
+        extender refused are tried again, but the GPU's lease is only Releasing), then its
+        firmware check passes and the lease turns Free (a GPULease: no event for the scheduler).
+        A pod the extender refused in between would wait in the scheduler's unschedulable queue
+        for the next unrelated event, or five minutes. A Node's annotations changing is such an
+        event (kube-scheduler's node update handler), and a pod refused by an extender is tried
+        again on any event. At most one patch per node per ``NUDGE_INTERVAL_S``."""
+        last: dict[str, float] = {}
+        while not self._stop.is_set():
+            with self._freed_cond:
+                while not self._freed and not self._stop.is_set():
+                    self._freed_cond.wait()
+                nodes, self._freed = self._freed, set()
+            for node in sorted(nodes):
+                wait = last.get(node, 0.0) + NUDGE_INTERVAL_S - time.monotonic()
+                if wait > 0 and self._stop.wait(wait):
+                    return
+                last[node] = time.monotonic()
+                self._nudge(node)
+
+    def _nudge(self, node: str) -> None:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        try:
+            self.kube.call(
+                self.core.patch_node,
+                node,
+                {"metadata": {"annotations": {NUDGE_ANNOTATION: stamp}}},
+                _request_timeout=self.request_timeout,
+                idempotent=True,
+                what=f"nudging node {node}",
+            )
+            self.nudges += 1
+            log.debug("node %s: GPUs freed; annotated it for kube-scheduler", node)
+        except KubeError as exc:  # RBAC without nodes/patch, or Kubernetes away: the scheduler's own timer remains
+            log.warning("node %s: GPUs freed, but kube-scheduler not told (%s)", node, exc.summary())
 
     # -- bind ------------------------------------------------------------------------
 

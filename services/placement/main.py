@@ -24,6 +24,8 @@ def run(settings: PlacementSettings) -> None:
         gpu_resource=settings.gpu_resource,
         watch_timeout_seconds=settings.watch_timeout_seconds,
         request_timeout_seconds=settings.kube_timeout_seconds,
+        # the binder filters: tell kube-scheduler when GPUs free (its DRA plugin watches its own objects)
+        nudge_nodes=settings.bind,
     )
     watcher.start()
     app = create_app(

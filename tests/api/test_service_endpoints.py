@@ -30,6 +30,7 @@ def test_admin_inventory_with_kubernetes_down_is_503(module_api: ApiServer) -> N
             r = admin.get(path)
             assert r.status_code == 503, path
             assert r.json()["code"] == "unavailable"
+            assert r.headers["Retry-After"] == "1", path  # a client may send it again (the chaos soak does)
 
 
 def test_metrics_openapi_and_docs(module_api: ApiServer) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kc
+from sqlmodel import Session
 
 from gpucaas.devtools.waiting import wait_for
 from services.api.models import utcnow
@@ -148,6 +149,36 @@ def test_a_cancelled_run_ends_when_its_pod_is_deleted(api: ApiServer, k8s: Any) 
         done = wait_for(lambda: (r := record_of(c, cid)) and not r["running"] and r, 60, what="the run's end")
         assert done["end_source"] == "deleted" and done["gpu_model"] is None  # dgx-c is no node it knows
         assert 5 <= done["gpu_seconds"] < 120
+
+
+def test_a_cancelled_run_ends_when_the_worker_deletes_its_pod_even_unwatched(api: ApiServer, k8s: Any) -> None:
+    """The pod watch may be down when a cancelled container's pod goes (kube-apiserver restarting,
+    as in the chaos soak): the run ends when the worker deleted the pod, not at the next relist."""
+    from services.api.models import Container
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "unwatched")
+    mark_tenancy_ready(k8s, "unwatched")
+    started = utcnow().replace(microsecond=0) - timedelta(seconds=5)
+    with api.client(token) as c:
+        cid = submit(c, gpus=2)
+        start_run(k8s, "unwatched", cid, node="dgx-e", pod_start=started, started=started)
+        wait_for(lambda: record_of(c, cid), 60, what="the run's record")
+        worker = api.worker
+        worker.stop()  # no watch from here on: only the deletion itself can end the run
+        with Session(worker.engine) as session:
+            row = session.get(Container, cid)
+            assert row is not None
+        before = utcnow()
+        worker._delete_pod(row)
+        after = utcnow()
+        done = record_of(c, cid)
+        assert done["end_source"] == "deleted" and not done["running"], done
+        from datetime import datetime
+
+        ended = datetime.fromisoformat(done["finished_at"].replace("Z", "+00:00"))
+        assert before - timedelta(seconds=1) <= ended <= after + timedelta(seconds=1), (before, ended, after)
+        assert 2 * 5 <= done["gpu_seconds"] <= 2 * ((after - started).total_seconds() + 1)
 
 
 def test_a_run_whose_pod_vanished_while_the_api_was_down_ends_when_it_is_found_gone(

@@ -185,6 +185,111 @@ def test_failed_pod_and_vanished_pod(api: ApiServer, k8s: Any) -> None:
         assert gone["message"] == "pod deleted"
 
 
+def test_a_pod_its_node_refused_at_admission_is_made_again_a_bounded_number_of_times(api: ApiServer, k8s: Any) -> None:
+    """The kubelet refuses a pod it cannot admit (its device plugin restarting: "no healthy
+    devices present", UnexpectedAdmissionError) and never retries it; the pod never started, so
+    the worker makes another, under the next attempt's name, three times at most."""
+    from services.api import pods
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "refused")
+    mark_tenancy_ready(k8s, "refused")
+    refusal = {
+        "phase": "Failed",
+        "reason": "UnexpectedAdmissionError",
+        "message": "Pod was rejected: Allocate failed due to no healthy devices present",
+    }
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 2}).json()["id"]
+        for attempt in range(pods.ADMISSION_RETRIES + 1):
+            name = pods.pod_name(cid, attempt)
+            assert name == (f"gpucaas-{cid}" if attempt == 0 else f"gpucaas-{cid}-r{attempt}")
+            wait_for(lambda name=name: get_pod(k8s, "tenant-refused", name), what=name)
+            wait_for(
+                lambda name=name: status_of(c, cid)["pod_name"] == name and status_of(c, cid)["status"] == "Pending"
+            )
+            bind_pod(k8s, "tenant-refused", name, "gpu-node-3")
+            set_pod_status(k8s, "tenant-refused", name, refusal)
+            if attempt < pods.ADMISSION_RETRIES:
+                again = wait_for(
+                    lambda attempt=attempt: (
+                        (s := status_of(c, cid))["pod_name"] == pods.pod_name(cid, attempt + 1) and s
+                    )
+                )
+                assert again["status"] in ("Queued", "Pending") and again["exit_code"] is None
+                assert wait_for(lambda name=name: get_pod(k8s, "tenant-refused", name) is None, what=f"{name} deleted")
+        failed = wait_for(lambda: (s := status_of(c, cid))["status"] == "Failed" and s)
+        assert "no healthy devices present" in failed["message"], failed
+    assert pods.attempt_of(f"gpucaas-{cid}-r2", cid) == 2 and pods.attempt_of(f"gpucaas-{cid}", cid) == 0
+    assert pods.attempt_of("gpucaas-other", cid) == -1
+
+
+def test_a_late_report_of_a_refused_attempt_changes_nothing(api: ApiServer, k8s: Any) -> None:
+    """Two replicas watch the pods: one may apply the refused attempt's last "Pending on the
+    node" after the other queued the next attempt. That report must not move the container
+    (Pending with no pod to come would hang it): it counts only for the current attempt."""
+    from sqlmodel import Session
+
+    from services.api import crud, pods
+    from services.api.models import Container
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "latereport")
+    mark_tenancy_ready(k8s, "latereport")
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+        first = pods.pod_name(cid)
+        wait_for(lambda: get_pod(k8s, "tenant-latereport", first))
+        bind_pod(k8s, "tenant-latereport", first, "gpu-node-4")
+        bound = wait_for(lambda: (p := get_pod(k8s, "tenant-latereport", first)) and p["spec"].get("nodeName") and p)
+        set_pod_status(
+            k8s,
+            "tenant-latereport",
+            first,
+            {
+                "phase": "Failed",
+                "reason": "UnexpectedAdmissionError",
+                "message": "Pod was rejected: no healthy devices present",
+            },
+        )
+        wait_for(lambda: status_of(c, cid)["pod_name"] == pods.pod_name(cid, 1))
+        api.worker.stop()  # from here on, only the late report below
+        report = pods.container_status_from_pod(bound, "nvidia.com/gpu")
+        with Session(api.worker.engine) as session:
+            assert not crud.apply_pod_report(session, container_id=cid, report=report, pod_name=first)
+            crud.mark_failed(session, container_id=cid, message="pod deleted", pod_name=first)
+            row = session.get(Container, cid)
+            assert row is not None and (row.status, row.pod_name) == ("Queued", pods.pod_name(cid, 1))
+
+
+def test_a_pod_that_started_is_never_made_again() -> None:
+    from services.api import pods
+
+    ran = {
+        "phase": "Failed",
+        "reason": "UnexpectedAdmissionError",
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": False,
+                "restartCount": 0,
+                "image": "x",
+                "imageID": "",
+                "state": {
+                    "terminated": {
+                        "exitCode": 1,
+                        "startedAt": "2026-01-02T03:04:05Z",
+                        "finishedAt": "2026-01-02T03:04:06Z",
+                    }
+                },
+            }
+        ],
+    }
+    assert pods.refused_at_admission({"status": ran}) is None
+    assert pods.refused_at_admission({"status": {"phase": "Failed", "reason": "OutOfnvidia.com/gpu"}})
+    assert pods.refused_at_admission({"status": {"phase": "Failed", "reason": "DeadlineExceeded"}}) is None
+
+
 def test_cancel_deletes_the_pod(api: ApiServer, k8s: Any) -> None:
     with api.client() as admin:
         token = new_tenancy(admin, "cancels")

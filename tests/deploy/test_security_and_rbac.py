@@ -73,6 +73,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("gpucaas.dev", "fabricstates"): {"list", "watch"},
         ("gpucaas.dev", "gpuleases"): {"list", "watch"},
         ("", "bindings"): {"create"},
+        ("", "nodes"): {"patch"},  # announces freed GPUs to kube-scheduler (an annotation)
     },
 }
 #: allocation.mode=dra: the DRA driver instead of the device plugin (services/dra_driver: it lists,
@@ -113,7 +114,9 @@ def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, 
     rules["api"] = EXPECTED_CLUSTER_RULES["api"] | {("resource.k8s.io", "resourceslices"): {"list"}}
     # the extender only scores nodes: the scheduler's DRA plugin allocates and binds
     rules["scheduler-extender"] = {
-        k: v for k, v in EXPECTED_CLUSTER_RULES["scheduler-extender"].items() if k != ("", "bindings")
+        k: v
+        for k, v in EXPECTED_CLUSTER_RULES["scheduler-extender"].items()
+        if k not in (("", "bindings"), ("", "nodes"))
     }
     return rules
 

@@ -41,6 +41,7 @@ def make_settings(socket_dir: Path, tmp_path: Path) -> SettingsFactory:
             pod_resources_interval=0.5,
             fabric_timeout=2.0,
             fabric_sync_grace=30.0,
+            allocate_fabric_wait=0.5,
         )
         values.update(overrides)
         if values["fabric_socket"] in ("", None):

@@ -104,3 +104,71 @@ def test_the_extender_sees_the_fabric_and_binds(
                 )
             except NotFound:
                 pass
+
+
+@pytest.mark.cluster
+def test_gpus_freed_on_a_node_are_announced_to_kube_scheduler_on_the_node(k8s: Any, on_real_cluster: bool) -> None:
+    """kube-scheduler does not watch FabricStates or GPULeases: a pod the extender refused while
+    a node's GPUs were still held would wait for an unrelated event (or five minutes). When a
+    node's free GPUs grow, the extender touches an annotation of the Node, which is such an
+    event (the chaos soak met 8-GPU pods Pending minutes after both boards were free)."""
+    from services.placement.kube import NUDGE_ANNOTATION
+
+    if on_real_cluster:
+        pytest.skip("annotates a Node: the local cluster's own only")
+    kube = Kube.of(k8s)
+    node = "gpu-node-nudge"
+    try:
+        kube.call(kube.core.create_node, {"metadata": {"name": node}})
+    except Conflict:
+        pass
+    body = {"apiVersion": crds.API_VERSION, "kind": "FabricState", "metadata": {"name": node}, "spec": {"node": node}}
+    try:
+        kube.call(kube.custom.create_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, body)
+    except Conflict:
+        pass
+
+    def publish(active: dict[int, str | None]) -> None:
+        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        kube.call(
+            kube.custom.patch_cluster_custom_object_status,
+            crds.GROUP,
+            crds.VERSION,
+            crds.FABRICSTATE_PLURAL,
+            node,
+            {"status": fabric_status(active=active, updated_at=stamp)},
+        )
+
+    def annotation() -> str | None:
+        got = kube.json(kube.core.read_node, node)
+        return ((got.get("metadata") or {}).get("annotations") or {}).get(NUDGE_ANNOTATION)
+
+    publish({3: "gpus:held"})  # the pair {1, 3} held
+    watcher = FleetWatcher(kube, FleetIndex(), watch_timeout_seconds=5, retry_seconds=0.2, nudge_nodes=True)
+    watcher.start()
+    try:
+        assert watcher.wait_synced(60)
+        wait_for(
+            lambda: (n := watcher.index.node(node)) is not None and n.free_mask != 0xFF,
+            60,
+            what="the held pair in the fleet index",
+        )
+        before = annotation()
+        publish({})  # released: two GPUs more are free
+        stamped = wait_for(lambda: (a := annotation()) != before and a, 30, what="the Node annotated")
+        assert stamped.endswith("Z") and watcher.nudges >= 1
+        publish({3: "gpus:held-again"})  # GPUs taken: no announcement
+        wait_for(lambda: watcher.index.node(node).free_mask != 0xFF, 30, what="the pair held again")
+        assert annotation() == stamped
+    finally:
+        watcher.stop()
+        for delete in (
+            lambda: kube.call(
+                kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, node
+            ),
+            lambda: kube.call(kube.core.delete_node, node),
+        ):
+            try:
+                delete()
+            except NotFound:
+                pass

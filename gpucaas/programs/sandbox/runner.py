@@ -45,7 +45,12 @@ from gpucaas.devtools.local_cluster.cluster import free_port
 from gpucaas.devtools.local_cluster.objects import create_all
 from gpucaas.devtools.local_cluster.processes import unix_socket_ready
 from gpucaas.devtools.real_node.devices import make_char_devices
-from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing, unmount_under
+from gpucaas.devtools.real_node.node import (
+    NodeOptions,
+    RealNode,
+    node_tools_missing,
+    unmount_under,
+)
 from gpucaas.devtools.real_node.registry import Registries
 from gpucaas.programs.sandbox import hostpath_volumes, identities
 from gpucaas.programs.sandbox.ingress import (
@@ -55,7 +60,12 @@ from gpucaas.programs.sandbox.ingress import (
     write_info as write_ingress_info,
 )
 from gpucaas.programs.sandbox.node_agent import GPU_NODE_LABELS
-from gpucaas.programs.sandbox.supervisor import ServiceSpec, Supervisor, file_ready, http_ready
+from gpucaas.programs.sandbox.supervisor import (
+    ServiceSpec,
+    Supervisor,
+    file_ready,
+    http_ready,
+)
 from gpucaas.programs.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
 from services.api.pods import DEFAULT_RUN_AS_USER
 
@@ -133,6 +143,8 @@ class Sandbox:
     admin_token: str
     tenant_token: str | None = None
     nodes: list[NodePaths] = field(default_factory=list)
+    #: every API replica's URL (``api_url`` first); the supervisor names them ``api``, ``api-2``, ...
+    api_urls: list[str] = field(default_factory=list)
     extender_url: str | None = None
     identities: dict[str, identities.Identity] = field(default_factory=dict)
     audit_log: Path | None = None
@@ -268,7 +280,11 @@ def device_plugin_env(state_dir: Path) -> dict[str, str]:
     """Leases on, golden firmware of the fake board, quick PodResources scans for a lively sandbox."""
     golden = state_dir / "golden-firmware.json"
     if not golden.exists():
-        from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
+        from gpucaas.devtools.fake_sysfs import (
+            GOLDEN_ROM_VERSION,
+            H100_SXM5_DEVICE,
+            golden_rom_sha256,
+        )
 
         golden.write_text(
             json.dumps({H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}})
@@ -325,7 +341,9 @@ def scheduler_config(allocation_mode: str, extender_url: str) -> dict[str, Any]:
     return dict(config)
 
 
-def start_cluster(state_dir: Path, nodes: tuple[str, ...], allocation_mode: str, say: Any) -> LocalCluster:
+def start_cluster(
+    state_dir: Path, nodes: tuple[str, ...], allocation_mode: str, say: Any, compaction_interval: str | None = None
+) -> LocalCluster:
     """The sandbox's control plane, kept in ``state_dir/cluster`` across runs of the same
     allocation mode; a run in the other mode starts from an empty etcd (each mode installs
     its own RBAC and objects), keeping the certificates so that kubeconfigs stay valid."""
@@ -352,6 +370,7 @@ def start_cluster(state_dir: Path, nodes: tuple[str, ...], allocation_mode: str,
             token_auth_file=tokens,
             run_scheduler=False,
             encryption_config=secrets_encryption(folder / "pki"),
+            compaction_interval=compaction_interval,
             # tenant volumes (hostpath_volumes)
             controller_manager_args=[hostpath_volumes.CONTROLLER_MANAGER_FLAG],
         ),
@@ -521,6 +540,9 @@ def start(
     chart_objects: list[dict[str, Any]] | None = None,
     allocation_mode: str = "device-plugin",
     real_nodes: int = 0,
+    database_url: str | None = None,
+    api_replicas: int = 1,
+    compaction_interval: str | None = None,
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
@@ -529,7 +551,16 @@ def start(
 
     ``chart_objects``: the chart's cluster side to install instead of rendering it
     (:func:`identities.cluster_side`), e.g. with a rule removed to see what breaks.
+
+    ``database_url``: the API's database (a SQLite file in ``state_dir`` by default);
+    ``api_replicas``: how many API processes serve it, each on a port of its own (the first on
+    ``api_port``; the supervisor names them ``api``, ``api-2``, ...), as a Deployment's replicas
+    behind one Service; more than one needs a database they can share (PostgreSQL).
+    ``compaction_interval``: kube-apiserver's ``--etcd-compaction-interval`` (own cluster only);
+    a short one makes every watch that falls behind meet 410 Gone.
     """
+    if api_replicas > 1 and (database_url is None or database_url.startswith("sqlite")):
+        raise ValueError("several API replicas need a database they share (a PostgreSQL URL)")
     say = progress or (lambda msg: log.info("%s", msg))
     if chart_objects is None and allocation_mode == "dra" and kubeconfig is None:
         chart_objects = identities.cluster_side(identities.sandbox_values(allocation_mode))
@@ -567,7 +598,7 @@ def start(
                 + " (make install adds the packages; --real-nodes 0 simulates every node)"
             )
         if not real_cluster:
-            cluster = start_cluster(state_dir, nodes, allocation_mode, say)
+            cluster = start_cluster(state_dir, nodes, allocation_mode, say, compaction_interval)
             kubeconfig = state_dir / "kubeconfig"
             write_private(kubeconfig, cluster.admin_kubeconfig.read_text())
             static_tokens = identities.write_token_file(state_dir / "kube-tokens.csv", nodes)
@@ -751,38 +782,49 @@ def start(
             cluster.start_scheduler(scheduler_config(allocation_mode, extender_url))
 
         api_url = f"https://127.0.0.1:{api_port}"
-        say(f"starting the API on {api_url}")
-        sup.start(
-            ServiceSpec(
-                "api",
-                [
-                    "api",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(api_port),
-                    "--tls-cert",
-                    str(tls.cert),
-                    "--tls-key",
-                    str(tls.key),
-                    "--database-url",
-                    f"sqlite:///{state_dir / 'gpucaas.db'}",
-                    "--kubeconfig",
-                    str(kc("api")),
-                ],
-                # webhooks may reach receivers on this machine (docs/webhooks.md)
-                env={
-                    **kube_env("api"),
-                    "GPUCAAS_ADMIN_TOKEN": admin_token,
-                    "GPUCAAS_ALLOCATION_MODE": allocation_mode,
-                    "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true",
-                    **(REAL_NODE_SIZING if real else {}),
-                    "GPUCAAS_ENDPOINT_DOMAIN": ENDPOINT_DOMAIN,
-                    "GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS": json.dumps(AUTH_ANNOTATIONS),
-                },
-                ready=http_ready(f"{api_url}/healthz", ca_file=tls.ca_cert),
+        api_urls = [api_url]
+        database = database_url or f"sqlite:///{state_dir / 'gpucaas.db'}"
+        for replica in range(api_replicas):
+            port = api_port if replica == 0 else free_port()
+            url = f"https://127.0.0.1:{port}"
+            if replica:
+                api_urls.append(url)
+            name = "api" if replica == 0 else f"api-{replica + 1}"
+            say(
+                f"starting the API on {url}"
+                + (f" (replica {replica + 1} of {api_replicas})" if api_replicas > 1 else "")
             )
-        )
+            sup.start(
+                ServiceSpec(
+                    name,
+                    [
+                        "api",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--tls-cert",
+                        str(tls.cert),
+                        "--tls-key",
+                        str(tls.key),
+                        "--database-url",
+                        database,
+                        "--kubeconfig",
+                        str(kc("api")),
+                    ],
+                    # webhooks may reach receivers on this machine (docs/webhooks.md)
+                    env={
+                        **kube_env("api"),
+                        "GPUCAAS_ADMIN_TOKEN": admin_token,
+                        "GPUCAAS_ALLOCATION_MODE": allocation_mode,
+                        "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true",
+                        **(REAL_NODE_SIZING if real else {}),
+                        "GPUCAAS_ENDPOINT_DOMAIN": ENDPOINT_DOMAIN,
+                        "GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS": json.dumps(AUTH_ANNOTATIONS),
+                    },
+                    ready=http_ready(f"{url}/healthz", ca_file=tls.ca_cert),
+                )
+            )
         if cluster is not None:
             say(
                 f"starting the ingress controller (Traefik {TRAEFIK_VERSION}) for container endpoints "
@@ -807,6 +849,7 @@ def start(
             registries=registries,
             volume_ownership=ownership,
             ingress=ingress,
+            api_urls=api_urls,
         )
         if audit_log is not None:
             say("checking that RBAC refused none of the gpucaas processes")

@@ -84,6 +84,14 @@ class Recorder:
                 when = _time((pod.get("metadata") or {}).get("deletionTimestamp"))
                 self._close(session, run.container_id, min(when, utcnow()) if when else utcnow(), records.END_DELETED)
 
+    def pod_deleted(self, container_id: str, *, when: datetime) -> None:
+        """The worker has just deleted the run's pod (a cancellation): end the open run at
+        ``when``, as the watch's DELETED event would. The watch may be down (kube-apiserver
+        restarting) and miss the pod's last states; the next relist would only find it gone
+        and charge it up to then. The pod's own end, if the watch sees it, still replaces this."""
+        with Session(self.engine) as session:
+            self._close(session, container_id, when, records.END_DELETED)
+
     def close_vanished(self, *, present: set[str], before: datetime) -> None:
         """After a relist taken at ``before``: end the open runs whose pod is gone (it was
         deleted while the worker was not watching; its own end time is lost with it)."""
