@@ -307,17 +307,8 @@ class Kube:
         version and plural); one that exists already counts as done. Returns how many were new."""
         made = 0
         for body in objects:
-            ns = body["metadata"]["namespace"]
             try:
-                if body["kind"] == "Service":
-                    self._call(
-                        self.core.create_namespaced_service, ns, body, _preload_content=False, idempotent=True
-                    ).release_conn()
-                else:
-                    group, version, plural = _custom_api(body)
-                    self._call(
-                        self.custom.create_namespaced_custom_object, group, version, ns, plural, body, idempotent=True
-                    )
+                self._endpoint_call(body, create=True)
                 made += 1
             except Conflict:
                 pass
@@ -327,21 +318,31 @@ class Kube:
         """Delete each object named in ``objects`` (kind, namespace, name); returns how many existed."""
         gone = 0
         for body in objects:
-            ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
             try:
-                if body["kind"] == "Service":
-                    self._call(
-                        self.core.delete_namespaced_service, name, ns, _preload_content=False, idempotent=True
-                    ).release_conn()
-                else:
-                    group, version, plural = _custom_api(body)
-                    self._call(
-                        self.custom.delete_namespaced_custom_object, group, version, ns, plural, name, idempotent=True
-                    )
+                self._endpoint_call(body, create=False)
                 gone += 1
             except NotFound:
                 pass
         return gone
+
+    def _endpoint_call(self, body: dict[str, Any], *, create: bool) -> None:
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if body["kind"] == "Service":
+            if create:
+                call = self._call(
+                    self.core.create_namespaced_service, ns, body, _preload_content=False, idempotent=True
+                )
+            else:
+                call = self._call(
+                    self.core.delete_namespaced_service, name, ns, _preload_content=False, idempotent=True
+                )
+            call.release_conn()
+            return
+        group, version, plural = _custom_api(body)
+        if create:
+            self._call(self.custom.create_namespaced_custom_object, group, version, ns, plural, body, idempotent=True)
+        else:
+            self._call(self.custom.delete_namespaced_custom_object, group, version, ns, plural, name, idempotent=True)
 
     # -- cluster inventory (admin) --------------------------------------------------
 

@@ -13,6 +13,35 @@ from kubernetes.client.exceptions import ApiException
 from gpucaas.core import crds
 from gpucaas.devtools.waiting import wait_for
 
+#: a pod status whose container ``main`` runs (as a kubelet reports it)
+RUNNING = {
+    "phase": "Running",
+    "containerStatuses": [
+        {
+            "name": "main",
+            "ready": True,
+            "restartCount": 0,
+            "image": "x",
+            "imageID": "",
+            "state": {"running": {"startedAt": "2026-01-02T03:00:00Z"}},
+        }
+    ],
+}
+#: a pod status whose container ``main`` ended with exit code 0
+SUCCEEDED = {
+    "phase": "Succeeded",
+    "containerStatuses": [
+        {
+            "name": "main",
+            "ready": False,
+            "restartCount": 0,
+            "image": "x",
+            "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}},
+        }
+    ],
+}
+
 
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -20,36 +20,10 @@ from kubernetes.client.exceptions import ApiException
 from gpucaas.devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
-from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
+from tests.api.kube_helpers import RUNNING, SUCCEEDED, get_pod, mark_tenancy_ready, set_pod_status
 
 DOMAIN = "apps.example.test"
 AUTH = {"example.test/auth": "ask-the-api"}
-RUNNING = {
-    "phase": "Running",
-    "containerStatuses": [
-        {
-            "name": "main",
-            "ready": True,
-            "restartCount": 0,
-            "image": "x",
-            "imageID": "",
-            "state": {"running": {"startedAt": "2026-01-02T03:00:00Z"}},
-        }
-    ],
-}
-SUCCEEDED = {
-    "phase": "Succeeded",
-    "containerStatuses": [
-        {
-            "name": "main",
-            "ready": False,
-            "restartCount": 0,
-            "image": "x",
-            "imageID": "",
-            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-02T04:00:00Z"}},
-        }
-    ],
-}
 
 
 @pytest.fixture

@@ -21,21 +21,7 @@ from websockets.sync.client import connect
 from gpucaas.devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
-from tests.api.kube_helpers import mark_tenancy_ready, set_pod_status
-
-RUNNING = {
-    "phase": "Running",
-    "containerStatuses": [
-        {
-            "name": "main",
-            "ready": True,
-            "restartCount": 0,
-            "image": "x",
-            "imageID": "",
-            "state": {"running": {"startedAt": "2026-01-02T03:00:00Z"}},
-        }
-    ],
-}
+from tests.api.kube_helpers import RUNNING, mark_tenancy_ready, set_pod_status
 
 
 @pytest.fixture
