@@ -137,6 +137,11 @@ def test_bound_volume_deleted_by_hand_stays_while_its_claim_exists(api, controll
     the tenancy's storage keeps working, and the claim stays Bound."""
     api.create(new_tenancy("gamma", nfs=NFS))
     wait_phase(api, "gamma", "Ready")
+    # Ready does not wait for kube-controller-manager's binder: the volume is bound a moment later
+    wait_for(
+        lambda: api.get("PersistentVolumeClaim", "tenant-storage", "tenant-gamma")["status"].get("phase") == "Bound",
+        what="the claim bound",
+    )
     api.delete("PersistentVolume", "tenant-gamma-storage")
     pv = wait_for(
         lambda: (
