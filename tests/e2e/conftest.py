@@ -310,6 +310,8 @@ def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str,
                 for d in state.get("Devices") or []
                 for i in d.get("CDIDeviceIDs") or []
             )
+            if not cdi:  # the claim is recorded before its preparation's devices: not handed over yet
+                continue
             return node.name, {
                 "cdi": cdi,
                 "devices": sorted(i.split("=", 1)[1] for i in cdi),
