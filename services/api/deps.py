@@ -83,6 +83,12 @@ async def get_caller(
     return await authenticate(request, credentials.credentials if credentials else None, request.method)
 
 
+def bearer_of(conn: HTTPConnection) -> str | None:
+    """The bearer token of a request or WebSocket upgrade (``Authorization: Bearer <token>``)."""
+    scheme, _, value = conn.headers.get("authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
 async def authenticate(request: HTTPConnection, secret: str | None, method: str) -> Caller:
     """The holder of the bearer token ``secret``, allowed ``method`` on the request's path
     (an HTTP request, or a WebSocket's upgrade, which FastAPI's security classes do not read).

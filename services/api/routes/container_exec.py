@@ -24,7 +24,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 from gpucaas.core import crds
 from gpucaas.core.kube import KubeError
 from services.api import audit, crud, errors, exec_relay, validation
-from services.api.deps import Caller, CurrentTenant, SessionDep, authenticate
+from services.api.deps import Caller, CurrentTenant, SessionDep, authenticate, bearer_of
 from services.api.kube import Kube
 from services.api.limits import Limiter, StreamSlot
 from services.api.models import Container, ContainerStatus
@@ -68,11 +68,6 @@ def _command(socket: WebSocket) -> list[str]:
     if any(validation.find_control(c) for c in command):
         raise errors.Invalid(f"query.command: {validation.CONTROL_RULE} (tabs and newlines are)")
     return command
-
-
-def _bearer(socket: WebSocket) -> str | None:
-    scheme, _, value = socket.headers.get("authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else None
 
 
 def _running(engine: Any, caller: Caller, container_id: str) -> Container:
@@ -166,7 +161,7 @@ async def exec_in_container(socket: WebSocket, container_id: str) -> None:
                 "exec speaks Kubernetes' stream protocol: offer the WebSocket subprotocol "
                 f"{exec_relay.PROTOCOLS[0]} (Sec-WebSocket-Protocol)"
             )
-        caller = await authenticate(socket, _bearer(socket), "GET")
+        caller = await authenticate(socket, bearer_of(socket), "GET")
         command, stdin, tty = _command(socket), _flag(socket, "stdin"), _flag(socket, "tty")
         row = await anyio.to_thread.run_sync(_running, app.state.engine, caller, container_id)
         limiter: Limiter = app.state.limiter

@@ -20,16 +20,11 @@ from fastapi import APIRouter, Header, Request, Response
 from sqlmodel import Session
 
 from services.api import crud, endpoints, errors
-from services.api.deps import authenticate
+from services.api.deps import authenticate, bearer_of
 from services.api.models import ContainerStatus
 from services.api.settings import Settings
 
 router = APIRouter(tags=["endpoints"])
-
-
-def _bearer(request: Request) -> str | None:
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else None
 
 
 @router.get(
@@ -50,7 +45,7 @@ async def endpoint_auth(
 ) -> Response:
     """The ingress controller's question for one request to a private endpoint (forwardAuth)."""
     settings: Settings = request.app.state.settings
-    caller = await authenticate(request, _bearer(request), "GET")
+    caller = await authenticate(request, bearer_of(request), "GET")
     where = endpoints.parse_host(x_forwarded_host or "", settings.endpoint_domain)
     gone = errors.NotFound(f"no endpoint at {(x_forwarded_host or '')[:300]!r}")
     if where is None or caller.tenancy is None:  # an operator's admin token is no tenant's
