@@ -13,6 +13,7 @@ even before the pod watch or the node's FabricState say so.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -94,6 +95,7 @@ class FleetWatcher:
         self._freed: set[str] = set()
         self._freed_cond = threading.Condition()
         self.nudges = 0
+        self._bound_seq = 0  # PodClaim.bound_seq: the order pods were first seen bound
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -267,10 +269,16 @@ class FleetWatcher:
     def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
             nodes = {c.node for c in self._claims.values()}
-            self._claims = {}
+            known, self._claims = self._claims, {}
             for pod in items:
                 claim = pod_claim(pod, self.gpu_resource)
                 if claim is not None:
+                    old = known.get(claim.key)
+                    if old is not None and old.node == claim.node:
+                        claim = dataclasses.replace(claim, bound_seq=old.bound_seq)
+                    else:
+                        self._bound_seq += 1
+                        claim = dataclasses.replace(claim, bound_seq=self._bound_seq)
                     self._claims[claim.key] = claim
             nodes |= {c.node for c in self._claims.values()}
             for node in nodes:
@@ -283,6 +291,11 @@ class FleetWatcher:
         with self._lock:
             old = self._claims.pop(key, None)
             if claim is not None:
+                if old is not None and old.node == claim.node:
+                    claim = dataclasses.replace(claim, bound_seq=old.bound_seq)
+                else:
+                    self._bound_seq += 1
+                    claim = dataclasses.replace(claim, bound_seq=self._bound_seq)
                 self._claims[key] = claim
             for node in {c.node for c in (old, claim) if c is not None}:
                 self._recompute(node)

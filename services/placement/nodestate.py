@@ -14,8 +14,11 @@ by ``kube.py``:
 * the **pods** bound to the node that request GPUs and have not ended. A pod
   the node does not show yet (bound a moment ago; its device plugin has not
   activated its partition) would otherwise look free: such pods are *assumed*
-  onto the GPUs ``choose_gpus`` will give them, oldest first, after the busy GPUs
-  no lease explains have been credited to them (those are most likely theirs).
+  onto the GPUs ``choose_gpus`` will give them, in the order they were bound, after
+  the busy GPUs no lease explains have been credited to them, earliest bound first.
+  A node admits pods in the order they are bound, so the pods its report lacks are the
+  last bound ones (not the last created: a pod refused for a while is bound after
+  younger ones).
 
 The result is a ``NodeFree`` (free mask, healthy mask, usable) for the index.
 """
@@ -46,6 +49,9 @@ class PodClaim:
     gpus: int
     created: str  # RFC 3339, sorts chronologically
     bound_at: str = ""  # when it was bound (PodScheduled), RFC 3339; "" = unknown
+    #: the order in which the watcher first saw it bound (0 = unknown): the API's stamps have
+    #: whole seconds, and pods bound in one second are told apart by it
+    bound_seq: int = 0
 
     @property
     def key(self) -> str:
@@ -85,6 +91,11 @@ def pod_claim(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu") -> PodCl
         if cond.get("type") == "PodScheduled" and cond.get("status") == "True" and cond.get("lastTransitionTime"):
             bound_at = str(cond["lastTransitionTime"])
     return PodClaim(meta.get("namespace", ""), meta.get("name", ""), node, gpus, created, bound_at)
+
+
+def _bind_order(claim: PodClaim) -> tuple[float, int, str, str]:
+    bound = _seconds(claim.bound_at or claim.created)
+    return (bound if bound is not None else 0.0, claim.bound_seq, claim.created, claim.key)
 
 
 def _partition_mask_holding(gpus: set[int], size: int) -> int:
@@ -164,11 +175,12 @@ def derive_node(
 
     free_mask = mask_of(healthy - busy)
     # A pod bound no earlier than the node's last report (same second included) cannot
-    # be in it. Older unleased pods are credited with the busy GPUs no lease explains,
-    # oldest first; what is left over is assumed on choose_gpus' choice.
+    # be in it. Earlier unleased pods are credited with the busy GPUs no lease explains,
+    # earliest bound first; what is left over (the node has not admitted them yet, though
+    # its report is newer) is assumed on choose_gpus' choice, in bind order as the node will.
     reported = _seconds(status.get("updatedAt"))
     unexplained = max(0, len(busy - not_pod_held) - leased_gpus)
-    for claim in sorted(pods, key=lambda c: (c.created, c.key)):
+    for claim in sorted(pods, key=_bind_order):
         if claim.gpus > GPU_COUNT:
             continue
         if claim.key in leased_pods:

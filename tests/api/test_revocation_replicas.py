@@ -190,11 +190,11 @@ def test_a_replica_that_lost_its_listener_still_refuses_a_revoked_token(
     _warm(a, b, dash["token"])
     engine = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
     try:
-        with engine.connect() as conn:  # every replica's listening connection is cut
+        with engine.connect() as conn:  # every replica's listening connection is cut (this test's database only)
             killed = conn.execute(
                 text(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE application_name = 'gpucaas-revocations'"
+                    "WHERE application_name = 'gpucaas-revocations' AND datname = current_database()"
                 )
             ).scalar_one()
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from services.placement.fit import gpus_of
 from services.placement.nodestate import PodClaim, derive_node, normalize_pci, pod_claim
 from tests.placement.factories import fabric_state, lease, pod
@@ -100,3 +102,19 @@ def test_a_pod_whose_leases_are_only_partly_written_still_holds_its_whole_partit
     assert free(derive_node("n", fabric_state("n"), half, pods=[pair])) == set(range(1, 9)) - {5, 7}
     whole = [lease("n", 5, "Leased", pod="pair"), lease("n", 7, "Leased", pod="pair")]
     assert free(derive_node("n", fabric_state("n"), whole, pods=[pair])) == set(range(1, 9)) - {5, 7}
+
+
+def test_pods_are_assumed_in_the_order_they_were_bound_not_created() -> None:
+    """A node admits pods as they are bound. A pod refused for a while is bound after a younger
+    one: on a node that shows neither yet, the younger takes its GPUs first."""
+    fs = fabric_state("n", updated_at="2026-11-21T05:00:00Z")
+    waited = PodClaim("tenant-acme", "waited", "n", 4, "2026-11-21T04:00:00Z", bound_at="2026-11-21T05:00:09Z")
+    young = PodClaim("tenant-acme", "young", "n", 1, "2026-11-21T04:30:00Z", bound_at="2026-11-21T05:00:07Z")
+    # the single GPU goes first (out of 5-8, keeping the quad 1-4 whole), then the quad 1-4
+    assert free(derive_node("n", fs, pods=[waited, young])) == {2, 3, 4}
+    # within one second, the order the watcher saw the binds decides
+    same = replace(young, bound_at=waited.bound_at)
+    one_then_four = [replace(same, bound_seq=1), replace(waited, bound_seq=2)]
+    assert free(derive_node("n", fs, pods=one_then_four)) == {2, 3, 4}
+    four_then_one = [replace(same, bound_seq=2), replace(waited, bound_seq=1)]
+    assert free(derive_node("n", fs, pods=four_then_one)) == {6, 7, 8}

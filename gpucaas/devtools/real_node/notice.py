@@ -62,7 +62,9 @@ class RuntimeNotice:
                 or spec.runtime_class_name != self.handler
             ):
                 continue
-            now = dt.datetime.now(dt.UTC)
+            # stamped when the kubelet took the pod, not when this poll saw it: a short container
+            # may have ended by then, and its timeline must not say "no VM boots" after "finished"
+            when = (pod.status and pod.status.start_time) or meta.creation_timestamp or dt.datetime.now(dt.UTC)
             event = {
                 "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
                 "involvedObject": {
@@ -76,8 +78,8 @@ class RuntimeNotice:
                 "type": "Normal",
                 "message": MESSAGE.format(node=self.node, handler=self.handler),
                 "source": {"component": "gpucaas-sandbox", "host": self.node},
-                "firstTimestamp": now.isoformat(),
-                "lastTimestamp": now.isoformat(),
+                "firstTimestamp": when.isoformat(),
+                "lastTimestamp": when.isoformat(),
                 "count": 1,
             }
             core.create_namespaced_event(meta.namespace, event)  # type: ignore[arg-type]  # a plain dict body
