@@ -160,6 +160,16 @@ class SysfsFirmwareCheck:
                 "NoGoldenFirmware",
                 f"no golden firmware is configured for PCI device id {device}; cannot verify {pci_address}",
             )
+        if not (d / "rom").exists():
+            # Seen on a real H200 handed to a VM by its hypervisor: the device is there, its
+            # ``rom`` attribute is not, and the enable write fails with EACCES, which says nothing.
+            return CheckResult(
+                False,
+                "NoRom",
+                f"{pci_address} exposes no expansion ROM in sysfs (no 'rom' attribute: the device has no "
+                "ROM BAR, or a hypervisor between it and this node hides it); its firmware cannot be "
+                "verified here",
+            )
         try:
             image = self.read_rom(pci_address)
         except OSError as exc:

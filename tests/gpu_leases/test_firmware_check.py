@@ -48,8 +48,9 @@ def test_golden_rom_passes(checker: SysfsFirmwareCheck) -> None:
         (lambda b: b.bind(GPU, None), "NotBoundToVfio"),
         (lambda b: b.remove_device(GPU), "DeviceVanished"),
         (lambda b: (b.device_dir(GPU) / "vendor").write_text("0x8086\n"), "IdentityChanged"),
+        (lambda b: (b.device_dir(GPU) / "rom").unlink(), "NoRom"),
     ],
-    ids=["tampered", "other-version", "no-signature", "host-driver", "unbound", "vanished", "identity"],
+    ids=["tampered", "other-version", "no-signature", "host-driver", "unbound", "vanished", "identity", "no-rom"],
 )
 def test_bad_states_fail_with_their_reason(hgx_board: FakeBoard, checker: SysfsFirmwareCheck, mutate, reason) -> None:
     mutate(hgx_board)
@@ -93,3 +94,8 @@ def test_garbage_identity_is_an_identity_change(hgx_board: FakeBoard, checker: S
     (hgx_board.device_dir(GPU) / "vendor").write_text("not-hex\n")
     result = checker.check(GPU)
     assert (result.passed, result.reason) == (False, "IdentityChanged")
+
+
+def test_the_version_string_of_a_real_vbios_is_read() -> None:
+    """An H200's VBIOS as nvidia-smi reports it (96.00.A5.00.1A): hexadecimal groups."""
+    assert rom_version(b"\x55\xaa...NVIDIA Version 96.00.A5.00.1A \x00") == "96.00.A5.00.1A"
