@@ -72,6 +72,32 @@ def refused_at_admission(pod: Mapping[str, Any]) -> str | None:
     return f"{reason}: {status.get('message') or ''}".strip()
 
 
+#: the kubelet's waiting reason for a container whose start a device plugin refused
+#: (pkg/kubelet/kuberuntime: a PreStartContainer error is a CreateContainerConfigError)
+_CONFIG_ERROR = "CreateContainerConfigError"
+#: what the kubelet's message then carries for a GPU that waiting will not make well (the
+#: gpucaas device plugin answers FailedPrecondition for a GPU quarantined or gone after the pod
+#: was admitted; Unavailable for one only being released, which the kubelet's retries outlast)
+_PRE_START_REFUSED = ("PreStartContainer", "code = FailedPrecondition")
+
+
+def refused_before_start(pod: Mapping[str, Any]) -> str | None:
+    """The kubelet's message when the device plugin refused to start the pod's container on a GPU
+    unhealthy for good (None otherwise). The kubelet retries such a start for ever and the pod
+    stays Pending; its container never ran, so another pod may be made."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Pending":
+        return None
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("restartCount") or (cs.get("lastState") or {}).get("terminated"):
+            return None
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        message = str(waiting.get("message") or "")
+        if waiting.get("reason") == _CONFIG_ERROR and all(word in message for word in _PRE_START_REFUSED):
+            return f"{_CONFIG_ERROR}: {message}"
+    return None
+
+
 def build_tenancy(
     *,
     name: str,

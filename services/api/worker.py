@@ -466,16 +466,35 @@ class SubmissionWorker:
         return cid
 
     def _retry_refused(self, row: Container, pod: dict[str, Any]) -> bool:
-        """A pod its node refused at admission before it started (``UnexpectedAdmissionError``:
-        the device plugin or the kubelet restarting, say) is made again, under the next
-        attempt's name, ``pods.ADMISSION_RETRIES`` times at most; then the container fails with
-        the kubelet's message. True when the pod was handled here."""
+        """A pod its node refused before it started is made again, under the next attempt's
+        name, ``pods.ADMISSION_RETRIES`` times at most; then the container fails with the
+        kubelet's message. Refused: at admission (``UnexpectedAdmissionError``: the device
+        plugin or the kubelet restarting, say; the pod fails), or at the container's start
+        for a GPU quarantined after admission (the pod would stay Pending for ever).
+        True when the pod was handled here."""
         why = pods.refused_at_admission(pod)
+        stays_pending = False
+        if why is None:
+            why = pods.refused_before_start(pod)
+            stays_pending = why is not None
         if why is None or row.status not in (ContainerStatus.QUEUED, ContainerStatus.PENDING):
             return False
         attempt = pods.attempt_of(row.pod_name, row.id)
-        if attempt < 0 or attempt >= pods.ADMISSION_RETRIES:
+        if attempt < 0:
             return False
+        if attempt >= pods.ADMISSION_RETRIES:
+            if not stays_pending:
+                return False  # the failed pod's report fails the container
+            with Session(self.engine) as session:
+                crud.mark_failed(
+                    session,
+                    container_id=row.id,
+                    message=f"the node could not start it: {why}",
+                    pod_name=row.pod_name,
+                )
+            log.warning("container %s tenancy %s: failed, the node could not start it", row.id, row.tenancy)
+            self._delete_attempt(row, row.pod_name)
+            return True
         upcoming = pods.pod_name(row.id, attempt + 1)
         delay = pods.ADMISSION_RETRY_DELAY_S * 2**attempt
         message = (

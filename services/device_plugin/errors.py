@@ -21,6 +21,11 @@ class DeviceUnhealthy(DevicePluginError):
     """A requested GPU is currently unhealthy (gone, unbound from vfio, fabric failure)."""
 
 
+class DeviceReleasing(DeviceUnhealthy):
+    """A requested GPU's only fault is that its release is not over (lease Releasing or
+    Checking): its container may start once it is, and the kubelet retries until then."""
+
+
 class FabricUnavailable(DevicePluginError):
     """The node's fabric service cannot be reached (or its Fabric Manager is down)."""
 

@@ -35,6 +35,7 @@ from services.device_plugin.errors import (
     ActivationConflict,
     CDISpecError,
     DevicePluginError,
+    DeviceReleasing,
     DeviceUnhealthy,
     FabricUnavailable,
     InvalidRequest,
@@ -320,7 +321,7 @@ class PluginCore:
         with self._lock:
             unknown = [i for i in ids if i not in self._known]
             states = {d.bdf: d for d in self._snap.devices}
-            transient = dict(self._transient) if admitting else {}
+            transient = dict(self._transient)
         if unknown:
             raise UnknownDevice(
                 f"unknown device id(s) {unknown}; this plugin advertises PCI addresses {sorted(states)}"
@@ -330,6 +331,12 @@ class PluginCore:
         sick = [f"{i} ({states[i].reason})" for i in unhealthy if i not in waiting]
         if sick:
             raise DeviceUnhealthy(f"GPU(s) unhealthy: {', '.join(sick)}")
+        if waiting and not admitting:
+            raise DeviceReleasing(
+                "GPU(s) still being released: "
+                + ", ".join(f"{i} ({states[i].reason})" for i in waiting)
+                + "; the container starts once that is over"
+            )
         for i in waiting:
             logger.info(
                 "node=%s gpu=%s allocated while %s: the container starts once that is over "

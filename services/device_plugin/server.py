@@ -18,6 +18,7 @@ from services.device_plugin.errors import (
     ActivationConflict,
     ActivationRejected,
     DevicePluginError,
+    DeviceReleasing,
     DeviceUnhealthy,
     FabricUnavailable,
     InvalidRequest,
@@ -28,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 _STATUS: list[tuple[type[DevicePluginError], grpc.StatusCode]] = [
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    # before DeviceUnhealthy, its base: a wait, not a refusal for good (the API remakes a pod
+    # whose start is refused with FailedPrecondition, see services.api.pods.refused_before_start)
+    (DeviceReleasing, grpc.StatusCode.UNAVAILABLE),
     (DeviceUnhealthy, grpc.StatusCode.FAILED_PRECONDITION),
     (FabricUnavailable, grpc.StatusCode.UNAVAILABLE),
     (ActivationConflict, grpc.StatusCode.ABORTED),

@@ -224,6 +224,68 @@ def test_a_pod_its_node_refused_at_admission_is_made_again_a_bounded_number_of_t
     assert pods.attempt_of("gpucaas-other", cid) == -1
 
 
+def _start_refused(message: str) -> dict[str, Any]:
+    """A pod the kubelet admitted but whose container it cannot start (what it writes after a
+    PreStartContainer error: pkg/kubelet/kuberuntime's CreateContainerConfigError)."""
+    return {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": False,
+                "restartCount": 0,
+                "image": "ubuntu",
+                "imageID": "",
+                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}},
+            }
+        ],
+    }
+
+
+QUARANTINED = (
+    "device plugin PreStartContainer rpc failed with err: rpc error: code = FailedPrecondition desc = "
+    "GPU(s) unhealthy: 0000:9a:00.0 (GPU lease gpu-node-1-0000-9a-00-0 is Quarantined: RomMismatch)"
+)
+
+
+def test_a_pod_whose_gpu_went_bad_before_its_start_is_made_again_then_fails(api: ApiServer, k8s: Any) -> None:
+    """A GPU quarantined after the kubelet admitted the pod: the device plugin refuses the
+    container's start for good, the kubelet retries it for ever and the pod stays Pending. The
+    container never ran, so the worker makes another pod (other GPUs, maybe another node), three
+    times at most, then fails the container with the kubelet's message and deletes the pod."""
+    from services.api import pods
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "badgpu")
+    mark_tenancy_ready(k8s, "badgpu")
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+        for attempt in range(pods.ADMISSION_RETRIES + 1):
+            name = pods.pod_name(cid, attempt)
+            wait_for(lambda name=name: get_pod(k8s, "tenant-badgpu", name), what=name)
+            wait_for(lambda name=name: status_of(c, cid)["pod_name"] == name)
+            bind_pod(k8s, "tenant-badgpu", name, "gpu-node-1")
+            set_pod_status(k8s, "tenant-badgpu", name, _start_refused(QUARANTINED))
+            assert wait_for(lambda name=name: get_pod(k8s, "tenant-badgpu", name) is None, what=f"{name} deleted")
+        failed = wait_for(lambda: (s := status_of(c, cid))["status"] == "Failed" and s)
+        assert failed["message"].startswith("the node could not start it: CreateContainerConfigError"), failed
+        assert "Quarantined" in failed["message"] and failed["exit_code"] is None
+        assert failed["pod_name"] == pods.pod_name(cid, pods.ADMISSION_RETRIES)
+
+
+def test_only_a_start_refused_for_good_makes_another_pod() -> None:
+    from services.api import pods
+
+    assert pods.refused_before_start({"status": _start_refused(QUARANTINED)})
+    releasing = QUARANTINED.replace("FailedPrecondition", "Unavailable")  # a GPU still being checked: it waits
+    assert pods.refused_before_start({"status": _start_refused(releasing)}) is None
+    secret = "couldn't find key value in Secret tenant-badgpu/gpucaas-secret-hf"  # the tenant's own error
+    assert pods.refused_before_start({"status": _start_refused(secret)}) is None
+    restarted = _start_refused(QUARANTINED)
+    restarted["containerStatuses"][0]["restartCount"] = 1  # it ran once: never made again
+    assert pods.refused_before_start({"status": restarted}) is None
+
+
 def test_a_late_report_of_a_refused_attempt_changes_nothing(api: ApiServer, k8s: Any) -> None:
     """Two replicas watch the pods: one may apply the refused attempt's last "Pending on the
     node" after the other queued the next attempt. That report must not move the container

@@ -139,3 +139,34 @@ def test_a_gpu_being_released_is_allocated_and_waits_at_pre_start(
     plugin.core.refresh_devices()
     with pytest.raises(DeviceUnhealthy, match="is missing"):
         plugin.core.allocate([GPU])
+
+
+def test_pre_start_tells_the_kubelet_a_wait_from_a_refusal_for_good(
+    plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard
+) -> None:
+    """Over gRPC, as the kubelet reads it: a GPU being released answers Unavailable (the start is
+    retried and succeeds later); a GPU that went bad after admission answers FailedPrecondition,
+    which the API reads to make the pod again on other GPUs (``pods.refused_before_start``)."""
+    import grpc
+    import pytest
+
+    from services.device_plugin.api import dp_pb2
+
+    conn = fake_kubelet.plugins["nvidia.com/gpu"]
+    checking = {GPU: "GPU lease gpu-node-1-0000-9a-00-0 is Checking: CheckRequested"}
+    leases = dict(checking)  # every lease not Free, as the lease agent gives them
+    plugin.core.add_health_source(lambda: dict(leases))
+    plugin.core.add_transient_source(lambda: dict(checking))  # those whose release is under way
+    plugin.core.refresh_devices()
+    plugin.core.allocate([GPU])
+
+    def pre_start() -> grpc.StatusCode:
+        with pytest.raises(grpc.RpcError) as refused:
+            conn.stub.PreStartContainer(dp_pb2.PreStartContainerRequest(devices_ids=[GPU]), timeout=10)
+        return refused.value.code()  # type: ignore[attr-defined]
+
+    assert pre_start() == grpc.StatusCode.UNAVAILABLE
+    checking.clear()  # the check failed: the GPU is quarantined
+    leases[GPU] = "GPU lease gpu-node-1-0000-9a-00-0 is Quarantined: RomMismatch"
+    plugin.core.refresh_devices()
+    assert pre_start() == grpc.StatusCode.FAILED_PRECONDITION
