@@ -68,7 +68,7 @@ $(CHECKOV_VENV)/.installed:
 
 # The chart's crds/ carries exact copies of the core CRDs (tests/deploy checks it).
 crds:
-	cp gpucaas/core/crds/*.gpucaas.dev.yaml deploy/helm/gpucaas/crds/
+	cp core/crds/*.gpucaas.dev.yaml deploy/helm/gpucaas/crds/
 
 # The kernel + busybox image the fabric tests boot under QEMU, fetched from Debian's
 # archive (apt-get download) and cached in /var/cache/gpucaas/test-vm at install time.

@@ -518,7 +518,7 @@ class PodWatch:
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
-        from gpucaas.core.crds import LABEL_CONTAINER
+        from core.crds import LABEL_CONTAINER
 
         rv = None
         while not self._stop.is_set():
@@ -563,7 +563,7 @@ class PodWatch:
                 self._stop.wait(0.5)
 
     def note(self, pod: dict[str, Any], *, deleted: bool) -> None:
-        from gpucaas.core.crds import LABEL_CONTAINER
+        from core.crds import LABEL_CONTAINER
         from services.api.pods import CONTAINER_NAME
 
         meta = pod.get("metadata") or {}
@@ -624,7 +624,7 @@ def cluster_state(kubeconfig: Path) -> tuple[list[dict[str, Any]], list[dict[str
     """(GPULeases, FabricStates, the gpucaas pods) as kube-apiserver has them now."""
     from kubernetes import client, config
 
-    from gpucaas.core.crds import (
+    from core.crds import (
         FABRICSTATE_PLURAL,
         GPULEASE_PLURAL,
         GROUP,
@@ -869,7 +869,7 @@ def _drop_database(name: str) -> None:
 
 def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = None) -> dict[str, Any]:
     from benchmarks.time_to_running import wait_ready
-    from gpucaas.programs.sandbox import runner
+    from gpucaas.sandbox import runner
 
     size = QUICK if quick else FULL
     if containers:

@@ -74,8 +74,8 @@ def _serve_fabric(physical_map: Any, work: Path, stop: Any) -> None:
 
 
 def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
-    from gpucaas.devtools.local_cluster.processes import unix_socket_ready
-    from gpucaas.devtools.waiting import wait_for
+    from devtools.local_cluster.processes import unix_socket_ready
+    from devtools.waiting import wait_for
 
     listening = unix_socket_ready(path)
 
@@ -88,10 +88,10 @@ def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from gpucaas.core import topology, vfio_sysfs as sysfs
-    from gpucaas.core.fabric_client import FabricClient
-    from gpucaas.devtools.fake_kubelet import FakeKubelet
-    from gpucaas.devtools.fake_sysfs import build_hgx_h100
+    from core import topology, vfio_sysfs as sysfs
+    from core.fabric_client import FabricClient
+    from devtools.fake_kubelet import FakeKubelet
+    from devtools.fake_sysfs import build_hgx_h100
     from services.device_plugin.api import dp_pb2
 
     n = 200 if quick else 2000

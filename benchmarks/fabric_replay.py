@@ -52,8 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpucaas.core.fabric_client import FabricClient, holder_for_gpus
-from gpucaas.devtools.waiting import wait_for
+from core.fabric_client import FabricClient, holder_for_gpus
+from devtools.waiting import wait_for
 from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,
     SimulatedFabricManager,
@@ -71,7 +71,7 @@ def fm_restart(runs: int, silent_s: float) -> dict[str, Any]:
     import shutil
     import subprocess
 
-    from gpucaas.devtools.fake_sysfs import build_hgx_h100
+    from devtools.fake_sysfs import build_hgx_h100
     from services.fabric.fabric_manager.nvfm import load_libnvfm
 
     tmp = Path(tempfile.mkdtemp(prefix="fabric-bench-fm-"))
@@ -171,7 +171,7 @@ def run(driver: str, runs: int) -> dict[str, Any]:
                 raise
             print(f"libvirtd unavailable ({exc}); using test:///default", file=sys.stderr)
     tmp = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
-    from gpucaas.devtools.fake_sysfs import build_hgx_h100
+    from devtools.fake_sysfs import build_hgx_h100
 
     board = build_hgx_h100(tmp / "board")  # GPUs are reset through its sysfs before activation
     name = f"gpucaas-fabric-bench-{os.getpid()}"

@@ -6,7 +6,7 @@ Run: ``python -m benchmarks.fleet [--quick]`` (``--quick``: 100 nodes; full: 1,0
 ``invalid_partitions_*``, ``scheduled_per_s_*``, ``schedule_p99_ms_extender``,
 ``eight_gpu_wait_p99_s_*``, ...; the ``modes`` key holds each mode's details).
 
-What runs, for each mode, on a fresh cluster (:class:`~gpucaas.devtools.local_cluster.LocalCluster`:
+What runs, for each mode, on a fresh cluster (:class:`~devtools.local_cluster.LocalCluster`:
 etcd, kube-apiserver, kube-controller-manager, then kube-scheduler, all the pinned upstream
 binaries):
 
@@ -55,7 +55,7 @@ Figures:
   order whenever enough GPUs are free anywhere (a pending job never blocks a later one that
   fits, as kube-scheduler's queue). ``fluid_bound_gpu_hours`` = min(offered, capacity).
 * **invalid partitions**: 2/4/8-GPU placements (trace and burst) whose GPUs are not one NVLink
-  partition of that size (``gpucaas.core.topology.partition_for``); DRA placements are also
+  partition of that size (``core.topology.partition_for``); DRA placements are also
   checked for GPUs already held on the node (``overlapping_placements``).
 * **scheduled_per_s**: a burst on the emptied fleet: kube-scheduler is stopped, pods worth
   ``--burst-fraction`` of the fleet's GPUs are created, kube-scheduler is started again;
@@ -101,8 +101,8 @@ import urllib3
 
 from benchmarks.loadgen import process_cpu_seconds
 from benchmarks.placement import DEFAULT_MIX, Job, workload
-from gpucaas.core import crds, dra
-from gpucaas.core.topology import (
+from core import crds, dra
+from core.topology import (
     GPU_COUNT,
     HGX_H100_PARTITIONS,
     choose_gpus,
@@ -424,9 +424,9 @@ class ModeRun:
     # -- set-up ------------------------------------------------------------------------
 
     def start(self) -> None:
-        from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
-        from gpucaas.devtools.local_cluster.objects import RUNTIME_CLASS, create_all
-        from gpucaas.programs.sandbox.runner import cluster_objects
+        from devtools.local_cluster import ClusterOptions, LocalCluster
+        from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
+        from gpucaas.sandbox.runner import cluster_objects
 
         t = time.perf_counter()
         self.cluster = LocalCluster(
@@ -517,7 +517,7 @@ class ModeRun:
         return True
 
     def _start_extender(self) -> None:
-        from gpucaas.devtools.local_cluster.cluster import free_port
+        from devtools.local_cluster.cluster import free_port
 
         port = free_port()
         self.extender_url = f"http://127.0.0.1:{port}"
@@ -528,7 +528,7 @@ class ModeRun:
             [
                 sys.executable,
                 "-c",
-                "from gpucaas.programs.cli import app; app()",
+                "from gpucaas.cli import app; app()",
                 "scheduler-extender",
                 "--host",
                 "127.0.0.1",
@@ -559,7 +559,7 @@ class ModeRun:
         return {n["node"]: mask_of(n["free"]) for n in orjson.loads(resp.data)["nodes"]}
 
     def _scheduler_config(self) -> dict[str, Any]:
-        from gpucaas.programs.sandbox.runner import scheduler_config
+        from gpucaas.sandbox.runner import scheduler_config
 
         config = scheduler_config("dra" if self.dra else "device-plugin", self.extender_url or "http://unused")
         if self.mode not in EXTENDER_MODES:
@@ -568,7 +568,7 @@ class ModeRun:
 
     @staticmethod
     def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> None:
-        from gpucaas.devtools.waiting import wait_for
+        from devtools.waiting import wait_for
 
         wait_for(predicate, timeout, interval=0.25, what=what)
 

@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import subprocess
 
-    from gpucaas.devtools.fake_kubelet import FakeKubelet
-    from gpucaas.programs.sandbox import runner
+    from devtools.fake_kubelet import FakeKubelet
+    from gpucaas.sandbox import runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-footprint-") as tmp:
         sb = runner.start(Path(tmp), nodes=("gpu-node-a",), api_port=runner.free_port())

@@ -68,7 +68,7 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
-from gpucaas.core.topology import GPU_COUNT, partition_for
+from core.topology import GPU_COUNT, partition_for
 from services.dra_driver.slices import buddy_order
 from services.placement.fit import FIT_TABLE, FULL_MASK, gpus_of, mask_of
 from services.placement.fleet import FleetIndex, NodeFree

@@ -6,7 +6,7 @@ stdout is one JSON object (keys ``ready_p50_ms``, ``ready_p99_ms``,
 ``single_ready_p99_ms``, ...).
 
 Set-up, as in a deployment: a Kubernetes control plane from the pinned upstream
-binaries (:class:`gpucaas.devtools.local_cluster.LocalCluster`: etcd,
+binaries (:class:`devtools.local_cluster.LocalCluster`: etcd,
 kube-apiserver, kube-controller-manager; no scheduler, no pods here) with the
 chart's CRDs, Cilium's policy CRD and the RuntimeClass installed; the controller
 as its own process (``gpucaas controller --standalone``, Tenancy handlers only);
@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING
 from benchmarks.loadgen import process_cpu_seconds
 
 if TYPE_CHECKING:
-    from gpucaas.devtools.local_cluster import LocalCluster
+    from devtools.local_cluster import LocalCluster
     from services.tenancy_controller.kube import KubeClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from gpucaas.programs.cli import app; app()", *args],
+        [sys.executable, "-c", "from gpucaas.cli import app; app()", *args],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         env=env,
@@ -118,7 +118,7 @@ class ReadyWatch:
         self._thread.start()
 
     def _run(self) -> None:
-        from gpucaas.core import crds
+        from core import crds
 
         try:
             for event in self._watch.stream(
@@ -165,9 +165,9 @@ def _body(name: str, index: int) -> dict:
 
 def _start_cluster(folder: Path) -> LocalCluster:
     """The control plane with what a cluster holds before the chart's templates."""
-    from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
-    from gpucaas.devtools.local_cluster.objects import RUNTIME_CLASS, create_all
-    from gpucaas.programs.sandbox.runner import cluster_objects
+    from devtools.local_cluster import ClusterOptions, LocalCluster
+    from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
+    from gpucaas.sandbox.runner import cluster_objects
 
     cluster = LocalCluster(folder, ClusterOptions(run_scheduler=False, audit_policy=None)).start()
     try:

@@ -139,7 +139,7 @@ class PodWatch:
     def _run(self) -> None:
         from kubernetes import watch
 
-        from gpucaas.core.crds import LABEL_CONTAINER
+        from core.crds import LABEL_CONTAINER
 
         rv = None
         while not self._stop.is_set():
@@ -166,7 +166,7 @@ class PodWatch:
                 rv = None
 
     def _note(self, pod: Any) -> None:
-        from gpucaas.core.crds import LABEL_CONTAINER
+        from core.crds import LABEL_CONTAINER
         from services.api.pods import CONTAINER_NAME
 
         now = time.monotonic()
@@ -309,7 +309,7 @@ def wait_ready(sb: Any, names: list[str]) -> None:
     """Until every Tenancy custom resource reports ``phase: Ready`` (its namespace, quota, policies)."""
     from kubernetes import client, config
 
-    from gpucaas.core.crds import GROUP, TENANCY_PLURAL, VERSION
+    from core.crds import GROUP, TENANCY_PLURAL, VERSION
 
     with config.new_client_from_config(str(sb.kubeconfig)) as api:
         objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
@@ -361,8 +361,8 @@ def wait_gpus_free(sb: Any) -> None:
     """Until every GPU's lease is back to Free (the warm-up's boards released and checked)."""
     from kubernetes import client, config
 
-    from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
-    from gpucaas.core.lease_states import LeaseState, state_of
+    from core.crds import GPULEASE_PLURAL, GROUP, VERSION
+    from core.lease_states import LeaseState, state_of
 
     with config.new_client_from_config(str(sb.kubeconfig)) as api:
         objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
@@ -433,7 +433,7 @@ def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | No
 
 
 def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
-    from gpucaas.programs.sandbox import runner
+    from gpucaas.sandbox import runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-ttr-", dir="/tmp") as tmp:
         sb = runner.start(Path(tmp), api_port=runner.free_port(), real_nodes=REAL_NODES)

@@ -1,3 +1,5 @@
-"""gpucaas: a GPU Containers-as-a-Service control plane (shared core and entry points)."""
+"""gpucaas, the top floor: the programs people run (``gpucaas``, ``caasctl``, the sandbox,
+doctor) and the wiring of services that share a process. Programs import the development
+tools, the services and the core; nothing below imports a program."""
 
-__version__ = "0.1.0"
+from core import __version__ as __version__

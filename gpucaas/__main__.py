@@ -1,5 +1,5 @@
-"""`python -m gpucaas` is the `gpucaas` command (node daemons start lean: see programs/entry.py)."""
+"""`python -m gpucaas` is the `gpucaas` command (node daemons start lean: see gpucaas/entry.py)."""
 
-from gpucaas.programs.entry import main
+from gpucaas.entry import main
 
 main()

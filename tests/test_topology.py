@@ -7,7 +7,7 @@ import itertools
 import pytest
 from hypothesis import given, strategies as st
 
-from gpucaas.core import topology as t
+from core import topology as t
 
 
 def test_default_partition_table_matches_fabric_manager() -> None:

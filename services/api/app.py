@@ -18,7 +18,7 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from gpucaas import __version__
+from core import __version__
 from services.api import console, crud, db, revocations, slow_clients
 from services.api.edge import Edge, Metrics
 from services.api.errors import install_handlers

@@ -6,8 +6,8 @@ logging settings (flag > env > default); see docs/configuration.md.
 
 from __future__ import annotations
 
-from gpucaas.core.logging import LoggingSettings, configure_logging
-from gpucaas.core.settings_cli import Section, settings_command
+from core.logging import LoggingSettings, configure_logging
+from core.settings_cli import Section, settings_command
 from services.api.settings import Settings
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucaas.core import crds
+from core import crds
 
 MAX_PORTS = 8
 MANAGED_BY = "gpucaas-api"

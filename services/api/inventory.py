@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpucaas.core.dra import DRIVER
+from core.dra import DRIVER
 
 
 def fabric_summary(fs: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Kubernetes adapter of the API: the core adapter (:mod:`gpucaas.core.kube`), wire dicts in and out.
+"""Kubernetes adapter of the API: the core adapter (:mod:`core.kube`), wire dicts in and out.
 
 Every call goes through ``_call``, which runs it through the core adapter: its
 timeouts, its retries of idempotent calls, and its one error tree
@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpucaas.core import crds
-from gpucaas.core.kube import Conflict, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
-from gpucaas.core.kube.rest import stream_lines
+from core import crds
+from core.kube import Conflict, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
+from core.kube.rest import stream_lines
 from services.api import exec_relay
 
 log = logging.getLogger(__name__)

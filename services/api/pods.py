@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.core import crds, dra
+from core import crds, dra
 from services.api import reasons, sizing, tenant_secrets, volumes as tenant_volumes
 
 POD_NAME_PREFIX = "gpucaas-"

@@ -14,8 +14,8 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from sqlmodel import Session, col, delete, select
 
-from gpucaas.core import crds
-from gpucaas.core.kube import KubeError
+from core import crds
+from core.kube import KubeError
 from services.api import audit
 from services.api.kube import Kube
 from services.api.models import TERMINAL_STATUSES, Container, ContainerLog, utcnow

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpucaas.core.dra import AllocationMode
+from core.dra import AllocationMode
 from services.api import endpoints, sizing, volumes
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})

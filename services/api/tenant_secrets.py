@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpucaas.core import crds
+from core import crds
 
 SECRET_PREFIX = "gpucaas-secret-"
 REGISTRY_PREFIX = "gpucaas-registry-"

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpucaas.core import crds
+from core import crds
 from services.api import sizing
 
 PVC_PREFIX = "gpucaas-volume-"

@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from gpucaas.core import crds
-from gpucaas.core.kube import Forbidden, Invalid, KubeError
+from core import crds
+from core.kube import Forbidden, Invalid, KubeError
 from services.api import crud, endpoints, log_archive, pods, retention, sizing, tenant_secrets, volumes
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow

@@ -6,7 +6,7 @@ learns it from Fabric Manager) or, when that service is absent, PCI order
 (index + 1 over every NVIDIA GPU on the node) -- wrong on boards such as DGX
 H100 whose module ids do not follow bus order, hence logged and exported.
 
-``preferred`` delegates the choice to ``gpucaas.core.topology.choose_gpus`` so the
+``preferred`` delegates the choice to ``core.topology.choose_gpus`` so the
 node and the scheduler extender agree on it.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpucaas.core import topology
+from core import topology
 from services.device_plugin.errors import InvalidRequest
 
 SOURCE_FABRIC = "fabric-manager"

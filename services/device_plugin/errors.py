@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpucaas.core.cdi import CDISpecError as CDISpecError  # the CDI spec is shared with the DRA driver
+from core.cdi import CDISpecError as CDISpecError  # the CDI spec is shared with the DRA driver
 
 
 class DevicePluginError(Exception):

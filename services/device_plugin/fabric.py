@@ -1,4 +1,4 @@
-"""Adapter: the node's fabric service through ``gpucaas.core.fabric_client.FabricClient``.
+"""Adapter: the node's fabric service through ``core.fabric_client.FabricClient``.
 
 Re-raises the client's errors as this service's (``FabricUnavailable``,
 ``ActivationConflict``, ``ActivationRejected``) from the original. ``NoFabric``
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpucaas.core import fabric_client as fc
+from core import fabric_client as fc
 from services.device_plugin.allocation import normalise_bdf
 from services.device_plugin.errors import ActivationConflict, ActivationRejected, FabricUnavailable
 from services.device_plugin.ports import Activation, FabricTopology, LiveHolder

@@ -1,6 +1,6 @@
 """Wiring: the device plugin's parts built from its settings, started and stopped in order.
 
-The process entry (``gpucaas device-plugin``) is ``gpucaas/programs/gpu_node.py``: it runs
+The process entry (``gpucaas device-plugin``) is ``gpucaas/gpu_node.py``: it runs
 this plugin and, beside it, the GPU-lease node agent (``services/gpu_leases``).
 """
 

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpucaas.core import vfio_sysfs as sysfs
-from gpucaas.core.cdi import SpecWriter, qualified_name
-from gpucaas.core.vfio_devices import GPU, Inventory
+from core import vfio_sysfs as sysfs
+from core.cdi import SpecWriter, qualified_name
+from core.vfio_devices import GPU, Inventory
 from services.device_plugin.allocation import (
     SOURCE_FABRIC,
     PhysicalMap,

@@ -1,4 +1,4 @@
-"""Device plugin settings: one settings class (:mod:`gpucaas.core.env_settings`), env prefix ``GPUCAAS_``.
+"""Device plugin settings: one settings class (:mod:`core.env_settings`), env prefix ``GPUCAAS_``.
 
 Built once by :func:`get_settings` (the CLI passes its options as overrides) and
 passed down; nothing else in the service reads the environment.
@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from gpucaas.core.env_settings import EnvSettings, EnvSettingsConfigDict, Field, field_validator, model_validator
+from core.env_settings import EnvSettings, EnvSettingsConfigDict, Field, field_validator, model_validator
 
 #: ``vendor.com/class``: a DNS-subdomain-like vendor and a class of [A-Za-z0-9_.-].
 _KIND_RE = re.compile(

@@ -29,10 +29,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from gpucaas.core.dra import BINDING_CONDITION, BINDING_FAILURE_CONDITION, DRIVER
-from gpucaas.core.fabric_client import FabricClient, FabricConflict, FabricRejected, FabricUnavailable
-from gpucaas.core.kube import Conflict, Kube, KubeError, NotFound
-from gpucaas.core.topology import partition_by_id
+from core.dra import BINDING_CONDITION, BINDING_FAILURE_CONDITION, DRIVER
+from core.fabric_client import FabricClient, FabricConflict, FabricRejected, FabricUnavailable
+from core.kube import Conflict, Kube, KubeError, NotFound
+from core.topology import partition_by_id
 from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.driver import CLAIM_HOLDER_PREFIX, holder_for_claim
 from services.dra_driver.slices import partition_of_device

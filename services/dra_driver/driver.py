@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpucaas.core.dra import DRIVER
-from gpucaas.core.fabric_client import FabricConflict, FabricRejected
-from gpucaas.core.topology import partition_by_id
+from core.dra import DRIVER
+from core.fabric_client import FabricConflict, FabricRejected
+from core.topology import partition_by_id
 from services.dra_driver.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from services.dra_driver.errors import ClaimNotReady
 from services.dra_driver.slices import partition_of_device

@@ -1,7 +1,7 @@
 """Errors of the DRA driver, named by meaning; the kubelet-facing server turns them into answers.
 
-Fabric and Kubernetes failures are the core clients' (:mod:`gpucaas.core.fabric_client`,
-:mod:`gpucaas.core.kube`).
+Fabric and Kubernetes failures are the core clients' (:mod:`core.fabric_client`,
+:mod:`core.kube`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The DRA kubelet plugin of one node, built from its settings, started and stopped in order.
 
-The process entry (``gpucaas dra-driver``) is ``gpucaas/programs/dra_node.py``: it runs this
+The process entry (``gpucaas dra-driver``) is ``gpucaas/dra_node.py``: it runs this
 driver and, beside it, the GPU-lease node agent (``services/gpu_leases``).
 
 Parts (each in its own module): the kubelet-facing gRPC server (registration, Prepare/
 Unprepare, health), the slice publisher, and, with binding conditions on, the binding
 watcher. When no device plugin runs on the node (``cdi_dir`` set), the driver keeps the
-node's CDI spec itself, with the device plugin's builder (:mod:`gpucaas.core.cdi`) over the
+node's CDI spec itself, with the device plugin's builder (:mod:`core.cdi`) over the
 vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop
 re-derives what the node offers from the fabric service
 (physical id <-> PCI, GPU health) and the node's GPU leases, updates the health streams
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from gpucaas.core import lease_states as states, vfio_sysfs
-from gpucaas.core.cdi import CDISpecError, SpecWriter, qualified_name
-from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
-from gpucaas.core.kube import Kube, KubeConnection, KubeError
-from gpucaas.core.lease_store import LeaseStore
+from core import lease_states as states, vfio_sysfs
+from core.cdi import CDISpecError, SpecWriter, qualified_name
+from core.fabric_client import FabricClient, FabricUnavailable
+from core.kube import Kube, KubeConnection, KubeError
+from core.lease_store import LeaseStore
 from services.dra_driver.binding import BindingWatcher, run_round
 from services.dra_driver.checkpoint import Checkpoint, PreparedClaim
 from services.dra_driver.driver import Driver

@@ -22,9 +22,9 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from gpucaas.core import lease_states as states
-from gpucaas.core.dra import DRIVER
-from gpucaas.core.kube import Kube, NotFound
+from core import lease_states as states
+from core.dra import DRIVER
+from core.kube import Kube, NotFound
 from services.dra_driver.driver import CLAIM_HOLDER_PREFIX
 from services.dra_driver.slices import PublishedGpu, build_slices
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import grpc
 
-from gpucaas.core.dra import DRIVER
-from gpucaas.core.topology import HGX_H100_PARTITIONS
+from core.dra import DRIVER
+from core.topology import HGX_H100_PARTITIONS
 from services.dra_driver import api
 from services.dra_driver.driver import ClaimRef, Driver
 from services.dra_driver.errors import ClaimNotReady

@@ -42,8 +42,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpucaas.core.dra import BINDING_CONDITION, BINDING_FAILURE_CONDITION, COUNTER_SET, DRIVER
-from gpucaas.core.topology import HGX_H100_PARTITIONS, Partition
+from core.dra import BINDING_CONDITION, BINDING_FAILURE_CONDITION, COUNTER_SET, DRIVER
+from core.topology import HGX_H100_PARTITIONS, Partition
 
 STANDARD_PCI_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpucaas.core.logging import LoggingSettings, configure_logging
-from gpucaas.core.settings_cli import Section, settings_command
+from core.logging import LoggingSettings, configure_logging
+from core.settings_cli import Section, settings_command
 from services.fabric.settings import FabricSettings
 
 
@@ -44,7 +44,7 @@ def command(settings: FabricSettings, logging_settings: LoggingSettings) -> None
     try:
         run(settings)
     except FabricServiceError as exc:
-        import typer  # here only: a plain start never loads it (gpucaas.core.settings_cli.SettingsCommand)
+        import typer  # here only: a plain start never loads it (core.settings_cli.SettingsCommand)
 
         typer.echo(f"gpucaas fabric: {exc}", err=True)
         raise typer.Exit(1) from exc

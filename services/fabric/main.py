@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpucaas.core.platforms import PLATFORMS, LayoutError, PlatformLayout, cross_check_sysfs, load_layout
+from core.platforms import PLATFORMS, LayoutError, PlatformLayout, cross_check_sysfs, load_layout
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.discovery import discover_fabric_devices
 from services.fabric.domain_xml import DomainSpec
@@ -131,10 +131,10 @@ def resolve_layout(settings: FabricSettings) -> PlatformLayout | None:
 
 
 def sysfs_gpu_reset(settings: FabricSettings) -> Any:
-    """The GPU reset hook of the partition service (``gpucaas.core.gpu_reset``), or None."""
+    """The GPU reset hook of the partition service (``core.gpu_reset``), or None."""
     if not settings.gpu_reset:
         return None
-    from gpucaas.core.gpu_reset import reset_gpus
+    from core.gpu_reset import reset_gpus
 
     return lambda bdfs: reset_gpus(settings.sysfs_root, list(bdfs))
 
@@ -348,8 +348,8 @@ class FabricNode:
     def _kube(self) -> Any:
         if self._kube_client is not None:
             return self._kube_client
-        from gpucaas.core.kube import KubeConnection
-        from gpucaas.core.kube.rest import connect
+        from core.kube import KubeConnection
+        from core.kube.rest import connect
 
         # A kubeconfig when given, else the in-cluster ServiceAccount (the core adapter decides);
         # its light path: a few calls do not need the official client's models in this daemon.

@@ -4,7 +4,7 @@
 implementation) and the activation records (``bookkeeping``):
 
 - ``activate(holder, gpus)``: the partitions the GPU set needs
-  (``gpucaas.core.topology.partitions_for_gpus``: the set's own partition, or
+  (``core.topology.partitions_for_gpus``: the set's own partition, or
   one single-GPU partition per GPU) are activated for ``holder``; idempotent for
   the same holder and set; refused with :class:`Conflict` naming the other holder
   when a needed partition overlaps one that is active or held.
@@ -21,11 +21,11 @@ implementation) and the activation records (``bookkeeping``):
 
 GPU identity: on H100 Fabric Manager's partition info has empty PCI bus ids
 (physical id = module id); the service fills them from the host's platform
-layout (``gpucaas.core.platforms``), the one mapping every consumer reads through
+layout (``core.platforms``), the one mapping every consumer reads through
 ``/v1/topology`` and FabricState.
 
 GPU reset: before a holder's partitions are activated its GPUs are reset through
-sysfs (``gpu_reset`` hook, ``gpucaas.core.gpu_reset``); after release the GPU-lease
+sysfs (``gpu_reset`` hook, ``core.gpu_reset``); after release the GPU-lease
 agent resets them right before the firmware check.
 
 Consistency: one lock serialises every change, so two racing allocations are
@@ -47,8 +47,8 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from gpucaas.core import topology
-from gpucaas.core.platforms import PlatformLayout, validate_against_table
+from core import topology
+from core.platforms import PlatformLayout, validate_against_table
 from services.fabric.bookkeeping import Activation, ActivationStore, utcnow
 from services.fabric.discovery import normalize_bdf
 from services.fabric.errors import Conflict, InvalidRequest, NotFound, Unavailable, Unsupported

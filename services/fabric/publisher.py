@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.core.crds import API_VERSION, FABRICSTATE_PLURAL, GROUP, VERSION
+from core.crds import API_VERSION, FABRICSTATE_PLURAL, GROUP, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class FabricStatePublisher:
         interval_s: float = 15.0,
         debounce_s: float = 0.2,
     ) -> None:
-        from gpucaas.core.kube import adapter
+        from core.kube import adapter
 
         self.kube = adapter(api_client)  # the light RestKube in the daemon; any adapter works
         self.api = self.kube.custom
@@ -191,7 +191,7 @@ class FabricStatePublisher:
         self._thread: threading.Thread | None = None
 
     def ensure_object(self) -> None:
-        from gpucaas.core.kube import Conflict, NotFound
+        from core.kube import Conflict, NotFound
 
         try:
             self.kube.call(
@@ -344,7 +344,7 @@ class FabricStatePublisher:
 
     def _flag_lease(self, bdf: str, lost: dict[str, Any]) -> bool:
         """Set NVLinkFabricIntact=False on the GPU's lease (read-modify-replace, retried on conflict)."""
-        from gpucaas.core.lease_store import LeaseConflict, LeaseStore, lease_name
+        from core.lease_store import LeaseConflict, LeaseStore, lease_name
 
         store = LeaseStore(self.kube)
         cond = {

@@ -2,7 +2,7 @@
 
 Used by the device plugin (activate on Allocate, release, sync from the kubelet's
 PodResources) and by ``caasctl`` (list, health, forced admin operations). The
-wire contract is the one ``gpucaas.core.fabric_client`` speaks. Errors are
+wire contract is the one ``core.fabric_client`` speaks. Errors are
 ``{"code", "detail"}`` with 400 (bad input, naming the field), 404, 405, 409
 (conflict, naming the holder), 422 (unsupported partition), 503 (Fabric Manager
 or VM unavailable).

@@ -10,8 +10,8 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from gpucaas.core.env_settings import EnvSettings, EnvSettingsConfigDict, Field, field_validator, model_validator
-from gpucaas.core.fabric_client import DEFAULT_SOCKET
+from core.env_settings import EnvSettings, EnvSettingsConfigDict, Field, field_validator, model_validator
+from core.fabric_client import DEFAULT_SOCKET
 
 
 class FabricSettings(EnvSettings):

@@ -4,7 +4,7 @@ One place for the whole lease life cycle (Free -> Leased -> Releasing -> Checkin
 Free | Quarantined):
 
 - the state machine and the GPULease store are in the core
-  (``gpucaas/core/lease_states.py``, ``gpucaas/core/lease_store.py``) because three
+  (``core/lease_states.py``, ``core/lease_store.py``) because three
   services move leases: this one, the tenancy controller process (via the timers
   below) and the API (an admin quarantines or releases a GPU);
 - ``agent.py``: the node side (``LeaseNodeAgent``) — a lease per GPU, Leased/Releasing
@@ -13,13 +13,13 @@ Free | Quarantined):
 - ``firmware.py``: the check itself (expansion ROM hash and version through sysfs);
 - ``controller.py``: the cluster side, Kopf timers (Releasing -> Checking, check
   retries and time-outs, holders that vanished while the node was down), added to
-  the operator of ``gpucaas controller`` by ``gpucaas/programs/controller.py``, so the
+  the operator of ``gpucaas controller`` by ``gpucaas/controller.py``, so the
   tenancy controller never imports this package;
 - ``main.py`` (building the node agent), ``cli.py`` (the options the composed commands
   take), ``settings.py`` and ``errors.py``: the skeleton every service has.
 
 The node agent runs in the device plugin's process, composed by
-``gpucaas/programs/gpu_node.py`` (``gpucaas device-plugin``): the agent reads the
+``gpucaas/gpu_node.py`` (``gpucaas device-plugin``): the agent reads the
 plugin's GPU inventory, hears every Allocate at once, and gives the plugin a health
 source; neither package imports the other.
 """

@@ -21,16 +21,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpucaas.core import lease_states as states
-from gpucaas.core.crds import LABEL_TENANCY, TENANT_NAMESPACE_PREFIX
-from gpucaas.core.kube import KubeError, NotFound, adapter
-from gpucaas.core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
+from core import lease_states as states
+from core.crds import LABEL_TENANCY, TENANT_NAMESPACE_PREFIX
+from core.kube import KubeError, NotFound, adapter
+from core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
 from services.gpu_leases.firmware import FirmwareCheck
 
 if TYPE_CHECKING:
     from kubernetes import client
 
-    from gpucaas.core.kube import Kube, RestKube
+    from core.kube import Kube, RestKube
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class LeaseNodeAgent:
         self.gpus = gpus
         self.holdings = holdings
         self.checker = checker
-        self.reset = reset  # GPU reset before the firmware check (gpucaas.core.gpu_reset)
+        self.reset = reset  # GPU reset before the firmware check (core.gpu_reset)
         self.interval = interval
         self.unseen_grace = unseen_grace
         self._unhealthy: dict[str, str] = {}
@@ -352,12 +352,12 @@ class LeaseNodeAgent:
             self._wake.clear()
 
     def start(self) -> None:
-        from gpucaas.core.kube import RestKube
+        from core.kube import RestKube
 
         if isinstance(self.kube, RestKube):
-            from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
-            from gpucaas.core.kube.rest import watch_changes
-            from gpucaas.core.lease_store import LABEL_NODE
+            from core.crds import GPULEASE_PLURAL, GROUP, VERSION
+            from core.kube.rest import watch_changes
+            from core.lease_store import LABEL_NODE
 
             self._watcher = threading.Thread(
                 target=watch_changes,

@@ -2,13 +2,13 @@
 
 The service has no process of its own: its node agent runs in a GPU node's process
 (``gpucaas device-plugin``, ``gpucaas dra-driver``) and its timers in the controller's
-(``gpucaas controller``). Those commands, composed in ``gpucaas/programs``, take these
+(``gpucaas controller``). Those commands, composed in ``gpucaas``, take these
 options beside their own; every option also reads its environment variable.
 """
 
 from __future__ import annotations
 
-from gpucaas.core.settings_cli import Section
+from core.settings_cli import Section
 from services.gpu_leases.settings import LeaseAgentSettings, LeaseTimerSettings
 
 #: The node agent beside the device plugin: ``--leases``, ``--firmware-golden-file``... (env ``GPUCAAS_<NAME>``).

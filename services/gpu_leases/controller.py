@@ -20,10 +20,10 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from gpucaas.core import lease_states as states
-from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
-from gpucaas.core.kube import Kube, KubeError, NotFound, translated
-from gpucaas.core.lease_store import LeaseConflict, LeaseStore
+from core import lease_states as states
+from core.crds import GPULEASE_PLURAL, GROUP, VERSION
+from core.kube import Kube, KubeError, NotFound, translated
+from core.lease_store import LeaseConflict, LeaseStore
 
 log = logging.getLogger(__name__)
 

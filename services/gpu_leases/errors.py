@@ -1,7 +1,7 @@
 """Errors of GPU leases, named by meaning.
 
-Lease conflicts and illegal transitions are the core's (:mod:`gpucaas.core.lease_store`,
-:mod:`gpucaas.core.lease_states`): the API moves leases too.
+Lease conflicts and illegal transitions are the core's (:mod:`core.lease_store`,
+:mod:`core.lease_states`): the API moves leases too.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gpucaas.core.pci import NVIDIA_VENDOR
+from core.pci import NVIDIA_VENDOR
 from services.gpu_leases.errors import BadGoldenTable
 
 log = logging.getLogger(__name__)

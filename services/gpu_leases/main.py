@@ -1,8 +1,8 @@
 """Building the node agent: settings + what the node offers (GPUs, pod holdings) -> a LeaseNodeAgent.
 
-The agent has no process of its own: the GPU node programs (``gpucaas/programs/gpu_node.py``,
+The agent has no process of its own: the GPU node programs (``gpucaas/gpu_node.py``,
 ``dra_node.py``) build it here, beside their daemon, and run it with theirs. The cluster-side
-timers are :func:`services.gpu_leases.controller.register`, which ``gpucaas/programs/controller.py``
+timers are :func:`services.gpu_leases.controller.register`, which ``gpucaas/controller.py``
 adds to the controller's operator.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gpucaas.core.kube import KubeConnection
-from gpucaas.core.kube.rest import connect
+from core.kube import KubeConnection
+from core.kube.rest import connect
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from services.gpu_leases.settings import LeaseAgentSettings
@@ -53,9 +53,9 @@ def build_agent(
 
 
 def gpu_reset_hook(settings: LeaseAgentSettings, sysfs_root: Path) -> Callable[[str], object] | None:
-    """GPU reset after release, before the firmware check (gpucaas.core.gpu_reset), unless turned off."""
+    """GPU reset after release, before the firmware check (core.gpu_reset), unless turned off."""
     if not settings.gpu_reset:
         return None
-    from gpucaas.core.gpu_reset import reset_gpu
+    from core.gpu_reset import reset_gpu
 
     return lambda bdf: reset_gpu(sysfs_root, bdf)

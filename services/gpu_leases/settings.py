@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucaas.core.env_settings import EnvSettings, EnvSettingsConfigDict, Field
+from core.env_settings import EnvSettings, EnvSettingsConfigDict, Field
 
 
 class LeaseAgentSettings(EnvSettings):

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from gpucaas.core import dra
+from core import dra
 from services.placement.errors import InvalidRequest
 from services.placement.fleet import FleetIndex
 

@@ -3,7 +3,7 @@
 A node's free state is the set of its free physical GPUs (1..8), kept as an
 8-bit mask (bit ``g - 1`` for physical id ``g``). There are only 256 masks and 8
 request sizes, so every answer the placement needs about one node is computed
-once, at import, by calling :func:`gpucaas.core.topology.choose_gpus` — the very
+once, at import, by calling :func:`core.topology.choose_gpus` — the very
 function the device plugin's GetPreferredAllocation calls on the node. The node
 choice and the node's own GPU choice therefore agree by construction: the GPUs
 the extender scores a node by are exactly the GPUs the device plugin will pick.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpucaas.core.topology import (
+from core.topology import (
     GPU_COUNT,
     HGX_H100_PARTITIONS,
     Choice,

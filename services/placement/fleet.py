@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpucaas.core.topology import GPU_COUNT
+from core.topology import GPU_COUNT
 from services.placement.fit import FIT_TABLE, FITS, FULL_MASK, MASK_COUNT, PREFERENCE, Fit, gpus_of
 
 MAX_EXTENDER_PRIORITY = 10

@@ -24,8 +24,8 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from gpucaas.core import crds
-from gpucaas.core.kube import (
+from core import crds
+from core.kube import (
     Forbidden,
     Gone,
     Kube,

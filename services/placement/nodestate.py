@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpucaas.core.topology import GPU_COUNT, HGX_H100_PARTITIONS, cover_size
+from core.topology import GPU_COUNT, HGX_H100_PARTITIONS, cover_size
 from services.placement.errors import InvalidRequest
 from services.placement.extender import pod_gpu_count
 from services.placement.fit import FIT_TABLE, mask_of

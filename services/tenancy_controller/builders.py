@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpucaas.core import crds, dra
+from core import crds, dra
 
 from .spec import NFSSpec, Tenancy
 
@@ -149,7 +149,7 @@ def claim_template_name_list() -> list[str]:
 def build_claim_templates(tenancy: Tenancy) -> list[dict[str, Any]]:
     """The ResourceClaimTemplates ``gpucaas-gpus-N`` (N = 1..8) the API's pods claim from in
     allocation mode dra: one NVLink partition of N GPUs for N = 2, 4, 8, else N single GPUs
-    (gpucaas/core/dra.py). Kubernetes creates one ResourceClaim per pod from it and deletes it
+    (core/dra.py). Kubernetes creates one ResourceClaim per pod from it and deletes it
     with the pod (Kubernetes docs, "Dynamic Resource Allocation", ResourceClaimTemplate)."""
     out = []
     for gpus in dra.CLAIM_TEMPLATE_SIZES:

@@ -10,9 +10,9 @@ original. Kopf handlers translate them at the edge:
 
 from __future__ import annotations
 
-# The Kubernetes errors are the core adapter's one tree (gpucaas.core.kube.errors), named here
+# The Kubernetes errors are the core adapter's one tree (core.kube.errors), named here
 # for the controller's modules; the controller defines none of its own.
-from gpucaas.core.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
+from core.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 
 __all__ = [
     "Conflict",

@@ -23,7 +23,7 @@ from typing import Any
 
 import kopf
 
-from gpucaas.core import crds
+from core import crds
 
 from . import errors, kube, workflow
 from .builders import MANAGER

@@ -1,7 +1,7 @@
 """Kubernetes adapter: every read and write the tenancy controller makes.
 
 It speaks to the API server over HTTP through the core adapter
-(:mod:`gpucaas.core.kube`: the official client's ``ApiClient`` with its timeouts,
+(:mod:`core.kube`: the official client's ``ApiClient`` with its timeouts,
 retries and error tree; the same code path in a cluster, against the tests' local
 kube-apiserver, or through ``kubectl proxy``), on raw JSON: the controller's objects
 are wire dicts from the builders, so no model round trip can drop a field (e.g.
@@ -25,8 +25,8 @@ from typing import Any
 
 import kubernetes
 
-from gpucaas.core import crds
-from gpucaas.core.kube import Kube, KubeConnection
+from core import crds
+from core.kube import Kube, KubeConnection
 
 from . import errors
 from .comparison import matches

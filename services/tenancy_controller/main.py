@@ -2,12 +2,12 @@
 
 :func:`run` builds one registry from the given registrars, each a ``register(registry,
 settings)`` function adding its handlers: this service's :func:`.handlers.register` by
-default. The programs floor (``gpucaas/programs/controller.py``) adds the GPU-lease timers
+default. The programs floor (``gpucaas/controller.py``) adds the GPU-lease timers
 beside them, by import, so this service never imports another. All Kopf settings
 (peering, event posting, persistence, backoff, watching) are set here in
 :func:`configure_kopf`, and nowhere else.
 
-Authentication: the core adapter (:mod:`gpucaas.core.kube`) loads the client
+Authentication: the core adapter (:mod:`core.kube`) loads the client
 configuration (kubeconfig or in-cluster) once; Kopf's login handler hands the
 same credentials to Kopf (``kopf_connection_info``), and modules find the
 configuration in ``memo.kube_configuration`` to build their own clients.
@@ -30,7 +30,7 @@ from typing import Any
 import kopf
 import kubernetes
 
-from gpucaas.core.kube import kopf_connection_info, load_configuration
+from core.kube import kopf_connection_info, load_configuration
 
 from . import errors, handlers, kube
 from .settings import ControllerSettings
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 #: A module's ``register(registry, settings)``: adds its handlers to the operator's registry.
 Registrar = Callable[[kopf.OperatorRegistry, ControllerSettings], None]
-#: This service's own handlers; ``gpucaas controller`` adds the GPU-lease timers (gpucaas/programs/controller.py).
+#: This service's own handlers; ``gpucaas controller`` adds the GPU-lease timers (gpucaas/controller.py).
 DEFAULT_REGISTRARS: tuple[Registrar, ...] = (handlers.register,)
 
 #: Annotation prefix under which Kopf keeps its progress and last-handled state.

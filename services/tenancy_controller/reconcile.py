@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpucaas.core import crds
-from gpucaas.core.dra import AllocationMode
+from core import crds
+from core.dra import AllocationMode
 
 from . import builders, policies
 from .comparison import is_subset, matches  # noqa: F401 - part of this module's API

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpucaas.core.dra import AllocationMode
+from core.dra import AllocationMode
 
 
 class ControllerSettings(BaseSettings):

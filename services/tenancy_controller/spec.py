@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpucaas.core import crds
+from core import crds
 
 from .errors import InvalidSpec
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucaas.core import crds
-from gpucaas.core.dra import AllocationMode
+from core import crds
+from core.dra import AllocationMode
 
 from . import errors, kube, reconcile
 from .builders import ApiAccess, claim_template_name_list, persistent_volume_name

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.app import create_app, uvicorn_config
 from services.api.settings import Settings
 

@@ -10,8 +10,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpucaas.core import crds
-from gpucaas.devtools.waiting import wait_for
+from core import crds
+from devtools.waiting import wait_for
 
 #: a pod status whose container ``main`` runs (as a kubelet reports it)
 RUNNING = {

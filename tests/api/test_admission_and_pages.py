@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from tests.api.harness import write_dead_kubeconfig
 
 

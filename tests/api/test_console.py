@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.console import CSP, STATIC
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kc
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.pods import build_pod
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client as kc
 from kubernetes.client.exceptions import ApiException
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import RUNNING, SUCCEEDED, get_pod, mark_tenancy_ready, set_pod_status

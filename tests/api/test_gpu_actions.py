@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpucaas.core import lease_states
-from gpucaas.core.lease_store import LeaseStore, build_gpu_lease
+from core import lease_states
+from core.lease_store import LeaseStore, build_gpu_lease
 
 from .conftest import new_tenancy
 from .harness import ApiServer

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select, update
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api import retention
 from services.api.models import Container, utcnow
 from tests.api.conftest import new_tenancy

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready

@@ -234,7 +234,7 @@ def test_dra_pod_asks_for_its_claim_template_and_is_valid_kubernetes(gpus: int) 
     template it references."""
     import kubernetes_validate
 
-    from gpucaas.core import dra
+    from core import dra
     from services.api import sizing
 
     share = sizing.Share(cpu_milli=24000, memory_bytes=224 * sizing.GIB, shm_bytes=32 * sizing.GIB, hugepages=True)

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpucaas.core import crds
-from gpucaas.core.kube import Conflict, Kube, NotFound
-from gpucaas.devtools.waiting import wait_for
+from core import crds
+from core.kube import Conflict, Kube, NotFound
+from devtools.waiting import wait_for
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod
 
@@ -108,7 +108,7 @@ def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
     """allocation_mode dra: the pod names the namespace's template gpucaas-gpus-N and carries
     no extended resource; the API server admits it (Pod Security restricted; resource.k8s.io/v1
     served: Kubernetes 1.34+), and the API reports the GPU count it asked for."""
-    from gpucaas.core import dra
+    from core import dra
 
     kube = Kube.of(k8s)
     tenancy = unique_name("dratest")

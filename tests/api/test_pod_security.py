@@ -196,7 +196,7 @@ def test_production_values_enforce_restricted_and_the_api_builds_for_it() -> Non
 
 def test_a_pod_refused_by_admission_fails_the_container_with_the_reason() -> None:
     """A 403 from admission (no "User ... cannot") is a definite refusal, an RBAC 403 is retried."""
-    from gpucaas.core.kube import from_status
+    from core.kube import from_status
     from services.api.worker import _rejected
 
     psa = from_status(

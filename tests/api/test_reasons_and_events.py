@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kc
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api import reasons
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer

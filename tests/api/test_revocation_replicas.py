@@ -23,7 +23,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api import revocations
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ADMIN_TOKEN, ApiServer

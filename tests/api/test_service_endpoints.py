@@ -85,7 +85,7 @@ def test_generated_admin_token_is_returned_once_and_stored_hashed(tmp_path: Path
 
 
 def test_cli_options_have_env_vars() -> None:
-    from gpucaas.programs.cli import app
+    from gpucaas.cli import app
 
     out = CliRunner().invoke(app, ["api", "--help"], env={"COLUMNS": "200"}).output
     for env in (
@@ -100,7 +100,7 @@ def test_cli_options_have_env_vars() -> None:
 
 
 def test_cli_refuses_half_a_tls_pair(tmp_path: Path) -> None:
-    from gpucaas.programs.cli import app
+    from gpucaas.cli import app
 
     result = CliRunner().invoke(app, ["api", "--tls-cert", str(tmp_path / "c.pem")])
     assert result.exit_code != 0
@@ -110,7 +110,7 @@ def test_cli_refuses_half_a_tls_pair(tmp_path: Path) -> None:
 def test_without_any_kubernetes_configuration_the_api_still_runs(tmp_path: Path) -> None:
     import pytest
 
-    from gpucaas.core.kube import Unavailable as KubeUnavailable
+    from core.kube import Unavailable as KubeUnavailable
     from services.api.kube import Kube
 
     kube = Kube(tmp_path / "missing-kubeconfig")

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.limits import Limiter, LimitSettings
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ADMIN_TOKEN, ApiServer, write_dead_kubeconfig

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kubernetes import client as kc
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api import sizing
 from services.api.settings import Settings
 from tests.api.conftest import new_tenancy

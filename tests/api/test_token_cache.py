@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.token_cache import TokenCache, VerifiedToken, revoked
 
 

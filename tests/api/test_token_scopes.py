@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from tests.api.harness import ApiServer
 
 IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"

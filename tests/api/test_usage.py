@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client as kc
 from sqlmodel import Session
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.models import utcnow
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.models import utcnow
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer

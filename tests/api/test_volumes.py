@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client as kc
 from kubernetes.client.exceptions import ApiException
 
-from gpucaas.core import crds
-from gpucaas.devtools.waiting import wait_for
+from core import crds
+from devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import bind_pod, get_pod, mark_tenancy_ready, set_pod_status

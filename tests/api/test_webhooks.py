@@ -18,7 +18,7 @@ from kubernetes import client as kc
 from sqlalchemy import create_engine, text
 from sqlmodel import Session
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.db import normalize_url
 from services.api.models import utcnow
 from services.api.webhooks import store

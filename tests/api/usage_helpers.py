@@ -10,8 +10,8 @@ import httpx
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpucaas.core import crds
-from gpucaas.devtools.waiting import wait_for
+from core import crds
+from devtools.waiting import wait_for
 from tests.api.kube_helpers import bind_pod, get_pod, set_pod_status
 
 

@@ -1,6 +1,6 @@
 """Every ``gpucaas <command> --help`` option is a settings field with the same default.
 
-The options are generated from the settings classes (gpucaas/core/settings_cli.py);
+The options are generated from the settings classes (core/settings_cli.py);
 these tests read the real click commands the ``gpucaas`` entry point serves and
 check them against the classes from the outside: each option names a field, says
 its env var, shows the default the class itself produces, and giving no option
@@ -17,7 +17,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from gpucaas.programs.cli import app
+from gpucaas.cli import app
 
 #: Options that are not configuration (what to do this once), per command.
 NOT_SETTINGS = {

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import typer.main
 
-from gpucaas.programs import config_docs
-from gpucaas.programs.cli import app
+from gpucaas import config_docs
+from gpucaas.cli import app
 
 
 def test_committed_page_is_current() -> None:
-    assert config_docs.main(["--check"]) == 0, "run: python -m gpucaas.programs.config_docs"
+    assert config_docs.main(["--check"]) == 0, "run: python -m gpucaas.config_docs"
 
 
 def test_every_command_and_option_is_on_the_page() -> None:

@@ -16,7 +16,7 @@ SORTED = '''"""A module."""
 import json
 import os
 
-from gpucaas.core import crds
+from core import crds
 
 print(json, os, crds)
 '''
@@ -41,7 +41,7 @@ def test_an_unsorted_import_fails() -> None:
 
 
 def test_a_first_party_import_among_the_third_party_ones_fails() -> None:
-    mixed = SORTED.replace("import os\n\nfrom gpucaas.core import crds\n", "import os\nfrom gpucaas.core import crds\n")
+    mixed = SORTED.replace("import os\n\nfrom core import crds\n", "import os\nfrom core import crds\n")
     result = _ruff_check(mixed)
     assert result.returncode == 1 and "I001" in result.stdout, result.stdout + result.stderr
 

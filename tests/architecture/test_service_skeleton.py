@@ -2,7 +2,7 @@
 
 A newcomer finds where any service starts in the same four files: ``main.py`` (build and
 run), ``cli.py`` (its command-line options), ``settings.py`` and ``errors.py``. Where
-several services share a process, the wiring is in ``gpucaas/programs`` and imports
+several services share a process, the wiring is in ``gpucaas`` and imports
 them by name in ``import`` statements, which import-linter sees: no service reaches
 another through ``importlib`` or ``__import__``, which it would not.
 """
@@ -94,7 +94,7 @@ def test_no_service_loads_another_by_name() -> None:
             hits = [h for h in _loading_by_name(path, service.name) if h not in ALLOWED.get(rel, set())]
             if hits:
                 offenders[rel] = hits
-    assert not offenders, f"services load code by name (wire them in gpucaas/programs, by import): {offenders}"
+    assert not offenders, f"services load code by name (wire them in gpucaas, by import): {offenders}"
 
 
 def test_the_check_finds_what_it_forbids(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from benchmarks import time_to_running
-from gpucaas.devtools.real_node.node import node_tools_missing
+from devtools.real_node.node import node_tools_missing
 
 
 def test_post_to_running_on_real_nodes_splits_into_phases_that_add_up() -> None:

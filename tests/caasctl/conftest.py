@@ -20,7 +20,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpucaas.programs.caasctl.main import app
+from gpucaas.caasctl.main import app
 from services.api.settings import Settings
 from tests.api.harness import ADMIN_TOKEN, ApiServer
 
@@ -198,7 +198,7 @@ def caasctl(api: ApiServer, ca_file: Path, no_config: dict[str, str]) -> Caasctl
 
 @pytest.fixture(scope="module")
 def caasctl_bin() -> Path:
-    """The installed console script (pyproject's ``caasctl = gpucaas.programs.caasctl.main:run``)."""
+    """The installed console script (pyproject's ``caasctl = gpucaas.caasctl.main:run``)."""
     import sys
 
     path = Path(sys.executable).parent / "caasctl"

@@ -1,7 +1,7 @@
 """caasctl nodes, gpus (+ quarantine/release), leases and partitions list through the API.
 
 The cluster is what the other services would publish: a Node with GPU capacity, GPULeases
-(``gpucaas.core.lease_store``, moved by the lease state machine ``gpucaas.core.lease_states``),
+(``core.lease_store``, moved by the lease state machine ``core.lease_states``),
 and the FabricState that the fabric service's own publisher writes from a fabric service
 running over the Fabric Manager simulator (one partition held by a container, one GPU with
 a failed NVLink).
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpucaas.core import lease_states
-from gpucaas.core.fabric_client import holder_for_gpus
-from gpucaas.core.lease_store import LeaseStore, build_gpu_lease, lease_name
+from core import lease_states
+from core.fabric_client import holder_for_gpus
+from core.lease_store import LeaseStore, build_gpu_lease, lease_name
 from services.fabric.fabric_manager.simulator import default_gpu_map
 from services.fabric.publisher import FabricStatePublisher, build_fabric_state_status
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready
 

@@ -191,7 +191,7 @@ def test_console_script_exit_codes(caasctl_bin: Path, api: ApiServer, ca_file: P
 
 
 def test_each_setting_flag_over_env_over_file_over_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpucaas.programs.caasctl.settings import CaasctlSettings
+    from gpucaas.caasctl.settings import CaasctlSettings
 
     for name in ("GPUCAAS_URL", "GPUCAAS_TOKEN", "GPUCAAS_CA_CERT", "GPUCAAS_INSECURE", "GPUCAAS_FABRIC_SOCKET"):
         monkeypatch.delenv(name, raising=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucaas.core.fabric_client import holder_for_gpus
+from core.fabric_client import holder_for_gpus
 from services.fabric.fabric_manager.simulator import default_gpu_map
 from services.fabric.partitions import ADMIN_HOLDER_PREFIX
 

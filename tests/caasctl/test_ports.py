@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import typer
 
-from gpucaas.programs.caasctl.tenant import parse_port
+from gpucaas.caasctl.tenant import parse_port
 
 from .conftest import Caasctl
 from .test_secrets_registry_webhooks import tenant

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.webhooks.signing import verify
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready, set_pod_status

@@ -6,7 +6,7 @@ from typing import Any
 
 from kubernetes import client
 
-from gpucaas.core import crds
+from core import crds
 from tests.api.harness import ApiServer
 
 from .conftest import Caasctl

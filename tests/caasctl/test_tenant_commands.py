@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
 
@@ -170,7 +170,7 @@ def test_listings_follow_the_page_cursor_to_the_last_page(caasctl: Caasctl, api:
     ``ps`` and ``containers list`` never stop at the first page."""
     from pydantic import SecretStr
 
-    from gpucaas.programs.caasctl.client import Config, RestClient
+    from gpucaas.caasctl.client import Config, RestClient
 
     token = tenant_token(caasctl, "pager")
     me = {"GPUCAAS_TOKEN": token}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpucaas.programs.caasctl.main import one_line
+from gpucaas.caasctl.main import one_line
 from tests.api.harness import ApiServer
 
 from .conftest import Caasctl

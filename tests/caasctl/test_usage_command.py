@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.api.models import utcnow
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready

@@ -8,7 +8,7 @@ import pytest
 import typer
 from kubernetes import client
 
-from gpucaas.programs.caasctl.volumes import parse_volume
+from gpucaas.caasctl.volumes import parse_volume
 
 from .conftest import Caasctl
 from .test_secrets_registry_webhooks import tenant

@@ -1,7 +1,7 @@
 """EnvSettings reads and validates the environment as pydantic-settings does: same values, same errors.
 
 Each case sets some variables (and keyword arguments) and builds the same declaration
-twice: once on :class:`gpucaas.core.env_settings.EnvSettings` (its own ``Field`` and
+twice: once on :class:`core.env_settings.EnvSettings` (its own ``Field`` and
 validator decorators, no pydantic), once on ``pydantic_settings.BaseSettings`` (pydantic's
 ``Field`` and decorators); both must give the same values, the same fields set, or the
 same validation errors (type, field, message). The node daemons' own settings classes
@@ -24,9 +24,9 @@ import pytest
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpucaas.core import env_settings
-from gpucaas.core.env_settings import EnvSettings, EnvSettingsConfigDict
-from gpucaas.core.logging import LoggingSettings
+from core import env_settings
+from core.env_settings import EnvSettings, EnvSettingsConfigDict
+from core.logging import LoggingSettings
 from services.device_plugin.settings import DevicePluginSettings
 from services.fabric.settings import FabricSettings
 from services.gpu_leases.settings import LeaseAgentSettings
@@ -314,12 +314,12 @@ def test_a_good_environment_never_loads_pydantic() -> None:
     """The point of the class: a daemon whose settings are fine does not import pydantic (7.5 MB)."""
     code = (
         "import sys, json\n"
-        "from gpucaas.programs import gpu_node\n"
+        "from gpucaas import gpu_node\n"
         "from services.fabric import cli\n"
         "from services.device_plugin.settings import DevicePluginSettings\n"
         "from services.fabric.settings import FabricSettings\n"
         "from services.gpu_leases.settings import LeaseAgentSettings\n"
-        "from gpucaas.core.logging import LoggingSettings\n"
+        "from core.logging import LoggingSettings\n"
         "for cls in (DevicePluginSettings, FabricSettings, LeaseAgentSettings, LoggingSettings): cls()\n"
         "gpu_node.command.build_settings({'node_name': 'n', 'metrics_port': '-1'})\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pydantic'))))\n"

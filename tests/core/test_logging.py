@@ -12,7 +12,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from gpucaas.core.logging import LoggingSettings, configure_logging
+from core.logging import LoggingSettings, configure_logging
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_a_process_logs_json_when_told(tmp_path) -> None:
         [
             sys.executable,
             "-c",
-            "from gpucaas.programs.cli import app; app()",
+            "from gpucaas.cli import app; app()",
             "scheduler-extender",
             "--port",
             "0",

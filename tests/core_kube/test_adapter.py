@@ -3,7 +3,7 @@
 Against the local cluster (real HTTP, the official client) and, for what a healthy API server
 cannot be made to answer (403 bodies, 503 then 200, a server that never answers),
 against a small HTTP server in the test that answers exactly as the Kubernetes API
-server documents (``metav1.Status`` bodies, see gpucaas/core/kube/errors.py).
+server documents (``metav1.Status`` bodies, see core/kube/errors.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import crds, kube as k
+from core import crds, kube as k
 from tests.core_kube.scripted import FORBIDDEN_STATUS
 
 

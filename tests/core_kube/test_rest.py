@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import crds, kube as k
-from gpucaas.core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
+from core import crds, kube as k
+from core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
 from tests.core_kube.scripted import FORBIDDEN_STATUS
 
 
@@ -21,7 +21,7 @@ def no_wait_retry(attempts: int = 3) -> k.RetryPolicy:
 
 def test_importing_the_light_path_does_not_load_the_official_client() -> None:
     code = (
-        "import sys; import gpucaas.core.kube, gpucaas.core.lease_store, services.gpu_leases.agent, "
+        "import sys; import core.kube, core.lease_store, services.gpu_leases.agent, "
         "services.fabric.publisher; print('kubernetes' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -102,7 +102,7 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 """)
     with pytest.raises(k.Unavailable, match="credential plugin"):
         k.RestKube(k.KubeConnection(kubeconfig=cfg))
-    from gpucaas.core.kube.rest import connect
+    from core.kube.rest import connect
 
     assert isinstance(connect(k.KubeConnection(kubeconfig=cfg)), k.Kube)
 

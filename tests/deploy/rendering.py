@@ -1,6 +1,6 @@
-"""The chart renderer the tests share with the sandbox (:mod:`gpucaas.programs.chart`)."""
+"""The chart renderer the tests share with the sandbox (:mod:`gpucaas.chart`)."""
 
-from gpucaas.programs.chart import (  # noqa: F401 (re-exported for the tests)
+from gpucaas.chart import (  # noqa: F401 (re-exported for the tests)
     CHART,
     CORE_CRDS,
     KUBE_VERSIONS,

@@ -22,7 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpucaas.core import crds as core_crds
+from core import crds as core_crds
 from tests.deploy.rendering import (
     CHART,
     CORE_CRDS,
@@ -232,12 +232,12 @@ def test_example_custom_resources_match_their_crds(crd_schemas: dict) -> None:
 
 
 def test_chart_crds_are_the_core_crds() -> None:
-    """crds/ carries exact copies of gpucaas/core/crds/*.yaml, plus Kopf's peering CRDs."""
+    """crds/ carries exact copies of core/crds/*.yaml, plus Kopf's peering CRDs."""
     chart_dir = CHART / "crds"
     for name in core_crds.CRD_FILES:
         core_text = (CORE_CRDS / name).read_text()
         assert (chart_dir / name).read_text() == core_text, (
-            f"crds/{name} differs from gpucaas/core/crds/{name}: run `make crds`"
+            f"crds/{name} differs from core/crds/{name}: run `make crds`"
         )
     extra = {p.name for p in chart_dir.iterdir()} - set(core_crds.CRD_FILES)
     assert extra == {"kopfpeerings.kopf.dev.yaml"}
@@ -349,11 +349,11 @@ def test_rendered_env_is_accepted_by_the_service_settings(
         alias = field.validation_alias
         if alias is not None and hasattr(alias, "choices"):
             known.update(str(c).upper() for c in alias.choices)
-    # the logging variables every process reads (gpucaas/core/logging.py), and the classes
-    # `gpucaas device-plugin` reads beside each other (gpucaas/programs/gpu_node.py)
-    from gpucaas.core.logging import LoggingSettings
-    from gpucaas.programs.dra_node import command as dra_driver_command
-    from gpucaas.programs.gpu_node import command as device_plugin_command
+    # the logging variables every process reads (core/logging.py), and the classes
+    # `gpucaas device-plugin` reads beside each other (gpucaas/gpu_node.py)
+    from core.logging import LoggingSettings
+    from gpucaas.dra_node import command as dra_driver_command
+    from gpucaas.gpu_node import command as device_plugin_command
 
     also_read = {f"GPUCAAS_LOG_{field}".upper() for field in LoggingSettings.model_fields}
     if name == "gpucaas-device-plugin":
@@ -407,7 +407,7 @@ def test_allocation_mode_reaches_the_api_and_the_controller_and_picks_the_node_d
     assert driver["GPUCAAS_DRA_CDI_KIND"] == "example.com/gpu"  # the device plugin's CDI names
     assert {"name": "state", "hostPath": {"path": "/var/lib/x", "type": "DirectoryOrCreate"}} in spec["volumes"]
     # the probes connect to the endpoint the driver registers with the kubelet
-    from gpucaas.core.dra import DRIVER
+    from core.dra import DRIVER
     from services.dra_driver.settings import DraDriverSettings
 
     settings = DraDriverSettings(node_name="n", plugins_dir=driver["GPUCAAS_DRA_PLUGINS_DIR"])
@@ -417,9 +417,9 @@ def test_allocation_mode_reaches_the_api_and_the_controller_and_picks_the_node_d
 
 
 def test_device_classes_are_the_cores() -> None:
-    """The chart's DeviceClasses are exactly gpucaas/core/dra.py's device_class(n) for 1, 2, 4, 8,
+    """The chart's DeviceClasses are exactly core/dra.py's device_class(n) for 1, 2, 4, 8,
     which the claim templates (tenancy controller) and the driver's attributes agree with."""
-    from gpucaas.core import dra
+    from core import dra
 
     assert not [o for o in render({}) if o["kind"] == "DeviceClass"]
     classes = [o for o in render({"allocation": {"mode": "dra"}}) if o["kind"] == "DeviceClass"]

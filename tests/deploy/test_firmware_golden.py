@@ -6,7 +6,7 @@ from __future__ import annotations
 import helm_python
 import pytest
 
-from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, golden_rom_sha256
+from devtools.fake_sysfs import GOLDEN_ROM_VERSION, golden_rom_sha256
 from services.gpu_leases.firmware import GoldenTable
 from tests.deploy.rendering import pod_spec, render, render_notes, workloads
 

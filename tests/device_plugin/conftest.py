@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpucaas.core.fabric_client import FabricClient
-from gpucaas.devtools.fake_kubelet import FakeKubelet
-from gpucaas.devtools.fake_sysfs import FakeBoard
+from core.fabric_client import FabricClient
+from devtools.fake_kubelet import FakeKubelet
+from devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
 from services.fabric.bookkeeping import ActivationStore

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import vfio_sysfs as sysfs
-from gpucaas.devtools.fake_kubelet import FakeKubelet
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
-from gpucaas.devtools.waiting import wait_for
+from core import vfio_sysfs as sysfs
+from devtools.fake_kubelet import FakeKubelet
+from devtools.fake_sysfs import GPU_BDFS, FakeBoard
+from devtools.waiting import wait_for
 
 BDF = GPU_BDFS[2]
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpucaas.devtools.fake_kubelet import FakeKubelet
-from gpucaas.devtools.fake_sysfs import FakeBoard
+from devtools.fake_kubelet import FakeKubelet
+from devtools.fake_sysfs import FakeBoard
 
 
 def test_command_runs_end_to_end(hgx_board: FakeBoard, fake_kubelet: FakeKubelet, tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ def test_command_runs_end_to_end(hgx_board: FakeBoard, fake_kubelet: FakeKubelet
     cmd = [
         sys.executable,
         "-c",
-        "from gpucaas.programs.cli import app; app()",
+        "from gpucaas.cli import app; app()",
         "device-plugin",
         "--sysfs-root",
         str(hgx_board.sysfs),

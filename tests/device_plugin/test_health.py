@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucaas.devtools.fake_kubelet import FakeKubelet, PluginConnection
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
+from devtools.fake_kubelet import FakeKubelet, PluginConnection
+from devtools.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
 from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.conftest import RunningFabric
 
@@ -99,7 +99,7 @@ def test_unhealthy_gpu_refused_at_allocate(
 ) -> None:
     import pytest
 
-    from gpucaas.devtools.fake_kubelet import AdmissionError
+    from devtools.fake_kubelet import AdmissionError
 
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     hgx_board.remove_vfio_node(GPU)

@@ -1,7 +1,7 @@
 """`gpucaas device-plugin` and `gpucaas fabric` start without the other services' imports
 (node daemons stay under 60 MB): no web framework, ORM, official Kubernetes client or
 HTTP client package is loaded, nor pydantic-settings (their settings are
-``gpucaas.core.env_settings`` classes), and the options and help are the full CLI's."""
+``core.env_settings`` classes), and the options and help are the full CLI's."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ HEAVY = ("fastapi", "uvicorn", "sqlalchemy", "kubernetes", "httpx", "kopf", "pyd
 def test_node_daemon_commands_load_only_their_own_code(command: str) -> None:
     code = (
         "import json, sys\n"
-        "from gpucaas.programs.entry import main\n"
+        "from gpucaas.entry import main\n"
         "try:\n"
         f"    main([{command!r}, '--help'])\n"
         "except SystemExit as exc:\n"
@@ -122,7 +122,7 @@ NOT_PLAIN = [
 
 
 def _commands() -> dict[str, object]:
-    from gpucaas.programs.gpu_node import command as device_plugin
+    from gpucaas.gpu_node import command as device_plugin
     from services.fabric.cli import command as fabric
 
     return {"device-plugin": device_plugin, "fabric": fabric}
@@ -134,7 +134,7 @@ def test_plain_options_are_what_typer_passes(name: str, args: list[str], monkeyp
     import typer
     from typer.testing import CliRunner
 
-    from gpucaas.core.settings_cli import settings_command
+    from core.settings_cli import settings_command
 
     for var in list(os.environ):
         if var.startswith("GPUCAAS_"):
@@ -167,7 +167,7 @@ def test_a_plain_start_loads_neither_typer_nor_pydantic() -> None:
     """typer converts each option with a pydantic TypeAdapter: 10 MB a daemon does without."""
     code = (
         "import json, sys\n"
-        "from gpucaas.programs.gpu_node import command\n"
+        "from gpucaas.gpu_node import command\n"
         f"given = command.plain_options({PLAIN_ARGS['device-plugin'][2]!r})\n"
         "command.build_settings(given)\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "

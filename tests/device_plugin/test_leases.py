@@ -1,5 +1,5 @@
 """The device plugin with the GPU-lease agent beside it (as `gpucaas device-plugin` composes them,
-gpucaas/programs/gpu_node.py): leased on allocation, released, checked, and a quarantined GPU is
+gpucaas/gpu_node.py): leased on allocation, released, checked, and a quarantined GPU is
 never handed out (real gRPC with the fake kubelet, the local cluster's kube-apiserver)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpucaas.core import lease_states
-from gpucaas.core.lease_store import LeaseStore, lease_name
-from gpucaas.devtools.fake_kubelet import AdmissionError, FakeKubelet
-from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
-from gpucaas.devtools.waiting import wait_for
-from gpucaas.programs.gpu_node import GpuNode, build_node
+from core import lease_states
+from core.lease_store import LeaseStore, lease_name
+from devtools.fake_kubelet import AdmissionError, FakeKubelet
+from devtools.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
+from devtools.waiting import wait_for
+from gpucaas.gpu_node import GpuNode, build_node
 from services.gpu_leases import controller as lease_handlers
 from services.gpu_leases.settings import LeaseAgentSettings
 from tests.device_plugin.conftest import RunningFabric

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpucaas.devtools.fake_kubelet import FakeKubelet
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
+from devtools.fake_kubelet import FakeKubelet
+from devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from services.device_plugin.api import pr_pb2
 from services.device_plugin.main import DevicePlugin
 from services.device_plugin.podresources import PodResourcesReader, PodResourcesUnavailable

@@ -1,6 +1,6 @@
 """GetPreferredAllocation on every reachable free-GPU state of the board (2^8 subsets x sizes).
 
-Each answer must be what ``gpucaas.core.topology.choose_gpus`` picks (translated
+Each answer must be what ``core.topology.choose_gpus`` picks (translated
 between PCI addresses and physical ids) and valid: the asked size, a subset of
 the available devices, the must-include devices kept, and a whole NVLink
 partition whenever one of the asked size (1/2/4/8) is free.
@@ -14,9 +14,9 @@ import grpc
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpucaas.core import topology
-from gpucaas.devtools.fake_kubelet import FakeKubelet
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS, FakeBoard
+from core import topology
+from devtools.fake_kubelet import FakeKubelet
+from devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS, FakeBoard
 from services.device_plugin.allocation import PhysicalMap, preferred
 from services.device_plugin.api import dp_pb2
 from services.device_plugin.errors import InvalidRequest

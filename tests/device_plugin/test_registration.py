@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucaas.devtools.fake_kubelet import FakeKubelet
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, FakeBoard
+from devtools.fake_kubelet import FakeKubelet
+from devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from services.device_plugin.registration import endpoint_name
 
 
@@ -97,7 +97,7 @@ def test_a_kubelet_slow_to_answer_is_asked_again_without_restarting_the_server(
     import os
     import socket
 
-    from gpucaas.devtools.waiting import wait_for
+    from devtools.waiting import wait_for
 
     p = run_plugin(make_settings(hgx_board, fabric_socket=""))
     fake_kubelet.wait_for_plugin("nvidia.com/gpu")

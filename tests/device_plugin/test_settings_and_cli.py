@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from gpucaas.programs.cli import app
+from gpucaas.cli import app
 from services.device_plugin.api import build
 from services.device_plugin.settings import DevicePluginSettings
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpucaas.core import topology
-from gpucaas.devtools.fake_kubelet import FakeKubelet
-from gpucaas.devtools.fake_sysfs import FakeBoard
+from core import topology
+from devtools.fake_kubelet import FakeKubelet
+from devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.conftest import RunningFabric
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gpucaas.core import topology
-from gpucaas.devtools.fake_kubelet import AdmissionError, FakeKubelet
-from gpucaas.devtools.fake_sysfs import FakeBoard
+from core import topology
+from devtools.fake_kubelet import AdmissionError, FakeKubelet
+from devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager

@@ -12,8 +12,8 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from gpucaas.programs.caasctl.main import app as caasctl_app
-from gpucaas.programs.cli import app as gpucaas_app
+from gpucaas.caasctl.main import app as caasctl_app
+from gpucaas.cli import app as gpucaas_app
 from services.api.app import create_app
 from services.api.settings import Settings
 
@@ -64,7 +64,7 @@ def test_no_seed_in_user_facing_text() -> None:
     texts = [
         ROOT / "README.md",
         *sorted((ROOT / "docs").rglob("*.md")),
-        *sorted((ROOT / "gpucaas" / "programs").rglob("*.py")),
+        *sorted((ROOT / "gpucaas").rglob("*.py")),
         *sorted((ROOT / "services").glob("*/cli.py")),
     ]
     offenders = [str(p.relative_to(ROOT)) for p in texts if re.search(r"\bseed", p.read_text(), re.IGNORECASE)]

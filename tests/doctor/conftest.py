@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core.platforms import PlatformLayout
-from gpucaas.devtools.fake_sysfs import FakeBoard
-from gpucaas.programs.doctor.paths import HostPaths
+from core.platforms import PlatformLayout
+from devtools.fake_sysfs import FakeBoard
+from gpucaas.doctor.paths import HostPaths
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
 from services.fabric.partitions import PartitionService

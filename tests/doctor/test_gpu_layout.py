@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core.platforms import DGX_H100, SUPERMICRO_HGX_H100, PlatformLayout
-from gpucaas.devtools.fake_sysfs import FakeBoard
+from core.platforms import DGX_H100, SUPERMICRO_HGX_H100, PlatformLayout
+from devtools.fake_sysfs import FakeBoard
 from services.fabric.fabric_manager.simulator import SimulatedFabric
 from tests.doctor.conftest import FakeNode, _node
 from tests.doctor.test_node_readiness import by_id, run_doctor

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS
-from gpucaas.programs.cli import app
-from gpucaas.programs.doctor.checks import CHECK_IDS
+from devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS
+from gpucaas.cli import app
+from gpucaas.doctor.checks import CHECK_IDS
 from tests.core_kube.scripted import forbidden, write_kubeconfig
 from tests.doctor.conftest import CMDLINE, MODULES, REPO, FakeNode, meminfo
 

@@ -1,6 +1,6 @@
 """A cluster whose kube-scheduler allocates the DRA driver's devices.
 
-- ``dra_cluster`` (session): a :class:`~gpucaas.devtools.local_cluster.LocalCluster` of its own
+- ``dra_cluster`` (session): a :class:`~devtools.local_cluster.LocalCluster` of its own
   (etcd, kube-apiserver, kube-controller-manager with its resourceclaim controller,
   kube-scheduler running the chart's DRA configuration,
   ``deploy/scheduler/kube-scheduler-config-dra.yaml``, without its extender: the extender only
@@ -24,9 +24,9 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from gpucaas.core import dra as dra_names
-from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
-from gpucaas.devtools.local_cluster.objects import create_all
+from core import dra as dra_names
+from devtools.local_cluster import ClusterOptions, LocalCluster
+from devtools.local_cluster.objects import create_all
 from tests.dra_driver.scheduling import Heartbeats, Scheduling, unique
 from tests.fixtures.kube import base_objects
 

@@ -22,11 +22,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpucaas.core import dra
-from gpucaas.core.kube import Kube
-from gpucaas.core.topology import partition_by_id
-from gpucaas.devtools.local_cluster import LocalCluster
-from gpucaas.devtools.waiting import WaitTimeout, wait_for
+from core import dra
+from core.kube import Kube
+from core.topology import partition_by_id
+from devtools.local_cluster import LocalCluster
+from devtools.waiting import WaitTimeout, wait_for
 from services.dra_driver.slices import partition_of_device
 
 log = logging.getLogger(__name__)

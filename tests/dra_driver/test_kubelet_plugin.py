@@ -16,11 +16,11 @@ import grpc
 import pytest
 from kubernetes import client
 
-from gpucaas.core import dra as dra_names
-from gpucaas.core.fabric_client import FabricClient
-from gpucaas.core.topology import partition_by_id
-from gpucaas.devtools.fake_sysfs import FakeBoard
-from gpucaas.devtools.waiting import wait_for
+from core import dra as dra_names
+from core.fabric_client import FabricClient
+from core.topology import partition_by_id
+from devtools.fake_sysfs import FakeBoard
+from devtools.waiting import wait_for
 from services.dra_driver import api
 from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.driver import Driver
@@ -241,7 +241,7 @@ def test_an_unhealthy_gpu_marks_every_partition_containing_it(node: Node, hgx_bo
 def test_the_pod_is_told_once_that_its_partition_is_active(node: Node, dra: Scheduling, fm_fabric) -> None:
     """The kubelet posts nothing for a prepared claim: the driver's PartitionActivated Event on
     the pod is what ``kubectl describe pod`` and the API's timeline show (once, not per retry)."""
-    from gpucaas.core.kube import Kube
+    from core.kube import Kube
     from services.dra_driver.main import ACTIVATED_REASON, activation_event
 
     node.driver.activated_listeners.append(activation_event(Kube.of(dra.k8s), dra.node))

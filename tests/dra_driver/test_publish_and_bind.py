@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import dra as dra_names
-from gpucaas.core.fabric_client import FabricClient
-from gpucaas.core.lease_store import LeaseStore
-from gpucaas.core.topology import partition_by_id
-from gpucaas.devtools.fake_sysfs import FakeBoard
-from gpucaas.devtools.waiting import wait_for
+from core import dra as dra_names
+from core.fabric_client import FabricClient
+from core.lease_store import LeaseStore
+from core.topology import partition_by_id
+from devtools.fake_sysfs import FakeBoard
+from devtools.waiting import wait_for
 from services.dra_driver.binding import BindingWatcher
 from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.publisher import SlicePublisher, gpus_from

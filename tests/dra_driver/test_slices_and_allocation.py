@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gpucaas.core.platforms import DGX_H100
-from gpucaas.core.topology import HGX_H100_PARTITIONS, partition_by_id
+from core.platforms import DGX_H100
+from core.topology import HGX_H100_PARTITIONS, partition_by_id
 from services.dra_driver.publisher import SlicePublisher, foreign_holders
 from services.dra_driver.slices import PublishedGpu, build_slices, offered_devices, partition_of_device
 from tests.dra_driver.scheduling import Scheduling, gpus_of_claim, results

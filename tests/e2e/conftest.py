@@ -28,13 +28,13 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from gpucaas.core.cdi import spec_filename
-from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
-from gpucaas.core.fabric_client import FabricClient, holder_for_gpus
-from gpucaas.core.lease_store import lease_name
-from gpucaas.core.topology import HGX_H100_PARTITIONS
-from gpucaas.devtools.waiting import wait_for
-from gpucaas.programs.sandbox import runner
+from core.cdi import spec_filename
+from core.crds import GPULEASE_PLURAL, GROUP, VERSION
+from core.fabric_client import FabricClient, holder_for_gpus
+from core.lease_store import lease_name
+from core.topology import HGX_H100_PARTITIONS
+from devtools.waiting import wait_for
+from gpucaas.sandbox import runner
 from services.device_plugin.api import dp_pb2
 from services.device_plugin.podresources import (
     PodResourcesReader,

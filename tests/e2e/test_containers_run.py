@@ -7,9 +7,9 @@ import json
 
 from kubernetes import client
 
-from gpucaas.devtools import waiting
-from gpucaas.devtools.fake_sysfs import load_board
-from gpucaas.programs.sandbox import runner
+from devtools import waiting
+from devtools.fake_sysfs import load_board
+from gpucaas.sandbox import runner
 
 from .conftest import TIMEOUT, Tenant
 

@@ -13,9 +13,9 @@ import re
 
 from kubernetes import client
 
-from gpucaas.core import dra, topology
-from gpucaas.core.fabric_client import FabricClient
-from gpucaas.programs.sandbox import runner
+from core import dra, topology
+from core.fabric_client import FabricClient
+from gpucaas.sandbox import runner
 
 from .conftest import (
     UNTIL_CANCELLED,

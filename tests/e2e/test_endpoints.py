@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gpucaas.devtools import waiting
-from gpucaas.programs.sandbox import runner
+from devtools import waiting
+from gpucaas.sandbox import runner
 
 from .conftest import TIMEOUT, Tenant, new_tenant
 

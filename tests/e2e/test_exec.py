@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpucaas.programs.sandbox import runner
+from gpucaas.sandbox import runner
 
 from .conftest import CAASCTL, UNTIL_CANCELLED, Tenant, new_tenant
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.programs.sandbox import identities, runner
-from gpucaas.programs.sandbox.supervisor import ServiceFailed
+from gpucaas.sandbox import identities, runner
+from gpucaas.sandbox.supervisor import ServiceFailed
 
 from .conftest import allocation_mode
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from gpucaas.programs.sandbox import runner
+from gpucaas.sandbox import runner
 
 from .conftest import Caller
 from .test_private_workload import _created

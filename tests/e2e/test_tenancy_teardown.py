@@ -5,8 +5,8 @@ from __future__ import annotations
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpucaas.core.crds import GROUP, TENANCY_PLURAL, VERSION
-from gpucaas.programs.sandbox import runner
+from core.crds import GROUP, TENANCY_PLURAL, VERSION
+from gpucaas.sandbox import runner
 
 from .conftest import UNTIL_CANCELLED, leases, wait_for, wait_status
 

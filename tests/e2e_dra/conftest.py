@@ -3,7 +3,7 @@
 Each node runs the DRA driver instead of the device plugin; the node agent plays the
 kubelet's DRA side; kube-controller-manager makes the claims and kube-scheduler allocates them.
 Until the API's pods use ResourceClaimTemplates, the tests create the templates and pods
-of the documented shape directly (gpucaas.programs.sandbox.dra_demo).
+of the documented shape directly (gpucaas.sandbox.dra_demo).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpucaas.core.fabric_client import FabricClient
-from gpucaas.core.kube import KubeConnection, new_api_client
-from gpucaas.programs.sandbox import runner
+from core.fabric_client import FabricClient
+from core.kube import KubeConnection, new_api_client
+from gpucaas.sandbox import runner
 
 
 @pytest.fixture(scope="package")

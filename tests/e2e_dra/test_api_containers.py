@@ -9,9 +9,9 @@ from typing import Any
 
 from kubernetes import client
 
-from gpucaas.core import dra
-from gpucaas.devtools.waiting import wait_for
-from gpucaas.programs.sandbox import runner
+from core import dra
+from devtools.waiting import wait_for
+from gpucaas.sandbox import runner
 from tests.e2e.conftest import Caller, container_status
 
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"

@@ -21,12 +21,12 @@ from typing import Any
 
 from kubernetes import client
 
-from gpucaas.core import dra
-from gpucaas.core.fabric_client import FabricClient
-from gpucaas.core.topology import HGX_H100_PARTITIONS
-from gpucaas.devtools.waiting import wait_for
-from gpucaas.programs.sandbox import runner
-from gpucaas.programs.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
+from core import dra
+from core.fabric_client import FabricClient
+from core.topology import HGX_H100_PARTITIONS
+from devtools.waiting import wait_for
+from gpucaas.sandbox import runner
+from gpucaas.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
 from services.dra_driver.slices import device_name
 from tests.e2e.conftest import activations, offered_partitions
 from tests.e2e_dra.conftest import pci_of

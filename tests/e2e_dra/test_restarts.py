@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
-from gpucaas.devtools.waiting import wait_for
-from gpucaas.programs.sandbox import runner
-from gpucaas.programs.sandbox.dra_demo import dra_pod, ensure_namespace
+from core.crds import GPULEASE_PLURAL, GROUP, VERSION
+from devtools.waiting import wait_for
+from gpucaas.sandbox import runner
+from gpucaas.sandbox.dra_demo import dra_pod, ensure_namespace
 from tests.e2e.conftest import activations
 
 NS = "e2e-dra-restarts"

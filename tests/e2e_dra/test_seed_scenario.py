@@ -16,12 +16,12 @@ from typing import Any
 
 from kubernetes import client
 
-from gpucaas.core import dra
-from gpucaas.core.crds import GPULEASE_PLURAL, GROUP, VERSION
-from gpucaas.core.topology import partition_by_id
-from gpucaas.devtools.waiting import wait_for
-from gpucaas.programs.sandbox import runner
-from gpucaas.programs.sandbox.dra_demo import cdi_device_nodes, dra_pod, ensure_namespace, gpus_of_devices
+from core import dra
+from core.crds import GPULEASE_PLURAL, GROUP, VERSION
+from core.topology import partition_by_id
+from devtools.waiting import wait_for
+from gpucaas.sandbox import runner
+from gpucaas.sandbox.dra_demo import cdi_device_nodes, dra_pod, ensure_namespace, gpus_of_devices
 from services.dra_driver.slices import partition_of_device
 from tests.e2e.conftest import activations
 from tests.e2e_dra.conftest import pci_of

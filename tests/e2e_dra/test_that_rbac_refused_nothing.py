@@ -3,7 +3,7 @@ agents' kubelet side under the Node authorizer) was refused a request."""
 
 from __future__ import annotations
 
-from gpucaas.programs.sandbox import identities, runner
+from gpucaas.sandbox import identities, runner
 
 
 def test_no_process_was_refused_in_the_dra_mode(dra_sandbox: runner.Sandbox) -> None:

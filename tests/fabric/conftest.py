@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import pytest
 
-from gpucaas.core.fabric_client import FabricClient
+from core.fabric_client import FabricClient
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
 from services.fabric.partitions import PartitionService

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpucaas.core.fabric_client import holder_for_gpus
+from core.fabric_client import holder_for_gpus
 from services.fabric.fabric_manager.simulator import default_gpu_map
 
 GPU_BY_PHYSICAL = default_gpu_map()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core.fabric_client import FabricClient, FabricUnavailable
-from gpucaas.devtools.fake_sysfs import FakeBoard
-from gpucaas.devtools.waiting import wait_for
+from core.fabric_client import FabricClient, FabricUnavailable
+from devtools.fake_sysfs import FakeBoard
+from devtools.waiting import wait_for
 from tests.fabric.factories import holder, pcis
 
 GPUCAAS = str(Path(sys.executable).parent / "gpucaas")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gpucaas.core.fabric_client import FabricClient, FabricConflict, FabricUnavailable
+from core.fabric_client import FabricClient, FabricConflict, FabricUnavailable
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.interface import FabricManagerUnavailable
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
@@ -173,7 +173,7 @@ def test_a_full_listen_backlog_is_waited_out_not_reported_unreachable(tmp_path_f
             s.close()
             break
         queued.append(s)
-    import gpucaas.core.fabric_client as fabric_client
+    import core.fabric_client as fabric_client
 
     refused_once = threading.Event()
     real_sleep = fabric_client.sleep

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucaas.devtools.fake_sysfs import MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, FakeBoard, build_hgx_h100
+from devtools.fake_sysfs import MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, FakeBoard, build_hgx_h100
 from services.fabric.discovery import discover_fabric_devices, normalize_bdf
 from services.fabric.errors import DiscoveryError
 

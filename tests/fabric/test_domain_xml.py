@@ -9,7 +9,7 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from gpucaas.devtools.fake_sysfs import MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, build_hgx_h100
+from devtools.fake_sysfs import MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, build_hgx_h100
 from services.fabric.discovery import discover_fabric_devices
 from services.fabric.domain_xml import CHANNEL_NAME, DomainSpec, build_domain_xml, hostdev_addresses, spec_hash
 from services.fabric.errors import DomainXMLError

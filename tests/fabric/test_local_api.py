@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from gpucaas.core.fabric_client import (
+from core.fabric_client import (
     FabricClient,
     FabricConflict,
     FabricRejected,

@@ -9,7 +9,7 @@ from pathlib import Path
 import libvirt
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gpucaas.core import topology
+from core import topology
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.domain_xml import DomainSpec
 from services.fabric.errors import Conflict, Unsupported

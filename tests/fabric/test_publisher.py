@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 from kubernetes import client as kclient
 
-from gpucaas.core.crds import FABRICSTATE_PLURAL, GROUP, VERSION
-from gpucaas.devtools.waiting import wait_for
+from core.crds import FABRICSTATE_PLURAL, GROUP, VERSION
+from devtools.waiting import wait_for
 from services.fabric.fabric_manager.simulator import SimulatedFabric
 from services.fabric.partitions import PartitionService
 from services.fabric.publisher import FabricStatePublisher, build_fabric_state_status

@@ -9,9 +9,9 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from gpucaas.core.fabric_client import FabricClient
-from gpucaas.devtools.fake_sysfs import build_hgx_h100
-from gpucaas.devtools.waiting import wait_for
+from core.fabric_client import FabricClient
+from devtools.fake_sysfs import build_hgx_h100
+from devtools.waiting import wait_for
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,

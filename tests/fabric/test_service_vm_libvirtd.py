@@ -22,11 +22,11 @@ import libvirt
 import pytest
 from kubernetes import client as kclient
 
-from gpucaas.core.crds import FABRICSTATE_PLURAL, GPULEASE_PLURAL, GROUP, VERSION
-from gpucaas.core.fabric_client import FabricClient
-from gpucaas.core.lease_store import build_gpu_lease
-from gpucaas.devtools.fake_sysfs import build_hgx_h100
-from gpucaas.devtools.waiting import wait_for
+from core.crds import FABRICSTATE_PLURAL, GPULEASE_PLURAL, GROUP, VERSION
+from core.fabric_client import FabricClient
+from core.lease_store import build_gpu_lease
+from devtools.fake_sysfs import build_hgx_h100
+from devtools.waiting import wait_for
 from services.fabric.fabric_manager.simulator import (
     SimulatedFabric,
     SimulatedFabricManager,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpucaas.core.lease_store import LeaseStore
-from gpucaas.devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
+from core.lease_store import LeaseStore
+from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from kubernetes import client
 
-from gpucaas.core.lease_store import LeaseStore
-from gpucaas.devtools.fake_kubelet import FakeKubelet
-from gpucaas.devtools.fake_sysfs import FakeBoard
-from gpucaas.devtools.waiting import wait_for
+from core.lease_store import LeaseStore
+from devtools.fake_kubelet import FakeKubelet
+from devtools.fake_sysfs import FakeBoard
+from devtools.waiting import wait_for
 
 
 def test_leases_are_kept_by_the_device_plugin_process(
@@ -26,7 +26,7 @@ def test_leases_are_kept_by_the_device_plugin_process(
     cmd = [
         sys.executable,
         "-c",
-        "from gpucaas.programs.cli import app; app()",
+        "from gpucaas.cli import app; app()",
         "device-plugin",
         "--sysfs-root",
         str(hgx_board.sysfs),

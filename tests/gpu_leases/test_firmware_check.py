@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.devtools.fake_sysfs import (
+from devtools.fake_sysfs import (
     GOLDEN_ROM_VERSION,
     H100_SXM5_DEVICE,
     FakeBoard,

@@ -10,8 +10,8 @@ import datetime as dt
 
 from kubernetes import client
 
-from gpucaas.core.lease_store import LeaseStore, lease_name
-from gpucaas.devtools.fake_sysfs import FakeBoard, rom_image
+from core.lease_store import LeaseStore, lease_name
+from devtools.fake_sysfs import FakeBoard, rom_image
 from services.gpu_leases import controller as handlers
 from services.gpu_leases.agent import LeaseNodeAgent
 
@@ -193,7 +193,7 @@ def test_a_lease_left_without_status_is_initialised(
     lease_agent: LeaseNodeAgent, store: LeaseStore, k8s: client.ApiClient
 ) -> None:
     """A lease created but never given its status (the write lost a race) becomes Free next round."""
-    from gpucaas.core.lease_store import build_gpu_lease
+    from core.lease_store import build_gpu_lease
 
     client.CustomObjectsApi(k8s).create_cluster_custom_object(
         "gpucaas.dev", "v1alpha1", "gpuleases", build_gpu_lease(NODE, GPU, "0x2330", 2)

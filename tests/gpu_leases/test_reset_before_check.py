@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from gpucaas.core.gpu_reset import reset_gpu
-from gpucaas.core.lease_store import LeaseStore
-from gpucaas.devtools.fake_sysfs import FakeBoard
+from core.gpu_reset import reset_gpu
+from core.lease_store import LeaseStore
+from devtools.fake_sysfs import FakeBoard
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from tests.gpu_leases.conftest import NODE, Kubelet, make_pod

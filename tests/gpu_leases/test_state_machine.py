@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from gpucaas.core import lease_states as s
+from core import lease_states as s
 
 T0 = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 HOLDER = s.Holder(pod="c-1", namespace="tenant-a", tenancy="a", pod_uid="u1")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from kubernetes import client
 
-from gpucaas.core import lease_states as states
-from gpucaas.core.kube import KubeConnection, RestKube
-from gpucaas.core.lease_store import LeaseStore, lease_name
-from gpucaas.devtools.fake_sysfs import FakeBoard
-from gpucaas.devtools.waiting import wait_for
+from core import lease_states as states
+from core.kube import KubeConnection, RestKube
+from core.lease_store import LeaseStore, lease_name
+from devtools.fake_sysfs import FakeBoard
+from devtools.waiting import wait_for
 from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import uvicorn
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.placement.fit import mask_of
 from services.placement.fleet import FleetIndex, NodeFree
 from services.placement.server import Binder, create_app

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 from kubernetes import client
 
-from gpucaas.core import crds
-from gpucaas.devtools.waiting import wait_for
+from core import crds
+from devtools.waiting import wait_for
 from tests.placement.factories import fabric_status, pod
 
 
@@ -40,7 +40,7 @@ def test_the_command_serves_the_extender_from_the_cluster(kubeconfig: Path, k8s:
         [
             sys.executable,
             "-c",
-            "from gpucaas.programs.cli import app; app()",
+            "from gpucaas.cli import app; app()",
             "scheduler-extender",
             "--host",
             "127.0.0.1",

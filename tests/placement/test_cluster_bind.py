@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpucaas.core import crds
-from gpucaas.core.kube import Conflict, Kube, NotFound
-from gpucaas.devtools.waiting import wait_for
+from core import crds
+from core.kube import Conflict, Kube, NotFound
+from devtools.waiting import wait_for
 from services.placement.extender import BindingArgs
 from services.placement.fleet import FleetIndex
 from services.placement.kube import FleetWatcher

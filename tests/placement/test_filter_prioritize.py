@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpucaas.core.topology import choose_gpus, free_partitions
+from core.topology import choose_gpus, free_partitions
 from services.placement.fit import FIT_TABLE, FULL_MASK, gpus_of, mask_of
 from services.placement.fleet import MAX_EXTENDER_PRIORITY, FleetIndex, NodeFree
 

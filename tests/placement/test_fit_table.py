@@ -13,7 +13,7 @@ from itertools import combinations
 
 import pytest
 
-from gpucaas.core.topology import HGX_H100_PARTITIONS, choose_gpus
+from core.topology import HGX_H100_PARTITIONS, choose_gpus
 from services.placement.fit import FIT_TABLE, FULL_MASK, PREFERENCE, SIZES, fit, gpus_of, mask_of
 
 #: (partition id, physical GPU ids), as the FM User Guide lists them for HGX H100.

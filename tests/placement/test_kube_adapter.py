@@ -10,8 +10,8 @@ import httpx
 import pytest
 from kubernetes import client
 
-from gpucaas.core import crds
-from gpucaas.devtools.waiting import wait_for
+from core import crds
+from devtools.waiting import wait_for
 from services.placement.fit import gpus_of
 from services.placement.fleet import FleetIndex
 from services.placement.kube import FleetWatcher

@@ -49,7 +49,7 @@ def test_quick_run_prints_one_json_object_last(capsys: pytest.CaptureFixture[str
 
 
 def test_dra_first_fit_takes_a_whole_free_partition_or_nothing() -> None:
-    from gpucaas.core.topology import HGX_H100_PARTITIONS
+    from core.topology import HGX_H100_PARTITIONS
     from services.placement.fit import gpus_of
 
     for free in range(FULL_MASK + 1):

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from gpucaas.devtools import waiting
-from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
-from gpucaas.devtools.real_node.node import NodeOptions, RealNode, node_tools_missing
-from gpucaas.devtools.real_node.registry import Registries
+from devtools import waiting
+from devtools.local_cluster import ClusterOptions, LocalCluster
+from devtools.real_node.node import NodeOptions, RealNode, node_tools_missing
+from devtools.real_node.registry import Registries
 
 NODE = "real-node"
 TIMEOUT = 180.0

@@ -6,7 +6,7 @@ import base64
 import json
 from pathlib import Path
 
-from gpucaas.devtools.real_node.registry import PRIVATE_IMAGE
+from devtools.real_node.registry import PRIVATE_IMAGE
 
 from .conftest import Node, make_pod, wait_running, wait_terminated, wait_waiting_reason
 

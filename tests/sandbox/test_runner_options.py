@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.devtools.local_cluster import ClusterOptions, LocalCluster
-from gpucaas.programs.sandbox import runner
+from devtools.local_cluster import ClusterOptions, LocalCluster
+from gpucaas.sandbox import runner
 
 
 @pytest.mark.parametrize("database_url", [None, "sqlite:///x.db"])

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucaas.devtools import waiting
+from devtools import waiting
 from services.tenancy_controller import kube, main
 from services.tenancy_controller.settings import ControllerSettings
 
@@ -131,7 +131,7 @@ class ControllerProcess:
             [
                 sys.executable,
                 "-c",
-                "from gpucaas.programs.cli import app; app()",
+                "from gpucaas.cli import app; app()",
                 "controller",
                 "--kubeconfig",
                 str(kubeconfig),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from gpucaas.core import crds
+from core import crds
 
 
 def tenancy_body(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core import dra
+from core import dra
 from services.tenancy_controller import builders, kube, policies, reconcile
 
 from .conftest import ControllerThread, controller_settings, wait_for

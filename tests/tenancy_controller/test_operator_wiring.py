@@ -6,7 +6,7 @@ import kopf
 import pytest
 from typer.testing import CliRunner
 
-from gpucaas.programs.cli import app
+from gpucaas.cli import app
 from services.tenancy_controller import main
 from services.tenancy_controller.settings import ControllerSettings
 

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from gpucaas.core.kube import KubeConnection, load_configuration
+from core.kube import KubeConnection, load_configuration
 from services.tenancy_controller import main
 from tests.core_kube.scripted import NOT_FOUND_STATUS, forbidden, write_kubeconfig
 

@@ -1,7 +1,7 @@
 """The controller's start-up permission check covers every resource its process's handlers touch.
 
 ``gpucaas controller`` hosts the tenancy handlers and the GPU-lease timers in one Kopf
-operator (gpucaas/programs/controller.py). At start it lists each resource those handlers
+operator (gpucaas/controller.py). At start it lists each resource those handlers
 watch, so that a missing grant is named once ("forbidden: <user> cannot list gpuleases...")
 instead of Kopf retrying a refused watch forever. The list is read from the operator's own
 registry: whatever a handler watches, indexes or times is checked, GPULeases included.
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from gpucaas.core import crds, lease_states as states
-from gpucaas.core.kube import KubeConnection, load_configuration
-from gpucaas.core.lease_store import LeaseStore, build_gpu_lease
-from gpucaas.programs.controller import registrars
+from core import crds, lease_states as states
+from core.kube import KubeConnection, load_configuration
+from core.lease_store import LeaseStore, build_gpu_lease
+from gpucaas.controller import registrars
 from services.gpu_leases import controller as gpu_lease_timers
 from services.gpu_leases.settings import LeaseTimerSettings
 from services.tenancy_controller import handlers, main
@@ -90,7 +90,7 @@ def test_without_the_lease_timers_gpuleases_are_not_checked() -> None:
 
 
 def test_the_controller_process_runs_the_lease_timers(api: Any, kubeconfig: Path, k8s: Any) -> None:
-    """``gpucaas controller``'s operator, wired as gpucaas/programs/controller.py wires it, moves a
+    """``gpucaas controller``'s operator, wired as gpucaas/controller.py wires it, moves a
     Releasing lease on to Checking: the GPU-lease timers run beside the tenancy handlers."""
     store = LeaseStore(k8s)
     name = store.ensure(build_gpu_lease("gpu-node-a", "0000:1b:00.0", "0x2330", 0))["metadata"]["name"]

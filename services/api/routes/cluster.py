@@ -8,8 +8,8 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query
 
-from gpucaas.core import crds, dra
-from gpucaas.core.kube import KubeError
+from core import crds, dra
+from core.kube import KubeError
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep, SettingsDep
 

@@ -7,8 +7,8 @@ import logging
 from fastapi import APIRouter
 from sqlmodel import SQLModel
 
-from gpucaas.core import crds
-from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
+from core import crds
+from core.kube import KubeError, NotFound as KubeNotFound
 from services.api import crud, errors, events
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.routes.containers import ContainerId

@@ -21,8 +21,8 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlmodel import Session
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 
-from gpucaas.core import crds
-from gpucaas.core.kube import KubeError
+from core import crds
+from core.kube import KubeError
 from services.api import audit, crud, errors, exec_relay, validation
 from services.api.deps import Caller, CurrentTenant, SessionDep, authenticate, bearer_of
 from services.api.kube import Kube

@@ -13,8 +13,8 @@ from sqlalchemy import Engine, Row
 from sqlmodel import Session
 from starlette.background import BackgroundTask
 
-from gpucaas.core import crds
-from gpucaas.core.kube import KubeError, NotFound as KubeNotFound
+from core import crds
+from core.kube import KubeError, NotFound as KubeNotFound
 from services.api import crud, endpoints, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
 from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.kube import Kube

@@ -1,7 +1,7 @@
 """Admin actions on one GPU: quarantine it, or clear its quarantine.
 
 The GPU is named by node and PCI address; its GPULease carries the state machine
-(``gpucaas.core.lease_states``). A transition the machine forbids (quarantining
+(``core.lease_states``). A transition the machine forbids (quarantining
 a GPU a running container holds, releasing one that is not quarantined) is a 409
 that says why; a concurrent change of the lease is retried.
 """
@@ -13,9 +13,9 @@ from typing import Any
 from fastapi import APIRouter, Path
 from pydantic import Field, StrictBool
 
-from gpucaas.core import crds, lease_states
-from gpucaas.core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
-from gpucaas.core.lease_store import lease_name
+from core import crds, lease_states
+from core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
+from core.lease_store import lease_name
 from services.api import errors, inventory
 from services.api.deps import AdminUser, KubeDep
 from services.api.models import StrictInput

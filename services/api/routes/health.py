@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlmodel import Session
 
-from gpucaas.core.kube import KubeError
+from core.kube import KubeError
 from services.api import crud
 
 router = APIRouter(tags=["health"])

@@ -10,8 +10,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from gpucaas.core import crds
-from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
+from core import crds
+from core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
 from services.api import audit, errors, tenant_scope, tenant_secrets
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.kube import Kube

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from gpucaas.core.kube import KubeError
+from core.kube import KubeError
 from services.api import crud, errors, pods
 from services.api.deps import AdminUser, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.kube import Kube

@@ -14,8 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from sqlmodel import Session
 
-from gpucaas.core import crds
-from gpucaas.core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
+from core import crds
+from core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
 from services.api import audit, crud, errors, sizing, tenant_scope, volumes
 from services.api.deps import CurrentTenant, KubeDep, SessionDep, SettingsDep
 from services.api.kube import Kube

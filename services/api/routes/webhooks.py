@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from gpucaas.core import crds
-from gpucaas.core.kube import KubeError
+from core import crds
+from core.kube import KubeError
 from services.api import audit, errors, tenant_scope
 from services.api.deps import CurrentTenant, KubeDep, SessionDep, SettingsDep
 from services.api.models import AuditAction

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from gpucaas.core.kube import KubeError
+from core.kube import KubeError
 from services.api.kube import Kube
 from services.api.models import Container, _as_utc, utcnow
 from services.api.pods import _time

@@ -13,7 +13,7 @@ from sqlalchemy import or_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from gpucaas.core import crds
+from core import crds
 from services.api import pods, validation
 from services.api.models import _as_utc, utcnow
 

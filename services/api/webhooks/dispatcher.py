@@ -23,8 +23,8 @@ import httpx
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from gpucaas import __version__
-from gpucaas.core.kube import KubeError
+from core import __version__
+from core.kube import KubeError
 from services.api.kube import Kube
 from services.api.models import utcnow
 from services.api.settings import Settings

@@ -15,7 +15,7 @@ import base64
 import threading
 from typing import Any
 
-from gpucaas.core import crds
+from core import crds
 from services.api.kube import Kube
 from services.api.tenant_secrets import LABEL_KIND, MANAGED_BY
 

@@ -9,7 +9,7 @@ stale (another protobuf version), on first use of one of the names below:
 
 from __future__ import annotations
 
-from gpucaas.core.grpc_stubs import lazy_stub_loader
+from core.grpc_stubs import lazy_stub_loader
 
 #: The device plugin API version sent in RegisterRequest.version.
 VERSION = "v1beta1"

@@ -1,14 +1,14 @@
 """The device plugin's kubelet stubs (device plugin v1beta1, PodResources v1).
 
 ``python -m services.device_plugin.api.build`` generates them (the Makefile runs it
-after ``pip install``); :mod:`gpucaas.core.grpc_stubs` says how and why.
+after ``pip install``); :mod:`core.grpc_stubs` says how and why.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gpucaas.core.grpc_stubs import StubGenerationError, StubSet
+from core.grpc_stubs import StubGenerationError, StubSet
 
 HERE = Path(__file__).resolve().parent
 STUBS = StubSet(

@@ -9,7 +9,7 @@ on first use of one of the names below::
 
 from __future__ import annotations
 
-from gpucaas.core.grpc_stubs import lazy_stub_loader
+from core.grpc_stubs import lazy_stub_loader
 
 #: The plugin type the kubelet's plugin manager routes to its DRA handler.
 PLUGIN_TYPE = "DRAPlugin"

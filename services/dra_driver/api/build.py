@@ -1,14 +1,14 @@
 """The DRA driver's kubelet stubs (DRA v1, plugin registration v1, DRA health v1alpha1/v1).
 
 ``python -m services.dra_driver.api.build`` generates them (the Makefile runs it after
-``pip install``); :mod:`gpucaas.core.grpc_stubs` says how and why.
+``pip install``); :mod:`core.grpc_stubs` says how and why.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gpucaas.core.grpc_stubs import StubSet
+from core.grpc_stubs import StubSet
 
 HERE = Path(__file__).resolve().parent
 STUBS = StubSet(

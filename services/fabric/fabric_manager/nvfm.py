@@ -41,7 +41,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from gpucaas.core import topology
+from core import topology
 from services.fabric.fabric_manager import rules
 from services.fabric.fabric_manager.errors import (
     FabricManagerError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gpucaas.core import topology
+from core import topology
 from services.fabric.fabric_manager.errors import (
     InvalidArgument,
     PartitionConflict,

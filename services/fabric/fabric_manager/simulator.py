@@ -10,7 +10,7 @@ the libnvfm binding does.
 Rules, as Fabric Manager applies them (and as ``libnvfm_fake`` in the tests
 applies them too, so both backends agree):
 
-* the table is HGX H100's default partition table (``gpucaas.core.topology``);
+* the table is HGX H100's default partition table (``core.topology``);
   GPUs are known by physical id and PCI bus id (from a board description);
 * two partitions that share a GPU are never active together; activating an
   active partition is refused as in use;
@@ -53,7 +53,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from gpucaas.core import topology
+from core import topology
 from services.fabric.fabric_manager import rules
 from services.fabric.fabric_manager.errors import (
     FabricManagerUnavailable,
@@ -83,13 +83,13 @@ NVSWITCH_PORTS = 64
 
 def default_gpu_map() -> dict[int, str]:
     """Physical id -> PCI bus id of the reference DGX H100 board (the fake sysfs one)."""
-    from gpucaas.core.platforms import DGX_H100
+    from core.platforms import DGX_H100
 
     return DGX_H100.physical_id_to_bdf()
 
 
 def default_switches() -> tuple[str, ...]:
-    from gpucaas.core.platforms import DGX_H100
+    from core.platforms import DGX_H100
 
     return DGX_H100.nvswitch_bdfs
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.devtools.fake_sysfs import FakeBoard
+from devtools.fake_sysfs import FakeBoard
 from services.fabric.fabric_manager.nvfm import NvfmFabricManager, load_libnvfm
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.devtools.waiting import wait_for
+from devtools.waiting import wait_for
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.errors import Unavailable
 from services.fabric.fabric_manager.deadline import DeadlineFabricManager

@@ -190,7 +190,7 @@ def test_failed_devices_name_gpus_and_switches(driver, hgx_board) -> None:
 
 
 def test_listing_matches_the_board_and_topology(driver, hgx_board) -> None:
-    from gpucaas.core.topology import HGX_H100_PARTITIONS
+    from core.topology import HGX_H100_PARTITIONS
 
     by_id = {p.id: p for p in driver.client.list_partitions()}
     assert sorted(by_id) == [p.id for p in HGX_H100_PARTITIONS]
@@ -239,7 +239,7 @@ def test_h100_degradation_lists_are_empty_and_links_show_it(driver) -> None:
 
 def test_restart_mode_exits_without_the_list(driver) -> None:
     """FM User Guide, "Fabric Manager Restart Mode": no activated list within 60 s -> FM exits."""
-    from gpucaas.devtools.waiting import wait_for
+    from devtools.waiting import wait_for
 
     driver.set_restart_timeout(0.05)
     apply(driver, ("activate", 1))

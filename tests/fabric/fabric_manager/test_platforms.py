@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.core.platforms import (
+from core.platforms import (
     DGX_H100,
     PLATFORMS,
     SUPERMICRO_HGX_H100,
@@ -23,8 +23,8 @@ from gpucaas.core.platforms import (
     load_layout,
     validate_against_table,
 )
-from gpucaas.core.topology import HGX_H100_PARTITIONS
-from gpucaas.devtools.fake_sysfs import FakeBoard
+from core.topology import HGX_H100_PARTITIONS
+from devtools.fake_sysfs import FakeBoard
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.nvfm import NvfmFabricManager
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
@@ -172,7 +172,7 @@ def test_sysfs_facts_beside_the_layout(hgx_board: FakeBoard) -> None:
     """NUMA node, physical slot (slots/*/address) and upstream bridge, where sysfs has them."""
     import os
 
-    from gpucaas.core.platforms import sysfs_gpu_facts
+    from core.platforms import sysfs_gpu_facts
 
     slot = hgx_board.sysfs / "bus" / "pci" / "slots" / "GPU-SXM-3"
     slot.mkdir(parents=True)

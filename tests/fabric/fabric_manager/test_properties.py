@@ -29,8 +29,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from gpucaas.core import topology
-from gpucaas.devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS
+from core import topology
+from devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS
 from services.fabric.fabric_manager.errors import (
     FabricManagerUnavailable,
     PartitionConflict,

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from gpucaas.core import topology
+from core import topology
 from services.fabric.fabric_manager.errors import FabricManagerUnavailable, NotReady, PartitionConflict
 from services.fabric.fabric_manager.interface import FabricManager
 from services.fabric.fabric_manager.simulator import (

@@ -83,7 +83,7 @@ app.kubernetes.io/part-of: gpucaas
 {{- end -}}
 {{- end -}}
 
-{{/* Log settings every component reads (gpucaas/core/logging.py: GPUCAAS_LOG_LEVEL, GPUCAAS_LOG_FORMAT). */}}
+{{/* Log settings every component reads (core/logging.py: GPUCAAS_LOG_LEVEL, GPUCAAS_LOG_FORMAT). */}}
 {{- define "gpucaas.commonEnv" -}}
 - name: GPUCAAS_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}

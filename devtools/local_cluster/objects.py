@@ -1,0 +1,54 @@
+"""Creating objects on a cluster and waiting until the API server serves them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+
+def create_all(kubeconfig: Path, manifests: list[dict[str, Any]], *, timeout: float = 60.0) -> None:
+    """Create each object (an existing one is left alone); waits for each CRD to be
+    Established before going on, so that objects of its kinds can follow in the same list."""
+    from kubernetes import config, dynamic
+    from kubernetes.dynamic.exceptions import ConflictError, ResourceNotFoundError
+
+    with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+        dyn = dynamic.DynamicClient(api)
+        for m in manifests:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    res = dyn.resources.get(api_version=m["apiVersion"], kind=m["kind"])
+                    res.create(body=m, namespace=m["metadata"].get("namespace"))
+                    break
+                except ConflictError:
+                    break
+                except ResourceNotFoundError:  # a CRD just created: discovery catches up
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+                    dyn = dynamic.DynamicClient(api)
+            if m["kind"] == "CustomResourceDefinition":
+                _wait_established(dyn, m["metadata"]["name"], deadline)
+
+
+def _wait_established(dyn: Any, name: str, deadline: float) -> None:
+    crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    while time.monotonic() < deadline:
+        conditions = (crds.get(name=name).to_dict().get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"CRD {name} was not Established in time")
+
+
+#: The RuntimeClass tenant pods name. The chart's templates create it; the objects a cluster
+#: holds before them (the chart's CRDs, Cilium's) are ``gpucaas.sandbox.runner.cluster_objects()``,
+#: which this floor cannot import (programs sit above the development tools).
+RUNTIME_CLASS: dict[str, Any] = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "kata-qemu-nvidia-gpu"},
+    "handler": "kata-qemu-nvidia-gpu",
+}

@@ -1,0 +1,45 @@
+"""The ``gpucaas`` server-side command: one sub-command per process.
+
+A service that has a process of its own holds its ``command`` in its ``cli.py`` (options
+only; its ``main.run`` builds and runs it; heavy imports happen inside). Where several
+services share a process, the command is composed here, in the programs floor, from
+their ``cli.py`` options and ``main.py`` builders: ``gpu_node`` (device plugin + GPU-lease
+agent), ``dra_node`` (DRA driver + GPU-lease agent), ``controller`` (tenancy controller +
+GPU-lease timers).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from gpucaas import __version__, controller, dra_node, gpu_node
+from gpucaas.doctor import cli as doctor_cli
+from gpucaas.sandbox import cli as sandbox_cli
+from services.api import cli as api_cli
+from services.fabric import cli as fabric_cli
+from services.placement import cli as placement_cli
+
+app = typer.Typer(
+    name="gpucaas",
+    help="gpucaas control plane services. Each sub-command runs one service.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.command()
+def version() -> None:
+    """Print the gpucaas version."""
+    typer.echo(__version__)
+
+
+# Service registrations (one line per service).
+app.command("device-plugin")(gpu_node.command)
+app.command("api")(api_cli.command)
+app.command("controller")(controller.command)
+app.command("scheduler-extender")(placement_cli.command)
+app.command("sandbox")(sandbox_cli.command)
+app.command("node-agent")(sandbox_cli.node_agent_command)
+app.command("doctor")(doctor_cli.command)
+app.command("fabric")(fabric_cli.command)
+app.command("dra-driver")(dra_node.command)
