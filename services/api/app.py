@@ -163,6 +163,11 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
         "timeout_graceful_shutdown": 10,
         # slow clients: a head not complete in time closes the connection
         "http": slow_clients.protocol_class(settings.header_timeout_seconds),
+        # wsproto, not the default websockets-sansio: the exec endpoint refuses a handshake with
+        # a JSON denial response (401/403/404), and websockets-sansio then logs an ERROR
+        # "ASGI callable returned without completing handshake" for every refusal
+        # (Kludex/uvicorn#3138); wsproto marks the denial as the handshake's end.
+        "ws": "wsproto",
     }
     if settings.tls_cert is not None and settings.tls_key is not None:
         kwargs["ssl_certfile"] = str(settings.tls_cert)

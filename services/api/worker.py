@@ -205,7 +205,8 @@ class SubmissionWorker:
                 volumes=row.volumes or (),
                 name=row.pod_name,
             )
-            created = self.kube.create_pod(body)
+            uid = self.kube.create_pod(body)
+            created = uid is not None
             log.info(
                 "%s: pod %s/%s %s",
                 ctx,
@@ -214,7 +215,7 @@ class SubmissionWorker:
                 "created" if created else "already existed",
             )
             if row.ports:
-                self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"])
+                self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"], uid)
             self.submitted += created
             with Session(self.engine) as session:
                 still_wanted = crud.mark_pod_created(session, container_id=row.id, pod_name=row.pod_name)
@@ -287,10 +288,12 @@ class SubmissionWorker:
         gone = [f"volumes: volume {n!r} not found" for n in names if n not in have]
         return "; ".join(gone) + " (create it with POST /v1/volumes, then submit again)" if gone else None
 
-    def _serve_endpoints(self, row: Container, namespace: str, pod: str) -> None:
+    def _serve_endpoints(self, row: Container, namespace: str, pod: str, uid: str | None) -> None:
         """The Service, Ingresses and network policy of the container's ports, owned by its pod
-        (a retried submission finds them made: each create is idempotent)."""
-        uid = (self.kube.get_pod(namespace, pod).get("metadata") or {}).get("uid")
+        (``uid``: None when the pod existed already; a retried submission finds them made: each
+        create is idempotent)."""
+        if not uid:
+            uid = (self.kube.get_pod(namespace, pod).get("metadata") or {}).get("uid")
         objects = endpoints.objects(
             row.id,
             row.tenancy,
