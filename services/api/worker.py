@@ -494,7 +494,7 @@ class SubmissionWorker:
             if not stays_pending:
                 return False  # the failed pod's report fails the container
             with Session(self.engine) as session:
-                crud.mark_failed(
+                worker_state.mark_failed(
                     session,
                     container_id=row.id,
                     message=f"the node could not start it: {why}",
