@@ -31,10 +31,11 @@ from sqlalchemy import bindparam, select
 from sqlmodel import Session
 
 from benchmarks.api import _postgres_database
-from services.api import crud, db, revocations, security
+from services.api import db, revocations, security
 from services.api.admission_pool import AdmissionPool
 from services.api.audit import Actor
 from services.api.models import ApiToken, ContainerCreate, TenancyCreate
+from services.api.store import admission, tenancies as tenancy_store, tokens as token_store
 from services.api.token_cache import TokenCache, VerifiedToken
 
 
@@ -73,13 +74,13 @@ async def _pool_figures(url: str, digest: str, n: int) -> dict[str, float]:
         data = ContainerCreate(image="nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04", gpus=1)
 
         def plain(i: int) -> dict[str, Any]:
-            return crud._admission(True, False, crud._submission("bench", data, None)[1], None)[1]
+            return admission._admission(True, False, admission._submission("bench", data, None)[1], None)[1]
 
         def audited(i: int) -> dict[str, Any]:
-            return crud._admission(True, False, crud._submission("bench", data, None)[1], actor)[1]
+            return admission._admission(True, False, admission._submission("bench", data, None)[1], actor)[1]
 
-        stmt_plain = crud._ADMIT[(True, False)]
-        stmt_audited = crud._ADMIT_AUDITED[False]
+        stmt_plain = admission._ADMIT[(True, False)]
+        stmt_audited = admission._ADMIT_AUDITED[False]
         await _timed(pool, stmt_plain, plain, 100)
         await _timed(pool, stmt_audited, audited, 100)
         admit, admit_audited = [], []
@@ -135,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             db.upgrade(engine)
             with Session(engine) as session:
-                crud.create_tenancy(session, data=TenancyCreate(name="bench", gpu_quota=100000, pod_quota=100000))
-                _row, secret = crud.create_token(session, tenancy="bench", name="bench", scope="admin")
+                tenancy_store.create_tenancy(
+                    session, data=TenancyCreate(name="bench", gpu_quota=100000, pod_quota=100000)
+                )
+                _row, secret = token_store.create_token(session, tenancy="bench", name="bench", scope="admin")
             figures: dict[str, Any] = {"cache_hit_us": round(_cache_hit_us(200_000), 2)}
             figures.update(asyncio.run(_pool_figures(url, security.hash_token(secret), n)))
             figures.update(_revoke_figures(url, engine, 50 if args.quick else 200))

@@ -1,12 +1,12 @@
 """The submission's statements on psycopg's own asyncio pool (PostgreSQL only).
 
-A tenant's ``POST /v1/containers`` runs on the event loop (``crud.submit_container_async``).
+A tenant's ``POST /v1/containers`` runs on the event loop (``store.admission.submit_container_async``).
 Through SQLAlchemy's ``AsyncEngine`` its one statement cost about 0.4 ms of CPU beyond
 the statement itself — a greenlet per call, the pool's checkout machinery, the execution
 context: a third of the route, which ran at 800/s where psycopg's pool
 (``psycopg_pool.AsyncConnectionPool``) serves 1,180/s on the same machine
 (docs/api-performance.md). The statements stay SQLAlchemy's: the admission and the
-idempotency lookup are ``crud``'s Core statements, compiled once for psycopg; JSON columns
+idempotency lookup are ``store.admission``'s Core statements, compiled once for psycopg; JSON columns
 are bound as psycopg ``Json`` (what SQLAlchemy's JSON type sends), every other value as is.
 
 Errors keep SQLAlchemy's types, so callers and the error handlers see one tree: a unique

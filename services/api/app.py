@@ -19,13 +19,14 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from core import __version__
-from services.api import console, crud, db, revocations, slow_clients
+from services.api import console, db, revocations, slow_clients
 from services.api.edge import Edge, Metrics
 from services.api.errors import install_handlers
 from services.api.kube import Kube
 from services.api.limits import Limiter, LimitSettings
 from services.api.routes import api_router
 from services.api.settings import Settings
+from services.api.store import tenancies as tenancy_store, tokens as token_store
 from services.api.token_cache import TokenCache
 from services.api.usage.metrics import UsageCollector
 from services.api.webhooks.dispatcher import WebhookDispatcher
@@ -39,13 +40,13 @@ def bootstrap(engine: Engine, settings: Settings) -> str | None:
     (to be shown once) when none was configured and none existed."""
     db.upgrade(engine)
     with Session(engine) as session:
-        crud.reconcile_gpu_usage(session)  # expected to find nothing (triggers keep it exact)
+        tenancy_store.reconcile_gpu_usage(session)  # expected to find nothing (triggers keep it exact)
         if settings.admin_token is not None:
-            crud.ensure_admin_token(session, secret=settings.admin_token.get_secret_value())
+            token_store.ensure_admin_token(session, secret=settings.admin_token.get_secret_value())
             return None
-        if crud.count_admin_tokens(session) > 0:
+        if token_store.count_admin_tokens(session) > 0:
             return None
-        _row, secret = crud.create_token(session, tenancy=None, name="generated")
+        _row, secret = token_store.create_token(session, tenancy=None, name="generated")
     if settings.admin_token_file is not None:
         settings.admin_token_file.parent.mkdir(parents=True, exist_ok=True)
         settings.admin_token_file.touch(mode=0o600)
@@ -163,6 +164,11 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
         "timeout_graceful_shutdown": 10,
         # slow clients: a head not complete in time closes the connection
         "http": slow_clients.protocol_class(settings.header_timeout_seconds),
+        # wsproto, not the default websockets-sansio: the exec endpoint refuses a handshake with
+        # a JSON denial response (401/403/404), and websockets-sansio then logs an ERROR
+        # "ASGI callable returned without completing handshake" for every refusal
+        # (Kludex/uvicorn#3138); wsproto marks the denial as the handshake's end.
+        "ws": "wsproto",
     }
     if settings.tls_cert is not None and settings.tls_key is not None:
         kwargs["ssl_certfile"] = str(settings.tls_cert)

@@ -9,7 +9,7 @@ only, never a request body, and the detail strings are written by this code, not
 from input — save an exec's command line, recorded as typed (:func:`exec_started`).
 
 A row is written with the change it records, never in a commit of its own: a
-submission's inside the admission statement itself (``crud.admit_container``: one
+submission's inside the admission statement itself (``store.admission.admit_container``: one
 statement on PostgreSQL, one transaction on SQLite), a cancel's and a token's in the
 commit of the change; changes Kubernetes keeps (secrets, registry credentials, webhook
 signing secrets) once Kubernetes has accepted them.
@@ -93,7 +93,7 @@ def record(
     detail: str | None = None,
 ) -> None:
     """Add an event to the session's transaction (the caller commits it with its change).
-    No actor (an internal caller, a test driving ``crud`` directly): nothing is recorded."""
+    No actor (an internal caller, a test driving ``store`` directly): nothing is recorded."""
     if actor is None:
         return
     session.execute(
@@ -116,7 +116,7 @@ def record_now(
     session.commit()
 
 
-# --- the submission's event, written by the admission statement (crud) ------------------
+# --- the submission's event, written by the admission statement (store.admission) ------
 
 #: the event columns of a submission, bound as ``a_<column>`` (target and tenancy come
 #: from the admitted row)

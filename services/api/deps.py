@@ -22,12 +22,13 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
-from services.api import crud, errors, scopes, security
+from services.api import errors, scopes, security
 from services.api.audit import Actor
 from services.api.kube import Kube
 from services.api.limits import Limiter
 from services.api.models import _as_utc, utcnow
 from services.api.settings import Settings
+from services.api.store import tokens as token_store
 from services.api.token_cache import TokenCache, VerifiedToken
 from services.api.worker import SubmissionWorker
 
@@ -105,7 +106,7 @@ async def authenticate(request: HTTPConnection, secret: str | None, method: str)
     digest = security.hash_token(secret)
     now = utcnow()
     token = cache.get(digest)
-    if token is None or crud.touch_due(token.last_used_at, now):
+    if token is None or token_store.touch_due(token.last_used_at, now):
         if token is None:
             # back-off before the lookup: a guesser costs no database query (a cached
             # token was verified, so it is no guess and skips this storage round trip)
@@ -137,7 +138,7 @@ def _verify(engine: Engine, cache: TokenCache, digest: str, now: datetime) -> Ve
     """Look the token up (an index hit on its digest), record its use when due, cache it."""
     generation = cache.generation
     with Session(engine, expire_on_commit=False) as session:
-        row = crud.token_by_digest(session, digest=digest)
+        row = token_store.token_by_digest(session, digest=digest)
         if row is None:
             return None
         token = VerifiedToken(
@@ -149,8 +150,8 @@ def _verify(engine: Engine, cache: TokenCache, digest: str, now: datetime) -> Ve
             name=row.name,
         )
         session.rollback()
-        if crud.touch_due(token.last_used_at, now):
-            crud.touch_token(session, token_id=token.id, now=now)
+        if token_store.touch_due(token.last_used_at, now):
+            token_store.touch_token(session, token_id=token.id, now=now)
             token = replace(token, last_used_at=now)
     cache.put(digest, token, generation=generation)
     return token

@@ -79,8 +79,9 @@ def upstream_for(
 
 
 def offered(client: WebSocket) -> list[str]:
-    """The stream protocols the tenant offered that the API relays, in its order."""
-    asked = [p.strip() for p in client.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    """The stream protocols the tenant offered that the API relays, in its order (the ASGI scope's
+    ``subprotocols``: a server may keep the handshake's own headers to itself, as wsproto does)."""
+    asked = [str(p).strip() for p in client.scope.get("subprotocols") or ()]
     return [p for p in asked if p in PROTOCOLS]
 
 

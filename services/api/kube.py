@@ -145,13 +145,14 @@ class Kube:
 
     # -- pods -----------------------------------------------------------------------
 
-    def create_pod(self, body: dict[str, Any]) -> bool:
-        """Create the pod; False when it already exists (a retried submission: success)."""
+    def create_pod(self, body: dict[str, Any]) -> str | None:
+        """Create the pod and return its uid; None when it already exists (a retried submission:
+        success)."""
         try:
-            self._call(self.core.create_namespaced_pod, body["metadata"]["namespace"], body, idempotent=True)
-            return True
+            made = self._call(self.core.create_namespaced_pod, body["metadata"]["namespace"], body, idempotent=True)
         except Conflict:
-            return False
+            return None
+        return str(made.metadata.uid) if made.metadata and made.metadata.uid else ""
 
     def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete the pod; False when it did not exist."""

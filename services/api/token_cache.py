@@ -7,7 +7,7 @@ needs: id, name, tenancy, scope, expiry, last use. It lives ``ttl`` seconds
 token revoked, its tenancy deleted) holds on the next request on every replica:
 
 * in this process, the entries are forgotten right after the commit (:func:`revoked`,
-  called by ``crud``);
+  called by ``store.tokens`` and ``store.tenancies``);
 * on PostgreSQL, every other replica forgets them too before the revocation is answered
   (``services.api.revocations``: a notification each replica acknowledges). A cache is
   then *guarded*: it serves entries only until :attr:`TokenCache.valid_until`, which that

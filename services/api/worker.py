@@ -28,10 +28,11 @@ from sqlmodel import Session
 
 from core import crds
 from core.kube import Forbidden, Invalid, KubeError
-from services.api import crud, endpoints, log_archive, pods, retention, sizing, tenant_secrets, volumes
+from services.api import endpoints, log_archive, pods, retention, sizing, tenant_secrets, volumes
 from services.api.kube import Kube
 from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
+from services.api.store import worker_state
 from services.api.usage.recorder import Recorder as UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,9 @@ class SubmissionWorker:
         """One pass: reap cancelled pods, then submit what is due. True if it did anything."""
         did = self._reap_cancelled()
         with Session(self.engine) as session:
-            claimed = crud.claim_due(session, replica=self.replica, claim_seconds=self.settings.worker_claim_seconds)
+            claimed = worker_state.claim_due(
+                session, replica=self.replica, claim_seconds=self.settings.worker_claim_seconds
+            )
         ready_cache: dict[str, dict[str, Any]] = {}
         not_ready: dict[str, str] = {}  # tenancy -> why, found earlier in this pass
         unavailable: str | None = None  # Kubernetes did not answer: do not try the rest now
@@ -117,7 +120,7 @@ class SubmissionWorker:
             if unavailable is not None or row.tenancy in not_ready:
                 with Session(self.engine) as session:
                     if unavailable is not None:
-                        crud.reschedule(
+                        worker_state.reschedule(
                             session,
                             container_id=row.id,
                             delay=self._backoff(row.attempts),
@@ -125,7 +128,7 @@ class SubmissionWorker:
                             count_attempt=True,
                         )
                     else:
-                        crud.reschedule(
+                        worker_state.reschedule(
                             session,
                             container_id=row.id,
                             delay=TENANCY_READY_POLL,
@@ -150,7 +153,9 @@ class SubmissionWorker:
                     tenancy = session.get(Tenancy, row.tenancy)
                 if tenancy is None:
                     with Session(self.engine) as session:
-                        crud.mark_failed(session, container_id=row.id, message=f"tenancy {row.tenancy!r} was deleted")
+                        worker_state.mark_failed(
+                            session, container_id=row.id, message=f"tenancy {row.tenancy!r} was deleted"
+                        )
                     return None
                 tenancy_cr = self.kube.upsert_tenancy(
                     pods.build_tenancy(
@@ -169,7 +174,7 @@ class SubmissionWorker:
                     text = f"waiting for tenancy {row.tenancy!r} to be Ready (phase {phase})"
                     not_ready[row.tenancy] = f"{text}: {message}" if message else text
                     with Session(self.engine) as session:
-                        crud.reschedule(
+                        worker_state.reschedule(
                             session,
                             container_id=row.id,
                             delay=TENANCY_READY_POLL,
@@ -182,7 +187,7 @@ class SubmissionWorker:
             missing = missing or self._missing_volumes(row)
             if missing:
                 with Session(self.engine) as session:
-                    crud.mark_failed(session, container_id=row.id, message=missing)
+                    worker_state.mark_failed(session, container_id=row.id, message=missing)
                 return None
             body = pods.build_pod(
                 container_id=row.id,
@@ -205,7 +210,8 @@ class SubmissionWorker:
                 volumes=row.volumes or (),
                 name=row.pod_name,
             )
-            created = self.kube.create_pod(body)
+            uid = self.kube.create_pod(body)
+            created = uid is not None
             log.info(
                 "%s: pod %s/%s %s",
                 ctx,
@@ -214,17 +220,17 @@ class SubmissionWorker:
                 "created" if created else "already existed",
             )
             if row.ports:
-                self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"])
+                self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"], uid)
             self.submitted += created
             with Session(self.engine) as session:
-                still_wanted = crud.mark_pod_created(session, container_id=row.id, pod_name=row.pod_name)
+                still_wanted = worker_state.mark_pod_created(session, container_id=row.id, pod_name=row.pod_name)
             if not still_wanted:  # cancelled while we were creating it
                 self._delete_pod(row)
         except KubeError as exc:
             if isinstance(exc, Forbidden) and "exceeded quota" in str(exc):
                 # the tenancy's ResourceQuota is full for now: wait in the queue, saying so
                 with Session(self.engine) as session:
-                    crud.reschedule(
+                    worker_state.reschedule(
                         session,
                         container_id=row.id,
                         delay=self._backoff(1),
@@ -240,7 +246,7 @@ class SubmissionWorker:
                 return self._retry_later(row, ctx, exc)
             log.warning("%s: Kubernetes rejected the submission: %s", ctx, exc)
             with Session(self.engine) as session:
-                crud.mark_failed(session, container_id=row.id, message=f"Kubernetes rejected the pod: {exc}")
+                worker_state.mark_failed(session, container_id=row.id, message=f"Kubernetes rejected the pod: {exc}")
         except Exception as exc:  # anything unexpected: retry later
             log.exception("%s: unexpected error while submitting", ctx)
             return self._retry_later(row, ctx, exc)
@@ -256,7 +262,7 @@ class SubmissionWorker:
             log.warning("%s: Kubernetes unavailable (%s); retry in %.1fs", ctx, why, delay)
             message = f"queued: Kubernetes unavailable ({why}); retrying"
         with Session(self.engine) as session:
-            crud.reschedule(session, container_id=row.id, delay=delay, message=message, count_attempt=True)
+            worker_state.reschedule(session, container_id=row.id, delay=delay, message=message, count_attempt=True)
         return message
 
     def _tenant_secrets(self, row: Container) -> tuple[list[str], str | None]:
@@ -287,10 +293,12 @@ class SubmissionWorker:
         gone = [f"volumes: volume {n!r} not found" for n in names if n not in have]
         return "; ".join(gone) + " (create it with POST /v1/volumes, then submit again)" if gone else None
 
-    def _serve_endpoints(self, row: Container, namespace: str, pod: str) -> None:
+    def _serve_endpoints(self, row: Container, namespace: str, pod: str, uid: str | None) -> None:
         """The Service, Ingresses and network policy of the container's ports, owned by its pod
-        (a retried submission finds them made: each create is idempotent)."""
-        uid = (self.kube.get_pod(namespace, pod).get("metadata") or {}).get("uid")
+        (``uid``: None when the pod existed already; a retried submission finds them made: each
+        create is idempotent)."""
+        if not uid:
+            uid = (self.kube.get_pod(namespace, pod).get("metadata") or {}).get("uid")
         objects = endpoints.objects(
             row.id,
             row.tenancy,
@@ -327,12 +335,12 @@ class SubmissionWorker:
         except KubeError as exc:
             log.warning("container %s: pod delete failed (%s); will retry", row.id, exc)
             with Session(self.engine) as session:
-                crud.mark_pod_deleted(session, container_id=row.id, deleted=False)
+                worker_state.mark_pod_deleted(session, container_id=row.id, deleted=False)
             return
         if existed:  # it ends now (the usage run too, should the watch miss the pod's last states)
             self.usage.pod_deleted(row.id, when=utcnow())
         with Session(self.engine) as session:
-            crud.mark_pod_deleted(session, container_id=row.id)
+            worker_state.mark_pod_deleted(session, container_id=row.id)
         log.info("container %s tenancy %s: pod %s deleted (cancelled)", row.id, row.tenancy, row.pod_name)
 
     def _keep_log(self, container_id: str, tenancy: str, pod: str) -> None:
@@ -359,7 +367,7 @@ class SubmissionWorker:
 
     def _reap_cancelled(self) -> bool:
         with Session(self.engine) as session:
-            rows = list(crud.cancelled_with_pods(session))
+            rows = list(worker_state.cancelled_with_pods(session))
         for row in rows:
             if self._stop.is_set():
                 break
@@ -415,8 +423,8 @@ class SubmissionWorker:
                 present.add(cid)
         self.usage.close_vanished(present=present, before=started)
         with Session(self.engine) as session:
-            for row in crud.running_without_pod(session, present=present, before=started):
-                crud.mark_failed(session, container_id=row.id, message="pod disappeared")
+            for row in worker_state.running_without_pod(session, present=present, before=started):
+                worker_state.mark_failed(session, container_id=row.id, message="pod disappeared")
                 log.warning("container %s tenancy %s: pod disappeared", row.id, row.tenancy)
         return str((listing.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -442,9 +450,9 @@ class SubmissionWorker:
                 if row is not None and row.status in (ContainerStatus.PENDING, ContainerStatus.RUNNING):
                     report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
                     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
-                        crud.apply_pod_report(session, container_id=cid, report=report, pod_name=name)
+                        worker_state.apply_pod_report(session, container_id=cid, report=report, pod_name=name)
                     else:
-                        crud.mark_failed(session, container_id=cid, message="pod deleted", pod_name=name)
+                        worker_state.mark_failed(session, container_id=cid, message="pod deleted", pod_name=name)
                 return cid
             row = session.get(Container, cid)
         if row is not None and row.status == ContainerStatus.CANCELLED:
@@ -455,7 +463,7 @@ class SubmissionWorker:
             return cid
         with Session(self.engine) as session:
             report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
-            if crud.apply_pod_report(session, container_id=cid, report=report, pod_name=name):
+            if worker_state.apply_pod_report(session, container_id=cid, report=report, pod_name=name):
                 log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")
             finished = report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED)
             keep = finished and row is not None and log_archive.get(session, container_id=cid) is None
@@ -486,7 +494,7 @@ class SubmissionWorker:
             if not stays_pending:
                 return False  # the failed pod's report fails the container
             with Session(self.engine) as session:
-                crud.mark_failed(
+                worker_state.mark_failed(
                     session,
                     container_id=row.id,
                     message=f"the node could not start it: {why}",
@@ -502,7 +510,7 @@ class SubmissionWorker:
             f"({attempt + 1} of {pods.ADMISSION_RETRIES})"
         )
         with Session(self.engine) as session:
-            won = crud.requeue_refused(
+            won = worker_state.requeue_refused(
                 session,
                 container_id=row.id,
                 pod_name=row.pod_name,

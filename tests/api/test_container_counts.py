@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import Engine, func, update
 from sqlmodel import Session, col, delete, select
 
-from services.api import crud, db
+from services.api import db
 from services.api.models import Container, ContainerCreate, ContainerStatus, TenancyCreate
+from services.api.store import admission, containers as container_store, tenancies as tenancy_store
 
 IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"
 
@@ -32,7 +33,7 @@ def submit(engine: Engine, tenancy: str, n: int) -> list[str]:
     ids = []
     with Session(engine) as session:
         for _ in range(n):
-            row, created = crud.submit_container(
+            row, created = admission.submit_container(
                 session, tenancy_name=tenancy, data=ContainerCreate(image=IMAGE, gpus=1), idempotency_key=None
             )
             assert created
@@ -58,14 +59,14 @@ def rows(session: Session, tenancy: str | None, status: ContainerStatus | None) 
 def assert_counts_exact(engine: Engine) -> None:
     with Session(engine) as session:
         for tenancy, status in product(("a", "b", None), (None, *ContainerStatus)):
-            _, total, _ = crud.list_containers(session, tenancy=tenancy, status=status, limit=1)
+            _, total, _ = container_store.list_containers(session, tenancy=tenancy, status=status, limit=1)
             assert total == rows(session, tenancy, status), (tenancy, status)
 
 
 def test_counts_follow_every_change_of_a_container(engine: Engine) -> None:
     with Session(engine) as session:
         for name in ("a", "b"):
-            crud.create_tenancy(session, data=TenancyCreate(name=name, gpu_quota=64))
+            tenancy_store.create_tenancy(session, data=TenancyCreate(name=name, gpu_quota=64))
     a = submit(engine, "a", 6)
     b = submit(engine, "b", 3)
     assert_counts_exact(engine)
@@ -75,20 +76,20 @@ def test_counts_follow_every_change_of_a_container(engine: Engine) -> None:
     set_status(engine, a[:1], ContainerStatus.SUCCEEDED)
     set_status(engine, b[:1], ContainerStatus.FAILED)
     with Session(engine) as session:
-        crud.cancel_container(session, container=session.get(Container, a[5]))
+        container_store.cancel_container(session, container=session.get(Container, a[5]))
     assert_counts_exact(engine)
     with Session(engine) as session:
-        _, total, _ = crud.list_containers(session, tenancy="a", status=ContainerStatus.RUNNING, limit=10)
+        _, total, _ = container_store.list_containers(session, tenancy="a", status=ContainerStatus.RUNNING, limit=10)
         assert total == 1
 
     with Session(engine) as session:  # the tenancy goes; its containers stay as history
-        crud.delete_tenancy(session, name="a")
-        crud.create_tenancy(session, data=TenancyCreate(name="a", gpu_quota=8))  # a new owner of the name
+        tenancy_store.delete_tenancy(session, name="a")
+        tenancy_store.create_tenancy(session, data=TenancyCreate(name="a", gpu_quota=8))  # a new owner of the name
     assert_counts_exact(engine)
     with Session(engine) as session:
-        _, total, _ = crud.list_containers(session, tenancy="a", status=None, limit=10)
+        _, total, _ = container_store.list_containers(session, tenancy="a", status=None, limit=10)
         assert total == 0  # the old tenancy's containers are not the new one's
-        _, history, _ = crud.list_containers(session, tenancy="a", status=None, limit=10, history=True)
+        _, history, _ = container_store.list_containers(session, tenancy="a", status=None, limit=10, history=True)
         assert history == 6  # the admin's history listing still counts them
     submit(engine, "a", 2)
 
@@ -103,7 +104,7 @@ def test_counts_survive_a_downgrade_and_upgrade(engine: Engine) -> None:
     from alembic.config import Config
 
     with Session(engine) as session:
-        crud.create_tenancy(session, data=TenancyCreate(name="a", gpu_quota=64))
+        tenancy_store.create_tenancy(session, data=TenancyCreate(name="a", gpu_quota=64))
     ids = submit(engine, "a", 4)
     set_status(engine, ids[:1], ContainerStatus.RUNNING)
     cfg = Config()
@@ -116,4 +117,4 @@ def test_counts_survive_a_downgrade_and_upgrade(engine: Engine) -> None:
     db.upgrade(engine)  # 0009 counts the rows as they are
     assert_counts_exact(engine)
     with Session(engine) as session:
-        assert crud.active_gpus(session, tenancy="a") == 3
+        assert tenancy_store.active_gpus(session, tenancy="a") == 3

@@ -292,8 +292,9 @@ def test_a_late_report_of_a_refused_attempt_changes_nothing(api: ApiServer, k8s:
     (Pending with no pod to come would hang it): it counts only for the current attempt."""
     from sqlmodel import Session
 
-    from services.api import crud, pods
+    from services.api import pods
     from services.api.models import Container
+    from services.api.store import worker_state
 
     with api.client() as admin:
         token = new_tenancy(admin, "latereport")
@@ -318,8 +319,8 @@ def test_a_late_report_of_a_refused_attempt_changes_nothing(api: ApiServer, k8s:
         api.worker.stop()  # from here on, only the late report below
         report = pods.container_status_from_pod(bound, "nvidia.com/gpu")
         with Session(api.worker.engine) as session:
-            assert not crud.apply_pod_report(session, container_id=cid, report=report, pod_name=first)
-            crud.mark_failed(session, container_id=cid, message="pod deleted", pod_name=first)
+            assert not worker_state.apply_pod_report(session, container_id=cid, report=report, pod_name=first)
+            worker_state.mark_failed(session, container_id=cid, message="pod deleted", pod_name=first)
             row = session.get(Container, cid)
             assert row is not None and (row.status, row.pod_name) == ("Queued", pods.pod_name(cid, 1))
 

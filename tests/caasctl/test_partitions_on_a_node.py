@@ -11,7 +11,7 @@ import yaml
 
 from core.fabric_client import holder_for_gpus
 from services.fabric.fabric_manager.simulator import default_gpu_map
-from services.fabric.partitions import ADMIN_HOLDER_PREFIX
+from services.fabric.views import ADMIN_HOLDER_PREFIX
 
 from .conftest import Fabric, Run, invoke
 

@@ -9,9 +9,10 @@ from sqlmodel import SQLModel
 
 from core import crds
 from core.kube import KubeError, NotFound as KubeNotFound
-from services.api import crud, errors, events
+from services.api import errors, events
 from services.api.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.routes.containers import ContainerId
+from services.api.store import containers as container_store
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
@@ -34,7 +35,7 @@ def container_events(
     container_id: ContainerId, session: SessionDep, caller: CurrentTenant, kube: KubeDep
 ) -> ContainerEvents:
     """The container's timeline: queued, scheduled (or why not), GPUs allocated, pulling, running, finished."""
-    row = crud.get_container(session, container_id=container_id, tenancy=caller.tenancy)
+    row = container_store.get_container(session, container_id=container_id, tenancy=caller.tenancy)
     if row is None:
         raise errors.NotFound(f"container {container_id!r} not found")
     ns = crds.tenant_namespace(row.tenancy)

@@ -23,11 +23,12 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from core import crds
 from core.kube import KubeError
-from services.api import audit, crud, errors, exec_relay, validation
+from services.api import audit, errors, exec_relay, validation
 from services.api.deps import Caller, CurrentTenant, SessionDep, authenticate, bearer_of
 from services.api.kube import Kube
 from services.api.limits import Limiter, StreamSlot
 from services.api.models import Container, ContainerStatus
+from services.api.store import containers as container_store
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def _command(socket: WebSocket) -> list[str]:
 
 def _running(engine: Any, caller: Caller, container_id: str) -> Container:
     with Session(engine, expire_on_commit=False) as session:
-        row = crud.get_container(session, container_id=container_id, tenancy=caller.tenancy)
+        row = container_store.get_container(session, container_id=container_id, tenancy=caller.tenancy)
     if row is None:
         raise errors.NotFound(f"container {container_id!r} not found")
     if row.status != ContainerStatus.RUNNING or not row.pod_created:
@@ -141,7 +142,7 @@ def exec_without_upgrade(
 ) -> Response:
     """The exec endpoint asked without a WebSocket upgrade: 426 once the token and the
     container check out (a WebSocket's refused upgrade answers the same 401/403/404 first)."""
-    if crud.get_container(session, container_id=container_id, tenancy=caller.tenancy) is None:
+    if container_store.get_container(session, container_id=container_id, tenancy=caller.tenancy) is None:
         raise errors.NotFound(f"container {container_id!r} not found")
     raise errors.UpgradeRequired(
         "exec is a WebSocket: open it with the Upgrade: websocket header and the "

@@ -15,7 +15,7 @@ from starlette.background import BackgroundTask
 
 from core import crds
 from core.kube import KubeError, NotFound as KubeNotFound
-from services.api import crud, endpoints, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
+from services.api import endpoints, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
 from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.kube import Kube
 from services.api.limits import Limiter
@@ -31,6 +31,7 @@ from services.api.models import (
 )
 from services.api.routes import volumes as volume_routes
 from services.api.settings import Settings
+from services.api.store import admission, containers as container_store, tenancies as tenancy_store
 
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
 admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])
@@ -88,7 +89,7 @@ def _not_found(container_id: str) -> errors.NotFound:
 
 
 def _visible(session: SessionDep, caller: CurrentTenant, container_id: str) -> Container:
-    row = crud.get_container(session, container_id=container_id, tenancy=caller.tenancy)
+    row = container_store.get_container(session, container_id=container_id, tenancy=caller.tenancy)
     if row is None:
         raise _not_found(container_id)
     return row
@@ -99,7 +100,7 @@ def _check_size(settings: SettingsDep, body: ContainerCreate, session: SessionDe
     (the tenancy is read only when there are overrides)."""
     if not _has_overrides(body):
         return
-    tenancy = crud.get_tenancy(session, name=name)
+    tenancy = tenancy_store.get_tenancy(session, name=name)
     if tenancy is None:
         return
     share = settings.share
@@ -150,7 +151,7 @@ async def submit_container(
     """Queue a container (committed before the 202); the worker creates its pod.
 
     A tenant's plain submission on PostgreSQL runs on the event loop (one admission
-    statement on psycopg's asyncio pool, see ``crud.submit_container_async``); an admin's, one
+    statement on psycopg's asyncio pool, see ``store.admission.submit_container_async``); an admin's, one
     with sizing overrides or secret references (which read the tenancy or ask
     Kubernetes first), and every submission on SQLite run on a worker thread."""
     state = request.app.state  # settings, engines, worker: read here, not as dependencies (hot path)
@@ -174,7 +175,7 @@ async def submit_container(
         and not body.secret_refs
         and not body.volumes
     ):
-        row, created = await crud.submit_container_async(
+        row, created = await admission.submit_container_async(
             pool, state.engine, tenancy_name=name, data=body, idempotency_key=idempotency_key, actor=caller.actor
         )
     else:
@@ -210,7 +211,7 @@ def _submit_on_thread(
         if caller.is_admin:
             if body.tenancy is None:
                 raise errors.Invalid("tenancy: field required with an admin token (a DNS-label tenancy name)")
-            name = crud.ensure_tenancy(
+            name = tenancy_store.ensure_tenancy(
                 session,
                 name=body.tenancy,
                 gpu_quota=settings.default_gpu_quota,
@@ -223,7 +224,7 @@ def _submit_on_thread(
             _check_secret_refs(kube, name, body.secret_refs)
         if body.volumes:
             volume_routes.check_mounts(kube, name, [m.name for m in body.volumes])
-        return crud.submit_container(
+        return admission.submit_container(
             session, tenancy_name=name, data=body, idempotency_key=idempotency_key, actor=caller.actor
         )
 
@@ -266,7 +267,7 @@ def _page(
     endpoint_domain: str,
 ) -> ContainersPublic:
     key = pagination.decode(after) if after is not None else None
-    rows, total, last = crud.list_containers(
+    rows, total, last = container_store.list_containers(
         session, tenancy=tenancy, status=status, limit=limit, offset=offset, after=key, history=history
     )
     return ContainersPublic(
@@ -301,7 +302,7 @@ def cancel_container(
         if row.status == ContainerStatus.CANCELLED:
             return to_public(row, settings.endpoint_domain)
         raise errors.Conflict(f"container {container_id!r} already finished ({row.status})")
-    row = crud.cancel_container(session, container=row, actor=caller.actor)
+    row = container_store.cancel_container(session, container=row, actor=caller.actor)
     if worker is not None:
         worker.wake()
     return to_public(row, settings.endpoint_domain)

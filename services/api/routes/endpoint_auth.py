@@ -19,10 +19,11 @@ import anyio
 from fastapi import APIRouter, Header, Request, Response
 from sqlmodel import Session
 
-from services.api import crud, endpoints, errors
+from services.api import endpoints, errors
 from services.api.deps import authenticate, bearer_of
 from services.api.models import ContainerStatus
 from services.api.settings import Settings
+from services.api.store import containers as container_store
 
 router = APIRouter(tags=["endpoints"])
 
@@ -54,7 +55,7 @@ async def endpoint_auth(
 
     def served() -> bool:
         with Session(request.app.state.engine) as session:
-            row = crud.get_container(session, container_id=container_id, tenancy=caller.tenancy)
+            row = container_store.get_container(session, container_id=container_id, tenancy=caller.tenancy)
         return (
             row is not None
             and row.status == ContainerStatus.RUNNING

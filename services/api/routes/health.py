@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from core.kube import KubeError
-from services.api import crud
+from services.api.store import worker_state
 
 router = APIRouter(tags=["health"])
 
@@ -57,7 +57,7 @@ def _refresh_gauges(request: Request) -> None:
     metrics = request.app.state.metrics
     try:
         with Session(request.app.state.service_engine) as session:
-            metrics.queued.set(crud.queue_depth(session))
+            metrics.queued.set(worker_state.queue_depth(session))
     except Exception:  # noqa: BLE001 - metrics must not fail on a DB hiccup
         pass
     worker = request.app.state.worker

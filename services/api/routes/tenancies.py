@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 
 from core.kube import KubeError
-from services.api import crud, errors, pods
+from services.api import errors, pods
 from services.api.deps import AdminUser, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.kube import Kube
 from services.api.models import (
@@ -26,6 +26,7 @@ from services.api.models import (
     TokensPublic,
 )
 from services.api.settings import Settings
+from services.api.store import tenancies as tenancy_store, tokens as token_store
 
 log = logging.getLogger(__name__)
 # Documented shape only: any other value names no token (404).
@@ -41,7 +42,7 @@ def _public(row: Tenancy, active: int = 0) -> TenancyPublic:
 
 
 def _get(session: SessionDep, name: str) -> Tenancy:
-    row = crud.get_tenancy(session, name=name)
+    row = tenancy_store.get_tenancy(session, name=name)
     if row is None:
         raise errors.NotFound(f"tenancy {name!r} not found")
     return row
@@ -70,7 +71,7 @@ def create_tenancy(
     body: TenancyCreate, session: SessionDep, kube: KubeDep, settings: SettingsDep, _admin: AdminUser
 ) -> TenancyPublic:
     """Create a tenancy (and its Tenancy custom resource)."""
-    row = crud.create_tenancy(session, data=body)
+    row = tenancy_store.create_tenancy(session, data=body)
     _push(kube, row, settings)
     return _public(row)
 
@@ -78,8 +79,8 @@ def create_tenancy(
 @router.get("", response_model=TenanciesPublic)
 def list_tenancies(session: SessionDep, _admin: AdminUser) -> TenanciesPublic:
     """Every tenancy with its GPUs in use."""
-    active = crud.active_gpus_by_tenancy(session)
-    rows = crud.list_tenancies(session)
+    active = tenancy_store.active_gpus_by_tenancy(session)
+    rows = tenancy_store.list_tenancies(session)
     return TenanciesPublic(data=[_public(r, active.get(r.name, 0)) for r in rows], count=len(rows))
 
 
@@ -87,7 +88,7 @@ def list_tenancies(session: SessionDep, _admin: AdminUser) -> TenanciesPublic:
 def get_tenancy(name: TenancyName, session: SessionDep, _admin: AdminUser) -> TenancyPublic:
     """One tenancy."""
     row = _get(session, name)
-    return _public(row, crud.active_gpus(session, tenancy=name))
+    return _public(row, tenancy_store.active_gpus(session, tenancy=name))
 
 
 @router.patch("/{name}", response_model=TenancyPublic)
@@ -100,9 +101,9 @@ def update_tenancy(
     _admin: AdminUser,
 ) -> TenancyPublic:
     """Change quotas, internet access or storage; the custom resource follows."""
-    row = crud.update_tenancy(session, tenancy=_get(session, name), data=body)
+    row = tenancy_store.update_tenancy(session, tenancy=_get(session, name), data=body)
     _push(kube, row, settings)
-    return _public(row, crud.active_gpus(session, tenancy=name))
+    return _public(row, tenancy_store.active_gpus(session, tenancy=name))
 
 
 @router.delete("/{name}", status_code=204)
@@ -118,7 +119,7 @@ def delete_tenancy(
         kube.delete_tenancy(name)
     except KubeError as exc:
         raise errors.Unavailable(f"cannot delete the Tenancy resource now: {exc}") from exc
-    if crud.delete_tenancy(session, name=name) and worker is not None:
+    if tenancy_store.delete_tenancy(session, name=name) and worker is not None:
         worker.wake()
     return Response(status_code=204)
 
@@ -130,7 +131,7 @@ def issue_token(
     """Issue a tenant token bound to this tenancy; the secret is shown only here."""
     _get(session, name)
     body = body or TokenCreate()
-    row, secret = crud.create_token(
+    row, secret = token_store.create_token(
         session, tenancy=name, name=body.name, scope=body.scope, expires_at=body.expires_at, actor=admin.actor
     )
     return TokenIssued.model_validate(row, update={"token": secret})
@@ -140,7 +141,7 @@ def issue_token(
 def list_tokens(name: TenancyName, session: SessionDep, _admin: AdminUser) -> TokensPublic:
     """The tenancy's tokens (ids and names only)."""
     _get(session, name)
-    rows = crud.list_tokens(session, tenancy=name)
+    rows = token_store.list_tokens(session, tenancy=name)
     return TokensPublic(data=[TokenPublic.model_validate(r) for r in rows], count=len(rows))
 
 
@@ -148,6 +149,6 @@ def list_tokens(name: TenancyName, session: SessionDep, _admin: AdminUser) -> To
 def revoke_token(name: TenancyName, token_id: TokenId, session: SessionDep, admin: AdminUser) -> Response:
     """Revoke one of the tenancy's tokens; its next request, on any replica, is refused (401)."""
     _get(session, name)
-    if not crud.delete_token(session, tenancy=name, token_id=token_id, actor=admin.actor):
+    if not token_store.delete_token(session, tenancy=name, token_id=token_id, actor=admin.actor):
         raise errors.NotFound(f"token {token_id!r} not found in tenancy {name!r}")
     return Response(status_code=204)

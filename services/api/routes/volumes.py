@@ -16,11 +16,12 @@ from sqlmodel import Session
 
 from core import crds
 from core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
-from services.api import audit, crud, errors, sizing, tenant_scope, volumes
+from services.api import audit, errors, sizing, tenant_scope, volumes
 from services.api.deps import CurrentTenant, KubeDep, SessionDep, SettingsDep
 from services.api.kube import Kube
 from services.api.models import VolumeCreate, VolumeName, VolumePublic, VolumesPublic
 from services.api.routes.secrets import TenancyQuery
+from services.api.store import containers as container_store, worker_state
 
 VolumeNamePath = Annotated[
     VolumeName,
@@ -165,7 +166,7 @@ def delete_volume(
     name = tenant_scope.resolve(session, caller, tenancy)
     if _find(claims(kube, name), volume_name) is None:
         raise _not_found(volume_name)
-    users, finished = crud.containers_using_volume(session, tenancy=name, volume=volume_name)
+    users, finished = container_store.containers_using_volume(session, tenancy=name, volume=volume_name)
     if users:
         raise errors.Conflict(
             f"volume {volume_name!r} is in use by container(s) {', '.join(users)}; cancel them "
@@ -178,7 +179,7 @@ def delete_volume(
         # pvc-protection finalizer); their status and log are already kept by the API
         for row in finished:
             kube.delete_pod(namespace, row.pod_name)
-            crud.mark_pod_deleted(session, container_id=row.id)
+            worker_state.mark_pod_deleted(session, container_id=row.id)
         removed = kube.delete_pvc(namespace, volumes.pvc_name(volume_name))
     except KubeError as exc:
         raise errors.Unavailable(f"cannot delete the volume now (Kubernetes unavailable): {exc}") from exc

@@ -1,7 +1,7 @@
 """Monthly GPU-hour budgets: admission refuses a submission once the tenancy's UTC calendar
 month has used its ``gpu_hours_per_month`` (runs still going count up to now). Called at one
 line of the submission path for tenancies that have a budget (the one-statement admission
-admits the others: services/api/crud.py, admit_container)."""
+admits the others: services/api/store/admission.py, admit_container)."""
 
 from __future__ import annotations
 

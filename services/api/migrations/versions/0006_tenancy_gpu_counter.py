@@ -7,11 +7,11 @@ exact on every path that changes a row — an insert, a status change (the worke
 cancel, a tenancy deletion), a change of ``gpus`` from the pod's report, a delete
 (retention) — so no code path can forget a release. Admission then reads one row
 instead of summing the tenancy's active containers under a lock held for the whole
-transaction (see ``crud.admit_container``).
+transaction (see ``store.admission.admit_container``).
 
 PostgreSQL triggers: https://www.postgresql.org/docs/current/plpgsql-trigger.html ;
 SQLite: https://www.sqlite.org/lang_createtrigger.html . The counter is filled from
-the existing rows here; ``crud.reconcile_gpu_usage`` recomputes it at start-up.
+the existing rows here; ``store.tenancies.reconcile_gpu_usage`` recomputes it at start-up.
 
 Revision ID: 0006
 Revises: 0005
