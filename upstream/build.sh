@@ -5,7 +5,7 @@
 #
 #   upstream/build.sh            build what is missing, print the bin folder
 #   upstream/build.sh --print    print the bin folder only (nothing built)
-#   GPUCAAS_CILIUM=1 upstream/build.sh   also build Cilium (agent, generic operator, cilium-dbg;
+#   GPUCAAS_CILIUM=1 upstream/build.sh   also build Cilium (agent, generic operator, cilium-dbg, CNI plugin;
 #                                each build is long), opt-in: nothing uses it yet (docs/cilium-feasibility.md)
 #
 # The folder's name carries a hash of the pins (each wrapper module's go.mod and go.sum, and
@@ -20,7 +20,7 @@ CONTAINERD_VERSION=v2.4.2
 NODE_BINARIES=(containerd containerd-shim-runc-v2 ctr)
 TRAEFIK_VERSION=v3.6.12
 CILIUM_VERSION=v1.20.2
-CILIUM_BINARIES=(cilium-agent cilium-operator-generic cilium-dbg)
+CILIUM_BINARIES=(cilium-agent cilium-operator-generic cilium-dbg cilium-cni)
 ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" traefik)
 if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then ALL_BINARIES+=("${CILIUM_BINARIES[@]}"); fi
 
@@ -94,6 +94,7 @@ for b in "${missing[@]}"; do
     cilium-operator-generic)
       build cilium cilium-operator-generic github.com/cilium/cilium/operator "$cilium_ld" osusergo,ipam_provider_operator ;;
     cilium-dbg) build cilium cilium-dbg github.com/cilium/cilium/cilium-dbg "$cilium_ld" osusergo ;;
+    cilium-cni) build cilium cilium-cni github.com/cilium/cilium/plugins/cilium-cni "$cilium_ld" osusergo ;;
     *) build kubernetes "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
   esac
 done
