@@ -5,13 +5,12 @@ go 1.26.0
 // Cilium v1.20.2's go.mod names two module versions the Go module proxy here does not serve:
 // - github.com/osrg/gobgp/v4 v4.6.1-0.20260630022313-d6dee8360046, a commit of 2026-06-30
 //   02:23; v4.7.0 was tagged the same day (21:25) and is served, so it stands in;
-// - sigs.k8s.io/mcs-api/controllers v0.5.2 (not served at any version): third_party/ holds
-//   the package's source from the tag controllers/v0.5.0 of github.com/kubernetes-sigs/mcs-api
-//   (Apache-2.0); Cilium uses only its DerivedServiceAnnotation constant.
+// - sigs.k8s.io/mcs-api/controllers v0.5.2 (not served at any version): Cilium uses only its
+//   DerivedServiceAnnotation constant, which mcs-api-controllers/ declares (written here).
 // (Cilium's own replace of sigs.k8s.io/controller-tools is for its code generators only.)
 replace (
 	github.com/osrg/gobgp/v4 => github.com/osrg/gobgp/v4 v4.7.0
-	sigs.k8s.io/mcs-api/controllers => ./third_party/mcs-api-controllers
+	sigs.k8s.io/mcs-api/controllers => ./mcs-api-controllers
 )
 
 require github.com/cilium/cilium v1.20.2
