@@ -22,7 +22,7 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
-.PHONY: test-chaos test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream lint
+.PHONY: test-chaos test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream upstream-cilium lint
 
 install: system-deps $(VENV)/.installed upstream
 
@@ -32,6 +32,11 @@ install: system-deps $(VENV)/.installed upstream
 # binaries skips the build). docs/local-cluster.md gives the build times.
 upstream:
 	@upstream/build.sh >/dev/null
+
+# Cilium v1.20 (agent, generic operator, cilium-dbg and the datapath's C sources) into the same
+# folder: opt-in, as nothing runs it yet (docs/cilium-feasibility.md; ~9 min on 2 cores).
+upstream-cilium:
+	@GPUCAAS_CILIUM=1 upstream/build.sh >/dev/null
 
 # The PostgreSQL the tests use (Debian's server on 127.0.0.1:5432, trust auth, database test):
 # installed and started when it does not answer.

@@ -5,6 +5,8 @@
 #
 #   upstream/build.sh            build what is missing, print the bin folder
 #   upstream/build.sh --print    print the bin folder only (nothing built)
+#   GPUCAAS_CILIUM=1 upstream/build.sh   also build Cilium (agent, generic operator, cilium-dbg, CNI plugin;
+#                                each build is long), opt-in: nothing uses it yet (docs/cilium-feasibility.md)
 #
 # The folder's name carries a hash of the pins (each wrapper module's go.mod and go.sum, and
 # the version flags), so a changed pin builds a fresh folder and an unchanged one is reused.
@@ -17,7 +19,10 @@ KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kub
 CONTAINERD_VERSION=v2.4.2
 NODE_BINARIES=(containerd containerd-shim-runc-v2 ctr)
 TRAEFIK_VERSION=v3.6.12
+CILIUM_VERSION=v1.20.2
+CILIUM_BINARIES=(cilium-agent cilium-operator-generic cilium-dbg cilium-cni)
 ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" traefik)
+if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then ALL_BINARIES+=("${CILIUM_BINARIES[@]}"); fi
 
 given="${GPUCAAS_KUBE_BIN:-${KUBEBUILDER_ASSETS:-}}"
 if [ -n "$given" ]; then
@@ -42,6 +47,9 @@ node_pins=$( (echo "$ctr_tags $ctr_ld $GOFLAGS_USED"; cat "$here/containerd/go.m
 # so are Traefik's
 traefik_ld="-X github.com/traefik/traefik/v3/pkg/version.Version=$TRAEFIK_VERSION"
 traefik_pins=$( (echo "$traefik_ld $GOFLAGS_USED"; cat "$here/traefik/go.mod" "$here/traefik/go.sum") | sha256sum | cut -c1-12)
+# and Cilium's (with its BPF sources, which the agent compiles at run time, beside the binaries)
+cilium_ld="-X github.com/cilium/cilium/pkg/version.ciliumVersion=${CILIUM_VERSION#v}"
+cilium_pins=$( (echo "$cilium_ld osusergo $GOFLAGS_USED"; cat "$here/cilium/go.mod" "$here/cilium/go.sum") | sha256sum | cut -c1-12)
 cache="${GPUCAAS_UPSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucaas/upstream}"
 bin="$cache/$KUBE_VERSION-$pins/bin"
 if [ "${1:-}" = "--print" ]; then echo "$bin"; exit 0; fi
@@ -50,6 +58,9 @@ if [ "$(cat "$bin/containerd.pins" 2>/dev/null)" != "$node_pins" ]; then
   for b in "${NODE_BINARIES[@]}"; do rm -f "$bin/$b"; done
 fi
 if [ "$(cat "$bin/traefik.pins" 2>/dev/null)" != "$traefik_pins" ]; then rm -f "$bin/traefik"; fi
+if [ -e "$bin/cilium.pins" ] && { [ "$(cat "$bin/cilium.pins")" != "$cilium_pins" ] || [ ! -d "$bin/cilium-lib/bpf" ]; }; then
+  for b in "${CILIUM_BINARIES[@]}"; do rm -f "$bin/$b"; done; rm -rf "$bin/cilium-lib" "$bin/cilium.pins"
+fi
 missing=()
 for b in "${ALL_BINARIES[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$bin"; exit 0; fi
@@ -79,11 +90,23 @@ for b in "${missing[@]}"; do
     containerd|containerd-shim-runc-v2|ctr)
       build containerd "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
     traefik) build traefik traefik github.com/traefik/traefik/v3/cmd/traefik "$traefik_ld" ;;
+    cilium-agent) build cilium cilium-agent github.com/cilium/cilium/daemon "$cilium_ld" osusergo ;;
+    cilium-operator-generic)
+      build cilium cilium-operator-generic github.com/cilium/cilium/operator "$cilium_ld" osusergo,ipam_provider_operator ;;
+    cilium-dbg) build cilium cilium-dbg github.com/cilium/cilium/cilium-dbg "$cilium_ld" osusergo ;;
+    cilium-cni) build cilium cilium-cni github.com/cilium/cilium/plugins/cilium-cni "$cilium_ld" osusergo ;;
     *) build kubernetes "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
   esac
 done
 echo "$node_pins" >"$bin/containerd.pins"
 echo "$traefik_pins" >"$bin/traefik.pins"
+if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then
+  # the datapath's C sources, from the same module version: the agent compiles them at run time
+  # from <--lib-dir>/bpf (clang >= 18.1 on its PATH)
+  src=$(cd "$here/cilium" && go list -m -f '{{.Dir}}' github.com/cilium/cilium)
+  rm -rf "$bin/cilium-lib"; mkdir "$bin/cilium-lib"; cp -r "$src/bpf" "$bin/cilium-lib/bpf"; chmod -R u+w "$bin/cilium-lib"
+  echo "$cilium_pins" >"$bin/cilium.pins"
+fi
 echo "upstream/build.sh: $bin ready in $((SECONDS - start)) s" >&2
 # folders of earlier pins go (each is ~500 MB)
 for old in "$cache"/*/; do [ "${old%/}" = "${bin%/bin}" ] || rm -rf "$old"; done
