@@ -13,9 +13,9 @@ import sys
 import threading
 from pathlib import Path
 
-from gpucaas.devtools.local_cluster import LocalCluster
-from gpucaas.devtools.local_cluster.cluster import ClusterOptions
-from gpucaas.devtools.local_cluster.objects import create_all
+from devtools.local_cluster import LocalCluster
+from devtools.local_cluster.cluster import ClusterOptions
+from devtools.local_cluster.objects import create_all
 
 NODE = "cilium-spike-node"
 POD_CIDR = "10.244.0.0/24"
