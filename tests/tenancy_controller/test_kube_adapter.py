@@ -22,10 +22,19 @@ def test_ensure_creates_leaves_alone_and_replaces_keeping_foreign_metadata(api):
     assert action == kube.CREATED
     assert api.ensure(quota("5"))[0] == kube.UNCHANGED
 
-    live = api.get("ResourceQuota", "q", "ns1")  # kube-controller-manager's quota controller may have written status
-    live["metadata"]["labels"]["theirs"] = "keep"
-    live["metadata"]["annotations"] = {"note": "keep"}
-    api.replace(live)
+    # another writer adds its metadata; kube-controller-manager's quota controller writes the
+    # quota's status meanwhile, so that writer reads again on a conflict, as any client must
+    for _attempt in range(10):
+        live = api.get("ResourceQuota", "q", "ns1")
+        live["metadata"]["labels"]["theirs"] = "keep"
+        live["metadata"]["annotations"] = {"note": "keep"}
+        try:
+            api.replace(live)
+            break
+        except errors.Conflict:
+            continue
+    else:
+        raise AssertionError("the quota kept changing under the test's own write")
     action, live = api.ensure(quota("7"))
     assert action == kube.REPLACED
     assert live["spec"]["hard"]["pods"] == "7"
