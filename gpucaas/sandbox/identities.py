@@ -191,6 +191,11 @@ def audit_entries(audit_log: Path) -> list[dict[str, Any]]:
     return out
 
 
+#: a list and a watch of the same objects are one read (a reflector's watch-list retries a
+#: list); a get is granted on its own, so it is not among them
+READ_VERBS = frozenset({"list", "watch"})
+
+
 def refusals(audit_log: Path, users: set[str]) -> list[dict[str, Any]]:
     """The requests of ``users`` that the authorisers refused and never allowed afterwards.
 
@@ -198,17 +203,20 @@ def refusals(audit_log: Path, users: set[str]) -> list[dict[str, Any]]:
     to a claim a moment after the pod naming it is bound, and RBAC sees a RoleBinding (the
     controller's grant of the API's Secret rights in a new tenant namespace) a moment after it
     is created. A request refused in that moment and allowed when retried (same user, verb and
-    object) is the cache catching up; a permission the chart lacks is never allowed later."""
+    object) is the cache catching up; a permission the chart lacks is never allowed later.
+    A list and a watch count as one read: the kubelet's reflector may retry a refused list of
+    a pod's Secret as a watch (its watch-list), on the same object."""
     entries = audit_entries(audit_log)
     later_allowed: set[tuple[str, str, Any]] = set()
     out: list[dict[str, Any]] = []
     for e in reversed(entries):
         obj = e.get("object")
-        key = (e["user"], e["verb"], obj)
+        verb = "read" if e["verb"] in READ_VERBS else e["verb"]
+        key = (e["user"], verb, obj)
         if e["allowed"]:
             later_allowed.add(key)
             if obj is not None:  # a refused create names no object (its body was never read)
-                later_allowed.add((e["user"], e["verb"], (*obj[:3], "")))
+                later_allowed.add((e["user"], verb, (*obj[:3], "")))
         elif e["user"] in users and key not in later_allowed:
             out.append(e)
     return list(reversed(out))
