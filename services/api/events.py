@@ -35,6 +35,26 @@ EVENT_KINDS = {
 }
 
 
+def leases_of_pod(leases: Iterable[Mapping[str, Any]], namespace: str, pod: str) -> list[dict[str, Any]]:
+    """The GPULeases the pod holds or held, each as held by it since its allocation.
+
+    A lease names its holder only until the pod ends; then the holder moves into the lease's
+    ``history`` (``from``/``to``), where a finished container's activation is still read."""
+    out: list[dict[str, Any]] = []
+    for ls in leases:
+        status = ls.get("status") or {}
+        holder = status.get("holder") or {}
+        if (holder.get("namespace"), holder.get("pod")) == (namespace, pod):
+            out.append(dict(ls))
+            continue
+        for entry in reversed(status.get("history") or []):
+            if (entry.get("namespace"), entry.get("pod")) == (namespace, pod) and entry.get("from"):
+                held = {"pod": pod, "namespace": namespace, "since": entry["from"]}
+                out.append({**ls, "status": {**status, "holder": held}})
+                break
+    return out
+
+
 def _iso(value: Any) -> str | None:
     """One format for every stamp (Kubernetes sends ``Z``, ``+00:00`` and MicroTime
     fractions), so that the timeline sorts by time and not by spelling."""

@@ -263,3 +263,50 @@ def test_a_dra_drivers_partition_event_is_the_activation_in_the_timeline() -> No
     # without the Event (device-plugin mode on a real cluster) the lease still tells it
     only_lease = timeline(container=container, leases=[lease])
     assert [e["kind"] for e in only_lease] == ["queued", "partition-activated"]
+
+
+def test_a_finished_containers_activation_is_read_from_its_leases_history() -> None:
+    """Once the pod ends its GPUs' leases move the holder into ``history``; a finished
+    container's timeline still shows when its partition was activated, and another pod's
+    turn on the same GPU is not it."""
+    from services.api.events import leases_of_pod, timeline
+
+    released = {
+        "spec": {"node": "n1", "pciAddress": "0000:18:00.0"},
+        "status": {
+            "state": "Free",
+            "history": [
+                {
+                    "namespace": "tenant-t",
+                    "pod": "gpucaas-a",
+                    "from": "2026-11-22T10:00:03Z",
+                    "to": "2026-11-22T10:05:00Z",
+                },
+                {
+                    "namespace": "tenant-u",
+                    "pod": "gpucaas-b",
+                    "from": "2026-11-22T10:06:00Z",
+                    "to": "2026-11-22T10:07:00Z",
+                },
+            ],
+        },
+    }
+    held_now = {
+        "spec": {"node": "n1", "pciAddress": "0000:38:00.0"},
+        "status": {
+            "state": "Leased",
+            "holder": {"namespace": "tenant-t", "pod": "gpucaas-c", "since": "2026-11-22T10:08:00Z"},
+        },
+    }
+    mine = leases_of_pod([released, held_now], "tenant-t", "gpucaas-a")
+    assert [ls["status"]["holder"]["since"] for ls in mine] == ["2026-11-22T10:00:03Z"]
+    assert leases_of_pod([released, held_now], "tenant-t", "gpucaas-c") == [held_now]
+    assert leases_of_pod([released], "tenant-t", "gpucaas-z") == []
+    container = {
+        "created_at": "2026-11-22T10:00:00Z",
+        "gpus": 1,
+        "status": "Succeeded",
+        "finished_at": "2026-11-22T10:05:00Z",
+    }
+    kinds = [e["kind"] for e in timeline(container=container, leases=mine)]
+    assert kinds == ["queued", "partition-activated", "finished"]

@@ -44,12 +44,7 @@ def container_events(
         try:
             pod = kube.get_pod(ns, row.pod_name)
             pod_events = kube.list_pod_events(ns, row.pod_name)
-            leases = [
-                ls
-                for ls in kube.list_cluster_objects(crds.GPULEASE_PLURAL)
-                if ((ls.get("status") or {}).get("holder") or {}).get("pod") == row.pod_name
-                and ((ls.get("status") or {}).get("holder") or {}).get("namespace") == ns
-            ]
+            leases = events.leases_of_pod(kube.list_cluster_objects(crds.GPULEASE_PLURAL), ns, row.pod_name)
         except KubeNotFound:
             pass  # the pod is gone: what the API kept is the timeline
         except KubeError as exc:
