@@ -273,13 +273,7 @@ class FleetWatcher:
             for pod in items:
                 claim = pod_claim(pod, self.gpu_resource)
                 if claim is not None:
-                    old = known.get(claim.key)
-                    if old is not None and old.node == claim.node:
-                        claim = dataclasses.replace(claim, bound_seq=old.bound_seq)
-                    else:
-                        self._bound_seq += 1
-                        claim = dataclasses.replace(claim, bound_seq=self._bound_seq)
-                    self._claims[claim.key] = claim
+                    self._claims[claim.key] = self._sequenced(claim, known.get(claim.key))
             nodes |= {c.node for c in self._claims.values()}
             for node in nodes:
                 self._recompute(node)
@@ -291,14 +285,18 @@ class FleetWatcher:
         with self._lock:
             old = self._claims.pop(key, None)
             if claim is not None:
-                if old is not None and old.node == claim.node:
-                    claim = dataclasses.replace(claim, bound_seq=old.bound_seq)
-                else:
-                    self._bound_seq += 1
-                    claim = dataclasses.replace(claim, bound_seq=self._bound_seq)
+                claim = self._sequenced(claim, old)
                 self._claims[key] = claim
             for node in {c.node for c in (old, claim) if c is not None}:
                 self._recompute(node)
+
+    def _sequenced(self, claim: PodClaim, old: PodClaim | None) -> PodClaim:
+        """``claim`` with its bind order: kept from the claim seen before on the same node,
+        else the next number (under ``_lock``)."""
+        if old is not None and old.node == claim.node:
+            return dataclasses.replace(claim, bound_seq=old.bound_seq)
+        self._bound_seq += 1
+        return dataclasses.replace(claim, bound_seq=self._bound_seq)
 
     def _recompute(self, node: str) -> None:
         fabric = self._fabric.get(node)
