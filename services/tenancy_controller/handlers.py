@@ -65,7 +65,16 @@ def _retrying(settings: ControllerSettings, fn: Callable[[], Any]) -> Any:
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec", "status") if body.get(k) is not None}
+    """The object as the handlers and indices read it, without ``metadata.managedFields``.
+
+    The indices hold every Tenancy and every child for the process's life; the field
+    managers' nested trees were most of their objects, which each full collection of the
+    garbage collector walks, pausing every handler (nothing here reads them)."""
+    plain = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec", "status") if body.get(k) is not None}
+    meta = plain.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        plain["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return plain
 
 
 def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> None:
