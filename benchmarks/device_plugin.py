@@ -94,7 +94,7 @@ def run(quick: bool) -> dict[str, Any]:
     from devtools.fake_sysfs import build_hgx_h100
     from services.device_plugin.api import dp_pb2
 
-    n = 200 if quick else 2000
+    n = 2000 if quick else 5000
     rng = random.Random(5)
     work = Path(tempfile.mkdtemp(prefix="gpucaas-bench-", dir="/tmp"))
     stack: list[Any] = []
