@@ -2,8 +2,9 @@
 
 The device plugin asks it to activate the NVLink partition of an allocation and
 to release it; ``caasctl`` uses it for the admin operations. The server lives in
-``services/fabric/server.py``; this module is the one place that knows the wire
-format, so both sides agree on it.
+``services/fabric/server.py``; the bodies both sides exchange are the types of
+:mod:`core.fabric_messages`, and every answer is validated with them here, so a
+method returns the message it names (a ``dict`` typed field by field) or raises.
 
 Errors from the server are JSON ``{"code": str, "detail": str}`` and become:
 
@@ -13,6 +14,9 @@ Errors from the server are JSON ``{"code": str, "detail": str}`` and become:
 - :class:`FabricConflict` -- 409: a needed partition overlaps an active partition
   of another holder (``detail`` names that holder / pod).
 - :class:`FabricRejected` -- any other 4xx/5xx: bad input, unsupported partition.
+- :class:`FabricMalformed` -- the answer is not the message the route defines
+  (``detail`` names each wrong field): a server of another version, or not the
+  fabric service.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import socket
 import threading
 from collections.abc import Iterable, Mapping
 from time import monotonic, sleep
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
+
+from core import fabric_messages as fm
 
 DEFAULT_SOCKET = "/run/gpucaas/fabric.sock"
 SOCKET_ENV = "GPUCAAS_FABRIC_SOCKET"
@@ -62,13 +68,19 @@ class FabricRejected(FabricError):
     """The request was refused (bad input, unknown or unsupported partition, ...)."""
 
 
+class FabricMalformed(FabricError):
+    """The answer is not the route's message (:mod:`core.fabric_messages`); ``detail`` names the fields."""
+
+
+M = TypeVar("M")
+
+
 def _error_for(status: int, reason: str, raw: bytes) -> FabricError:
     text = raw.decode("utf-8", "replace")
     try:
-        body = _json.loads(raw)
-        code = str(body.get("code", "error"))
-        detail = str(body.get("detail", text))
-    except (ValueError, AttributeError):
+        body = fm.parse(fm.ErrorBody, _json.loads(raw))
+        code, detail = body["code"], body["detail"]
+    except ValueError:  # not JSON, or not an error body (a proxy's page, ...): its text
         code, detail = "error", text or reason
     if status == 409:
         return FabricConflict(detail, code=code, status=status)
@@ -183,7 +195,15 @@ class FabricClient:
                 self._give_back(conn)
             return response.status, response.reason, raw
 
-    def _request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """The decoded JSON answer of a 2xx (None for an empty one), else the error it stands for."""
         target = path + ("?" + urlencode(params) if params else "")
         body = None if json is None else _json.dumps(json).encode()
         try:
@@ -194,57 +214,87 @@ class FabricClient:
             ) from exc
         if status >= 400:
             raise _error_for(status, reason, raw)
-        return _json.loads(raw) if raw else None
+        try:
+            return _json.loads(raw) if raw else None
+        except ValueError as exc:
+            raise FabricMalformed(
+                f"{method} {path}: the answer is not JSON ({exc})", code="malformed", status=status
+            ) from None
+
+    def _call(self, message: type[M], method: str, path: str, **kwargs: Any) -> M:
+        """``_request``, its answer validated as ``message`` (else :class:`FabricMalformed` naming the fields)."""
+        answer = self._request(method, path, **kwargs)
+        try:
+            return fm.parse(message, answer)
+        except fm.MessageError as exc:
+            raise FabricMalformed(
+                f"{method} {path}: the answer is not a {getattr(message, '__name__', message)}: {exc}",
+                code="malformed",
+            ) from None
 
     # --- read -------------------------------------------------------------------------
-    def topology(self) -> dict[str, Any]:
-        """``{"source", "gpus": [{"physical_id", "pci_bus_id", "healthy", "reason"}]}``."""
-        return self._request("GET", "/v1/topology")
+    def topology(self) -> fm.Topology:
+        """GPUs by physical id with their PCI address and health, and the host's layout."""
+        return self._call(fm.Topology, "GET", "/v1/topology")
 
-    def partitions(self) -> list[dict[str, Any]]:
+    def partitions(self) -> list[fm.Partition]:
         """Every partition: id, gpus, nvlinks, active, supported, holder."""
-        return self._request("GET", "/v1/partitions")["partitions"]
+        return self._call(fm.Partitions, "GET", "/v1/partitions")["partitions"]
 
-    def activations(self) -> list[dict[str, Any]]:
-        """The service's records: holder, gpus, partition_ids, pod, since."""
-        return self._request("GET", "/v1/activations")["activations"]
+    def activations(self) -> list[fm.ActivationRecord]:
+        """The service's records: holder, gpus, partition_ids, pod, since, ..."""
+        return self._call(fm.Activations, "GET", "/v1/activations")["activations"]
 
-    def health(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/health")
+    def health(self) -> fm.Health:
+        return self._call(fm.Health, "GET", "/v1/health")
 
     # --- allocations ------------------------------------------------------------------
-    def activate(self, holder: str, gpus: Iterable[str]) -> dict[str, Any]:
+    def activate(self, holder: str, gpus: Iterable[str]) -> fm.ActivationResult:
         """Activate the partition(s) for these GPUs (PCI addresses) on behalf of ``holder``.
 
         Idempotent for the same holder and GPU set. Raises FabricConflict when a needed
         partition overlaps an active partition of another holder.
         """
-        return self._request("POST", "/v1/activations", json={"holder": holder, "gpus": list(gpus)})
+        request = fm.ActivationRequest(holder=holder, gpus=list(gpus))
+        return self._call(fm.ActivationResult, "POST", "/v1/activations", json=request)
 
-    def release(self, holder: str) -> dict[str, Any]:
+    def release(self, holder: str) -> fm.ReleaseResult:
         """Deactivate what ``holder`` holds (idempotent: an unknown holder is fine)."""
-        return self._request("DELETE", f"/v1/activations/{quote(holder, safe='')}")
+        return self._call(fm.ReleaseResult, "DELETE", f"/v1/activations/{quote(holder, safe='')}")
 
-    def sync(self, live: Iterable[Mapping[str, Any] | str], grace_seconds: float | None = 30.0) -> dict[str, Any]:
+    def sync(
+        self, live: Iterable[fm.LiveHolder | Mapping[str, Any] | str], grace_seconds: float | None = 30.0
+    ) -> fm.SyncResult:
         """Tell the service which holders are alive; it releases the others older than grace.
 
         ``live`` items are ``{"holder": str, "pod": "ns/name" | None}`` or plain holder strings.
         ``grace_seconds=None`` leaves the grace to the service (GPUCAAS_FABRIC_RELEASE_GRACE_S).
         Returns ``{"released": [...], "pending": [...], "kept": [...]}``.
         """
-        items = [{"holder": x, "pod": None} if isinstance(x, str) else dict(x) for x in live]
-        body: dict[str, Any] = {"live": items}
+        items = [
+            fm.LiveHolder(holder=x, pod=None)
+            if isinstance(x, str)
+            else fm.LiveHolder(holder=x["holder"], pod=x.get("pod"))
+            for x in live
+        ]
+        body = fm.SyncRequest(live=items)
         if grace_seconds is not None:
             body["grace_seconds"] = grace_seconds
-        return self._request("POST", "/v1/activations/sync", json=body)
+        return self._call(fm.SyncResult, "POST", "/v1/activations/sync", json=body)
 
     # --- admin (caasctl) --------------------------------------------------------------
-    def activate_partition(self, partition_id: int, force: bool = False) -> dict[str, Any]:
-        return self._request(
-            "POST", f"/v1/partitions/{int(partition_id)}/activate", params={"force": str(bool(force)).lower()}
+    def activate_partition(self, partition_id: int, force: bool = False) -> fm.AdminActivation:
+        return self._call(
+            fm.AdminActivation,
+            "POST",
+            f"/v1/partitions/{int(partition_id)}/activate",
+            params={"force": str(bool(force)).lower()},
         )
 
-    def deactivate_partition(self, partition_id: int, force: bool = False) -> dict[str, Any]:
-        return self._request(
-            "POST", f"/v1/partitions/{int(partition_id)}/deactivate", params={"force": str(bool(force)).lower()}
+    def deactivate_partition(self, partition_id: int, force: bool = False) -> fm.AdminDeactivation:
+        return self._call(
+            fm.AdminDeactivation,
+            "POST",
+            f"/v1/partitions/{int(partition_id)}/deactivate",
+            params={"force": str(bool(force)).lower()},
         )

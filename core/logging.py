@@ -19,16 +19,17 @@ import logging
 import sys
 from typing import IO, Literal
 
-from core.env_settings import EnvSettings, EnvSettingsConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
 
-class LoggingSettings(EnvSettings):
+class LoggingSettings(BaseSettings):
     """Logging of every gpucaas process; each field is ``GPUCAAS_LOG_<NAME>``."""
 
-    model_config = EnvSettingsConfigDict(env_prefix="GPUCAAS_LOG_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_LOG_", extra="ignore")
 
     level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR or CRITICAL.")
     format: Literal["text", "json"] = Field(

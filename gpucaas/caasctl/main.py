@@ -25,6 +25,7 @@ from gpucaas.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLoca
 
 if TYPE_CHECKING:
     from core.fabric_client import FabricClient
+    from core.fabric_messages import Partition
 
 
 class _OneLineErrors(TyperGroup):
@@ -145,17 +146,17 @@ def _fabric(ctx: typer.Context, node: str | None, socket: str | None) -> FabricC
 
 
 # --- partitions ----------------------------------------------------------------------------------
-def _partition_rows_from_socket(node: str | None, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _partition_rows_from_socket(node: str | None, parts: list[Partition]) -> list[dict[str, Any]]:
     return [
         {
             "node": node or "local",
             "id": p["id"],
-            "gpus": [g["physical_id"] for g in p.get("gpus", [])],
-            "pci": [g["pci_bus_id"] for g in p.get("gpus", [])],
-            "nvlinks": p.get("nvlinks"),
-            "active": p.get("active"),
-            "supported": p.get("supported", True),
-            "holder": p.get("holder"),
+            "gpus": [g["physical_id"] for g in p["gpus"]],
+            "pci": [g["pci_bus_id"] for g in p["gpus"]],
+            "nvlinks": p["nvlinks"],
+            "active": p["active"],
+            "supported": p["supported"],
+            "holder": p["holder"],
         }
         for p in parts
     ]

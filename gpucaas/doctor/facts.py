@@ -12,6 +12,7 @@ import os
 import socket
 import stat
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
@@ -103,10 +104,11 @@ class ContainerdFacts:
 @dataclass(frozen=True)
 class FabricFacts:
     socket: SocketFacts
-    health: dict[str, Any] | None = None
+    health: Mapping[str, Any] | None = None
     error: str | None = None
-    #: the fabric service's /v1/topology: GPUs by physical id with PCI address and its source
-    topology: dict[str, Any] | None = None
+    #: the fabric service's /v1/topology (``core.fabric_messages.Topology``): GPUs by physical id
+    #: with PCI address and its source
+    topology: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

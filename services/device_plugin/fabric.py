@@ -42,14 +42,11 @@ class FabricService:
         except fc.FabricError as exc:
             raise _translate(exc) from exc
         failed: dict[str, str] = {}
-        for g in topo.get("gpus", []):
-            if g.get("healthy") is False and isinstance(g.get("pci_bus_id"), str):
-                failed[normalise_bdf(g["pci_bus_id"])] = str(
-                    g.get("reason") or "reported unhealthy by the fabric service"
-                )
-        return FabricTopology(
-            gpus=tuple(topo.get("gpus", [])), source=str(topo.get("source", "fabric-manager")), failed=failed
-        )
+        for g in topo["gpus"]:
+            pci = g["pci_bus_id"]
+            if not g["healthy"] and pci is not None:
+                failed[normalise_bdf(pci)] = g["reason"] or "reported unhealthy by the fabric service"
+        return FabricTopology(gpus=tuple(topo["gpus"]), source=topo["source"], failed=failed)
 
     def activate(self, holder: str, gpus: Iterable[str]) -> Activation:
         self._available()
@@ -58,10 +55,10 @@ class FabricService:
         except fc.FabricError as exc:
             raise _translate(exc) from exc
         return Activation(
-            holder=str(body.get("holder", holder)),
-            gpus=tuple(body.get("gpus", ())),
-            partition_ids=tuple(body.get("partition_ids", ())),
-            nvlink=bool(body.get("nvlink")),
+            holder=body["holder"],
+            gpus=tuple(body["gpus"]),
+            partition_ids=tuple(body["partition_ids"]),
+            nvlink=body["nvlink"],
         )
 
     def release(self, holder: str) -> None:

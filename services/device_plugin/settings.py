@@ -1,4 +1,4 @@
-"""Device plugin settings: one settings class (:mod:`core.env_settings`), env prefix ``GPUCAAS_``.
+"""Device plugin settings: one pydantic-settings class, env prefix ``GPUCAAS_``.
 
 Built once by :func:`get_settings` (the CLI passes its options as overrides) and
 passed down; nothing else in the service reads the environment.
@@ -12,7 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.env_settings import EnvSettings, EnvSettingsConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: ``vendor.com/class``: a DNS-subdomain-like vendor and a class of [A-Za-z0-9_.-].
 _KIND_RE = re.compile(
@@ -24,10 +25,10 @@ _RESOURCE_RE = re.compile(
 )
 
 
-class DevicePluginSettings(EnvSettings):
+class DevicePluginSettings(BaseSettings):
     """Configuration of ``gpucaas device-plugin`` (flag > env ``GPUCAAS_*`` > default)."""
 
-    model_config = EnvSettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
 
     sysfs_root: Path = Field(Path("/sys"), description="Root of sysfs (a fake tree in tests and the sandbox).")
     dev_root: Path = Field(Path("/dev"), description="Root of /dev holding vfio/ and iommu.")

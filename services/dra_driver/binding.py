@@ -114,7 +114,7 @@ class BindingWatcher:
         pci = (
             self.physical_to_pci
             if self.physical_to_pci is not None
-            else {int(g["physical_id"]): g["pci_bus_id"] for g in self.fabric.topology()["gpus"]}
+            else {g["physical_id"]: g["pci_bus_id"] for g in self.fabric.topology()["gpus"] if g["pci_bus_id"]}
         )
         gpus = [pci[g] for r in mine for g in partition_by_id(partition_of_device(r["device"])).sorted_gpus()]
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from core import lease_states as states
@@ -135,7 +135,7 @@ class SlicePublisher:
         self._published = None
 
 
-def foreign_holders(partitions: Iterable[dict[str, Any]]) -> dict[int, str]:
+def foreign_holders(partitions: Iterable[Mapping[str, Any]]) -> dict[int, str]:
     """Physical GPU id -> the holder, other than a claim, of a busy partition containing it.
 
     ``partitions`` is the fabric service's ``GET /v1/partitions``. A partition is busy when it
@@ -157,7 +157,7 @@ def foreign_holders(partitions: Iterable[dict[str, Any]]) -> dict[int, str]:
 
 
 def gpus_from(
-    topology: dict[str, Any], leases: Iterable[dict[str, Any]], partitions: Iterable[dict[str, Any]] = ()
+    topology: Mapping[str, Any], leases: Iterable[dict[str, Any]], partitions: Iterable[Mapping[str, Any]] = ()
 ) -> list[PublishedGpu]:
     """The node's GPUs as the fabric service sees them, held out while their lease is not usable
     (Releasing, Checking, Quarantined: not in ``lease_states.ALLOCATABLE_STATES``) or while a

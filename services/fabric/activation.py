@@ -20,9 +20,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from functools import partial
-from typing import Any
 
-from core import topology
+from core import fabric_messages as fm, topology
 from services.fabric.bookkeeping import Activation, utcnow
 from services.fabric.discovery import normalize_bdf
 from services.fabric.errors import Conflict, InvalidRequest, Unavailable, Unsupported
@@ -87,7 +86,7 @@ class ActivationMixin(ReleaseMixin):
                 out.append(f"partition {pid} (GPUs {sorted(other.physical_ids)}) held by {who}")
         return sorted(set(out))
 
-    def activate(self, holder: str, gpus: Iterable[str], pod: str | None = None) -> dict[str, Any]:
+    def activate(self, holder: str, gpus: Iterable[str], pod: str | None = None) -> fm.ActivationResult:
         """Activate the partitions ``gpus`` need for ``holder``; see the module docstring."""
         check_holder(holder)
         with self._lock:

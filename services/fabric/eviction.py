@@ -8,8 +8,8 @@ An admin activation is recorded under the holder ``admin:partition-<id>``
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from core import fabric_messages as fm
 from services.fabric.activation import ActivationMixin
 from services.fabric.bookkeeping import Activation, utcnow
 from services.fabric.errors import Conflict, NotFound, Unavailable, Unsupported
@@ -44,7 +44,7 @@ class EvictionMixin(ActivationMixin):
                 evicted.append(f"unrecorded partition {p.id}")
         return evicted
 
-    def admin_activate(self, pid: int, force: bool = False) -> dict[str, Any]:
+    def admin_activate(self, pid: int, force: bool = False) -> fm.AdminActivation:
         with self._lock:
             parts = self._partitions()
             target = self._partition(parts, pid)
@@ -78,7 +78,7 @@ class EvictionMixin(ActivationMixin):
         self._changed()
         return {"id": pid, "active": True, "holder": holder, "evicted": evicted}
 
-    def admin_deactivate(self, pid: int, force: bool = False) -> dict[str, Any]:
+    def admin_deactivate(self, pid: int, force: bool = False) -> fm.AdminDeactivation:
         with self._lock:
             parts = self._partitions()
             target = self._partition(parts, pid)

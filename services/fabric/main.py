@@ -37,6 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from core import fabric_messages as fm
 from core.platforms import PLATFORMS, LayoutError, PlatformLayout, cross_check_sysfs, load_layout
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.discovery import discover_fabric_devices
@@ -257,7 +258,7 @@ class FabricNode:
             log.error("after the service VM boot: %s", exc)
             return None
 
-    def vm_state(self) -> dict[str, Any]:
+    def vm_state(self) -> fm.ServiceVMState:
         if self.vm is None:
             return {"state": "unmanaged", "restarts": 0}
         return self.vm.state()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,13 +24,13 @@ log = logging.getLogger(__name__)
 
 def build_fabric_state_status(
     *,
-    partitions: list[dict[str, Any]] | None,
-    gpus: list[dict[str, Any]] | None,
+    partitions: Sequence[Mapping[str, Any]] | None,
+    gpus: Sequence[Mapping[str, Any]] | None,
     failed_switches: list[dict[str, Any]] | None = None,
-    service_vm: dict[str, Any],
+    service_vm: Mapping[str, Any],
     fabric_manager: dict[str, Any],
     now: datetime | None = None,
-    lost: list[dict[str, Any]] | None = None,
+    lost: Sequence[Mapping[str, Any]] | None = None,
     last_fabric_reset_at: datetime | None = None,
 ) -> dict[str, Any]:
     """The FabricState ``status`` (camelCase wire form). ``partitions``/``gpus`` None: FM unreachable."""
@@ -135,7 +135,7 @@ def _ts(at: datetime | None) -> str:
     return (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def fabric_intact_condition(lost: list[dict[str, Any]], at: datetime | None) -> dict[str, Any]:
+def fabric_intact_condition(lost: Sequence[Mapping[str, Any]], at: datetime | None) -> dict[str, Any]:
     if not lost:
         return {
             "type": FABRIC_CONDITION,
@@ -235,7 +235,7 @@ class FabricStatePublisher:
         self.last_error = None
         return status
 
-    def report_fabric_reset(self, lost: list[dict[str, Any]], policy: str) -> dict[str, list[str]]:
+    def report_fabric_reset(self, lost: Sequence[Mapping[str, Any]], policy: str) -> dict[str, list[str]]:
         """A fabric reset took the partitions of ``lost`` (activation views): raise an Event on
         FabricState and on each pod, set the ``NVLinkFabricIntact=False`` condition on the pods'
         GPU leases, and per ``policy`` evict the pods ("evict") or leave them flagged ("flag").
@@ -342,7 +342,7 @@ class FabricStatePublisher:
             },
         )
 
-    def _flag_lease(self, bdf: str, lost: dict[str, Any]) -> bool:
+    def _flag_lease(self, bdf: str, lost: Mapping[str, Any]) -> bool:
         """Set NVLinkFabricIntact=False on the GPU's lease (read-modify-replace, retried on conflict)."""
         from core.lease_store import LeaseConflict, LeaseStore, lease_name
 

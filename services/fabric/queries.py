@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from core import fabric_messages as fm
 from core.platforms import validate_against_table
 from services.fabric.connection import FabricConnection
 from services.fabric.errors import Unavailable
@@ -41,12 +42,12 @@ class QueriesMixin(FabricConnection):
             log.error("platform layout: %s", line)
         return problems
 
-    def list_partitions(self) -> list[dict[str, Any]]:
+    def list_partitions(self) -> list[fm.Partition]:
         with self._lock:
             parts = self._partitions()
             return [self._partition_view(p) for p in parts]
 
-    def _partition_view(self, p: PartitionInfo) -> dict[str, Any]:
+    def _partition_view(self, p: PartitionInfo) -> fm.Partition:
         rec = self.store.book.holder_of(p.id)
         return {
             "id": p.id,
@@ -65,7 +66,7 @@ class QueriesMixin(FabricConnection):
         except NotSupported:
             return FailedDevices()
 
-    def topology(self) -> dict[str, Any]:
+    def topology(self) -> fm.Topology:
         """GPUs by physical id with their PCI address (host layout where FM gives none) and
         health: failed NVLinks where FM lists them, else degradation seen as fewer NVLinks
         available than the GPU has (how H100 shows it: its failed list is always empty)."""
@@ -86,7 +87,7 @@ class QueriesMixin(FabricConnection):
                         f"NVLink degraded: {g.nvlinks_available} of {g.max_nvlinks} NVLinks available"
                     )
         from_fm = set(self._fm_pci_ids)
-        out = []
+        out: list[fm.TopologyGpu] = []
         for pid, pci in sorted(gpus.items()):
             reason = reasons.get(pci) or degraded.get(pid)
             out.append(
@@ -105,11 +106,11 @@ class QueriesMixin(FabricConnection):
             "layout_problems": self.status.layout_problems or [],
         }
 
-    def activations(self) -> list[dict[str, Any]]:
+    def activations(self) -> list[fm.ActivationRecord]:
         with self._lock:
             return [activation_view(a) for a in self.store.book]
 
-    def lost(self) -> list[dict[str, Any]]:
+    def lost(self) -> list[fm.ActivationRecord]:
         with self._lock:
             return [activation_view(a) for a in self.store.book.lost()]
 

@@ -10,9 +10,9 @@ ids may be active for a new holder by now.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
+from core import fabric_messages as fm
 from services.fabric.bookkeeping import Activation, utcnow
 from services.fabric.connection import FabricConnection
 from services.fabric.errors import InvalidRequest, Unavailable
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class ReleaseMixin(FabricConnection):
     """Deactivation of what holders held, and rollback of half-done activations."""
 
-    def release(self, holder: str) -> dict[str, Any]:
+    def release(self, holder: str) -> fm.ReleaseResult:
         """Deactivate what ``holder`` holds; idempotent (unknown holder: nothing to do)."""
         with self._lock:
             rec = self.store.book.get(holder)
@@ -63,7 +63,7 @@ class ReleaseMixin(FabricConnection):
         log.info("released partitions %s of %s", list(rec.partition_ids), rec.holder)
         return True
 
-    def sync(self, live: Iterable[Mapping[str, Any]], grace_s: float) -> dict[str, Any]:
+    def sync(self, live: Iterable[fm.LiveHolder], grace_s: float) -> fm.SyncResult:
         """Release every record whose holder is not live and older than ``grace_s``."""
         live_pods = {}
         for item in live:

@@ -1,16 +1,19 @@
 """The node-local API: HTTP/1.1 + JSON over a unix socket, served by the standard library.
 
 Used by the device plugin (activate on Allocate, release, sync from the kubelet's
-PodResources) and by ``caasctl`` (list, health, forced admin operations). The
-wire contract is the one ``core.fabric_client`` speaks. Errors are
+PodResources) and by ``caasctl`` (list, health, forced admin operations). Every
+request and answer body is a type of :mod:`core.fabric_messages`, the definition
+``core.fabric_client`` parses with too: a request body is validated with it here
+(400 naming the field), an answer is built as it. Errors are
 ``{"code", "detail"}`` with 400 (bad input, naming the field), 404, 405, 409
 (conflict, naming the holder), 422 (unsupported partition), 503 (Fabric Manager
 or VM unavailable).
 
 Why no web framework: this is a node daemon with eight routes and one client on
 the same host. ``http.server`` with HTTP/1.1 persistent connections answers an
-activation in a fraction of a millisecond and keeps the process small (FastAPI,
-pydantic and uvicorn cost about 40 MB resident here, of a node daemon's 60 MB). Each connection
+activation in a fraction of a millisecond and keeps the process small (FastAPI and
+uvicorn, with what they import beyond pydantic, cost about 30 MB resident here, of a
+node daemon's 60 MB). Each connection
 gets a thread (``socketserver.ThreadingMixIn``); the :class:`PartitionService`
 lock orders racing requests, so they are decided one at a time.
 """
@@ -29,17 +32,17 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from core import fabric_messages as fm
 from services.fabric.errors import FabricServiceError, InvalidRequest, NotFound
 from services.fabric.partitions import PartitionService
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20
-MAX_HOLDER = 512
-MAX_GPUS = 64
+M = TypeVar("M")
 
 
 class MethodNotAllowed(FabricServiceError):
@@ -47,61 +50,12 @@ class MethodNotAllowed(FabricServiceError):
     status = 405
 
 
-# --- request bodies: checked by hand, every message names the field ---------------------
-def _holder(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidRequest(f"{field}: must be a string")
-    if not 1 <= len(value) <= MAX_HOLDER:
-        raise InvalidRequest(f"{field}: must be 1 to {MAX_HOLDER} characters long")
-    return value
-
-
-def _pod(value: Any, field: str) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise InvalidRequest(f'{field}: must be a string "namespace/name" or null')
-    return value
-
-
-def _object(body: Any, required: set[str]) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise InvalidRequest("body: must be a JSON object")
-    missing = sorted(required - body.keys())
-    if missing:
-        raise InvalidRequest("; ".join(f"{k}: field required" for k in missing))
-    return body
-
-
-def activation_create(body: Any) -> tuple[str, list[str], str | None]:
-    """``{"holder": str(1..512), "gpus": [str] (1..64), "pod": str | null}``."""
-    body = _object(body, {"holder", "gpus"})
-    holder = _holder(body["holder"], "holder")
-    gpus = body["gpus"]
-    if not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus):
-        raise InvalidRequest("gpus: must be a list of PCI addresses (strings)")
-    if not 1 <= len(gpus) <= MAX_GPUS:
-        raise InvalidRequest(f"gpus: must list 1 to {MAX_GPUS} PCI addresses")
-    return holder, gpus, _pod(body.get("pod"), "pod")
-
-
-def sync_request(body: Any) -> tuple[list[dict[str, Any]], float | None]:
-    """``{"live": [{"holder", "pod"}], "grace_seconds": float >= 0 | null}``."""
-    body = _object(body, {"live"})
-    live = body["live"]
-    if not isinstance(live, list):
-        raise InvalidRequest("live: must be a list of {holder, pod}")
-    items = []
-    for i, item in enumerate(live):
-        if not isinstance(item, dict) or "holder" not in item:
-            raise InvalidRequest(f"live.{i}: must be an object with a holder")
-        items.append(
-            {"holder": _holder(item["holder"], f"live.{i}.holder"), "pod": _pod(item.get("pod"), f"live.{i}.pod")}
-        )
-    grace = body.get("grace_seconds")
-    if grace is not None:
-        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
-            raise InvalidRequest("grace_seconds: must be a number >= 0 (or null for the service default)")
-        grace = float(grace)
-    return items, grace
+# --- request bodies: validated by the shared message types, every error names the field ---------
+def _body(message: type[M], body: Any) -> M:
+    try:
+        return fm.parse(message, body)
+    except fm.MessageError as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 def _flag(query: dict[str, list[str]], name: str) -> bool:
@@ -134,7 +88,7 @@ class FabricAPI:
     def __init__(
         self,
         service: PartitionService,
-        vm_state: Callable[[], dict[str, Any]] | None = None,
+        vm_state: Callable[[], fm.ServiceVMState] | None = None,
         default_grace_s: float = 30.0,
     ) -> None:
         self.service = service
@@ -143,10 +97,10 @@ class FabricAPI:
         s = service
         self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/v1/topology"), {"GET": lambda m, q, b: s.topology()}),
-            (re.compile(r"/v1/partitions"), {"GET": lambda m, q, b: {"partitions": s.list_partitions()}}),
+            (re.compile(r"/v1/partitions"), {"GET": lambda m, q, b: fm.Partitions(partitions=s.list_partitions())}),
             (
                 re.compile(r"/v1/activations"),
-                {"GET": lambda m, q, b: {"activations": s.activations()}, "POST": self._activate},
+                {"GET": lambda m, q, b: fm.Activations(activations=s.activations()), "POST": self._activate},
             ),
             (re.compile(r"/v1/activations/sync"), {"POST": self._sync}),
             (
@@ -164,15 +118,16 @@ class FabricAPI:
             ),
         ]
 
-    def _activate(self, _m: re.Match[str], _q: dict[str, list[str]], body: Any) -> Any:
-        holder, gpus, pod = activation_create(body)
-        return self.service.activate(holder, gpus, pod=pod)
+    def _activate(self, _m: re.Match[str], _q: dict[str, list[str]], body: Any) -> fm.ActivationResult:
+        request = _body(fm.ActivationRequest, body)
+        return self.service.activate(request["holder"], request["gpus"], pod=request.get("pod"))
 
-    def _sync(self, _m: re.Match[str], _q: dict[str, list[str]], body: Any) -> Any:
-        live, grace = sync_request(body)
-        return self.service.sync(live, self.default_grace_s if grace is None else grace)
+    def _sync(self, _m: re.Match[str], _q: dict[str, list[str]], body: Any) -> fm.SyncResult:
+        request = _body(fm.SyncRequest, body)
+        grace = request.get("grace_seconds")
+        return self.service.sync(request["live"], self.default_grace_s if grace is None else grace)
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> fm.Health:
         """Fabric Manager reachability, the service VM and GPUs with failed NVLinks."""
         service = self.service
         reachable = service.probe()
@@ -182,16 +137,16 @@ class FabricAPI:
                 failed = service.failed_gpus()
             except FabricServiceError:
                 reachable = False
-        return {
-            "fabric_manager": {
+        return fm.Health(
+            fabric_manager={
                 "reachable": reachable,
                 "backend": service.backend,
                 "message": service.status.message,
                 "replays": service.status.replays,
             },
-            "service_vm": self.vm_state() if self.vm_state else {"state": "unmanaged", "restarts": 0},
-            "failed_gpus": failed,
-        }
+            service_vm=self.vm_state() if self.vm_state else {"state": "unmanaged", "restarts": 0},
+            failed_gpus=failed,
+        )
 
     def dispatch(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         try:
@@ -205,14 +160,14 @@ class FabricAPI:
                 return 200, handler(m, query, body)
             raise NotFound(f"no route {path}")
         except FabricServiceError as exc:
-            return exc.status, {"code": exc.code, "detail": str(exc)}
+            return exc.status, fm.ErrorBody(code=exc.code, detail=str(exc))
         except Exception as exc:  # the edge: log it, answer 500, keep serving
             log.exception("%s %s failed", method, path)
-            return 500, {"code": "error", "detail": f"internal error: {type(exc).__name__}"}
+            return 500, fm.ErrorBody(code="error", detail=f"internal error: {type(exc).__name__}")
 
 
 def create_app(
-    service: PartitionService, vm_state: Callable[[], dict[str, Any]] | None = None, *, default_grace_s: float = 30.0
+    service: PartitionService, vm_state: Callable[[], fm.ServiceVMState] | None = None, *, default_grace_s: float = 30.0
 ) -> FabricAPI:
     """The API over ``service``; ``vm_state`` reports the service VM (None: no VM managed)."""
     return FabricAPI(service, vm_state, default_grace_s)

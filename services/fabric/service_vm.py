@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core import fabric_messages as fm
 from services.fabric.domain_xml import DomainSpec, build_domain_xml, network_xml, spec_hash
 from services.fabric.errors import ServiceVMError
 
@@ -326,7 +327,7 @@ class ServiceVM:
             self._close_conn()
 
     # --- state ------------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
+    def state(self) -> fm.ServiceVMState:
         return {
             "state": self._state,
             "domain": self.spec.name,

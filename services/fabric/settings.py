@@ -10,14 +10,16 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from core.env_settings import EnvSettings, EnvSettingsConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from core.fabric_client import DEFAULT_SOCKET
 
 
-class FabricSettings(EnvSettings):
+class FabricSettings(BaseSettings):
     """Everything ``gpucaas fabric`` can be told. Each field is ``GPUCAAS_FABRIC_<NAME>``."""
 
-    model_config = EnvSettingsConfigDict(env_prefix="GPUCAAS_FABRIC_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_FABRIC_", extra="ignore")
 
     # --- node and local API -----------------------------------------------------------
     node_name: str = Field("localhost", description="Kubernetes node this service runs on (FabricState name).")

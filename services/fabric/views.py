@@ -1,18 +1,17 @@
 """Activations and holders as the HTTP API shows and accepts them: the holder check, the
-JSON views of a record, and Fabric Manager's errors turned into the service's HTTP errors
-(``services.fabric.errors``)."""
+JSON views of a record (as :mod:`core.fabric_messages` types), and Fabric Manager's errors
+turned into the service's HTTP errors (``services.fabric.errors``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from core import fabric_messages as fm
 from services.fabric.bookkeeping import Activation
 from services.fabric.errors import Conflict, InvalidRequest, NotFound, Unavailable, Unsupported
 from services.fabric.fabric_manager.interface import PartitionConflict, PartitionUnsupported, UnknownPartition
 
 # the holder of an activation made by an admin (caasctl): kept by ``sync``, released by the admin
 ADMIN_HOLDER_PREFIX = "admin:partition-"
-MAX_HOLDER_LEN = 512
+MAX_HOLDER_LEN = fm.MAX_HOLDER
 
 
 def check_holder(holder: object) -> None:
@@ -26,7 +25,7 @@ def describe_holder(rec: Activation) -> str:
     return f"{rec.holder} (pod {rec.pod})" if rec.pod else rec.holder
 
 
-def activation_view(a: Activation) -> dict[str, Any]:
+def activation_view(a: Activation) -> fm.ActivationRecord:
     return {
         "holder": a.holder,
         "gpus": list(a.gpus),
@@ -39,7 +38,7 @@ def activation_view(a: Activation) -> dict[str, Any]:
     }
 
 
-def result_view(a: Activation) -> dict[str, Any]:
+def result_view(a: Activation) -> fm.ActivationResult:
     return {"holder": a.holder, "gpus": list(a.gpus), "partition_ids": list(a.partition_ids), "nvlink": a.nvlink}
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.env_settings import EnvSettings, EnvSettingsConfigDict, Field
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class LeaseAgentSettings(EnvSettings):
+class LeaseAgentSettings(BaseSettings):
     """The node side of GPU leases; each field is ``GPUCAAS_<NAME>``."""
 
-    model_config = EnvSettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_", extra="ignore")
 
     leases: bool = Field(
         False,
@@ -40,10 +41,10 @@ class LeaseAgentSettings(EnvSettings):
     )
 
 
-class LeaseTimerSettings(EnvSettings):
+class LeaseTimerSettings(BaseSettings):
     """The cluster side of GPU leases, in the controller's process; each field is ``GPUCAAS_CONTROLLER_<NAME>``."""
 
-    model_config = EnvSettingsConfigDict(env_prefix="GPUCAAS_CONTROLLER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GPUCAAS_CONTROLLER_", extra="ignore")
 
     gpu_leases: bool = Field(
         True,

@@ -1,7 +1,6 @@
 """`gpucaas device-plugin` and `gpucaas fabric` start without the other services' imports
 (node daemons stay under 60 MB): no web framework, ORM, official Kubernetes client or
-HTTP client package is loaded, nor pydantic-settings (their settings are
-``core.env_settings`` classes), and the options and help are the full CLI's."""
+HTTP client package is loaded, and the options and help are the full CLI's."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import sys
 
 import pytest
 
-HEAVY = ("fastapi", "uvicorn", "sqlalchemy", "kubernetes", "httpx", "kopf", "pydantic_settings", "dotenv")
+HEAVY = ("fastapi", "uvicorn", "sqlalchemy", "kubernetes", "httpx", "kopf")
 
 
 @pytest.mark.parametrize("command", ["device-plugin", "fabric"])
@@ -163,15 +162,15 @@ def test_anything_else_is_left_to_typer(args: list[str]) -> None:
     assert _commands()["device-plugin"].plain_options(args) is None  # type: ignore[attr-defined]
 
 
-def test_a_plain_start_loads_neither_typer_nor_pydantic() -> None:
-    """typer converts each option with a pydantic TypeAdapter: 10 MB a daemon does without."""
+def test_a_plain_start_loads_no_typer() -> None:
+    """typer, click and rich: memory a started daemon has no use for (core.settings_cli)."""
     code = (
         "import json, sys\n"
         "from gpucaas.gpu_node import command\n"
         f"given = command.plain_options({PLAIN_ARGS['device-plugin'][2]!r})\n"
         "command.build_settings(given)\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'typer', 'click', 'rich', 'pydantic', 'pydantic_core', 'pydantic_settings'})))\n"
+        "{'typer', 'click', 'rich'})))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
