@@ -15,7 +15,15 @@ Run: ``python -m benchmarks.api [--quick]``. The last line of stdout is one JSON
   20-tenancy run (user + system, from ``/proc``): the figure least disturbed by other load
   on a shared machine;
 * ``loadgen_cpu_share_max`` — the most CPU wrk used in any run (it must stay below 0.9 of
-  a core, else the run fails: the figure would describe the load generator).
+  a core, else the run fails: the figure would describe the load generator);
+* ``database_tps`` — PostgreSQL's own rate for exactly what one submission commits, driven by
+  ``pgbench`` in the same run, same database, same client count (``--connections``), with
+  the API idle: the statement the API runs (built by
+  ``services.api.store.admission.admission_on_postgres``, the admission with its audit
+  event, the quota triggers firing) with fresh ids and a random one of the 20 tenancies,
+  one autocommit transaction each, prepared, as the API's driver runs it;
+* ``throughput_ratio_vs_database`` — ``submit_per_s`` / ``database_tps``: how much of the
+  database's durable commit rate the submission path delivers.
 
 Method: every server runs the same way — ``uvicorn`` in a subprocess of its own, one
 worker, plain HTTP on 127.0.0.1, access log off — and is driven by ``wrk`` (one thread,
@@ -35,9 +43,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -184,6 +194,70 @@ def _seed_history(db_url: str, tenancy: str, rows: int) -> None:
         engine.dispose()
 
 
+def _pgbench_script(tenancies: int) -> str:
+    """The submission's statement as a pgbench script: the API's own statement with its
+    values inlined, except the ids (fresh per transaction) and the tenancy (random)."""
+    from sqlalchemy import literal
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.sql import visitors
+    from sqlalchemy.sql.elements import BindParameter
+
+    from services.api.audit import Actor
+    from services.api.models import ContainerCreate
+    from services.api.store import admission
+
+    values = admission.new_submission_values("bench-0", ContainerCreate.model_validate(PAYLOAD))
+    stmt, params = admission.admission_on_postgres(
+        values, Actor(token_id="tok_bench", token_name="bench", client="127.0.0.1")
+    )
+
+    def inline(element: Any, **_: Any) -> Any:
+        if isinstance(element, BindParameter) and element.key in params:
+            return literal(params[element.key], type_=element.type)
+        return None
+
+    no_options: dict[str, Any] = {}
+    inlined: Any = visitors.replacement_traverse(stmt, no_options, inline)
+    sql = str(inlined.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+    fresh = "substr(md5(CAST(random() AS text) || CAST(clock_timestamp() AS text)), 1, 20)"  # no ::, a pgbench variable
+    for old, new in (
+        (f"'{values['pod_name']}'", f"'gpucaas-' || {fresh}"),
+        (f"'{values['id']}'", fresh),
+        (f"'{params['a_id']}'", f"'ev_' || {fresh}"),
+        ("'bench-0'", "'bench-' || CAST(:t AS text)"),
+    ):
+        if old not in sql:
+            raise RuntimeError(f"the submission statement no longer holds {old}: update the pgbench script")
+        sql = sql.replace(old, new)
+    # the row's times: the statement's own clock (a literal's colons would read as pgbench variables)
+    sql = re.sub(r"'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?\+00:00'", "statement_timestamp()", sql)
+    sql = re.sub(r"'[^']*'", lambda m: m.group(0).replace(":", "' || chr(58) || '"), sql)  # the image's tag
+    return f"\\set t random(0, {tenancies - 1})\n" + " ".join(sql.split()) + ";\n"
+
+
+def _pgbench(db_url: str, seconds: float, clients: int) -> float:
+    """PostgreSQL's transactions per second for one submission's statement (``pgbench``)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="bench-submission-") as script:
+        script.write(_pgbench_script(TENANCIES))
+        script.flush()
+        out = subprocess.run(
+            [
+                "pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", "2", "-T", str(max(1, round(seconds))),
+                "-f", script.name, "-h", url.host or "127.0.0.1", "-p", str(url.port or 5432),
+                "-U", url.username or "postgres", url.database or "test",
+            ],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    found = re.search(r"^tps = ([0-9.]+)", out.stdout, re.M)
+    failed = re.search(r"number of failed transactions: ([1-9][0-9]*)", out.stdout)
+    if out.returncode != 0 or found is None or failed:
+        raise RuntimeError(f"pgbench failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+    return float(found.group(1))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs, smaller history")
@@ -256,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
             cpu_before = loadgen.process_cpu_seconds(pid)
             rows_1k = measure("POST, 20 tenancies, 1k rows", _closed(url, "/v1/containers", many, seconds, conns))
             cpu_per_submit = (loadgen.process_cpu_seconds(pid) - cpu_before) / max(1, rows_1k.requests)
+            database_tps = _pgbench(db_url, seconds, conns)
+            print(f"pgbench, one submission's statement: {database_tps:.0f} tps", file=sys.stderr)
             one = measure("POST, one tenancy", _closed(url, "/v1/containers", solo, seconds, conns))
             half_rate = max(1.0, rows_1k.per_s / 2)
             half = measure(
@@ -286,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         "submit_per_s": round(rows_1k.per_s, 1),
         "submit_per_s_one_tenancy": round(one.per_s, 1),
         "throughput_ratio_vs_bare": round(rows_1k.per_s / bare.per_s, 3) if bare.per_s else None,
+        "database_tps": round(database_tps, 1),
+        "throughput_ratio_vs_database": round(rows_1k.per_s / database_tps, 3) if database_tps else None,
         "p99_ms_at_half_load": round(half.p99_ms, 2),
         "half_load_offered_per_s": round(half_rate, 1),
         "half_load_achieved_per_s": round(half.per_s, 1),

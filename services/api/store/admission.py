@@ -106,7 +106,7 @@ async def submit_container_async(
         if existing is not None:
             return _same_request(existing, digest), False
     try:
-        stmt, params = _admission(True, False, values, actor)
+        stmt, params = admission_on_postgres(values, actor)
         admitted = await pool.first(stmt, params) is not None
     except IntegrityError:
         if idempotency_key is None:
@@ -253,6 +253,18 @@ _ADMIT_AUDITED = {
     budgeted: _admission_statement(lock=True, budgeted=budgeted, audited=True) for budgeted in (True, False)
 }
 _AUDIT_INSERT = insert(AuditEvent.__table__)  # type: ignore[attr-defined]
+
+
+def admission_on_postgres(values: dict[str, Any], actor: Actor | None) -> tuple[Any, dict[str, Any]]:
+    """The one statement a submission commits on PostgreSQL's fast path (no GPU-hour budget)
+    and its parameters: what :func:`submit_container_async` runs, and what
+    ``benchmarks.api`` gives ``pgbench`` as the database's own ceiling."""
+    return _admission(True, False, values, actor)
+
+
+def new_submission_values(tenancy_name: str, data: ContainerCreate) -> dict[str, Any]:
+    """A new submission's row, as :func:`submit_container_async` builds it (no idempotency key)."""
+    return _submission(tenancy_name, data, None)[1]
 
 
 def _admission(postgres: bool, budgeted: bool, values: dict[str, Any], actor: Actor | None) -> tuple[Any, dict]:
