@@ -166,6 +166,9 @@ def gpus_from(
         (lease.get("spec") or {}).get("pciAddress"): states.state_of(lease.get("status")) for lease in leases
     }
     held_by = foreign_holders(partitions)
+    # the NUMA node comes with the platform layout (the topology's GPU rows do not carry it)
+    layout_gpus = (topology.get("layout") or {}).get("gpus") or []
+    numa_of = {int(g["physical_id"]): g.get("numa_node") for g in layout_gpus if "physical_id" in g}
     out = []
     for g in topology.get("gpus", []):
         bdf = g["pci_bus_id"]
@@ -176,7 +179,7 @@ def gpus_from(
             PublishedGpu(
                 int(g["physical_id"]),
                 bdf,
-                numa_node=int(g.get("numa_node") or 0),
+                numa_node=int(numa_of.get(int(g["physical_id"])) or 0),
                 allocatable=usable,
                 held_by=held_by.get(int(g["physical_id"])),
             )

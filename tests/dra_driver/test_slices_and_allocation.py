@@ -13,7 +13,7 @@ from typing import Any
 
 from core.platforms import DGX_H100
 from core.topology import HGX_H100_PARTITIONS, partition_by_id
-from services.dra_driver.publisher import SlicePublisher, foreign_holders
+from services.dra_driver.publisher import SlicePublisher, foreign_holders, gpus_from
 from services.dra_driver.slices import PublishedGpu, build_slices, offered_devices, partition_of_device
 from tests.dra_driver.scheduling import Scheduling, gpus_of_claim, results
 
@@ -336,3 +336,25 @@ def test_a_claim_allocated_while_the_slices_are_written_stays_counted(dra: Sched
     dra.create_pod("pair", gpus=2)
     pair = frozenset().union(*gpus_of_claim(dra.scheduled("pair")))
     assert not pair & {1, 2, 3, 4}, f"the pair {sorted(pair)} overlaps the allocated quad"
+
+
+def test_each_gpu_is_published_on_the_numa_node_the_platform_layout_gives_it() -> None:
+    # as the fabric service's GET /v1/topology answers: the NUMA nodes are in the layout's rows only
+    bdfs = DGX_H100.physical_id_to_bdf()
+    topology = {
+        "gpus": [
+            {"physical_id": p, "pci_bus_id": b, "healthy": True, "reason": None, "pci_source": "sysfs"}
+            for p, b in bdfs.items()
+        ],
+        "layout": {
+            "gpus": [{"physical_id": p, "pci_bus_id": b, "numa_node": 0 if p <= 4 else 1} for p, b in bdfs.items()]
+        },
+    }
+    published = gpus_from(topology, [])
+    assert {g.physical_id: g.numa_node for g in published} == {p: 0 if p <= 4 else 1 for p in bdfs}
+    _, parts = build_slices(NODE, published)
+    numa = {
+        d["attributes"]["physicalIDs"]["string"]: d["attributes"]["numaNodes"]["string"]
+        for d in parts["spec"]["devices"]
+    }
+    assert numa["1"] == "0" and numa["8"] == "1" and numa["1,2,3,4,5,6,7,8"] == "0,1"
