@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from devtools.waiting import wait_for
@@ -93,12 +94,17 @@ def test_bad_input_is_a_usage_error(caasctl: Caasctl) -> None:
     assert too_many.exit_code == 2
 
 
-def test_version_and_completion(caasctl: Caasctl) -> None:
+def test_version_and_completion(caasctl: Caasctl, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shellingham
+
     from gpucaas import __version__
 
     v = caasctl("--version")
     assert v.exit_code == 0 and v.stdout.strip() == f"caasctl {__version__}"
-    shown = caasctl("--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    # Typer finds the shell among the process's ancestors; a test run started in the
+    # background has none, so the user's bash is given here
+    monkeypatch.setattr(shellingham, "detect_shell", lambda: ("bash", "/bin/bash"))
+    shown = caasctl("--show-completion", env={"SHELL": "/bin/bash"})
     assert shown.exit_code == 0 and "caasctl" in shown.stdout
 
 
