@@ -111,6 +111,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     run_worker: bool = Field(True, description="Run the submission worker in this process.")
     worker_poll_seconds: float = Field(1.0, gt=0, description="Queue poll interval of the worker.")
+    worker_concurrency: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Tenancies whose queued submissions the worker moves on at once, one thread each "
+        "(a tenancy's own submissions stay in order).",
+    )
     worker_claim_seconds: float = Field(
         60.0, gt=0, description="How long a replica owns a claimed submission before others may retry it."
     )

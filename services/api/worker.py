@@ -7,7 +7,9 @@ Two threads per API process:
   waits (by rescheduling, never by blocking) until the Tenancy's ``status.phase`` is
   ``Ready``, then creates the pod. The pod name is derived from the container id and
   409 AlreadyExists counts as success, so a submission retried after a crash or an
-  API restart can never produce a second pod. Kubernetes being unreachable only
+  API restart can never produce a second pod. The rows of different tenancies move on side
+  by side (``worker_concurrency`` threads, one tenancy each, its rows in order): a burst
+  over many tenancies no longer waits for its pods to be made one at a time. Kubernetes being unreachable only
   reschedules the row with exponential backoff; it stays ``Queued`` until it works.
   It also deletes the pods of cancelled containers.
 * the *watcher* lists then watches pods labelled ``gpucaas.dev/container-id`` and
@@ -21,6 +23,7 @@ import logging
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import Engine
@@ -52,6 +55,9 @@ class SubmissionWorker:
         self._watch_resp: Any = None
         self._watch_lock = threading.Lock()
         self.submitted = 0  # pods created by this replica (for metrics)
+        self._submitted_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None  # the tenancies' rows side by side (run_once)
+        self._pool_lock = threading.Lock()
         # containers whose endpoint objects this replica removed (a finished pod stays for its log)
         self._endpoints_removed: set[str] = set()
         self.usage = UsageRecorder(engine=engine, kube=kube, gpu_resource=settings.gpu_resource)
@@ -77,6 +83,10 @@ class SubmissionWorker:
         for t in self._threads:
             t.join(timeout)
         self._threads.clear()
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         log.info("submission worker stopped (replica %s)", self.replica)
 
     def wake(self) -> None:
@@ -111,10 +121,33 @@ class SubmissionWorker:
             claimed = worker_state.claim_due(
                 session, replica=self.replica, claim_seconds=self.settings.worker_claim_seconds
             )
+        by_tenancy: dict[str, list[Container]] = {}
+        for row in claimed:  # oldest first within each tenancy, as claimed
+            by_tenancy.setdefault(row.tenancy, []).append(row)
+        if len(by_tenancy) <= 1 or self.settings.worker_concurrency <= 1:
+            for rows in by_tenancy.values():
+                did = self._submit_tenancy(rows) or did
+            return did
+        pool = self._submit_pool()
+        for moved in pool.map(self._submit_tenancy, by_tenancy.values()):
+            did = moved or did
+        return did
+
+    def _submit_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.settings.worker_concurrency, thread_name_prefix="gpucaas-submit"
+                )
+            return self._pool
+
+    def _submit_tenancy(self, rows: list[Container]) -> bool:
+        """Move one tenancy's claimed rows on, in order. True if it did anything."""
+        did = False
         ready_cache: dict[str, dict[str, Any]] = {}
         not_ready: dict[str, str] = {}  # tenancy -> why, found earlier in this pass
         unavailable: str | None = None  # Kubernetes did not answer: do not try the rest now
-        for row in claimed:
+        for row in rows:
             if self._stop.is_set():
                 break
             if unavailable is not None or row.tenancy in not_ready:
@@ -221,7 +254,8 @@ class SubmissionWorker:
             )
             if row.ports:
                 self._serve_endpoints(row, body["metadata"]["namespace"], body["metadata"]["name"], uid)
-            self.submitted += created
+            with self._submitted_lock:
+                self.submitted += created
             with Session(self.engine) as session:
                 still_wanted = worker_state.mark_pod_created(session, container_id=row.id, pod_name=row.pod_name)
             if not still_wanted:  # cancelled while we were creating it

@@ -426,3 +426,41 @@ def test_readyz_when_everything_answers(api: ApiServer) -> None:
     with api.client(None) as anon:
         r = anon.get("/readyz")
     assert r.status_code == 200 and r.json() == {"status": "ok", "database": "ok", "kubernetes": "ok"}
+
+
+def test_the_rows_of_different_tenancies_get_their_pods_side_by_side(api: ApiServer, k8s: Any) -> None:
+    """A burst over several tenancies: the worker makes their pods at the same time (each
+    tenancy's own in order), not one after another. Three pod creations meet at a barrier that
+    only opens once all three are in flight at once."""
+    import threading
+
+    from services.api import pods
+    from services.api.worker import SubmissionWorker
+
+    api.worker.stop()  # the queue is this test's alone from here on
+    names = ["sidea", "sideb", "sidec"]
+    ids: dict[str, str] = {}
+    with api.client() as admin:
+        tokens = {n: new_tenancy(admin, n) for n in names}
+    for n in names:
+        mark_tenancy_ready(k8s, n)
+        with api.client(tokens[n]) as c:
+            ids[n] = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+    worker = SubmissionWorker(engine=api.worker.engine, kube=api.worker.kube, settings=api.worker.settings)
+    meet = threading.Barrier(len(names), timeout=30)
+    create = worker.kube.create_pod
+
+    def create_when_all_are_in_flight(body: dict[str, Any]) -> str | None:
+        meet.wait()  # BrokenBarrierError (the pass fails) if the creations came one at a time
+        return create(body)
+
+    worker.kube.create_pod = create_when_all_are_in_flight  # type: ignore[method-assign]
+    try:
+        assert worker.run_once()
+    finally:
+        del worker.kube.create_pod
+        worker.stop()
+    assert not meet.broken
+    for n in names:
+        assert get_pod(k8s, f"tenant-{n}", pods.pod_name(ids[n])) is not None
+    assert worker.submitted == len(names)
