@@ -284,17 +284,12 @@ class FabricClient:
 
     # --- admin (caasctl) --------------------------------------------------------------
     def activate_partition(self, partition_id: int, force: bool = False) -> fm.AdminActivation:
-        return self._call(
-            fm.AdminActivation,
-            "POST",
-            f"/v1/partitions/{int(partition_id)}/activate",
-            params={"force": str(bool(force)).lower()},
-        )
+        return self._admin(fm.AdminActivation, partition_id, "activate", force)
 
     def deactivate_partition(self, partition_id: int, force: bool = False) -> fm.AdminDeactivation:
-        return self._call(
-            fm.AdminDeactivation,
-            "POST",
-            f"/v1/partitions/{int(partition_id)}/deactivate",
-            params={"force": str(bool(force)).lower()},
-        )
+        return self._admin(fm.AdminDeactivation, partition_id, "deactivate", force)
+
+    def _admin(self, message: type[M], partition_id: int, verb: str, force: bool) -> M:
+        """``POST /v1/partitions/{id}/{verb}?force=...``, its answer validated as ``message``."""
+        params = {"force": str(bool(force)).lower()}
+        return self._call(message, "POST", f"/v1/partitions/{int(partition_id)}/{verb}", params=params)

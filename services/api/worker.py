@@ -9,8 +9,9 @@ Two threads per API process:
   409 AlreadyExists counts as success, so a submission retried after a crash or an
   API restart can never produce a second pod. The rows of different tenancies move on side
   by side (``worker_concurrency`` threads, one tenancy each, its rows in order): a burst
-  over many tenancies no longer waits for its pods to be made one at a time. Kubernetes being unreachable only
-  reschedules the row with exponential backoff; it stays ``Queued`` until it works.
+  over many tenancies no longer waits for its pods to be made one at a time. Kubernetes
+  being unreachable only reschedules the row with exponential backoff; it stays
+  ``Queued`` until it works.
   It also deletes the pods of cancelled containers.
 * the *watcher* lists then watches pods labelled ``gpucaas.dev/container-id`` and
   copies phase, node, GPU count, message and times into the container rows. After

@@ -74,7 +74,6 @@ class FleetWatcher:
         nudge_nodes: bool = False,
     ) -> None:
         self.kube = Kube.of(api)
-        self.api = self.kube.api_client
         self.index = index
         self.gpu_resource = gpu_resource
         self.watch_timeout = watch_timeout_seconds
@@ -165,8 +164,8 @@ class FleetWatcher:
     def _loop(self, kind, lister, args, replace, on_event) -> None:  # type: ignore[no-untyped-def]
         while not self._stop.is_set():
             try:
-                with translated(f"list {kind}", server=self.kube.server):
-                    listing = self._raw(lister(*args, _request_timeout=self.request_timeout))
+                # the wire JSON, as the watches deliver it (no model of each object built and undone)
+                listing = self.kube.json(lister, *args, _request_timeout=self.request_timeout, what=f"list {kind}")
                 replace(listing.get("items") or [])
                 self._synced[kind].set()
                 rv = (listing.get("metadata") or {}).get("resourceVersion")
@@ -223,11 +222,6 @@ class FleetWatcher:
                 return
             finally:
                 self._watches.remove(w)
-
-    def _raw(self, listing: Any) -> dict[str, Any]:
-        if isinstance(listing, dict):
-            return listing
-        return self.api.sanitize_for_serialization(listing)
 
     # -- caches ----------------------------------------------------------------------
 
