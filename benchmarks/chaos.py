@@ -54,6 +54,7 @@ Details (each lost container, each server error, each crash) go to stderr.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -228,19 +229,25 @@ class Api:
             return None
 
     def exec(self, cid: str, token: str, command: list[str]) -> str | None:
-        """stdout of ``command`` run in the container over the API's exec WebSocket (None: refused or broken)."""
+        """stdout of ``command`` run in the container over the API's exec WebSocket (None: refused or broken).
+
+        websockets' asyncio client: its sync one reads and writes one TLS session from two
+        threads (OpenSSL forbids it), lost a request now and then and could then hang."""
+        return asyncio.run(self._exec(cid, token, command))
+
+    async def _exec(self, cid: str, token: str, command: list[str]) -> str | None:
+        from websockets.asyncio.client import connect
         from websockets.exceptions import (
             ConnectionClosed,
             InvalidHandshake,
             InvalidStatus,
         )
-        from websockets.sync.client import connect
 
         query = urllib.parse.urlencode([("command", c) for c in command])
         url = self.url().replace("https://", "wss://") + f"/v1/containers/{cid}/exec?{query}"
         out = b""
         try:
-            with connect(
+            async with connect(
                 url,
                 ssl=self.ctx,
                 additional_headers={"Authorization": f"Bearer {token}"},
@@ -250,7 +257,7 @@ class Api:
                 max_size=1 << 20,
             ) as ws:
                 while True:
-                    msg = ws.recv(timeout=60)
+                    msg = await asyncio.wait_for(ws.recv(), 60)
                     if isinstance(msg, bytes) and msg[:1] == b"\x01":
                         out += msg[1:]
                     elif isinstance(msg, bytes) and msg[:1] == b"\x03":

@@ -61,13 +61,19 @@ class RestClient:
         self._verify = verify
         self._token = cfg.token_value
 
-    def websocket(self, path: str, query: list[tuple[str, str]], subprotocols: list[str]) -> Any:
-        """A WebSocket to the API (websockets' sync client), with this client's TLS and token;
-        a refused upgrade raises :class:`CaasctlError` with the API's status and detail."""
+    async def websocket(self, path: str, query: list[tuple[str, str]], subprotocols: list[str]) -> Any:
+        """A WebSocket to the API, with this client's TLS and token; a refused upgrade raises
+        :class:`CaasctlError` with the API's status and detail.
+
+        websockets' asyncio client, not its sync one: the sync client reads the socket in a
+        thread while another writes, and one TLS session must not be used by two threads at
+        once (OpenSSL's rule). With TLS 1.3 the server's session tickets arrive right after
+        the handshake, and a read handling them while the upgrade request was written lost
+        the request now and then: the API never answered and closed the connection."""
         from urllib.parse import urlencode
 
+        from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidHandshake, InvalidStatus
-        from websockets.sync.client import connect
         from websockets.typing import Subprotocol
 
         base = str(self.http.base_url).rstrip("/")
@@ -82,7 +88,7 @@ class RestClient:
                 if not self._verify:
                     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         try:
-            return connect(
+            return await connect(
                 url,
                 ssl=context,
                 additional_headers={"Authorization": f"Bearer {self._token}"},

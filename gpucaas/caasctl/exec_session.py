@@ -12,6 +12,7 @@ command could not be started or found.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -73,29 +74,60 @@ def run(api: RestClient, container_id: str, command: list[str], *, stdin: bool, 
     query = [("command", c) for c in command]
     query += [("stdin", "true")] if stdin else []
     query += [("tty", "true")] if tty else []
-    ws = api.websocket(f"/v1/containers/{container_id}/exec", query, PROTOCOLS)
+    status = asyncio.run(_session(api, f"/v1/containers/{container_id}/exec", query, stdin=stdin, tty=tty))
+    code, message = exit_code_of(status)
+    if message:
+        print(f"caasctl: exec: {message}", file=sys.stderr)
+    return code
+
+
+def _read_stdin(loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
+    """Standard input, read in a daemon thread (a file, a pipe or a terminal alike) and
+    handed to the event loop; b"" marks its end. Only the loop touches the WebSocket."""
+    try:
+        while data := os.read(sys.stdin.fileno(), 4096):
+            loop.call_soon_threadsafe(chunks.put_nowait, data)
+    except OSError:
+        pass
+    with contextlib.suppress(RuntimeError):  # the loop closed: the session is over
+        loop.call_soon_threadsafe(chunks.put_nowait, b"")
+
+
+async def _send_stdin(ws: Any, chunks: asyncio.Queue[bytes]) -> None:
+    while data := await chunks.get():
+        await ws.send(bytes([STDIN]) + data)
+    if ws.subprotocol == PROTOCOLS[0]:
+        await ws.send(bytes([CLOSE, STDIN]))
+
+
+async def _session(api: RestClient, path: str, query: list[tuple[str, str]], *, stdin: bool, tty: bool) -> Any:
+    """The exec session on one event loop; returns the final Status (None: none came)."""
+    ws = await api.websocket(path, query, PROTOCOLS)
+    loop = asyncio.get_running_loop()
     out = sys.stdout.buffer
     status: dict[str, Any] | None = None
-    old_handler: Any = None
+    tasks: set[asyncio.Task[None]] = set()
 
-    def pump_stdin() -> None:  # a daemon thread: it ends with the session
-        try:
-            while data := os.read(sys.stdin.fileno(), 4096):
-                ws.send(bytes([STDIN]) + data)
-            if ws.subprotocol == PROTOCOLS[0]:
-                ws.send(bytes([CLOSE, STDIN]))
-        except Exception:  # noqa: BLE001 - the session ended while input was read
-            return
+    async def quietly(work: Any) -> None:
+        with contextlib.suppress(ConnectionClosed):  # the session ended while input was sent
+            await work
+
+    def spawn(work: Any) -> None:
+        task = loop.create_task(quietly(work))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     raw = _raw_terminal(sys.stdin.fileno()) if tty else contextlib.nullcontext()
     try:
         with raw:
             if tty:
-                ws.send(_size_message())
-                old_handler = signal.signal(signal.SIGWINCH, lambda *_: ws.send(_size_message()))
+                await ws.send(_size_message())
+                loop.add_signal_handler(signal.SIGWINCH, lambda: spawn(ws.send(_size_message())))
             if stdin:
-                threading.Thread(target=pump_stdin, name="exec-stdin", daemon=True).start()
-            for message in ws:
+                chunks: asyncio.Queue[bytes] = asyncio.Queue()
+                threading.Thread(target=_read_stdin, args=(loop, chunks), name="exec-stdin", daemon=True).start()
+                spawn(_send_stdin(ws, chunks))
+            async for message in ws:
                 if isinstance(message, str):
                     message = message.encode()
                 if not message:
@@ -111,14 +143,13 @@ def run(api: RestClient, container_id: str, command: list[str], *, stdin: bool, 
                     with contextlib.suppress(ValueError):
                         status = json.loads(data)
     except ConnectionClosed:
-        pass  # cut before the status arrived: said below
+        pass  # cut before the status arrived: said by the caller
     except OSError as exc:
         raise CaasctlError(f"exec: {exc}") from exc
     finally:
-        if old_handler is not None:
-            signal.signal(signal.SIGWINCH, old_handler)
-        ws.close()
-    code, message = exit_code_of(status)
-    if message:
-        print(f"caasctl: exec: {message}", file=sys.stderr)
-    return code
+        if tty:
+            loop.remove_signal_handler(signal.SIGWINCH)
+        for task in list(tasks):
+            task.cancel()
+        await ws.close()
+    return status

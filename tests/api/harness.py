@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import threading
 from pathlib import Path
@@ -61,6 +62,34 @@ class ApiServer:
         ctx = ssl.create_default_context()
         self.ca.configure_trust(ctx)
         return httpx.Client(base_url=self.base_url, headers=headers, verify=ctx, timeout=30, **kwargs)
+
+    def refused_upgrade(self, path: str, token: str | None, protocols: tuple[str, ...]) -> tuple[int, bytes]:
+        """The status and body of a refused WebSocket upgrade (the test fails if it was accepted).
+
+        websockets' asyncio client: its sync client reads and writes one TLS session from two
+        threads, which OpenSSL forbids, and now and then lost its request (caasctl's exec did)."""
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidStatus
+
+        ctx = ssl.create_default_context()
+        self.ca.configure_trust(ctx)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+        async def upgrade() -> tuple[int, bytes]:
+            try:
+                ws = await connect(
+                    f"wss://127.0.0.1:{self.port}{path}",
+                    ssl=ctx,
+                    additional_headers=headers,
+                    subprotocols=list(protocols),  # type: ignore[arg-type]  # websockets' Subprotocol is a str
+                    open_timeout=30,
+                )
+            except InvalidStatus as exc:
+                return exc.response.status_code, bytes(exc.response.body or b"")
+            await ws.close()
+            raise AssertionError(f"the upgrade of {path} was accepted")
+
+        return asyncio.run(upgrade())
 
     @property
     def worker(self) -> Any:

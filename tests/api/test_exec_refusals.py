@@ -9,14 +9,11 @@ that is not running, and the API server's own refusal of a pod no node runs.
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.exceptions import InvalidStatus
-from websockets.sync.client import connect
 
 from devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
@@ -37,22 +34,8 @@ def refused(
     protocols: tuple[str, ...] = ("v5.channel.k8s.io",),
 ) -> tuple[int, dict[str, Any]]:
     """The status and body of a refused exec upgrade (the test fails if it was accepted)."""
-    ctx = ssl.create_default_context()
-    api.ca.configure_trust(ctx)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = f"wss://127.0.0.1:{api.port}/v1/containers/{cid}/exec?{query}"
-    try:
-        with connect(
-            url,
-            ssl=ctx,
-            additional_headers=headers,
-            subprotocols=list(protocols),  # type: ignore[arg-type]
-            open_timeout=30,
-        ):
-            pass
-    except InvalidStatus as exc:
-        return exc.response.status_code, json.loads(exc.response.body or b"{}")
-    raise AssertionError("the exec was accepted")
+    status, body = api.refused_upgrade(f"/v1/containers/{cid}/exec?{query}", token, protocols)
+    return status, json.loads(body or b"{}")
 
 
 def test_every_refusal_before_the_upgrade_says_why(api: ApiServer, k8s: Any) -> None:

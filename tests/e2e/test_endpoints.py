@@ -162,11 +162,12 @@ SERVE_BOTH = (
 
 
 def test_streamed_responses_and_websockets_pass_through(sandbox: runner.Sandbox, tenant: Tenant) -> None:
+    import asyncio
     import socket
     import ssl
     import threading
 
-    from websockets.sync.client import connect
+    from websockets.asyncio.client import connect
 
     status, body = tenant.call(
         "POST",
@@ -236,10 +237,11 @@ def test_streamed_responses_and_websockets_pass_through(sandbox: runner.Sandbox,
     ctx = ssl.create_default_context(cafile=str(sandbox.tls.ca_cert))
     address, port = info["address"].rsplit(":", 1)
 
-    def message() -> str | None:
+    async def first_message() -> str:
         sock = socket.create_connection((address, int(port)), timeout=30)
+        sock.setblocking(False)
         try:
-            with connect(
+            async with connect(
                 f"wss://{ws_host}/",
                 sock=sock,
                 ssl=ctx,
@@ -247,9 +249,15 @@ def test_streamed_responses_and_websockets_pass_through(sandbox: runner.Sandbox,
                 open_timeout=30,
                 additional_headers={"Authorization": f"Bearer {tenant.token}"},
             ) as ws:
-                return str(ws.recv(timeout=30))
-        except Exception:  # noqa: BLE001 - the route may not be there yet: try again
+                return str(await asyncio.wait_for(ws.recv(), 30))
+        finally:
             sock.close()
+
+    def message() -> str | None:
+        # websockets' asyncio client: its sync one uses one TLS session from two threads
+        try:
+            return asyncio.run(first_message())
+        except Exception:  # noqa: BLE001 - the route may not be there yet: try again
             return None
 
     assert waiting.wait_for(message, TIMEOUT, interval=0.5, what="a WebSocket message") == "hello-websocket"
