@@ -24,7 +24,7 @@ import logging
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import Engine
@@ -130,12 +130,21 @@ class SubmissionWorker:
                 did = self._submit_tenancy(rows) or did
             return did
         pool = self._submit_pool()
-        for moved in pool.map(self._submit_tenancy, by_tenancy.values()):
-            did = moved or did
+        if pool is None:  # stopping: the rows stay claimed until their claim runs out, then any replica takes them
+            return did
+        try:
+            for moved in pool.map(self._submit_tenancy, by_tenancy.values()):
+                did = moved or did
+        except CancelledError:  # stop() cancelled the tenancies not yet started: as above
+            return True
         return did
 
-    def _submit_pool(self) -> ThreadPoolExecutor:
+    def _submit_pool(self) -> ThreadPoolExecutor | None:
+        """The pool the tenancies' rows run in; None once stop() was called (a pass still
+        running when stop() gave up on joining it must not make a pool nothing shuts down)."""
         with self._pool_lock:
+            if self._stop.is_set():
+                return None
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
                     max_workers=self.settings.worker_concurrency, thread_name_prefix="gpucaas-submit"

@@ -464,3 +464,37 @@ def test_the_rows_of_different_tenancies_get_their_pods_side_by_side(api: ApiSer
     for n in names:
         assert get_pod(k8s, f"tenant-{n}", pods.pod_name(ids[n])) is not None
     assert worker.submitted == len(names)
+
+
+def test_a_pass_after_stop_makes_no_pods_and_leaves_its_rows_to_the_next_worker(api: ApiServer, k8s: Any) -> None:
+    """A pass still running when stop() gave up joining it (or one begun after): it starts no
+    pool nothing would shut down and makes no pod; the rows it claimed are taken, once their
+    claim runs out, by the next worker, each pod made once."""
+    from services.api import pods
+    from services.api.worker import SubmissionWorker
+
+    api.worker.stop()  # the queue is this test's alone from here on
+    names = ["stopa", "stopb"]
+    ids: dict[str, str] = {}
+    with api.client() as admin:
+        tokens = {n: new_tenancy(admin, n) for n in names}
+    for n in names:
+        mark_tenancy_ready(k8s, n)
+        with api.client(tokens[n]) as c:
+            ids[n] = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+    settings = api.worker.settings.model_copy(update={"worker_claim_seconds": 1.0, "worker_concurrency": 2})
+    stopped = SubmissionWorker(engine=api.worker.engine, kube=api.worker.kube, settings=settings)
+    stopped.stop(timeout=0)
+    stopped.run_once()
+    assert stopped._pool is None
+    assert all(get_pod(k8s, f"tenant-{n}", pods.pod_name(ids[n])) is None for n in names)
+
+    following = SubmissionWorker(engine=api.worker.engine, kube=api.worker.kube, settings=settings)
+    try:
+        wait_for(lambda: following.run_once() and following.submitted == len(names), 30, what="the rows' pods")
+    finally:
+        following.stop()
+    for n in names:
+        assert get_pod(k8s, f"tenant-{n}", pods.pod_name(ids[n])) is not None
+        with api.client(tokens[n]) as c:
+            assert c.get(f"/v1/containers/{ids[n]}").json()["status"] != "Queued"
