@@ -428,6 +428,20 @@ def test_readyz_when_everything_answers(api: ApiServer) -> None:
     assert r.status_code == 200 and r.json() == {"status": "ok", "database": "ok", "kubernetes": "ok"}
 
 
+def _queued_alone(api: ApiServer, k8s: Any, names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """One queued container in each of new ready tenancies ``names``, the API's own worker
+    stopped (the queue is the test's alone): their tokens and the containers' ids."""
+    api.worker.stop()
+    ids: dict[str, str] = {}
+    with api.client() as admin:
+        tokens = {n: new_tenancy(admin, n) for n in names}
+    for n in names:
+        mark_tenancy_ready(k8s, n)
+        with api.client(tokens[n]) as c:
+            ids[n] = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+    return tokens, ids
+
+
 def test_the_rows_of_different_tenancies_get_their_pods_side_by_side(api: ApiServer, k8s: Any) -> None:
     """A burst over several tenancies: the worker makes their pods at the same time (each
     tenancy's own in order), not one after another. Three pod creations meet at a barrier that
@@ -437,15 +451,8 @@ def test_the_rows_of_different_tenancies_get_their_pods_side_by_side(api: ApiSer
     from services.api import pods
     from services.api.worker import SubmissionWorker
 
-    api.worker.stop()  # the queue is this test's alone from here on
     names = ["sidea", "sideb", "sidec"]
-    ids: dict[str, str] = {}
-    with api.client() as admin:
-        tokens = {n: new_tenancy(admin, n) for n in names}
-    for n in names:
-        mark_tenancy_ready(k8s, n)
-        with api.client(tokens[n]) as c:
-            ids[n] = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+    tokens, ids = _queued_alone(api, k8s, names)
     worker = SubmissionWorker(engine=api.worker.engine, kube=api.worker.kube, settings=api.worker.settings)
     meet = threading.Barrier(len(names), timeout=30)
     create = worker.kube.create_pod
@@ -473,15 +480,8 @@ def test_a_pass_after_stop_makes_no_pods_and_leaves_its_rows_to_the_next_worker(
     from services.api import pods
     from services.api.worker import SubmissionWorker
 
-    api.worker.stop()  # the queue is this test's alone from here on
     names = ["stopa", "stopb"]
-    ids: dict[str, str] = {}
-    with api.client() as admin:
-        tokens = {n: new_tenancy(admin, n) for n in names}
-    for n in names:
-        mark_tenancy_ready(k8s, n)
-        with api.client(tokens[n]) as c:
-            ids[n] = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+    tokens, ids = _queued_alone(api, k8s, names)
     settings = api.worker.settings.model_copy(update={"worker_claim_seconds": 1.0, "worker_concurrency": 2})
     stopped = SubmissionWorker(engine=api.worker.engine, kube=api.worker.kube, settings=settings)
     stopped.stop(timeout=0)
