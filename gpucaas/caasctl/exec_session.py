@@ -84,12 +84,9 @@ def run(api: RestClient, container_id: str, command: list[str], *, stdin: bool, 
 def _read_stdin(loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
     """Standard input, read in a daemon thread (a file, a pipe or a terminal alike) and
     handed to the event loop; b"" marks its end. Only the loop touches the WebSocket."""
-    try:
+    with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: the loop closed, the session is over
         while data := os.read(sys.stdin.fileno(), 4096):
             loop.call_soon_threadsafe(chunks.put_nowait, data)
-    except OSError:
-        pass
-    with contextlib.suppress(RuntimeError):  # the loop closed: the session is over
         loop.call_soon_threadsafe(chunks.put_nowait, b"")
 
 
