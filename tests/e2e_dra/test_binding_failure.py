@@ -28,7 +28,7 @@ from devtools.waiting import wait_for
 from gpucaas.sandbox import runner
 from gpucaas.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
 from services.dra_driver.slices import device_name
-from tests.e2e.conftest import activations, offered_partitions, settled
+from tests.e2e.conftest import activations, leases, offered_partitions
 from tests.e2e_dra.conftest import pci_of
 
 NS = "e2e-dra-binding"
@@ -108,7 +108,7 @@ def _blocked(sandbox: runner.Sandbox, k8s: client.ApiClient) -> Iterator[None]:
         # every lease Free too: a pod deleted just before still has its GPUs leased until the
         # node's lease agent sees it gone, then checked (its partitions tainted meanwhile), and
         # a board offered whole in that gap stops being offered a moment later
-        return settled(sandbox, k8s) and all(
+        return all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s)) and all(
             set(offered_partitions(k8s, n)) == ALL_PARTITIONS and not _claims_held_on(custom, n)
             for n in ("gpu-node-a", "gpu-node-b")
         )
