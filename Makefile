@@ -22,7 +22,7 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
-.PHONY: test-chaos test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream upstream-cilium lint
+.PHONY: test-cilium test-chaos test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream upstream-cilium lint
 
 install: system-deps $(VENV)/.installed upstream
 
@@ -33,10 +33,22 @@ install: system-deps $(VENV)/.installed upstream
 upstream:
 	@upstream/build.sh >/dev/null
 
-# Cilium v1.20 (agent, generic operator, cilium-dbg and the datapath's C sources) into the same
-# folder: opt-in, as nothing runs it yet (docs/cilium-feasibility.md; ~9 min on 2 cores).
+# Cilium v1.20 (agent, generic operator, cilium-dbg, cilium-cni and the datapath's C sources)
+# into the same folder: opt-in (docs/cilium.md; ~9 min on 2 cores), as is what runs it:
+# `gpucaas sandbox --network cilium` and `make test-cilium`.
 upstream-cilium:
 	@GPUCAAS_CILIUM=1 upstream/build.sh >/dev/null
+
+# Tenant isolation proven with packets (tests/e2e_cilium, docs/cilium.md): the sandbox's real
+# nodes in network namespaces of their own with Cilium enforcing the policies. Not part of
+# `make test`: Cilium's build and the system-wide sysctls its agent sets.
+CILIUM_APT_PACKAGES := clang-19 llvm-19
+test-cilium: install upstream-cilium
+	@missing=$$(for p in $(CILIUM_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
+	fi
+	GPUCAAS_E2E_CILIUM=1 $(PY) -m pytest -q tests/e2e_cilium
 
 # The PostgreSQL the tests use (Debian's server on 127.0.0.1:5432, trust auth, database test):
 # installed and started when it does not answer.

@@ -94,6 +94,9 @@ class ClusterOptions:
     apiserver_args: list[str] = field(default_factory=list)
     #: more kube-controller-manager flags (the sandbox's ``--enable-hostpath-provisioner``)
     controller_manager_args: list[str] = field(default_factory=list)
+    #: kube-apiserver's ``--bind-address``: all addresses when nodes reach it from network
+    #: namespaces of their own (the sandbox's Cilium network), loopback otherwise
+    bind_address: str = "127.0.0.1"
 
 
 class LocalCluster(ProcessGroup):
@@ -221,7 +224,7 @@ class LocalCluster(ProcessGroup):
             "--etcd-servers",
             self.etcd_url,
             "--bind-address",
-            "127.0.0.1",
+            opts.bind_address,
             "--advertise-address",
             "127.0.0.1",
             "--secure-port",

@@ -36,8 +36,10 @@ import yaml
 
 from devtools.local_cluster.cluster import LocalCluster, free_port
 from devtools.local_cluster.processes import ClusterFailed, ProcessGroup, http_ok, unix_socket_ready
+from devtools.real_node import cilium
 from devtools.real_node.images import PAUSE
 from devtools.real_node.notice import RuntimeNotice
+from devtools.waiting import wait_for
 
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
@@ -59,6 +61,9 @@ class NodeOptions:
     #: upstream registry name -> the loopback address that serves it (plain HTTP)
     mirrors: dict[str, str] = field(default_factory=dict)
     max_pods: int = 110
+    #: the node's address on the Cilium uplink (:mod:`.cilium`): Cilium is its network, in a
+    #: network namespace of its own; empty: the plain bridge on this machine's namespace
+    cilium_address: str = ""
 
 
 class RealNode(ProcessGroup):
@@ -73,6 +78,7 @@ class RealNode(ProcessGroup):
         self.notice: RuntimeNotice | None = None
         #: containerd's and the kubelet's own command lines (launch puts them in the namespace)
         self._commands: dict[str, list[str]] = {}
+        self.network: cilium.NodeNetwork | None = None
 
     # --- paths ------------------------------------------------------------------------
 
@@ -99,6 +105,11 @@ class RealNode(ProcessGroup):
         return str(ipaddress.ip_network(self.options.pod_cidr)[1])
 
     @property
+    def node_ip(self) -> str:
+        """The kubelet's node IP: its ``eth0`` on the Cilium uplink, else the bridge's gateway."""
+        return self.options.cilium_address or self.gateway
+
+    @property
     def bridge(self) -> str:
         return f"gpucaas{ipaddress.ip_network(self.options.pod_cidr).network_address.packed[2]}"
 
@@ -118,6 +129,12 @@ class RealNode(ProcessGroup):
     def start(self, timeout: float = 120.0) -> RealNode:
         self._prepare()
         self.start_all(timeout)
+        if self.network is not None:
+            try:
+                self._start_cilium(timeout)
+            except BaseException:
+                self.stop()
+                raise
         self.notice = RuntimeNotice(self.cluster.admin_kubeconfig, self.name, KATA_HANDLER).start()
         return self
 
@@ -129,7 +146,10 @@ class RealNode(ProcessGroup):
             super().stop()
             self.remove_pods()
         finally:
-            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+            if self.network is not None:
+                self.network.down()
+            else:
+                subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
             unmount_under(self.folder)
 
     def remove_pods(self) -> None:
@@ -170,7 +190,11 @@ class RealNode(ProcessGroup):
             self.kubelet_port = free_port()
             self._healthz_port = free_port()
         self._make_cgroup_root()
-        self._make_bridge()
+        if opts.cilium_address:
+            self.network = cilium.NodeNetwork(self.name, opts.cilium_address, opts.pod_cidr)
+            self.network.up()
+        else:
+            self._make_bridge()
         self._write_registry_hosts()
         self._write_cni()
         cfg = self._write_containerd_config()
@@ -191,19 +215,14 @@ class RealNode(ProcessGroup):
         mounts = " && ".join(
             f"mkdir -p {target} && mount --bind '{source}' {target}" for target, source in binds.items()
         )
-        self.add(
-            "mount-namespace",
-            [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "slave",
-                "sh",
-                "-c",
-                f"{mounts} && touch '{self.folder / 'namespace-ready'}' && exec sleep infinity",
-            ],
-            lambda: (self.folder / "namespace-ready").exists(),
-        )
+        ready = self.folder / "namespace-ready"
+        holder = ["unshare", "--mount", "--propagation", "slave", "sh", "-c"]
+        if self.network is not None:  # made in the node's network namespace (and a sysfs of it)
+            holder = ["nsenter", f"--net={self.network.path}", "--", *holder]
+            holder.append(cilium.holder_script(self.folder, mounts, ready))
+        else:
+            holder.append(f"{mounts} && touch '{ready}' && exec sleep infinity")
+        self.add("mount-namespace", holder, lambda: ready.exists())
         (self.folder / "namespace-ready").unlink(missing_ok=True)
         self.add(
             "containerd",
@@ -214,6 +233,8 @@ class RealNode(ProcessGroup):
         kubeconfig = self.cluster.kubeconfig_for(
             self.folder / f"kubelet-{self.name}.kubeconfig", f"system:node:{self.name}", groups=("system:nodes",)
         )
+        if self.network is not None:
+            kubeconfig = cilium.reachable_kubeconfig(kubeconfig, kubeconfig)
         kcfg = self._write_kubelet_config()
         args: list[object] = [
             b / "kubelet",
@@ -228,13 +249,14 @@ class RealNode(ProcessGroup):
             "--hostname-override",
             self.name,
             "--node-ip",
-            self.gateway,
+            self.node_ip,
             "--v",
             "1",
         ]
         if opts.labels:
             args += ["--node-labels", ",".join(f"{k}={v}" for k, v in sorted(opts.labels.items()))]
-        self.add("kubelet", args, http_ok(f"http://127.0.0.1:{self._healthz_port}/healthz"))
+        healthz = self.options.cilium_address or "127.0.0.1"
+        self.add("kubelet", args, http_ok(f"http://{healthz}:{self._healthz_port}/healthz"))
 
     def launch(self, name: str) -> None:
         """containerd and the kubelet start inside the node's mount namespace (its holder's, as it is now)."""
@@ -244,7 +266,10 @@ class RealNode(ProcessGroup):
             if holder is None:
                 raise ClusterFailed(f"{self.name}: the node's mount namespace is gone; restart the node")
             command = self._commands.setdefault(name, comp.args)
-            comp.args = ["nsenter", f"--mount=/proc/{holder}/ns/mnt", "--", *command]
+            spaces = [f"--mount=/proc/{holder}/ns/mnt"]
+            if self.network is not None:
+                spaces.append(f"--net=/proc/{holder}/ns/net")
+            comp.args = ["nsenter", *spaces, "--", *command]
         super().launch(name)
 
     def _make_cgroup_root(self) -> None:
@@ -276,7 +301,36 @@ class RealNode(ProcessGroup):
                 f'server = "http://{address}"\n\n[host."http://{address}"]\n  capabilities = ["pull", "resolve"]\n'
             )
 
+    def _start_cilium(self, timeout: float) -> None:
+        """The node's Cilium agent, once the kubelet registered the Node: the Node's podCIDR
+        first (the agent's IPAM hands out the pods' addresses from it; no controller-manager
+        allocates node CIDRs here, and the kubelet's own ``podCIDR`` setting is not published)."""
+        b = self.cluster.bin_dir
+        admin = str(self.cluster.admin_kubeconfig)
+        kubectl = [str(b / "kubectl"), "--kubeconfig", admin]
+        node = ["get", "node", self.name, "-o", "jsonpath={.spec.podCIDR}"]
+        registered = lambda: subprocess.run([*kubectl, *node], capture_output=True, check=False).returncode == 0  # noqa: E731
+        wait_for(registered, timeout, interval=0.5, what=f"the Node {self.name}")
+        cidr = {"spec": {"podCIDR": self.options.pod_cidr, "podCIDRs": [self.options.pod_cidr]}}
+        current = subprocess.run([*kubectl, *node], capture_output=True, text=True, check=True).stdout.strip()
+        if not current:
+            patch = ["patch", "node", self.name, "--type", "merge", "-p", json.dumps(cidr)]
+            subprocess.run([*kubectl, *patch], capture_output=True, check=True)
+        kubeconfig = cilium.reachable_kubeconfig(self.cluster.admin_kubeconfig, self.folder / "cilium.kubeconfig")
+        self.add(
+            "cilium-agent",
+            cilium.agent_command(b, kubeconfig),
+            lambda: cilium.agent_ready(b, self.folder),
+            env={"K8S_NODE_NAME": self.name, "PATH": f"{cilium.LLVM_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"},
+        )
+        self.launch("cilium-agent")
+        self.wait_ready("cilium-agent", timeout)
+
     def _write_cni(self) -> None:
+        if self.options.cilium_address:
+            conf = cilium.cni_config()
+            (self.folder / "cni" / "net.d" / "05-cilium.conflist").write_text(json.dumps(conf, indent=1))
+            return
         conf = {
             "cniVersion": "1.0.0",
             "name": "gpucaas-pods",
@@ -336,7 +390,7 @@ state = "{root / "state"}"
         BinaryName = "{RUNC}"
         Root = "{root / "runc"}"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["{CNI_BIN}"]
+    bin_dirs = {json.dumps([CNI_BIN, *([str(self.cluster.bin_dir)] if self.options.cilium_address else [])])}
     conf_dir = "{self.folder / "cni" / "net.d"}"
 
 [plugins.'io.containerd.cri.v1.images']
@@ -359,10 +413,10 @@ state = "{root / "state"}"
         cfg = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "address": self.gateway,
+            "address": self.node_ip,
             "port": self.kubelet_port,
             "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
+            "healthzBindAddress": self.options.cilium_address or "127.0.0.1",
             "healthzPort": self._healthz_port,
             "authentication": {
                 "anonymous": {"enabled": False},

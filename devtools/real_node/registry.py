@@ -38,10 +38,13 @@ class Registry:
     folder: Path
     port: int
     htpasswd: Path | None = None
+    #: where it listens: loopback, or the machine's address on the uplink the nodes of the
+    #: Cilium network hang on (:mod:`.cilium`)
+    bind: str = "127.0.0.1"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.bind}:{self.port}"
 
     def config(self) -> Path:
         cfg = {
@@ -62,7 +65,7 @@ class Registry:
 
     def ready(self) -> bool:
         try:
-            with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2):  # a loopback URL
+            with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2):  # this machine's URL
                 return True
         except urllib.error.HTTPError as e:
             return e.code == 401  # the private one answers, asking for credentials
@@ -81,7 +84,7 @@ def write_htpasswd(path: Path, user: str, password: str) -> None:
 class Registries(ProcessGroup):
     """The public and the private registry, filled with the images a node here runs."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, bind: str = "127.0.0.1") -> None:
         self.folder = folder.resolve()
         super().__init__(self.folder / "logs")
         password_file = self.folder / "private-password"
@@ -90,8 +93,10 @@ class Registries(ProcessGroup):
             password_file.write_text(secrets.token_urlsafe(18))
             password_file.chmod(0o600)
         self.password = password_file.read_text().strip()
-        self.public = Registry("public", self.folder / "public", free_port())
-        self.private = Registry("private", self.folder / "private", free_port(), htpasswd=self.folder / "htpasswd")
+        self.public = Registry("public", self.folder / "public", free_port(), bind=bind)
+        self.private = Registry(
+            "private", self.folder / "private", free_port(), htpasswd=self.folder / "htpasswd", bind=bind
+        )
 
     def start(self, timeout: float = 60.0) -> Registries:
         write_htpasswd(self.private.htpasswd, PRIVATE_USER, self.password)  # type: ignore[arg-type]
@@ -108,7 +113,7 @@ class Registries(ProcessGroup):
         return self
 
     def mirrors(self) -> dict[str, str]:
-        """Registry name -> loopback address, for containerd's host configuration."""
+        """Registry name -> address, for containerd's host configuration."""
         return {**{name: self.public.address for name in PUBLIC_NAMES}, PRIVATE_REGISTRY: self.private.address}
 
     def info(self) -> dict[str, str]:

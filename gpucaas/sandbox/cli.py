@@ -98,6 +98,7 @@ def command(
                 progress=progress,
                 allocation_mode=mode,
                 real_nodes=real_nodes,
+                network=settings.network,
             )
     except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
@@ -128,9 +129,11 @@ def command(
     console.print(f"  tenant token   {sandbox.tenant_token}   (tenancy '{runner.DEMO_TENANCY}')")
     console.print(f"  kubeconfig     {sandbox.kubeconfig}")
     for node in sandbox.nodes:
+        real = sandbox.real_nodes.get(node.name)
         kind = (
             "real: kubelet, containerd and runc run its containers (the Kata handler runs runc: no VM)"
-            if node.name in sandbox.real_nodes
+            + (f"; network: Cilium, at {real.node_ip}" if sandbox.network == "cilium" else "")
+            if real is not None
             else "simulated by the node agent: no container runs"
         )
         console.print(f"  node           {node.name}  {kind}")

@@ -11,8 +11,9 @@ endpoints' Ingresses: forwardAuth to the API's ``/v1/endpoint-auth`` (verified a
 the sandbox CA) and the removal of the tenant's ``Authorization`` header.
 
 In production the operator's controller (Traefik from its Helm chart, the chart's
-Middlewares) does the same in the cluster; the endpoints' CiliumNetworkPolicies are only
-objects here (the sandbox's pod network is a plain bridge: nothing enforces them).
+Middlewares) does the same in the cluster. The endpoints' CiliumNetworkPolicies are only
+objects on the sandbox's default bridge network; with ``--network cilium`` Cilium enforces
+them, and the sandbox admits Traefik by its address (docs/cilium.md).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from devtools.local_cluster.binaries import binary
 from devtools.local_cluster.cluster import free_port
 from devtools.local_cluster.objects import create_all
 from devtools.local_cluster.processes import unix_socket_ready
+from devtools.real_node import cilium
 from devtools.real_node.devices import make_char_devices
 from devtools.real_node.node import (
     NodeOptions,
@@ -157,6 +158,10 @@ class Sandbox:
     volume_ownership: hostpath_volumes.VolumeOwnership | None = None
     #: Traefik serving the containers' endpoints (own cluster only; ``ingress.json``)
     ingress: Ingress | None = None
+    #: the real nodes' network: ``bridge`` (nothing enforced) or ``cilium`` (:mod:`devtools.real_node.cilium`)
+    network: str = "bridge"
+    #: Cilium's operator (the ``cilium`` network only)
+    cilium_operator: cilium.Operator | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
@@ -172,7 +177,7 @@ class Sandbox:
     def stop(self) -> None:
         if self.volume_ownership is not None:
             self.volume_ownership.stop()
-        _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster, self.ingress)
+        _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster, self.ingress, self.cilium_operator)
 
 
 def _stop_all(
@@ -181,13 +186,18 @@ def _stop_all(
     registries: Registries | None,
     cluster: LocalCluster | None,
     ingress: Ingress | None = None,
+    operator: cilium.Operator | None = None,
 ) -> None:
-    """The ingress controller and the services, then the real nodes, the registries and the control plane."""
+    """The ingress controller and the services, then the real nodes, Cilium's operator and the
+    uplink (the ``cilium`` network), the registries and the control plane."""
     if ingress is not None:
         ingress.stop()
     sup.stop_all()
     for node in real.values():
         node.stop()
+    if operator is not None:
+        operator.stop()
+        cilium.uplink_down()
     if registries is not None:
         registries.stop()
     if cluster is not None:
@@ -342,7 +352,12 @@ def scheduler_config(allocation_mode: str, extender_url: str) -> dict[str, Any]:
 
 
 def start_cluster(
-    state_dir: Path, nodes: tuple[str, ...], allocation_mode: str, say: Any, compaction_interval: str | None = None
+    state_dir: Path,
+    nodes: tuple[str, ...],
+    allocation_mode: str,
+    say: Any,
+    compaction_interval: str | None = None,
+    bind_address: str = "127.0.0.1",
 ) -> LocalCluster:
     """The sandbox's control plane, kept in ``state_dir/cluster`` across runs of the same
     allocation mode; a run in the other mode starts from an empty etcd (each mode installs
@@ -373,6 +388,7 @@ def start_cluster(
             compaction_interval=compaction_interval,
             # tenant volumes (hostpath_volumes)
             controller_manager_args=[hostpath_volumes.CONTROLLER_MANAGER_FLAG],
+            bind_address=bind_address,
         ),
     )
     say(
@@ -408,6 +424,19 @@ def secrets_encryption(folder: Path) -> dict[str, Any]:
             }
         ],
     }
+
+
+def _crd_ready(cluster: LocalCluster, plural: str) -> Any:
+    """Whether Cilium's CRD ``<plural>.cilium.io`` is registered and established."""
+
+    def check() -> bool:
+        try:
+            crd = cluster.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.cilium.io")
+        except OSError:
+            return False
+        return any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"].get("conditions", []))
+
+    return check
 
 
 def cluster_version() -> str:
@@ -543,6 +572,7 @@ def start(
     database_url: str | None = None,
     api_replicas: int = 1,
     compaction_interval: str | None = None,
+    network: str = "bridge",
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
@@ -558,7 +588,12 @@ def start(
     behind one Service; more than one needs a database they can share (PostgreSQL).
     ``compaction_interval``: kube-apiserver's ``--etcd-compaction-interval`` (own cluster only);
     a short one makes every watch that falls behind meet 410 Gone.
+    ``network``: the real nodes' network, ``bridge`` (one bridge per node on this machine's
+    namespace; policies are objects only) or ``cilium`` (each node in a network namespace of
+    its own with a Cilium agent enforcing the policies; :mod:`devtools.real_node.cilium`).
     """
+    if network not in ("bridge", "cilium"):
+        raise ValueError(f"network {network!r}: use bridge or cilium")
     if api_replicas > 1 and (database_url is None or database_url.startswith("sqlite")):
         raise ValueError("several API replicas need a database they share (a PostgreSQL URL)")
     say = progress or (lambda msg: log.info("%s", msg))
@@ -588,9 +623,15 @@ def start(
     registries: Registries | None = None
     ownership: hostpath_volumes.VolumeOwnership | None = None
     ingress: Ingress | None = None
+    operator: cilium.Operator | None = None
+    with_cilium = network == "cilium"
     try:
         real_nodes = min(real_nodes, len(nodes))
         missing = node_tools_missing() if real_nodes else []
+        if with_cilium:
+            if not real_nodes or real_cluster:
+                raise OSError("the cilium network is the real nodes' network: it needs --real-nodes 1 or more")
+            missing += cilium.missing(Path(binary("kubectl")).parent)
         if real_nodes and (real_cluster or missing):
             raise OSError(
                 "a real node needs the sandbox's own cluster and "
@@ -598,7 +639,17 @@ def start(
                 + " (make install adds the packages; --real-nodes 0 simulates every node)"
             )
         if not real_cluster:
-            cluster = start_cluster(state_dir, nodes, allocation_mode, say, compaction_interval)
+            if with_cilium:
+                say(f"making the Cilium nodes' uplink {cilium.UPLINK} ({cilium.HOST_ADDRESS} is this machine)")
+                cilium.uplink_up()
+            cluster = start_cluster(
+                state_dir,
+                nodes,
+                allocation_mode,
+                say,
+                compaction_interval,
+                bind_address="0.0.0.0" if with_cilium else "127.0.0.1",
+            )
             kubeconfig = state_dir / "kubeconfig"
             write_private(kubeconfig, cluster.admin_kubeconfig.read_text())
             static_tokens = identities.write_token_file(state_dir / "kube-tokens.csv", nodes)
@@ -607,6 +658,12 @@ def start(
         assert kubeconfig is not None
         say("creating CRDs and Cilium's policy CRD")
         create_all(kubeconfig, cluster_objects())
+        if with_cilium:
+            assert cluster is not None
+            say("starting Cilium's operator (it registers Cilium's CRDs)")
+            operator = cilium.Operator(
+                state_dir / "cilium", cluster.bin_dir, cluster.admin_kubeconfig, _crd_ready(cluster, "ciliumendpoints")
+            ).start()
         if not real_cluster:
             ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say, chart_objects, allocation_mode)
 
@@ -631,7 +688,10 @@ def start(
                 "starting the local registries (public images built from busybox-static; a private one "
                 "that asks for credentials) and pushing the images"
             )
-            registries = Registries(state_dir / "registries").start()
+            registries = Registries(
+                state_dir / "registries",
+                bind=cilium.HOST_ADDRESS if with_cilium else "127.0.0.1",
+            ).start()
             write_private(state_dir / "registry.json", json.dumps(registries.info(), indent=2) + "\n")
         if not real_cluster:
             for index, name in enumerate(nodes):
@@ -660,15 +720,22 @@ def start(
                 )
                 if index < real_nodes:
                     assert cluster is not None and registries is not None
+                    address = cilium.node_address(index) if with_cilium else ""
                     say(
                         f"[{name}] starting a real node: containerd, runc and kubelet {cluster_version()} "
                         "(the kata-qemu-nvidia-gpu handler runs runc here: no VM boots on this machine)"
+                        + (f"; its network: Cilium, in a namespace of its own at {address}" if address else "")
                     )
                     real[name] = RealNode(
                         node.root,
                         cluster,
                         NodeOptions(
-                            name, cdi_dirs=(node.cdi_dir,), labels=GPU_NODE_LABELS, mirrors=registries.mirrors()
+                            name,
+                            cdi_dirs=(node.cdi_dir,),
+                            labels=GPU_NODE_LABELS,
+                            mirrors=registries.mirrors(),
+                            pod_cidr=cilium.pod_cidr(index) if with_cilium else "",
+                            cilium_address=address,
                         ),
                     ).start()
                 else:
@@ -821,6 +888,12 @@ def start(
                         **(REAL_NODE_SIZING if real else {}),
                         "GPUCAAS_ENDPOINT_DOMAIN": ENDPOINT_DOMAIN,
                         "GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS": json.dumps(AUTH_ANNOTATIONS),
+                        # Traefik runs on this machine, outside the pod network: the nodes see it at HOST_ADDRESS
+                        **(
+                            {"GPUCAAS_ENDPOINT_INGRESS_CIDRS": json.dumps([f"{cilium.HOST_ADDRESS}/32"])}
+                            if with_cilium
+                            else {}
+                        ),
                     },
                     ready=http_ready(f"{url}/healthz", ca_file=tls.ca_cert),
                 )
@@ -850,6 +923,8 @@ def start(
             volume_ownership=ownership,
             ingress=ingress,
             api_urls=api_urls,
+            network=network,
+            cilium_operator=operator,
         )
         if audit_log is not None:
             say("checking that RBAC refused none of the gpucaas processes")
@@ -862,7 +937,9 @@ def start(
     except BaseException:
         if ownership is not None:
             ownership.stop()
-        _stop_all(sup, real, registries, cluster, ingress)
+        _stop_all(sup, real, registries, cluster, ingress, operator)
+        if with_cilium and operator is None:
+            cilium.uplink_down()
         raise
 
 

@@ -39,6 +39,13 @@ class SandboxSettings(BaseSettings):
         "simulated by the node agent. Needs root and Debian's runc, containernetworking-plugins, "
         "docker-registry, skopeo and apache2-utils (make install adds them).",
     )
+    network: Literal["bridge", "cilium"] = Field(
+        "bridge",
+        description="The real nodes' network: `bridge` (a bridge per node on this machine; the tenancies' "
+        "network policies are objects only) or `cilium` (each real node in a network namespace of its own, "
+        "Cilium's agent enforcing the policies on packets; needs `make upstream-cilium`, clang-19 and llvm-19; "
+        "the agent sets system-wide sysctls, docs/cilium.md).",
+    )
 
 
 class NodeAgentSettings(BaseSettings):

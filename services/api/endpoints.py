@@ -51,6 +51,8 @@ class Config:
     auth_annotations: Mapping[str, str] = field(default_factory=dict)
     ingress_namespace: str = "traefik"
     ingress_labels: Mapping[str, str] = field(default_factory=dict)
+    #: addresses of an ingress controller that is not a pod of the cluster (CIDRs)
+    ingress_cidrs: tuple[str, ...] = ()
 
 
 def object_name(container_id: str) -> str:
@@ -204,27 +206,28 @@ def network_policy(
     *,
     ingress_namespace: str,
     ingress_labels: Mapping[str, str],
+    ingress_cidrs: Sequence[str] = (),
     owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Admit the ingress controller's pods to the declared ports, and nothing else from outside."""
+    """Admit the ingress controller's pods (and its addresses outside the cluster, when it runs
+    there) to the declared ports, and nothing else from outside."""
     peer = {
         "matchLabels": {
             "k8s:io.kubernetes.pod.namespace": ingress_namespace,
             **{f"k8s:{k}": v for k, v in ingress_labels.items()},
         }
     }
+    to_ports = [{"ports": [{"port": str(int(p["port"])), "protocol": "TCP"} for p in ports]}]
+    rules: list[dict[str, Any]] = [{"fromEndpoints": [peer], "toPorts": to_ports}]
+    if ingress_cidrs:
+        rules.append({"fromCIDR": list(ingress_cidrs), "toPorts": to_ports})
     return {
         "apiVersion": "cilium.io/v2",
         "kind": "CiliumNetworkPolicy",
         "metadata": _meta(policy_name(container_id), container_id, tenancy, owner),
         "spec": {
             "endpointSelector": {"matchLabels": {crds.LABEL_CONTAINER: container_id}},
-            "ingress": [
-                {
-                    "fromEndpoints": [peer],
-                    "toPorts": [{"ports": [{"port": str(int(p["port"])), "protocol": "TCP"} for p in ports]}],
-                }
-            ],
+            "ingress": rules,
         },
     }
 
@@ -245,6 +248,7 @@ def objects(
             ports,
             ingress_namespace=config.ingress_namespace,
             ingress_labels=config.ingress_labels,
+            ingress_cidrs=config.ingress_cidrs,
             owner=owner,
         ),
         service(container_id, tenancy, ports, owner),

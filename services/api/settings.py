@@ -6,7 +6,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.dra import AllocationMode
@@ -107,6 +107,13 @@ class Settings(BaseSettings):
     endpoint_ingress_labels: dict[str, str] = Field(
         default_factory=lambda: {"app.kubernetes.io/name": "traefik"},
         description="Labels of the ingress controller's pods (JSON object in the environment).",
+    )
+    endpoint_ingress_cidrs: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Addresses (CIDRs) of an ingress controller that runs outside the cluster's pod network "
+        '(JSON list in the environment, e.g. `["10.0.0.5/32"]`): admitted to declared ports beside its pods. '
+        "Empty by default; the sandbox's Traefik runs on the host and sets it when Cilium is the network.",
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     run_worker: bool = Field(True, description="Run the submission worker in this process.")
@@ -270,6 +277,7 @@ class Settings(BaseSettings):
             self.endpoint_auth_annotations,
             self.endpoint_ingress_namespace,
             self.endpoint_ingress_labels,
+            tuple(str(c) for c in self.endpoint_ingress_cidrs),
         )
 
     @property

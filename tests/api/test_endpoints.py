@@ -189,3 +189,26 @@ def test_only_the_containers_tenancy_gets_through_a_private_endpoint(api: ApiSer
         assert c.get(f"/v1/containers/{cid}").json()["endpoints"] == []
     assert _asked(api, token, host)[0] == 404
     wait_for(lambda: _read(k8s, "Ingress", ns, f"gpucaas-{cid}-private") is None, 60, what="the Ingress removed")
+
+
+def test_an_ingress_controller_outside_the_pod_network_is_admitted_by_its_addresses_only(
+    kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str, k8s: Any
+) -> None:
+    """``GPUCAAS_ENDPOINT_INGRESS_CIDRS``: a controller that is no pod (the sandbox's Traefik on the
+    machine, a load balancer) reaches the declared ports from those addresses, beside the pods."""
+    api = serve(database_url, kubeconfig, endpoint_domain=DOMAIN, endpoint_ingress_cidrs=["10.89.0.1/32"])
+    token = _tenant(api, k8s, "outside")
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "busybox", "ports": [{"port": 8080}]}).json()["id"]
+    policy = wait_for(lambda: _read(k8s, "CiliumNetworkPolicy", "tenant-outside", f"gpucaas-{cid}-endpoints"), 60)
+    ports = [{"ports": [{"port": "8080", "protocol": "TCP"}]}]
+    pods, addresses = policy["spec"]["ingress"]
+    assert pods["toPorts"] == addresses["toPorts"] == ports
+    assert addresses == {"fromCIDR": ["10.89.0.1/32"], "toPorts": ports}
+
+
+def test_a_bad_ingress_cidr_stops_the_start_naming_the_setting(
+    make_settings: Callable[..., Any], kubeconfig: Path, database_url: str
+) -> None:
+    with pytest.raises(ValueError, match="endpoint_ingress_cidrs"):
+        make_settings(database_url, kubeconfig, endpoint_ingress_cidrs=["10.89.0.1/33"])
