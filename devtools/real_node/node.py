@@ -117,6 +117,8 @@ class RealNode(ProcessGroup):
     def cgroup_root(self) -> str:
         """Named after the node's bridge as well as the node: two sandboxes on one machine both
         have a ``gpu-node-a``, and stopping one kills every process under its cgroup root."""
+        if self.options.cilium_address:  # no bridge: the uplink's name (one Cilium sandbox per machine)
+            return f"/{cilium.UPLINK}-{self.name}"
         return f"/{self.bridge}-{self.name}"
 
     def cgroup_dirs(self) -> list[Path]:

@@ -434,7 +434,8 @@ def _crd_ready(cluster: LocalCluster, plural: str) -> Any:
             crd = cluster.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.cilium.io")
         except OSError:
             return False
-        return any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"].get("conditions", []))
+        conditions = (crd.get("status") or {}).get("conditions") or []  # none yet, just after it is made
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     return check
 
