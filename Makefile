@@ -34,14 +34,14 @@ upstream:
 	@upstream/build.sh >/dev/null
 
 # Cilium v1.20 (agent, generic operator, cilium-dbg, cilium-cni and the datapath's C sources)
-# into the same folder: opt-in (docs/cilium.md; ~9 min on 2 cores), as is what runs it:
-# `gpucaas sandbox --network cilium` and `make test-cilium`.
+# into the same folder (docs/cilium.md; ~9 min on 2 cores the first time), for what runs it:
+# `gpucaas sandbox --network cilium` and `make test-cilium` (make test's last stage).
 upstream-cilium:
 	@GPUCAAS_CILIUM=1 upstream/build.sh >/dev/null
 
 # Tenant isolation proven with packets (tests/e2e_cilium, docs/cilium.md): the sandbox's real
-# nodes in network namespaces of their own with Cilium enforcing the policies. Not part of
-# `make test`: Cilium's build and the system-wide sysctls its agent sets.
+# nodes in network namespaces of their own with Cilium enforcing the policies. The last stage of
+# `make test` (Cilium's agent sets system-wide sysctls; its build is cached like the others).
 CILIUM_APT_PACKAGES := clang-19 llvm-19
 test-cilium: install upstream-cilium
 	@missing=$$(for p in $(CILIUM_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -110,6 +110,7 @@ test: install checkov test-image postgres
 	$(MAKE) test-e2e-dra
 	$(MAKE) test-contention
 	$(MAKE) test-chaos
+	$(MAKE) test-cilium
 
 # The end-to-end package again in the DRA allocation mode (tests/e2e/conftest.py: the
 # sandbox runs the DRA driver, the kubelet's DRA side and claim allocation instead of the
