@@ -80,8 +80,16 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
+#: ``kernel.timer_migration`` as it was before the first agent lowered it to 0 (put back by
+#: :func:`uplink_down`; kept across a sandbox that died, so the first value is the one restored)
+TIMER_MIGRATION = Path("/proc/sys/kernel/timer_migration")
+SAVED_TIMER_MIGRATION = Path("/run/gpucaas-cilium-timer_migration")
+
+
 def uplink_up() -> None:
     """The uplink bridge with the machine's address (kept if it is there)."""
+    if TIMER_MIGRATION.exists() and not SAVED_TIMER_MIGRATION.exists():
+        SAVED_TIMER_MIGRATION.write_text(TIMER_MIGRATION.read_text())
     if _ip("link", "show", UPLINK, check=False).returncode != 0:
         _ip("link", "add", UPLINK, "type", "bridge")
     _ip("addr", "replace", f"{HOST_ADDRESS}/{UPLINK_NETWORK.prefixlen}", "dev", UPLINK)
@@ -89,7 +97,14 @@ def uplink_up() -> None:
 
 
 def uplink_down() -> None:
+    """The uplink goes, and the one system-wide sysctl of the agent's that can be put back is."""
     _ip("link", "del", UPLINK, check=False)
+    if SAVED_TIMER_MIGRATION.exists():
+        try:
+            TIMER_MIGRATION.write_text(SAVED_TIMER_MIGRATION.read_text())
+        except OSError:  # not writable here: docs/cilium.md says how to put it back
+            return
+        SAVED_TIMER_MIGRATION.unlink()
 
 
 def reachable_kubeconfig(source: Path, target: Path) -> Path:

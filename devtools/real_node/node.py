@@ -6,7 +6,9 @@ the default handler and the production RuntimeClass's ``kata-qemu-nvidia-gpu`` h
 (no VM boots on this machine: the container runs under runc, and an Event on each such pod
 says so, :mod:`.notice`), CDI on (its spec folders are
 the device plugin's and the DRA driver's), a bridge CNI network that stays on this
-machine (Debian's ``containernetworking-plugins``; no masquerade, no route out), and
+machine (Debian's ``containernetworking-plugins``; no masquerade, no route out) or, with
+``NodeOptions.cilium_address``, Cilium in a network namespace of the node's own
+(:mod:`.cilium`), and
 registry host configuration that sends the upstream registries' names to the local ones
 (:mod:`.registry`).
 

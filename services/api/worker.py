@@ -155,6 +155,7 @@ class SubmissionWorker:
         """Move one tenancy's claimed rows on, in order. True if it did anything."""
         did = False
         ready_cache: dict[str, dict[str, Any]] = {}
+        pull_cache: dict[str, list[str]] = {}  # tenancy -> its registry credentials, listed once a pass
         not_ready: dict[str, str] = {}  # tenancy -> why, found earlier in this pass
         unavailable: str | None = None  # Kubernetes did not answer: do not try the rest now
         for row in rows:
@@ -179,14 +180,20 @@ class SubmissionWorker:
                             count_attempt=False,
                         )
                 continue
-            unavailable = self._submit(row, ready_cache, not_ready)
+            unavailable = self._submit(row, ready_cache, not_ready, pull_cache)
             did = True
         return did
 
     def _backoff(self, attempts: int) -> float:
         return min(self.settings.retry_max_seconds, 0.5 * 2 ** max(0, attempts))
 
-    def _submit(self, row: Container, ready_cache: dict[str, dict[str, Any]], not_ready: dict[str, str]) -> str | None:
+    def _submit(
+        self,
+        row: Container,
+        ready_cache: dict[str, dict[str, Any]],
+        not_ready: dict[str, str],
+        pull_cache: dict[str, list[str]],
+    ) -> str | None:
         """Move one claimed row on; returns the queue message when Kubernetes did not answer."""
         ctx = f"container {row.id} tenancy {row.tenancy}"
         try:
@@ -226,7 +233,7 @@ class SubmissionWorker:
                         )
                     return None
                 ready_cache[row.tenancy] = tenancy_cr
-            pull_secrets, missing = self._tenant_secrets(row)
+            pull_secrets, missing = self._tenant_secrets(row, pull_cache)
             missing = missing or self._missing_volumes(row)
             if missing:
                 with Session(self.engine) as session:
@@ -309,12 +316,15 @@ class SubmissionWorker:
             worker_state.reschedule(session, container_id=row.id, delay=delay, message=message, count_attempt=True)
         return message
 
-    def _tenant_secrets(self, row: Container) -> tuple[list[str], str | None]:
-        """The tenancy's registry credential Secrets (for imagePullSecrets), and why the
-        container cannot start when its env names a secret that does not exist."""
+    def _tenant_secrets(self, row: Container, pull_cache: dict[str, list[str]]) -> tuple[list[str], str | None]:
+        """The tenancy's registry credential Secrets (for imagePullSecrets; listed once per
+        tenancy in a pass, its rows being submitted one after another), and why the container
+        cannot start when its env names a secret that does not exist."""
         ns = crds.tenant_namespace(row.tenancy)
-        registry = self.kube.list_secrets_metadata(ns, tenant_secrets.selector(tenant_secrets.KIND_REGISTRY))
-        pull = sorted(o["metadata"]["name"] for o in registry)
+        pull = pull_cache.get(row.tenancy)
+        if pull is None:
+            registry = self.kube.list_secrets_metadata(ns, tenant_secrets.selector(tenant_secrets.KIND_REGISTRY))
+            pull = pull_cache[row.tenancy] = sorted(o["metadata"]["name"] for o in registry)
         refs = {k: v["secret"] for k, v in (row.env or {}).items() if isinstance(v, dict)}
         if not refs:
             return pull, None

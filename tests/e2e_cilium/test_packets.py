@@ -194,6 +194,9 @@ def test_the_nodes_run_cilium_and_the_tenancies_have_their_policies(sandbox: run
 
 
 def test_a_container_reaches_its_own_tenancy(containers: dict[str, Container]) -> None:
+    # about three one-GPU pods fit a node of this 2-core machine by their CPU requests: the four
+    # span both nodes, so some of the paths below cross the uplink between the nodes
+    assert len({c.node for c in containers.values()}) == 2, {k: c.node for k, c in containers.items()}
     client, server = containers["acme-client"], containers["acme-server"]
     # the endpoints' policies are computed as the pods start: the first answer may take a moment
     waiting.wait_for(lambda: served(client, server.ip), TIMEOUT, interval=1, what="acme's client reaching its server")
