@@ -33,11 +33,16 @@ def create_all(kubeconfig: Path, manifests: list[dict[str, Any]], *, timeout: fl
                 _wait_established(dyn, m["metadata"]["name"], deadline)
 
 
+def established(crd: dict[str, Any]) -> bool:
+    """Whether the API server serves a CRD's kinds (it has no conditions just after it is made)."""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
 def _wait_established(dyn: Any, name: str, deadline: float) -> None:
     crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
     while time.monotonic() < deadline:
-        conditions = (crds.get(name=name).to_dict().get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+        if established(crds.get(name=name).to_dict()):
             return
         time.sleep(0.1)
     raise TimeoutError(f"CRD {name} was not Established in time")

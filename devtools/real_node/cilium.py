@@ -28,11 +28,12 @@ from __future__ import annotations
 import ipaddress
 import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
+from devtools.local_cluster.cluster import LocalCluster
+from devtools.local_cluster.objects import established
 from devtools.local_cluster.processes import ProcessGroup
 
 #: the machine's bridge that the nodes' ``eth0`` hang on (one Cilium sandbox per machine)
@@ -219,23 +220,36 @@ def cni_config() -> dict[str, object]:
     return {"cniVersion": "0.3.1", "name": "cilium", "plugins": [{"type": CNI, "enable-debug": False}]}
 
 
-class Operator(ProcessGroup):
-    """Cilium's generic operator on the machine: registers Cilium's CRDs, collects identities."""
+#: the CRD the agents wait for, registered by the operator
+ENDPOINTS_CRD = "ciliumendpoints.cilium.io"
 
-    def __init__(self, folder: Path, bin_dir: Path, admin_kubeconfig: Path, crd_ready: Callable[[], bool]) -> None:
+
+class Operator(ProcessGroup):
+    """Cilium's generic operator on the machine: registers Cilium's CRDs, collects identities;
+    ready once the API server serves CiliumEndpoints."""
+
+    def __init__(self, folder: Path, cluster: LocalCluster) -> None:
         super().__init__(folder / "logs")
+        self.cluster = cluster
         self.add(
             "cilium-operator",
             [
-                bin_dir / OPERATOR,
-                f"--k8s-kubeconfig-path={admin_kubeconfig}",
+                cluster.bin_dir / OPERATOR,
+                f"--k8s-kubeconfig-path={cluster.admin_kubeconfig}",
                 "--ipam=kubernetes",
                 "--cluster-name=default",
                 "--enable-lb-ipam=false",
                 "--enable-metrics=false",
             ],
-            crd_ready,
+            self._crds_served,
         )
+
+    def _crds_served(self) -> bool:
+        try:
+            crd = self.cluster.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{ENDPOINTS_CRD}")
+        except OSError:  # not registered yet (404), or the API server busy
+            return False
+        return established(crd)
 
     def start(self, timeout: float = 120.0) -> Operator:
         self.start_all(timeout)

@@ -112,6 +112,11 @@ class RealNode(ProcessGroup):
         return self.options.cilium_address or self.gateway
 
     @property
+    def healthz_address(self) -> str:
+        """Where the kubelet's healthz listens: where this machine reaches the node."""
+        return self.options.cilium_address or "127.0.0.1"
+
+    @property
     def bridge(self) -> str:
         return f"gpucaas{ipaddress.ip_network(self.options.pod_cidr).network_address.packed[2]}"
 
@@ -259,8 +264,7 @@ class RealNode(ProcessGroup):
         ]
         if opts.labels:
             args += ["--node-labels", ",".join(f"{k}={v}" for k, v in sorted(opts.labels.items()))]
-        healthz = self.options.cilium_address or "127.0.0.1"
-        self.add("kubelet", args, http_ok(f"http://{healthz}:{self._healthz_port}/healthz"))
+        self.add("kubelet", args, http_ok(f"http://{self.healthz_address}:{self._healthz_port}/healthz"))
 
     def launch(self, name: str) -> None:
         """containerd and the kubelet start inside the node's mount namespace (its holder's, as it is now)."""
@@ -313,10 +317,13 @@ class RealNode(ProcessGroup):
         admin = str(self.cluster.admin_kubeconfig)
         kubectl = [str(b / "kubectl"), "--kubeconfig", admin]
         node = ["get", "node", self.name, "-o", "jsonpath={.spec.podCIDR}"]
-        registered = lambda: subprocess.run([*kubectl, *node], capture_output=True, check=False).returncode == 0  # noqa: E731
-        wait_for(registered, timeout, interval=0.5, what=f"the Node {self.name}")
+
+        def registered() -> subprocess.CompletedProcess[str] | None:
+            read = subprocess.run([*kubectl, *node], capture_output=True, text=True, check=False)
+            return read if read.returncode == 0 else None
+
+        current = wait_for(registered, timeout, interval=0.5, what=f"the Node {self.name}").stdout.strip()
         cidr = {"spec": {"podCIDR": self.options.pod_cidr, "podCIDRs": [self.options.pod_cidr]}}
-        current = subprocess.run([*kubectl, *node], capture_output=True, text=True, check=True).stdout.strip()
         if not current:
             patch = ["patch", "node", self.name, "--type", "merge", "-p", json.dumps(cidr)]
             subprocess.run([*kubectl, *patch], capture_output=True, check=True)
@@ -420,7 +427,7 @@ state = "{root / "state"}"
             "address": self.node_ip,
             "port": self.kubelet_port,
             "readOnlyPort": 0,
-            "healthzBindAddress": self.options.cilium_address or "127.0.0.1",
+            "healthzBindAddress": self.healthz_address,
             "healthzPort": self._healthz_port,
             "authentication": {
                 "anonymous": {"enabled": False},

@@ -40,7 +40,7 @@ import yaml
 
 from devtools.fake_sysfs import build_hgx_h100, load_board
 from devtools.local_cluster import ClusterOptions, LocalCluster
-from devtools.local_cluster.binaries import binary
+from devtools.local_cluster.binaries import bin_dir as kube_bin_dir, binary
 from devtools.local_cluster.cluster import free_port
 from devtools.local_cluster.objects import create_all
 from devtools.local_cluster.processes import unix_socket_ready
@@ -177,7 +177,15 @@ class Sandbox:
     def stop(self) -> None:
         if self.volume_ownership is not None:
             self.volume_ownership.stop()
-        _stop_all(self.supervisor, self.real_nodes, self.registries, self.cluster, self.ingress, self.cilium_operator)
+        _stop_all(
+            self.supervisor,
+            self.real_nodes,
+            self.registries,
+            self.cluster,
+            self.ingress,
+            self.cilium_operator,
+            uplink=self.network == "cilium",
+        )
 
 
 def _stop_all(
@@ -187,9 +195,11 @@ def _stop_all(
     cluster: LocalCluster | None,
     ingress: Ingress | None = None,
     operator: cilium.Operator | None = None,
+    *,
+    uplink: bool = False,
 ) -> None:
-    """The ingress controller and the services, then the real nodes, Cilium's operator and the
-    uplink (the ``cilium`` network), the registries and the control plane."""
+    """The ingress controller and the services, then the real nodes, Cilium's operator and
+    (``uplink``: the ``cilium`` network) its uplink, the registries and the control plane."""
     if ingress is not None:
         ingress.stop()
     sup.stop_all()
@@ -197,6 +207,7 @@ def _stop_all(
         node.stop()
     if operator is not None:
         operator.stop()
+    if uplink:
         cilium.uplink_down()
     if registries is not None:
         registries.stop()
@@ -426,20 +437,6 @@ def secrets_encryption(folder: Path) -> dict[str, Any]:
     }
 
 
-def _crd_ready(cluster: LocalCluster, plural: str) -> Any:
-    """Whether Cilium's CRD ``<plural>.cilium.io`` is registered and established."""
-
-    def check() -> bool:
-        try:
-            crd = cluster.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.cilium.io")
-        except OSError:
-            return False
-        conditions = (crd.get("status") or {}).get("conditions") or []  # none yet, just after it is made
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    return check
-
-
 def cluster_version() -> str:
     from devtools.local_cluster import KUBE_VERSION
 
@@ -632,7 +629,7 @@ def start(
         if with_cilium:
             if not real_nodes or real_cluster:
                 raise OSError("the cilium network is the real nodes' network: it needs --real-nodes 1 or more")
-            missing += cilium.missing(Path(binary("kubectl")).parent)
+            missing += cilium.missing(kube_bin_dir())
         if real_nodes and (real_cluster or missing):
             raise OSError(
                 "a real node needs the sandbox's own cluster and "
@@ -662,9 +659,7 @@ def start(
         if with_cilium:
             assert cluster is not None
             say("starting Cilium's operator (it registers Cilium's CRDs)")
-            operator = cilium.Operator(
-                state_dir / "cilium", cluster.bin_dir, cluster.admin_kubeconfig, _crd_ready(cluster, "ciliumendpoints")
-            ).start()
+            operator = cilium.Operator(state_dir / "cilium", cluster).start()
         if not real_cluster:
             ids = _make_identities(state_dir, kubeconfig, static_tokens, nodes, say, chart_objects, allocation_mode)
 
@@ -938,9 +933,7 @@ def start(
     except BaseException:
         if ownership is not None:
             ownership.stop()
-        _stop_all(sup, real, registries, cluster, ingress, operator)
-        if with_cilium and operator is None:
-            cilium.uplink_down()
+        _stop_all(sup, real, registries, cluster, ingress, operator, uplink=with_cilium)
         raise
 
 

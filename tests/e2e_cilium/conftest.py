@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from devtools.local_cluster.binaries import binary
+from devtools.local_cluster.binaries import bin_dir
 from devtools.real_node import cilium
 from gpucaas.sandbox import runner
 from tests.e2e.conftest import Tenant
@@ -35,7 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="package")
 def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
-    missing = cilium.missing(Path(binary("kubectl")).parent)
+    missing = cilium.missing(bin_dir())
     if missing:
         pytest.fail(f"{ENABLE_ENV}=1 but this machine lacks {', '.join(missing)}")
     with package_sandbox(request, "gpucaas-e2e-cilium-", real_nodes=2, network="cilium") as sb:

@@ -25,7 +25,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -100,7 +99,7 @@ def policy_drops(sandbox: runner.Sandbox) -> int:
     for node in sandbox.real_nodes.values():
         # it reads the datapath's pinned maps: in the node's mount namespace, where its bpffs is
         holder = node.pid("mount-namespace")
-        dbg = Path(binary("kubectl")).parent / cilium.DBG
+        dbg = node.cluster.bin_dir / cilium.DBG
         out = subprocess.run(
             ["nsenter", f"--mount=/proc/{holder}/ns/mnt", "--", dbg, "bpf", "metrics", "list", "-o", "json"],
             capture_output=True,
@@ -187,7 +186,7 @@ def metadata_service(sandbox: runner.Sandbox) -> Iterator[str]:
 def test_the_nodes_run_cilium_and_the_tenancies_have_their_policies(sandbox: runner.Sandbox, acme: Tenant) -> None:
     assert sandbox.network == "cilium" and len(sandbox.real_nodes) == 2
     for node in sandbox.real_nodes.values():
-        assert cilium.agent_ready(Path(binary("kubectl")).parent, node.folder)
+        assert cilium.agent_ready(node.cluster.bin_dir, node.folder)
     valid = json.loads(_kubectl(sandbox, "get", "ciliumnetworkpolicies", "-n", "tenant-acme", "-o", "json"))
     names = {p["metadata"]["name"] for p in valid["items"]}
     assert "tenant-isolation" in names
