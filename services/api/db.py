@@ -1,7 +1,9 @@
 """Database adapter: engine construction and schema migration (Alembic, run at start-up).
 
 SQLite (the default, a local file) gets WAL and a busy timeout so the API's
-request threads and the worker can share it; PostgreSQL is reached with psycopg 3.
+request threads and the worker can share it, and its writers take turns on a lock in this
+process (``sqlite_writer``) rather than in SQLite's polling busy handler; PostgreSQL is
+reached with psycopg 3.
 The schema is only ever created by ``alembic upgrade head``.
 """
 
@@ -15,9 +17,12 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 
+from services.api import sqlite_writer
+
 log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+SQLITE_TIMEOUT_S = 30.0
 
 
 def normalize_url(url: str) -> str:
@@ -36,15 +41,17 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
+        connect_args: dict[str, Any] = {"check_same_thread": False, "timeout": SQLITE_TIMEOUT_S}
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+            connect_args["factory"] = sqlite_writer.connection_factory(parsed.database, timeout=SQLITE_TIMEOUT_S)
+        engine = create_engine(url, connect_args=connect_args)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={int(SQLITE_TIMEOUT_S * 1000)}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 

@@ -7,6 +7,7 @@ The node side (LeaseNodeAgent, as it runs beside the device plugin) and the cont
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from kubernetes import client
 
@@ -322,3 +323,86 @@ def test_a_gpu_given_to_a_new_pod_while_checking_is_checked_then_leased_to_it(
     lease_agent.reconcile_once()
     lz = store.get(NAME)
     assert lz["status"]["state"] == "Leased" and lz["status"]["holder"]["pod"] == "c-2"
+
+
+class CountingStore:
+    """The lease store, counting the controller's reads of a lease."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        self.store = store
+        self.reads = 0
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        self.reads += 1
+        return self.store.get(name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def controller_tick(counting: CountingStore, k8s: client.ApiClient, cached: dict[str, Any]) -> str | None:
+    return handlers.tick(counting, client.CoreV1Api(k8s), cached, dt.datetime.now(dt.UTC))  # type: ignore[arg-type]
+
+
+def test_a_timer_visit_reads_the_lease_only_when_it_may_be_the_controllers_turn(
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
+) -> None:
+    """Free, Leased to a live pod, or in a check not yet timed out: the watch's copy says
+    there is nothing to do, and the lease is not read. Releasing: read afresh and stepped."""
+    counting = CountingStore(store)
+    lease_agent.reconcile_once()
+    assert controller_tick(counting, k8s, store.get(NAME)) is None  # Free
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    assert controller_tick(counting, k8s, store.get(NAME)) is None  # Leased, its pod alive
+    assert counting.reads == 0
+    kubelet.drop("tenant-acme", "c-1")
+    lease_agent.reconcile_once()
+    assert controller_tick(counting, k8s, store.get(NAME)) == "check requested"  # Releasing
+    assert counting.reads == 1
+    assert controller_tick(counting, k8s, store.get(NAME)) is None  # Checking, not timed out
+    assert counting.reads == 1
+    assert state(store) == "Checking"
+
+
+def test_a_timer_visit_with_a_stale_copy_steps_what_the_lease_is_now(
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
+) -> None:
+    """The watch's copy still says Releasing after the check was requested: the fresh read
+    decides, and the check is not requested twice."""
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    kubelet.drop("tenant-acme", "c-1")
+    lease_agent.reconcile_once()
+    stale = store.get(NAME)
+    assert stale["status"]["state"] == "Releasing"
+    assert controller_step(store, k8s) == "check requested"
+    counting = CountingStore(store)
+    assert controller_tick(counting, k8s, stale) is None
+    assert counting.reads == 1
+    assert store.get(NAME)["status"]["lastCheck"]["attempts"] == 1
+
+
+def test_a_timer_visit_releases_a_lease_whose_pod_is_gone(
+    lease_agent: LeaseNodeAgent,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
+) -> None:
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    cached = store.get(NAME)
+    client.CoreV1Api(k8s).delete_namespaced_pod("c-1", "tenant-acme", grace_period_seconds=0)
+    assert controller_tick(CountingStore(store), k8s, cached) == "released: pod tenant-acme/c-1 was deleted"
+    assert state(store) == "Releasing"
