@@ -46,19 +46,16 @@ def connection_factory(database: str, *, timeout: float) -> type[sqlite3.Connect
 
     class SerialisedCursor(sqlite3.Cursor):
         def execute(self, sql: str, parameters: Any = (), /) -> SerialisedCursor:
-            owner: SerialisedConnection = self.connection  # type: ignore[assignment]
-            owner.before(sql)
-            try:
-                super().execute(sql, parameters)
-            finally:
-                owner.after()
-            return self
+            return self._turn(super().execute, sql, parameters)
 
         def executemany(self, sql: str, seq_of_parameters: Any, /) -> SerialisedCursor:
+            return self._turn(super().executemany, sql, seq_of_parameters)
+
+        def _turn(self, run: Any, sql: str, parameters: Any) -> SerialisedCursor:
             owner: SerialisedConnection = self.connection  # type: ignore[assignment]
             owner.before(sql)
             try:
-                super().executemany(sql, seq_of_parameters)
+                run(sql, parameters)
             finally:
                 owner.after()
             return self

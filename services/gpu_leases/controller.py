@@ -109,14 +109,7 @@ def step(
     return None
 
 
-def tick(
-    store: LeaseStore,
-    core: client.CoreV1Api,
-    cached: Mapping[str, Any],
-    now: dt.datetime,
-    check_timeout_s: float = CHECK_TIMEOUT_S,
-    check_attempts: int = CHECK_ATTEMPTS,
-) -> str | None:
+def tick(store: LeaseStore, core: client.CoreV1Api, cached: Mapping[str, Any], now: dt.datetime) -> str | None:
     """One timer visit of a lease, given the copy Kopf's watch holds (``cached``).
 
     That copy says whether it may be the controller's turn: a lease ``Leased`` to a pod that
@@ -133,14 +126,14 @@ def tick(
             return None
     elif state is states.LeaseState.CHECKING:
         check = status.get("lastCheck") or {}
-        if check.get("result") or _age_s(check.get("at"), now) < check_timeout_s:
+        if check.get("result") or _age_s(check.get("at"), now) < CHECK_TIMEOUT_S:
             return None
     elif state is not states.LeaseState.RELEASING:
         return None
     lease = store.get(cached["metadata"]["name"])  # the freshest copy, with its resourceVersion
     if lease is None:
         return None
-    return step(store, core, lease, now, check_timeout_s, check_attempts)
+    return step(store, core, lease, now)
 
 
 def register(registry: kopf.OperatorRegistry, settings: Any) -> None:

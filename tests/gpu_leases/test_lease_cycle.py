@@ -30,14 +30,25 @@ def controller_step(store: LeaseStore, k8s: client.ApiClient, now: dt.datetime |
     return handlers.step(store, client.CoreV1Api(k8s), store.get(NAME), now or dt.datetime.now(dt.UTC))
 
 
-def to_checking(agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient) -> None:
-    """Lease the GPU to a pod, let the pod go, and let the controller request the check."""
+def leased_then_released(
+    agent: LeaseNodeAgent, kubelet: Kubelet, k8s: client.ApiClient, *, release: bool = True
+) -> dict[str, Any]:
+    """Lease the GPU to a new pod c-1 (then, if ``release``, let the pod go): the lease as the node left it."""
     agent.reconcile_once()
     make_pod(k8s, "acme", "c-1")
     kubelet.hold("tenant-acme", "c-1", GPU)
     agent.reconcile_once()
-    kubelet.drop("tenant-acme", "c-1")
-    agent.reconcile_once()
+    if release:
+        kubelet.drop("tenant-acme", "c-1")
+        agent.reconcile_once()
+    lease = agent.store.get(NAME)
+    assert lease is not None
+    return lease
+
+
+def to_checking(agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient) -> None:
+    """Lease the GPU to a pod, let the pod go, and let the controller request the check."""
+    leased_then_released(agent, kubelet, k8s)
     controller_step(store, k8s)
     assert state(store) == "Checking"
 
@@ -147,10 +158,7 @@ def test_controller_releases_a_lease_whose_pod_is_gone(
     k8s: client.ApiClient,
 ) -> None:
     """A node agent that is down cannot release; the controller sees the pod is gone."""
-    lease_agent.reconcile_once()
-    make_pod(k8s, "acme", "c-1")
-    kubelet.hold("tenant-acme", "c-1", GPU)
-    lease_agent.reconcile_once()
+    leased_then_released(lease_agent, kubelet, k8s, release=False)
     assert controller_step(store, k8s) is None  # the pod is alive: nothing to do
     # gone for good (a bound pod's graceful deletion would wait for its node's kubelet)
     client.CoreV1Api(k8s).delete_namespaced_pod("c-1", "tenant-acme", grace_period_seconds=0)
@@ -340,7 +348,8 @@ class CountingStore:
         return getattr(self.store, name)
 
 
-def controller_tick(counting: CountingStore, k8s: client.ApiClient, cached: dict[str, Any]) -> str | None:
+def controller_tick(counting: CountingStore, k8s: client.ApiClient, cached: dict[str, Any] | None) -> str | None:
+    assert cached is not None
     return handlers.tick(counting, client.CoreV1Api(k8s), cached, dt.datetime.now(dt.UTC))  # type: ignore[arg-type]
 
 
@@ -355,10 +364,8 @@ def test_a_timer_visit_reads_the_lease_only_when_it_may_be_the_controllers_turn(
     counting = CountingStore(store)
     lease_agent.reconcile_once()
     assert controller_tick(counting, k8s, store.get(NAME)) is None  # Free
-    make_pod(k8s, "acme", "c-1")
-    kubelet.hold("tenant-acme", "c-1", GPU)
-    lease_agent.reconcile_once()
-    assert controller_tick(counting, k8s, store.get(NAME)) is None  # Leased, its pod alive
+    leased = leased_then_released(lease_agent, kubelet, k8s, release=False)
+    assert controller_tick(counting, k8s, leased) is None  # Leased, its pod alive
     assert counting.reads == 0
     kubelet.drop("tenant-acme", "c-1")
     lease_agent.reconcile_once()
@@ -377,13 +384,7 @@ def test_a_timer_visit_with_a_stale_copy_steps_what_the_lease_is_now(
 ) -> None:
     """The watch's copy still says Releasing after the check was requested: the fresh read
     decides, and the check is not requested twice."""
-    lease_agent.reconcile_once()
-    make_pod(k8s, "acme", "c-1")
-    kubelet.hold("tenant-acme", "c-1", GPU)
-    lease_agent.reconcile_once()
-    kubelet.drop("tenant-acme", "c-1")
-    lease_agent.reconcile_once()
-    stale = store.get(NAME)
+    stale = leased_then_released(lease_agent, kubelet, k8s)
     assert stale["status"]["state"] == "Releasing"
     assert controller_step(store, k8s) == "check requested"
     counting = CountingStore(store)
@@ -398,11 +399,7 @@ def test_a_timer_visit_releases_a_lease_whose_pod_is_gone(
     kubelet: Kubelet,
     k8s: client.ApiClient,
 ) -> None:
-    lease_agent.reconcile_once()
-    make_pod(k8s, "acme", "c-1")
-    kubelet.hold("tenant-acme", "c-1", GPU)
-    lease_agent.reconcile_once()
-    cached = store.get(NAME)
+    cached = leased_then_released(lease_agent, kubelet, k8s, release=False)
     client.CoreV1Api(k8s).delete_namespaced_pod("c-1", "tenant-acme", grace_period_seconds=0)
     assert controller_tick(CountingStore(store), k8s, cached) == "released: pod tenant-acme/c-1 was deleted"
     assert state(store) == "Releasing"
