@@ -205,8 +205,16 @@ def refusals(audit_log: Path, users: set[str]) -> list[dict[str, Any]]:
     is created. A request refused in that moment and allowed when retried (same user, verb and
     object) is the cache catching up; a permission the chart lacks is never allowed later.
     A list and a watch count as one read: the kubelet's reflector may retry a refused list of
-    a pod's Secret as a watch (its watch-list), on the same object."""
+    a pod's Secret as a watch (its watch-list), on the same object.
+    A node's request about an object that was deleted (by anyone, one by one or with its
+    namespace's collection) is not counted either: the Node authorizer drops a pod from its
+    graph when the pod goes, and the kubelet may still read it once after (no permission
+    would have allowed that read)."""
     entries = audit_entries(audit_log)
+    deleted: set[Any] = set()
+    for e in entries:
+        if e["allowed"] and e["verb"] in ("delete", "deletecollection") and e.get("object") is not None:
+            deleted.add(e["object"] if e["verb"] == "delete" else e["object"][:3])
     later_allowed: set[tuple[str, str, Any]] = set()
     out: list[dict[str, Any]] = []
     for e in reversed(entries):
@@ -217,7 +225,7 @@ def refusals(audit_log: Path, users: set[str]) -> list[dict[str, Any]]:
             later_allowed.add(key)
             if obj is not None:  # a refused create names no object (its body was never read)
                 later_allowed.add((e["user"], verb, (*obj[:3], "")))
-        elif e["user"] in users and key not in later_allowed:
+        elif e["user"] in users and key not in later_allowed and not _gone_from_node(e, deleted):
             out.append(e)
     return list(reversed(out))
 
@@ -246,3 +254,9 @@ def check_no_refusals(audit_log: Path, ids: dict[str, Identity], *, settle_timeo
         raise RBACRefused(
             "the chart's RBAC refused gpucaas processes (a permission is missing):\n  " + "\n  ".join(lines)
         )
+
+
+def _gone_from_node(entry: dict[str, Any], deleted: set[Any]) -> bool:
+    """A node's request about an object deleted (alone, or with its namespace's collection)."""
+    obj = entry.get("object")
+    return entry["user"].startswith("system:node:") and obj is not None and (obj in deleted or obj[:3] in deleted)
