@@ -42,6 +42,12 @@ def _age_s(stamp: str | None, now: dt.datetime) -> float:
     return (now - dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
 
 
+def check_timed_out(status: Mapping[str, Any], now: dt.datetime, timeout_s: float = CHECK_TIMEOUT_S) -> bool:
+    """A ``Checking`` lease's check has no result ``timeout_s`` after it was requested."""
+    check = status.get("lastCheck") or {}
+    return not check.get("result") and _age_s(check.get("at"), now) >= timeout_s
+
+
 def holder_gone(core: client.CoreV1Api, holder: dict[str, Any], now: dt.datetime) -> str | None:
     """Why the holder pod no longer needs the GPU, or None while it does."""
     ns, pod = holder.get("namespace"), holder.get("pod")
@@ -88,9 +94,8 @@ def step(
         store.write_status(lease, states.check_started(status, now))
         return "check requested"
     elif state is states.LeaseState.CHECKING:
-        check = status.get("lastCheck") or {}
-        if not check.get("result") and _age_s(check.get("at"), now) >= check_timeout_s:
-            attempts = int(check.get("attempts", 1))
+        if check_timed_out(status, now, check_timeout_s):
+            attempts = int((status.get("lastCheck") or {}).get("attempts", 1))
             if attempts < check_attempts:
                 store.write_status(lease, states.check_started(status, now))
                 return f"check retried (attempt {attempts + 1})"
@@ -125,8 +130,7 @@ def tick(store: LeaseStore, core: client.CoreV1Api, cached: Mapping[str, Any], n
         if holder_gone(core, status.get("holder") or {}, now) is None:
             return None
     elif state is states.LeaseState.CHECKING:
-        check = status.get("lastCheck") or {}
-        if check.get("result") or _age_s(check.get("at"), now) < CHECK_TIMEOUT_S:
+        if not check_timed_out(status, now):
             return None
     elif state is not states.LeaseState.RELEASING:
         return None
