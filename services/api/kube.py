@@ -96,11 +96,21 @@ class Kube:
             idempotent=True,
         )
 
-    def upsert_tenancy(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Create the Tenancy, or bring an existing one's spec to ``body['spec']``; returns it."""
+    def upsert_tenancy(self, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
+        """Create the Tenancy, or bring an existing one's spec to ``body['spec']``; returns it.
+
+        ``retry=False``: one try of each call, no backoff when Kubernetes does not answer (a
+        request handler's best-effort push, which the worker repeats anyway)."""
         name = body["metadata"]["name"]
         try:
-            current = self.get_tenancy(name)
+            current = self._call(
+                self.custom.get_cluster_custom_object,
+                crds.GROUP,
+                crds.VERSION,
+                crds.TENANCY_PLURAL,
+                name,
+                idempotent=retry,
+            )
         except NotFound:
             try:
                 return self._call(
@@ -109,7 +119,7 @@ class Kube:
                     crds.VERSION,
                     crds.TENANCY_PLURAL,
                     body,
-                    idempotent=True,  # a repeated create answers 409, handled below
+                    idempotent=retry,  # a repeated create answers 409, handled below
                 )
             except Conflict:  # created meanwhile by another replica
                 current = self.get_tenancy(name)
@@ -127,7 +137,7 @@ class Kube:
             crds.TENANCY_PLURAL,
             name,
             patch,
-            idempotent=True,  # a merge patch to the same spec
+            idempotent=retry,  # a merge patch to the same spec
         )
 
     def delete_tenancy(self, name: str) -> None:

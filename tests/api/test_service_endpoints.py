@@ -147,3 +147,21 @@ def test_readiness_tells_forbidden_from_unreachable(
     with down.client(None) as anon:
         ready = anon.get("/readyz")
     assert ready.json()["kubernetes"].startswith("Kubernetes unreachable at http://127.0.0.1:9")
+
+
+def test_an_admins_tenancy_write_tries_kubernetes_once_and_leaves_the_rest_to_the_worker(
+    serve: Any, database_url: str, tmp_path: Path, scripted: Any
+) -> None:
+    """Creating or changing a tenancy pushes its custom resource at once only if Kubernetes
+    answers: a 503 gets no retry inside the admin's request (the worker upserts it later)."""
+    srv = scripted([(503, {"kind": "Status", "status": "Failure", "reason": "ServiceUnavailable", "code": 503})])
+    api = serve(database_url, write_kubeconfig(tmp_path / "kubeconfig-503", srv.url), run_worker=False)
+    with api.client() as admin:
+        created = admin.post("/v1/admin/tenancies", json={"name": "once", "gpu_quota": 4})
+        assert created.status_code == 201, created.text
+        tried = [p for p in srv.requests if "/tenancies/once" in p]
+        assert len(tried) == 1, srv.requests
+        changed = admin.patch("/v1/admin/tenancies/once", json={"gpu_quota": 8})
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["gpu_quota"] == 8
+    assert len([p for p in srv.requests if "/tenancies/once" in p]) == 2, srv.requests

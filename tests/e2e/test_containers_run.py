@@ -110,7 +110,9 @@ def test_memory_past_the_limit_is_an_oom_kill_said_to_the_tenant(tenant: Tenant)
         {
             "image": "busybox:1.36",
             "gpus": 1,
-            "memory": "4Gi",
+            "memory": "4Gi",  # the least a container may ask for (sizing.MIN_MEMORY)
+            # a whole core: at the one-GPU share's 150m, the CFS quota made filling 4 GiB take minutes
+            "cpu": "1",
             "command": ["awk", 'BEGIN { s = "x"; for (i = 0; i < 33; i++) s = s s; print length(s) }'],
         },
     )

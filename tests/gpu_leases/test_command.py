@@ -55,8 +55,13 @@ def test_leases_are_kept_by_the_device_plugin_process(
     store = LeaseStore(k8s)
     try:
         fake_kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60)
-        wait_for(lambda: len(store.list("n1")) == 8, what="a GPULease per GPU of node n1")
-        assert {lease["status"]["state"] for lease in store.list("n1")} == {"Free"}
+
+        # a lease is created, then its state written through the status subresource: wait for both
+        def stated() -> list[str] | None:
+            states = [(lease.get("status") or {}).get("state") for lease in store.list("n1")]
+            return states if len(states) == 8 and all(states) else None
+
+        assert set(wait_for(stated, what="a GPULease with a state per GPU of node n1")) == {"Free"}
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)

@@ -49,7 +49,8 @@ def _get(session: SessionDep, name: str) -> Tenancy:
 
 
 def _push(kube: Kube, row: Tenancy, settings: Settings) -> None:
-    """Upsert the custom resource now if Kubernetes answers (the worker repeats it anyway)."""
+    """Upsert the custom resource now if Kubernetes answers at once: one try, no backoff (the
+    worker repeats it anyway, and the admin's request does not wait out a retry)."""
     try:
         kube.upsert_tenancy(
             pods.build_tenancy(
@@ -60,7 +61,8 @@ def _push(kube: Kube, row: Tenancy, settings: Settings) -> None:
                 nfs=row.nfs,
                 share=settings.share,
                 volumes=settings.volume_quota,
-            )
+            ),
+            retry=False,
         )
     except KubeError as exc:
         log.warning("tenancy %s: custom resource not upserted yet (%s)", row.name, exc)

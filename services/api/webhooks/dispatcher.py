@@ -50,13 +50,8 @@ class WebhookDispatcher:
         self.settings = settings
         self.secrets = SecretCache(kube)
         self.window = timedelta(hours=settings.webhook_retry_hours)
-        timeout = settings.webhook_timeout_seconds
-        self.client = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
-            follow_redirects=False,
-            trust_env=False,  # no proxy from the environment: the checked address is the one reached
-            headers={"User-Agent": f"gpucaas-webhooks/{__version__}"},
-        )
+        self._client: httpx.Client | None = None  # made at the first delivery (loading the CA store costs)
+        self._client_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,7 +65,24 @@ class WebhookDispatcher:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        self.client.close()
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    @property
+    def client(self) -> httpx.Client:
+        """The HTTPS client deliveries go out on (the system's CAs, no proxy, no redirects)."""
+        with self._client_lock:
+            if self._client is None:
+                timeout = self.settings.webhook_timeout_seconds
+                self._client = httpx.Client(
+                    timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+                    follow_redirects=False,
+                    trust_env=False,  # no proxy from the environment: the checked address is the one reached
+                    headers={"User-Agent": f"gpucaas-webhooks/{__version__}"},
+                )
+            return self._client
 
     def wake(self) -> None:
         """A delivery became due now (a resend): look at once."""
