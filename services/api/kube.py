@@ -86,14 +86,14 @@ class Kube:
 
     # -- tenancies ------------------------------------------------------------------
 
-    def get_tenancy(self, name: str) -> dict[str, Any]:
+    def get_tenancy(self, name: str, *, retry: bool = True) -> dict[str, Any]:
         return self._call(
             self.custom.get_cluster_custom_object,
             crds.GROUP,
             crds.VERSION,
             crds.TENANCY_PLURAL,
             name,
-            idempotent=True,
+            idempotent=retry,  # a read: retried while Kubernetes does not answer, unless told not to
         )
 
     def upsert_tenancy(self, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
@@ -103,14 +103,7 @@ class Kube:
         request handler's best-effort push, which the worker repeats anyway)."""
         name = body["metadata"]["name"]
         try:
-            current = self._call(
-                self.custom.get_cluster_custom_object,
-                crds.GROUP,
-                crds.VERSION,
-                crds.TENANCY_PLURAL,
-                name,
-                idempotent=retry,
-            )
+            current = self.get_tenancy(name, retry=retry)
         except NotFound:
             try:
                 return self._call(
@@ -122,7 +115,7 @@ class Kube:
                     idempotent=retry,  # a repeated create answers 409, handled below
                 )
             except Conflict:  # created meanwhile by another replica
-                current = self.get_tenancy(name)
+                current = self.get_tenancy(name, retry=retry)
         wanted = body["spec"]
         have = current.get("spec") or {}
         if all(have.get(k) == v for k, v in wanted.items()) and ("nfs" in wanted or "nfs" not in have):
