@@ -24,6 +24,12 @@ Run: ``python -m benchmarks.api [--quick]``. The last line of stdout is one JSON
   one autocommit transaction each, prepared, as the API's driver runs it;
 * ``throughput_ratio_vs_database`` — ``submit_per_s`` / ``database_tps``: how much of the
   database's durable commit rate the submission path delivers.
+* ``statement_only_per_s`` / ``statement_only_ratio_vs_database`` /
+  ``statement_only_cpu_ms_per_submit`` — the same load on ``statement_app``: a raw ASGI app
+  under the same uvicorn settings that runs only the admission statement, on the API's own
+  psycopg pool, for a random one of the 20 tenancies (no FastAPI, no token, no validation,
+  no middleware, a fixed answer). No submission path in Python does less, so its ratio is
+  the ceiling of ``throughput_ratio_vs_database`` on the machine that ran it.
 
 Method: every server runs the same way — ``uvicorn`` in a subprocess of its own, one
 worker, plain HTTP on 127.0.0.1, access log off — and is driven by ``wrk`` (one thread,
@@ -43,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -83,6 +90,60 @@ async def _bare_submit(body: _BareBody) -> dict[str, str]:
 @bare_app.get("/healthz")
 async def _bare_health() -> dict[str, str]:
     return {"status": "ok"}
+
+
+# --- the statement alone (served by uvicorn as ``benchmarks.api:statement_app``) ------
+#
+# The least any submission path in Python can do: a raw ASGI app (no FastAPI, no token, no
+# body validation, no middleware, a fixed answer) that runs the submission's own admission
+# statement on the API's own psycopg pool for one of the tenancies at random. Its rate over
+# pgbench's is the ceiling of ``throughput_ratio_vs_database`` on this machine.
+
+
+class _StatementOnly:
+    def __init__(self) -> None:
+        self.pool: Any = None
+        self.data: Any = None
+        self.actor: Any = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        more = True
+        while more:  # the body is read, not parsed
+            more = (await receive()).get("more_body", False)
+        status = 200
+        if scope["method"] == "POST":
+            from services.api.store import admission
+
+            values = admission.new_submission_values(f"bench-{random.randrange(TENANCIES)}", self.data)
+            stmt, params = admission.admission_on_postgres(values, self.actor)
+            status = 202 if await self.pool.first(stmt, params) is not None else 409
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b'{"status":"Queued"}'})
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        from services.api.admission_pool import AdmissionPool
+        from services.api.audit import Actor
+        from services.api.models import ContainerCreate
+
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.data = ContainerCreate.model_validate(PAYLOAD)
+                self.actor = Actor(token_id="tok_bench", token_name="bench", client="127.0.0.1")
+                self.pool = AdmissionPool(os.environ["GPUCAAS_DATABASE_URL"], max_size=32)
+                await self.pool.open()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.pool.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+statement_app = _StatementOnly()
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -258,6 +319,20 @@ def _pgbench(db_url: str, seconds: float, clients: int) -> float:
     return float(found.group(1))
 
 
+def _statement_only(
+    bare_cmd: list[str], port_bare: int, env: dict[str, str], conns: int, seconds: float, measure: Any
+) -> tuple[loadgen.LoadResult, float]:
+    """``statement_app`` under the bare endpoint's uvicorn settings: its load result and CPU per submission."""
+    port = _free_port()
+    cmd = ["benchmarks.api:statement_app" if arg == "benchmarks.api:bare_app" else arg for arg in bare_cmd]
+    cmd[cmd.index(str(port_bare))] = str(port)
+    with _serve(cmd, port, env) as (url, pid):
+        _closed(url, "/v1/containers", [], 1, conns)  # warm-up: pool, prepared statement
+        cpu_before = loadgen.process_cpu_seconds(pid)
+        result = measure("the statement alone (raw ASGI)", _closed(url, "/v1/containers", [], seconds, conns))
+        return result, (loadgen.process_cpu_seconds(pid) - cpu_before) / max(1, result.requests)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs, smaller history")
@@ -332,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
             cpu_per_submit = (loadgen.process_cpu_seconds(pid) - cpu_before) / max(1, rows_1k.requests)
             database_tps = _pgbench(db_url, seconds, conns)
             print(f"pgbench, one submission's statement: {database_tps:.0f} tps", file=sys.stderr)
+            # the ceiling: the statement alone behind a raw ASGI app, same database, rows and load
+            floor, floor_cpu = _statement_only(bare_cmd, port_bare, env, conns, seconds, measure)
             one = measure("POST, one tenancy", _closed(url, "/v1/containers", solo, seconds, conns))
             half_rate = max(1.0, rows_1k.per_s / 2)
             half = measure(
@@ -364,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
         "throughput_ratio_vs_bare": round(rows_1k.per_s / bare.per_s, 3) if bare.per_s else None,
         "database_tps": round(database_tps, 1),
         "throughput_ratio_vs_database": round(rows_1k.per_s / database_tps, 3) if database_tps else None,
+        "statement_only_per_s": round(floor.per_s, 1),
+        "statement_only_ratio_vs_database": round(floor.per_s / database_tps, 3) if database_tps else None,
+        "statement_only_cpu_ms_per_submit": round(floor_cpu * 1000, 3),
         "p99_ms_at_half_load": round(half.p99_ms, 2),
         "half_load_offered_per_s": round(half_rate, 1),
         "half_load_achieved_per_s": round(half.per_s, 1),

@@ -49,6 +49,11 @@ The last line of stdout is one JSON object:
   created -> started), ``status_report`` (started -> the pod Running seen: the kubelet's
   PLEG and status update), ``api_report`` (pod Running seen -> the API reports Running);
 * ``post_to_pod_*`` (POST -> pod seen) and ``bound_to_running_*`` (bind -> pod Running seen);
+* ``kube_only_running_p50_ms`` / ``kube_only_running_p99_ms`` (with ``kube_only_pods``,
+  ``kube_only_failed``): the upstream floor in the same run, once the API's containers are
+  done: as many pods again created directly on kube-apiserver (``kube_only``), each one of
+  the API's pods without its GPU, tenancy or labels, timed create sent -> pod Running, less
+  the wait for room. Nothing of gpucaas is in their path, so ``running_*`` cannot be lower;
 * ``started_per_s``: containers / (last API Running - first POST);
 * ``containers`` (those that ran: the figures are theirs), ``did_not_start`` (pods the kubelet
   refused, e.g. ``UnexpectedAdmissionError``; the reasons go to stderr), ``tenancies``,
@@ -123,9 +128,13 @@ class Seen:
 class PodWatch:
     """One watch on the pods gpucaas creates, recording when each reached each step."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, label: str | None = None) -> None:
         from kubernetes import client, config
 
+        from core.crds import LABEL_CONTAINER
+
+        self.label = label or LABEL_CONTAINER  # the pods watched carry it; its value names them
+        self.template: dict[str, Any] | None = None  # the first bound pod, as JSON
         self.api = config.new_client_from_config(str(kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.seen: dict[str, Seen] = {}
@@ -139,20 +148,18 @@ class PodWatch:
     def _run(self) -> None:
         from kubernetes import watch
 
-        from core.crds import LABEL_CONTAINER
-
         rv = None
         while not self._stop.is_set():
             try:
                 if rv is None:
-                    listing = self.core.list_pod_for_all_namespaces(label_selector=LABEL_CONTAINER)
+                    listing = self.core.list_pod_for_all_namespaces(label_selector=self.label)
                     for pod in listing.items:
                         self._note(pod)
                     rv = listing.metadata.resource_version if listing.metadata else None
                 w = watch.Watch()
                 for ev in w.stream(
                     self.core.list_pod_for_all_namespaces,
-                    label_selector=LABEL_CONTAINER,
+                    label_selector=self.label,
                     resource_version=rv,
                     timeout_seconds=60,
                 ):
@@ -166,14 +173,15 @@ class PodWatch:
                 rv = None
 
     def _note(self, pod: Any) -> None:
-        from core.crds import LABEL_CONTAINER
         from services.api.pods import CONTAINER_NAME
 
         now = time.monotonic()
-        cid = (pod.metadata.labels or {}).get(LABEL_CONTAINER)
+        cid = (pod.metadata.labels or {}).get(self.label)
         if not cid:
             return
         with self.cond:
+            if self.template is None and pod.spec.node_name:
+                self.template = self.api.sanitize_for_serialization(pod)
             s = self.seen.setdefault(cid, Seen(created=now))
             phase = pod.status.phase if pod.status else None
             conds = (pod.status.conditions or []) if pod.status else []
@@ -406,6 +414,95 @@ def submit_all(sb: Any, tokens: list[str], count: int) -> tuple[dict[str, float]
     return posted, answered
 
 
+KUBE_ONLY_NAMESPACE = "ttr-kube-only"
+KUBE_ONLY_LABEL = "benchmark.gpucaas.io/kube-only"
+
+
+def kube_only_pod(template: dict[str, Any], name: str) -> dict[str, Any]:
+    """A pod like the API's (``template``: one it made and the scheduler bound) without
+    gpucaas: no GPU (so no device plugin, no lease), no tenancy (its own namespace, no
+    pull secret, no volumes); the same image, command, CPU and memory, runtime class and
+    placement rules, so it needs the same room on the same nodes."""
+    spec = {
+        k: v
+        for k, v in template["spec"].items()
+        if k not in ("nodeName", "volumes", "imagePullSecrets", "serviceAccountName", "serviceAccount")
+    }
+    containers = []
+    for c in spec["containers"]:
+        c = {k: v for k, v in c.items() if k not in ("volumeMounts", "env", "envFrom")}
+        res = c.get("resources") or {}
+        c["resources"] = {
+            kind: {r: q for r, q in (res.get(kind) or {}).items() if "/" not in r} for kind in ("requests", "limits")
+        }
+        containers.append(c)
+    spec["containers"] = containers
+    spec.pop("initContainers", None)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": KUBE_ONLY_NAMESPACE, "labels": {KUBE_ONLY_LABEL: name}},
+        "spec": spec,
+    }
+
+
+def kube_only(sb: Any, template: dict[str, Any], count: int, threads: int) -> dict[str, float]:
+    """The upstream floor, same stack, same run: ``count`` pods like the API's created
+    directly on kube-apiserver by ``threads`` threads back to back (as the tenancies
+    submit), no gpucaas in their path. Returns create sent -> pod Running, less the wait
+    for room, p50 / p99 (ms)."""
+    from kubernetes import client, config
+
+    with config.new_client_from_config(str(sb.kubeconfig)) as api:
+        core: Any = client.CoreV1Api(api)  # given plain JSON
+        core.create_namespace({"metadata": {"name": KUBE_ONLY_NAMESPACE}})
+        deadline = time.monotonic() + STALL_S
+        while not core.list_namespaced_service_account(KUBE_ONLY_NAMESPACE).items:  # pods need its default one
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no default service account in {KUBE_ONLY_NAMESPACE}")
+            time.sleep(0.2)
+        watcher = PodWatch(sb.kubeconfig, label=KUBE_ONLY_LABEL)
+        watcher.start()
+        sent: dict[str, float] = {}
+        lock = threading.Lock()
+
+        def creator(t: int) -> None:
+            for n in range(t, count, threads):
+                name = f"kube-only-{n:04d}"
+                t0 = time.monotonic()
+                core.create_namespaced_pod(KUBE_ONLY_NAMESPACE, kube_only_pod(template, name))
+                with lock:
+                    sent[name] = t0
+
+        try:
+            workers = [threading.Thread(target=creator, args=(t,)) for t in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            names = sorted(sent)
+            wait_all(
+                "Running (kube only)", names, lambda i: getattr(watcher.seen.get(i), "running", None), watcher.cond
+            )
+            seen = {i: watcher.seen[i] for i in names}
+        finally:
+            watcher.stop()
+    failed = [i for i in names if seen[i].last is not None]
+    for i in failed[:3]:
+        print(f"kube only: {i} failed: {' '.join(str(seen[i].last).split())[:300]}", file=sys.stderr)
+    times = []
+    for i in names:
+        s = seen[i]
+        waited = s.bound - s.unschedulable if s.unschedulable is not None and s.bound is not None else 0.0
+        times.append(max(0.0, (s.running - sent[i] - waited) * 1000))  # type: ignore[operator]
+    return {
+        "kube_only_running_p50_ms": round(percentile(times, 50), 1),
+        "kube_only_running_p99_ms": round(percentile(times, 99), 1),
+        "kube_only_pods": len(times),
+        "kube_only_failed": len(failed),
+    }
+
+
 def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | None:
     """POST, 202, pod seen, bound, record, task, started, pod Running, API Running -> the phases (ms).
 
@@ -432,7 +529,7 @@ def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | No
     }
 
 
-def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
+def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = None) -> dict[str, Any]:
     from gpucaas.sandbox import runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-ttr-", dir="/tmp") as tmp:
@@ -469,6 +566,8 @@ def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
             seen = {i: watcher.seen[i] for i in ids}
             api_running = {i: hooks.running[i] for i in ids}
             ctrd = {i: events.get(seen[i].container_id) for i in ids}
+            assert watcher.template is not None, "no pod was bound"
+            floor = kube_only(sb, watcher.template, count if kube_only_count is None else kube_only_count, tenancies)
         finally:
             if events is not None:
                 events.stop()
@@ -535,6 +634,7 @@ def run(count: int, tenancies: int, quick: bool) -> dict[str, Any]:
         result[f"{phase}_p99_ms"] = round(percentile(values, 99), 1)
     result.update(
         {
+            **floor,
             "phases_measured": len(split),  # containers with every mark (the others lack a containerd event)
             "post_to_pod_p50_ms": round(percentile(to_pod, 50), 1),
             "post_to_pod_p99_ms": round(percentile(to_pod, 99), 1),
