@@ -104,9 +104,12 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# tests/api (about 750 tests, each with its own API server: CPU-bound) on two workers, a
+# whole file per worker at a time; the rest, which start clusters and real nodes, one by one.
 test: install checkov test-image postgres
 	$(MAKE) lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile tests/api
+	$(PY) -m pytest --ignore=tests/api
 	$(MAKE) test-e2e-dra
 	$(MAKE) test-contention
 	$(MAKE) test-chaos

@@ -137,7 +137,7 @@ def test_a_revoked_token_stops_on_every_replica_within_the_cache_time(
             wait_for(lambda: c.get("/v1/containers").status_code == 401)  # within the cache time elsewhere
 
 
-def test_the_counter_triggers_survive_every_migration(database_url: str) -> None:
+def test_the_counter_triggers_survive_every_migration(empty_database_url: str) -> None:
     """A later migration that rebuilds ``container`` (SQLite's batch mode copies the table)
     would drop the triggers that keep ``tenancy.gpus_in_use`` and the container counts exact:
     at head they must exist."""
@@ -145,7 +145,7 @@ def test_the_counter_triggers_survive_every_migration(database_url: str) -> None
 
     from services.api import db
 
-    engine = db.make_engine(database_url)
+    engine = db.make_engine(empty_database_url)
     try:
         db.upgrade(engine)
         with engine.connect() as conn:

@@ -81,9 +81,9 @@ class Replica:
 
 @pytest.fixture
 def two_replicas(
-    tmp_path: Path, tls_pair: tuple[Path, Path], tls_ca: Any, postgres_url: str
+    tmp_path: Path, tls_pair: tuple[Path, Path], tls_ca: Any, empty_postgres_url: str
 ) -> Iterator[Callable[..., tuple[Replica, Replica]]]:
-    """``two_replicas(**env)``: two ``gpucaas api`` processes on one PostgreSQL database,
+    """``two_replicas(**env)``: two ``gpucaas api`` processes on one new, empty PostgreSQL database,
     with the given GPUCAAS_* variables; stopped at teardown."""
     started: list[Replica] = []
     verify = ssl.create_default_context()
@@ -93,7 +93,7 @@ def two_replicas(
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}
         env.update(
             {
-                "GPUCAAS_DATABASE_URL": postgres_url,
+                "GPUCAAS_DATABASE_URL": empty_postgres_url,
                 "GPUCAAS_KUBECONFIG": str(write_dead_kubeconfig(tmp_path / "kubeconfig")),
                 "GPUCAAS_TLS_CERT": str(tls_pair[0]),
                 "GPUCAAS_TLS_KEY": str(tls_pair[1]),
