@@ -319,14 +319,18 @@ def _pgbench(db_url: str, seconds: float, clients: int) -> float:
     return float(found.group(1))
 
 
-def _statement_only(
-    bare_cmd: list[str], port_bare: int, env: dict[str, str], conns: int, seconds: float, measure: Any
-) -> tuple[loadgen.LoadResult, float]:
-    """``statement_app`` under the bare endpoint's uvicorn settings: its load result and CPU per submission."""
+def _uvicorn_cmd(app: str, port: int) -> list[str]:
+    """One worker, plain HTTP on 127.0.0.1, access log off: how every server here runs."""
+    return [
+        sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+        "--no-access-log", "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def _statement_only(env: dict[str, str], conns: int, seconds: float, measure: Any) -> tuple[loadgen.LoadResult, float]:
+    """``statement_app`` served as the bare endpoint is: its load result and CPU per submission."""
     port = _free_port()
-    cmd = ["benchmarks.api:statement_app" if arg == "benchmarks.api:bare_app" else arg for arg in bare_cmd]
-    cmd[cmd.index(str(port_bare))] = str(port)
-    with _serve(cmd, port, env) as (url, pid):
+    with _serve(_uvicorn_cmd("benchmarks.api:statement_app", port), port, env) as (url, pid):
         _closed(url, "/v1/containers", [], 1, conns)  # warm-up: pool, prepared statement
         cpu_before = loadgen.process_cpu_seconds(pid)
         result = measure("the statement alone (raw ASGI)", _closed(url, "/v1/containers", [], seconds, conns))
@@ -360,19 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         return result
 
     port_bare = _free_port()
-    bare_cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "benchmarks.api:bare_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port_bare),
-        "--no-access-log",
-        "--log-level",
-        "warning",
-    ]
+    bare_cmd = _uvicorn_cmd("benchmarks.api:bare_app", port_bare)
     with _serve(bare_cmd, port_bare) as (url, _pid):
         _closed(url, "/v1/containers", [], 1, conns)  # warm-up
         bare = measure("bare POST", _closed(url, "/v1/containers", [], seconds, conns))
@@ -408,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             database_tps = _pgbench(db_url, seconds, conns)
             print(f"pgbench, one submission's statement: {database_tps:.0f} tps", file=sys.stderr)
             # the ceiling: the statement alone behind a raw ASGI app, same database, rows and load
-            floor, floor_cpu = _statement_only(bare_cmd, port_bare, env, conns, seconds, measure)
+            floor, floor_cpu = _statement_only(env, conns, seconds, measure)
             one = measure("POST, one tenancy", _closed(url, "/v1/containers", solo, seconds, conns))
             half_rate = max(1.0, rows_1k.per_s / 2)
             half = measure(

@@ -124,6 +124,12 @@ class Seen:
     wait_reason: str | None = None  # the scheduler's message when it first found no place
     last: str | None = None  # the pod's phase and its container's state, as last seen
 
+    def room_wait(self) -> float:
+        """How long the pod waited for room on a node: the scheduler's first Unschedulable mark -> bound."""
+        if self.unschedulable is None or self.bound is None:
+            return 0.0
+        return self.bound - self.unschedulable
+
 
 class PodWatch:
     """One watch on the pods gpucaas creates, recording when each reached each step."""
@@ -453,14 +459,17 @@ def kube_only(sb: Any, template: dict[str, Any], count: int, threads: int) -> di
     for room, p50 / p99 (ms)."""
     from kubernetes import client, config
 
+    from devtools.waiting import wait_for
+
     with config.new_client_from_config(str(sb.kubeconfig)) as api:
         core: Any = client.CoreV1Api(api)  # given plain JSON
         core.create_namespace({"metadata": {"name": KUBE_ONLY_NAMESPACE}})
-        deadline = time.monotonic() + STALL_S
-        while not core.list_namespaced_service_account(KUBE_ONLY_NAMESPACE).items:  # pods need its default one
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no default service account in {KUBE_ONLY_NAMESPACE}")
-            time.sleep(0.2)
+        wait_for(  # pods need the namespace's default service account
+            lambda: core.list_namespaced_service_account(KUBE_ONLY_NAMESPACE).items,
+            STALL_S,
+            interval=0.2,
+            what=f"a service account in {KUBE_ONLY_NAMESPACE}",
+        )
         watcher = PodWatch(sb.kubeconfig, label=KUBE_ONLY_LABEL)
         watcher.start()
         sent: dict[str, float] = {}
@@ -492,9 +501,7 @@ def kube_only(sb: Any, template: dict[str, Any], count: int, threads: int) -> di
         print(f"kube only: {i} failed: {' '.join(str(seen[i].last).split())[:300]}", file=sys.stderr)
     times = []
     for i in names:
-        s = seen[i]
-        waited = s.bound - s.unschedulable if s.unschedulable is not None and s.bound is not None else 0.0
-        times.append(max(0.0, (s.running - sent[i] - waited) * 1000))  # type: ignore[operator]
+        times.append(max(0.0, (seen[i].running - sent[i] - seen[i].room_wait()) * 1000))  # type: ignore[operator]
     return {
         "kube_only_running_p50_ms": round(percentile(times, 50), 1),
         "kube_only_running_p99_ms": round(percentile(times, 99), 1),
@@ -577,14 +584,7 @@ def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = N
     reasons = sorted({seen[i].wait_reason or "" for i in ids if seen[i].unschedulable is not None})
     for reason in reasons:
         print(f"a pod waited: {reason}", file=sys.stderr)
-    waited = {
-        i: (
-            seen[i].bound - seen[i].unschedulable  # type: ignore[operator]
-            if seen[i].unschedulable is not None and seen[i].bound is not None
-            else 0.0
-        )
-        for i in ids
-    }
+    waited = {i: seen[i].room_wait() for i in ids}
     # A pod the kubelet refused (no container was ever made) did not run: the API reports it
     # failed, after a container.running event of its own (the pod had a start time).
     never = [i for i in ids if seen[i].container_id is None]
