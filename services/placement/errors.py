@@ -32,6 +32,14 @@ class BindFailed(PlacementError):
     code = "bind_failed"
 
 
+class NoRoom(BindFailed):
+    """The node no longer has a whole free partition of the pod's size when its bind arrives:
+    another pod was bound there between this pod's filter and its bind. kube-scheduler
+    takes the refused bind as a failed binding cycle and schedules the pod again."""
+
+    code = "no_room"
+
+
 class BindingDisabled(PlacementError):
     """The bind verb was called but no Kubernetes binder is configured."""
 

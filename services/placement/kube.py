@@ -6,9 +6,20 @@ FabricState (one per node, cluster-scoped), GPULease (cluster-scoped) and pods
 touches through the pure ``nodestate.derive_node``; a watch that expires or
 answers 410 Gone relists. The extender is ready once every loop has listed once.
 
-``bind`` posts the pod's ``Binding`` (the pods/binding subresource) and at once
-counts the pod as bound to the node, so the next decision sees the GPUs taken
-even before the pod watch or the node's FabricState say so.
+``bind`` first counts the pod as bound to the node (an *assumed* claim, as kube-scheduler
+assumes a pod in its cache before binding it), then posts its ``Binding`` (the pods/binding
+subresource), so the next decision sees the GPUs taken even before the pod watch or the
+node's FabricState say so. Two races close there:
+
+* kube-scheduler binds asynchronously: it asks the extender to filter the next pod while
+  the previous pod's bind is still on its way. The filter may then pass a node on the GPUs
+  that bind is about to take. So the bind checks, under the same lock as the claim it adds,
+  that the node still has a whole free partition of the pod's size, and refuses
+  (:class:`~services.placement.errors.NoRoom`) when it has not: kube-scheduler schedules the
+  pod again, instead of the node handing it GPUs that form no partition.
+* The pod watch may lag behind the bind: an event written before the bind (the pod still
+  unbound) must not take the assumed claim away. It stays until an event or a relist shows
+  the pod bound, ended or gone.
 """
 
 from __future__ import annotations
@@ -36,10 +47,10 @@ from core.kube import (
     from_status,
     translated,
 )
-from services.placement.errors import BindFailed, KubernetesUnavailable
+from services.placement.errors import BindFailed, KubernetesUnavailable, NoRoom
 from services.placement.extender import GPU_RESOURCE, BindingArgs
 from services.placement.fleet import FleetIndex
-from services.placement.nodestate import PodClaim, derive_node, pod_claim
+from services.placement.nodestate import TERMINAL_PHASES, PodClaim, derive_node, pod_claim
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +96,10 @@ class FleetWatcher:
         self._fabric: dict[str, dict[str, Any]] = {}
         self._leases: dict[str, dict[str, Any]] = {}  # lease name -> lease
         self._claims: dict[str, PodClaim] = {}  # "ns/name" -> claim of a bound GPU pod
+        #: claims ``bind`` added that no watch event or listing has shown bound yet
+        self._assumed: dict[str, PodClaim] = {}
+        #: pod -> the GPUs it was assumed onto while its node did not show it (``derive_node``)
+        self._positions: dict[str, int] = {}
         self._synced: dict[str, threading.Event] = {k: threading.Event() for k in ("fabricstates", "gpuleases", "pods")}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -264,25 +279,55 @@ class FleetWatcher:
         with self._lock:
             nodes = {c.node for c in self._claims.values()}
             known, self._claims = self._claims, {}
+            listed: set[str] = set()
             for pod in items:
+                key = _pod_key(pod)
+                listed.add(key)
+                if self._stale_for_assumed(key, pod):
+                    self._claims[key] = self._assumed[key]
+                    continue
                 claim = pod_claim(pod, self.gpu_resource)
                 if claim is not None:
                     self._claims[claim.key] = self._sequenced(claim, known.get(claim.key))
+            for key in set(self._assumed) - listed:  # gone since the bind
+                del self._assumed[key]
+            for key in set(self._positions) - set(self._claims):
+                del self._positions[key]
             nodes |= {c.node for c in self._claims.values()}
             for node in nodes:
                 self._recompute(node)
 
     def _on_pod(self, etype: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = _pod_key(obj)
         claim = None if etype == "DELETED" else pod_claim(obj, self.gpu_resource)
         with self._lock:
+            if etype == "DELETED":
+                self._assumed.pop(key, None)
+            elif self._stale_for_assumed(key, obj):
+                return  # written before this extender's bind: the assumed claim stands
             old = self._claims.pop(key, None)
             if claim is not None:
                 claim = self._sequenced(claim, old)
                 self._claims[key] = claim
+            else:
+                self._positions.pop(key, None)
             for node in {c.node for c in (old, claim) if c is not None}:
                 self._recompute(node)
+
+    def _stale_for_assumed(self, key: str, pod: dict[str, Any]) -> bool:
+        """Whether ``pod`` (an event or a listing) predates the bind of an assumed claim:
+        the same pod, still without a node. Anything else (bound, ended, another pod of the
+        same name) settles the assumption (under ``_lock``)."""
+        assumed = self._assumed.get(key)
+        if assumed is None:
+            return False
+        spec = pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        uid = (pod.get("metadata") or {}).get("uid")
+        if not spec.get("nodeName") and phase not in TERMINAL_PHASES and (not assumed.uid or uid == assumed.uid):
+            return True
+        del self._assumed[key]
+        return False
 
     def _sequenced(self, claim: PodClaim, old: PodClaim | None) -> PodClaim:
         """``claim`` with its bind order: kept from the claim seen before on the same node,
@@ -299,7 +344,7 @@ class FleetWatcher:
             return
         leases = [o for o in self._leases.values() if _lease_node(o) == node]
         claims = [c for c in self._claims.values() if c.node == node]
-        state = derive_node(node, fabric, leases, claims)
+        state = derive_node(node, fabric, leases, claims, self._positions)
         previous = self.index.node(node)
         self.index.set_node(state)
         if (
@@ -365,7 +410,23 @@ class FleetWatcher:
     # -- bind ------------------------------------------------------------------------
 
     def bind(self, args: BindingArgs) -> None:
-        """Bind the pod to the node (pods/binding) and count its GPUs there at once."""
+        """Count the pod's GPUs on the node, then bind it there (pods/binding); see the module
+        docstring. Raises ``NoRoom`` when the node no longer has the pod's partition free."""
+        what = f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}"
+        try:
+            pod = self.kube.json(
+                self.core.read_namespaced_pod,
+                args.pod_name,
+                args.pod_namespace,
+                _request_timeout=self.request_timeout,
+                idempotent=True,
+                what=what,
+            )
+        except Unavailable as exc:
+            raise KubernetesUnavailable(exc.summary()) from exc
+        except KubeError as exc:  # 404: the pod is gone; 403: "forbidden: <user> cannot get pods"
+            raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
+        assumed = self._assume(pod, args, what)
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -374,7 +435,6 @@ class FleetWatcher:
         }
         if args.pod_uid:
             body["metadata"]["uid"] = args.pod_uid
-        what = f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}"
         try:
             # The wire JSON, read in full so that the connection goes back to the pool: the
             # client's V1Binding model rejects the Status the API server answers with
@@ -387,26 +447,60 @@ class FleetWatcher:
                 _request_timeout=self.request_timeout,
                 what=what,
             )
-            pod = self.kube.json(
-                self.core.read_namespaced_pod,
-                args.pod_name,
-                args.pod_namespace,
-                _request_timeout=self.request_timeout,
-                idempotent=True,
-                what=what,
-            )
-        except Unavailable as exc:
-            raise KubernetesUnavailable(exc.summary()) from exc
-        except KubeError as exc:  # 403 reads "forbidden: <user> cannot create pods/binding"
+        except KubeError as exc:
+            if assumed is not None:
+                self._unassume(*assumed)
+            if isinstance(exc, Unavailable):
+                raise KubernetesUnavailable(exc.summary()) from exc
+            # 403 reads "forbidden: <user> cannot create pods/binding"; 409: bound already, or another pod
             raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
-        pod.setdefault("spec", {})["nodeName"] = args.node
-        conditions = [
-            c for c in (pod.setdefault("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"
-        ]
+
+    def _assume(self, pod: dict[str, Any], args: BindingArgs, what: str) -> tuple[PodClaim, PodClaim | None] | None:
+        """Count ``pod`` as bound to ``args.node`` now, if the node still has room for it.
+
+        Returns (the assumed claim, the claim it replaced) for ``_unassume``, or None when
+        there is nothing to count (no GPUs, ended, or bound already: the Binding decides)."""
+        if (pod.get("spec") or {}).get("nodeName"):
+            return None
+        bound = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": args.node}}
+        status = dict(pod.get("status") or {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now})
-        pod["status"]["conditions"] = conditions  # bound now, whatever the API echoed
-        self._on_pod("MODIFIED", pod)
+        bound["status"] = {**status, "conditions": conditions}  # bound now
+        claim = pod_claim(bound, self.gpu_resource)
+        if claim is None:
+            return None
+        with self._lock:
+            old = self._claims.get(claim.key)
+            if old is None or old.node != args.node:
+                outcome = self.index.filter([args.node], claim.gpus)
+                if not outcome.passed:
+                    reason = outcome.failed.get(args.node) or outcome.unresolvable.get(args.node) or "unknown node"
+                    raise NoRoom(
+                        f"{what}: the node has no room for {claim.gpus} GPUs any more ({reason}): another pod "
+                        "was bound there since this one was filtered; kube-scheduler will schedule it again"
+                    )
+            claim = self._sequenced(claim, old)
+            self._claims[claim.key] = claim
+            self._assumed[claim.key] = claim
+            for node in {c.node for c in (old, claim) if c is not None}:
+                self._recompute(node)
+        return claim, old
+
+    def _unassume(self, claim: PodClaim, old: PodClaim | None) -> None:
+        """Undo ``_assume`` after a failed Binding, unless a watch event has settled the pod since."""
+        with self._lock:
+            if self._assumed.get(claim.key) is not claim:
+                return
+            del self._assumed[claim.key]
+            if old is not None:
+                self._claims[claim.key] = old
+            else:
+                self._claims.pop(claim.key, None)
+                self._positions.pop(claim.key, None)
+            for node in {c.node for c in (old, claim) if c is not None}:
+                self._recompute(node)
 
 
 def _without_models(lister: Callable[..., Any]) -> Callable[..., Any]:
@@ -418,6 +512,11 @@ def _without_models(lister: Callable[..., Any]) -> Callable[..., Any]:
         return lister(*args, **kwargs)
 
     return call
+
+
+def _pod_key(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _fabric_node(obj: dict[str, Any]) -> str:

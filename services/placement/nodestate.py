@@ -18,14 +18,18 @@ by ``kube.py``:
   the busy GPUs no lease explains have been credited to them, earliest bound first.
   A node admits pods in the order they are bound, so the pods its report lacks are the
   last bound ones (not the last created: a pod refused for a while is bound after
-  younger ones).
+  younger ones). A node gives a pod its GPUs once, when it admits it, and never moves
+  them: so a pod, once assumed onto GPUs, stays there (``positions``) while they are
+  free in the report. An earlier pod that ends frees its own GPUs; it does not move the
+  later pods onto them (it did, and the fleet benchmark caught a pair placed across two
+  broken pairs).
 
 The result is a ``NodeFree`` (free mask, healthy mask, usable) for the index.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -52,6 +56,7 @@ class PodClaim:
     #: the order in which the watcher first saw it bound (0 = unknown): the API's stamps have
     #: whole seconds, and pods bound in one second are told apart by it
     bound_seq: int = 0
+    uid: str = ""
 
     @property
     def key(self) -> str:
@@ -90,7 +95,9 @@ def pod_claim(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu") -> PodCl
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "True" and cond.get("lastTransitionTime"):
             bound_at = str(cond["lastTransitionTime"])
-    return PodClaim(meta.get("namespace", ""), meta.get("name", ""), node, gpus, created, bound_at)
+    return PodClaim(
+        meta.get("namespace", ""), meta.get("name", ""), node, gpus, created, bound_at, uid=str(meta.get("uid") or "")
+    )
 
 
 def _bind_order(claim: PodClaim) -> tuple[float, int, str, str]:
@@ -126,8 +133,14 @@ def derive_node(
     fabric_state: Mapping[str, Any],
     leases: Iterable[Mapping[str, Any]] = (),
     pods: Iterable[PodClaim] = (),
+    positions: MutableMapping[str, int] | None = None,
 ) -> NodeFree:
-    """The node's free and healthy GPU masks from its reports (see module docstring)."""
+    """The node's free and healthy GPU masks from its reports (see module docstring).
+
+    ``positions`` (pod key -> GPU mask): where pods the report lacks were assumed before.
+    Such a pod is counted there again while those GPUs are free in the report (else
+    where ``choose_gpus`` puts it now), and the mapping is updated with where it is
+    counted this time."""
     status = fabric_state.get("status") or {}
     pci_to_phys: dict[str, int] = {}
     healthy: set[int] = set()
@@ -195,9 +208,13 @@ def derive_node(
         if not too_new and claim.gpus <= unexplained:
             unexplained -= claim.gpus
             continue
-        choice = FIT_TABLE[claim.gpus][free_mask]
-        if choice.choice is not None:
-            free_mask &= ~choice.gpus_mask
+        where = positions.get(claim.key, 0) if positions is not None else 0
+        if not where or where & free_mask != where:
+            choice = FIT_TABLE[claim.gpus][free_mask]
+            where = choice.gpus_mask if choice.choice is not None else 0
+        free_mask &= ~where
+        if positions is not None and where:
+            positions[claim.key] = where
 
     fm = status.get("fabricManager") or {}
     usable = fm.get("reachable", True) is not False

@@ -12,6 +12,8 @@ from kubernetes import client
 
 from core import crds
 from devtools.waiting import wait_for
+from services.placement.errors import BindFailed
+from services.placement.extender import BindingArgs
 from services.placement.fit import gpus_of
 from services.placement.fleet import FleetIndex
 from services.placement.kube import FleetWatcher
@@ -157,6 +159,93 @@ def test_extender_over_http_binds_and_counts_the_pod_at_once(k8s: client.ApiClie
             json={"PodName": "missing", "PodNamespace": "tenant-acme", "PodUID": "", "Node": "gpu-node-b"},
         ).json()
         assert "404" in failed["Error"]
+
+
+def _bind(http: httpx.Client, url: str, wire: dict[str, Any], node: str) -> dict[str, Any]:
+    meta = wire["metadata"]
+    args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+    return http.post(f"{url}/bind", json=args).json()  # type: ignore[no-any-return]
+
+
+def test_a_bind_that_finds_its_partition_taken_since_the_filter_is_refused(
+    k8s: client.ApiClient, watcher: FleetWatcher
+) -> None:
+    """kube-scheduler binds asynchronously: it filters the next pod while the last one's bind
+    is still on its way, so both can pass the filter on the same free quad. The second bind
+    must be refused (kube-scheduler schedules that pod again), not given GPUs that form no
+    partition."""
+    custom = client.CustomObjectsApi(k8s)
+    core = client.CoreV1Api(k8s)
+    put_fabric_state(custom, "gpu-node-a", active={1: "gpus:q"})  # GPUs 1-4 taken
+    eventually(lambda: free_of(watcher, "gpu-node-a") == {5, 6, 7, 8})
+    first = k8s.sanitize_for_serialization(core.create_namespaced_pod("tenant-acme", _strip(pod(4, name="quad-1"))))
+    second = k8s.sanitize_for_serialization(core.create_namespaced_pod("tenant-acme", _strip(pod(4, name="quad-2"))))
+
+    with serve(watcher.index, binder=watcher) as served, httpx.Client(timeout=10) as http:
+        for wire in (first, second):  # both filtered before either is bound
+            filtered = http.post(f"{served.url}/filter", json={"Pod": wire, "NodeNames": ["gpu-node-a"]}).json()
+            assert filtered["NodeNames"] == ["gpu-node-a"]
+        assert _bind(http, served.url, first, "gpu-node-a") == {"Error": ""}
+        refused = _bind(http, served.url, second, "gpu-node-a")["Error"]
+
+    assert "no room for 4 GPUs" in refused and "free GPUs []" in refused, refused
+    assert core.read_namespaced_pod("quad-2", "tenant-acme").spec.node_name is None  # not bound
+    assert core.read_namespaced_pod("quad-1", "tenant-acme").spec.node_name == "gpu-node-a"
+    assert free_of(watcher, "gpu-node-a") == set()
+    # the refused pod left nothing counted: once quad-1 is gone, the quad is free again
+    core.delete_namespaced_pod("quad-1", "tenant-acme", grace_period_seconds=0)
+    eventually(lambda: free_of(watcher, "gpu-node-a") == {5, 6, 7, 8})
+
+
+def test_a_bound_pod_stays_counted_through_a_lagging_watch_and_a_failed_binding_counts_nothing(
+    k8s: client.ApiClient,
+) -> None:
+    """The pod watch may deliver events written before the bind after it: they must not take the
+    pod's GPUs back. This test plays the watch threads itself (the watcher is not started), so
+    that it decides which event comes when; the API calls are the real ones."""
+    custom = client.CustomObjectsApi(k8s)
+    core = client.CoreV1Api(k8s)
+    core.create_namespace({"metadata": {"name": "tenant-acme"}})
+    put_fabric_state(custom, "gpu-node-a")
+    w = FleetWatcher(k8s, FleetIndex())
+    w._replace_fabric(
+        [custom.get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, "gpu-node-a")]
+    )
+    w._replace_leases([])
+    w._replace_pods([])
+    assert free_of(w, "gpu-node-a") == set(range(1, 9))
+    created = k8s.sanitize_for_serialization(core.create_namespaced_pod("tenant-acme", _strip(pod(4, name="quad-1"))))
+
+    w.bind(BindingArgs("quad-1", "tenant-acme", created["metadata"]["uid"], "gpu-node-a"))
+    free = free_of(w, "gpu-node-a")
+    assert free is not None and len(free) == 4  # counted at once
+    # events from before the bind, delivered after it (and a relist served the same), change nothing
+    w._on_pod("ADDED", created)
+    w._replace_pods([created])
+    assert free_of(w, "gpu-node-a") == free
+    # the bound pod's own event settles the assumption, on the same GPUs
+    w._on_pod("MODIFIED", k8s.sanitize_for_serialization(core.read_namespaced_pod("quad-1", "tenant-acme")))
+    assert not w._assumed and free_of(w, "gpu-node-a") == free
+
+    # a Binding the API server refuses (the pod is being deleted: a finalizer holds it) counts nothing
+    held = _strip(pod(4, name="quad-2"))
+    held["metadata"]["finalizers"] = ["gpucaas.dev/test-hold"]
+    other = k8s.sanitize_for_serialization(core.create_namespaced_pod("tenant-acme", held))
+    core.delete_namespaced_pod("quad-2", "tenant-acme")
+    with pytest.raises(BindFailed, match="being deleted"):
+        w.bind(BindingArgs("quad-2", "tenant-acme", other["metadata"]["uid"], "gpu-node-a"))
+    assert not w._assumed and free_of(w, "gpu-node-a") == free
+    core.patch_namespaced_pod("quad-2", "tenant-acme", {"metadata": {"finalizers": None}})
+    other = k8s.sanitize_for_serialization(core.create_namespaced_pod("tenant-acme", _strip(pod(4, name="quad-3"))))
+    # a pod deleted after its bind, before any event: the relist that no longer lists it ends the assumption
+    w.bind(BindingArgs("quad-3", "tenant-acme", other["metadata"]["uid"], "gpu-node-a"))
+    assert free_of(w, "gpu-node-a") == set()
+    core.delete_namespaced_pod("quad-3", "tenant-acme", grace_period_seconds=0)
+    eventually(lambda: "quad-2" not in {p.metadata.name for p in core.list_namespaced_pod("tenant-acme").items})
+    listing = k8s.sanitize_for_serialization(core.list_namespaced_pod("tenant-acme"))["items"]
+    assert [p["metadata"]["name"] for p in listing] == ["quad-1"]
+    w._replace_pods(listing)
+    assert not w._assumed and free_of(w, "gpu-node-a") == free
 
 
 def _strip(body: dict[str, Any]) -> dict[str, Any]:

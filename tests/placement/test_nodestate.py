@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from services.placement.fit import gpus_of
+from services.placement.fit import gpus_of, mask_of
 from services.placement.nodestate import PodClaim, derive_node, normalize_pci, pod_claim
 from tests.placement.factories import fabric_state, lease, pod
 
@@ -63,7 +63,15 @@ def test_pod_claim_and_pci_normalisation() -> None:
     bound = pod(4)
     bound["spec"]["nodeName"] = "gpu-node-a"
     claim = pod_claim(bound)
-    assert claim == PodClaim("tenant-acme", "job-7f3a", "gpu-node-a", 4, "2026-11-21T05:00:00Z", "2026-11-21T05:00:00Z")
+    assert claim == PodClaim(
+        "tenant-acme",
+        "job-7f3a",
+        "gpu-node-a",
+        4,
+        "2026-11-21T05:00:00Z",
+        "2026-11-21T05:00:00Z",
+        uid="9f1c3a2e-5b7d-4e2a-8c1f-2d3e4f5a6b7c",
+    )
     assert pod_claim(pod(4)) is None  # not bound
     bound["status"]["phase"] = "Succeeded"
     assert pod_claim(bound) is None
@@ -118,3 +126,35 @@ def test_pods_are_assumed_in_the_order_they_were_bound_not_created() -> None:
     assert free(derive_node("n", fs, pods=one_then_four)) == {2, 3, 4}
     four_then_one = [replace(same, bound_seq=2), replace(waited, bound_seq=1)]
     assert free(derive_node("n", fs, pods=four_then_one)) == {6, 7, 8}
+
+
+def test_a_pod_assumed_onto_gpus_stays_there_when_an_earlier_pod_ends() -> None:
+    """The node gave a pod its GPUs when it admitted it and does not move it when another pod
+    ends. Found by the fleet benchmark: re-assuming the later pods from scratch once an earlier
+    one had ended showed a pair free where the node had two GPUs of two broken pairs, and a
+    2-GPU pod was placed on them."""
+    fs = fabric_state("n", updated_at="2026-11-21T05:00:00Z")  # the node shows none of these yet
+    bound = "2026-11-21T05:00:01Z"
+    sizes = [("a", 1), ("b", 1), ("c", 1), ("pair", 2), ("ends", 1), ("later", 1)]
+    claims = [PodClaim("t", n, "n", g, bound, bound_at=bound, bound_seq=i) for i, (n, g) in enumerate(sizes, 1)]
+    positions: dict[str, int] = {}
+    assert free(derive_node("n", fs, pods=claims, positions=positions)) == {8}
+    assert {k: set(gpus_of(v)) for k, v in positions.items()} == {
+        "t/a": {1},
+        "t/b": {3},
+        "t/c": {2},
+        "t/pair": {5, 7},
+        "t/ends": {4},
+        "t/later": {6},
+    }
+    # "ends" ends: its GPU 4 is free again and "later" stays on 6: no pair is free
+    rest = [c for c in claims if c.name != "ends"]
+    assert free(derive_node("n", fs, pods=rest, positions=positions)) == {4, 8}
+    assert set(gpus_of(positions["t/later"])) == {6}
+    # counted from scratch, "later" would move onto 4 and show the pair {6,8} free
+    assert free(derive_node("n", fs, pods=rest)) == {6, 8}
+    # a remembered position the report now shows busy is given up for choose_gpus' choice
+    taken = fabric_state("n", active={14: "gpus:other"}, updated_at="2026-11-21T05:00:00Z")
+    positions = {"t/later": mask_of([8])}
+    assert free(derive_node("n", taken, pods=[claims[-1]], positions=positions)) == {1, 2, 3, 4, 5, 7}
+    assert positions == {"t/later": mask_of([6])}  # GPU 6, the mate of the busy 8
