@@ -9,7 +9,8 @@ answers 410 Gone relists. The extender is ready once every loop has listed once.
 ``bind`` first counts the pod as bound to the node (an *assumed* claim, as kube-scheduler
 assumes a pod in its cache before binding it), then posts its ``Binding`` (the pods/binding
 subresource), so the next decision sees the GPUs taken even before the pod watch or the
-node's FabricState say so. Two races close there:
+node's FabricState say so. Binds to one node go one at a time (``_node_binds``), so that
+the node admits them in the order they were counted. Two races close there too:
 
 * kube-scheduler binds asynchronously: it asks the extender to filter the next pod while
   the previous pod's bind is still on its way. The filter may then pass a node on the GPUs
@@ -100,6 +101,7 @@ class FleetWatcher:
         self._assumed: dict[str, PodClaim] = {}
         #: pod -> the GPUs it was assumed onto while its node did not show it (``derive_node``)
         self._positions: dict[str, int] = {}
+        self._bind_locks: dict[str, threading.Lock] = {}  # node -> ``_node_binds``
         self._synced: dict[str, threading.Event] = {k: threading.Event() for k in ("fabricstates", "gpuleases", "pods")}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -426,7 +428,6 @@ class FleetWatcher:
             raise KubernetesUnavailable(exc.summary()) from exc
         except KubeError as exc:  # 404: the pod is gone; 403: "forbidden: <user> cannot get pods"
             raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
-        assumed = self._assume(pod, args, what)
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -435,25 +436,40 @@ class FleetWatcher:
         }
         if args.pod_uid:
             body["metadata"]["uid"] = args.pod_uid
-        try:
-            # The wire JSON, read in full so that the connection goes back to the pool: the
-            # client's V1Binding model rejects the Status the API server answers with
-            # (kubernetes-client/python#825), and a response left unread cost every bind a new
-            # TLS connection (a fifth of the extender's CPU in benchmarks.fleet).
-            self.kube.json(
-                self.core.create_namespaced_binding,
-                args.pod_namespace,
-                body,
-                _request_timeout=self.request_timeout,
-                what=what,
-            )
-        except KubeError as exc:
-            if assumed is not None:
-                self._unassume(*assumed)
-            if isinstance(exc, Unavailable):
-                raise KubernetesUnavailable(exc.summary()) from exc
-            # 403 reads "forbidden: <user> cannot create pods/binding"; 409: bound already, or another pod
-            raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
+        with self._node_binds(args.node):  # the node sees its binds in the order they were counted
+            assumed = self._assume(pod, args, what)
+            try:
+                # The wire JSON, read in full so that the connection goes back to the pool: the
+                # client's V1Binding model rejects the Status the API server answers with
+                # (kubernetes-client/python#825), and a response left unread cost every bind a new
+                # TLS connection (a fifth of the extender's CPU in benchmarks.fleet).
+                self.kube.json(
+                    self.core.create_namespaced_binding,
+                    args.pod_namespace,
+                    body,
+                    _request_timeout=self.request_timeout,
+                    what=what,
+                )
+            except KubeError as exc:
+                if assumed is not None:
+                    self._unassume(*assumed)
+                if isinstance(exc, Unavailable):
+                    raise KubernetesUnavailable(exc.summary()) from exc
+                # 403 reads "forbidden: <user> cannot create pods/binding"; 409: bound already, or another pod
+                raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
+
+    def _node_binds(self, node: str) -> threading.Lock:
+        """The lock one node's binds take from counting to the Binding's answer.
+
+        A node admits pods in the order their Bindings are written, and gives each the GPUs
+        ``choose_gpus`` picks from what is free then. Two binds to one node in flight at once
+        could be written in the other order than they were counted, and the node would give
+        each the GPUs counted for the other. One at a time per node, they cannot."""
+        with self._lock:
+            lock = self._bind_locks.get(node)
+            if lock is None:
+                lock = self._bind_locks[node] = threading.Lock()
+            return lock
 
     def _assume(self, pod: dict[str, Any], args: BindingArgs, what: str) -> tuple[PodClaim, PodClaim | None] | None:
         """Count ``pod`` as bound to ``args.node`` now, if the node still has room for it.

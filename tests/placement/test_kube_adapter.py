@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -246,6 +248,51 @@ def test_a_bound_pod_stays_counted_through_a_lagging_watch_and_a_failed_binding_
     assert [p["metadata"]["name"] for p in listing] == ["quad-1"]
     w._replace_pods(listing)
     assert not w._assumed and free_of(w, "gpu-node-a") == free
+
+
+def test_binds_to_one_node_go_one_at_a_time_and_to_other_nodes_beside_them(k8s: client.ApiClient) -> None:
+    """A node admits pods in the order their Bindings are written: a second bind to the same
+    node waits for the first's Binding, so that they cannot be written in the other order than
+    the extender counted them. A bind to another node does not wait."""
+    custom = client.CustomObjectsApi(k8s)
+    core = client.CoreV1Api(k8s)
+    core.create_namespace({"metadata": {"name": "tenant-acme"}})
+    for node in ("gpu-node-a", "gpu-node-b"):
+        put_fabric_state(custom, node)
+    w = FleetWatcher(k8s, FleetIndex())
+    w._replace_fabric(custom.list_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL)["items"])
+    w._replace_leases([])
+    w._replace_pods([])
+    uids = {
+        name: core.create_namespaced_pod("tenant-acme", _strip(pod(2, name=name))).metadata.uid
+        for name in ("first", "second", "elsewhere")
+    }
+    release = threading.Event()
+    real_json = w.kube.json
+
+    def json(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if fn == w.core.create_namespaced_binding and args[1]["metadata"]["name"] == "first":
+            assert release.wait(30)  # the first Binding hangs on its way to the API server
+        return real_json(fn, *args, **kwargs)
+
+    w.kube.json = json  # type: ignore[method-assign]
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(w.bind, BindingArgs("first", "tenant-acme", uids["first"], "gpu-node-a"))
+        eventually(lambda: "tenant-acme/first" in w._assumed)
+        second = pool.submit(w.bind, BindingArgs("second", "tenant-acme", uids["second"], "gpu-node-a"))
+        pool.submit(w.bind, BindingArgs("elsewhere", "tenant-acme", uids["elsewhere"], "gpu-node-b")).result(30)
+        assert core.read_namespaced_pod("elsewhere", "tenant-acme").spec.node_name == "gpu-node-b"
+        assert not second.done() and "tenant-acme/second" not in w._assumed  # waiting: not even counted yet
+        release.set()
+        first.result(30)
+        second.result(30)
+    assert [core.read_namespaced_pod(n, "tenant-acme").spec.node_name for n in ("first", "second")] == [
+        "gpu-node-a",
+        "gpu-node-a",
+    ]
+    assert free_of(w, "gpu-node-a") == set(range(1, 9)) - set(gpus_of(w._positions["tenant-acme/first"])) - set(
+        gpus_of(w._positions["tenant-acme/second"])
+    )
 
 
 def _strip(body: dict[str, Any]) -> dict[str, Any]:
