@@ -1,6 +1,7 @@
 """Which GPUs of a node are free, derived from what the node reports.
 
-Pure functions over wire dicts. Three sources, all read from the Kubernetes API
+Functions over wire dicts, without I/O (``derive_node`` also writes where it assumed
+pods into the mapping it is given). Three sources, all read from the Kubernetes API
 by ``kube.py``:
 
 * the node's **FabricState** (published by its fabric service): ``status.gpus``
@@ -56,7 +57,7 @@ class PodClaim:
     #: the order in which the watcher first saw it bound (0 = unknown): the API's stamps have
     #: whole seconds, and pods bound in one second are told apart by it
     bound_seq: int = 0
-    uid: str = ""
+    uid: str = ""  # tells the pod from a later one of the same name
 
     @property
     def key(self) -> str:
