@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,7 +50,7 @@ from core.kube import (
     translated,
 )
 from services.placement.errors import BindFailed, KubernetesUnavailable, NoRoom
-from services.placement.extender import GPU_RESOURCE, BindingArgs
+from services.placement.extender import GPU_RESOURCE, BindingArgs, pod_ref
 from services.placement.fleet import FleetIndex
 from services.placement.nodestate import TERMINAL_PHASES, PodClaim, derive_node, pod_claim
 
@@ -101,7 +102,7 @@ class FleetWatcher:
         self._assumed: dict[str, PodClaim] = {}
         #: pod -> the GPUs it was assumed onto while its node did not show it (``derive_node``)
         self._positions: dict[str, int] = {}
-        self._bind_locks: dict[str, threading.Lock] = {}  # node -> ``_node_binds``
+        self._bind_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)  # ``_node_binds``
         self._synced: dict[str, threading.Event] = {k: threading.Event() for k in ("fabricstates", "gpuleases", "pods")}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -283,7 +284,7 @@ class FleetWatcher:
             known, self._claims = self._claims, {}
             listed: set[str] = set()
             for pod in items:
-                key = _pod_key(pod)
+                key = pod_ref(pod)
                 listed.add(key)
                 if self._stale_for_assumed(key, pod):
                     self._claims[key] = self._assumed[key]
@@ -300,7 +301,7 @@ class FleetWatcher:
                 self._recompute(node)
 
     def _on_pod(self, etype: str, obj: dict[str, Any]) -> None:
-        key = _pod_key(obj)
+        key = pod_ref(obj)
         claim = None if etype == "DELETED" else pod_claim(obj, self.gpu_resource)
         with self._lock:
             if etype == "DELETED":
@@ -424,10 +425,8 @@ class FleetWatcher:
                 idempotent=True,
                 what=what,
             )
-        except Unavailable as exc:
-            raise KubernetesUnavailable(exc.summary()) from exc
         except KubeError as exc:  # 404: the pod is gone; 403: "forbidden: <user> cannot get pods"
-            raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
+            raise _bind_error(what, exc) from exc
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -450,13 +449,10 @@ class FleetWatcher:
                     _request_timeout=self.request_timeout,
                     what=what,
                 )
-            except KubeError as exc:
+            except KubeError as exc:  # 403: "forbidden: <user> cannot create pods/binding"; 409: bound already
                 if assumed is not None:
                     self._unassume(*assumed)
-                if isinstance(exc, Unavailable):
-                    raise KubernetesUnavailable(exc.summary()) from exc
-                # 403 reads "forbidden: <user> cannot create pods/binding"; 409: bound already, or another pod
-                raise BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}") from exc
+                raise _bind_error(what, exc) from exc
 
     def _node_binds(self, node: str) -> threading.Lock:
         """The lock one node's binds take from counting to the Binding's answer.
@@ -466,10 +462,7 @@ class FleetWatcher:
         could be written in the other order than they were counted, and the node would give
         each the GPUs counted for the other. One at a time per node, they cannot."""
         with self._lock:
-            lock = self._bind_locks.get(node)
-            if lock is None:
-                lock = self._bind_locks[node] = threading.Lock()
-            return lock
+            return self._bind_locks[node]
 
     def _assume(self, pod: dict[str, Any], args: BindingArgs, what: str) -> tuple[PodClaim, PodClaim | None] | None:
         """Count ``pod`` as bound to ``args.node`` now, if the node still has room for it.
@@ -519,6 +512,13 @@ class FleetWatcher:
                 self._recompute(node)
 
 
+def _bind_error(what: str, exc: KubeError) -> KubernetesUnavailable | BindFailed:
+    """What a failed API call of ``bind`` answers kube-scheduler with."""
+    if isinstance(exc, Unavailable):
+        return KubernetesUnavailable(exc.summary())
+    return BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}")
+
+
 def _without_models(lister: Callable[..., Any]) -> Callable[..., Any]:
     """``lister`` as a function the client's ``Watch`` finds no return type on, so that it
     hands over each event's wire JSON without first building the client's model of the
@@ -528,11 +528,6 @@ def _without_models(lister: Callable[..., Any]) -> Callable[..., Any]:
         return lister(*args, **kwargs)
 
     return call
-
-
-def _pod_key(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _fabric_node(obj: dict[str, Any]) -> str:

@@ -81,6 +81,20 @@ def watcher(k8s: client.ApiClient) -> Iterator[FleetWatcher]:
         w.stop()
 
 
+def played_watcher(k8s: client.ApiClient, *nodes: str) -> FleetWatcher:
+    """A watcher whose watch threads the test plays (it is not started): the namespace
+    tenant-acme, an empty board's FabricState per node, listed once; no leases, no pods."""
+    custom = client.CustomObjectsApi(k8s)
+    client.CoreV1Api(k8s).create_namespace({"metadata": {"name": "tenant-acme"}})
+    for node in nodes:
+        put_fabric_state(custom, node)
+    w = FleetWatcher(k8s, FleetIndex())
+    w._replace_fabric(custom.list_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL)["items"])
+    w._replace_leases([])
+    w._replace_pods([])
+    return w
+
+
 def free_of(w: FleetWatcher, node: str) -> set[int] | None:
     state = w.index.node(node)
     return None if state is None else set(gpus_of(state.free_mask))
@@ -141,16 +155,7 @@ def test_extender_over_http_binds_and_counts_the_pod_at_once(k8s: client.ApiClie
         scores = http.post(f"{served.url}/prioritize", json={"Pod": wire, "Nodes": None, "NodeNames": names}).json()
         best = max(scores, key=lambda h: h["Score"])["Host"]
         assert best == "gpu-node-a"  # the free quad, keeping node b's board whole
-        bound = http.post(
-            f"{served.url}/bind",
-            json={
-                "PodName": "quad-job",
-                "PodNamespace": "tenant-acme",
-                "PodUID": wire["metadata"]["uid"],
-                "Node": best,
-            },
-        ).json()
-        assert bound == {"Error": ""}
+        assert _bind(http, served.url, wire, best) == {"Error": ""}
         # counted at once, before the node's fabric state shows the partition
         assert free_of(watcher, "gpu-node-a") == set()
         assert core.read_namespaced_pod("quad-job", "tenant-acme").spec.node_name == "gpu-node-a"
@@ -205,16 +210,8 @@ def test_a_bound_pod_stays_counted_through_a_lagging_watch_and_a_failed_binding_
     """The pod watch may deliver events written before the bind after it: they must not take the
     pod's GPUs back. This test plays the watch threads itself (the watcher is not started), so
     that it decides which event comes when; the API calls are the real ones."""
-    custom = client.CustomObjectsApi(k8s)
     core = client.CoreV1Api(k8s)
-    core.create_namespace({"metadata": {"name": "tenant-acme"}})
-    put_fabric_state(custom, "gpu-node-a")
-    w = FleetWatcher(k8s, FleetIndex())
-    w._replace_fabric(
-        [custom.get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, "gpu-node-a")]
-    )
-    w._replace_leases([])
-    w._replace_pods([])
+    w = played_watcher(k8s, "gpu-node-a")
     assert free_of(w, "gpu-node-a") == set(range(1, 9))
     created = k8s.sanitize_for_serialization(core.create_namespaced_pod("tenant-acme", _strip(pod(4, name="quad-1"))))
 
@@ -254,15 +251,8 @@ def test_binds_to_one_node_go_one_at_a_time_and_to_other_nodes_beside_them(k8s: 
     """A node admits pods in the order their Bindings are written: a second bind to the same
     node waits for the first's Binding, so that they cannot be written in the other order than
     the extender counted them. A bind to another node does not wait."""
-    custom = client.CustomObjectsApi(k8s)
     core = client.CoreV1Api(k8s)
-    core.create_namespace({"metadata": {"name": "tenant-acme"}})
-    for node in ("gpu-node-a", "gpu-node-b"):
-        put_fabric_state(custom, node)
-    w = FleetWatcher(k8s, FleetIndex())
-    w._replace_fabric(custom.list_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL)["items"])
-    w._replace_leases([])
-    w._replace_pods([])
+    w = played_watcher(k8s, "gpu-node-a", "gpu-node-b")
     uids = {
         name: core.create_namespaced_pod("tenant-acme", _strip(pod(2, name=name))).metadata.uid
         for name in ("first", "second", "elsewhere")
