@@ -15,13 +15,13 @@ publishes).
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from dataclasses import dataclass
 
 from core import vfio_sysfs
 from core.logging import LoggingSettings, configure_logging
 from core.settings_cli import Section, settings_command
+from core.stop_signals import on_stop_signal
 from services.dra_driver import cli as dra_driver_cli
 from services.dra_driver.main import DraDriverNode, build
 from services.dra_driver.settings import DraDriverSettings
@@ -81,8 +81,7 @@ def command(settings: DraDriverSettings, lease_settings: LeaseAgentSettings, log
     driver = build(settings)
     node = DraNode(driver, attach_leases(driver, lease_settings) if lease_settings.leases else None)
     done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
+    on_stop_signal(done.set)
     node.start()
     logger.info(
         "DRA driver running on %s (binding conditions %s, leases %s)",

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import gc
 import logging
-import signal
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from core.logging import LoggingSettings, configure_logging
 from core.settings_cli import Section, settings_command
+from core.stop_signals import on_stop_signal
 from services.device_plugin import cli as device_plugin_cli
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
@@ -90,13 +90,7 @@ def command(
     configure_logging(logging_settings)
     node = build_node(plugin_settings, lease_settings)
     done = threading.Event()
-
-    def _stop(signum: int, _frame: object) -> None:
-        logger.info("node=%s signal %d: stopping", plugin_settings.node_name, signum)
-        done.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    on_stop_signal(done.set)
     node.start()
     # Everything built so far (modules, settings, gRPC stubs) lives as long as the process:
     # out of the collector's sight, a full collection scans only what calls leave behind,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import shlex
-import signal
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,6 +11,7 @@ import typer
 
 from core.logging import LoggingSettings, configure_logging
 from core.settings_cli import Section, settings_command
+from core.stop_signals import on_stop_signal
 from gpucaas.sandbox.settings import NodeAgentSettings, SandboxSettings
 
 if TYPE_CHECKING:
@@ -43,11 +42,6 @@ def _cluster_ca(kubeconfig: str | None, kubelet_dir: str | Path) -> Path | None:
         return path
     ca = cluster.get("certificate-authority")
     return Path(ca) if ca else None
-
-
-def _stop_on_signals(stop: Callable[[], object]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop())
 
 
 @settings_command(SandboxSettings, Section(LoggingSettings, "log-"), name="sandbox")
@@ -153,7 +147,7 @@ def command(
     console.print("\nCtrl-C stops everything.")
 
     stopping = threading.Event()
-    _stop_on_signals(stopping.set)
+    on_stop_signal(stopping.set)
     while not stopping.wait(1):
         # A crashed service is started again with back-off, and the console says so.
         for event in sandbox.supervisor.revive():
@@ -188,5 +182,5 @@ def node_agent_command(settings: NodeAgentSettings, logging_settings: LoggingSet
         dra=dra,
         client_ca=_cluster_ca(kubeconfig, settings.kubelet_dir),
     )
-    _stop_on_signals(agent.stop)
+    on_stop_signal(agent.stop)
     agent.run()

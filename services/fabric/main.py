@@ -406,11 +406,11 @@ class FabricNode:
 def run(settings: FabricSettings) -> None:
     """Run the node's fabric service until SIGTERM/SIGINT; a failed start raises FabricServiceError."""
     import gc
-    import signal
+
+    from core.stop_signals import on_stop_signal
 
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    on_stop_signal(stop.set)
     node = FabricNode(settings)
     node.start()
     gc.freeze()  # what start-up built lives as long as the process: no full collection rescans it
