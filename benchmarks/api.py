@@ -51,7 +51,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -66,6 +65,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks import loadgen
+from devtools.ports import free_port
 
 ADMIN_TOKEN = "bench-admin-token"
 PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "gpus": 1}
@@ -147,12 +147,6 @@ statement_app = _StatementOnly()
 
 
 # --- helpers ------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
@@ -329,7 +323,7 @@ def _uvicorn_cmd(app: str, port: int) -> list[str]:
 
 def _statement_only(env: dict[str, str], conns: int, seconds: float, measure: Any) -> tuple[loadgen.LoadResult, float]:
     """``statement_app`` served as the bare endpoint is: its load result and CPU per submission."""
-    port = _free_port()
+    port = free_port()
     with _serve(_uvicorn_cmd("benchmarks.api:statement_app", port), port, env) as (url, pid):
         _closed(url, "/v1/containers", [], 1, conns)  # warm-up: pool, prepared statement
         cpu_before = loadgen.process_cpu_seconds(pid)
@@ -363,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return result
 
-    port_bare = _free_port()
+    port_bare = free_port()
     bare_cmd = _uvicorn_cmd("benchmarks.api:bare_app", port_bare)
     with _serve(bare_cmd, port_bare) as (url, _pid):
         _closed(url, "/v1/containers", [], 1, conns)  # warm-up
@@ -371,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         bare_health = measure("bare GET /healthz", _closed(url, "/healthz", [], seconds, conns, "GET"))
 
     with _postgres_database() as db_url:
-        port = _free_port()
+        port = free_port()
         env = {
             "GPUCAAS_DATABASE_URL": db_url,
             "GPUCAAS_ADMIN_TOKEN": ADMIN_TOKEN,

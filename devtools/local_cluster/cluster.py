@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -35,6 +34,7 @@ from devtools.local_cluster.binaries import bin_dir as find_bin_dir
 from devtools.local_cluster.objects import create_all
 from devtools.local_cluster.pki import PKI, SERVING_NAMES, Pair
 from devtools.local_cluster.processes import ClusterFailed, ProcessGroup, http_ok, https_self_signed_ok
+from devtools.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,6 @@ KUBELET_API_ADMIN_BINDING: dict[str, Any] = {
     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import ssl
 import subprocess
 import sys
@@ -14,14 +13,9 @@ from typing import Any
 
 import httpx
 
+from devtools.ports import free_port
 from devtools.waiting import wait_for
 from tests.api.harness import write_dead_kubeconfig
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_until_healthy(args: list[str], env: dict[str, str], url: str, verify: Any) -> subprocess.Popen[str]:
@@ -51,7 +45,7 @@ def _stop(proc: subprocess.Popen[str]) -> str:
 def test_gpucaas_api_serves_https_and_prints_the_admin_token_once(
     tmp_path: Path, tls_pair: tuple[Path, Path], tls_ca: Any
 ) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"https://127.0.0.1:{port}"
     verify = ssl.create_default_context()
     tls_ca.configure_trust(verify)

@@ -10,7 +10,6 @@ prove nothing)."""
 from __future__ import annotations
 
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from devtools.ports import free_port
 from devtools.waiting import wait_for
 from services.api import revocations
 from tests.api.conftest import new_tenancy
@@ -31,12 +31,6 @@ from tests.api.harness import ADMIN_TOKEN, ApiServer
 pytestmark = pytest.mark.postgres
 
 CACHE_SECONDS = "60"  # far longer than any test here: a 401 cannot come from an entry expiring
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Replica:
@@ -65,7 +59,7 @@ def replica_b(
     tls_ca: Any,
     tmp_path: Path,
 ) -> Iterator[Replica]:
-    port = _free_port()
+    port = free_port()
     verify = ssl.create_default_context()
     tls_ca.configure_trust(verify)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCAAS_")}

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from devtools.ports import free_port
 from devtools.waiting import wait_for
 from services.api.limits import Limiter, LimitSettings
 from tests.api.conftest import new_tenancy
@@ -27,22 +28,16 @@ from tests.api.harness import ADMIN_TOKEN, ApiServer, write_dead_kubeconfig
 from tests.fixtures.redis_server import RedisServer
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _closed_port() -> int:
     """A port of 127.0.0.1 where nothing listens (connections are refused)."""
-    return _free_port()
+    return free_port()
 
 
 class Replica:
     """One ``gpucaas api`` process on a port of its own."""
 
     def __init__(self, env: dict[str, str], verify: ssl.SSLContext, folder: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.verify = verify
         self.stderr = (folder / f"api-{self.port}.log").open("w")

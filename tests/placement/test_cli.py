@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +12,9 @@ import httpx
 from kubernetes import client
 
 from core import crds
+from devtools.ports import free_port
 from devtools.waiting import wait_for
 from tests.placement.factories import fabric_status, pod
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_command_serves_the_extender_from_the_cluster(kubeconfig: Path, k8s: client.ApiClient) -> None:
@@ -34,7 +28,7 @@ def test_the_command_serves_the_extender_from_the_cluster(kubeconfig: Path, k8s:
         "gpu-node-a",
         {"status": fabric_status(active={5: "gpus:x"})},  # pair {5,7} busy
     )
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "GPUCAAS_PLACEMENT_KUBECONFIG": str(kubeconfig), "GPUCAAS_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
         [

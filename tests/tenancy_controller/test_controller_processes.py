@@ -86,12 +86,11 @@ def _safe(fn):
 
 def test_liveness_endpoint_answers(api, spawn):
     import json
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from devtools.ports import free_port
+
+    port = free_port()
     proc = spawn("--standalone", "--liveness", f"http://127.0.0.1:{port}/healthz")
 
     def probe():
