@@ -77,7 +77,6 @@ from typing import Any
 
 IMAGE = "busybox:1.36"
 TENANCIES = 20
-REAL_NODES = 2
 API_REPLICAS = 2
 COMPACTION = "10s"
 SIZES = (1, 1, 1, 1, 2, 2, 4, 8)  # GPUs, drawn uniformly: mostly small, some whole quads and boards
@@ -903,7 +902,6 @@ def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = N
         sb = runner.start(
             state,
             api_port=runner.free_port(),
-            real_nodes=REAL_NODES,
             allocation_mode=allocation_mode,
             database_url=database_url,
             api_replicas=API_REPLICAS,

@@ -2,22 +2,24 @@
 
 Run: ``python -m benchmarks.footprint [--quick]``. The last line of stdout is one JSON
 object: per daemon (``device_plugin`` — with the GPU-lease agent in its process —,
-``fabric``, ``node_agent`` for reference) its ``rss_mb`` (VmRSS, MiB) after the sandbox
+``fabric``, and the node's real ``kubelet`` for reference) its ``rss_mb`` (VmRSS, MiB) after the sandbox
 has settled, ``pss_mb`` (shared library pages split between the processes mapping them),
 ``idle_cpu_pct`` (user+system CPU over an idle window, % of one core) and ``threads``;
 and ``rss_mb_max`` / ``idle_cpu_pct_max`` over the daemons that run on a GPU node in
-production (device plugin and fabric service; the node agent stands in for the kubelet
-and is reported only for comparison).
+production (device plugin and fabric service; the kubelet, v1.36 built from its Go module,
+is reported only for comparison).
 
 The GPU-lease agent runs inside the device plugin's process (``gpucaas device-plugin
 --leases``). To report it separately, a second device plugin is started on the same
-node without leases (``device_plugin_alone``: its own kubelet directory, registered with
-an in-process fake kubelet, same fabric socket, its own metrics port) over the same
-idle window; ``lease_agent`` is the difference, i.e. what the agent adds to the process
-(``rss_mb``, ``idle_cpu_pct``), with ``"in_process_of": "device_plugin"``.
+node without leases (``device_plugin_alone``: registered with the same real kubelet under
+a resource name of its own, ``gpucaas.dev/gpu-footprint``, with its own CDI folder, the same
+fabric socket and its own metrics port) over the same idle window; ``lease_agent`` is the
+difference, i.e. what the agent adds to the process (``rss_mb``, ``idle_cpu_pct``), with
+``"in_process_of": "device_plugin"``.
 
-Method: ``gpucaas sandbox`` parts are started with one simulated node (every process as
-in production: the real service code, its real protocols), nothing is submitted, the
+Method: ``gpucaas sandbox`` parts are started with one real node (kubelet, containerd and
+runc; every process as in production: the real service code, its real protocols), nothing
+is submitted, the
 figures are read from ``/proc/<pid>/status`` and ``/proc/<pid>/stat`` of each daemon's
 process (the supervisor's child). Targets: under 60 MB and under 1 % of a core each, since
 every GPU node runs these daemons beside its tenants' VMs.
@@ -37,6 +39,8 @@ from typing import Any
 RSS_TARGET_MB = 60.0
 CPU_TARGET_PCT = 1.0
 PRODUCTION_DAEMONS = ("device_plugin", "fabric")
+#: the extended resource the second, lease-less device plugin registers with the same kubelet
+ALONE_RESOURCE = "gpucaas.dev/gpu-footprint"
 
 
 def rss_mb(pid: int) -> float:
@@ -76,18 +80,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import subprocess
 
-    from devtools.fake_kubelet import FakeKubelet
+    from devtools.waiting import wait_for
     from gpucaas.sandbox import runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-footprint-") as tmp:
         sb = runner.start(Path(tmp), nodes=("gpu-node-a",), api_port=runner.free_port())
         alone: subprocess.Popen[bytes] | None = None
-        kubelet = None
         try:
             node = sb.nodes[0]
             alone_dir = Path(tmp) / "alone"
             alone_dir.mkdir()
-            kubelet = FakeKubelet(alone_dir / "device-plugins", alone_dir / "pod-resources.sock").start()
             # as the sandbox's device plugin (same PodResources interval and sync grace), leases off
             env = {
                 **os.environ,
@@ -104,11 +106,13 @@ def main(argv: list[str] | None = None) -> int:
                     "gpucaas",
                     "device-plugin",
                     "--device-plugin-dir",
-                    str(alone_dir / "device-plugins"),
+                    str(node.device_plugin_dir),
+                    "--resource-name",
+                    ALONE_RESOURCE,
                     "--cdi-dir",
                     str(alone_dir / "cdi"),
                     "--pod-resources-socket",
-                    str(alone_dir / "pod-resources.sock"),
+                    str(node.pod_resources_socket),
                     "--metrics-port",
                     str(runner.free_port()),
                     "--node-name",
@@ -118,15 +122,18 @@ def main(argv: list[str] | None = None) -> int:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            kubelet.wait_for_plugin("nvidia.com/gpu", timeout=60)
+            offers = runner.node_offers_gpus(sb.kubeconfig, node.name, resource=ALONE_RESOURCE)
+            wait_for(offers, 60, what=f"the kubelet to offer {ALONE_RESOURCE}")
             time.sleep(settle_s)  # a benchmark, not a test: let start-up work finish
             services = sb.supervisor.services
             wanted = {
                 "device_plugin": "device-plugin-gpu-node-a",
                 "fabric": "fabric-gpu-node-a",
-                "node_agent": "node-agent-gpu-node-a",
             }
             pids = {k: services[name].process.pid for k, name in wanted.items() if name in services}
+            kubelet_pid = sb.real_nodes[node.name].pid("kubelet")
+            assert kubelet_pid is not None, "the node's kubelet is not running"
+            pids["kubelet"] = kubelet_pid
             pids["device_plugin_alone"] = alone.pid
             before = {k: cpu_seconds(p) for k, p in pids.items()}
             t0 = time.monotonic()
@@ -145,8 +152,6 @@ def main(argv: list[str] | None = None) -> int:
             if alone is not None:
                 alone.terminate()
                 alone.wait(timeout=30)
-            if kubelet is not None:
-                kubelet.stop()
             sb.stop()
     with_agent, without = daemons["device_plugin"], daemons.pop("device_plugin_alone")
     lease_agent = {

@@ -2,7 +2,7 @@
 
 Run: ``python -m benchmarks.time_to_running [--quick] [--containers N] [--tenancies T]``.
 
-Set-up: ``gpucaas sandbox`` with its two nodes real (``runner.start(real_nodes=2)``: the
+Set-up: ``gpucaas sandbox`` with its two real nodes (``runner.start()``: the
 upstream control plane, kube-scheduler calling the scheduler extender, the API, the
 controller, and per node containerd + runc + the pinned kubelet with the device plugin and the
 fabric service, 8 simulated H100s each). ``tenancies`` tenancies are created through the
@@ -79,7 +79,6 @@ from typing import Any
 IMAGE = "busybox:1.36"
 IMAGE_REF = "docker.io/library/busybox:1.36"  # what containerd calls it
 COMMAND = ["sleep", "1"]
-REAL_NODES = 2
 STALL_S = 180.0  # give up when no container progressed for this long (a stall, not slowness)
 PHASES = (
     "admission",
@@ -540,7 +539,7 @@ def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = N
     from gpucaas.sandbox import runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-ttr-", dir="/tmp") as tmp:
-        sb = runner.start(Path(tmp), api_port=runner.free_port(), real_nodes=REAL_NODES)
+        sb = runner.start(Path(tmp), api_port=runner.free_port())
         watcher = PodWatch(sb.kubeconfig)
         hooks = WebhookReceiver()
         events: ContainerdEvents | None = None
@@ -646,7 +645,7 @@ def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = N
             "did_not_start": submitted - len(ids),
             "tenancies": tenancies,
             "gpus": submitted,
-            "real_nodes": REAL_NODES,
+            "real_nodes": len(runner.DEFAULT_NODES),
             "image": IMAGE,
             "quick": quick,
         }

@@ -26,7 +26,7 @@ from services.dra_driver import cli as dra_driver_cli
 from services.dra_driver.main import DraDriverNode, build
 from services.dra_driver.settings import DraDriverSettings
 from services.gpu_leases import cli as gpu_leases_cli
-from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
+from services.gpu_leases.agent import NodeLeases, NodeGPU, PodHolding
 from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class DraNode:
     driver: DraDriverNode
-    leases: LeaseNodeAgent | None = None
+    leases: NodeLeases | None = None
 
     def start(self) -> None:
         self.driver.start()
@@ -49,7 +49,7 @@ class DraNode:
         self.driver.stop()
 
 
-def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> LeaseNodeAgent:
+def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> NodeLeases:
     ds = driver.settings
 
     def gpus() -> list[NodeGPU]:

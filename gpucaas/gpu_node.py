@@ -30,7 +30,7 @@ from services.device_plugin import cli as device_plugin_cli
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
 from services.gpu_leases import cli as gpu_leases_cli
-from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
+from services.gpu_leases.agent import NodeLeases, NodeGPU, PodHolding
 from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 
@@ -42,7 +42,7 @@ class GpuNode:
     """The plugin and, when leases are on, the lease agent wired to it."""
 
     plugin: DevicePlugin
-    leases: LeaseNodeAgent | None = None
+    leases: NodeLeases | None = None
 
     def start(self) -> None:
         self.plugin.start()
@@ -55,7 +55,7 @@ class GpuNode:
         self.plugin.stop()
 
 
-def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> LeaseNodeAgent:
+def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> NodeLeases:
     """A lease agent fed by ``plugin`` and withholding GPUs through it (before ``plugin.start``)."""
     core, ps = plugin.core, plugin.settings
     reader = plugin.usage.reader  # the plugin's kept-open PodResources channel, shared

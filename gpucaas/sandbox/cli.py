@@ -1,47 +1,17 @@
-"""`gpucaas sandbox`, and the sandbox-only service it starts: `node-agent`."""
+"""`gpucaas sandbox`: the whole control plane and real GPU nodes on this machine."""
 
 from __future__ import annotations
 
 import shlex
 import threading
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from core.logging import LoggingSettings, configure_logging
 from core.settings_cli import Section, settings_command
 from core.stop_signals import on_stop_signal
-from gpucaas.sandbox.settings import NodeAgentSettings, SandboxSettings
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
-
-def _api_client(kubeconfig: str | None) -> ApiClient:
-    from core.kube import KubeConnection, new_api_client
-
-    return new_api_client(KubeConnection(kubeconfig=Path(kubeconfig) if kubeconfig else None))
-
-
-def _cluster_ca(kubeconfig: str | None, kubelet_dir: str | Path) -> Path | None:
-    """The cluster's CA from the kubeconfig, as a file: kube-apiserver's kubelet client
-    certificate is signed by it (the kubelet's --client-ca-file). None without one."""
-    import base64
-
-    import yaml
-
-    if not kubeconfig:
-        return None
-    doc = yaml.safe_load(Path(kubeconfig).read_text())
-    cluster = (doc.get("clusters") or [{}])[0].get("cluster") or {}
-    if cluster.get("certificate-authority-data"):
-        path = Path(kubelet_dir) / "pki" / "client-ca.pem"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-        return path
-    ca = cluster.get("certificate-authority")
-    return Path(ca) if ca else None
+from gpucaas.sandbox.settings import SandboxSettings
 
 
 @settings_command(SandboxSettings, Section(LoggingSettings, "log-"), name="sandbox")
@@ -58,7 +28,7 @@ def command(
         str | None, typer.Option("--allocation", help="Short for --allocation-mode (device-plugin | dra).")
     ] = None,
 ) -> None:
-    """Run the whole control plane and two simulated HGX H100 nodes on this machine."""
+    """Run the whole control plane and two GPU nodes (real kubelets, fake HGX H100 boards) on this machine."""
     from rich.console import Console
 
     from gpucaas.sandbox import runner
@@ -82,16 +52,13 @@ def command(
                 status.update(msg)
                 console.print(f"[green]✓[/] {msg}")
 
-            # The demo follows each step through the node agent's records (its DevicesAllocated
-            # Event, its checkpoints): its nodes are simulated until it reads the real kubelet's.
-            real_nodes = 0 if kubeconfig or demo else settings.real_nodes
             sandbox = runner.start(
                 state_dir,
                 api_port=api_port,
                 kubeconfig=kubeconfig,
                 progress=progress,
                 allocation_mode=mode,
-                real_nodes=real_nodes,
+                nodes=() if kubeconfig else runner.node_names(settings.real_nodes),
                 network=settings.network,
             )
     except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
@@ -123,12 +90,9 @@ def command(
     console.print(f"  tenant token   {sandbox.tenant_token}   (tenancy '{runner.DEMO_TENANCY}')")
     console.print(f"  kubeconfig     {sandbox.kubeconfig}")
     for node in sandbox.nodes:
-        real = sandbox.real_nodes.get(node.name)
-        kind = (
-            "real: kubelet, containerd and runc run its containers (the Kata handler runs runc: no VM)"
-            + (f"; network: Cilium, at {real.node_ip}" if sandbox.network == "cilium" else "")
-            if real is not None
-            else "simulated by the node agent: no container runs"
+        real = sandbox.real_nodes[node.name]
+        kind = "real: kubelet, containerd and runc run its containers (the Kata handler runs runc: no VM)" + (
+            f"; network: Cilium, at {real.node_ip}" if sandbox.network == "cilium" else ""
         )
         console.print(f"  node           {node.name}  {kind}")
     if sandbox.registries is not None:
@@ -155,32 +119,3 @@ def command(
     console.print("stopping…")
     sandbox.stop()
     console.print("stopped.")
-
-
-@settings_command(NodeAgentSettings, Section(LoggingSettings, "log-"), name="node-agent")
-def node_agent_command(settings: NodeAgentSettings, logging_settings: LoggingSettings) -> None:
-    """(sandbox) Play a GPU node's kubelet: node object, device plugin registration, pod lifecycle."""
-    from gpucaas.sandbox.node_agent import NodeAgent
-
-    configure_logging(logging_settings)
-    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-    api = _api_client(kubeconfig)
-    dra = None
-    if settings.allocation_mode == "dra":
-        from core.kube import Kube
-        from gpucaas.sandbox.dra_kubelet import DraKubelet
-
-        dra = DraKubelet(
-            Kube.of(api), settings.node_name, settings.kubelet_dir / "plugins_registry", settings.kubelet_dir
-        )
-    agent = NodeAgent(
-        api,
-        settings.node_name,
-        settings.kubelet_dir,
-        settings.resource_name,
-        settings.run_seconds,
-        dra=dra,
-        client_ca=_cluster_ca(kubeconfig, settings.kubelet_dir),
-    )
-    on_stop_signal(agent.stop)
-    agent.run()

@@ -32,6 +32,7 @@ from core.crds import (
 )
 from core.fabric_client import FabricClient, FabricError
 from devtools.waiting import wait_for
+from gpucaas.sandbox import kubelet_records
 from gpucaas.sandbox.runner import Sandbox
 
 DESIGN_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
@@ -84,6 +85,7 @@ class Observer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sockets = {n.name: n for n in sandbox.nodes}
+        self._kubelet_dirs = {n.name: n.kubelet_dir for n in sandbox.nodes}
 
     def record(self, t: Tracked, step: str, detail: str) -> None:
         if step in t.seen:
@@ -123,7 +125,7 @@ class Observer:
             if spec.get("nodeName"):
                 t.node = spec["nodeName"]
                 self.record(t, "scheduled", f"node {t.node} (chosen by the scheduler extender)")
-            self._observe_events(t, ns)
+            self._observe_handover(t, ns, pod["metadata"]["uid"])
         if t.holder and t.node:
             self._observe_fabric(t)
         status = c.get("status")
@@ -167,19 +169,20 @@ class Observer:
                 f"quota {', '.join(f'{k}={v}' for k, v in sorted((hard or {}).items()))}",
             )
 
-    def _observe_events(self, t: Tracked, ns: str) -> None:
+    def _observe_handover(self, t: Tracked, ns: str, uid: str) -> None:
+        """The GPUs and CDI devices the node's kubelet handed the container (its device manager's
+        checkpoint of the device plugin's Allocate answer), or the kubelet's refusal."""
         if "gpus_chosen" in t.seen:
+            return
+        got = kubelet_records.handed_over(self._kubelet_dirs, uid, dra=False)
+        if got is not None:
+            t.devices = got.devices
+            t.holder = got.holder
+            self.record(t, "gpus_chosen", f"{', '.join(t.devices)} on {got.node} — {self._why(t)}")
+            self.record(t, "cdi", self._cdi_detail(t, got.cdi))
             return
         events = self.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={t.pod}").items
         for ev in events:
-            if ev.reason == "DevicesAllocated":
-                msg = ev.message or ""
-                devices_part, _, cdi_part = msg.partition("; CDI devices: ")
-                ids = devices_part.split(": ", 1)[1].split(" (preferred")[0]
-                t.devices = [d.strip() for d in ids.split(",") if d.strip()]
-                t.holder = "gpus:" + "+".join(sorted(t.devices))
-                self.record(t, "gpus_chosen", f"{', '.join(t.devices)} on {t.node} — {self._why(t)}")
-                self.record(t, "cdi", self._cdi_detail(t, [c.strip() for c in cdi_part.split(",") if c.strip()]))
             if ev.reason == "UnexpectedAdmissionError":
                 t.seen.setdefault("failed", ev.message or "")
 

@@ -8,7 +8,7 @@ container's ``resources.claims``). Then it observes every step from its source o
 the claim kube-controller-manager's resourceclaim controller generated, its allocation by
 kube-scheduler's DynamicResources plugin, the partition the DRA driver activated for it (binding condition
 ``gpucaas.dev/partition-active``), the binding, NodePrepareResources' CDI devices (the
-kubelet's event), Running, Succeeded, Unprepare (the partition released), and the claim
+kubelet's DRA checkpoint), Running, Succeeded, Unprepare (the partition released), and the claim
 deleted with its pod done. It fails if any step is missing or if two pods ever held
 overlapping GPUs.
 """
@@ -16,7 +16,6 @@ overlapping GPUs.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from rich.table import Table
 from core import dra
 from core.fabric_client import FabricClient, FabricError
 from core.topology import partition_by_id
+from gpucaas.sandbox import kubelet_records
 from gpucaas.sandbox.runner import Sandbox
 from services.dra_driver.slices import partition_of_device
 
@@ -134,6 +134,7 @@ class DraObserver:
         self.namespace = namespace
         self.sockets = {n.name: n.fabric_socket for n in sandbox.nodes}
         self.cdi_dirs = {n.name: n.cdi_dir for n in sandbox.nodes}
+        self.kubelet_dirs = {n.name: n.kubelet_dir for n in sandbox.nodes}
         self.tracked: dict[str, Tracked] = {}
         self.overlaps: list[str] = []
         self._stop = threading.Event()
@@ -202,15 +203,15 @@ class DraObserver:
         phase = (pod.get("status") or {}).get("phase")
         if pod["spec"].get("nodeName"):
             self.record(t, "scheduled", pod["spec"]["nodeName"])
+        if "prepared" not in t.seen and t.uid:
+            got = kubelet_records.handed_over(self.kubelet_dirs, t.uid, dra=True)
+            nodes = cdi_device_nodes(self.cdi_dirs[got.node]) if got is not None else {}
+            if got is not None and all(i in nodes for i in got.cdi):
+                self.record(t, "prepared", "; ".join(f"{i} -> {', '.join(nodes[i])}" for i in got.cdi))
         for e in events:
             if e["involvedObject"].get("name") != t.name or e["involvedObject"].get("uid") != t.uid:
                 continue
-            if e.get("reason") == "ResourcesPrepared":
-                ids = re.findall(r"[a-z0-9.-]+/[a-z0-9_.-]+=[0-9a-f:.]+", e.get("message", ""))
-                nodes = cdi_device_nodes(self.cdi_dirs.get(pod["spec"].get("nodeName", ""), Path("/nonexistent")))
-                if ids and all(i in nodes for i in ids):
-                    self.record(t, "prepared", "; ".join(f"{i} -> {', '.join(nodes[i])}" for i in ids))
-            elif e.get("reason") == "FailedPrepareDynamicResources":
+            if e.get("reason") == "FailedPrepareDynamicResources":
                 t.failed = e.get("message", "")
         if phase == "Running":
             self.record(t, "running", f"on {pod['spec'].get('nodeName')}")

@@ -9,7 +9,7 @@ kube-controller-manager runs when started with ``--enable-hostpath-provisioner``
 each volume a directory ``/tmp/hostpath_pv/<uid>`` of this machine and a PersistentVolume
 whose ``hostPath`` is that directory; with ``reclaimPolicy: Delete`` its deleter removes the
 directory once the claim is gone (it only deletes under ``/tmp``). That is fine here, and
-only here, because every sandbox node — real kubelets and simulated ones alike — runs on
+only here, because every sandbox node runs on
 this one machine and sees the same ``/tmp``: a volume written by a container on one node is
 read by a container on another, as an NFS export would be.
 

@@ -9,9 +9,8 @@ projected token) and writes one kubeconfig per process. Each gpucaas process run
 its chart ServiceAccount, never as the admin, so a permission the chart lacks fails
 the sandbox as it would fail on a cluster.
 
-The node agents are not ServiceAccounts: each plays a node's kubelet and authenticates,
-as a kubelet does, as ``system:node:<node>`` in ``system:nodes`` (a static token of
-kube-apiserver's ``--token-auth-file``), judged by the Node authorizer and the
+The nodes' kubelets are not ServiceAccounts: each authenticates as ``system:node:<node>`` in
+``system:nodes`` (its client certificate), judged by the Node authorizer and the
 NodeRestriction admission plugin: it may change its own Node and the pods bound to it,
 and read what those pods reference, nothing else. kube-scheduler and
 kube-controller-manager run with their own client certificates
@@ -47,7 +46,7 @@ CLUSTER_SIDE_KINDS = (
 #: Values the sandbox renders the chart with: every component the sandbox runs, and the
 #: StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner.
 SANDBOX_VALUES: dict[str, Any] = {"schedulerExtender": {"enabled": True}, **hostpath_volumes.chart_values()}
-#: ... and in the DRA allocation mode (binding conditions on: the stand-in scheduler honours them).
+#: ... and in the DRA allocation mode (binding conditions on: kube-scheduler 1.36 honours them).
 SANDBOX_DRA_VALUES: dict[str, Any] = {
     **SANDBOX_VALUES,
     "allocation": {"mode": "dra"},
@@ -88,8 +87,9 @@ def service_accounts(objects: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:
-    """kube-apiserver static tokens for the node agents (``system:node:<name>`` in ``system:nodes``,
-    as a kubelet's client certificate names it); returns user -> token.
+    """kube-apiserver static tokens for the nodes' users (``system:node:<name>`` in ``system:nodes``,
+    as each real kubelet's client certificate names it): the sandbox's RBAC audit knows the
+    kubelets by these identities; returns user -> token.
 
     Tokens already in the file are kept, so a restarted sandbox keeps its identities.
     """

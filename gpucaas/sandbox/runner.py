@@ -1,4 +1,4 @@
-"""`gpucaas sandbox`: the whole control plane and two simulated HGX H100 nodes on one machine.
+"""`gpucaas sandbox`: the whole control plane and two GPU nodes (fake HGX H100 boards) on one machine.
 
 Start order (each step waits until the part answers):
   1. a Kubernetes control plane from the pinned upstream binaries
@@ -9,15 +9,15 @@ Start order (each step waits until the part answers):
      RuntimeClass, ConfigMaps); then one ServiceAccount token per component (TokenRequest)
      and one kubeconfig per process (:mod:`.identities`): no gpucaas process runs as the admin;
   2. the tenancy + lease controller (Kopf);
-  3. per node: a fake sysfs board, the fabric service (Fabric Manager simulator, and the
-     service VM under libvirt's test driver), the node agent (plays the kubelet as
-     ``system:node:<name>``: node object, device-plugin registration, pod lifecycle,
-     PodResources, the log endpoint) and the device plugin, which registers with that node
-     agent over gRPC;
+  3. the local registries, then per node: a fake sysfs board with real ``/dev/vfio`` character
+     devices, the fabric service (Fabric Manager simulator, and the service VM under libvirt's
+     test driver), a real node (:mod:`devtools.real_node`: containerd, runc and the pinned
+     kubelet as ``system:node:<name>``; the Kata handler runs runc, no VM boots here) and the
+     device plugin, which registers with that kubelet over gRPC;
   4. the scheduler extender, then kube-scheduler configured with the chart's extender
      configuration (``deploy/scheduler/``);
 In the ``dra`` allocation mode each node runs the DRA driver instead of the device plugin
-(the node agent plays the kubelet's DRA side), the chart's DeviceClasses are created,
+(registered with the kubelet's plugin watcher), the chart's DeviceClasses are created,
 kube-controller-manager's resourceclaim controller makes the pods' claims, and
 kube-scheduler's DynamicResources plugin allocates them (the extender only scores).
   5. the API over HTTPS with a self-signed certificate.
@@ -60,11 +60,9 @@ from gpucaas.sandbox.ingress import (
     Ingress,
     write_info as write_ingress_info,
 )
-from gpucaas.sandbox.node_agent import GPU_NODE_LABELS
 from gpucaas.sandbox.supervisor import (
     ServiceSpec,
     Supervisor,
-    file_ready,
     http_ready,
 )
 from gpucaas.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
@@ -72,7 +70,22 @@ from services.api.pods import DEFAULT_RUN_AS_USER
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NODES = ("gpu-node-a", "gpu-node-b")
+
+def node_names(count: int) -> tuple[str, ...]:
+    """The sandbox's GPU nodes' names: ``gpu-node-a``, ``gpu-node-b``, ..."""
+    return tuple(f"gpu-node-{chr(ord('a') + i)}" for i in range(count))
+
+
+#: as many as ``gpucaas sandbox``'s ``real_nodes`` setting gives by default (a test holds them equal)
+DEFAULT_NODES = node_names(2)
+#: the labels of the sandbox's GPU nodes: the one the placement and the DaemonSets select on, the
+#: instance type, and the product name NVIDIA GPU Feature Discovery gives an H100 SXM node (usage
+#: records read it)
+GPU_NODE_LABELS = {
+    "gpucaas.dev/gpu-node": "true",
+    "node.kubernetes.io/instance-type": "hgx-h100-8",
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+}
 #: the UID/GID the API runs tenant containers as (its GPUCAAS_TENANT_RUN_AS_USER, left at its default)
 TENANT_UID = DEFAULT_RUN_AS_USER
 DEMO_TENANCY = "demo"
@@ -273,7 +286,7 @@ def _node_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
 
 
 def fabric_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
-    """The fabric service of a simulated node: FM simulator on the fake board, service VM on libvirt's test driver."""
+    """The fabric service of a sandbox node: FM simulator on the fake board, service VM on libvirt's test driver."""
     return {
         "GPUCAAS_FABRIC_NODE_NAME": node.name,
         "GPUCAAS_FABRIC_SOCKET": str(node.fabric_socket),
@@ -321,7 +334,7 @@ def device_plugin_env(state_dir: Path) -> dict[str, str]:
 
 
 def dra_driver_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
-    """The DRA driver of a simulated node: binding conditions on, quick rounds for a lively sandbox."""
+    """The DRA driver of a sandbox node: binding conditions on, quick rounds for a lively sandbox."""
     return {
         "GPUCAAS_DRA_NODE_NAME": node.name,
         "GPUCAAS_DRA_KUBECONFIG": str(kubeconfig),
@@ -562,11 +575,9 @@ def start(
     api_port: int = 8443,
     kubeconfig: Path | None = None,
     admin_token: str | None = None,
-    run_seconds: float = 6.0,
     progress: Any = None,
     chart_objects: list[dict[str, Any]] | None = None,
     allocation_mode: str = "device-plugin",
-    real_nodes: int = 0,
     database_url: str | None = None,
     api_replicas: int = 1,
     compaction_interval: str | None = None,
@@ -574,8 +585,8 @@ def start(
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
-    ``real_nodes``: how many of ``nodes`` (the first ones) are real nodes, whose kubelet,
-    containerd and runc run the containers; the others are played by the node agent.
+    ``nodes``: the GPU nodes, each a real node (kubelet, containerd and runc run its containers;
+    the Kata handler runs runc: no VM boots here); none on a given cluster (``kubeconfig``).
 
     ``chart_objects``: the chart's cluster side to install instead of rendering it
     (:func:`identities.cluster_side`), e.g. with a rule removed to see what breaks.
@@ -624,18 +635,13 @@ def start(
     operator: cilium.Operator | None = None
     with_cilium = network == "cilium"
     try:
-        real_nodes = min(real_nodes, len(nodes))
-        missing = node_tools_missing() if real_nodes else []
+        missing = [] if real_cluster else node_tools_missing()
         if with_cilium:
-            if not real_nodes or real_cluster:
-                raise OSError("the cilium network is the real nodes' network: it needs --real-nodes 1 or more")
+            if real_cluster:
+                raise OSError("the cilium network is the sandbox's own nodes' network: it needs no --kubeconfig")
             missing += cilium.missing(kube_bin_dir())
-        if real_nodes and (real_cluster or missing):
-            raise OSError(
-                "a real node needs the sandbox's own cluster and "
-                + (", ".join(missing) or "no --kubeconfig")
-                + " (make install adds the packages; --real-nodes 0 simulates every node)"
-            )
+        if missing:
+            raise OSError("a GPU node needs " + ", ".join(missing) + " (make install adds the packages)")
         if not real_cluster:
             if with_cilium:
                 say(f"making the Cilium nodes' uplink {cilium.UPLINK} ({cilium.HOST_ADDRESS} is this machine)")
@@ -679,7 +685,7 @@ def start(
         )
 
         node_paths: list[NodePaths] = []
-        if real_nodes:
+        if not real_cluster:
             say(
                 "starting the local registries (public images built from busybox-static; a private one "
                 "that asks for credentials) and pushing the images"
@@ -696,8 +702,7 @@ def start(
                 if not (node.board / "board.json").exists():
                     build_hgx_h100(node.board)
                 load_board(node.board)
-                if index < real_nodes:
-                    make_char_devices(node.dev)
+                make_char_devices(node.dev)
                 for d in (
                     node.device_plugin_dir,
                     node.cdi_dir,
@@ -714,51 +719,25 @@ def start(
                         ready=unix_socket_ready(node.fabric_socket),
                     )
                 )
-                if index < real_nodes:
-                    assert cluster is not None and registries is not None
-                    address = cilium.node_address(index) if with_cilium else ""
-                    say(
-                        f"[{name}] starting a real node: containerd, runc and kubelet {cluster_version()} "
-                        "(the kata-qemu-nvidia-gpu handler runs runc here: no VM boots on this machine)"
-                        + (f"; its network: Cilium, in a namespace of its own at {address}" if address else "")
-                    )
-                    real[name] = RealNode(
-                        node.root,
-                        cluster,
-                        NodeOptions(
-                            name,
-                            cdi_dirs=(node.cdi_dir,),
-                            labels=GPU_NODE_LABELS,
-                            mirrors=registries.mirrors(),
-                            pod_cidr=cilium.pod_cidr(index) if with_cilium else "",
-                            cilium_address=address,
-                        ),
-                    ).start()
-                else:
-                    say(
-                        f"[{name}] starting the node agent (kubelet stand-in, user system:node:{name}; "
-                        "simulated: no container runs)"
-                    )
-                    sup.start(
-                        ServiceSpec(
-                            f"node-agent-{name}",
-                            [
-                                "node-agent",
-                                "--node-name",
-                                name,
-                                "--kubelet-dir",
-                                str(node.kubelet_dir),
-                                "--kubeconfig",
-                                str(kc(f"node-{name}")),
-                                "--run-seconds",
-                                str(run_seconds),
-                                "--allocation-mode",
-                                allocation_mode,
-                            ],
-                            env=_node_env(node, kc(f"node-{name}")),
-                            ready=unix_socket_ready(node.device_plugin_dir / "kubelet.sock"),
-                        )
-                    )
+                assert cluster is not None and registries is not None
+                address = cilium.node_address(index) if with_cilium else ""
+                say(
+                    f"[{name}] starting a real node: containerd, runc and kubelet {cluster_version()} "
+                    "(the kata-qemu-nvidia-gpu handler runs runc here: no VM boots on this machine)"
+                    + (f"; its network: Cilium, in a namespace of its own at {address}" if address else "")
+                )
+                real[name] = RealNode(
+                    node.root,
+                    cluster,
+                    NodeOptions(
+                        name,
+                        cdi_dirs=(node.cdi_dir,),
+                        labels=GPU_NODE_LABELS,
+                        mirrors=registries.mirrors(),
+                        pod_cidr=cilium.pod_cidr(index) if with_cilium else "",
+                        cilium_address=address,
+                    ),
+                ).start()
                 if allocation_mode == "dra":
                     say(
                         f"[{name}] starting the DRA driver (ResourceSlices, NodePrepareResources, binding conditions; "
@@ -776,11 +755,7 @@ def start(
                                 **dra_driver_env(node, driver_kc),
                                 **device_plugin_env(state_dir),
                             },  # leases and firmware check as beside the plugin
-                            ready=(
-                                published_slices(kubeconfig, name)
-                                if name in real
-                                else file_ready(node.kubelet_dir / "dra-registered")
-                            ),
+                            ready=published_slices(kubeconfig, name),
                         )
                     )
                     continue
@@ -802,11 +777,7 @@ def start(
                             name,
                         ],
                         env={**_node_env(node, kc("device-plugin")), **device_plugin_env(state_dir)},
-                        ready=(
-                            node_offers_gpus(kubeconfig, name)
-                            if name in real
-                            else file_ready(node.kubelet_dir / "registered")
-                        ),
+                        ready=node_offers_gpus(kubeconfig, name),
                     )
                 )
 

@@ -3,7 +3,7 @@
 Every part of the sandbox is the real service started through its own
 ``gpucaas <service>`` command, so the parts talk over their real protocols
 (HTTP to the local cluster's kube-apiserver, HTTPS to the API, gRPC on unix sockets
-between the node agent and the device plugin, HTTP on a unix socket to the
+between the kubelet and the device plugin, HTTP on a unix socket to the
 fabric service). The supervisor starts each one, waits until it answers, can
 restart one (the end-to-end tests use that to prove convergence), starts a
 crashed one again with back-off (``revive``), and stops them all in reverse

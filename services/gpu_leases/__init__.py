@@ -7,7 +7,7 @@ Free | Quarantined):
   (``core/lease_states.py``, ``core/lease_store.py``) because three
   services move leases: this one, the tenancy controller process (via the timers
   below) and the API (an admin quarantines or releases a GPU);
-- ``agent.py``: the node side (``LeaseNodeAgent``) — a lease per GPU, Leased/Releasing
+- ``agent.py``: the node side (``NodeLeases``) — a lease per GPU, Leased/Releasing
   from the kubelet's PodResources, the firmware check when a lease is Checking, and the
   health source that withholds every GPU whose lease is not Free/Leased;
 - ``firmware.py``: the check itself (expansion ROM hash and version through sysfs);

@@ -1,4 +1,4 @@
-"""The node side of GPU leases (``LeaseNodeAgent``), run beside the device plugin.
+"""The node side of GPU leases (``NodeLeases``), run beside the device plugin.
 
 Every ``interval`` it:
 1. makes sure each GPU the plugin discovered has a GPULease (created ``Free``);
@@ -53,7 +53,7 @@ class PodHolding:
     device_ids: tuple[str, ...]
 
 
-class LeaseNodeAgent:
+class NodeLeases:
     """Rounds as in the module docstring. Every ``interval`` it reads PodResources (local);
     a full round (Kubernetes list, transitions) runs only when something may have changed:
     the node's leases changed (a watch, when the adapter offers one and RBAC grants it), the
@@ -383,4 +383,4 @@ class LeaseNodeAgent:
             self._thread.join(timeout=10)
 
 
-__all__ = ["LeaseNodeAgent", "NodeGPU", "PodHolding", "lease_name"]
+__all__ = ["NodeLeases", "NodeGPU", "PodHolding", "lease_name"]

@@ -1,4 +1,4 @@
-"""Building the node agent: settings + what the node offers (GPUs, pod holdings) -> a LeaseNodeAgent.
+"""Building the node agent: settings + what the node offers (GPUs, pod holdings) -> a NodeLeases.
 
 The agent has no process of its own: the GPU node programs (``gpucaas/gpu_node.py``,
 ``dra_node.py``) build it here, beside their daemon, and run it with theirs. The cluster-side
@@ -15,7 +15,7 @@ from typing import Any
 
 from core.kube import KubeConnection
 from core.kube.rest import connect
-from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
+from services.gpu_leases.agent import NodeLeases, NodeGPU, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from services.gpu_leases.settings import LeaseAgentSettings
 
@@ -35,13 +35,13 @@ def build_agent(
     sysfs_root: Path,
     gpus: Callable[[], Iterable[NodeGPU]],
     holdings: Callable[[], Iterable[PodHolding]],
-) -> LeaseNodeAgent:
+) -> NodeLeases:
     """The node agent for ``node``; ``gpus`` and ``holdings`` come from whoever discovers them."""
     golden = GoldenTable.load(settings.firmware_golden_file) if settings.firmware_golden_file else GoldenTable()
     if not golden.by_device_id:
         logger.warning("node=%s no golden firmware configured: every GPU check will fail (NoGoldenFirmware)", node)
     checker = SysfsFirmwareCheck(sysfs_root, golden, toggle_rom=settings.firmware_rom_toggle)
-    return LeaseNodeAgent(
+    return NodeLeases(
         kube_client(settings.kubeconfig),
         node,
         gpus,

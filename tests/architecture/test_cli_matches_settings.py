@@ -26,7 +26,6 @@ NOT_SETTINGS = {
 }
 #: Values a class requires (a field without default, or a cross-field check).
 REQUIRED = {
-    "node-agent": {"node_name": "gpu-node-a", "kubelet_dir": "/var/lib/kubelet"},
     "fabric": {"disk_image": "/var/lib/gpucaas/images/fm.qcow2"},
 }
 
@@ -164,3 +163,11 @@ def test_an_empty_path_flag_reaches_the_class_as_empty(clean_env: None) -> None:
     assert result.exit_code == 2 and "fabric_required=false" in result.output
     plugin, _leases, _logs = _callback("device-plugin").build_settings({"fabric_socket": "", "fabric_required": False})
     assert plugin.fabric_socket is None
+
+
+def test_the_sandbox_starts_as_many_nodes_as_its_setting_says_by_default(clean_env: None) -> None:
+    from gpucaas.sandbox import runner
+    from gpucaas.sandbox.settings import SandboxSettings
+
+    assert runner.DEFAULT_NODES == runner.node_names(SandboxSettings().real_nodes)
+    assert runner.start.__kwdefaults__["nodes"] == runner.DEFAULT_NODES

@@ -12,7 +12,6 @@ answer and the PodResources API, or the DRA manager's prepared claims.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -30,17 +29,15 @@ from kubernetes import client, config
 
 from core.cdi import spec_filename
 from core.crds import GPULEASE_PLURAL, GROUP, VERSION
-from core.fabric_client import FabricClient, holder_for_gpus
+from core.fabric_client import FabricClient
 from core.lease_store import lease_name
 from core.topology import HGX_H100_PARTITIONS
 from devtools.waiting import wait_for
-from gpucaas.sandbox import runner
-from services.device_plugin.api import dp_pb2
+from gpucaas.sandbox import kubelet_records, runner
 from services.device_plugin.podresources import (
     PodResourcesReader,
     PodResourcesUnavailable,
 )
-from services.dra_driver.driver import holder_for_claim
 from services.dra_driver.slices import offered_devices
 from tests.fixtures.sandbox import package_sandbox
 
@@ -167,7 +164,7 @@ def cpu_hog() -> Iterator[int]:
 
 @pytest.fixture(scope="package")
 def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
-    with package_sandbox(request, "gpucaas-e2e-", allocation_mode=allocation_mode(), real_nodes=2) as sb:
+    with package_sandbox(request, "gpucaas-e2e-", allocation_mode=allocation_mode()) as sb:
         yield sb
 
 
@@ -253,13 +250,6 @@ def allocated_devices(sandbox: runner.Sandbox, namespace: str, pod: str) -> list
     return []
 
 
-#: the kubelet's device manager checkpoint, in its device-plugin folder
-#: (``pkg/kubelet/cm/devicemanager``: ``kubeletDeviceManagerCheckpoint``)
-DEVICE_MANAGER_CHECKPOINT = "kubelet_internal_checkpoint"
-#: the kubelet's DRA manager checkpoint, in its root folder (``pkg/kubelet/cm/dra``: ``draManagerStateFileName``)
-DRA_MANAGER_CHECKPOINT = "dra_manager_state"
-
-
 def pod_uid(sandbox: runner.Sandbox, namespace: str, pod: str) -> str | None:
     """The pod's UID (the kubelet's checkpoints know pods by UID), or None when it is gone."""
     with config.new_client_from_config(str(sandbox.kubeconfig)) as api:
@@ -271,65 +261,19 @@ def pod_uid(sandbox: runner.Sandbox, namespace: str, pod: str) -> str | None:
             raise
 
 
-def _checkpoint(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):  # not written yet, or being replaced
-        return None
-
-
 def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str, dict[str, Any]] | None:
     """(node, record) of what the node handed the kubelet for the pod: ``devices`` (PCI
     addresses), ``cdi`` (CDI device names) and ``holder`` (the fabric service's holder of the
-    partition), read from the node's kubelet checkpoints.
-
-    device-plugin: from the device manager's ``kubelet_internal_checkpoint`` (the pod's entry
-    holds the device ids and the plugin's ContainerAllocateResponse, whose CDI devices are
-    read); the holder is the GPU set.
-    dra: from the DRA manager's ``dra_manager_state`` (the claims prepared for the pod and the
-    CDI ids NodePrepareResources answered); the holder is the claim.
-    """
+    partition), read from the node's kubelet checkpoints (:mod:`gpucaas.sandbox.kubelet_records`)."""
     uid = pod_uid(sandbox, namespace, pod)
     if uid is None:
         return None
-    dra = allocation_mode() == "dra"
-    for node in sandbox.nodes:
-        if dra:
-            saved = _checkpoint(node.kubelet_dir / DRA_MANAGER_CHECKPOINT)
-            if saved is None:
-                continue
-            claims = [
-                c for c in json.loads(saved["Data"])["ClaimInfoStateList"] or [] if uid in (c.get("PodUIDs") or {})
-            ]
-            if not claims:
-                continue
-            cdi = sorted(
-                i
-                for c in claims
-                for state in (c.get("DriverState") or {}).values()
-                for d in state.get("Devices") or []
-                for i in d.get("CDIDeviceIDs") or []
-            )
-            if not cdi:  # the claim is recorded before its preparation's devices: not handed over yet
-                continue
-            return node.name, {
-                "cdi": cdi,
-                "devices": sorted(i.split("=", 1)[1] for i in cdi),
-                "holder": holder_for_claim(claims[0]["ClaimUID"]),
-            }
-        saved = _checkpoint(node.device_plugin_dir / DEVICE_MANAGER_CHECKPOINT)
-        if saved is None:
-            continue
-        for e in saved["Data"]["PodDeviceEntries"] or []:
-            if e["PodUID"] == uid and e["ResourceName"] == "nvidia.com/gpu":
-                devices = sorted(d for ids in e["DeviceIDs"].values() for d in ids)
-                resp = dp_pb2.ContainerAllocateResponse.FromString(base64.b64decode(e["AllocResp"]))
-                return node.name, {
-                    "devices": devices,
-                    "cdi": [d.name for d in resp.cdi_devices],
-                    "holder": holder_for_gpus(devices),
-                }
-    return None
+    got = kubelet_records.handed_over(
+        {n.name: n.kubelet_dir for n in sandbox.nodes}, uid, dra=allocation_mode() == "dra"
+    )
+    if got is None:
+        return None
+    return got.node, {"devices": got.devices, "cdi": got.cdi, "holder": got.holder}
 
 
 def holder_of(sandbox: runner.Sandbox, namespace: str, pod: str) -> str:
@@ -337,6 +281,13 @@ def holder_of(sandbox: runner.Sandbox, namespace: str, pod: str) -> str:
     got = handed_over(sandbox, namespace, pod)
     assert got is not None, f"nothing handed over for {namespace}/{pod}"
     return got[1]["holder"]
+
+
+def pci_of(sandbox: runner.Sandbox, node: str) -> dict[int, str]:
+    """physical GPU id -> PCI address on ``node``, from its fabric service."""
+    path = next(n.fabric_socket for n in sandbox.nodes if n.name == node)
+    with FabricClient(path, timeout=5) as fc:
+        return {int(g["physical_id"]): g["pci_bus_id"] for g in fc.topology()["gpus"]}
 
 
 def cdi_device_nodes(sandbox: runner.Sandbox, node_name: str) -> dict[str, list[str]]:

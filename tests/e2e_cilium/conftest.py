@@ -37,7 +37,7 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
     missing = cilium.missing(bin_dir())
     if missing:
         pytest.fail(f"{ENABLE_ENV}=1 but this machine lacks {', '.join(missing)}")
-    with package_sandbox(request, "gpucaas-e2e-cilium-", real_nodes=2, network="cilium") as sb:
+    with package_sandbox(request, "gpucaas-e2e-cilium-", network="cilium") as sb:
         yield sb
 
 

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from core.lease_store import LeaseStore
 from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
-from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU, PodHolding
+from services.gpu_leases.agent import NodeLeases, NodeGPU, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 
 NODE = "gpu-node-a"
@@ -43,9 +43,9 @@ def kubelet() -> Kubelet:
 
 
 @pytest.fixture
-def lease_agent(k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet) -> LeaseNodeAgent:
+def lease_agent(k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet) -> NodeLeases:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
-    return LeaseNodeAgent(
+    return NodeLeases(
         k8s, NODE, lambda: gpus, lambda: kubelet.holdings, SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False)
     )
 

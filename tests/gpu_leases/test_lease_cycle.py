@@ -1,6 +1,6 @@
 """The full lease cycle on the fake board with the local cluster's kube-apiserver.
 
-The node side (LeaseNodeAgent, as it runs beside the device plugin) and the controller's
+The node side (NodeLeases, as it runs beside the device plugin) and the controller's
 ``step`` are driven round by round, so every intermediate state is observed.
 """
 
@@ -14,7 +14,7 @@ from kubernetes import client
 from core.lease_store import LeaseStore, lease_name
 from devtools.fake_sysfs import FakeBoard, rom_image
 from services.gpu_leases import controller as handlers
-from services.gpu_leases.agent import LeaseNodeAgent
+from services.gpu_leases.agent import NodeLeases
 
 from .conftest import NODE, Kubelet, make_pod
 
@@ -31,7 +31,7 @@ def controller_step(store: LeaseStore, k8s: client.ApiClient, now: dt.datetime |
 
 
 def leased_then_released(
-    agent: LeaseNodeAgent, kubelet: Kubelet, k8s: client.ApiClient, *, release: bool = True
+    agent: NodeLeases, kubelet: Kubelet, k8s: client.ApiClient, *, release: bool = True
 ) -> dict[str, Any]:
     """Lease the GPU to a new pod c-1 (then, if ``release``, let the pod go): the lease as the node left it."""
     agent.reconcile_once()
@@ -46,14 +46,14 @@ def leased_then_released(
     return lease
 
 
-def to_checking(agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient) -> None:
+def to_checking(agent: NodeLeases, store: LeaseStore, kubelet: Kubelet, k8s: client.ApiClient) -> None:
     """Lease the GPU to a pod, let the pod go, and let the controller request the check."""
     leased_then_released(agent, kubelet, k8s)
     controller_step(store, k8s)
     assert state(store) == "Checking"
 
 
-def test_every_gpu_gets_a_free_lease(lease_agent: LeaseNodeAgent, store: LeaseStore, hgx_board: FakeBoard) -> None:
+def test_every_gpu_gets_a_free_lease(lease_agent: NodeLeases, store: LeaseStore, hgx_board: FakeBoard) -> None:
     lease_agent.reconcile_once()
     leases = store.list(NODE)
     assert sorted(lz["spec"]["pciAddress"] for lz in leases) == sorted(d.bdf for d in hgx_board.gpus)
@@ -72,7 +72,7 @@ def test_every_gpu_gets_a_free_lease(lease_agent: LeaseNodeAgent, store: LeaseSt
 
 
 def test_full_cycle_free_leased_releasing_checking_free(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -108,7 +108,7 @@ def test_full_cycle_free_leased_releasing_checking_free(
 
 
 def test_tampered_rom_is_quarantined_and_reported_unhealthy(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -136,7 +136,7 @@ def test_tampered_rom_is_quarantined_and_reported_unhealthy(
 
 
 def test_gpu_vanishing_mid_check_ends_quarantined(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -152,7 +152,7 @@ def test_gpu_vanishing_mid_check_ends_quarantined(
 
 
 def test_controller_releases_a_lease_whose_pod_is_gone(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -167,7 +167,7 @@ def test_controller_releases_a_lease_whose_pod_is_gone(
 
 
 def test_check_timeout_retries_then_quarantines(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -186,7 +186,7 @@ def test_check_timeout_retries_then_quarantines(
 
 
 def test_a_restarted_controller_continues_a_check(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -199,7 +199,7 @@ def test_a_restarted_controller_continues_a_check(
 
 
 def test_a_lease_left_without_status_is_initialised(
-    lease_agent: LeaseNodeAgent, store: LeaseStore, k8s: client.ApiClient
+    lease_agent: NodeLeases, store: LeaseStore, k8s: client.ApiClient
 ) -> None:
     """A lease created but never given its status (the write lost a race) becomes Free next round."""
     from core.lease_store import build_gpu_lease
@@ -213,7 +213,7 @@ def test_a_lease_left_without_status_is_initialised(
 
 
 def test_an_allocation_no_pod_was_seen_holding_is_still_checked(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     k8s: client.ApiClient,
 ) -> None:
@@ -233,7 +233,7 @@ def test_an_allocation_no_pod_was_seen_holding_is_still_checked(
 
 
 def test_an_allocation_seen_in_pod_resources_takes_the_normal_path(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -250,7 +250,7 @@ def test_an_allocation_seen_in_pod_resources_takes_the_normal_path(
 
 
 def test_a_holder_the_api_server_says_runs_keeps_its_lease_while_podresources_forgets_it(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -314,7 +314,7 @@ def test_a_holder_the_api_server_says_runs_keeps_its_lease_while_podresources_fo
 
 
 def test_a_gpu_given_to_a_new_pod_while_checking_is_checked_then_leased_to_it(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -354,7 +354,7 @@ def controller_tick(counting: CountingStore, k8s: client.ApiClient, cached: dict
 
 
 def test_a_timer_visit_reads_the_lease_only_when_it_may_be_the_controllers_turn(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -377,7 +377,7 @@ def test_a_timer_visit_reads_the_lease_only_when_it_may_be_the_controllers_turn(
 
 
 def test_a_timer_visit_with_a_stale_copy_steps_what_the_lease_is_now(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,
@@ -394,7 +394,7 @@ def test_a_timer_visit_with_a_stale_copy_steps_what_the_lease_is_now(
 
 
 def test_a_timer_visit_releases_a_lease_whose_pod_is_gone(
-    lease_agent: LeaseNodeAgent,
+    lease_agent: NodeLeases,
     store: LeaseStore,
     kubelet: Kubelet,
     k8s: client.ApiClient,

@@ -11,7 +11,7 @@ from kubernetes import client
 from core.gpu_reset import reset_gpu
 from core.lease_store import LeaseStore
 from devtools.fake_sysfs import FakeBoard
-from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU
+from services.gpu_leases.agent import NodeLeases, NodeGPU
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from tests.gpu_leases.conftest import NODE, Kubelet, make_pod
 from tests.gpu_leases.test_lease_cycle import GPU, NAME, controller_step, state
@@ -30,13 +30,13 @@ class RecordingCheck(SysfsFirmwareCheck):
 
 def _agent(
     k8s, board: FakeBoard, golden: GoldenTable, kubelet: Kubelet, reset
-) -> tuple[LeaseNodeAgent, RecordingCheck]:
+) -> tuple[NodeLeases, RecordingCheck]:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in board.gpus]
     checker = RecordingCheck(board, golden)
-    return LeaseNodeAgent(k8s, NODE, lambda: gpus, lambda: kubelet.holdings, checker, reset=reset), checker
+    return NodeLeases(k8s, NODE, lambda: gpus, lambda: kubelet.holdings, checker, reset=reset), checker
 
 
-def _release_and_check(agent: LeaseNodeAgent, store: LeaseStore, kubelet: Kubelet, k8s) -> None:
+def _release_and_check(agent: NodeLeases, store: LeaseStore, kubelet: Kubelet, k8s) -> None:
     agent.reconcile_once()
     make_pod(k8s, "acme", "c-1")
     kubelet.hold("tenant-acme", "c-1", GPU)

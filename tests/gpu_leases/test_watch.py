@@ -13,7 +13,7 @@ from core.kube import KubeConnection, RestKube
 from core.lease_store import LeaseStore, lease_name
 from devtools.fake_sysfs import FakeBoard
 from devtools.waiting import wait_for
-from services.gpu_leases.agent import LeaseNodeAgent, NodeGPU
+from services.gpu_leases.agent import NodeLeases, NodeGPU
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 
 from .conftest import NODE, Kubelet, make_pod
@@ -28,7 +28,7 @@ def test_a_check_requested_by_the_controller_runs_at_once(
 ) -> None:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
     kube = RestKube(KubeConnection(kubeconfig=kubeconfig))
-    agent = LeaseNodeAgent(
+    agent = NodeLeases(
         kube,
         NODE,
         lambda: gpus,
@@ -61,7 +61,7 @@ def test_without_a_watch_every_tick_is_a_full_round(
     k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
 ) -> None:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
-    agent = LeaseNodeAgent(
+    agent = NodeLeases(
         k8s,
         NODE,
         lambda: gpus,

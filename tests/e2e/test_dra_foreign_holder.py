@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from core import dra
@@ -28,8 +29,11 @@ from devtools.waiting import wait_for
 from gpucaas.sandbox import runner
 from gpucaas.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
 from services.dra_driver.slices import device_name
-from tests.e2e.conftest import activations, leases, offered_partitions
-from tests.e2e_dra.conftest import pci_of
+from tests.e2e.conftest import activations, allocation_mode, leases, offered_partitions, pci_of
+
+pytestmark = pytest.mark.skipif(
+    allocation_mode() != "dra", reason="the DRA allocation mode's slices (make test-e2e-dra)"
+)
 
 NS = "e2e-dra-binding"
 BLOCKER = "e2e:blocker"
@@ -154,12 +158,12 @@ def _running(core: client.CoreV1Api, pod: str) -> bool:
 
 
 def test_a_partition_held_by_another_holder_is_not_offered_and_claims_go_where_it_works(
-    dra_sandbox: runner.Sandbox, k8s: client.ApiClient
+    sandbox: runner.Sandbox, k8s: client.ApiClient
 ) -> None:
     core, custom = client.CoreV1Api(k8s), client.CustomObjectsApi(k8s)
     ensure_namespace(core, custom, NS, sizes=())
     eight, four = _unscored_template(custom, 8), _unscored_template(custom, 4)
-    with _blocked(dra_sandbox, k8s), _conditions_seen(custom) as seen:
+    with _blocked(sandbox, k8s), _conditions_seen(custom) as seen:
         # the driver offers no partition with GPU 1 on gpu-node-a any more (tainted held-on-fabric), and
         # every other one
         wait_for(
@@ -193,7 +197,7 @@ def test_a_partition_held_by_another_holder_is_not_offered_and_claims_go_where_i
 
 
 def test_the_extender_sends_a_gpucaas_claim_past_the_blocked_board(
-    dra_sandbox: runner.Sandbox, k8s: client.ApiClient
+    sandbox: runner.Sandbox, k8s: client.ApiClient
 ) -> None:
     """With gpucaas' own template the prioritize-only extender, which sees the blocker's
     partition in gpu-node-a's FabricState, scores gpu-node-b best too: the pod runs there."""
@@ -203,8 +207,8 @@ def test_the_extender_sends_a_gpucaas_claim_past_the_blocked_board(
     def extender_sees_the_blocker() -> bool:
         """The extender's own view (GET /v1/nodes): gpu-node-a no longer has 8 GPUs free, and
         gpu-node-b has all 8."""
-        assert dra_sandbox.extender_url is not None
-        with urllib.request.urlopen(f"{dra_sandbox.extender_url}/v1/nodes", timeout=10) as resp:
+        assert sandbox.extender_url is not None
+        with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:
             nodes = {n["node"]: n for n in json.load(resp)["nodes"]}
         return (
             "gpu-node-a" in nodes
@@ -213,7 +217,7 @@ def test_the_extender_sends_a_gpucaas_claim_past_the_blocked_board(
             and len(nodes["gpu-node-b"]["free"]) == 8
         )
 
-    with _blocked(dra_sandbox, k8s), _conditions_seen(custom) as seen:
+    with _blocked(sandbox, k8s), _conditions_seen(custom) as seen:
         wait_for(extender_sees_the_blocker, timeout=180, what="the extender to see the blocker")
         core.create_namespaced_pod(NS, dra_pod("eight-scored", 8, seconds=2))
         wait_for(
