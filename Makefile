@@ -22,9 +22,14 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
-.PHONY: test-cilium test-chaos test-e2e-dra install system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream upstream-cilium lint
+.PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream upstream-cilium lint
 
-install: system-deps $(VENV)/.installed upstream
+# The Go builds (CPU) run beside apt-get and pip (mostly waiting on downloads): on a new
+# machine the builds set the time, and the rest is done by the time they are.
+install:
+	@$(MAKE) --no-print-directory -j2 upstream python-env
+
+python-env: system-deps $(VENV)/.installed
 
 # The pinned upstream binaries (Kubernetes 1.36, etcd 3.6, kwok), built from their Go modules
 # by upstream/build.sh into ~/.cache/gpucaas/upstream/<version>-<pins hash>/bin (reused while
@@ -63,7 +68,7 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml | system-deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -106,14 +111,19 @@ lint: $(VENV)/.installed
 
 # tests/api (about 750 tests, each with its own API server: CPU-bound) on two workers, a
 # whole file per worker at a time; the rest, which start clusters and real nodes, one by one.
-test: install checkov test-image postgres
-	$(MAKE) lint
-	$(PY) -m pytest -n 2 --dist loadfile tests/api
-	$(PY) -m pytest --ignore=tests/api
-	$(MAKE) test-e2e-dra
-	$(MAKE) test-contention
-	$(MAKE) test-chaos
-	$(MAKE) test-cilium
+# Each stage is timed (scripts/stages.sh); the table ends the output, or follows a failed stage.
+STAGE := scripts/stages.sh run
+test:
+	@scripts/stages.sh begin
+	@$(STAGE) install $(MAKE) --no-print-directory install checkov test-image postgres
+	@$(STAGE) lint $(MAKE) --no-print-directory lint
+	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile tests/api
+	@$(STAGE) rest $(PY) -m pytest --ignore=tests/api
+	@$(STAGE) e2e-dra $(MAKE) --no-print-directory test-e2e-dra
+	@$(STAGE) contention $(MAKE) --no-print-directory test-contention
+	@$(STAGE) chaos $(MAKE) --no-print-directory test-chaos
+	@$(STAGE) cilium $(MAKE) --no-print-directory test-cilium
+	@scripts/stages.sh report
 
 # The end-to-end package again in the DRA allocation mode (tests/e2e/conftest.py: the
 # sandbox runs the DRA driver, the kubelet's DRA side and claim allocation instead of the
