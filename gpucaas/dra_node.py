@@ -26,7 +26,7 @@ from services.dra_driver import cli as dra_driver_cli
 from services.dra_driver.main import DraDriverNode, build
 from services.dra_driver.settings import DraDriverSettings
 from services.gpu_leases import cli as gpu_leases_cli
-from services.gpu_leases.agent import NodeLeases, NodeGPU, PodHolding
+from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
 from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 

@@ -30,7 +30,7 @@ from services.device_plugin import cli as device_plugin_cli
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
 from services.gpu_leases import cli as gpu_leases_cli
-from services.gpu_leases.agent import NodeLeases, NodeGPU, PodHolding
+from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
 from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 

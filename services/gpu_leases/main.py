@@ -15,7 +15,7 @@ from typing import Any
 
 from core.kube import KubeConnection
 from core.kube.rest import connect
-from services.gpu_leases.agent import NodeLeases, NodeGPU, PodHolding
+from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from services.gpu_leases.settings import LeaseAgentSettings
 

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from core.lease_store import LeaseStore
 from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
-from services.gpu_leases.agent import NodeLeases, NodeGPU, PodHolding
+from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 
 NODE = "gpu-node-a"

@@ -11,7 +11,7 @@ from kubernetes import client
 from core.gpu_reset import reset_gpu
 from core.lease_store import LeaseStore
 from devtools.fake_sysfs import FakeBoard
-from services.gpu_leases.agent import NodeLeases, NodeGPU
+from services.gpu_leases.agent import NodeGPU, NodeLeases
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from tests.gpu_leases.conftest import NODE, Kubelet, make_pod
 from tests.gpu_leases.test_lease_cycle import GPU, NAME, controller_step, state
@@ -28,9 +28,7 @@ class RecordingCheck(SysfsFirmwareCheck):
         return super().check(pci_address)
 
 
-def _agent(
-    k8s, board: FakeBoard, golden: GoldenTable, kubelet: Kubelet, reset
-) -> tuple[NodeLeases, RecordingCheck]:
+def _agent(k8s, board: FakeBoard, golden: GoldenTable, kubelet: Kubelet, reset) -> tuple[NodeLeases, RecordingCheck]:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in board.gpus]
     checker = RecordingCheck(board, golden)
     return NodeLeases(k8s, NODE, lambda: gpus, lambda: kubelet.holdings, checker, reset=reset), checker

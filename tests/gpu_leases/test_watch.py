@@ -13,7 +13,7 @@ from core.kube import KubeConnection, RestKube
 from core.lease_store import LeaseStore, lease_name
 from devtools.fake_sysfs import FakeBoard
 from devtools.waiting import wait_for
-from services.gpu_leases.agent import NodeLeases, NodeGPU
+from services.gpu_leases.agent import NodeGPU, NodeLeases
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 
 from .conftest import NODE, Kubelet, make_pod
