@@ -1,6 +1,7 @@
 # gpucaas: the two set-up commands are `make sandbox` and `make test`.
 # Installing means: the system packages the code needs (only those missing), a
-# virtual environment in .venv, and `pip install -e .[dev]` into it.
+# virtual environment in .venv, and `pip install -e .[dev]` into it (with the development tree
+# on its path: the $(VENV)/.installed rule).
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -68,10 +69,15 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
 	fi
 
+# The package holds the product only (pyproject.toml: gpucaas, core, services, vm_images); the
+# development tree (devtools, benchmarks, tests) is importable from the venv wherever it runs
+# (console scripts, `python -m gpucaas sandbox` subprocesses, `python -m benchmarks.x` from any
+# directory) through a .pth file naming this repository.
 $(VENV)/.installed: pyproject.toml | system-deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpucaas-source-tree.pth"
 	$(PY) -m services.device_plugin.api.build
 	$(PY) -m services.dra_driver.api.build
 	touch $@

@@ -875,7 +875,7 @@ def _drop_database(name: str) -> None:
 
 def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = None) -> dict[str, Any]:
     from benchmarks.time_to_running import wait_ready
-    from gpucaas.sandbox import runner
+    from devtools.sandbox import runner
 
     size = QUICK if quick else FULL
     if containers:

@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import subprocess
 
+    from devtools.sandbox import runner
     from devtools.waiting import wait_for
-    from gpucaas.sandbox import runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-footprint-") as tmp:
         sb = runner.start(Path(tmp), nodes=("gpu-node-a",), api_port=runner.free_port())

@@ -536,7 +536,7 @@ def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | No
 
 
 def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = None) -> dict[str, Any]:
-    from gpucaas.sandbox import runner
+    from devtools.sandbox import runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-ttr-", dir="/tmp") as tmp:
         sb = runner.start(Path(tmp), api_port=runner.free_port())

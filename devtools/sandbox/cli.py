@@ -11,7 +11,7 @@ import typer
 from core.logging import LoggingSettings, configure_logging
 from core.settings_cli import Section, settings_command
 from core.stop_signals import on_stop_signal
-from gpucaas.sandbox.settings import SandboxSettings
+from devtools.sandbox.settings import SandboxSettings
 
 
 @settings_command(SandboxSettings, Section(LoggingSettings, "log-"), name="sandbox")
@@ -31,9 +31,9 @@ def command(
     """Run the whole control plane and two GPU nodes (real kubelets, fake HGX H100 boards) on this machine."""
     from rich.console import Console
 
-    from gpucaas.sandbox import runner
-    from gpucaas.sandbox.identities import RBACRefused, check_no_refusals
-    from gpucaas.sandbox.supervisor import ServiceFailed
+    from devtools.sandbox import runner
+    from devtools.sandbox.identities import RBACRefused, check_no_refusals
+    from devtools.sandbox.supervisor import ServiceFailed
 
     console = Console(emoji=False)
     # the console shows progress; the sandbox's own log lines only when something is wrong, unless asked
@@ -66,8 +66,8 @@ def command(
         raise typer.Exit(1) from exc
 
     if demo:
-        from gpucaas.sandbox.demo import run_demo
-        from gpucaas.sandbox.dra_demo import run_dra_demo
+        from devtools.sandbox.demo import run_demo
+        from devtools.sandbox.dra_demo import run_dra_demo
 
         try:
             console.print(f"[bold]allocation mode: {mode}[/]")

@@ -31,9 +31,9 @@ from core.crds import (
     tenant_namespace,
 )
 from core.fabric_client import FabricClient, FabricError
+from devtools.sandbox import kubelet_records
+from devtools.sandbox.runner import Sandbox
 from devtools.waiting import wait_for
-from gpucaas.sandbox import kubelet_records
-from gpucaas.sandbox.runner import Sandbox
 
 DESIGN_PAYLOAD = {"container-url": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "tenancy": "landon"}
 IMAGE = DESIGN_PAYLOAD["container-url"]

@@ -29,8 +29,8 @@ from rich.table import Table
 from core import dra
 from core.fabric_client import FabricClient, FabricError
 from core.topology import partition_by_id
-from gpucaas.sandbox import kubelet_records
-from gpucaas.sandbox.runner import Sandbox
+from devtools.sandbox import kubelet_records
+from devtools.sandbox.runner import Sandbox
 from services.dra_driver.slices import partition_of_device
 
 NAMESPACE = "dra-demo"

@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
+from devtools.sandbox import hostpath_volumes
 from gpucaas import chart
-from gpucaas.sandbox import hostpath_volumes
 
 #: Kinds of the rendered chart the sandbox applies (the cluster side; no workloads).
 CLUSTER_SIDE_KINDS = (

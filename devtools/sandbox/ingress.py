@@ -27,8 +27,8 @@ import yaml
 from devtools.local_cluster.cluster import LocalCluster, free_port
 from devtools.local_cluster.objects import create_all
 from devtools.local_cluster.processes import ProcessGroup, http_ok
-from gpucaas.sandbox import identities
-from gpucaas.sandbox.tls import TLSFiles
+from devtools.sandbox import identities
+from devtools.sandbox.tls import TLSFiles
 
 #: the release upstream/build.sh builds (its TRAEFIK_VERSION; upstream/traefik/go.mod pins it)
 TRAEFIK_VERSION = "v3.6.12"
@@ -163,7 +163,7 @@ class Ingress:
 
     def info(self) -> dict[str, Any]:
         """What ``ingress.json`` holds."""
-        from gpucaas.sandbox.tls import ENDPOINT_DOMAIN
+        from devtools.sandbox.tls import ENDPOINT_DOMAIN
 
         return {
             "address": self.address,

@@ -53,19 +53,19 @@ from devtools.real_node.node import (
     unmount_under,
 )
 from devtools.real_node.registry import Registries
-from gpucaas.sandbox import hostpath_volumes, identities
-from gpucaas.sandbox.ingress import (
+from devtools.sandbox import hostpath_volumes, identities
+from devtools.sandbox.ingress import (
     AUTH_ANNOTATIONS,
     TRAEFIK_VERSION,
     Ingress,
     write_info as write_ingress_info,
 )
-from gpucaas.sandbox.supervisor import (
+from devtools.sandbox.supervisor import (
     ServiceSpec,
     Supervisor,
     http_ready,
 )
-from gpucaas.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
+from devtools.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
 from services.api.pods import DEFAULT_RUN_AS_USER
 
 log = logging.getLogger(__name__)

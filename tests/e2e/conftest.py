@@ -32,8 +32,8 @@ from core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from core.fabric_client import FabricClient
 from core.lease_store import lease_name
 from core.topology import HGX_H100_PARTITIONS
+from devtools.sandbox import kubelet_records, runner
 from devtools.waiting import wait_for
-from gpucaas.sandbox import kubelet_records, runner
 from services.device_plugin.podresources import (
     PodResourcesReader,
     PodResourcesUnavailable,
@@ -264,7 +264,7 @@ def pod_uid(sandbox: runner.Sandbox, namespace: str, pod: str) -> str | None:
 def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str, dict[str, Any]] | None:
     """(node, record) of what the node handed the kubelet for the pod: ``devices`` (PCI
     addresses), ``cdi`` (CDI device names) and ``holder`` (the fabric service's holder of the
-    partition), read from the node's kubelet checkpoints (:mod:`gpucaas.sandbox.kubelet_records`)."""
+    partition), read from the node's kubelet checkpoints (:mod:`devtools.sandbox.kubelet_records`)."""
     uid = pod_uid(sandbox, namespace, pod)
     if uid is None:
         return None

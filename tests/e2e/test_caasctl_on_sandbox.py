@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import UNTIL_CANCELLED, activations, allocated_devices, holder_of, wait_for, wait_status
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import activations, allocated_devices, holder_of, leases, settled, wait_for, wait_status
 

@@ -9,7 +9,7 @@ from kubernetes import client
 
 from devtools import waiting
 from devtools.fake_sysfs import load_board
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import TIMEOUT, Tenant
 

@@ -15,9 +15,9 @@ import io
 from kubernetes import client
 from rich.console import Console
 
-from gpucaas.sandbox import runner
-from gpucaas.sandbox.demo import run_demo
-from gpucaas.sandbox.dra_demo import run_dra_demo
+from devtools.sandbox import runner
+from devtools.sandbox.demo import run_demo
+from devtools.sandbox.dra_demo import run_dra_demo
 
 from .conftest import allocation_mode, settled, wait_for
 

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from core import dra, topology
 from core.fabric_client import FabricClient
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import (
     UNTIL_CANCELLED,

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from core import dra
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import Tenant, allocation_mode, wait_for, wait_status
 

@@ -25,9 +25,9 @@ from kubernetes import client
 from core import dra
 from core.fabric_client import FabricClient
 from core.topology import HGX_H100_PARTITIONS
+from devtools.sandbox import runner
+from devtools.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
 from devtools.waiting import wait_for
-from gpucaas.sandbox import runner
-from gpucaas.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
 from services.dra_driver.slices import device_name
 from tests.e2e.conftest import activations, allocation_mode, leases, offered_partitions, pci_of
 

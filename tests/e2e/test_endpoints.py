@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from devtools import waiting
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import TIMEOUT, Tenant, new_tenant
 

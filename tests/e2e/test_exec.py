@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import CAASCTL, UNTIL_CANCELLED, Tenant, new_tenant
 

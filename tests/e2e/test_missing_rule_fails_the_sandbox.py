@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.sandbox import identities, runner
-from gpucaas.sandbox.supervisor import ServiceFailed
+from devtools.sandbox import identities, runner
+from devtools.sandbox.supervisor import ServiceFailed
 
 from .conftest import allocation_mode
 

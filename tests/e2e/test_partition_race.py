@@ -12,7 +12,7 @@ import random
 
 from kubernetes import client
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import UNTIL_CANCELLED, container_status, settled, wait_for, wait_status
 

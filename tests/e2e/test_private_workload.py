@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes import client
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 from services.api import sizing
 
 from .conftest import Caller, allocation_mode, wait_for, wait_status

@@ -9,8 +9,8 @@ listed below with the reason the end-to-end run cannot exercise it.
 
 from __future__ import annotations
 
+from devtools.sandbox import identities, runner
 from gpucaas import chart
-from gpucaas.sandbox import identities, runner
 
 from .conftest import allocation_mode
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 from tests.e2e.conftest import Caller, wait_status
 
 ROOT = Path(__file__).resolve().parents[2]

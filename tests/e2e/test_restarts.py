@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import (
     TIMEOUT,

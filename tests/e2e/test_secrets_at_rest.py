@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import Caller
 from .test_private_workload import _created

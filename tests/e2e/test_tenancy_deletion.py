@@ -5,7 +5,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from core.crds import GROUP, TENANCY_PLURAL, VERSION
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import (
     UNTIL_CANCELLED,

@@ -6,7 +6,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from core.crds import GROUP, TENANCY_PLURAL, VERSION
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 from .conftest import UNTIL_CANCELLED, leases, wait_for, wait_status
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 from services.api.webhooks.signing import verify
 from tests.api.webhook_receiver import Receiver
 

@@ -3,7 +3,7 @@ volume is read by a later container of the same tenancy; another tenancy cannot 
 cannot be deleted while a container mounts it, and once deleted its storage goes too.
 
 The sandbox's volumes come from kube-controller-manager's HostPath provisioner
-(:mod:`gpucaas.sandbox.hostpath_volumes`): a real PersistentVolume per claim, a
+(:mod:`devtools.sandbox.hostpath_volumes`): a real PersistentVolume per claim, a
 directory of this machine that every node sees.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from devtools import waiting
-from gpucaas.sandbox import hostpath_volumes
+from devtools.sandbox import hostpath_volumes
 
 from .conftest import TIMEOUT, Tenant, new_tenant
 

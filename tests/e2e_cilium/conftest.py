@@ -16,7 +16,7 @@ import pytest
 
 from devtools.local_cluster.binaries import bin_dir
 from devtools.real_node import cilium
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 from tests.e2e.conftest import Tenant
 from tests.fixtures.sandbox import package_sandbox
 

@@ -32,7 +32,7 @@ from core.crds import LABEL_CONTAINER
 from devtools import waiting
 from devtools.local_cluster.binaries import binary
 from devtools.real_node import cilium
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 from tests.e2e.conftest import TIMEOUT, UNTIL_CANCELLED, Tenant, new_tenant
 from tests.e2e.test_endpoints import fetch
 

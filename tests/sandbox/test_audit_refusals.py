@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpucaas.sandbox.identities import refusals
+from devtools.sandbox.identities import refusals
 
 NODE = "system:node:gpu-node-b"
 API = "system:serviceaccount:gpucaas-system:gpucaas-api"

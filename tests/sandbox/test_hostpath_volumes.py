@@ -6,8 +6,8 @@ import os
 import stat
 from pathlib import Path
 
+from devtools.sandbox import hostpath_volumes
 from devtools.waiting import wait_for
-from gpucaas.sandbox import hostpath_volumes
 
 
 def _owner(path: Path) -> tuple[int, int, int]:
@@ -40,7 +40,7 @@ def test_the_thread_hands_over_directories_made_while_it_runs(tmp_path: Path) ->
 
 
 def test_the_sandbox_renders_its_storage_class_from_the_chart() -> None:
-    from gpucaas.sandbox import identities
+    from devtools.sandbox import identities
 
     classes = [o for o in identities.cluster_side() if o["kind"] == "StorageClass"]
     assert [(c["metadata"]["name"], c["provisioner"], c["reclaimPolicy"], c["volumeBindingMode"]) for c in classes] == [

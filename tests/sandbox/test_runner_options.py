@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from devtools.local_cluster import ClusterOptions, LocalCluster
-from gpucaas.sandbox import runner
+from devtools.sandbox import runner
 
 
 @pytest.mark.parametrize("database_url", [None, "sqlite:///x.db"])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucaas.sandbox import supervisor as sup
-from gpucaas.sandbox.supervisor import RunningService, ServiceFailed, ServiceSpec, Supervisor, file_ready
+from devtools.sandbox import supervisor as sup
+from devtools.sandbox.supervisor import RunningService, ServiceFailed, ServiceSpec, Supervisor, file_ready
 
 # Burns CPU until it has used 3 CPU-seconds (however long a loaded machine makes that), then is ready.
 BUSY_START = """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from devtools.sandbox import supervisor as sup
+from devtools.sandbox.supervisor import ServiceSpec, Supervisor
 from devtools.waiting import wait_for
-from gpucaas.sandbox import supervisor as sup
-from gpucaas.sandbox.supervisor import ServiceSpec, Supervisor
 
 
 def _crashing(tmp_path: Path) -> Supervisor:
