@@ -70,11 +70,9 @@ class Kube:
 
     @classmethod
     def of(cls, api: Kube | kubernetes.client.ApiClient) -> Kube:
-        """``api`` itself (a ``Kube`` or the light :class:`.rest.RestKube`), or an adapter around an
-        existing ``ApiClient`` (which its owner closes)."""
-        from .rest import RestKube
-
-        return api if isinstance(api, (Kube, RestKube)) else cls(api_client=api)
+        """``api`` itself, or an adapter around an existing ``ApiClient`` (which its owner closes);
+        :func:`.adapters.adapter` also passes the light :class:`.rest.RestKube` through."""
+        return api if isinstance(api, Kube) else cls(api_client=api)
 
     @property
     def server(self) -> str:

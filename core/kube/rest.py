@@ -20,8 +20,8 @@ else ``$KUBECONFIG`` / ``~/.kube/config``. From a kubeconfig: ``server``,
 ``certificate-authority(-data)``, ``insecure-skip-tls-verify``, and ``token``,
 ``tokenFile``, ``client-certificate(-data)``/``client-key(-data)`` or basic auth — the
 fields client-go's ``clientcmd`` reads for these. A user with an ``exec`` or
-``auth-provider`` plugin needs the official client: :func:`connect` then returns a
-:class:`~core.kube.Kube` instead.
+``auth-provider`` plugin needs the official client: :func:`.adapters.connect` then returns a
+:class:`~core.kube.Kube` instead (this module never imports it).
 
 Paths and verbs are the Kubernetes API's (``/apis/<group>/<version>/<plural>/<name>/status``,
 merge patch as ``application/merge-patch+json``; kubernetes.io/docs/reference/using-api/api-concepts/).
@@ -475,22 +475,3 @@ def stream_lines(resp: Any, chunk_size: int = 8192) -> Iterator[bytes]:
             line, buf = buf.split(b"\n", 1)
             if line.strip():
                 yield line
-
-
-def connect(connection: KubeConnection | None = None, **kw: Any) -> Any:
-    """A :class:`RestKube` for ``connection``, or the official client's ``Kube`` where only it can."""
-    try:
-        return RestKube(connection, **kw)
-    except NeedsFullClient:
-        from .client import Kube
-
-        return Kube(connection, **kw)
-
-
-def adapter(api: Any) -> Any:
-    """``api`` itself when it is an adapter (:class:`RestKube` or ``Kube``), else ``Kube.of(api)``."""
-    if isinstance(api, RestKube):
-        return api
-    from .client import Kube
-
-    return Kube.of(api)

@@ -349,8 +349,7 @@ class FabricNode:
     def _kube(self) -> Any:
         if self._kube_client is not None:
             return self._kube_client
-        from core.kube import KubeConnection
-        from core.kube.rest import connect
+        from core.kube import KubeConnection, connect
 
         # A kubeconfig when given, else the in-cluster ServiceAccount (the core adapter decides);
         # its light path: a few calls do not need the official client's models in this daemon.
