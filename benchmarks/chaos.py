@@ -500,9 +500,11 @@ class PodWatch:
     """Every pod gpucaas made, by uid: relists after any watch failure (410 Gone included)."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        self.api = config.new_client_from_config(str(kubeconfig))
+        from core.kube import new_api_client
+
+        self.api = new_api_client(kubeconfig)
         self.core = client.CoreV1Api(self.api)
         self.pods: dict[str, PodRecord] = {}
         self.relists = 0
@@ -628,7 +630,7 @@ def api_containers(api: Api, admin_token: str) -> dict[str, dict[str, Any]]:
 
 def cluster_state(kubeconfig: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """(GPULeases, FabricStates, the gpucaas pods) as kube-apiserver has them now."""
-    from kubernetes import client, config
+    from kubernetes import client
 
     from core.crds import (
         FABRICSTATE_PLURAL,
@@ -637,8 +639,9 @@ def cluster_state(kubeconfig: Path) -> tuple[list[dict[str, Any]], list[dict[str
         LABEL_CONTAINER,
         VERSION,
     )
+    from core.kube import new_api_client
 
-    with config.new_client_from_config(str(kubeconfig)) as api:
+    with new_api_client(kubeconfig) as api:
         objects = client.CustomObjectsApi(api)
         # the client types its answer as object; a list of a custom resource is {"items": [...]}
         leases: list[dict[str, Any]] = objects.list_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL)["items"]  # type: ignore[index]

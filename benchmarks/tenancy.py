@@ -218,8 +218,7 @@ def _paced(api: KubeClient, watch: ReadyWatch, seconds: float, creators: int) ->
 
 
 def run(count: int, single: int, workers: int, creators: int, paced_s: float) -> dict:
-    from kubernetes import config
-
+    from core.kube import new_api_client
     from services.tenancy_controller import kube
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenancy-"))
@@ -245,7 +244,7 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
             env,
         )
         procs.append(controller)
-        watch = ReadyWatch(config.new_client_from_config(config_file=str(kubeconfig)))
+        watch = ReadyWatch(new_api_client(kubeconfig))
 
         # warm-up: the controller is up once a first tenancy becomes Ready
         api.create(_body("warmup", 0))

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import kubernetes
 import urllib3
 
-from .config import KubeConnection, load_configuration
+from .config import KubeConnection, load_configuration, new_api_client
 from .errors import from_api_exception, from_transport_error
 from .retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy, retrying
 
@@ -62,7 +62,7 @@ class Kube:
         self.configuration = cfg
         self.connection = conn
         self._owns_client = api_client is None
-        self.api_client = api_client if api_client is not None else kubernetes.client.ApiClient(cfg)
+        self.api_client = api_client if api_client is not None else new_api_client(cfg)
         self.timeout: tuple[float, float] | float = timeout if timeout is not None else conn.request_timeout
         self.retry = retry
         self.core = kubernetes.client.CoreV1Api(self.api_client)
