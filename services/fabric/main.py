@@ -206,7 +206,9 @@ class FabricNode:
             spec,
             self._template_text(),
             watch_interval_s=s.watch_interval_s,
-            backoff=BackoffPolicy(s.restart_backoff_initial_s, s.restart_backoff_max_s, s.restart_stable_s),
+            backoff=BackoffPolicy(
+                initial_s=s.restart_backoff_initial_s, max_s=s.restart_backoff_max_s, stable_s=s.restart_stable_s
+            ),
             stop_timeout_s=s.stop_timeout_s,
             on_restarted=self._vm_restarted,
             use_events=s.vm_events,
