@@ -3,7 +3,8 @@
 Every service, the sandbox, its node agent and doctor reach Kubernetes through
 this package (``from core import kube``): :class:`KubeConnection` /
 :func:`load_configuration` say where and how, :class:`Kube` makes calls with
-timeouts and bounded retries, and :mod:`.errors` is the one error tree.
+timeouts and bounded retries, :mod:`.errors` is the one error tree, and
+:class:`Informer` (:mod:`.informer`) is the one list-and-watch loop over either adapter.
 
 Node daemons that make a handful of calls use :class:`RestKube` (:mod:`.rest`): the
 same calls, errors and retries over plain HTTPS, without importing the official
@@ -42,8 +43,10 @@ from .retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy, retrying
 if TYPE_CHECKING:
     from .client import Kube, translated
     from .config import kopf_connection_info, load_configuration, new_api_client
+    from .informer import Informer
 
 _LAZY = {
+    "Informer": "informer",
     "Kube": "client",
     "translated": "client",
     "load_configuration": "config",
@@ -69,6 +72,7 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "Gone",
+    "Informer",
     "Invalid",
     "Kube",
     "KubeAdapter",

@@ -139,6 +139,25 @@ class Kube:
 
         return retrying(once, self.retry if idempotent else NO_RETRY, what=what)
 
+    def stream(self, path: str, *, query: list[tuple[str, str]] | None = None, read_timeout_s: float) -> Any:
+        """GET ``path`` unread: the urllib3 response, to read as it comes (a watch); no retry.
+        A status other than 2xx raises its :mod:`.errors` exception."""
+        what = f"GET {path}"
+        connect = self.timeout[0] if isinstance(self.timeout, tuple) else self.timeout
+        with translated(what, server=self.server):
+            m, url, hdrs, _, _ = self.api_client.param_serialize(
+                method="GET",
+                resource_path=path,
+                query_params=query or None,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            resp = self.api_client.call_api(m, url, header_params=hdrs, _request_timeout=(connect, read_timeout_s))
+            if not 200 <= resp.status <= 299:
+                resp.read()
+                raise kubernetes.client.ApiException(http_resp=resp)
+        return resp.response
+
     def json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Like :meth:`call` but returns the wire JSON (``_preload_content=False``), never model objects."""
         what = kwargs.pop("what", None) or getattr(fn, "__name__", "kubernetes call")

@@ -338,6 +338,31 @@ class RestKube:
             ) from HTTPStatusError(resp.status, resp.reason, text)
         return json.loads(raw) if raw else {}
 
+    def stream(self, path: str, *, query: list[tuple[str, str]] | None = None, read_timeout_s: float) -> Any:
+        """GET ``path`` unread: the urllib3 response, to read as it comes (a watch); no retry.
+        A status other than 2xx raises its :mod:`.errors` exception."""
+        import urllib3
+
+        what = f"GET {path}"
+        url = self.server + path + ("?" + urlencode(query) if query else "")
+        with self.translated(what):
+            resp = self._http.request(
+                "GET",
+                url,
+                headers={"Accept": "application/json", **self._target.headers()},
+                preload_content=False,
+                retries=False,
+                redirect=False,
+                timeout=urllib3.Timeout(connect=self._timeout.connect_timeout, read=read_timeout_s),
+            )
+            if not 200 <= resp.status <= 299:
+                text = resp.read().decode("utf-8", "replace")
+                resp.release_conn()
+                raise from_status(
+                    resp.status, text, what=what, server=self.server, reason=resp.reason
+                ) from HTTPStatusError(resp.status, resp.reason, text)
+        return resp
+
     def call(
         self, fn: Callable[..., T], *args: Any, what: str | None = None, idempotent: bool = False, **kwargs: Any
     ) -> T:
