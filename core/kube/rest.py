@@ -417,8 +417,6 @@ def watch_changes(
     says a stream is open, ``on_watching(False)`` that it is not (refused, e.g. no ``watch``
     grant, or cut): a caller then polls instead.
     """
-    import urllib3
-
     holder: dict[str, Any] = {}
 
     def cut() -> None:
@@ -439,36 +437,16 @@ def watch_changes(
         try:
             rv = kube.send("GET", path, query=query).get("metadata", {}).get("resourceVersion", "")
             on_change()
-            url = (
-                kube.server
-                + path
-                + "?"
-                + urlencode(
-                    [
-                        *query,
-                        ("watch", "1"),
-                        ("resourceVersion", rv),
-                        ("allowWatchBookmarks", "true"),
-                        ("timeoutSeconds", str(timeout_s)),
-                    ]
-                )
-            )
-            connect = kube._timeout.connect_timeout
-            resp = kube._http.request(
-                "GET",
-                url,
-                headers={"Accept": "application/json", **kube._target.headers()},
-                preload_content=False,
-                retries=False,
-                redirect=False,
-                timeout=urllib3.Timeout(connect=connect, read=timeout_s + 30),
-            )
+            watch_query = [
+                *query,
+                ("watch", "1"),
+                ("resourceVersion", rv),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", str(timeout_s)),
+            ]
+            resp = kube.stream(path, query=watch_query, read_timeout_s=timeout_s + 30)
             holder["resp"] = resp
             try:
-                if resp.status != 200:
-                    raise from_status(
-                        resp.status, resp.read().decode("utf-8", "replace"), what=f"watch {path}", server=kube.server
-                    )
                 on_watching(True)
                 for line in stream_lines(resp):
                     if stop.is_set():

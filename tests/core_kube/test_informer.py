@@ -59,8 +59,8 @@ def _namespace(kube: k.Kube, name: str) -> Iterator[str]:
         kube.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
-def _informer(kube: k.KubeAdapter, ns: str, seen: Seen, **kw: Any) -> Informer:
-    return Informer(
+def _informer(kube: k.KubeAdapter, ns: str, seen: Seen, cls: type[Informer] = Informer, **kw: Any) -> Informer:
+    return cls(
         kube,
         f"/api/v1/namespaces/{ns}/configmaps",
         query=[("labelSelector", "informer=test")],
@@ -110,14 +110,7 @@ def test_a_resource_version_too_old_is_410_gone_and_lists_again(
     with k.Kube(k.KubeConnection(kubeconfig=kubeconfig)) as kube, _namespace(kube, unique_name("informer")) as ns:
         _configmap(kube, ns, "one")
         seen = Seen()
-        informer = _ResumesTooOld(
-            kube,
-            f"/api/v1/namespaces/{ns}/configmaps",
-            query=[("labelSelector", "informer=test")],
-            on_list=seen.on_list,
-            on_event=seen.on_event,
-            backoff=Backoff(FAST.initial_s, FAST.max_s),
-        ).start()
+        informer = _informer(kube, ns, seen, _ResumesTooOld).start()
         try:
             seen.wait(lambda: informer.relists >= 2)
             assert informer.expired == 1
