@@ -95,28 +95,56 @@ def test_lists_then_watches_and_resumes_after_the_server_ends_the_watch(
         assert not informer._thread or not informer._thread.is_alive()
 
 
-class _ResumesTooOld(Informer):
-    """Watches its first listing from resourceVersion 1, long compacted away: as a watch resumed
-    after a long outage would."""
+@pytest.fixture
+def uncached_cluster(tmp_path: Path) -> Iterator[Any]:
+    """A cluster of the test's own whose kube-apiserver serves watches from etcd (no watch cache,
+    which would answer an old revision from its own copy): compacting etcd makes them 410 Gone."""
+    from devtools.local_cluster import ClusterOptions, LocalCluster
 
-    def _list(self) -> str:
-        rv = super()._list()
-        return "1" if self.relists == 1 else rv
+    options = ClusterOptions(
+        unsafe_no_fsync=True,
+        run_scheduler=False,
+        run_controller_manager=False,
+        audit_policy=None,
+        apiserver_args=["--watch-cache=false"],
+    )
+    cluster = LocalCluster(tmp_path / "cluster", options).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
-def test_a_resource_version_too_old_is_410_gone_and_lists_again(
-    kubeconfig: Path, unique_name: Callable[[str], str]
-) -> None:
-    with k.Kube(k.KubeConnection(kubeconfig=kubeconfig)) as kube, _namespace(kube, unique_name("informer")) as ns:
-        _configmap(kube, ns, "one")
+def test_a_resource_version_compacted_away_is_410_gone_and_lists_again(uncached_cluster: Any) -> None:
+    import subprocess
+
+    cluster = uncached_cluster
+    with k.Kube(k.KubeConnection(kubeconfig=cluster.admin_kubeconfig)) as kube:
+
+        class CompactedBeforeItsWatch(Informer):
+            """Between its first listing and its watch, changes are made and etcd compacted past the
+            revision after the listing's, as for a watch resumed after a long outage."""
+
+            def _list(self) -> str:
+                rv = super()._list()
+                if self.relists == 1:
+                    _configmap(kube, "default", "two")
+                    kube.request("DELETE", "/api/v1/namespaces/default/configmaps/two")  # "two" compacted too
+                    _configmap(kube, "default", "two")
+                    latest = kube.request("GET", "/api/v1/namespaces")["metadata"]["resourceVersion"]
+                    etcdctl = str(cluster.bin_dir / "etcdctl")
+                    subprocess.run([etcdctl, "--endpoints", cluster.etcd_url, "compaction", latest], check=True)
+                return rv
+
+        _configmap(kube, "default", "one")
         seen = Seen()
-        informer = _informer(kube, ns, seen, _ResumesTooOld).start()
+        informer = _informer(kube, "default", seen, CompactedBeforeItsWatch).start()
         try:
             seen.wait(lambda: informer.relists >= 2)
             assert informer.expired == 1
-            _configmap(kube, ns, "two")
-            seen.wait(lambda: ("ADDED", "two") in seen.events)
-            assert seen.names == {"one", "two"}
+            assert seen.names == {"one", "two"}  # "two" from the second listing
+            _configmap(kube, "default", "three")
+            seen.wait(lambda: ("ADDED", "three") in seen.events)
         finally:
             informer.stop()
 
