@@ -75,6 +75,8 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
+from core.backoff import Backoff
+
 IMAGE = "busybox:1.36"
 TENANCIES = 20
 API_REPLICAS = 2
@@ -497,76 +499,53 @@ class PodRecord:
 
 
 class PodWatch:
-    """Every pod gpucaas made, by uid: relists after any watch failure (410 Gone included)."""
+    """Every pod gpucaas made, by uid, from the product's informer: it resumes a cut watch from the
+    last revision seen (as client-go's reflectors do) and lists again on 410 Gone."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        from kubernetes import client, config
+        from core.crds import LABEL_CONTAINER
+        from core.kube import Informer, Kube, KubeConnection
 
-        self.api = config.new_client_from_config(str(kubeconfig))
-        self.core = client.CoreV1Api(self.api)
+        self.kube = Kube(KubeConnection(kubeconfig=kubeconfig, read_timeout_s=30.0))
         self.pods: dict[str, PodRecord] = {}
-        self.relists = 0
-        self.expired = 0  # watches that met 410 Gone (resumed from a compacted revision)
         self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="pod-watch")
+        self.informer = Informer(
+            self.kube,
+            "/api/v1/pods",
+            query=[("labelSelector", LABEL_CONTAINER)],
+            name="pod-watch",
+            on_list=self._listed,
+            on_event=lambda kind, pod: self.note(pod, deleted=kind == "DELETED"),
+            backoff=Backoff(initial_s=0.5, max_s=0.5),  # kube-apiserver is killed on purpose: come back soon
+            watch_timeout_s=30,
+        )
+
+    @property
+    def relists(self) -> int:
+        return self.informer.relists
+
+    @property
+    def expired(self) -> int:
+        """Watches that met 410 Gone (resumed from a compacted revision)."""
+        return self.informer.expired
 
     def start(self) -> PodWatch:
-        self._thread.start()
+        self.informer.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        self.informer.stop()
+        self.kube.close()
 
-    def _run(self) -> None:
-        """List, then watch from the listing's revision; after a failure resume from the last
-        revision seen (as client-go's reflectors do), and list again only on 410 Gone."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        from core.crds import LABEL_CONTAINER
-
-        rv = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    listing = self.core.list_pod_for_all_namespaces(label_selector=LABEL_CONTAINER, _request_timeout=30)
-                    listed = set()
-                    for pod in listing.items:
-                        self.note(self.api.sanitize_for_serialization(pod), deleted=False)
-                        if pod.metadata is not None:
-                            listed.add(pod.metadata.uid)
-                    with self.lock:  # gone while the watch was down: deleted
-                        for uid, rec in self.pods.items():
-                            if uid not in listed:
-                                rec.deleted = True
-                    self.relists += 1
-                    rv = listing.metadata.resource_version if listing.metadata is not None else None
-                w = watch.Watch()
-                for ev in w.stream(
-                    self.core.list_pod_for_all_namespaces,
-                    label_selector=LABEL_CONTAINER,
-                    resource_version=rv,
-                    timeout_seconds=30,
-                    _request_timeout=60,
-                ):
-                    obj = ev["raw_object"]
-                    if ev["type"] == "ERROR":
-                        if obj.get("code") == 410:
-                            self.expired += 1
-                        rv = None
-                        break
-                    rv = obj["metadata"]["resourceVersion"]
-                    self.note(obj, deleted=ev["type"] == "DELETED")
-                    if self._stop.is_set():
-                        w.stop()
-            except ApiException as exc:
-                if exc.status == 410:  # the revision was compacted away: list again
-                    self.expired += 1
-                    rv = None
-                self._stop.wait(0.5)
-            except Exception:  # noqa: BLE001 (kube-apiserver killed: resume from rv, as a reflector does)
-                self._stop.wait(0.5)
+    def _listed(self, pods: list[dict[str, Any]]) -> None:
+        listed = set()
+        for pod in pods:
+            self.note(pod, deleted=False)
+            listed.add(pod["metadata"]["uid"])
+        with self.lock:  # gone while the watch was down: deleted
+            for uid, rec in self.pods.items():
+                if uid not in listed:
+                    rec.deleted = True
 
     def note(self, pod: dict[str, Any], *, deleted: bool) -> None:
         from core.crds import LABEL_CONTAINER
@@ -628,7 +607,7 @@ def api_containers(api: Api, admin_token: str) -> dict[str, dict[str, Any]]:
 
 def cluster_state(kubeconfig: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """(GPULeases, FabricStates, the gpucaas pods) as kube-apiserver has them now."""
-    from kubernetes import client, config
+    from kubernetes import client
 
     from core.crds import (
         FABRICSTATE_PLURAL,
@@ -637,8 +616,9 @@ def cluster_state(kubeconfig: Path) -> tuple[list[dict[str, Any]], list[dict[str
         LABEL_CONTAINER,
         VERSION,
     )
+    from core.kube import new_api_client
 
-    with config.new_client_from_config(str(kubeconfig)) as api:
+    with new_api_client(kubeconfig) as api:
         objects = client.CustomObjectsApi(api)
         # the client types its answer as object; a list of a custom resource is {"items": [...]}
         leases: list[dict[str, Any]] = objects.list_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL)["items"]  # type: ignore[index]

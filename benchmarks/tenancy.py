@@ -61,6 +61,8 @@ from typing import TYPE_CHECKING
 from benchmarks.loadgen import process_cpu_seconds
 
 if TYPE_CHECKING:
+    import kubernetes
+
     from devtools.local_cluster import LocalCluster
     from services.tenancy_controller.kube import KubeClient
 
@@ -104,33 +106,27 @@ def _cpu_ms_per(before: float | None, after: float | None, count: int) -> float 
 
 
 class ReadyWatch:
-    """Records when each Tenancy is first seen Ready, from a watch stream."""
+    """Records when each Tenancy is first seen Ready, from the product's informer (which lists
+    again after any failure: a stream that broke once no longer leaves Ready tenancies unseen)."""
 
-    def __init__(self, api_client: object) -> None:
-        import kubernetes
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        from core import crds
+        from core.kube import Informer, Kube
 
         self.ready: dict[str, float] = {}
         self.first_seen: dict[str, float] = {}
         self._cond = threading.Condition()
-        self._api = kubernetes.client.CustomObjectsApi(api_client)
-        self._watch = kubernetes.watch.Watch()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._informer = Informer(
+            Kube.of(api_client),
+            f"/apis/{crds.GROUP}/{crds.VERSION}/{crds.TENANCY_PLURAL}",
+            name="tenancies",
+            on_list=self._listed,
+            on_event=lambda _kind, obj: self._seen(obj),
+        ).start()
 
-    def _run(self) -> None:
-        from core import crds
-
-        try:
-            for event in self._watch.stream(
-                self._api.list_cluster_custom_object,
-                crds.GROUP,
-                crds.VERSION,
-                crds.TENANCY_PLURAL,
-                timeout_seconds=3600,
-            ):
-                self._seen(event["object"])
-        except Exception:  # noqa: BLE001 - the cluster going away at the end ends the stream
-            return
+    def _listed(self, items: list[dict]) -> None:
+        for obj in items:
+            self._seen(obj)
 
     def _seen(self, obj: dict) -> None:
         self.first_seen.setdefault(obj["metadata"]["name"], time.perf_counter())
@@ -152,7 +148,7 @@ class ReadyWatch:
                 self._cond.wait(left)
 
     def stop(self) -> None:
-        self._watch.stop()
+        self._informer.stop()
 
 
 def _body(name: str, index: int) -> dict:
@@ -218,8 +214,7 @@ def _paced(api: KubeClient, watch: ReadyWatch, seconds: float, creators: int) ->
 
 
 def run(count: int, single: int, workers: int, creators: int, paced_s: float) -> dict:
-    from kubernetes import config
-
+    from core.kube import new_api_client
     from services.tenancy_controller import kube
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenancy-"))
@@ -245,7 +240,7 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
             env,
         )
         procs.append(controller)
-        watch = ReadyWatch(config.new_client_from_config(config_file=str(kubeconfig)))
+        watch = ReadyWatch(new_api_client(kubeconfig))
 
         # warm-up: the controller is up once a first tenancy becomes Ready
         api.create(_body("warmup", 0))

@@ -134,13 +134,14 @@ class PodWatch:
     """One watch on the pods gpucaas creates, recording when each reached each step."""
 
     def __init__(self, kubeconfig: Path, label: str | None = None) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
         from core.crds import LABEL_CONTAINER
+        from core.kube import new_api_client
 
         self.label = label or LABEL_CONTAINER  # the pods watched carry it; its value names them
         self.template: dict[str, Any] | None = None  # the first bound pod, as JSON
-        self.api = config.new_client_from_config(str(kubeconfig))
+        self.api = new_api_client(kubeconfig)
         self.core = client.CoreV1Api(self.api)
         self.seen: dict[str, Seen] = {}
         self.cond = threading.Condition()
@@ -320,11 +321,12 @@ def wait_all(what: str, ids: list[str], done: Any, cond: threading.Condition) ->
 
 def wait_ready(sb: Any, names: list[str]) -> None:
     """Until every Tenancy custom resource reports ``phase: Ready`` (its namespace, quota, policies)."""
-    from kubernetes import client, config
+    from kubernetes import client
 
     from core.crds import GROUP, TENANCY_PLURAL, VERSION
+    from core.kube import new_api_client
 
-    with config.new_client_from_config(str(sb.kubeconfig)) as api:
+    with new_api_client(sb.kubeconfig) as api:
         objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
         deadline = time.monotonic() + STALL_S
         while True:
@@ -372,12 +374,13 @@ def cache_image(sb: Any, token: str, watcher: PodWatch, ctr: Path) -> None:
 
 def wait_gpus_free(sb: Any) -> None:
     """Until every GPU's lease is back to Free (the warm-up's boards released and checked)."""
-    from kubernetes import client, config
+    from kubernetes import client
 
     from core.crds import GPULEASE_PLURAL, GROUP, VERSION
+    from core.kube import new_api_client
     from core.lease_states import LeaseState, state_of
 
-    with config.new_client_from_config(str(sb.kubeconfig)) as api:
+    with new_api_client(sb.kubeconfig) as api:
         objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
         deadline = time.monotonic() + STALL_S
         while True:
@@ -456,11 +459,12 @@ def kube_only(sb: Any, template: dict[str, Any], count: int, threads: int) -> di
     directly on kube-apiserver by ``threads`` threads back to back (as the tenancies
     submit), no gpucaas in their path. Returns create sent -> pod Running, less the wait
     for room, p50 / p99 (ms)."""
-    from kubernetes import client, config
+    from kubernetes import client
 
+    from core.kube import new_api_client
     from devtools.waiting import wait_for
 
-    with config.new_client_from_config(str(sb.kubeconfig)) as api:
+    with new_api_client(sb.kubeconfig) as api:
         core: Any = client.CoreV1Api(api)  # given plain JSON
         core.create_namespace({"metadata": {"name": KUBE_ONLY_NAMESPACE}})
         wait_for(  # pods need the namespace's default service account

@@ -64,7 +64,7 @@ class LeaseStore:
 
     def list(self, node: str | None = None) -> list[dict[str, Any]]:
         kwargs = {"label_selector": f"{LABEL_NODE}={node}"} if node else {}
-        return self.kube.call(
+        return self.kube.json(
             self.custom.list_cluster_custom_object,
             GROUP,
             VERSION,
@@ -76,7 +76,7 @@ class LeaseStore:
 
     def get(self, name: str) -> dict[str, Any] | None:
         try:
-            return self.kube.call(
+            return self.kube.json(
                 self.custom.get_cluster_custom_object,
                 GROUP,
                 VERSION,
@@ -91,7 +91,7 @@ class LeaseStore:
     def ensure(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create the lease (state Free) unless it exists; return the live object."""
         try:
-            created = self.kube.call(
+            created = self.kube.json(
                 self.custom.create_cluster_custom_object,
                 GROUP,
                 VERSION,
@@ -122,7 +122,7 @@ class LeaseStore:
             "status": status,
         }
         try:
-            return self.kube.call(
+            return self.kube.json(
                 self.custom.replace_cluster_custom_object_status,
                 GROUP,
                 VERSION,

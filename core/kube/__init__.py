@@ -3,11 +3,14 @@
 Every service, the sandbox, its node agent and doctor reach Kubernetes through
 this package (``from core import kube``): :class:`KubeConnection` /
 :func:`load_configuration` say where and how, :class:`Kube` makes calls with
-timeouts and bounded retries, and :mod:`.errors` is the one error tree.
+timeouts and bounded retries, :mod:`.errors` is the one error tree, and
+:class:`Informer` (:mod:`.informer`) is the one list-and-watch loop over either adapter.
 
 Node daemons that make a handful of calls use :class:`RestKube` (:mod:`.rest`): the
 same calls, errors and retries over plain HTTPS, without importing the official
-client's ~600 generated model modules (about 35 MB resident, of a 60 MB budget). The names
+client's ~600 generated model modules (about 35 MB resident, of a 60 MB budget).
+:func:`connect` (:mod:`.adapters`, above both adapters: neither imports the other) gives
+a daemon the light one where it serves, and :data:`KubeAdapter` names either. The names
 that need the official client (``Kube``, ``translated``, ``load_configuration``,
 ``new_api_client``, ``kopf_connection_info``) are imported on first use, so
 importing this package, its errors or :class:`RestKube` does not load it.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .adapters import KubeAdapter, adapter, connect
 from .connection import KubeConnection
 from .errors import (
     Cause,
@@ -33,14 +37,16 @@ from .errors import (
     from_status,
     from_transport_error,
 )
-from .rest import RestKube, adapter
+from .rest import RestKube
 from .retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy, retrying
 
 if TYPE_CHECKING:
     from .client import Kube, translated
     from .config import kopf_connection_info, load_configuration, new_api_client
+    from .informer import Informer
 
 _LAZY = {
+    "Informer": "informer",
     "Kube": "client",
     "translated": "client",
     "load_configuration": "config",
@@ -66,8 +72,10 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "Gone",
+    "Informer",
     "Invalid",
     "Kube",
+    "KubeAdapter",
     "KubeConnection",
     "KubeError",
     "NotFound",
@@ -76,6 +84,7 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "adapter",
+    "connect",
     "from_api_exception",
     "from_kopf_error",
     "from_status",

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import kubernetes
 import urllib3
 
-from .config import KubeConnection, load_configuration
+from .config import KubeConnection, load_configuration, new_api_client
 from .errors import from_api_exception, from_transport_error
 from .retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy, retrying
 
@@ -62,7 +62,7 @@ class Kube:
         self.configuration = cfg
         self.connection = conn
         self._owns_client = api_client is None
-        self.api_client = api_client if api_client is not None else kubernetes.client.ApiClient(cfg)
+        self.api_client = api_client if api_client is not None else new_api_client(cfg)
         self.timeout: tuple[float, float] | float = timeout if timeout is not None else conn.request_timeout
         self.retry = retry
         self.core = kubernetes.client.CoreV1Api(self.api_client)
@@ -70,11 +70,9 @@ class Kube:
 
     @classmethod
     def of(cls, api: Kube | kubernetes.client.ApiClient) -> Kube:
-        """``api`` itself (a ``Kube`` or the light :class:`.rest.RestKube`), or an adapter around an
-        existing ``ApiClient`` (which its owner closes)."""
-        from .rest import RestKube
-
-        return api if isinstance(api, (Kube, RestKube)) else cls(api_client=api)
+        """``api`` itself, or an adapter around an existing ``ApiClient`` (which its owner closes);
+        :func:`.adapters.adapter` also passes the light :class:`.rest.RestKube` through."""
+        return api if isinstance(api, Kube) else cls(api_client=api)
 
     @property
     def server(self) -> str:
@@ -140,6 +138,25 @@ class Kube:
             return json.loads(raw) if raw else {}
 
         return retrying(once, self.retry if idempotent else NO_RETRY, what=what)
+
+    def stream(self, path: str, *, query: list[tuple[str, str]] | None = None, read_timeout_s: float) -> Any:
+        """GET ``path`` unread: the urllib3 response, to read as it comes (a watch); no retry.
+        A status other than 2xx raises its :mod:`.errors` exception."""
+        what = f"GET {path}"
+        connect = self.timeout[0] if isinstance(self.timeout, tuple) else self.timeout
+        with translated(what, server=self.server):
+            m, url, hdrs, _, _ = self.api_client.param_serialize(
+                method="GET",
+                resource_path=path,
+                query_params=query or None,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            resp = self.api_client.call_api(m, url, header_params=hdrs, _request_timeout=(connect, read_timeout_s))
+            if not 200 <= resp.status <= 299:
+                resp.read()
+                raise kubernetes.client.ApiException(http_resp=resp)
+        return resp.response
 
     def json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Like :meth:`call` but returns the wire JSON (``_preload_content=False``), never model objects."""

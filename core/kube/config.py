@@ -12,13 +12,15 @@ of three ways, tried in this order:
 plus the timeouts of one request (``connect_timeout_s``, ``read_timeout_s``) and
 the connection pool size. :func:`load_configuration` turns it into the official
 client's ``Configuration`` (urllib3's own retries off: :mod:`.retry` decides what
-is retried); :func:`new_api_client` into an ``ApiClient``; :func:`kopf_connection_info`
+is retried); :func:`new_api_client` into an ``ApiClient`` (also from a kubeconfig's path: nothing else in
+gpucaas makes one); :func:`kopf_connection_info`
 hands the same credentials to Kopf's login handler.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -27,6 +29,11 @@ from .connection import SERVICEACCOUNT_DIR, KubeConnection
 from .errors import Unavailable
 
 __all__ = ["SERVICEACCOUNT_DIR", "KubeConnection", "kopf_connection_info", "load_configuration", "new_api_client"]
+
+
+#: the official client's own ways of making a client: only this package calls them
+#: (``tests/architecture/test_one_kube_client.py`` holds every other file to that)
+CLIENT_FACTORIES = ("new_client_from_config", "load_kube_config", "load_incluster_config", "ApiClient")
 
 
 def load_configuration(conn: KubeConnection | None = None) -> kubernetes.client.Configuration:
@@ -62,9 +69,15 @@ def load_configuration(conn: KubeConnection | None = None) -> kubernetes.client.
     return cfg
 
 
-def new_api_client(conn: KubeConnection | kubernetes.client.Configuration | None = None) -> kubernetes.client.ApiClient:
-    """An ``ApiClient`` for ``conn`` (or an already loaded configuration)."""
-    cfg = conn if isinstance(conn, kubernetes.client.Configuration) else load_configuration(conn)
+def new_api_client(
+    conn: KubeConnection | kubernetes.client.Configuration | Path | str | None = None,
+) -> kubernetes.client.ApiClient:
+    """An ``ApiClient`` for ``conn``: a connection, an already loaded configuration, or the path
+    of a kubeconfig file (what tools and tests hold). The one place gpucaas makes one."""
+    if isinstance(conn, kubernetes.client.Configuration):
+        cfg = conn
+    else:
+        cfg = load_configuration(KubeConnection(kubeconfig=Path(conn)) if isinstance(conn, Path | str) else conn)
     return kubernetes.client.ApiClient(cfg)
 
 

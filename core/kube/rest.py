@@ -20,8 +20,8 @@ else ``$KUBECONFIG`` / ``~/.kube/config``. From a kubeconfig: ``server``,
 ``certificate-authority(-data)``, ``insecure-skip-tls-verify``, and ``token``,
 ``tokenFile``, ``client-certificate(-data)``/``client-key(-data)`` or basic auth — the
 fields client-go's ``clientcmd`` reads for these. A user with an ``exec`` or
-``auth-provider`` plugin needs the official client: :func:`connect` then returns a
-:class:`~core.kube.Kube` instead.
+``auth-provider`` plugin needs the official client: :func:`.adapters.connect` then returns a
+:class:`~core.kube.Kube` instead (this module never imports it).
 
 Paths and verbs are the Kubernetes API's (``/apis/<group>/<version>/<plural>/<name>/status``,
 merge patch as ``application/merge-patch+json``; kubernetes.io/docs/reference/using-api/api-concepts/).
@@ -338,6 +338,31 @@ class RestKube:
             ) from HTTPStatusError(resp.status, resp.reason, text)
         return json.loads(raw) if raw else {}
 
+    def stream(self, path: str, *, query: list[tuple[str, str]] | None = None, read_timeout_s: float) -> Any:
+        """GET ``path`` unread: the urllib3 response, to read as it comes (a watch); no retry.
+        A status other than 2xx raises its :mod:`.errors` exception."""
+        import urllib3
+
+        what = f"GET {path}"
+        url = self.server + path + ("?" + urlencode(query) if query else "")
+        with self.translated(what):
+            resp = self._http.request(
+                "GET",
+                url,
+                headers={"Accept": "application/json", **self._target.headers()},
+                preload_content=False,
+                retries=False,
+                redirect=False,
+                timeout=urllib3.Timeout(connect=self._timeout.connect_timeout, read=read_timeout_s),
+            )
+            if not 200 <= resp.status <= 299:
+                text = resp.read().decode("utf-8", "replace")
+                resp.release_conn()
+                raise from_status(
+                    resp.status, text, what=what, server=self.server, reason=resp.reason
+                ) from HTTPStatusError(resp.status, resp.reason, text)
+        return resp
+
     def call(
         self, fn: Callable[..., T], *args: Any, what: str | None = None, idempotent: bool = False, **kwargs: Any
     ) -> T:
@@ -392,8 +417,6 @@ def watch_changes(
     says a stream is open, ``on_watching(False)`` that it is not (refused, e.g. no ``watch``
     grant, or cut): a caller then polls instead.
     """
-    import urllib3
-
     holder: dict[str, Any] = {}
 
     def cut() -> None:
@@ -414,36 +437,16 @@ def watch_changes(
         try:
             rv = kube.send("GET", path, query=query).get("metadata", {}).get("resourceVersion", "")
             on_change()
-            url = (
-                kube.server
-                + path
-                + "?"
-                + urlencode(
-                    [
-                        *query,
-                        ("watch", "1"),
-                        ("resourceVersion", rv),
-                        ("allowWatchBookmarks", "true"),
-                        ("timeoutSeconds", str(timeout_s)),
-                    ]
-                )
-            )
-            connect = kube._timeout.connect_timeout
-            resp = kube._http.request(
-                "GET",
-                url,
-                headers={"Accept": "application/json", **kube._target.headers()},
-                preload_content=False,
-                retries=False,
-                redirect=False,
-                timeout=urllib3.Timeout(connect=connect, read=timeout_s + 30),
-            )
+            watch_query = [
+                *query,
+                ("watch", "1"),
+                ("resourceVersion", rv),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", str(timeout_s)),
+            ]
+            resp = kube.stream(path, query=watch_query, read_timeout_s=timeout_s + 30)
             holder["resp"] = resp
             try:
-                if resp.status != 200:
-                    raise from_status(
-                        resp.status, resp.read().decode("utf-8", "replace"), what=f"watch {path}", server=kube.server
-                    )
                 on_watching(True)
                 for line in stream_lines(resp):
                     if stop.is_set():
@@ -475,22 +478,3 @@ def stream_lines(resp: Any, chunk_size: int = 8192) -> Iterator[bytes]:
             line, buf = buf.split(b"\n", 1)
             if line.strip():
                 yield line
-
-
-def connect(connection: KubeConnection | None = None, **kw: Any) -> Any:
-    """A :class:`RestKube` for ``connection``, or the official client's ``Kube`` where only it can."""
-    try:
-        return RestKube(connection, **kw)
-    except NeedsFullClient:
-        from .client import Kube
-
-        return Kube(connection, **kw)
-
-
-def adapter(api: Any) -> Any:
-    """``api`` itself when it is an adapter (:class:`RestKube` or ``Kube``), else ``Kube.of(api)``."""
-    if isinstance(api, RestKube):
-        return api
-    from .client import Kube
-
-    return Kube.of(api)

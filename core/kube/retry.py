@@ -8,11 +8,12 @@ errors (403, 404, 409, 422) are answers, never retried here.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
+
+from core.backoff import Backoff
 
 from .errors import Unavailable
 
@@ -30,12 +31,14 @@ class RetryPolicy:
     factor: float = 2.0
     jitter: float = 0.5  # each delay is drawn from [delay*(1-jitter), delay]
 
+    def backoff(self) -> Backoff:
+        """The jittered waits between this policy's attempts."""
+        return Backoff(self.initial_s, self.max_s, factor=self.factor, jitter=self.jitter)
+
     def delays(self) -> list[float]:
-        out, delay = [], self.initial_s
-        for _ in range(max(0, self.attempts - 1)):
-            out.append(min(delay, self.max_s))
-            delay *= self.factor
-        return out
+        """The waits between attempts, before jitter."""
+        nominal = Backoff(self.initial_s, self.max_s, factor=self.factor)
+        return [nominal.delay(n) for n in range(1, self.attempts)]
 
 
 NO_RETRY = RetryPolicy(attempts=1)
@@ -50,14 +53,14 @@ def retrying(
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """``fn()``, again after a backoff while it raises :class:`Unavailable`, at most ``policy.attempts`` times."""
-    delays = policy.delays()
-    for attempt in range(len(delays) + 1):
+    backoff, retries = policy.backoff(), max(0, policy.attempts - 1)
+    for attempt in range(retries + 1):
         try:
             return fn()
         except Unavailable as exc:
-            if attempt >= len(delays):
+            if attempt >= retries:
                 raise
-            delay = delays[attempt] * (1 - policy.jitter * random.random())
-            log.debug("%s: %s; retry %d/%d in %.2fs", what or "kubernetes call", exc, attempt + 1, len(delays), delay)
+            delay = backoff.next()
+            log.debug("%s: %s; retry %d/%d in %.2fs", what or "kubernetes call", exc, attempt + 1, retries, delay)
             sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover

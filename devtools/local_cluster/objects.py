@@ -10,10 +10,12 @@ from typing import Any
 def create_all(kubeconfig: Path, manifests: list[dict[str, Any]], *, timeout: float = 60.0) -> None:
     """Create each object (an existing one is left alone); waits for each CRD to be
     Established before going on, so that objects of its kinds can follow in the same list."""
-    from kubernetes import config, dynamic
+    from kubernetes import dynamic
     from kubernetes.dynamic.exceptions import ConflictError, ResourceNotFoundError
 
-    with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+    from core.kube import new_api_client
+
+    with new_api_client(kubeconfig) as api:
         dyn = dynamic.DynamicClient(api)
         for m in manifests:
             deadline = time.monotonic() + timeout

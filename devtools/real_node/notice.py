@@ -12,7 +12,9 @@ import logging
 import threading
 from pathlib import Path
 
-from kubernetes import client, config
+from kubernetes import client
+
+from core.kube import new_api_client
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ class RuntimeNotice:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        with config.new_client_from_config(config_file=str(self.kubeconfig)) as api:
+        with new_api_client(self.kubeconfig) as api:
             core = client.CoreV1Api(api)
             while not self._stop.wait(self.interval):
                 try:

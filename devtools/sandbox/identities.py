@@ -114,9 +114,11 @@ def mint_token(admin_kubeconfig: Path, namespace: str, service_account: str, *, 
     With ``node``, the token is bound to that Node object, as the kubelet binds a DaemonSet
     pod's projected token to its pod and node: kube-apiserver then knows which node the
     caller runs on (the ``associated-node`` verbs a DRA driver's status writes need)."""
-    from kubernetes import client, config
+    from kubernetes import client
 
-    with config.new_client_from_config(str(admin_kubeconfig)) as api:
+    from core.kube import new_api_client
+
+    with new_api_client(admin_kubeconfig) as api:
         spec: dict[str, Any] = {"expirationSeconds": TOKEN_SECONDS}
         if node is not None:
             metadata = client.CoreV1Api(api).read_node(node).metadata

@@ -240,9 +240,11 @@ REAL_NODE_SIZING = {
 
 
 def _node_status(kubeconfig: Path, name: str) -> dict[str, Any]:
-    from kubernetes import client, config
+    from kubernetes import client
 
-    with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+    from core.kube import new_api_client
+
+    with new_api_client(kubeconfig) as api:
         try:
             return dict(client.CoreV1Api(api).read_node(name).to_dict().get("status") or {})
         except client.ApiException:
@@ -256,10 +258,12 @@ def node_offers_gpus(kubeconfig: Path, name: str, resource: str = "nvidia.com/gp
 
 def published_slices(kubeconfig: Path, name: str) -> Any:
     """Ready when the DRA driver has published its ResourceSlices for the node."""
-    from kubernetes import client, config
+    from kubernetes import client
+
+    from core.kube import new_api_client
 
     def check() -> bool:
-        with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+        with new_api_client(kubeconfig) as api:
             slices: Any = client.CustomObjectsApi(api).list_cluster_custom_object(  # plain JSON
                 "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={name}"
             )
@@ -555,10 +559,12 @@ def _node_bound_identity(
 
 
 def _node_exists(admin_kubeconfig: Path, node: str) -> bool:
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    with config.new_client_from_config(str(admin_kubeconfig)) as api:
+    from core.kube import new_api_client
+
+    with new_api_client(admin_kubeconfig) as api:
         try:
             client.CoreV1Api(api).read_node(node)
         except ApiException as exc:

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.backoff import Backoff
+
 log = logging.getLogger(__name__)
 
 ReadyCheck = Callable[[], bool]
@@ -91,8 +93,7 @@ class RunningService:
 # Back-off of crash restarts: 1 s, 2 s, 4 s, ... at most 60 s; a service that ran for
 # a minute before it crashed starts again at once (like a kubelet's CrashLoopBackOff,
 # which doubles from 10 s to 5 min and resets after 10 min of running).
-BACKOFF_FIRST = 1.0
-BACKOFF_MAX = 60.0
+BACKOFF = Backoff(initial_s=1.0, max_s=60.0)
 STABLE_SECONDS = 60.0
 
 
@@ -218,7 +219,7 @@ class Supervisor:
                 continue
             if svc.next_try is None:  # a crash not seen before: schedule the restart
                 svc.crashes = 0 if now - svc.started_at >= STABLE_SECONDS else svc.crashes
-                delay = 0.0 if svc.crashes == 0 else min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (svc.crashes - 1))
+                delay = BACKOFF.delay(svc.crashes)
                 svc.crashes += 1
                 svc.next_try = now + delay
                 if delay > 0:

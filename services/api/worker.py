@@ -31,6 +31,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from core import crds
+from core.backoff import Backoff
 from core.kube import Forbidden, Invalid, KubeError
 from services.api import endpoints, log_archive, pods, retention, sizing, tenant_secrets, volumes
 from services.api.kube import Kube
@@ -185,7 +186,8 @@ class SubmissionWorker:
         return did
 
     def _backoff(self, attempts: int) -> float:
-        return min(self.settings.retry_max_seconds, 0.5 * 2 ** max(0, attempts))
+        """Seconds before a row that failed ``attempts`` times (0 the first time) is tried again."""
+        return Backoff(0.5, self.settings.retry_max_seconds).delay(attempts + 1)
 
     def _submit(
         self,
@@ -435,11 +437,11 @@ class SubmissionWorker:
     # -- watcher --------------------------------------------------------------------
 
     def _watch_loop(self) -> None:
-        failures = 0
+        backoff = Backoff(0.5, self.settings.retry_max_seconds)
         while not self._stop.is_set():
             try:
                 rv = self._relist()
-                failures = 0
+                backoff.reset()
                 for event in self.kube.watch_pods(crds.LABEL_CONTAINER, rv, on_open=self._set_watch_resp):
                     if self._stop.is_set():
                         break
@@ -454,8 +456,7 @@ class SubmissionWorker:
             except Exception as exc:  # noqa: BLE001 - Kubernetes down or DB hiccup: back off
                 if self._stop.is_set():
                     break
-                failures += 1
-                delay = min(self.settings.retry_max_seconds, 0.25 * 2**failures)
+                delay = backoff.next()
                 log.warning("pod watch failed (%s); retry in %.1fs", exc, delay)
                 self._stop.wait(delay)
             finally:

@@ -206,7 +206,9 @@ class FabricNode:
             spec,
             self._template_text(),
             watch_interval_s=s.watch_interval_s,
-            backoff=BackoffPolicy(s.restart_backoff_initial_s, s.restart_backoff_max_s, s.restart_stable_s),
+            backoff=BackoffPolicy(
+                initial_s=s.restart_backoff_initial_s, max_s=s.restart_backoff_max_s, stable_s=s.restart_stable_s
+            ),
             stop_timeout_s=s.stop_timeout_s,
             on_restarted=self._vm_restarted,
             use_events=s.vm_events,
@@ -349,8 +351,7 @@ class FabricNode:
     def _kube(self) -> Any:
         if self._kube_client is not None:
             return self._kube_client
-        from core.kube import KubeConnection
-        from core.kube.rest import connect
+        from core.kube import KubeConnection, connect
 
         # A kubeconfig when given, else the in-cluster ServiceAccount (the core adapter decides);
         # its light path: a few calls do not need the official client's models in this daemon.

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import fabric_messages as fm
+from core.backoff import Backoff
 from services.fabric.domain_xml import DomainSpec, build_domain_xml, network_xml, spec_hash
 from services.fabric.errors import ServiceVMError
 
@@ -80,15 +81,12 @@ _STATE_NAMES = {
 _RUNNING = {1, 2}  # running, blocked (idle vCPU)
 
 
-@dataclass(frozen=True)
-class BackoffPolicy:
-    initial_s: float = 1.0
-    max_s: float = 60.0
-    stable_s: float = 120.0
+@dataclass
+class BackoffPolicy(Backoff):
+    """The restart backoff (``delay(n)`` before restart ``n`` of a crash streak); a VM that stayed
+    up ``stable_s`` ends the streak."""
 
-    def delay(self, consecutive: int) -> float:
-        """Delay before restart number ``consecutive`` (1-based) of a crash streak."""
-        return min(self.max_s, self.initial_s * (2 ** max(consecutive - 1, 0)))
+    stable_s: float = 120.0
 
 
 def with_uuid(xml: str, uuid: str) -> str:

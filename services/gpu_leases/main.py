@@ -11,10 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
-from core.kube import KubeConnection
-from core.kube.rest import connect
+from core.kube import KubeAdapter, KubeConnection, connect
 from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
 from services.gpu_leases.settings import LeaseAgentSettings
@@ -22,7 +20,7 @@ from services.gpu_leases.settings import LeaseAgentSettings
 logger = logging.getLogger(__name__)
 
 
-def kube_client(kubeconfig: Path | None) -> Any:
+def kube_client(kubeconfig: Path | None) -> KubeAdapter:
     """The core adapter's light path (no official client in the device plugin's process): the
     kubeconfig given, else in-cluster, else KUBECONFIG / ~/.kube/config."""
     return connect(KubeConnection(kubeconfig=kubeconfig))

@@ -1,10 +1,9 @@
 """Kubernetes adapter: keeps the fleet index in step with the cluster, and binds pods.
 
-Three list+watch loops (one thread each, the official ``kubernetes`` client):
-FabricState (one per node, cluster-scoped), GPULease (cluster-scoped) and pods
-(all namespaces). Each event updates a cache and recomputes only the nodes it
-touches through the pure ``nodestate.derive_node``; a watch that expires or
-answers 410 Gone relists. The extender is ready once every loop has listed once.
+Three informers (:class:`core.kube.Informer`, one thread each): FabricState (one per node,
+cluster-scoped), GPULease (cluster-scoped) and pods (all namespaces). Each event updates a
+cache and recomputes only the nodes it touches through the pure ``nodestate.derive_node``;
+a listing replaces the cache. The extender is ready once every informer has listed once.
 
 ``bind`` first counts the pod as bound to the node (an *assumed* claim, as kube-scheduler
 assumes a pod in its cache before binding it), then posts its ``Binding`` (the pods/binding
@@ -35,20 +34,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
 from core import crds
-from core.kube import (
-    Forbidden,
-    Gone,
-    Kube,
-    KubeConnection,
-    KubeError,
-    NotFound,
-    Unavailable,
-    from_status,
-    translated,
-)
+from core.backoff import Backoff
+from core.kube import Forbidden, Informer, Kube, KubeConnection, KubeError, NotFound, Unavailable
 from services.placement.errors import BindFailed, KubernetesUnavailable, NoRoom
 from services.placement.extender import GPU_RESOURCE, BindingArgs, pod_ref
 from services.placement.fleet import FleetIndex
@@ -106,7 +96,7 @@ class FleetWatcher:
         self._synced: dict[str, threading.Event] = {k: threading.Event() for k in ("fabricstates", "gpuleases", "pods")}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._watches: list[watch.Watch] = []
+        self._informers: list[Informer] = []
         #: nodes whose GPUs were freed since the last nudge (see ``_nudge_loop``)
         self.nudge_nodes = nudge_nodes
         self._freed: set[str] = set()
@@ -117,54 +107,38 @@ class FleetWatcher:
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        loops: list[
-            tuple[
-                str,
-                Callable[..., Any],
-                tuple[Any, ...],
-                Callable[[list[dict[str, Any]]], None],
-                Callable[[str, dict[str, Any]], None],
-            ]
-        ] = [
-            (
-                "fabricstates",
-                self.custom.list_cluster_custom_object,
-                (crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL),
-                self._replace_fabric,
-                self._on_fabric,
-            ),
-            (
-                "gpuleases",
-                self.custom.list_cluster_custom_object,
-                (crds.GROUP, crds.VERSION, crds.GPULEASE_PLURAL),
-                self._replace_leases,
-                self._on_lease,
-            ),
-            ("pods", self.core.list_pod_for_all_namespaces, (), self._replace_pods, self._on_pod),
+        custom = f"/apis/{crds.GROUP}/{crds.VERSION}"
+        informers: list[tuple[str, str, Callable[[list[dict[str, Any]]], None], Callable[[str, dict[str, Any]], None]]]
+        informers = [
+            ("fabricstates", f"{custom}/{crds.FABRICSTATE_PLURAL}", self._replace_fabric, self._on_fabric),
+            ("gpuleases", f"{custom}/{crds.GPULEASE_PLURAL}", self._replace_leases, self._on_lease),
+            ("pods", "/api/v1/pods", self._replace_pods, self._on_pod),
         ]
         if self.nudge_nodes:
             thread = threading.Thread(target=self._nudge_loop, name="placement-nudge", daemon=True)
             self._threads.append(thread)
             thread.start()
-        for kind, lister, args, replace, on_event in loops:
-            thread = threading.Thread(
-                target=self._loop,
-                args=(kind, lister, args, replace, on_event),
-                name=f"placement-watch-{kind}",
-                daemon=True,
+        for kind, path, replace, on_event in informers:
+            informer = Informer(
+                self.kube,
+                path,
+                name=kind,
+                on_list=self._listed(kind, replace),
+                on_event=on_event,
+                backoff=Backoff(self.retry_seconds, self.retry_seconds),  # a steady retry, as before
+                watch_timeout_s=self.watch_timeout,
+                on_error=self._optional_leases if kind == "gpuleases" else None,
             )
-            self._threads.append(thread)
-            thread.start()
+            self._informers.append(informer.start())
 
     def stop(self, timeout: float = 2.0) -> None:
-        """Stop the loops. A watch blocked on a quiet stream ends at its next event or
-        server timeout; the threads are daemons, so they are waited for only briefly."""
+        """Stop the informers (cutting their open watches) and the nudge loop."""
         self._stop.set()
         with self._freed_cond:
             self._freed_cond.notify_all()
-        for w in list(self._watches):
-            w.stop()
         deadline = time.monotonic() + timeout
+        for informer in self._informers:
+            informer.stop(max(0.0, deadline - time.monotonic()))
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -179,67 +153,26 @@ class FleetWatcher:
 
     # -- list + watch --------------------------------------------------------------
 
-    def _loop(self, kind, lister, args, replace, on_event) -> None:  # type: ignore[no-untyped-def]
-        while not self._stop.is_set():
-            try:
-                # the wire JSON, as the watches deliver it (no model of each object built and undone)
-                listing = self.kube.json(lister, *args, _request_timeout=self.request_timeout, what=f"list {kind}")
-                replace(listing.get("items") or [])
-                self._synced[kind].set()
-                rv = (listing.get("metadata") or {}).get("resourceVersion")
-                log.info("listed %d %s (resourceVersion %s)", len(listing.get("items") or []), kind, rv)
-                self._watch(kind, lister, args, on_event, rv)
-            except KubeError as exc:
-                if self._stop.is_set():
-                    return
-                if kind == "gpuleases" and isinstance(exc, Forbidden | NotFound):
-                    # Leases refine the node state (GPUs in a firmware check) but are not
-                    # required: without access (RBAC) or the CRD, go on from the fabric alone.
-                    (log.debug if self._synced[kind].is_set() else log.warning)(
-                        "cannot list GPULeases (%s): placing from FabricState and pods only",
-                        exc.summary(),
-                    )
-                    self._synced[kind].set()
-                    self._stop.wait(max(self.retry_seconds, 30.0))
-                    continue
-                # "forbidden: <user> cannot list <resource>" or "Kubernetes unreachable at <url>"
-                log.warning("%s list/watch failed (%s); retrying", kind, exc.summary())
-                self._stop.wait(self.retry_seconds)
-            except Exception as exc:  # noqa: BLE001 - network errors: keep the last state, retry
-                if self._stop.is_set():
-                    return
-                log.warning("%s list/watch failed: %s; retrying", kind, exc)
-                self._stop.wait(self.retry_seconds)
+    def _listed(
+        self, kind: str, replace: Callable[[list[dict[str, Any]]], None]
+    ) -> Callable[[list[dict[str, Any]]], None]:
+        def on_list(items: list[dict[str, Any]]) -> None:
+            replace(items)
+            self._synced[kind].set()
+            log.info("listed %d %s", len(items), kind)
 
-    def _watch(self, kind, lister, args, on_event, rv) -> None:  # type: ignore[no-untyped-def]
-        """Watch from ``rv`` until stopped; returns (so the caller relists) on 410 Gone."""
-        while not self._stop.is_set():
-            w = watch.Watch()
-            self._watches.append(w)
-            try:
-                with translated(f"watch {kind}", server=self.kube.server):
-                    for event in w.stream(
-                        _without_models(lister),
-                        *args,
-                        resource_version=rv,
-                        timeout_seconds=self.watch_timeout,
-                        allow_watch_bookmarks=True,
-                        _preload_content=False,
-                    ):
-                        etype = event["type"]
-                        obj = event["raw_object"]
-                        if etype == "ERROR":  # a Status in the stream (410 Gone when rv is too old)
-                            raise from_status(obj.get("code"), obj, what=f"watch {kind}", server=self.kube.server)
-                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                        if etype != "BOOKMARK":
-                            on_event(etype, obj)
-                        if self._stop.is_set():
-                            return
-            except Gone:
-                log.info("%s watch expired (410 Gone); relisting", kind)
-                return
-            finally:
-                self._watches.remove(w)
+        return on_list
+
+    def _optional_leases(self, exc: KubeError) -> float | None:
+        """Leases refine the node state (GPUs in a firmware check) but are not required: without
+        access (RBAC) or the CRD, go on from FabricState and pods, and look again now and then."""
+        if not isinstance(exc, Forbidden | NotFound):
+            return None
+        (log.debug if self._synced["gpuleases"].is_set() else log.warning)(
+            "cannot list GPULeases (%s): placing from FabricState and pods only", exc.summary()
+        )
+        self._synced["gpuleases"].set()
+        return max(self.retry_seconds, 30.0)
 
     # -- caches ----------------------------------------------------------------------
 
@@ -517,17 +450,6 @@ def _bind_error(what: str, exc: KubeError) -> KubernetesUnavailable | BindFailed
     if isinstance(exc, Unavailable):
         return KubernetesUnavailable(exc.summary())
     return BindFailed(f"{what}: {exc.summary() if isinstance(exc, Forbidden) else exc}")
-
-
-def _without_models(lister: Callable[..., Any]) -> Callable[..., Any]:
-    """``lister`` as a function the client's ``Watch`` finds no return type on, so that it
-    hands over each event's wire JSON without first building the client's model of the
-    object (a pod's took a tenth of the extender's CPU, and ``raw_object`` is all we read)."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return lister(*args, **kwargs)
-
-    return call
 
 
 def _fabric_node(obj: dict[str, Any]) -> str:

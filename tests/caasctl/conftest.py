@@ -38,9 +38,9 @@ def kcfg(kube_cluster: Any) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def kube(kcfg: Path) -> Iterator[Any]:
     """The official kubernetes client, configured for the cluster."""
-    from kubernetes import config
+    from core.kube import new_api_client
 
-    client = config.new_client_from_config(config_file=str(kcfg))
+    client = new_api_client(kcfg)
     try:
         yield client
     finally:

@@ -102,9 +102,7 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 """)
     with pytest.raises(k.Unavailable, match="credential plugin"):
         k.RestKube(k.KubeConnection(kubeconfig=cfg))
-    from core.kube.rest import connect
-
-    assert isinstance(connect(k.KubeConnection(kubeconfig=cfg)), k.Kube)
+    assert isinstance(k.connect(k.KubeConnection(kubeconfig=cfg)), k.Kube)
 
 
 def test_no_configuration_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

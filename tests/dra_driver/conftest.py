@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from core import dra as dra_names
+from core.kube import new_api_client
 from devtools.local_cluster import ClusterOptions, LocalCluster
 from devtools.local_cluster.objects import create_all
 from tests.dra_driver.scheduling import Heartbeats, Scheduling, unique
@@ -64,7 +65,7 @@ def dra_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraCluster
             cluster.admin_kubeconfig,
             [*base_objects(), *(dra_names.device_class(s) for s in (1, *dra_names.NVLINK_SIZES))],
         )
-        k8s = config.new_client_from_config(config_file=str(cluster.admin_kubeconfig))
+        k8s = new_api_client(cluster.admin_kubeconfig)
         heartbeats = Heartbeats(k8s).start()
         try:
             yield DraCluster(cluster, k8s, heartbeats)

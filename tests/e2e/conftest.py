@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from core.cdi import spec_filename
 from core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from core.fabric_client import FabricClient
+from core.kube import new_api_client
 from core.lease_store import lease_name
 from core.topology import HGX_H100_PARTITIONS
 from devtools.sandbox import kubelet_records, runner
@@ -175,7 +176,7 @@ def admin(sandbox: runner.Sandbox) -> Tenant:
 
 @pytest.fixture(scope="package")
 def k8s(sandbox: runner.Sandbox) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(str(sandbox.kubeconfig))
+    api = new_api_client(sandbox.kubeconfig)
     yield api
     api.close()
 
@@ -252,7 +253,7 @@ def allocated_devices(sandbox: runner.Sandbox, namespace: str, pod: str) -> list
 
 def pod_uid(sandbox: runner.Sandbox, namespace: str, pod: str) -> str | None:
     """The pod's UID (the kubelet's checkpoints know pods by UID), or None when it is gone."""
-    with config.new_client_from_config(str(sandbox.kubeconfig)) as api:
+    with new_api_client(sandbox.kubeconfig) as api:
         try:
             return client.CoreV1Api(api).read_namespaced_pod(pod, namespace).metadata.uid
         except client.ApiException as exc:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
+from core.kube import new_api_client
 from devtools import waiting
 from devtools.local_cluster import ClusterOptions, LocalCluster
 from devtools.real_node.node import NodeOptions, RealNode, node_tools_missing
@@ -46,7 +47,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         node = RealNode(
             base / "node", cluster, NodeOptions(NODE, cdi_dirs=(base / "cdi",), mirrors=registries.mirrors())
         ).start()
-        api = config.new_client_from_config(config_file=str(cluster.admin_kubeconfig))
+        api = new_api_client(cluster.admin_kubeconfig)
         core = client.CoreV1Api(api)
         waiting.wait_for(lambda: _default_account(core), TIMEOUT, interval=0.2, what="ServiceAccount default")
         yield Node(cluster, node, registries, core, dev_root)

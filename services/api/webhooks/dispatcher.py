@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from core import __version__
+from core.backoff import Backoff
 from core.kube import KubeError
 from services.api.kube import Kube
 from services.api.models import utcnow
@@ -41,7 +42,8 @@ def _utc(value: datetime) -> datetime:
 
 def backoff(settings: Settings, attempts: int) -> float:
     """Seconds before attempt ``attempts + 1`` (``attempts`` already made, at least 1)."""
-    return min(settings.webhook_retry_max_seconds, settings.webhook_retry_first_seconds * 2 ** max(0, attempts - 1))
+    rule = Backoff(settings.webhook_retry_first_seconds, settings.webhook_retry_max_seconds)
+    return rule.delay(max(1, attempts))
 
 
 class WebhookDispatcher:
