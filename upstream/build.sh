@@ -58,7 +58,8 @@ if [ "$(cat "$bin/containerd.pins" 2>/dev/null)" != "$node_pins" ]; then
   for b in "${NODE_BINARIES[@]}"; do rm -f "$bin/$b"; done
 fi
 if [ "$(cat "$bin/traefik.pins" 2>/dev/null)" != "$traefik_pins" ]; then rm -f "$bin/traefik"; fi
-if [ -e "$bin/cilium.pins" ] && { [ "$(cat "$bin/cilium.pins")" != "$cilium_pins" ] || [ ! -d "$bin/cilium-lib/bpf" ]; }; then
+# (binaries without their stamp or their BPF sources are from a build that did not finish)
+if [ -e "$bin/cilium-agent" ] && { [ "$(cat "$bin/cilium.pins" 2>/dev/null)" != "$cilium_pins" ] || [ ! -d "$bin/cilium-lib/bpf" ]; }; then
   for b in "${CILIUM_BINARIES[@]}"; do rm -f "$bin/$b"; done; rm -rf "$bin/cilium-lib" "$bin/cilium.pins"
 fi
 missing=()
@@ -75,6 +76,20 @@ fi
 
 mkdir -p "$bin"
 start=$SECONDS
+# Every module the missing binaries need is downloaded first, all modules at once in the
+# background: on a new machine the downloads (network) then overlap the first builds (CPU)
+# instead of each build waiting for its own. Go's module cache locks what two fetch at once.
+fetch=()
+for b in "${missing[@]}"; do
+  case "$b" in
+    etcd|etcdctl) fetch+=(etcd) ;; kwok|kwok-stages) fetch+=(kwok) ;;
+    containerd|containerd-shim-runc-v2|ctr) fetch+=(containerd) ;; traefik) fetch+=(traefik) ;;
+    cilium-*) fetch+=(cilium) ;; *) fetch+=(kubernetes) ;;
+  esac
+done
+for m in $(printf '%s\n' "${fetch[@]}" | sort -u); do
+  (cd "$here/$m" && go mod download >/dev/null 2>&1 || true) &
+done
 build() {  # build <module dir> <output name> <package> [ldflags] [tags]
   local t=$SECONDS
   (cd "$here/$1" && CGO_ENABLED=0 go build -trimpath -tags "${5:-}" -ldflags "-s -w ${4:-}" -o "$bin/$2.tmp" "$3")
@@ -98,6 +113,7 @@ for b in "${missing[@]}"; do
     *) build kubernetes "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
   esac
 done
+wait  # the downloads, all needed by now
 echo "$node_pins" >"$bin/containerd.pins"
 echo "$traefik_pins" >"$bin/traefik.pins"
 if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then

@@ -43,6 +43,7 @@ from services.dra_driver.slices import offered_devices
 from tests.fixtures.sandbox import package_sandbox
 
 ALLOCATION_ENV = "GPUCAAS_E2E_ALLOCATION"
+SCOPE_ENV = "GPUCAAS_E2E_SCOPE"
 CAASCTL = Path(sys.executable).with_name("caasctl")
 #: how long a container may take to reach a state (image pulls and starts on a busy 2-CPU machine)
 TIMEOUT = 240.0
@@ -66,10 +67,26 @@ def node_service(name: str) -> str:
     return "dra-driver" if name == "device-plugin" and allocation_mode() == "dra" else name
 
 
+def allocation_scope_only() -> bool:
+    """``GPUCAAS_E2E_SCOPE=allocation`` (``make test-e2e-dra``): only the tests whose outcome
+    depends on the allocation mode run; those marked ``any_allocation`` are left to the
+    device-plugin run, which runs every test."""
+    scope = os.environ.get(SCOPE_ENV, "") or "all"
+    if scope not in ("all", "allocation"):
+        raise pytest.UsageError(f"{SCOPE_ENV}={scope!r}: use all or allocation")
+    return scope == "allocation"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The chart-RBAC audit checks read what every other end-to-end test did: run them last
-    among the end-to-end tests (right after the last of them, not at the end of the whole
-    session, where the package's sandbox would already be gone and a fresh one started)."""
+    """In the allocation scope, the ``any_allocation`` tests are deselected. The chart-RBAC
+    audit checks read what every other end-to-end test did: run them last among the
+    end-to-end tests (right after the last of them, not at the end of the whole session,
+    where the package's sandbox would already be gone and a fresh one started)."""
+    if allocation_scope_only():
+        left = [i for i in items if i.get_closest_marker("any_allocation") is not None]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [i for i in items if i not in left]
     last = [i for i in items if i.module is not None and i.module.__name__.endswith("test_rbac_of_the_chart")]
     if not last:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 
 from devtools.sandbox import runner
@@ -42,6 +43,7 @@ def test_cancel_releases_gpus_and_partition(sandbox: runner.Sandbox, tenant_fact
     wait_for(lambda: settled(sandbox, k8s), what="nothing held")
 
 
+@pytest.mark.any_allocation
 def test_tenant_a_cannot_see_or_touch_b(sandbox: runner.Sandbox, tenant_factory) -> None:
     a, b = tenant_factory("alpha"), tenant_factory("bravo")
     status, body = a.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 1})

@@ -26,6 +26,9 @@ from devtools.sandbox import runner
 
 from .conftest import TIMEOUT, Tenant
 
+#: its outcome does not depend on the allocation mode: the device-plugin run proves it
+pytestmark = pytest.mark.any_allocation
+
 PAGE = "served-by-a-gpucaas-container"
 COMMAND = (
     f'sh -c "mkdir -p /tmp/www && echo {PAGE} > /tmp/www/index.html && echo serving on 8080 && '

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kubernetes import client
 
 from devtools import waiting
@@ -14,6 +15,7 @@ from devtools.sandbox import runner
 from .conftest import TIMEOUT, Tenant
 
 
+@pytest.mark.any_allocation
 def test_every_node_is_a_real_kubelet_with_containerd_2(sandbox: runner.Sandbox, k8s: client.ApiClient) -> None:
     for node in sandbox.nodes:
         info = client.CoreV1Api(k8s).read_node(node.name).status.node_info
@@ -61,12 +63,14 @@ def test_a_two_gpu_container_sees_the_device_nodes_of_its_gpus(
     assert tenant.call("DELETE", f"/v1/containers/{made['id']}")[0] == 200
 
 
+@pytest.mark.any_allocation
 def test_caasctl_run_exits_with_the_containers_exit_code(tenant: Tenant) -> None:
     ran = tenant.caasctl("run", "busybox:1.36", "--", "sh", "-c", "echo about to fail; exit 3")
     assert ran.returncode == 3, (ran.stdout, ran.stderr)
     assert "about to fail" in ran.stdout
 
 
+@pytest.mark.any_allocation
 def test_the_private_image_needs_the_registry_credentials(sandbox: runner.Sandbox, tenant: Tenant) -> None:
     registry = json.loads((sandbox.state_dir / "registry.json").read_text())
     status, made = tenant.call("POST", "/v1/containers", {"image": registry["private_image"], "gpus": 1})
@@ -103,6 +107,7 @@ def test_the_private_image_needs_the_registry_credentials(sandbox: runner.Sandbo
     assert "pulled with credentials" in ran.stdout
 
 
+@pytest.mark.any_allocation
 def test_memory_past_the_limit_is_an_oom_kill_said_to_the_tenant(tenant: Tenant) -> None:
     status, made = tenant.call(
         "POST",
@@ -121,6 +126,7 @@ def test_memory_past_the_limit_is_an_oom_kill_said_to_the_tenant(tenant: Tenant)
     assert ended["status"] == "Failed" and ended["message"].startswith("OOMKilled"), ended["message"]
 
 
+@pytest.mark.any_allocation
 def test_the_cuda_sample_is_a_stand_in_that_says_so(tenant: Tenant) -> None:
     ran = tenant.caasctl("run", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8", "--gpus", "2")
     assert ran.returncode == 0, (ran.stdout, ran.stderr)

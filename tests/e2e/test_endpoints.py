@@ -21,6 +21,9 @@ from devtools.sandbox import runner
 
 from .conftest import TIMEOUT, Tenant, new_tenant
 
+#: its outcome does not depend on the allocation mode: the device-plugin run proves it
+pytestmark = pytest.mark.any_allocation
+
 PAGE = "served from a gpucaas container"
 #: one httpd in the background on 8080 (private), one in the foreground on 9090 (public)
 SERVE = (

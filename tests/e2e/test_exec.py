@@ -19,6 +19,9 @@ from devtools.sandbox import runner
 
 from .conftest import CAASCTL, UNTIL_CANCELLED, Tenant, new_tenant
 
+#: its outcome does not depend on the allocation mode: the device-plugin run proves it
+pytestmark = pytest.mark.any_allocation
+
 
 @pytest.fixture(scope="module")
 def running(tenant: Tenant) -> Iterator[dict[str, Any]]:

@@ -19,6 +19,9 @@ from devtools.sandbox.supervisor import ServiceFailed
 
 from .conftest import allocation_mode
 
+#: its outcome does not depend on the allocation mode: the device-plugin run proves it
+pytestmark = pytest.mark.any_allocation
+
 
 def _without(objects: list[dict], cluster_role: str, group: str, resource: str, verb: str) -> list[dict]:
     """``objects`` with ``verb`` on ``group/resource`` taken out of ``cluster_role``'s rules."""

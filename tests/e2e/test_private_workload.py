@@ -8,6 +8,7 @@ import base64
 import json
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from devtools.sandbox import runner
@@ -128,6 +129,7 @@ def test_private_image_secret_env_and_gpu_sizing(
             assert needle.encode() not in data and base64.b64encode(needle.encode()) not in data, path
 
 
+@pytest.mark.any_allocation
 def test_the_sandbox_hint_works_as_printed(sandbox: runner.Sandbox) -> None:
     """The curl line `gpucaas sandbox` prints for the tenant submits a container."""
     import subprocess

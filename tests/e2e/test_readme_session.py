@@ -15,8 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from devtools.sandbox import runner
 from tests.e2e.conftest import Caller, wait_status
+
+#: its outcome does not depend on the allocation mode: the device-plugin run proves it
+pytestmark = pytest.mark.any_allocation
 
 ROOT = Path(__file__).resolve().parents[2]
 README_ID = "d7a3556918ebc3aba0e7"

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from devtools.sandbox import runner
 
 from .conftest import Caller
 from .test_private_workload import _created
+
+#: its outcome does not depend on the allocation mode: the device-plugin run proves it
+pytestmark = pytest.mark.any_allocation
 
 SECRET_VALUE = "hf_at_rest_2c9e41d07b"
 REGISTRY_PASSWORD = "nvapi-at-rest-8f03aa"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -52,6 +53,7 @@ def test_deleting_a_tenancy_removes_its_namespace_and_pods(
     wait_for(lambda: _gone(core.read_namespace, "tenant-farewell"), what="the tenant namespace to be gone")
 
 
+@pytest.mark.any_allocation
 def test_api_readiness_reaches_the_kubernetes_api(admin) -> None:
     status, body = admin.call("GET", "/readyz")
     assert status == 200, body

@@ -20,6 +20,9 @@ from devtools.sandbox import hostpath_volumes
 
 from .conftest import TIMEOUT, Tenant, new_tenant
 
+#: its outcome does not depend on the allocation mode: the device-plugin run proves it
+pytestmark = pytest.mark.any_allocation
+
 
 @pytest.fixture(scope="package")
 def other(admin: Tenant) -> Tenant:
