@@ -131,85 +131,71 @@ class Seen:
 
 
 class PodWatch:
-    """One watch on the pods gpucaas creates, recording when each reached each step."""
+    """One watch on the pods gpucaas creates, recording when each reached each step: the
+    product's informer, which resumes a cut watch from the last revision seen and lists again
+    on 410 Gone or any failure (it hands over the wire JSON, read here by its own keys)."""
 
     def __init__(self, kubeconfig: Path, label: str | None = None) -> None:
-        from kubernetes import client
-
         from core.crds import LABEL_CONTAINER
-        from core.kube import new_api_client
+        from core.kube import Informer, Kube, KubeConnection
 
         self.label = label or LABEL_CONTAINER  # the pods watched carry it; its value names them
         self.template: dict[str, Any] | None = None  # the first bound pod, as JSON
-        self.api = new_api_client(kubeconfig)
-        self.core = client.CoreV1Api(self.api)
+        self.kube = Kube(KubeConnection(kubeconfig=kubeconfig))
         self.seen: dict[str, Seen] = {}
         self.cond = threading.Condition()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="pod-watch")
+        self.informer = Informer(
+            self.kube,
+            "/api/v1/pods",
+            query=[("labelSelector", self.label)],
+            name="pod-watch",
+            on_list=self._listed,
+            on_event=lambda _kind, pod: self._note(pod),
+            watch_timeout_s=60,
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self.informer.start()
 
-    def _run(self) -> None:
-        from kubernetes import watch
+    def _listed(self, pods: list[dict[str, Any]]) -> None:
+        for pod in pods:
+            self._note(pod)
 
-        rv = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    listing = self.core.list_pod_for_all_namespaces(label_selector=self.label)
-                    for pod in listing.items:
-                        self._note(pod)
-                    rv = listing.metadata.resource_version if listing.metadata else None
-                w = watch.Watch()
-                for ev in w.stream(
-                    self.core.list_pod_for_all_namespaces,
-                    label_selector=self.label,
-                    resource_version=rv,
-                    timeout_seconds=60,
-                ):
-                    rv = ev["object"].metadata.resource_version
-                    self._note(ev["object"])
-                    if self._stop.is_set():
-                        w.stop()
-            except Exception as exc:  # noqa: BLE001 (relist on any watch failure)
-                if not self._stop.is_set():
-                    print(f"pod watch: {exc}; relisting", file=sys.stderr)
-                rv = None
-
-    def _note(self, pod: Any) -> None:
+    def _note(self, pod: dict[str, Any]) -> None:
         from services.api.pods import CONTAINER_NAME
 
         now = time.monotonic()
-        cid = (pod.metadata.labels or {}).get(self.label)
+        meta = pod.get("metadata") or {}
+        cid = (meta.get("labels") or {}).get(self.label)
         if not cid:
             return
+        node = (pod.get("spec") or {}).get("nodeName")
+        status = pod.get("status") or {}
         with self.cond:
-            if self.template is None and pod.spec.node_name:
-                self.template = self.api.sanitize_for_serialization(pod)
+            if self.template is None and node:
+                self.template = pod
             s = self.seen.setdefault(cid, Seen(created=now))
-            phase = pod.status.phase if pod.status else None
-            conds = (pod.status.conditions or []) if pod.status else []
-            unplaced = [c for c in conds if c.type == "PodScheduled" and c.status == "False"]
-            if s.unschedulable is None and not pod.spec.node_name and unplaced:
-                s.unschedulable, s.wait_reason = now, unplaced[0].message
-            if s.bound is None and pod.spec.node_name:
-                s.bound, s.node = now, pod.spec.node_name
+            phase = status.get("phase")
+            conds = status.get("conditions") or []
+            unplaced = [c for c in conds if c.get("type") == "PodScheduled" and c.get("status") == "False"]
+            if s.unschedulable is None and not node and unplaced:
+                s.unschedulable, s.wait_reason = now, unplaced[0].get("message")
+            if s.bound is None and node:
+                s.bound, s.node = now, node
             if s.running is None and phase in ("Running", "Succeeded", "Failed"):
                 s.running = now
             if s.finished is None and phase in ("Succeeded", "Failed"):
                 s.finished = now
-            for cs in (pod.status.container_statuses or []) if pod.status else []:
-                if cs.name == CONTAINER_NAME and cs.container_id:
-                    s.container_id = cs.container_id.split("://", 1)[-1]
-            if pod.status and phase == "Failed" and pod.status.reason:
-                s.last = f"{pod.status.reason}: {pod.status.message}"
+            for cs in status.get("containerStatuses") or []:
+                if cs.get("name") == CONTAINER_NAME and cs.get("containerID"):
+                    s.container_id = cs["containerID"].split("://", 1)[-1]
+            if phase == "Failed" and status.get("reason"):
+                s.last = f"{status['reason']}: {status.get('message')}"
             self.cond.notify_all()
 
     def stop(self) -> None:
-        self._stop.set()
-        self.api.close()
+        self.informer.stop()
+        self.kube.close()
 
 
 class ContainerdEvents:

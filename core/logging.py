@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from typing import IO, Literal
 
 from pydantic import Field, field_validator
@@ -59,9 +60,16 @@ def formatter(fmt: Literal["text", "json"]) -> logging.Formatter:
 
 
 def configure_logging(
-    settings: LoggingSettings | None = None, *, level: str | None = None, stream: IO[str] | None = None
+    settings: LoggingSettings | None = None,
+    *,
+    level: str | None = None,
+    stream: IO[str] | None = None,
+    quieter: Mapping[str, int] | None = None,
 ) -> logging.Handler:
-    """Install the process's log handler on the root logger; ``level`` overrides the settings'."""
+    """Install the process's log handler on the root logger; ``level`` overrides the settings'.
+
+    ``quieter`` gives named loggers (a chatty library's) levels of their own, unless the level
+    is DEBUG: then every logger speaks."""
     settings = settings or LoggingSettings()
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_gpucaas", False)]:
@@ -70,5 +78,9 @@ def configure_logging(
     handler.setFormatter(formatter(settings.format))
     handler._gpucaas = True  # type: ignore[attr-defined]
     root.addHandler(handler)
-    root.setLevel((level or settings.level).upper())
+    effective = (level or settings.level).upper()
+    root.setLevel(effective)
+    if effective != "DEBUG":
+        for name, own in (quieter or {}).items():
+            logging.getLogger(name).setLevel(own)
     return handler

@@ -46,7 +46,7 @@ def command(settings: ControllerSettings, timers: LeaseTimerSettings, logging_se
 
     The controller turns each Tenancy into its namespace, Cilium policy, quota, NFS storage
     and status."""
-    from services.tenancy_controller.main import run
+    from services.tenancy_controller.main import KOPF_LOG_LEVELS, run
 
-    configure_logging(logging_settings)
-    run(settings, registrars(timers), kopf_debug=logging_settings.level == "DEBUG")
+    configure_logging(logging_settings, quieter=KOPF_LOG_LEVELS)
+    run(settings, registrars(timers))

@@ -25,9 +25,8 @@ from core.stop_signals import on_stop_signal
 from services.dra_driver import cli as dra_driver_cli
 from services.dra_driver.main import DraDriverNode, build
 from services.dra_driver.settings import DraDriverSettings
-from services.gpu_leases import cli as gpu_leases_cli
+from services.gpu_leases import cli as gpu_leases_cli, main as gpu_leases_main
 from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
-from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 
 logger = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> NodeLe
             if c.pci_addresses
         ]
 
-    agent = build_agent(settings, node=ds.node_name, sysfs_root=ds.sysfs_root, gpus=gpus, holdings=holdings)
+    agent = gpu_leases_main.build(settings, node=ds.node_name, sysfs_root=ds.sysfs_root, gpus=gpus, holdings=holdings)
     assert driver.driver is not None
     driver.driver.prepared_listeners.append(agent.note_allocation)
     return agent

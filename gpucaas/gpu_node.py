@@ -29,9 +29,8 @@ from core.stop_signals import on_stop_signal
 from services.device_plugin import cli as device_plugin_cli
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
-from services.gpu_leases import cli as gpu_leases_cli
+from services.gpu_leases import cli as gpu_leases_cli, main as gpu_leases_main
 from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
-from services.gpu_leases.main import build_agent
 from services.gpu_leases.settings import LeaseAgentSettings
 
 logger = logging.getLogger(__name__)
@@ -67,7 +66,7 @@ def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> NodeLea
     def holdings() -> list[PodHolding]:
         return [PodHolding(c.namespace, c.pod, tuple(c.device_ids)) for c in reader.list(ps.resource_name)]
 
-    agent = build_agent(settings, node=ps.node_name, sysfs_root=ps.sysfs_root, gpus=gpus, holdings=holdings)
+    agent = gpu_leases_main.build(settings, node=ps.node_name, sysfs_root=ps.sysfs_root, gpus=gpus, holdings=holdings)
     core.add_health_source(agent.health)
     core.add_transient_source(agent.transient)  # a GPU the kubelet chose while it was released: wait, not fail
     agent.on_health_change = core.refresh_devices  # withhold a GPU at once, not at the next health check

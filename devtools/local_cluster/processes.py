@@ -1,6 +1,7 @@
 """Child processes started, watched, crashed and restarted by name: the cluster's components and a node's daemons.
 
-Each process runs in its own session with its output appended to ``<logs>/<name>.log``;
+Each process runs in its own session with its output appended to ``<logs>/<name>.log``, and
+dies with the process that started it (:mod:`devtools.children`);
 readiness is a predicate polled until it holds (or the process exits, or a deadline
 passes, and the error quotes the log's tail).
 """
@@ -19,6 +20,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from devtools import children
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ class ProcessGroup:
         with comp.log_path.open("ab") as out:
             out.write(f"--- started {time.strftime('%H:%M:%S')}: {' '.join(comp.args)}\n".encode())
             out.flush()
-            comp.process = subprocess.Popen(
+            comp.process = children.popen(
                 comp.args,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -7,7 +7,8 @@ between the kubelet and the device plugin, HTTP on a unix socket to the
 fabric service). The supervisor starts each one, waits until it answers, can
 restart one (the end-to-end tests use that to prove convergence), starts a
 crashed one again with back-off (``revive``), and stops them all in reverse
-order on shutdown.
+order on shutdown; each dies with the process that started it, however that ends
+(:mod:`devtools.children`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.backoff import Backoff
+from devtools import children
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +130,7 @@ class Supervisor:
         cmd = [sys.executable, "-m", "gpucaas", *spec.args]
         out = open(log_path, "ab")  # handed to the child
         try:
-            proc = subprocess.Popen(  # our own command line
+            proc = children.popen(  # our own command line
                 cmd,
                 env=env,
                 stdout=out,

@@ -26,7 +26,7 @@ def kube_client(kubeconfig: Path | None) -> KubeAdapter:
     return connect(KubeConnection(kubeconfig=kubeconfig))
 
 
-def build_agent(
+def build(
     settings: LeaseAgentSettings,
     *,
     node: str,

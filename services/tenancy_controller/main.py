@@ -236,12 +236,12 @@ async def serve(
         stop_freezing()
 
 
-def run(
-    settings: ControllerSettings, registrars: Sequence[Registrar] = DEFAULT_REGISTRARS, *, kopf_debug: bool = False
-) -> None:
-    """Run the operator until SIGINT/SIGTERM; Kopf's own log says only warnings and peering unless ``kopf_debug``."""
-    if not kopf_debug:
-        logging.getLogger("kopf").setLevel(logging.WARNING)
-        logging.getLogger("kopf._core.engines.peering").setLevel(logging.INFO)  # pause/resume matter
+#: Kopf's own log says only warnings, and peering (pause/resume matter), unless at DEBUG
+#: (``core.logging.configure_logging``'s ``quieter``, from the command)
+KOPF_LOG_LEVELS = {"kopf": logging.WARNING, "kopf._core.engines.peering": logging.INFO}
+
+
+def run(settings: ControllerSettings, registrars: Sequence[Registrar] = DEFAULT_REGISTRARS) -> None:
+    """Run the operator until SIGINT/SIGTERM."""
     log.info("effective settings: %s", settings.model_dump_json())
     asyncio.run(serve(settings, registrars))

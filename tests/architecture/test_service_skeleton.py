@@ -5,12 +5,21 @@ run), ``cli.py`` (its command-line options), ``settings.py`` and ``errors.py``. 
 several services share a process, the wiring is in ``gpucaas`` and imports
 them by name in ``import`` statements, which import-linter sees: no service reaches
 another through ``importlib`` or ``__import__``, which it would not.
+
+The files have the same shape too: ``main.py`` has one entry, ``run`` (a service that runs
+itself) or ``build`` (one a program runs beside another); ``cli.py`` holds the command the
+``gpucaas`` CLI registers, or, for a service sharing a process, the options a command of
+``gpucaas`` composes; and logging is set up in one place, ``core.logging.configure_logging``,
+called by that command, never by a service's own code.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -35,6 +44,101 @@ def test_there_are_services() -> None:
 def test_every_service_has_the_skeleton(service: Path) -> None:
     missing = [name for name in SKELETON if not (service / name).is_file()]
     assert not missing, f"services/{service.name} lacks {', '.join(missing)}"
+
+
+ENTRIES = {"run", "build"}
+
+
+def _functions(path: Path) -> set[str]:
+    """The module-level functions of one file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+@pytest.mark.parametrize("service", SERVICES, ids=lambda p: p.name)
+def test_main_has_one_entry_run_or_build(service: Path) -> None:
+    entries = _functions(service / "main.py") & ENTRIES
+    assert len(entries) == 1, f"services/{service.name}/main.py has {sorted(entries) or 'neither'} of run, build"
+
+
+def _registered() -> dict[str, tuple[str, ModuleType]]:
+    """Each command of the ``gpucaas`` CLI -> where its function is defined (``module.name``, module)."""
+    from gpucaas.cli import app
+
+    owners = {}
+    for info in app.registered_commands:
+        callback = info.callback
+        module = sys.modules[str(getattr(callback, "__module__", ""))]
+        owners[str(info.name or getattr(callback, "__name__", ""))] = (
+            f"{module.__name__}.{getattr(callback, '__name__', '')}",
+            module,
+        )
+    return owners
+
+
+def _composed_of(owner: str, module: ModuleType) -> set[str]:
+    """The services whose ``cli`` options the ``command`` of ``module`` composes (none for a
+    command of other kinds, such as ``version``)."""
+    if not owner.endswith(".command"):
+        return set()
+    return {
+        v.__name__.split(".")[1]
+        for v in vars(module).values()
+        if isinstance(v, ModuleType) and v.__name__.startswith("services.") and v.__name__.endswith(".cli")
+    }
+
+
+@pytest.mark.parametrize("service", SERVICES, ids=lambda p: p.name)
+def test_cli_holds_the_command_the_gpucaas_cli_registers(service: Path) -> None:
+    owners = dict(_registered().values())
+    own = f"services.{service.name}.cli"
+    if "command" in _functions(service / "cli.py"):
+        assert f"{own}.command" in owners, f"{own}.command is not a command of the gpucaas CLI"
+        return
+    # a process shared with another service: the command is composed in gpucaas from its cli's options
+    composers = [name for name, module in owners.items() if service.name in _composed_of(name, module)]
+    assert composers and all(c.startswith("gpucaas.") for c in composers), (
+        f"{own} holds no command, and no command of gpucaas composes its options"
+    )
+
+
+def _called(call: ast.Call) -> str:
+    """The dotted name one call calls (``logging.basicConfig``, ``root.addHandler``...)."""
+    parts, f = [], call.func
+    while isinstance(f, ast.Attribute):
+        parts.append(f.attr)
+        f = f.value
+    if isinstance(f, ast.Name):
+        parts.append(f.id)
+    return ".".join(reversed(parts))
+
+
+#: what sets logging up (handlers, formats, levels): configure_logging's alone
+SETS_UP_LOGGING = ("basicConfig", "dictConfig", "fileConfig", "addHandler", "removeHandler", "setLevel")
+
+
+def test_logging_is_set_up_by_the_command_alone() -> None:
+    offenders = {}
+    for path in sorted((ROOT / "services").rglob("*.py")):
+        if "generated" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        command = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "command"]
+        allowed = {id(c) for n in command for c in ast.walk(n)} if path.name == "cli.py" else set()
+        calls = [_called(n) for n in ast.walk(tree) if isinstance(n, ast.Call) and id(n) not in allowed]
+        hits = [c for c in calls if c.split(".")[-1] in (*SETS_UP_LOGGING, "configure_logging")]
+        if hits:
+            offenders[str(path.relative_to(ROOT))] = hits
+    assert not offenders, f"logging set up outside a command's configure_logging: {offenders}"
+    for name, (owner, module) in _registered().items():
+        if owner.startswith("services.") or _composed_of(owner, module):
+            function = next(
+                n
+                for n in ast.parse(inspect.getsource(module)).body
+                if isinstance(n, ast.FunctionDef) and n.name == owner.rsplit(".", 1)[1]
+            )
+            calls = [_called(n) for n in ast.walk(function) if isinstance(n, ast.Call)]
+            assert "configure_logging" in calls, f"gpucaas {name} ({owner}) never calls configure_logging"
 
 
 #: Dynamic loading that stays inside its own service, with the reason.

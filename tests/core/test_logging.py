@@ -54,6 +54,18 @@ def test_text_format_for_terminals(root_logger: logging.Logger) -> None:
     assert "not shown" not in out.getvalue()
 
 
+def test_a_chatty_library_is_quieter_unless_at_debug(root_logger: logging.Logger) -> None:
+    chatty = logging.getLogger("gpucaas.test.chatty")
+    try:
+        configure_logging(LoggingSettings(), stream=io.StringIO(), quieter={chatty.name: logging.WARNING})
+        assert chatty.level == logging.WARNING and root_logger.level == logging.INFO
+        chatty.setLevel(logging.NOTSET)
+        configure_logging(LoggingSettings(level="debug"), stream=io.StringIO(), quieter={chatty.name: logging.WARNING})
+        assert chatty.level == logging.NOTSET and chatty.isEnabledFor(logging.DEBUG)
+    finally:
+        chatty.setLevel(logging.NOTSET)
+
+
 def test_configuring_again_replaces_only_its_own_handler(root_logger: logging.Logger) -> None:
     foreign = logging.NullHandler()
     root_logger.addHandler(foreign)
