@@ -12,7 +12,7 @@ is reported only for comparison).
 The GPU-lease agent runs inside the device plugin's process (``gpucaas device-plugin
 --leases``). To report it separately, a second device plugin is started on the same
 node without leases (``device_plugin_alone``: registered with the same real kubelet under
-a resource name of its own, ``gpucaas.dev/gpu-footprint``, with its own CDI folder, the same
+a resource name of its own, ``gpucaas.dev/fp``, with its own CDI folder, the same
 fabric socket and its own metrics port) over the same idle window; ``lease_agent`` is the
 difference, i.e. what the agent adds to the process (``rss_mb``, ``idle_cpu_pct``), with
 ``"in_process_of": "device_plugin"``.
@@ -39,8 +39,9 @@ from typing import Any
 RSS_TARGET_MB = 60.0
 CPU_TARGET_PCT = 1.0
 PRODUCTION_DAEMONS = ("device_plugin", "fabric")
-#: the extended resource the second, lease-less device plugin registers with the same kubelet
-ALONE_RESOURCE = "gpucaas.dev/gpu-footprint"
+#: the extended resource the second, lease-less device plugin registers with the same kubelet (short:
+#: its socket is named after it, and a unix socket path must stay under 108 bytes)
+ALONE_RESOURCE = "gpucaas.dev/fp"
 
 
 def rss_mb(pid: int) -> float:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from devtools.sandbox import runner
     from devtools.waiting import wait_for
 
-    with tempfile.TemporaryDirectory(prefix="gpucaas-footprint-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpucaas-fp-", dir="/tmp") as tmp:
         sb = runner.start(Path(tmp), nodes=("gpu-node-a",), api_port=runner.free_port())
         alone: subprocess.Popen[bytes] | None = None
         try:
@@ -120,10 +121,14 @@ def main(argv: list[str] | None = None) -> int:
                 ],
                 env=env,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=(alone_dir / "device-plugin.log").open("wb"),
             )
             offers = runner.node_offers_gpus(sb.kubeconfig, node.name, resource=ALONE_RESOURCE)
-            wait_for(offers, 60, what=f"the kubelet to offer {ALONE_RESOURCE}")
+            try:
+                wait_for(offers, 60, what=f"the kubelet to offer {ALONE_RESOURCE}")
+            except TimeoutError:
+                print((alone_dir / "device-plugin.log").read_text()[-3000:], file=sys.stderr)
+                raise
             time.sleep(settle_s)  # a benchmark, not a test: let start-up work finish
             services = sb.supervisor.services
             wanted = {
