@@ -125,7 +125,10 @@ def test_a_run_that_ends_while_the_api_is_down_is_charged_from_the_pods_times(
         done = wait_for(lambda: (r := record_of(c, cid)) and not r["running"] and r, 60, what="the run's end")
         assert (done["started_at"], done["finished_at"]) == (stamp(started), stamp(finished))
         assert done["gpu_seconds"] == 20.0 and done["end_source"] == "pod"
-        assert c.get(f"/v1/containers/{cid}").json()["status"] == "Succeeded"
+        # the worker closes the usage record, then applies the pod's state in a transaction of its own
+        wait_for(
+            lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Succeeded", 30, what="the container Succeeded"
+        )
     again.stop()
     # a third start sees the same pod again: still one record, the same sum
     third = serve(database_url, kubeconfig)
