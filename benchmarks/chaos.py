@@ -117,7 +117,7 @@ class Size:
     rounds: int  # kills of each component
 
 
-QUICK = Size(containers=60, window_s=150.0, rounds=1)
+QUICK = Size(containers=60, window_s=100.0, rounds=1)
 FULL = Size(containers=300, window_s=600.0, rounds=3)
 
 

@@ -110,29 +110,45 @@ def new_tenancy(admin: httpx.Client, name: str, **fields: Any) -> str:
     return r.json()["token"]
 
 
-@pytest.fixture(scope="module")
-def module_api(
-    tls_ca: Any, tls_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ApiServer]:
-    """One API server (SQLite, Kubernetes down) shared by a module's read-mostly tests.
-
-    Its per-token and per-tenancy rate limits are off: a module's tests send their requests
-    with one admin token back to back, faster than 50/s; tests/api/test_limits.py starts
-    servers of its own to test the limits."""
-    folder = tmp_path_factory.mktemp("api")
+def _module_server(database_url: str, tls_ca: Any, tls_pair: tuple[Path, Path], folder: Path) -> ApiServer:
+    """An API server with Kubernetes down and the per-token and per-tenancy rate limits off: a
+    module's tests send their requests back to back, faster than 50/s (tests/api/test_limits.py
+    starts servers of its own to test the limits)."""
     settings = Settings(
         host="127.0.0.1",
         port=0,
         tls_cert=tls_pair[0],
         tls_key=tls_pair[1],
-        database_url=f"sqlite:///{folder / 'api.db'}",
+        database_url=database_url,
         kubeconfig=write_dead_kubeconfig(folder / "kubeconfig-down"),
         admin_token=ADMIN_TOKEN,
         retry_max_seconds=1.0,
         rate_limit_token="",
         rate_limit_tenancy="",
     )
-    server = ApiServer(settings, ca=tls_ca).start()
+    return ApiServer(settings, ca=tls_ca).start()
+
+
+@pytest.fixture(scope="module")
+def module_api(
+    tls_ca: Any, tls_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
+    """One API server (SQLite, Kubernetes down) shared by a module's read-mostly tests."""
+    folder = tmp_path_factory.mktemp("api")
+    server = _module_server(f"sqlite:///{folder / 'api.db'}", tls_ca, tls_pair, folder)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def module_api_on_both(
+    module_database_url: str, tls_ca: Any, tls_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
+    """``module_api`` once per database backend: for a module's matrices of probes that leave
+    what they probe untouched (each probe checks that it did)."""
+    server = _module_server(module_database_url, tls_ca, tls_pair, tmp_path_factory.mktemp("api"))
     try:
         yield server
     finally:

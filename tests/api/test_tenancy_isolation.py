@@ -4,6 +4,7 @@ things answer exactly like things that do not exist. Admin endpoints need an adm
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -14,16 +15,35 @@ from tests.api.harness import ApiServer
 IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"
 
 
-@pytest.fixture
-def two_tenants(api_down: ApiServer, admin: httpx.Client) -> dict:
+def _two_tenants(server: ApiServer, admin: httpx.Client) -> dict:
+    """Tenancies alpha and beta, each with a token and one (Queued) container."""
     out = {}
     for name in ("alpha", "beta"):
         token = new_tenancy(admin, name)
-        with api_down.client(token) as c:
+        with server.client(token) as c:
             r = c.post("/v1/containers", json={"image": IMAGE})
             assert r.status_code == 202, r.text
             out[name] = {"token": token, "container": r.json()["id"]}
     return out
+
+
+@pytest.fixture
+def two_tenants(api_down: ApiServer, admin: httpx.Client) -> dict:
+    return _two_tenants(api_down, admin)
+
+
+@dataclass(frozen=True)
+class Probed:
+    server: ApiServer
+    tenants: dict
+
+
+@pytest.fixture(scope="module")
+def probed(module_api_on_both: ApiServer) -> Probed:
+    """alpha and beta on the server of the probe matrices below, one per database backend,
+    shared: a probe that is refused changes nothing, and each checks that beta was left untouched."""
+    with module_api_on_both.client() as admin:
+        return Probed(module_api_on_both, _two_tenants(module_api_on_both, admin))
 
 
 def _scrub(body: dict, secret_id: str) -> dict:
@@ -40,14 +60,14 @@ CONTAINER_ENDPOINTS = [
 
 
 @pytest.mark.parametrize(("method", "path"), CONTAINER_ENDPOINTS, ids=[f"{m} {p}" for m, p in CONTAINER_ENDPOINTS])
-def test_other_tenancys_container_is_not_found(api_down: ApiServer, two_tenants: dict, method: str, path: str) -> None:
-    beta_id = two_tenants["beta"]["container"]
-    with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+def test_other_tenancys_container_is_not_found(probed: Probed, method: str, path: str) -> None:
+    beta_id = probed.tenants["beta"]["container"]
+    with probed.server.client(probed.tenants["alpha"]["token"]) as alpha:
         theirs = alpha.request(method, path.format(id=beta_id))
         missing = alpha.request(method, path.format(id="00000000000000000000"))
     assert theirs.status_code == 404 and missing.status_code == 404
     assert _scrub(theirs.json(), beta_id) == _scrub(missing.json(), "00000000000000000000")
-    with api_down.client() as admin:  # untouched
+    with probed.server.client() as admin:  # untouched
         assert admin.get(f"/v1/containers/{beta_id}").json()["status"] == "Queued"
 
 
@@ -118,14 +138,12 @@ ADMIN_ENDPOINTS = [
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ADMIN_ENDPOINTS, ids=[f"{m} {p}" for m, p, _ in ADMIN_ENDPOINTS])
-def test_tenant_tokens_cannot_use_admin_endpoints(
-    api_down: ApiServer, two_tenants: dict, method: str, path: str, body: dict | None
-) -> None:
-    with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+def test_tenant_tokens_cannot_use_admin_endpoints(probed: Probed, method: str, path: str, body: dict | None) -> None:
+    with probed.server.client(probed.tenants["alpha"]["token"]) as alpha:
         r = alpha.request(method, path, json=body)
     assert r.status_code == 403
     assert r.json() == {"code": "forbidden", "detail": "this endpoint needs an admin token"}
-    with api_down.client() as admin:
+    with probed.server.client() as admin:
         assert admin.get("/v1/admin/tenancies/beta").status_code == 200
 
 
@@ -143,11 +161,11 @@ TOKEN_PROBES = [
 
 @pytest.mark.parametrize(("method", "path", "body"), TOKEN_PROBES, ids=[f"{m} {p}" for m, p, _ in TOKEN_PROBES])
 def test_another_tenancys_tokens_and_audit_are_not_found(
-    api_down: ApiServer, two_tenants: dict, method: str, path: str, body: dict | None
+    probed: Probed, method: str, path: str, body: dict | None
 ) -> None:
-    with api_down.client() as admin:
+    with probed.server.client() as admin:
         beta_token = admin.get("/v1/admin/tenancies/beta/tokens").json()["data"][0]["id"]
-    with api_down.client(two_tenants["alpha"]["token"]) as alpha:
+    with probed.server.client(probed.tenants["alpha"]["token"]) as alpha:
         theirs = alpha.request(method, path.format(token=beta_token, owner="beta"), json=body)
         missing = alpha.request(method, path.format(token="tok_0000000000000000", owner="nowhere"), json=body)
         own_tokens = alpha.get("/v1/tokens").json()["data"]
@@ -157,7 +175,7 @@ def test_another_tenancys_tokens_and_audit_are_not_found(
     assert norm(theirs, beta_token, "beta") == norm(missing, "tok_0000000000000000", "nowhere")
     assert {t["tenancy"] for t in own_tokens} == {"alpha"}
     assert beta_token not in str(own_events) and "beta" not in str(own_events)
-    with api_down.client(two_tenants["beta"]["token"]) as beta:  # untouched
+    with probed.server.client(probed.tenants["beta"]["token"]) as beta:  # untouched
         assert beta.get("/v1/containers").status_code == 200
         assert [t["id"] for t in beta.get("/v1/tokens").json()["data"]] == [beta_token]
         assert {e["action"] for e in beta.get("/v1/audit").json()["data"]} == {"token.create", "container.submit"}
@@ -166,8 +184,8 @@ def test_another_tenancys_tokens_and_audit_are_not_found(
 @pytest.mark.parametrize(
     "header", [None, "Bearer", "Bearer wrong", "Basic abc"], ids=["none", "empty", "wrong", "basic"]
 )
-def test_missing_or_bad_tokens_are_401(api_down: ApiServer, header: str | None) -> None:
-    with api_down.client(None) as anon:
+def test_missing_or_bad_tokens_are_401(probed: Probed, header: str | None) -> None:
+    with probed.server.client(None) as anon:
         r = anon.get("/v1/containers", headers={"Authorization": header} if header else {})
     assert r.status_code == 401
     assert r.json()["code"] == "unauthorized"
