@@ -36,7 +36,7 @@ worker, plain HTTP on 127.0.0.1, access log off — and is driven by ``wrk`` (on
 ``--connections`` connections). The gpucaas API runs ``gpucaas api`` with a fresh
 PostgreSQL database (created and dropped here) and its submission worker switched off,
 so the figure is the submission path itself: bearer-token check (cached in-process for a
-few seconds, see ``services.api.token_cache``), body validation, and the one-statement
+few seconds, see ``services.api.security.token_cache``), body validation, and the one-statement
 quota admission that durably commits the Queued row before the 202 (docs/api-performance.md). History rows are
 inserted with one ``INSERT … SELECT generate_series`` from a row the API's own model
 builds. The bare endpoint accepts the same JSON body and answers 202 with an id. Load
@@ -125,9 +125,9 @@ class _StatementOnly:
         await send({"type": "http.response.body", "body": b'{"status":"Queued"}'})
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
-        from services.api.admission_pool import AdmissionPool
-        from services.api.audit import Actor
-        from services.api.models import ContainerCreate
+        from services.api.db.admission_pool import AdmissionPool
+        from services.api.domain.models import ContainerCreate
+        from services.api.store.audit import Actor
 
         while True:
             message = await receive()
@@ -211,7 +211,7 @@ def _seed_history(db_url: str, tenancy: str, rows: int) -> None:
     """Insert ``rows`` finished containers for ``tenancy`` in one statement."""
     from sqlalchemy import create_engine, func, insert, literal, literal_column, select, text
 
-    from services.api.models import Container, utcnow
+    from services.api.domain.models import Container, utcnow
 
     table = Container.__table__  # type: ignore[attr-defined]  # SQLAlchemy's, set on table models
     template = Container(
@@ -257,9 +257,9 @@ def _pgbench_script(tenancies: int) -> str:
     from sqlalchemy.sql import visitors
     from sqlalchemy.sql.elements import BindParameter
 
-    from services.api.audit import Actor
-    from services.api.models import ContainerCreate
+    from services.api.domain.models import ContainerCreate
     from services.api.store import admission
+    from services.api.store.audit import Actor
 
     values = admission.new_submission_values("bench-0", ContainerCreate.model_validate(PAYLOAD))
     stmt, params = admission.admission_on_postgres(

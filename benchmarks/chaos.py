@@ -549,7 +549,7 @@ class PodWatch:
 
     def note(self, pod: dict[str, Any], *, deleted: bool) -> None:
         from core.crds import LABEL_CONTAINER
-        from services.api.pods import CONTAINER_NAME
+        from services.api.domain.pods import CONTAINER_NAME
 
         meta = pod.get("metadata") or {}
         cid = (meta.get("labels") or {}).get(LABEL_CONTAINER)

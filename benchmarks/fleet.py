@@ -21,7 +21,7 @@ binaries):
   ResourceSlices built by the DRA driver's own ``build_slices`` (no extended resource), and
   the FabricState as well (the fabric service runs in that mode too; the extender reads it).
 * This process plays the node side of each pod and the tenants: it creates the pods of a
-  seeded trace at their arrival times (the tenant API's own pod, ``services.api.pods.build_pod``,
+  seeded trace at their arrival times (the tenant API's own pod, ``services.api.domain.pods.build_pod``,
   1/2/4/8 GPUs), and once kwok reports a pod Running deletes it when its trace duration has
   passed. When a pod is bound, the node's GPUs are what the node would give it: in the
   device-plugin modes ``choose_gpus`` over the node's free GPUs (the device plugin's
@@ -782,7 +782,7 @@ class ModeRun:
                 return
 
     def _pod_body(self, rec: PodRecord) -> dict[str, Any]:
-        from services.api.pods import build_pod
+        from services.api.domain.pods import build_pod
 
         pod = build_pod(
             container_id=rec.name,

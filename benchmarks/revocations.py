@@ -1,5 +1,5 @@
 """What exact revocation and the audit trail cost, on PostgreSQL: the figures behind the
-choices in ``services.api.revocations`` and ``services.api.audit``.
+choices in ``services.api.security.revocations`` and ``services.api.store.audit``.
 
 Run: ``python -m benchmarks.revocations [--quick]`` (PostgreSQL at
 ``GPUCAAS_TEST_POSTGRES_URL``, default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``;
@@ -31,12 +31,13 @@ from sqlalchemy import bindparam, select
 from sqlmodel import Session
 
 from benchmarks.api import _postgres_database
-from services.api import db, revocations, security
-from services.api.admission_pool import AdmissionPool
-from services.api.audit import Actor
-from services.api.models import ApiToken, ContainerCreate, TenancyCreate
+from services.api.db import engines
+from services.api.db.admission_pool import AdmissionPool
+from services.api.domain.models import ApiToken, ContainerCreate, TenancyCreate
+from services.api.security import bearer, revocations
+from services.api.security.token_cache import TokenCache, VerifiedToken
 from services.api.store import admission, tenancies as tenancy_store, tokens as token_store
-from services.api.token_cache import TokenCache, VerifiedToken
+from services.api.store.audit import Actor
 
 
 def _cache_hit_us(n: int) -> float:
@@ -132,16 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n = 1000 if args.quick else 5000
     with _postgres_database() as url:
-        engine = db.make_engine(url)
+        engine = engines.make_engine(url)
         try:
-            db.upgrade(engine)
+            engines.upgrade(engine)
             with Session(engine) as session:
                 tenancy_store.create_tenancy(
                     session, data=TenancyCreate(name="bench", gpu_quota=100000, pod_quota=100000)
                 )
                 _row, secret = token_store.create_token(session, tenancy="bench", name="bench", scope="admin")
             figures: dict[str, Any] = {"cache_hit_us": round(_cache_hit_us(200_000), 2)}
-            figures.update(asyncio.run(_pool_figures(url, security.hash_token(secret), n)))
+            figures.update(asyncio.run(_pool_figures(url, bearer.hash_token(secret), n)))
             figures.update(_revoke_figures(url, engine, 50 if args.quick else 200))
         finally:
             engine.dispose()

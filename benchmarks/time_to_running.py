@@ -162,7 +162,7 @@ class PodWatch:
             self._note(pod)
 
     def _note(self, pod: dict[str, Any]) -> None:
-        from services.api.pods import CONTAINER_NAME
+        from services.api.domain.pods import CONTAINER_NAME
 
         now = time.monotonic()
         meta = pod.get("metadata") or {}

@@ -19,7 +19,7 @@ from typing import Any, Literal
 AllocationMode = Literal["device-plugin", "dra"]
 DEVICE_PLUGIN_MODE: AllocationMode = "device-plugin"
 DRA_MODE: AllocationMode = "dra"
-#: GPU counts a pod may ask for (services/api/validation.py: 1 to 8): one template each.
+#: GPU counts a pod may ask for (services/api/domain/validation.py: 1 to 8): one template each.
 CLAIM_TEMPLATE_SIZES: tuple[int, ...] = tuple(range(1, 9))
 #: The name of the pod's claim (``spec.resourceClaims[].name``) and of the template's request.
 POD_CLAIM_NAME = "gpus"

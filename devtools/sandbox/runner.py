@@ -66,7 +66,7 @@ from devtools.sandbox.supervisor import (
     http_ready,
 )
 from devtools.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
-from services.api.pods import DEFAULT_RUN_AS_USER
+from services.api.domain.pods import DEFAULT_RUN_AS_USER
 
 log = logging.getLogger(__name__)
 

@@ -19,15 +19,18 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from core import __version__
-from services.api import console, db, revocations, slow_clients
-from services.api.edge import Edge, Metrics
+from services.api import console
+from services.api.db import engines
+from services.api.edge import slow_clients
+from services.api.edge.limits import Limiter, LimitSettings
+from services.api.edge.middleware import Edge, Metrics
 from services.api.errors import install_handlers
 from services.api.kube import Kube
-from services.api.limits import Limiter, LimitSettings
 from services.api.routes import api_router
+from services.api.security import revocations
+from services.api.security.token_cache import TokenCache
 from services.api.settings import Settings
 from services.api.store import tenancies as tenancy_store, tokens as token_store
-from services.api.token_cache import TokenCache
 from services.api.usage.metrics import UsageCollector
 from services.api.webhooks.dispatcher import WebhookDispatcher
 from services.api.worker import SubmissionWorker
@@ -38,7 +41,7 @@ log = logging.getLogger(__name__)
 def bootstrap(engine: Engine, settings: Settings) -> str | None:
     """Migrate, then make sure an admin token exists. Returns a newly generated token
     (to be shown once) when none was configured and none existed."""
-    db.upgrade(engine)
+    engines.upgrade(engine)
     with Session(engine) as session:
         tenancy_store.reconcile_gpu_usage(session)  # expected to find nothing (triggers keep it exact)
         if settings.admin_token is not None:
@@ -71,22 +74,22 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        eng = engine or db.make_engine(settings.database_url, pool_size=settings.database_pool_size)
+        eng = engine or engines.make_engine(settings.database_url, pool_size=settings.database_pool_size)
         app.state.engine = eng
         # The worker and the health endpoints get a pool of their own: tenant requests
         # exhausting the request pool cannot stop submissions or fail readiness.
-        service_eng = engine or db.make_engine(settings.database_url, pool_size=settings.service_pool_size)
+        service_eng = engine or engines.make_engine(settings.database_url, pool_size=settings.service_pool_size)
         app.state.service_engine = service_eng
         app.state.generated_admin_token = await anyio.to_thread.run_sync(bootstrap, eng, settings)
         # PostgreSQL: the submission's admission runs on the event loop (None on SQLite)
-        if db.is_postgres(eng):
-            from services.api.admission_pool import AdmissionPool
+        if engines.is_postgres(eng):
+            from services.api.db.admission_pool import AdmissionPool
 
             app.state.admission_pool = AdmissionPool(settings.database_url, max_size=2 * settings.database_pool_size)
             await app.state.admission_pool.open()
         # PostgreSQL: several replicas may serve; each hears revocations before they are answered
         listener = None
-        if db.is_postgres(eng) and settings.token_cache_seconds > 0:
+        if engines.is_postgres(eng) and settings.token_cache_seconds > 0:
             listener = revocations.Listener(eng.url.render_as_string(hide_password=False), app.state.token_cache)
             listener.start()
         app.state.revocation_listener = listener

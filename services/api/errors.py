@@ -162,7 +162,7 @@ def install_handlers(app: Any) -> None:
     from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from services.api.validation import describe_validation_errors
+    from services.api.domain.validation import describe_validation_errors
 
     # the database went away or is busy (a restart, a lost connection, SQLite locked)
     database_gone = (OperationalError, InterfaceError, DisconnectionError)

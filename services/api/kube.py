@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from core import crds
 from core.kube import Conflict, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
 from core.kube.rest import stream_lines
-from services.api import exec_relay
+from services.api.streams import exec_relay
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -211,7 +211,7 @@ class Kube:
         return self._call(self.core.read_namespaced_pod_log, name, namespace, idempotent=True, **kwargs)
 
     def exec_upstream(self, namespace: str, pod: str, *, command: list[str], stdin: bool, tty: bool) -> Any:
-        """Where and how to open the pod's ``exec`` WebSocket (:mod:`services.api.exec_relay`)."""
+        """Where and how to open the pod's ``exec`` WebSocket (:mod:`services.api.streams.exec_relay`)."""
         if self._kube is None:
             raise Unavailable(self._error or "Kubernetes is not configured")
         return exec_relay.upstream_for(

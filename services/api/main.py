@@ -12,12 +12,12 @@ from services.api.settings import Settings
 def run(settings: Settings) -> None:
     import uvicorn
 
-    from services.api import db
     from services.api.app import bootstrap, create_app, uvicorn_config
+    from services.api.db import engines
 
     log = logging.getLogger("services.api")
     log.info("configuration: %s", settings.redacted())
-    engine = db.make_engine(settings.database_url, pool_size=settings.database_pool_size)
+    engine = engines.make_engine(settings.database_url, pool_size=settings.database_pool_size)
     generated = bootstrap(engine, settings)
     if generated is not None:
         # The one time this secret is shown (stored only hashed).

@@ -10,10 +10,10 @@ from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.dra import AllocationMode
-from services.api import endpoints, sizing, volumes
+from services.api.domain import endpoints, sizing, volumes
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})
-# The limits library's Redis storages (services/api/limits.py uses their asyncio variants).
+# The limits library's Redis storages (services/api/edge/limits.py uses their asyncio variants).
 RATE_LIMIT_STORAGE_SCHEMES = ("redis", "rediss", "redis+unix", "redis+sentinel", "redis+cluster")
 
 

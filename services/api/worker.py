@@ -33,11 +33,11 @@ from sqlmodel import Session
 from core import crds
 from core.backoff import Backoff
 from core.kube import Forbidden, Invalid, KubeError
-from services.api import endpoints, log_archive, pods, retention, sizing, tenant_secrets, volumes
+from services.api.domain import endpoints, pods, sizing, tenant_secrets, volumes
+from services.api.domain.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.kube import Kube
-from services.api.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.settings import Settings
-from services.api.store import worker_state
+from services.api.store import log_archive, retention, worker_state
 from services.api.usage.recorder import Recorder as UsageRecorder
 
 log = logging.getLogger(__name__)

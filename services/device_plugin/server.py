@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 _STATUS: list[tuple[type[DevicePluginError], grpc.StatusCode]] = [
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     # before DeviceUnhealthy, its base: a wait, not a refusal for good (the API remakes a pod
-    # whose start is refused with FailedPrecondition, see services.api.pods.refused_before_start)
+    # whose start is refused with FailedPrecondition, see services.api.domain.pods.refused_before_start)
     (DeviceReleasing, grpc.StatusCode.UNAVAILABLE),
     (DeviceUnhealthy, grpc.StatusCode.FAILED_PRECONDITION),
     (FabricUnavailable, grpc.StatusCode.UNAVAILABLE),

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.api import images
+from services.api.domain import images
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 

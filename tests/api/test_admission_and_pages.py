@@ -143,13 +143,13 @@ def test_the_counter_triggers_survive_every_migration(empty_database_url: str) -
     at head they must exist."""
     from sqlalchemy import text
 
-    from services.api import db
+    from services.api.db import engines
 
-    engine = db.make_engine(empty_database_url)
+    engine = engines.make_engine(empty_database_url)
     try:
-        db.upgrade(engine)
+        engines.upgrade(engine)
         with engine.connect() as conn:
-            if db.is_postgres(engine):
+            if engines.is_postgres(engine):
                 names = (
                     conn.execute(
                         text("SELECT tgname FROM pg_trigger WHERE tgrelid = 'container'::regclass AND NOT tgisinternal")

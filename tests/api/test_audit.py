@@ -17,9 +17,10 @@ import pytest
 from sqlalchemy import Engine, insert, text
 from sqlmodel import Session
 
-from services.api import audit, db, retention
-from services.api.audit import Actor
-from services.api.models import AuditAction, AuditEvent, utcnow
+from services.api.db import engines
+from services.api.domain.models import AuditAction, AuditEvent, utcnow
+from services.api.store import audit, retention
+from services.api.store.audit import Actor
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready
@@ -207,8 +208,8 @@ def test_the_hooks_for_exec_volumes_and_endpoints_record(api_down: ApiServer, ad
 
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
-    engine = db.make_engine(database_url)
-    db.upgrade(engine)
+    engine = engines.make_engine(database_url)
+    engines.upgrade(engine)
     try:
         yield engine
     finally:
@@ -234,7 +235,7 @@ def test_migration_0010_goes_down_and_up(engine: Engine) -> None:
         )
         session.commit()
     cfg = Config()
-    cfg.set_main_option("script_location", str(db.MIGRATIONS))
+    cfg.set_main_option("script_location", str(engines.MIGRATIONS))
     cfg.set_main_option("path_separator", "os")
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
@@ -243,7 +244,7 @@ def test_migration_0010_goes_down_and_up(engine: Engine) -> None:
         assert conn.execute(text("SELECT name FROM api_token WHERE id = 'tok_b'")).scalar_one() == "b"
         tables = set(engine.dialect.get_table_names(conn))
     assert not tables & {"audit_event", "revocation_epoch", "revocation_listener"}
-    db.upgrade(engine)
+    engines.upgrade(engine)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT created_by FROM api_token WHERE id = 'tok_b'")).scalar_one() is None
         assert conn.execute(text("SELECT epoch FROM revocation_epoch")).scalar_one() == 0

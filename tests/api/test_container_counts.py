@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import Engine, func, update
 from sqlmodel import Session, col, delete, select
 
-from services.api import db
-from services.api.models import Container, ContainerCreate, ContainerStatus, TenancyCreate
+from services.api.db import engines
+from services.api.domain.models import Container, ContainerCreate, ContainerStatus, TenancyCreate
 from services.api.store import admission, containers as container_store, tenancies as tenancy_store
 
 IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"
@@ -21,8 +21,8 @@ IMAGE = "nvcr.io/nvidia/cuda:12.5.0-base-ubuntu22.04"
 
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
-    engine = db.make_engine(database_url)
-    db.upgrade(engine)
+    engine = engines.make_engine(database_url)
+    engines.upgrade(engine)
     try:
         yield engine
     finally:
@@ -108,13 +108,13 @@ def test_counts_survive_a_downgrade_and_upgrade(engine: Engine) -> None:
     ids = submit(engine, "a", 4)
     set_status(engine, ids[:1], ContainerStatus.RUNNING)
     cfg = Config()
-    cfg.set_main_option("script_location", str(db.MIGRATIONS))
+    cfg.set_main_option("script_location", str(engines.MIGRATIONS))
     cfg.set_main_option("path_separator", "os")
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0008")
     set_status(engine, ids[1:2], ContainerStatus.SUCCEEDED)  # under 0008's triggers: no counters
-    db.upgrade(engine)  # 0009 counts the rows as they are
+    engines.upgrade(engine)  # 0009 counts the rows as they are
     assert_counts_exact(engine)
     with Session(engine) as session:
         assert tenancy_store.active_gpus(session, tenancy="a") == 3

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as kc
 
 from devtools.waiting import wait_for
-from services.api.pods import build_pod
+from services.api.domain.pods import build_pod
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import (

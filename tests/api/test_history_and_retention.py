@@ -11,8 +11,8 @@ from typing import Any
 from sqlmodel import Session, col, select, update
 
 from devtools.waiting import wait_for
-from services.api import retention
-from services.api.models import Container, utcnow
+from services.api.domain.models import Container, utcnow
+from services.api.store import retention
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready

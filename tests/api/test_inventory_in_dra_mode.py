@@ -6,7 +6,7 @@ API's reading is checked against what the driver really publishes, not a hand-wr
 
 from __future__ import annotations
 
-from services.api.inventory import dra_gpu_counts, node_summaries
+from services.api.domain.inventory import dra_gpu_counts, node_summaries
 from services.dra_driver.slices import PublishedGpu, build_slices
 
 

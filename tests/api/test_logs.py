@@ -168,7 +168,7 @@ def test_the_log_of_a_finished_container_is_served_after_its_pod_is_gone(
 
 
 def test_bounded_tail_cuts_on_a_line_boundary() -> None:
-    from services.api.log_archive import bounded_tail
+    from services.api.store.log_archive import bounded_tail
 
     cases = [
         ("short\n", 100, ("short\n", False)),

@@ -1,6 +1,6 @@
 """Database connections that die under the API (a PostgreSQL restart, a failover, an
 administrator's ``pg_terminate_backend``): the pools ping only connections that sat idle
-(``services.api.db.ping_when_idle``, no round trip per request), so a connection killed
+(``services.api.db.engines.ping_when_idle``, no round trip per request), so a connection killed
 while idle is replaced unseen, and one killed in steady use costs one request a 503 with
 ``Retry-After`` — never a 500 — after which the pool has reconnected."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from services.api import db
+from services.api.db import engines
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 
@@ -38,8 +38,8 @@ def terminate_backends(url: str) -> int:
 
 
 def test_a_connection_killed_while_idle_is_replaced_on_checkout(postgres_url: str) -> None:
-    engine = db.make_engine(postgres_url)
-    db.ping_when_idle(engine, idle_seconds=0)  # every checkout counts as "after idling"
+    engine = engines.make_engine(postgres_url)
+    engines.ping_when_idle(engine, idle_seconds=0)  # every checkout counts as "after idling"
     try:
         with engine.connect() as conn:
             before = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()

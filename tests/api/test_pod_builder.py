@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.api.pods import build_pod, build_tenancy, container_status_from_pod, pod_name
+from services.api.domain.pods import build_pod, build_tenancy, container_status_from_pod, pod_name
 
 
 def test_pod_name_is_derived_from_the_container_id() -> None:
@@ -235,7 +235,7 @@ def test_dra_pod_asks_for_its_claim_template_and_is_valid_kubernetes(gpus: int) 
     import kubernetes_validate
 
     from core import dra
-    from services.api import sizing
+    from services.api.domain import sizing
 
     share = sizing.Share(cpu_milli=24000, memory_bytes=224 * sizing.GIB, shm_bytes=32 * sizing.GIB, hugepages=True)
     pod = build_pod(
@@ -304,7 +304,7 @@ def test_volumes_are_mounted_by_claim_with_the_tenant_group_owning_them() -> Non
 
 
 def test_tenancy_resource_carries_the_volume_allowance() -> None:
-    from services.api.volumes import Quota
+    from services.api.domain.volumes import Quota
 
     spec = build_tenancy(name="acme", gpu_quota=8, pod_quota=2, volumes=Quota("gpucaas-volumes", 100 << 30, 10))["spec"]
     assert spec["volumes"] == {"storageClassName": "gpucaas-volumes", "storageQuota": "100Gi", "maxVolumes": 10}

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from services.api import pods
+from services.api.domain import pods
 
 #: Baseline "Capabilities": what may be added beyond the runtime's defaults.
 BASELINE_CAPS = {

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client as kc
 
 from devtools.waiting import wait_for
-from services.api import reasons
+from services.api.domain import reasons
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import bind_pod, get_pod, mark_tenancy_ready, set_pod_status
@@ -245,7 +245,7 @@ def test_a_full_quota_keeps_the_container_queued_saying_so(api: ApiServer, k8s: 
 def test_a_dra_drivers_partition_event_is_the_activation_in_the_timeline() -> None:
     """In the DRA mode the driver's PartitionActivated Event marks the activation; the lease's
     own ``holder.since`` then adds no second entry."""
-    from services.api.events import timeline
+    from services.api.domain.events import timeline
 
     container = {"created_at": "2026-11-22T10:00:00Z", "gpus": 2, "status": "Running"}
     event = {
@@ -269,7 +269,7 @@ def test_a_finished_containers_activation_is_read_from_its_leases_history() -> N
     """Once the pod ends its GPUs' leases move the holder into ``history``; a finished
     container's timeline still shows when its partition was activated, and another pod's
     turn on the same GPU is not it."""
-    from services.api.events import leases_of_pod, timeline
+    from services.api.domain.events import leases_of_pod, timeline
 
     released = {
         "spec": {"node": "n1", "pciAddress": "0000:18:00.0"},

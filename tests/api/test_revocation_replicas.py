@@ -1,7 +1,7 @@
 """Revocation on every replica: two API processes over one PostgreSQL database, each
 remembering verified tokens for a minute. A token revoked through one is refused (401) on
 its very next request on the other — because every replica acknowledges the revocation
-before it is answered (``services.api.revocations``), not because the cache is short.
+before it is answered (``services.api.security.revocations``), not because the cache is short.
 
 Replica A is the tests' in-process server; replica B is ``gpucaas api`` in a process of
 its own (in one process, forgetting a token reaches every cache at once, which would
@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, text
 
 from devtools.ports import free_port
 from devtools.waiting import wait_for
-from services.api import revocations
+from services.api.security import revocations
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ADMIN_TOKEN, ApiServer
 

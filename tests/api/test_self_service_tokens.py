@@ -14,8 +14,8 @@ import httpx
 import pytest
 from sqlmodel import Session, select
 
-from services.api import scopes
-from services.api.models import ApiToken, AuditEvent
+from services.api.domain.models import ApiToken, AuditEvent
+from services.api.security import scopes
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 from typer.testing import CliRunner
 
-from services.api import db
 from services.api.app import bootstrap
+from services.api.db import engines
 from services.api.settings import Settings
 from tests.api.harness import ApiServer
 from tests.core_kube.scripted import forbidden, write_kubeconfig
@@ -73,7 +73,7 @@ def test_tls_is_served_and_plain_http_is_refused(module_api: ApiServer) -> None:
 
 def test_generated_admin_token_is_returned_once_and_stored_hashed(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'a.db'}", admin_token_file=tmp_path / "admin-token")
-    engine = db.make_engine(settings.database_url)
+    engine = engines.make_engine(settings.database_url)
     try:
         token = bootstrap(engine, settings)
         assert token and token.startswith("gpc_")

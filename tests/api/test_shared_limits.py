@@ -22,7 +22,7 @@ import pytest
 
 from devtools.ports import free_port
 from devtools.waiting import wait_for
-from services.api.limits import Limiter, LimitSettings
+from services.api.edge.limits import Limiter, LimitSettings
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ADMIN_TOKEN, ApiServer, write_dead_kubeconfig
 from tests.fixtures.redis_server import RedisServer
@@ -181,7 +181,7 @@ def test_without_a_shared_storage_each_replica_counts_alone(
 def test_an_unreachable_storage_falls_back_to_each_replica_never_a_500(
     serve: Callable[..., ApiServer], sqlite_url: str, dead_kubeconfig: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="services.api.limits")
+    caplog.set_level(logging.INFO, logger="services.api.edge.limits")
     api = serve(
         sqlite_url,
         dead_kubeconfig,
@@ -199,7 +199,9 @@ def test_an_unreachable_storage_falls_back_to_each_replica_never_a_500(
 
     limiter = api.app.state.limiter
     assert not limiter.shared
-    warnings = [rec for rec in caplog.records if rec.levelno == logging.WARNING and rec.name == "services.api.limits"]
+    warnings = [
+        rec for rec in caplog.records if rec.levelno == logging.WARNING and rec.name == "services.api.edge.limits"
+    ]
     assert len(warnings) == 1 and "does not answer" in warnings[0].getMessage()  # once, not per request
     with api.client(None) as anon:
         metrics = anon.get("/metrics").text
@@ -235,7 +237,7 @@ async def _served(limiter: Limiter, n: int, token: str = "tok") -> int:
 async def test_limiters_on_one_storage_count_together_and_survive_its_restart(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="services.api.limits")
+    caplog.set_level(logging.INFO, logger="services.api.edge.limits")
     one, two = _limits(redis_server.url, retry_seconds=0), _limits(redis_server.url, retry_seconds=0)
     try:
         assert await _served(one, 3) == 3 and await _served(two, 3) == 1  # 4 a minute, together

@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client as kc
 
 from devtools.waiting import wait_for
-from services.api import sizing
+from services.api.domain import sizing
 from services.api.settings import Settings
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer

@@ -1,4 +1,4 @@
-"""SQLite writers take turns on the process's lock (services.api.sqlite_writer), held from a
+"""SQLite writers take turns on the process's lock (services.api.db.sqlite_writer), held from a
 transaction's first write to its end, whatever ends it."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
-from services.api import db, sqlite_writer
+from services.api.db import engines, sqlite_writer
 
 
 def engine_on(path: Path) -> Engine:
-    engine = db.make_engine(f"sqlite:///{path}")
+    engine = engines.make_engine(f"sqlite:///{path}")
     with engine.begin() as conn:
         conn.execute(text("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT)"))
     return engine

@@ -206,7 +206,7 @@ def test_tokens_are_shown_once_stored_hashed_and_revocable(api_down: ApiServer, 
     # the digest, never the secret, is what the database holds
     from sqlmodel import Session, select
 
-    from services.api.models import ApiToken
+    from services.api.domain.models import ApiToken
 
     with Session(api_down.app.state.engine) as session:
         hashes = [t.token_hash for t in session.exec(select(ApiToken)).all()]

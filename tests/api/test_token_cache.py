@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from devtools.waiting import wait_for
-from services.api.token_cache import TokenCache, VerifiedToken, revoked
+from services.api.security.token_cache import TokenCache, VerifiedToken, revoked
 
 
 def token(token_id: str, tenancy: str | None = "acme") -> VerifiedToken:

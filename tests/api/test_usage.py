@@ -16,7 +16,7 @@ from kubernetes import client as kc
 from sqlmodel import Session
 
 from devtools.waiting import wait_for
-from services.api.models import utcnow
+from services.api.domain.models import utcnow
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready
@@ -157,7 +157,7 @@ def test_a_cancelled_run_ends_when_its_pod_is_deleted(api: ApiServer, k8s: Any) 
 def test_a_cancelled_run_ends_when_the_worker_deletes_its_pod_even_unwatched(api: ApiServer, k8s: Any) -> None:
     """The pod watch may be down when a cancelled container's pod goes (kube-apiserver restarting,
     as in the chaos soak): the run ends when the worker deleted the pod, not at the next relist."""
-    from services.api.models import Container
+    from services.api.domain.models import Container
 
     with api.client() as admin:
         token = new_tenancy(admin, "unwatched")

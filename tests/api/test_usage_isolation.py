@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from devtools.waiting import wait_for
-from services.api.models import utcnow
+from services.api.domain.models import utcnow
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.api.validation import check_env_names, check_image, check_tenancy_name
+from services.api.domain.validation import check_env_names, check_image, check_tenancy_name
 
 GOOD_IMAGES = [
     "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8",

@@ -19,8 +19,8 @@ from sqlalchemy import create_engine, text
 from sqlmodel import Session
 
 from devtools.waiting import wait_for
-from services.api.db import normalize_url
-from services.api.models import utcnow
+from services.api.db.engines import normalize_url
+from services.api.domain.models import utcnow
 from services.api.webhooks import store
 from services.api.webhooks.signing import verify
 from tests.api.conftest import new_tenancy

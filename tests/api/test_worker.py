@@ -189,7 +189,7 @@ def test_a_pod_its_node_refused_at_admission_is_made_again_a_bounded_number_of_t
     """The kubelet refuses a pod it cannot admit (its device plugin restarting: "no healthy
     devices present", UnexpectedAdmissionError) and never retries it; the pod never started, so
     the worker makes another, under the next attempt's name, three times at most."""
-    from services.api import pods
+    from services.api.domain import pods
 
     with api.client() as admin:
         token = new_tenancy(admin, "refused")
@@ -253,7 +253,7 @@ def test_a_pod_whose_gpu_went_bad_before_its_start_is_made_again_then_fails(api:
     container's start for good, the kubelet retries it for ever and the pod stays Pending. The
     container never ran, so the worker makes another pod (other GPUs, maybe another node), three
     times at most, then fails the container with the kubelet's message and deletes the pod."""
-    from services.api import pods
+    from services.api.domain import pods
 
     with api.client() as admin:
         token = new_tenancy(admin, "badgpu")
@@ -274,7 +274,7 @@ def test_a_pod_whose_gpu_went_bad_before_its_start_is_made_again_then_fails(api:
 
 
 def test_only_a_start_refused_for_good_makes_another_pod() -> None:
-    from services.api import pods
+    from services.api.domain import pods
 
     assert pods.refused_before_start({"status": _start_refused(QUARANTINED)})
     releasing = QUARANTINED.replace("FailedPrecondition", "Unavailable")  # a GPU still being checked: it waits
@@ -292,8 +292,8 @@ def test_a_late_report_of_a_refused_attempt_changes_nothing(api: ApiServer, k8s:
     (Pending with no pod to come would hang it): it counts only for the current attempt."""
     from sqlmodel import Session
 
-    from services.api import pods
-    from services.api.models import Container
+    from services.api.domain import pods
+    from services.api.domain.models import Container
     from services.api.store import worker_state
 
     with api.client() as admin:
@@ -326,7 +326,7 @@ def test_a_late_report_of_a_refused_attempt_changes_nothing(api: ApiServer, k8s:
 
 
 def test_a_pod_that_started_is_never_made_again() -> None:
-    from services.api import pods
+    from services.api.domain import pods
 
     ran = {
         "phase": "Failed",
@@ -368,7 +368,7 @@ def test_cancel_deletes_the_pod(api: ApiServer, k8s: Any) -> None:
 def test_a_pod_that_outlives_its_cancellation_is_deleted(api: ApiServer, k8s: Any) -> None:
     from kubernetes import client as kc
 
-    from services.api.pods import build_pod
+    from services.api.domain.pods import build_pod
 
     with api.client() as admin:
         token = new_tenancy(admin, "late")
@@ -448,7 +448,7 @@ def test_the_rows_of_different_tenancies_get_their_pods_side_by_side(api: ApiSer
     only opens once all three are in flight at once."""
     import threading
 
-    from services.api import pods
+    from services.api.domain import pods
     from services.api.worker import SubmissionWorker
 
     names = ["sidea", "sideb", "sidec"]
@@ -477,7 +477,7 @@ def test_a_pass_after_stop_makes_no_pods_and_leaves_its_rows_to_the_next_worker(
     """A pass still running when stop() gave up joining it (or one begun after): it starts no
     pool nothing would shut down and makes no pod; the rows it claimed are taken, once their
     claim runs out, by the next worker, each pod made once."""
-    from services.api import pods
+    from services.api.domain import pods
     from services.api.worker import SubmissionWorker
 
     names = ["stopa", "stopb"]

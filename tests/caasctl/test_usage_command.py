@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from devtools.waiting import wait_for
-from services.api.models import utcnow
+from services.api.domain.models import utcnow
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import mark_tenancy_ready
 from tests.api.usage_helpers import end_run, record_of, stamp, start_run

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from devtools.sandbox import runner
-from services.api import sizing
+from services.api.domain import sizing
 
 from .conftest import Caller, allocation_mode, wait_for, wait_status
 

@@ -46,9 +46,9 @@ def test_pod_gpu_count(spec: dict, expected: int) -> None:
 
 
 def test_a_dra_pod_counts_the_gpus_of_its_gpucaas_claims() -> None:
-    """As the API builds a pod in the DRA mode (services/api/pods.py): one pod-level claim
+    """As the API builds a pod in the DRA mode (services/api/domain/pods.py): one pod-level claim
     from the tenancy's template of that size, used by the container."""
-    from services.api.pods import build_pod  # the API's own pod, not a hand-written shape
+    from services.api.domain.pods import build_pod  # the API's own pod, not a hand-written shape
 
     pod = build_pod(tenancy="t", container_id="c1", image="busybox:1.36", gpus=4, allocation_mode="dra")
     assert "nvidia.com/gpu" not in (pod["spec"]["containers"][0]["resources"].get("limits") or {})

@@ -20,7 +20,7 @@ connection = context.config.attributes.get("connection")
 if connection is not None:
     _run(connection)
 else:
-    from services.api.db import normalize_url
+    from services.api.db.engines import normalize_url
     from services.api.settings import get_settings
 
     url = context.config.get_main_option("sqlalchemy.url") or get_settings().database_url

@@ -1,5 +1,9 @@
 """HTTP routes, one router per resource; ``api_router`` gathers them.
 
+Beside the routers, what they share: the request dependencies (``deps``: ``Annotated``
+aliases for the session, the caller and the adapters), the tenancy a request acts on
+(``tenant_scope``) and keyset page cursors (``pagination``).
+
 Every operation documents the error responses it may give with the one error
 model (``errors.ErrorBody``: ``{code, detail}``), 422 included, so the OpenAPI
 schema says what the server sends.

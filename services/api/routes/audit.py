@@ -11,11 +11,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from services.api import audit, pagination, tenant_scope
-from services.api.deps import CurrentTenant, SessionDep
-from services.api.models import AuditAction, AuditEventPublic, AuditPage
+from services.api.domain.models import AuditAction, AuditEventPublic, AuditPage
+from services.api.routes import pagination, tenant_scope
 from services.api.routes.containers import After
+from services.api.routes.deps import CurrentTenant, SessionDep
 from services.api.routes.secrets import TenancyQuery
+from services.api.store import audit
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 

@@ -10,8 +10,9 @@ from fastapi import APIRouter, Query
 
 from core import crds, dra
 from core.kube import KubeError
-from services.api import errors, inventory
-from services.api.deps import AdminUser, KubeDep, SettingsDep
+from services.api import errors
+from services.api.domain import inventory
+from services.api.routes.deps import AdminUser, KubeDep, SettingsDep
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 NodeFilter = Annotated[

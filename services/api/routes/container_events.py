@@ -9,9 +9,10 @@ from sqlmodel import SQLModel
 
 from core import crds
 from core.kube import KubeError, NotFound as KubeNotFound
-from services.api import errors, events
-from services.api.deps import CurrentTenant, KubeDep, SessionDep
+from services.api import errors
+from services.api.domain import events
 from services.api.routes.containers import ContainerId
+from services.api.routes.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.store import containers as container_store
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 The query names the command (``command``, repeated: one argument each) and the streams
 (``stdin``, ``tty``); the WebSocket carries Kubernetes' exec stream protocol
-(:mod:`services.api.exec_relay`), offered by the client as a subprotocol
+(:mod:`services.api.streams.exec_relay`), offered by the client as a subprotocol
 (``v5.channel.k8s.io``). It needs a token of scope ``submit`` or wider in the
 ``Authorization`` header. Everything refused is refused before the upgrade, with the HTTP
 status and the ``{code, detail}`` body of every other route: another tenancy's container
@@ -23,12 +23,14 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from core import crds
 from core.kube import KubeError
-from services.api import audit, errors, exec_relay, validation
-from services.api.deps import Caller, CurrentTenant, SessionDep, authenticate, bearer_of
+from services.api import errors
+from services.api.domain import validation
+from services.api.domain.models import Container, ContainerStatus
+from services.api.edge.limits import Limiter, StreamSlot
 from services.api.kube import Kube
-from services.api.limits import Limiter, StreamSlot
-from services.api.models import Container, ContainerStatus
-from services.api.store import containers as container_store
+from services.api.routes.deps import Caller, CurrentTenant, SessionDep, authenticate, bearer_of
+from services.api.store import audit, containers as container_store
+from services.api.streams import exec_relay
 
 log = logging.getLogger(__name__)
 

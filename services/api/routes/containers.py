@@ -15,11 +15,9 @@ from starlette.background import BackgroundTask
 
 from core import crds
 from core.kube import KubeError, NotFound as KubeNotFound
-from services.api import endpoints, errors, images, log_archive, log_stream, pagination, sizing, tenant_secrets
-from services.api.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
-from services.api.kube import Kube
-from services.api.limits import Limiter
-from services.api.models import (
+from services.api import errors
+from services.api.domain import endpoints, images, sizing, tenant_secrets
+from services.api.domain.models import (
     TERMINAL_STATUSES,
     Container,
     ContainerCreate,
@@ -29,9 +27,13 @@ from services.api.models import (
     TenancyName,
     redacted_env,
 )
-from services.api.routes import volumes as volume_routes
+from services.api.edge.limits import Limiter
+from services.api.kube import Kube
+from services.api.routes import pagination, volumes as volume_routes
+from services.api.routes.deps import AdminUser, Caller, CurrentTenant, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.settings import Settings
-from services.api.store import admission, containers as container_store, tenancies as tenancy_store
+from services.api.store import admission, containers as container_store, log_archive, tenancies as tenancy_store
+from services.api.streams import log_stream
 
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
 admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])
@@ -48,7 +50,7 @@ After = Annotated[
     ),
 ]
 StatusFilter = Annotated[ContainerStatus | None, Query(description="Only containers in this status.")]
-# Container ids are lowercase hex (security.new_id). The schema says so; any other value
+# Container ids are lowercase hex (security.bearer.new_id). The schema says so; any other value
 # simply names no container (404, like another tenant's id), so it is not validated here.
 ContainerId = Annotated[
     str,

@@ -1,6 +1,6 @@
 """``/v1/endpoint-auth``: the ingress controller asks whether a request may reach a private endpoint.
 
-The private Ingress of a container (:mod:`services.api.endpoints`) carries the operator's
+The private Ingress of a container (:mod:`services.api.domain.endpoints`) carries the operator's
 authentication annotations; with Traefik, a forwardAuth middleware that sends this route
 the request's headers (``Authorization`` among them) and, in ``X-Forwarded-Host``, the
 host it was sent to: ``<container id>-<port>.<endpoint domain>``. The answer is 204 when
@@ -19,9 +19,10 @@ import anyio
 from fastapi import APIRouter, Header, Request, Response
 from sqlmodel import Session
 
-from services.api import endpoints, errors
-from services.api.deps import authenticate, bearer_of
-from services.api.models import ContainerStatus
+from services.api import errors
+from services.api.domain import endpoints
+from services.api.domain.models import ContainerStatus
+from services.api.routes.deps import authenticate, bearer_of
 from services.api.settings import Settings
 from services.api.store import containers as container_store
 

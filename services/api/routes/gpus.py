@@ -16,9 +16,10 @@ from pydantic import Field, StrictBool
 from core import crds, lease_states
 from core.kube import Conflict as KubeConflict, KubeError, NotFound as KubeNotFound
 from core.lease_store import lease_name
-from services.api import errors, inventory
-from services.api.deps import AdminUser, KubeDep
-from services.api.models import StrictInput
+from services.api import errors
+from services.api.domain import inventory
+from services.api.domain.models import StrictInput
+from services.api.routes.deps import AdminUser, KubeDep
 
 router = APIRouter(prefix="/v1/admin/gpus", tags=["admin"])
 

@@ -8,16 +8,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from services.api import audit, errors, tenant_scope, tenant_secrets
-from services.api.deps import CurrentTenant, KubeDep, SessionDep
-from services.api.kube import Kube
-from services.api.models import (
+from services.api import errors
+from services.api.domain import tenant_secrets
+from services.api.domain.models import (
     AuditAction,
     RegistryCredentialCreate,
     RegistryCredentialPublic,
     RegistryCredentialsPublic,
 )
+from services.api.kube import Kube
+from services.api.routes import tenant_scope
+from services.api.routes.deps import CurrentTenant, KubeDep, SessionDep
 from services.api.routes.secrets import TenancyQuery, list_objects, remove, write
+from services.api.store import audit
 
 ServerPath = Annotated[
     str,

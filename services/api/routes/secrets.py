@@ -12,10 +12,9 @@ from fastapi import APIRouter, Path, Query, Response
 
 from core import crds
 from core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
-from services.api import audit, errors, tenant_scope, tenant_secrets
-from services.api.deps import CurrentTenant, KubeDep, SessionDep
-from services.api.kube import Kube
-from services.api.models import (
+from services.api import errors
+from services.api.domain import tenant_secrets
+from services.api.domain.models import (
     AuditAction,
     SecretCreate,
     SecretName,
@@ -24,6 +23,10 @@ from services.api.models import (
     SecretUpdate,
     TenancyName,
 )
+from services.api.kube import Kube
+from services.api.routes import tenant_scope
+from services.api.routes.deps import CurrentTenant, KubeDep, SessionDep
+from services.api.store import audit
 
 SecretNamePath = Annotated[
     SecretName,

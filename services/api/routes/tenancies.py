@@ -10,10 +10,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 
 from core.kube import KubeError
-from services.api import errors, pods
-from services.api.deps import AdminUser, KubeDep, SessionDep, SettingsDep, WorkerDep
-from services.api.kube import Kube
-from services.api.models import (
+from services.api import errors
+from services.api.domain import pods
+from services.api.domain.models import (
     TenanciesPublic,
     Tenancy,
     TenancyCreate,
@@ -25,6 +24,8 @@ from services.api.models import (
     TokenPublic,
     TokensPublic,
 )
+from services.api.kube import Kube
+from services.api.routes.deps import AdminUser, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.settings import Settings
 from services.api.store import tenancies as tenancy_store, tokens as token_store
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from services.api import errors, scopes, tenant_scope
-from services.api.deps import CurrentTenant, SessionDep
-from services.api.models import TenantTokenCreate, TokenIssued, TokenPublic, TokensPublic
+from services.api import errors
+from services.api.domain.models import TenantTokenCreate, TokenIssued, TokenPublic, TokensPublic
+from services.api.routes import tenant_scope
+from services.api.routes.deps import CurrentTenant, SessionDep
 from services.api.routes.secrets import TenancyQuery
 from services.api.routes.tenancies import TokenId
+from services.api.security import scopes
 from services.api.store import tokens as token_store
 
 #: tokens a tenancy may hold (its operator's included): a bound on the table and on listings

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 
 from services.api import errors
-from services.api.deps import AdminUser, CurrentTenant, SessionDep
-from services.api.models import TenancyName, _as_utc, utcnow
+from services.api.domain.models import TenancyName, _as_utc, utcnow
+from services.api.routes.deps import AdminUser, CurrentTenant, SessionDep
 from services.api.usage import records, report
 from services.api.usage.shapes import UsageReport
 

@@ -1,6 +1,6 @@
 """Tenant volumes: PersistentVolumeClaims in the tenancy's namespace that containers mount by name.
 
-The claims are the record (``services.api.volumes``): nothing about a volume is kept in the
+The claims are the record (``services.api.domain.volumes``): nothing about a volume is kept in the
 API's database except, on each container, the names it mounts. The tenancy's storage quota
 is checked here against the claims Kubernetes holds, and the namespace's ResourceQuota
 (written by the tenancy controller from the Tenancy's ``spec.volumes``) holds the same
@@ -16,12 +16,14 @@ from sqlmodel import Session
 
 from core import crds
 from core.kube import Forbidden, Invalid, KubeError, NotFound as KubeNotFound
-from services.api import audit, errors, sizing, tenant_scope, volumes
-from services.api.deps import CurrentTenant, KubeDep, SessionDep, SettingsDep
+from services.api import errors
+from services.api.domain import sizing, volumes
+from services.api.domain.models import VolumeCreate, VolumeName, VolumePublic, VolumesPublic
 from services.api.kube import Kube
-from services.api.models import VolumeCreate, VolumeName, VolumePublic, VolumesPublic
+from services.api.routes import tenant_scope
+from services.api.routes.deps import CurrentTenant, KubeDep, SessionDep, SettingsDep
 from services.api.routes.secrets import TenancyQuery
-from services.api.store import containers as container_store, worker_state
+from services.api.store import audit, containers as container_store, worker_state
 
 VolumeNamePath = Annotated[
     VolumeName,

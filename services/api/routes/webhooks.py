@@ -16,10 +16,12 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from core import crds
 from core.kube import KubeError
-from services.api import audit, errors, tenant_scope
-from services.api.deps import CurrentTenant, KubeDep, SessionDep, SettingsDep
-from services.api.models import AuditAction
+from services.api import errors
+from services.api.domain.models import AuditAction
+from services.api.routes import tenant_scope
+from services.api.routes.deps import CurrentTenant, KubeDep, SessionDep, SettingsDep
 from services.api.routes.secrets import TenancyQuery, write
+from services.api.store import audit
 from services.api.webhooks import secret_store, signing, ssrf, store
 from services.api.webhooks.models import (
     WEBHOOKS_PER_TENANCY,
@@ -37,7 +39,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
-# Ids are a prefix and lowercase hex (security.new_id). The schema says so; any other value
+# Ids are a prefix and lowercase hex (security.bearer.new_id). The schema says so; any other value
 # simply names no webhook (404, like another tenancy's id), so it is not validated here.
 _ID_SCHEMA = {"pattern": r"^[a-z0-9_]{1,64}$", "maxLength": 64}
 WebhookIdPath = Annotated[str, Path(description="The webhook's id (wh_...).", json_schema_extra=_ID_SCHEMA)]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from services.api.deps import CurrentTenant
-from services.api.models import WhoAmI
+from services.api.domain.models import WhoAmI
+from services.api.routes.deps import CurrentTenant
 
 router = APIRouter(prefix="/v1/whoami", tags=["tokens"])
 

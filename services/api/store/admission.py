@@ -18,16 +18,26 @@ from sqlalchemy import JSON, Engine, bindparam, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from services.api import audit, errors, security
-from services.api.audit import Actor
-from services.api.models import AuditAction, AuditEvent, Container, ContainerCreate, ContainerStatus, Tenancy, utcnow
-from services.api.pods import pod_name
+from services.api import errors
+from services.api.domain.models import (
+    AuditAction,
+    AuditEvent,
+    Container,
+    ContainerCreate,
+    ContainerStatus,
+    Tenancy,
+    utcnow,
+)
+from services.api.domain.pods import pod_name
+from services.api.security import bearer
+from services.api.store import audit
+from services.api.store.audit import Actor
 from services.api.store.dialect import is_postgres
 from services.api.store.tenancies import get_tenancy
 from services.api.usage import budget as usage_budget
 
 if TYPE_CHECKING:
-    from services.api.admission_pool import AdmissionPool
+    from services.api.db.admission_pool import AdmissionPool
 
 
 def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
@@ -95,7 +105,7 @@ async def submit_container_async(
 ) -> tuple[Container | SimpleNamespace | Any, bool]:
     """:func:`submit_container` with its common case on the event loop: the idempotency
     lookup and the admission statement run on ``pool`` (psycopg's own asyncio pool, in
-    autocommit: :mod:`services.api.admission_pool`), so a submission takes no worker
+    autocommit: :mod:`services.api.db.admission_pool`), so a submission takes no worker
     thread. When the one-statement admission inserts nothing (no room, no such tenancy, a
     GPU-hour budget to check) the rest is worked out on a worker thread with a session on
     ``engine``."""
@@ -137,7 +147,7 @@ _BY_KEY = _CONTAINERS.select().where(
 def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str | None) -> tuple[str, dict[str, Any]]:
     """The request's digest and the new row's column values."""
     digest = request_hash(tenancy=tenancy_name, data=data)
-    cid = security.new_id(nbytes=10)
+    cid = bearer.new_id(nbytes=10)
     values = _new_container_values(
         id=cid,
         tenancy=tenancy_name,

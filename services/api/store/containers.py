@@ -11,9 +11,7 @@ from typing import Any
 from sqlalchemy import and_, func, literal, or_, tuple_, update
 from sqlmodel import Session, col, select
 
-from services.api import audit
-from services.api.audit import Actor
-from services.api.models import (
+from services.api.domain.models import (
     ACTIVE_STATUSES,
     CONTAINER_COUNT_COLUMNS,
     AuditAction,
@@ -22,6 +20,8 @@ from services.api.models import (
     Tenancy,
     utcnow,
 )
+from services.api.store import audit
+from services.api.store.audit import Actor
 from services.api.store.dialect import is_postgres
 from services.api.webhooks import outbox as webhook_outbox
 

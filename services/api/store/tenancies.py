@@ -13,8 +13,8 @@ from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, delete, select
 
-from services.api import audit, errors, revocations, token_cache
-from services.api.models import (
+from services.api import errors
+from services.api.domain.models import (
     ACTIVE_STATUSES,
     ApiToken,
     Container,
@@ -25,6 +25,8 @@ from services.api.models import (
     quota_problem,
     utcnow,
 )
+from services.api.security import revocations, token_cache
+from services.api.store import audit
 from services.api.store.dialect import is_postgres
 from services.api.usage import records as usage_records
 from services.api.webhooks import store as webhook_store

@@ -1,6 +1,6 @@
 """API tokens: mint, look up (by digest), record their use at most once a minute, list and
 revoke them. A revocation holds on every replica when :func:`delete_token` returns
-(``services.api.revocations``). Callers own the session."""
+(``services.api.security.revocations``). Callers own the session."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from sqlalchemy import func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select
 
-from services.api import audit, revocations, security, token_cache
-from services.api.audit import Actor
-from services.api.models import ApiToken, AuditAction
+from services.api.domain.models import ApiToken, AuditAction
+from services.api.security import bearer, revocations, token_cache
+from services.api.store import audit
+from services.api.store.audit import Actor
 
 
 def create_token(
@@ -28,11 +29,11 @@ def create_token(
     """A new token for ``tenancy`` (None = admin); returns the row and the secret (shown
     once, never stored: the row holds its digest). ``actor``, the token minting it, is
     recorded as ``created_by`` and in the tenancy's audit trail, in the same commit."""
-    secret = security.generate_token()
+    secret = bearer.generate_token()
     row = ApiToken(
-        id=security.new_id("tok_"),
+        id=bearer.new_id("tok_"),
         tenancy=tenancy,
-        token_hash=security.hash_token(secret),
+        token_hash=bearer.hash_token(secret),
         name=name,
         scope=scope,
         expires_at=expires_at,
@@ -51,11 +52,11 @@ def create_token(
 
 def ensure_admin_token(session: Session, *, secret: str, name: str = "bootstrap") -> ApiToken:
     """Make sure the configured admin token is accepted (idempotent across restarts)."""
-    digest = security.hash_token(secret)
+    digest = bearer.hash_token(secret)
     row = session.exec(select(ApiToken).where(ApiToken.token_hash == digest)).first()
     if row is not None:
         return row
-    row = ApiToken(id=security.new_id("tok_"), tenancy=None, token_hash=digest, name=name)
+    row = ApiToken(id=bearer.new_id("tok_"), tenancy=None, token_hash=digest, name=name)
     session.add(row)
     try:
         session.commit()
@@ -70,7 +71,7 @@ def count_admin_tokens(session: Session) -> int:
 
 
 def token_by_secret(session: Session, *, secret: str) -> ApiToken | None:
-    return token_by_digest(session, digest=security.hash_token(secret))
+    return token_by_digest(session, digest=bearer.hash_token(secret))
 
 
 def token_by_digest(session: Session, *, digest: str) -> ApiToken | None:
@@ -106,7 +107,7 @@ def count_tokens(session: Session, *, tenancy: str) -> int:
 def delete_token(session: Session, *, tenancy: str, token_id: str, actor: Actor | None = None) -> bool:
     """Revoke one of the tenancy's tokens (False: no such token in that tenancy). When this
     returns, no replica accepts it any more: this process forgets it after the commit and
-    every other replica has acknowledged the revocation (``services.api.revocations``)."""
+    every other replica has acknowledged the revocation (``services.api.security.revocations``)."""
     name = session.exec(
         select(ApiToken.name).where(col(ApiToken.tenancy) == tenancy, col(ApiToken.id) == token_id)
     ).first()

@@ -3,7 +3,7 @@ container through its states as its pod is created, refused, reported on and del
 
 The table is the durable submission queue: the worker claims due ``Queued`` rows with
 ``FOR UPDATE SKIP LOCKED`` (on PostgreSQL; SQLite has one writer anyway), marking them with
-a short claim so that other replicas skip them while it works (``services.api.row_claims``).
+a short claim so that other replicas skip them while it works (``services.api.db.row_claims``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import func, update
 from sqlmodel import Session, col, select
 
-from services.api import row_claims
-from services.api.models import ACTIVE_STATUSES, Container, ContainerStatus, utcnow
-from services.api.pods import PodReport
+from services.api.db import row_claims
+from services.api.domain.models import ACTIVE_STATUSES, Container, ContainerStatus, utcnow
+from services.api.domain.pods import PodReport
 from services.api.webhooks import outbox as webhook_outbox
 
 

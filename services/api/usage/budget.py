@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlmodel import Session
 
 from services.api import errors
-from services.api.models import Tenancy, utcnow
+from services.api.domain.models import Tenancy, utcnow
 from services.api.usage import records, report
 
 

@@ -18,9 +18,9 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from core.kube import KubeError
+from services.api.domain.models import Container, _as_utc, utcnow
+from services.api.domain.pods import _time
 from services.api.kube import Kube
-from services.api.models import Container, _as_utc, utcnow
-from services.api.pods import _time
 from services.api.usage import records
 
 log = logging.getLogger(__name__)

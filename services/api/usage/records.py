@@ -14,8 +14,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from core import crds
-from services.api import pods, validation
-from services.api.models import _as_utc, utcnow
+from services.api.domain import pods, validation
+from services.api.domain.models import _as_utc, utcnow
 
 #: How a run's end was learnt. ``pod``: the container's own ``finishedAt``; ``deleted``: the
 #: pod was deleted before it reported one (a cancellation), ended at the deletion;

@@ -26,8 +26,8 @@ from sqlmodel import Session
 from core import __version__
 from core.backoff import Backoff
 from core.kube import KubeError
+from services.api.domain.models import utcnow
 from services.api.kube import Kube
-from services.api.models import utcnow
 from services.api.settings import Settings
 from services.api.webhooks import signing, ssrf, store
 from services.api.webhooks.models import Webhook, WebhookDelivery

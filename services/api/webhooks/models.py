@@ -22,7 +22,7 @@ from pydantic import Field as PField, field_validator
 from sqlalchemy import JSON, Column, Text
 from sqlmodel import Field, SQLModel
 
-from services.api.models import ContainerStatus, StrictInput, UTCDatetime, utcnow
+from services.api.domain.models import ContainerStatus, StrictInput, UTCDatetime, utcnow
 
 EVENT_TYPES = ("container.running", "container.succeeded", "container.failed", "container.cancelled")
 EventType = Literal["container.running", "container.succeeded", "container.failed", "container.cancelled"]

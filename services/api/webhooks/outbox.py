@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from services.api import security
-from services.api.models import Container, ContainerStatus, utcnow
+from services.api.domain.models import Container, ContainerStatus, utcnow
+from services.api.security import bearer
 from services.api.webhooks.models import EVENT_OF_STATUS, Webhook, WebhookDelivery
 
 
@@ -82,13 +82,13 @@ def on_status_change(session: Session, *, container_id: str, before: str | None)
     view = container_view(row)
     queued = 0
     for event_type in types:
-        event_id = security.new_id("evt_", nbytes=12)
+        event_id = bearer.new_id("evt_", nbytes=12)
         body = event_body(event_id, event_type, row.tenancy, view, now)
         for hook in hooks:
             if event_type in hook.events:
                 session.add(
                     WebhookDelivery(
-                        id=security.new_id("whd_", nbytes=12),
+                        id=bearer.new_id("whd_", nbytes=12),
                         webhook_id=hook.id,
                         tenancy=row.tenancy,
                         event_id=event_id,

@@ -2,7 +2,7 @@
 
 The dispatcher must read the secret back to sign, so it cannot be kept as a digest
 like API tokens are. It is kept the way the tenant's own secrets are
-(``services/api/tenant_secrets.py``): never in the API's database, but in an Opaque
+(``services/api/domain/tenant_secrets.py``): never in the API's database, but in an Opaque
 Secret ``gpucaas-webhook-<id>`` in ``tenant-<name>`` (Kubernetes encrypts Secrets at
 rest when the cluster's EncryptionConfiguration says so), written and read with the
 API's namespaced rights there. It is labelled with its own kind, so tenant secret
@@ -16,8 +16,8 @@ import threading
 from typing import Any
 
 from core import crds
+from services.api.domain.tenant_secrets import LABEL_KIND, MANAGED_BY
 from services.api.kube import Kube
-from services.api.tenant_secrets import LABEL_KIND, MANAGED_BY
 
 KIND_WEBHOOK = "webhook-signing-secret"
 PREFIX = "gpucaas-webhook-"

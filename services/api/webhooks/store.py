@@ -14,8 +14,9 @@ from datetime import datetime
 from sqlalchemy import func, update
 from sqlmodel import Session, col, delete, select
 
-from services.api import row_claims, security
-from services.api.models import utcnow
+from services.api.db import row_claims
+from services.api.domain.models import utcnow
+from services.api.security import bearer
 from services.api.webhooks.models import (
     DELIVERED,
     FAILED,
@@ -42,7 +43,7 @@ def create(session: Session, *, tenancy: str, data: WebhookCreate, webhook_id: s
 
 
 def new_id() -> str:
-    return security.new_id("wh_", nbytes=10)
+    return bearer.new_id("wh_", nbytes=10)
 
 
 def list_for(session: Session, *, tenancy: str) -> Sequence[Webhook]:
@@ -162,7 +163,7 @@ def record_attempt(
     or (neither) given up."""
     number = delivery.attempts + 1
     attempt = WebhookAttempt(
-        id=security.new_id("wha_", nbytes=12),
+        id=bearer.new_id("wha_", nbytes=12),
         delivery_id=delivery.id,
         webhook_id=delivery.webhook_id,
         number=number,

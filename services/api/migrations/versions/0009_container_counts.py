@@ -43,7 +43,7 @@ branch_labels = None
 depends_on = None
 
 _ACTIVE = "('Queued', 'Pending', 'Running')"
-#: status -> column (services.api.models.CONTAINER_COUNT_COLUMNS says the same)
+#: status -> column (services.api.domain.models.CONTAINER_COUNT_COLUMNS says the same)
 _COLUMNS = {s: f"containers_{s.lower()}" for s in ("Queued", "Pending", "Running", "Succeeded", "Failed", "Cancelled")}
 
 

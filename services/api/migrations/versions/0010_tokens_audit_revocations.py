@@ -1,13 +1,13 @@
 """Self-service tokens, the tenancy audit trail, revocations every replica hears.
 
 * ``api_token.created_by``: the id of the token that minted it (``POST /v1/tokens``).
-* ``audit_event``: one row per change made in a tenancy (``services.api.audit``), read
+* ``audit_event``: one row per change made in a tenancy (``services.api.store.audit``), read
   newest first per tenancy (``ix_audit_event_tenancy_at``: tenancy, at, id — the keyset
   of ``GET /v1/audit``) and pruned by age (``ix_audit_event_at``).
 * ``revocation_epoch`` (one row) and ``revocation_listener`` (one row per API replica):
   a revocation bumps the epoch and notifies every replica; each replica acknowledges
   the epochs it has applied to its token cache, and the revoking request waits for them
-  (``services.api.revocations``). Used on PostgreSQL; created on SQLite too (one
+  (``services.api.security.revocations``). Used on PostgreSQL; created on SQLite too (one
   replica there: nothing to tell), so both schemas are the same.
 
 Revision ID: 0010

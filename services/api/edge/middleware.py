@@ -16,8 +16,9 @@ from urllib.parse import unquote_to_bytes
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.api import errors, validation
-from services.api.limits import Limiter
+from services.api import errors
+from services.api.domain import validation
+from services.api.edge.limits import Limiter
 
 
 class Metrics:

@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 
-from services.api import sqlite_writer
+from services.api.db import sqlite_writer
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATIONS = Path(__file__).parents[1] / "migrations"
 SQLITE_TIMEOUT_S = 30.0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from services.api.models import ContainerLog, utcnow
+from services.api.domain.models import ContainerLog, utcnow
 
 
 def bounded_tail(text: str, max_bytes: int) -> tuple[str, bool]:

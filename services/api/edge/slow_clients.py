@@ -7,7 +7,7 @@ nothing, and the connection is held forever. This subclass of uvicorn's httptool
 protocol (the one ``uvicorn[standard]`` uses) arms a timer when a connection opens
 and when a new request begins, and disarms it when the head is complete
 (``on_headers_complete``, httptools' callback). Slow *bodies* are timed out in the
-ASGI edge (``services.api.edge``), where the response can still say why (408).
+ASGI edge (``services.api.edge.middleware``), where the response can still say why (408).
 TLS handshakes are bounded by asyncio's ``ssl_handshake_timeout`` (60 s).
 """
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from core import crds
-from services.api import sizing
+from services.api.domain import sizing
 
 PVC_PREFIX = "gpucaas-volume-"
 LABEL_NAME = "gpucaas.dev/volume-name"

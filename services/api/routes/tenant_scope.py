@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlmodel import Session
 
 from services.api import errors
-from services.api.deps import Caller
+from services.api.routes.deps import Caller
 from services.api.store import tenancies as tenancy_store
 
 

@@ -16,7 +16,7 @@ Connections that sat idle for ``idle_ping_s`` are pinged when taken (psycopg_poo
 ``check``) and replaced if dead; after a statement fails on a dead connection, every idle
 connection is checked before the error goes out (``AsyncConnectionPool.check``), so a
 restarted server costs one request, not one per pooled connection — as SQLAlchemy's pool
-does for the rest of the API (``services.api.db.ping_when_idle``).
+does for the rest of the API (``services.api.db.engines.ping_when_idle``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from sqlalchemy import JSON, exc
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
-from services.api.db import IDLE_PING_SECONDS, normalize_url
+from services.api.db.engines import IDLE_PING_SECONDS, normalize_url
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core import crds, dra
-from services.api import reasons, sizing, tenant_secrets, volumes as tenant_volumes
+from services.api.domain import reasons, sizing, tenant_secrets, volumes as tenant_volumes
 
 POD_NAME_PREFIX = "gpucaas-"
 CONTAINER_NAME = "main"
@@ -180,7 +180,7 @@ def build_pod(
     ``nfs`` is the Tenancy's ``spec.nfs`` (camelCase, as on the custom resource); when
     set, the tenancy's PVC ``tenant-storage`` is mounted at ``/data``. ``volumes`` are the
     container's tenant volumes (``{"name", "mount_path", "read_only"}``): each one's claim
-    (``services.api.volumes``) is mounted at its path; the pod's ``fsGroup`` is then the
+    (``services.api.domain.volumes``) is mounted at its path; the pod's ``fsGroup`` is then the
     tenant's GID, so a driver that manages ownership (NFS CSI with ``fsGroupPolicy: File``)
     gives the non-root user its files.
 

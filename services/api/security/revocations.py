@@ -1,6 +1,6 @@
 """Token revocations that hold on the next request, on every API replica.
 
-Each replica remembers verified tokens for a few seconds (``services.api.token_cache``)
+Each replica remembers verified tokens for a few seconds (``services.api.security.token_cache``)
 so that most requests make no token query. A revocation — a token revoked, a tenancy
 deleted — must reach every replica's cache before it is answered, not within the cache
 time. On PostgreSQL (SQLite is one replica: it forgets in-process, and that is all):
@@ -57,8 +57,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
-from services.api import security
-from services.api.token_cache import TokenCache
+from services.api.security import bearer
+from services.api.security.token_cache import TokenCache
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def _parse(payload: str) -> tuple[int, str | None, str | None]:
 
 
 def replica_name() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{security.new_id(nbytes=3)}"[-64:]
+    return f"{socket.gethostname()}-{os.getpid()}-{bearer.new_id(nbytes=3)}"[-64:]
 
 
 class Listener:
@@ -134,7 +134,7 @@ class Listener:
         lease: float = LEASE_SECONDS,
         heartbeat: float = HEARTBEAT_SECONDS,
     ) -> None:
-        from services.api.db import normalize_url
+        from services.api.db.engines import normalize_url
 
         url = make_url(normalize_url(database_url)).set(drivername="postgresql")
         self._conninfo = url.render_as_string(hide_password=False)

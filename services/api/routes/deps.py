@@ -22,14 +22,15 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
-from services.api import errors, scopes, security
-from services.api.audit import Actor
+from services.api import errors
+from services.api.domain.models import _as_utc, utcnow
+from services.api.edge.limits import Limiter
 from services.api.kube import Kube
-from services.api.limits import Limiter
-from services.api.models import _as_utc, utcnow
+from services.api.security import bearer, scopes
+from services.api.security.token_cache import TokenCache, VerifiedToken
 from services.api.settings import Settings
 from services.api.store import tokens as token_store
-from services.api.token_cache import TokenCache, VerifiedToken
+from services.api.store.audit import Actor
 from services.api.worker import SubmissionWorker
 
 _bearer = HTTPBearer(auto_error=False, description="A tenant or admin token.")
@@ -95,7 +96,7 @@ async def authenticate(request: HTTPConnection, secret: str | None, method: str)
     (an HTTP request, or a WebSocket's upgrade, which FastAPI's security classes do not read).
 
     A token verified in the last few seconds is served from the in-process cache
-    (:mod:`services.api.token_cache`) on the event loop; otherwise (and once a minute, to
+    (:mod:`services.api.security.token_cache`) on the event loop; otherwise (and once a minute, to
     record its use) the database is asked from a worker thread. The rates are counted here,
     on the event loop (:class:`Limiter` awaits the shared storage when there is one)."""
     if not secret:
@@ -103,7 +104,7 @@ async def authenticate(request: HTTPConnection, secret: str | None, method: str)
     limiter: Limiter = request.app.state.limiter
     client = client_address(request)
     cache: TokenCache = request.app.state.token_cache
-    digest = security.hash_token(secret)
+    digest = bearer.hash_token(secret)
     now = utcnow()
     token = cache.get(digest)
     if token is None or token_store.touch_due(token.last_used_at, now):

@@ -16,9 +16,9 @@ from sqlmodel import Session, col, delete, select
 
 from core import crds
 from core.kube import KubeError
-from services.api import audit
+from services.api.domain.models import TERMINAL_STATUSES, Container, ContainerLog, utcnow
 from services.api.kube import Kube
-from services.api.models import TERMINAL_STATUSES, Container, ContainerLog, utcnow
+from services.api.store import audit
 
 log = logging.getLogger(__name__)
 

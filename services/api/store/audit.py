@@ -2,7 +2,7 @@
 
 Each change a tenant — or an operator acting in a tenancy — makes is one ``audit_event``
 row (migration 0010): the token (its id, and its name as it was then), the action
-(:class:`~services.api.models.AuditAction`), the target (a container or token id, a
+(:class:`~services.api.domain.models.AuditAction`), the target (a container or token id, a
 secret's *name*, a registry server, a webhook id), the client's address and a few fixed
 words of detail. A row never holds a secret value: the functions here take ids and names
 only, never a request body, and the detail strings are written by this code, not copied
@@ -15,7 +15,7 @@ commit of the change; changes Kubernetes keeps (secrets, registry credentials, w
 signing secrets) once Kubernetes has accepted them.
 
 The trail is read newest first, one tenancy at a time, by keyset pages (``at``, ``id``:
-``services.api.pagination``). ``audit_retention_days`` bounds it: the worker's retention
+``services.api.routes.pagination``). ``audit_retention_days`` bounds it: the worker's retention
 pass deletes older rows (:func:`prune`). Rows of a deleted tenancy are hidden from a new
 tenancy of the same name until retention removes them.
 
@@ -34,8 +34,8 @@ from typing import Any, Literal
 from sqlalchemy import Engine, bindparam, delete, insert, literal, select, tuple_, update
 from sqlmodel import Session, col
 
-from services.api import security
-from services.api.models import AuditAction, AuditEvent, utcnow
+from services.api.domain.models import AuditAction, AuditEvent, utcnow
+from services.api.security import bearer
 
 _TABLE = AuditEvent.__table__  # type: ignore[attr-defined]
 
@@ -52,7 +52,7 @@ class Actor:
 
 
 def new_id() -> str:
-    return security.new_id("ev_", nbytes=10)
+    return bearer.new_id("ev_", nbytes=10)
 
 
 def _clip(value: str | None, n: int) -> str | None:

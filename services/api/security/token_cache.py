@@ -9,7 +9,7 @@ token revoked, its tenancy deleted) holds on the next request on every replica:
 * in this process, the entries are forgotten right after the commit (:func:`revoked`,
   called by ``store.tokens`` and ``store.tenancies``);
 * on PostgreSQL, every other replica forgets them too before the revocation is answered
-  (``services.api.revocations``: a notification each replica acknowledges). A cache is
+  (``services.api.security.revocations``: a notification each replica acknowledges). A cache is
   then *guarded*: it serves entries only until :attr:`TokenCache.valid_until`, which that
   replica's revocation listener pushes forward while it holds its lease; a replica that
   cannot hear revocations stops serving from its cache when the lease runs out, and starts

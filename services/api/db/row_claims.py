@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from sqlalchemy import or_
 from sqlmodel import Session, col, select
 
-from services.api.models import utcnow
+from services.api.domain.models import utcnow
 
 Row = TypeVar("Row")
 

@@ -25,7 +25,7 @@ from pydantic import (
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from services.api import endpoints as endpoint_rules, sizing, tenant_secrets, validation, volumes as volume_rules
+from services.api.domain import endpoints as endpoint_rules, sizing, tenant_secrets, validation, volumes as volume_rules
 
 
 def utcnow() -> datetime:
@@ -316,7 +316,7 @@ class TokensPublic(SQLModel):
 
 
 class AuditAction(StrEnum):
-    """What a tenancy's audit trail records (``services.api.audit``)."""
+    """What a tenancy's audit trail records (``services.api.store.audit``)."""
 
     CONTAINER_SUBMIT = "container.submit"
     CONTAINER_CANCEL = "container.cancel"
