@@ -84,12 +84,27 @@ class SubmissionWorker:
                     pass
         for t in self._threads:
             t.join(timeout)
-        self._threads.clear()
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        self._release_claims()
+        self._threads.clear()
         log.info("submission worker stopped (replica %s)", self.replica)
+
+    def _release_claims(self) -> None:
+        """Hand this replica's claimed rows back, once nothing of it can still be moving them
+        (a pass that outlived the join keeps its claims until they run out)."""
+        if any(t.is_alive() for t in self._threads):
+            return
+        try:
+            with Session(self.engine) as session:
+                released = worker_state.release_claims(session, replica=self.replica)
+        except Exception:  # the claims run out on their own
+            log.warning("could not hand back this replica's claims; they run out on their own", exc_info=True)
+            return
+        if released:
+            log.info("handed back %d claimed submission(s)", released)
 
     def wake(self) -> None:
         """A new submission or cancellation was committed: look at the queue now."""

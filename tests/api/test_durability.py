@@ -9,9 +9,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kc
+from sqlmodel import Session, col, select
 
 from devtools.waiting import wait_for
+from services.api.domain.models import Container
 from services.api.domain.pods import build_pod
+from services.api.store import worker_state
+from services.api.worker import SubmissionWorker
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import (
@@ -107,6 +111,33 @@ def test_crash_between_pod_creation_and_commit(
     pods = pods_by_container(k8s)
     assert sorted(pods) == sorted(ids) and all(len(v) == 1 for v in pods.values())
     assert get_pod(k8s, "tenant-crash", f"gpucaas-{ids[0]}") is not None
+
+
+def test_a_replica_that_stops_cleanly_hands_back_the_submissions_it_claimed(
+    serve: Callable[..., ApiServer], database_url: str, dead_kubeconfig: Path
+) -> None:
+    """A rolling update stops replicas one by one: what a stopped one held mid-pass goes to
+    the others at once, not when its claims run out (a crashed one's still run out); another
+    replica's claims stay its own."""
+    api = serve(database_url, dead_kubeconfig, run_worker=False)
+    with api.client() as admin:
+        token = new_tenancy(admin, "handback")
+    with api.client(token) as c:
+        ids = [c.post("/v1/containers", json={"image": IMAGE}).json()["id"] for _ in range(2)]
+    engine = api.app.state.engine
+    stopping = SubmissionWorker(engine=engine, kube=api.app.state.kube, settings=api.settings, replica="stopping")
+    with Session(engine) as session:  # each replica mid-pass on one row
+        [other] = [row.id for row in worker_state.claim_due(session, replica="other", claim_seconds=60, limit=1)]
+        [held] = [row.id for row in worker_state.claim_due(session, replica="stopping", claim_seconds=60, limit=1)]
+
+    def holders() -> dict[str, str | None]:
+        with Session(engine) as session:
+            rows = session.exec(select(Container).where(col(Container.id).in_(ids)))
+            return {row.id: row.claimed_by for row in rows}
+
+    assert holders() == {other: "other", held: "stopping"}
+    stopping.stop()
+    assert holders() == {other: "other", held: None}
 
 
 @pytest.mark.postgres

@@ -34,6 +34,19 @@ def claim_due(session: Session, *, replica: str, claim_seconds: float, limit: in
     )
 
 
+def release_claims(session: Session, *, replica: str) -> int:
+    """Hand back the Queued rows ``replica`` holds: a replica that stops cleanly (a rolling
+    update, a scale-down) leaves them to the others at once, not when the claims run out. A
+    crashed replica's claims still run out."""
+    result = session.exec(
+        update(Container)
+        .where(col(Container.claimed_by) == replica, col(Container.status) == ContainerStatus.QUEUED)
+        .values(claimed_by=None, claimed_until=None)
+    )
+    session.commit()
+    return int(result.rowcount or 0)
+
+
 def mark_pod_created(session: Session, *, container_id: str, pod_name: str | None = None) -> bool:
     """Queued → Pending once the pod (``pod_name``: the attempt's) exists. False only when the
     container was cancelled meanwhile (its pod must go); the pod watch may already have moved
