@@ -13,8 +13,8 @@
 #   product  the gpucaas wheel installed into that venv, its gRPC stubs generated there.
 # The image's tag is the commit's short hash, with -dirty when the work tree has changes; a
 # clean commit's image is built once. Reproducible: each layer's times are clamped to a commit's
-# time (SOURCE_DATE_EPOCH: the base's is the last commit of deploy/image, the product's is
-# HEAD's), the archives are sorted with numeric owners and no atime/ctime, the bytecode is
+# time (SOURCE_DATE_EPOCH: the base's is the last commit of its package lists, the product's
+# is HEAD's), the archives are sorted with numeric owners and no atime/ctime, the bytecode is
 # hash-based, and the config's times are those commits' too; two builds of one commit from the
 # same Debian archive give the same manifest digest. The Debian packages that went in are
 # compared with debian-packages.lock (the archive moves on with point releases; a difference is
@@ -92,29 +92,39 @@ sha=$("${git[@]}" rev-parse --short=12 HEAD)
 tag=$sha
 [ -z "$("${git[@]}" status --porcelain)" ] || tag=$sha-dirty
 product_epoch=$("${git[@]}" log -1 --format=%ct HEAD)
-base_epoch=$("${git[@]}" log -1 --format=%ct -- deploy/image)
+base_epoch=$("${git[@]}" log -1 --format=%ct -- deploy/image/debian-packages deploy/image/requirements.lock)
 base_epoch=${base_epoch:-$product_epoch}
 rfc3339() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%SZ; }
 
-digest_of() {  # the manifest digest of a tag in the layout
-  "$py" -c 'import json, sys
-index = json.load(open(sys.argv[1] + "/index.json"))
-print(next(m["digest"] for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == sys.argv[2]))' "$layout" "$1"
+manifest_of() {  # manifest_of TAG [layers]: the tag's manifest digest, or its layers' blob names
+  "$py" - "$layout" "$@" <<'EOF'
+import json, sys
+layout, tag, *layers = sys.argv[1:]
+index = json.load(open(f"{layout}/index.json"))
+ref = "org.opencontainers.image.ref.name"
+digest = next(m["digest"] for m in index["manifests"] if m.get("annotations", {}).get(ref) == tag)
+if layers:
+    manifest = json.load(open(f"{layout}/blobs/sha256/{digest.split(':')[1]}"))
+    digest = " ".join(layer["digest"].split(":")[1] for layer in manifest["layers"])
+print(digest)
+EOF
 }
 has_tag() { [ -f "$layout/index.json" ] && umoci ls --layout "$layout" | grep -qx "$1"; }
-done_line() { echo "gpucaas:$tag $(digest_of "$tag") oci:$layout:$tag"; }
+done_line() { echo "gpucaas:$tag $(manifest_of "$tag") oci:$layout:$tag"; }
 
 if [ "$tag" = "$sha" ] && has_tag "$tag" && [ -z "${GPUCAAS_IMAGE_REBUILD:-}" ]; then done_line; exit 0; fi
 
+mkdir -p "$cache/wheels"
+# one build at a time per cache (umoci does not lock its layout)
+exec 9>"$cache/lock"
+flock 9
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpucaas-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$cache/wheels"
 [ -f "$layout/index.json" ] || umoci init --layout "$layout"
 
 # what a layer archive is made with: sorted, numeric owners, no atime/ctime, mtimes clamped
 tar_opts=(--sort=name --numeric-owner --format=pax --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime
   --clamp-mtime)
-
 
 build_base() {  # build_base TAG
   local t=$SECONDS
@@ -153,12 +163,7 @@ build_product() {  # build_product BASE_TAG
     -w "$work/dist" "$work/src"
   # the base's root filesystem, to install into
   local layer
-  for layer in $("$py" -c 'import json, sys
-layout, tag = sys.argv[1:]
-index = json.load(open(layout + "/index.json"))
-d = next(m["digest"] for m in index["manifests"] if m["annotations"]["org.opencontainers.image.ref.name"] == tag)
-manifest = json.load(open(layout + "/blobs/sha256/" + d.split(":")[1]))
-print(" ".join(layer["digest"].split(":")[1] for layer in manifest["layers"]))' "$layout" "$1"); do
+  for layer in $(manifest_of "$1" layers); do
     tar -C "$root" --numeric-owner -xzf "$layout/blobs/sha256/$layer"
   done
   (cd "$root" && find . -mindepth 1 | sort) >"$work/before"
@@ -186,13 +191,14 @@ print(" ".join(layer["digest"].split(":")[1] for layer in manifest["layers"]))' 
     --config.label="org.opencontainers.image.revision=$("${git[@]}" rev-parse HEAD)" \
     --config.label="org.opencontainers.image.version=$tag" \
     --config.label="org.opencontainers.image.source=https://github.com/gpucaas/gpucaas"
+  umoci gc --layout "$layout"  # the blobs of a tag built again (a changed work tree's)
   say "built the product layer in $((SECONDS - t)) s"
 }
 
 base_key=$( (cat "$here/debian-packages" "$lock"; declare -f base_hook build_base; echo "$base_epoch"
              mmdebstrap --version; umoci --version) | sha256sum | cut -c1-12)
 has_tag "base-$base_key" || build_base "base-$base_key"
-if ! diff -u "$here/debian-packages.lock" "$cache/base-$base_key.debian-packages" >"$work/packages.diff"; then
+if ! grep -v '^#' "$here/debian-packages.lock" | diff -u - "$cache/base-$base_key.debian-packages" >"$work/packages.diff"; then
   say "the base's Debian packages differ from deploy/image/debian-packages.lock (Debian's archive moved on, or the list changed):"
   cat "$work/packages.diff" >&2
 fi

@@ -1,6 +1,7 @@
 """The wheel holds the product only, and its ``gpucaas`` works without the development tree.
 
-The product is ``gpucaas`` (the programs), ``core``, ``services`` and ``vm_images``;
+The product is ``gpucaas`` (the programs), ``core``, ``services`` and ``vm_images`` (less
+``vm_images.test_image``, the fabric tests' QEMU image);
 ``devtools`` (the sandbox, the local cluster, real nodes, fakes), ``benchmarks`` and
 ``tests`` stay in the source checkout, whose venv reaches them through a ``.pth`` file
 (Makefile). The wheel is built by pip from a copy of the tree (an in-tree ``build/`` may hold
