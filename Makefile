@@ -23,7 +23,7 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
-.PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream upstream-cilium lint
+.PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream upstream-cilium lint image helm
 
 # The Go builds (CPU) run beside apt-get and pip (mostly waiting on downloads): on a new
 # machine the builds set the time, and the rest is done by the time they are.
@@ -44,6 +44,25 @@ upstream:
 # `gpucaas sandbox --network cilium` and `make test-cilium` (make test's last stage).
 upstream-cilium:
 	@GPUCAAS_CILIUM=1 upstream/build.sh >/dev/null
+
+# Helm v3.22, built from its Go module into the same folder (upstream/helm; docs/local-cluster.md
+# gives its build time), for installing the chart as a platform team does: the sandbox's
+# `helm install`, next (docs/image.md). Nothing in `make test` runs it yet, so only this builds it.
+helm:
+	@GPUCAAS_HELM=1 upstream/build.sh >/dev/null
+
+# The product's OCI image (deploy/image/build.sh, docs/image.md): a bookworm root filesystem made
+# from Debian's packages by mmdebstrap, the pinned PyPI wheels and the gpucaas wheel in a venv,
+# written as an OCI image layout by umoci into ~/.cache/gpucaas/image/oci, tagged with the
+# commit; prints the tag and the manifest digest. mmdebstrap and umoci are installed here, as
+# only this uses them.
+IMAGE_APT_PACKAGES := mmdebstrap umoci
+image: $(VENV)/.installed
+	@missing=$$(for p in $(IMAGE_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	@$(SUDO) deploy/image/build.sh
 
 # Tenant isolation proven with packets (tests/e2e_cilium, docs/cilium.md): the sandbox's real
 # nodes in network namespaces of their own with Cilium enforcing the policies. The last stage of
@@ -122,6 +141,7 @@ STAGE := scripts/stages.sh run
 test:
 	@scripts/stages.sh begin
 	@$(STAGE) install $(MAKE) --no-print-directory install checkov test-image postgres
+	@$(STAGE) image $(MAKE) --no-print-directory image
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile --durations=15 tests/api
 	@$(STAGE) rest $(PY) -m pytest --durations=30 --ignore=tests/api

@@ -67,6 +67,9 @@ class StubSet:
         include = str(Path(grpc_tools.__file__).resolve().parent / "_proto")
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".generated-", dir=out.parent))
+        # mkdtemp's folder is its owner's alone; the stubs are read by whoever runs the
+        # services (in the image, uid 65532 reads what root generated at build time)
+        tmp.chmod(0o755)
         try:
             for proto in self.protos:
                 rc = protoc.main(

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds the pinned upstream binaries (Kubernetes, etcd, kwok, the node's containerd and the
-# sandbox's ingress controller, Traefik) from
+# sandbox's ingress controller, Traefik; Helm and Cilium when asked for) from
 # their Go modules into a cache outside the work tree, and prints the folder that holds them.
 #
 #   upstream/build.sh            build what is missing, print the bin folder
 #   upstream/build.sh --print    print the bin folder only (nothing built)
 #   GPUCAAS_CILIUM=1 upstream/build.sh   also build Cilium (agent, generic operator, cilium-dbg, CNI plugin;
 #                                each build is long), opt-in: nothing uses it yet (docs/cilium-feasibility.md)
+#   GPUCAAS_HELM=1 upstream/build.sh     also build Helm (`make helm`), for what installs the chart with it
 #
 # The folder's name carries a hash of the pins (each wrapper module's go.mod and go.sum, and
 # the version flags), so a changed pin builds a fresh folder and an unchanged one is reused.
@@ -19,10 +20,12 @@ KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kub
 CONTAINERD_VERSION=v2.4.2
 NODE_BINARIES=(containerd containerd-shim-runc-v2 ctr)
 TRAEFIK_VERSION=v3.6.12
+HELM_VERSION=v3.22.0
 CILIUM_VERSION=v1.20.2
 CILIUM_BINARIES=(cilium-agent cilium-operator-generic cilium-dbg cilium-cni)
 ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" traefik)
 if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then ALL_BINARIES+=("${CILIUM_BINARIES[@]}"); fi
+if [ "${GPUCAAS_HELM:-}" = 1 ]; then ALL_BINARIES+=(helm); fi
 
 given="${GPUCAAS_KUBE_BIN:-${KUBEBUILDER_ASSETS:-}}"
 if [ -n "$given" ]; then
@@ -47,6 +50,13 @@ node_pins=$( (echo "$ctr_tags $ctr_ld $GOFLAGS_USED"; cat "$here/containerd/go.m
 # so are Traefik's
 traefik_ld="-X github.com/traefik/traefik/v3/pkg/version.Version=$TRAEFIK_VERSION"
 traefik_pins=$( (echo "$traefik_ld $GOFLAGS_USED"; cat "$here/traefik/go.mod" "$here/traefik/go.sum") | sha256sum | cut -c1-12)
+# and Helm's (the version variables its release build sets; the Kubernetes version its `helm
+# template` and lint assume by default is that of its client-go, v0.37)
+h=helm.sh/helm/v3
+helm_ld="-X $h/internal/version.version=$HELM_VERSION -X $h/internal/version.gitTreeState=clean"
+helm_ld="$helm_ld -X $h/pkg/chartutil.k8sVersionMajor=1 -X $h/pkg/chartutil.k8sVersionMinor=37"
+helm_ld="$helm_ld -X $h/pkg/lint/rules.k8sVersionMajor=1 -X $h/pkg/lint/rules.k8sVersionMinor=37"
+helm_pins=$( (echo "$helm_ld $GOFLAGS_USED"; cat "$here/helm/go.mod" "$here/helm/go.sum") | sha256sum | cut -c1-12)
 # and Cilium's (with its BPF sources, which the agent compiles at run time, beside the binaries)
 cilium_ld="-X github.com/cilium/cilium/pkg/version.ciliumVersion=${CILIUM_VERSION#v}"
 cilium_pins=$( (echo "$cilium_ld osusergo $GOFLAGS_USED"; cat "$here/cilium/go.mod" "$here/cilium/go.sum") | sha256sum | cut -c1-12)
@@ -58,6 +68,7 @@ if [ "$(cat "$bin/containerd.pins" 2>/dev/null)" != "$node_pins" ]; then
   for b in "${NODE_BINARIES[@]}"; do rm -f "$bin/$b"; done
 fi
 if [ "$(cat "$bin/traefik.pins" 2>/dev/null)" != "$traefik_pins" ]; then rm -f "$bin/traefik"; fi
+if [ "$(cat "$bin/helm.pins" 2>/dev/null)" != "$helm_pins" ]; then rm -f "$bin/helm"; fi
 # (binaries without their stamp or their BPF sources are from a build that did not finish)
 if [ -e "$bin/cilium-agent" ] && { [ "$(cat "$bin/cilium.pins" 2>/dev/null)" != "$cilium_pins" ] || [ ! -d "$bin/cilium-lib/bpf" ]; }; then
   for b in "${CILIUM_BINARIES[@]}"; do rm -f "$bin/$b"; done; rm -rf "$bin/cilium-lib" "$bin/cilium.pins"
@@ -83,7 +94,7 @@ fetch=()
 for b in "${missing[@]}"; do
   case "$b" in
     etcd|etcdctl) fetch+=(etcd) ;; kwok|kwok-stages) fetch+=(kwok) ;;
-    containerd|containerd-shim-runc-v2|ctr) fetch+=(containerd) ;; traefik) fetch+=(traefik) ;;
+    containerd|containerd-shim-runc-v2|ctr) fetch+=(containerd) ;; traefik) fetch+=(traefik) ;; helm) fetch+=(helm) ;;
     cilium-*) fetch+=(cilium) ;; *) fetch+=(kubernetes) ;;
   esac
 done
@@ -105,6 +116,7 @@ for b in "${missing[@]}"; do
     containerd|containerd-shim-runc-v2|ctr)
       build containerd "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
     traefik) build traefik traefik github.com/traefik/traefik/v3/cmd/traefik "$traefik_ld" ;;
+    helm) build helm helm "$h/cmd/helm" "$helm_ld" ;;
     cilium-agent) build cilium cilium-agent github.com/cilium/cilium/daemon "$cilium_ld" osusergo ;;
     cilium-operator-generic)
       build cilium cilium-operator-generic github.com/cilium/cilium/operator "$cilium_ld" osusergo,ipam_provider_operator ;;
@@ -116,6 +128,7 @@ done
 wait  # the downloads, all needed by now
 echo "$node_pins" >"$bin/containerd.pins"
 echo "$traefik_pins" >"$bin/traefik.pins"
+if [ -x "$bin/helm" ]; then echo "$helm_pins" >"$bin/helm.pins"; fi
 if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then
   # the datapath's C sources, from the same module version: the agent compiles them at run time
   # from <--lib-dir>/bpf (clang >= 18.1 on its PATH)

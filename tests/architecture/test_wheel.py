@@ -1,6 +1,7 @@
 """The wheel holds the product only, and its ``gpucaas`` works without the development tree.
 
-The product is ``gpucaas`` (the programs), ``core``, ``services`` and ``vm_images``;
+The product is ``gpucaas`` (the programs), ``core``, ``services`` and ``vm_images`` (less
+``vm_images.test_image``, the fabric tests' QEMU image);
 ``devtools`` (the sandbox, the local cluster, real nodes, fakes), ``benchmarks`` and
 ``tests`` stay in the source checkout, whose venv reaches them through a ``.pth`` file
 (Makefile). The wheel is built by pip from a copy of the tree (an in-tree ``build/`` may hold
@@ -53,6 +54,8 @@ def test_the_wheel_holds_the_product_only(wheel: Path) -> None:
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == PRODUCT, f"the wheel's top-level packages: {sorted(top)}"
     assert not top & DEVELOPMENT
+    # the QEMU image the fabric tests boot is a test fixture, not the product
+    assert not [n for n in names if n.startswith("vm_images/test_image/")]
     # the files the product reads beside its modules
     assert any(n.startswith("core/crds/") and n.endswith(".yaml") for n in names)
     assert any(n.startswith("services/device_plugin/api/protos/") and n.endswith(".proto") for n in names)

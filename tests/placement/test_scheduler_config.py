@@ -9,10 +9,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from devtools.local_cluster import KUBE_VERSION
 from services.placement.fleet import FleetIndex
 from services.placement.server import create_app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "scheduler"
+#: the release the tests run (its schema, x.y.0, checks the manifests)
+TESTED_KUBE = "{}.{}.0".format(*KUBE_VERSION.lstrip("v").split(".")[:2])
 #: A (kubeadm, host network): the Service's fixed ClusterIP; B (a pod): its DNS name.
 URL_PREFIX = {
     "default": "http://10.96.0.88:8888",
@@ -107,7 +110,16 @@ def test_both_ways_configure_the_same_extender() -> None:
 
 def test_second_scheduler_manifests_validate() -> None:
     for doc in _docs("second-scheduler.yaml"):
-        kubernetes_validate.validate(doc, "1.31.0", strict=True)
+        kubernetes_validate.validate(doc, TESTED_KUBE, strict=True)
+
+
+def test_the_second_scheduler_runs_the_tested_release() -> None:
+    """Its kube-scheduler is the release every test runs (upstream/build.sh builds it)."""
+    build_sh = (DEPLOY.parents[1] / "upstream" / "build.sh").read_text()
+    assert f"KUBE_VERSION={KUBE_VERSION}\n" in build_sh
+    deployment = next(d for d in _docs("second-scheduler.yaml") if d["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"registry.k8s.io/kube-scheduler:{KUBE_VERSION}"
 
 
 def _allows(rules: list[dict[str, Any]], verb: str, group: str, resource: str, name: str) -> bool:
@@ -185,7 +197,7 @@ def test_the_kubeadm_url_is_the_charts_fixed_cluster_ip() -> None:
     assert service["spec"]["clusterIP"] == url.hostname
     assert [p["port"] for p in service["spec"]["ports"]] == [url.port]
     assert not url.hostname.endswith(".svc")
-    kubernetes_validate.validate(service, "1.31.0", strict=True)
+    kubernetes_validate.validate(service, TESTED_KUBE, strict=True)
     # unset: the Service gets an address allocated as usual
     plain = find(render({"schedulerExtender": {"enabled": True}}), "Service", "gpucaas-scheduler-extender")
     assert "clusterIP" not in plain["spec"]
