@@ -90,39 +90,37 @@ start=$SECONDS
 # Every module the missing binaries need is downloaded first, all modules at once in the
 # background: on a new machine the downloads (network) then overlap the first builds (CPU)
 # instead of each build waiting for its own. Go's module cache locks what two fetch at once.
-fetch=()
-for b in "${missing[@]}"; do
-  case "$b" in
-    etcd|etcdctl) fetch+=(etcd) ;; kwok|kwok-stages) fetch+=(kwok) ;;
-    containerd|containerd-shim-runc-v2|ctr) fetch+=(containerd) ;; traefik) fetch+=(traefik) ;; helm) fetch+=(helm) ;;
-    cilium-*) fetch+=(cilium) ;; *) fetch+=(kubernetes) ;;
+module_of() {  # the wrapper module (a folder here) a binary is built from
+  case "$1" in
+    etcd|etcdctl) echo etcd ;; kwok|kwok-stages) echo kwok ;; containerd|containerd-shim-runc-v2|ctr) echo containerd ;;
+    traefik) echo traefik ;; helm) echo helm ;; cilium-*) echo cilium ;; *) echo kubernetes ;;
   esac
-done
+}
+fetch=()
+for b in "${missing[@]}"; do fetch+=("$(module_of "$b")"); done
 for m in $(printf '%s\n' "${fetch[@]}" | sort -u); do
   (cd "$here/$m" && go mod download >/dev/null 2>&1 || true) &
 done
-build() {  # build <module dir> <output name> <package> [ldflags] [tags]
+build() {  # build <binary> <package> [ldflags] [tags], in the binary's module
   local t=$SECONDS
-  (cd "$here/$1" && CGO_ENABLED=0 go build -trimpath -tags "${5:-}" -ldflags "-s -w ${4:-}" -o "$bin/$2.tmp" "$3")
-  mv "$bin/$2.tmp" "$bin/$2"
-  echo "upstream/build.sh: built $2 in $((SECONDS - t)) s" >&2
+  (cd "$here/$(module_of "$1")" && CGO_ENABLED=0 go build -trimpath -tags "${4:-}" -ldflags "-s -w ${3:-}" -o "$bin/$1.tmp" "$2")
+  mv "$bin/$1.tmp" "$bin/$1"
+  echo "upstream/build.sh: built $1 in $((SECONDS - t)) s" >&2
 }
 for b in "${missing[@]}"; do
   case "$b" in
-    etcd) build etcd etcd go.etcd.io/etcd/server/v3 ;;
-    etcdctl) build etcd etcdctl go.etcd.io/etcd/etcdctl/v3 ;;
-    kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok ;;
-    kwok-stages) build kwok kwok-stages ./stages ;;
-    containerd|containerd-shim-runc-v2|ctr)
-      build containerd "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
-    traefik) build traefik traefik github.com/traefik/traefik/v3/cmd/traefik "$traefik_ld" ;;
-    helm) build helm helm "$h/cmd/helm" "$helm_ld" ;;
-    cilium-agent) build cilium cilium-agent github.com/cilium/cilium/daemon "$cilium_ld" osusergo ;;
-    cilium-operator-generic)
-      build cilium cilium-operator-generic github.com/cilium/cilium/operator "$cilium_ld" osusergo,ipam_provider_operator ;;
-    cilium-dbg) build cilium cilium-dbg github.com/cilium/cilium/cilium-dbg "$cilium_ld" osusergo ;;
-    cilium-cni) build cilium cilium-cni github.com/cilium/cilium/plugins/cilium-cni "$cilium_ld" osusergo ;;
-    *) build kubernetes "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
+    etcd) build etcd go.etcd.io/etcd/server/v3 ;;
+    etcdctl) build etcdctl go.etcd.io/etcd/etcdctl/v3 ;;
+    kwok) build kwok sigs.k8s.io/kwok/cmd/kwok ;;
+    kwok-stages) build kwok-stages ./stages ;;
+    containerd|containerd-shim-runc-v2|ctr) build "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
+    traefik) build traefik github.com/traefik/traefik/v3/cmd/traefik "$traefik_ld" ;;
+    helm) build helm "$h/cmd/helm" "$helm_ld" ;;
+    cilium-agent) build cilium-agent github.com/cilium/cilium/daemon "$cilium_ld" osusergo ;;
+    cilium-operator-generic) build cilium-operator-generic github.com/cilium/cilium/operator "$cilium_ld" osusergo,ipam_provider_operator ;;
+    cilium-dbg) build cilium-dbg github.com/cilium/cilium/cilium-dbg "$cilium_ld" osusergo ;;
+    cilium-cni) build cilium-cni github.com/cilium/cilium/plugins/cilium-cni "$cilium_ld" osusergo ;;
+    *) build "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ld" ;;
   esac
 done
 wait  # the downloads, all needed by now
