@@ -13,7 +13,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-err_console = Console(stderr=True)
+# Messages are lines (URLs among them, which scripts and terminals pick out): never broken by
+# rich at its idea of the width; the terminal wraps them.
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def _console() -> Console:
