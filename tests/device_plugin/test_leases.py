@@ -13,13 +13,13 @@ from kubernetes import client
 
 from core import lease_states
 from core.lease_store import LeaseStore, lease_name
-from devtools.fake_kubelet import AdmissionError, FakeKubelet
 from devtools.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
 from devtools.waiting import wait_for
 from gpucaas.gpu_node import GpuNode, build_node
 from services.gpu_leases import controller as lease_handlers
 from services.gpu_leases.settings import LeaseAgentSettings
 from tests.device_plugin.conftest import RunningFabric
+from tests.fixtures.fake_kubelet import AdmissionError, FakeKubelet
 
 NODE = "gpu-node-1"
 RESOURCE = "nvidia.com/gpu"
