@@ -9,8 +9,8 @@ start once the kubelet offers that resource, i.e. once it has dialled the plugin
 options and holds its ListAndWatch stream.
 
 This process then calls the plugin on its socket as the kubelet's device manager does while it
-admits a pod (the kubelet makes these calls only then, one step of many, and does not time
-them apart), each call timed: ``GetPreferredAllocation`` over random free sets, and
+admits a pod (the kubelet makes these calls only then, one pod at a time: thousands of them
+need a caller of their own), each call timed: ``GetPreferredAllocation`` over random free sets, and
 ``Allocate`` of a whole partition of 1, 2, 4 or 8 GPUs, which includes the partition's
 activation through the node's fabric service (its HTTP API on its unix socket); each timed
 Allocate activates a fresh partition, released untimed afterwards. Each is reported as
