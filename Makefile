@@ -94,9 +94,10 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/python -m pip install -q 'checkov>=3.2,<4'
 	touch $@
 
-# The chart's crds/ carries exact copies of the core CRDs (tests/deploy checks it).
+# The chart's files/crds/ carries exact copies of the core CRDs (tests/deploy checks it), which
+# templates/crds.yaml renders (so that `helm upgrade` updates them).
 crds:
-	cp core/crds/*.gpucaas.dev.yaml deploy/helm/gpucaas/crds/
+	cp core/crds/*.gpucaas.dev.yaml deploy/helm/gpucaas/files/crds/
 
 # The kernel + busybox image the fabric tests boot under QEMU, fetched from Debian's
 # archive (apt-get download) and cached in /var/cache/gpucaas/test-vm at install time.
