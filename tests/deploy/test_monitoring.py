@@ -44,7 +44,7 @@ def _rules(values: dict[str, Any]) -> list[dict[str, Any]]:
 def _exported_metric_names() -> set[str]:
     """The sample names the code's registries expose (counters with _total, histograms with
     _bucket/_sum/_count), from the API's, the device plugin's and the lease agent's metrics."""
-    from services.api.edge import Metrics as ApiMetrics
+    from services.api.edge.middleware import Metrics as ApiMetrics
     from services.device_plugin.metrics import Metrics as PluginMetrics
     from services.gpu_leases.metrics import LeaseMetrics
 
