@@ -287,7 +287,10 @@ def test_values_map_to_env_vars() -> None:
 
 
 #: Values standing in for a Secret's content, by variable (the database URL otherwise).
-SECRET_STAND_INS = {"GPUCAAS_RATE_LIMIT_STORAGE_URL": "redis://:secret@redis:6379/0"}
+SECRET_STAND_INS = {
+    "GPUCAAS_RATE_LIMIT_STORAGE_URL": "redis://:secret@redis:6379/0",
+    "GPUCAAS_ADMIN_TOKEN": "x7Kq2mW9pL4vR8nT3bY6cF1hJ5dG0sZa",  # as the chart generates it: alphanumeric
+}
 
 
 @pytest.mark.parametrize(
