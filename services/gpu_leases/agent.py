@@ -89,6 +89,8 @@ class NodeLeases:
         self.resync = resync
         #: called when the set of withheld GPUs changes (the plugin re-advertises at once)
         self.on_health_change = on_health_change
+        #: called with the node's leases after each full round (the daemon's lease metrics)
+        self.on_round: Callable[[list[dict[str, Any]]], None] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -298,6 +300,8 @@ class NodeLeases:
         return self.store.transition(name, change)
 
     def _refresh_health(self, leases: list[dict[str, Any]]) -> None:
+        if self.on_round is not None:
+            self.on_round(leases)
         bad, passing = {}, {}
         for lz in leases:
             st = states.state_of(lz.get("status"))
