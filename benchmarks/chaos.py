@@ -855,6 +855,7 @@ def _drop_database(name: str) -> None:
 
 def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = None) -> dict[str, Any]:
     from benchmarks.time_to_running import wait_ready
+    from devtools.ports import free_port
     from devtools.sandbox import runner
 
     size = QUICK if quick else FULL
@@ -881,7 +882,7 @@ def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = N
     try:
         sb = runner.start(
             state,
-            api_port=runner.free_port(),
+            api_port=free_port(),
             allocation_mode=allocation_mode,
             database_url=database_url,
             api_replicas=API_REPLICAS,

@@ -426,7 +426,7 @@ class ModeRun:
     def start(self) -> None:
         from devtools.local_cluster import ClusterOptions, LocalCluster
         from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
-        from devtools.sandbox.runner import cluster_objects
+        from devtools.sandbox.cluster import cluster_objects
 
         t = time.perf_counter()
         self.cluster = LocalCluster(
@@ -559,7 +559,7 @@ class ModeRun:
         return {n["node"]: mask_of(n["free"]) for n in orjson.loads(resp.data)["nodes"]}
 
     def _scheduler_config(self) -> dict[str, Any]:
-        from devtools.sandbox.runner import scheduler_config
+        from devtools.sandbox.product import scheduler_config
 
         config = scheduler_config("dra" if self.dra else "device-plugin", self.extender_url or "http://unused")
         if self.mode not in EXTENDER_MODES:

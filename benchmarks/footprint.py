@@ -81,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import subprocess
 
-    from devtools.sandbox import runner
+    from devtools.ports import free_port
+    from devtools.sandbox import node_daemons, runner
     from devtools.waiting import wait_for
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-fp-", dir="/tmp") as tmp:
-        sb = runner.start(Path(tmp), nodes=("gpu-node-a",), api_port=runner.free_port())
+        sb = runner.start(Path(tmp), nodes=("gpu-node-a",), api_port=free_port())
         alone: subprocess.Popen[bytes] | None = None
         try:
             node = sb.nodes[0]
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             # as the sandbox's device plugin (same PodResources interval and sync grace), leases off
             env = {
                 **os.environ,
-                **runner.device_plugin_env(alone_dir),
+                **node_daemons.device_plugin_env(alone_dir),
                 "GPUCAAS_LEASES": "false",
                 "GPUCAAS_SYSFS_ROOT": str(node.sysfs),
                 "GPUCAAS_DEV_ROOT": str(node.dev),
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--pod-resources-socket",
                     str(node.pod_resources_socket),
                     "--metrics-port",
-                    str(runner.free_port()),
+                    str(free_port()),
                     "--node-name",
                     "gpu-node-a",
                 ],
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 stdout=subprocess.DEVNULL,
                 stderr=(alone_dir / "device-plugin.log").open("wb"),
             )
-            offers = runner.node_offers_gpus(sb.kubeconfig, node.name, resource=ALONE_RESOURCE)
+            offers = node_daemons.node_offers_gpus(sb.kubeconfig, node.name, resource=ALONE_RESOURCE)
             try:
                 wait_for(offers, 60, what=f"the kubelet to offer {ALONE_RESOURCE}")
             except TimeoutError:

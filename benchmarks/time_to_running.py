@@ -526,10 +526,11 @@ def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | No
 
 
 def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = None) -> dict[str, Any]:
-    from devtools.sandbox import runner
+    from devtools.ports import free_port
+    from devtools.sandbox import nodes, runner
 
     with tempfile.TemporaryDirectory(prefix="gpucaas-ttr-", dir="/tmp") as tmp:
-        sb = runner.start(Path(tmp), api_port=runner.free_port())
+        sb = runner.start(Path(tmp), api_port=free_port())
         watcher = PodWatch(sb.kubeconfig)
         hooks = WebhookReceiver()
         events: ContainerdEvents | None = None
@@ -635,7 +636,7 @@ def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = N
             "did_not_start": submitted - len(ids),
             "tenancies": tenancies,
             "gpus": submitted,
-            "real_nodes": len(runner.DEFAULT_NODES),
+            "real_nodes": len(nodes.DEFAULT_NODES),
             "image": IMAGE,
             "quick": quick,
         }

@@ -33,7 +33,7 @@ from core.fabric_client import FabricClient
 from core.kube import new_api_client
 from core.lease_store import lease_name
 from core.topology import HGX_H100_PARTITIONS
-from devtools.sandbox import kubelet_records, runner
+from devtools.sandbox import kubelet_records, runner, tenant_view
 from devtools.waiting import wait_for
 from services.device_plugin.podresources import (
     PodResourcesReader,
@@ -132,7 +132,7 @@ class Tenant(Caller):
     ) -> subprocess.CompletedProcess[str]:
         env = {
             **os.environ,
-            "GPUCAAS_CONFIG": str(runner.caasctl_config_path(self.sandbox)),
+            "GPUCAAS_CONFIG": str(tenant_view.caasctl_config_path(self.sandbox)),
             "GPUCAAS_TOKEN": self.token,
             "COLUMNS": "200",
         }

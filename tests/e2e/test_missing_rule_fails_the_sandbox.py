@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.ports import free_port
 from devtools.sandbox import identities, runner
 from devtools.sandbox.supervisor import ServiceFailed
 
@@ -53,7 +54,7 @@ def test_fabric_without_create_on_fabricstates_fails_the_sandbox() -> None:
     try:
         with pytest.raises((identities.RBACRefused, ServiceFailed)) as err:
             sandbox = runner.start(
-                state, nodes=("gpu-node-a",), api_port=runner.free_port(), chart_objects=objects, allocation_mode=mode
+                state, nodes=("gpu-node-a",), api_port=free_port(), chart_objects=objects, allocation_mode=mode
             )
             sandbox.stop()
         assert (
