@@ -74,7 +74,7 @@ def _serve_fabric(physical_map: Any, work: Path, stop: Any) -> None:
 
 
 def _wait_for_socket(path: Path, proc: Any, timeout: float = 60.0) -> None:
-    from devtools.local_cluster.processes import unix_socket_ready
+    from devtools.processes import unix_socket_ready
     from devtools.waiting import wait_for
 
     listening = unix_socket_ready(path)

@@ -590,7 +590,7 @@ class ModeRun:
             self.api.pool.clear()  # ends this process's watch
         if self.cluster is not None:
             # a throw-away cluster: killed outright (kube-apiserver's graceful stop takes 20 s here)
-            for name in reversed(list(self.cluster.components)):
+            for name in reversed(list(self.cluster.children)):
                 self.cluster.kill(name)
             shutil.rmtree(self.folder / "cluster" / "etcd", ignore_errors=True)
 

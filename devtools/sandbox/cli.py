@@ -30,10 +30,10 @@ def command(
     """Run the whole control plane and two GPU nodes (real kubelets, fake HGX H100 boards) on this machine."""
     from rich.console import Console
 
+    from devtools.processes import ProcessFailed
     from devtools.sandbox import runner
     from devtools.sandbox.identities import RBACRefused, check_no_refusals
     from devtools.sandbox.nodes import node_names
-    from devtools.sandbox.supervisor import ServiceFailed
     from devtools.sandbox.tenant_view import print_banner
 
     console = Console(emoji=False)
@@ -62,7 +62,7 @@ def command(
                 nodes=() if kubeconfig else node_names(settings.real_nodes),
                 network=settings.network,
             )
-    except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
+    except (ProcessFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
         raise typer.Exit(1) from exc
 

@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devtools.local_cluster.processes import unix_socket_ready
 from devtools.ports import free_port
+from devtools.processes import unix_socket_ready
 from devtools.sandbox.cluster import node_bound_identity
 from devtools.sandbox.nodes import NodePaths
-from devtools.sandbox.supervisor import ServiceSpec
+from devtools.sandbox.services import start_service
 
 if TYPE_CHECKING:
     from devtools.sandbox.runner import Plan, Sandbox
@@ -25,13 +25,12 @@ def start_node_daemons(sandbox: Sandbox, plan: Plan, node: NodePaths) -> None:
     say, sup, name = plan.say, sandbox.supervisor, node.name
     fabric_kc = sandbox.kubeconfig_of("fabric")
     say(f"[{name}] starting the fabric service (Fabric Manager simulator, service VM on libvirt test:///)")
-    sup.start(
-        ServiceSpec(
-            f"fabric-{name}",
-            ["fabric"],
-            env={**node_env(node, fabric_kc), **fabric_env(node, fabric_kc)},
-            ready=unix_socket_ready(node.fabric_socket),
-        )
+    start_service(
+        sup,
+        f"fabric-{name}",
+        ["fabric"],
+        env={**node_env(node, fabric_kc), **fabric_env(node, fabric_kc)},
+        ready=unix_socket_ready(node.fabric_socket),
     )
     if plan.allocation_mode == "dra":
         say(
@@ -40,39 +39,37 @@ def start_node_daemons(sandbox: Sandbox, plan: Plan, node: NodePaths) -> None:
         )
         # its token bound to its node, as a DaemonSet pod's
         driver_kc = node_bound_identity(sandbox.state_dir, sandbox.kubeconfig, sandbox.identities, "dra-driver", name)
-        sup.start(
-            ServiceSpec(
-                f"dra-driver-{name}",
-                ["dra-driver"],
-                env={
-                    **node_env(node, driver_kc),
-                    **dra_driver_env(node, driver_kc),
-                    **device_plugin_env(sandbox.state_dir),
-                },  # leases and firmware check as beside the plugin
-                ready=published_slices(sandbox.kubeconfig, name),
-            )
+        start_service(
+            sup,
+            f"dra-driver-{name}",
+            ["dra-driver"],
+            env={
+                **node_env(node, driver_kc),
+                **dra_driver_env(node, driver_kc),
+                **device_plugin_env(sandbox.state_dir),
+            },  # leases and firmware check as beside the plugin
+            ready=published_slices(sandbox.kubeconfig, name),
         )
         return
     say(f"[{name}] starting the device plugin (with the GPU-lease agent beside it)")
-    sup.start(
-        ServiceSpec(
-            f"device-plugin-{name}",
-            [
-                "device-plugin",
-                "--device-plugin-dir",
-                str(node.device_plugin_dir),
-                "--cdi-dir",
-                str(node.cdi_dir),
-                "--pod-resources-socket",
-                str(node.pod_resources_socket),
-                "--metrics-port",
-                str(free_port()),
-                "--node-name",
-                name,
-            ],
-            env={**node_env(node, sandbox.kubeconfig_of("device-plugin")), **device_plugin_env(sandbox.state_dir)},
-            ready=node_offers_gpus(sandbox.kubeconfig, name),
-        )
+    start_service(
+        sup,
+        f"device-plugin-{name}",
+        [
+            "device-plugin",
+            "--device-plugin-dir",
+            str(node.device_plugin_dir),
+            "--cdi-dir",
+            str(node.cdi_dir),
+            "--pod-resources-socket",
+            str(node.pod_resources_socket),
+            "--metrics-port",
+            str(free_port()),
+            "--node-name",
+            name,
+        ],
+        env={**node_env(node, sandbox.kubeconfig_of("device-plugin")), **device_plugin_env(sandbox.state_dir)},
+        ready=node_offers_gpus(sandbox.kubeconfig, name),
     )
 
 

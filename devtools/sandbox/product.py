@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from devtools.ports import free_port
+from devtools.processes import ANSWERING, http_ready
 from devtools.real_node import cilium
 from devtools.sandbox import identities
 from devtools.sandbox.ingress import AUTH_ANNOTATIONS
 from devtools.sandbox.node_daemons import start_node_daemons
-from devtools.sandbox.supervisor import ServiceSpec, http_ready
+from devtools.sandbox.services import start_service
 from devtools.sandbox.tls import ENDPOINT_DOMAIN
 
 if TYPE_CHECKING:
@@ -59,18 +60,17 @@ def kube_env(sandbox: Sandbox, process: str) -> dict[str, str]:
 
 def start_controller(sandbox: Sandbox, plan: Plan) -> None:
     plan.say("starting the tenancy and GPU lease controller")
-    sandbox.supervisor.start(
-        ServiceSpec(
-            "controller",
-            ["controller", "--standalone", "--kubeconfig", str(sandbox.kubeconfig_of("controller"))],
-            env={
-                **kube_env(sandbox, "controller"),
-                "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level(),
-                "GPUCAAS_CONTROLLER_ALLOCATION_MODE": plan.allocation_mode,
-                **api_secret_rights(plan.chart_objects),
-            },
-            ready=None,
-        )
+    start_service(
+        sandbox.supervisor,
+        "controller",
+        ["controller", "--standalone", "--kubeconfig", str(sandbox.kubeconfig_of("controller"))],
+        env={
+            **kube_env(sandbox, "controller"),
+            "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level(),
+            "GPUCAAS_CONTROLLER_ALLOCATION_MODE": plan.allocation_mode,
+            **api_secret_rights(plan.chart_objects),
+        },
+        ready=None,
     )
 
 
@@ -79,25 +79,24 @@ def start_scheduling(sandbox: Sandbox, plan: Plan) -> None:
     port = free_port()
     sandbox.extender_url = f"http://127.0.0.1:{port}"
     plan.say("starting the scheduler extender")
-    sandbox.supervisor.start(
-        ServiceSpec(
+    start_service(
+        sandbox.supervisor,
+        "scheduler-extender",
+        [
             "scheduler-extender",
-            [
-                "scheduler-extender",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--kubeconfig",
-                str(sandbox.kubeconfig_of("scheduler-extender")),
-            ],
-            # as the chart: in the DRA mode the extender only scores nodes (no bind verb)
-            env={
-                **kube_env(sandbox, "scheduler-extender"),
-                **({"GPUCAAS_PLACEMENT_BIND": "false"} if plan.allocation_mode == "dra" else {}),
-            },
-            ready=http_ready(f"{sandbox.extender_url}/healthz"),
-        )
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--kubeconfig",
+            str(sandbox.kubeconfig_of("scheduler-extender")),
+        ],
+        # as the chart: in the DRA mode the extender only scores nodes (no bind verb)
+        env={
+            **kube_env(sandbox, "scheduler-extender"),
+            **({"GPUCAAS_PLACEMENT_BIND": "false"} if plan.allocation_mode == "dra" else {}),
+        },
+        ready=http_ready(f"{sandbox.extender_url}/healthz", statuses=ANSWERING),
     )
     if sandbox.cluster is not None:
         plan.say(
@@ -124,42 +123,39 @@ def start_api(sandbox: Sandbox, plan: Plan) -> None:
             f"starting the API on {url}"
             + (f" (replica {replica + 1} of {plan.api_replicas})" if plan.api_replicas > 1 else "")
         )
-        sandbox.supervisor.start(
-            ServiceSpec(
-                name,
-                [
-                    "api",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--tls-cert",
-                    str(tls.cert),
-                    "--tls-key",
-                    str(tls.key),
-                    "--database-url",
-                    database,
-                    "--kubeconfig",
-                    str(sandbox.kubeconfig_of("api")),
-                ],
-                # webhooks may reach receivers on this machine (docs/webhooks.md)
-                env={
-                    **kube_env(sandbox, "api"),
-                    "GPUCAAS_ADMIN_TOKEN": sandbox.admin_token,
-                    "GPUCAAS_ALLOCATION_MODE": plan.allocation_mode,
-                    "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true",
-                    **(REAL_NODE_SIZING if sandbox.real_nodes else {}),
-                    "GPUCAAS_ENDPOINT_DOMAIN": ENDPOINT_DOMAIN,
-                    "GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS": json.dumps(AUTH_ANNOTATIONS),
-                    # Traefik runs on this machine, outside the pod network: the nodes see it at HOST_ADDRESS
-                    **(
-                        {"GPUCAAS_ENDPOINT_INGRESS_CIDRS": json.dumps([f"{cilium.HOST_ADDRESS}/32"])}
-                        if plan.cilium
-                        else {}
-                    ),
-                },
-                ready=http_ready(f"{url}/healthz", ca_file=tls.ca_cert),
-            )
+        start_service(
+            sandbox.supervisor,
+            name,
+            [
+                "api",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--tls-cert",
+                str(tls.cert),
+                "--tls-key",
+                str(tls.key),
+                "--database-url",
+                database,
+                "--kubeconfig",
+                str(sandbox.kubeconfig_of("api")),
+            ],
+            # webhooks may reach receivers on this machine (docs/webhooks.md)
+            env={
+                **kube_env(sandbox, "api"),
+                "GPUCAAS_ADMIN_TOKEN": sandbox.admin_token,
+                "GPUCAAS_ALLOCATION_MODE": plan.allocation_mode,
+                "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true",
+                **(REAL_NODE_SIZING if sandbox.real_nodes else {}),
+                "GPUCAAS_ENDPOINT_DOMAIN": ENDPOINT_DOMAIN,
+                "GPUCAAS_ENDPOINT_AUTH_ANNOTATIONS": json.dumps(AUTH_ANNOTATIONS),
+                # Traefik runs on this machine, outside the pod network: the nodes see it at HOST_ADDRESS
+                **(
+                    {"GPUCAAS_ENDPOINT_INGRESS_CIDRS": json.dumps([f"{cilium.HOST_ADDRESS}/32"])} if plan.cilium else {}
+                ),
+            },
+            ready=http_ready(f"{url}/healthz", ca_file=tls.ca_cert, statuses=ANSWERING),
         )
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.local_cluster import LocalCluster
+from devtools.processes import Supervisor
 from devtools.real_node import cilium
 from devtools.real_node.node import RealNode
 from devtools.real_node.registry import Registries
@@ -49,7 +50,6 @@ from devtools.sandbox.cluster import start_cluster
 from devtools.sandbox.ingress import Ingress
 from devtools.sandbox.nodes import DEFAULT_NODES, NodePaths, check_node_tools, start_nodes
 from devtools.sandbox.product import start_product
-from devtools.sandbox.supervisor import Supervisor
 from devtools.sandbox.tenant_view import KUBECONFIG, credentials, open_tenant_view
 from devtools.sandbox.tls import TLSFiles
 
@@ -85,7 +85,7 @@ class Plan:
 
 @dataclass
 class Sandbox:
-    """What a running sandbox offers: URLs, tokens, files, and its supervisor."""
+    """What a running sandbox offers: URLs, tokens, files, and the supervisor of its gpucaas services."""
 
     state_dir: Path
     supervisor: Supervisor
@@ -139,7 +139,7 @@ class Sandbox:
             self.volume_ownership.stop()
         if self.ingress is not None:
             self.ingress.stop()
-        self.supervisor.stop_all()
+        self.supervisor.stop()
         for node in self.real_nodes.values():
             node.stop()
         if self.cilium_operator is not None:
