@@ -518,6 +518,7 @@ class ModeRun:
 
     def _start_extender(self) -> None:
         from devtools.local_cluster.cluster import free_port
+        from devtools.sandbox.product import extender_args
 
         port = free_port()
         self.extender_url = f"http://127.0.0.1:{port}"
@@ -529,13 +530,7 @@ class ModeRun:
                 sys.executable,
                 "-c",
                 "from gpucaas.cli import app; app()",
-                "scheduler-extender",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--kubeconfig",
-                str(self.cluster.admin_kubeconfig),
+                *extender_args(port, self.cluster.admin_kubeconfig),
                 "--log-level",
                 "WARNING",
             ],

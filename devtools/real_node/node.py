@@ -36,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from core.kubelet_dirs import KubeletDirs
 from devtools.local_cluster.cluster import LocalCluster, free_port
 from devtools.processes import ProcessFailed, Supervisor, http_ready, unix_socket_ready
 from devtools.real_node import cilium
@@ -49,7 +50,8 @@ CNI_BIN = "/usr/lib/cni"
 KATA_HANDLER = "kata-qemu-nvidia-gpu"
 RUNC_SHIM = "io.containerd.runc.v2"
 CONTAINERD_NAMESPACE = "k8s.io"
-SHARED_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+#: where every kubelet serves device plugins, whatever its root directory (k8s.io/kubelet's deviceplugin constants)
+SHARED_DEVICE_PLUGIN_DIR = KubeletDirs().device_plugins
 
 
 @dataclass
@@ -93,12 +95,8 @@ class RealNode(Supervisor):
         return self.folder / "containerd" / "containerd.sock"
 
     @property
-    def kubelet_dir(self) -> Path:
-        return self.folder / "kubelet"
-
-    @property
-    def device_plugin_dir(self) -> Path:
-        return self.kubelet_dir / "device-plugins"
+    def kubelet(self) -> KubeletDirs:
+        return kubelet_dirs(self.folder)
 
     @property
     def gateway(self) -> str:
@@ -190,9 +188,9 @@ class RealNode(Supervisor):
         for d in (
             self.folder / "containerd",
             self.folder / "cni" / "net.d",
-            self.kubelet_dir,
+            self.kubelet.root,
             self.folder / "certs.d",
-            self.device_plugin_dir,
+            self.kubelet.device_plugins,
         ):
             d.mkdir(parents=True, exist_ok=True)
         if not opts.pod_cidr:
@@ -218,7 +216,7 @@ class RealNode(Supervisor):
         # logs' fixed folders are the node's own there too: a kubelet removes the log folders of
         # pods it does not know, and would take its neighbour's pods' logs.
         binds = {
-            SHARED_DEVICE_PLUGIN_DIR: self.device_plugin_dir,
+            str(SHARED_DEVICE_PLUGIN_DIR): self.kubelet.device_plugins,
             **{f"/var/log/{kind}": self.folder / "log" / kind for kind in ("pods", "containers")},
         }
         for source in binds.values():
@@ -254,7 +252,7 @@ class RealNode(Supervisor):
             "--kubeconfig",
             kubeconfig,
             "--root-dir",
-            self.kubelet_dir,
+            self.kubelet.root,
             "--cert-dir",
             self.folder / "kubelet-pki",
             "--hostname-override",
@@ -465,6 +463,11 @@ state = "{root / "state"}"
         path = self.folder / "kubelet-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return path
+
+
+def kubelet_dirs(folder: Path) -> KubeletDirs:
+    """The kubelet root of the real node in ``folder``."""
+    return KubeletDirs(folder / "kubelet")
 
 
 def free_pod_cidr() -> str:

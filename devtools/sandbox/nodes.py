@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.kubelet_dirs import KubeletDirs
 from devtools.fake_sysfs import build_hgx_h100, load_board
 from devtools.local_cluster import KUBE_VERSION, bin_dir as kube_bin_dir
 from devtools.real_node import cilium
 from devtools.real_node.devices import make_char_devices
-from devtools.real_node.node import NodeOptions, RealNode, node_tools_missing
+from devtools.real_node.node import NodeOptions, RealNode, kubelet_dirs, node_tools_missing
 from devtools.real_node.registry import Registries
 
 if TYPE_CHECKING:
@@ -60,16 +61,9 @@ class NodePaths:
         return self.board / "dev"
 
     @property
-    def kubelet_dir(self) -> Path:
-        return self.root / "kubelet"
-
-    @property
-    def device_plugin_dir(self) -> Path:
-        return self.kubelet_dir / "device-plugins"
-
-    @property
-    def pod_resources_socket(self) -> Path:
-        return self.kubelet_dir / "pod-resources" / "kubelet.sock"
+    def kubelet(self) -> KubeletDirs:
+        """The node's kubelet: device plugins, PodResources and the DRA driver meet it there."""
+        return kubelet_dirs(self.root)
 
     @property
     def cdi_dir(self) -> Path:
@@ -82,14 +76,6 @@ class NodePaths:
     @property
     def fabric_state_dir(self) -> Path:
         return self.root / "fabric-state"
-
-    @property
-    def dra_registry_dir(self) -> Path:
-        return self.kubelet_dir / "plugins_registry"
-
-    @property
-    def dra_plugins_dir(self) -> Path:
-        return self.kubelet_dir / "plugins"
 
     @property
     def dra_state_dir(self) -> Path:
@@ -129,7 +115,12 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
             build_hgx_h100(node.board)
         load_board(node.board)
         make_char_devices(node.dev)
-        for d in (node.device_plugin_dir, node.cdi_dir, node.fabric_state_dir, node.pod_resources_socket.parent):
+        for d in (
+            node.kubelet.device_plugins,
+            node.cdi_dir,
+            node.fabric_state_dir,
+            node.kubelet.pod_resources_socket.parent,
+        ):
             d.mkdir(parents=True, exist_ok=True)
         address = cilium.node_address(index) if plan.cilium else ""
         say(

@@ -82,15 +82,7 @@ def start_scheduling(sandbox: Sandbox, plan: Plan) -> None:
     start_service(
         sandbox.supervisor,
         "scheduler-extender",
-        [
-            "scheduler-extender",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--kubeconfig",
-            str(sandbox.kubeconfig_of("scheduler-extender")),
-        ],
+        extender_args(port, sandbox.kubeconfig_of("scheduler-extender")),
         # as the chart: in the DRA mode the extender only scores nodes (no bind verb)
         env={
             **kube_env(sandbox, "scheduler-extender"),
@@ -108,6 +100,12 @@ def start_scheduling(sandbox: Sandbox, plan: Plan) -> None:
             )
         )
         sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, sandbox.extender_url))
+
+
+def extender_args(port: int, kubeconfig: Path) -> list[str]:
+    """``gpucaas scheduler-extender``'s arguments: it serves on loopback ``port`` and reads the
+    cluster with ``kubeconfig``."""
+    return ["scheduler-extender", "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", str(kubeconfig)]
 
 
 def start_api(sandbox: Sandbox, plan: Plan) -> None:
