@@ -54,12 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         node = sb.nodes[0]
         with leaseless_plugin.beside_kubelet(sb, node, sb.state_dir / "alone", resource=ALONE_RESOURCE) as alone:
             time.sleep(settle_s)  # a benchmark, not a test: let start-up work finish
-            services = sb.supervisor.services
             wanted = {
                 "device_plugin": "device-plugin-gpu-node-a",
                 "fabric": "fabric-gpu-node-a",
             }
-            pids = {k: services[name].process.pid for k, name in wanted.items() if name in services}
+            pids: dict[str, int] = {}
+            for key, name in wanted.items():
+                pid = sb.supervisor.pid(name) if name in sb.supervisor.children else None
+                if pid is not None:
+                    pids[key] = pid
             kubelet_pid = sb.real_nodes[node.name].pid("kubelet")
             assert kubelet_pid is not None, "the node's kubelet is not running"
             pids["kubelet"] = kubelet_pid

@@ -106,7 +106,7 @@ def _start_cluster(folder: Path) -> LocalCluster:
     """The control plane with what a cluster holds before the chart's templates."""
     from devtools.local_cluster import ClusterOptions, LocalCluster
     from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
-    from devtools.sandbox.runner import cluster_objects
+    from devtools.sandbox.cluster import cluster_objects
 
     cluster = LocalCluster(folder, ClusterOptions(run_scheduler=False, audit_policy=None)).start()
     try:

@@ -475,7 +475,7 @@ def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | No
 
 
 def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = None) -> dict[str, Any]:
-    from devtools.sandbox.runner import DEFAULT_NODES
+    from devtools.sandbox.nodes import DEFAULT_NODES
 
     with sandbox("gpucaas-ttr-") as sb:
         api = GpucaasApi.of(sb)

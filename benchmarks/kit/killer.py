@@ -9,7 +9,6 @@ again and counted as a crash. One kill runs at a time, and never beside a reviva
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import threading
@@ -82,14 +81,7 @@ class Killer:
                     "dra-driver": f"dra-driver-{node}",
                 }[name]
                 self._say(f"kill -9 {service}; down {down:.1f}s")
-                svc = sb.supervisor.services[service]
-                try:
-                    os.killpg(svc.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                svc.process.wait()
-                time.sleep(down)
-                sb.supervisor.restart(service)
+                self._cycle(sb.supervisor, service, down)
             self.kills[name] += 1
             self._say(f"{name} is back")
 
@@ -97,8 +89,7 @@ class Killer:
     def _cycle(group: Any, name: str, down: float) -> None:
         group.kill(name, signal.SIGKILL)
         time.sleep(down)
-        group.launch(name)
-        group.wait_ready(name, READY_WITHIN_S)
+        group.bring_up(name, READY_WITHIN_S)
 
     def revive_loop(self, stop: threading.Event) -> None:
         """Until ``stop``: start again what exited on its own (a crash, counted)."""
@@ -110,8 +101,8 @@ class Killer:
                         self._say(f"crash: {event.describe()}")
                 groups = [self.sb.cluster, *self.sb.real_nodes.values()]
                 for group in groups:
-                    for name, comp in group.components.items():
-                        if comp.process is not None and comp.process.poll() is not None:
+                    for name, child in group.children.items():
+                        if child.process is not None and child.process.poll() is not None:
                             self.crashes[name] += 1
-                            self._say(f"crash: {name} exited with {comp.process.returncode}; starting it again")
+                            self._say(f"crash: {name} exited with {child.process.returncode}; starting it again")
                             group.launch(name)

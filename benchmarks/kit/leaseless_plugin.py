@@ -26,7 +26,7 @@ def socket_of(node: Any, resource: str) -> Path:
     """The plugin's gRPC socket on ``node``: named after ``resource`` in the kubelet's device-plugin folder."""
     from services.device_plugin.registration import endpoint_name
 
-    return Path(node.device_plugin_dir) / endpoint_name(resource)
+    return node.kubelet.device_plugins / endpoint_name(resource)
 
 
 @contextmanager
@@ -41,13 +41,13 @@ def beside_kubelet(
     sandbox's device plugin's (same PodResources interval and fabric sync grace by default).
     """
     from devtools.ports import free_port
-    from devtools.sandbox import runner
+    from devtools.sandbox import node_daemons
     from devtools.waiting import wait_for
 
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "device-plugin.log"
     settings = {
-        **runner.device_plugin_env(folder),
+        **node_daemons.device_plugin_env(folder),
         "GPUCAAS_LEASES": "false",
         "GPUCAAS_SYSFS_ROOT": str(node.sysfs),
         "GPUCAAS_DEV_ROOT": str(node.dev),
@@ -57,13 +57,13 @@ def beside_kubelet(
     args = processes.gpucaas_command(
         "device-plugin",
         "--device-plugin-dir",
-        str(node.device_plugin_dir),
+        str(node.kubelet.device_plugins),
         "--resource-name",
         resource,
         "--cdi-dir",
         str(folder / "cdi"),
         "--pod-resources-socket",
-        str(node.pod_resources_socket),
+        str(node.kubelet.pod_resources_socket),
         "--metrics-port",
         str(free_port()),
         "--node-name",
@@ -73,7 +73,7 @@ def beside_kubelet(
     try:
         try:
             wait_for(
-                runner.node_offers_gpus(sb.kubeconfig, node.name, resource=resource),
+                node_daemons.node_offers_gpus(sb.kubeconfig, node.name, resource=resource),
                 REGISTERED_WITHIN_S,
                 what=f"the kubelet of {node.name} to offer {resource}",
             )

@@ -55,7 +55,7 @@ class ControlPlane:
         from core.kube import Kube, KubeConnection, RetryPolicy
         from devtools.local_cluster import ClusterOptions, LocalCluster
         from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
-        from devtools.sandbox.runner import cluster_objects
+        from devtools.sandbox.cluster import cluster_objects
 
         self.folder.mkdir(parents=True, exist_ok=True)
         self.cluster = LocalCluster(
@@ -130,19 +130,14 @@ class ControlPlane:
 
     def _start_extender(self) -> None:
         from devtools.ports import free_port
+        from devtools.sandbox.product import extender_args
 
         port = free_port()
         self.extender_url = f"http://127.0.0.1:{port}"
         self._spawn(
             "scheduler-extender",
             processes.gpucaas_command(
-                "scheduler-extender",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--kubeconfig",
-                str(self.cluster.admin_kubeconfig),
+                *extender_args(port, self.cluster.admin_kubeconfig),
                 "--log-level",
                 "WARNING",
             ),
@@ -176,7 +171,7 @@ class ControlPlane:
         )
 
     def _scheduler_config(self) -> dict[str, Any]:
-        from devtools.sandbox.runner import scheduler_config
+        from devtools.sandbox.product import scheduler_config
 
         config = scheduler_config("dra" if self.dra else "device-plugin", self.extender_url or "http://unused")
         if self.mode not in EXTENDER_MODES:
@@ -193,6 +188,6 @@ class ControlPlane:
         if self.kube is not None:
             self.kube.close()
         if self.cluster is not None:
-            for name in reversed(list(self.cluster.components)):
+            for name in reversed(list(self.cluster.children)):
                 self.cluster.kill(name)
             shutil.rmtree(self.folder / "cluster" / "etcd", ignore_errors=True)
