@@ -89,7 +89,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +102,8 @@ import urllib3
 from benchmarks.loadgen import process_cpu_seconds
 from benchmarks.placement import DEFAULT_MIX, Job, workload
 from core import crds, dra
+from core.backoff import Backoff
+from core.kube import Informer, KubeConnection, KubeError, RestKube
 from core.topology import (
     GPU_COUNT,
     HGX_H100_PARTITIONS,
@@ -258,29 +260,6 @@ class Api:
             raise ApiError(resp.status, f"{method} {path}: {resp.status} {resp.data[:300]!r}")
         raise AssertionError("unreachable")
 
-    def watch(self, path: str, resource_version: str, stop: threading.Event) -> Iterator[dict[str, Any]]:
-        """Events of a watch from ``resource_version`` until ``stop`` (or the server ends it)."""
-        sep = "&" if "?" in path else "?"
-        url = (
-            f"{self.server}{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={resource_version}"
-            f"&timeoutSeconds=3600"
-        )
-        resp = self.pool.request("GET", url, preload_content=False, timeout=urllib3.Timeout(connect=5, read=None))
-        if resp.status != 200:
-            raise ApiError(resp.status, f"watch {path}: {resp.status}")
-        buf = b""
-        try:
-            for chunk in resp.stream(65536, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield orjson.loads(line)
-                if stop.is_set():
-                    return
-        finally:
-            resp.release_conn()
-
 
 class ApiError(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
@@ -417,6 +396,7 @@ class ModeRun:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.cluster: Any = None
         self.api: Api | None = None
+        self.watch: Informer | None = None  # the pods, for the figures
         self.pool: ThreadPoolExecutor | None = None
         self.extender_url: str | None = None
         self.t0 = 0.0
@@ -466,7 +446,7 @@ class ModeRun:
         if self.mode in EXTENDER_MODES:
             self._start_extender()
         self.cluster.start_scheduler(self._scheduler_config())
-        threading.Thread(target=self._watch_pods, name="fleet-watch", daemon=True).start()
+        self._watch_pods()
         threading.Thread(target=self._timer_loop, name="fleet-timers", daemon=True).start()
         self.log(f"[{self.mode}] {self.nodes} nodes ready, kube-scheduler running ({time.perf_counter() - t:.1f} s)")
 
@@ -586,8 +566,9 @@ class ModeRun:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
-        if self.api is not None:
-            self.api.pool.clear()  # ends this process's watch
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch.kube.close()
         if self.cluster is not None:
             # a throw-away cluster: killed outright (kube-apiserver's graceful stop takes 20 s here)
             for name in reversed(list(self.cluster.components)):
@@ -701,24 +682,26 @@ class ModeRun:
     # -- the pod watch ---------------------------------------------------------------------
 
     def _watch_pods(self) -> None:
-        assert self.api is not None
-        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
-        while not self.stop.is_set():
-            try:
-                listing = self.api.call("GET", path)
-                for pod in listing["items"]:
-                    self._on_pod("ADDED", pod)
-                for event in self.api.watch(path, listing["metadata"]["resourceVersion"], self.stop):
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    if event["type"] == "ERROR":
-                        break
-                    self._on_pod(event["type"], event["object"])
-            except Exception as exc:  # noqa: BLE001 - the watch restarts from a fresh list
-                if self.stop.is_set():
-                    return
-                self.errors.append(f"pod watch: {exc}")
-                time.sleep(0.5)
+        """The namespace's pods through the product's informer (a cut watch resumed from the last
+        resourceVersion, a 410 listed again); a failed list or watch counts as an error."""
+        self.watch = Informer(
+            RestKube(KubeConnection(kubeconfig=self.cluster.admin_kubeconfig)),
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            name="fleet pod watch",
+            on_list=self._listed,
+            on_event=self._on_pod,
+            on_error=self._watch_failed,
+            backoff=Backoff(initial_s=0.5, max_s=0.5),  # the figures wait on it: come back soon
+        ).start()
+
+    def _listed(self, pods: list[dict[str, Any]]) -> None:
+        for pod in pods:
+            self._on_pod("ADDED", pod)
+        with self.lock:  # what was deleted while the watch was down
+            self.live.intersection_update(pod["metadata"]["name"] for pod in pods)
+
+    def _watch_failed(self, exc: KubeError) -> None:
+        self.errors.append(f"pod watch: {exc.summary()}")
 
     def _on_pod(self, etype: str, pod: dict[str, Any]) -> None:
         now = time.time()
