@@ -34,7 +34,7 @@ from sqlmodel import Session
 
 from core import crds
 from core.backoff import Backoff
-from core.kube import Forbidden, Informer, Invalid, Kube as CoreKube, KubeError
+from core.kube import Forbidden, Informer, Invalid, KubeError
 from services.api.domain import endpoints, pods, sizing, tenant_secrets, volumes
 from services.api.domain.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.kube import Kube
@@ -454,11 +454,12 @@ class SubmissionWorker:
     def _pod_informer(self) -> Informer | None:
         """The pods labelled ``gpucaas.dev/container-id``, listed then watched; None without a
         Kubernetes configuration (the API runs, and reports Kubernetes unavailable)."""
-        if self.kube.server is None:
+        adapter = self.kube.adapter
+        if adapter is None:
             log.warning("no pod watch: Kubernetes is not configured")
             return None
         return Informer(
-            CoreKube(api_client=self.kube.core.api_client, timeout=self.kube.timeout),
+            adapter,
             "/api/v1/pods",
             query=[("labelSelector", crds.LABEL_CONTAINER)],
             name="pod watch",
