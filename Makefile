@@ -23,7 +23,7 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
-.PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov crds test-image postgres upstream upstream-cilium lint image helm
+.PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov promtool crds test-image postgres upstream upstream-cilium lint image helm
 
 # The Go builds (CPU) run beside apt-get and pip (mostly waiting on downloads): on a new
 # machine the builds set the time, and the rest is done by the time they are.
@@ -113,9 +113,21 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/python -m pip install -q 'checkov>=3.2,<4'
 	touch $@
 
-# The chart's crds/ carries exact copies of the core CRDs (tests/deploy checks it).
+# promtool (Debian's prometheus package) checks the chart's alert rules (tests/deploy/test_monitoring.py).
+# Only the tool is wanted: the package's own service is kept from starting during the install
+# (policy-rc.d, put in place for the install only where the machine has none).
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  guard=; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod +x /usr/sbin/policy-rc.d && guard=1; \
+	  fi; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; \
+	  rc=$$?; [ -z "$$guard" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$rc; }
+
+# The chart's files/crds/ carries exact copies of the core CRDs (tests/deploy checks it), which
+# templates/crds.yaml renders (so that `helm upgrade` updates them).
 crds:
-	cp core/crds/*.gpucaas.dev.yaml deploy/helm/gpucaas/crds/
+	cp core/crds/*.gpucaas.dev.yaml deploy/helm/gpucaas/files/crds/
 
 # The kernel + busybox image the fabric tests boot under QEMU, fetched from Debian's
 # archive (apt-get download) and cached in /var/cache/gpucaas/test-vm at install time.
@@ -140,7 +152,7 @@ lint: $(VENV)/.installed
 STAGE := scripts/stages.sh run
 test:
 	@scripts/stages.sh begin
-	@$(STAGE) install $(MAKE) --no-print-directory install checkov test-image postgres
+	@$(STAGE) install $(MAKE) --no-print-directory install checkov promtool test-image postgres
 	@$(STAGE) image $(MAKE) --no-print-directory image
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile --durations=15 tests/api

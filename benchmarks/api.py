@@ -7,7 +7,7 @@ Run: ``python -m benchmarks.api [--quick]``. The last line of stdout is one JSON
 * ``throughput_ratio_vs_bare`` — ``submit_per_s`` / the bare endpoint's POST rate, same tool,
   same run, same uvicorn settings;
 * ``p99_ms_at_half_load`` — p99 of submissions offered at half of ``submit_per_s``
-  (paced, see :mod:`benchmarks.loadgen`);
+  (paced, see :mod:`benchmarks.kit.loadgen`);
 * ``submit_per_s_1k_rows`` / ``submit_per_s_1m_rows`` — the submission rate with 1,000 and
   with 1,000,000 finished containers already in the table (history must not slow it);
 * ``list_per_s`` — ``GET /v1/containers?limit=20``; ``healthz_per_s`` — ``GET /healthz``;
@@ -64,7 +64,10 @@ import httpx
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks import loadgen
+from benchmarks.kit import loadgen, processes
+from benchmarks.kit.database import scratch_database
+from benchmarks.kit.procstat import cpu_seconds
+from benchmarks.kit.report import emit, say
 from devtools.ports import free_port
 
 ADMIN_TOKEN = "bench-admin-token"
@@ -166,38 +169,13 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) 
 @contextmanager
 def _serve(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
     """Run the server; yields its URL and process id."""
-    proc = subprocess.Popen(
-        cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    proc = processes.start(cmd, None, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc)
         yield url, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextmanager
-def _postgres_database() -> Iterator[str]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    admin_url = os.environ.get("GPUCAAS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    name = f"gpucaas_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        processes.stop(proc, 20)
 
 
 def _closed(
@@ -326,9 +304,9 @@ def _statement_only(env: dict[str, str], conns: int, seconds: float, measure: An
     port = free_port()
     with _serve(_uvicorn_cmd("benchmarks.api:statement_app", port), port, env) as (url, pid):
         _closed(url, "/v1/containers", [], 1, conns)  # warm-up: pool, prepared statement
-        cpu_before = loadgen.process_cpu_seconds(pid)
+        cpu_before = cpu_seconds(pid)
         result = measure("the statement alone (raw ASGI)", _closed(url, "/v1/containers", [], seconds, conns))
-        return result, (loadgen.process_cpu_seconds(pid) - cpu_before) / max(1, result.requests)
+        return result, (cpu_seconds(pid) - cpu_before) / max(1, result.requests)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,10 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     def measure(name: str, result: loadgen.LoadResult) -> loadgen.LoadResult:
         loadgen.check_not_saturated(name, result)
         runs.append((name, result))
-        print(
+        say(
             f"{name}: {result.per_s:.0f} req/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, "
-            f"errors {result.http_errors}, wrk CPU {result.loadgen_cpu_share:.0%}",
-            file=sys.stderr,
+            f"errors {result.http_errors}, wrk CPU {result.loadgen_cpu_share:.0%}"
         )
         return result
 
@@ -364,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         bare = measure("bare POST", _closed(url, "/v1/containers", [], seconds, conns))
         bare_health = measure("bare GET /healthz", _closed(url, "/healthz", [], seconds, conns, "GET"))
 
-    with _postgres_database() as db_url:
+    with scratch_database() as db_url:
         port = free_port()
         env = {
             "GPUCAAS_DATABASE_URL": db_url,
@@ -388,11 +365,11 @@ def main(argv: list[str] | None = None) -> int:
             solo, many = tokens[-1:], tokens[:-1]
             _seed_history(db_url, "bench-history", 1_000)
             _closed(url, "/v1/containers", many, 3, conns)  # warm-up: pool, prepared statements
-            cpu_before = loadgen.process_cpu_seconds(pid)
+            cpu_before = cpu_seconds(pid)
             rows_1k = measure("POST, 20 tenancies, 1k rows", _closed(url, "/v1/containers", many, seconds, conns))
-            cpu_per_submit = (loadgen.process_cpu_seconds(pid) - cpu_before) / max(1, rows_1k.requests)
+            cpu_per_submit = (cpu_seconds(pid) - cpu_before) / max(1, rows_1k.requests)
             database_tps = _pgbench(db_url, seconds, conns)
-            print(f"pgbench, one submission's statement: {database_tps:.0f} tps", file=sys.stderr)
+            say(f"pgbench, one submission's statement: {database_tps:.0f} tps")
             # the ceiling: the statement alone behind a raw ASGI app, same database, rows and load
             floor, floor_cpu = _statement_only(env, conns, seconds, measure)
             one = measure("POST, one tenancy", _closed(url, "/v1/containers", solo, seconds, conns))
@@ -452,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds_per_run": seconds,
         "database": "postgresql",
     }
-    print(json.dumps(result))
+    emit(result)
     return 0 if result["errors"] == 0 else 1
 
 

@@ -54,27 +54,25 @@ Details (each lost container, each server error, each crash) go to stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import random
 import secrets
-import signal
-import ssl
-import sys
-import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kit.database import scratch_database
+from benchmarks.kit.gpucaas_api import GaveUp, GpucaasApi, Tally
+from benchmarks.kit.killer import Killer
+from benchmarks.kit.report import emit, say
+from benchmarks.kit.sandbox import sandbox
+from benchmarks.kit.tenancies import open_tenancies, wait_ready
+from benchmarks.kit.watch import Watch, pods_path
 from core.backoff import Backoff
 
 IMAGE = "busybox:1.36"
@@ -87,8 +85,6 @@ DOWN_S = (0.5, 3.0)
 HEAL_S = 240.0
 CONTAINER_WAIT_S = 240.0  # a tenancy waits this long for its container to end before the next
 USAGE_SLACK_S = 2.0
-REQUEST_DEADLINE_S = 180.0
-POSTGRES_ADMIN_URL = os.environ.get("GPUCAAS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 #: the figures that must be 0 (the soak exits 1 otherwise)
 FIGURES = ("lost", "duplicated", "stuck_leases", "stuck_partitions", "usage_mismatches", "server_errors")
@@ -130,149 +126,6 @@ def kill_plan(rng: random.Random, allocation_mode: str, size: Size) -> list[tupl
     return list(zip(times, names, strict=True))
 
 
-# --- requests --------------------------------------------------------------------------
-
-
-class GaveUp(RuntimeError):
-    pass
-
-
-@dataclass
-class Tally:
-    """What the requests met, shared by every thread."""
-
-    server_errors: list[str] = field(default_factory=list)
-    retries: Counter[str] = field(default_factory=Counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def server_error(self, what: str) -> None:
-        with self.lock:
-            self.server_errors.append(what)
-        print(f"server error: {what}", file=sys.stderr)
-
-    def retry(self, why: str) -> None:
-        with self.lock:
-            self.retries[why] += 1
-
-
-class Api:
-    """The API through its replicas: each request to the next one; retryable failures retried."""
-
-    def __init__(self, urls: list[str], ca_file: Path, tally: Tally) -> None:
-        self.urls = urls
-        self.ctx = ssl.create_default_context(cafile=str(ca_file))
-        self.tally = tally
-        self._next = 0
-        self._lock = threading.Lock()
-
-    def url(self) -> str:
-        with self._lock:
-            self._next += 1
-            return self.urls[self._next % len(self.urls)]
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        token: str,
-        body: Any = None,
-        *,
-        idempotency_key: str | None = None,
-        deadline_s: float = REQUEST_DEADLINE_S,
-    ) -> tuple[int, Any]:
-        """(status, JSON body) of the first answer that is not retryable."""
-        deadline = time.monotonic() + deadline_s
-        data = json.dumps(body).encode() if body is not None else None
-        while True:
-            req = urllib.request.Request(self.url() + path, data=data, method=method)
-            req.add_header("Authorization", f"Bearer {token}")
-            if data is not None:
-                req.add_header("Content-Type", "application/json")
-            if idempotency_key:
-                req.add_header("Idempotency-Key", idempotency_key)
-            wait = 0.5
-            try:
-                with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
-                    raw = resp.read()
-                    return resp.status, json.loads(raw) if raw else None
-            except urllib.error.HTTPError as exc:
-                raw = exc.read()
-                retry_after = exc.headers.get("Retry-After")
-                if exc.code == 429 or (exc.code == 503 and retry_after):
-                    self.tally.retry(str(exc.code))
-                    wait = min(float(retry_after or 1), 5.0)
-                elif exc.code >= 500:
-                    self.tally.server_error(f"{method} {path}: {exc.code} {raw[:300]!r}")
-                else:
-                    try:
-                        return exc.code, json.loads(raw) if raw else None
-                    except ValueError:
-                        return exc.code, raw.decode(errors="replace")
-            except (urllib.error.URLError, HTTPException, ConnectionError, TimeoutError, OSError) as exc:
-                self.tally.retry(type(exc).__name__)  # a replica gone (killed) or not answering yet
-                del exc
-            if time.monotonic() + wait > deadline:
-                raise GaveUp(f"{method} {path}: no answer for {deadline_s:.0f}s")
-            time.sleep(wait)
-
-    def follow_logs(self, cid: str, token: str) -> str | None:
-        """The log followed to its end (None when a stream could not be opened or broke)."""
-        req = urllib.request.Request(self.url() + f"/v1/containers/{cid}/logs?follow=true")
-        req.add_header("Authorization", f"Bearer {token}")
-        try:
-            with urllib.request.urlopen(req, timeout=120, context=self.ctx) as resp:
-                return str(resp.read().decode(errors="replace"))
-        except urllib.error.HTTPError as exc:
-            if exc.code >= 500 and not (exc.code == 503 and exc.headers.get("Retry-After")):
-                self.tally.server_error(f"GET logs?follow: {exc.code} {exc.read()[:300]!r}")
-            return None
-        except (urllib.error.URLError, HTTPException, ConnectionError, TimeoutError, OSError):
-            return None
-
-    def exec(self, cid: str, token: str, command: list[str]) -> str | None:
-        """stdout of ``command`` run in the container over the API's exec WebSocket (None: refused or broken).
-
-        websockets' asyncio client: its sync one reads and writes one TLS session from two
-        threads (OpenSSL forbids it), lost a request now and then and could then hang."""
-        return asyncio.run(self._exec(cid, token, command))
-
-    async def _exec(self, cid: str, token: str, command: list[str]) -> str | None:
-        from websockets.asyncio.client import connect
-        from websockets.exceptions import (
-            ConnectionClosed,
-            InvalidHandshake,
-            InvalidStatus,
-        )
-
-        query = urllib.parse.urlencode([("command", c) for c in command])
-        url = self.url().replace("https://", "wss://") + f"/v1/containers/{cid}/exec?{query}"
-        out = b""
-        try:
-            async with connect(
-                url,
-                ssl=self.ctx,
-                additional_headers={"Authorization": f"Bearer {token}"},
-                subprotocols=["v5.channel.k8s.io"],  # type: ignore[list-item]  # websockets' Subprotocol is a str
-                compression=None,
-                open_timeout=30,
-                max_size=1 << 20,
-            ) as ws:
-                while True:
-                    msg = await asyncio.wait_for(ws.recv(), 60)
-                    if isinstance(msg, bytes) and msg[:1] == b"\x01":
-                        out += msg[1:]
-                    elif isinstance(msg, bytes) and msg[:1] == b"\x03":
-                        break
-        except InvalidStatus as exc:
-            code = exc.response.status_code
-            if code >= 500 and not (code == 503 and exc.response.headers.get("Retry-After")):
-                self.tally.server_error(f"exec: {code} {bytes(exc.response.body or b'')[:300]!r}")
-            return None
-        except (ConnectionClosed, InvalidHandshake, OSError, TimeoutError):
-            return out.decode(errors="replace") if out else None
-        return out.decode(errors="replace")
-
-
 # --- the workload ----------------------------------------------------------------------
 
 
@@ -288,7 +141,7 @@ class Submission:
 
 @dataclass
 class Workload:
-    api: Api
+    api: GpucaasApi
     admin_token: str
     tokens: dict[str, str]
     size: Size
@@ -318,10 +171,10 @@ class Workload:
             with self.lock:  # asked for from now on (a request that got no answer may have done it)
                 self.deleted[name] = time.monotonic()
             try:
-                status, _ = self.api.call("DELETE", f"/v1/admin/tenancies/{name}", self.admin_token)
+                status: object = self.api.call("DELETE", f"/v1/admin/tenancies/{name}", self.admin_token).status
             except GaveUp as exc:
-                status = exc  # type: ignore[assignment]
-            print(f"[{time.monotonic() - self.started:6.1f}s] deleted tenancy {name}: {status}", file=sys.stderr)
+                status = exc
+            say(f"[{time.monotonic() - self.started:6.1f}s] deleted tenancy {name}: {status}")
 
     def _tenant(self, index: int, name: str) -> None:
         rng = random.Random(f"{self.rng_seed}-{name}")
@@ -346,22 +199,22 @@ class Workload:
                 "command": ["sh", "-c", f"echo chaos {sub.key}; sleep {sleep_s}; exit {exit_code}"],
             }
             try:
-                status, made = self.api.call("POST", "/v1/containers", token, body, idempotency_key=sub.key)
+                answer = self.api.call("POST", "/v1/containers", token, body, idempotency_key=sub.key)
             except GaveUp as exc:
-                print(f"{name}: submission gave up: {exc}", file=sys.stderr)
+                say(f"{name}: submission gave up: {exc}")
                 continue
-            if status != 202:
+            if answer.status != 202:
                 if name not in self.deleted:
-                    print(f"{name}: submission refused: {status} {made}", file=sys.stderr)
-                if status == 401:  # its tenancy was deleted
+                    say(f"{name}: submission refused: {answer.status} {answer.body}")
+                if answer.status == 401:  # its tenancy was deleted
                     return
                 continue
-            sub.cid = made["id"]
+            sub.cid = answer.body["id"]
             try:
                 self._act(rng, action, sub, token)
                 self._wait_ended(sub, token)
             except GaveUp as exc:
-                print(f"{name}: {sub.cid}: {exc}", file=sys.stderr)
+                say(f"{name}: {sub.cid}: {exc}")
 
     def _act(self, rng: random.Random, action: str, sub: Submission, token: str) -> None:
         assert sub.cid is not None
@@ -380,8 +233,9 @@ class Workload:
     def _wait_status(self, sub: Submission, token: str, wanted: tuple[str, ...], within: float) -> str | None:
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            status, body = self.api.call("GET", f"/v1/containers/{sub.cid}", token)
-            if status != 200:
+            answer = self.api.call("GET", f"/v1/containers/{sub.cid}", token)
+            body = answer.body
+            if answer.status != 200:
                 return None
             if body["status"] in wanted:
                 return str(body["status"])
@@ -392,94 +246,6 @@ class Workload:
 
     def _wait_ended(self, sub: Submission, token: str) -> None:
         self._wait_status(sub, token, ("Succeeded", "Failed", "Cancelled"), CONTAINER_WAIT_S)
-
-
-# --- the killer ------------------------------------------------------------------------
-
-
-@dataclass
-class Killer:
-    """Kills each component at its planned time, keeps it down a moment, starts it again; also
-    starts again any component that exited on its own (counted as a crash)."""
-
-    sb: Any
-    plan: list[tuple[float, str]]
-    rng: random.Random
-    started: float = field(default_factory=time.monotonic)
-    kills: Counter[str] = field(default_factory=Counter)
-    crashes: Counter[str] = field(default_factory=Counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)  # held while a kill is under way
-    done: threading.Event = field(default_factory=threading.Event)
-    errors: list[str] = field(default_factory=list)
-
-    def run(self) -> None:
-        try:
-            for at, name in self.plan:
-                time.sleep(max(0.0, self.started + at - time.monotonic()))
-                try:
-                    self.kill(name)
-                except Exception as exc:  # noqa: BLE001 (a component that does not come back is a finding)
-                    self.errors.append(f"{name}: {exc}")
-                    print(f"killer: {name} did not come back: {exc}", file=sys.stderr)
-        finally:
-            self.done.set()
-
-    def _say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", file=sys.stderr)
-
-    def kill(self, name: str) -> None:
-        sb = self.sb
-        node = self.rng.choice(sorted(sb.real_nodes))
-        down = self.rng.uniform(*DOWN_S)
-        with self.lock:
-            if name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
-                self._say(f"kill -9 {name}; down {down:.1f}s")
-                self._cycle(sb.cluster, name, down)
-            elif name in ("kubelet", "containerd"):
-                self._say(f"kill -9 {name} on {node}; down {down:.1f}s")
-                self._cycle(sb.real_nodes[node], name, down)
-            else:
-                service = {
-                    "api-replica": self.rng.choice(["api", *(f"api-{i + 1}" for i in range(1, len(sb.api_urls)))]),
-                    "controller": "controller",
-                    "fabric": f"fabric-{node}",
-                    "device-plugin": f"device-plugin-{node}",
-                    "dra-driver": f"dra-driver-{node}",
-                }[name]
-                self._say(f"kill -9 {service}; down {down:.1f}s")
-                svc = sb.supervisor.services[service]
-                try:
-                    os.killpg(svc.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                svc.process.wait()
-                time.sleep(down)
-                sb.supervisor.restart(service)
-            self.kills[name] += 1
-            self._say(f"{name} is back")
-
-    @staticmethod
-    def _cycle(group: Any, name: str, down: float) -> None:
-        group.kill(name, signal.SIGKILL)
-        time.sleep(down)
-        group.launch(name)
-        group.wait_ready(name, 300.0)
-
-    def revive_loop(self, stop: threading.Event) -> None:
-        """What a node's init system and Kubernetes would do: start again what exited on its own."""
-        while not stop.wait(1.0):
-            with self.lock:
-                for event in self.sb.supervisor.revive():
-                    if event.restarted:
-                        self.crashes[event.name] += 1
-                        self._say(f"crash: {event.describe()}")
-                groups = [self.sb.cluster, *self.sb.real_nodes.values()]
-                for group in groups:
-                    for name, comp in group.components.items():
-                        if comp.process is not None and comp.process.poll() is not None:
-                            self.crashes[name] += 1
-                            self._say(f"crash: {name} exited with {comp.process.returncode}; starting it again")
-                            group.launch(name)
 
 
 # --- the checks ------------------------------------------------------------------------
@@ -499,55 +265,39 @@ class PodRecord:
 
 
 class PodWatch:
-    """Every pod gpucaas made, by uid, from the product's informer: it resumes a cut watch from the
-    last revision seen (as client-go's reflectors do) and lists again on 410 Gone."""
+    """Every pod gpucaas made, by uid, from the pods' watch (``benchmarks.kit.watch``: the
+    product's informer, which resumes a cut watch from the last revision seen and lists again on
+    410 Gone); a pod missing from a listing was deleted while no watch ran."""
 
     def __init__(self, kubeconfig: Path) -> None:
         from core.crds import LABEL_CONTAINER
-        from core.kube import Informer, Kube, KubeConnection
 
-        self.kube = Kube(KubeConnection(kubeconfig=kubeconfig, read_timeout_s=30.0))
         self.pods: dict[str, PodRecord] = {}
-        self.lock = threading.Lock()
-        self.informer = Informer(
-            self.kube,
-            "/api/v1/pods",
+        self.watch = Watch(
+            kubeconfig,
+            pods_path(),
             query=[("labelSelector", LABEL_CONTAINER)],
+            seen=self.note,
+            relisted=self._relisted,
             name="pod-watch",
-            on_list=self._listed,
-            on_event=lambda kind, pod: self.note(pod, deleted=kind == "DELETED"),
             backoff=Backoff(initial_s=0.5, max_s=0.5),  # kube-apiserver is killed on purpose: come back soon
             watch_timeout_s=30,
         )
 
-    @property
-    def relists(self) -> int:
-        return self.informer.relists
-
-    @property
-    def expired(self) -> int:
-        """Watches that met 410 Gone (resumed from a compacted revision)."""
-        return self.informer.expired
-
     def start(self) -> PodWatch:
-        self.informer.start()
+        self.watch.start()
         return self
 
     def stop(self) -> None:
-        self.informer.stop()
-        self.kube.close()
+        self.watch.stop()
 
-    def _listed(self, pods: list[dict[str, Any]]) -> None:
-        listed = set()
-        for pod in pods:
-            self.note(pod, deleted=False)
-            listed.add(pod["metadata"]["uid"])
-        with self.lock:  # gone while the watch was down: deleted
-            for uid, rec in self.pods.items():
-                if uid not in listed:
-                    rec.deleted = True
+    def _relisted(self, pods: list[dict[str, Any]]) -> None:
+        listed = {pod["metadata"]["uid"] for pod in pods}
+        for uid, rec in self.pods.items():
+            if uid not in listed:
+                rec.deleted = True
 
-    def note(self, pod: dict[str, Any], *, deleted: bool) -> None:
+    def note(self, pod: dict[str, Any], deleted: bool) -> None:
         from core.crds import LABEL_CONTAINER
         from services.api.domain.pods import CONTAINER_NAME
 
@@ -555,32 +305,31 @@ class PodWatch:
         cid = (meta.get("labels") or {}).get(LABEL_CONTAINER)
         if not cid:
             return
-        with self.lock:
-            rec = self.pods.setdefault(meta["uid"], PodRecord(meta["uid"], cid))
-            status = pod.get("status") or {}
-            rec.phase = status.get("phase") or rec.phase
-            rec.deleted = rec.deleted or deleted
-            for c in (pod.get("spec") or {}).get("containers") or []:
-                limits = (c.get("resources") or {}).get("limits") or {}
-                if "nvidia.com/gpu" in limits:
-                    rec.gpus = int(limits["nvidia.com/gpu"])
-            for cs in status.get("containerStatuses") or []:
-                if cs.get("name") != CONTAINER_NAME:
-                    continue
-                state = cs.get("state") or {}
-                if state.get("running"):
-                    rec.running = True
-                    rec.started_at = state["running"].get("startedAt") or rec.started_at
-                if state.get("terminated"):
-                    t = state["terminated"]
-                    rec.running = rec.running or bool(t.get("startedAt"))
-                    rec.started_at = t.get("startedAt") or rec.started_at
-                    rec.finished_at = t.get("finishedAt") or rec.finished_at
-                    rec.exit_code = t.get("exitCode")
+        rec = self.pods.setdefault(meta["uid"], PodRecord(meta["uid"], cid))
+        status = pod.get("status") or {}
+        rec.phase = status.get("phase") or rec.phase
+        rec.deleted = rec.deleted or deleted
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            if "nvidia.com/gpu" in limits:
+                rec.gpus = int(limits["nvidia.com/gpu"])
+        for cs in status.get("containerStatuses") or []:
+            if cs.get("name") != CONTAINER_NAME:
+                continue
+            state = cs.get("state") or {}
+            if state.get("running"):
+                rec.running = True
+                rec.started_at = state["running"].get("startedAt") or rec.started_at
+            if state.get("terminated"):
+                t = state["terminated"]
+                rec.running = rec.running or bool(t.get("startedAt"))
+                rec.started_at = t.get("startedAt") or rec.started_at
+                rec.finished_at = t.get("finishedAt") or rec.finished_at
+                rec.exit_code = t.get("exitCode")
 
     def by_container(self) -> dict[str, list[PodRecord]]:
         out: dict[str, list[PodRecord]] = defaultdict(list)
-        with self.lock:
+        with self.watch.cond:
             for rec in self.pods.values():
                 out[rec.cid].append(rec)
         return out
@@ -590,15 +339,13 @@ def _time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
-def api_containers(api: Api, admin_token: str) -> dict[str, dict[str, Any]]:
+def api_containers(api: GpucaasApi, admin_token: str) -> dict[str, dict[str, Any]]:
     """Every container the API holds (deleted tenancies' included), by id."""
     out: dict[str, dict[str, Any]] = {}
     after = None
     while True:
         path = "/v1/admin/containers?limit=500" + (f"&after={urllib.parse.quote(after)}" if after else "")
-        status, page = api.call("GET", path, admin_token)
-        if status != 200:
-            raise RuntimeError(f"GET /v1/admin/containers: {status} {page}")
+        page = api.expect("GET", path, admin_token, ok=(200,))
         out.update({c["id"]: c for c in page["data"]})
         after = page.get("next")
         if not after:
@@ -660,7 +407,7 @@ def stuck(
     return bad_leases, bad_parts
 
 
-def heal(api: Api, admin_token: str, kubeconfig: Path, accepted: set[str]) -> float:
+def heal(api: GpucaasApi, admin_token: str, kubeconfig: Path, accepted: set[str]) -> float:
     """Until every accepted container has ended, no pod runs, every lease is Free and no
     partition is active; at most HEAL_S. Returns the seconds it took."""
     t0 = time.monotonic()
@@ -669,7 +416,7 @@ def heal(api: Api, admin_token: str, kubeconfig: Path, accepted: set[str]) -> fl
             rows = api_containers(api, admin_token)
             leases, fabric, pods = cluster_state(kubeconfig)
         except Exception as exc:  # noqa: BLE001 (still healing)
-            print(f"heal: {exc}", file=sys.stderr)
+            say(f"heal: {exc}")
             time.sleep(2)
             continue
         active = [c for c in accepted if rows.get(c, {}).get("status") in (None, "Queued", "Pending", "Running")]
@@ -747,10 +494,7 @@ def check(
         elif status in ("Queued", "Pending", "Running"):
             why = f"still {status} in the API"
         elif status in ("Succeeded", "Failed") and unseen:
-            print(
-                f"unverifiable: {cid} is {status} in the API; its pod was deleted before the soak saw it end",
-                file=sys.stderr,
-            )
+            say(f"unverifiable: {cid} is {status} in the API; its pod was deleted before the soak saw it end")
         elif status == "Succeeded":
             if not any(p.phase == "Succeeded" and p.exit_code == 0 for p in ended):
                 why = f"Succeeded in the API, the pods: {[(p.phase, p.exit_code) for p in pods.get(cid, [])]}"
@@ -762,7 +506,7 @@ def check(
                 why = f"Failed in the API ({row.get('message')}) but its pod Succeeded"
             elif row.get("exit_code") is None and not ended:
                 # Kubernetes never ran it to an end: fine only if the pod was refused or is gone
-                print(f"failed without an end: {cid}: {row.get('message')}", file=sys.stderr)
+                say(f"failed without an end: {cid}: {row.get('message')}")
         elif status == "Cancelled":
             if not sub.cancelled and sub.tenancy not in work.deleted:
                 why = f"Cancelled, but nobody cancelled it ({row.get('message')})"
@@ -828,35 +572,7 @@ def _as_aware(value: datetime) -> datetime:
 # --- the run ---------------------------------------------------------------------------
 
 
-def _create_database() -> tuple[str, str]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    name = f"gpucaas_chaos_{secrets.token_hex(4)}"
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    finally:
-        admin.dispose()
-    return make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False), name
-
-
-def _drop_database(name: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
-
-
 def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = None) -> dict[str, Any]:
-    from benchmarks.time_to_running import wait_ready
-    from devtools.sandbox import runner
-
     size = QUICK if quick else FULL
     if containers:
         size = Size(containers, size.window_s, size.rounds)
@@ -864,80 +580,76 @@ def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = N
     plan = kill_plan(rng, allocation_mode, size)
     names = [f"chaos-{t:02d}" for t in range(TENANCIES)]
     deletions = [(rng.uniform(0.4, 0.8) * size.window_s, name) for name in rng.sample(names, 1 if quick else 2)]
-    print(
+    say(
         f"chaos soak: seed {seed}, {allocation_mode}, {size.containers} containers over {size.window_s:.0f}s; "
         f"kills: {', '.join(f'{n}@{t:.0f}s' for t, n in plan)}; tenancy deletions: "
-        f"{', '.join(f'{n}@{t:.0f}s' for t, n in deletions)}",
-        file=sys.stderr,
+        f"{', '.join(f'{n}@{t:.0f}s' for t, n in deletions)}"
     )
     t_start = time.monotonic()
-    database_url, database = _create_database()
     tally = Tally()
-    stop_revive = threading.Event()
-    state = Path(tempfile.mkdtemp(prefix="gpucaas-chaos-", dir="/tmp"))
-    sb = None
-    watcher: PodWatch | None = None
-    keep = False
-    try:
-        sb = runner.start(
-            state,
-            api_port=runner.free_port(),
+    findings = False  # the sandbox's state and logs stay for a look when there are
+    with (
+        scratch_database("gpucaas_chaos") as database_url,
+        sandbox(
+            "gpucaas-chaos-",
+            keep=lambda: findings,
             allocation_mode=allocation_mode,
             database_url=database_url,
             api_replicas=API_REPLICAS,
             compaction_interval=COMPACTION,
-        )
+        ) as sb,
+    ):
         assert sb.cluster is not None and sb.audit_log is not None
-        api = Api(sb.api_urls, sb.tls.ca_cert, tally)
-        tokens = {}
-        for name in names:
-            status, body = api.call(
-                "POST", "/v1/admin/tenancies", sb.admin_token, {"name": name, "gpu_quota": 16, "pod_quota": 10}
-            )
-            assert status in (201, 409), body
-            status, body = api.call("POST", f"/v1/admin/tenancies/{name}/tokens", sb.admin_token, {})
-            assert status == 201, body
-            tokens[name] = body["token"]
-        wait_ready(sb, names)
+        api = GpucaasApi.of(sb, tally=tally, retry_server_errors=True)
+        tokens = open_tenancies(api, sb.admin_token, names, gpu_quota=16, pod_quota=10)
+        wait_ready(sb.kubeconfig, names)
         watcher = PodWatch(sb.kubeconfig).start()
-        work = Workload(api, sb.admin_token, tokens, size, seed)
-        killer = Killer(sb, plan, random.Random(seed + 1))
-        t_load = time.monotonic()
-        work.started = killer.started = t_load
-        print(f"sandbox up in {t_load - t_start:.0f}s (state in {state})", file=sys.stderr)
-        revive = threading.Thread(target=killer.revive_loop, args=(stop_revive,), daemon=True, name="revive")
-        revive.start()
-        kill_thread = threading.Thread(target=killer.run, daemon=True, name="killer")
-        kill_thread.start()
-        work.run(deletions)
-        kill_thread.join()
-        accepted = {s.cid for s in work.submissions if s.cid}
-        print(f"[{time.monotonic() - t_load:6.1f}s] workload and kills done; healing", file=sys.stderr)
-        healed = heal(api, sb.admin_token, sb.kubeconfig, accepted)
-        time.sleep(3)  # the pod watch catches up
-        rows = api_containers(api, sb.admin_token)
-        _leases, _fabric, live_pods = cluster_state(sb.kubeconfig)
-        bad_leases, bad_parts = stuck(_leases, _fabric, live_pods)
-        found = check(
-            work, rows, watcher.by_container(), audit_pod_creates(sb.audit_log), usage_records(database_url), live_pods
-        )
+        stop_revive = threading.Event()
+        try:
+            work = Workload(api, sb.admin_token, tokens, size, seed)
+            killer = Killer(sb, plan, random.Random(seed + 1), down_s=DOWN_S)
+            t_load = time.monotonic()
+            work.started = killer.started = t_load
+            say(f"sandbox up in {t_load - t_start:.0f}s (state in {sb.state_dir})")
+            revive = threading.Thread(target=killer.revive_loop, args=(stop_revive,), daemon=True, name="revive")
+            revive.start()
+            kill_thread = threading.Thread(target=killer.run, daemon=True, name="killer")
+            kill_thread.start()
+            work.run(deletions)
+            kill_thread.join()
+            accepted = {s.cid for s in work.submissions if s.cid}
+            say(f"[{time.monotonic() - t_load:6.1f}s] workload and kills done; healing")
+            healed = heal(api, sb.admin_token, sb.kubeconfig, accepted)
+            time.sleep(3)  # the pod watch catches up
+            rows = api_containers(api, sb.admin_token)
+            _leases, _fabric, live_pods = cluster_state(sb.kubeconfig)
+            bad_leases, bad_parts = stuck(_leases, _fabric, live_pods)
+            found = check(
+                work,
+                rows,
+                watcher.by_container(),
+                audit_pod_creates(sb.audit_log),
+                usage_records(database_url),
+                live_pods,
+            )
+        finally:
+            stop_revive.set()
+            watcher.stop()
         found["stuck_leases"], found["stuck_partitions"] = bad_leases, bad_parts
         found["server_errors"] = list(tally.server_errors)
         for figure, items in sorted(found.items()):
             for item in items:
-                print(f"{figure}: {item}", file=sys.stderr)
+                say(f"{figure}: {item}")
         for err in killer.errors:
-            print(f"kill failed: {err}", file=sys.stderr)
+            say(f"kill failed: {err}")
         statuses = Counter(rows[c]["status"] for c in accepted if c in rows)
         faults = failed_by_faults(work, rows)
         for item in faults:
-            print(f"failed by a fault: {item}", file=sys.stderr)
-        print(
+            say(f"failed by a fault: {item}")
+        say(
             f"API statuses: {dict(statuses)}; execs {dict(work.execs)}; log follows {dict(work.follows)}; "
-            f"retried {dict(tally.retries)}; crashes {dict(killer.crashes)}; pod watch relists {watcher.relists}, "
-            f"410 Gone {watcher.expired}; "
-            f"heal {healed:.0f}s",
-            file=sys.stderr,
+            f"retried {dict(tally.retries)}; crashes {dict(killer.crashes)}; pod watch relists "
+            f"{watcher.watch.relists}, 410 Gone {watcher.watch.expired}; heal {healed:.0f}s"
         )
         result = {
             "submitted": len(work.submissions),
@@ -956,27 +668,8 @@ def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = N
             "quick": quick,
             "duration_s": round(time.monotonic() - t_start, 1),
         }
-        keep = any(
-            result[k]
-            for k in ("lost", "duplicated", "stuck_leases", "stuck_partitions", "usage_mismatches", "server_errors")
-        ) or bool(killer.errors)
-        return result
-    except BaseException:
-        keep = True
-        raise
-    finally:
-        stop_revive.set()
-        if watcher is not None:
-            watcher.stop()
-        if sb is not None:
-            sb.stop()
-        _drop_database(database)
-        if keep:
-            print(f"sandbox state and logs kept in {state}", file=sys.stderr)
-        else:
-            import shutil
-
-            shutil.rmtree(state, ignore_errors=True)
+        findings = any(result[k] for k in FIGURES) or bool(killer.errors)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -999,14 +692,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     result = run(seed, args.allocation, args.quick, args.containers)
-    print(json.dumps(result))
+    emit(result)
     failed = [k for k in FIGURES if result[k]]
     unkilled = sorted(set(components(args.allocation)) - set(result["kills_by_component"]))
     if failed or unkilled:
-        print(
+        say(
             f"chaos soak FAILED (seed {seed}, {args.allocation}): "
-            + "; ".join([*(f"{k} = {result[k]}" for k in failed), *(f"{c} never killed" for c in unkilled)]),
-            file=sys.stderr,
+            + "; ".join([*(f"{k} = {result[k]}" for k in failed), *(f"{c} never killed" for c in unkilled)])
         )
         return 1
     return 0

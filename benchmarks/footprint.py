@@ -28,13 +28,13 @@ every GPU node runs these daemons beside its tenants' VMs.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
+
+from benchmarks.kit import leaseless_plugin
+from benchmarks.kit.procstat import cpu_seconds, pss_mb, rss_mb, threads
+from benchmarks.kit.report import emit, say
+from benchmarks.kit.sandbox import sandbox
 
 RSS_TARGET_MB = 60.0
 CPU_TARGET_PCT = 1.0
@@ -44,98 +44,25 @@ PRODUCTION_DAEMONS = ("device_plugin", "fabric")
 ALONE_RESOURCE = "gpucaas.dev/fp"
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def threads(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Threads:"):
-            return int(line.split()[1])
-    return 0
-
-
-def pss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter settle and idle windows")
     args = parser.parse_args(argv)
     settle_s, idle_s = (5.0, 10.0) if args.quick else (20.0, 60.0)
 
-    import subprocess
-
-    from devtools.sandbox import runner
-    from devtools.waiting import wait_for
-
-    with tempfile.TemporaryDirectory(prefix="gpucaas-fp-", dir="/tmp") as tmp:
-        sb = runner.start(Path(tmp), nodes=("gpu-node-a",), api_port=runner.free_port())
-        alone: subprocess.Popen[bytes] | None = None
-        try:
-            node = sb.nodes[0]
-            alone_dir = Path(tmp) / "alone"
-            alone_dir.mkdir()
-            # as the sandbox's device plugin (same PodResources interval and sync grace), leases off
-            env = {
-                **os.environ,
-                **runner.device_plugin_env(alone_dir),
-                "GPUCAAS_LEASES": "false",
-                "GPUCAAS_SYSFS_ROOT": str(node.sysfs),
-                "GPUCAAS_DEV_ROOT": str(node.dev),
-                "GPUCAAS_FABRIC_SOCKET": str(node.fabric_socket),
-            }
-            alone = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gpucaas",
-                    "device-plugin",
-                    "--device-plugin-dir",
-                    str(node.device_plugin_dir),
-                    "--resource-name",
-                    ALONE_RESOURCE,
-                    "--cdi-dir",
-                    str(alone_dir / "cdi"),
-                    "--pod-resources-socket",
-                    str(node.pod_resources_socket),
-                    "--metrics-port",
-                    str(runner.free_port()),
-                    "--node-name",
-                    "gpu-node-a",
-                ],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=(alone_dir / "device-plugin.log").open("wb"),
-            )
-            offers = runner.node_offers_gpus(sb.kubeconfig, node.name, resource=ALONE_RESOURCE)
-            try:
-                wait_for(offers, 60, what=f"the kubelet to offer {ALONE_RESOURCE}")
-            except TimeoutError:
-                print((alone_dir / "device-plugin.log").read_text()[-3000:], file=sys.stderr)
-                raise
+    with sandbox("gpucaas-fp-", nodes=("gpu-node-a",)) as sb:
+        node = sb.nodes[0]
+        with leaseless_plugin.beside_kubelet(sb, node, sb.state_dir / "alone", resource=ALONE_RESOURCE) as alone:
             time.sleep(settle_s)  # a benchmark, not a test: let start-up work finish
-            services = sb.supervisor.services
             wanted = {
                 "device_plugin": "device-plugin-gpu-node-a",
                 "fabric": "fabric-gpu-node-a",
             }
-            pids = {k: services[name].process.pid for k, name in wanted.items() if name in services}
+            pids: dict[str, int] = {}
+            for key, name in wanted.items():
+                pid = sb.supervisor.pid(name) if name in sb.supervisor.children else None
+                if pid is not None:
+                    pids[key] = pid
             kubelet_pid = sb.real_nodes[node.name].pid("kubelet")
             assert kubelet_pid is not None, "the node's kubelet is not running"
             pids["kubelet"] = kubelet_pid
@@ -153,11 +80,6 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for k, p in pids.items()
             }
-        finally:
-            if alone is not None:
-                alone.terminate()
-                alone.wait(timeout=30)
-            sb.stop()
     with_agent, without = daemons["device_plugin"], daemons.pop("device_plugin_alone")
     lease_agent = {
         "in_process_of": "device_plugin",
@@ -179,17 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
     }
     for name, d in {**daemons, "device_plugin_alone": without}.items():
-        print(
+        say(
             f"{name}: {d['rss_mb']} MB resident ({d['pss_mb']} MB proportional), {d['idle_cpu_pct']} % of a "
-            f"core idle, {d['threads']} threads",
-            file=sys.stderr,
+            f"core idle, {d['threads']} threads"
         )
-    print(
+    say(
         f"lease agent (in the device plugin's process): +{lease_agent['rss_mb']} MB, "
-        f"+{lease_agent['idle_cpu_pct']} % of a core",
-        file=sys.stderr,
+        f"+{lease_agent['idle_cpu_pct']} % of a core"
     )
-    print(json.dumps(result))
+    emit(result)
     return 0
 
 

@@ -16,7 +16,7 @@ two differ.
 
 Model (stated in docs/readme/placement.md):
 
-* N nodes x 8 GPUs (HGX H100 partition table). A seeded workload: Poisson
+* N nodes x 8 GPUs (HGX H100 partition table). A seeded workload (``benchmarks.kit.workload``): Poisson
   arrivals, lognormal durations (mean 1 h, sigma 1), a 1/2/4/8-GPU mix. Offered
   load = arrival rate x E[GPUs] x E[duration] / (8 N).
 * Loss model: a pod that cannot be placed when it arrives is rejected (a real
@@ -60,7 +60,6 @@ import heapq
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -68,61 +67,12 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
+from benchmarks.kit.report import emit, percentile, say
+from benchmarks.kit.workload import DEFAULT_MIX, MIX_WITH_ODD, Job, overlap, workload
 from core.topology import GPU_COUNT, partition_for
 from services.dra_driver.slices import buddy_order
 from services.placement.fit import FIT_TABLE, FULL_MASK, gpus_of, mask_of
 from services.placement.fleet import FleetIndex, NodeFree
-
-DEFAULT_MIX: dict[int, float] = {1: 0.40, 2: 0.25, 4: 0.20, 8: 0.15}
-MIX_WITH_ODD: dict[int, float] = {1: 0.35, 2: 0.2, 3: 0.05, 4: 0.2, 5: 0.02, 6: 0.02, 7: 0.01, 8: 0.15}
-MEAN_DURATION_H = 1.0
-DURATION_SIGMA = 1.0
-
-
-# --------------------------------------------------------------------------- workload
-
-
-@dataclass(frozen=True)
-class Job:
-    arrival: float
-    duration: float
-    size: int
-
-
-def workload(
-    *,
-    nodes: int,
-    load: float,
-    horizon_h: float,
-    mix: dict[int, float],
-    seed: int,
-    durations: str = "lognormal",
-) -> list[Job]:
-    """Poisson arrivals at the rate that offers ``load`` of the fleet's GPUs.
-
-    Durations have mean ``MEAN_DURATION_H``: lognormal (sigma ``DURATION_SIGMA``) or exponential."""
-    if durations not in ("lognormal", "exponential"):
-        raise ValueError(f"durations must be 'lognormal' or 'exponential', got {durations!r}")
-    rng = Random(seed)
-    sizes = list(mix)
-    weights = [mix[s] for s in sizes]
-    mean_size = sum(s * w for s, w in zip(sizes, weights, strict=True)) / sum(weights)
-    rate = load * nodes * GPU_COUNT / (mean_size * MEAN_DURATION_H)
-    mu = math.log(MEAN_DURATION_H) - DURATION_SIGMA**2 / 2
-    jobs: list[Job] = []
-    t = 0.0
-    while True:
-        t += rng.expovariate(rate)
-        if t >= horizon_h:
-            return jobs
-        size = rng.choices(sizes, weights)[0]
-        duration = (
-            rng.lognormvariate(mu, DURATION_SIGMA)
-            if durations == "lognormal"
-            else rng.expovariate(1.0 / MEAN_DURATION_H)
-        )
-        jobs.append(Job(t, duration, size))
-
 
 # --------------------------------------------------------------------------- policies
 
@@ -397,7 +347,7 @@ def replay(policy, jobs: Sequence[Job], *, nodes: int, window: tuple[float, floa
             policy.release(node, gpus)
             used -= size
         counted = start <= now < end
-        hours = job.size * _overlap(now, now + job.duration, start, end)
+        hours = job.size * overlap(now, now + job.duration, start, end)
         res.gpu_hours_offered += hours
         if counted:
             res.offered += 1
@@ -423,18 +373,6 @@ def replay(policy, jobs: Sequence[Job], *, nodes: int, window: tuple[float, floa
         _, _, node, gpus, _size = heapq.heappop(departures)
         policy.release(node, gpus)
     return res
-
-
-def _overlap(a: float, b: float, lo: float, hi: float) -> float:
-    return max(0.0, min(b, hi) - max(a, lo))
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    k = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return ordered[k]
 
 
 def run_level(
@@ -508,7 +446,7 @@ def extender_latency(index: FleetIndex, *, samples: int, seed: int) -> dict[str,
         t2 = time.perf_counter_ns()
         extender.handle_prioritize(index, body2)
         timings.append((time.perf_counter_ns() - t2 + t1 - t0) / 1e6)
-    return {"p50_ms": _percentile(timings, 0.5), "p99_ms": _percentile(timings, 0.99)}
+    return {"p50_ms": percentile(timings, 0.5), "p99_ms": percentile(timings, 0.99)}
 
 
 def _pod(size: int) -> dict[str, object]:
@@ -616,13 +554,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         lv.pop("_decision_ns")
         lv.pop("_index")
         levels.append(lv)
-        print(
+        say(
             f"load {load:.2f}: ours {lv['ours']['acceptance']:.3f} "  # type: ignore[index]
             f"spread {lv['spread']['acceptance']:.3f} bound {lv['bound']['acceptance']:.3f} "  # type: ignore[index]
             f"served vs spread {lv['ratio_vs_spread']:.2f}x vs bound {lv['ratio_vs_bound']:.3f} "
             f"vs most-allocated {lv['ratio_vs_most_allocated']:.3f}; dra {lv['dra_ratio_vs_most_allocated']:.3f} "
-            f"dra+extender {lv['dra_extender_ratio_vs_most_allocated']:.3f} (vs most-allocated)",
-            file=sys.stderr,
+            f"dra+extender {lv['dra_extender_ratio_vs_most_allocated']:.3f} (vs most-allocated)"
         )
     at90 = next(lv for lv in levels if math.isclose(float(lv["load"]), 0.9))  # type: ignore[arg-type]
 
@@ -634,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     ext_10k = extender_latency(index_10k, samples=max(50, latency_samples // 2), seed=args.seed)
 
     def ms(ns: list[int], q: float) -> float:
-        return _percentile(ns, q) / 1e6
+        return percentile(ns, q) / 1e6
 
     figures: dict[str, object] = {
         "nodes": args.nodes,
@@ -678,7 +615,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     if args.plot is not None:
         plot(levels, args.plot, args.nodes)
         figures["plot"] = str(args.plot)
-    print(json.dumps(figures))
+    emit(figures)
     return figures
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from typing import Any
@@ -30,7 +29,8 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlmodel import Session
 
-from benchmarks.api import _postgres_database
+from benchmarks.kit.database import scratch_database
+from benchmarks.kit.report import emit, percentile
 from services.api.db import engines
 from services.api.db.admission_pool import AdmissionPool
 from services.api.domain.models import ApiToken, ContainerCreate, TenancyCreate
@@ -120,10 +120,9 @@ def _revoke_figures(url: str, engine: Any, rounds: int) -> dict[str, float]:
     finally:
         for listener in listeners:
             listener.stop()
-    took.sort()
     return {
         "revoke_ack_ms_p50": round(statistics.median(took) * 1e3, 2),
-        "revoke_ack_ms_p99": round(took[min(len(took) - 1, int(len(took) * 0.99))] * 1e3, 2),
+        "revoke_ack_ms_p99": round(percentile(took, 0.99) * 1e3, 2),
     }
 
 
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     args = parser.parse_args(argv)
     n = 1000 if args.quick else 5000
-    with _postgres_database() as url:
+    with scratch_database() as url:
         engine = engines.make_engine(url)
         try:
             engines.upgrade(engine)
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             figures.update(_revoke_figures(url, engine, 50 if args.quick else 200))
         finally:
             engine.dispose()
-    print(json.dumps(figures))
+    emit(figures)
     return 0
 
 

@@ -45,110 +45,53 @@ is parsed: the figures include the watch's delivery, never less than the truth.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.loadgen import process_cpu_seconds
+from benchmarks.kit import processes
+from benchmarks.kit.procstat import cpu_ms_per, cpu_seconds_of
+from benchmarks.kit.report import emit, percentile
+from benchmarks.kit.watch import Watch
 
 if TYPE_CHECKING:
-    import kubernetes
-
     from devtools.local_cluster import LocalCluster
     from services.tenancy_controller.kube import KubeClient
 
-ROOT = Path(__file__).resolve().parent.parent
 #: The paced phase's offered rate (tenancies per second).
 PACED_RATE = 20
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-c", "from gpucaas.cli import app; app()", *args],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=ROOT,
-    )
-
-
-def _cpu_s(*pids: int | None) -> float | None:
-    """CPU seconds (user + system) the processes have used so far, together; None where
-    /proc is absent or one of them is not running."""
-    total = 0.0
-    for pid in pids:
-        if pid is None:
-            return None
-        try:
-            total += process_cpu_seconds(pid)
-        except OSError:
-            return None
-    return total
-
-
-def _cpu_ms_per(before: float | None, after: float | None, count: int) -> float | None:
-    return None if before is None or after is None else round((after - before) * 1000 / count, 2)
-
-
 class ReadyWatch:
-    """Records when each Tenancy is first seen Ready, from the product's informer (which lists
-    again after any failure: a stream that broke once no longer leaves Ready tenancies unseen)."""
+    """When each Tenancy was first seen, and first seen Ready (its ``Ready`` condition ``True``)."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+    def __init__(self, kubeconfig: Path) -> None:
         from core import crds
-        from core.kube import Informer, Kube
 
         self.ready: dict[str, float] = {}
         self.first_seen: dict[str, float] = {}
-        self._cond = threading.Condition()
-        self._informer = Informer(
-            Kube.of(api_client),
-            f"/apis/{crds.GROUP}/{crds.VERSION}/{crds.TENANCY_PLURAL}",
-            name="tenancies",
-            on_list=self._listed,
-            on_event=lambda _kind, obj: self._seen(obj),
+        self._watch = Watch(
+            kubeconfig, f"/apis/{crds.GROUP}/{crds.VERSION}/{crds.TENANCY_PLURAL}", seen=self._seen, name="tenancies"
         ).start()
 
-    def _listed(self, items: list[dict]) -> None:
-        for obj in items:
-            self._seen(obj)
-
-    def _seen(self, obj: dict) -> None:
-        self.first_seen.setdefault(obj["metadata"]["name"], time.perf_counter())
+    def _seen(self, obj: dict, _deleted: bool) -> None:
+        name = obj["metadata"]["name"]
+        self.first_seen.setdefault(name, time.perf_counter())
         conditions = (obj.get("status") or {}).get("conditions") or []
         if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-            name = obj["metadata"]["name"]
-            with self._cond:
-                self.ready.setdefault(name, time.perf_counter())
-                self._cond.notify_all()
+            self.ready.setdefault(name, time.perf_counter())
 
     def wait(self, names: list[str], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not all(n in self.ready for n in names):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = [n for n in names if n not in self.ready]
-                    raise TimeoutError(f"{len(missing)} tenancies not Ready, e.g. {missing[:3]}")
-                self._cond.wait(left)
+        self._watch.wait(lambda: all(n in self.ready for n in names), timeout, f"{len(names)} tenancies Ready")
 
     def stop(self) -> None:
-        self._informer.stop()
+        self._watch.stop()
 
 
 def _body(name: str, index: int) -> dict:
@@ -163,7 +106,7 @@ def _start_cluster(folder: Path) -> LocalCluster:
     """The control plane with what a cluster holds before the chart's templates."""
     from devtools.local_cluster import ClusterOptions, LocalCluster
     from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
-    from devtools.sandbox.runner import cluster_objects
+    from devtools.sandbox.cluster import cluster_objects
 
     cluster = LocalCluster(folder, ClusterOptions(run_scheduler=False, audit_policy=None)).start()
     try:
@@ -207,26 +150,23 @@ def _paced(api: KubeClient, watch: ReadyWatch, seconds: float, creators: int) ->
         "paced_seconds": seconds,
         "paced_count": total,
         "ready_p50_ms_at_20_per_s": round(statistics.median(latencies), 1),
-        "ready_p99_ms_at_20_per_s": round(_percentile(latencies, 0.99), 1),
+        "ready_p99_ms_at_20_per_s": round(percentile(latencies, 0.99), 1),
         "ready_max_ms_at_20_per_s": round(max(latencies), 1),
-        "paced_send_lag_p99_ms": round(_percentile(lag_ms, 0.99), 1),
+        "paced_send_lag_p99_ms": round(percentile(lag_ms, 0.99), 1),
     }
 
 
 def run(count: int, single: int, workers: int, creators: int, paced_s: float) -> dict:
-    from core.kube import new_api_client
     from services.tenancy_controller import kube
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenancy-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUCAAS_CONTROLLER_GPU_LEASES": "false"}
-    env.pop("KUBECONFIG", None)
     cluster = _start_cluster(tmp / "cluster")
     kubeconfig = cluster.admin_kubeconfig
     procs: list[subprocess.Popen[bytes]] = []
     try:
         api = kube.KubeClient(kube.connection(kubeconfig, pool_size=max(32, creators)))
-        controller = _spawn(
-            [
+        controller = processes.start(
+            processes.gpucaas_command(
                 "controller",
                 "--kubeconfig",
                 str(kubeconfig),
@@ -235,12 +175,13 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
                 str(workers),
                 "--retry-delay-s",
                 "0.5",
-            ],
+            ),
             tmp / "controller.log",
-            env,
+            env={"GPUCAAS_CONTROLLER_GPU_LEASES": "false"},
+            unset=("KUBECONFIG",),
         )
         procs.append(controller)
-        watch = ReadyWatch(new_api_client(kubeconfig))
+        watch = ReadyWatch(kubeconfig)
 
         # warm-up: the controller is up once a first tenancy becomes Ready
         api.create(_body("warmup", 0))
@@ -257,9 +198,9 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
 
         def cpu() -> tuple[float | None, float | None, float | None]:
             return (
-                _cpu_s(cluster.pid("kube-apiserver"), cluster.pid("etcd")),
-                _cpu_s(controller.pid),
-                _cpu_s(cluster.pid("kube-controller-manager")),
+                cpu_seconds_of(cluster.pid("kube-apiserver"), cluster.pid("etcd")),
+                cpu_seconds_of(controller.pid),
+                cpu_seconds_of(cluster.pid("kube-controller-manager")),
             )
 
         names = [f"bench-{i:04d}" for i in range(count)]
@@ -291,28 +232,24 @@ def run(count: int, single: int, workers: int, creators: int, paced_s: float) ->
             "creators": creators,
             "workers": workers,
             "ready_p50_ms": round(statistics.median(latencies), 1),
-            "ready_p99_ms": round(_percentile(latencies, 0.99), 1),
+            "ready_p99_ms": round(percentile(latencies, 0.99), 1),
             "ready_max_ms": round(max(latencies), 1),
             "tenancies_per_s": round(count / (t_last - t_first), 1),
-            "create_p99_ms": round(_percentile(create_ms, 0.99), 1),
+            "create_p99_ms": round(percentile(create_ms, 0.99), 1),
             "create_requests_per_s": round(count / (t_created - t_first), 1),
-            "watch_lag_p99_ms": round(_percentile(watch_lag_ms, 0.99), 1),
-            "apiserver_cpu_ms_per_tenancy": _cpu_ms_per(cpu_before[0], cpu_after[0], count),
-            "controller_cpu_ms_per_tenancy": _cpu_ms_per(cpu_before[1], cpu_after[1], count),
-            "controller_manager_cpu_ms_per_tenancy": _cpu_ms_per(cpu_before[2], cpu_after[2], count),
+            "watch_lag_p99_ms": round(percentile(watch_lag_ms, 0.99), 1),
+            "apiserver_cpu_ms_per_tenancy": cpu_ms_per(cpu_before[0], cpu_after[0], count),
+            "controller_cpu_ms_per_tenancy": cpu_ms_per(cpu_before[1], cpu_after[1], count),
+            "controller_manager_cpu_ms_per_tenancy": cpu_ms_per(cpu_before[2], cpu_after[2], count),
             **paced,
             "load_average_1m": round(os.getloadavg()[0], 2),
             "single_count": single,
             "single_ready_p50_ms": round(statistics.median(single_ms), 1),
-            "single_ready_p99_ms": round(_percentile(single_ms, 0.99), 1),
+            "single_ready_p99_ms": round(percentile(single_ms, 0.99), 1),
         }
     finally:
         for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            processes.stop(proc)
         cluster.stop()
         shutil.rmtree(tmp / "cluster" / "etcd", ignore_errors=True)  # the logs stay for a look
 
@@ -329,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     count = args.count or 200
     single = 5 if args.quick else 20
     paced_s = 10.0 if args.quick else 30.0
-    print(json.dumps(run(count, single, args.workers, args.creators, paced_s)))
+    emit(run(count, single, args.workers, args.creators, paced_s))
 
 
 if __name__ == "__main__":

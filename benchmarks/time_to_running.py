@@ -64,17 +64,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
-import sys
-import tempfile
 import threading
 import time
-import urllib.error
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from benchmarks.kit.gpucaas_api import GpucaasApi
+from benchmarks.kit.report import emit, p50_p99, say
+from benchmarks.kit.sandbox import sandbox
+from benchmarks.kit.tenancies import open_tenancies, wait_ready
+from benchmarks.kit.watch import Watch, pods_path
 
 IMAGE = "busybox:1.36"
 IMAGE_REF = "docker.io/library/busybox:1.36"  # what containerd calls it
@@ -91,14 +95,6 @@ PHASES = (
     "status_report",
     "api_report",
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 #: wall clock -> monotonic clock (one offset for the run)
@@ -131,37 +127,23 @@ class Seen:
 
 
 class PodWatch:
-    """One watch on the pods gpucaas creates, recording when each reached each step: the
-    product's informer, which resumes a cut watch from the last revision seen and lists again
-    on 410 Gone or any failure (it hands over the wire JSON, read here by its own keys)."""
+    """When each pod of ``label`` (its value names it) reached each step, as the pods' watch
+    delivered the changes (``benchmarks.kit.watch``: the product's informer); the first bound
+    pod is kept as ``template``."""
 
     def __init__(self, kubeconfig: Path, label: str | None = None) -> None:
         from core.crds import LABEL_CONTAINER
-        from core.kube import Informer, Kube, KubeConnection
 
         self.label = label or LABEL_CONTAINER  # the pods watched carry it; its value names them
         self.template: dict[str, Any] | None = None  # the first bound pod, as JSON
-        self.kube = Kube(KubeConnection(kubeconfig=kubeconfig))
         self.seen: dict[str, Seen] = {}
-        self.cond = threading.Condition()
-        self.informer = Informer(
-            self.kube,
-            "/api/v1/pods",
-            query=[("labelSelector", self.label)],
-            name="pod-watch",
-            on_list=self._listed,
-            on_event=lambda _kind, pod: self._note(pod),
-            watch_timeout_s=60,
-        )
+        self.watch = Watch(kubeconfig, pods_path(), query=[("labelSelector", self.label)], seen=self._note)
+        self.cond = self.watch.cond
 
     def start(self) -> None:
-        self.informer.start()
+        self.watch.start()
 
-    def _listed(self, pods: list[dict[str, Any]]) -> None:
-        for pod in pods:
-            self._note(pod)
-
-    def _note(self, pod: dict[str, Any]) -> None:
+    def _note(self, pod: dict[str, Any], _deleted: bool) -> None:
         from services.api.domain.pods import CONTAINER_NAME
 
         now = time.monotonic()
@@ -171,31 +153,28 @@ class PodWatch:
             return
         node = (pod.get("spec") or {}).get("nodeName")
         status = pod.get("status") or {}
-        with self.cond:
-            if self.template is None and node:
-                self.template = pod
-            s = self.seen.setdefault(cid, Seen(created=now))
-            phase = status.get("phase")
-            conds = status.get("conditions") or []
-            unplaced = [c for c in conds if c.get("type") == "PodScheduled" and c.get("status") == "False"]
-            if s.unschedulable is None and not node and unplaced:
-                s.unschedulable, s.wait_reason = now, unplaced[0].get("message")
-            if s.bound is None and node:
-                s.bound, s.node = now, node
-            if s.running is None and phase in ("Running", "Succeeded", "Failed"):
-                s.running = now
-            if s.finished is None and phase in ("Succeeded", "Failed"):
-                s.finished = now
-            for cs in status.get("containerStatuses") or []:
-                if cs.get("name") == CONTAINER_NAME and cs.get("containerID"):
-                    s.container_id = cs["containerID"].split("://", 1)[-1]
-            if phase == "Failed" and status.get("reason"):
-                s.last = f"{status['reason']}: {status.get('message')}"
-            self.cond.notify_all()
+        if self.template is None and node:
+            self.template = pod
+        s = self.seen.setdefault(cid, Seen(created=now))
+        phase = status.get("phase")
+        conds = status.get("conditions") or []
+        unplaced = [c for c in conds if c.get("type") == "PodScheduled" and c.get("status") == "False"]
+        if s.unschedulable is None and not node and unplaced:
+            s.unschedulable, s.wait_reason = now, unplaced[0].get("message")
+        if s.bound is None and node:
+            s.bound, s.node = now, node
+        if s.running is None and phase in ("Running", "Succeeded", "Failed"):
+            s.running = now
+        if s.finished is None and phase in ("Succeeded", "Failed"):
+            s.finished = now
+        for cs in status.get("containerStatuses") or []:
+            if cs.get("name") == CONTAINER_NAME and cs.get("containerID"):
+                s.container_id = cs["containerID"].split("://", 1)[-1]
+        if phase == "Failed" and status.get("reason"):
+            s.last = f"{status['reason']}: {status.get('message')}"
 
     def stop(self) -> None:
-        self.informer.stop()
-        self.kube.close()
+        self.watch.stop()
 
 
 class ContainerdEvents:
@@ -305,44 +284,20 @@ def wait_all(what: str, ids: list[str], done: Any, cond: threading.Condition) ->
             cond.wait(1.0)
 
 
-def wait_ready(sb: Any, names: list[str]) -> None:
-    """Until every Tenancy custom resource reports ``phase: Ready`` (its namespace, quota, policies)."""
-    from kubernetes import client
-
-    from core.crds import GROUP, TENANCY_PLURAL, VERSION
-    from core.kube import new_api_client
-
-    with new_api_client(sb.kubeconfig) as api:
-        objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
-        deadline = time.monotonic() + STALL_S
-        while True:
-            items = objects.list_cluster_custom_object(GROUP, VERSION, TENANCY_PLURAL)["items"]
-            ready = {o["metadata"]["name"] for o in items if (o.get("status") or {}).get("phase") == "Ready"}
-            if ready >= set(names):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"tenancies not Ready: {sorted(set(names) - ready)}")
-            time.sleep(0.5)
+def post(api: GpucaasApi, token: str, body: dict[str, Any]) -> tuple[str, float, float]:
+    """Submit one container (429s waited out); returns its id, when the POST that was answered
+    went, when its 202 came."""
+    answer = api.call("POST", "/v1/containers", token, body)
+    if answer.status != 202:
+        raise RuntimeError(f"POST /v1/containers: {answer.status} {str(answer.body)[:200]}")
+    return answer.body["id"], answer.sent_at, answer.answered_at
 
 
-def post(sb: Any, token: str, body: dict[str, Any]) -> tuple[str, float, float]:
-    """Submit one container (429s waited out); returns its id, when the POST went, when 202 came."""
-    while True:
-        t0 = time.monotonic()
-        try:
-            cid = sb.api("POST", "/v1/containers", body, token=token)["id"]
-            return cid, t0, time.monotonic()
-        except urllib.error.HTTPError as exc:
-            if exc.code != 429:  # a rate limit says when to come back; anything else is an error
-                raise RuntimeError(f"POST /v1/containers: {exc.code} {exc.read()[:200]!r}") from exc
-            time.sleep(float(exc.headers.get("Retry-After") or 1))
-
-
-def cache_image(sb: Any, token: str, watcher: PodWatch, ctr: Path) -> None:
+def cache_image(sb: Any, api: GpucaasApi, token: str, watcher: PodWatch, ctr: Path) -> None:
     """One 8-GPU container per node (a whole board each: they cannot share a node), then check
     that every node's containerd holds the image."""
     body = {"image": IMAGE, "gpus": 8, "command": ["true"]}
-    ids = [post(sb, token, body)[0] for _ in sb.real_nodes]
+    ids = [post(api, token, body)[0] for _ in sb.real_nodes]
     wait_all("finished (warm-up)", ids, lambda i: getattr(watcher.seen.get(i), "finished", None), watcher.cond)
     for name, node in sb.real_nodes.items():
         images = subprocess.run(
@@ -358,28 +313,23 @@ def cache_image(sb: Any, token: str, watcher: PodWatch, ctr: Path) -> None:
             )
 
 
-def wait_gpus_free(sb: Any) -> None:
+def wait_gpus_free(kubeconfig: Path) -> None:
     """Until every GPU's lease is back to Free (the warm-up's boards released and checked)."""
-    from kubernetes import client
-
     from core.crds import GPULEASE_PLURAL, GROUP, VERSION
-    from core.kube import new_api_client
+    from core.kube import KubeConnection, connect
     from core.lease_states import LeaseState, state_of
+    from devtools.waiting import wait_for
 
-    with new_api_client(sb.kubeconfig) as api:
-        objects: Any = client.CustomObjectsApi(api)  # answers plain JSON: untyped
-        deadline = time.monotonic() + STALL_S
-        while True:
-            items = objects.list_cluster_custom_object(GROUP, VERSION, GPULEASE_PLURAL)["items"]
-            busy = [o["metadata"]["name"] for o in items if state_of(o.get("status")) != LeaseState.FREE]
-            if not busy:
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"GPUs not released after the warm-up: {busy}")
-            time.sleep(0.5)
+    with connect(KubeConnection(kubeconfig=kubeconfig)) as kube:
+
+        def free() -> bool:
+            items = kube.request("GET", f"/apis/{GROUP}/{VERSION}/{GPULEASE_PLURAL}")["items"]
+            return all(state_of(o.get("status")) == LeaseState.FREE for o in items)
+
+        wait_for(free, STALL_S, interval=0.5, what="every GPU's lease Free after the warm-up")
 
 
-def submit_all(sb: Any, tokens: list[str], count: int) -> tuple[dict[str, float], dict[str, float]]:
+def submit_all(api: GpucaasApi, tokens: list[str], count: int) -> tuple[dict[str, float], dict[str, float]]:
     """One thread per tenancy submits its share back to back; returns id -> POST sent, id -> 202 answered."""
     posted: dict[str, float] = {}
     answered: dict[str, float] = {}
@@ -390,7 +340,7 @@ def submit_all(sb: Any, tokens: list[str], count: int) -> tuple[dict[str, float]
         body = {"image": IMAGE, "gpus": 1, "command": COMMAND}
         for _ in range(t, count, len(tokens)):
             try:
-                cid, t0, t1 = post(sb, token, body)
+                cid, t0, t1 = post(api, token, body)
             except RuntimeError as exc:
                 with lock:
                     errors.append(str(exc))
@@ -487,13 +437,12 @@ def kube_only(sb: Any, template: dict[str, Any], count: int, threads: int) -> di
             watcher.stop()
     failed = [i for i in names if seen[i].last is not None]
     for i in failed[:3]:
-        print(f"kube only: {i} failed: {' '.join(str(seen[i].last).split())[:300]}", file=sys.stderr)
+        say(f"kube only: {i} failed: {' '.join(str(seen[i].last).split())[:300]}")
     times = []
     for i in names:
         times.append(max(0.0, (seen[i].running - sent[i] - seen[i].room_wait()) * 1000))  # type: ignore[operator]
     return {
-        "kube_only_running_p50_ms": round(percentile(times, 50), 1),
-        "kube_only_running_p99_ms": round(percentile(times, 99), 1),
+        **p50_p99("kube_only_running", times, empty=math.nan),
         "kube_only_pods": len(times),
         "kube_only_failed": len(failed),
     }
@@ -526,36 +475,32 @@ def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | No
 
 
 def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = None) -> dict[str, Any]:
-    from devtools.sandbox import runner
+    from devtools.sandbox.nodes import DEFAULT_NODES
 
-    with tempfile.TemporaryDirectory(prefix="gpucaas-ttr-", dir="/tmp") as tmp:
-        sb = runner.start(Path(tmp), api_port=runner.free_port())
+    with sandbox("gpucaas-ttr-") as sb:
+        api = GpucaasApi.of(sb)
         watcher = PodWatch(sb.kubeconfig)
         hooks = WebhookReceiver()
         events: ContainerdEvents | None = None
         try:
             assert sb.cluster is not None and sb.real_nodes, "the benchmark needs the sandbox's real nodes"
             ctr = sb.cluster.bin_dir / "ctr"
-            tokens = []
             # Quotas above what a tenancy submits: the figure is placement, not quota refusals.
             pod_quota = max(20, -(-count // tenancies))
             names = [f"ttr-{t:02d}" for t in range(tenancies)]
-            for name in names:
-                sb.api(
-                    "POST", "/v1/admin/tenancies", {"name": name, "gpu_quota": 8 * pod_quota, "pod_quota": pod_quota}
-                )
-                tokens.append(sb.api("POST", f"/v1/admin/tenancies/{name}/tokens", {})["token"])
+            made = open_tenancies(api, sb.admin_token, names, gpu_quota=8 * pod_quota, pod_quota=pod_quota)
+            tokens = [made[name] for name in names]
             # Tenancy namespaces are made by the controller: a container submitted before its
             # tenancy is Ready would wait for that too, which is not what this measures.
-            wait_ready(sb, names)
+            wait_ready(sb.kubeconfig, names)
             for token in tokens:
-                sb.api("POST", "/v1/webhooks", {"url": hooks.url, "events": ["container.running"]}, token=token)
+                api.expect("POST", "/v1/webhooks", token, {"url": hooks.url, "events": ["container.running"]})
             watcher.start()
-            cache_image(sb, tokens[0], watcher, ctr)
-            wait_gpus_free(sb)
+            cache_image(sb, api, tokens[0], watcher, ctr)
+            wait_gpus_free(sb.kubeconfig)
             events = ContainerdEvents(ctr, [n.containerd_socket for n in sb.real_nodes.values()])
             time.sleep(1.0)  # the event streams open
-            posted, answered = submit_all(sb, tokens, count)
+            posted, answered = submit_all(api, tokens, count)
             ids = list(posted)
             wait_all("Running in the API", ids, lambda i: i in hooks.running, hooks.cond)
             wait_all("finished", ids, lambda i: getattr(watcher.seen.get(i), "finished", None), watcher.cond)
@@ -569,16 +514,15 @@ def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = N
                 events.stop()
             hooks.stop()
             watcher.stop()
-            sb.stop()
     reasons = sorted({seen[i].wait_reason or "" for i in ids if seen[i].unschedulable is not None})
     for reason in reasons:
-        print(f"a pod waited: {reason}", file=sys.stderr)
+        say(f"a pod waited: {reason}")
     waited = {i: seen[i].room_wait() for i in ids}
     # A pod the kubelet refused (no container was ever made) did not run: the API reports it
     # failed, after a container.running event of its own (the pod had a start time).
     never = [i for i in ids if seen[i].container_id is None]
     for i in never:
-        print(f"did not start: {i}: {' '.join(str(seen[i].last).split())[:300]}", file=sys.stderr)
+        say(f"did not start: {i}: {' '.join(str(seen[i].last).split())[:300]}")
     submitted = len(ids)
     ids = [i for i in ids if seen[i].container_id is not None]
     queued = [(api_running[i] - posted[i]) * 1000 for i in ids]
@@ -612,30 +556,24 @@ def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = N
     ]
     span = max(api_running[i] for i in ids) - min(posted.values())
     result: dict[str, Any] = {
-        "running_p50_ms": round(percentile(control, 50), 1),
-        "running_p99_ms": round(percentile(control, 99), 1),
-        "queued_running_p50_ms": round(percentile(queued, 50), 1),
-        "queued_running_p99_ms": round(percentile(queued, 99), 1),
+        **p50_p99("running", control, empty=math.nan),
+        **p50_p99("queued_running", queued, empty=math.nan),
     }
     for phase in PHASES:
-        values = [p[phase] for p in split]
-        result[f"{phase}_p50_ms"] = round(percentile(values, 50), 1)
-        result[f"{phase}_p99_ms"] = round(percentile(values, 99), 1)
+        result.update(p50_p99(phase, [p[phase] for p in split], empty=math.nan))
     result.update(
         {
             **floor,
             "phases_measured": len(split),  # containers with every mark (the others lack a containerd event)
-            "post_to_pod_p50_ms": round(percentile(to_pod, 50), 1),
-            "post_to_pod_p99_ms": round(percentile(to_pod, 99), 1),
-            "bound_to_running_p50_ms": round(percentile(node_part, 50), 1),
-            "bound_to_running_p99_ms": round(percentile(node_part, 99), 1),
+            **p50_p99("post_to_pod", to_pod, empty=math.nan),
+            **p50_p99("bound_to_running", node_part, empty=math.nan),
             "waited_for_room": sum(waited[i] > 0 for i in ids),
             "started_per_s": round(len(ids) / span, 2),
             "containers": len(ids),  # those that ran
             "did_not_start": submitted - len(ids),
             "tenancies": tenancies,
             "gpus": submitted,
-            "real_nodes": len(runner.DEFAULT_NODES),
+            "real_nodes": len(DEFAULT_NODES),
             "image": IMAGE,
             "quick": quick,
         }
@@ -652,13 +590,12 @@ def main(argv: list[str] | None = None) -> int:
     count = args.containers or (40 if args.quick else 200)
     result = run(count, args.tenancies, args.quick)
     where = ", ".join(f"{p} {result[f'{p}_p50_ms']}" for p in PHASES)
-    print(
+    say(
         f"POST -> API Running, control plane and node: p50 {result['running_p50_ms']} ms, "
         f"p99 {result['running_p99_ms']} ms; with waits for room: p99 {result['queued_running_p99_ms']} ms; "
-        f"{result['started_per_s']} started/s; p50 by phase (ms): {where}",
-        file=sys.stderr,
+        f"{result['started_per_s']} started/s; p50 by phase (ms): {where}"
     )
-    print(json.dumps(result))
+    emit(result)
     return 0
 
 

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from core import fabric_messages as fm
+from core.backoff import Backoff
 
 DEFAULT_SOCKET = "/run/gpucaas/fabric.sock"
 SOCKET_ENV = "GPUCAAS_FABRIC_SOCKET"
@@ -102,7 +103,7 @@ class _UnixConnection(http.client.HTTPConnection):
         # backlog is full: it fails at once with EAGAIN (unix(7)). A busy server is not an
         # absent one, so such a connect is tried again, backing off, until the timeout.
         deadline = monotonic() + self.connect_timeout
-        pause = 0.001
+        backoff = Backoff(initial_s=0.001, max_s=0.1)
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -110,10 +111,10 @@ class _UnixConnection(http.client.HTTPConnection):
                 sock.connect(self.socket_path)
             except BlockingIOError:
                 sock.close()
+                pause = backoff.next()
                 if monotonic() + pause > deadline:
                     raise
                 sleep(pause)
-                pause = min(pause * 2, 0.1)
                 continue
             except BaseException:
                 sock.close()

@@ -50,12 +50,20 @@ def render_notes(values: dict[str, Any] | None = None) -> str:
 
 
 def chart_crds() -> list[dict[str, Any]]:
-    """The CRDs Helm installs from crds/ (as the engine loads them)."""
+    """Every CRD the chart installs: Kopf's from crds/ (as the engine loads them, installed once)
+    and gpucaas's own from its templates (updated by every upgrade)."""
     import helm_python
 
     with helm_python.Chart.load(CHART) as chart:
         entries = chart.crds
-    return [doc for entry in entries for doc in yaml.safe_load_all(entry["data"]) if doc]
+    static = [doc for entry in entries for doc in yaml.safe_load_all(entry["data"]) if doc]
+    return static + [o for o in render() if o["kind"] == "CustomResourceDefinition"]
+
+
+def is_hook(obj: dict[str, Any]) -> bool:
+    """A Helm hook (the migration Job and its ServiceAccount, the ``helm test`` pods and their
+    role): run around an install, upgrade or test, never part of what the release installs."""
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
 
 
 def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

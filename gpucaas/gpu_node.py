@@ -31,6 +31,7 @@ from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
 from services.gpu_leases import cli as gpu_leases_cli, main as gpu_leases_main
 from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
+from services.gpu_leases.metrics import LeaseMetrics
 from services.gpu_leases.settings import LeaseAgentSettings
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> NodeLea
     core.add_transient_source(agent.transient)  # a GPU the kubelet chose while it was released: wait, not fail
     agent.on_health_change = core.refresh_devices  # withhold a GPU at once, not at the next health check
     core.add_allocation_listener(agent.note_allocation)
+    agent.on_round = LeaseMetrics(plugin.metrics.registry, ps.node_name).observe  # on the plugin's /metrics
     return agent
 
 

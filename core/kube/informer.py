@@ -14,6 +14,11 @@ state), then watches from the listing's resourceVersion with bookmarks
 * anything else — a handler raising, say — is logged with its traceback and lists again
   after the backoff: the state the handler left may be wrong, and a fresh listing repairs it.
 
+``before_list()``, when given, runs before each list request, the first and every one after
+(a 410, a failed handler): an owner that reconciles against the listing (fails what vanished
+while nobody watched) notes there when the listing began, so that what changes after the
+request is not taken for gone.
+
 It ends only when :meth:`stop` is called (which also cuts a stream blocked on a quiet
 collection), never on an error.
 
@@ -58,8 +63,9 @@ class Informer:
 
     ``query`` narrows the collection (``labelSelector``, ``fieldSelector``). ``on_error`` sees
     each :class:`KubeError` of a list or watch and may answer the seconds to wait instead of the
-    backoff's. ``synced`` is set once a listing has been handed over; ``relists``, ``expired``
-    (410 Gone) and ``failures`` count what happened.
+    backoff's. ``synced`` is set once a listing has been handed over, ``watching`` while a watch
+    stream is open (an owner may poll instead while it is not); ``relists``, ``expired`` (410
+    Gone) and ``failures`` count what happened.
     """
 
     def __init__(
@@ -74,6 +80,7 @@ class Informer:
         backoff: Backoff | None = None,
         watch_timeout_s: int = 300,
         on_error: Callable[[KubeError], float | None] | None = None,
+        before_list: Callable[[], None] | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -82,9 +89,11 @@ class Informer:
         self.on_list = on_list
         self.on_event = on_event
         self.on_error = on_error
+        self.before_list = before_list
         self.backoff = backoff or dataclasses.replace(DEFAULT_BACKOFF)
         self.watch_timeout_s = watch_timeout_s
         self.synced = threading.Event()
+        self.watching = threading.Event()
         self.relists = 0
         self.expired = 0
         self.failures = 0
@@ -145,6 +154,8 @@ class Informer:
     # -- list and watch --------------------------------------------------------------
 
     def _list(self) -> str:
+        if self.before_list is not None:
+            self._handle(self.before_list)
         listing = self.kube.request("GET", self.path, query=self.query or None)
         items = list(listing.get("items") or [])
         if self._stop.is_set():
@@ -169,6 +180,7 @@ class Informer:
         resp = self.kube.stream(self.path, query=query, read_timeout_s=self.watch_timeout_s + 30)
         with self._resp_lock:
             self._resp = resp
+        self.watching.set()
         try:
             self.backoff.reset()
             lines = stream_lines(resp, 65536)
@@ -189,6 +201,7 @@ class Informer:
                 if kind != "BOOKMARK":
                     self._handle(self.on_event, str(kind), obj)
         finally:
+            self.watching.clear()
             with self._resp_lock:
                 self._resp = None
             resp.release_conn()
@@ -212,4 +225,5 @@ class Informer:
 
 
 class _HandlerFailed(Exception):
-    """The owner's ``on_list`` or ``on_event`` raised (the cause): never taken for a list/watch error."""
+    """The owner's ``before_list``, ``on_list`` or ``on_event`` raised (the cause): never taken for a
+    list/watch error."""

@@ -13,8 +13,9 @@ and whatever flags the caller adds (the sandbox turns on its HostPath provisione
 kube-scheduler runs the configuration it is given (the chart's extender configuration, or
 the DRA plugins). etcd keeps its data in the cluster's folder.
 
-Every process is started with its log in ``<folder>/logs/`` and stopped by its pid; a
-component can be killed and started again (:meth:`LocalCluster.restart`) to test faults.
+Every process runs under the development tools' supervisor (:mod:`devtools.processes`) with
+its log in ``<folder>/logs/``; a component can be killed and started again
+(:meth:`LocalCluster.restart`) to test faults.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ import yaml
 from devtools.local_cluster.binaries import bin_dir as find_bin_dir
 from devtools.local_cluster.objects import create_all
 from devtools.local_cluster.pki import PKI, SERVING_NAMES, Pair
-from devtools.local_cluster.processes import ClusterFailed, ProcessGroup, http_ok, https_self_signed_ok
 from devtools.ports import free_port
+from devtools.processes import ReadyCheck, Supervisor, http_ready
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class ClusterOptions:
     bind_address: str = "127.0.0.1"
 
 
-class LocalCluster(ProcessGroup):
+class LocalCluster(Supervisor):
     """One local cluster under ``folder``; ``start()`` returns once every component is ready."""
 
     def __init__(self, folder: Path, options: ClusterOptions | None = None, *, bin_dir: Path | None = None) -> None:
@@ -211,7 +212,7 @@ class LocalCluster(ProcessGroup):
         ]
         if opts.unsafe_no_fsync:
             etcd.append("--unsafe-no-fsync")
-        self.add("etcd", etcd, http_ok(f"{self.etcd_url}/health"))
+        self.add("etcd", etcd, http_ready(f"{self.etcd_url}/health"))
 
         api = [
             b / "kube-apiserver",
@@ -290,7 +291,8 @@ class LocalCluster(ProcessGroup):
         if opts.feature_gates:
             api += ["--feature-gates", _gates(opts.feature_gates)]
         api += opts.apiserver_args
-        self.add("kube-apiserver", api, self._api_ready)
+        # ready once /readyz says so: RBAC's bootstrap roles and the other post-start hooks done
+        self.add("kube-apiserver", api, http_ready(f"{self.server}/readyz", ca_file=pki.ca.cert))
 
         if opts.run_controller_manager:
             kcm_kc = self.kubeconfig_for(
@@ -326,7 +328,7 @@ class LocalCluster(ProcessGroup):
             if opts.feature_gates:
                 kcm += ["--feature-gates", _gates(opts.feature_gates)]
             kcm += opts.controller_manager_args
-            self.add("kube-controller-manager", kcm, https_self_signed_ok(self._kcm_port))
+            self.add("kube-controller-manager", kcm, _healthz(self._kcm_port))
 
         if opts.run_scheduler:
             self._add_scheduler()
@@ -359,30 +361,23 @@ class LocalCluster(ProcessGroup):
         ]
         if opts.feature_gates:
             sched += ["--feature-gates", _gates(opts.feature_gates)]
-        self.add("kube-scheduler", sched, https_self_signed_ok(self._sched_port))
+        self.add("kube-scheduler", sched, _healthz(self._sched_port))
 
     def start_scheduler(self, config: dict[str, Any], timeout: float = 120.0) -> None:
         """Start kube-scheduler with ``config`` on a running cluster (once what it calls, an
         extender say, answers)."""
         self.options.scheduler_config = config
         self._add_scheduler()
-        self.launch("kube-scheduler")
-        self.wait_ready("kube-scheduler", timeout)
+        self.bring_up("kube-scheduler", timeout)
 
-    # --- readiness ------------------------------------------------------------------
 
-    def _api_ready(self) -> bool:
-        """``/readyz`` answers ok (RBAC's bootstrap roles and the other post-start hooks done)."""
-        try:
-            ctx = ssl.create_default_context(cafile=str(self.pki.ca.cert))
-            with urllib.request.urlopen(f"{self.server}/readyz", timeout=2, context=ctx) as resp:
-                return bool(resp.status == 200)
-        except (OSError, urllib.error.HTTPError):
-            return False
+def _healthz(port: int) -> ReadyCheck:
+    """A control-plane component's own HTTPS ``/healthz`` (its throw-away serving certificate)."""
+    return http_ready(f"https://127.0.0.1:{port}/healthz", self_signed=True)
 
 
 def _gates(gates: dict[str, bool]) -> str:
     return ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(gates.items()))
 
 
-__all__ = ["ClusterFailed", "ClusterOptions", "LocalCluster", "Pair", "free_port"]
+__all__ = ["ClusterOptions", "LocalCluster", "Pair", "free_port"]

@@ -51,7 +51,7 @@ def _wait_established(dyn: Any, name: str, deadline: float) -> None:
 
 
 #: The RuntimeClass tenant pods name. The chart's templates create it; the objects a cluster
-#: holds before them (the chart's CRDs, Cilium's) are ``devtools.sandbox.runner.cluster_objects()``,
+#: holds before them (the chart's CRDs, Cilium's) are ``devtools.sandbox.cluster.cluster_objects()``,
 #: which this floor cannot import (programs sit above the development tools).
 RUNTIME_CLASS: dict[str, Any] = {
     "apiVersion": "node.k8s.io/v1",

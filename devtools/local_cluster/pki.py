@@ -1,9 +1,11 @@
-"""The local cluster's certificates and keys: one CA, the API server's serving certificate,
-client certificates for the admin and the control-plane components, the service-account
-signing key pair, and kubeconfigs that carry them.
+"""Certificates and keys made on this machine: one CA per folder and the certificates it signs.
 
-Kept in the cluster's folder and reused while they are valid, so a kubeconfig written once
-keeps working across restarts of the same cluster.
+The local cluster's: its CA, the API server's serving certificate, client certificates for
+the admin and the control-plane components, the service-account signing key pair, and
+kubeconfigs that carry them; kept in the cluster's folder and reused while they are valid, so
+a kubeconfig written once keeps working across restarts of the same cluster. The sandbox's
+HTTPS API and endpoints (:mod:`devtools.sandbox.tls`) and the tests' kubelet log double have a
+CA of their own made here too.
 """
 
 from __future__ import annotations
@@ -67,10 +69,11 @@ def _usage(*, ca: bool) -> x509.KeyUsage:
 
 
 class PKI:
-    """The certificate files of one local cluster, under ``folder``."""
+    """The certificate files under ``folder``: a CA named ``ca_name`` and what it signs."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, ca_name: str = "gpucaas local cluster CA") -> None:
         self.folder = folder
+        self.ca_name = ca_name
         self.ca = Pair(folder / "ca.pem", folder / "ca-key.pem")
         self.sa_public = folder / "sa.pub"
         self.sa_private = folder / "sa-key.pem"
@@ -80,7 +83,7 @@ class PKI:
         if self.ca.cert.exists() and self.ca.key.exists():
             return
         key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpucaas local cluster CA")])
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.ca_name)])
         now = dt.datetime.now(dt.UTC)
         cert = (
             x509.CertificateBuilder()

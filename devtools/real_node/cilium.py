@@ -34,7 +34,7 @@ import yaml
 
 from devtools.local_cluster.cluster import LocalCluster
 from devtools.local_cluster.objects import established
-from devtools.local_cluster.processes import ProcessGroup
+from devtools.processes import Supervisor
 
 #: the machine's bridge that the nodes' ``eth0`` hang on (one Cilium sandbox per machine)
 UPLINK = "gpucaas-cilium"
@@ -224,7 +224,7 @@ def cni_config() -> dict[str, object]:
 ENDPOINTS_CRD = "ciliumendpoints.cilium.io"
 
 
-class Operator(ProcessGroup):
+class Operator(Supervisor):
     """Cilium's generic operator on the machine: registers Cilium's CRDs, collects identities;
     ready once the API server serves CiliumEndpoints."""
 

@@ -36,8 +36,9 @@ from pathlib import Path
 
 import yaml
 
+from core.kubelet_dirs import KubeletDirs
 from devtools.local_cluster.cluster import LocalCluster, free_port
-from devtools.local_cluster.processes import ClusterFailed, ProcessGroup, http_ok, unix_socket_ready
+from devtools.processes import ProcessFailed, Supervisor, http_ready, unix_socket_ready
 from devtools.real_node import cilium
 from devtools.real_node.images import PAUSE
 from devtools.real_node.notice import RuntimeNotice
@@ -49,7 +50,8 @@ CNI_BIN = "/usr/lib/cni"
 KATA_HANDLER = "kata-qemu-nvidia-gpu"
 RUNC_SHIM = "io.containerd.runc.v2"
 CONTAINERD_NAMESPACE = "k8s.io"
-SHARED_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+#: where every kubelet serves device plugins, whatever its root directory (k8s.io/kubelet's deviceplugin constants)
+SHARED_DEVICE_PLUGIN_DIR = KubeletDirs().device_plugins
 
 
 @dataclass
@@ -68,7 +70,7 @@ class NodeOptions:
     cilium_address: str = ""
 
 
-class RealNode(ProcessGroup):
+class RealNode(Supervisor):
     """containerd + kubelet for one node of ``cluster``, under ``folder``."""
 
     def __init__(self, folder: Path, cluster: LocalCluster, options: NodeOptions) -> None:
@@ -93,12 +95,8 @@ class RealNode(ProcessGroup):
         return self.folder / "containerd" / "containerd.sock"
 
     @property
-    def kubelet_dir(self) -> Path:
-        return self.folder / "kubelet"
-
-    @property
-    def device_plugin_dir(self) -> Path:
-        return self.kubelet_dir / "device-plugins"
+    def kubelet(self) -> KubeletDirs:
+        return kubelet_dirs(self.folder)
 
     @property
     def gateway(self) -> str:
@@ -136,15 +134,17 @@ class RealNode(ProcessGroup):
     # --- start ------------------------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> RealNode:
-        self._prepare()
-        self.start_all(timeout)
-        if self.network is not None:
-            try:
+        """The node's daemons, each once the one before answers; a start that fails half-way
+        takes down what it made (:meth:`stop`)."""
+        try:
+            self._prepare()
+            self.start_all(timeout)
+            if self.network is not None:
                 self._start_cilium(timeout)
-            except BaseException:
-                self.stop()
-                raise
-        self.notice = RuntimeNotice(self.cluster.admin_kubeconfig, self.name, KATA_HANDLER).start()
+            self.notice = RuntimeNotice(self.cluster.admin_kubeconfig, self.name, KATA_HANDLER).start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
@@ -157,7 +157,7 @@ class RealNode(ProcessGroup):
         finally:
             if self.network is not None:
                 self.network.down()
-            else:
+            elif self.options.pod_cidr:  # its bridge, once it has a pod network
                 subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
             unmount_under(self.folder)
 
@@ -188,9 +188,9 @@ class RealNode(ProcessGroup):
         for d in (
             self.folder / "containerd",
             self.folder / "cni" / "net.d",
-            self.kubelet_dir,
+            self.kubelet.root,
             self.folder / "certs.d",
-            self.device_plugin_dir,
+            self.kubelet.device_plugins,
         ):
             d.mkdir(parents=True, exist_ok=True)
         if not opts.pod_cidr:
@@ -216,7 +216,7 @@ class RealNode(ProcessGroup):
         # logs' fixed folders are the node's own there too: a kubelet removes the log folders of
         # pods it does not know, and would take its neighbour's pods' logs.
         binds = {
-            SHARED_DEVICE_PLUGIN_DIR: self.device_plugin_dir,
+            str(SHARED_DEVICE_PLUGIN_DIR): self.kubelet.device_plugins,
             **{f"/var/log/{kind}": self.folder / "log" / kind for kind in ("pods", "containers")},
         }
         for source in binds.values():
@@ -252,7 +252,7 @@ class RealNode(ProcessGroup):
             "--kubeconfig",
             kubeconfig,
             "--root-dir",
-            self.kubelet_dir,
+            self.kubelet.root,
             "--cert-dir",
             self.folder / "kubelet-pki",
             "--hostname-override",
@@ -264,20 +264,20 @@ class RealNode(ProcessGroup):
         ]
         if opts.labels:
             args += ["--node-labels", ",".join(f"{k}={v}" for k, v in sorted(opts.labels.items()))]
-        self.add("kubelet", args, http_ok(f"http://{self.healthz_address}:{self._healthz_port}/healthz"))
+        self.add("kubelet", args, http_ready(f"http://{self.healthz_address}:{self._healthz_port}/healthz"))
 
     def launch(self, name: str) -> None:
         """containerd and the kubelet start inside the node's mount namespace (its holder's, as it is now)."""
-        comp = self.components[name]
+        child = self.children[name]
         if name != "mount-namespace":
             holder = self.pid("mount-namespace")
             if holder is None:
-                raise ClusterFailed(f"{self.name}: the node's mount namespace is gone; restart the node")
-            command = self._commands.setdefault(name, comp.args)
+                raise ProcessFailed(f"{self.name}: the node's mount namespace is gone; restart the node")
+            command = self._commands.setdefault(name, child.args)
             spaces = [f"--mount=/proc/{holder}/ns/mnt"]
             if self.network is not None:
                 spaces.append(f"--net=/proc/{holder}/ns/net")
-            comp.args = ["nsenter", *spaces, "--", *command]
+            child.args = ["nsenter", *spaces, "--", *command]
         super().launch(name)
 
     def _make_cgroup_root(self) -> None:
@@ -334,8 +334,7 @@ class RealNode(ProcessGroup):
             lambda: cilium.agent_ready(b, self.folder),
             env={"K8S_NODE_NAME": self.name, "PATH": f"{cilium.LLVM_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"},
         )
-        self.launch("cilium-agent")
-        self.wait_ready("cilium-agent", timeout)
+        self.bring_up("cilium-agent", timeout)
 
     def _write_cni(self) -> None:
         if self.options.cilium_address:
@@ -464,6 +463,11 @@ state = "{root / "state"}"
         path = self.folder / "kubelet-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return path
+
+
+def kubelet_dirs(folder: Path) -> KubeletDirs:
+    """The kubelet root of the real node in ``folder``."""
+    return KubeletDirs(folder / "kubelet")
 
 
 def free_pod_cidr() -> str:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from devtools.local_cluster.cluster import free_port
-from devtools.local_cluster.processes import ProcessGroup
+from devtools.processes import ReadyCheck, Supervisor, http_ready
 from devtools.real_node import images
 
 #: the private registry's name in image references: a public-looking name (``.test`` is
@@ -63,14 +61,9 @@ class Registry:
     def command(self) -> list[str]:
         return ["docker-registry", "serve", str(self.config())]
 
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2):  # this machine's URL
-                return True
-        except urllib.error.HTTPError as e:
-            return e.code == 401  # the private one answers, asking for credentials
-        except OSError:
-            return False
+    def ready(self) -> ReadyCheck:
+        """Ready when ``/v2/`` answers; the private one answers 401, asking for credentials."""
+        return http_ready(f"http://{self.address}/v2/", statuses=(200, 401))
 
 
 def write_htpasswd(path: Path, user: str, password: str) -> None:
@@ -81,7 +74,7 @@ def write_htpasswd(path: Path, user: str, password: str) -> None:
     path.chmod(0o600)
 
 
-class Registries(ProcessGroup):
+class Registries(Supervisor):
     """The public and the private registry, filled with the images a node here runs."""
 
     def __init__(self, folder: Path, bind: str = "127.0.0.1") -> None:
@@ -101,7 +94,7 @@ class Registries(ProcessGroup):
     def start(self, timeout: float = 60.0) -> Registries:
         write_htpasswd(self.private.htpasswd, PRIVATE_USER, self.password)  # type: ignore[arg-type]
         for reg in (self.public, self.private):
-            self.add(f"registry-{reg.name}", reg.command(), reg.ready)
+            self.add(f"registry-{reg.name}", reg.command(), reg.ready())
         self.start_all(timeout)
         layout = self.folder / "oci-layout"
         public = images.public_images()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import threading
 from typing import Annotated
 
@@ -31,9 +30,11 @@ def command(
     """Run the whole control plane and two GPU nodes (real kubelets, fake HGX H100 boards) on this machine."""
     from rich.console import Console
 
+    from devtools.processes import ProcessFailed
     from devtools.sandbox import runner
     from devtools.sandbox.identities import RBACRefused, check_no_refusals
-    from devtools.sandbox.supervisor import ServiceFailed
+    from devtools.sandbox.nodes import node_names
+    from devtools.sandbox.tenant_view import print_banner
 
     console = Console(emoji=False)
     # the console shows progress; the sandbox's own log lines only when something is wrong, unless asked
@@ -58,10 +59,10 @@ def command(
                 kubeconfig=kubeconfig,
                 progress=progress,
                 allocation_mode=mode,
-                nodes=() if kubeconfig else runner.node_names(settings.real_nodes),
+                nodes=() if kubeconfig else node_names(settings.real_nodes),
                 network=settings.network,
             )
-    except (ServiceFailed, RBACRefused, TimeoutError, OSError) as exc:
+    except (ProcessFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
         raise typer.Exit(1) from exc
 
@@ -82,33 +83,7 @@ def command(
             sandbox.stop()
         raise typer.Exit(0 if ok else 1)
 
-    console.print()
-    console.print(f"[bold]gpucaas sandbox is running[/]  (state and logs in {state_dir})")
-    console.print(f"  API            {sandbox.api_url}   (docs: {sandbox.api_url}/docs)")
-    console.print(f"  CA certificate {sandbox.tls.ca_cert}")
-    console.print(f"  admin token    {sandbox.admin_token}")
-    console.print(f"  tenant token   {sandbox.tenant_token}   (tenancy '{runner.DEMO_TENANCY}')")
-    console.print(f"  kubeconfig     {sandbox.kubeconfig}")
-    for node in sandbox.nodes:
-        real = sandbox.real_nodes[node.name]
-        kind = "real: kubelet, containerd and runc run its containers (the Kata handler runs runc: no VM)" + (
-            f"; network: Cilium, at {real.node_ip}" if sandbox.network == "cilium" else ""
-        )
-        console.print(f"  node           {node.name}  {kind}")
-    if sandbox.registries is not None:
-        console.print(f"  registry       {state_dir / 'registry.json'}  (a private image and its credentials)")
-    if sandbox.ingress is not None:
-        console.print(
-            f"  endpoints      https://<id>-<port>.{sandbox.ingress.info()['domain']} served by Traefik at "
-            f"{sandbox.ingress.address}  ({state_dir / 'ingress.json'})"
-        )
-    console.print()
-    console.print("Try, as the tenant 'demo':")
-    console.print("  " + shlex.join(runner.tenant_curl(sandbox)), soft_wrap=True, markup=False, highlight=False)
-    console.print("and as the admin, with caasctl (in .venv/bin: `source .venv/bin/activate` first):")
-    console.print("  " + runner.env_summary(sandbox).replace("\n", "\n  "), soft_wrap=True)
-    console.print("  caasctl nodes; caasctl containers list; caasctl partitions list --node gpu-node-a; caasctl gpus")
-    console.print("\nCtrl-C stops everything.")
+    print_banner(console, sandbox)
 
     stopping = threading.Event()
     on_stop_signal(stopping.set)

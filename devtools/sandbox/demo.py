@@ -85,7 +85,7 @@ class Observer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sockets = {n.name: n for n in sandbox.nodes}
-        self._kubelet_dirs = {n.name: n.kubelet_dir for n in sandbox.nodes}
+        self._kubelet_dirs = {n.name: n.kubelet.root for n in sandbox.nodes}
 
     def record(self, t: Tracked, step: str, detail: str) -> None:
         if step in t.seen:

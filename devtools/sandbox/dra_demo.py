@@ -134,7 +134,7 @@ class DraObserver:
         self.namespace = namespace
         self.sockets = {n.name: n.fabric_socket for n in sandbox.nodes}
         self.cdi_dirs = {n.name: n.cdi_dir for n in sandbox.nodes}
-        self.kubelet_dirs = {n.name: n.kubelet_dir for n in sandbox.nodes}
+        self.kubelet_dirs = {n.name: n.kubelet.root for n in sandbox.nodes}
         self.tracked: dict[str, Tracked] = {}
         self.overlaps: list[str] = []
         self._stop = threading.Event()

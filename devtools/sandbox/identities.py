@@ -72,9 +72,12 @@ class Identity:
 
 
 def cluster_side(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The chart's cluster-side objects, its namespace first (``helm install --create-namespace``)."""
+    """The chart's cluster-side objects, its namespace first (``helm install --create-namespace``);
+    not its hooks (the migration Job's and ``helm test``'s identities)."""
     objects = [
-        o for o in chart.render(values if values is not None else SANDBOX_VALUES) if o["kind"] in CLUSTER_SIDE_KINDS
+        o
+        for o in chart.render(values if values is not None else SANDBOX_VALUES)
+        if o["kind"] in CLUSTER_SIDE_KINDS and not chart.is_hook(o)
     ]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart.NAMESPACE}}
     order = {k: i for i, k in enumerate(CLUSTER_SIDE_KINDS)}

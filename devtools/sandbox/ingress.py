@@ -26,7 +26,7 @@ import yaml
 
 from devtools.local_cluster.cluster import LocalCluster, free_port
 from devtools.local_cluster.objects import create_all
-from devtools.local_cluster.processes import ProcessGroup, http_ok
+from devtools.processes import Supervisor, http_ready
 from devtools.sandbox import identities
 from devtools.sandbox.tls import TLSFiles
 
@@ -155,7 +155,7 @@ class Ingress:
         self.api_url = api_url
         self.https_port = free_port()
         self.ping_port = free_port()
-        self.procs = ProcessGroup(state_dir / "logs")
+        self.procs = Supervisor(state_dir / "logs")
 
     @property
     def address(self) -> str:
@@ -185,10 +185,9 @@ class Ingress:
             ping_port=self.ping_port,
         )
         self.procs.add(
-            "traefik", [binary, f"--configFile={config}"], ready=http_ok(f"http://127.0.0.1:{self.ping_port}/ping")
+            "traefik", [binary, f"--configFile={config}"], ready=http_ready(f"http://127.0.0.1:{self.ping_port}/ping")
         )
-        self.procs.launch("traefik")
-        self.procs.wait_ready("traefik", timeout)
+        self.procs.bring_up("traefik", timeout)
         return self
 
     def stop(self) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.fabric_client import holder_for_gpus
+from core.kubelet_dirs import KubeletDirs
 from services.device_plugin.api import dp_pb2
 from services.dra_driver.driver import holder_for_claim
 
@@ -77,7 +78,7 @@ def handed_over(
             saved = _checkpoint(kubelet_dir / DRA_MANAGER_CHECKPOINT)
             got = _from_dra(node, saved, uid) if saved is not None else None
         else:
-            saved = _checkpoint(kubelet_dir / "device-plugins" / DEVICE_MANAGER_CHECKPOINT)
+            saved = _checkpoint(KubeletDirs(kubelet_dir).device_plugins / DEVICE_MANAGER_CHECKPOINT)
             got = _from_device_manager(node, saved, uid, resource) if saved is not None else None
         if got is not None:
             return got

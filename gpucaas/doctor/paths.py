@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.kubelet_dirs import DEFAULT_ROOT, KubeletDirs
+
 
 @dataclass(frozen=True)
 class HostPaths:
@@ -21,7 +23,7 @@ class HostPaths:
     etc_root: Path = Path("/etc")
     containerd_config: Path | None = None
     cdi_dir: Path = Path("/var/run/cdi")
-    kubelet_dir: Path = Path("/var/lib/kubelet")
+    kubelet_dir: Path = DEFAULT_ROOT
     libvirt_socket: Path = Path("/var/run/libvirt/libvirt-sock")
     fabric_socket: Path = Path("/run/gpucaas/fabric.sock")
     #: kubeconfig for the Kubernetes API check; None = in-cluster credentials when run in a pod, else skipped.
@@ -33,11 +35,11 @@ class HostPaths:
 
     @property
     def device_plugin_dir(self) -> Path:
-        return self.kubelet_dir / "device-plugins"
+        return KubeletDirs(self.kubelet_dir).device_plugins
 
     @property
     def pod_resources_socket(self) -> Path:
-        return self.kubelet_dir / "pod-resources" / "kubelet.sock"
+        return KubeletDirs(self.kubelet_dir).pod_resources_socket
 
     def under_etc(self, absolute: str) -> Path:
         """Map an absolute path from a config file (``/etc/...``) into ``etc_root``."""

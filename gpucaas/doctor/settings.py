@@ -10,6 +10,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.kubelet_dirs import DEFAULT_ROOT
+
 
 class DoctorSettings(BaseSettings):
     """``gpucaas doctor``; paths are ``GPUCAAS_<NAME>``, thresholds ``GPUCAAS_DOCTOR_<NAME>``."""
@@ -24,7 +26,7 @@ class DoctorSettings(BaseSettings):
         None, description="containerd config (default: <etc-root>/containerd/config.toml)."
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="CDI spec directory.")
-    kubelet_dir: Path = Field(Path("/var/lib/kubelet"), description="kubelet root directory.")
+    kubelet_dir: Path = Field(DEFAULT_ROOT, description="kubelet root directory.")
     libvirt_socket: Path = Field(Path("/var/run/libvirt/libvirt-sock"), description="libvirtd socket.")
     fabric_socket: Path = Field(Path("/run/gpucaas/fabric.sock"), description="Fabric service socket.")
     kubeconfig: Path | None = Field(

@@ -1,8 +1,9 @@
 """The FastAPI application: wiring of settings, database, Kubernetes, worker and routes.
 
 ``create_app`` builds an app whose lifespan migrates the database (``alembic
-upgrade head``), makes sure an admin token exists, and starts the submission
-worker; everything it opens it closes on shutdown.
+upgrade head``; or waits for ``gpucaas api migrate`` to have done it), makes sure an
+admin token exists, and starts the submission worker; everything it opens it closes on
+shutdown.
 """
 
 from __future__ import annotations
@@ -39,9 +40,13 @@ log = logging.getLogger(__name__)
 
 
 def bootstrap(engine: Engine, settings: Settings) -> str | None:
-    """Migrate, then make sure an admin token exists. Returns a newly generated token
-    (to be shown once) when none was configured and none existed."""
-    engines.upgrade(engine)
+    """Migrate (or, with ``migrate_on_start`` off, wait until the schema is at head), then make
+    sure an admin token exists. Returns a newly generated token (to be shown once) when none
+    was configured and none existed."""
+    if settings.migrate_on_start:
+        engines.upgrade(engine)
+    else:
+        engines.wait_for_schema(engine, settings.schema_wait_seconds)
     with Session(engine) as session:
         tenancy_store.reconcile_gpu_usage(session)  # expected to find nothing (triggers keep it exact)
         if settings.admin_token is not None:

@@ -12,15 +12,13 @@ Callers on the event loop run these methods in a thread.
 from __future__ import annotations
 
 import base64
-import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from core import crds
 from core.kube import Conflict, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
-from core.kube.rest import stream_lines
 from services.api.streams import exec_relay
 
 log = logging.getLogger(__name__)
@@ -53,6 +51,12 @@ class Kube:
     @property
     def server(self) -> str | None:
         return self._kube.server if self._kube is not None else None
+
+    @property
+    def adapter(self) -> CoreKube | None:
+        """The core adapter every call goes through (for an :class:`~core.kube.Informer`); None
+        without a Kubernetes configuration."""
+        return self._kube
 
     def close(self) -> None:
         if self._kube is not None:
@@ -167,39 +171,6 @@ class Kube:
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self._json(self.core.read_namespaced_pod, name, namespace)
-
-    def list_pods(self, label_selector: str) -> dict[str, Any]:
-        return self._json(self.core.list_pod_for_all_namespaces, label_selector=label_selector)
-
-    def watch_pods(
-        self, label_selector: str, resource_version: str, *, on_open: Callable[[Any], None] | None = None
-    ) -> Iterator[dict[str, Any]]:
-        """Watch events (``{"type", "object"}``) from ``resource_version`` until the server ends it.
-
-        ``on_open`` receives the raw response so another thread can shut it down.
-        """
-        resp = self._call(
-            self.core.list_pod_for_all_namespaces,
-            label_selector=label_selector,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            watch=True,
-            timeout_seconds=300,
-            _preload_content=False,
-            _request_timeout=(self.timeout, 330),
-            idempotent=True,
-        )
-        if on_open is not None:
-            on_open(resp)
-        from urllib3.exceptions import HTTPError as Urllib3Error
-
-        try:
-            for line in stream_lines(resp, 65536):
-                yield json.loads(line)
-        except (Urllib3Error, OSError, ValueError) as exc:
-            raise Unavailable(f"pod watch interrupted: {exc}") from exc
-        finally:
-            resp.release_conn()
 
     def pod_log(self, namespace: str, name: str, *, follow: bool = False, tail_lines: int | None = None) -> Any:
         """The raw streaming response of the pod's log (iterate ``.stream()``; release when done)."""

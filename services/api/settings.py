@@ -30,6 +30,15 @@ class Settings(BaseSettings):
         "sqlite:///gpucaas.db",
         description="SQLAlchemy URL: a SQLite file by default, postgresql+psycopg://... in production.",
     )
+    migrate_on_start: bool = Field(
+        True,
+        description="Bring the database schema to head at start-up (alembic upgrade head, under the "
+        "database's migration lock). Off: leave it to `gpucaas api migrate` (the chart's hook Job) and wait "
+        "until the schema is at head before serving.",
+    )
+    schema_wait_seconds: float = Field(
+        300.0, gt=0, description="With migrate_on_start off, how long to wait for the schema before giving up."
+    )
     kubeconfig: Path | None = Field(
         None, description="kubeconfig file; unset = in-cluster config, else ~/.kube/config."
     )

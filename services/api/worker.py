@@ -13,14 +13,16 @@ Two threads per API process:
   being unreachable only reschedules the row with exponential backoff; it stays
   ``Queued`` until it works.
   It also deletes the pods of cancelled containers.
-* the *watcher* lists then watches pods labelled ``gpucaas.dev/container-id`` and
-  copies phase, node, GPU count, message and times into the container rows. After
-  every (re)list it fails containers whose pod vanished without being cancelled.
+* the *watcher*, the one :class:`~core.kube.Informer`, lists then watches pods labelled
+  ``gpucaas.dev/container-id`` and copies phase, node, GPU count, message and times into
+  the container rows. After every (re)list (the first, after a 410, after a failure) it
+  fails containers whose pod vanished without being cancelled.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import threading
 import time
@@ -32,7 +34,7 @@ from sqlmodel import Session
 
 from core import crds
 from core.backoff import Backoff
-from core.kube import Forbidden, Invalid, KubeError
+from core.kube import Forbidden, Informer, Invalid, KubeError
 from services.api.domain import endpoints, pods, sizing, tenant_secrets, volumes
 from services.api.domain.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.kube import Kube
@@ -54,8 +56,8 @@ class SubmissionWorker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._watch_resp: Any = None
-        self._watch_lock = threading.Lock()
+        self._informer: Informer | None = None  # the watcher
+        self._listing_started = utcnow()  # when the watcher's last listing began
         self.submitted = 0  # pods created by this replica (for metrics)
         self._submitted_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # the tenancies' rows side by side (run_once)
@@ -67,21 +69,19 @@ class SubmissionWorker:
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        for target, name in ((self._submit_loop, "gpucaas-submitter"), (self._watch_loop, "gpucaas-pod-watch")):
-            t = threading.Thread(target=target, name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
+        t = threading.Thread(target=self._submit_loop, name="gpucaas-submitter", daemon=True)
+        t.start()
+        self._threads.append(t)
+        self._informer = self._pod_informer()
+        if self._informer is not None:
+            self._informer.start()
         log.info("submission worker started (replica %s)", self.replica)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
-        with self._watch_lock:
-            if self._watch_resp is not None:
-                try:
-                    self._watch_resp.shutdown()
-                except Exception:  # noqa: BLE001 - best effort to unblock the read
-                    pass
+        if self._informer is not None:
+            self._informer.stop(timeout)
         for t in self._threads:
             t.join(timeout)
         with self._pool_lock:
@@ -451,52 +451,44 @@ class SubmissionWorker:
 
     # -- watcher --------------------------------------------------------------------
 
-    def _watch_loop(self) -> None:
-        backoff = Backoff(0.5, self.settings.retry_max_seconds)
-        while not self._stop.is_set():
-            try:
-                rv = self._relist()
-                backoff.reset()
-                for event in self.kube.watch_pods(crds.LABEL_CONTAINER, rv, on_open=self._set_watch_resp):
-                    if self._stop.is_set():
-                        break
-                    kind = event.get("type")
-                    obj = event.get("object") or {}
-                    if kind == "ERROR":  # e.g. 410 Gone: resourceVersion too old → relist
-                        log.info("pod watch ended: %s", obj.get("message"))
-                        break
-                    if kind == "BOOKMARK":
-                        continue
-                    self._apply(obj, deleted=kind == "DELETED")
-            except Exception as exc:  # noqa: BLE001 - Kubernetes down or DB hiccup: back off
-                if self._stop.is_set():
-                    break
-                delay = backoff.next()
-                log.warning("pod watch failed (%s); retry in %.1fs", exc, delay)
-                self._stop.wait(delay)
-            finally:
-                self._set_watch_resp(None)
+    def _pod_informer(self) -> Informer | None:
+        """The pods labelled ``gpucaas.dev/container-id``, listed then watched; None without a
+        Kubernetes configuration (the API runs, and reports Kubernetes unavailable)."""
+        adapter = self.kube.adapter
+        if adapter is None:
+            log.warning("no pod watch: Kubernetes is not configured")
+            return None
+        return Informer(
+            adapter,
+            "/api/v1/pods",
+            query=[("labelSelector", crds.LABEL_CONTAINER)],
+            name="pod watch",
+            before_list=self._listing_begins,
+            on_list=self._listed,
+            on_event=self._watched,
+            backoff=Backoff(0.5, self.settings.retry_max_seconds, jitter=0.5),
+        )
 
-    def _set_watch_resp(self, resp: Any) -> None:
-        with self._watch_lock:
-            self._watch_resp = resp
-            if resp is not None and self._stop.is_set():
-                resp.shutdown()
+    def _listing_begins(self) -> None:
+        self._listing_started = utcnow()
 
-    def _relist(self) -> str:
-        started = utcnow()
-        listing = self.kube.list_pods(crds.LABEL_CONTAINER)
+    def _watched(self, kind: str, pod: dict[str, Any]) -> None:
+        self._apply(pod, deleted=kind == "DELETED")
+
+    def _listed(self, items: list[dict[str, Any]]) -> None:
+        """Every pod of the listing applied; then what vanished since the last one (deleted while
+        nobody watched) ends: its usage run, and a container still running, failed."""
         present: set[str] = set()
-        for pod in listing.get("items", []):
+        for pod in items:
             cid = self._apply(pod, deleted=False)
             if cid:
                 present.add(cid)
+        started = self._listing_started
         self.usage.close_vanished(present=present, before=started)
         with Session(self.engine) as session:
             for row in worker_state.running_without_pod(session, present=present, before=started):
                 worker_state.mark_failed(session, container_id=row.id, message="pod disappeared")
                 log.warning("container %s tenancy %s: pod disappeared", row.id, row.tenancy)
-        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
 
     def _apply(self, pod: dict[str, Any], *, deleted: bool) -> str | None:
         meta = pod.get("metadata") or {}
@@ -574,7 +566,7 @@ class SubmissionWorker:
             self._delete_attempt(row, row.pod_name)
             return True
         upcoming = pods.pod_name(row.id, attempt + 1)
-        delay = pods.ADMISSION_RETRY_DELAY_S * 2**attempt
+        delay = Backoff(pods.ADMISSION_RETRY_DELAY_S, math.inf).delay(attempt + 1)
         message = (
             f"the node refused the pod ({why}); making another in {delay:.0f}s "
             f"({attempt + 1} of {pods.ADMISSION_RETRIES})"

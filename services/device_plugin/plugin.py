@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from core import vfio_sysfs as sysfs
+from core.backoff import Backoff
 from core.cdi import SpecWriter, qualified_name
 from core.vfio_devices import GPU, Inventory
 from services.device_plugin.allocation import (
@@ -427,7 +428,7 @@ class PluginCore:
         """
         deadline = time.monotonic() + self.settings.allocate_conflict_wait
         reachable_by = time.monotonic() + self.settings.allocate_fabric_wait
-        delay = unreachable_delay = 0.1
+        conflicts, unreachable = Backoff(initial_s=0.1, max_s=1.0), Backoff(initial_s=0.1, max_s=1.0)
         while True:
             try:
                 return self.fabric.activate(holder, ids)
@@ -444,9 +445,8 @@ class PluginCore:
                     exc,
                     reachable_by - time.monotonic(),
                 )
-                if self._stop.wait(min(unreachable_delay, max(0.0, reachable_by - time.monotonic()))):
+                if self._stop.wait(min(unreachable.next(), max(0.0, reachable_by - time.monotonic()))):
                     raise
-                unreachable_delay = min(unreachable_delay * 2, 1.0)
             except ActivationConflict as exc:
                 if self.on_conflict is None or time.monotonic() >= deadline:
                     raise
@@ -457,8 +457,7 @@ class PluginCore:
                     exc,
                 )
                 if not self._release_stale(holder, ids, str(exc)):
-                    self._stop.wait(min(delay, max(0.0, deadline - time.monotonic())))
-                    delay = min(delay * 2, 1.0)
+                    self._stop.wait(min(conflicts.next(), max(0.0, deadline - time.monotonic())))
 
     def _release_stale(self, holder: str, ids: Sequence[str], conflict: str) -> bool:
         """Sync live holders, then release the conflicting holders that hold requested GPUs

@@ -15,6 +15,10 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.kubelet_dirs import KubeletDirs
+
+KUBELET = KubeletDirs()
+
 #: ``vendor.com/class``: a DNS-subdomain-like vendor and a class of [A-Za-z0-9_.-].
 _KIND_RE = re.compile(
     r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"
@@ -33,7 +37,7 @@ class DevicePluginSettings(BaseSettings):
     sysfs_root: Path = Field(Path("/sys"), description="Root of sysfs (a fake tree in tests and the sandbox).")
     dev_root: Path = Field(Path("/dev"), description="Root of /dev holding vfio/ and iommu.")
     device_plugin_dir: Path = Field(
-        Path("/var/lib/kubelet/device-plugins"),
+        KUBELET.device_plugins,
         description="Kubelet device plugin directory: kubelet.sock and the plugin's own socket.",
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="Directory the CDI spec is written to.")
@@ -66,9 +70,7 @@ class DevicePluginSettings(BaseSettings):
         "(restarting, as a DaemonSet pod is) before it fails with UNAVAILABLE: the kubelet does not retry a "
         "failed Allocate, it fails the pod (UnexpectedAdmissionError).",
     )
-    pod_resources_socket: Path = Field(
-        Path("/var/lib/kubelet/pod-resources/kubelet.sock"), description="Kubelet PodResources API socket."
-    )
+    pod_resources_socket: Path = Field(KUBELET.pod_resources_socket, description="Kubelet PodResources API socket.")
     pod_resources_interval: float = Field(10.0, gt=0, description="Seconds between PodResources scans.")
     health_interval: float = Field(
         1.0,

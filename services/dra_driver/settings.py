@@ -8,6 +8,10 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.kubelet_dirs import KubeletDirs
+
+KUBELET = KubeletDirs()
+
 
 class DraDriverSettings(BaseSettings):
     """Every knob of the DRA kubelet plugin; each field maps to ``GPUCAAS_DRA_<FIELD>``."""
@@ -21,11 +25,9 @@ class DraDriverSettings(BaseSettings):
         json_schema_extra={"default_text": "the host name"},
     )
     kubeconfig: Path | None = Field(None, description="kubeconfig file; unset = in-cluster, else ~/.kube/config.")
-    registry_dir: Path = Field(
-        Path("/var/lib/kubelet/plugins_registry"), description="The kubelet's plugin registration directory."
-    )
+    registry_dir: Path = Field(KUBELET.plugins_registry, description="The kubelet's plugin registration directory.")
     plugins_dir: Path = Field(
-        Path("/var/lib/kubelet/plugins"),
+        KUBELET.plugins,
         description="Where the driver's endpoint socket goes (<dir>/<driver>/dra.sock).",
     )
     state_dir: Path = Field(Path("/var/lib/gpucaas/dra"), description="Checkpoint of prepared claims.")

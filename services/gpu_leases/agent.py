@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core import lease_states as states
-from core.crds import LABEL_TENANCY, TENANT_NAMESPACE_PREFIX
-from core.kube import KubeError, NotFound, adapter
-from core.lease_store import LeaseConflict, LeaseStore, build_gpu_lease, lease_name
+from core.crds import GPULEASE_PLURAL, GROUP, LABEL_TENANCY, TENANT_NAMESPACE_PREFIX, VERSION
+from core.kube import Informer, KubeError, NotFound, adapter
+from core.lease_store import LABEL_NODE, LeaseConflict, LeaseStore, build_gpu_lease, lease_name
 from services.gpu_leases.firmware import FirmwareCheck
 
 if TYPE_CHECKING:
@@ -56,10 +56,11 @@ class PodHolding:
 class NodeLeases:
     """Rounds as in the module docstring. Every ``interval`` it reads PodResources (local);
     a full round (Kubernetes list, transitions) runs only when something may have changed:
-    the node's leases changed (a watch, when the adapter offers one and RBAC grants it), the
+    the node's leases changed (the one :class:`~core.kube.Informer`, over either adapter), the
     pods holding GPUs changed, an allocation is waiting to be seen, or ``resync`` seconds
-    passed. Without a watch every tick is a full round, as before. This keeps an idle node
-    daemon under 1 % of a core without making lease changes slower to follow."""
+    passed. While no watch is open (refused: RBAC without ``watch``; cut) every tick is a full
+    round. This keeps an idle node daemon under 1 % of a core without making lease changes
+    slower to follow."""
 
     def __init__(
         self,
@@ -89,12 +90,21 @@ class NodeLeases:
         self.resync = resync
         #: called when the set of withheld GPUs changes (the plugin re-advertises at once)
         self.on_health_change = on_health_change
+        #: called with the node's leases after each full round (the daemon's lease metrics)
+        self.on_round: Callable[[list[dict[str, Any]]], None] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._watcher: threading.Thread | None = None
-        self._watching = False  # a watch stream on this node's leases is open
+        # the node's leases, listed then watched: any change (or listing) calls for a full round
+        self._informer = Informer(
+            self.kube,
+            f"/apis/{GROUP}/{VERSION}/{GPULEASE_PLURAL}",
+            query=[("labelSelector", f"{LABEL_NODE}={node}")],
+            name=f"gpu-leases {node}",
+            on_list=lambda _leases: self._leases_changed(),
+            on_event=lambda _kind, _lease: self._leases_changed(),
+        )
         self._dirty = True  # the leases may have changed since the last full round
         self._last_holdings: frozenset[PodHolding] | None = None
         self._last_full = float("-inf")
@@ -298,6 +308,8 @@ class NodeLeases:
         return self.store.transition(name, change)
 
     def _refresh_health(self, leases: list[dict[str, Any]]) -> None:
+        if self.on_round is not None:
+            self.on_round(leases)
         bad, passing = {}, {}
         for lz in leases:
             st = states.state_of(lz.get("status"))
@@ -320,14 +332,16 @@ class NodeLeases:
         self._dirty = True
         self._wake.set()
 
-    def _set_watching(self, on: bool) -> None:
-        self._watching = on
+    @property
+    def watching(self) -> bool:
+        """A watch on this node's leases is open (while it is not, every tick is a full round)."""
+        return self._informer.watching.is_set()
 
     def _round_needed(self, holdings: frozenset[PodHolding]) -> bool:
         with self._lock:
             waiting = bool(self._allocated)
         return (
-            not self._watching
+            not self.watching
             or self._dirty
             or waiting
             or holdings != self._last_holdings
@@ -352,33 +366,14 @@ class NodeLeases:
             self._wake.clear()
 
     def start(self) -> None:
-        from core.kube import RestKube
-
-        if isinstance(self.kube, RestKube):
-            from core.crds import GPULEASE_PLURAL, GROUP, VERSION
-            from core.kube.rest import watch_changes
-            from core.lease_store import LABEL_NODE
-
-            self._watcher = threading.Thread(
-                target=watch_changes,
-                name="gpu-leases-watch",
-                args=(
-                    self.kube,
-                    f"/apis/{GROUP}/{VERSION}/{GPULEASE_PLURAL}",
-                    [("labelSelector", f"{LABEL_NODE}={self.node}")],
-                    self._leases_changed,
-                    self._stop,
-                ),
-                kwargs={"on_watching": self._set_watching},
-                daemon=True,
-            )
-            self._watcher.start()
+        self._informer.start()
         self._thread = threading.Thread(target=self._loop, name="gpu-leases", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._informer.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ def test_metrics_openapi_and_docs(module_api: ApiServer) -> None:
     assert 'gpucaas_api_requests_total{method="POST",route="/v1/containers",status="202"}' in text
     assert "gpucaas_api_submissions_total 1.0" in text
     assert "gpucaas_api_queued_containers" in text
+    oldest = re.search(r"^gpucaas_api_oldest_queued_container_age_seconds (\S+)$", text, re.M)
+    assert oldest is not None and float(oldest.group(1)) >= 0
     for path in (
         "/v1/containers",
         "/v1/containers/{container_id}",

@@ -166,8 +166,8 @@ def test_an_empty_path_flag_reaches_the_class_as_empty(clean_env: None) -> None:
 
 
 def test_the_sandbox_starts_as_many_nodes_as_its_setting_says_by_default(clean_env: None) -> None:
-    from devtools.sandbox import runner
+    from devtools.sandbox import nodes, runner
     from devtools.sandbox.settings import SandboxSettings
 
-    assert runner.DEFAULT_NODES == runner.node_names(SandboxSettings().real_nodes)
-    assert runner.start.__kwdefaults__["nodes"] == runner.DEFAULT_NODES
+    assert nodes.DEFAULT_NODES == nodes.node_names(SandboxSettings().real_nodes)
+    assert runner.start.__kwdefaults__["nodes"] == nodes.DEFAULT_NODES

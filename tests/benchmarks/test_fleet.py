@@ -8,7 +8,7 @@ pinned binaries; about half a minute on the 2-core development machine.
 from __future__ import annotations
 
 from benchmarks import fleet
-from benchmarks.placement import Job
+from benchmarks.kit.workload import Job
 
 
 def test_the_extender_places_a_short_trace_on_kwok_nodes_on_whole_partitions() -> None:

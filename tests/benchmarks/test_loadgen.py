@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from benchmarks import loadgen
+from benchmarks.kit import loadgen
 
 pytestmark = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (make install)")
 

@@ -46,11 +46,12 @@ NOT_FOUND_STATUS = {
 
 
 class Scripted(ThreadingHTTPServer):
-    """Answers each request with the next (status, body) of ``script`` (the last one repeats)."""
+    """Answers each request with the next (status, body) of ``script`` (the last one repeats).
+    A body that is a list is a watch's stream: one JSON event a line, then the end of the stream."""
 
     daemon_threads = True
 
-    def __init__(self, script: list[tuple[int, dict]]) -> None:
+    def __init__(self, script: list[tuple[int, dict | list[dict]]]) -> None:
         self.script = list(script)
         self.requests: list[str] = []
 
@@ -58,7 +59,11 @@ class Scripted(ThreadingHTTPServer):
             def do_GET(inner) -> None:  # noqa: N805 - `self` is the server
                 self.requests.append(inner.path)
                 status, body = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-                data = json.dumps(body).encode()
+                data = (
+                    b"".join(json.dumps(event).encode() + b"\n" for event in body)
+                    if isinstance(body, list)
+                    else json.dumps(body).encode()
+                )
                 inner.send_response(status)
                 inner.send_header("Content-Type", "application/json")
                 inner.send_header("Content-Length", str(len(data)))
@@ -97,11 +102,11 @@ current-context: scripted
 
 
 @pytest.fixture
-def scripted() -> Iterator[Callable[[list[tuple[int, dict]]], Scripted]]:
+def scripted() -> Iterator[Callable[[list[tuple[int, dict | list[dict]]]], Scripted]]:
     """Start scripted servers: ``scripted([(status, body), ...])`` (shut down after the test)."""
     servers: list[Scripted] = []
 
-    def start(script: list[tuple[int, dict]]) -> Scripted:
+    def start(script: list[tuple[int, dict | list[dict]]]) -> Scripted:
         srv = Scripted(script)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         servers.append(srv)

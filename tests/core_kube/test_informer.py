@@ -1,5 +1,6 @@
 """The one informer against a real kube-apiserver: list, watch, resume, relist on 410 Gone, survive
-a kube-apiserver that goes away mid-watch and a handler that raises, and stop when told."""
+a kube-apiserver that goes away mid-watch and a handler that raises, and stop when told; and
+against the scripted server, the order of its requests and its owner's ``before_list``."""
 
 from __future__ import annotations
 
@@ -84,6 +85,7 @@ def test_lists_then_watches_and_resumes_after_the_server_ends_the_watch(
         try:
             assert informer.synced.wait(30)
             seen.wait(lambda: seen.names == {"before"})
+            assert informer.watching.wait(30)
             time.sleep(2.5)  # the server has ended the 1 s watch at least once: watched again from its rv
             _configmap(kube, ns, "after")
             seen.wait(lambda: ("ADDED", "after") in seen.events)
@@ -93,6 +95,47 @@ def test_lists_then_watches_and_resumes_after_the_server_ends_the_watch(
         finally:
             informer.stop()
         assert not informer._thread or not informer._thread.is_alive()
+        assert not informer.watching.is_set()
+
+
+def _listing(rv: str, *names: str) -> dict[str, Any]:
+    items = [{"metadata": {"name": n}} for n in names]
+    return {"kind": "ConfigMapList", "metadata": {"resourceVersion": rv}, "items": items}
+
+
+def test_410_gone_in_the_watch_lists_again_and_before_list_runs_before_each_listing(scripted: Any) -> None:
+    gone = {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410, "message": "too old resource"}
+    outage = {"kind": "Status", "status": "Failure", "code": 503, "message": "etcd leader changed"}
+    srv = scripted(
+        [
+            (200, _listing("1", "one")),
+            (200, [{"type": "ERROR", "object": gone}]),
+            (200, _listing("5", "one", "two")),
+            (503, outage),  # from here on every watch is refused: tried again after the backoff
+        ]
+    )
+    announced: list[int] = []  # how many requests the server had had when before_list ran
+    seen = Seen()
+    path = "/api/v1/namespaces/default/configmaps"
+    with k.RestKube(k.KubeConnection(server=srv.url)) as kube:
+        informer = Informer(
+            kube,
+            path,
+            on_list=seen.on_list,
+            on_event=seen.on_event,
+            before_list=lambda: announced.append(len(srv.requests)),
+            backoff=Backoff(FAST.initial_s, FAST.max_s),
+        ).start()
+        try:
+            seen.wait(lambda: seen.names == {"one", "two"})
+        finally:
+            informer.stop()
+    assert announced == [0, 2]  # before the first listing, and before the one after the 410
+    assert informer.relists == 2 and informer.expired == 1 and seen.events == []
+    first_watch = srv.requests[1]
+    assert first_watch.startswith(f"{path}?watch=1&resourceVersion=1&allowWatchBookmarks=true")
+    assert srv.requests[2] == path  # listed from scratch, not watched from the expired resourceVersion
+    assert all(r.startswith(f"{path}?watch=1&resourceVersion=5&") for r in srv.requests[3:])
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from gpucaas.chart import (  # noqa: F401 (re-exported for the tests)
     chart_crds,
     component,
     find,
+    is_hook,
     pod_spec,
     production_values,
     render,

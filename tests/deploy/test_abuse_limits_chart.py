@@ -85,7 +85,7 @@ def test_rate_limit_storage_reaches_the_api_from_a_secret(monkeypatch: Any) -> N
         "name": "GPUCAAS_RATE_LIMIT_STORAGE_URL",
         "valueFrom": {"secretKeyRef": {"name": "shared-limits", "key": "uri"}},
     }
-    assert not [o for o in objects if o["kind"] == "Secret"]
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Secret"] == ["gpucaas-admin-token"]
 
     # a URI in the values: stored in a Secret the chart creates, which the API reads
     url = "redis://:s3cret@redis.internal:6379/2"

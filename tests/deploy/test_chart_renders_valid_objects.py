@@ -2,10 +2,11 @@
 
 Built-in kinds are checked by kubernetes-validate in strict mode (unknown fields
 are errors) for the oldest and newest Kubernetes the chart targets; custom
-resources against the schema of their own CRD: the chart's, a subset of
-cert-manager's Certificate, and Traefik's own Middleware CRD, read from the Traefik
-module that upstream/build.sh builds the sandbox's controller from (unknown fields
-are errors there too, as ``kubectl apply --validate=strict`` would say).
+resources against the schema of their own CRD: the chart's, strict subsets of
+cert-manager's Certificate and Issuer and of the prometheus-operator's PodMonitor and
+PrometheusRule (tests/deploy/custom_resources.py), and Traefik's own Middleware CRD, read
+from the Traefik module that upstream/build.sh builds the sandbox's controller from
+(unknown fields are errors there too, as ``kubectl apply --validate=strict`` would say).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import yaml
 
 from core import crds as core_crds
+from tests.deploy import custom_resources
 from tests.deploy.rendering import (
     CHART,
     CORE_CRDS,
@@ -34,57 +36,18 @@ from tests.deploy.rendering import (
     render_notes,
 )
 
-#: The part of cert-manager's Certificate (cert-manager.io/v1) the chart uses;
-#: cert-manager's CRD is not vendored, so this subset is checked strictly.
-CERTIFICATE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "cert-manager.io/v1"},
-        "kind": {"const": "Certificate"},
-        "metadata": {"type": "object", "required": ["name", "namespace"]},
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["secretName", "issuerRef", "dnsNames"],
-            "properties": {
-                "secretName": {"type": "string", "minLength": 1},
-                "issuerRef": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["name"],
-                    "properties": {
-                        "name": {"type": "string", "minLength": 1},
-                        "kind": {"enum": ["Issuer", "ClusterIssuer"]},
-                        "group": {"type": "string"},
-                    },
-                },
-                "privateKey": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]},
-                        "size": {"type": "integer"},
-                        "rotationPolicy": {"enum": ["Never", "Always"]},
-                    },
-                },
-                "duration": {"type": "string", "pattern": "^[0-9]+h$"},
-                "renewBefore": {"type": "string", "pattern": "^[0-9]+h$"},
-                "dnsNames": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-            },
-        },
-    },
-}
-
 VALUE_SETS = {
     "defaults": {},
     "production": production_values(),
     "everything-on": {
         "schedulerExtender": {"enabled": True},
         "certManager": {"enabled": True, "issuerRef": {"name": "ca"}},
-        "api": {"ingress": {"enabled": True, "tlsSecretName": "edge-tls"}},
+        "api": {"ingress": {"enabled": True, "tlsSecretName": "edge-tls"}, "tls": {"existingSecret": ""}},
         "database": {"existingSecret": "", "url": "postgresql+psycopg://u:p@db:5432/gpucaas"},
         "fabric": {"libvirtGroupId": 108},
+        "endpoints": {"traefik": {"middlewares": True}},
+        "monitoring": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+        "networkPolicy": {"apiFrom": [{"namespaceSelector": {"matchLabels": {"edge": "yes"}}}]},
     },
     "dra": {"allocation": {"mode": "dra"}},
     "dra-everything-on": {
@@ -105,7 +68,7 @@ def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
         for version in crd["spec"]["versions"]:
             key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
             schemas[key] = version["schema"]["openAPIV3Schema"]
-    schemas[("cert-manager.io/v1", "Certificate")] = CERTIFICATE_SCHEMA
+    schemas.update(custom_resources.SCHEMAS)
     middleware = _traefik_middleware_crd()
     schemas[("traefik.io/v1alpha1", "Middleware")] = middleware["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schemas
@@ -231,16 +194,25 @@ def test_example_custom_resources_match_their_crds(crd_schemas: dict) -> None:
         _validate_custom(bad_tenancy, crd_schemas)
 
 
-def test_chart_crds_are_the_core_crds() -> None:
-    """crds/ carries exact copies of core/crds/*.yaml, plus Kopf's peering CRDs."""
-    chart_dir = CHART / "crds"
+def test_chart_crds_are_the_core_crds_and_upgrades_update_them() -> None:
+    """files/crds/ carries exact copies of core/crds/*.yaml, which templates/crds.yaml renders as
+    they are plus ``helm.sh/resource-policy: keep``: as templates, `helm upgrade` updates them
+    (crds/ is installed once and never again), and `helm uninstall` leaves them with every
+    Tenancy and GPULease. crds/ keeps only Kopf's peering CRDs (the ClusterKopfPeering template
+    needs its CRD before the templates are applied)."""
+    files = CHART / "files" / "crds"
     for name in core_crds.CRD_FILES:
         core_text = (CORE_CRDS / name).read_text()
-        assert (chart_dir / name).read_text() == core_text, (
-            f"crds/{name} differs from core/crds/{name}: run `make crds`"
-        )
-    extra = {p.name for p in chart_dir.iterdir()} - set(core_crds.CRD_FILES)
-    assert extra == {"kopfpeerings.kopf.dev.yaml"}
+        assert (files / name).read_text() == core_text, f"files/crds/{name} is not core/crds/{name}: run `make crds`"
+    assert {p.name for p in files.iterdir()} == set(core_crds.CRD_FILES)
+    assert {p.name for p in (CHART / "crds").iterdir()} == {"kopfpeerings.kopf.dev.yaml"}
+    for values in ({}, production_values()):
+        rendered = {o["metadata"]["name"]: o for o in render(values) if o["kind"] == "CustomResourceDefinition"}
+        assert set(rendered) == {name.removesuffix(".yaml") for name in core_crds.CRD_FILES}
+        for name, crd in rendered.items():
+            assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+            as_core = {**crd, "metadata": {k: v for k, v in crd["metadata"].items() if k != "annotations"}}
+            assert as_core == yaml.safe_load((CORE_CRDS / f"{name}.yaml").read_text())
     kinds = {crd["spec"]["names"]["kind"] for crd in chart_crds()}
     assert kinds == {"Tenancy", "GPULease", "FabricState", "ClusterKopfPeering", "KopfPeering"}
     for crd in chart_crds():
@@ -315,7 +287,10 @@ def test_values_map_to_env_vars() -> None:
 
 
 #: Values standing in for a Secret's content, by variable (the database URL otherwise).
-SECRET_STAND_INS = {"GPUCAAS_RATE_LIMIT_STORAGE_URL": "redis://:secret@redis:6379/0"}
+SECRET_STAND_INS = {
+    "GPUCAAS_RATE_LIMIT_STORAGE_URL": "redis://:secret@redis:6379/0",
+    "GPUCAAS_ADMIN_TOKEN": "x7Kq2mW9pL4vR8nT3bY6cF1hJ5dG0sZa",  # as the chart generates it: alphanumeric
+}
 
 
 @pytest.mark.parametrize(
@@ -440,7 +415,8 @@ def test_database_url_value_becomes_a_secret() -> None:
     import base64
 
     assert base64.b64decode(secret["data"]["database-url"]).decode() == url
-    assert not any(o["kind"] == "Secret" for o in render({}))
+    # the only Secret of the defaults: the generated admin token
+    assert [o["metadata"]["name"] for o in render({}) if o["kind"] == "Secret"] == ["gpucaas-admin-token"]
 
 
 def test_notes_tell_how_to_reach_the_api() -> None:

@@ -34,9 +34,14 @@ CONTRADICTIONS = [
     ("pod tls without certificate", {"api": {"tls": {"existingSecret": ""}}}, "api.tls.enabled needs"),
     ("ingress without tls", {"api": {"ingress": {"enabled": True}}}, "api.ingress.enabled needs TLS"),
     (
-        "cert-manager without issuer",
-        {"certManager": {"enabled": True}},
-        "certManager.enabled needs certManager.issuerRef.name",
+        "public certificate without a public issuer",
+        {"certManager": {"enabled": True}, "api": {"ingress": {"enabled": True}}},
+        "certManager.enabled with api.ingress.enabled needs certManager.issuerRef.name",
+    ),
+    (
+        "internal certificate without an internal issuer",
+        {"certManager": {"enabled": True, "internalIssuer": {"create": False}}, "api": {"tls": {"existingSecret": ""}}},
+        "certManager.internalIssuer.create false needs certManager.internalIssuer.issuerRef.name",
     ),
     (
         "two controllers without peering",
@@ -110,3 +115,5 @@ def test_contradiction_fixed_renders() -> None:
     assert render(
         {"certManager": {"enabled": True, "issuerRef": {"name": "ca"}}, "api": {"tls": {"existingSecret": ""}}}
     )
+    # in-pod TLS alone needs no public issuer: the chart's internal CA signs the Service's names
+    assert render({"certManager": {"enabled": True}, "api": {"tls": {"existingSecret": ""}}})

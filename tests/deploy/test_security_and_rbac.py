@@ -122,8 +122,11 @@ def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, 
 
 
 TENANT_SECRETS = "gpucaas-api-tenant-secrets"
-# Kopf peering is cluster-wide (ClusterKopfPeering): no namespaced Role at all.
-EXPECTED_NAMESPACED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {}
+# Kopf peering is cluster-wide (ClusterKopfPeering): the only namespaced Role is `helm test`'s,
+# which reads the controller's Deployment (that one, by name) to see it Ready.
+EXPECTED_NAMESPACED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
+    "test": {("apps", "deployments"): {"get"}},
+}
 
 # hostPath -> must it be read-only, per component. Nothing else from the host.
 EXPECTED_HOST_PATHS: dict[str, dict[str, bool]] = {
@@ -187,6 +190,7 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
         assert ("", "pods/exec") not in flat and ("", "nodes/proxy") not in flat
     for name, expected in EXPECTED_NAMESPACED_RULES.items():
         assert _flatten(roles[name]["rules"]) == expected
+        assert all(rule.get("resourceNames") for rule in roles[name]["rules"]), name
     # Secrets, volume claims and exec only in tenant namespaces: the role exists, and nothing in the
     # chart binds it (the controller binds it per tenant namespace, see services/tenancy_controller/builders.py)
     assert [_flatten(r["rules"]) for r in tenant_secrets] == [
@@ -264,7 +268,8 @@ def test_no_workload_is_privileged_and_host_access_is_minimal(values_name: str) 
             assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, name
             assert _effective(spec, c, "readOnlyRootFilesystem") is True, name
             assert _effective(spec, c, "seccompProfile") == {"type": "RuntimeDefault"}, name
-            assert "livenessProbe" in c and "readinessProbe" in c, name
+            if workload["kind"] in ("Deployment", "DaemonSet"):  # servers; a Job or a test pod runs to its end
+                assert "livenessProbe" in c and "readinessProbe" in c, name
             assert set(c["resources"]) == {"requests", "limits"}, name
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         host = {v["hostPath"]["path"]: n for n, v in volumes.items() if "hostPath" in v}
@@ -278,7 +283,8 @@ def test_no_workload_is_privileged_and_host_access_is_minimal(values_name: str) 
     node_daemon = (
         "dra-driver" if VALUE_SETS[values_name].get("allocation", {}).get("mode") == "dra" else "device-plugin"
     )
-    assert seen == {"api", "controller", node_daemon, "fabric", "scheduler-extender"}
+    # beside the services: the migration hook Job and the `helm test` pods
+    assert seen == {"api", "controller", node_daemon, "fabric", "scheduler-extender", "migrate", "test"}
 
 
 def test_fabric_runs_non_root_in_the_libvirt_group_when_told() -> None:
@@ -309,7 +315,7 @@ def test_pdbs_and_network_policies_cover_the_services() -> None:
     pdbs = {component(o) for o in objects if o["kind"] == "PodDisruptionBudget"}
     assert pdbs == {"api", "controller", "scheduler-extender"}
     policies = {component(o): o for o in objects if o["kind"] == "NetworkPolicy"}
-    assert set(policies) == {"api", "controller", "device-plugin", "fabric", "scheduler-extender"}
+    assert set(policies) == {"api", "controller", "device-plugin", "fabric", "scheduler-extender", "migrate", "test"}
     assert policies["controller"]["spec"]["ingress"] == []
     assert policies["api"]["spec"]["ingress"][0]["from"][0]["namespaceSelector"]
     assert policies["api"]["spec"]["ingress"][0]["ports"] == [{"port": 8443, "protocol": "TCP"}]

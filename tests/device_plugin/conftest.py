@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from core.fabric_client import FabricClient
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
@@ -19,6 +18,7 @@ from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedFabricManager
 from services.fabric.partitions import PartitionService
 from services.fabric.server import UnixServer, create_app
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 SettingsFactory = Callable[..., DevicePluginSettings]
 

@@ -7,11 +7,11 @@ import logging
 import grpc
 import pytest
 
-from devtools.fake_kubelet import AdmissionError, FakeKubelet
 from devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS, FakeBoard
 from services.device_plugin.api import dp_pb2
 from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.conftest import RunningFabric
+from tests.fixtures.fake_kubelet import AdmissionError, FakeKubelet
 
 BDF = dict(zip(GPU_PHYSICAL_IDS, GPU_BDFS, strict=True))
 

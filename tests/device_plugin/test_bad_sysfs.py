@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from core import vfio_sysfs as sysfs
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from devtools.waiting import wait_for
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 BDF = GPU_BDFS[2]
 

@@ -10,8 +10,8 @@ import pytest
 
 from core import vfio_sysfs as sysfs
 from core.cdi import CDI_VERSION, CDISpecError, SpecWriter, build_cdi_spec, check_cdi_spec
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 #: The parts of CDI's schema/schema.json (container-device-interface) this spec uses,
 #: with SPEC.md's naming rules as patterns.

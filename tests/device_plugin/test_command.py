@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import FakeBoard
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 
 def test_command_runs_end_to_end(hgx_board: FakeBoard, fake_kubelet: FakeKubelet, tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from core import vfio_sysfs as sysfs
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import GPU_BDFS, MEMORY_CONTROLLER_BDF, NVSWITCH_BDFS, build_hgx_h100
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 
 def test_dgx_board_advertises_the_eight_gpus_only(hgx_board) -> None:

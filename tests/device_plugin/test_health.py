@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devtools.fake_kubelet import FakeKubelet, PluginConnection
 from devtools.fake_sysfs import GPU_BDFS, FakeBoard, build_hgx_h100
 from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.conftest import RunningFabric
+from tests.fixtures.fake_kubelet import FakeKubelet, PluginConnection
 
 GPU = GPU_BDFS[4]
 
@@ -99,7 +99,7 @@ def test_unhealthy_gpu_refused_at_allocate(
 ) -> None:
     import pytest
 
-    from devtools.fake_kubelet import AdmissionError
+    from tests.fixtures.fake_kubelet import AdmissionError
 
     conn = fake_kubelet.plugins["nvidia.com/gpu"]
     hgx_board.remove_vfio_node(GPU)

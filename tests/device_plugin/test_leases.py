@@ -13,13 +13,13 @@ from kubernetes import client
 
 from core import lease_states
 from core.lease_store import LeaseStore, lease_name
-from devtools.fake_kubelet import AdmissionError, FakeKubelet
 from devtools.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
 from devtools.waiting import wait_for
 from gpucaas.gpu_node import GpuNode, build_node
 from services.gpu_leases import controller as lease_handlers
 from services.gpu_leases.settings import LeaseAgentSettings
 from tests.device_plugin.conftest import RunningFabric
+from tests.fixtures.fake_kubelet import AdmissionError, FakeKubelet
 
 NODE = "gpu-node-1"
 RESOURCE = "nvidia.com/gpu"
@@ -93,6 +93,10 @@ def test_a_quarantined_gpu_is_never_allocated(
     store.transition(lease_name(NODE, bad), lambda st: lease_states.admin_quarantine(st, "suspect firmware"))
     conn = fake_kubelet.plugins[RESOURCE]
     assert conn.wait_for(lambda c: c.health().get(bad) == "Unhealthy", timeout=10)
+    # the plugin's /metrics says so too (the PrometheusRule's GpucaasGpuQuarantined)
+    registry = leased_plugin.plugin.metrics.registry
+    wait(lambda: registry.get_sample_value("gpucaas_gpu_leases", {"node": NODE, "state": "Quarantined"}) == 1)
+    assert registry.get_sample_value("gpucaas_gpu_leases", {"node": NODE, "state": "Free"}) == 7
     given: set[str] = set()
     for i in range(7):
         given |= set(fake_kubelet.admit("tenant-acme", f"c-{i}", RESOURCE, 1).device_ids)

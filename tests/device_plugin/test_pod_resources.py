@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from services.device_plugin.api import pr_pb2
 from services.device_plugin.main import DevicePlugin
 from services.device_plugin.podresources import PodResourcesReader, PodResourcesUnavailable
 from tests.device_plugin.conftest import RunningFabric
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 
 def test_metrics_by_state_and_pod(plugin: DevicePlugin, fake_kubelet: FakeKubelet, hgx_board: FakeBoard) -> None:

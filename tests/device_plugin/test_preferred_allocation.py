@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from core import topology
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import GPU_BDFS, GPU_PHYSICAL_IDS, FakeBoard
 from services.device_plugin.allocation import PhysicalMap, preferred
 from services.device_plugin.api import dp_pb2
 from services.device_plugin.errors import InvalidRequest
 from services.device_plugin.main import DevicePlugin
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 PID = dict(zip(GPU_BDFS, GPU_PHYSICAL_IDS, strict=True))
 BDF = {p: b for b, p in PID.items()}

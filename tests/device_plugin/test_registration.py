@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import GPU_BDFS, FakeBoard
 from services.device_plugin.registration import endpoint_name
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 
 def test_register_request_and_options(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from core import topology
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin
 from tests.device_plugin.conftest import RunningFabric
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 
 def test_pod_gets_an_nvlink_pair_as_cdi_devices(

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from core import topology
-from devtools.fake_kubelet import AdmissionError, FakeKubelet
 from devtools.fake_sysfs import FakeBoard
 from services.device_plugin.main import DevicePlugin
 from services.fabric.bookkeeping import ActivationStore
@@ -20,6 +19,7 @@ from services.fabric.fabric_manager.simulator import SimulatedFabric, SimulatedF
 from services.fabric.partitions import PartitionService
 from services.fabric.server import UnixServer, create_app
 from tests.device_plugin.conftest import RunningFabric
+from tests.fixtures.fake_kubelet import AdmissionError, FakeKubelet
 
 
 def test_allocations_activate_real_partitions(

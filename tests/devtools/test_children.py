@@ -1,7 +1,8 @@
-"""A child started by either starter (the local cluster's ProcessGroup, the sandbox's
-Supervisor) dies when the process that started it is SIGKILLed, also when the start was made
-from a thread that has ended since (the kernel's parent-death signal follows the forking
-thread), and through ``nsenter``/``unshare`` as a real node's daemons run."""
+"""A child started by the supervisor (directly, as the local cluster and a real node start
+theirs, or as the sandbox starts a gpucaas service) dies when the process that started it is
+SIGKILLed, also when the start was made from a thread that has ended since (the kernel's
+parent-death signal follows the forking thread), and through ``nsenter``/``unshare`` as a real
+node's daemons run."""
 
 from __future__ import annotations
 
@@ -29,17 +30,17 @@ PARENT = textwrap.dedent(
     pids = []
 
     def start():
-        if starter == "group":
-            from devtools.local_cluster.processes import ProcessGroup
+        from devtools.processes import Supervisor
 
-            group = ProcessGroup(folder / "logs")
-            group.add("child", command, ready=lambda: True)
-            group.launch("child")
-            pids.append(group.pid("child"))
+        supervisor = Supervisor(folder / "logs")
+        if starter == "supervisor":
+            supervisor.add("child", command)
+            supervisor.bring_up("child")
         else:
-            from devtools.sandbox.supervisor import ServiceSpec, Supervisor
+            from devtools.sandbox.services import start_service
 
-            pids.append(Supervisor(folder / "logs").start(ServiceSpec("child", command)).process.pid)
+            start_service(supervisor, "child", command, env={}, ready=None)
+        pids.append(supervisor.pid("child"))
 
     if where == "thread":
         thread = threading.Thread(target=start)
@@ -54,7 +55,7 @@ PARENT = textwrap.dedent(
     """
 )
 
-#: what the sandbox's Supervisor runs as ``python -m gpucaas ...``: this stand-in, found first
+#: what the sandbox's service starter runs as ``python -m gpucaas ...``: this stand-in, found first
 #: in the working folder, which only sleeps
 STAND_IN = "import time\ntime.sleep(600)\n"
 
@@ -83,17 +84,17 @@ def _doomed(pid: int) -> bool:
 
 
 CASES = [
-    ("group", "main", ["sleep", "600"]),
-    ("group", "thread", ["sleep", "600"]),
-    ("group", "main", ["unshare", "--mount", "--propagation", "slave", "sh", "-c", "exec sleep 600"]),
-    ("supervisor", "main", ["child"]),
-    ("supervisor", "thread", ["child"]),
+    ("supervisor", "main", ["sleep", "600"]),
+    ("supervisor", "thread", ["sleep", "600"]),
+    ("supervisor", "main", ["unshare", "--mount", "--propagation", "slave", "sh", "-c", "exec sleep 600"]),
+    ("service", "main", ["child"]),
+    ("service", "thread", ["child"]),
 ]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 @pytest.mark.parametrize(
-    ("starter", "where", "command"), CASES, ids=["group", "group-thread", "group-unshare", "supervisor", "sup-thread"]
+    ("starter", "where", "command"), CASES, ids=["supervisor", "sup-thread", "sup-unshare", "service", "service-thread"]
 )
 def test_a_child_dies_with_the_process_that_started_it(
     tmp_path: Path, starter: str, where: str, command: list[str]

@@ -33,7 +33,7 @@ from core.fabric_client import FabricClient
 from core.kube import new_api_client
 from core.lease_store import lease_name
 from core.topology import HGX_H100_PARTITIONS
-from devtools.sandbox import kubelet_records, runner
+from devtools.sandbox import kubelet_records, runner, tenant_view
 from devtools.waiting import wait_for
 from services.device_plugin.podresources import (
     PodResourcesReader,
@@ -132,7 +132,7 @@ class Tenant(Caller):
     ) -> subprocess.CompletedProcess[str]:
         env = {
             **os.environ,
-            "GPUCAAS_CONFIG": str(runner.caasctl_config_path(self.sandbox)),
+            "GPUCAAS_CONFIG": str(tenant_view.caasctl_config_path(self.sandbox)),
             "GPUCAAS_TOKEN": self.token,
             "COLUMNS": "200",
         }
@@ -255,7 +255,7 @@ def allocated_devices(sandbox: runner.Sandbox, namespace: str, pod: str) -> list
         got = handed_over(sandbox, namespace, pod)
         return got[1]["devices"] if got else []
     for node in sandbox.nodes:
-        reader = PodResourcesReader(node.pod_resources_socket)
+        reader = PodResourcesReader(node.kubelet.pod_resources_socket)
         try:
             held = reader.list("nvidia.com/gpu")
         except PodResourcesUnavailable:  # the kubelet restarting
@@ -287,7 +287,7 @@ def handed_over(sandbox: runner.Sandbox, namespace: str, pod: str) -> tuple[str,
     if uid is None:
         return None
     got = kubelet_records.handed_over(
-        {n.name: n.kubelet_dir for n in sandbox.nodes}, uid, dra=allocation_mode() == "dra"
+        {n.name: n.kubelet.root for n in sandbox.nodes}, uid, dra=allocation_mode() == "dra"
     )
     if got is None:
         return None

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from devtools.sandbox import runner
+from devtools.sandbox import runner, tenant_view
 
 from .conftest import UNTIL_CANCELLED, activations, allocated_devices, holder_of, wait_for, wait_status
 
@@ -19,7 +19,7 @@ IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 
 
 def caasctl(sandbox: runner.Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUCAAS_CONFIG": str(runner.caasctl_config_path(sandbox)), "COLUMNS": "200"}
+    env = {**os.environ, "GPUCAAS_CONFIG": str(tenant_view.caasctl_config_path(sandbox)), "COLUMNS": "200"}
     for var in ("GPUCAAS_URL", "GPUCAAS_TOKEN", "GPUCAAS_CA_CERT"):
         env.pop(var, None)
     return subprocess.run([str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=60, check=False)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from devtools.sandbox import runner
+from devtools.sandbox import runner, tenant_view
 
 from .conftest import CAASCTL, UNTIL_CANCELLED, Tenant, new_tenant
 
@@ -81,7 +81,9 @@ def test_exec_with_a_terminal_gets_the_windows_size_and_its_changes(
     pid, fd = pty.fork()
     if pid == 0:  # the child: caasctl on a terminal of 33 rows and 101 columns
         fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
-        os.environ.update({"GPUCAAS_CONFIG": str(runner.caasctl_config_path(sandbox)), "GPUCAAS_TOKEN": tenant.token})
+        os.environ.update(
+            {"GPUCAAS_CONFIG": str(tenant_view.caasctl_config_path(sandbox)), "GPUCAAS_TOKEN": tenant.token}
+        )
         os.execv(str(CAASCTL), [str(CAASCTL), "exec", "-it", running["id"], "--", "sh", "-c", SIZES])
     out = b""
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.ports import free_port
+from devtools.processes import ProcessFailed
 from devtools.sandbox import identities, runner
-from devtools.sandbox.supervisor import ServiceFailed
 
 from .conftest import allocation_mode
 
@@ -51,9 +52,9 @@ def test_fabric_without_create_on_fabricstates_fails_the_sandbox() -> None:
     )
     state = Path(tempfile.mkdtemp(prefix="gpucaas-rbac-", dir="/tmp"))
     try:
-        with pytest.raises((identities.RBACRefused, ServiceFailed)) as err:
+        with pytest.raises((identities.RBACRefused, ProcessFailed)) as err:
             sandbox = runner.start(
-                state, nodes=("gpu-node-a",), api_port=runner.free_port(), chart_objects=objects, allocation_mode=mode
+                state, nodes=("gpu-node-a",), api_port=free_port(), chart_objects=objects, allocation_mode=mode
             )
             sandbox.stop()
         assert (

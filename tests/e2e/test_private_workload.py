@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from devtools.sandbox import runner
+from devtools.sandbox import product, runner, tenant_view
 from services.api.domain import sizing
 
 from .conftest import Caller, allocation_mode, wait_for, wait_status
@@ -71,9 +71,9 @@ def test_private_image_secret_env_and_gpu_sizing(
     value = client.CoreV1Api(k8s).read_namespaced_secret("gpucaas-secret-hf", "tenant-paying").data["value"]
     assert base64.b64decode(value).decode() == HF_VALUE
     # 8 x the sandbox's per-GPU share, /dev/shm sized. Its real nodes share this machine, so the
-    # sandbox sets the share small (runner.REAL_NODE_SIZING: no 1 GiB hugepages); production's is
+    # sandbox sets the share small (product.REAL_NODE_SIZING: no 1 GiB hugepages); production's is
     # an HGX H100 node's (24 CPUs, 224 GiB in hugepages: tests/api check that pod spec).
-    share = runner.REAL_NODE_SIZING
+    share = product.REAL_NODE_SIZING
     cpu = sizing.format_cpu(8 * sizing.parse_cpu(share["GPUCAAS_CPU_PER_GPU"]))
     memory = sizing.format_bytes(8 * sizing.parse_bytes(share["GPUCAAS_MEMORY_PER_GPU"]))
     shm = sizing.format_bytes(8 * sizing.parse_bytes(share["GPUCAAS_SHM_PER_GPU"]))
@@ -134,8 +134,8 @@ def test_the_sandbox_hint_works_as_printed(sandbox: runner.Sandbox) -> None:
     """The curl line `gpucaas sandbox` prints for the tenant submits a container."""
     import subprocess
 
-    done = subprocess.run(runner.tenant_curl(sandbox), capture_output=True, text=True, check=False)
+    done = subprocess.run(tenant_view.tenant_curl(sandbox), capture_output=True, text=True, check=False)
     assert done.returncode == 0, (done.stdout, done.stderr)
     body = json.loads(done.stdout)
-    assert body["status"] == "Queued" and body["gpus"] == 2 and body["tenancy"] == runner.DEMO_TENANCY
+    assert body["status"] == "Queued" and body["gpus"] == 2 and body["tenancy"] == tenant_view.DEMO_TENANCY
     assert wait_status(Caller(sandbox, sandbox.tenant_token or ""), body["id"], "Succeeded")["exit_code"] == 0

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devtools.sandbox import runner
+from devtools.sandbox import runner, tenant_view
 from services.api.webhooks.signing import verify
 from tests.api.webhook_receiver import Receiver
 
@@ -27,7 +27,7 @@ def test_a_tenants_session_run_usage_and_signed_webhooks(sandbox: runner.Sandbox
     tenant = tenant_factory("metered")
     env = {
         **os.environ,
-        "GPUCAAS_CONFIG": str(runner.caasctl_config_path(sandbox)),
+        "GPUCAAS_CONFIG": str(tenant_view.caasctl_config_path(sandbox)),
         "GPUCAAS_TOKEN": tenant.token,
         "COLUMNS": "200",
     }

@@ -13,9 +13,9 @@ from pathlib import Path
 from kubernetes import client
 
 from core.lease_store import LeaseStore
-from devtools.fake_kubelet import FakeKubelet
 from devtools.fake_sysfs import FakeBoard
 from devtools.waiting import wait_for
+from tests.fixtures.fake_kubelet import FakeKubelet
 
 
 def test_leases_are_kept_by_the_device_plugin_process(

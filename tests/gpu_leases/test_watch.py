@@ -1,20 +1,22 @@
-"""The running agent on the light adapter follows its leases by a watch, not by polling:
-with a tick far longer than the test, only a watch event (or a change it sees locally)
-can make it act."""
+"""The running agent follows its leases by a watch, not by polling: with a tick far longer than
+the test, only a watch event (or a change it sees locally) can make it act; while its watches
+are refused, it polls."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
 from core import lease_states as states
-from core.kube import KubeConnection, RestKube
+from core.kube import Kube, KubeConnection, RestKube, from_status
 from core.lease_store import LeaseStore, lease_name
 from devtools.fake_sysfs import FakeBoard
 from devtools.waiting import wait_for
 from services.gpu_leases.agent import NodeGPU, NodeLeases
 from services.gpu_leases.firmware import GoldenTable, SysfsFirmwareCheck
+from tests.core_kube.scripted import forbidden
 
 from .conftest import NODE, Kubelet, make_pod
 
@@ -40,7 +42,7 @@ def test_a_check_requested_by_the_controller_runs_at_once(
     store = LeaseStore(k8s)  # the controller's side, through the official client
     agent.start()
     try:
-        wait_for(lambda: agent._watching, what="the watch on the node's leases")
+        wait_for(lambda: agent.watching, what="the watch on the node's leases")
         wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="lease created Free")
         # a pod takes the GPU and leaves (PodResources, seen locally), the controller asks for the check
         make_pod(k8s, "acme", "w-1")
@@ -57,12 +59,20 @@ def test_a_check_requested_by_the_controller_runs_at_once(
         kube.close()
 
 
+class WatchRefused(Kube):
+    """The official client's adapter, refused every watch as RBAC refuses an identity without ``watch``."""
+
+    def stream(self, path: str, *, query: list[tuple[str, str]] | None = None, read_timeout_s: float) -> Any:
+        denied = forbidden("system:serviceaccount:gpucaas-system:device-plugin", "watch", "gpuleases", "gpucaas.dev")
+        raise from_status(403, denied, what=f"GET {path}", server=self.server)
+
+
 def test_without_a_watch_every_tick_is_a_full_round(
     k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
 ) -> None:
     gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
     agent = NodeLeases(
-        k8s,
+        WatchRefused(api_client=k8s),
         NODE,
         lambda: gpus,
         lambda: kubelet.holdings,
@@ -77,6 +87,6 @@ def test_without_a_watch_every_tick_is_a_full_round(
         wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="Free")
         store.transition(NAME, lambda st: states.admin_quarantine(st, "operator says so"))
         wait_for(lambda: GPU in agent.health(), what="the quarantine withheld from the kubelet")
-        assert not agent._watching  # the official client's adapter: polled
+        assert not agent.watching  # refused: seen by the full round of a tick
     finally:
         agent.stop()

@@ -23,5 +23,5 @@ def test_the_compaction_interval_reaches_kube_apiserver(tmp_path: Path) -> None:
         tmp_path, ClusterOptions(compaction_interval="10s", audit_policy=None), bin_dir=tmp_path / "bin"
     )
     cluster._prepare()
-    args = cluster.components["kube-apiserver"].args
+    args = cluster.children["kube-apiserver"].args
     assert args[args.index("--etcd-compaction-interval") + 1] == "10s"

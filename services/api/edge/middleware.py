@@ -44,6 +44,11 @@ class Metrics:
         self.queued = Gauge(
             "gpucaas_api_queued_containers", "Containers committed but without a pod yet.", registry=self.registry
         )
+        self.oldest_queued = Gauge(
+            "gpucaas_api_oldest_queued_container_age_seconds",
+            "How long the longest-waiting queued container has waited for its pod (0: none queued).",
+            registry=self.registry,
+        )
         self.pods_created = Gauge(
             "gpucaas_api_pods_created", "Pods this replica's worker created since start.", registry=self.registry
         )

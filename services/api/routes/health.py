@@ -58,6 +58,7 @@ def _refresh_gauges(request: Request) -> None:
     try:
         with Session(request.app.state.service_engine) as session:
             metrics.queued.set(worker_state.queue_depth(session))
+            metrics.oldest_queued.set(worker_state.oldest_queued_age(session))
     except Exception:  # noqa: BLE001 - metrics must not fail on a DB hiccup
         pass
     worker = request.app.state.worker

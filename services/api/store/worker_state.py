@@ -9,7 +9,7 @@ a short claim so that other replicas skip them while it works (``services.api.db
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, update
@@ -214,3 +214,15 @@ def queue_depth(session: Session) -> int:
             select(func.count()).select_from(Container).where(Container.status == ContainerStatus.QUEUED)
         ).one()
     )
+
+
+def oldest_queued_age(session: Session, now: datetime | None = None) -> float:
+    """Seconds the longest-waiting ``Queued`` container has waited for its pod (0: none waits)."""
+    oldest = session.exec(
+        select(func.min(Container.created_at)).where(Container.status == ContainerStatus.QUEUED)
+    ).one()
+    if oldest is None:
+        return 0.0
+    if oldest.tzinfo is None:  # SQLite gives the stored UTC time back without its zone
+        oldest = oldest.replace(tzinfo=UTC)
+    return max(0.0, ((now or utcnow()) - oldest).total_seconds())

@@ -70,17 +70,43 @@ app.kubernetes.io/part-of: gpucaas
 {{- end -}}
 {{- end -}}
 
-{{/* Secret with the API's in-pod TLS pair. */}}
 {{- define "gpucaas.peeringName" -}}
 {{- default (include "gpucaas.componentName" (list . "controller")) .Values.controller.peering.name -}}
 {{- end -}}
 
+{{/* Secret with the API's in-pod TLS pair: the operator's, else the internal issuer's certificate. */}}
 {{- define "gpucaas.apiTlsSecret" -}}
 {{- if .Values.api.tls.existingSecret -}}
 {{- .Values.api.tls.existingSecret -}}
 {{- else -}}
 {{- include "gpucaas.componentName" (list . "api-tls") -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Secret of the Ingress's TLS pair: the operator's, else the public issuer's certificate. */}}
+{{- define "gpucaas.ingressTlsSecret" -}}
+{{- default (include "gpucaas.componentName" (list . "api-public-tls")) .Values.api.ingress.tlsSecretName -}}
+{{- end -}}
+
+{{/* Secret with the admin token: the operator's, else the one the chart generates and keeps. */}}
+{{- define "gpucaas.adminTokenSecret" -}}
+{{- default (include "gpucaas.componentName" (list . "admin-token")) .Values.api.adminToken.existingSecret -}}
+{{- end -}}
+
+{{/* The internal issuer (cert-manager issuerRef) of the cluster-internal names. */}}
+{{- define "gpucaas.internalIssuerRef" -}}
+{{- if .Values.certManager.internalIssuer.create -}}
+name: {{ include "gpucaas.componentName" (list . "ca") }}
+kind: Issuer
+group: cert-manager.io
+{{- else -}}
+{{- toYaml .Values.certManager.internalIssuer.issuerRef -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The API's scheme and the name its serving certificate carries for in-cluster clients. */}}
+{{- define "gpucaas.apiServiceHost" -}}
+{{- printf "%s.%s.svc" (include "gpucaas.componentName" (list . "api")) .Release.Namespace -}}
 {{- end -}}
 
 {{/* Log settings every component reads (core/logging.py: GPUCAAS_LOG_LEVEL, GPUCAAS_LOG_FORMAT). */}}
@@ -126,6 +152,14 @@ checkov.io/skip1: CKV_K8S_15=Pinned tag or digest; IfNotPresent keeps GPU nodes 
 checkov.io/skip2: CKV_K8S_43=image.digest pins by digest; the default tag is the immutable appVersion release tag
 {{- end -}}
 
+{{/* The common skips, and the probes' for a `helm test` pod: it runs one check to its end and
+exits 0 or 1; a liveness probe could only restart it, a readiness probe has no Service to gate. */}}
+{{- define "gpucaas.checkovTestPodSkips" -}}
+{{ include "gpucaas.checkovCommonSkips" . }}
+checkov.io/skip3: CKV_K8S_8=A helm test pod runs one check to its end; a liveness probe could only restart it
+checkov.io/skip4: CKV_K8S_9=A helm test pod runs one check to its end; no Service waits on its readiness
+{{- end -}}
+
 {{/*
 Whether the scheduler extender binds pods (its bindVerb). Only in allocation.mode
 device-plugin: in dra mode kube-scheduler's DynamicResources plugin allocates the claim in
@@ -146,4 +180,11 @@ cross-namespace names (<namespace>-<name>@kubernetescrd). */}}
 {{- $chain := printf "%s-%s-auth@kubernetescrd,%s-%s-strip@kubernetescrd" .Release.Namespace $mw .Release.Namespace $mw -}}
 {{- dict "traefik.ingress.kubernetes.io/router.middlewares" $chain | toJson -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Hook annotations of a pre-install/pre-upgrade hook resource (the migration Job's); weight given. */}}
+{{- define "gpucaas.migrationHook" -}}
+helm.sh/hook: pre-install,pre-upgrade
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end -}}

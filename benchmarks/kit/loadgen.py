@@ -29,7 +29,6 @@ not the server.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import shutil
 import subprocess
@@ -193,10 +192,3 @@ def check_not_saturated(name: str, result: LoadResult, limit: float = 0.9) -> No
             f"{name}: wrk used {result.loadgen_cpu_share:.0%} of a core — the load generator, not the "
             "server, set this figure; give it a core of its own or fewer connections"
         )
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User+system CPU seconds of a running process (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks

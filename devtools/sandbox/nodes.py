@@ -1,0 +1,143 @@
+"""The sandbox's second stage, the nodes: the local registries, then per GPU node a fake HGX
+H100 board (a sysfs tree with real ``/dev/vfio`` character devices) and a real node
+(:mod:`devtools.real_node`: containerd, runc and the pinned kubelet; the Kata handler runs
+runc, no VM boots here). The gpucaas daemons of each node come with the product
+(:mod:`.product`). On a given cluster there are no nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.kubelet_dirs import KubeletDirs
+from devtools.fake_sysfs import build_hgx_h100, load_board
+from devtools.local_cluster import KUBE_VERSION, bin_dir as kube_bin_dir
+from devtools.real_node import cilium
+from devtools.real_node.devices import make_char_devices
+from devtools.real_node.node import NodeOptions, RealNode, kubelet_dirs, node_tools_missing
+from devtools.real_node.registry import Registries
+
+if TYPE_CHECKING:
+    from devtools.sandbox.runner import Plan, Sandbox
+
+
+def node_names(count: int) -> tuple[str, ...]:
+    """The sandbox's GPU nodes' names: ``gpu-node-a``, ``gpu-node-b``, ..."""
+    return tuple(f"gpu-node-{chr(ord('a') + i)}" for i in range(count))
+
+
+#: as many as ``gpucaas sandbox``'s ``real_nodes`` setting gives by default (a test holds them equal)
+DEFAULT_NODES = node_names(2)
+#: the labels of the sandbox's GPU nodes: the one the placement and the DaemonSets select on, the
+#: instance type, and the product name NVIDIA GPU Feature Discovery gives an H100 SXM node (usage
+#: records read it)
+GPU_NODE_LABELS = {
+    "gpucaas.dev/gpu-node": "true",
+    "node.kubernetes.io/instance-type": "hgx-h100-8",
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+}
+
+
+@dataclass
+class NodePaths:
+    """One GPU node's folder, ``<state>/nodes/<name>``: its board, its real node's kubelet, and
+    the sockets and state of its gpucaas daemons."""
+
+    name: str
+    root: Path
+
+    @property
+    def board(self) -> Path:
+        return self.root / "board"
+
+    @property
+    def sysfs(self) -> Path:
+        return self.board / "sys"
+
+    @property
+    def dev(self) -> Path:
+        return self.board / "dev"
+
+    @property
+    def kubelet(self) -> KubeletDirs:
+        """The node's kubelet: device plugins, PodResources and the DRA driver meet it there."""
+        return kubelet_dirs(self.root)
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def fabric_socket(self) -> Path:
+        return self.root / "fabric.sock"
+
+    @property
+    def fabric_state_dir(self) -> Path:
+        return self.root / "fabric-state"
+
+    @property
+    def dra_state_dir(self) -> Path:
+        return self.root / "dra-state"
+
+
+def check_node_tools(plan: Plan) -> None:
+    """Refuses, before anything starts, a sandbox this machine cannot run (``OSError``)."""
+    missing = node_tools_missing() if plan.own_cluster else []
+    if plan.cilium:
+        if not plan.own_cluster:
+            raise OSError("the cilium network is the sandbox's own nodes' network: it needs no --kubeconfig")
+        missing += cilium.missing(kube_bin_dir())
+    if missing:
+        raise OSError("a GPU node needs " + ", ".join(missing) + " (make install adds the packages)")
+
+
+def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
+    """The registries and the real nodes with their boards (own cluster only)."""
+    if sandbox.cluster is None:
+        return
+    say = plan.say
+    say(
+        "starting the local registries (public images built from busybox-static; a private one "
+        "that asks for credentials) and pushing the images"
+    )
+    # each part is the sandbox's before it starts: stopping the sandbox stops a part that failed half-way
+    registries = sandbox.registries = Registries(
+        sandbox.state_dir / "registries",
+        bind=cilium.HOST_ADDRESS if plan.cilium else "127.0.0.1",
+    )
+    registries.start()
+    for index, name in enumerate(plan.nodes):
+        node = NodePaths(name, sandbox.state_dir / "nodes" / name)
+        sandbox.nodes.append(node)
+        if not (node.board / "board.json").exists():
+            build_hgx_h100(node.board)
+        load_board(node.board)
+        make_char_devices(node.dev)
+        for d in (
+            node.kubelet.device_plugins,
+            node.cdi_dir,
+            node.fabric_state_dir,
+            node.kubelet.pod_resources_socket.parent,
+        ):
+            d.mkdir(parents=True, exist_ok=True)
+        address = cilium.node_address(index) if plan.cilium else ""
+        say(
+            f"[{name}] starting a real node: containerd, runc and kubelet {KUBE_VERSION} "
+            "(the kata-qemu-nvidia-gpu handler runs runc here: no VM boots on this machine)"
+            + (f"; its network: Cilium, in a namespace of its own at {address}" if address else "")
+        )
+        real = sandbox.real_nodes[name] = RealNode(
+            node.root,
+            sandbox.cluster,
+            NodeOptions(
+                name,
+                cdi_dirs=(node.cdi_dir,),
+                labels=GPU_NODE_LABELS,
+                mirrors=registries.mirrors(),
+                pod_cidr=cilium.pod_cidr(index) if plan.cilium else "",
+                cilium_address=address,
+            ),
+        )
+        real.start()
