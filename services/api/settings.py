@@ -134,6 +134,13 @@ class Settings(BaseSettings):
         description="Tenancies whose queued submissions the worker moves on at once, one thread each "
         "(a tenancy's own submissions stay in order).",
     )
+    admission_retry_seconds: float = Field(
+        3.0,
+        gt=0,
+        description="Wait before the next pod of a container whose node refused it at admission, doubling per "
+        "attempt (3, 6, 12 s): what refused it, a device plugin registering again with a restarted kubelet, "
+        "takes a few seconds to pass.",
+    )
     worker_claim_seconds: float = Field(
         60.0, gt=0, description="How long a replica owns a claimed submission before others may retry it."
     )

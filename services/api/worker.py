@@ -566,7 +566,7 @@ class SubmissionWorker:
             self._delete_attempt(row, row.pod_name)
             return True
         upcoming = pods.pod_name(row.id, attempt + 1)
-        delay = Backoff(pods.ADMISSION_RETRY_DELAY_S, math.inf).delay(attempt + 1)
+        delay = Backoff(self.settings.admission_retry_seconds, math.inf).delay(attempt + 1)
         message = (
             f"the node refused the pod ({why}); making another in {delay:.0f}s "
             f"({attempt + 1} of {pods.ADMISSION_RETRIES})"

@@ -67,6 +67,7 @@ def make_settings(tls_pair: tuple[Path, Path]) -> Callable[..., Settings]:
             "worker_poll_seconds": 0.2,
             "retry_max_seconds": 1.0,
             "kube_timeout_seconds": 5.0,
+            "admission_retry_seconds": 0.2,
         }
         values.update(overrides)
         return Settings(**values)

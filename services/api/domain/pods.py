@@ -32,9 +32,6 @@ DEFAULT_RUN_AS_USER = 1000
 #: how many times a container's pod is made again after its node refused it at admission
 #: (``UnexpectedAdmissionError``, ``OutOf<resource>``: no container of it ever started)
 ADMISSION_RETRIES = 3
-#: seconds before the next attempt's pod, doubling per attempt (3, 6, 12): what refused it
-#: (a device plugin registering again with a restarted kubelet) takes a few seconds to pass
-ADMISSION_RETRY_DELAY_S = 3.0
 #: the kubelet's reasons for refusing a pod at admission (pkg/kubelet/lifecycle's predicate
 #: results): the pod never started, so making another cannot run the container twice
 _ADMISSION_REFUSALS = ("UnexpectedAdmissionError",)
