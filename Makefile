@@ -149,7 +149,7 @@ lint: $(VENV)/.installed
 # tests/api (about 750 tests, each with its own API server: CPU-bound) on two workers, a
 # whole file per worker at a time; the rest on two workers as well: everything that starts real
 # nodes or a sandbox one after another on one of them, the other files on the other
-# (tests/conftest.py groups them; much of that time is spent waiting on kubelets, containers and
+# (tests/conftest.py's scheduler keeps them together; much of that time is spent waiting on kubelets, containers and
 # QEMU, which the other worker fills).
 # Each stage is timed (scripts/stages.sh); the table ends the output, or follows a failed stage.
 STAGE := scripts/stages.sh run
@@ -159,7 +159,7 @@ test:
 	@$(STAGE) image $(MAKE) --no-print-directory image
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile --durations=15 tests/api
-	@$(STAGE) rest $(PY) -m pytest -n 2 --dist loadgroup --durations=30 --ignore=tests/api
+	@$(STAGE) rest $(PY) -m pytest -n 2 --dist loadfile --durations=30 --ignore=tests/api
 	@$(STAGE) e2e-dra $(MAKE) --no-print-directory test-e2e-dra
 	@$(STAGE) chaos $(MAKE) --no-print-directory test-chaos
 	@$(STAGE) cilium $(MAKE) --no-print-directory test-cilium
