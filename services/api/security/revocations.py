@@ -57,6 +57,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
+from core.backoff import Backoff
 from services.api.security import bearer
 from services.api.security.token_cache import TokenCache
 
@@ -97,7 +98,7 @@ def wait_heard(engine: Engine, epoch: int | None, *, timeout: float = LEASE_SECO
     if epoch is None:
         return True
     deadline = time.monotonic() + timeout
-    pause = 0.001
+    polls = Backoff(0.001, 0.05)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         while True:
             waiting = conn.execute(_NOT_HEARD, {"epoch": epoch}).scalars().all()
@@ -108,8 +109,7 @@ def wait_heard(engine: Engine, epoch: int | None, *, timeout: float = LEASE_SECO
                     "revocation %d not acknowledged by replica(s) %s within %.0f s", epoch, ", ".join(waiting), timeout
                 )
                 return False
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+            time.sleep(polls.next())
 
 
 def _parse(payload: str) -> tuple[int, str | None, str | None]:
@@ -159,19 +159,18 @@ class Listener:
             self._thread = None
 
     def _run(self) -> None:
-        backoff = 0.2
+        backoff = Backoff(0.2, 5.0)
         while not self._stop.is_set():
             try:
                 self._listen()
-                backoff = 0.2
+                backoff.reset()
             except Exception as exc:  # noqa: BLE001 - the connection went: reconnect
                 # The cache keeps serving until the lease it holds runs out (a revocation
                 # meanwhile waits for that, or for the acknowledgement after reconnecting);
                 # then every request asks the database until the listener is back.
                 self.listening.clear()
                 log.warning("token revocations: not listening (%s); reconnecting", exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                self._stop.wait(backoff.next())
         self.cache.suspend()
 
     def _listen(self) -> None:
