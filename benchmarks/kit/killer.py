@@ -95,14 +95,8 @@ class Killer:
         """Until ``stop``: start again what exited on its own (a crash, counted)."""
         while not stop.wait(1.0):
             with self.lock:
-                for event in self.sb.supervisor.revive():
-                    if event.restarted:
-                        self.crashes[event.name] += 1
-                        self._say(f"crash: {event.describe()}")
-                groups = [self.sb.cluster, *self.sb.real_nodes.values()]
-                for group in groups:
-                    for name, child in group.children.items():
-                        if child.process is not None and child.process.poll() is not None:
-                            self.crashes[name] += 1
-                            self._say(f"crash: {name} exited with {child.process.returncode}; starting it again")
-                            group.launch(name)
+                for group in (self.sb.supervisor, self.sb.cluster, *self.sb.real_nodes.values()):
+                    for event in group.revive():
+                        if event.restarted:
+                            self.crashes[event.name] += 1
+                            self._say(f"crash: {event.describe()}")
