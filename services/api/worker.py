@@ -39,7 +39,7 @@ from services.api.domain import endpoints, pods, sizing, tenant_secrets, volumes
 from services.api.domain.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.kube import Kube
 from services.api.settings import Settings
-from services.api.store import log_archive, retention, worker_state
+from services.api.store import log_archive, retention, tenancies as tenancy_store, worker_state
 from services.api.usage.recorder import Recorder as UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,8 @@ class SubmissionWorker:
 
     def run_once(self) -> bool:
         """One pass: reap cancelled pods, then submit what is due. True if it did anything."""
-        did = self._reap_cancelled()
+        did = self._push_tenancies()
+        did = self._reap_cancelled() or did
         with Session(self.engine) as session:
             claimed = worker_state.claim_due(
                 session, replica=self.replica, claim_seconds=self.settings.worker_claim_seconds
@@ -200,6 +201,29 @@ class SubmissionWorker:
             did = True
         return did
 
+    def _push_tenancies(self) -> bool:
+        """Push every tenancy whose custom resource lags its row (a change made while Kubernetes
+        did not answer): a quota or internet access changes in the cluster without waiting for
+        the tenancy's next submission. True if it pushed any."""
+        with Session(self.engine) as session:
+            rows = tenancy_store.unpushed(session)
+        pushed = False
+        for row in rows:
+            if self._stop.is_set():
+                break
+            try:
+                push_tenancy(self.kube, self.settings, row, retry=False)
+            except KubeError as exc:
+                log.warning("tenancy %s: custom resource not upserted yet (%s)", row.name, exc)
+                break  # Kubernetes does not answer: the next pass tries again
+            self._pushed(row)
+            pushed = True
+        return pushed
+
+    def _pushed(self, row: Tenancy) -> None:
+        with Session(self.engine) as session:
+            tenancy_store.mark_pushed(session, name=row.name, revision=row.revision)
+
     def _backoff(self, attempts: int) -> float:
         """Seconds before a row that failed ``attempts`` times (0 the first time) is tried again."""
         return Backoff(0.5, self.settings.retry_max_seconds).delay(attempts + 1)
@@ -224,17 +248,8 @@ class SubmissionWorker:
                             session, container_id=row.id, message=f"tenancy {row.tenancy!r} was deleted"
                         )
                     return None
-                tenancy_cr = self.kube.upsert_tenancy(
-                    pods.build_tenancy(
-                        name=tenancy.name,
-                        gpu_quota=tenancy.gpu_quota,
-                        pod_quota=tenancy.pod_quota,
-                        allow_internet=tenancy.allow_internet,
-                        nfs=tenancy.nfs,
-                        share=self.settings.share,
-                        volumes=self.settings.volume_quota,
-                    )
-                )
+                tenancy_cr = push_tenancy(self.kube, self.settings, tenancy)
+                self._pushed(tenancy)
                 phase = (tenancy_cr.get("status") or {}).get("phase") or "Pending"
                 if phase != "Ready":
                     message = (tenancy_cr.get("status") or {}).get("message")
@@ -591,6 +606,23 @@ class SubmissionWorker:
             self.kube.delete_pod(crds.tenant_namespace(row.tenancy), name)
         except KubeError as exc:
             log.info("container %s: refused pod %s not deleted yet (%s)", row.id, name, exc)
+
+
+def push_tenancy(kube: Kube, settings: Settings, row: Tenancy, *, retry: bool = True) -> dict[str, Any]:
+    """Bring the tenancy's custom resource to ``row`` (the caller records ``row.revision`` as
+    pushed); returns the resource. Raises :class:`KubeError` when Kubernetes did not take it."""
+    return kube.upsert_tenancy(
+        pods.build_tenancy(
+            name=row.name,
+            gpu_quota=row.gpu_quota,
+            pod_quota=row.pod_quota,
+            allow_internet=row.allow_internet,
+            nfs=row.nfs,
+            share=settings.share,
+            volumes=settings.volume_quota,
+        ),
+        retry=retry,
+    )
 
 
 def _rejected(exc: KubeError) -> bool:

@@ -66,6 +66,47 @@ def test_kubernetes_outage_queues_then_completes(
     assert all(names == [f"gpucaas-{cid}"] for cid, names in pods.items())
 
 
+def test_a_tenancy_changed_during_an_outage_reaches_its_resource_without_a_submission(
+    own_cluster: Any, serve: Callable[..., ApiServer], database_url: str
+) -> None:
+    """A quota lowered and internet access withdrawn while Kubernetes did not answer: the admin
+    gets 200 at once, and the Tenancy resource follows once Kubernetes is back, with no
+    container submitted; a tenancy created during the outage gets its resource too."""
+    from core import crds
+
+    k8s = own_cluster.k8s
+    api = serve(database_url, own_cluster.kubeconfig)
+    with api.client() as admin:
+        new_tenancy(admin, "lagging", gpu_quota=8)
+        admin.patch("/v1/admin/tenancies/lagging", json={"allow_internet": True}).raise_for_status()
+    custom = kc.CustomObjectsApi(k8s)
+
+    def spec(name: str) -> dict[str, Any] | None:
+        try:
+            obj = custom.get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name)
+        except kc.exceptions.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj["spec"])
+
+    def internet(name: str) -> bool | None:
+        return ((spec(name) or {}).get("network") or {}).get("allowInternet")
+
+    assert wait_for(lambda: internet("lagging") is True, what="the first push")
+
+    own_cluster.stop_apiserver()
+    with api.client() as admin:
+        r = admin.patch("/v1/admin/tenancies/lagging", json={"gpu_quota": 2, "allow_internet": False})
+        assert r.status_code == 200 and r.json()["gpu_quota"] == 2
+        assert admin.post("/v1/admin/tenancies", json={"name": "outborn", "gpu_quota": 1}).status_code == 201
+
+    own_cluster.start_apiserver()
+    wait_for(lambda: internet("lagging") is False, timeout=90, what="the lagging push")
+    assert (spec("lagging") or {})["gpuQuota"] == 2
+    assert wait_for(lambda: spec("outborn"), timeout=90, what="the outage-born tenancy's resource")["gpuQuota"] == 1
+
+
 def test_api_restart_mid_way_loses_and_duplicates_nothing(
     kubeconfig: Path, k8s: Any, serve: Callable[..., ApiServer], database_url: str
 ) -> None:

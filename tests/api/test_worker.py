@@ -430,13 +430,15 @@ def test_readyz_when_everything_answers(api: ApiServer) -> None:
 
 def _queued_alone(api: ApiServer, k8s: Any, names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     """One queued container in each of new ready tenancies ``names``, the API's own worker
-    stopped (the queue is the test's alone): their tokens and the containers' ids."""
-    api.worker.stop()
+    stopped (the queue is the test's alone): their tokens and the containers' ids. The
+    tenancies are made ready first, while the worker still pushes their resources."""
     ids: dict[str, str] = {}
     with api.client() as admin:
         tokens = {n: new_tenancy(admin, n) for n in names}
     for n in names:
         mark_tenancy_ready(k8s, n)
+    api.worker.stop()
+    for n in names:
         with api.client(tokens[n]) as c:
             ids[n] = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
     return tokens, ids

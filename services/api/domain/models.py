@@ -181,6 +181,9 @@ class Tenancy(TenancyBase, table=True):
     nfs: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    # bumped by every change; the custom resource has received ``pushed_revision`` (migration 0013)
+    revision: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
+    pushed_revision: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class TenancyPublic(TenancyBase):

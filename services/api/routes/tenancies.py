@@ -1,6 +1,6 @@
 """Tenancies and their tokens (admin only). The database row is the source; the
-Tenancy custom resource is upserted from it (here when Kubernetes answers, and
-again by the worker before every submission)."""
+Tenancy custom resource is upserted from it (here when Kubernetes answers; the worker
+pushes every row whose resource lags, and again before every submission)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from fastapi import APIRouter, Path, Response
 
 from core.kube import KubeError
 from services.api import errors
-from services.api.domain import pods
 from services.api.domain.models import (
     TenanciesPublic,
     Tenancy,
@@ -28,6 +27,7 @@ from services.api.kube import Kube
 from services.api.routes.deps import AdminUser, KubeDep, SessionDep, SettingsDep, WorkerDep
 from services.api.settings import Settings
 from services.api.store import tenancies as tenancy_store, tokens as token_store
+from services.api.worker import push_tenancy
 
 log = logging.getLogger(__name__)
 # Documented shape only: any other value names no token (404).
@@ -49,24 +49,16 @@ def _get(session: SessionDep, name: str) -> Tenancy:
     return row
 
 
-def _push(kube: Kube, row: Tenancy, settings: Settings) -> None:
+def _push(session: SessionDep, kube: Kube, row: Tenancy, settings: Settings) -> None:
     """Upsert the custom resource now if Kubernetes answers at once: one try, no backoff (the
-    worker repeats it anyway, and the admin's request does not wait out a retry)."""
+    admin's request does not wait out a retry; the worker pushes every tenancy whose resource
+    lags its row)."""
     try:
-        kube.upsert_tenancy(
-            pods.build_tenancy(
-                name=row.name,
-                gpu_quota=row.gpu_quota,
-                pod_quota=row.pod_quota,
-                allow_internet=row.allow_internet,
-                nfs=row.nfs,
-                share=settings.share,
-                volumes=settings.volume_quota,
-            ),
-            retry=False,
-        )
+        push_tenancy(kube, settings, row, retry=False)
     except KubeError as exc:
         log.warning("tenancy %s: custom resource not upserted yet (%s)", row.name, exc)
+        return
+    tenancy_store.mark_pushed(session, name=row.name, revision=row.revision)
 
 
 @router.post("", status_code=201, response_model=TenancyPublic)
@@ -75,7 +67,7 @@ def create_tenancy(
 ) -> TenancyPublic:
     """Create a tenancy (and its Tenancy custom resource)."""
     row = tenancy_store.create_tenancy(session, data=body)
-    _push(kube, row, settings)
+    _push(session, kube, row, settings)
     return _public(row)
 
 
@@ -105,7 +97,7 @@ def update_tenancy(
 ) -> TenancyPublic:
     """Change quotas, internet access or storage; the custom resource follows."""
     row = tenancy_store.update_tenancy(session, tenancy=_get(session, name), data=body)
-    _push(kube, row, settings)
+    _push(session, kube, row, settings)
     return _public(row, tenancy_store.active_gpus(session, tenancy=name))
 
 

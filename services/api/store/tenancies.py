@@ -94,6 +94,7 @@ def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -
     elif data.nfs is not None:
         tenancy.nfs = data.nfs.model_dump()
     tenancy.updated_at = utcnow()
+    tenancy.revision = Tenancy.revision + 1  # in SQL: two concurrent changes make two bumps
     session.add(tenancy)
     try:
         session.commit()
@@ -102,6 +103,22 @@ def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -
         session.rollback()
         raise errors.NotFound(f"tenancy {name!r} not found") from exc
     return tenancy
+
+
+def unpushed(session: Session, *, limit: int = 100) -> Sequence[Tenancy]:
+    """Tenancies whose custom resource has not received their latest revision."""
+    stmt = select(Tenancy).where(col(Tenancy.pushed_revision) < col(Tenancy.revision))
+    return session.exec(stmt.order_by(col(Tenancy.updated_at)).limit(limit)).all()
+
+
+def mark_pushed(session: Session, *, name: str, revision: int) -> None:
+    """The custom resource now has ``revision`` of the tenancy (a later change stays unpushed)."""
+    session.exec(
+        update(Tenancy)
+        .where(col(Tenancy.name) == name, col(Tenancy.pushed_revision) < revision)
+        .values(pushed_revision=revision)
+    )
+    session.commit()
 
 
 def list_tenancies(session: Session) -> Sequence[Tenancy]:
