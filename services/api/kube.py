@@ -161,13 +161,13 @@ class Kube:
             return None
         return str((made.get("metadata") or {}).get("uid") or "")
 
-    def delete_pod(self, namespace: str, name: str) -> bool:
-        """Delete the pod; False when it did not exist."""
+    def delete_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Delete the pod; its last state as the deletion answered it (its status included),
+        or None when it did not exist."""
         try:
-            self._call(self.core.delete_namespaced_pod, name, namespace, idempotent=True)
-            return True
+            return self._json(self.core.delete_namespaced_pod, name, namespace)
         except NotFound:
-            return False
+            return None
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self._json(self.core.read_namespaced_pod, name, namespace)

@@ -417,13 +417,16 @@ class SubmissionWorker:
 
     def _delete_pod(self, row: Container) -> None:
         try:
-            existed = self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
+            last = self.kube.delete_pod(crds.tenant_namespace(row.tenancy), row.pod_name)
         except KubeError as exc:
             log.warning("container %s: pod delete failed (%s); will retry", row.id, exc)
             with Session(self.engine) as session:
                 worker_state.mark_pod_deleted(session, container_id=row.id, deleted=False)
             return
-        if existed:  # it ends now (the usage run too, should the watch miss the pod's last states)
+        if last is not None:
+            # the run ends: at the container's own end if the pod had one (the watch, down
+            # while the kubelet reported it, may never see it), else now
+            self.usage.observe(last, deleted=True)
             self.usage.pod_deleted(row.id, when=utcnow())
         with Session(self.engine) as session:
             worker_state.mark_pod_deleted(session, container_id=row.id)

@@ -184,6 +184,32 @@ def test_a_cancelled_run_ends_when_the_worker_deletes_its_pod_even_unwatched(api
         assert 2 * 5 <= done["gpu_seconds"] <= 2 * ((after - started).total_seconds() + 1)
 
 
+def test_a_cancelled_run_that_ended_unwatched_is_charged_to_its_own_end(api: ApiServer, k8s: Any) -> None:
+    """The container ended while the pod watch was down, and was cancelled before the watch saw
+    it: the pod's deletion answers with its last state, and the run is charged to the
+    container's own end, not to the deletion."""
+    from services.api.domain.models import Container
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "endedunseen")
+    mark_tenancy_ready(k8s, "endedunseen")
+    now = utcnow().replace(microsecond=0)
+    started, finished = now - timedelta(seconds=30), now - timedelta(seconds=27)
+    with api.client(token) as c:
+        cid = submit(c, gpus=2)
+        start_run(k8s, "endedunseen", cid, node="dgx-u", pod_start=started, started=started)
+        wait_for(lambda: record_of(c, cid), 60, what="the run's record")
+        worker = api.worker
+        worker.stop()  # the watch is down from here on
+        end_run(k8s, "endedunseen", cid, pod_start=started, started=started, finished=finished)
+        with Session(worker.engine) as session:
+            row = session.get(Container, cid)
+            assert row is not None
+        worker._delete_pod(row)
+        done = record_of(c, cid)
+    assert (done["end_source"], done["finished_at"], done["gpu_seconds"]) == ("pod", stamp(finished), 6.0), done
+
+
 def test_a_run_whose_pod_vanished_while_the_api_was_down_ends_when_it_is_found_gone(
     kubeconfig: Path,
     serve: Callable[..., ApiServer],
