@@ -27,6 +27,7 @@ from services.dra_driver.main import DraDriverNode, build
 from services.dra_driver.settings import DraDriverSettings
 from services.gpu_leases import cli as gpu_leases_cli, main as gpu_leases_main
 from services.gpu_leases.agent import NodeGPU, NodeLeases, PodHolding
+from services.gpu_leases.metrics import LeaseMetrics
 from services.gpu_leases.settings import LeaseAgentSettings
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def attach_leases(driver: DraDriverNode, settings: LeaseAgentSettings) -> NodeLe
         ]
 
     agent = gpu_leases_main.build(settings, node=ds.node_name, sysfs_root=ds.sysfs_root, gpus=gpus, holdings=holdings)
+    if driver.metrics is not None:  # the lease gauges on the driver's /metrics
+        agent.on_round = LeaseMetrics(driver.metrics.registry, ds.node_name).observe
     assert driver.driver is not None
     driver.driver.prepared_listeners.append(agent.note_allocation)
     return agent

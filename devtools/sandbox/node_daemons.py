@@ -178,6 +178,7 @@ def dra_driver_env(node: NodePaths, kubeconfig: Path) -> dict[str, str]:
         "GPUCAAS_DRA_BINDING_CONDITIONS": "true",
         "GPUCAAS_DRA_PUBLISH_INTERVAL_S": "2",
         "GPUCAAS_DRA_BINDING_INTERVAL_S": "0.5",
+        "GPUCAAS_DRA_METRICS_PORT": str(free_port()),  # several nodes on one machine
         # no device plugin on the node: the driver writes the CDI spec
         "GPUCAAS_DRA_CDI_DIR": str(node.cdi_dir),
         "GPUCAAS_DRA_SYSFS_ROOT": str(node.sysfs),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from core.metrics_server import MetricsServer
 from services.device_plugin.fabric import FabricService, NoFabric
 from services.device_plugin.metrics import Metrics
 from services.device_plugin.plugin import PluginCore
@@ -32,8 +33,12 @@ class DevicePlugin:
     registrar: KubeletRegistrar
     usage: UsageMonitor
     fabric: FabricPort
-    _metrics_server: object | None = field(default=None, repr=False)
-    metrics_port: int | None = None
+    metrics_server: MetricsServer | None = field(default=None, repr=False)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """Where /metrics is served, once started."""
+        return self.metrics_server.port if self.metrics_server is not None else None
 
     def start(self) -> None:
         logger.info("node=%s starting device plugin: %s", self.settings.node_name, self.settings.summary())
@@ -41,21 +46,16 @@ class DevicePlugin:
         self.registrar.start()
         self.usage.start()
         if self.settings.metrics_port >= 0:
-            from prometheus_client import start_http_server
-
-            server, _ = start_http_server(self.settings.metrics_port, registry=self.metrics.registry)
-            self._metrics_server = server
-            self.metrics_port = server.server_port
+            self.metrics_server = MetricsServer(self.settings.metrics_port, self.metrics.registry)
             logger.info("node=%s metrics on :%d/metrics", self.settings.node_name, self.metrics_port)
 
     def stop(self) -> None:
         self.usage.stop()
         self.registrar.stop()
         self.core.stop()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()  # type: ignore[attr-defined]
-            self._metrics_server.server_close()  # type: ignore[attr-defined]
-            self._metrics_server = None
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
         self.fabric.close()
         self.usage.reader.close()
         logger.info("node=%s device plugin stopped", self.settings.node_name)

@@ -27,9 +27,11 @@ from core.cdi import CDISpecError, SpecWriter, qualified_name
 from core.fabric_client import FabricClient, FabricUnavailable
 from core.kube import Kube, KubeConnection, KubeError
 from core.lease_store import LeaseStore
+from core.metrics_server import MetricsServer
 from services.dra_driver.binding import BindingWatcher, run_round
 from services.dra_driver.checkpoint import Checkpoint, PreparedClaim
 from services.dra_driver.driver import Driver
+from services.dra_driver.metrics import Metrics
 from services.dra_driver.publisher import SlicePublisher, gpus_from
 from services.dra_driver.server import DraServer, HealthBoard
 from services.dra_driver.settings import DraDriverSettings
@@ -54,6 +56,8 @@ class DraDriverNode:
     _publish_now: threading.Event = field(default_factory=threading.Event)
     cdi: SpecWriter | None = None
     driver: Driver | None = None
+    metrics: Metrics | None = None
+    metrics_server: MetricsServer | None = None  # /metrics, once started
 
     def physical_to_pci(self) -> dict[int, str]:
         """Physical GPU id -> PCI address (discovered once, refreshed by each publish round)."""
@@ -79,10 +83,19 @@ class DraDriverNode:
         one is held out of the slice, since the fabric service would refuse to activate it
         and the scheduler, first fit, would pick it again after each refusal. Such a GPU is
         not unhealthy: the health board does not change for it."""
-        topology = self.fabric.topology()
-        partitions = self.fabric.partitions()
+        try:
+            topology = self.fabric.topology()
+            partitions = self.fabric.partitions()
+        except FabricUnavailable:
+            if self.metrics is not None:
+                self.metrics.discovered(reachable=False)
+            raise
         leases = LeaseStore(self.kube).list(self.settings.node_name)
         gpus = gpus_from(topology, leases, partitions)
+        if self.metrics is not None:
+            allocatable = sum(1 for g in gpus if g.allocatable)
+            self.metrics.discovered(reachable=True, allocatable=allocatable, withheld=len(gpus) - allocatable)
+            self.metrics.prepared_claims.labels(self.settings.node_name).set(len(self.checkpoint.all()))
         self._pci = {g.physical_id: g.pci_bus_id for g in gpus}
         self.board.update(
             {g.physical_id: (g.allocatable, "" if g.allocatable else "not free or unhealthy") for g in gpus}
@@ -105,6 +118,9 @@ class DraDriverNode:
     def start(self) -> None:
         self.write_cdi_spec()  # before registering: Prepare answers CDI ids of this spec
         self.server.start()
+        if self.metrics is not None and self.settings.metrics_port >= 0:
+            self.metrics_server = MetricsServer(self.settings.metrics_port, self.metrics.registry)
+            log.info("node=%s metrics on :%d/metrics", self.settings.node_name, self.metrics_server.port)
         self.publish_once()
         self._loop("publish", self.settings.publish_interval_s, self.publish_once, wake=self._publish_now)
         if self.binding is not None:
@@ -136,6 +152,9 @@ class DraDriverNode:
         for t in self._threads:
             t.join(timeout=5)
         self.server.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
         self.fabric.close()
         self.kube.close()
 
@@ -235,6 +254,7 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
     node = DraDriverNode(settings, kube, fabric, checkpoint, server, None, None, board)  # type: ignore[arg-type]
     holder["node"] = node
     node.driver = driver
+    node.metrics = Metrics(settings.node_name)
     driver.gpu_refusal = lease_refusal(kube, settings.node_name)
     driver.activated_listeners.append(activation_event(kube, settings.node_name))
     driver.refused_listeners.append(node.request_publish)

@@ -47,3 +47,6 @@ class DraDriverSettings(BaseSettings):
     )
     publish_interval_s: float = Field(10.0, gt=0, description="How often the slices are re-derived and published.")
     binding_interval_s: float = Field(1.0, gt=0, description="How often allocated claims are checked for binding.")
+    metrics_port: int = Field(
+        9403, ge=-1, le=65535, description="Prometheus port on 0.0.0.0; -1 disables, 0 picks one."
+    )

@@ -46,9 +46,11 @@ def _exported_metric_names() -> set[str]:
     _bucket/_sum/_count), from the API's, the device plugin's and the lease agent's metrics."""
     from services.api.edge.middleware import Metrics as ApiMetrics
     from services.device_plugin.metrics import Metrics as PluginMetrics
+    from services.dra_driver.metrics import Metrics as DriverMetrics
     from services.gpu_leases.metrics import LeaseMetrics
 
-    registries = [ApiMetrics().registry, PluginMetrics("node-a").registry, CollectorRegistry()]
+    registries = [ApiMetrics().registry, PluginMetrics("node-a").registry, DriverMetrics("node-a").registry]
+    registries.append(CollectorRegistry())
     LeaseMetrics(registries[-1], "node-a")
     suffixes = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
     return {
@@ -59,8 +61,9 @@ def _exported_metric_names() -> set[str]:
     }
 
 
-def test_alerts_read_metrics_the_code_exports() -> None:
-    rules = _rules(production_values())
+@pytest.mark.parametrize("mode", ["device-plugin", "dra"])
+def test_alerts_read_metrics_the_code_exports(mode: str) -> None:
+    rules = _rules(production_values() | {"allocation": {"mode": mode}})
     assert {r["alert"] for r in rules} == ALERTS
     exported = _exported_metric_names()
     for rule in rules:
@@ -72,11 +75,15 @@ def test_alerts_read_metrics_the_code_exports() -> None:
 
 
 def test_node_alerts_follow_what_the_nodes_run() -> None:
-    """The node alerts read the device plugin's /metrics: none in the DRA mode; the fabric alert
-    only with the fabric service, the lease alerts only with the lease agent."""
+    """The node alerts read the node daemon's /metrics, the device plugin's or the DRA driver's
+    (none when neither runs); the fabric alert only with the fabric service, the lease alerts
+    only with the lease agent."""
     names = lambda values: {r["alert"] for r in _rules(ON | values)}  # noqa: E731
     assert names({}) == ALERTS
-    assert names({"allocation": {"mode": "dra"}}) == {"GpucaasApiServerErrors", "GpucaasContainerQueuedTooLong"}
+    assert names({"allocation": {"mode": "dra"}}) == ALERTS
+    api_only = {"GpucaasApiServerErrors", "GpucaasContainerQueuedTooLong"}
+    assert names({"allocation": {"mode": "dra"}, "draDriver": {"enabled": False}}) == api_only
+    assert names({"devicePlugin": {"enabled": False}}) == api_only
     assert "GpucaasFabricManagerUnreachable" not in names({"fabric": {"enabled": False}})
     assert not {"GpucaasGpuQuarantined", "GpucaasGpuLeaseStuck"} & names(
         {"devicePlugin": {"leases": {"enabled": False}}}
@@ -89,13 +96,14 @@ def test_node_alerts_follow_what_the_nodes_run() -> None:
     assert rules["GpucaasGpuLeaseStuck"].endswith("> 600")
 
 
-def test_pod_monitors_scrape_every_metrics_port_through_the_policies() -> None:
+@pytest.mark.parametrize(("mode", "daemon"), [("device-plugin", "device-plugin"), ("dra", "dra-driver")])
+def test_pod_monitors_scrape_every_metrics_port_through_the_policies(mode: str, daemon: str) -> None:
     """A PodMonitor per component that serves /metrics, on its named port, HTTPS to the API
     verified with its TLS Secret's CA for the name its certificate holds; each port is one the
     component's NetworkPolicy admits Prometheus to."""
-    objects = render(production_values())
+    objects = render(production_values() | {"allocation": {"mode": mode}})
     monitors = {component(o): o for o in objects if o["kind"] == "PodMonitor"}
-    assert set(monitors) == {"api", "device-plugin"}
+    assert set(monitors) == {"api", daemon}
     prometheus = production_values()["networkPolicy"]["prometheusFrom"]
     for name, monitor in monitors.items():
         assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -112,7 +120,7 @@ def test_pod_monitors_scrape_every_metrics_port_through_the_policies() -> None:
     assert api["tlsConfig"]["ca"] == {"secret": {"name": "gpucaas-api-tls", "key": "ca.crt"}}
     certificate = find(objects, "Certificate", "gpucaas-api-tls")
     assert api["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]
-    assert monitors["device-plugin"]["spec"]["podMetricsEndpoints"][0]["scheme"] == "http"
+    assert monitors[daemon]["spec"]["podMetricsEndpoints"][0]["scheme"] == "http"
     assert not [o for o in render({}) if o["apiVersion"].startswith("monitoring.coreos.com/")]
 
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from core import dra as dra_names
 from core.fabric_client import FabricClient
 from core.lease_store import LeaseStore
 from core.topology import partition_by_id
 from devtools.fake_sysfs import FakeBoard
+from devtools.local_cluster.cluster import free_port
 from devtools.waiting import wait_for
 from services.dra_driver.binding import BindingWatcher
 from services.dra_driver.checkpoint import Checkpoint
@@ -188,6 +191,7 @@ def test_the_command_registers_publishes_and_prepares(
         "GPUCAAS_DRA_STATE_DIR": str(root / "state"),
         "GPUCAAS_DRA_FABRIC_SOCKET": str(fabric.socket_path),
         "GPUCAAS_DRA_PUBLISH_INTERVAL_S": "0.2",
+        "GPUCAAS_DRA_METRICS_PORT": str(metrics_port := free_port()),
     }
     proc = subprocess.Popen([sys.executable, "-m", "gpucaas", "dra-driver"], env=env)
     try:
@@ -198,6 +202,9 @@ def test_the_command_registers_publishes_and_prepares(
             info = api.reg_grpc.RegistrationStub(ch).GetInfo(api.reg_pb2.InfoRequest(), timeout=10)
         assert info.type == "DRAPlugin" and info.endpoint == str(root / "plugins" / dra_names.DRIVER / "dra.sock")
         wait_for(lambda: len(slices(dra)) == 2, 60, what="the node's two slices")
+        scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        assert f'gpucaas_dra_driver_fabric_reachable{{node="{dra.node}"}} 1.0' in scraped
+        assert f'gpucaas_dra_driver_gpus{{node="{dra.node}",state="allocatable"}} 8.0' in scraped
         dra.create_pod("eight", gpus=8)
         claim = dra.scheduled("eight")
         with grpc.insecure_channel(f"unix://{info.endpoint}") as ch:
@@ -234,6 +241,26 @@ def _driver_node(dra: Scheduling, fabric: FabricClient, root: Path):
         plugins_dir=root / "plugins",
     )
     return build(settings, kube=dra.kube)
+
+
+def test_an_unreachable_fabric_service_shows_on_the_drivers_metrics(
+    dra: Scheduling, fabric: FabricClient, tmp_path: Path
+) -> None:
+    """The fabric alert's series in the DRA mode: 1 while the fabric service answers, 0 once a
+    discovery finds it gone (the publish round logs and keeps the last slices)."""
+    from core.fabric_client import FabricUnavailable
+
+    node = _driver_node(dra, fabric, tmp_path)
+    gauge = f'gpucaas_dra_driver_fabric_reachable{{node="{dra.node}"}}'
+    try:
+        node.discover()
+        assert f"{gauge} 1.0" in generate_latest(node.metrics.registry).decode()
+        node.fabric = FabricClient(tmp_path / "gone.sock")
+        with pytest.raises(FabricUnavailable):
+            node.discover()
+        assert f"{gauge} 0.0" in generate_latest(node.metrics.registry).decode()
+    finally:
+        node.fabric.close()
 
 
 def test_a_partition_held_by_a_holder_other_than_a_claim_is_not_offered(
