@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned upstream binaries (Kubernetes, etcd, kwok, the node's containerd and the
-# sandbox's ingress controller, Traefik; Helm and Cilium when asked for) from
+# sandbox's ingress controller, Traefik; Helm, Kueue and Cilium when asked for) from
 # their Go modules into a cache outside the work tree, and prints the folder that holds them.
 #
 #   upstream/build.sh            build what is missing, print the bin folder
@@ -8,6 +8,8 @@
 #   GPUCAAS_CILIUM=1 upstream/build.sh   also build Cilium (agent, generic operator, cilium-dbg, CNI plugin;
 #                                each build is long), opt-in: nothing uses it yet (docs/cilium-feasibility.md)
 #   GPUCAAS_HELM=1 upstream/build.sh     also build Helm (`make helm`), for what installs the chart with it
+#   GPUCAAS_KUEUE=1 upstream/build.sh    also build Kueue's manager (`make kueue`), with its CRDs and webhook
+#                                manifests beside it in kueue-manifests/ (docs/queues.md)
 #
 # The folder's name carries a hash of the pins (each wrapper module's go.mod and go.sum, and
 # the version flags), so a changed pin builds a fresh folder and an unchanged one is reused.
@@ -21,11 +23,13 @@ CONTAINERD_VERSION=v2.4.2
 NODE_BINARIES=(containerd containerd-shim-runc-v2 ctr)
 TRAEFIK_VERSION=v3.6.12
 HELM_VERSION=v3.22.0
+KUEUE_VERSION=v0.17.0
 CILIUM_VERSION=v1.20.2
 CILIUM_BINARIES=(cilium-agent cilium-operator-generic cilium-dbg cilium-cni)
 ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" traefik)
 if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then ALL_BINARIES+=("${CILIUM_BINARIES[@]}"); fi
 if [ "${GPUCAAS_HELM:-}" = 1 ]; then ALL_BINARIES+=(helm); fi
+if [ "${GPUCAAS_KUEUE:-}" = 1 ]; then ALL_BINARIES+=(kueue); fi
 
 given="${GPUCAAS_KUBE_BIN:-${KUBEBUILDER_ASSETS:-}}"
 if [ -n "$given" ]; then
@@ -57,6 +61,10 @@ helm_ld="-X $h/internal/version.version=$HELM_VERSION -X $h/internal/version.git
 helm_ld="$helm_ld -X $h/pkg/chartutil.k8sVersionMajor=1 -X $h/pkg/chartutil.k8sVersionMinor=37"
 helm_ld="$helm_ld -X $h/pkg/lint/rules.k8sVersionMajor=1 -X $h/pkg/lint/rules.k8sVersionMinor=37"
 helm_pins=$( (echo "$helm_ld $GOFLAGS_USED"; cat "$here/helm/go.mod" "$here/helm/go.sum") | sha256sum | cut -c1-12)
+# and Kueue's (the version its release build stamps; its CRDs, webhook configurations and RBAC
+# roles, from the same module version, lie beside the binary in kueue-manifests/)
+kueue_ld="-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+kueue_pins=$( (echo "$kueue_ld $GOFLAGS_USED"; cat "$here/kueue/go.mod" "$here/kueue/go.sum") | sha256sum | cut -c1-12)
 # and Cilium's (with its BPF sources, which the agent compiles at run time, beside the binaries)
 cilium_ld="-X github.com/cilium/cilium/pkg/version.ciliumVersion=${CILIUM_VERSION#v}"
 cilium_pins=$( (echo "$cilium_ld osusergo $GOFLAGS_USED"; cat "$here/cilium/go.mod" "$here/cilium/go.sum") | sha256sum | cut -c1-12)
@@ -69,6 +77,9 @@ if [ "$(cat "$bin/containerd.pins" 2>/dev/null)" != "$node_pins" ]; then
 fi
 if [ "$(cat "$bin/traefik.pins" 2>/dev/null)" != "$traefik_pins" ]; then rm -f "$bin/traefik"; fi
 if [ "$(cat "$bin/helm.pins" 2>/dev/null)" != "$helm_pins" ]; then rm -f "$bin/helm"; fi
+if [ "$(cat "$bin/kueue.pins" 2>/dev/null)" != "$kueue_pins" ] || [ ! -d "$bin/kueue-manifests/crd" ]; then
+  rm -rf "$bin/kueue" "$bin/kueue-manifests"
+fi
 # (binaries without their stamp or their BPF sources are from a build that did not finish)
 if [ -e "$bin/cilium-agent" ] && { [ "$(cat "$bin/cilium.pins" 2>/dev/null)" != "$cilium_pins" ] || [ ! -d "$bin/cilium-lib/bpf" ]; }; then
   for b in "${CILIUM_BINARIES[@]}"; do rm -f "$bin/$b"; done; rm -rf "$bin/cilium-lib" "$bin/cilium.pins"
@@ -93,7 +104,7 @@ start=$SECONDS
 module_of() {  # the wrapper module (a folder here) a binary is built from
   case "$1" in
     etcd|etcdctl) echo etcd ;; kwok|kwok-stages) echo kwok ;; containerd|containerd-shim-runc-v2|ctr) echo containerd ;;
-    traefik) echo traefik ;; helm) echo helm ;; cilium-*) echo cilium ;; *) echo kubernetes ;;
+    traefik) echo traefik ;; helm) echo helm ;; kueue) echo kueue ;; cilium-*) echo cilium ;; *) echo kubernetes ;;
   esac
 }
 fetch=()
@@ -116,6 +127,7 @@ for b in "${missing[@]}"; do
     containerd|containerd-shim-runc-v2|ctr) build "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
     traefik) build traefik github.com/traefik/traefik/v3/cmd/traefik "$traefik_ld" ;;
     helm) build helm "$h/cmd/helm" "$helm_ld" ;;
+    kueue) build kueue sigs.k8s.io/kueue/cmd/kueue "$kueue_ld" ;;
     cilium-agent) build cilium-agent github.com/cilium/cilium/daemon "$cilium_ld" osusergo ;;
     cilium-operator-generic) build cilium-operator-generic github.com/cilium/cilium/operator "$cilium_ld" osusergo,ipam_provider_operator ;;
     cilium-dbg) build cilium-dbg github.com/cilium/cilium/cilium-dbg "$cilium_ld" osusergo ;;
@@ -127,6 +139,15 @@ wait  # the downloads, all needed by now
 echo "$node_pins" >"$bin/containerd.pins"
 echo "$traefik_pins" >"$bin/traefik.pins"
 if [ -x "$bin/helm" ]; then echo "$helm_pins" >"$bin/helm.pins"; fi
+if [ -x "$bin/kueue" ] && [ ! -d "$bin/kueue-manifests/crd" ]; then
+  # the CRDs (with the patches that make some convert by webhook), the webhook configurations and
+  # the RBAC roles of the same module version, for what runs the binary
+  src=$(cd "$here/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+  rm -rf "$bin/kueue-manifests"; mkdir "$bin/kueue-manifests"
+  cp -r "$src/config/components/crd" "$src/config/components/webhook" "$src/config/components/rbac" "$bin/kueue-manifests/"
+  chmod -R u+w "$bin/kueue-manifests"
+  echo "$kueue_pins" >"$bin/kueue.pins"
+fi
 if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then
   # the datapath's C sources, from the same module version: the agent compiles them at run time
   # from <--lib-dir>/bpf (clang >= 18.1 on its PATH)
