@@ -68,6 +68,12 @@ class NodeOptions:
     #: the node's address on the Cilium uplink (:mod:`.cilium`): Cilium is its network, in a
     #: network namespace of its own; empty: the plain bridge on this machine's namespace
     cilium_address: str = ""
+    #: more paths of this machine that the node's mount namespace binds to folders of the node's
+    #: own (target -> source): the host paths a DaemonSet of the node mounts
+    binds: dict[str, Path] = field(default_factory=dict)
+    #: address ranges the pods reach through the node's bridge gateway (the Service range, where
+    #: something on this machine answers for the Services); none: the pods reach their network only
+    routes: tuple[str, ...] = ()
 
 
 class RealNode(Supervisor):
@@ -218,6 +224,7 @@ class RealNode(Supervisor):
         binds = {
             str(SHARED_DEVICE_PLUGIN_DIR): self.kubelet.device_plugins,
             **{f"/var/log/{kind}": self.folder / "log" / kind for kind in ("pods", "containers")},
+            **opts.binds,
         }
         for source in binds.values():
             source.mkdir(parents=True, exist_ok=True)
@@ -354,6 +361,7 @@ class RealNode(Supervisor):
                     "ipam": {
                         "type": "host-local",
                         "ranges": [[{"subnet": self.options.pod_cidr}]],
+                        "routes": [{"dst": cidr} for cidr in self.options.routes],
                         "dataDir": str(self.folder / "cni" / "ipam"),
                     },
                 },

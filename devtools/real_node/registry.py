@@ -1,8 +1,9 @@
 """OCI registries on loopback, from Debian's ``docker-registry`` (the CNCF distribution registry).
 
 Two run beside a node: a public one that stands in for every upstream registry the node's
-images name (``docker.io``, ``registry.k8s.io``, ``nvcr.io``: containerd's registry host
-configuration sends those names here), and a private one that answers only with a user
+images name (``docker.io``, ``registry.k8s.io``, ``nvcr.io``, and ``ghcr.io``, the product's
+own image's with ``gpucaas sandbox --install helm``: containerd's registry host configuration
+sends those names here), and a private one that answers only with a user
 and password (htpasswd, bcrypt), under a registry name tenants may use
 (:data:`PRIVATE_REGISTRY`): containerd reaches it on loopback through its host
 configuration, while the loopback address itself stays refused by the API's image rules.
@@ -27,7 +28,7 @@ PRIVATE_REGISTRY = "registry.gpucaas.test"
 PRIVATE_IMAGE = f"{PRIVATE_REGISTRY}/acme/private-app:1.0"
 PRIVATE_USER = "acme-ci"
 #: the upstream registries the node's images name, all served by the public one
-PUBLIC_NAMES = ("docker.io", "registry.k8s.io", "nvcr.io")
+PUBLIC_NAMES = ("docker.io", "registry.k8s.io", "nvcr.io", "ghcr.io")
 
 
 @dataclass

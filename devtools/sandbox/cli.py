@@ -61,6 +61,7 @@ def command(
                 allocation_mode=mode,
                 nodes=() if kubeconfig else node_names(settings.real_nodes),
                 network=settings.network,
+                install=settings.install,
             )
     except (ProcessFailed, RBACRefused, TimeoutError, OSError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")

@@ -5,7 +5,8 @@ On the sandbox's own cluster: the control plane from the pinned upstream binarie
 (:mod:`devtools.local_cluster`, kept in ``<state>/cluster`` across runs), the nodes' static
 tokens, the hand-over of tenant volumes (:mod:`.hostpath_volumes`), the CRDs (the chart's and
 Cilium's), Cilium's operator on the ``cilium`` network, and the chart's cluster side with one
-kubeconfig per gpucaas process (:mod:`.identities`). On a given cluster: the CRDs only.
+kubeconfig per gpucaas process (:mod:`.identities`); with ``--install helm``, Cilium's CRD only
+(the chart's release holds the rest, :mod:`.chart_install`). On a given cluster: the CRDs only.
 """
 
 from __future__ import annotations
@@ -59,14 +60,18 @@ def start_cluster(sandbox: Sandbox, plan: Plan) -> None:
         static_tokens = identities.write_token_file(sandbox.state_dir / "kube-tokens.csv", plan.nodes)
         sandbox.audit_log = cluster.audit_log
         sandbox.volume_ownership = hostpath_volumes.VolumeOwnership(TENANT_UID, TENANT_UID).start()
-    say("creating CRDs and Cilium's policy CRD")
-    create_all(sandbox.kubeconfig, cluster_objects())
+    if plan.helm:  # the chart's CRDs are the release's: Helm creates them
+        say("creating Cilium's policy CRD")
+        create_all(sandbox.kubeconfig, [cilium_policy_crd()])
+    else:
+        say("creating CRDs and Cilium's policy CRD")
+        create_all(sandbox.kubeconfig, cluster_objects())
     if plan.cilium:
         assert sandbox.cluster is not None
         say("starting Cilium's operator (it registers Cilium's CRDs)")
         operator = sandbox.cilium_operator = cilium.Operator(sandbox.state_dir / "cilium", sandbox.cluster)
         operator.start()
-    if plan.own_cluster:
+    if plan.own_cluster and not plan.helm:
         sandbox.identities = make_identities(
             sandbox.state_dir,
             sandbox.kubeconfig,
@@ -149,10 +154,14 @@ def cluster_objects() -> list[dict[str, Any]]:
     from core.crds import crd_manifests
     from gpucaas.chart import chart_crds
 
-    cilium_crd = yaml.safe_load((Path(__file__).parent / "cilium-crd.yaml").read_text())
     chart = chart_crds()
     names = {c["metadata"]["name"] for c in chart}
-    return [*chart, *(c for c in crd_manifests() if c["metadata"]["name"] not in names), cilium_crd]
+    return [*chart, *(c for c in crd_manifests() if c["metadata"]["name"] not in names), cilium_policy_crd()]
+
+
+def cilium_policy_crd() -> dict[str, Any]:
+    """Cilium's CiliumNetworkPolicy CRD: the controller and the API write such policies on either network."""
+    return dict(yaml.safe_load((Path(__file__).parent / "cilium-crd.yaml").read_text()))
 
 
 def dra_cluster_objects(chart_objects: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from core.kubelet_dirs import KubeletDirs
 from devtools.fake_sysfs import build_hgx_h100, load_board
 from devtools.local_cluster import KUBE_VERSION, bin_dir as kube_bin_dir
+from devtools.local_cluster.cluster import SERVICE_CIDR
 from devtools.real_node import cilium
 from devtools.real_node.devices import make_char_devices
 from devtools.real_node.node import NodeOptions, RealNode, kubelet_dirs, node_tools_missing
@@ -82,6 +83,26 @@ class NodePaths:
         return self.root / "dra-state"
 
 
+#: where each node's mount namespace binds its board with ``--install helm`` (the gpuNodes paths
+#: of deploy/helm/values-sandbox.yaml)
+BOARD_PATH = "/var/lib/gpucaas-sandbox/board"
+
+
+def node_binds(node: NodePaths) -> dict[str, Path]:
+    """The host paths the chart's DaemonSets mount (``--install helm``), each bound in ``node``'s
+    mount namespace to a folder of the node's own: the board at :data:`BOARD_PATH`, the
+    kubelet's PodResources socket, the CDI specs containerd reads, the fabric socket's and
+    state's folders, and an empty libvirt socket folder (libvirt's test driver needs no libvirtd)."""
+    return {
+        BOARD_PATH: node.board,
+        "/var/lib/kubelet/pod-resources": node.kubelet.pod_resources_socket.parent,
+        "/var/run/cdi": node.cdi_dir,
+        "/run/gpucaas": node.root / "run-gpucaas",
+        "/var/lib/gpucaas": node.root / "var-lib-gpucaas",
+        "/var/run/libvirt": node.root / "libvirt",
+    }
+
+
 def check_node_tools(plan: Plan) -> None:
     """Refuses, before anything starts, a sandbox this machine cannot run (``OSError``)."""
     missing = node_tools_missing() if plan.own_cluster else []
@@ -138,6 +159,9 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
                 mirrors=registries.mirrors(),
                 pod_cidr=cilium.pod_cidr(index) if plan.cilium else "",
                 cilium_address=address,
+                binds=node_binds(node) if plan.helm else {},
+                # the chart's pods reach kube-apiserver and PostgreSQL at Service addresses (host_services)
+                routes=(SERVICE_CIDR,) if plan.helm else (),
             ),
         )
         real.start()

@@ -46,7 +46,9 @@ from devtools.real_node import cilium
 from devtools.real_node.node import RealNode
 from devtools.real_node.registry import Registries
 from devtools.sandbox import hostpath_volumes, identities
+from devtools.sandbox.chart_install import install_chart
 from devtools.sandbox.cluster import start_cluster
+from devtools.sandbox.host_services import HostServices
 from devtools.sandbox.ingress import Ingress
 from devtools.sandbox.nodes import DEFAULT_NODES, NodePaths, check_node_tools, start_nodes
 from devtools.sandbox.product import start_product
@@ -56,6 +58,7 @@ from devtools.sandbox.tls import TLSFiles
 log = logging.getLogger(__name__)
 
 NETWORKS = ("bridge", "cilium")
+INSTALLS = ("processes", "helm")
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class Plan:
     compaction_interval: str | None
     network: str
     say: Callable[[str], None]
+    #: ``processes`` (the gpucaas services on this machine) or ``helm`` (the chart installed, :mod:`.chart_install`)
+    install: str = "processes"
 
     @property
     def own_cluster(self) -> bool:
@@ -81,6 +86,10 @@ class Plan:
     @property
     def cilium(self) -> bool:
         return self.network == "cilium"
+
+    @property
+    def helm(self) -> bool:
+        return self.install == "helm"
 
 
 @dataclass
@@ -114,6 +123,8 @@ class Sandbox:
     network: str = "bridge"
     #: Cilium's operator (the ``cilium`` network only)
     cilium_operator: cilium.Operator | None = None
+    #: kube-apiserver and PostgreSQL as the chart's pods reach them (``--install helm`` only)
+    host_services: HostServices | None = None
 
     def kubeconfig_of(self, process: str) -> Path:
         """The kubeconfig ``process`` runs with: its own identity's (the admin's on a given cluster)."""
@@ -140,6 +151,8 @@ class Sandbox:
         if self.ingress is not None:
             self.ingress.stop()
         self.supervisor.stop()
+        if self.host_services is not None:
+            self.host_services.stop()
         for node in self.real_nodes.values():
             node.stop()
         if self.cilium_operator is not None:
@@ -166,6 +179,7 @@ def start(
     api_replicas: int = 1,
     compaction_interval: str | None = None,
     network: str = "bridge",
+    install: str = "processes",
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
@@ -184,9 +198,15 @@ def start(
     ``network``: the real nodes' network, ``bridge`` (one bridge per node on this machine's
     namespace; policies are objects only) or ``cilium`` (each node in a network namespace of
     its own with a Cilium agent enforcing the policies; :mod:`devtools.real_node.cilium`).
+    ``install``: ``processes`` (the gpucaas services as processes here) or ``helm`` (the chart
+    installed on the sandbox's own cluster with its values file, :mod:`.chart_install`).
     """
     if network not in NETWORKS:
         raise ValueError(f"network {network!r}: use bridge or cilium")
+    if install not in INSTALLS:
+        raise ValueError(f"install {install!r}: use processes or helm")
+    if install == "helm" and (kubeconfig is not None or network != "bridge" or chart_objects is not None):
+        raise ValueError("--install helm installs on the sandbox's own cluster, on the bridge network")
     if api_replicas > 1 and (database_url is None or database_url.startswith("sqlite")):
         raise ValueError("several API replicas need a database they share (a PostgreSQL URL)")
     if chart_objects is None and allocation_mode == "dra" and kubeconfig is None:
@@ -202,6 +222,7 @@ def start(
         compaction_interval=compaction_interval,
         network=network,
         say=progress or (lambda msg: log.info("%s", msg)),
+        install=install,
     )
     state_dir.mkdir(parents=True, exist_ok=True)
     tls, admin_token = credentials(state_dir, admin_token)
@@ -219,7 +240,10 @@ def start(
         check_node_tools(plan)
         start_cluster(sandbox, plan)
         start_nodes(sandbox, plan)
-        start_product(sandbox, plan)
+        if plan.helm:
+            install_chart(sandbox, plan)
+        else:
+            start_product(sandbox, plan)
         open_tenant_view(sandbox, plan)
     except BaseException:
         sandbox.stop()

@@ -12,6 +12,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 AllocationMode = Literal["device-plugin", "dra"]
+Install = Literal["processes", "helm"]
 
 
 class SandboxSettings(BaseSettings):
@@ -45,4 +46,12 @@ class SandboxSettings(BaseSettings):
         "network policies are objects only) or `cilium` (each real node in a network namespace of its own, "
         "Cilium's agent enforcing the policies on packets; needs `make upstream-cilium`, clang-19 and llvm-19; "
         "the agent sets system-wide sysctls, docs/cilium.md).",
+    )
+    install: Install = Field(
+        "processes",
+        description="How the product runs: `processes` (each gpucaas service a process on this machine, "
+        "as its chart's ServiceAccount) or `helm` (the image built from this work tree pushed to the "
+        "sandbox's registry and the chart installed with deploy/helm/values-sandbox.yaml: Deployments "
+        "and DaemonSets on the sandbox's own cluster; needs make helm, make image's tools and make "
+        "postgres; the device-plugin allocation mode only).",
     )

@@ -59,6 +59,16 @@ CONTRADICTIONS = [
         "fabric.privileged and fabric.libvirtGroupId contradict",
     ),
     (
+        "a simulator's board for libnvfm",
+        {"fabric": {"simulatorBoard": "/var/lib/board.json"}},
+        "fabric.simulatorBoard needs fabric.fmBackend simulator",
+    ),
+    (
+        "no channel to a real Fabric Manager",
+        {"fabric": {"fmChannel": "none"}},
+        "fabric.fmChannel none needs fabric.fmBackend simulator",
+    ),
+    (
         "root tenants in restricted namespaces",
         {"api": {"tenantRunAsUser": 0}},
         "api.tenantRunAsUser 0 runs tenant containers as root",
@@ -79,6 +89,7 @@ SCHEMA_ERRORS = [
     ("bad log level", {"logLevel": "LOUD"}, "/logLevel"),
     ("unknown allocation mode", {"allocation": {"mode": "extender"}}, "/allocation/mode"),
     ("bad fm backend", {"fabric": {"fmBackend": "magic"}}, "/fabric/fmBackend"),
+    ("relative sysfs path", {"gpuNodes": {"sysfsPath": "sys"}}, "/gpuNodes/sysfsPath"),
     ("bad digest", {"image": {"digest": "latest"}}, "/image/digest"),
     ("non-string node label", {"gpuNodes": {"nodeSelector": {"gpucaas.dev/gpu-node": True}}}, "/gpuNodes/nodeSelector"),
     ("negative tenant uid", {"api": {"tenantRunAsUser": -1}}, "/api/tenantRunAsUser"),

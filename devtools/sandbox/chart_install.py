@@ -1,0 +1,246 @@
+"""The sandbox's third stage with ``--install helm``: the product installed with its chart, as a
+platform team installs it (docs/deploy.md), instead of as processes on this machine.
+
+In order: the image of this work tree (``make image``, :mod:`devtools.image`) pushed to the
+sandbox's public registry as ``ghcr.io/gpucaas/gpucaas:<tag>`` (the nodes' containerd sends
+``ghcr.io`` there); the Services whose servers run on this machine made reachable from the pods
+(:mod:`.host_services`: kube-apiserver, PostgreSQL); what docs/deploy.md's steps create before
+the chart (the namespace, the database's Secret, the API's TLS Secret and the admin token's,
+from the sandbox's own files); kube-scheduler with the chart's scheduler configuration; then
+``helm install --wait`` with ``deploy/helm/values-sandbox.yaml`` and a values file of the run
+(the image's tag and digest, the fake boards' golden firmware, the tenant volumes'
+StorageClass); last, ``kubectl port-forward`` to the API's and the extender's Services, so
+that the API keeps its URL
+(``https://127.0.0.1:<api port>``) and kube-scheduler reaches the extender.
+
+The database is the host's PostgreSQL (``make postgres``), database ``gpucaas_sandbox``: the
+chart takes only a PostgreSQL URL (its migrations run once, from a hook Job, under
+PostgreSQL's advisory lock), and an external PostgreSQL is what production runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from devtools.local_cluster.binaries import binary
+from devtools.local_cluster.objects import create_all
+from devtools.ports import free_port
+from devtools.processes import ANSWERING, http_ready
+from devtools.sandbox import hostpath_volumes
+from devtools.sandbox.host_services import HostService, HostServices
+from devtools.sandbox.node_daemons import node_offers_gpus
+from devtools.sandbox.product import scheduler_config
+from devtools.waiting import wait_for
+
+if TYPE_CHECKING:
+    from devtools.sandbox.runner import Plan, Sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "gpucaas"
+SANDBOX_VALUES = REPO / "deploy" / "helm" / "values-sandbox.yaml"
+RELEASE = "gpucaas"
+NAMESPACE = "gpucaas-system"
+#: the chart's image repository, under the registry name the sandbox's public registry serves
+IMAGE_REGISTRY = "ghcr.io"
+IMAGE_REPOSITORY = "gpucaas/gpucaas"
+KUBERNETES_SERVICE = HostService("kubernetes", "10.96.0.1", 443, 0)
+#: the Service standing for the host's PostgreSQL (a fixed address in the Service range's static band)
+POSTGRES_SERVICE_IP = "10.96.0.54"
+POSTGRES_PORT = 5432
+DATABASE = "gpucaas_sandbox"
+#: the Secrets values-sandbox.yaml names
+DATABASE_SECRET = "gpucaas-database"
+API_TLS_SECRET = "gpucaas-api-tls"
+ADMIN_TOKEN_SECRET = "gpucaas-sandbox-admin-token"
+HELM_TIMEOUT = "10m"
+
+
+def install_chart(sandbox: Sandbox, plan: Plan) -> None:
+    """The image pushed, the chart installed and Ready, the API and the extender forwarded."""
+    from devtools import image as product_image
+
+    say = plan.say
+    assert sandbox.cluster is not None and sandbox.registries is not None
+    if plan.allocation_mode != "device-plugin":
+        raise OSError("--install helm runs the device-plugin allocation mode only so far")
+    say("building the product's image (make image: the base is reused, the product layer is this work tree)")
+    try:
+        built = product_image.build()
+    except product_image.ImageBuildFailed as exc:
+        raise OSError(str(exc)) from exc
+    reference = f"{IMAGE_REGISTRY}/{IMAGE_REPOSITORY}:{built.tag}"
+    say(f"pushing {reference} ({built.digest}) to the sandbox's registry, which serves {IMAGE_REGISTRY}")
+    push = subprocess.run(
+        [
+            *("skopeo", "copy", "--quiet", "--dest-tls-verify=false"),
+            built.reference,
+            f"docker://{sandbox.registries.public.address}/{IMAGE_REPOSITORY}:{built.tag}",
+        ],
+        **_quiet(),
+    )
+    if push.returncode != 0:
+        raise OSError(f"skopeo copy {built.reference}: {push.stderr.strip()}")
+    say(
+        f"making kube-apiserver ({KUBERNETES_SERVICE.cluster_ip}) and the host's PostgreSQL "
+        f"({POSTGRES_SERVICE_IP}) reachable from the pods"
+    )
+    ensure_database()
+    services = sandbox.host_services = HostServices(
+        [
+            HostService("kubernetes", KUBERNETES_SERVICE.cluster_ip, 443, sandbox.cluster.apiserver_port),
+            HostService("postgres", POSTGRES_SERVICE_IP, POSTGRES_PORT, POSTGRES_PORT),
+        ],
+        {real.bridge: real.gateway for real in sandbox.real_nodes.values()},
+    )
+    services.start()
+    say(f"creating the namespace {NAMESPACE} and the Secrets the values name (database, API TLS, admin token)")
+    create_all(sandbox.kubeconfig, before_chart(sandbox))
+    extender_port = free_port()
+    say("starting kube-scheduler with the chart's scheduler configuration (the extender through a port-forward)")
+    sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
+    run_values = sandbox.state_dir / "helm" / "values-run.yaml"
+    run_values.parent.mkdir(parents=True, exist_ok=True)
+    run_values.write_text(yaml.safe_dump(values_of_run(built.tag, built.digest), sort_keys=False))
+    say(
+        f"helm upgrade --install {RELEASE} {CHART.relative_to(REPO)} -n {NAMESPACE} "
+        f"-f {SANDBOX_VALUES.relative_to(REPO)} -f {run_values} --wait "
+        "(the migration Job, then every Deployment and DaemonSet Ready)"
+    )
+    helm(sandbox.kubeconfig, *install_args(run_values))
+    say("waiting for the DaemonSets' pods on every GPU node (helm's --wait lets maxUnavailable of them lag)")
+    wait_for(lambda: daemonsets_ready(sandbox.kubeconfig), 300, interval=0.5, what="every DaemonSet pod Ready")
+    for node in sandbox.nodes:
+        wait_for(node_offers_gpus(sandbox.kubeconfig, node.name), 120, interval=0.5, what=f"{node.name}'s GPUs")
+    sandbox.extender_url = f"http://127.0.0.1:{extender_port}"
+    forward(sandbox, "port-forward-api", f"svc/{RELEASE}-api", plan.api_port, 443)
+    forward(sandbox, "port-forward-scheduler-extender", f"svc/{RELEASE}-scheduler-extender", extender_port, 8888)
+    sandbox.api_urls.append(sandbox.api_url)
+
+
+def daemonsets_ready(kubeconfig: Path) -> bool:
+    """Whether every pod of the release's DaemonSets is Ready on every node they select."""
+    from kubernetes import client
+
+    from core.kube import new_api_client
+
+    with new_api_client(kubeconfig) as api:
+        statuses = [d.status for d in client.AppsV1Api(api).list_namespaced_daemon_set(NAMESPACE).items]
+    return bool(statuses) and all(
+        s is not None and s.desired_number_scheduled and s.number_ready == s.desired_number_scheduled for s in statuses
+    )
+
+
+def install_args(run_values: Path) -> list[str]:
+    """``helm install`` (or, on a sandbox that has the release, ``helm upgrade``) of the chart."""
+    return [
+        *("upgrade", "--install", RELEASE, str(CHART)),
+        *("--namespace", NAMESPACE, "-f", str(SANDBOX_VALUES), "-f", str(run_values)),
+        *("--wait", "--timeout", HELM_TIMEOUT),
+    ]
+
+
+def helm(kubeconfig: Path, *args: str) -> str:
+    result = subprocess.run(
+        [binary("helm"), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise OSError(f"helm {args[0]} failed: {(result.stderr or result.stdout).strip()[-2000:]}")
+    return result.stdout
+
+
+def values_of_run(tag: str, digest: str) -> dict[str, Any]:
+    """The run's values: the image built from this work tree, the fake boards' golden firmware,
+    and the StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner."""
+    from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
+
+    return {
+        **hostpath_volumes.chart_values(),
+        "image": {"tag": tag, "digest": digest},
+        "devicePlugin": {
+            "firmware": {
+                "golden": {H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}
+            }
+        },
+    }
+
+
+def ensure_database() -> None:
+    """The sandbox's database on the host's PostgreSQL (``make postgres``: trust on loopback)."""
+    psql = ["psql", "-h", "127.0.0.1", "-p", str(POSTGRES_PORT), "-U", "postgres", "-d", "postgres", "-Atc"]
+    found = subprocess.run([*psql, f"select 1 from pg_database where datname = '{DATABASE}'"], **_quiet())
+    if found.returncode != 0:
+        raise OSError(f"no PostgreSQL on 127.0.0.1:{POSTGRES_PORT} (make postgres starts it): {found.stderr.strip()}")
+    if found.stdout.strip() != "1":
+        made = subprocess.run([*psql, f"create database {DATABASE}"], **_quiet())
+        if made.returncode != 0:
+            raise OSError(f"create database {DATABASE}: {made.stderr.strip()}")
+
+
+def _quiet() -> dict[str, Any]:
+    return {"capture_output": True, "text": True, "check": False}
+
+
+def before_chart(sandbox: Sandbox) -> list[dict[str, Any]]:
+    """What docs/deploy.md has a platform team create before ``helm install``, from the sandbox's
+    files: the namespace, the Service standing for the host's PostgreSQL, the database URL's
+    Secret, the API's TLS Secret (``tls/``) and the admin token's (``admin-token``)."""
+    url = f"postgresql+psycopg://postgres@{POSTGRES_SERVICE_IP}:{POSTGRES_PORT}/{DATABASE}"
+    tls = sandbox.tls
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "gpucaas-postgres", "namespace": NAMESPACE},
+            # no selector: its backend is this machine's PostgreSQL (host_services forwards it)
+            "spec": {
+                "clusterIP": POSTGRES_SERVICE_IP,
+                "ports": [{"name": "postgres", "port": POSTGRES_PORT, "protocol": "TCP"}],
+            },
+        },
+        _secret(DATABASE_SECRET, "Opaque", {"database-url": url}),
+        _secret(
+            API_TLS_SECRET,
+            "kubernetes.io/tls",
+            {"tls.crt": tls.cert.read_text(), "tls.key": tls.key.read_text(), "ca.crt": tls.ca_cert.read_text()},
+        ),
+        _secret(ADMIN_TOKEN_SECRET, "Opaque", {"admin-token": sandbox.admin_token}),
+    ]
+
+
+def _secret(name: str, kind: str, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "type": kind,
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
+
+
+def forward(sandbox: Sandbox, name: str, target: str, local_port: int, port: int) -> None:
+    """``kubectl port-forward`` of ``target`` to ``127.0.0.1:local_port``, supervised (a pod that
+    restarts ends the forward; the console's supervisor starts it again)."""
+    https = port == 443
+    url = f"{'https' if https else 'http'}://127.0.0.1:{local_port}/healthz"
+    sandbox.supervisor.add(
+        name,
+        [
+            binary("kubectl"),
+            *("--kubeconfig", sandbox.kubeconfig, "-n", NAMESPACE, "port-forward"),
+            *("--address", "127.0.0.1", target, f"{local_port}:{port}"),
+        ],
+        http_ready(url, ca_file=sandbox.tls.ca_cert if https else None, statuses=ANSWERING),
+    )
+    sandbox.supervisor.bring_up(name)
+
+
+def release_status(kubeconfig: Path) -> dict[str, Any]:
+    """``helm status`` of the release, as JSON."""
+    return dict(json.loads(helm(kubeconfig, "status", RELEASE, "-n", NAMESPACE, "-o", "json")))

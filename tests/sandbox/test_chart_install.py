@@ -1,0 +1,95 @@
+"""`gpucaas sandbox --install helm`: the product's image and chart installed on the sandbox's own
+cluster, as a platform team installs them, and a tenant's 2-GPU container run through the
+installed API.
+
+Needs root, the pinned Helm (`make helm`), `make image`'s tools and the host's PostgreSQL
+(`make postgres`); run through /work/heavy (it starts a cluster and two real nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from core.kube import new_api_client
+from devtools.local_cluster.binaries import bin_dir
+from devtools.ports import free_port
+from devtools.sandbox import chart_install, runner, tenant_view
+from devtools.waiting import wait_for
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0
+    or not (bin_dir() / "helm").exists()
+    or shutil.which("psql") is None
+    or subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"], check=False).returncode != 0,
+    reason="needs root, make helm and make postgres",
+)
+
+SANDBOX_FILES = ("kubeconfig", "admin-token", "tenant-token", "tls/ca.pem", "caasctl.yaml", "registry.json")
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner.Sandbox]:
+    started = runner.start(tmp_path_factory.mktemp("sandbox"), api_port=free_port(), install="helm")
+    yield started
+    started.stop()
+
+
+def test_the_release_is_deployed_and_its_workloads_ready_from_the_pushed_image(sandbox: runner.Sandbox) -> None:
+    status = chart_install.release_status(sandbox.kubeconfig)
+    assert status["info"]["status"] == "deployed"
+    run_values = (sandbox.state_dir / "helm" / "values-run.yaml").read_text()
+    with new_api_client(sandbox.kubeconfig) as api:
+        apps = client.AppsV1Api(api)
+        deployments = apps.list_namespaced_deployment(chart_install.NAMESPACE).items
+        daemonsets = apps.list_namespaced_daemon_set(chart_install.NAMESPACE).items
+        pods = client.CoreV1Api(api).list_namespaced_pod(chart_install.NAMESPACE).items
+    assert {d.metadata.name: d.status.ready_replicas for d in deployments} == {
+        "gpucaas-api": 1,
+        "gpucaas-controller": 1,
+        "gpucaas-scheduler-extender": 1,
+    }
+    assert {d.metadata.name: (d.status.number_ready, d.status.desired_number_scheduled) for d in daemonsets} == {
+        "gpucaas-device-plugin": (2, 2),
+        "gpucaas-fabric": (2, 2),
+    }
+    images = {c.image for p in pods for c in p.spec.containers}
+    assert len(images) == 1
+    (image,) = images
+    assert image.startswith("ghcr.io/gpucaas/gpucaas@sha256:") and image.split("@")[1] in run_values
+
+
+def test_the_sandbox_files_are_written(sandbox: runner.Sandbox) -> None:
+    for name in (*SANDBOX_FILES, "ingress.json"):
+        assert (sandbox.state_dir / name).stat().st_size > 0, name
+
+
+def test_a_tenant_runs_a_two_gpu_container_through_the_installed_api(sandbox: runner.Sandbox) -> None:
+    done = subprocess.run(tenant_view.tenant_curl(sandbox), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    cid = json.loads(done.stdout)["id"]
+    token = sandbox.tenant_token
+    final = wait_for(
+        lambda: (
+            (c := sandbox.api("GET", f"/v1/containers/{cid}", token=token))["status"] in ("Succeeded", "Failed") and c
+        ),
+        180,
+        interval=1,
+        what=f"container {cid} finished",
+    )
+    assert final["status"] == "Succeeded" and final["exit_code"] == 0, final
+
+
+def test_the_nodes_offer_the_device_plugins_gpus(sandbox: runner.Sandbox) -> None:
+    with new_api_client(sandbox.kubeconfig) as api:
+        nodes = client.CoreV1Api(api).list_node().items
+    assert {n.metadata.name: n.status.allocatable.get("nvidia.com/gpu") for n in nodes} == {
+        "gpu-node-a": "8",
+        "gpu-node-b": "8",
+    }
