@@ -32,12 +32,13 @@ install:
 
 python-env: system-deps $(VENV)/.installed
 
-# The pinned upstream binaries (Kubernetes 1.36, etcd 3.6, kwok), built from their Go modules
-# by upstream/build.sh into ~/.cache/gpucaas/upstream/<version>-<pins hash>/bin (reused while
-# the pins are unchanged; GPUCAAS_KUBE_BIN or KUBEBUILDER_ASSETS naming a folder of prebuilt
-# binaries skips the build). docs/local-cluster.md gives the build times.
+# The pinned upstream binaries (Kubernetes 1.36, etcd 3.6, kwok, containerd, Traefik, Helm),
+# built from their Go modules by upstream/build.sh into
+# ~/.cache/gpucaas/upstream/<version>-<pins hash>/bin (reused while the pins are unchanged;
+# GPUCAAS_KUBE_BIN or KUBEBUILDER_ASSETS naming a folder of prebuilt binaries skips the build).
+# docs/local-cluster.md gives the build times.
 upstream:
-	@upstream/build.sh >/dev/null
+	@GPUCAAS_HELM=1 upstream/build.sh >/dev/null
 
 # Cilium v1.20 (agent, generic operator, cilium-dbg, cilium-cni and the datapath's C sources)
 # into the same folder (docs/cilium.md; ~9 min on 2 cores the first time), for what runs it:
@@ -46,8 +47,8 @@ upstream-cilium:
 	@GPUCAAS_CILIUM=1 upstream/build.sh >/dev/null
 
 # Helm v3.22, built from its Go module into the same folder (upstream/helm; docs/local-cluster.md
-# gives its build time), for installing the chart as a platform team does: the sandbox's
-# `helm install`, next (docs/image.md). Nothing in `make test` runs it yet, so only this builds it.
+# gives its build time), for installing the chart as a platform team does: `gpucaas sandbox
+# --install helm` (docs/sandbox.md). `make install` builds it too (the upstream target).
 helm:
 	@GPUCAAS_HELM=1 upstream/build.sh >/dev/null
 

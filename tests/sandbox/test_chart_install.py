@@ -23,11 +23,15 @@ from devtools.ports import free_port
 from devtools.sandbox import chart_install, runner, tenant_view
 from devtools.waiting import wait_for
 
+# CI (root, `make install` builds Helm, `make test` starts PostgreSQL) never skips it
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0
-    or not (bin_dir() / "helm").exists()
-    or shutil.which("psql") is None
-    or subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"], check=False).returncode != 0,
+    not os.environ.get("CI")
+    and (
+        os.geteuid() != 0
+        or not (bin_dir() / "helm").exists()
+        or shutil.which("psql") is None
+        or subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"], check=False).returncode != 0
+    ),
     reason="needs root, make helm and make postgres",
 )
 
