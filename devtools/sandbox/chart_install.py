@@ -34,7 +34,7 @@ from devtools.ports import free_port
 from devtools.processes import ANSWERING, http_ready
 from devtools.sandbox import hostpath_volumes
 from devtools.sandbox.host_services import HostService, HostServices
-from devtools.sandbox.node_daemons import node_offers_gpus
+from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
 from devtools.sandbox.product import scheduler_config
 from devtools.waiting import wait_for
 
@@ -67,8 +67,6 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
 
     say = plan.say
     assert sandbox.cluster is not None and sandbox.registries is not None
-    if plan.allocation_mode != "device-plugin":
-        raise OSError("--install helm runs the device-plugin allocation mode only so far")
     say("building the product's image (make image: the base is reused, the product layer is this work tree)")
     try:
         built = product_image.build()
@@ -106,7 +104,7 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
     run_values = sandbox.state_dir / "helm" / "values-run.yaml"
     run_values.parent.mkdir(parents=True, exist_ok=True)
-    run_values.write_text(yaml.safe_dump(values_of_run(built.tag, built.digest), sort_keys=False))
+    run_values.write_text(yaml.safe_dump(values_of_run(built.tag, built.digest, plan.allocation_mode), sort_keys=False))
     say(
         f"helm upgrade --install {RELEASE} {CHART.relative_to(REPO)} -n {NAMESPACE} "
         f"-f {SANDBOX_VALUES.relative_to(REPO)} -f {run_values} --wait "
@@ -115,8 +113,9 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     helm(sandbox.kubeconfig, *install_args(run_values))
     say("waiting for the DaemonSets' pods on every GPU node (helm's --wait lets maxUnavailable of them lag)")
     wait_for(lambda: daemonsets_ready(sandbox.kubeconfig), 300, interval=0.5, what="every DaemonSet pod Ready")
+    offers = published_slices if plan.allocation_mode == "dra" else node_offers_gpus
     for node in sandbox.nodes:
-        wait_for(node_offers_gpus(sandbox.kubeconfig, node.name), 120, interval=0.5, what=f"{node.name}'s GPUs")
+        wait_for(offers(sandbox.kubeconfig, node.name), 120, interval=0.5, what=f"{node.name}'s GPUs")
     sandbox.extender_url = f"http://127.0.0.1:{extender_port}"
     forward(sandbox, "port-forward-api", f"svc/{RELEASE}-api", plan.api_port, 443)
     forward(sandbox, "port-forward-scheduler-extender", f"svc/{RELEASE}-scheduler-extender", extender_port, 8888)
@@ -154,12 +153,14 @@ def helm(kubeconfig: Path, *args: str) -> str:
     return result.stdout
 
 
-def values_of_run(tag: str, digest: str) -> dict[str, Any]:
+def values_of_run(tag: str, digest: str, allocation_mode: str = "device-plugin") -> dict[str, Any]:
     """The run's values: the image built from this work tree, the fake boards' golden firmware,
-    and the StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner."""
+    the StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner, and
+    the allocation mode (``dra``: the DRA driver with binding conditions, as the sandbox's
+    processes run it, and the lease agent's quick rounds of values-sandbox.yaml beside it)."""
     from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
 
-    return {
+    values: dict[str, Any] = {
         **hostpath_volumes.chart_values(),
         "image": {"tag": tag, "digest": digest},
         "devicePlugin": {
@@ -168,6 +169,15 @@ def values_of_run(tag: str, digest: str) -> dict[str, Any]:
             }
         },
     }
+    if allocation_mode == "dra":
+        lease_env = yaml.safe_load(SANDBOX_VALUES.read_text())["devicePlugin"]["extraEnv"]
+        values["allocation"] = {"mode": "dra"}
+        values["draDriver"] = {
+            "bindingConditions": True,
+            "publishIntervalSeconds": 2,
+            "extraEnv": [*lease_env, {"name": "GPUCAAS_DRA_BINDING_INTERVAL_S", "value": "0.5"}],
+        }
+    return values
 
 
 def ensure_database() -> None:

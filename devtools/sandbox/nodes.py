@@ -91,11 +91,14 @@ BOARD_PATH = "/var/lib/gpucaas-sandbox/board"
 def node_binds(node: NodePaths) -> dict[str, Path]:
     """The host paths the chart's DaemonSets mount (``--install helm``), each bound in ``node``'s
     mount namespace to a folder of the node's own: the board at :data:`BOARD_PATH`, the
-    kubelet's PodResources socket, the CDI specs containerd reads, the fabric socket's and
-    state's folders, and an empty libvirt socket folder (libvirt's test driver needs no libvirtd)."""
+    kubelet's PodResources socket and its DRA plugin folders (registration, endpoints), the CDI
+    specs containerd reads, the fabric socket's and state's folders, and an empty libvirt socket
+    folder (libvirt's test driver needs no libvirtd)."""
     return {
         BOARD_PATH: node.board,
         "/var/lib/kubelet/pod-resources": node.kubelet.pod_resources_socket.parent,
+        "/var/lib/kubelet/plugins": node.kubelet.plugins,
+        "/var/lib/kubelet/plugins_registry": node.kubelet.plugins_registry,
         "/var/run/cdi": node.cdi_dir,
         "/run/gpucaas": node.root / "run-gpucaas",
         "/var/lib/gpucaas": node.root / "var-lib-gpucaas",

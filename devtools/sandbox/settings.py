@@ -53,5 +53,5 @@ class SandboxSettings(BaseSettings):
         "as its chart's ServiceAccount) or `helm` (the image built from this work tree pushed to the "
         "sandbox's registry and the chart installed with deploy/helm/values-sandbox.yaml: Deployments "
         "and DaemonSets on the sandbox's own cluster; needs make helm, make image's tools and make "
-        "postgres; the device-plugin allocation mode only).",
+        "postgres; on the bridge network, either allocation mode).",
     )

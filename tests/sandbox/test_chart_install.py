@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -38,11 +39,18 @@ pytestmark = pytest.mark.skipif(
 SANDBOX_FILES = ("kubeconfig", "admin-token", "tenant-token", "tls/ca.pem", "caasctl.yaml", "registry.json")
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner.Sandbox]:
-    started = runner.start(tmp_path_factory.mktemp("sandbox"), api_port=free_port(), install="helm")
+@pytest.fixture(scope="module", params=["device-plugin", "dra"])
+def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner.Sandbox]:
+    started = runner.start(
+        tmp_path_factory.mktemp("sandbox"), api_port=free_port(), install="helm", allocation_mode=request.param
+    )
     yield started
     started.stop()
+
+
+def node_daemon(sandbox: runner.Sandbox) -> str:
+    """The DaemonSet that hands out the GPUs in the sandbox's allocation mode."""
+    return "gpucaas-dra-driver" if sandbox.allocation_mode == "dra" else "gpucaas-device-plugin"
 
 
 def test_the_release_is_deployed_and_its_workloads_ready_from_the_pushed_image(sandbox: runner.Sandbox) -> None:
@@ -60,7 +68,7 @@ def test_the_release_is_deployed_and_its_workloads_ready_from_the_pushed_image(s
         "gpucaas-scheduler-extender": 1,
     }
     assert {d.metadata.name: (d.status.number_ready, d.status.desired_number_scheduled) for d in daemonsets} == {
-        "gpucaas-device-plugin": (2, 2),
+        node_daemon(sandbox): (2, 2),
         "gpucaas-fabric": (2, 2),
     }
     images = {c.image for p in pods for c in p.spec.containers}
@@ -90,10 +98,15 @@ def test_a_tenant_runs_a_two_gpu_container_through_the_installed_api(sandbox: ru
     assert final["status"] == "Succeeded" and final["exit_code"] == 0, final
 
 
-def test_the_nodes_offer_the_device_plugins_gpus(sandbox: runner.Sandbox) -> None:
+def test_the_nodes_offer_their_gpus_in_the_allocation_mode(sandbox: runner.Sandbox) -> None:
+    """The device plugin's 8 GPUs in each node's allocatable, or the DRA driver's ResourceSlices
+    (one per node and GPU partition size's pool, none advertised as an extended resource)."""
     with new_api_client(sandbox.kubeconfig) as api:
         nodes = client.CoreV1Api(api).list_node().items
-    assert {n.metadata.name: n.status.allocatable.get("nvidia.com/gpu") for n in nodes} == {
-        "gpu-node-a": "8",
-        "gpu-node-b": "8",
-    }
+        slices: Any = client.CustomObjectsApi(api).list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
+    offered = {n.metadata.name: n.status.allocatable.get("nvidia.com/gpu") for n in nodes}
+    by_node = {s["spec"]["nodeName"] for s in slices["items"] if s["spec"].get("nodeName")}
+    if sandbox.allocation_mode == "dra":
+        assert by_node == {"gpu-node-a", "gpu-node-b"} and not any(offered.values()), (by_node, offered)
+    else:
+        assert offered == {"gpu-node-a": "8", "gpu-node-b": "8"} and not by_node
