@@ -350,6 +350,8 @@ TENANCY_COLUMNS = [
 ]
 
 
+GpuQuota = Annotated[int | None, typer.Option(help="Most GPUs at once.")]
+PodQuota = Annotated[int | None, typer.Option(help="Most pods at once.")]
 GuaranteedGpus = Annotated[
     int | None,
     typer.Option(min=0, help="GPUs guaranteed when the fleet is contended, at most the GPU quota (queueing by Kueue)."),
@@ -364,8 +366,8 @@ Weight = Annotated[
 def tenancies_create(
     ctx: typer.Context,
     name: str,
-    gpu_quota: Annotated[int | None, typer.Option(help="Most GPUs at once.")] = None,
-    pod_quota: Annotated[int | None, typer.Option(help="Most pods at once.")] = None,
+    gpu_quota: GpuQuota = None,
+    pod_quota: PodQuota = None,
     guaranteed_gpus: GuaranteedGpus = None,
     weight: Weight = None,
     allow_internet: Annotated[bool, typer.Option(help="Allow egress to the internet.")] = False,
@@ -395,8 +397,8 @@ def tenancies_create(
 def tenancies_update(
     ctx: typer.Context,
     name: str,
-    gpu_quota: Annotated[int | None, typer.Option(help="Most GPUs at once.")] = None,
-    pod_quota: Annotated[int | None, typer.Option(help="Most pods at once.")] = None,
+    gpu_quota: GpuQuota = None,
+    pod_quota: PodQuota = None,
     guaranteed_gpus: GuaranteedGpus = None,
     weight: Weight = None,
     output: Output = Format.table,
