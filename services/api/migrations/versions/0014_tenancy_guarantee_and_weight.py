@@ -28,6 +28,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("tenancy") as batch:
-        batch.drop_column("weight")
-        batch.drop_column("guaranteed_gpus")
+    # dropped in place, as 0013's (SQLite 3.35+ drops a column without copying the table, so the
+    # container table's triggers on tenancy, migrations 0006 and 0009, stay valid)
+    op.drop_column("tenancy", "weight")
+    op.drop_column("tenancy", "guaranteed_gpus")
