@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from core.crds import LABEL_TENANCY
+from core.kueue import EXCLUDED_RESOURCE_PREFIXES
 from devtools.local_cluster import LocalCluster
 from devtools.local_cluster.binaries import BinariesMissing, binary
 from devtools.local_cluster.objects import established
@@ -126,6 +127,10 @@ class Kueue(Supervisor):
             "manageJobsWithoutQueueName": False,
             "managedJobsNamespaceSelector": self.namespace_selector,
             "integrations": {"frameworks": list(self.frameworks)},
+            # GPUs only: a tenancy's ClusterQueue covers nvidia.com/gpu, its ResourceQuota the rest
+            "resources": {"excludeResourcePrefixes": list(EXCLUDED_RESOURCE_PREFIXES)},
+            # tenancies' weights share what nobody is guaranteed (Kueue's default strategies)
+            "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
             # the visibility API server (queue positions) reads its certificate from a fixed
             # /visibility and registers as an aggregated API: not run yet
             "featureGates": {"VisibilityOnDemand": False},

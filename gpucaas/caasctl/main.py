@@ -341,6 +341,8 @@ def leases(ctx: typer.Context, node: NodeOpt = None, output: Output = Format.tab
 TENANCY_COLUMNS = [
     ("NAME", lambda r: r["name"]),
     ("GPU QUOTA", lambda r: r["gpu_quota"]),
+    ("GUARANTEED", lambda r: r.get("guaranteed_gpus")),
+    ("WEIGHT", lambda r: r.get("weight")),
     ("GPUs IN USE", lambda r: r.get("active_gpus")),
     ("POD QUOTA", lambda r: r["pod_quota"]),
     ("INTERNET", lambda r: r["allow_internet"]),
@@ -348,12 +350,26 @@ TENANCY_COLUMNS = [
 ]
 
 
+GpuQuota = Annotated[int | None, typer.Option(help="Most GPUs at once.")]
+PodQuota = Annotated[int | None, typer.Option(help="Most pods at once.")]
+GuaranteedGpus = Annotated[
+    int | None,
+    typer.Option(min=0, help="GPUs guaranteed when the fleet is contended, at most the GPU quota (queueing by Kueue)."),
+]
+Weight = Annotated[
+    float | None,
+    typer.Option(min=0.001, max=1000, help="Fair-sharing weight against the other tenancies (default 1)."),
+]
+
+
 @tenancies_app.command("create")
 def tenancies_create(
     ctx: typer.Context,
     name: str,
-    gpu_quota: Annotated[int | None, typer.Option(help="Most GPUs at once.")] = None,
-    pod_quota: Annotated[int | None, typer.Option(help="Most pods at once.")] = None,
+    gpu_quota: GpuQuota = None,
+    pod_quota: PodQuota = None,
+    guaranteed_gpus: GuaranteedGpus = None,
+    weight: Weight = None,
     allow_internet: Annotated[bool, typer.Option(help="Allow egress to the internet.")] = False,
     nfs_server: Annotated[str | None, typer.Option(help="NFS server for the tenancy's storage.")] = None,
     nfs_path: Annotated[str | None, typer.Option(help="Exported path on the NFS server.")] = None,
@@ -369,15 +385,34 @@ def tenancies_create(
     if (nfs_server is None) != (nfs_path is None):
         raise CaasctlError("--nfs-server and --nfs-path go together")
     body: dict[str, Any] = {"name": name, "allow_internet": allow_internet}
-    if gpu_quota is not None:
-        body["gpu_quota"] = gpu_quota
-    if pod_quota is not None:
-        body["pod_quota"] = pod_quota
+    body.update(_given(gpu_quota=gpu_quota, pod_quota=pod_quota, guaranteed_gpus=guaranteed_gpus, weight=weight))
     if nfs_server:
         body["nfs"] = {"server": nfs_server, "path": nfs_path}
     if gpu_hours_per_month is not None:
         body["gpu_hours_per_month"] = gpu_hours_per_month
     emit(_api(ctx).post("/v1/admin/tenancies", body), output, TENANCY_COLUMNS)
+
+
+@tenancies_app.command("update")
+def tenancies_update(
+    ctx: typer.Context,
+    name: str,
+    gpu_quota: GpuQuota = None,
+    pod_quota: PodQuota = None,
+    guaranteed_gpus: GuaranteedGpus = None,
+    weight: Weight = None,
+    output: Output = Format.table,
+) -> None:
+    """Change a tenancy's quotas, guarantee or weight (what is not given stays)."""
+    body = _given(gpu_quota=gpu_quota, pod_quota=pod_quota, guaranteed_gpus=guaranteed_gpus, weight=weight)
+    if not body:
+        raise CaasctlError("nothing to change: give --gpu-quota, --pod-quota, --guaranteed-gpus or --weight")
+    emit(_api(ctx).patch(f"/v1/admin/tenancies/{name}", body), output, TENANCY_COLUMNS)
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The options that were given (None: not given)."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 @tenancies_app.command("list")

@@ -10,6 +10,7 @@ from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.dra import AllocationMode
+from core.kueue import Queueing
 from services.api.domain import endpoints, sizing, volumes
 
 PLACEHOLDER_SECRETS = frozenset({"changeme", "changethis", "change-me", "secret", "password", "admin", "token"})
@@ -53,6 +54,13 @@ class Settings(BaseSettings):
         "device-plugin",
         description="How pods get GPUs: device-plugin (the extended resource gpu_resource) or "
         "dra (a ResourceClaim from the tenant namespace's template gpucaas-gpus-N; Kubernetes 1.34+, docs/dra.md).",
+    )
+    queueing: Queueing = Field(
+        "none",
+        description="Who decides which waiting container gets the next free GPUs: none (kube-scheduler's queue) "
+        "or kueue (each pod is labelled kueue.x-k8s.io/queue-name: default, its tenancy's LocalQueue, and waits "
+        "gated until Kueue admits it; the tenancy controller's GPUCAAS_CONTROLLER_QUEUEING must agree; "
+        "docs/queues.md).",
     )
     runtime_class: str = Field("kata-qemu-nvidia-gpu", description="RuntimeClass of tenant pods.")
     tenant_run_as_user: int = Field(

@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from core import crds
+from core import crds, kueue
 from core.backoff import Backoff
 from core.kube import Forbidden, Informer, Invalid, KubeError
 from services.api.domain import endpoints, pods, sizing, tenant_secrets, volumes
@@ -291,6 +291,7 @@ class SubmissionWorker:
                 ),
                 volumes=row.volumes or (),
                 name=row.pod_name,
+                queue=kueue.LOCAL_QUEUE if self.settings.queueing == kueue.KUEUE else None,
             )
             uid = self.kube.create_pod(body)
             created = uid is not None
@@ -619,6 +620,8 @@ def push_tenancy(kube: Kube, settings: Settings, row: Tenancy, *, retry: bool = 
             name=row.name,
             gpu_quota=row.gpu_quota,
             pod_quota=row.pod_quota,
+            guaranteed_gpus=row.guaranteed_gpus,
+            weight=row.weight,
             allow_internet=row.allow_internet,
             nfs=row.nfs,
             share=settings.share,

@@ -90,10 +90,16 @@ def build_namespace(tenancy: Tenancy, *, owned: bool = True, pod_security_level:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
-def build_resource_quota(tenancy: Tenancy, *, allocation_mode: dra.AllocationMode = "device-plugin") -> dict[str, Any]:
+def build_resource_quota(
+    tenancy: Tenancy, *, allocation_mode: dra.AllocationMode = "device-plugin", gpus_queued: bool = False
+) -> dict[str, Any]:
     """Caps GPUs (requests of nvidia.com/gpu), pods, and (when the spec gives them) CPU and
     memory limits, hugepage-backed memory included, and the volumes' claims (their count
     and storage, of their StorageClass); no Services that open the node to the world.
+
+    With ``gpus_queued`` (queueing by Kueue) the tenancy's ClusterQueue holds its GPU cap
+    (:mod:`.queues`), so the quota does not count GPUs: a pod over the cap then waits in the
+    queue instead of being refused at creation.
 
     The API sizes each container from a per-GPU share of the node and sets the Tenancy's
     cpuQuota/memoryQuota to the GPU quota's worth of shares plus the Kata overhead; pod
@@ -101,7 +107,7 @@ def build_resource_quota(tenancy: Tenancy, *, allocation_mode: dra.AllocationMod
     plus overhead)."""
     volumes = tenancy.spec.volumes
     hard = {
-        f"requests.{GPU_RESOURCE}": str(tenancy.spec.gpu_quota),
+        **({} if gpus_queued else {f"requests.{GPU_RESOURCE}": str(tenancy.spec.gpu_quota)}),
         "pods": str(tenancy.spec.pod_quota),
         # the tenancy's NFS claim, plus its volumes
         "persistentvolumeclaims": str(1 + (volumes.max_volumes if volumes is not None else 0)),

@@ -26,6 +26,9 @@ QUANTITY_MAPS = frozenset(
 )
 
 
+#: Keys whose value is one Quantity (Kueue's ClusterQueue quotas and fair-sharing weight).
+QUANTITY_SCALARS = frozenset({"nominalQuota", "borrowingLimit", "lendingLimit", "weight"})
+
 #: Values Go's ``omitempty`` leaves out of a built-in object's JSON.
 ZERO_VALUES: tuple[Any, ...] = (False, "", 0, None, {}, [])
 
@@ -54,7 +57,13 @@ def is_subset(desired: Any, observed: Any, *, quantities: bool = False) -> bool:
         return isinstance(observed, Mapping) and all(
             (v in ZERO_VALUES and k not in observed)
             or k in observed
-            and is_subset(v, observed[k], quantities=quantities or (k in QUANTITY_MAPS and isinstance(v, Mapping)))
+            and is_subset(
+                v,
+                observed[k],
+                quantities=quantities
+                or (k in QUANTITY_MAPS and isinstance(v, Mapping))
+                or (k in QUANTITY_SCALARS and isinstance(v, str)),
+            )
             for k, v in desired.items()
         )
     if isinstance(desired, list):
@@ -75,6 +84,11 @@ def matches(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> b
     if desired.get("kind") == "PersistentVolume" and (observed.get("status") or {}).get("phase") == "Released":
         # its claim was deleted (and is being recreated): the claimRef still names the old
         # claim's uid, so the new claim would never bind; replacing it clears the uid
+        return False
+    if desired.get("kind") == "ResourceQuota" and set((desired.get("spec") or {}).get("hard") or {}) != set(
+        (observed.get("spec") or {}).get("hard") or {}
+    ):
+        # a limit the Tenancy no longer wants (the GPU cap once Kueue holds it) is drift too
         return False
     meta_d, meta_o = desired.get("metadata") or {}, observed.get("metadata") or {}
     for key in ("labels", "ownerReferences"):

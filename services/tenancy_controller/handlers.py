@@ -23,7 +23,7 @@ from typing import Any
 
 import kopf
 
-from core import crds
+from core import crds, kueue
 
 from . import errors, kube, workflow
 from .builders import MANAGER
@@ -43,6 +43,10 @@ CHILDREN = (
 )
 #: Watched in allocation mode dra only: the claim templates (builders.build_claim_templates).
 DRA_CHILD = ("resource.k8s.io", "v1", "resourceclaimtemplates")
+#: Watched with queueing=kueue only (Kueue's CRDs): the tenancy's ClusterQueue and LocalQueue.
+KUEUE_CHILDREN = ((kueue.GROUP, kueue.VERSION, "clusterqueues"), (kueue.GROUP, kueue.VERSION, "localqueues"))
+#: The GPU ResourceFlavor every ClusterQueue shares (queues.build_resource_flavor): watched for drift alone.
+KUEUE_FLAVORS = (kueue.GROUP, kueue.VERSION, "resourceflavors")
 CHILD_LABELS: dict[str, Any] = {crds.LABEL_TENANCY: kopf.PRESENT, crds.LABEL_MANAGED_BY: MANAGER}
 
 
@@ -110,7 +114,12 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
 
     # resource.k8s.io/v1 exists only where DRA is (Kubernetes 1.34+): its claim templates are
     # watched (and indexed for the resync) in the DRA mode only.
-    watched = (*CHILDREN, DRA_CHILD) if settings.allocation_mode == "dra" else CHILDREN
+    # Kueue's kinds exist only where Kueue is installed: watched with queueing=kueue only.
+    watched = (
+        *CHILDREN,
+        *((DRA_CHILD,) if settings.allocation_mode == "dra" else ()),
+        *(KUEUE_CHILDREN if settings.queueing == kueue.KUEUE else ()),
+    )
 
     # The resync compares the Tenancy with its children as the watches last showed them
     # (indices below, no API call) and runs a full pass, with its reads, only on a difference
@@ -180,3 +189,21 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         kopf.on.event(group, version, plural, id=f"child-{plural}", labels=CHILD_LABELS, registry=registry)(
             child_changed  # type: ignore[arg-type]  # the index comes as a keyword Kopf's protocol does not name
         )
+
+    if settings.queueing == kueue.KUEUE:
+
+        @kopf.on.event(*KUEUE_FLAVORS, id="shared-flavor", labels={crds.LABEL_MANAGED_BY: MANAGER}, registry=registry)
+        async def flavor_changed(type: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:  # noqa: A002
+            if type is None:  # initial listing: every tenancy's pass ensures it
+                return
+            ctx = _ctx(memo)
+            desired = workflow.shared_drifted(ctx, _plain(body), deleted=type == "DELETED")
+            if desired is None:
+                return
+            log.info(
+                "%s %s %s by someone else; repairing",
+                body.get("kind"),
+                body.get("metadata", {}).get("name"),
+                "deleted" if type == "DELETED" else "changed",
+            )
+            await asyncio.to_thread(workflow.repair_shared, ctx, desired)

@@ -25,7 +25,7 @@ from typing import Any
 
 import kubernetes
 
-from core import crds
+from core import crds, kueue
 from core.kube import Kube, KubeConnection
 
 from . import errors
@@ -61,6 +61,9 @@ KINDS: dict[str, Kind] = {
     "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings", True),
     "ResourceClaimTemplate": Kind("resource.k8s.io/v1", "resourceclaimtemplates", True),
     "Tenancy": Kind(crds.API_VERSION, crds.TENANCY_PLURAL, False),
+    "ResourceFlavor": Kind(kueue.API_VERSION, "resourceflavors", False),
+    "ClusterQueue": Kind(kueue.API_VERSION, "clusterqueues", False),
+    "LocalQueue": Kind(kueue.API_VERSION, "localqueues", True),
 }
 
 #: Kinds whose replace can be refused for immutable fields: recreated instead.

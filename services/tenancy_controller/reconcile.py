@@ -24,7 +24,7 @@ from typing import Any
 from core import crds
 from core.dra import AllocationMode
 
-from . import builders, policies
+from . import builders, policies, queues
 from .comparison import is_subset, matches  # noqa: F401 - part of this module's API
 from .errors import InvalidSpec, NotReadyYet
 from .spec import Tenancy, parse_tenancy
@@ -34,6 +34,8 @@ NAMESPACE = "Namespace"
 NETWORK = "NetworkPolicy"
 QUOTA = "Quota"
 STORAGE = "Storage"
+#: With queueing by Kueue only: the tenancy's ClusterQueue and LocalQueue (:mod:`.queues`).
+QUEUE = "Queue"
 COMPONENTS = (NAMESPACE, NETWORK, QUOTA, STORAGE)
 
 PENDING, READY, TERMINATING, FAILED = "Pending", "Ready", "Terminating", "Failed"
@@ -41,7 +43,8 @@ PENDING, READY, TERMINATING, FAILED = "Pending", "Ready", "Terminating", "Failed
 
 @dataclass(frozen=True)
 class Plan:
-    """Desired children of one Tenancy, by component (Storage may be empty: no NFS asked)."""
+    """Desired children of one Tenancy, by component, in the order they are applied (Storage may
+    be empty: no NFS asked; Queue only with queueing by Kueue)."""
 
     tenancy: Tenancy
     components: dict[str, list[dict[str, Any]]]
@@ -49,10 +52,14 @@ class Plan:
     notes: dict[str, str] = field(default_factory=dict)
     #: (kind, name, namespace) of children the Tenancy no longer wants (deleted when it owns them).
     absent: list[tuple[str, str, str | None]] = field(default_factory=list)
+    #: Objects a component needs that every tenancy shares (the GPU ResourceFlavor), applied
+    #: before the component's own: no tenancy owns them, so they are no child of this one.
+    shared: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def objects(self) -> list[dict[str, Any]]:
-        return [obj for comp in COMPONENTS for obj in self.components.get(comp, [])]
+        """The Tenancy's own children (the shared objects are not among them)."""
+        return [obj for objs in self.components.values() for obj in objs]
 
 
 @dataclass(frozen=True)
@@ -81,8 +88,10 @@ def reconcile_tenancy(
     pod_security_level: str = "restricted",
     api_access: builders.ApiAccess | None = None,
     allocation_mode: AllocationMode = "device-plugin",
+    kueue_flavor: queues.GpuFlavor | None = None,
 ) -> Plan:
-    """The desired children of the Tenancy ``body``.
+    """The desired children of the Tenancy ``body``; with ``kueue_flavor`` (queueing by Kueue) its
+    ClusterQueue and LocalQueue too, counting GPUs of that flavor, and a quota without GPUs.
 
     Raises InvalidSpec when the spec cannot be realised and NotReadyYet when the
     namespace is still being deleted (a recreate must wait for it to go).
@@ -111,7 +120,9 @@ def reconcile_tenancy(
             policies.build_network_policy(tenancy, network, nfs_addresses=nfs_addresses),
         ],
         QUOTA: [
-            builders.build_resource_quota(tenancy, allocation_mode=allocation_mode),
+            builders.build_resource_quota(
+                tenancy, allocation_mode=allocation_mode, gpus_queued=kueue_flavor is not None
+            ),
             builders.build_limit_range(tenancy),
         ]
         + (builders.build_claim_templates(tenancy) if allocation_mode == "dra" else []),
@@ -129,7 +140,21 @@ def reconcile_tenancy(
             ("PersistentVolumeClaim", builders.PVC_NAME, tenancy.namespace),
             ("PersistentVolume", builders.persistent_volume_name(tenancy.name), None),
         ]
-    return Plan(tenancy=tenancy, components=components, namespace_owned=owned, notes=notes, absent=absent)
+    shared: dict[str, list[dict[str, Any]]] = {}
+    if kueue_flavor is not None:
+        components[QUEUE] = [
+            queues.build_cluster_queue(tenancy, kueue_flavor),
+            queues.build_local_queue(tenancy),
+        ]
+        shared[QUEUE] = [queues.build_resource_flavor(kueue_flavor)]
+    return Plan(
+        tenancy=tenancy,
+        components=components,
+        namespace_owned=owned,
+        notes=notes,
+        absent=absent,
+        shared=shared,
+    )
 
 
 def _condition(
@@ -176,7 +201,7 @@ def tenancy_status(
     prev = _previous(previous)
     stamp = timestamp(now)
     conditions = []
-    for comp in COMPONENTS:
+    for comp in plan.components:
         out = outcomes.get(comp) or Outcome(False, "NotApplied", "not reconciled yet")
         conditions.append(_condition(f"{comp}Ready", out.ok, out.reason, out.message, t.generation, prev, stamp))
     failing = [c for c in conditions if c["status"] != "True"]

@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.dra import AllocationMode
+from core.kueue import Queueing
 
 
 class ControllerSettings(BaseSettings):
@@ -74,6 +75,21 @@ class ControllerSettings(BaseSettings):
         default="device-plugin",
         description="How tenant pods get GPUs: device-plugin (the extended resource) or dra (the controller keeps a "
         "ResourceClaimTemplate per GPU count and a quota per DeviceClass in each tenant namespace; docs/dra.md).",
+    )
+    queueing: Queueing = Field(
+        default="none",
+        description="Who decides which waiting container gets the next free GPUs: none (kube-scheduler's queue; "
+        "the ResourceQuota caps GPUs) or kueue (the controller keeps a ClusterQueue per tenancy in the cohort "
+        "gpucaas, with guaranteedGpus as nominal quota, and a LocalQueue in its namespace; Kueue must be "
+        "installed; docs/queues.md). The API's queueing (GPUCAAS_QUEUEING) must agree.",
+    )
+    gpu_instance_type: str = Field(
+        default="hgx-h100-8",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="With queueing=kueue: the node.kubernetes.io/instance-type of the GPU nodes; the Kueue "
+        "ResourceFlavor of that name selects them and every tenancy's ClusterQueue counts GPUs of it.",
     )
     api_service_account: str | None = Field(
         default=None,

@@ -25,6 +25,11 @@ _HOST_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 _QUANTITY = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)?$")
 MAX_NAME = 63 - len(crds.TENANT_NAMESPACE_PREFIX)  # tenant-<name> must be a DNS label
 MAX_QUOTA = 100000
+#: The largest fair-sharing weight (the CRD's maximum): weights are relative, so a bound
+#: keeps a typo (10000 for 1.0) from starving every other tenancy.
+MAX_WEIGHT = 1000.0
+#: The smallest: Kueue's weight is a quantity, written to the thousandth (``1500m``).
+MIN_WEIGHT = 0.001
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,11 @@ class TenancySpec:
     cpu_quota: str | None = None  # a quantity; None = no CPU cap
     memory_quota: str | None = None
     volumes: VolumesSpec | None = None
+    #: GPUs the tenancy is guaranteed when the fleet is contended (Kueue's nominal quota,
+    #: docs/queues.md); at most ``gpu_quota``, which stays its cap.
+    guaranteed_gpus: int = 0
+    #: Its fair-sharing weight against the other tenancies for what nobody is guaranteed.
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -155,20 +165,34 @@ def parse_tenancy(body: Mapping[str, Any]) -> Tenancy:
     allow_internet = network.get("allowInternet", False)
     if not isinstance(allow_internet, bool):
         raise InvalidSpec("spec.network.allowInternet", f"must be true or false, got {allow_internet!r}")
+    gpu_quota = _int_field(spec, "gpuQuota", 8, 0)
+    guaranteed = _int_field(spec, "guaranteedGpus", 0, 0)
+    if guaranteed > gpu_quota:
+        raise InvalidSpec(
+            "spec.guaranteedGpus", f"must be at most spec.gpuQuota ({gpu_quota}), the tenancy's cap; got {guaranteed}"
+        )
     return Tenancy(
         name=name,
         uid=str(meta.get("uid", "")),
         generation=meta.get("generation"),
         spec=TenancySpec(
-            gpu_quota=_int_field(spec, "gpuQuota", 8, 0),
+            gpu_quota=gpu_quota,
             pod_quota=_int_field(spec, "podQuota", 50, 1),
             allow_internet=allow_internet,
             nfs=_nfs(spec.get("nfs")),
             cpu_quota=_quantity_field(spec, "cpuQuota", QUANTITY_CPU),
             memory_quota=_quantity_field(spec, "memoryQuota", QUANTITY_BYTES),
             volumes=_volumes(spec.get("volumes")),
+            guaranteed_gpus=guaranteed,
+            weight=_weight(spec.get("weight", 1)),
         ),
     )
+
+
+def _weight(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not MIN_WEIGHT <= value <= MAX_WEIGHT:
+        raise InvalidSpec("spec.weight", f"must be a number from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}, got {value!r}")
+    return float(value)
 
 
 _STORAGE_CLASS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from core import crds
+from core import crds, kueue
 from core.dra import AllocationMode
 
 from . import errors, kube, reconcile
 from .builders import ApiAccess, claim_template_name_list, persistent_volume_name
 from .kube import KubeClient
 from .policies import NetworkConfig
+from .queues import GpuFlavor, build_resource_flavor
 from .resolver import resolve_host
 from .settings import ControllerSettings
 
@@ -64,6 +65,8 @@ class Context:
     pod_security_level: str = "restricted"
     api_access: ApiAccess | None = None
     allocation_mode: AllocationMode = "device-plugin"
+    #: The GPU nodes' Kueue flavor when Kueue queues the containers (queueing=kueue), else None.
+    kueue_flavor: GpuFlavor | None = None
     resolve: Callable[[str], list[str]] = resolve_host
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     locks: LockTable = field(default_factory=LockTable)
@@ -88,6 +91,9 @@ class Context:
             pod_security_level=settings.pod_security_level,
             api_access=_api_access(settings),
             allocation_mode=settings.allocation_mode,
+            kueue_flavor=(
+                GpuFlavor.of_instance_type(settings.gpu_instance_type) if settings.queueing == kueue.KUEUE else None
+            ),
             identity=identity,
         )
 
@@ -118,6 +124,7 @@ def plan_for(ctx: Context, body: Mapping[str, Any], observed_namespace: Mapping[
         pod_security_level=ctx.pod_security_level,
         api_access=ctx.api_access,
         allocation_mode=ctx.allocation_mode,
+        kueue_flavor=ctx.kueue_flavor,
     )
     if plan.tenancy.spec.nfs is not None and plan.tenancy.spec.nfs.server_ip is None and nfs:
         addresses = ctx.resolve(nfs)
@@ -129,6 +136,7 @@ def plan_for(ctx: Context, body: Mapping[str, Any], observed_namespace: Mapping[
             pod_security_level=ctx.pod_security_level,
             api_access=ctx.api_access,
             allocation_mode=ctx.allocation_mode,
+            kueue_flavor=ctx.kueue_flavor,
         )
     return plan
 
@@ -151,11 +159,23 @@ def _failure_outcome(comp: str, obj: Mapping[str, Any], exc: Exception) -> recon
         return reconcile.Outcome(
             False, "CiliumNotInstalled", f"the API server does not serve {obj['apiVersion']} CiliumNetworkPolicy: {exc}"
         )
+    if isinstance(exc, errors.NotFound) and obj.get("apiVersion") == kueue.API_VERSION:
+        return reconcile.Outcome(
+            False,
+            KUEUE_NOT_INSTALLED,
+            f"queueing is kueue but the API server does not serve {obj['apiVersion']} {obj['kind']}: "
+            f"install Kueue (its CRDs), or set queueing to none ({exc})",
+        )
     if isinstance(exc, errors.Forbidden):
         return reconcile.Outcome(False, "Forbidden", str(exc))
     if isinstance(exc, errors.Invalid):
         return reconcile.Outcome(False, "Rejected", str(exc))
     return reconcile.Outcome(False, type(exc).__name__, str(exc))
+
+
+#: The Queue component's reason when Kueue's CRDs are missing: no retry with backoff (every
+#: tenancy would hammer the API server until Kueue is installed); the resync tries again.
+KUEUE_NOT_INSTALLED = "KueueNotInstalled"
 
 
 def _observe_and_plan(
@@ -198,7 +218,8 @@ def _apply_component(
     Returns its outcome, the error that calls for a retry, and whether what follows is fresh
     (the namespace was created by this pass, so its objects can be created without a read).
     """
-    objects = plan.components.get(comp) or []
+    shared = plan.shared.get(comp, [])
+    objects = shared + (plan.components.get(comp) or [])
     if not objects:
         if not fresh:
             try:
@@ -214,7 +235,8 @@ def _apply_component(
             if first is not None and not actions:
                 actions.append(first)  # the namespace, created while planning
             else:
-                actions.append(ctx.kube.ensure(obj, expect_absent=fresh))
+                # a new namespace says nothing of what every tenancy shares: read that first
+                actions.append(ctx.kube.ensure(obj, expect_absent=fresh and obj not in shared))
             if obj["kind"] == "Namespace":
                 fresh = actions[-1][0] == kube.CREATED
             if actions[-1][0] in (kube.CREATED, kube.REPLACED):
@@ -229,7 +251,8 @@ def _apply_component(
                     actions[-1][0],
                 )
     except (errors.KubeError, errors.NotReadyYet) as exc:
-        return _failure_outcome(comp, obj, exc), exc, fresh
+        failure = _failure_outcome(comp, obj, exc)
+        return failure, None if failure.reason == KUEUE_NOT_INSTALLED else exc, fresh
     outcome = _component_outcome(comp, actions, plan)
     retry = errors.NotReadyYet(outcome.message) if outcome.reason == "Recreating" else None
     return outcome, retry, fresh
@@ -274,7 +297,7 @@ def ensure_tenancy(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
             ctx, name, reconcile.NAMESPACE, plan, fresh, first
         )
         if retry is None:  # else nothing can live in a namespace that is not there
-            rest = [c for c in reconcile.COMPONENTS if c != reconcile.NAMESPACE]
+            rest = [c for c in plan.components if c != reconcile.NAMESPACE]
             futures = {c: ctx.pool.submit(_apply_component, ctx, name, c, plan, fresh) for c in rest}
             for comp in rest:
                 outcomes[comp], error, _ = futures[comp].result()
@@ -351,12 +374,15 @@ def finalize_tenancy(ctx: Context, body: Mapping[str, Any]) -> None:
                     ("ResourceClaimTemplate", t)
                     for t in (claim_template_name_list() if ctx.allocation_mode == "dra" else [])
                 ),
+                *([("LocalQueue", kueue.LOCAL_QUEUE)] if ctx.kueue_flavor is not None else []),
             ):
                 try:
                     _delete_if_owned(ctx, kind, child, ns_name, uid)
                 except errors.NotFound:
                     pass
         _delete_if_owned(ctx, "PersistentVolume", persistent_volume_name(name), None, uid)
+        if ctx.kueue_flavor is not None:
+            _delete_if_owned(ctx, "ClusterQueue", kueue.cluster_queue_name(name), None, uid)
         if namespace is not None and owned:
             ctx.kube.delete("Namespace", ns_name, uid=namespace["metadata"].get("uid"))
             log.info("tenancy %s: deleted namespace %s", name, ns_name)
@@ -382,6 +408,7 @@ def _desired_plan(ctx: Context, tenancy: Mapping[str, Any]) -> reconcile.Plan:
             pod_security_level=ctx.pod_security_level,
             api_access=ctx.api_access,
             allocation_mode=ctx.allocation_mode,
+            kueue_flavor=ctx.kueue_flavor,
         )
         with ctx.plans_guard:
             if len(ctx.plans) >= PLAN_CACHE_SIZE:
@@ -453,3 +480,27 @@ def children_in_sync(ctx: Context, tenancy: Mapping[str, Any], observed: list[Ma
             if not str(storage.get("message", "")).endswith(f"claim {phase}"):
                 return False
     return all((kind, ns, name) not in seen for kind, name, ns in plan.absent)
+
+
+def shared_drifted(ctx: Context, observed: Mapping[str, Any], *, deleted: bool) -> dict[str, Any] | None:
+    """The desired shared object (the GPU ResourceFlavor) that ``observed`` is, when it was deleted
+    or no longer matches; None when it is fine or not one the controller keeps (pure)."""
+    if ctx.kueue_flavor is None:
+        return None
+    desired = build_resource_flavor(ctx.kueue_flavor)
+    if (
+        observed.get("kind") != desired["kind"]
+        or (observed.get("metadata") or {}).get("name") != desired["metadata"]["name"]
+    ):
+        return None
+    return desired if deleted or not reconcile.matches(desired, observed) else None
+
+
+def repair_shared(ctx: Context, desired: Mapping[str, Any]) -> None:
+    """Put a shared object back as specified; a failure waits for the next tenancy pass."""
+    try:
+        action, _ = ctx.kube.ensure(desired)
+    except (errors.KubeError, errors.NotReadyYet) as exc:  # NotReadyYet: held by a finalizer while in use
+        log.warning("%s %s: repair deferred to the next pass: %s", desired["kind"], desired["metadata"]["name"], exc)
+        return
+    log.info("%s %s %s", desired["kind"], desired["metadata"]["name"], action)

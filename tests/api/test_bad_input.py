@@ -82,6 +82,16 @@ ADMIN_CASES = [
     ("quota-negative", {"name": "q", "gpu_quota": -1}, ["gpu_quota", "greater than or equal to 0"]),
     ("unknown-field", {"name": "q", "colour": "red"}, ["'colour'", "unknown field", "allowed fields: gpu_quota"]),
     ("nfs-path", {"name": "q", "nfs": {"server": "10.0.0.1", "path": "relative"}}, ["nfs.path", "pattern"]),
+    (
+        "guarantee-above-quota",
+        {"name": "q", "gpu_quota": 8, "guaranteed_gpus": 9},
+        ["guaranteed_gpus 9", "gpu_quota 8"],
+    ),
+    ("guarantee-negative", {"name": "q", "guaranteed_gpus": -1}, ["guaranteed_gpus", "at most gpu_quota"]),
+    ("guarantee-text", {"name": "q", "guaranteed_gpus": "4"}, ["guaranteed_gpus", "integer"]),
+    ("weight-zero", {"name": "q", "weight": 0}, ["weight", "from 0.001 to 1000"]),
+    ("weight-huge", {"name": "q", "weight": 1001}, ["weight", "from 0.001 to 1000"]),
+    ("weight-text", {"name": "q", "weight": "heavy"}, ["weight"]),
 ]
 
 
@@ -117,3 +127,25 @@ def test_gpu_quota_beyond_eight_per_pod_is_refused_as_the_cluster_would(admin: h
     assert admin.post("/v1/admin/tenancies", json={"name": "wide", "gpu_quota": 64, "pod_quota": 8}).status_code == 201
     r = admin.patch("/v1/admin/tenancies/wide", json={"pod_quota": 2})
     assert r.status_code == 422 and "needs a pod_quota of at least 8" in r.text
+
+
+def test_a_guarantee_stays_within_the_quota_when_either_changes(admin: httpx.Client) -> None:
+    """guaranteed_gpus is at most gpu_quota, the cap: on PATCH, of the values the tenancy would have."""
+    created = admin.post("/v1/admin/tenancies", json={"name": "guaranteed", "gpu_quota": 16, "guaranteed_gpus": 8})
+    assert created.status_code == 201, created.text
+    assert (created.json()["guaranteed_gpus"], created.json()["weight"]) == (8, 1.0)
+    lowered = admin.patch("/v1/admin/tenancies/guaranteed", json={"gpu_quota": 4})
+    assert lowered.status_code == 422 and "guaranteed_gpus 8 is above gpu_quota 4" in lowered.text
+    raised = admin.patch("/v1/admin/tenancies/guaranteed", json={"guaranteed_gpus": 17})
+    assert raised.status_code == 422 and "guaranteed_gpus 17 is above gpu_quota 16" in raised.text
+    weight = admin.patch("/v1/admin/tenancies/guaranteed", json={"weight": -2})
+    assert weight.status_code == 422 and "weight" in weight.json()["detail"]
+    both = admin.patch("/v1/admin/tenancies/guaranteed", json={"gpu_quota": 4, "guaranteed_gpus": 4, "weight": 2.5})
+    assert both.status_code == 200, both.text
+    assert {k: both.json()[k] for k in ("gpu_quota", "guaranteed_gpus", "weight")} == {
+        "gpu_quota": 4,
+        "guaranteed_gpus": 4,
+        "weight": 2.5,
+    }
+    listed = admin.get("/v1/admin/tenancies").json()["data"]
+    assert [(t["guaranteed_gpus"], t["weight"]) for t in listed if t["name"] == "guaranteed"] == [(4, 2.5)]

@@ -98,17 +98,40 @@ def test_tenancy_resource() -> None:
         "apiVersion": "gpucaas.dev/v1alpha1",
         "kind": "Tenancy",
         "metadata": {"name": "landon", "labels": {"app.kubernetes.io/managed-by": "gpucaas-api"}},
-        "spec": {"gpuQuota": 16, "podQuota": 10, "network": {"allowInternet": False}},
+        "spec": {
+            "gpuQuota": 16,
+            "podQuota": 10,
+            "guaranteedGpus": 0,
+            "weight": 1.0,
+            "network": {"allowInternet": False},
+        },
     }
     with_nfs = build_tenancy(
-        name="acme", gpu_quota=8, pod_quota=5, allow_internet=True, nfs={"server": "nfs.local", "path": "/x"}
+        name="acme",
+        gpu_quota=8,
+        pod_quota=5,
+        guaranteed_gpus=4,
+        weight=2.5,
+        allow_internet=True,
+        nfs={"server": "nfs.local", "path": "/x"},
     )
     assert with_nfs["spec"] == {
         "gpuQuota": 8,
         "podQuota": 5,
+        "guaranteedGpus": 4,
+        "weight": 2.5,
         "network": {"allowInternet": True},
         "nfs": {"server": "nfs.local", "path": "/x", "readOnly": False, "capacity": "1Ti"},
     }
+
+
+def test_a_queued_pod_names_its_tenancys_local_queue_and_nothing_else_changes() -> None:
+    """With queueing by Kueue the pod carries the queue label; Kueue's webhook does the rest."""
+    plain = build_pod(container_id="c-1", tenancy="acme", image="ubuntu", gpus=8)
+    queued = build_pod(container_id="c-1", tenancy="acme", image="ubuntu", gpus=8, queue="default")
+    assert queued["metadata"]["labels"] == {**plain["metadata"]["labels"], "kueue.x-k8s.io/queue-name": "default"}
+    assert {**queued, "metadata": plain["metadata"]} == plain
+    assert "kueue.x-k8s.io/queue-name" not in plain["metadata"]["labels"]
 
 
 T0 = "2026-01-02T03:04:05Z"

@@ -123,6 +123,9 @@ ADMIN_ENDPOINTS = [
     ("GET", "/v1/admin/tenancies", None),
     ("GET", "/v1/admin/tenancies/beta", None),
     ("PATCH", "/v1/admin/tenancies/beta", {"gpu_quota": 64}),
+    # a tenant can neither give itself a guarantee or a heavier weight, nor read another's
+    ("POST", "/v1/admin/tenancies", {"name": "gamma", "gpu_quota": 8, "guaranteed_gpus": 8, "weight": 1000}),
+    ("PATCH", "/v1/admin/tenancies/alpha", {"guaranteed_gpus": 8, "weight": 1000}),
     ("DELETE", "/v1/admin/tenancies/beta", None),
     ("POST", "/v1/admin/tenancies/alpha/tokens", {}),
     ("GET", "/v1/admin/tenancies/alpha/tokens", None),
@@ -145,6 +148,8 @@ def test_tenant_tokens_cannot_use_admin_endpoints(probed: Probed, method: str, p
     assert r.json() == {"code": "forbidden", "detail": "this endpoint needs an admin token"}
     with probed.server.client() as admin:
         assert admin.get("/v1/admin/tenancies/beta").status_code == 200
+        alpha_row = admin.get("/v1/admin/tenancies/alpha").json()
+    assert (alpha_row["guaranteed_gpus"], alpha_row["weight"]) == (0, 1.0)  # untouched
 
 
 # --- tokens and the audit trail: another tenancy's answer like missing ones -----------------

@@ -500,3 +500,25 @@ def test_a_pass_after_stop_makes_no_pods_and_leaves_its_rows_to_the_next_worker(
         assert get_pod(k8s, f"tenant-{n}", pods.pod_name(ids[n])) is not None
         with api.client(tokens[n]) as c:
             assert c.get(f"/v1/containers/{ids[n]}").json()["status"] != "Queued"
+
+
+def test_with_queueing_by_kueue_the_pod_names_its_local_queue_and_the_tenancy_its_guarantee(
+    kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str, k8s: Any
+) -> None:
+    """queueing=kueue: the Tenancy carries the guarantee and weight (its ClusterQueue's figures, the
+    controller's part) and the pod the label by which Kueue's webhook gates it; nothing else differs."""
+    api = serve(database_url, kubeconfig, queueing="kueue")
+    with api.client() as admin:
+        token = new_tenancy(admin, "queued", gpu_quota=16, guaranteed_gpus=8, weight=2.5)
+    tenancy = mark_tenancy_ready(k8s, "queued")
+    assert {k: tenancy["spec"][k] for k in ("gpuQuota", "guaranteedGpus", "weight")} == {
+        "gpuQuota": 16,
+        "guaranteedGpus": 8,
+        "weight": 2.5,
+    }
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": SEED["container-url"], "gpus": 8}).json()["id"]
+        pod = wait_for(lambda: get_pod(k8s, "tenant-queued", f"gpucaas-{cid}"))
+        assert wait_for(lambda: status_of(c, cid)["status"] == "Pending")
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"

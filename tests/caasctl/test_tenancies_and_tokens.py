@@ -82,6 +82,27 @@ def test_tenancy_lifecycle(caasctl: Caasctl, kube: Any) -> None:
     assert gone.stderr.strip() == "error: 404: tenancy 'acme' not found"
 
 
+def test_guarantee_and_weight_are_set_and_changed(caasctl: Caasctl, kube: Any) -> None:
+    r = caasctl(
+        "tenancies", "create", "share", "--gpu-quota", "8", "--guaranteed-gpus", "4", "--weight", "2", "-o", "json"
+    )
+    assert r.exit_code == 0, r.stderr
+    assert (r.json()["guaranteed_gpus"], r.json()["weight"]) == (4, 2.0)
+    cr = tenancy_cr(kube, "share")
+    assert cr is not None and (cr["spec"]["guaranteedGpus"], cr["spec"]["weight"]) == (4, 2.0)
+
+    updated = caasctl("tenancies", "update", "share", "--guaranteed-gpus", "8", "--weight", "0.5", "-o", "json")
+    assert updated.exit_code == 0, updated.stderr
+    assert (updated.json()["guaranteed_gpus"], updated.json()["weight"], updated.json()["gpu_quota"]) == (8, 0.5, 8)
+    table = caasctl("tenancies", "list")
+    assert "GUARANTEED" in table.stdout and "WEIGHT" in table.stdout
+
+    over = caasctl("tenancies", "update", "share", "--gpu-quota", "4")
+    assert over.exit_code == 1 and "guaranteed_gpus 8 is above gpu_quota 4" in over.stderr
+    nothing = caasctl("tenancies", "update", "share")
+    assert nothing.exit_code == 1 and "nothing to change" in nothing.stderr
+
+
 def test_create_refuses_half_an_nfs_spec_and_a_bad_name(caasctl: Caasctl) -> None:
     r = caasctl("tenancies", "create", "half", "--nfs-server", "10.0.0.5")
     assert r.exit_code == 1 and r.stderr.strip() == "error: --nfs-server and --nfs-path go together"

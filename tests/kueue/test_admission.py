@@ -8,14 +8,11 @@ from typing import Any
 
 from core.crds import LABEL_TENANCY
 from devtools.waiting import wait_for
-from tests.kueue.conftest import Queued
+from tests.kueue.conftest import GATE, GROUP, TIMEOUT, VERSION, Queued, admitted, condition, gates, workload
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
-GATE = "kueue.x-k8s.io/admission"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU = "nvidia.com/gpu"
 NAMESPACE = "tenant-acme"
-TIMEOUT = 60.0
 
 
 def _kueue_objects(q: Queued) -> None:
@@ -74,30 +71,16 @@ def _pod(name: str) -> dict[str, Any]:
 
 
 def _gates(q: Queued, name: str, namespace: str = NAMESPACE) -> list[str]:
-    return [g.name for g in q.core.read_namespaced_pod(name, namespace).spec.scheduling_gates or []]
-
-
-def _workload(q: Queued, pod_name: str) -> dict[str, Any] | None:
-    """The Workload Kueue made for a pod (the pod is its owner)."""
-    uid = q.core.read_namespaced_pod(pod_name, NAMESPACE).metadata.uid
-    items = q.custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "workloads")["items"]
-    return next((w for w in items if any(o["uid"] == uid for o in w["metadata"].get("ownerReferences", []))), None)
-
-
-def _condition(workload: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    conditions = ((workload or {}).get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == kind), None)
+    return gates(q, name, namespace)
 
 
 def _admitted(q: Queued, pod_name: str) -> bool:
-    cond = _condition(_workload(q, pod_name), "Admitted")
-    # no gate left at all: Kueue's topology gate goes too when the flavor has no topology
-    return bool(cond and cond["status"] == "True") and not _gates(q, pod_name)
+    return admitted(q, pod_name, NAMESPACE)
 
 
 def _pending_for_quota(q: Queued, pod_name: str) -> dict[str, Any] | None:
     """The QuotaReserved=False condition of a pod's Workload that Kueue tried and could not fit."""
-    cond = _condition(_workload(q, pod_name), "QuotaReserved")
+    cond = condition(workload(q, pod_name, NAMESPACE), "QuotaReserved")
     return cond if cond and cond["status"] == "False" and cond["reason"] == "Pending" else None
 
 

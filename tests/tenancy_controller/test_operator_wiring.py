@@ -20,6 +20,15 @@ def test_registry_holds_every_tenancy_handler():
     assert {h.id for h in registry._spawning.get_all_handlers()} == {"resync"}
 
 
+def test_kueues_kinds_are_watched_only_when_it_queues():
+    def watched(settings: ControllerSettings) -> set[str]:
+        return {h.id for h in main.build_registry(settings)._watching.get_all_handlers()}
+
+    kueue_handlers = {"child-clusterqueues", "child-localqueues", "shared-flavor"}
+    assert not kueue_handlers & watched(ControllerSettings())
+    assert kueue_handlers <= watched(ControllerSettings(queueing="kueue"))
+
+
 def test_kopf_settings_in_one_place():
     ks = kopf.OperatorSettings()
     main.configure_kopf(ks, ControllerSettings(peering="p1", priority=7, workers=3, standalone=False))

@@ -322,3 +322,29 @@ def test_api_secret_rights_and_cpu_memory_quota_reach_the_namespace(api, kubecon
         assert (hard["limits.memory"], hard["requests.hugepages-1Gi"]) == ("1800Gi", "1800Gi")
     finally:
         ctl.stop()
+
+
+def test_queueing_by_kueue_without_kueue_says_so_and_keeps_the_rest(api, kubeconfig):
+    """queueing=kueue on a cluster without Kueue's CRDs: the tenancy's namespace, policies and quota
+    are made, and its status says Kueue is missing (not Ready), without a crash or a retry storm."""
+    from .conftest import ControllerThread, controller_settings
+
+    ctl = ControllerThread(controller_settings(kubeconfig, queueing="kueue")).start()
+    try:
+        api.create(new_tenancy("unqueued", gpu_quota=8))
+        tenancy = wait_for(
+            lambda: (
+                (t := api.get("Tenancy", "unqueued"))
+                and conditions(t).get("QueueReady", {}).get("reason") == "KueueNotInstalled"
+                and t
+            ),
+            what="QueueReady False, KueueNotInstalled",
+        )
+        assert tenancy["status"]["phase"] == "Pending"
+        assert "install Kueue" in tenancy["status"]["message"]
+        assert all(conditions(tenancy)[c]["status"] == "True" for c in ("NamespaceReady", "NetworkPolicyReady"))
+        hard = api.get("ResourceQuota", "tenant-quota", "tenant-unqueued")["spec"]["hard"]
+        assert "requests.nvidia.com/gpu" not in hard and hard["pods"] == "50"
+        assert ctl.thread.is_alive() and ctl.error is None
+    finally:
+        ctl.stop()

@@ -108,9 +108,18 @@ class NfsSpec(StrictInput):
     capacity: str = PField("1Ti", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)?$")
 
 
+#: A tenancy's fair-sharing weight: relative, from a thousandth (Kueue writes it to the
+#: thousandth) to 1000 (the Tenancy CRD's bounds).
+WEIGHT_MIN, WEIGHT_MAX = 0.001, 1000.0
+
+
 class TenancyBase(SQLModel):
     gpu_quota: int = Field(default=8, ge=0, le=100000)
     pod_quota: int = Field(default=50, ge=1, le=100000)
+    # GPUs guaranteed when the fleet is contended (at most gpu_quota) and the fair-sharing
+    # weight; they take effect with queueing by Kueue (docs/queues.md); migration 0014
+    guaranteed_gpus: int = Field(default=0, ge=0, le=100000, sa_column_kwargs={"server_default": "0"})
+    weight: float = Field(default=1.0, ge=WEIGHT_MIN, le=WEIGHT_MAX, sa_column_kwargs={"server_default": "1"})
     allow_internet: bool = False
     # GPU-hours a calendar month (UTC) may use; None: no budget (services/api/usage/budget.py)
     gpu_hours_per_month: float | None = Field(default=None, ge=0, le=100_000_000)
@@ -121,11 +130,16 @@ class TenancyBase(SQLModel):
 GPUS_PER_POD_MAX = 8
 
 
-def quota_problem(gpu_quota: int, pod_quota: int) -> str | None:
+def quota_problem(gpu_quota: int, pod_quota: int, guaranteed_gpus: int = 0) -> str | None:
     if gpu_quota > GPUS_PER_POD_MAX * pod_quota:
         return (
             f"gpu_quota {gpu_quota} needs a pod_quota of at least {-(-gpu_quota // GPUS_PER_POD_MAX)}: "
             f"one pod holds at most {GPUS_PER_POD_MAX} GPUs"
+        )
+    if guaranteed_gpus > gpu_quota:
+        return (
+            f"guaranteed_gpus {guaranteed_gpus} is above gpu_quota {gpu_quota}: the GPU quota is the tenancy's "
+            "cap, so a guarantee is at most the quota"
         )
     return None
 
@@ -134,6 +148,19 @@ class TenancyCreate(StrictInput, TenancyBase):
     # JSON integers and booleans only: "4" or true for a number are refused, not coerced.
     gpu_quota: StrictInt = PField(default=8, ge=0, le=100000)
     pod_quota: StrictInt = PField(default=50, ge=1, le=100000)
+    guaranteed_gpus: StrictInt = PField(
+        default=0,
+        ge=0,
+        le=100000,
+        description="GPUs the tenancy is guaranteed when the fleet is contended, at most gpu_quota; unused, they "
+        "are lent to other tenancies (with queueing by Kueue, docs/queues.md).",
+    )
+    weight: StrictFloat | StrictInt = PField(
+        default=1.0,
+        ge=WEIGHT_MIN,
+        le=WEIGHT_MAX,
+        description="Fair-sharing weight against the other tenancies for the GPUs nobody is guaranteed.",
+    )
     allow_internet: StrictBool = False
     gpu_hours_per_month: StrictFloat | StrictInt | None = PField(
         None,
@@ -148,7 +175,7 @@ class TenancyCreate(StrictInput, TenancyBase):
 
     @model_validator(mode="after")
     def _quotas_agree(self) -> TenancyCreate:
-        problem = quota_problem(self.gpu_quota, self.pod_quota)
+        problem = quota_problem(self.gpu_quota, self.pod_quota, self.guaranteed_gpus)
         if problem:
             raise ValueError(problem)
         return self
@@ -157,6 +184,10 @@ class TenancyCreate(StrictInput, TenancyBase):
 class TenancyUpdate(StrictInput):
     gpu_quota: StrictInt | None = PField(None, ge=0, le=100000)
     pod_quota: StrictInt | None = PField(None, ge=1, le=100000)
+    guaranteed_gpus: StrictInt | None = PField(None, ge=0, le=100000, description="New guaranteed GPUs.")
+    weight: StrictFloat | StrictInt | None = PField(
+        None, ge=WEIGHT_MIN, le=WEIGHT_MAX, description="A new fair-sharing weight."
+    )
     allow_internet: StrictBool | None = None
     nfs: NfsSpec | None = None
     clear_nfs: StrictBool = False

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from core import crds, dra
+from core import crds, dra, kueue
 from services.api.domain import reasons, sizing, tenant_secrets, volumes as tenant_volumes
 
 POD_NAME_PREFIX = "gpucaas-"
@@ -100,12 +100,17 @@ def build_tenancy(
     name: str,
     gpu_quota: int,
     pod_quota: int,
+    guaranteed_gpus: int = 0,
+    weight: float = 1.0,
     allow_internet: bool = False,
     nfs: Mapping[str, Any] | None = None,
     share: sizing.Share | None = None,
     volumes: tenant_volumes.Quota | None = None,
 ) -> dict[str, Any]:
     """The Tenancy custom resource for a tenancy's database record (``nfs`` in API snake_case).
+
+    ``guaranteed_gpus`` and ``weight`` are its guarantee and fair-sharing weight, which the
+    tenancy controller makes its ClusterQueue's with queueing by Kueue (docs/queues.md).
 
     With ``volumes`` (the operator's volume allowance) ``spec.volumes`` carries the storage
     class, storage quota and volume count the tenancy controller writes into the ResourceQuota.
@@ -115,6 +120,8 @@ def build_tenancy(
     spec: dict[str, Any] = {
         "gpuQuota": gpu_quota,
         "podQuota": pod_quota,
+        "guaranteedGpus": guaranteed_gpus,
+        "weight": weight,
         "network": {"allowInternet": allow_internet},
     }
     if share is not None:
@@ -165,8 +172,13 @@ def build_pod(
     allocation_mode: dra.AllocationMode = dra.DEVICE_PLUGIN_MODE,
     volumes: Sequence[Mapping[str, Any]] = (),
     name: str | None = None,
+    queue: str | None = None,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
+
+    ``queue`` (queueing by Kueue) names the tenancy's LocalQueue in the label
+    ``kueue.x-k8s.io/queue-name``: Kueue's pod webhook then gates the pod until its tenancy's
+    ClusterQueue admits it, and it stays Pending meanwhile (docs/queues.md).
 
     The GPUs: the extended resource ``gpu_resource`` (``allocation_mode`` device-plugin), or
     (dra) a ResourceClaim that Kubernetes creates for the pod from the tenant namespace's
@@ -264,6 +276,7 @@ def build_pod(
                 crds.LABEL_CONTAINER: container_id,
                 crds.LABEL_TENANCY: tenancy,
                 crds.LABEL_MANAGED_BY: MANAGED_BY,
+                **({kueue.QUEUE_LABEL: queue} if queue else {}),
             },
         },
         "spec": spec,

@@ -134,6 +134,8 @@ FIELD_RULES = {
     "timeout_seconds": "allowed: an integer number of seconds from 1 to 2592000 (30 days)",
     "gpu_quota": "allowed: an integer from 0 to 100000",
     "pod_quota": "allowed: an integer from 1 to 100000",
+    "guaranteed_gpus": "allowed: an integer from 0 to 100000, at most gpu_quota",
+    "weight": "allowed: a number from 0.001 to 1000",
     "limit": "allowed: an integer from 1 to 500",
     "offset": "allowed: an integer from 0 to 1000000000",
 }

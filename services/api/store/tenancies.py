@@ -48,6 +48,8 @@ def create_tenancy(session: Session, *, data: TenancyCreate) -> Tenancy:
         name=data.name,
         gpu_quota=data.gpu_quota,
         pod_quota=data.pod_quota,
+        guaranteed_gpus=data.guaranteed_gpus,
+        weight=data.weight,
         allow_internet=data.allow_internet,
         nfs=data.nfs.model_dump() if data.nfs else None,
         gpu_hours_per_month=data.gpu_hours_per_month,
@@ -79,11 +81,12 @@ def update_tenancy(session: Session, *, tenancy: Tenancy, data: TenancyUpdate) -
     problem = quota_problem(
         data.gpu_quota if data.gpu_quota is not None else tenancy.gpu_quota,
         data.pod_quota if data.pod_quota is not None else tenancy.pod_quota,
+        data.guaranteed_gpus if data.guaranteed_gpus is not None else tenancy.guaranteed_gpus,
     )
     if problem:
         raise errors.Invalid(problem)
     name = tenancy.name
-    for field in ("gpu_quota", "pod_quota", "allow_internet", "gpu_hours_per_month"):
+    for field in ("gpu_quota", "pod_quota", "guaranteed_gpus", "weight", "allow_internet", "gpu_hours_per_month"):
         value = getattr(data, field)
         if value is not None:
             setattr(tenancy, field, value)

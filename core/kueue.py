@@ -1,0 +1,38 @@
+"""The names the API and the tenancy controller agree on when Kueue queues the containers.
+
+With ``queueing`` set to ``kueue`` (both services' setting, docs/queues.md), the tenancy
+controller keeps a ClusterQueue :func:`cluster_queue_name` per tenancy in the cohort
+:data:`COHORT` and a LocalQueue :data:`LOCAL_QUEUE` in its namespace pointing at it, and the
+API labels each pod :data:`QUEUE_LABEL` ``=`` :data:`LOCAL_QUEUE`; Kueue's pod webhook gates
+the pod until the ClusterQueue admits it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+#: Who decides which waiting container gets the next free GPUs: kube-scheduler's own queue
+#: (``none``: the tenancy's ResourceQuota caps its GPUs) or Kueue (``kueue``: ClusterQueues in
+#: a cohort with guarantees, borrowing and lending). The API's and the controller's must agree.
+Queueing = Literal["none", "kueue"]
+NO_QUEUEING: Queueing = "none"
+KUEUE: Queueing = "kueue"
+
+GROUP = "kueue.x-k8s.io"
+VERSION = "v1beta2"
+API_VERSION = f"{GROUP}/{VERSION}"
+#: The label by which Kueue's plain-pod integration queues a pod, naming its LocalQueue.
+QUEUE_LABEL = f"{GROUP}/queue-name"
+#: The LocalQueue in every tenancy namespace.
+LOCAL_QUEUE = "default"
+#: The cohort every tenancy's ClusterQueue joins: unused guarantees are lent within it.
+COHORT = "gpucaas"
+#: What Kueue must not count (its Configuration's ``resources.excludeResourcePrefixes``): a
+#: ClusterQueue covers GPUs only, and one that does not cover a resource a pod requests admits
+#: nothing; CPU and memory stay capped by the tenancy's ResourceQuota.
+EXCLUDED_RESOURCE_PREFIXES = ("cpu", "memory", "hugepages-", "ephemeral-storage")
+
+
+def cluster_queue_name(tenancy: str) -> str:
+    """The tenancy's ClusterQueue (cluster-scoped): ``tenancy-<name>``."""
+    return f"tenancy-{tenancy}"

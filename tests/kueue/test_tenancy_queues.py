@@ -1,0 +1,114 @@
+"""The tenancy controller keeps each tenancy's Kueue objects (queueing=kueue), and Kueue admits by
+them: a tenancy with no guarantee borrows another's idle guarantee; a LocalQueue deleted by hand
+comes back; deleting a tenancy removes its ClusterQueue and LocalQueue.
+
+A cluster of its own with Kueue (:mod:`devtools.kueue`, ``make kueue``), the Tenancy CRD and the
+controller in a thread; no kube-scheduler, so an admitted pod stays Pending, ungated."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from core import crds, kueue
+from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
+from devtools.waiting import wait_for
+from services.api.domain.pods import build_pod
+from tests.kueue.conftest import GATE, GROUP, TIMEOUT, VERSION, Queued, admitted, gates
+from tests.tenancy_controller.conftest import EXTRA_CRDS, MANIFESTS, ControllerThread, controller_settings
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def controlled(queued: Queued) -> Iterator[Queued]:
+    """``queued``'s cluster with the Tenancy CRD and the tenancy controller queueing by Kueue."""
+    extra = [yaml.safe_load((MANIFESTS / name).read_text()) for name in EXTRA_CRDS]
+    create_all(queued.cluster.admin_kubeconfig, [*crds.crd_manifests(), *extra, RUNTIME_CLASS])
+    settings = controller_settings(queued.cluster.admin_kubeconfig, queueing="kueue", gpu_instance_type="hgx-h100-8")
+    controller = ControllerThread(settings).start()
+    try:
+        yield queued
+    finally:
+        controller.stop()
+
+
+def _tenancy(q: Queued, name: str, *, quota: int, guaranteed: int) -> None:
+    body = {
+        "apiVersion": crds.API_VERSION,
+        "kind": "Tenancy",
+        "metadata": {"name": name},
+        "spec": {"gpuQuota": quota, "podQuota": 4, "guaranteedGpus": guaranteed},
+    }
+    q.custom.create_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, body)
+
+
+def _read(q: Queued, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    try:
+        if namespace:
+            return q.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        return q.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _ready(q: Queued, name: str) -> bool:
+    tenancy = q.custom.get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name)
+    return (tenancy.get("status") or {}).get("phase") == "Ready"
+
+
+def _gpu_limits(cluster_queue: dict[str, Any]) -> tuple[str, str, str]:
+    (gpus,) = cluster_queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    return gpus["nominalQuota"], gpus["borrowingLimit"], gpus["lendingLimit"]
+
+
+def _borrowed(q: Queued, cluster_queue: str) -> str | None:
+    usage = ((_read(q, "clusterqueues", cluster_queue) or {}).get("status") or {}).get("flavorsUsage") or []
+    return next((r.get("borrowed") for f in usage for r in f["resources"] if r["name"] == GPU), None)
+
+
+def test_queues_follow_the_tenancies_and_a_tenancy_borrows_an_idle_guarantee(controlled: Queued) -> None:
+    q = controlled
+    _tenancy(q, "a", quota=8, guaranteed=8)  # the whole 8 GPUs guaranteed, idle
+    _tenancy(q, "b", quota=8, guaranteed=0)  # nothing guaranteed, capped at 8
+    for name in ("a", "b"):
+        wait_for(lambda name=name: _ready(q, name), TIMEOUT, what=f"tenancy {name} Ready")
+    cq_a, cq_b = _read(q, "clusterqueues", "tenancy-a"), _read(q, "clusterqueues", "tenancy-b")
+    assert cq_a and cq_b and cq_a["spec"]["cohortName"] == cq_b["spec"]["cohortName"] == "gpucaas"
+    assert _gpu_limits(cq_a) == ("8", "0", "8") and _gpu_limits(cq_b) == ("0", "8", "0")
+    local = _read(q, "localqueues", "default", "tenant-b")
+    assert local and local["spec"]["clusterQueue"] == "tenancy-b"
+    # Kueue holds the GPU cap: the quota no longer counts GPUs
+    quota = q.core.read_namespaced_resource_quota("tenant-quota", "tenant-b")
+    assert f"requests.{GPU}" not in quota.spec.hard
+
+    # the API's own pod for an 8-GPU container, as it submits it with queueing=kueue
+    pod = build_pod(container_id="c-b8", tenancy="b", image="busybox", gpus=8, queue=kueue.LOCAL_QUEUE)
+    name = pod["metadata"]["name"]
+    q.core.create_namespaced_pod("tenant-b", pod)
+    assert GATE in gates(q, name, "tenant-b")  # Kueue's webhook gated it at creation
+    wait_for(lambda: admitted(q, name, "tenant-b"), TIMEOUT, what="b's 8-GPU pod admitted")
+    # all 8 borrowed: a's guarantee, lent while a is idle
+    wait_for(lambda: _borrowed(q, "tenancy-b") == "8", TIMEOUT, what="b's 8 GPUs counted as borrowed")
+
+    # drift: the LocalQueue deleted by hand comes back
+    uid = local["metadata"]["uid"]
+    q.custom.delete_namespaced_custom_object(GROUP, VERSION, "tenant-b", "localqueues", "default")
+    back = wait_for(
+        lambda: (lq := _read(q, "localqueues", "default", "tenant-b")) and lq["metadata"]["uid"] != uid and lq,
+        TIMEOUT,
+        what="the LocalQueue put back",
+    )
+    assert back["spec"]["clusterQueue"] == "tenancy-b"
+
+    # deletion: the tenancy's pods go, then its ClusterQueue and LocalQueue
+    q.custom.delete_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, "b")
+    wait_for(lambda: _read(q, "clusterqueues", "tenancy-b") is None, TIMEOUT, what="ClusterQueue tenancy-b deleted")
+    wait_for(lambda: _read(q, "localqueues", "default", "tenant-b") is None, TIMEOUT, what="LocalQueue deleted")
+    assert _read(q, "clusterqueues", "tenancy-a") is not None  # the other tenancy's stays
