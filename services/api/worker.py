@@ -221,6 +221,10 @@ class SubmissionWorker:
         return pushed
 
     def _pushed(self, row: Tenancy) -> None:
+        """Record ``row.revision`` as pushed, unless the row read says it already was (the push
+        before each submission: no write on that path)."""
+        if row.pushed_revision >= row.revision:
+            return
         with Session(self.engine) as session:
             tenancy_store.mark_pushed(session, name=row.name, revision=row.revision)
 
