@@ -30,6 +30,8 @@ TENANT_NAMESPACE_PREFIX = "tenant-"
 LABEL_TENANCY = "gpucaas.dev/tenancy"
 LABEL_CONTAINER = "gpucaas.dev/container-id"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# the tenancy record's revision a Tenancy resource holds: a push of an older revision is dropped
+ANNOTATION_TENANCY_REVISION = "gpucaas.dev/revision"
 
 
 def tenant_namespace(tenancy: str) -> str:

@@ -103,39 +103,59 @@ class Kube:
     def upsert_tenancy(self, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
         """Create the Tenancy, or bring an existing one's spec to ``body['spec']``; returns it.
 
+        With a ``gpucaas.dev/revision`` annotation in ``body`` the resource never goes back: a
+        resource already at a later revision is returned as it is, and the write is conditional
+        on the resourceVersion read (a concurrent writer's change makes it read and compare
+        again). Without one, the spec is written as given.
+
         ``retry=False``: one try of each call, no backoff when Kubernetes does not answer (a
         request handler's best-effort push, which the worker repeats anyway)."""
         name = body["metadata"]["name"]
-        try:
-            current = self.get_tenancy(name, retry=retry)
-        except NotFound:
+        wanted = body["spec"]
+        revision = _revision(body)
+        for _ in range(_UPSERT_ROUNDS):
+            try:
+                current = self.get_tenancy(name, retry=retry)
+            except NotFound:
+                try:
+                    return self._call(
+                        self.custom.create_cluster_custom_object,
+                        crds.GROUP,
+                        crds.VERSION,
+                        crds.TENANCY_PLURAL,
+                        body,
+                        idempotent=retry,  # a repeated create answers 409, handled below
+                    )
+                except Conflict:  # created meanwhile by another replica: compare with it
+                    continue
+            have = current.get("spec") or {}
+            held = _revision(current)
+            if revision is not None and held is not None and held > revision:
+                return current  # a later revision got there first
+            same = all(have.get(k) == v for k, v in wanted.items()) and ("nfs" in wanted or "nfs" not in have)
+            if same and (revision is None or held == revision):
+                return current
+            patch: dict[str, Any] = {"spec": dict(wanted)}
+            if "nfs" not in wanted and "nfs" in have:
+                patch["spec"]["nfs"] = None  # merge patch: remove
+            if revision is not None:
+                patch["metadata"] = {
+                    "resourceVersion": current["metadata"]["resourceVersion"],  # the precondition
+                    "annotations": {crds.ANNOTATION_TENANCY_REVISION: str(revision)},
+                }
             try:
                 return self._call(
-                    self.custom.create_cluster_custom_object,
+                    self.custom.patch_cluster_custom_object,
                     crds.GROUP,
                     crds.VERSION,
                     crds.TENANCY_PLURAL,
-                    body,
-                    idempotent=retry,  # a repeated create answers 409, handled below
+                    name,
+                    patch,
+                    idempotent=retry,  # a merge patch to the same spec
                 )
-            except Conflict:  # created meanwhile by another replica
-                current = self.get_tenancy(name, retry=retry)
-        wanted = body["spec"]
-        have = current.get("spec") or {}
-        if all(have.get(k) == v for k, v in wanted.items()) and ("nfs" in wanted or "nfs" not in have):
-            return current
-        patch: dict[str, Any] = {"spec": dict(wanted)}
-        if "nfs" not in wanted and "nfs" in have:
-            patch["spec"]["nfs"] = None  # merge patch: remove
-        return self._call(
-            self.custom.patch_cluster_custom_object,
-            crds.GROUP,
-            crds.VERSION,
-            crds.TENANCY_PLURAL,
-            name,
-            patch,
-            idempotent=retry,  # a merge patch to the same spec
-        )
+            except Conflict:  # changed since read (another push, the controller's status): again
+                continue
+        raise Conflict(f"tenancy {name!r}: its resource kept changing while it was written", status=409)
 
     def delete_tenancy(self, name: str) -> None:
         try:
@@ -371,3 +391,15 @@ class _NotConfigured:
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *args, **kwargs: None
+
+
+_UPSERT_ROUNDS = 8  # reads and conditional writes of one upsert before it gives up (Conflict)
+
+
+def _revision(obj: dict[str, Any]) -> int | None:
+    """The tenancy record revision a Tenancy (or its wanted body) carries; None without one."""
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(crds.ANNOTATION_TENANCY_REVISION)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:  # edited by hand: any revision replaces it
+        return None

@@ -630,6 +630,7 @@ def push_tenancy(kube: Kube, settings: Settings, row: Tenancy, *, retry: bool = 
             nfs=row.nfs,
             share=settings.share,
             volumes=settings.volume_quota,
+            revision=row.revision,
         ),
         retry=retry,
     )

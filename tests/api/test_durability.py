@@ -13,7 +13,8 @@ from sqlmodel import Session, col, select
 
 from devtools.waiting import wait_for
 from services.api.domain.models import Container
-from services.api.domain.pods import build_pod
+from services.api.domain.pods import build_pod, build_tenancy
+from services.api.kube import Kube
 from services.api.store import worker_state
 from services.api.worker import SubmissionWorker
 from tests.api.conftest import new_tenancy
@@ -105,6 +106,55 @@ def test_a_tenancy_changed_during_an_outage_reaches_its_resource_without_a_submi
     wait_for(lambda: internet("lagging") is False, timeout=90, what="the lagging push")
     assert (spec("lagging") or {})["gpuQuota"] == 2
     assert wait_for(lambda: spec("outborn"), timeout=90, what="the outage-born tenancy's resource")["gpuQuota"] == 1
+
+
+def test_a_push_of_an_older_revision_never_takes_a_tenancy_resource_back(kubeconfig: Path, k8s: Any) -> None:
+    """Two writers push one tenancy: the admin's request (a newer revision) and a worker pass that
+    read the row before it. Whatever order they reach Kubernetes in, the resource keeps the newer
+    revision; a write that raced another change of the resource reads and compares again."""
+    from core import crds
+
+    custom = kc.CustomObjectsApi(k8s)
+    kube = Kube(kubeconfig)
+
+    def tenancy(revision: int, gpu_quota: int) -> dict[str, Any]:
+        return build_tenancy(name="ordered", gpu_quota=gpu_quota, pod_quota=2, revision=revision)
+
+    def held() -> tuple[int, str]:
+        obj = custom.get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, "ordered")
+        return obj["spec"]["gpuQuota"], obj["metadata"]["annotations"][crds.ANNOTATION_TENANCY_REVISION]
+
+    try:
+        kube.upsert_tenancy(tenancy(3, gpu_quota=4))
+        assert kube.upsert_tenancy(tenancy(2, gpu_quota=8))["spec"]["gpuQuota"] == 4  # the stale pass
+        assert held() == (4, "3")
+        kube.upsert_tenancy(tenancy(4, gpu_quota=4))  # same spec, later revision: the mark moves on
+        assert held() == (4, "4")
+        kube.upsert_tenancy(tenancy(3, gpu_quota=8))
+        assert held() == (4, "4")
+
+        # between this writer's read and its write, another change lands (here a label)
+        reads: list[dict[str, Any]] = []
+        read = kube.get_tenancy
+
+        def read_then_race(name: str, *, retry: bool = True) -> dict[str, Any]:
+            reads.append(obj := read(name, retry=retry))
+            if len(reads) == 1:
+                custom.patch_cluster_custom_object(
+                    crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name, {"metadata": {"labels": {"raced": "yes"}}}
+                )
+            return obj
+
+        kube.get_tenancy = read_then_race  # type: ignore[method-assign]
+        kube.upsert_tenancy(tenancy(5, gpu_quota=6))
+        assert len(reads) == 2  # the first write was refused (409: stale resourceVersion), then redone
+        assert held() == (6, "5")
+    finally:
+        try:
+            custom.delete_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, "ordered")
+        except kc.exceptions.ApiException:
+            pass
+        kube.close()
 
 
 def test_api_restart_mid_way_loses_and_duplicates_nothing(

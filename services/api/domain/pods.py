@@ -106,8 +106,12 @@ def build_tenancy(
     nfs: Mapping[str, Any] | None = None,
     share: sizing.Share | None = None,
     volumes: tenant_volumes.Quota | None = None,
+    revision: int | None = None,
 ) -> dict[str, Any]:
     """The Tenancy custom resource for a tenancy's database record (``nfs`` in API snake_case).
+
+    ``revision`` (the record's) goes into the ``gpucaas.dev/revision`` annotation, which orders
+    the pushes of concurrent writers: a resource never goes back to an older revision.
 
     ``guaranteed_gpus`` and ``weight`` are its guarantee and fair-sharing weight, which the
     tenancy controller makes its ClusterQueue's with queueing by Kueue (docs/queues.md).
@@ -137,12 +141,10 @@ def build_tenancy(
             "readOnly": bool(nfs.get("read_only", False)),
             "capacity": nfs.get("capacity") or "1Ti",
         }
-    return {
-        "apiVersion": crds.API_VERSION,
-        "kind": "Tenancy",
-        "metadata": {"name": name, "labels": {crds.LABEL_MANAGED_BY: MANAGED_BY}},
-        "spec": spec,
-    }
+    metadata: dict[str, Any] = {"name": name, "labels": {crds.LABEL_MANAGED_BY: MANAGED_BY}}
+    if revision is not None:
+        metadata["annotations"] = {crds.ANNOTATION_TENANCY_REVISION: str(revision)}
+    return {"apiVersion": crds.API_VERSION, "kind": "Tenancy", "metadata": metadata, "spec": spec}
 
 
 def _env_var(name: str, value: str | Mapping[str, str]) -> dict[str, Any]:
