@@ -30,6 +30,9 @@ TENANT_NAMESPACE_PREFIX = "tenant-"
 LABEL_TENANCY = "gpucaas.dev/tenancy"
 LABEL_CONTAINER = "gpucaas.dev/container-id"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# on every tenant pod the API creates: the API takes it off once it has recorded the pod's last
+# state, so a pod that ends and goes while the API's watch is down is still seen at its end
+FINALIZER_POD_USAGE = "gpucaas.dev/usage"
 # the tenancy record's revision a Tenancy resource holds: a push of an older revision is dropped
 ANNOTATION_TENANCY_REVISION = "gpucaas.dev/revision"
 

@@ -70,6 +70,7 @@ class Tenants:
             gpus=rec.size,
             command=["sleep", str(int(rec.duration_s * 3600 / self.hour_s))],
             allocation_mode=dra.DRA_MODE if self.node_side.dra else dra.DEVICE_PLUGIN_MODE,
+            finalizer=False,  # no API worker here: the fleet deletes its own pods
         )
         pod["metadata"]["name"] = rec.name
         pod["metadata"].setdefault("labels", {})[SIZE_LABEL] = str(rec.size)

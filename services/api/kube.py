@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from core import crds
-from core.kube import Conflict, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
+from core.kube import Conflict, Invalid, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
 from services.api.streams import exec_relay
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,29 @@ class Kube:
             return self._json(self.core.delete_namespaced_pod, name, namespace)
         except NotFound:
             return None
+
+    def release_pod(self, namespace: str, name: str, finalizers: list[str]) -> None:
+        """Take ``gpucaas.dev/usage`` off the pod, provided its finalizers are still ``finalizers``
+        (a JSON patch with a test: two replicas, or another finalizer's owner, never undo each
+        other's change). Already gone, or changed since read: nothing to do here (the change's
+        own event comes next)."""
+        if self._kube is None:
+            raise Unavailable(self._error or "Kubernetes is not configured")
+        keep = [f for f in finalizers if f != crds.FINALIZER_POD_USAGE]
+        ops = [
+            {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+            {"op": "replace", "path": "/metadata/finalizers", "value": keep},
+        ]
+        try:
+            self._kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                body=ops,
+                content_type="application/json-patch+json",
+                idempotent=True,  # the test makes a repeat refused, never applied twice
+            )
+        except (NotFound, Conflict, Invalid):  # gone, or the test failed (422): changed since read
+            pass
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self._json(self.core.read_namespaced_pod, name, namespace)

@@ -64,6 +64,8 @@ class SubmissionWorker:
         self._pool_lock = threading.Lock()
         # containers whose endpoint objects this replica removed (a finished pod stays for its log)
         self._endpoints_removed: set[str] = set()
+        # deleted pods whose usage finalizer a failed call left on: (namespace, name) -> finalizers read
+        self._unreleased: dict[tuple[str, str], list[str]] = {}
         self.usage = UsageRecorder(engine=engine, kube=kube, gpu_resource=settings.gpu_resource)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -135,6 +137,7 @@ class SubmissionWorker:
         """One pass: reap cancelled pods, then submit what is due. True if it did anything."""
         did = self._push_tenancies()
         did = self._reap_cancelled() or did
+        self._retry_releases()
         with Session(self.engine) as session:
             claimed = worker_state.claim_due(
                 session, replica=self.replica, claim_seconds=self.settings.worker_claim_seconds
@@ -497,6 +500,8 @@ class SubmissionWorker:
 
     def _watched(self, kind: str, pod: dict[str, Any]) -> None:
         self._apply(pod, deleted=kind == "DELETED")
+        if kind != "DELETED":
+            self._release(pod)
 
     def _listed(self, items: list[dict[str, Any]]) -> None:
         """Every pod of the listing applied; then what vanished since the last one (deleted while
@@ -504,6 +509,7 @@ class SubmissionWorker:
         present: set[str] = set()
         for pod in items:
             cid = self._apply(pod, deleted=False)
+            self._release(pod)
             if cid:
                 present.add(cid)
         started = self._listing_started
@@ -512,6 +518,41 @@ class SubmissionWorker:
             for row in worker_state.running_without_pod(session, present=present, before=started):
                 worker_state.mark_failed(session, container_id=row.id, message="pod disappeared")
                 log.warning("container %s tenancy %s: pod disappeared", row.id, row.tenancy)
+
+    def _release(self, pod: dict[str, Any]) -> None:
+        """Let a deleted pod go once it says no more, its last state just recorded (:meth:`_apply`).
+
+        ``deletionGracePeriodSeconds`` 0 is the point where Kubernetes would remove the pod but
+        for ``gpucaas.dev/usage``: the kubelet has reported the containers' end and deleted it,
+        or the pod never ran on a node, had already ended, or was force-deleted."""
+        meta = pod.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if (
+            crds.FINALIZER_POD_USAGE not in finalizers
+            or not meta.get("deletionTimestamp")
+            or meta.get("deletionGracePeriodSeconds") != 0
+        ):
+            return
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        try:
+            self.kube.release_pod(*key, finalizers)
+        except KubeError as exc:
+            log.warning("pod %s/%s: usage finalizer not removed yet (%s); will retry", *key, exc)
+            self._unreleased[key] = finalizers
+            return
+        self._unreleased.pop(key, None)
+
+    def _retry_releases(self) -> None:
+        """The releases a failed call left, tried again (a pod changed since is left to its event)."""
+        for key, finalizers in list(self._unreleased.items()):
+            if self._stop.is_set():
+                return
+            try:
+                self.kube.release_pod(*key, finalizers)
+            except KubeError as exc:
+                log.info("pod %s/%s: usage finalizer not removed yet (%s)", *key, exc)
+                return  # Kubernetes does not answer: the next pass
+            self._unreleased.pop(key, None)
 
     def _apply(self, pod: dict[str, Any], *, deleted: bool) -> str | None:
         meta = pod.get("metadata") or {}

@@ -83,4 +83,5 @@ def test_retention_prunes_finished_containers_and_their_pods(
         )
         session.commit()
     assert retention.prune(engine, api.app.state.kube, days=30) == 1
-    assert get_pod(k8s, "tenant-old", f"gpucaas-{ids[2]}") is None
+    # deleted; the worker lets it go once it has seen its last state (its usage finalizer)
+    wait_for(lambda: get_pod(k8s, "tenant-old", f"gpucaas-{ids[2]}") is None, what="the pruned pod gone")

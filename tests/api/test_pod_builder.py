@@ -32,6 +32,7 @@ def test_minimal_pod() -> None:
                 "gpucaas.dev/tenancy": "landon",
                 "app.kubernetes.io/managed-by": "gpucaas-api",
             },
+            "finalizers": ["gpucaas.dev/usage"],
         },
         "spec": {
             "runtimeClassName": "kata-qemu-nvidia-gpu",

@@ -19,7 +19,7 @@ from devtools.waiting import wait_for
 from services.api.domain.models import utcnow
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
-from tests.api.kube_helpers import mark_tenancy_ready
+from tests.api.kube_helpers import get_pod, mark_tenancy_ready
 from tests.api.usage_helpers import add_gpu_node, end_run, record_of, stamp, start_run, submit
 
 
@@ -210,27 +210,80 @@ def test_a_cancelled_run_that_ended_unwatched_is_charged_to_its_own_end(api: Api
     assert (done["end_source"], done["finished_at"], done["gpu_seconds"]) == ("pod", stamp(finished), 6.0), done
 
 
-def test_a_run_whose_pod_vanished_while_the_api_was_down_ends_when_it_is_found_gone(
+def test_a_cancelled_run_that_ends_and_goes_while_the_api_is_down_is_charged_to_its_own_end(
+    kubeconfig: Path, serve: Callable[..., ApiServer], database_url: str, k8s: Any
+) -> None:
+    """Cancelled while its node's kubelet was down: the run is first charged to the deletion.
+    With the API down, the kubelet comes back, reports the container's end (before the
+    deletion) and deletes the pod; the API's finalizer holds the pod, so the API back up
+    charges the run to the container's own end and only then lets the pod go."""
+    api = serve(database_url, kubeconfig)
+    with api.client() as admin:
+        token = new_tenancy(admin, "heldback")
+    mark_tenancy_ready(k8s, "heldback")
+    now = utcnow().replace(microsecond=0)
+    started, finished = now - timedelta(seconds=20), now - timedelta(seconds=17)
+    ns, name = "tenant-heldback", None
+    with api.client(token) as c:
+        cid = submit(c, gpus=2)
+        name = f"gpucaas-{cid}"
+        start_run(k8s, "heldback", cid, node="down-dgx-h", pod_start=started, started=started)
+        wait_for(lambda: record_of(c, cid), 60, what="the run's record")
+        assert c.delete(f"/v1/containers/{cid}").status_code == 200
+        estimate = wait_for(lambda: (r := record_of(c, cid)) and not r["running"] and r, 60, what="the estimate")
+        assert estimate["end_source"] == "deleted"
+    pod = get_pod(k8s, ns, name)
+    assert pod is not None and pod["metadata"]["deletionGracePeriodSeconds"] > 0  # waits for its kubelet (down)
+    api.stop()
+
+    end_run(k8s, "heldback", cid, pod_start=started, started=started, finished=finished)  # the kubelet, back
+    kc.CoreV1Api(k8s).delete_namespaced_pod(name, ns, grace_period_seconds=0)  # ... and its last word
+    held = get_pod(k8s, ns, name)
+    assert held is not None and held["metadata"]["finalizers"] == ["gpucaas.dev/usage"]
+
+    again = serve(database_url, kubeconfig)
+    with again.client(token) as c:
+        done = wait_for(lambda: (r := record_of(c, cid)) and r["end_source"] == "pod" and r, 60, what="the pod's end")
+    assert (done["finished_at"], done["gpu_seconds"]) == (stamp(finished), 6.0), done
+    wait_for(lambda: get_pod(k8s, ns, name) is None, 60, what="the pod let go")
+
+
+def test_a_run_whose_pod_went_while_the_api_was_down_ends_when_it_is_found(
     kubeconfig: Path,
     serve: Callable[..., ApiServer],
     database_url: str,
     k8s: Any,
 ) -> None:
+    """Force-deleted while the API was down: the finalizer keeps the pod, and the run ends at
+    its deletion. A pod whose finalizer was taken off by hand vanishes: its run ends when the
+    API finds it gone."""
     api = serve(database_url, kubeconfig)
     with api.client() as admin:
         token = new_tenancy(admin, "vanish")
     mark_tenancy_ready(k8s, "vanish")
     started = utcnow().replace(microsecond=0) - timedelta(seconds=5)
     with api.client(token) as c:
-        cid = submit(c, gpus=1)
-        start_run(k8s, "vanish", cid, node="dgx-d", pod_start=started, started=started)
-        wait_for(lambda: record_of(c, cid), 60, what="the run's record")
+        deleted, vanished = submit(c, gpus=1), submit(c, gpus=1)
+        for cid in (deleted, vanished):
+            start_run(k8s, "vanish", cid, node="dgx-d", pod_start=started, started=started)
+            wait_for(lambda cid=cid: record_of(c, cid), 60, what="the run's record")
     api.stop()
-    kc.CoreV1Api(k8s).delete_namespaced_pod(f"gpucaas-{cid}", "tenant-vanish", grace_period_seconds=0)
+    core = kc.CoreV1Api(k8s)
+    core.patch_namespaced_pod(
+        f"gpucaas-{vanished}",
+        "tenant-vanish",
+        {"metadata": {"finalizers": None}},
+        _content_type="application/merge-patch+json",
+    )
+    for cid in (deleted, vanished):
+        core.delete_namespaced_pod(f"gpucaas-{cid}", "tenant-vanish", grace_period_seconds=0)
+    assert get_pod(k8s, "tenant-vanish", f"gpucaas-{vanished}") is None
     again = serve(database_url, kubeconfig)
     with again.client(token) as c:
-        done = wait_for(lambda: (r := record_of(c, cid)) and not r["running"] and r, 60, what="the run's end")
-        assert done["end_source"] == "vanished" and done["gpu_seconds"] >= 5
+        for cid, source in ((deleted, "deleted"), (vanished, "vanished")):
+            done = wait_for(lambda cid=cid: (r := record_of(c, cid)) and not r["running"] and r, 60, what="its end")
+            assert done["end_source"] == source and done["gpu_seconds"] >= 5, done
+    wait_for(lambda: get_pod(k8s, "tenant-vanish", f"gpucaas-{deleted}") is None, 60, what="the pod let go")
 
 
 def test_a_spent_monthly_budget_refuses_submissions_until_raised(api: ApiServer, k8s: Any) -> None:

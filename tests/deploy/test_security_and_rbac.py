@@ -29,7 +29,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("gpucaas.dev", "gpuleases"): {"get", "list"},
         ("gpucaas.dev", "gpuleases/status"): {"update"},
         ("gpucaas.dev", "fabricstates"): {"list"},
-        ("", "pods"): {"get", "list", "watch", "create", "delete"},
+        ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
         ("", "pods/log"): {"get"},
         ("", "nodes"): {"list"},
         ("", "events"): {"list"},

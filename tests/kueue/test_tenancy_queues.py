@@ -89,7 +89,7 @@ def test_queues_follow_the_tenancies_and_a_tenancy_borrows_an_idle_guarantee(con
     assert f"requests.{GPU}" not in quota.spec.hard
 
     # the API's own pod for an 8-GPU container, as it submits it with queueing=kueue
-    pod = build_pod(container_id="c-b8", tenancy="b", image="busybox", gpus=8, queue=kueue.LOCAL_QUEUE)
+    pod = build_pod(container_id="c-b8", tenancy="b", image="busybox", gpus=8, queue=kueue.LOCAL_QUEUE, finalizer=False)
     name = pod["metadata"]["name"]
     q.core.create_namespaced_pod("tenant-b", pod)
     assert GATE in gates(q, name, "tenant-b")  # Kueue's webhook gated it at creation

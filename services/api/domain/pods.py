@@ -175,8 +175,15 @@ def build_pod(
     volumes: Sequence[Mapping[str, Any]] = (),
     name: str | None = None,
     queue: str | None = None,
+    finalizer: bool = True,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
+
+    ``finalizer``: the pod carries ``gpucaas.dev/usage``, which the API's worker takes off once
+    the pod is deleted and says no more (``deletionGracePeriodSeconds`` 0), after recording its
+    last state: a pod that ends and goes while the API's watch is down is still seen at its end,
+    as the Job controller's ``batch.kubernetes.io/job-tracking`` does for its pods. A client
+    that deletes its own pods and runs no worker (the kwok fleet benchmark) leaves it out.
 
     ``queue`` (queueing by Kueue) names the tenancy's LocalQueue in the label
     ``kueue.x-k8s.io/queue-name``: Kueue's pod webhook then gates the pod until its tenancy's
@@ -280,6 +287,7 @@ def build_pod(
                 crds.LABEL_MANAGED_BY: MANAGED_BY,
                 **({kueue.QUEUE_LABEL: queue} if queue else {}),
             },
+            **({"finalizers": [crds.FINALIZER_POD_USAGE]} if finalizer else {}),
         },
         "spec": spec,
     }
