@@ -13,8 +13,8 @@ StorageClass); last, ``kubectl port-forward`` to the API's and the extender's Se
 that the API keeps its URL
 (``https://127.0.0.1:<api port>``) and kube-scheduler reaches the extender.
 
-The database is the host's PostgreSQL (``make postgres``), database ``gpucaas_sandbox``: the
-chart takes only a PostgreSQL URL (its migrations run once, from a hook Job, under
+The database is the host's PostgreSQL (``make postgres``), one database per state folder
+(:mod:`.host_database`): the chart takes only a PostgreSQL URL (its migrations run once, from a hook Job, under
 PostgreSQL's advisory lock), and an external PostgreSQL is what production runs.
 """
 
@@ -32,7 +32,7 @@ from devtools.local_cluster.binaries import binary
 from devtools.local_cluster.objects import create_all
 from devtools.ports import free_port
 from devtools.processes import ANSWERING, http_ready
-from devtools.sandbox import hostpath_volumes
+from devtools.sandbox import host_database, hostpath_volumes
 from devtools.sandbox.host_services import HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
 from devtools.sandbox.product import scheduler_config
@@ -52,8 +52,7 @@ IMAGE_REPOSITORY = "gpucaas/gpucaas"
 KUBERNETES_SERVICE = HostService("kubernetes", "10.96.0.1", 443, 0)
 #: the Service standing for the host's PostgreSQL (a fixed address in the Service range's static band)
 POSTGRES_SERVICE_IP = "10.96.0.54"
-POSTGRES_PORT = 5432
-DATABASE = "gpucaas_sandbox"
+POSTGRES_PORT = host_database.PORT
 #: the Secrets values-sandbox.yaml names
 DATABASE_SECRET = "gpucaas-database"
 API_TLS_SECRET = "gpucaas-api-tls"
@@ -88,7 +87,7 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
         f"making kube-apiserver ({KUBERNETES_SERVICE.cluster_ip}) and the host's PostgreSQL "
         f"({POSTGRES_SERVICE_IP}) reachable from the pods"
     )
-    ensure_database()
+    host_database.ensure(sandbox.state_dir)
     services = sandbox.host_services = HostServices(
         [
             HostService("kubernetes", KUBERNETES_SERVICE.cluster_ip, 443, sandbox.cluster.apiserver_port),
@@ -180,18 +179,6 @@ def values_of_run(tag: str, digest: str, allocation_mode: str = "device-plugin")
     return values
 
 
-def ensure_database() -> None:
-    """The sandbox's database on the host's PostgreSQL (``make postgres``: trust on loopback)."""
-    psql = ["psql", "-h", "127.0.0.1", "-p", str(POSTGRES_PORT), "-U", "postgres", "-d", "postgres", "-Atc"]
-    found = subprocess.run([*psql, f"select 1 from pg_database where datname = '{DATABASE}'"], **_quiet())
-    if found.returncode != 0:
-        raise OSError(f"no PostgreSQL on 127.0.0.1:{POSTGRES_PORT} (make postgres starts it): {found.stderr.strip()}")
-    if found.stdout.strip() != "1":
-        made = subprocess.run([*psql, f"create database {DATABASE}"], **_quiet())
-        if made.returncode != 0:
-            raise OSError(f"create database {DATABASE}: {made.stderr.strip()}")
-
-
 def _quiet() -> dict[str, Any]:
     return {"capture_output": True, "text": True, "check": False}
 
@@ -200,7 +187,7 @@ def before_chart(sandbox: Sandbox) -> list[dict[str, Any]]:
     """What docs/deploy.md has a platform team create before ``helm install``, from the sandbox's
     files: the namespace, the Service standing for the host's PostgreSQL, the database URL's
     Secret, the API's TLS Secret (``tls/``) and the admin token's (``admin-token``)."""
-    url = f"postgresql+psycopg://postgres@{POSTGRES_SERVICE_IP}:{POSTGRES_PORT}/{DATABASE}"
+    url = host_database.url(sandbox.state_dir, POSTGRES_SERVICE_IP)
     tls = sandbox.tls
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},

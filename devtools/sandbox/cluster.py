@@ -23,7 +23,7 @@ from devtools.local_cluster import KUBE_VERSION, ClusterOptions, LocalCluster
 from devtools.local_cluster.objects import create_all
 from devtools.real_node import cilium
 from devtools.real_node.node import unmount_under
-from devtools.sandbox import hostpath_volumes, identities
+from devtools.sandbox import host_database, hostpath_volumes, identities
 from devtools.sandbox.tenant_view import publish_kubeconfig
 from services.api.domain.pods import DEFAULT_RUN_AS_USER
 
@@ -105,6 +105,8 @@ def local_cluster(
         (state_dir / "gpucaas.db").unlink(missing_ok=True)
         unmount_under(state_dir / "nodes")  # what a real node's kubelet left mounted, if it was killed
         shutil.rmtree(state_dir / "nodes", ignore_errors=True)
+    if not (folder / "etcd").exists():  # an empty cluster: the chart-installed API's records go too
+        host_database.drop(state_dir)
     folder.mkdir(parents=True, exist_ok=True)
     mode_file.write_text(allocation_mode + "\n")
     tokens = state_dir / "kube-tokens.csv"

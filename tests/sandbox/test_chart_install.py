@@ -21,7 +21,7 @@ from kubernetes import client
 from core.kube import new_api_client
 from devtools.local_cluster.binaries import bin_dir
 from devtools.ports import free_port
-from devtools.sandbox import chart_install, runner, tenant_view
+from devtools.sandbox import chart_install, host_database, runner, tenant_view
 from devtools.waiting import wait_for
 
 # CI (root, `make install` builds Helm, `make test` starts PostgreSQL) never skips it
@@ -45,11 +45,11 @@ SANDBOX_FILES = ("kubeconfig", "admin-token", "tenant-token", "tls/ca.pem", "caa
 # joins make test once that is understood (docs/sandbox.md).
 @pytest.fixture(scope="module", params=["device-plugin"])
 def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner.Sandbox]:
-    started = runner.start(
-        tmp_path_factory.mktemp("sandbox"), api_port=free_port(), install="helm", allocation_mode=request.param
-    )
+    state = tmp_path_factory.mktemp("sandbox")
+    started = runner.start(state, api_port=free_port(), install="helm", allocation_mode=request.param)
     yield started
     started.stop()
+    host_database.drop(state)
 
 
 def node_daemon(sandbox: runner.Sandbox) -> str:
