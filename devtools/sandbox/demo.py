@@ -129,8 +129,11 @@ class Observer:
         if t.holder and t.node:
             self._observe_fabric(t)
         status = c.get("status")
-        if status == "Running" or (status == "Succeeded" and "running" in t.seen):
+        if status == "Running":
             self.record(t, "running", f"on {c.get('node_name') or t.node}")
+        elif status == "Succeeded" and c.get("started_at"):
+            # a short run can end between two looks: the kubelet's own start time says it ran
+            self.record(t, "running", f"on {c.get('node_name') or t.node}, started {c['started_at']}")
         if status == "Succeeded":
             self.record(t, "succeeded", "the container exited 0")
             t.succeeded_at = t.succeeded_at or time.monotonic()
