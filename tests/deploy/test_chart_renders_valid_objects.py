@@ -348,6 +348,25 @@ def test_rendered_env_is_accepted_by_the_service_settings(
     cls()  # pydantic-settings reads the environment: every value the chart passes must validate
 
 
+def test_queueing_reaches_the_api_and_the_controller() -> None:
+    """queueing.mode is one value for the API (pods labelled with their LocalQueue) and the
+    controller (Kueue's objects kept per tenancy), with the GPU nodes' instance type; Kueue's
+    rights are granted only with it."""
+    for mode, instance_type in (("none", "hgx-h100-8"), ("kueue", "hgx-b200-8")):
+        objects = render({"queueing": {"mode": mode, "gpuInstanceType": instance_type}})
+
+        def env(kind: str, name: str, objects: list = objects) -> dict[str, Any]:
+            container = find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0]
+            return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+        assert env("Deployment", "gpucaas-api")["GPUCAAS_QUEUEING"] == mode
+        controller = env("Deployment", "gpucaas-controller")
+        assert controller["GPUCAAS_CONTROLLER_QUEUEING"] == mode
+        assert controller["GPUCAAS_CONTROLLER_GPU_INSTANCE_TYPE"] == instance_type
+        groups = {g for r in find(objects, "ClusterRole", "gpucaas-controller")["rules"] for g in r["apiGroups"]}
+        assert ("kueue.x-k8s.io" in groups) == (mode == "kueue")
+
+
 def test_allocation_mode_reaches_the_api_and_the_controller_and_picks_the_node_daemon() -> None:
     """allocation.mode is one value for every part: the API's and the controller's setting, and
     the node daemon (device plugin or DRA driver) the chart deploys."""

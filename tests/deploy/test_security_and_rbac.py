@@ -15,11 +15,14 @@ from tests.deploy.rendering import component, find, pod_spec, production_values,
 
 DRA = {"allocation": {"mode": "dra"}}
 DRA_BINDING = {"allocation": {"mode": "dra"}, "draDriver": {"bindingConditions": True}}
+KUEUE = {"queueing": {"mode": "kueue", "gpuInstanceType": "hgx-h100-8"}}
 VALUE_SETS = {
     "defaults": {},
     "production": production_values(),
     "dra": DRA,
     "production-dra-binding-conditions": production_values() | DRA_BINDING,
+    "kueue": KUEUE,
+    "dra-kueue": DRA | KUEUE,
 }
 
 # (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
@@ -101,8 +104,24 @@ CONTROLLER_DRA_RULES: dict[tuple[str, str], set[str]] = {
 }
 
 
+#: queueing.mode=kueue: the controller keeps each Tenancy's ClusterQueue and LocalQueue (deleted
+#: with it) and the GPU nodes' shared ResourceFlavor (services/tenancy_controller/queues.py).
+CONTROLLER_KUEUE_RULES: dict[tuple[str, str], set[str]] = {
+    ("kueue.x-k8s.io", "clusterqueues"): {"get", "list", "watch", "create", "update", "delete"},
+    ("kueue.x-k8s.io", "localqueues"): {"get", "list", "watch", "create", "update", "delete"},
+    ("kueue.x-k8s.io", "resourceflavors"): {"get", "list", "watch", "create", "update"},
+}
+
+
 def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str], set[str]]]:
-    """EXPECTED_CLUSTER_RULES for the allocation mode ``values`` choose."""
+    """EXPECTED_CLUSTER_RULES for the allocation mode and the queueing ``values`` choose."""
+    rules = _allocation_rules(values)
+    if values.get("queueing", {}).get("mode") == "kueue":
+        rules = rules | {"controller": rules["controller"] | CONTROLLER_KUEUE_RULES}
+    return rules
+
+
+def _allocation_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str], set[str]]]:
     if values.get("allocation", {}).get("mode") != "dra":
         return EXPECTED_CLUSTER_RULES
     rules = {k: v for k, v in EXPECTED_CLUSTER_RULES.items() if k != "device-plugin"}
