@@ -38,7 +38,7 @@ python-env: system-deps $(VENV)/.installed
 # GPUCAAS_KUBE_BIN or KUBEBUILDER_ASSETS naming a folder of prebuilt binaries skips the build).
 # docs/local-cluster.md gives the build times.
 upstream:
-	@GPUCAAS_HELM=1 upstream/build.sh >/dev/null
+	@GPUCAAS_HELM=1 GPUCAAS_KUEUE=1 upstream/build.sh >/dev/null
 
 # Cilium v1.20 (agent, generic operator, cilium-dbg, cilium-cni and the datapath's C sources)
 # into the same folder (docs/cilium.md; ~9 min on 2 cores the first time), for what runs it:
@@ -54,8 +54,8 @@ helm:
 
 # Kueue v0.17's manager, built from its Go module into the same folder (upstream/kueue), with its
 # CRDs and webhook manifests beside it in kueue-manifests/ (docs/queues.md gives its build time),
-# for what queues containers on it: devtools/kueue.py and tests/kueue. Nothing in `make test`
-# runs it yet (its `rest` stage leaves tests/kueue out), so only this builds it.
+# for what queues containers on it: devtools/kueue.py and tests/kueue (in make test's `rest`
+# stage). `make install` builds it too (the upstream target).
 kueue:
 	@GPUCAAS_KUEUE=1 upstream/build.sh >/dev/null
 
@@ -159,8 +159,6 @@ lint: $(VENV)/.installed
 # nodes or a sandbox one after another on one of them, the other files on the other
 # (tests/conftest.py's scheduler keeps them together; much of that time is spent waiting on kubelets, containers and
 # QEMU, which the other worker fills).
-# tests/kueue needs `make kueue`, which `make install` does not build yet: it is left out
-# (run it with `make kueue && .venv/bin/pytest tests/kueue`, docs/queues.md).
 # Each stage is timed (scripts/stages.sh); the table ends the output, or follows a failed stage.
 STAGE := scripts/stages.sh run
 test:
@@ -169,7 +167,7 @@ test:
 	@$(STAGE) image $(MAKE) --no-print-directory image
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile --durations=15 tests/api
-	@$(STAGE) rest $(PY) -m pytest -n 2 --dist loadfile --durations=30 --ignore=tests/api --ignore=tests/kueue
+	@$(STAGE) rest $(PY) -m pytest -n 2 --dist loadfile --durations=30 --ignore=tests/api
 	@$(STAGE) e2e-dra $(MAKE) --no-print-directory test-e2e-dra
 	@$(STAGE) chaos $(MAKE) --no-print-directory test-chaos
 	@$(STAGE) cilium $(MAKE) --no-print-directory test-cilium
