@@ -148,9 +148,23 @@ def test_vm_restart_reports_lost_fabric_and_new_pods_get_fresh_partitions(node: 
         st = wait_for(fabricstate_lost, 30, what="FabricState NVLinkFabricIntact=False")
         assert {x["pod"] for x in st["lostPartitions"]} == {"t1/quad", "t2/pair"}
         # Policy: evict removes the pods; flag leaves them running (flagged).
-        pods = {p.metadata.name for ns in ("t1", "t2") for p in core.list_namespaced_pod(ns).items}
-        assert pods == (set() if policy == "evict" else {"quad", "pair"})
-        assert (node.last_reset_report or {}).get("errors") == []
+        report = wait_for(lambda: node.last_reset_report, 30, what="the reset reported")
+        assert report.get("errors") == []
+
+        def pods() -> dict[str, bool]:
+            """name -> being deleted"""
+            return {
+                p.metadata.name: p.metadata.deletion_timestamp is not None
+                for ns in ("t1", "t2")
+                for p in core.list_namespaced_pod(ns).items
+            }
+
+        if policy == "evict":
+            assert sorted(report["evicted"]) == ["t1/quad", "t2/pair"]
+            # The eviction starts a graceful deletion; the node's kubelet ends it.
+            wait_for(lambda: not pods(), 30, what="the evicted pods gone")
+        else:
+            assert report["evicted"] == [] and pods() == {"quad": False, "pair": False}
 
         # New 2/4/8-GPU pods get fresh partitions once the old holders are gone.
         c.sync([], grace_seconds=0)
