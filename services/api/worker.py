@@ -533,26 +533,24 @@ class SubmissionWorker:
             or meta.get("deletionGracePeriodSeconds") != 0
         ):
             return
-        key = (str(meta.get("namespace")), str(meta.get("name")))
+        self._try_release((str(meta.get("namespace")), str(meta.get("name"))), finalizers)
+
+    def _try_release(self, key: tuple[str, str], finalizers: list[str]) -> bool:
+        """Take the finalizer off; a failed call is kept for the next pass. False when it failed."""
         try:
             self.kube.release_pod(*key, finalizers)
         except KubeError as exc:
             log.warning("pod %s/%s: usage finalizer not removed yet (%s); will retry", *key, exc)
             self._unreleased[key] = finalizers
-            return
+            return False
         self._unreleased.pop(key, None)
+        return True
 
     def _retry_releases(self) -> None:
         """The releases a failed call left, tried again (a pod changed since is left to its event)."""
         for key, finalizers in list(self._unreleased.items()):
-            if self._stop.is_set():
-                return
-            try:
-                self.kube.release_pod(*key, finalizers)
-            except KubeError as exc:
-                log.info("pod %s/%s: usage finalizer not removed yet (%s)", *key, exc)
-                return  # Kubernetes does not answer: the next pass
-            self._unreleased.pop(key, None)
+            if self._stop.is_set() or not self._try_release(key, finalizers):
+                return  # stopping, or Kubernetes does not answer: the next pass
 
     def _apply(self, pod: dict[str, Any], *, deleted: bool) -> str | None:
         meta = pod.get("metadata") or {}
