@@ -19,6 +19,22 @@ from gpucaas.caasctl.client import CaasctlError, RestClient
 from gpucaas.caasctl.output import Format, emit, err_console
 
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
+#: a waiting container's ``queue.reason`` (queueing by Kueue), as a person reads it
+QUEUE_REASONS = {
+    "over_share": "over your share",
+    "waiting_for_partition": "waiting for a partition",
+    "preempted": "preempted",
+}
+
+
+def queue_text(spot: dict[str, Any] | None) -> str | None:
+    """``#2, 8 GPUs ahead, over your share``: where a waiting container stands (None: in no queue)."""
+    if not spot:
+        return None
+    reason = QUEUE_REASONS.get(spot["reason"], spot["reason"])
+    return f"#{spot['position']}, {spot['gpus_ahead']} GPUs ahead, {reason}"
+
+
 PS_COLUMNS = [
     ("ID", lambda r: r["id"]),
     ("IMAGE", lambda r: r["image"]),
@@ -26,6 +42,7 @@ PS_COLUMNS = [
     ("STATUS", lambda r: r["status"]),
     ("NODE", lambda r: r.get("node_name")),
     ("CREATED", lambda r: r.get("created_at")),
+    ("QUEUE", lambda r: queue_text(r.get("queue"))),
     ("MESSAGE", lambda r: r.get("message")),
     (
         "ENDPOINTS",

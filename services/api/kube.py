@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core import crds
+from core import crds, kueue
 from core.kube import Conflict, Invalid, Kube as CoreKube, KubeConnection, KubeError, NotFound, Unavailable
 from services.api.streams import exec_relay
 
@@ -242,6 +242,23 @@ class Kube:
         """The core/v1 Events about one pod (scheduler, kubelet, device plugin)."""
         selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
         return self._json(self.core.list_namespaced_event, namespace, field_selector=selector).get("items", [])
+
+    # -- queueing by Kueue ------------------------------------------------------------
+
+    #: a queue position is an extra on a read: asked once, briefly, never held up by retries
+    QUEUE_READ_TIMEOUT_S = 3.0
+
+    def list_workloads(self, namespace: str) -> list[dict[str, Any]]:
+        """The Kueue Workloads of one namespace (one per queued pod)."""
+        timeout = min(self.timeout, self.QUEUE_READ_TIMEOUT_S)
+        return self._call(
+            self.custom.list_namespaced_custom_object,
+            kueue.GROUP,
+            kueue.VERSION,
+            namespace,
+            "workloads",
+            _request_timeout=(min(1.0, timeout), timeout),
+        ).get("items", [])
 
     # -- tenant Secrets (values go in, only metadata is ever read back) -------------
 

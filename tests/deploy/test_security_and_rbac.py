@@ -112,12 +112,18 @@ CONTROLLER_KUEUE_RULES: dict[tuple[str, str], set[str]] = {
     ("kueue.x-k8s.io", "resourceflavors"): {"get", "list", "watch", "create", "update"},
 }
 
+#: queueing.mode=kueue: the API reads a tenancy's Workloads for its containers' queue positions.
+API_KUEUE_RULES: dict[tuple[str, str], set[str]] = {("kueue.x-k8s.io", "workloads"): {"list"}}
+
 
 def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str], set[str]]]:
     """EXPECTED_CLUSTER_RULES for the allocation mode and the queueing ``values`` choose."""
     rules = _allocation_rules(values)
     if values.get("queueing", {}).get("mode") == "kueue":
-        rules = rules | {"controller": rules["controller"] | CONTROLLER_KUEUE_RULES}
+        rules = rules | {
+            "controller": rules["controller"] | CONTROLLER_KUEUE_RULES,
+            "api": rules["api"] | API_KUEUE_RULES,
+        }
     return rules
 
 

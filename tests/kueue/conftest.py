@@ -5,15 +5,22 @@ reset to its set-up state after each test. Needs ``make kueue``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
+from core import crds
 from core.kube import new_api_client
 from devtools.kueue import Kueue
 from devtools.local_cluster import ClusterOptions, LocalCluster
+from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
+from devtools.sandbox import identities
+from gpucaas import chart
+from tests.tenancy_controller.conftest import EXTRA_CRDS, MANIFESTS, ControllerThread, controller_settings
 
 
 @dataclass
@@ -22,6 +29,8 @@ class Queued:
     kueue: Kueue
     core: client.CoreV1Api
     custom: client.CustomObjectsApi
+    #: component (``api``, ``controller``) -> a kubeconfig of its chart ServiceAccount (``controlled``)
+    kubeconfigs: dict[str, Path] = field(default_factory=dict)
 
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
@@ -76,3 +85,43 @@ def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
     finally:
         kueue.stop()
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def controlled(queued: Queued, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
+    """``queued``'s cluster with the Tenancy CRD and the tenancy controller queueing by Kueue, as
+    the chart installs it with ``queueing.mode: kueue``: under its ServiceAccount and the chart's
+    RBAC (a right the chart lacks fails these tests); ``kubeconfigs`` has the API's too."""
+    admin = queued.cluster.admin_kubeconfig
+    extra = [yaml.safe_load((MANIFESTS / name).read_text()) for name in EXTRA_CRDS]
+    values = identities.sandbox_values("device-plugin") | {
+        "queueing": {"mode": "kueue", "gpuInstanceType": "hgx-h100-8"}
+    }
+    objects = identities.cluster_side(values)
+    create_all(admin, [*crds.crd_manifests(), *extra, RUNTIME_CLASS, *objects])
+    accounts = identities.service_accounts(objects)
+    for component in ("api", "controller"):
+        queued.kubeconfigs[component] = identities.write_kubeconfig(
+            admin,
+            tmp_path_factory.mktemp(component) / "kubeconfig",
+            f"system:serviceaccount:{chart.NAMESPACE}:{accounts[component]}",
+            identities.mint_token(admin, chart.NAMESPACE, accounts[component]),
+        )
+    secrets_role = next(
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-tenant-secrets")
+    )
+    settings = controller_settings(
+        queued.kubeconfigs["controller"],
+        queueing="kueue",
+        gpu_instance_type="hgx-h100-8",
+        # as the chart sets them: the API's Secret rights in each tenant namespace
+        api_service_account=f"{chart.NAMESPACE}/{accounts['api']}",
+        api_secrets_cluster_role=secrets_role,
+    )
+    controller = ControllerThread(settings).start()
+    try:
+        yield queued
+    finally:
+        controller.stop()

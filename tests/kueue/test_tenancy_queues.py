@@ -7,50 +7,16 @@ controller in a thread; no kube-scheduler, so an admitted pod stays Pending, ung
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-import yaml
 from kubernetes import client
 
 from core import crds, kueue
-from devtools.local_cluster.objects import RUNTIME_CLASS, create_all
-from devtools.sandbox import identities
 from devtools.waiting import wait_for
-from gpucaas import chart
 from services.api.domain.pods import build_pod
 from tests.kueue.conftest import GATE, GROUP, TIMEOUT, VERSION, Queued, admitted, gates
-from tests.tenancy_controller.conftest import EXTRA_CRDS, MANIFESTS, ControllerThread, controller_settings
 
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture(scope="module")
-def controlled(queued: Queued, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
-    """``queued``'s cluster with the Tenancy CRD and the tenancy controller queueing by Kueue, as
-    the chart installs it with ``queueing.mode: kueue``: under its ServiceAccount and the chart's
-    RBAC (a right the chart lacks fails these tests)."""
-    admin = queued.cluster.admin_kubeconfig
-    extra = [yaml.safe_load((MANIFESTS / name).read_text()) for name in EXTRA_CRDS]
-    values = identities.sandbox_values("device-plugin") | {
-        "queueing": {"mode": "kueue", "gpuInstanceType": "hgx-h100-8"}
-    }
-    objects = identities.cluster_side(values)
-    create_all(admin, [*crds.crd_manifests(), *extra, RUNTIME_CLASS, *objects])
-    account = identities.service_accounts(objects)["controller"]
-    kubeconfig = identities.write_kubeconfig(
-        admin,
-        tmp_path_factory.mktemp("controller") / "kubeconfig",
-        f"system:serviceaccount:{chart.NAMESPACE}:{account}",
-        identities.mint_token(admin, chart.NAMESPACE, account),
-    )
-    settings = controller_settings(kubeconfig, queueing="kueue", gpu_instance_type="hgx-h100-8")
-    controller = ControllerThread(settings).start()
-    try:
-        yield queued
-    finally:
-        controller.stop()
 
 
 def _tenancy(q: Queued, name: str, *, quota: int, guaranteed: int) -> None:

@@ -26,6 +26,7 @@ from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from services.api.domain import endpoints as endpoint_rules, sizing, tenant_secrets, validation, volumes as volume_rules
+from services.api.domain.queue import QueueSpot
 
 
 def utcnow() -> datetime:
@@ -866,6 +867,14 @@ class ContainerPublic(ContainerBase):
     updated_at: UTCDatetime
     started_at: UTCDatetime | None
     finished_at: UTCDatetime | None
+    queue: QueueSpot | None = PField(
+        None,
+        description="Where it stands while it waits with queueing by Kueue (null otherwise, and before "
+        "its pod is made): position in its tenancy's queue (1: next), the GPUs of the tenancy's "
+        "containers ahead of it, and why it waits: over_share (the tenancy's guarantee is in use "
+        "and nothing may be borrowed now), waiting_for_partition (admitted, waiting for a node "
+        "with a whole free partition) or preempted.",
+    )
 
 
 class ContainersPublic(SQLModel):

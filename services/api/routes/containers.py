@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Annotated, Any
@@ -13,10 +14,10 @@ from sqlalchemy import Engine, Row
 from sqlmodel import Session
 from starlette.background import BackgroundTask
 
-from core import crds
+from core import crds, kueue
 from core.kube import KubeError, NotFound as KubeNotFound
 from services.api import errors
-from services.api.domain import endpoints, images, sizing, tenant_secrets
+from services.api.domain import endpoints, images, queue, sizing, tenant_secrets
 from services.api.domain.models import (
     TERMINAL_STATUSES,
     Container,
@@ -35,6 +36,7 @@ from services.api.settings import Settings
 from services.api.store import admission, containers as container_store, log_archive, tenancies as tenancy_store
 from services.api.streams import log_stream
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/containers", tags=["containers"])
 admin_router = APIRouter(prefix="/v1/admin/containers", tags=["admin"])
 
@@ -71,7 +73,9 @@ _JSON_ERRORS: dict[int | str, dict[str, object]] = {
 
 
 #: the public fields read straight from a container row (namespace and env are derived)
-_ROW_FIELDS = tuple(name for name in ContainerPublic.model_fields if name not in ("namespace", "env", "endpoints"))
+_ROW_FIELDS = tuple(
+    name for name in ContainerPublic.model_fields if name not in ("namespace", "env", "endpoints", "queue")
+)
 
 
 def to_public(row: Container | SimpleNamespace | Row[Any], endpoint_domain: str) -> ContainerPublic:
@@ -84,6 +88,31 @@ def to_public(row: Container | SimpleNamespace | Row[Any], endpoint_domain: str)
     if row.ports and row.status not in TERMINAL_STATUSES:
         values["endpoints"] = endpoints.public_endpoints(row.id, row.ports, endpoint_domain)
     return ContainerPublic.model_validate(values)
+
+
+def _with_queue(
+    containers: list[ContainerPublic], session: Session, kube: Kube, settings: Settings
+) -> list[ContainerPublic]:
+    """Fill ``queue`` on the waiting ones, with queueing by Kueue: one read of Workloads per
+    tenancy among them, in its own namespace only. Kubernetes not answering leaves it null (a
+    read never fails for an extra)."""
+    if settings.queueing != kueue.KUEUE:
+        return containers
+    tenancies = {c.tenancy for c in containers if c.status == ContainerStatus.PENDING and c.node_name is None}
+    for tenancy in sorted(tenancies):
+        waiting = container_store.waiting_pods(session, tenancy=tenancy)
+        if not waiting:
+            continue
+        try:
+            workloads = kube.list_workloads(crds.tenant_namespace(tenancy))
+        except KubeError as exc:
+            log.info("tenancy %s: queue positions unavailable (%s)", tenancy, exc)
+            continue
+        spots = queue.spots(workloads, waiting)
+        for c in containers:
+            if c.tenancy == tenancy:
+                c.queue = spots.get(c.pod_name)
+    return containers
 
 
 def _not_found(container_id: str) -> errors.NotFound:
@@ -236,6 +265,7 @@ def list_containers(
     session: SessionDep,
     caller: CurrentTenant,
     settings: SettingsDep,
+    kube: KubeDep,
     status: StatusFilter = None,
     limit: Limit = 50,
     offset: Offset = 0,
@@ -243,18 +273,18 @@ def list_containers(
 ) -> Response:
     """The caller's containers, newest first, optionally filtered by status. Page with
     ``after`` (the previous page's ``next``: as fast on any page) or ``offset``."""
-    return _json(
-        _page(
-            session,
-            tenancy=caller.tenancy,
-            status=status,
-            limit=limit,
-            offset=offset,
-            after=after,
-            history=False,
-            endpoint_domain=settings.endpoint_domain,
-        )
+    page = _page(
+        session,
+        tenancy=caller.tenancy,
+        status=status,
+        limit=limit,
+        offset=offset,
+        after=after,
+        history=False,
+        endpoint_domain=settings.endpoint_domain,
     )
+    _with_queue(page.data, session, kube, settings)
+    return _json(page)
 
 
 def _page(
@@ -288,10 +318,11 @@ def _json(model: ContainersPublic) -> Response:
 
 @router.get("/{container_id}", response_model=ContainerPublic)
 def get_container(
-    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, settings: SettingsDep
+    container_id: ContainerId, session: SessionDep, caller: CurrentTenant, settings: SettingsDep, kube: KubeDep
 ) -> ContainerPublic:
-    """One container (404 when it is not the caller's)."""
-    return to_public(_visible(session, caller, container_id), settings.endpoint_domain)
+    """One container (404 when it is not the caller's); while it waits, where it stands (``queue``)."""
+    public = to_public(_visible(session, caller, container_id), settings.endpoint_domain)
+    return _with_queue([public], session, kube, settings)[0]
 
 
 @router.delete("/{container_id}", response_model=ContainerPublic)

@@ -36,6 +36,22 @@ def get_container(session: Session, *, container_id: str, tenancy: str | None) -
     return session.exec(stmt).first()
 
 
+def waiting_pods(session: Session, *, tenancy: str) -> dict[str, int]:
+    """``{pod name: GPUs}`` of the tenancy's containers that wait with their pod made and on no
+    node yet: those a queue position is asked for (:mod:`services.api.domain.queue`)."""
+    rows = session.exec(
+        select(Container.pod_name, Container.gpus).where(
+            Container.tenancy == tenancy,
+            col(Container.tenancy_deleted_at).is_(None),
+            col(Container.status).in_((ContainerStatus.QUEUED, ContainerStatus.PENDING)),
+            col(Container.pod_created).is_(True),
+            col(Container.pod_deleted).is_(False),
+            col(Container.node_name).is_(None),
+        )
+    ).all()
+    return {name: gpus for name, gpus in rows}
+
+
 def list_containers(
     session: Session,
     *,

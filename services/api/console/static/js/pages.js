@@ -8,6 +8,14 @@ import { armedButton, badge, errorBox, h, replace, table, when } from "./dom.js"
 
 const TERMINAL = ["Succeeded", "Failed", "Cancelled"];
 const STATUSES = ["Queued", "Pending", "Running", ...TERMINAL];
+const QUEUE_REASONS = {
+  over_share: "over your share", waiting_for_partition: "waiting for a partition", preempted: "preempted",
+};
+
+// Where a waiting container stands (queueing by Kueue): "#2, 8 GPUs ahead, over your share".
+function queueText(q) {
+  return q ? `#${q.position}, ${q.gpus_ahead} GPUs ahead, ${QUEUE_REASONS[q.reason] || q.reason}` : "";
+}
 
 // Refresh ``render`` every ``seconds`` until the page is left.
 function every(seconds, render) {
@@ -54,6 +62,7 @@ function containers(main, ctx) {
       ["Image", c => c.image],
       ["GPUs", c => c.gpus, "num"],
       ["Status", c => badge(c.status)],
+      ["Queue", c => queueText(c.queue)],
       ["Why / message", c => c.message || ""],
       ["Created", c => when(c.created_at)],
     ], page.data, "No containers."), h("p", { class: "muted" }, `${page.count} in all`)];
@@ -162,6 +171,7 @@ function containerDetail(main, ctx, id) {
     }
     replace(fields, h("dl", { class: "fields" },
       h("dt", {}, "Status"), h("dd", { id: "container-status" }, badge(c.status)),
+      h("dt", {}, "Queue"), h("dd", { id: "container-queue" }, queueText(c.queue) || "—"),
       h("dt", {}, "Why / message"), h("dd", {}, c.message || "—"),
       h("dt", {}, "Image"), h("dd", { class: "mono" }, c.image),
       h("dt", {}, "GPUs"), h("dd", {}, c.gpus),

@@ -1,0 +1,150 @@
+"""Where a waiting container stands, as a tenant reads it: ``queue`` on ``GET /v1/containers/{id}``
+and on the listing, from the Kueue Workloads of the tenancy's own namespace (docs/queues.md).
+
+The API (SQLite) and the tenancy controller run under their chart ServiceAccounts with the RBAC
+the chart renders for ``queueing.mode: kueue``, on a cluster of their own with Kueue and no
+kube-scheduler: a container Kueue admits stays on no node, waiting for a partition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.waiting import wait_for
+from services.api.settings import Settings
+from tests.api.harness import ADMIN_TOKEN, ApiServer
+from tests.api.test_console import browser  # noqa: F401 (the fixture)
+from tests.caasctl.conftest import invoke
+from tests.kueue.conftest import TIMEOUT, Queued
+
+
+@pytest.fixture(scope="module")
+def api(controlled: Queued, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ApiServer, Path]]:
+    """The API queueing by Kueue, and its CA's certificate (for caasctl)."""
+    import trustme
+
+    ca = trustme.CA()
+    folder = tmp_path_factory.mktemp("api")
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(cert_file)
+    cert.private_key_pem.write_to_path(key_file)
+    settings = Settings(
+        host="127.0.0.1",
+        port=0,
+        tls_cert=cert_file,
+        tls_key=key_file,
+        database_url=f"sqlite:///{folder / 'api.db'}",
+        kubeconfig=controlled.kubeconfigs["api"],
+        admin_token=ADMIN_TOKEN,
+        worker_poll_seconds=0.2,
+        retry_max_seconds=1.0,
+        queueing="kueue",
+        rate_limit_token="",
+        rate_limit_tenancy="",
+    )
+    server = ApiServer(settings, ca=ca).start()
+    ca.cert_pem.write_to_path(folder / "ca.pem")
+    try:
+        yield server, folder / "ca.pem"
+    finally:
+        server.stop()
+
+
+def _submit(tenant: httpx.Client, tenancy: str, gpus: int) -> str:
+    r = tenant.post(
+        "/v1/containers",
+        json={"container-url": "busybox:1.36", "tenancy": tenancy, "gpus": gpus, "command": ["sleep", "600"]},
+    )
+    assert r.status_code == 202, r.text
+    return str(r.json()["id"])
+
+
+def _queue(tenant: httpx.Client, cid: str) -> dict[str, Any] | None:
+    r = tenant.get(f"/v1/containers/{cid}")
+    assert r.status_code == 200, r.text
+    return r.json()["queue"]
+
+
+def _spot(position: int, gpus_ahead: int, reason: str) -> dict[str, Any]:
+    return {"position": position, "gpus_ahead": gpus_ahead, "reason": reason}
+
+
+def _wait_spot(tenant: httpx.Client, cid: str, want: dict[str, Any]) -> None:
+    wait_for(lambda: _queue(tenant, cid) == want, TIMEOUT, what=f"container {cid} at {want}")
+
+
+def _behind(
+    tenant: httpx.Client, gpus: dict[str, int], *, first: int, gpus_ahead: int, reason: str
+) -> dict[str, dict[str, Any]]:
+    """Wait until the containers of ``gpus`` (id -> GPUs) hold the places from ``first`` on, one
+    after another, each behind ``gpus_ahead`` plus the GPUs of those of them ahead; returns the
+    spots. Their order among themselves is Kueue's: creation to the second, then the Workload's
+    uid (two made in one second go either way)."""
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        spots = {cid: _queue(tenant, cid) for cid in gpus}
+        if any(s is None or s["reason"] != reason for s in spots.values()):
+            return None
+        ahead = gpus_ahead
+        for position, cid in enumerate(sorted(spots, key=lambda c: spots[c]["position"]), start=first):  # type: ignore[index]
+            if spots[cid] != _spot(position, ahead, reason):
+                return None
+            ahead += gpus[cid]
+        return spots  # type: ignore[return-value]
+
+    return wait_for(settled, TIMEOUT, what=f"{sorted(gpus)} from place {first} on, {reason}")
+
+
+def test_a_waiting_container_shows_its_place_and_only_its_own_tenancys_work_counts(
+    api: tuple[ApiServer, Path],
+    browser: Any,  # noqa: F811 (the fixture imported above)
+) -> None:
+    server, ca_file = api
+    with server.client() as admin:
+        for name, quota, guaranteed in (("lender", 8, 8), ("p", 16, 0), ("o", 8, 1)):
+            r = admin.post(
+                "/v1/admin/tenancies",
+                json={"name": name, "gpu_quota": quota, "pod_quota": 4, "guaranteed_gpus": guaranteed},
+            )
+            assert r.status_code == 201, r.text
+        tokens = {
+            name: admin.post(f"/v1/admin/tenancies/{name}/tokens", json={"name": "t"}).json()["token"]
+            for name in ("p", "o")
+        }
+    with server.client(tokens["p"]) as p, server.client(tokens["o"]) as o:
+        # The cohort has 9 GPUs: lender's idle 8, lent, and o's 1; p is guaranteed none.
+        c1 = _submit(p, "p", 8)
+        _wait_spot(p, c1, _spot(1, 0, "waiting_for_partition"))  # admitted: no node takes it here
+        c2, c3 = _submit(p, "p", 4), _submit(p, "p", 2)
+        after_c1 = _behind(p, {c2: 4, c3: 2}, first=2, gpus_ahead=8, reason="over_share")
+        # o's container takes o's own GPU (admitted, no node): p's work never shows in o's queue
+        c4 = _submit(o, "o", 1)
+        _wait_spot(o, c4, _spot(1, 0, "waiting_for_partition"))
+        assert o.get(f"/v1/containers/{c1}").status_code == 404
+        listed = {c["id"]: c["queue"] for c in o.get("/v1/containers").json()["data"]}
+        assert listed == {c4: _spot(1, 0, "waiting_for_partition")}
+        # caasctl ps shows the same
+        env = {"GPUCAAS_URL": server.base_url, "GPUCAAS_TOKEN": tokens["o"], "GPUCAAS_CA_CERT": str(ca_file)}
+        shown = invoke(["ps"], env)
+        assert shown.exit_code == 0 and "#1, 0 GPUs ahead, waiting for a partition" in shown.stdout, shown
+        # and so does the console, on the container's page
+        page = browser.new_context(ignore_https_errors=True).new_page()
+        page.goto(f"{server.base_url}/console")
+        page.fill("#token", tokens["o"])
+        page.click("#signin button[type=submit]")
+        page.wait_for_selector("#containers")
+        page.goto(f"{server.base_url}/console/#/containers/{c4}")
+        page.wait_for_selector("#container-queue >> text=#1, 0 GPUs ahead, waiting for a partition")
+        listed = {c["id"]: c["queue"] for c in p.get("/v1/containers").json()["data"]}
+        assert listed == {c1: _spot(1, 0, "waiting_for_partition"), **after_c1}
+
+        # c1 cancelled: its 8 GPUs go back to the cohort, and the rest move up
+        assert p.delete(f"/v1/containers/{c1}").status_code == 200
+        _behind(p, {c2: 4, c3: 2}, first=1, gpus_ahead=0, reason="waiting_for_partition")
+        wait_for(lambda: p.get(f"/v1/containers/{c1}").json()["status"] == "Cancelled", TIMEOUT, what="c1 ended")
+        assert _queue(p, c1) is None  # an ended container is in no queue
