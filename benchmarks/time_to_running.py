@@ -54,6 +54,14 @@ The last line of stdout is one JSON object:
   done: as many pods again created directly on kube-apiserver (``kube_only``), each one of
   the API's pods without its GPU, tenancy or labels, timed create sent -> pod Running, less
   the wait for room. Nothing of gpucaas is in their path, so ``running_*`` cannot be lower;
+* ``running_p50_ratio_vs_kube`` / ``running_p99_ratio_vs_kube``: ``running_*`` over
+  ``kube_only_running_*``, the two measured in this run;
+* per phase, the floor's own ``kube_only_<phase>_p50_ms`` / ``_p99_ms`` (its pods' marks taken
+  as the API's are: create sent -> pod seen is its ``pod_creation``, and its ``admission`` and
+  ``api_report`` are 0, as nothing stands between the client and the pod) and
+  ``<phase>_beyond_kube_p50_ms`` / ``_p99_ms``: the API's percentile less the floor's, where a
+  container's time goes beyond the floor's pod (``kube_only_phases_measured`` pods had every
+  mark);
 * ``started_per_s``: containers / (last API Running - first POST);
 * ``containers`` (those that ran: the figures are theirs), ``did_not_start`` (pods the kubelet
   refused, e.g. ``UnexpectedAdmissionError``; the reasons go to stderr), ``tenancies``,
@@ -390,11 +398,15 @@ def kube_only_pod(template: dict[str, Any], name: str) -> dict[str, Any]:
     }
 
 
-def kube_only(sb: Any, template: dict[str, Any], count: int, threads: int) -> dict[str, float]:
+def kube_only(
+    sb: Any, template: dict[str, Any], count: int, threads: int, events: ContainerdEvents
+) -> tuple[dict[str, float], list[dict[str, float]]]:
     """The upstream floor, same stack, same run: ``count`` pods like the API's created
     directly on kube-apiserver by ``threads`` threads back to back (as the tenancies
     submit), no gpucaas in their path. Returns create sent -> pod Running, less the wait
-    for room, p50 / p99 (ms)."""
+    for room, p50 / p99 (ms), and each pod's phases (:func:`phases_of`: its create is both
+    POST and 202, its Running both the pod's and the API's, so ``admission`` and
+    ``api_report`` are 0)."""
     from kubernetes import client
 
     from core.kube import new_api_client
@@ -441,11 +453,31 @@ def kube_only(sb: Any, template: dict[str, Any], count: int, threads: int) -> di
     times = []
     for i in names:
         times.append(max(0.0, (seen[i].running - sent[i] - seen[i].room_wait()) * 1000))  # type: ignore[operator]
-    return {
+    split = []
+    for i in names:
+        marks = events.get(seen[i].container_id)
+        phases = phases_of(
+            [
+                sent[i],
+                sent[i],
+                seen[i].created,
+                seen[i].bound,
+                marks.get("record"),
+                marks.get("task"),
+                marks.get("started"),
+                seen[i].running,
+                seen[i].running,
+            ],
+            seen[i].room_wait(),
+        )
+        if phases is not None:
+            split.append(phases)
+    summary = {
         **p50_p99("kube_only_running", times, empty=math.nan),
         "kube_only_pods": len(times),
         "kube_only_failed": len(failed),
     }
+    return summary, split
 
 
 def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | None:
@@ -472,6 +504,25 @@ def phases_of(marks: list[float | None], waited: float) -> dict[str, float] | No
         "status_report": status_report,
         "api_report": api_report,
     }
+
+
+def beyond_the_floor(
+    result: dict[str, Any], floor: dict[str, float], floor_split: list[dict[str, float]]
+) -> dict[str, Any]:
+    """The ratios to the floor (``running_*_ratio_vs_kube``) and, per phase, the floor's own
+    p50 / p99 (``kube_only_<phase>_*``) and what the API's path adds to it
+    (``<phase>_beyond_kube_*``: the difference of the two percentiles, so a negative figure
+    is a phase the floor's pods took longer over)."""
+    out: dict[str, Any] = {}
+    for q in ("p50", "p99"):
+        api_ms, floor_ms = result[f"running_{q}_ms"], floor[f"kube_only_running_{q}_ms"]
+        ok = floor_ms > 0 and not math.isnan(api_ms) and not math.isnan(floor_ms)
+        out[f"running_{q}_ratio_vs_kube"] = round(api_ms / floor_ms, 2) if ok else math.nan
+    for phase in PHASES:
+        out.update(p50_p99(f"kube_only_{phase}", [p[phase] for p in floor_split], empty=math.nan))
+        for q in ("p50", "p99"):
+            out[f"{phase}_beyond_kube_{q}_ms"] = round(result[f"{phase}_{q}_ms"] - out[f"kube_only_{phase}_{q}_ms"], 1)
+    return out
 
 
 def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = None) -> dict[str, Any]:
@@ -508,7 +559,9 @@ def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = N
             api_running = {i: hooks.running[i] for i in ids}
             ctrd = {i: events.get(seen[i].container_id) for i in ids}
             assert watcher.template is not None, "no pod was bound"
-            floor = kube_only(sb, watcher.template, count if kube_only_count is None else kube_only_count, tenancies)
+            floor, floor_split = kube_only(
+                sb, watcher.template, count if kube_only_count is None else kube_only_count, tenancies, events
+            )
         finally:
             if events is not None:
                 events.stop()
@@ -561,9 +614,11 @@ def run(count: int, tenancies: int, quick: bool, kube_only_count: int | None = N
     }
     for phase in PHASES:
         result.update(p50_p99(phase, [p[phase] for p in split], empty=math.nan))
+    result.update(beyond_the_floor(result, floor, floor_split))
     result.update(
         {
             **floor,
+            "kube_only_phases_measured": len(floor_split),
             "phases_measured": len(split),  # containers with every mark (the others lack a containerd event)
             **p50_p99("post_to_pod", to_pod, empty=math.nan),
             **p50_p99("bound_to_running", node_part, empty=math.nan),
@@ -589,11 +644,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     count = args.containers or (40 if args.quick else 200)
     result = run(count, args.tenancies, args.quick)
-    where = ", ".join(f"{p} {result[f'{p}_p50_ms']}" for p in PHASES)
+    where = ", ".join(f"{p} {result[f'{p}_p50_ms']} (+{result[f'{p}_beyond_kube_p50_ms']})" for p in PHASES)
     say(
         f"POST -> API Running, control plane and node: p50 {result['running_p50_ms']} ms, "
         f"p99 {result['running_p99_ms']} ms; with waits for room: p99 {result['queued_running_p99_ms']} ms; "
-        f"{result['started_per_s']} started/s; p50 by phase (ms): {where}"
+        f"{result['started_per_s']} started/s; ratios to Kubernetes alone: p50 "
+        f"{result['running_p50_ratio_vs_kube']}, p99 {result['running_p99_ratio_vs_kube']}; "
+        f"p50 by phase (ms, + what the API's path adds to the floor's): {where}"
     )
     emit(result)
     return 0

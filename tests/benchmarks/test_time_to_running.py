@@ -37,3 +37,14 @@ def test_post_to_running_on_real_nodes_splits_into_phases_that_add_up() -> None:
     # the upstream floor in the same run: pods like the API's made on kube-apiserver directly, all ran
     assert figures["kube_only_pods"] == 10 and figures["kube_only_failed"] == 0
     assert 0 < figures["kube_only_running_p50_ms"] <= figures["kube_only_running_p99_ms"]
+    # ... split into the same phases, and what the API's path adds to each, in the same run
+    assert figures["kube_only_phases_measured"] == 10
+    assert figures["kube_only_admission_p50_ms"] == figures["kube_only_api_report_p99_ms"] == 0
+    assert figures["kube_only_kubelet_p50_ms"] > 0 and figures["kube_only_runc_create_p50_ms"] > 0
+    for phase in time_to_running.PHASES:
+        for q in ("p50", "p99"):
+            assert not math.isnan(figures[f"kube_only_{phase}_{q}_ms"]), phase
+            assert not math.isnan(figures[f"{phase}_beyond_kube_{q}_ms"]), phase
+    for q in ("p50", "p99"):
+        ratio = figures[f"running_{q}_ratio_vs_kube"]
+        assert ratio == round(figures[f"running_{q}_ms"] / figures[f"kube_only_running_{q}_ms"], 2) > 0
