@@ -35,7 +35,7 @@ from sqlmodel import Session
 from core import crds, kueue
 from core.backoff import Backoff
 from core.kube import Forbidden, Informer, Invalid, KubeError
-from services.api.domain import endpoints, pods, sizing, tenant_secrets, volumes
+from services.api.domain import endpoints, pods, reasons, sizing, tenant_secrets, volumes
 from services.api.domain.models import Container, ContainerStatus, Tenancy, utcnow
 from services.api.kube import Kube
 from services.api.settings import Settings
@@ -575,8 +575,9 @@ class SubmissionWorker:
                     report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
                     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
                         worker_state.apply_pod_report(session, container_id=cid, report=report, pod_name=name)
-                    else:
-                        worker_state.mark_failed(session, container_id=cid, message="pod deleted", pod_name=name)
+                    else:  # it never ran to its end: Kueue's preemption says why, else someone deleted it
+                        message = reasons.stopped_by_queue(pod) or "pod deleted"
+                        worker_state.mark_failed(session, container_id=cid, message=message, pod_name=name)
                 return cid
             row = session.get(Container, cid)
         if row is not None and row.status == ContainerStatus.CANCELLED:

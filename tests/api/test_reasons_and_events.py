@@ -53,6 +53,20 @@ UNSCHEDULABLE = {
     ],
 }
 
+
+def _stopped_by_kueue(
+    status: dict[str, Any], cause: str, reason: str = "WorkloadEvictedDueToPreempted"
+) -> dict[str, Any]:
+    """``status`` with the condition Kueue's pod integration sets before it deletes a pod it stops
+    (its message as Kueue's preemption writes it, naming the preemptor and another tenancy's queue)."""
+    message = (
+        "Preempted to accommodate a workload (UID: 0c5e, JobUID: 77ab) due to "
+        f"{cause}; preemptor path: /gpucaas/tenancy-rival; preemptee path: /gpucaas/tenancy-mine"
+    )
+    condition = {"type": "TerminationTarget", "status": "True", "reason": reason, "message": message}
+    return {**status, "conditions": [*status.get("conditions", []), condition]}
+
+
 CASES = [
     (
         "unschedulable",
@@ -108,6 +122,32 @@ CASES = [
         60,
         ("timeout_seconds exceeded (60 s): the container was stopped", None),
     ),
+    (
+        "preempted-running",
+        _stopped_by_kueue(_terminated(143, "Error"), "Fair Sharing within the cohort"),
+        0,
+        (
+            "Preempted by the queue: fair sharing gave its GPUs to a tenancy using less than its share "
+            "(Error: failed with exit code 143)",
+            143,
+        ),
+    ),
+    (
+        "preempted-waiting",
+        _stopped_by_kueue(UNSCHEDULABLE, "reclamation within the cohort while borrowing", reason="WorkloadEvicted"),
+        0,
+        (
+            "Preempted by the queue: another tenancy claimed the guaranteed GPUs it was borrowing "
+            "(waiting for GPUs: 0/2 nodes fit: gpu-a: 2 free GPUs, 8 asked; gpu-b: no NVLink partition of 8 free)",
+            None,
+        ),
+    ),
+    (
+        "preempted-by-priority",
+        _stopped_by_kueue({"phase": "Running"}, "prioritization in the ClusterQueue"),
+        0,
+        ("Preempted by the queue: a higher-priority container of your tenancy needed its GPUs", None),
+    ),
 ]
 
 
@@ -115,6 +155,24 @@ CASES = [
 def test_explain(status: dict[str, Any], timeout: int, expected: tuple[str, int | None]) -> None:
     outcome = reasons.explain(_pod(status), container="main", image=IMAGE, timeout=timeout or None)
     assert (outcome.message, outcome.exit_code) == expected
+
+
+def test_what_kueue_says_of_a_preemption_never_reaches_the_tenant() -> None:
+    """Kueue's message names the preempting workload and another tenancy's queue: only the cause is told."""
+    for cause in ("reclamation within the cohort", "Fair Sharing within the cohort", "something new"):
+        pod = _pod(_stopped_by_kueue({"phase": "Pending"}, cause))
+        told = reasons.explain(pod, container="main", image=IMAGE).message or ""
+        assert told.startswith("Preempted by the queue: ")
+        assert not any(word in told for word in ("rival", "0c5e", "77ab", "path", "UID"))
+    other = _pod(
+        {
+            "conditions": [
+                {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToClusterQueueStopped"}
+            ]
+        }
+    )
+    assert reasons.stopped_by_queue(other) == "Stopped by the queue: its admission was withdrawn"
+    assert reasons.stopped_by_queue(_pod({"phase": "Failed"})) is None
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@ and on the listing, from the Kueue Workloads of the tenancy's own namespace (doc
 
 The API (SQLite) and the tenancy controller run under their chart ServiceAccounts with the RBAC
 the chart renders for ``queueing.mode: kueue``, on a cluster of their own with Kueue and no
-kube-scheduler: a container Kueue admits stays on no node, waiting for a partition."""
+kube-scheduler: a container Kueue admits stays on no node, waiting for a partition. A tenancy
+taking its lent guarantee back has Kueue preempt the borrowers, which the API reports as such."""
 
 from __future__ import annotations
 
@@ -148,3 +149,20 @@ def test_a_waiting_container_shows_its_place_and_only_its_own_tenancys_work_coun
         _behind(p, {c2: 4, c3: 2}, first=1, gpus_ahead=0, reason="waiting_for_partition")
         wait_for(lambda: p.get(f"/v1/containers/{c1}").json()["status"] == "Cancelled", TIMEOUT, what="c1 ended")
         assert _queue(p, c1) is None  # an ended container is in no queue
+
+    # The lender takes its guarantee back: Kueue preempts what p borrowed (c2 and c3, 6 GPUs; o's
+    # one GPU is o's own) and the API says so, naming no other tenancy
+    with server.client() as admin:
+        lender = admin.post("/v1/admin/tenancies/lender/tokens", json={"name": "t"}).json()["token"]
+    with server.client(lender) as own, server.client(tokens["p"]) as p:
+        back = _submit(own, "lender", 8)
+
+        def ended(cid: str) -> dict[str, Any] | None:
+            c = p.get(f"/v1/containers/{cid}").json()
+            return c if c["status"] == "Failed" else None
+
+        for cid in (c2, c3):
+            c = wait_for(lambda cid=cid: ended(cid), TIMEOUT, what=f"{cid} preempted")
+            assert c["message"].startswith("Preempted by the queue: "), c["message"]
+            assert "lender" not in c["message"] and c["queue"] is None
+        _wait_spot(own, back, _spot(1, 0, "waiting_for_partition"))

@@ -11,7 +11,12 @@ Sources, in the order a tenant cares about them:
   for <image>`` with a hint to register a credential for that registry;
 * ``state.terminated`` (``exitCode``, ``reason``: ``Completed``, ``Error``,
   ``OOMKilled``) and the pod's own ``reason`` ``DeadlineExceeded`` (the kubelet ends a
-  pod that outlives ``activeDeadlineSeconds``, i.e. the tenant's ``timeout_seconds``).
+  pod that outlives ``activeDeadlineSeconds``, i.e. the tenant's ``timeout_seconds``);
+* with queueing by Kueue, the condition ``TerminationTarget`` Kueue puts on a pod it stops
+  (its Workload evicted, preemption most often) just before deleting it → ``Preempted by the
+  queue: <cause>``, ahead of how the container ended. Kueue's own message names the
+  preempting workload and the queues it came through (another tenancy's): only the cause is
+  told.
 
 Kubernetes API reference: PodStatus, PodCondition, ContainerStateWaiting/Terminated.
 """
@@ -72,8 +77,43 @@ def _terminated(state: Mapping[str, Any], pod_reason: str | None, timeout: int |
     return Outcome(reason, None)
 
 
+#: the condition Kueue's plain-pod integration sets on a pod it stops, before deleting it
+QUEUE_STOP_CONDITION = "TerminationTarget"
+#: what a tenant is told for each of Kueue's preemption causes (the end of its message, "due to
+#: ..."), the more specific first
+_PREEMPTION_CAUSES = (
+    ("while borrowing", "another tenancy claimed the guaranteed GPUs it was borrowing"),
+    ("reclamation within the cohort", "another tenancy claimed its guaranteed GPUs"),
+    ("fair sharing within the cohort", "fair sharing gave its GPUs to a tenancy using less than its share"),
+    ("prioritization in the clusterqueue", "a higher-priority container of your tenancy needed its GPUs"),
+)
+
+
+def stopped_by_queue(pod: Mapping[str, Any]) -> str | None:
+    """``Preempted by the queue: <cause>`` (or ``Stopped by the queue: ...``) for a pod Kueue
+    stopped; None for any other pod."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") != QUEUE_STOP_CONDITION or cond.get("status") != "True":
+            continue
+        text = str(cond.get("message") or "")
+        if "Preempted" in str(cond.get("reason") or "") or text.startswith("Preempted"):
+            lowered = text.lower()
+            cause = next((told for key, told in _PREEMPTION_CAUSES if key in lowered), "its GPUs went to other work")
+            return f"Preempted by the queue: {cause}"
+        return "Stopped by the queue: its admission was withdrawn"
+    return None
+
+
 def explain(pod: Mapping[str, Any], *, container: str, image: str, timeout: int | None = None) -> Outcome:
     """The message and exit code the API shows for the container running in ``pod``."""
+    outcome = _explain(pod, container=container, image=image, timeout=timeout)
+    queue_stop = stopped_by_queue(pod)
+    if queue_stop is None:
+        return outcome
+    return Outcome(f"{queue_stop} ({outcome.message})" if outcome.message else queue_stop, outcome.exit_code)
+
+
+def _explain(pod: Mapping[str, Any], *, container: str, image: str, timeout: int | None) -> Outcome:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     pod_reason = status.get("reason")
