@@ -38,6 +38,7 @@ def view(result: dict[str, Any]) -> dict[str, tuple[int, int, str]]:
 
 
 RESERVED = ("QuotaReserved", "QuotaReserved", "2026-11-29T10:00:05Z")
+EARLY_RESERVED = ("QuotaReserved", "QuotaReserved", "2026-11-29T10:00:01Z")
 
 
 def test_pending_workloads_are_in_creation_order_and_count_the_gpus_ahead() -> None:
@@ -58,7 +59,7 @@ def test_the_admitted_come_first_then_higher_priority_then_creation() -> None:
             workload("old", "2026-11-29T10:00:00Z"),
             workload("urgent", "2026-11-29T10:00:09Z", priority=100),
             workload("admitted", "2026-11-29T10:00:08Z", conditions=(RESERVED,)),
-            workload("early-admitted", "2026-11-29T10:00:09Z", conditions=(("QuotaReserved", "x", "2026-11-29T10:00:01Z"),)),
+            workload("early-admitted", "2026-11-29T10:00:09Z", conditions=(EARLY_RESERVED,)),
         ],
         {"old": 1, "urgent": 2, "admitted": 4, "early-admitted": 8},
     )
@@ -92,7 +93,12 @@ def test_only_the_waiting_pods_count_finished_and_other_workloads_are_left_out()
         [
             workload("running", "2026-11-29T10:00:00Z", conditions=(RESERVED,)),  # on a node: not in `waiting`
             workload("done", "2026-11-29T10:00:01Z", conditions=(("Finished", "Succeeded", "2026-11-29T10:01:00Z"),)),
-            {"metadata": {"name": "job-x", "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "x"}]}},
+            {
+                "metadata": {
+                    "name": "job-x",
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "x"}],
+                }
+            },
             workload("mine", "2026-11-29T10:00:02Z"),
         ],
         {"mine": 2, "done": 8, "x": 8, "no-workload-yet": 1},
