@@ -16,10 +16,9 @@ import httpx
 import pytest
 
 from devtools.waiting import wait_for
-from services.api.settings import Settings
-from tests.api.harness import ADMIN_TOKEN, ApiServer
+from tests.api.harness import ApiServer
 from tests.api.test_console import browser  # noqa: F401 (the fixture)
-from tests.caasctl.conftest import invoke
+from tests.caasctl.conftest import invoke, start_api
 from tests.kueue.conftest import TIMEOUT, Queued
 
 
@@ -29,29 +28,18 @@ def api(controlled: Queued, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     import trustme
 
     ca = trustme.CA()
-    folder = tmp_path_factory.mktemp("api")
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert = ca.issue_cert("127.0.0.1")
-    cert.private_key_and_cert_chain_pem.write_to_path(cert_file)
-    cert.private_key_pem.write_to_path(key_file)
-    settings = Settings(
-        host="127.0.0.1",
-        port=0,
-        tls_cert=cert_file,
-        tls_key=key_file,
-        database_url=f"sqlite:///{folder / 'api.db'}",
-        kubeconfig=controlled.kubeconfigs["api"],
-        admin_token=ADMIN_TOKEN,
-        worker_poll_seconds=0.2,
-        retry_max_seconds=1.0,
+    server = start_api(
+        ca,
+        controlled.kubeconfigs["api"],
+        tmp_path_factory,
         queueing="kueue",
         rate_limit_token="",
         rate_limit_tenancy="",
     )
-    server = ApiServer(settings, ca=ca).start()
-    ca.cert_pem.write_to_path(folder / "ca.pem")
+    ca_file = tmp_path_factory.mktemp("ca") / "ca.pem"
+    ca.cert_pem.write_to_path(ca_file)
     try:
-        yield server, folder / "ca.pem"
+        yield server, ca_file
     finally:
         server.stop()
 
