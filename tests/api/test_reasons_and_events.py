@@ -21,7 +21,10 @@ IMAGE = "nvcr.io/acme/private:1"
 
 
 def _pod(status: dict[str, Any]) -> dict[str, Any]:
-    return {"spec": {"containers": [{"name": "main", "image": IMAGE}]}, "status": status}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": IMAGE}]}
+    if any(c.get("reason") == "SchedulingGated" for c in status.get("conditions", [])):
+        spec["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]  # as Kueue's webhook gates it
+    return {"spec": spec, "status": status}
 
 
 def _waiting(reason: str, message: str) -> dict[str, Any]:
@@ -143,6 +146,22 @@ CASES = [
         ),
     ),
     (
+        "gated-by-kueue",
+        {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates",
+                }
+            ],
+        },
+        0,
+        ("waiting in the queue: its GPUs are not reserved yet (where it stands: queue)", None),
+    ),
+    (
         "preempted-by-priority",
         _stopped_by_kueue({"phase": "Running"}, "prioritization in the ClusterQueue"),
         0,
@@ -173,6 +192,13 @@ def test_what_kueue_says_of_a_preemption_never_reaches_the_tenant() -> None:
     )
     assert reasons.stopped_by_queue(other) == "Stopped by the queue: its admission was withdrawn"
     assert reasons.stopped_by_queue(_pod({"phase": "Failed"})) is None
+    # a gate that is not Kueue's keeps the scheduler's words
+    gated = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
+    }
+    other_gate = {"spec": {"schedulingGates": [{"name": "example.com/wait"}]}, "status": gated}
+    assert reasons.explain(other_gate, container="main", image=IMAGE).message == "waiting for GPUs: SchedulingGated"
 
 
 @pytest.fixture

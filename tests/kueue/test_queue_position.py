@@ -111,6 +111,15 @@ def test_a_waiting_container_shows_its_place_and_only_its_own_tenancys_work_coun
         _wait_spot(p, c1, _spot(1, 0, "waiting_for_partition"))  # admitted: no node takes it here
         c2, c3 = _submit(p, "p", 4), _submit(p, "p", 2)
         after_c1 = _behind(p, {c2: 4, c3: 2}, first=2, gpus_ahead=8, reason="over_share")
+        # their pods are gated by Kueue: the message says they wait in the queue, not for a node
+        for cid in (c2, c3):
+            wait_for(
+                lambda cid=cid: (p.get(f"/v1/containers/{cid}").json()["message"] or "").startswith(
+                    "waiting in the queue: "
+                ),
+                TIMEOUT,
+                what=f"{cid}'s message",
+            )
         # o's container takes o's own GPU (admitted, no node): p's work never shows in o's queue
         c4 = _submit(o, "o", 1)
         _wait_spot(o, c4, _spot(1, 0, "waiting_for_partition"))

@@ -12,7 +12,9 @@ Sources, in the order a tenant cares about them:
 * ``state.terminated`` (``exitCode``, ``reason``: ``Completed``, ``Error``,
   ``OOMKilled``) and the pod's own ``reason`` ``DeadlineExceeded`` (the kubelet ends a
   pod that outlives ``activeDeadlineSeconds``, i.e. the tenant's ``timeout_seconds``);
-* with queueing by Kueue, the condition ``TerminationTarget`` Kueue puts on a pod it stops
+* with queueing by Kueue, a pod its webhook gated and it has not admitted (``PodScheduled``
+  reason ``SchedulingGated``, a ``kueue.x-k8s.io/`` gate) → ``waiting in the queue: ...``;
+  the condition ``TerminationTarget`` Kueue puts on a pod it stops
   (its Workload evicted, preemption most often) just before deleting it → ``Preempted by the
   queue: <cause>``, ahead of how the container ended. Kueue's own message names the
   preempting workload and the queues it came through (another tenancy's): only the cause is
@@ -89,6 +91,15 @@ _PREEMPTION_CAUSES = (
 )
 
 
+#: a pod Kueue's webhook gated (queueing by Kueue) and has not admitted yet
+QUEUE_GATED = "waiting in the queue: its GPUs are not reserved yet (where it stands: queue)"
+
+
+def _queue_gated(pod: Mapping[str, Any]) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(str(g.get("name", "")).startswith("kueue.x-k8s.io/") for g in gates)
+
+
 def stopped_by_queue(pod: Mapping[str, Any]) -> str | None:
     """``Preempted by the queue: <cause>`` (or ``Stopped by the queue: ...``) for a pod Kueue
     stopped; None for any other pod."""
@@ -133,6 +144,8 @@ def _explain(pod: Mapping[str, Any], *, container: str, image: str, timeout: int
     if phase == "Pending":
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                if cond.get("reason") == "SchedulingGated" and _queue_gated(pod):
+                    return Outcome(QUEUE_GATED, None)
                 why = cond.get("message") or cond.get("reason") or "no node fits"
                 return Outcome(f"waiting for GPUs: {why}", None)
     message = status.get("message") or pod_reason
