@@ -535,12 +535,12 @@ class SubmissionWorker:
             return
         self._try_release((str(meta.get("namespace")), str(meta.get("name"))), finalizers)
 
-    def _try_release(self, key: tuple[str, str], finalizers: list[str]) -> bool:
+    def _try_release(self, key: tuple[str, str], finalizers: list[str], *, level: int = logging.WARNING) -> bool:
         """Take the finalizer off; a failed call is kept for the next pass. False when it failed."""
         try:
             self.kube.release_pod(*key, finalizers)
         except KubeError as exc:
-            log.warning("pod %s/%s: usage finalizer not removed yet (%s); will retry", *key, exc)
+            log.log(level, "pod %s/%s: usage finalizer not removed yet (%s); will retry", *key, exc)
             self._unreleased[key] = finalizers
             return False
         self._unreleased.pop(key, None)
@@ -549,7 +549,7 @@ class SubmissionWorker:
     def _retry_releases(self) -> None:
         """The releases a failed call left, tried again (a pod changed since is left to its event)."""
         for key, finalizers in list(self._unreleased.items()):
-            if self._stop.is_set() or not self._try_release(key, finalizers):
+            if self._stop.is_set() or not self._try_release(key, finalizers, level=logging.INFO):
                 return  # stopping, or Kubernetes does not answer: the next pass
 
     def _apply(self, pod: dict[str, Any], *, deleted: bool) -> str | None:

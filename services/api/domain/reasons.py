@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core import kueue
+
 PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 _AUTH_WORDS = ("unauthorized", "401", "403", "denied", "authentication required", "forbidden", "no basic auth")
 
@@ -97,7 +99,7 @@ QUEUE_GATED = "waiting in the queue: its GPUs are not reserved yet (where it sta
 
 def _queue_gated(pod: Mapping[str, Any]) -> bool:
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(str(g.get("name", "")).startswith("kueue.x-k8s.io/") for g in gates)
+    return any(str(g.get("name", "")).startswith(f"{kueue.GROUP}/") for g in gates)
 
 
 def stopped_by_queue(pod: Mapping[str, Any]) -> str | None:
