@@ -576,7 +576,7 @@ class SubmissionWorker:
                     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
                         worker_state.apply_pod_report(session, container_id=cid, report=report, pod_name=name)
                     else:  # it never ran to its end: Kueue's preemption says why, else someone deleted it
-                        message = reasons.stopped_by_queue(pod) or "pod deleted"
+                        message = reasons.stopped_by_queue(pod) or reasons.POD_DELETED
                         worker_state.mark_failed(session, container_id=cid, message=message, pod_name=name)
                 return cid
             row = session.get(Container, cid)

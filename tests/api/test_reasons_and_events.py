@@ -24,7 +24,9 @@ def _pod(status: dict[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "main", "image": IMAGE}]}
     if any(c.get("reason") == "SchedulingGated" for c in status.get("conditions", [])):
         spec["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]  # as Kueue's webhook gates it
-    return {"spec": spec, "status": status}
+    status = dict(status)  # the cases' own dicts stay as written
+    meta = {"deletionTimestamp": "2026-11-29T10:00:00Z"} if status.pop("deleted", False) else {}
+    return {"metadata": meta, "spec": spec, "status": status}
 
 
 def _waiting(reason: str, message: str) -> dict[str, Any]:
@@ -144,6 +146,16 @@ CASES = [
             "(waiting for GPUs: 0/2 nodes fit: gpu-a: 2 free GPUs, 8 asked; gpu-b: no NVLink partition of 8 free)",
             None,
         ),
+    ),
+    (
+        "deleted-and-ended-by-podgc",
+        {
+            "phase": "Failed",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}],
+            "deleted": True,
+        },
+        0,
+        ("pod deleted", None),
     ),
     (
         "gated-by-kueue",

@@ -93,6 +93,8 @@ _PREEMPTION_CAUSES = (
 )
 
 
+#: how a container whose pod was deleted before it ran to its end is told
+POD_DELETED = "pod deleted"
 #: a pod Kueue's webhook gated (queueing by Kueue) and has not admitted yet
 QUEUE_GATED = "waiting in the queue: its GPUs are not reserved yet (where it stands: queue)"
 
@@ -151,4 +153,8 @@ def _explain(pod: Mapping[str, Any], *, container: str, image: str, timeout: int
                 why = cond.get("message") or cond.get("reason") or "no node fits"
                 return Outcome(f"waiting for GPUs: {why}", None)
     message = status.get("message") or pod_reason
+    if message is None and phase == "Failed" and (pod.get("metadata") or {}).get("deletionTimestamp"):
+        # a deleted pod that never ran, ended by Kubernetes itself (PodGC ends an unscheduled
+        # one as Failed while a finalizer holds it), says no more than that it was deleted
+        return Outcome(POD_DELETED, None)
     return Outcome(message, None)
