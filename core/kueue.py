@@ -36,3 +36,23 @@ EXCLUDED_RESOURCE_PREFIXES = ("cpu", "memory", "hugepages-", "ephemeral-storage"
 def cluster_queue_name(tenancy: str) -> str:
     """The tenancy's ClusterQueue (cluster-scoped): ``tenancy-<name>``."""
     return f"tenancy-{tenancy}"
+
+#: The label by which Kueue gives a pod's Workload a WorkloadPriorityClass (cluster-scoped).
+PRIORITY_CLASS_LABEL = f"{GROUP}/priority-class"
+#: The two classes a tenant picks per container (``"interruptible": true`` in the request): the
+#: tenancy controller keeps one WorkloadPriorityClass of each. Kueue preempts lower priority
+#: first, so interruptible work goes before standard work, within a tenancy
+#: (``withinClusterQueue: LowerPriority``) and among a borrowing tenancy's containers when
+#: another reclaims its guarantee or its fair share.
+STANDARD_CLASS = "gpucaas-standard"
+INTERRUPTIBLE_CLASS = "gpucaas-interruptible"
+PRIORITY_OF_CLASS = {STANDARD_CLASS: 1000, INTERRUPTIBLE_CLASS: 0}
+#: The node label giving a GPU node's GPU count (NVIDIA GPU Feature Discovery sets it): the
+#: tenancy controller sums it over the GPU nodes for the cohort's own quota, the GPUs nobody is
+#: guaranteed.
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+
+
+def priority_class(*, interruptible: bool) -> str:
+    """The WorkloadPriorityClass of a container of that class."""
+    return INTERRUPTIBLE_CLASS if interruptible else STANDARD_CLASS
