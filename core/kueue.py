@@ -37,6 +37,7 @@ def cluster_queue_name(tenancy: str) -> str:
     """The tenancy's ClusterQueue (cluster-scoped): ``tenancy-<name>``."""
     return f"tenancy-{tenancy}"
 
+
 #: The label by which Kueue gives a pod's Workload a WorkloadPriorityClass (cluster-scoped).
 PRIORITY_CLASS_LABEL = f"{GROUP}/priority-class"
 #: The two classes a tenant picks per container (``"interruptible": true`` in the request): the
