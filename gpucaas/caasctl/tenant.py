@@ -35,11 +35,16 @@ def queue_text(spot: dict[str, Any] | None) -> str | None:
     return f"#{spot['position']}, {spot['gpus_ahead']} GPUs ahead, {reason}"
 
 
+def class_text(container: dict[str, Any]) -> str:
+    return "interruptible" if container.get("interruptible") else "standard"
+
+
 PS_COLUMNS = [
     ("ID", lambda r: r["id"]),
     ("IMAGE", lambda r: r["image"]),
     ("GPUs", lambda r: r["gpus"]),
-    ("STATUS", lambda r: r["status"]),
+    ("CLASS", lambda r: class_text(r)),
+    ("STATUS", lambda r: r["status"] + (f" ({r['reason']})" if r.get("reason") else "")),
     ("NODE", lambda r: r.get("node_name")),
     ("CREATED", lambda r: r.get("created_at")),
     ("QUEUE", lambda r: queue_text(r.get("queue"))),
@@ -79,8 +84,7 @@ def exit_code_of(container: dict[str, Any]) -> int:
         return 0
     if status == "Cancelled":
         return 130
-    reason = (container.get("reason") or container.get("message") or "").lower()
-    if "timeout_seconds" in reason:
+    if "timeout_seconds" in (container.get("message") or "").lower():
         return 124
     code = container.get("exit_code")
     return int(code) if isinstance(code, int) and code != 0 else 1
@@ -146,6 +150,14 @@ def register(app: typer.Typer, api_of: Any) -> None:
                 "private (the default) answers only your tenancy's tokens (repeatable).",
             ),
         ] = None,
+        interruptible: Annotated[
+            bool,
+            typer.Option(
+                "--interruptible",
+                help="The interruptible class: runs on GPUs nobody is guaranteed now, preempted first "
+                "(SIGTERM, then SIGKILL after the grace period).",
+            ),
+        ] = False,
         tenancy: Annotated[str | None, typer.Option(help="With an admin token: the tenancy to run in.")] = None,
         detach: Annotated[
             bool, typer.Option("--detach", "-d", help="Print the container id and return at once.")
@@ -169,6 +181,8 @@ def register(app: typer.Typer, api_of: Any) -> None:
             body["volumes"] = [volumes.parse_volume(v) for v in volume]
         if port:
             body["ports"] = [parse_port(p) for p in port]
+        if interruptible:
+            body["interruptible"] = True
         if tenancy:
             body["tenancy"] = tenancy
         api = api_of(ctx)
@@ -191,11 +205,8 @@ def register(app: typer.Typer, api_of: Any) -> None:
         if code:
             err_console.print(
                 f"container {done['id']} {done['status']}"
-                + (
-                    f": {done.get('reason') or done.get('message')}"
-                    if done.get("reason") or done.get("message")
-                    else ""
-                )
+                + (f" ({done['reason']})" if done.get("reason") else "")
+                + (f": {done['message']}" if done.get("message") else "")
             )
         raise typer.Exit(code)
 

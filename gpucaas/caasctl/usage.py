@@ -29,6 +29,7 @@ CONTAINER_COLUMNS = [
     ("GPUs", lambda r: r["gpus"]),
     ("MODEL", lambda r: r.get("gpu_model")),
     ("NODE", lambda r: r.get("node_name")),
+    ("CLASS", lambda r: "interruptible" if r.get("interruptible") else "standard"),
     ("STARTED", lambda r: r["started_at"]),
     ("FINISHED", lambda r: r.get("finished_at") or "running"),
     ("GPU-SECONDS", lambda r: f"{r['gpu_seconds']:g}"),

@@ -299,6 +299,7 @@ class SubmissionWorker:
                 volumes=row.volumes or (),
                 name=row.pod_name,
                 queue=kueue.LOCAL_QUEUE if self.settings.queueing == kueue.KUEUE else None,
+                interruptible=row.interruptible,
             )
             uid = self.kube.create_pod(body)
             created = uid is not None
@@ -577,7 +578,9 @@ class SubmissionWorker:
                         worker_state.apply_pod_report(session, container_id=cid, report=report, pod_name=name)
                     else:  # it never ran to its end: Kueue's preemption says why, else someone deleted it
                         message = reasons.stopped_by_queue(pod) or reasons.POD_DELETED
-                        worker_state.mark_failed(session, container_id=cid, message=message, pod_name=name)
+                        worker_state.mark_failed(
+                            session, container_id=cid, message=message, pod_name=name, reason=report.reason
+                        )
                 return cid
             row = session.get(Container, cid)
         if row is not None and row.status == ContainerStatus.CANCELLED:

@@ -188,6 +188,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     page.fill("#env", "EPOCHS=3")
     page.fill("#secret-env", "HF_TOKEN=hf")
     page.fill("#ports", "8888, 6006:public")
+    page.check("#interruptible")
     page.screenshot(path=shots / "new-container.png")
     page.click("#submit-form button[type=submit]")
     page.wait_for_url(re.compile(r"#/containers/[0-9a-f]+$"))
@@ -198,6 +199,8 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     assert submitted["gpus"] == 2 and submitted["env"]["HF_TOKEN"] == {"secret": "hf"}
     assert set(submitted["env"]) == {"EPOCHS", "HF_TOKEN"}
     assert submitted["ports"] == [{"port": 8888, "public": False}, {"port": 6006, "public": True}]
+    assert submitted["interruptible"] is True
+    expect(page.locator("#container-class")).to_have_text("interruptible")
     endpoint = f"https://{cid}-6006.endpoints.gpucaas.internal"
     page.wait_for_selector(f"#endpoints >> text={endpoint}")
     assert "port 8888, private" in page.text_content("#endpoints")

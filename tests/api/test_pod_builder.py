@@ -37,6 +37,7 @@ def test_minimal_pod() -> None:
         "spec": {
             "runtimeClassName": "kata-qemu-nvidia-gpu",
             "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "hostNetwork": False,
@@ -130,9 +131,21 @@ def test_a_queued_pod_names_its_tenancys_local_queue_and_nothing_else_changes() 
     """With queueing by Kueue the pod carries the queue label; Kueue's webhook does the rest."""
     plain = build_pod(container_id="c-1", tenancy="acme", image="ubuntu", gpus=8)
     queued = build_pod(container_id="c-1", tenancy="acme", image="ubuntu", gpus=8, queue="default")
-    assert queued["metadata"]["labels"] == {**plain["metadata"]["labels"], "kueue.x-k8s.io/queue-name": "default"}
+    assert queued["metadata"]["labels"] == {
+        **plain["metadata"]["labels"],
+        "kueue.x-k8s.io/queue-name": "default",
+        "kueue.x-k8s.io/priority-class": "gpucaas-standard",
+    }
     assert {**queued, "metadata": plain["metadata"]} == plain
     assert "kueue.x-k8s.io/queue-name" not in plain["metadata"]["labels"]
+
+
+def test_an_interruptible_pod_names_the_lower_workload_priority_class_only_when_queued() -> None:
+    """The class is Kueue's to act on: without a queue an interruptible pod is the same pod."""
+    plain = build_pod(container_id="c-1", tenancy="acme", image="ubuntu", gpus=2)
+    assert build_pod(container_id="c-1", tenancy="acme", image="ubuntu", gpus=2, interruptible=True) == plain
+    queued = build_pod(container_id="c-1", tenancy="acme", image="ubuntu", gpus=2, queue="default", interruptible=True)
+    assert queued["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "gpucaas-interruptible"
 
 
 T0 = "2026-01-02T03:04:05Z"

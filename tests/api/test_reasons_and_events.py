@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client as kc
 
 from devtools.waiting import wait_for
-from services.api.domain import reasons
+from services.api.domain import pods, reasons
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import bind_pod, get_pod, mark_tenancy_ready, set_pod_status
@@ -211,6 +211,23 @@ def test_what_kueue_says_of_a_preemption_never_reaches_the_tenant() -> None:
     }
     other_gate = {"spec": {"schedulingGates": [{"name": "example.com/wait"}]}, "status": gated}
     assert reasons.explain(other_gate, container="main", image=IMAGE).message == "waiting for GPUs: SchedulingGated"
+
+
+def test_only_a_preemption_makes_the_reason_preempted() -> None:
+    """The container's ``reason`` is the platform's word for ending it: a preemption, never a
+    withdrawn admission for another cause, never the process's own end."""
+    preempted = _pod(_stopped_by_kueue({"phase": "Failed"}, "Fair Sharing within the cohort"))
+    assert pods.container_status_from_pod(preempted).reason == "Preempted"
+    withdrawn = _pod(
+        {
+            "phase": "Failed",
+            "conditions": [
+                {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToClusterQueueStopped"}
+            ],
+        }
+    )
+    assert pods.container_status_from_pod(withdrawn).reason is None
+    assert pods.container_status_from_pod(_pod({"phase": "Failed"})).reason is None
 
 
 @pytest.fixture

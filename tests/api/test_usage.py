@@ -61,6 +61,7 @@ def test_a_run_is_charged_from_the_containers_own_times(api: ApiServer, k8s: Any
             "gpu_model": "NVIDIA-H100-80GB-HBM3",
             "node_name": "dgx-a",
             "nvlink_partition_size": 2,
+            "interruptible": False,
             "started_at": stamp(started),
             "finished_at": stamp(finished),
             "running": False,

@@ -422,3 +422,85 @@ def test_a_delivery_that_keeps_failing_is_given_up_after_the_window_then_pruned(
             assert c.get(f"/v1/webhooks/{hook['id']}/deliveries").json() == {"data": [], "count": 0}
     finally:
         always_down.stop()
+
+
+PREEMPTED = {
+    "phase": "Failed",
+    "startTime": "2026-01-02T03:00:00Z",
+    # what Kueue's pod integration sets before it deletes a pod it preempts (its message names the
+    # preemptor and another tenancy's queue, which the tenant is never shown)
+    "conditions": [
+        {
+            "type": "TerminationTarget",
+            "status": "True",
+            "reason": "WorkloadEvictedDueToPreempted",
+            "message": "Preempted to accommodate a workload (UID: 0c5e, JobUID: 77ab) due to reclamation "
+            "within the cohort; preemptor path: /gpucaas/tenancy-rival; preemptee path: /gpucaas/tenancy-spot",
+        }
+    ],
+    "containerStatuses": [
+        {
+            "name": "main",
+            "ready": False,
+            "restartCount": 0,
+            "image": "x",
+            "imageID": "",
+            "state": {
+                "terminated": {
+                    "exitCode": 143,
+                    "reason": "Error",
+                    "startedAt": "2026-01-02T03:00:00Z",
+                    "finishedAt": "2026-01-02T03:00:09Z",
+                }
+            },
+        }
+    ],
+}
+
+
+def test_a_preempted_interruptible_container_says_preempted_in_its_reason_its_webhook_and_its_usage(
+    api: ApiServer, k8s: Any, receiver: Receiver
+) -> None:
+    token = _tenant(api, k8s, "spot")
+    with api.client(token) as c:
+        hook = c.post("/v1/webhooks", json={"url": receiver.url, "events": ["container.preempted", "container.failed"]})
+        assert hook.status_code == 201, hook.text
+        created = c.post("/v1/containers", json={"image": "busybox:1.36", "gpus": 2, "interruptible": True})
+        assert created.status_code == 202, created.text
+        assert created.json()["interruptible"] is True and created.json()["reason"] is None
+        cid = created.json()["id"]
+        wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Pending", what="the pod")
+        pod = f"gpucaas-{cid}"
+        set_pod_status(k8s, "tenant-spot", pod, RUNNING)
+        wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Running", what="running")
+        set_pod_status(k8s, "tenant-spot", pod, PREEMPTED)
+        got = wait_for(lambda: (r := receiver.received()) and len(r) >= 2 and r, what="both events")
+        assert [g.event["type"] for g in got] == ["container.preempted", "container.failed"]
+        for g in got:
+            seen = g.event["data"]["container"]
+            assert seen["reason"] == "Preempted" and seen["interruptible"] is True and seen["exit_code"] == 143
+            assert "rival" not in g.body.decode() and "0c5e" not in g.body.decode()
+
+        shown = c.get(f"/v1/containers/{cid}").json()
+        assert shown["status"] == "Failed" and shown["reason"] == "Preempted"
+        assert shown["message"] == (
+            "Preempted by the queue: another tenancy claimed its guaranteed GPUs (Error: failed with exit code 143)"
+        )
+        window = {"group_by": "container", "from": "2026-01-02T00:00:00Z", "to": "2026-01-03T00:00:00Z"}
+        runs = c.get("/v1/usage", params=window).json()["data"]
+        assert [(r["container_id"], r["interruptible"], r["gpu_seconds"]) for r in runs] == [(cid, True, 18.0)]
+        # a standard container is standard everywhere
+        plain = c.post("/v1/containers", json={"image": "busybox:1.36", "gpus": 1}).json()
+        assert plain["interruptible"] is False
+        # the class is part of what an idempotent retry must repeat
+        first = c.post(
+            "/v1/containers",
+            json={"image": "busybox:1.36", "gpus": 1, "interruptible": True},
+            headers={"Idempotency-Key": "class-1"},
+        )
+        again = c.post(
+            "/v1/containers", json={"image": "busybox:1.36", "gpus": 1}, headers={"Idempotency-Key": "class-1"}
+        )
+        assert first.status_code == 202 and again.status_code == 409, again.text
+        bad = c.post("/v1/containers", json={"image": "busybox:1.36", "interruptible": "yes"})
+        assert bad.status_code == 422 and "interruptible" in bad.text

@@ -25,7 +25,14 @@ from pydantic import (
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from services.api.domain import endpoints as endpoint_rules, sizing, tenant_secrets, validation, volumes as volume_rules
+from services.api.domain import (
+    endpoints as endpoint_rules,
+    reasons,
+    sizing,
+    tenant_secrets,
+    validation,
+    volumes as volume_rules,
+)
 from services.api.domain.queue import QueueSpot
 
 
@@ -50,6 +57,12 @@ class ContainerStatus(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
+
+
+class ContainerReason(StrEnum):
+    """Why a container ended when the platform, not its process, ended it."""
+
+    PREEMPTED = reasons.PREEMPTED  # the queue (Kueue) gave its GPUs to other work
 
 
 #: the Tenancy column counting its live containers of each status (migration 0009)
@@ -636,6 +649,16 @@ class ContainerCreate(StrictInput, ContainerBase):
         ),
         examples=[True],
     )
+    interruptible: StrictBool = PField(
+        False,
+        description=(
+            "Run it in the interruptible class: on GPUs nobody is guaranteed at the moment, preempted "
+            "before any standard container when a tenancy claims its guarantee or standard work needs "
+            "the room (SIGTERM, then SIGKILL after the grace period; its reason becomes Preempted). "
+            "Without queueing by Kueue nothing preempts it. Default false: the standard class."
+        ),
+        examples=[False],
+    )
     cpu: str | None = PField(
         None,
         max_length=32,
@@ -804,6 +827,9 @@ class Container(ContainerBase, table=True):
     exit_code: int | None = None
     status: str = Field(default=ContainerStatus.QUEUED, index=True, max_length=16)
     message: str | None = Field(default=None, max_length=2048)
+    # its class and why it ended when that is not the process's own doing (migration 0015)
+    interruptible: bool = False
+    reason: str | None = Field(default=None, max_length=32)
     node_name: str | None = Field(default=None, max_length=253)
     pod_name: str = Field(max_length=63)
     idempotency_key: str | None = Field(default=None, max_length=255)
@@ -860,6 +886,12 @@ class ContainerPublic(ContainerBase):
         None, description="Why it waits (scheduler, tenancy, quota, image pull) or how it ended, in plain words."
     )
     exit_code: int | None = PField(None, description="The main process's exit code once it has finished.")
+    reason: ContainerReason | None = PField(
+        None,
+        description="Why it ended when the platform ended it: Preempted (the queue gave its GPUs to other "
+        "work; docs/queues.md). Null otherwise.",
+    )
+    interruptible: bool = PField(False, description="Its class: true for interruptible, false for standard.")
     node_name: str | None
     namespace: str
     pod_name: str

@@ -24,6 +24,9 @@ NFS_CLAIM = "tenant-storage"
 NFS_MOUNT_PATH = "/data"
 SHM_VOLUME = "dshm"
 MANAGED_BY = "gpucaas-api"
+#: Seconds between SIGTERM and SIGKILL when a container is stopped before its end: cancelled,
+#: preempted by the queue, its node drained (the pod's ``terminationGracePeriodSeconds``).
+STOP_GRACE_SECONDS = 30
 #: UID (and GID) tenant containers run as inside their Kata VM by default: Pod Security
 #: ``restricted`` requires a non-root user (see docs/pod-security.md).
 DEFAULT_RUN_AS_USER = 1000
@@ -175,6 +178,7 @@ def build_pod(
     volumes: Sequence[Mapping[str, Any]] = (),
     name: str | None = None,
     queue: str | None = None,
+    interruptible: bool = False,
     finalizer: bool = True,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
@@ -187,7 +191,10 @@ def build_pod(
 
     ``queue`` (queueing by Kueue) names the tenancy's LocalQueue in the label
     ``kueue.x-k8s.io/queue-name``: Kueue's pod webhook then gates the pod until its tenancy's
-    ClusterQueue admits it, and it stays Pending meanwhile (docs/queues.md).
+    ClusterQueue admits it, and it stays Pending meanwhile (docs/queues.md). With a queue the pod
+    also names its class's WorkloadPriorityClass (``kueue.x-k8s.io/priority-class``:
+    ``gpucaas-interruptible`` when ``interruptible``, else ``gpucaas-standard``): Kueue preempts
+    the lower first.
 
     The GPUs: the extended resource ``gpu_resource`` (``allocation_mode`` device-plugin), or
     (dra) a ResourceClaim that Kubernetes creates for the pod from the tenant namespace's
@@ -229,6 +236,7 @@ def build_pod(
     spec: dict[str, Any] = {
         "runtimeClassName": runtime_class,
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "hostNetwork": False,
@@ -285,7 +293,14 @@ def build_pod(
                 crds.LABEL_CONTAINER: container_id,
                 crds.LABEL_TENANCY: tenancy,
                 crds.LABEL_MANAGED_BY: MANAGED_BY,
-                **({kueue.QUEUE_LABEL: queue} if queue else {}),
+                **(
+                    {
+                        kueue.QUEUE_LABEL: queue,
+                        kueue.PRIORITY_CLASS_LABEL: kueue.priority_class(interruptible=interruptible),
+                    }
+                    if queue
+                    else {}
+                ),
             },
             **({"finalizers": [crds.FINALIZER_POD_USAGE]} if finalizer else {}),
         },
@@ -331,6 +346,8 @@ class PodReport:
     started_at: datetime | None
     finished_at: datetime | None
     exit_code: int | None = None
+    #: ``Preempted`` when the queue stopped it to give its GPUs to other work (reasons.PREEMPTED)
+    reason: str | None = None
 
 
 def _time(value: Any) -> datetime | None:
@@ -383,4 +400,5 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
         started_at=started,
         finished_at=finished,
         exit_code=outcome.exit_code,
+        reason=reasons.PREEMPTED if reasons.preempted_by_queue(pod) else None,
     )

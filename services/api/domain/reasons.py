@@ -93,6 +93,8 @@ _PREEMPTION_CAUSES = (
 )
 
 
+#: the container's ``reason`` when the queue gave its GPUs to other work
+PREEMPTED = "Preempted"
 #: how a container whose pod was deleted before it ran to its end is told
 POD_DELETED = "pod deleted"
 #: a pod Kueue's webhook gated (queueing by Kueue) and has not admitted yet
@@ -104,19 +106,36 @@ def _queue_gated(pod: Mapping[str, Any]) -> bool:
     return any(str(g.get("name", "")).startswith(f"{kueue.GROUP}/") for g in gates)
 
 
+def _queue_stop(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Kueue's ``TerminationTarget`` condition on the pod, when it is true."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == QUEUE_STOP_CONDITION and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def _is_preemption(cond: Mapping[str, Any]) -> bool:
+    return "Preempted" in str(cond.get("reason") or "") or str(cond.get("message") or "").startswith("Preempted")
+
+
+def preempted_by_queue(pod: Mapping[str, Any]) -> bool:
+    """True for a pod Kueue stopped to give its GPUs to other work (the container's reason
+    becomes ``Preempted``); a withdrawn admission for another cause is not a preemption."""
+    cond = _queue_stop(pod)
+    return cond is not None and _is_preemption(cond)
+
+
 def stopped_by_queue(pod: Mapping[str, Any]) -> str | None:
     """``Preempted by the queue: <cause>`` (or ``Stopped by the queue: ...``) for a pod Kueue
     stopped; None for any other pod."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") != QUEUE_STOP_CONDITION or cond.get("status") != "True":
-            continue
-        text = str(cond.get("message") or "")
-        if "Preempted" in str(cond.get("reason") or "") or text.startswith("Preempted"):
-            lowered = text.lower()
-            cause = next((told for key, told in _PREEMPTION_CAUSES if key in lowered), "its GPUs went to other work")
-            return f"Preempted by the queue: {cause}"
-        return "Stopped by the queue: its admission was withdrawn"
-    return None
+    cond = _queue_stop(pod)
+    if cond is None:
+        return None
+    if _is_preemption(cond):
+        lowered = str(cond.get("message") or "").lower()
+        cause = next((told for key, told in _PREEMPTION_CAUSES if key in lowered), "its GPUs went to other work")
+        return f"Preempted by the queue: {cause}"
+    return "Stopped by the queue: its admission was withdrawn"
 
 
 def explain(pod: Mapping[str, Any], *, container: str, image: str, timeout: int | None = None) -> Outcome:

@@ -52,6 +52,7 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
         **{k: getattr(data, k) for k in ("cpu", "memory", "shm_size") if getattr(data, k) is not None},
         **({"volumes": data.volumes_wire} if data.volumes else {}),
         **({"ports": data.ports_wire} if data.ports else {}),
+        **({"interruptible": True} if data.interruptible else {}),
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
@@ -162,6 +163,7 @@ def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str |
         volumes=data.volumes_wire,
         ports=data.ports_wire,
         timeout_seconds=data.timeout_seconds,
+        interruptible=data.interruptible,
         status=ContainerStatus.QUEUED.value,
         pod_name=pod_name(cid),
         idempotency_key=idempotency_key,

@@ -123,8 +123,11 @@ def reschedule(session: Session, *, container_id: str, delay: float, message: st
     session.commit()
 
 
-def mark_failed(session: Session, *, container_id: str, message: str, pod_name: str | None = None) -> None:
-    """Fail an active container (``pod_name``: only while that pod is its current attempt)."""
+def mark_failed(
+    session: Session, *, container_id: str, message: str, pod_name: str | None = None, reason: str | None = None
+) -> None:
+    """Fail an active container (``pod_name``: only while that pod is its current attempt);
+    ``reason``: why the platform ended it (``Preempted``)."""
     now = utcnow()
     where = [col(Container.id) == container_id, col(Container.status).in_(ACTIVE_STATUSES)]
     if pod_name is not None:
@@ -135,6 +138,7 @@ def mark_failed(session: Session, *, container_id: str, message: str, pod_name: 
         .values(
             status=ContainerStatus.FAILED,
             message=message[:2048],
+            reason=reason,
             finished_at=now,
             updated_at=now,
             claimed_by=None,
@@ -181,6 +185,8 @@ def apply_pod_report(session: Session, *, container_id: str, report: PodReport, 
         values["exit_code"] = report.exit_code
     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
         values["finished_at"] = report.finished_at or row.finished_at or utcnow()
+        if report.reason is not None:
+            values["reason"] = report.reason
     if all(getattr(row, k) == v for k, v in values.items()):
         return False
     values["updated_at"] = utcnow()

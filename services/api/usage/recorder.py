@@ -68,7 +68,12 @@ class Recorder:
                 gpus = row.gpus if row is not None else 0
             deleted_at = row.tenancy_deleted_at if row is not None else None
             if records.open_run(
-                session, run=run, gpus=gpus, gpu_model=self.gpu_model(run.node_name), tenancy_deleted_at=deleted_at
+                session,
+                run=run,
+                gpus=gpus,
+                gpu_model=self.gpu_model(run.node_name),
+                tenancy_deleted_at=deleted_at,
+                interruptible=row is not None and row.interruptible,
             ):
                 log.info(
                     "usage: container %s tenancy %s started at %s on %s (%d GPUs)",

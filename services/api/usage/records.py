@@ -34,6 +34,8 @@ class UsageRecord(SQLModel, table=True):
     gpu_model: str | None = Field(default=None, max_length=128)
     node_name: str | None = Field(default=None, max_length=253)
     nvlink_partition_size: int | None = None
+    # the container's class (migration 0015): interruptible runs may be priced apart
+    interruptible: bool = False
     started_at: datetime
     finished_at: datetime | None = None
     gpu_seconds: float | None = None  # set when the run has ended
@@ -95,7 +97,13 @@ def gpu_seconds(gpus: int, start: datetime, end: datetime) -> float:
 
 
 def open_run(
-    session: Session, *, run: Run, gpus: int, gpu_model: str | None, tenancy_deleted_at: datetime | None = None
+    session: Session,
+    *,
+    run: Run,
+    gpus: int,
+    gpu_model: str | None,
+    tenancy_deleted_at: datetime | None = None,
+    interruptible: bool = False,
 ) -> bool:
     """Insert the run's record unless it exists (any replica, any number of times). True if new."""
     assert run.started_at is not None
@@ -106,6 +114,7 @@ def open_run(
         "gpu_model": gpu_model,
         "node_name": run.node_name,
         "nvlink_partition_size": nvlink_partition_size(gpus),
+        "interruptible": interruptible,
         "started_at": run.started_at,
         "recorded_at": utcnow(),
         "tenancy_deleted_at": tenancy_deleted_at,

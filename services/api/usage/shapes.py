@@ -22,6 +22,7 @@ class UsageContainer(BaseModel):
     gpu_model: str | None = Field(description="The node's nvidia.com/gpu.product label, when it has one.")
     node_name: str | None
     nvlink_partition_size: int | None = Field(description="GPUs in its NVLink partition; null: none.")
+    interruptible: bool = Field(description="The run's class: true for interruptible, false for standard.")
     started_at: str = Field(description="The container's own start (the pod's state.running.startedAt).")
     finished_at: str | None = Field(description="The container's own end; null while it runs.")
     running: bool

@@ -24,8 +24,18 @@ from sqlmodel import Field, SQLModel
 
 from services.api.domain.models import ContainerStatus, StrictInput, UTCDatetime, utcnow
 
-EVENT_TYPES = ("container.running", "container.succeeded", "container.failed", "container.cancelled")
-EventType = Literal["container.running", "container.succeeded", "container.failed", "container.cancelled"]
+EVENT_TYPES = (
+    "container.running",
+    "container.succeeded",
+    "container.failed",
+    "container.cancelled",
+    "container.preempted",
+)
+EventType = Literal[
+    "container.running", "container.succeeded", "container.failed", "container.cancelled", "container.preempted"
+]
+#: What a preemption announces, ahead of the status it leaves the container in.
+PREEMPTED_EVENT = "container.preempted"
 
 #: The event a container's new status announces (Queued and Pending announce none).
 EVENT_OF_STATUS = {

@@ -15,9 +15,9 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from services.api.domain.models import Container, ContainerStatus, utcnow
+from services.api.domain.models import Container, ContainerReason, ContainerStatus, utcnow
 from services.api.security import bearer
-from services.api.webhooks.models import EVENT_OF_STATUS, Webhook, WebhookDelivery
+from services.api.webhooks.models import EVENT_OF_STATUS, PREEMPTED_EVENT, Webhook, WebhookDelivery
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -34,6 +34,8 @@ def container_view(row: Container) -> dict[str, Any]:
         "image": row.image,
         "gpus": row.gpus,
         "exit_code": row.exit_code,
+        "reason": row.reason,
+        "interruptible": row.interruptible,
         "node_name": row.node_name,
         "message": row.message,
         "created_at": _iso(row.created_at),
@@ -61,7 +63,8 @@ def on_status_change(session: Session, *, container_id: str, before: str | None)
     active status). The caller commits. Returns how many deliveries were queued.
 
     A container seen finished without having been seen Running (a short run between
-    two pod reports) also announces ``container.running`` first, when it did start."""
+    two pod reports) also announces ``container.running`` first, when it did start. A container
+    the queue preempted announces ``container.preempted`` ahead of its ``container.failed``."""
     row = session.exec(
         select(Container).where(Container.id == container_id).execution_options(populate_existing=True)
     ).first()
@@ -71,6 +74,8 @@ def on_status_change(session: Session, *, container_id: str, before: str | None)
     finished = row.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED)
     if finished and before in (ContainerStatus.QUEUED, ContainerStatus.PENDING) and row.started_at is not None:
         types.append(EVENT_OF_STATUS[ContainerStatus.RUNNING])
+    if row.status == ContainerStatus.FAILED and row.reason == ContainerReason.PREEMPTED:
+        types.append(PREEMPTED_EVENT)
     if row.status in EVENT_OF_STATUS:
         types.append(EVENT_OF_STATUS[ContainerStatus(row.status)])
     if not types:

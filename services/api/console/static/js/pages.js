@@ -94,6 +94,8 @@ function newContainer(main, ctx) {
     field("secret-env", "Secrets as environment", h("textarea", { id: "secret-env", name: "secret-env",
       placeholder: "HF_TOKEN=hf" }), "NAME=secret name, one a line (the value never reaches this page)."),
     secretNames,
+    field("interruptible", "Interruptible", h("input", { id: "interruptible", name: "interruptible", type: "checkbox" }),
+      "Runs on GPUs nobody is guaranteed now; preempted first when the queue needs them."),
     f.ports ? field("ports", "Ports", h("input", { id: "ports", name: "ports", placeholder: "8888, 6006:public" }),
       "HTTP ports to serve, comma-separated; private (your tenancy's tokens only) unless :public.") : null,
     f.volumeMounts ? field("volumes", "Volumes", h("textarea", { id: "volumes", name: "volumes", placeholder: "[]" }),
@@ -109,6 +111,7 @@ function newContainer(main, ctx) {
       for (const [name, secret] of Object.entries(pairs(v("secret-env"), "secrets"))) env[name] = { secret };
       if (Object.keys(env).length) body.env = env;
       if (v("command")) body.command = words(v("command"));
+      if (form.elements.interruptible.checked) body.interruptible = true;
       if (f.ports && v("ports")) body.ports = v("ports").split(",").map(p => p.trim()).filter(Boolean).map(p => {
         const [port, visibility] = p.split(":");
         return { port: Number(port), public: visibility === "public" };
@@ -170,7 +173,8 @@ function containerDetail(main, ctx, id) {
       return;
     }
     replace(fields, h("dl", { class: "fields" },
-      h("dt", {}, "Status"), h("dd", { id: "container-status" }, badge(c.status)),
+      h("dt", {}, "Status"), h("dd", { id: "container-status" }, badge(c.status), c.reason ? ` ${c.reason}` : null),
+      h("dt", {}, "Class"), h("dd", { id: "container-class" }, c.interruptible ? "interruptible" : "standard"),
       h("dt", {}, "Queue"), h("dd", { id: "container-queue" }, queueText(c.queue) || "—"),
       h("dt", {}, "Why / message"), h("dd", {}, c.message || "—"),
       h("dt", {}, "Image"), h("dd", { class: "mono" }, c.image),
