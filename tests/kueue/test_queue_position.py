@@ -163,3 +163,45 @@ def test_a_waiting_container_shows_its_place_and_only_its_own_tenancys_work_coun
             assert c["message"].startswith("Preempted by the queue: "), c["message"]
             assert "lender" not in c["message"] and c["queue"] is None
         _wait_spot(own, back, _spot(1, 0, "waiting_for_partition"))
+
+
+def test_a_reclaimed_guarantee_takes_the_borrowers_interruptible_container_before_its_standard_one(
+    api: tuple[ApiServer, Path],
+) -> None:
+    """A guaranteed 8 lends them while idle; B, guaranteed none, borrows them for an interruptible
+    container and then a standard one. When A asks for 4, Kueue preempts B's interruptible one
+    (lower priority first), though it was admitted earlier, and leaves the standard one. (The
+    module's first test leaves work running on its tenancies' own guarantees only: none of it
+    borrows, so none of it is a candidate.)"""
+    server, _ = api
+    with server.client() as admin:
+        for name, guaranteed in (("a-guar", 8), ("b-spot", 0)):
+            r = admin.post(
+                "/v1/admin/tenancies",
+                json={"name": name, "gpu_quota": 8, "pod_quota": 4, "guaranteed_gpus": guaranteed},
+            )
+            assert r.status_code == 201, r.text
+        tokens = {
+            name: admin.post(f"/v1/admin/tenancies/{name}/tokens", json={"name": "t"}).json()["token"]
+            for name in ("a-guar", "b-spot")
+        }
+    with server.client(tokens["b-spot"]) as b, server.client(tokens["a-guar"]) as a:
+        spot = b.post(
+            "/v1/containers", json={"image": "busybox:1.36", "gpus": 4, "interruptible": True, "command": ["true"]}
+        ).json()
+        assert spot["interruptible"] is True
+        _wait_spot(b, spot["id"], _spot(1, 0, "waiting_for_partition"))
+        standard = _submit(b, "b-spot", 4)
+        _wait_spot(b, standard, _spot(2, 4, "waiting_for_partition"))
+
+        mine = _submit(a, "a-guar", 4)
+        preempted = wait_for(
+            lambda: (c := b.get(f"/v1/containers/{spot['id']}").json())["status"] == "Failed" and c,
+            TIMEOUT,
+            what="the interruptible container preempted",
+        )
+        assert preempted["reason"] == "Preempted", preempted
+        assert preempted["message"].startswith("Preempted by the queue: another tenancy claimed the guaranteed GPUs")
+        _wait_spot(a, mine, _spot(1, 0, "waiting_for_partition"))
+        _wait_spot(b, standard, _spot(1, 0, "waiting_for_partition"))  # still admitted, now first
+        assert b.get(f"/v1/containers/{standard}").json()["reason"] is None
