@@ -1,7 +1,8 @@
 """The Cohort ``gpucaas`` holds the GPUs nobody is guaranteed, and Kueue lends them: a tenancy
 guaranteed nothing gets an 8-GPU container admitted while every guarantee is in use. The pool
-follows the GPU nodes and the guarantees, says when the guarantees exceed the fleet, and the Cohort
-and the container classes' WorkloadPriorityClasses come back when deleted.
+follows the GPU nodes and the guarantees (a tenancy's deletion too), says when the guarantees
+exceed the fleet, and the Cohort and the container classes' WorkloadPriorityClasses come back
+when deleted.
 
 A cluster of its own with Kueue (:mod:`devtools.kueue`, ``make kueue``), the controller under its
 chart ServiceAccount; the GPU nodes are Node objects only (labelled as GPU Feature Discovery does,
@@ -102,7 +103,8 @@ def test_the_cohort_lends_what_nobody_is_guaranteed_and_follows_the_fleet(contro
     wait_for(lambda: admitted(q, g_pod, "tenant-g"), TIMEOUT, what="g's 8-GPU pod admitted on its guarantee")
     z_pod = _submit(q, "z", 8)
     wait_for(lambda: admitted(q, z_pod, "tenant-z"), TIMEOUT, what="z's 8-GPU pod admitted from the pool")
-    assert borrowed(q, "tenancy-z") == "8" and borrowed(q, "tenancy-g") in (None, "0")
+    wait_for(lambda: borrowed(q, "tenancy-z") == "8", TIMEOUT, what="z's 8 GPUs counted as borrowed")
+    assert borrowed(q, "tenancy-g") in (None, "0")
 
     q.core.delete_node("gpu-2")
     _wait_pool(q, "0", "a node gone: 8 GPUs, all guaranteed")
@@ -124,3 +126,7 @@ def test_the_cohort_lends_what_nobody_is_guaranteed_and_follows_the_fleet(contro
     assert back["value"] == 0 and "interruptible" in back["description"]
     standard = read(q, "workloadpriorityclasses", kueue.STANDARD_CLASS)
     assert standard and standard["value"] == 1000
+
+    # a deleted tenancy's guarantee goes back to the pool once the Tenancy is gone
+    q.custom.delete_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, "g")
+    _wait_pool(q, "1", "g deleted: nothing guaranteed on 1 GPU")
