@@ -221,7 +221,8 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
 
 
 def _register_kueue_shared(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> None:
-    """With queueing=kueue: the handlers of what every tenancy's queues share."""
+    """With queueing=kueue: the handlers of what every tenancy's queues share: the flavor and the
+    WorkloadPriorityClasses (put back when they drift) and the Cohort's pool (:mod:`.pool`)."""
 
     async def shared_changed(type: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:  # noqa: A002
         if type is None:  # initial listing: every tenancy's pass ensures them
