@@ -7,7 +7,10 @@ operator process may host other modules' handlers too, see :mod:`.main`):
 * Tenancy deletion (Kopf keeps its finalizer on every Tenancy) -> ``finalize_tenancy``;
 * an index of Tenancies, and events of every child kind (selected by the
   ``gpucaas.dev/tenancy`` label): a child deleted or edited by hand makes the
-  owning Tenancy reconcile at once instead of at the next resync.
+  owning Tenancy reconcile at once instead of at the next resync;
+* with queueing=kueue, the shared Kueue objects: the flavor and the WorkloadPriorityClasses
+  put back when they drift, and the Cohort's pool (:mod:`.pool`) kept from indices of the GPU
+  nodes and of the tenancies' guarantees.
 
 Errors are translated here only: NotReadyYet/KubeError -> ``kopf.TemporaryError``
 (retried after ``retry_delay_s``); an invalid spec never reaches here (it is a
@@ -19,14 +22,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
 from core import crds, kueue
 
-from . import errors, kube, workflow
+from . import errors, kube, queues, workflow
 from .builders import MANAGER
+from .pool import PoolKeeper
 from .settings import ControllerSettings
 
 log = logging.getLogger(__name__)
@@ -45,8 +49,14 @@ CHILDREN = (
 DRA_CHILD = ("resource.k8s.io", "v1", "resourceclaimtemplates")
 #: Watched with queueing=kueue only (Kueue's CRDs): the tenancy's ClusterQueue and LocalQueue.
 KUEUE_CHILDREN = ((kueue.GROUP, kueue.VERSION, "clusterqueues"), (kueue.GROUP, kueue.VERSION, "localqueues"))
-#: The GPU ResourceFlavor every ClusterQueue shares (queues.build_resource_flavor): watched for drift alone.
+#: The GPU ResourceFlavor every ClusterQueue shares (queues.build_resource_flavor) and the container
+#: classes' WorkloadPriorityClasses: watched for drift alone.
 KUEUE_FLAVORS = (kueue.GROUP, kueue.VERSION, "resourceflavors")
+KUEUE_PRIORITY_CLASSES = (kueue.GROUP, kueue.VERSION, "workloadpriorityclasses")
+#: The Cohort holding the pool (pool.PoolKeeper), and the nodes whose GPUs it counts.
+KUEUE_COHORTS = (kueue.GROUP, kueue.VERSION, "cohorts")
+NODES = ("", "v1", "nodes")
+SHARED_LABELS = {crds.LABEL_MANAGED_BY: MANAGER}
 CHILD_LABELS: dict[str, Any] = {crds.LABEL_TENANCY: kopf.PRESENT, crds.LABEL_MANAGED_BY: MANAGER}
 
 
@@ -57,6 +67,12 @@ def _index_id(plural: str) -> str:
 
 def _ctx(memo: Any) -> workflow.Context:
     return memo.tenancy_controller
+
+
+def _current_pool(indices: Mapping[str, Any]) -> Callable[[], queues.Pool]:
+    """The pool as the GPU-node and guarantee indices show it whenever called (handler keywords)."""
+    nodes, guarantees = indices["gpu_nodes"], indices["tenancy_guarantees"]
+    return lambda: queues.pool_of(list(nodes.get(None, ())), guarantees.get(None, ()))
 
 
 def _retrying(settings: ControllerSettings, fn: Callable[[], Any]) -> Any:
@@ -81,6 +97,10 @@ def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
     return plain
 
 
+def _post_warning(obj: Mapping[str, Any], reason: str, message: str) -> None:
+    kopf.warn(kopf.Body(cast(kopf.RawBody, dict(obj))), reason=reason, message=message)
+
+
 def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> None:
     """Add the Tenancy handlers to ``registry``."""
     backoff = settings.retry_delay_s
@@ -89,7 +109,11 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
     def tenancy_controller_startup(memo: Any, **_: Any) -> None:
         cfg = memo.kube_configuration
         client = kube.KubeClient(cfg, timeout=settings.request_timeout_s)  # the core adapter, as Kopf's login
-        memo.tenancy_controller = workflow.Context.from_settings(settings, client, identity=memo.identity)
+        memo.tenancy_controller = ctx = workflow.Context.from_settings(settings, client, identity=memo.identity)
+        if ctx.kueue_flavor is not None:
+            memo.cohort_pool = PoolKeeper(
+                client, ctx.kueue_flavor, warn=_post_warning if settings.post_events else None
+            )
 
     @kopf.on.cleanup(registry=registry)
     def tenancy_controller_cleanup(memo: Any, **_: Any) -> None:
@@ -136,6 +160,8 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return
         ctx = _ctx(memo)
+        if settings.queueing == kueue.KUEUE and memo.cohort_pool.kept is None:  # its last write failed
+            await memo.cohort_pool.keep(_current_pool(kwargs))
         plain = _plain(body)
         observed = [child for _, _, plural in watched for child in kwargs[_index_id(plural)].get(name, [])]
         if workflow.children_in_sync(ctx, plain, observed):
@@ -191,19 +217,62 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
         )
 
     if settings.queueing == kueue.KUEUE:
+        _register_kueue_shared(registry, settings)
 
-        @kopf.on.event(*KUEUE_FLAVORS, id="shared-flavor", labels={crds.LABEL_MANAGED_BY: MANAGER}, registry=registry)
-        async def flavor_changed(type: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:  # noqa: A002
-            if type is None:  # initial listing: every tenancy's pass ensures it
-                return
-            ctx = _ctx(memo)
-            desired = workflow.shared_drifted(ctx, _plain(body), deleted=type == "DELETED")
-            if desired is None:
-                return
-            log.info(
-                "%s %s %s by someone else; repairing",
-                body.get("kind"),
-                body.get("metadata", {}).get("name"),
-                "deleted" if type == "DELETED" else "changed",
-            )
-            await asyncio.to_thread(workflow.repair_shared, ctx, desired)
+
+def _register_kueue_shared(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> None:
+    """With queueing=kueue: the handlers of what every tenancy's queues share: the flavor and the
+    WorkloadPriorityClasses (put back when they drift) and the Cohort's pool (:mod:`.pool`)."""
+
+    async def shared_changed(type: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:  # noqa: A002
+        if type is None:  # initial listing: every tenancy's pass ensures them
+            return
+        ctx = _ctx(memo)
+        desired = workflow.shared_drifted(ctx, _plain(body), deleted=type == "DELETED")
+        if desired is None:
+            return
+        log.info(
+            "%s %s %s by someone else; repairing",
+            body.get("kind"),
+            body.get("metadata", {}).get("name"),
+            "deleted" if type == "DELETED" else "changed",
+        )
+        await asyncio.to_thread(workflow.repair_shared, ctx, desired)
+
+    for resource, id_ in ((KUEUE_FLAVORS, "shared-flavor"), (KUEUE_PRIORITY_CLASSES, "shared-priority-classes")):
+        kopf.on.event(*resource, id=id_, labels=SHARED_LABELS, registry=registry)(shared_changed)
+
+    # The pool is summed from two indices: each GPU node's count (a node that loses the instance
+    # type leaves the index) and each guaranteed tenancy's guarantee (one whose guarantee drops to
+    # 0 leaves it, a deleted one too).
+    @kopf.index(
+        *NODES, id="gpu_nodes", labels={queues.INSTANCE_TYPE_LABEL: settings.gpu_instance_type}, registry=registry
+    )
+    async def gpu_nodes(labels: kopf.Labels, **_: Any) -> int:
+        return queues.node_gpus(labels)
+
+    @kopf.index(
+        *TENANCY,
+        id="tenancy_guarantees",
+        when=lambda spec, **_: queues.guarantee_of(spec) > 0,
+        registry=registry,
+    )
+    async def tenancy_guarantees(spec: kopf.Spec, **_: Any) -> int:
+        return queues.guarantee_of(spec)
+
+    # Any node's event (also one that just lost the GPU instance type) and any Tenancy's may move
+    # the pool: recomputed from the indices, written only when it moved (a pure comparison).
+    @kopf.on.event(*NODES, id="pool-nodes", registry=registry)
+    @kopf.on.event(*TENANCY, id="pool-tenancies", registry=registry)
+    async def pool_inputs_changed(memo: Any, **kwargs: Any) -> None:
+        await memo.cohort_pool.keep(_current_pool(kwargs))
+
+    # The Cohort itself: put back when deleted or edited; its initial listing (a start, or a
+    # replica taking over) compares it too, whatever this process last wrote.
+    @kopf.on.event(*KUEUE_COHORTS, id="pool-cohort", labels=SHARED_LABELS, registry=registry)
+    async def cohort_changed(type: str | None, body: kopf.Body, memo: Any, **kwargs: Any) -> None:  # noqa: A002
+        if (body.get("metadata") or {}).get("name") != kueue.COHORT:
+            return
+        if type == "DELETED":
+            log.info("Cohort %s deleted by someone else; putting it back", kueue.COHORT)
+        await memo.cohort_pool.keep(_current_pool(kwargs), observed=_plain(body), deleted=type == "DELETED")

@@ -64,6 +64,8 @@ KINDS: dict[str, Kind] = {
     "ResourceFlavor": Kind(kueue.API_VERSION, "resourceflavors", False),
     "ClusterQueue": Kind(kueue.API_VERSION, "clusterqueues", False),
     "LocalQueue": Kind(kueue.API_VERSION, "localqueues", True),
+    "WorkloadPriorityClass": Kind(kueue.API_VERSION, "workloadpriorityclasses", False),
+    "Cohort": Kind(kueue.API_VERSION, "cohorts", False),
 }
 
 #: Kinds whose replace can be refused for immutable fields: recreated instead.

@@ -52,8 +52,9 @@ class Plan:
     notes: dict[str, str] = field(default_factory=dict)
     #: (kind, name, namespace) of children the Tenancy no longer wants (deleted when it owns them).
     absent: list[tuple[str, str, str | None]] = field(default_factory=list)
-    #: Objects a component needs that every tenancy shares (the GPU ResourceFlavor), applied
-    #: before the component's own: no tenancy owns them, so they are no child of this one.
+    #: Objects a component needs that every tenancy shares (the GPU ResourceFlavor, the container
+    #: classes' WorkloadPriorityClasses), applied before the component's own: no tenancy owns
+    #: them, so they are no child of this one.
     shared: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -146,7 +147,7 @@ def reconcile_tenancy(
             queues.build_cluster_queue(tenancy, kueue_flavor),
             queues.build_local_queue(tenancy),
         ]
-        shared[QUEUE] = [queues.build_resource_flavor(kueue_flavor)]
+        shared[QUEUE] = queues.build_shared(kueue_flavor)
     return Plan(
         tenancy=tenancy,
         components=components,

@@ -80,8 +80,9 @@ class ControllerSettings(BaseSettings):
         default="none",
         description="Who decides which waiting container gets the next free GPUs: none (kube-scheduler's queue; "
         "the ResourceQuota caps GPUs) or kueue (the controller keeps a ClusterQueue per tenancy in the cohort "
-        "gpucaas, with guaranteedGpus as nominal quota, and a LocalQueue in its namespace; Kueue must be "
-        "installed; docs/queues.md). The API's queueing (GPUCAAS_QUEUEING) must agree.",
+        "gpucaas, with guaranteedGpus as nominal quota, and a LocalQueue in its namespace, the Cohort gpucaas "
+        "holding the GPUs nobody is guaranteed, and the container classes' WorkloadPriorityClasses; Kueue must "
+        "be installed; docs/queues.md). The API's queueing (GPUCAAS_QUEUEING) must agree.",
     )
     gpu_instance_type: str = Field(
         default="hgx-h100-8",
@@ -89,7 +90,8 @@ class ControllerSettings(BaseSettings):
         max_length=253,
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
         description="With queueing=kueue: the node.kubernetes.io/instance-type of the GPU nodes; the Kueue "
-        "ResourceFlavor of that name selects them and every tenancy's ClusterQueue counts GPUs of it.",
+        "ResourceFlavor of that name selects them, every tenancy's ClusterQueue counts GPUs of it, and the "
+        "cohort's pool sums their nvidia.com/gpu.count labels.",
     )
     api_service_account: str | None = Field(
         default=None,

@@ -25,7 +25,7 @@ from . import errors, kube, reconcile
 from .builders import ApiAccess, claim_template_name_list, persistent_volume_name
 from .kube import KubeClient
 from .policies import NetworkConfig
-from .queues import GpuFlavor, build_resource_flavor
+from .queues import GpuFlavor, build_shared
 from .resolver import resolve_host
 from .settings import ControllerSettings
 
@@ -483,17 +483,16 @@ def children_in_sync(ctx: Context, tenancy: Mapping[str, Any], observed: list[Ma
 
 
 def shared_drifted(ctx: Context, observed: Mapping[str, Any], *, deleted: bool) -> dict[str, Any] | None:
-    """The desired shared object (the GPU ResourceFlavor) that ``observed`` is, when it was deleted
-    or no longer matches; None when it is fine or not one the controller keeps (pure)."""
+    """The desired shared object (the GPU ResourceFlavor, a container class's WorkloadPriorityClass)
+    that ``observed`` is, when it was deleted or no longer matches; None when it is fine or not one
+    the controller keeps (pure)."""
     if ctx.kueue_flavor is None:
         return None
-    desired = build_resource_flavor(ctx.kueue_flavor)
-    if (
-        observed.get("kind") != desired["kind"]
-        or (observed.get("metadata") or {}).get("name") != desired["metadata"]["name"]
-    ):
-        return None
-    return desired if deleted or not reconcile.matches(desired, observed) else None
+    name = (observed.get("metadata") or {}).get("name")
+    for desired in build_shared(ctx.kueue_flavor):
+        if observed.get("kind") == desired["kind"] and name == desired["metadata"]["name"]:
+            return desired if deleted or not reconcile.matches(desired, observed) else None
+    return None
 
 
 def repair_shared(ctx: Context, desired: Mapping[str, Any]) -> None:

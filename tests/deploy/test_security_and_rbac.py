@@ -105,11 +105,16 @@ CONTROLLER_DRA_RULES: dict[tuple[str, str], set[str]] = {
 
 
 #: queueing.mode=kueue: the controller keeps each Tenancy's ClusterQueue and LocalQueue (deleted
-#: with it) and the GPU nodes' shared ResourceFlavor (services/tenancy_controller/queues.py).
+#: with it) and, shared and never deleted, the GPU nodes' ResourceFlavor, the container classes'
+#: WorkloadPriorityClasses and the Cohort holding the pool, which it sums from the watched nodes
+#: (services/tenancy_controller/queues.py, pool.py).
 CONTROLLER_KUEUE_RULES: dict[tuple[str, str], set[str]] = {
     ("kueue.x-k8s.io", "clusterqueues"): {"get", "list", "watch", "create", "update", "delete"},
     ("kueue.x-k8s.io", "localqueues"): {"get", "list", "watch", "create", "update", "delete"},
     ("kueue.x-k8s.io", "resourceflavors"): {"get", "list", "watch", "create", "update"},
+    ("kueue.x-k8s.io", "workloadpriorityclasses"): {"get", "list", "watch", "create", "update"},
+    ("kueue.x-k8s.io", "cohorts"): {"get", "list", "watch", "create", "update"},
+    ("", "nodes"): {"list", "watch"},
 }
 
 #: queueing.mode=kueue: the API reads a tenancy's Workloads for its containers' queue positions.

@@ -55,6 +55,39 @@ def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c["type"] == kind), None)
 
 
+def create_tenancy(q: Queued, name: str, *, quota: int, guaranteed: int) -> None:
+    body = {
+        "apiVersion": crds.API_VERSION,
+        "kind": "Tenancy",
+        "metadata": {"name": name},
+        "spec": {"gpuQuota": quota, "podQuota": 4, "guaranteedGpus": guaranteed},
+    }
+    q.custom.create_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, body)
+
+
+def tenancy_ready(q: Queued, name: str) -> bool:
+    tenancy = q.custom.get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name)
+    return (tenancy.get("status") or {}).get("phase") == "Ready"
+
+
+def read(q: Queued, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """A Kueue object, or None when there is none."""
+    try:
+        if namespace:
+            return q.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        return q.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def borrowed(q: Queued, cluster_queue: str) -> str | None:
+    """The GPUs a ClusterQueue's admitted workloads borrow from the cohort, as Kueue counts them."""
+    usage = ((read(q, "clusterqueues", cluster_queue) or {}).get("status") or {}).get("flavorsUsage") or []
+    return next((r.get("borrowed") for f in usage for r in f["resources"] if r["name"] == "nvidia.com/gpu"), None)
+
+
 def admitted(q: Queued, pod_name: str, namespace: str) -> bool:
     """The pod's Workload is Admitted and no gate is left (Kueue's topology gate goes too when the
     flavor has no topology)."""
@@ -88,7 +121,15 @@ def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
 
 
 @pytest.fixture(scope="module")
-def controlled(queued: Queued, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
+def controller_overrides() -> dict[str, Any]:
+    """Settings of the module's controller beyond the chart's (a module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def controlled(
+    queued: Queued, tmp_path_factory: pytest.TempPathFactory, controller_overrides: dict[str, Any]
+) -> Iterator[Queued]:
     """``queued``'s cluster with the Tenancy CRD and the tenancy controller queueing by Kueue, as
     the chart installs it with ``queueing.mode: kueue``: under its ServiceAccount and the chart's
     RBAC (a right the chart lacks fails these tests); ``kubeconfigs`` has the API's too."""
@@ -119,6 +160,7 @@ def controlled(queued: Queued, tmp_path_factory: pytest.TempPathFactory) -> Iter
         # as the chart sets them: the API's Secret rights in each tenant namespace
         api_service_account=f"{chart.NAMESPACE}/{accounts['api']}",
         api_secrets_cluster_role=secrets_role,
+        **controller_overrides,
     )
     controller = ControllerThread(settings).start()
     try:

@@ -9,40 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
-
 from core import crds, kueue
 from devtools.waiting import wait_for
 from services.api.domain.pods import build_pod
-from tests.kueue.conftest import GATE, GROUP, TIMEOUT, VERSION, Queued, admitted, gates
+from tests.kueue.conftest import (
+    GATE,
+    GROUP,
+    TIMEOUT,
+    VERSION,
+    Queued,
+    admitted,
+    borrowed,
+    create_tenancy,
+    gates,
+    read,
+    tenancy_ready,
+)
 
 GPU = "nvidia.com/gpu"
-
-
-def _tenancy(q: Queued, name: str, *, quota: int, guaranteed: int) -> None:
-    body = {
-        "apiVersion": crds.API_VERSION,
-        "kind": "Tenancy",
-        "metadata": {"name": name},
-        "spec": {"gpuQuota": quota, "podQuota": 4, "guaranteedGpus": guaranteed},
-    }
-    q.custom.create_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, body)
-
-
-def _read(q: Queued, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-    try:
-        if namespace:
-            return q.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-        return q.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def _ready(q: Queued, name: str) -> bool:
-    tenancy = q.custom.get_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, name)
-    return (tenancy.get("status") or {}).get("phase") == "Ready"
 
 
 def _gpu_limits(cluster_queue: dict[str, Any]) -> tuple[str, str, str]:
@@ -50,21 +34,16 @@ def _gpu_limits(cluster_queue: dict[str, Any]) -> tuple[str, str, str]:
     return gpus["nominalQuota"], gpus["borrowingLimit"], gpus["lendingLimit"]
 
 
-def _borrowed(q: Queued, cluster_queue: str) -> str | None:
-    usage = ((_read(q, "clusterqueues", cluster_queue) or {}).get("status") or {}).get("flavorsUsage") or []
-    return next((r.get("borrowed") for f in usage for r in f["resources"] if r["name"] == GPU), None)
-
-
 def test_queues_follow_the_tenancies_and_a_tenancy_borrows_an_idle_guarantee(controlled: Queued) -> None:
     q = controlled
-    _tenancy(q, "a", quota=8, guaranteed=8)  # the whole 8 GPUs guaranteed, idle
-    _tenancy(q, "b", quota=8, guaranteed=0)  # nothing guaranteed, capped at 8
+    create_tenancy(q, "a", quota=8, guaranteed=8)  # the whole 8 GPUs guaranteed, idle
+    create_tenancy(q, "b", quota=8, guaranteed=0)  # nothing guaranteed, capped at 8
     for name in ("a", "b"):
-        wait_for(lambda name=name: _ready(q, name), TIMEOUT, what=f"tenancy {name} Ready")
-    cq_a, cq_b = _read(q, "clusterqueues", "tenancy-a"), _read(q, "clusterqueues", "tenancy-b")
+        wait_for(lambda name=name: tenancy_ready(q, name), TIMEOUT, what=f"tenancy {name} Ready")
+    cq_a, cq_b = read(q, "clusterqueues", "tenancy-a"), read(q, "clusterqueues", "tenancy-b")
     assert cq_a and cq_b and cq_a["spec"]["cohortName"] == cq_b["spec"]["cohortName"] == "gpucaas"
     assert _gpu_limits(cq_a) == ("8", "0", "8") and _gpu_limits(cq_b) == ("0", "8", "0")
-    local = _read(q, "localqueues", "default", "tenant-b")
+    local = read(q, "localqueues", "default", "tenant-b")
     assert local and local["spec"]["clusterQueue"] == "tenancy-b"
     # Kueue holds the GPU cap: the quota no longer counts GPUs
     quota = q.core.read_namespaced_resource_quota("tenant-quota", "tenant-b")
@@ -77,13 +56,13 @@ def test_queues_follow_the_tenancies_and_a_tenancy_borrows_an_idle_guarantee(con
     assert GATE in gates(q, name, "tenant-b")  # Kueue's webhook gated it at creation
     wait_for(lambda: admitted(q, name, "tenant-b"), TIMEOUT, what="b's 8-GPU pod admitted")
     # all 8 borrowed: a's guarantee, lent while a is idle
-    wait_for(lambda: _borrowed(q, "tenancy-b") == "8", TIMEOUT, what="b's 8 GPUs counted as borrowed")
+    wait_for(lambda: borrowed(q, "tenancy-b") == "8", TIMEOUT, what="b's 8 GPUs counted as borrowed")
 
     # drift: the LocalQueue deleted by hand comes back
     uid = local["metadata"]["uid"]
     q.custom.delete_namespaced_custom_object(GROUP, VERSION, "tenant-b", "localqueues", "default")
     back = wait_for(
-        lambda: (lq := _read(q, "localqueues", "default", "tenant-b")) and lq["metadata"]["uid"] != uid and lq,
+        lambda: (lq := read(q, "localqueues", "default", "tenant-b")) and lq["metadata"]["uid"] != uid and lq,
         TIMEOUT,
         what="the LocalQueue put back",
     )
@@ -91,6 +70,6 @@ def test_queues_follow_the_tenancies_and_a_tenancy_borrows_an_idle_guarantee(con
 
     # deletion: the tenancy's pods go, then its ClusterQueue and LocalQueue
     q.custom.delete_cluster_custom_object(crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, "b")
-    wait_for(lambda: _read(q, "clusterqueues", "tenancy-b") is None, TIMEOUT, what="ClusterQueue tenancy-b deleted")
-    wait_for(lambda: _read(q, "localqueues", "default", "tenant-b") is None, TIMEOUT, what="LocalQueue deleted")
-    assert _read(q, "clusterqueues", "tenancy-a") is not None  # the other tenancy's stays
+    wait_for(lambda: read(q, "clusterqueues", "tenancy-b") is None, TIMEOUT, what="ClusterQueue tenancy-b deleted")
+    wait_for(lambda: read(q, "localqueues", "default", "tenant-b") is None, TIMEOUT, what="LocalQueue deleted")
+    assert read(q, "clusterqueues", "tenancy-a") is not None  # the other tenancy's stays

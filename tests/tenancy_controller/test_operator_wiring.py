@@ -24,9 +24,24 @@ def test_kueues_kinds_are_watched_only_when_it_queues():
     def watched(settings: ControllerSettings) -> set[str]:
         return {h.id for h in main.build_registry(settings)._watching.get_all_handlers()}
 
-    kueue_handlers = {"child-clusterqueues", "child-localqueues", "shared-flavor"}
+    def indexed(settings: ControllerSettings) -> set[str]:
+        return {h.id for h in main.build_registry(settings)._indexing.get_all_handlers()}
+
+    kueue_handlers = {
+        "child-clusterqueues",
+        "child-localqueues",
+        "shared-flavor",
+        "shared-priority-classes",
+        "pool-cohort",
+        "pool-nodes",
+        "pool-tenancies",
+    }
     assert not kueue_handlers & watched(ControllerSettings())
     assert kueue_handlers <= watched(ControllerSettings(queueing="kueue"))
+    # the pool's inputs: nodes are watched (and their verbs granted) only when Kueue queues
+    assert not {"gpu_nodes", "tenancy_guarantees"} & indexed(ControllerSettings())
+    assert {"gpu_nodes", "tenancy_guarantees"} <= indexed(ControllerSettings(queueing="kueue"))
+    assert ("", "v1", "nodes") not in main.watched_resources(main.build_registry(ControllerSettings()))
 
 
 def test_kopf_settings_in_one_place():

@@ -113,9 +113,13 @@ def test_with_kueue_the_plan_has_the_queues_and_a_quota_without_gpus():
         ("ClusterQueue", "tenancy-acme"),
         ("LocalQueue", "default"),
     ]
-    # the flavor is shared: applied with the component, never one of this tenancy's children
-    assert [o["kind"] for o in queued.shared[reconcile.QUEUE]] == ["ResourceFlavor"]
-    assert "ResourceFlavor" not in {o["kind"] for o in queued.objects}
+    # the flavor and the classes are shared: applied with the component, never this tenancy's children
+    assert [(o["kind"], o["metadata"]["name"]) for o in queued.shared[reconcile.QUEUE]] == [
+        ("ResourceFlavor", "hgx-h100-8"),
+        ("WorkloadPriorityClass", "gpucaas-standard"),
+        ("WorkloadPriorityClass", "gpucaas-interruptible"),
+    ]
+    assert not {"ResourceFlavor", "WorkloadPriorityClass"} & {o["kind"] for o in queued.objects}
     hard = {o["kind"]: o for o in queued.objects}["ResourceQuota"]["spec"]["hard"]
     plain_hard = {o["kind"]: o for o in plain.objects}["ResourceQuota"]["spec"]["hard"]
     assert plain_hard == {**hard, "requests.nvidia.com/gpu": "8"}
