@@ -300,6 +300,7 @@ class SubmissionWorker:
                 name=row.pod_name,
                 queue=kueue.LOCAL_QUEUE if self.settings.queueing == kueue.KUEUE else None,
                 interruptible=row.interruptible,
+                run=row.preemptions,
             )
             uid = self.kube.create_pod(body)
             created = uid is not None
@@ -562,13 +563,17 @@ class SubmissionWorker:
             current = session.get(Container, cid)
         name = meta.get("name")
         if current is not None and name and name != current.pod_name:
-            # an earlier attempt's pod, refused by its node (the container has a newer one): not its state
+            # an earlier attempt's pod: refused by its node, or an earlier run the queue preempted
+            # (the container has a newer one): not its state, but an earlier run's end is metered
+            self.usage.observe(pod, deleted=deleted)
             if not deleted and not meta.get("deletionTimestamp"):
                 self._delete_attempt(current, name)
             return cid
         if not deleted and current is not None and self._retry_refused(current, pod):
             return cid
         self.usage.observe(pod, deleted=deleted)
+        if current is not None and name and self._requeue_preempted(current, pod, name, deleted=deleted):
+            return cid
         with Session(self.engine) as session:
             if deleted:
                 row = session.get(Container, cid)
@@ -601,6 +606,32 @@ class SubmissionWorker:
             self._remove_endpoints(cid, row.tenancy)
         return cid
 
+    def _requeue_preempted(self, row: Container, pod: dict[str, Any], name: str, *, deleted: bool) -> bool:
+        """A container that asked for it (``restart_on_preemption``) whose run the queue preempted
+        goes back in the queue for its next run, in a new pod, once this one has ended (its
+        process gone: a terminal report, or the pod deleted). True when the pod was handled here."""
+        if not row.restart_on_preemption or row.status not in (ContainerStatus.PENDING, ContainerStatus.RUNNING):
+            return False
+        if not reasons.preempted_by_queue(pod):
+            return False
+        report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
+        if not deleted and report.status not in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
+            return False  # still stopping (SIGTERM, its grace period): its end comes next
+        cause = reasons.stopped_by_queue(pod) or "Preempted by the queue"
+        run = row.preemptions + 2
+        message = f"{cause}; back in the queue for run {run}"
+        upcoming = pods.pod_name(row.id, pods.attempt_of(name, row.id) + 1)
+        with Session(self.engine) as session:
+            won = worker_state.requeue_preempted(
+                session, container_id=row.id, pod_name=name, next_pod_name=upcoming, message=message
+            )
+        if won:
+            log.info("container %s tenancy %s: preempted; queued again for run %d", row.id, row.tenancy, run)
+            self.wake()
+        if not deleted and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self._delete_attempt(row, name)  # Kueue deletes the pods it stops; an ended run's pod holds nothing
+        return True
+
     def _retry_refused(self, row: Container, pod: dict[str, Any]) -> bool:
         """A pod its node refused before it started is made again, under the next attempt's
         name, ``pods.ADMISSION_RETRIES`` times at most; then the container fails with the
@@ -618,7 +649,8 @@ class SubmissionWorker:
         attempt = pods.attempt_of(row.pod_name, row.id)
         if attempt < 0:
             return False
-        if attempt >= pods.ADMISSION_RETRIES:
+        refusals = attempt - row.preemptions  # each run after a preemption took a pod name too
+        if refusals >= pods.ADMISSION_RETRIES:
             if not stays_pending:
                 return False  # the failed pod's report fails the container
             with Session(self.engine) as session:
@@ -632,10 +664,10 @@ class SubmissionWorker:
             self._delete_attempt(row, row.pod_name)
             return True
         upcoming = pods.pod_name(row.id, attempt + 1)
-        delay = Backoff(self.settings.admission_retry_seconds, math.inf).delay(attempt + 1)
+        delay = Backoff(self.settings.admission_retry_seconds, math.inf).delay(refusals + 1)
         message = (
             f"the node refused the pod ({why}); making another in {delay:.0f}s "
-            f"({attempt + 1} of {pods.ADMISSION_RETRIES})"
+            f"({refusals + 1} of {pods.ADMISSION_RETRIES})"
         )
         with Session(self.engine) as session:
             won = worker_state.requeue_refused(
@@ -652,7 +684,8 @@ class SubmissionWorker:
         return True
 
     def _delete_attempt(self, row: Container, name: str) -> None:
-        """Delete a refused attempt's pod (it never ran; it holds nothing but its name)."""
+        """Delete an earlier attempt's pod: refused (it never ran) or a preempted run that has ended;
+        it holds nothing but its name."""
         try:
             self.kube.delete_pod(crds.tenant_namespace(row.tenancy), name)
         except KubeError as exc:

@@ -56,6 +56,7 @@ def test_a_run_is_charged_from_the_containers_own_times(api: ApiServer, k8s: Any
         done = wait_for(lambda: (r := record_of(c, cid)) and not r["running"] and r, 60, what="the run's end")
         assert done == {
             "container_id": cid,
+            "attempt": 1,
             "tenancy": "meter",
             "gpus": 2,
             "gpu_model": "NVIDIA-H100-80GB-HBM3",

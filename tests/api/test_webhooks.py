@@ -25,7 +25,7 @@ from services.api.webhooks import store
 from services.api.webhooks.signing import verify
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
-from tests.api.kube_helpers import mark_tenancy_ready, now, set_pod_status
+from tests.api.kube_helpers import get_pod, mark_tenancy_ready, now, set_pod_status
 from tests.api.webhook_receiver import Receiver
 
 EVENTS = ["container.running", "container.succeeded", "container.failed", "container.cancelled"]
@@ -504,3 +504,78 @@ def test_a_preempted_interruptible_container_says_preempted_in_its_reason_its_we
         assert first.status_code == 202 and again.status_code == 409, again.text
         bad = c.post("/v1/containers", json={"image": "busybox:1.36", "interruptible": "yes"})
         assert bad.status_code == 422 and "interruptible" in bad.text
+
+
+def test_a_preempted_container_that_asked_to_restart_goes_back_in_the_queue_under_its_id(
+    api: ApiServer, k8s: Any, receiver: Receiver
+) -> None:
+    """``restart_on_preemption``: the preempted run ends, the container is queued again with the
+    same id, and its next run is a new pod and a usage record of its own."""
+    token = _tenant(api, k8s, "again")
+    with api.client(token) as c:
+        hook = c.post("/v1/webhooks", json={"url": receiver.url, "events": EVENTS + ["container.preempted"]})
+        assert hook.status_code == 201, hook.text
+        refused = c.post(
+            "/v1/containers",
+            json={"image": "busybox:1.36", "restart_on_preemption": True, "ports": [{"port": 8080}]},
+        )
+        assert refused.status_code == 422 and "restart_on_preemption" in refused.text
+        created = c.post(
+            "/v1/containers",
+            json={"image": "busybox:1.36", "gpus": 2, "interruptible": True, "restart_on_preemption": True},
+        )
+        assert created.status_code == 202, created.text
+        first = created.json()
+        assert first["restart_on_preemption"] is True and first["attempt"] == 1
+        cid = first["id"]
+        wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Pending", what="the pod")
+        set_pod_status(k8s, "tenant-again", f"gpucaas-{cid}", RUNNING)
+        wait_for(lambda: receiver.received("container.running"), what="container.running")
+        set_pod_status(k8s, "tenant-again", f"gpucaas-{cid}", PREEMPTED)
+
+        preempted = wait_for(lambda: receiver.received("container.preempted"), what="container.preempted")
+        seen = preempted[0].event["data"]["container"]
+        assert (seen["status"], seen["reason"], seen["attempt"]) == ("Queued", "Preempted", 2)
+        assert seen["message"] == (
+            "Preempted by the queue: another tenancy claimed its guaranteed GPUs; back in the queue for run 2"
+        )
+        assert not receiver.received("container.failed")  # it did not end
+        requeued = wait_for(
+            lambda: (r := c.get(f"/v1/containers/{cid}").json())["pod_name"] == f"gpucaas-{cid}-r1" and r,
+            what="the next run's pod name",
+        )
+        # until its next run starts it says why its last one ended (its message: why it waits now)
+        assert requeued["reason"] == "Preempted" and requeued["attempt"] == 2
+        # the next run is a new pod, labelled with its run; the preempted one is gone
+        second = wait_for(lambda: get_pod(k8s, "tenant-again", f"gpucaas-{cid}-r1"), what="the second run's pod")
+        assert second["metadata"]["labels"]["gpucaas.dev/run"] == "1"
+        wait_for(lambda: get_pod(k8s, "tenant-again", f"gpucaas-{cid}") is None, what="the first pod deleted")
+
+        later = {**SUCCEEDED, "startTime": "2026-01-02T04:00:00Z"}
+        later["containerStatuses"] = [
+            {
+                **SUCCEEDED["containerStatuses"][0],
+                "state": {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": "2026-01-02T04:00:00Z",
+                        "finishedAt": "2026-01-02T04:00:05Z",
+                    }
+                },
+            }
+        ]
+        set_pod_status(k8s, "tenant-again", f"gpucaas-{cid}-r1", later)
+        done = wait_for(
+            lambda: (r := c.get(f"/v1/containers/{cid}").json())["status"] == "Succeeded" and r, what="the second run"
+        )
+        assert done["reason"] is None and done["attempt"] == 2 and done["exit_code"] == 0
+        window = {"group_by": "container", "from": "2026-01-02T00:00:00Z", "to": "2026-01-03T00:00:00Z"}
+        runs = wait_for(
+            lambda: len(r := c.get("/v1/usage", params=window).json()["data"]) == 2 and r, what="both runs' records"
+        )
+        assert [(r["container_id"], r["attempt"], r["gpu_seconds"], r["interruptible"]) for r in runs] == [
+            (cid, 1, 18.0, True),
+            (cid, 2, 10.0, True),
+        ]
+        assert c.get("/v1/usage", params={**window, "group_by": "day"}).json()["total_gpu_seconds"] == 28.0

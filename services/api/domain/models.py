@@ -659,6 +659,15 @@ class ContainerCreate(StrictInput, ContainerBase):
         ),
         examples=[False],
     )
+    restart_on_preemption: StrictBool = PField(
+        False,
+        description=(
+            "When the queue preempts it, put it back in the queue under the same id rather than end it "
+            "Failed: each run is an attempt (attempt 1, 2, ...), with a usage record of its own. "
+            "Default false."
+        ),
+        examples=[False],
+    )
     cpu: str | None = PField(
         None,
         max_length=32,
@@ -790,6 +799,15 @@ class ContainerCreate(StrictInput, ContainerBase):
         return self
 
     @model_validator(mode="after")
+    def _restart_without_ports(self) -> ContainerCreate:
+        if self.restart_on_preemption and self.ports:
+            raise ValueError(
+                "restart_on_preemption: not with ports yet (each run would need its endpoints made again); "
+                "leave out one of them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _nvlink_sizes(self) -> ContainerCreate:
         if self.nvlink and self.gpus not in validation.NVLINK_SIZES:
             raise ValueError(validation.nvlink_refusal(self.gpus))
@@ -830,6 +848,9 @@ class Container(ContainerBase, table=True):
     # its class and why it ended when that is not the process's own doing (migration 0015)
     interruptible: bool = False
     reason: str | None = Field(default=None, max_length=32)
+    # put back in the queue when preempted; how many times it was (its run is preemptions + 1)
+    restart_on_preemption: bool = False
+    preemptions: int = 0
     node_name: str | None = Field(default=None, max_length=253)
     pod_name: str = Field(max_length=63)
     idempotency_key: str | None = Field(default=None, max_length=255)
@@ -888,10 +909,19 @@ class ContainerPublic(ContainerBase):
     exit_code: int | None = PField(None, description="The main process's exit code once it has finished.")
     reason: ContainerReason | None = PField(
         None,
-        description="Why it ended when the platform ended it: Preempted (the queue gave its GPUs to other "
-        "work; docs/queues.md). Null otherwise.",
+        description="Why the platform ended it, or its last run: Preempted (the queue gave its GPUs to other "
+        "work; docs/queues.md). A container put back in the queue keeps it until its next run starts. Null "
+        "otherwise.",
     )
     interruptible: bool = PField(False, description="Its class: true for interruptible, false for standard.")
+    restart_on_preemption: bool = PField(
+        False, description="Whether a preemption puts it back in the queue (true) or ends it Failed (false)."
+    )
+    attempt: int = PField(
+        1,
+        description="Which run it is on: 1, then n + 1 after the queue preempted it n times and put it back "
+        "(restart_on_preemption).",
+    )
     node_name: str | None
     namespace: str
     pod_name: str

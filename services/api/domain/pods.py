@@ -24,6 +24,9 @@ NFS_CLAIM = "tenant-storage"
 NFS_MOUNT_PATH = "/data"
 SHM_VOLUME = "dshm"
 MANAGED_BY = "gpucaas-api"
+#: The label of a container's pod giving the run it is (``restart_on_preemption``: the run after
+#: n preemptions is run n); absent on the first run's pods, run 0.
+RUN_LABEL = "gpucaas.dev/run"
 #: Seconds between SIGTERM and SIGKILL when a container is stopped before its end: cancelled,
 #: preempted by the queue, its node drained (the pod's ``terminationGracePeriodSeconds``).
 STOP_GRACE_SECONDS = 30
@@ -54,6 +57,12 @@ def attempt_of(name: str, container_id: str) -> int:
         return 0
     rest = name.removeprefix(first + "-r")
     return int(rest) if rest != name and rest.isdigit() else -1
+
+
+def run_of(pod: Mapping[str, Any]) -> int:
+    """The run a container's pod is (its ``gpucaas.dev/run`` label; 0 when absent or unreadable)."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL, "0")
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
 def refused_at_admission(pod: Mapping[str, Any]) -> str | None:
@@ -179,6 +188,7 @@ def build_pod(
     name: str | None = None,
     queue: str | None = None,
     interruptible: bool = False,
+    run: int = 0,
     finalizer: bool = True,
 ) -> dict[str, Any]:
     """The tenant pod: a Kata micro-VM with ``gpus`` passthrough GPUs and no host access.
@@ -194,7 +204,8 @@ def build_pod(
     ClusterQueue admits it, and it stays Pending meanwhile (docs/queues.md). With a queue the pod
     also names its class's WorkloadPriorityClass (``kueue.x-k8s.io/priority-class``:
     ``gpucaas-interruptible`` when ``interruptible``, else ``gpucaas-standard``): Kueue preempts
-    the lower first.
+    the lower first. ``run``: which run of the container this pod is (after ``run`` preemptions),
+    in the label ``gpucaas.dev/run`` from the second on.
 
     The GPUs: the extended resource ``gpu_resource`` (``allocation_mode`` device-plugin), or
     (dra) a ResourceClaim that Kubernetes creates for the pod from the tenant namespace's
@@ -301,6 +312,7 @@ def build_pod(
                     if queue
                     else {}
                 ),
+                **({RUN_LABEL: str(run)} if run else {}),
             },
             **({"finalizers": [crds.FINALIZER_POD_USAGE]} if finalizer else {}),
         },

@@ -74,7 +74,7 @@ _JSON_ERRORS: dict[int | str, dict[str, object]] = {
 
 #: the public fields read straight from a container row (namespace and env are derived)
 _ROW_FIELDS = tuple(
-    name for name in ContainerPublic.model_fields if name not in ("namespace", "env", "endpoints", "queue")
+    name for name in ContainerPublic.model_fields if name not in ("namespace", "env", "endpoints", "queue", "attempt")
 )
 
 
@@ -85,6 +85,7 @@ def to_public(row: Container | SimpleNamespace | Row[Any], endpoint_domain: str)
     values = {name: getattr(row, name) for name in _ROW_FIELDS}
     values["namespace"] = crds.tenant_namespace(row.tenancy)
     values["env"] = redacted_env(row.env)
+    values["attempt"] = row.preemptions + 1
     if row.ports and row.status not in TERMINAL_STATUSES:
         values["endpoints"] = endpoints.public_endpoints(row.id, row.ports, endpoint_domain)
     return ContainerPublic.model_validate(values)

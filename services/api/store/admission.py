@@ -53,6 +53,7 @@ def request_hash(*, tenancy: str, data: ContainerCreate) -> str:
         **({"volumes": data.volumes_wire} if data.volumes else {}),
         **({"ports": data.ports_wire} if data.ports else {}),
         **({"interruptible": True} if data.interruptible else {}),
+        **({"restart_on_preemption": True} if data.restart_on_preemption else {}),
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
@@ -164,6 +165,7 @@ def _submission(tenancy_name: str, data: ContainerCreate, idempotency_key: str |
         ports=data.ports_wire,
         timeout_seconds=data.timeout_seconds,
         interruptible=data.interruptible,
+        restart_on_preemption=data.restart_on_preemption,
         status=ContainerStatus.QUEUED.value,
         pod_name=pod_name(cid),
         idempotency_key=idempotency_key,

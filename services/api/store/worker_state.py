@@ -16,7 +16,7 @@ from sqlalchemy import func, update
 from sqlmodel import Session, col, select
 
 from services.api.db import row_claims
-from services.api.domain.models import ACTIVE_STATUSES, Container, ContainerStatus, utcnow
+from services.api.domain.models import ACTIVE_STATUSES, Container, ContainerReason, ContainerStatus, utcnow
 from services.api.domain.pods import PodReport
 from services.api.webhooks import outbox as webhook_outbox
 
@@ -104,6 +104,46 @@ def requeue_refused(
     return bool(result.rowcount)
 
 
+def requeue_preempted(session: Session, *, container_id: str, pod_name: str, next_pod_name: str, message: str) -> bool:
+    """The queue preempted the pod ``pod_name`` of a container that asked to be put back
+    (``restart_on_preemption``): queue it again for its next run, under the same id, in a new pod
+    ``next_pod_name``; its reason stays ``Preempted`` until that run starts. Only one replica
+    wins (the row must still name ``pod_name`` and be active); True for that one, whose
+    transaction also queues the ``container.preempted`` event."""
+    row = session.get(Container, container_id)
+    before = row.status if row is not None else None
+    now = utcnow()
+    result = session.exec(
+        update(Container)
+        .where(
+            col(Container.id) == container_id,
+            col(Container.pod_name) == pod_name,
+            col(Container.status).in_(ACTIVE_STATUSES),
+        )
+        .values(
+            status=ContainerStatus.QUEUED,
+            pod_name=next_pod_name,
+            pod_created=False,
+            node_name=None,
+            started_at=None,
+            finished_at=None,
+            exit_code=None,
+            message=message[:2048],
+            reason=ContainerReason.PREEMPTED,
+            preemptions=Container.preemptions + 1,
+            attempts=0,
+            next_attempt_at=now,
+            claimed_by=None,
+            claimed_until=None,
+            updated_at=now,
+        )
+    )
+    if result.rowcount:
+        webhook_outbox.on_status_change(session, container_id=container_id, before=before)
+    session.commit()
+    return bool(result.rowcount)
+
+
 def reschedule(session: Session, *, container_id: str, delay: float, message: str, count_attempt: bool) -> None:
     now = utcnow()
     values: dict[str, Any] = {
@@ -185,8 +225,9 @@ def apply_pod_report(session: Session, *, container_id: str, report: PodReport, 
         values["exit_code"] = report.exit_code
     if report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
         values["finished_at"] = report.finished_at or row.finished_at or utcnow()
-        if report.reason is not None:
-            values["reason"] = report.reason
+        values["reason"] = report.reason
+    elif report.status == ContainerStatus.RUNNING:
+        values["reason"] = None  # a new run started: an earlier run's preemption no longer says how it ends
     if all(getattr(row, k) == v for k, v in values.items()):
         return False
     values["updated_at"] = utcnow()

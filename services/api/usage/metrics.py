@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
-from services.api.usage.records import UsageRecord
+from services.api.usage.records import TABLES
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +32,18 @@ class UsageCollector(Collector):
         engine = self.engine_of()
         if engine is not None:
             try:
+                totals: dict[str, float] = {}
                 with Session(engine) as session:
-                    stmt = (
-                        select(UsageRecord.tenancy, func.sum(UsageRecord.gpu_seconds))
-                        .where(col(UsageRecord.gpu_seconds).is_not(None))
-                        .group_by(UsageRecord.tenancy)
-                    )
-                    for tenancy, total in session.exec(stmt).all():
-                        family.add_metric([tenancy], float(total or 0))
+                    for table in TABLES:
+                        stmt = (
+                            select(table.tenancy, func.sum(table.gpu_seconds))
+                            .where(col(table.gpu_seconds).is_not(None))
+                            .group_by(table.tenancy)
+                        )
+                        for tenancy, total in session.exec(stmt).all():
+                            totals[tenancy] = totals.get(tenancy, 0.0) + float(total or 0)
+                for tenancy, total in sorted(totals.items()):
+                    family.add_metric([tenancy], total)
             except Exception:  # a scrape must not fail on a database hiccup
                 log.warning("usage metrics unavailable", exc_info=True)
         yield family

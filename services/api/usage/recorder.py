@@ -84,10 +84,11 @@ class Recorder:
                     gpus,
                 )
             if run.finished_at is not None:
-                self._close(session, run.container_id, run.finished_at, records.END_POD)
+                self._close(session, run.container_id, run.finished_at, records.END_POD, run=run.run)
             elif deleted:
                 when = _time((pod.get("metadata") or {}).get("deletionTimestamp"))
-                self._close(session, run.container_id, min(when, utcnow()) if when else utcnow(), records.END_DELETED)
+                end = min(when, utcnow()) if when else utcnow()
+                self._close(session, run.container_id, end, records.END_DELETED, run=run.run)
 
     def pod_deleted(self, container_id: str, *, when: datetime) -> None:
         """The worker has just deleted the run's pod (a cancellation): end the open run at
@@ -95,7 +96,8 @@ class Recorder:
         restarting) and miss the pod's last states; the next relist would only find it gone
         and charge it up to then. The pod's own end, if the watch sees it, still replaces this."""
         with Session(self.engine) as session:
-            self._close(session, container_id, when, records.END_DELETED)
+            for row in records.open_runs(session, container_id):  # its current run, if it started
+                self._close(session, container_id, when, records.END_DELETED, run=row.run)
 
     def close_vanished(self, *, present: set[str], before: datetime) -> None:
         """After a relist taken at ``before``: end the open runs whose pod is gone (it was
@@ -104,15 +106,16 @@ class Recorder:
             for row in records.open_runs(session):
                 started = _as_utc(row.started_at)
                 if row.container_id not in present and started is not None and started < before:
-                    self._close(session, row.container_id, before, records.END_VANISHED)
+                    self._close(session, row.container_id, before, records.END_VANISHED, run=row.run)
 
     @staticmethod
-    def _close(session: Session, container_id: str, when: datetime, source: str) -> None:
-        seconds = records.close_run(session, container_id=container_id, finished_at=when, source=source)
+    def _close(session: Session, container_id: str, when: datetime, source: str, *, run: int) -> None:
+        seconds = records.close_run(session, container_id=container_id, finished_at=when, source=source, run=run)
         if seconds is not None:
             log.info(
-                "usage: container %s ended at %s (%s): %.1f GPU-seconds",
+                "usage: container %s run %d ended at %s (%s): %.1f GPU-seconds",
                 container_id,
+                run,
                 when.isoformat(),
                 source,
                 seconds,

@@ -11,12 +11,13 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from services.api.usage.records import UsageRecord
+from services.api.usage.records import RunRecord
 
 GROUPS = ("day", "container")
 DAY_COLUMNS = ("day", "tenancy", "gpu_seconds", "gpu_hours", "containers")
 CONTAINER_COLUMNS = (
     "container_id",
+    "attempt",
     "tenancy",
     "gpus",
     "gpu_model",
@@ -36,7 +37,7 @@ def stamp(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _span(row: UsageRecord, start: datetime, end: datetime, now: datetime) -> tuple[datetime, datetime] | None:
+def _span(row: RunRecord, start: datetime, end: datetime, now: datetime) -> tuple[datetime, datetime] | None:
     lo = max(row.started_at, start)
     hi = min(row.finished_at or now, end)
     return (lo, hi) if hi > lo else None
@@ -46,7 +47,7 @@ def _hours(seconds: float) -> float:
     return round(seconds / 3600, 6)
 
 
-def by_container(rows: Iterable[UsageRecord], *, start: datetime, end: datetime, now: datetime) -> list[dict[str, Any]]:
+def by_container(rows: Iterable[RunRecord], *, start: datetime, end: datetime, now: datetime) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         span = _span(row, start, end, now)
@@ -56,6 +57,7 @@ def by_container(rows: Iterable[UsageRecord], *, start: datetime, end: datetime,
         out.append(
             {
                 "container_id": row.container_id,
+                "attempt": row.run + 1,
                 "tenancy": row.tenancy,
                 "gpus": row.gpus,
                 "gpu_model": row.gpu_model,
@@ -73,7 +75,7 @@ def by_container(rows: Iterable[UsageRecord], *, start: datetime, end: datetime,
     return out
 
 
-def by_day(rows: Iterable[UsageRecord], *, start: datetime, end: datetime, now: datetime) -> list[dict[str, Any]]:
+def by_day(rows: Iterable[RunRecord], *, start: datetime, end: datetime, now: datetime) -> list[dict[str, Any]]:
     seconds: dict[tuple[date, str], float] = defaultdict(float)
     runs: dict[tuple[date, str], set[str]] = defaultdict(set)
     for row in rows:
@@ -107,7 +109,7 @@ def month_bounds(now: datetime) -> tuple[datetime, datetime]:
     return first, nxt
 
 
-def total_seconds(rows: Iterable[UsageRecord], *, start: datetime, end: datetime, now: datetime) -> float:
+def total_seconds(rows: Iterable[RunRecord], *, start: datetime, end: datetime, now: datetime) -> float:
     total = 0.0
     for row in rows:
         span = _span(row, start, end, now)

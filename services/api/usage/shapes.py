@@ -12,11 +12,14 @@ class UsageDay(BaseModel):
     tenancy: str
     gpu_seconds: float = Field(description="GPUs × seconds used on that day within the window.")
     gpu_hours: float
-    containers: int = Field(description="Container runs that used GPUs on that day.")
+    containers: int = Field(description="Containers that used GPUs on that day (several runs of one count once).")
 
 
 class UsageContainer(BaseModel):
     container_id: str
+    attempt: int = Field(
+        description="Which run of the container: 1, or n + 1 after n preemptions that put it back in the queue."
+    )
     tenancy: str
     gpus: int
     gpu_model: str | None = Field(description="The node's nvidia.com/gpu.product label, when it has one.")

@@ -36,6 +36,7 @@ def container_view(row: Container) -> dict[str, Any]:
         "exit_code": row.exit_code,
         "reason": row.reason,
         "interruptible": row.interruptible,
+        "attempt": row.preemptions + 1,
         "node_name": row.node_name,
         "message": row.message,
         "created_at": _iso(row.created_at),
@@ -64,7 +65,8 @@ def on_status_change(session: Session, *, container_id: str, before: str | None)
 
     A container seen finished without having been seen Running (a short run between
     two pod reports) also announces ``container.running`` first, when it did start. A container
-    the queue preempted announces ``container.preempted`` ahead of its ``container.failed``."""
+    the queue preempted announces ``container.preempted`` ahead of its ``container.failed``, or
+    alone when it went back in the queue (``restart_on_preemption``)."""
     row = session.exec(
         select(Container).where(Container.id == container_id).execution_options(populate_existing=True)
     ).first()
@@ -74,8 +76,8 @@ def on_status_change(session: Session, *, container_id: str, before: str | None)
     finished = row.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED)
     if finished and before in (ContainerStatus.QUEUED, ContainerStatus.PENDING) and row.started_at is not None:
         types.append(EVENT_OF_STATUS[ContainerStatus.RUNNING])
-    if row.status == ContainerStatus.FAILED and row.reason == ContainerReason.PREEMPTED:
-        types.append(PREEMPTED_EVENT)
+    if row.reason == ContainerReason.PREEMPTED and row.status in (ContainerStatus.FAILED, ContainerStatus.QUEUED):
+        types.append(PREEMPTED_EVENT)  # ended by the queue, or put back in it (restart_on_preemption)
     if row.status in EVENT_OF_STATUS:
         types.append(EVENT_OF_STATUS[ContainerStatus(row.status)])
     if not types:
