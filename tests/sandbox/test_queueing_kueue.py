@@ -1,6 +1,7 @@
 """`gpucaas sandbox --queueing kueue`: Kueue's manager runs against the sandbox's cluster, the
-controller and the API queue by it, and a tenant's 2-GPU container is admitted by Kueue and
-runs to Succeeded on a real node.
+controller and the API queue by it, the cohort's pool is the node's GPUs (its
+``nvidia.com/gpu.count``), and a 2-GPU container of a tenancy without a guarantee is admitted
+from that pool by Kueue and runs to Succeeded on a real node.
 
 One real node. Needs root and `make kueue`; run through /work/heavy (it starts a cluster and a
 real node).
@@ -68,9 +69,8 @@ def test_the_sandbox_says_kueue_queues_the_containers(sandbox: runner.Sandbox) -
     assert "Kueue queues the containers" in console.export_text()
 
 
-def test_a_tenants_container_is_admitted_by_kueue_and_succeeds(sandbox: runner.Sandbox) -> None:
-    # a guarantee: until the cohort has a quota of its own, Kueue admits only guaranteed GPUs
-    sandbox.api("PATCH", f"/v1/admin/tenancies/{DEMO_TENANCY}", {"guaranteed_gpus": 2})
+def test_a_tenants_container_is_admitted_from_the_pool_by_kueue_and_succeeds(sandbox: runner.Sandbox) -> None:
+    assert sandbox.api("GET", f"/v1/admin/tenancies/{DEMO_TENANCY}")["guaranteed_gpus"] == 0
     created = sandbox.api("POST", "/v1/containers", {"image": IMAGE, "gpus": 2}, token=sandbox.tenant_token)
     cid = created["id"]
     seen: dict[str, Any] = {}
@@ -88,7 +88,12 @@ def test_a_tenants_container_is_admitted_by_kueue_and_succeeds(sandbox: runner.S
 
     with new_api_client(sandbox.kubeconfig) as api:
         pod = client.CoreV1Api(api).read_namespaced_pod(final["pod_name"], final["namespace"])
-        workload = _workload(client.CustomObjectsApi(api), pod)
+        custom = client.CustomObjectsApi(api)
+        workload = _workload(custom, pod)
+        cohort = custom.get_cluster_custom_object(kueue.GROUP, kueue.VERSION, "cohorts", kueue.COHORT)
+    # the pool: the one node's 8 GPUs, nobody guaranteed any
+    (pool,) = cohort["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert (pool["name"], str(pool["nominalQuota"])) == ("nvidia.com/gpu", "8"), cohort["spec"]
     assert pod.metadata.labels[kueue.QUEUE_LABEL] == kueue.LOCAL_QUEUE
     assert workload is not None, f"no Workload owned by {pod.metadata.name}"
     # admitted through the tenancy's ClusterQueue on the GPU nodes' flavor, then finished
