@@ -36,6 +36,7 @@ from devtools.sandbox import host_database, hostpath_volumes
 from devtools.sandbox.host_services import HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
 from devtools.sandbox.product import scheduler_config
+from devtools.sandbox.queueing import chart_values as queueing_values
 from devtools.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -103,7 +104,9 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
     run_values = sandbox.state_dir / "helm" / "values-run.yaml"
     run_values.parent.mkdir(parents=True, exist_ok=True)
-    run_values.write_text(yaml.safe_dump(values_of_run(built.tag, built.digest, plan.allocation_mode), sort_keys=False))
+    run_values.write_text(
+        yaml.safe_dump(values_of_run(built.tag, built.digest, plan.allocation_mode, plan.queueing), sort_keys=False)
+    )
     say(
         f"helm upgrade --install {RELEASE} {CHART.relative_to(REPO)} -n {NAMESPACE} "
         f"-f {SANDBOX_VALUES.relative_to(REPO)} -f {run_values} --wait "
@@ -152,15 +155,19 @@ def helm(kubeconfig: Path, *args: str) -> str:
     return result.stdout
 
 
-def values_of_run(tag: str, digest: str, allocation_mode: str = "device-plugin") -> dict[str, Any]:
+def values_of_run(
+    tag: str, digest: str, allocation_mode: str = "device-plugin", queueing: str = "none"
+) -> dict[str, Any]:
     """The run's values: the image built from this work tree, the fake boards' golden firmware,
-    the StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner, and
-    the allocation mode (``dra``: the DRA driver with binding conditions, as the sandbox's
-    processes run it, and the lease agent's quick rounds of values-sandbox.yaml beside it)."""
+    the StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner, the
+    allocation mode (``dra``: the DRA driver with binding conditions, as the sandbox's
+    processes run it, and the lease agent's quick rounds of values-sandbox.yaml beside it) and
+    the queueing (``kueue``: ``queueing.mode``, Kueue running on this machine against the cluster)."""
     from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
 
     values: dict[str, Any] = {
         **hostpath_volumes.chart_values(),
+        **queueing_values(queueing),
         "image": {"tag": tag, "digest": digest},
         "devicePlugin": {
             "firmware": {

@@ -62,8 +62,9 @@ def command(
                 nodes=() if kubeconfig else node_names(settings.real_nodes),
                 network=settings.network,
                 install=settings.install,
+                queueing=settings.queueing,
             )
-    except (ProcessFailed, RBACRefused, TimeoutError, OSError) as exc:
+    except (ProcessFailed, RBACRefused, TimeoutError, OSError, ValueError) as exc:
         console.print(f"[red]sandbox failed to start:[/] {exc}")
         raise typer.Exit(1) from exc
 
@@ -89,9 +90,10 @@ def command(
     stopping = threading.Event()
     on_stop_signal(stopping.set)
     while not stopping.wait(1):
-        # A crashed service is started again with back-off, and the console says so.
-        for event in sandbox.supervisor.revive():
-            console.print(f"[yellow]{event.describe()}; see {state_dir / 'logs'}[/]")
+        # A crashed service (or Kueue) is started again with back-off, and the console says so.
+        for supervisor in sandbox.supervisors():
+            for event in supervisor.revive():
+                console.print(f"[yellow]{event.describe()}; see {supervisor.logs_dir}[/]")
     console.print("stopping…")
     sandbox.stop()
     console.print("stopped.")

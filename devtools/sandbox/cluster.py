@@ -47,7 +47,7 @@ def start_cluster(sandbox: Sandbox, plan: Plan) -> None:
         cluster = sandbox.cluster = local_cluster(
             sandbox.state_dir,
             plan.nodes,
-            plan.allocation_mode,
+            cluster_mode(plan.allocation_mode, plan.queueing),
             say,
             plan.compaction_interval,
             bind_address="0.0.0.0" if plan.cilium else "127.0.0.1",
@@ -83,24 +83,28 @@ def start_cluster(sandbox: Sandbox, plan: Plan) -> None:
         )
 
 
+def cluster_mode(allocation_mode: str, queueing: str) -> str:
+    """What the cluster's state is made for: the allocation mode, and the queueing when it is not
+    ``none`` (Kueue's webhook configurations stay in etcd and would hold every tenant pod once
+    Kueue no longer runs)."""
+    return allocation_mode if queueing == "none" else f"{allocation_mode}, queueing {queueing}"
+
+
 def local_cluster(
     state_dir: Path,
     nodes: tuple[str, ...],
-    allocation_mode: str,
+    mode: str,
     say: Any,
     compaction_interval: str | None = None,
     bind_address: str = "127.0.0.1",
 ) -> LocalCluster:
     """The sandbox's control plane (not started yet), kept in ``state_dir/cluster`` across runs of the same
-    allocation mode; a run in the other mode starts from an empty etcd (each mode installs
+    :func:`cluster_mode`; a run in another mode starts from an empty etcd (each mode installs
     its own RBAC and objects), keeping the certificates so that kubeconfigs stay valid."""
     folder = state_dir / "cluster"
-    mode_file = folder / "allocation-mode"
-    if mode_file.exists() and mode_file.read_text().strip() != allocation_mode:
-        say(
-            f"the cluster's state is from the {mode_file.read_text().strip()} mode: starting it empty "
-            f"for the {allocation_mode} mode"
-        )
+    mode_file = folder / "allocation-mode"  # named for what it held first: a state folder of then stays valid
+    if mode_file.exists() and mode_file.read_text().strip() != mode:
+        say(f"the cluster's state is from the mode {mode_file.read_text().strip()!r}: starting it empty for {mode!r}")
         shutil.rmtree(folder / "etcd", ignore_errors=True)
         (state_dir / "gpucaas.db").unlink(missing_ok=True)
         unmount_under(state_dir / "nodes")  # what a real node's kubelet left mounted, if it was killed
@@ -108,7 +112,7 @@ def local_cluster(
     if not (folder / "etcd").exists():  # an empty cluster: the chart-installed API's records go too
         host_database.drop(state_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    mode_file.write_text(allocation_mode + "\n")
+    mode_file.write_text(mode + "\n")
     tokens = state_dir / "kube-tokens.csv"
     identities.write_token_file(tokens, nodes)
     return LocalCluster(

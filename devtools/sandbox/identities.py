@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from devtools.sandbox import hostpath_volumes
+from devtools.sandbox.queueing import chart_values
 from gpucaas import chart
 
 #: Kinds of the rendered chart the sandbox applies (the cluster side; no workloads).
@@ -54,9 +55,10 @@ SANDBOX_DRA_VALUES: dict[str, Any] = {
 }
 
 
-def sandbox_values(allocation_mode: str) -> dict[str, Any]:
-    """The chart values the sandbox renders with for ``allocation_mode``."""
-    return SANDBOX_DRA_VALUES if allocation_mode == "dra" else SANDBOX_VALUES
+def sandbox_values(allocation_mode: str, queueing: str = "none") -> dict[str, Any]:
+    """The chart values the sandbox renders with for ``allocation_mode`` and ``queueing``
+    (``kueue``: ``queueing.mode``, so that the controller's and the API's RBAC cover Kueue's objects)."""
+    return (SANDBOX_DRA_VALUES if allocation_mode == "dra" else SANDBOX_VALUES) | chart_values(queueing)
 
 
 TOKEN_SECONDS = 30 * 24 * 3600

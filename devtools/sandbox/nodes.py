@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.kubelet_dirs import KubeletDirs
+from core.kueue import GPU_COUNT_LABEL
 from devtools.fake_sysfs import build_hgx_h100, load_board
 from devtools.local_cluster import KUBE_VERSION, bin_dir as kube_bin_dir
 from devtools.local_cluster.cluster import SERVICE_CIDR
@@ -32,12 +33,14 @@ def node_names(count: int) -> tuple[str, ...]:
 #: as many as ``gpucaas sandbox``'s ``real_nodes`` setting gives by default (a test holds them equal)
 DEFAULT_NODES = node_names(2)
 #: the labels of the sandbox's GPU nodes: the one the placement and the DaemonSets select on, the
-#: instance type, and the product name NVIDIA GPU Feature Discovery gives an H100 SXM node (usage
-#: records read it)
+#: instance type (Kueue's ResourceFlavor selects it), and what NVIDIA GPU Feature Discovery gives
+#: an HGX H100 SXM node: its product name (usage records read it) and its GPU count (the tenancy
+#: controller sums it for the Kueue cohort's own quota)
 GPU_NODE_LABELS = {
     "gpucaas.dev/gpu-node": "true",
     "node.kubernetes.io/instance-type": "hgx-h100-8",
     "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    GPU_COUNT_LABEL: "8",
 }
 
 

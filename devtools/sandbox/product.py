@@ -5,7 +5,8 @@ In order: the tenancy and GPU lease controller (Kopf); per node its daemons
 (:mod:`.node_daemons`); the scheduler extender, then kube-scheduler with the chart's scheduler
 configuration for the allocation mode (own cluster only); the API replicas over HTTPS. Last,
 on the sandbox's own cluster, a check that RBAC refused none of the processes' requests (each
-runs as its chart ServiceAccount: a permission the chart lacks fails the start).
+runs as its chart ServiceAccount: a permission the chart lacks fails the start). The controller
+and the API run with the sandbox's allocation mode and queueing (:mod:`.queueing`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from devtools.ports import free_port
 from devtools.processes import ANSWERING, http_ready
 from devtools.real_node import cilium
-from devtools.sandbox import identities
+from devtools.sandbox import identities, queueing
 from devtools.sandbox.ingress import AUTH_ANNOTATIONS
 from devtools.sandbox.node_daemons import start_node_daemons
 from devtools.sandbox.services import start_service
@@ -68,6 +69,7 @@ def start_controller(sandbox: Sandbox, plan: Plan) -> None:
             **kube_env(sandbox, "controller"),
             "GPUCAAS_CONTROLLER_POD_SECURITY_LEVEL": tenant_pod_security_level(),
             "GPUCAAS_CONTROLLER_ALLOCATION_MODE": plan.allocation_mode,
+            **queueing.controller_env(plan.queueing),
             **api_secret_rights(plan.chart_objects),
         },
         ready=None,
@@ -144,6 +146,7 @@ def start_api(sandbox: Sandbox, plan: Plan) -> None:
                 **kube_env(sandbox, "api"),
                 "GPUCAAS_ADMIN_TOKEN": sandbox.admin_token,
                 "GPUCAAS_ALLOCATION_MODE": plan.allocation_mode,
+                **queueing.api_env(plan.queueing),
                 "GPUCAAS_WEBHOOK_ALLOW_LOOPBACK": "true",
                 **(REAL_NODE_SIZING if sandbox.real_nodes else {}),
                 "GPUCAAS_ENDPOINT_DOMAIN": ENDPOINT_DOMAIN,

@@ -7,7 +7,8 @@
      audit log, kube-controller-manager), the objects a real cluster would already have (CRDs,
      Cilium's policy CRD), the chart's cluster side rendered by the real Helm engine
      (ServiceAccounts, RBAC, RuntimeClass, ConfigMaps) and one kubeconfig per gpucaas process
-     (:mod:`.identities`): no gpucaas process runs as the admin;
+     (:mod:`.identities`): no gpucaas process runs as the admin; with ``queueing`` ``kueue``,
+     Kueue's manager and its webhooks (:mod:`.queueing`);
   2. the nodes (:mod:`.nodes`): the local registries, then per node a fake sysfs board with real
      ``/dev/vfio`` character devices and a real node (:mod:`devtools.real_node`: containerd, runc
      and the pinned kubelet as ``system:node:<name>``; the Kata handler runs runc, no VM boots here);
@@ -23,6 +24,7 @@ In the ``dra`` allocation mode each node runs the DRA driver instead of the devi
 (registered with the kubelet's plugin watcher), the chart's DeviceClasses are created,
 kube-controller-manager's resourceclaim controller makes the pods' claims, and
 kube-scheduler's DynamicResources plugin allocates them (the extender only scores).
+With ``queueing`` ``kueue`` the controller and the API queue each container's pod by Kueue.
 With ``--kubeconfig`` a real cluster is used and only the control-plane parts of the product run.
 
 A stage that fails leaves what it started recorded on the :class:`Sandbox`, so that
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devtools.kueue import Kueue
 from devtools.local_cluster import LocalCluster
 from devtools.processes import Supervisor
 from devtools.real_node import cilium
@@ -52,6 +55,7 @@ from devtools.sandbox.host_services import HostServices
 from devtools.sandbox.ingress import Ingress
 from devtools.sandbox.nodes import DEFAULT_NODES, NodePaths, check_node_tools, start_nodes
 from devtools.sandbox.product import start_product
+from devtools.sandbox.queueing import check_kueue_built, check_queueing, start_kueue
 from devtools.sandbox.tenant_view import KUBECONFIG, credentials, open_tenant_view
 from devtools.sandbox.tls import TLSFiles
 
@@ -78,6 +82,8 @@ class Plan:
     say: Callable[[str], None]
     #: ``processes`` (the gpucaas services on this machine) or ``helm`` (the chart installed, :mod:`.chart_install`)
     install: str = "processes"
+    #: ``none`` (kube-scheduler's queue) or ``kueue`` (Kueue admits the containers' pods, :mod:`.queueing`)
+    queueing: str = "none"
 
     @property
     def own_cluster(self) -> bool:
@@ -125,6 +131,13 @@ class Sandbox:
     cilium_operator: cilium.Operator | None = None
     #: kube-apiserver and PostgreSQL as the chart's pods reach them (``--install helm`` only)
     host_services: HostServices | None = None
+    #: Kueue's manager (``queueing`` ``kueue`` only)
+    kueue: Kueue | None = None
+
+    def supervisors(self) -> list[Supervisor]:
+        """Every supervisor of the sandbox's host processes that the console revives: the
+        gpucaas services', and Kueue's."""
+        return [self.supervisor, *([self.kueue] if self.kueue is not None else [])]
 
     def kubeconfig_of(self, process: str) -> Path:
         """The kubeconfig ``process`` runs with: its own identity's (the admin's on a given cluster)."""
@@ -144,8 +157,8 @@ class Sandbox:
 
     def stop(self) -> None:
         """Whatever of it runs: the volume hand-over, the ingress controller and the services,
-        then the real nodes, Cilium's operator and (the ``cilium`` network) its uplink, the
-        registries and the control plane."""
+        then the real nodes, Kueue (once nothing queues by it), Cilium's operator and (the
+        ``cilium`` network) its uplink, the registries and the control plane."""
         if self.volume_ownership is not None:
             self.volume_ownership.stop()
         if self.ingress is not None:
@@ -155,6 +168,8 @@ class Sandbox:
             self.host_services.stop()
         for node in self.real_nodes.values():
             node.stop()
+        if self.kueue is not None:
+            self.kueue.stop()
         if self.cilium_operator is not None:
             self.cilium_operator.stop()
         if self.network == "cilium":
@@ -180,6 +195,7 @@ def start(
     compaction_interval: str | None = None,
     network: str = "bridge",
     install: str = "processes",
+    queueing: str = "none",
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
@@ -200,6 +216,8 @@ def start(
     its own with a Cilium agent enforcing the policies; :mod:`devtools.real_node.cilium`).
     ``install``: ``processes`` (the gpucaas services as processes here) or ``helm`` (the chart
     installed on the sandbox's own cluster with its values file, :mod:`.chart_install`).
+    ``queueing``: ``none`` (kube-scheduler's queue; the ResourceQuota caps a tenancy's GPUs) or
+    ``kueue`` (Kueue against the sandbox's own cluster; the controller and the API queue by it).
     """
     if network not in NETWORKS:
         raise ValueError(f"network {network!r}: use bridge or cilium")
@@ -207,10 +225,11 @@ def start(
         raise ValueError(f"install {install!r}: use processes or helm")
     if install == "helm" and (kubeconfig is not None or network != "bridge" or chart_objects is not None):
         raise ValueError("--install helm installs on the sandbox's own cluster, on the bridge network")
+    check_queueing(queueing, own_cluster=kubeconfig is None)
     if api_replicas > 1 and (database_url is None or database_url.startswith("sqlite")):
         raise ValueError("several API replicas need a database they share (a PostgreSQL URL)")
-    if chart_objects is None and allocation_mode == "dra" and kubeconfig is None:
-        chart_objects = identities.cluster_side(identities.sandbox_values(allocation_mode))
+    if chart_objects is None and (allocation_mode == "dra" or queueing != "none") and kubeconfig is None:
+        chart_objects = identities.cluster_side(identities.sandbox_values(allocation_mode, queueing))
     plan = Plan(
         nodes=nodes,
         api_port=api_port,
@@ -223,6 +242,7 @@ def start(
         network=network,
         say=progress or (lambda msg: log.info("%s", msg)),
         install=install,
+        queueing=queueing,
     )
     state_dir.mkdir(parents=True, exist_ok=True)
     tls, admin_token = credentials(state_dir, admin_token)
@@ -238,7 +258,9 @@ def start(
     )
     try:
         check_node_tools(plan)
+        check_kueue_built(plan)
         start_cluster(sandbox, plan)
+        start_kueue(sandbox, plan)
         start_nodes(sandbox, plan)
         if plan.helm:
             install_chart(sandbox, plan)

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.kueue import Queueing
+
 AllocationMode = Literal["device-plugin", "dra"]
 Install = Literal["processes", "helm"]
 
@@ -54,4 +56,11 @@ class SandboxSettings(BaseSettings):
         "sandbox's registry and the chart installed with deploy/helm/values-sandbox.yaml: Deployments "
         "and DaemonSets on the sandbox's own cluster; needs make helm, make image's tools and make "
         "postgres; on the bridge network, either allocation mode).",
+    )
+    queueing: Queueing = Field(
+        "none",
+        description="Who decides which waiting container gets the next free GPUs: `none` (kube-scheduler's "
+        "queue; each tenancy's ResourceQuota caps its GPUs) or `kueue` (Kueue's manager, built by make kueue, "
+        "runs against the sandbox's own cluster with its webhooks, and the controller and the API queue each "
+        "container's pod by it: a ClusterQueue per tenancy in one cohort; docs/queues.md).",
     )

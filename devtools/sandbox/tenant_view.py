@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from core.kueue import COHORT
 from devtools.local_cluster.binaries import binary
 from devtools.sandbox.ingress import TRAEFIK_VERSION, Ingress, write_info as write_ingress_info
 from devtools.sandbox.tls import ENDPOINT_DOMAIN, TLSFiles, ensure_self_signed
@@ -167,6 +168,11 @@ def print_banner(console: Console, sandbox: Sandbox) -> None:
             f"; network: Cilium, at {real.node_ip}" if sandbox.network == "cilium" else ""
         )
         console.print(f"  node           {node.name}  {kind}")
+    if sandbox.kueue is not None:
+        console.print(
+            f"  queues         Kueue queues the containers: a ClusterQueue per tenancy in the cohort {COHORT}, "
+            f"its guarantee as nominal quota  ({sandbox.kueue.folder / 'logs'})"
+        )
     if sandbox.registries is not None:
         console.print(f"  registry       {state_dir / REGISTRY_INFO}  (a private image and its credentials)")
     if sandbox.ingress is not None:

@@ -135,10 +135,7 @@ def controlled(
     RBAC (a right the chart lacks fails these tests); ``kubeconfigs`` has the API's too."""
     admin = queued.cluster.admin_kubeconfig
     extra = [yaml.safe_load((MANIFESTS / name).read_text()) for name in EXTRA_CRDS]
-    values = identities.sandbox_values("device-plugin") | {
-        "queueing": {"mode": "kueue", "gpuInstanceType": "hgx-h100-8"}
-    }
-    objects = identities.cluster_side(values)
+    objects = identities.cluster_side(identities.sandbox_values("device-plugin", "kueue"))
     create_all(admin, [*crds.crd_manifests(), *extra, RUNTIME_CLASS, *objects])
     accounts = identities.service_accounts(objects)
     for component in ("api", "controller"):

@@ -1,5 +1,7 @@
 """The sandbox runner's options that need no running sandbox: API replicas need a database
-they can share, and kube-apiserver's compaction interval reaches its command line."""
+they can share, kube-apiserver's compaction interval reaches its command line, Kueue runs on
+the sandbox's own cluster only, a cluster's state made for another queueing is not reused, and
+``--install helm`` gives the chart's services the queueing and the nodes' instance type."""
 
 from __future__ import annotations
 
@@ -9,6 +11,10 @@ import pytest
 
 from devtools.local_cluster import ClusterOptions, LocalCluster
 from devtools.sandbox import runner
+from devtools.sandbox.chart_install import values_of_run
+from devtools.sandbox.cluster import cluster_mode, local_cluster
+from devtools.sandbox.nodes import GPU_NODE_LABELS
+from gpucaas import chart
 
 
 @pytest.mark.parametrize("database_url", [None, "sqlite:///x.db"])
@@ -25,3 +31,42 @@ def test_the_compaction_interval_reaches_kube_apiserver(tmp_path: Path) -> None:
     cluster._prepare()
     args = cluster.children["kube-apiserver"].args
     assert args[args.index("--etcd-compaction-interval") + 1] == "10s"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"queueing": "fifo"}, "use none or kueue"), ({"queueing": "kueue", "kubeconfig": Path("k")}, "own cluster")],
+    ids=["unknown", "given-cluster"],
+)
+def test_a_queueing_the_sandbox_cannot_run_is_refused(tmp_path: Path, options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        runner.start(tmp_path / "state", **options)
+    assert not (tmp_path / "state").exists()  # refused before anything started
+
+
+def test_a_cluster_state_of_another_queueing_starts_empty(tmp_path: Path) -> None:
+    """Kueue's webhook configurations stay in etcd: a run without Kueue must not meet them."""
+    said: list[str] = []
+    etcd = tmp_path / "cluster" / "etcd"
+    local_cluster(tmp_path, (), cluster_mode("device-plugin", "kueue"), said.append)
+    etcd.mkdir()
+    local_cluster(tmp_path, (), cluster_mode("device-plugin", "kueue"), said.append)
+    assert etcd.exists() and not said  # the same mode keeps its state
+    local_cluster(tmp_path, (), cluster_mode("device-plugin", "none"), said.append)
+    assert not etcd.exists()
+    assert said == [
+        "the cluster's state is from the mode 'device-plugin, queueing kueue': starting it empty for 'device-plugin'"
+    ]
+
+
+def test_the_helm_install_queues_by_kueue_on_the_nodes_instance_type() -> None:
+    objects = chart.render(values_of_run("t", "sha256:" + "0" * 64, "device-plugin", "kueue"))
+
+    def env(deployment: str) -> dict[str, str]:
+        (container,) = chart.pod_spec(chart.find(objects, "Deployment", deployment))["containers"]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert env("gpucaas-api")["GPUCAAS_QUEUEING"] == "kueue"
+    controller = env("gpucaas-controller")
+    assert controller["GPUCAAS_CONTROLLER_QUEUEING"] == "kueue"
+    assert controller["GPUCAAS_CONTROLLER_GPU_INSTANCE_TYPE"] == GPU_NODE_LABELS["node.kubernetes.io/instance-type"]
