@@ -158,6 +158,13 @@ def register(app: typer.Typer, api_of: Any) -> None:
                 "(SIGTERM, then SIGKILL after the grace period).",
             ),
         ] = False,
+        restart_on_preemption: Annotated[
+            bool,
+            typer.Option(
+                "--restart-on-preemption",
+                help="When the queue preempts it, put it back in the queue under the same id (a new attempt).",
+            ),
+        ] = False,
         tenancy: Annotated[str | None, typer.Option(help="With an admin token: the tenancy to run in.")] = None,
         detach: Annotated[
             bool, typer.Option("--detach", "-d", help="Print the container id and return at once.")
@@ -183,6 +190,8 @@ def register(app: typer.Typer, api_of: Any) -> None:
             body["ports"] = [parse_port(p) for p in port]
         if interruptible:
             body["interruptible"] = True
+        if restart_on_preemption:
+            body["restart_on_preemption"] = True
         if tenancy:
             body["tenancy"] = tenancy
         api = api_of(ctx)

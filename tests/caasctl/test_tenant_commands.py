@@ -73,10 +73,11 @@ def test_a_tenant_runs_lists_reads_and_cancels_with_its_own_token(
     assert cancelled.exit_code == 0 and cancelled.stdout.strip() == cid
     assert caasctl("ps", "-o", "json", "--status", "Cancelled", env=me).json()[0]["id"] == cid
 
-    spot = caasctl("run", "--detach", "--interruptible", IMAGE, env=me)
+    spot = caasctl("run", "--detach", "--interruptible", "--restart-on-preemption", IMAGE, env=me)
     assert spot.exit_code == 0, spot.stderr
     with api.client() as admin:
-        assert admin.get(f"/v1/containers/{spot.stdout.strip()}").json()["interruptible"] is True
+        shown = admin.get(f"/v1/containers/{spot.stdout.strip()}").json()
+    assert shown["interruptible"] is True and shown["restart_on_preemption"] is True
     table = caasctl("ps", env=me).stdout
     assert "CLASS" in table and "interruptible" in table and "standard" in table  # the spot one, the cancelled one
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from devtools.waiting import wait_for
+from devtools.waiting import WaitTimeout, wait_for
 from tests.api.harness import ApiServer
 from tests.api.test_console import browser  # noqa: F401 (the fixture)
 from tests.caasctl.conftest import invoke, start_api
@@ -64,7 +64,10 @@ def _spot(position: int, gpus_ahead: int, reason: str) -> dict[str, Any]:
 
 
 def _wait_spot(tenant: httpx.Client, cid: str, want: dict[str, Any]) -> None:
-    wait_for(lambda: _queue(tenant, cid) == want, TIMEOUT, what=f"container {cid} at {want}")
+    try:
+        wait_for(lambda: _queue(tenant, cid) == want, TIMEOUT, what=f"container {cid} at {want}")
+    except WaitTimeout as exc:
+        raise AssertionError(f"{exc}; the container now: {tenant.get(f'/v1/containers/{cid}').json()}") from None
 
 
 def _behind(
@@ -163,45 +166,3 @@ def test_a_waiting_container_shows_its_place_and_only_its_own_tenancys_work_coun
             assert c["message"].startswith("Preempted by the queue: "), c["message"]
             assert "lender" not in c["message"] and c["queue"] is None
         _wait_spot(own, back, _spot(1, 0, "waiting_for_partition"))
-
-
-def test_a_reclaimed_guarantee_takes_the_borrowers_interruptible_container_before_its_standard_one(
-    api: tuple[ApiServer, Path],
-) -> None:
-    """A guaranteed 8 lends them while idle; B, guaranteed none, borrows them for an interruptible
-    container and then a standard one. When A asks for 4, Kueue preempts B's interruptible one
-    (lower priority first), though it was admitted earlier, and leaves the standard one. (The
-    module's first test leaves work running on its tenancies' own guarantees only: none of it
-    borrows, so none of it is a candidate.)"""
-    server, _ = api
-    with server.client() as admin:
-        for name, guaranteed in (("a-guar", 8), ("b-spot", 0)):
-            r = admin.post(
-                "/v1/admin/tenancies",
-                json={"name": name, "gpu_quota": 8, "pod_quota": 4, "guaranteed_gpus": guaranteed},
-            )
-            assert r.status_code == 201, r.text
-        tokens = {
-            name: admin.post(f"/v1/admin/tenancies/{name}/tokens", json={"name": "t"}).json()["token"]
-            for name in ("a-guar", "b-spot")
-        }
-    with server.client(tokens["b-spot"]) as b, server.client(tokens["a-guar"]) as a:
-        spot = b.post(
-            "/v1/containers", json={"image": "busybox:1.36", "gpus": 4, "interruptible": True, "command": ["true"]}
-        ).json()
-        assert spot["interruptible"] is True
-        _wait_spot(b, spot["id"], _spot(1, 0, "waiting_for_partition"))
-        standard = _submit(b, "b-spot", 4)
-        _wait_spot(b, standard, _spot(2, 4, "waiting_for_partition"))
-
-        mine = _submit(a, "a-guar", 4)
-        preempted = wait_for(
-            lambda: (c := b.get(f"/v1/containers/{spot['id']}").json())["status"] == "Failed" and c,
-            TIMEOUT,
-            what="the interruptible container preempted",
-        )
-        assert preempted["reason"] == "Preempted", preempted
-        assert preempted["message"].startswith("Preempted by the queue: another tenancy claimed "), preempted
-        _wait_spot(a, mine, _spot(1, 0, "waiting_for_partition"))
-        _wait_spot(b, standard, _spot(1, 0, "waiting_for_partition"))  # still admitted, now first
-        assert b.get(f"/v1/containers/{standard}").json()["reason"] is None

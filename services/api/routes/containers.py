@@ -23,6 +23,7 @@ from services.api.domain.models import (
     Container,
     ContainerCreate,
     ContainerPublic,
+    ContainerReason,
     ContainersPublic,
     ContainerStatus,
     TenancyName,
@@ -112,7 +113,11 @@ def _with_queue(
         spots = queue.spots(workloads, waiting)
         for c in containers:
             if c.tenancy == tenancy:
-                c.queue = spots.get(c.pod_name)
+                spot = spots.get(c.pod_name)
+                if spot is not None and spot.reason == "over_share" and c.reason == ContainerReason.PREEMPTED:
+                    # back in the queue after a preemption (restart_on_preemption), not admitted yet
+                    spot = spot.model_copy(update={"reason": "preempted"})
+                c.queue = spot
     return containers
 
 
