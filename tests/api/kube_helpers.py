@@ -43,6 +43,19 @@ SUCCEEDED = {
 }
 
 
+def ended(phase: str, *, exit_code: int, reason: str, started: str, finished: str, **more: Any) -> dict[str, Any]:
+    """A pod status whose container ``main`` ran from ``started`` to ``finished`` (RFC 3339) and
+    ended with ``exit_code``; ``more``: other status fields (``conditions``, ...)."""
+    terminated = {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": finished}
+    container = {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": ""}
+    return {
+        "phase": phase,
+        "startTime": started,
+        "containerStatuses": [{**container, "state": {"terminated": terminated}}],
+        **more,
+    }
+
+
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -25,7 +25,7 @@ from services.api.webhooks import store
 from services.api.webhooks.signing import verify
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
-from tests.api.kube_helpers import get_pod, mark_tenancy_ready, now, set_pod_status
+from tests.api.kube_helpers import ended, get_pod, mark_tenancy_ready, now, set_pod_status
 from tests.api.webhook_receiver import Receiver
 
 EVENTS = ["container.running", "container.succeeded", "container.failed", "container.cancelled"]
@@ -424,12 +424,16 @@ def test_a_delivery_that_keeps_failing_is_given_up_after_the_window_then_pruned(
         always_down.stop()
 
 
-PREEMPTED = {
-    "phase": "Failed",
-    "startTime": "2026-01-02T03:00:00Z",
-    # what Kueue's pod integration sets before it deletes a pod it preempts (its message names the
-    # preemptor and another tenancy's queue, which the tenant is never shown)
-    "conditions": [
+#: what Kueue's pod integration sets before it deletes a pod it preempts (its message names the
+#: preemptor and another tenancy's queue, which the tenant is never shown), on a pod whose
+#: process then ended on SIGTERM
+PREEMPTED = ended(
+    "Failed",
+    exit_code=143,
+    reason="Error",
+    started="2026-01-02T03:00:00Z",
+    finished="2026-01-02T03:00:09Z",
+    conditions=[
         {
             "type": "TerminationTarget",
             "status": "True",
@@ -438,24 +442,7 @@ PREEMPTED = {
             "within the cohort; preemptor path: /gpucaas/tenancy-rival; preemptee path: /gpucaas/tenancy-spot",
         }
     ],
-    "containerStatuses": [
-        {
-            "name": "main",
-            "ready": False,
-            "restartCount": 0,
-            "image": "x",
-            "imageID": "",
-            "state": {
-                "terminated": {
-                    "exitCode": 143,
-                    "reason": "Error",
-                    "startedAt": "2026-01-02T03:00:00Z",
-                    "finishedAt": "2026-01-02T03:00:09Z",
-                }
-            },
-        }
-    ],
-}
+)
 
 
 def test_a_preempted_interruptible_container_says_preempted_in_its_reason_its_webhook_and_its_usage(
@@ -551,20 +538,13 @@ def test_a_preempted_container_that_asked_to_restart_goes_back_in_the_queue_unde
         assert second["metadata"]["labels"]["gpucaas.dev/run"] == "1"
         wait_for(lambda: get_pod(k8s, "tenant-again", f"gpucaas-{cid}") is None, what="the first pod deleted")
 
-        later = {**SUCCEEDED, "startTime": "2026-01-02T04:00:00Z"}
-        later["containerStatuses"] = [
-            {
-                **SUCCEEDED["containerStatuses"][0],
-                "state": {
-                    "terminated": {
-                        "exitCode": 0,
-                        "reason": "Completed",
-                        "startedAt": "2026-01-02T04:00:00Z",
-                        "finishedAt": "2026-01-02T04:00:05Z",
-                    }
-                },
-            }
-        ]
+        later = ended(
+            "Succeeded",
+            exit_code=0,
+            reason="Completed",
+            started="2026-01-02T04:00:00Z",
+            finished="2026-01-02T04:00:05Z",
+        )
         set_pod_status(k8s, "tenant-again", f"gpucaas-{cid}-r1", later)
         done = wait_for(
             lambda: (r := c.get(f"/v1/containers/{cid}").json())["status"] == "Succeeded" and r, what="the second run"
