@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
@@ -23,13 +23,24 @@ from services.placement.fit import FULL_MASK
 
 
 def run_trace(
-    tenants: Tenants, timers: Timers, trace: Trace, *, hour_s: float, nodes: int, log: Callable[[str], None]
+    tenants: Tenants,
+    timers: Timers,
+    trace: Trace,
+    *,
+    hour_s: float,
+    nodes: int,
+    log: Callable[[str], None],
+    owners: Sequence[tuple[str, bool]] | None = None,
 ) -> float:
     """Offer the trace in compressed time (``hour_s`` real seconds a trace hour); returns the
-    wall time it started at. Once its horizon is reached nothing more arrives or departs."""
+    wall time it started at. Once its horizon is reached nothing more arrives or departs.
+    ``owners``: each job's tenancy and whether it is interruptible (default: the fleet's one
+    tenancy, standard)."""
     t0 = time.time() + 1.0
     for i, job in enumerate(trace.jobs):
         rec = PodRecord(f"j{i:06d}-{job.size}g", job.size, job.duration * hour_s, job.arrival, "trace")
+        if owners is not None:
+            rec.tenancy, rec.interruptible = owners[i]
         tenants.arrive_at(rec, t0 + rec.arrival_h * hour_s)
     end = t0 + trace.horizon_h * hour_s
     last_report = time.time()
