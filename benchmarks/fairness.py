@@ -11,7 +11,7 @@ and each run's details under ``runs``.
 fleet's GPUs, lognormal durations of mean 1 h, 1/2/4/8 GPUs) with each job given to one of 20
 tenancies of unequal demand, guarantees and weights, standard or interruptible
 (``benchmarks.kwok_fleet.tenancy_trace``; half of the fleet's GPUs guaranteed in all; no cap
-binds: each tenancy's ``gpu_quota`` is the whole fleet). The default load, 1.2, is more than
+binds: each tenancy's ``gpu_quota`` is the whole fleet). The default load, 1.5, is more than
 the fleet holds, so that the queue has something to decide.
 
 **The two runs**, each on a fresh cluster of ``benchmarks.kwok_fleet`` in its ``extender`` mode
@@ -353,9 +353,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fairness", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="40 nodes (default 100), a shorter trace")
     parser.add_argument("--nodes", type=int, default=None)
-    parser.add_argument("--load", type=float, default=1.2, help="offered load (fraction of the fleet's GPUs)")
+    parser.add_argument("--load", type=float, default=1.5, help="offered load (fraction of the fleet's GPUs)")
     parser.add_argument("--hour-s", type=float, default=None, help="real seconds per trace hour")
-    parser.add_argument("--warmup-h", type=float, default=1.0, help="trace hours before the measurement window")
+    parser.add_argument("--warmup-h", type=float, default=1.5, help="trace hours before the measurement window")
     parser.add_argument("--measure-h", type=float, default=None, help="trace hours measured")
     parser.add_argument("--window-h", type=float, default=0.5, help="trace hours of each share window")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")

@@ -151,9 +151,18 @@ class Tenants:
         except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
             self.errors.append(f"end {rec.name}: {exc}")
 
-    def _gone(self, rec: PodRecord) -> None:
-        """A pod another deleted (Kueue) is gone: its GPUs are the node's again."""
+    def _stop(self, rec: PodRecord) -> None:
+        """Kueue stopped the pod: its GPUs are the node's again (before its phase shows it
+        ended, as at a departure: kube-scheduler and the extender count a pod's GPUs free once
+        its phase is terminal), then its phase ``Failed``."""
         self.node_side.released(rec)
+        self._end_phase(rec, "Failed")
+
+    def _gone(self, rec: PodRecord, release: bool) -> None:
+        """A pod another deleted (Kueue) is gone: its GPUs are the node's again (``release``:
+        not given back yet) and its FabricState shows it."""
+        if release:
+            self.node_side.released(rec)
         if rec.node is not None:
             self.node_side.deleted(rec.node)
 
@@ -171,8 +180,9 @@ class Tenants:
             self.live.discard(name)
             if rec is not None and rec.ended is None:  # deleted by another, its stop not seen
                 rec.ended, rec.stopped = now, True
-            if rec is not None and rec.stopped:
-                self.pool.submit(self._gone, rec)
+                self.pool.submit(self._gone, rec, True)
+            elif rec is not None and rec.stopped:  # with a queue its GPUs went back at its stop
+                self.pool.submit(self._gone, rec, self.queue is None)
             return
         self.live.add(name)
         if rec is None:
@@ -183,7 +193,7 @@ class Tenants:
             rec.preempted = preempted_by_queue(pod)
             rec.stop_cause = stopped_by_queue(pod)
             if self.queue is not None and rec.node is not None:
-                self.pool.submit(self._end_phase, rec, "Failed")
+                self.pool.submit(self._stop, rec)
         for c in status.get("conditions") or []:
             if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
                 rec.unschedulable = True
