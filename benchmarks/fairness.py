@@ -61,6 +61,7 @@ guaranteed_wait_p99_s < 60 trace seconds; gpu_hours_ratio_vs_bound >= 0.97; inva
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -103,6 +104,19 @@ def _kueue_manager(cluster: Any, folder: Path) -> Any:
             return super().configuration(cert_dir) | {"clientConnection": {"qps": KUEUE_QPS, "burst": KUEUE_BURST}}
 
     return CompressedTimeKueue(cluster, folder)
+
+
+def _cpu_of(plane: ControlPlane, queue_manager: Any) -> dict[str, float]:
+    """CPU seconds used so far by Kueue, kube-scheduler, kube-apiserver and the extender."""
+    from benchmarks.kit.procstat import cpu_seconds_of
+
+    pids = {
+        "kube-apiserver": plane.cluster.pid("kube-apiserver"),
+        "kube-scheduler": plane.cluster.pid("kube-scheduler"),
+        "extender": plane.extender_pid(),
+        "kueue": queue_manager.pid("kueue") if queue_manager is not None else None,
+    }
+    return {name: cpu_seconds_of(pid) or 0.0 for name, pid in pids.items() if pid is not None}
 
 
 def pods_at_end(plane: ControlPlane) -> dict[str, int]:
@@ -232,9 +246,11 @@ def run_variant(
         tenants.start()
         timers.start()
         say(f"{nodes} nodes ready, {len(plans)} tenancies ({time.perf_counter() - t_run:.1f} s)")
+        cpu_before = _cpu_of(plane, queue_manager)
         t0 = phases.run_trace(tenants, timers, trace, hour_s=hour_s, nodes=nodes, log=say, owners=owners)
         lo, hi = t0 + trace.warmup_h * hour_s, t0 + trace.horizon_h * hour_s
         at_end = workloads_at_end(plane) if queue_manager is not None else {}
+        cpu = {k: round(v - cpu_before.get(k, 0.0), 1) for k, v in _cpu_of(plane, queue_manager).items()}
         out_pods = pods_at_end(plane)
         with lock:
             pods = list(tenants.pods.values())
@@ -245,6 +261,8 @@ def run_variant(
         p99 = percentile(waits, 0.99)
         out["workloads_at_end"] = at_end
         out["pods_at_end"] = out_pods
+        out["cpu_s_during_trace"] = cpu
+        out["load_average_1m_at_trace_end"] = round(os.getloadavg()[0], 2)
         out["guaranteed_pods"] = len(waits)
         out["guaranteed_wait_p99_real_s"] = round(p99, 2)
         out["guaranteed_wait_p99_s"] = round(p99 * 3600 / hour_s, 1)
