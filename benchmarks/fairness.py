@@ -62,9 +62,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -305,25 +303,23 @@ def run(
         f"trace: {len(trace.jobs)} jobs of {len(plans)} tenancies over {trace.horizon_h} h (1 h = {hour_s} s), "
         f"offered load {load}, pooled bound {bound['pooled_bound_gpu_hours']:.1f} GPU-h in the window"
     )
-    tmp = Path(tempfile.mkdtemp(prefix="bench-fairness-"))
-    results: dict[str, dict[str, Any]] = {}
     t_start = time.perf_counter()
-    try:
-        for variant in variants:
-            results[variant] = run_variant(
-                variant,
-                nodes=nodes,
-                trace=trace,
-                plans=plans,
-                owners=owners,
-                hour_s=hour_s,
-                window_h=window_h,
-                folder=tmp / variant,
-                log=log,
-            )
-    finally:
-        if not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+    results = phases.run_each(
+        variants,
+        lambda variant, folder: run_variant(
+            variant,
+            nodes=nodes,
+            trace=trace,
+            plans=plans,
+            owners=owners,
+            hour_s=hour_s,
+            window_h=window_h,
+            folder=folder,
+            log=log,
+        ),
+        prefix="bench-fairness-",
+        keep=keep,
+    )
 
     def figure(variant: str, key: str) -> Any:
         return results[variant][key] if variant in results else None

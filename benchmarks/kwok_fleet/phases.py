@@ -3,9 +3,12 @@ cleared, then the burst on the emptied fleet."""
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from random import Random
 from typing import Any
 
@@ -20,6 +23,19 @@ from benchmarks.kwok_fleet.timers import Timers
 from benchmarks.kwok_fleet.trace import Trace
 from core.topology import GPU_COUNT
 from services.placement.fit import FULL_MASK
+
+
+def run_each(
+    names: Sequence[str], run_one: Callable[[str, Path], dict[str, Any]], *, prefix: str, keep: bool
+) -> dict[str, dict[str, Any]]:
+    """``run_one(name, folder)`` for each name in turn, each in a folder of its own under one
+    temporary folder (removed at the end unless ``keep``); each one's figures by name."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        return {name: run_one(name, tmp / name) for name in names}
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_trace(
