@@ -24,8 +24,8 @@ GPUs, kwok nodes and the node side played by this process; ``benchmarks/fleet.py
   WorkloadPriorityClasses, the Cohort holding the pool of unguaranteed GPUs), applied directly
   without their ownerReferences (no controller runs, no Tenancy object exists). The pods are the
   API's own (``build_pod`` with the queue and the class). A pod Kueue preempts is marked
-  (``TerminationTarget``) and deleted, as on a cluster; it is not resubmitted (as a preempted
-  container today: it ends ``Failed``).
+  (``TerminationTarget``) and deleted, as on a cluster; it is not resubmitted (as a container
+  without ``restart_on_preemption``: it ends ``Failed``; the API's restart is not played here).
 * ``baseline``: the same trace, the same pods without a queue label, no Kueue and no
   ResourceQuota: kube-scheduler's queue alone, no caps (the tenancies' caps are the whole fleet
   in the Kueue run too, so neither run is capped).

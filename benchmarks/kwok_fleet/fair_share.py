@@ -123,7 +123,7 @@ def guaranteed_waits(pods: Iterable[PodRecord], plans: Sequence[TenancyPlan], *,
 
 def preemption_figures(pods: Iterable[PodRecord], *, hour_s: float) -> dict[str, Any]:
     """Pods Kueue preempted (deleted with its ``TerminationTarget`` condition) and the GPU-hours
-    they had run when stopped (lost: a preempted container is not resubmitted)."""
+    they had run when stopped (lost: the run resubmits no preempted pod)."""
     preempted = [r for r in pods if r.phase == "trace" and r.preempted]
     lost_s = sum(r.size * (r.ended - r.running) for r in preempted if r.running is not None and r.ended is not None)
     return {
