@@ -81,9 +81,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -186,24 +184,22 @@ def run(
         f"trace: {len(trace.jobs)} jobs over {trace.horizon_h} h (1 h = {hour_s} s), offered load {load}, "
         f"pooled bound {bound['pooled_bound_gpu_hours']:.1f} GPU-h in the window"
     )
-    tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    results: dict[str, dict[str, Any]] = {}
     t_start = time.perf_counter()
-    try:
-        for mode in modes:
-            results[mode] = run_mode(
-                mode,
-                nodes=nodes,
-                trace=trace,
-                hour_s=hour_s,
-                burst_fraction=burst_fraction,
-                seed=seed,
-                folder=tmp / mode,
-                log=log,
-            )
-    finally:
-        if not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+    results = phases.run_each(
+        modes,
+        lambda mode, folder: run_mode(
+            mode,
+            nodes=nodes,
+            trace=trace,
+            hour_s=hour_s,
+            burst_fraction=burst_fraction,
+            seed=seed,
+            folder=folder,
+            log=log,
+        ),
+        prefix="bench-fleet-",
+        keep=keep,
+    )
 
     def served(mode: str) -> float | None:
         return results[mode]["gpu_hours_served"] if mode in results else None

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import crds
+from core import crds, kueue
 from core.topology import GPU_COUNT, HGX_H100_PARTITIONS
 from services.dra_driver.slices import PublishedGpu, build_slices
 from services.fabric.publisher import build_fabric_state_status
+from services.tenancy_controller.queues import INSTANCE_TYPE_LABEL
 
 TENANCY = "fleet"
 NAMESPACE = crds.tenant_namespace(TENANCY)
+#: The nodes' instance type (the tenancy controller's default GPU flavor: Kueue gives the pods it
+#: admits its node selector).
+INSTANCE_TYPE = "hgx-h100-8"
 
 
 def node_name(i: int) -> str:
@@ -42,6 +46,8 @@ def node_object(i: int, *, gpus: bool) -> dict[str, Any]:
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",
                 "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                kueue.GPU_COUNT_LABEL: str(GPU_COUNT),  # GPU Feature Discovery's
+                INSTANCE_TYPE_LABEL: INSTANCE_TYPE,
             },
         },
         "spec": {"podCIDR": f"10.{64 + i // 256}.{i % 256}.0/24"},

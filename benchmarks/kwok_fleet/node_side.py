@@ -17,7 +17,6 @@ import time
 
 from benchmarks.kwok_fleet.context import RunContext
 from benchmarks.kwok_fleet.node_objects import (
-    NAMESPACE,
     fabric_status,
     node_name,
     node_object,
@@ -92,7 +91,7 @@ class NodeSide:
         node = rec.node
         if node is None or not rec.gpus:
             return
-        holder = f"pod:{NAMESPACE}/{rec.name}"
+        holder = f"pod:{rec.namespace}/{rec.name}"
         with self.lock:
             if not rec.overlap:  # GPUs it shared with another pod (an error, counted) stay held
                 self.free[node] |= rec.gpus
@@ -115,7 +114,7 @@ class NodeSide:
                 rec.overlap = True
             self.free[node] = free & ~mask
             for p in partitions_for_gpus(gpus):
-                self.holders[node][p.id] = f"pod:{NAMESPACE}/{rec.name}"
+                self.holders[node][p.id] = f"pod:{rec.namespace}/{rec.name}"
         # the activation shows no earlier than the second after the bind (updatedAt is whole seconds)
         self._schedule_publish(node, math.floor(rec.bound or time.time()) + 1.05)
 
@@ -125,7 +124,7 @@ class NodeSide:
             claim_name = rec.claim
             if claim_name:
                 claim = self.kube.request(
-                    "GET", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{claim_name}"
+                    "GET", f"/apis/resource.k8s.io/v1/namespaces/{rec.namespace}/resourceclaims/{claim_name}"
                 )
                 results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
                     "results"

@@ -3,9 +3,12 @@ cleared, then the burst on the emptied fleet."""
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from random import Random
 from typing import Any
 
@@ -22,14 +25,38 @@ from core.topology import GPU_COUNT
 from services.placement.fit import FULL_MASK
 
 
+def run_each(
+    names: Sequence[str], run_one: Callable[[str, Path], dict[str, Any]], *, prefix: str, keep: bool
+) -> dict[str, dict[str, Any]]:
+    """``run_one(name, folder)`` for each name in turn, each in a folder of its own under one
+    temporary folder (removed at the end unless ``keep``); each one's figures by name."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        return {name: run_one(name, tmp / name) for name in names}
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_trace(
-    tenants: Tenants, timers: Timers, trace: Trace, *, hour_s: float, nodes: int, log: Callable[[str], None]
+    tenants: Tenants,
+    timers: Timers,
+    trace: Trace,
+    *,
+    hour_s: float,
+    nodes: int,
+    log: Callable[[str], None],
+    owners: Sequence[tuple[str, bool]] | None = None,
 ) -> float:
     """Offer the trace in compressed time (``hour_s`` real seconds a trace hour); returns the
-    wall time it started at. Once its horizon is reached nothing more arrives or departs."""
+    wall time it started at. Once its horizon is reached nothing more arrives or departs.
+    ``owners``: each job's tenancy and whether it is interruptible (default: the fleet's one
+    tenancy, standard)."""
     t0 = time.time() + 1.0
     for i, job in enumerate(trace.jobs):
         rec = PodRecord(f"j{i:06d}-{job.size}g", job.size, job.duration * hour_s, job.arrival, "trace")
+        if owners is not None:
+            rec.tenancy, rec.interruptible = owners[i]
         tenants.arrive_at(rec, t0 + rec.arrival_h * hour_s)
     end = t0 + trace.horizon_h * hour_s
     last_report = time.time()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchmarks.kwok_fleet.node_objects import TENANCY
+from core import crds
+
 
 @dataclass
 class PodRecord:
@@ -23,3 +26,12 @@ class PodRecord:
     overlap: bool = False  # DRA: GPUs already held on the node
     unschedulable: bool = False  # the scheduler marked it Unschedulable at least once
     claim: str | None = None  # DRA: the ResourceClaim made for it
+    tenancy: str = TENANCY  # whose pod it is: it lives in the tenancy's namespace
+    interruptible: bool = False  # its container class (with a queue: its WorkloadPriorityClass)
+    stopped: bool = False  # ended by another's deletion (Kueue's), not by the run's
+    preempted: bool = False  # Kueue stopped it for other work (its TerminationTarget condition)
+    stop_cause: str | None = None  # what Kueue's condition says of why (``stopped_by_queue``)
+
+    @property
+    def namespace(self) -> str:
+        return crds.tenant_namespace(self.tenancy)
