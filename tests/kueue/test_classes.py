@@ -13,7 +13,7 @@ from pathlib import Path
 from devtools.waiting import wait_for
 from tests.api.harness import ApiServer
 from tests.kueue.conftest import TIMEOUT
-from tests.kueue.test_queue_position import _spot, _submit, _wait_spot, api  # noqa: F401 (the fixture)
+from tests.kueue.test_queue_position import _queue, _spot, _submit, _wait_spot, api  # noqa: F401 (the fixture)
 
 
 def test_a_reclaimed_guarantee_takes_the_borrowers_interruptible_container_before_its_standard_one(
@@ -49,22 +49,30 @@ def test_a_reclaimed_guarantee_takes_the_borrowers_interruptible_container_befor
         assert spot["interruptible"] is True
         _wait_spot(b, spot["id"], _spot(1, 0, "waiting_for_partition"))
         standard = _submit(b, "b-spot", 4)
-        try:
-            _wait_spot(b, standard, _spot(2, 4, "waiting_for_partition"))
-        except AssertionError as exc:  # say where the first one went
-            first = b.get(f"/v1/containers/{spot['id']}").json()
-            raise AssertionError(f"{exc}; the interruptible one: {first}") from None
+
+        def both_admitted() -> bool:
+            """Both wait for a partition, one behind the other (Kueue keeps the admission time to the
+            second: two admitted in one second go by the Workloads' uids)."""
+            spots = [_queue(b, cid) for cid in (spot["id"], standard)]
+            return sorted((s or {}).get("position", 0) for s in spots) == [1, 2] and all(
+                s and s["reason"] == "waiting_for_partition" for s in spots
+            )
+
+        wait_for(both_admitted, TIMEOUT, what="both of B's containers admitted on A's lent guarantee")
 
         mine = _submit(a, "a-guar", 4)
         # preempted, it goes back in the queue (restart_on_preemption): a new pod Kueue holds,
         # behind B's standard container, which B's share covers no more than it did
         requeued = wait_for(
-            lambda: (c := b.get(f"/v1/containers/{spot['id']}").json())["attempt"] == 2 and c["queue"] and c,
+            lambda: (
+                (c := b.get(f"/v1/containers/{spot['id']}").json())["attempt"] == 2
+                and c["queue"] == _spot(2, 4, "preempted")
+                and c
+            ),
             TIMEOUT,
             what="the interruptible container preempted and queued again",
         )
         assert requeued["reason"] == "Preempted" and requeued["status"] in ("Queued", "Pending"), requeued
-        assert requeued["queue"] == _spot(2, 4, "preempted"), requeued
         assert requeued["pod_name"] == f"gpucaas-{spot['id']}-r1"
         _wait_spot(a, mine, _spot(1, 0, "waiting_for_partition"))
         _wait_spot(b, standard, _spot(1, 0, "waiting_for_partition"))  # still admitted, now first
