@@ -88,6 +88,22 @@ def test_ties_go_by_uid_and_a_requeued_workload_goes_by_its_eviction() -> None:
     assert result["p"].reason == "preempted"
 
 
+def test_a_container_put_back_after_a_preemption_waits_preempted_until_admitted() -> None:
+    """restart_on_preemption makes a new pod and Workload: pending, it says why it waits again;
+    admitted, it waits for a partition like any other."""
+    workloads = [
+        workload("back", "2026-11-29T10:00:00Z"),
+        workload("again", "2026-11-29T10:00:01Z", conditions=(RESERVED,)),
+        workload("new", "2026-11-29T10:00:02Z"),
+    ]
+    result = spots(workloads, {"back": 4, "again": 2, "new": 1}, requeued={"back", "again"})
+    assert view(result) == {
+        "again": (1, 0, "waiting_for_partition"),
+        "back": (2, 2, "preempted"),
+        "new": (3, 6, "over_share"),
+    }
+
+
 def test_only_the_waiting_pods_count_finished_and_other_workloads_are_left_out() -> None:
     result = spots(
         [

@@ -17,6 +17,7 @@ whose work is ahead).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -68,12 +69,16 @@ def _queue_order_time(workload: dict[str, Any]) -> datetime:
     return _time((workload.get("metadata") or {}).get("creationTimestamp"))
 
 
-def spots(workloads: list[dict[str, Any]], waiting: dict[str, int]) -> dict[str, QueueSpot]:
+def spots(
+    workloads: list[dict[str, Any]], waiting: dict[str, int], *, requeued: Collection[str] = ()
+) -> dict[str, QueueSpot]:
     """``{pod name: QueueSpot}`` for the pods of ``waiting`` (pod name -> GPUs: the tenancy's
     containers that wait with their pod made and on no node) that have a Workload.
 
     ``workloads`` are the Workloads of the tenancy's namespace; others (finished, or of a pod
-    that is no longer waiting) are left out of the count."""
+    that is no longer waiting) are left out of the count. ``requeued``: pods of containers the
+    queue preempted and put back (``restart_on_preemption``), whose new Workload Kueue has not
+    admitted yet: preempted, as an evicted Workload is."""
     admitted: list[tuple[datetime, str, str]] = []
     pending: list[tuple[int, datetime, str, str]] = []
     reasons: dict[str, QueueReason] = {}
@@ -90,7 +95,8 @@ def spots(workloads: list[dict[str, Any]], waiting: dict[str, int]) -> dict[str,
         priority = int((workload.get("spec") or {}).get("priority") or 0)
         pending.append((-priority, _queue_order_time(workload), str(meta.get("uid")), pod))
         evicted = _condition(workload, "Evicted")
-        reasons[pod] = "preempted" if evicted and evicted.get("reason") == "Preempted" else "over_share"
+        preempted = pod in requeued or bool(evicted and evicted.get("reason") == "Preempted")
+        reasons[pod] = "preempted" if preempted else "over_share"
     ordered = [pod for *_, pod in sorted(admitted)] + [pod for *_, pod in sorted(pending)]
     out: dict[str, QueueSpot] = {}
     ahead = 0

@@ -110,14 +110,11 @@ def _with_queue(
         except KubeError as exc:
             log.info("tenancy %s: queue positions unavailable (%s)", tenancy, exc)
             continue
-        spots = queue.spots(workloads, waiting)
-        for c in containers:
-            if c.tenancy == tenancy:
-                spot = spots.get(c.pod_name)
-                if spot is not None and spot.reason == "over_share" and c.reason == ContainerReason.PREEMPTED:
-                    # back in the queue after a preemption (restart_on_preemption), not admitted yet
-                    spot = spot.model_copy(update={"reason": "preempted"})
-                c.queue = spot
+        mine = [c for c in containers if c.tenancy == tenancy]
+        requeued = {c.pod_name for c in mine if c.reason == ContainerReason.PREEMPTED}
+        spots = queue.spots(workloads, waiting, requeued=requeued)
+        for c in mine:
+            c.queue = spots.get(c.pod_name)
     return containers
 
 

@@ -74,13 +74,28 @@ def mark_pod_created(session: Session, *, container_id: str, pod_name: str | Non
     return row is not None and row.status != ContainerStatus.CANCELLED
 
 
+def _queued_again(next_pod_name: str, message: str, *, delay: float = 0.0) -> dict[str, Any]:
+    """The row of a container queued again for a new pod ``next_pod_name``, made in ``delay`` seconds."""
+    now = utcnow()
+    return {
+        "status": ContainerStatus.QUEUED,
+        "pod_name": next_pod_name,
+        "pod_created": False,
+        "node_name": None,
+        "message": message[:2048],
+        "next_attempt_at": now + timedelta(seconds=delay),
+        "claimed_by": None,
+        "claimed_until": None,
+        "updated_at": now,
+    }
+
+
 def requeue_refused(
     session: Session, *, container_id: str, pod_name: str, next_pod_name: str, message: str, delay: float = 0.0
 ) -> bool:
     """Its node refused the pod ``pod_name`` at admission (it never started): queue the container
     again for a new pod ``next_pod_name``, made in ``delay`` seconds. Only one replica wins (the row must still name
     ``pod_name`` and be active, not cancelled); True for that one."""
-    now = utcnow()
     result = session.exec(
         update(Container)
         .where(
@@ -88,17 +103,7 @@ def requeue_refused(
             col(Container.pod_name) == pod_name,
             col(Container.status).in_((ContainerStatus.QUEUED, ContainerStatus.PENDING)),
         )
-        .values(
-            status=ContainerStatus.QUEUED,
-            pod_name=next_pod_name,
-            pod_created=False,
-            node_name=None,
-            message=message[:2048],
-            next_attempt_at=now + timedelta(seconds=delay),
-            claimed_by=None,
-            claimed_until=None,
-            updated_at=now,
-        )
+        .values(**_queued_again(next_pod_name, message, delay=delay))
     )
     session.commit()
     return bool(result.rowcount)
@@ -110,9 +115,6 @@ def requeue_preempted(session: Session, *, container_id: str, pod_name: str, nex
     ``next_pod_name``; its reason stays ``Preempted`` until that run starts. Only one replica
     wins (the row must still name ``pod_name`` and be active); True for that one, whose
     transaction also queues the ``container.preempted`` event."""
-    row = session.get(Container, container_id)
-    before = row.status if row is not None else None
-    now = utcnow()
     result = session.exec(
         update(Container)
         .where(
@@ -121,25 +123,17 @@ def requeue_preempted(session: Session, *, container_id: str, pod_name: str, nex
             col(Container.status).in_(ACTIVE_STATUSES),
         )
         .values(
-            status=ContainerStatus.QUEUED,
-            pod_name=next_pod_name,
-            pod_created=False,
-            node_name=None,
+            **_queued_again(next_pod_name, message),
             started_at=None,
             finished_at=None,
             exit_code=None,
-            message=message[:2048],
             reason=ContainerReason.PREEMPTED,
             preemptions=Container.preemptions + 1,
             attempts=0,
-            next_attempt_at=now,
-            claimed_by=None,
-            claimed_until=None,
-            updated_at=now,
         )
     )
     if result.rowcount:
-        webhook_outbox.on_status_change(session, container_id=container_id, before=before)
+        webhook_outbox.on_status_change(session, container_id=container_id, before=None)
     session.commit()
     return bool(result.rowcount)
 
