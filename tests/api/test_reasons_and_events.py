@@ -228,6 +228,16 @@ def test_only_a_preemption_makes_the_reason_preempted() -> None:
     )
     assert pods.container_status_from_pod(withdrawn).reason is None
     assert pods.container_status_from_pod(_pod({"phase": "Failed"})).reason is None
+    # a program that exits 0 on SIGTERM was still cut short: Failed, reason Preempted, exit code 0
+    graceful = pods.container_status_from_pod(
+        _pod(_stopped_by_kueue(_terminated(0, "Completed"), "reclamation within the cohort"))
+    )
+    assert (graceful.status, graceful.reason, graceful.exit_code) == ("Failed", "Preempted", 0)
+    assert graceful.message == (
+        "Preempted by the queue: another tenancy claimed its guaranteed GPUs (Completed: finished with exit code 0)"
+    )
+    # without a preemption, exit code 0 is a success
+    assert pods.container_status_from_pod(_pod(_terminated(0, "Completed"))).status == "Succeeded"
 
 
 @pytest.fixture

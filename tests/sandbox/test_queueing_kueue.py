@@ -10,7 +10,8 @@ real node).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import urllib.error
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ from kubernetes import client
 from rich.console import Console
 
 from core import kueue
+from core.fabric_client import FabricClient
 from core.kube import new_api_client
+from core.topology import partition_for
 from devtools.kueue import manifests_dir
 from devtools.local_cluster.binaries import bin_dir
 from devtools.sandbox import runner
@@ -26,6 +29,8 @@ from devtools.sandbox.nodes import node_names
 from devtools.sandbox.queueing import GPU_INSTANCE_TYPE
 from devtools.sandbox.tenant_view import DEMO_TENANCY, print_banner
 from devtools.waiting import wait_for
+from services.api.webhooks.signing import verify
+from tests.api.webhook_receiver import Receiver
 from tests.fixtures.sandbox import package_sandbox
 from tests.kueue.conftest import condition
 
@@ -46,6 +51,9 @@ pytestmark = pytest.mark.skipif(
 #: the CUDA sample's stand-in: lists the container's /dev/vfio devices and exits 0
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 TIMEOUT = 180.0
+#: runs until cancelled or preempted, and ends at once on SIGTERM (a plain ``sleep`` as PID 1
+#: ignores it, and would keep its GPUs through the whole grace period)
+UNTIL_CANCELLED = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +114,87 @@ def test_a_tenants_container_is_admitted_from_the_pool_by_kueue_and_succeeds(san
     # Kueue lifted its gates and gave the pod the flavor's node selector
     assert not pod.spec.scheduling_gates
     assert pod.spec.node_selector["node.kubernetes.io/instance-type"] == GPU_INSTANCE_TYPE
+
+
+def _tenancy(sandbox: runner.Sandbox, name: str, guaranteed: int) -> str:
+    """A tenancy capped at the node's 8 GPUs with ``guaranteed`` of them, and a token of it."""
+    sandbox.api("POST", "/v1/admin/tenancies", {"name": name, "gpu_quota": 8, "guaranteed_gpus": guaranteed})
+    return str(sandbox.api("POST", f"/v1/admin/tenancies/{name}/tokens", {})["token"])
+
+
+def test_a_guarantee_claimed_back_preempts_the_borrowers_interruptible_containers(sandbox: runner.Sandbox) -> None:
+    """The queue's promise on real Kueue and a real node. Tenancy B, guaranteed nothing, fills
+    the node's 8 GPUs with two interruptible 4-GPU containers on capacity A is guaranteed;
+    A asks for a standard 8-GPU container; Kueue reclaims A's guarantee by preempting both of
+    B's; A's runs on the node's whole 8-GPU partition; each of B's ends Preempted with its
+    signed webhook and a usage record of its class, and the one that asked to restart is back
+    in the queue under its id, showing where it stands."""
+    owner, borrower = _tenancy(sandbox, "claimant", 8), _tenancy(sandbox, "borrower", 0)
+    receiver = Receiver().start()
+    started: list[tuple[str, str]] = []  # (token, container id): cancelled at the end, whatever happens
+
+    def run(token: str, gpus: int, **extra: Any) -> str:
+        body = {"image": "busybox:1.36", "gpus": gpus, "cpu": "50m", "command": UNTIL_CANCELLED, **extra}
+        cid = str(sandbox.api("POST", "/v1/containers", body, token=token)["id"])
+        started.append((token, cid))
+        return cid
+
+    def shown(token: str, cid: str) -> dict[str, Any]:
+        return dict(sandbox.api("GET", f"/v1/containers/{cid}", token=token))
+
+    def reaches(token: str, cid: str, check: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        return wait_for(lambda: c if check(c := shown(token, cid)) else None, TIMEOUT, interval=0.5, what=what)
+
+    try:
+        hook = sandbox.api(
+            "POST",
+            "/v1/webhooks",
+            {"url": receiver.url, "events": ["container.preempted", "container.failed"]},
+            token=borrower,
+        )
+        ends = run(borrower, 4, interruptible=True)
+        comes_back = run(borrower, 4, interruptible=True, restart_on_preemption=True)
+        for cid in (ends, comes_back):
+            reaches(borrower, cid, lambda c: c["status"] == "Running", f"B's container {cid} running")
+
+        claim = run(owner, 8)
+        placed = reaches(owner, claim, lambda c: c["status"] == "Running", "A's 8-GPU container running")
+        # the whole board: the fabric service holds the 8-GPU partition for it, and nothing else
+        (node,) = sandbox.nodes
+        with FabricClient(node.fabric_socket, timeout=10) as fabric:
+            held = fabric.activations()
+        assert [a["partition_ids"] for a in held] == [[partition_for(range(1, 9)).id]], held  # type: ignore[union-attr]
+        assert placed["node_name"] == node.name and placed["interruptible"] is False
+
+        gone = reaches(borrower, ends, lambda c: c["status"] == "Failed", "B's first container ended")
+        assert gone["reason"] == "Preempted" and gone["attempt"] == 1, gone
+        assert gone["message"].startswith("Preempted by the queue: another tenancy claimed its guaranteed GPUs")
+        back = reaches(borrower, comes_back, lambda c: c["queue"] is not None, "B's second container back in line")
+        # its next run's pod waits, gated by Kueue, behind A's claim on the whole node
+        assert (back["status"], back["reason"], back["attempt"]) == ("Pending", "Preempted", 2), back
+        assert back["queue"] == {"position": 1, "gpus_ahead": 0, "reason": "preempted"}
+
+        # one signed container.preempted each; container.failed only for the one that ended
+        got = wait_for(lambda: len(r := receiver.received("container.preempted")) >= 2 and r, what="both webhooks")
+        assert sorted(g.event["data"]["container"]["id"] for g in got) == sorted((ends, comes_back))
+        assert all(verify(hook["secret"], g.headers, g.body) for g in got)
+        assert "claimant" not in b"".join(g.body for g in got).decode()  # the preemptor's name never reaches B
+        failed = wait_for(lambda: receiver.received("container.failed"), what="container.failed")
+        assert [g.event["data"]["container"]["id"] for g in failed] == [ends]
+
+        # metering ended at each pod's end, with the class
+        def records() -> list[dict[str, Any]] | None:
+            rows = sandbox.api("GET", "/v1/usage?group_by=container", token=borrower)["data"]
+            ended = [r for r in rows if not r["running"]]
+            return ended if len(ended) == 2 else None
+
+        rows = wait_for(records, TIMEOUT, what="B's two usage records")
+        assert sorted(r["container_id"] for r in rows) == sorted((ends, comes_back))
+        assert all(r["interruptible"] and r["attempt"] == 1 and r["gpu_seconds"] > 0 for r in rows), rows
+    finally:
+        receiver.stop()
+        for token, cid in started:
+            try:
+                sandbox.api("DELETE", f"/v1/containers/{cid}", token=token)
+            except urllib.error.HTTPError:  # it had already ended
+                pass

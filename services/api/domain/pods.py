@@ -404,6 +404,11 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
         # failed or still waits without its container's start never ran it (an image that
         # never pulled, a deadline passed while pulling, a refused admission): no start.
         started = _time(status.get("startTime"))
+    preempted = reasons.preempted_by_queue(pod)
+    if preempted and phase == "Succeeded":
+        # a program that saves its state and exits 0 on SIGTERM still did not finish its work:
+        # a preempted run ends Failed (reason Preempted, its exit code as it was), never Succeeded
+        phase = "Failed"
     return PodReport(
         status=phase,
         node_name=spec.get("nodeName"),
@@ -412,5 +417,5 @@ def container_status_from_pod(pod: Mapping[str, Any], gpu_resource: str = "nvidi
         started_at=started,
         finished_at=finished,
         exit_code=outcome.exit_code,
-        reason=reasons.PREEMPTED if reasons.preempted_by_queue(pod) else None,
+        reason=reasons.PREEMPTED if preempted else None,
     )
