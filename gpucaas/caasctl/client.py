@@ -36,6 +36,10 @@ def _detail(resp: httpx.Response) -> str:
     return str(body)[:300]
 
 
+#: ``--attempt`` of the logs commands
+ATTEMPT_HELP = "An earlier run's log (1: the first) of a container the queue preempted and put back."
+
+
 class RestClient:
     """The gpucaas REST API over HTTPS (httpx): caasctl's only client; no Kubernetes access."""
 
@@ -144,6 +148,13 @@ class RestClient:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+    def log_lines(self, container_id: str, *, follow: bool, attempt: int | None = None) -> Iterator[str]:
+        """A container's log, line by line (``attempt``: an earlier run's kept log)."""
+        params: dict[str, str] = {"follow": str(follow).lower()}
+        if attempt is not None:
+            params["attempt"] = str(attempt)
+        return self.stream_lines(f"/v1/containers/{container_id}/logs", **params)
 
     def stream_lines(self, path: str, **params: Any) -> Iterator[str]:
         try:

@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from core.fabric_client import FabricError
 from gpucaas.caasctl import tenant, tenant_resources, tenant_tokens, usage, volumes
-from gpucaas.caasctl.client import CaasctlError, Config, RestClient, fabric_socket_for
+from gpucaas.caasctl.client import ATTEMPT_HELP, CaasctlError, Config, RestClient, fabric_socket_for
 from gpucaas.caasctl.output import Format, emit, err_console
 from gpucaas.caasctl.settings import DEFAULT_CONFIG, CaasctlSettings, ConfigLocation
 
@@ -517,9 +517,10 @@ def containers_logs(
     ctx: typer.Context,
     container_id: str,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the container ends.")] = False,
+    attempt: Annotated[int | None, typer.Option(min=1, help=ATTEMPT_HELP)] = None,
 ) -> None:
     """Print a container's logs."""
-    for line in _api(ctx).stream_lines(f"/v1/containers/{container_id}/logs", follow=str(follow).lower()):
+    for line in _api(ctx).log_lines(container_id, follow=follow, attempt=attempt):
         typer.echo(line)
 
 

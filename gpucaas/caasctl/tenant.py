@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from gpucaas.caasctl import exec_session, volumes
-from gpucaas.caasctl.client import CaasctlError, RestClient
+from gpucaas.caasctl.client import ATTEMPT_HELP, CaasctlError, RestClient
 from gpucaas.caasctl.output import Format, emit, err_console
 
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
@@ -234,9 +234,13 @@ def register(app: typer.Typer, api_of: Any) -> None:
         ctx: typer.Context,
         container_id: str,
         follow_log: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the container ends.")] = False,
+        attempt: Annotated[
+            int | None,
+            typer.Option(min=1, help=ATTEMPT_HELP),
+        ] = None,
     ) -> None:
         """Print a container's log."""
-        for line in api_of(ctx).stream_lines(f"/v1/containers/{container_id}/logs", follow=str(follow_log).lower()):
+        for line in api_of(ctx).log_lines(container_id, follow=follow_log, attempt=attempt):
             typer.echo(line)
 
     @app.command("exec")

@@ -442,9 +442,10 @@ class SubmissionWorker:
             worker_state.mark_pod_deleted(session, container_id=row.id)
         log.info("container %s tenancy %s: pod %s deleted (cancelled)", row.id, row.tenancy, row.pod_name)
 
-    def _keep_log(self, container_id: str, tenancy: str, pod: str) -> None:
+    def _keep_log(self, container_id: str, tenancy: str, pod: str, *, run: int | None = None) -> None:
         """Copy the tail of the pod's log into the database (best effort: a pod that never
-        started has none, and a failed read is retried on the next event or relist)."""
+        started has none, and a failed read is retried on the next event or relist), as the
+        last run's, or (``run``) as that earlier run's."""
         try:
             resp = self.kube.pod_log(crds.tenant_namespace(tenancy), pod)
         except KubeError as exc:
@@ -461,6 +462,7 @@ class SubmissionWorker:
                 tenancy=tenancy,
                 text=text,
                 max_bytes=self.settings.log_archive_bytes,
+                run=run,
             )
         log.info("container %s tenancy %s: kept %d bytes of log", container_id, tenancy, len(text.encode()))
 
@@ -628,6 +630,8 @@ class SubmissionWorker:
         if won:
             log.info("container %s tenancy %s: preempted; queued again for run %d", row.id, row.tenancy, run)
             self.wake()
+        if won and not deleted:  # the ended run's output, for ?attempt=<run> once its pod is gone
+            self._keep_log(row.id, row.tenancy, name, run=run - 1)
         if not deleted and not (pod.get("metadata") or {}).get("deletionTimestamp"):
             self._delete_attempt(row, name)  # Kueue deletes the pods it stops; an ended run's pod holds nothing
         return True

@@ -16,7 +16,7 @@ from kubernetes import client as kc
 from devtools.waiting import wait_for
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
-from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
+from tests.api.kube_helpers import ended, get_pod, mark_tenancy_ready, set_pod_status
 
 TERMINATED_OK = {
     "phase": "Succeeded",
@@ -163,6 +163,54 @@ def test_the_log_of_a_finished_container_is_served_after_its_pod_is_gone(
     with api.client(other) as snoop:  # another tenancy's kept log: exactly like a missing one
         theirs = snoop.get(f"/v1/containers/{cid}/logs")
         missing = snoop.get("/v1/containers/00000000000000000000/logs")
+    assert theirs.status_code == missing.status_code == 404
+    assert theirs.json()["detail"].replace(cid, "X") == missing.json()["detail"].replace("00000000000000000000", "X")
+
+
+def test_a_preempted_runs_log_is_kept_and_served_by_its_attempt(api: ApiServer, k8s: Any, node_logs: Any) -> None:
+    """A container put back in the queue after a preemption: the preempted run's output stays
+    readable (``?attempt=1``) after its pod is gone, beside the next run's."""
+    with api.client() as admin:
+        token = new_tenancy(admin, "rerun")
+    mark_tenancy_ready(k8s, "rerun")
+    preempted = ended(
+        "Failed",
+        exit_code=143,
+        reason="Error",
+        started="2026-01-02T03:00:00Z",
+        finished="2026-01-02T03:00:09Z",
+        conditions=[{"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted"}],
+    )
+    with api.client(token) as c:
+        body = {"image": "ubuntu", "interruptible": True, "restart_on_preemption": True}
+        cid = c.post("/v1/containers", json=body).json()["id"]
+        first, second = f"gpucaas-{cid}", f"gpucaas-{cid}-r1"
+        wait_for(lambda: get_pod(k8s, "tenant-rerun", first) is not None, what="the first run's pod")
+        node_logs.write("tenant-rerun", first, "epoch 1\ncheckpoint saved\n")
+        node_logs.end("tenant-rerun", first)
+        set_pod_status(k8s, "tenant-rerun", first, preempted)
+        wait_for(lambda: get_pod(k8s, "tenant-rerun", first) is None, what="the preempted run's pod deleted")
+        assert c.get(f"/v1/containers/{cid}").json()["attempt"] == 2
+        assert c.get(f"/v1/containers/{cid}/logs", params={"attempt": 1}).text == "epoch 1\ncheckpoint saved\n"
+        assert c.get(f"/v1/containers/{cid}/logs", params={"attempt": 1, "tail_lines": 1}).text == "checkpoint saved\n"
+        beyond = c.get(f"/v1/containers/{cid}/logs", params={"attempt": 3})
+        assert beyond.status_code == 404 and "on attempt 2" in beyond.json()["detail"]
+        assert c.get(f"/v1/containers/{cid}/logs", params={"attempt": 0}).status_code == 422
+
+        wait_for(lambda: get_pod(k8s, "tenant-rerun", second) is not None, what="the second run's pod")
+        node_logs.write("tenant-rerun", second, "resumed from checkpoint\n")
+        node_logs.end("tenant-rerun", second)
+        set_pod_status(k8s, "tenant-rerun", second, TERMINATED_OK)
+        wait_for(lambda: c.get(f"/v1/containers/{cid}").json()["status"] == "Succeeded", what="the second run")
+        last = wait_for(lambda: (r := c.get(f"/v1/containers/{cid}/logs")).status_code == 200 and r)
+        assert last.text == "resumed from checkpoint\n"
+        assert c.get(f"/v1/containers/{cid}/logs", params={"attempt": 2}).text == last.text
+        assert c.get(f"/v1/containers/{cid}/logs", params={"attempt": 1}).text == "epoch 1\ncheckpoint saved\n"
+    with api.client() as admin:
+        other = new_tenancy(admin, "rerun-snoop")
+    with api.client(other) as snoop:  # another tenancy's earlier run: exactly like a missing container
+        theirs = snoop.get(f"/v1/containers/{cid}/logs", params={"attempt": 1})
+        missing = snoop.get("/v1/containers/00000000000000000000/logs", params={"attempt": 1})
     assert theirs.status_code == missing.status_code == 404
     assert theirs.json()["detail"].replace(cid, "X") == missing.json()["detail"].replace("00000000000000000000", "X")
 

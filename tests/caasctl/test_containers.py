@@ -47,6 +47,8 @@ def test_list_describe_logs_cancel(caasctl: Caasctl, api: ApiServer, kube: Any, 
     logs = caasctl("containers", "logs", cid)
     assert logs.exit_code == 0, logs.stderr
     assert logs.stdout.splitlines() == ["[0] vector add", "Test PASSED"]
+    later = caasctl("containers", "logs", "--attempt", "2", cid)  # it never ran again
+    assert later.exit_code == 1 and later.stderr.startswith("error: 404: ") and "on attempt 1" in later.stderr
     early = caasctl("containers", "logs", queued)  # no pod yet: the API's 409, on one line
     assert early.exit_code == 1 and early.stderr.startswith("error: 409: ") and "no pod yet" in early.stderr
 

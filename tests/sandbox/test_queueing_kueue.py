@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -134,7 +135,8 @@ def test_a_guarantee_claimed_back_preempts_the_borrowers_interruptible_container
     started: list[tuple[str, str]] = []  # (token, container id): cancelled at the end, whatever happens
 
     def run(token: str, gpus: int, **extra: Any) -> str:
-        body = {"image": "busybox:1.36", "gpus": gpus, "cpu": "50m", "command": UNTIL_CANCELLED, **extra}
+        command = ["sh", "-c", f"echo started; {UNTIL_CANCELLED[2]}"]
+        body = {"image": "busybox:1.36", "gpus": gpus, "cpu": "50m", "command": command, **extra}
         cid = str(sandbox.api("POST", "/v1/containers", body, token=token)["id"])
         started.append((token, cid))
         return cid
@@ -173,6 +175,13 @@ def test_a_guarantee_claimed_back_preempts_the_borrowers_interruptible_container
         # its next run's pod waits, gated by Kueue, behind A's claim on the whole node
         assert (back["status"], back["reason"], back["attempt"]) == ("Pending", "Preempted", 2), back
         assert back["queue"] == {"position": 1, "gpus_ahead": 0, "reason": "preempted"}
+        # the preempted run's output stays readable by its attempt
+        first_run = urllib.request.Request(
+            f"{sandbox.api_url}/v1/containers/{comes_back}/logs?attempt=1",
+            headers={"Authorization": f"Bearer {borrower}"},
+        )
+        with urllib.request.urlopen(first_run, timeout=30, context=sandbox.ssl_context()) as resp:
+            assert resp.read() == b"started\n"
 
         # one signed container.preempted each; container.failed only for the one that ended
         got = wait_for(lambda: len(r := receiver.received("container.preempted")) >= 2 and r, what="both webhooks")

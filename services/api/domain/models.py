@@ -962,3 +962,18 @@ class ContainerLog(SQLModel, table=True):
     text: str
     truncated: bool = False
     captured_at: datetime = Field(default_factory=utcnow)
+
+
+class ContainerRunLog(SQLModel, table=True):
+    """The last part of an earlier run's output: a run the queue preempted before the container
+    went back in the queue (``restart_on_preemption``). ``container_log`` keeps the last run's."""
+
+    __tablename__ = "container_run_log"
+
+    container_id: str = Field(primary_key=True, max_length=32)
+    #: the run's number, as the container's ``attempt`` counts: 1 for the first
+    run: int = Field(primary_key=True)
+    tenancy: str = Field(index=True, max_length=63)
+    text: str
+    truncated: bool = False
+    captured_at: datetime = Field(default_factory=utcnow)

@@ -357,15 +357,34 @@ def container_logs(
     request: Request,
     follow: bool = False,
     tail_lines: Annotated[int | None, Query(ge=1, le=100000)] = None,
+    attempt: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=100000,
+            description="Which run's output (the container's `attempt` counts them; left out: the current "
+            "one). An earlier run, which the queue preempted, is served from the tail kept when it ended.",
+        ),
+    ] = None,
 ) -> Response:
     """The container's output: live from its pod (``follow=true`` streams until it ends),
     or, once it has finished, the tail kept by the API (served after the pod is gone).
+    ``attempt``: an earlier run's kept tail (a container put back in the queue after a
+    preemption, docs/queues.md).
 
     A follow holds no database connection (the session is closed before streaming)
     and no shared worker thread while it waits; each token and tenancy may hold a
     bounded number of them at once (429 with Retry-After beyond).
     """
     row = _visible(session, caller, container_id)
+    current = row.preemptions + 1
+    if attempt is not None and attempt > current:
+        raise errors.NotFound(f"container {container_id!r} has no attempt {attempt}: it is on attempt {current}")
+    if attempt is not None and attempt < current:
+        earlier = log_archive.get(session, container_id=row.id, run=attempt)
+        if earlier is None:
+            raise errors.NotFound(f"no log was kept of attempt {attempt} of container {container_id!r}")
+        return PlainTextResponse(log_archive.tail_lines(earlier.text, tail_lines))
     kept = log_archive.get(session, container_id=row.id) if row.status in TERMINAL_STATUSES else None
     if kept is not None:
         return PlainTextResponse(log_archive.tail_lines(kept.text, tail_lines))

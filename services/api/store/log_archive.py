@@ -4,7 +4,9 @@ Kubernetes forgets a pod's log with the pod (the kubelet keeps it only while the
 exists). The worker copies the last ``log_archive_bytes`` of the ``main`` container's
 log when the pod reaches ``Succeeded``/``Failed`` and just before it deletes the pod of a
 cancelled container; ``GET /v1/containers/{id}/logs`` serves that copy once the
-container has finished. The cut falls on a line boundary where one exists.
+container has finished. A run the queue preempted before the container went back in the queue
+(``restart_on_preemption``) is kept apart, by its number (``container_run_log``), and served
+with ``?attempt=<run>``. The cut falls on a line boundary where one exists.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from services.api.domain.models import ContainerLog, utcnow
+from services.api.domain.models import ContainerLog, ContainerRunLog, utcnow
 
 
 def bounded_tail(text: str, max_bytes: int) -> tuple[str, bool]:
@@ -27,16 +29,26 @@ def bounded_tail(text: str, max_bytes: int) -> tuple[str, bool]:
     return tail.decode(errors="ignore"), True
 
 
-def get(session: Session, *, container_id: str) -> ContainerLog | None:
-    return session.get(ContainerLog, container_id)
+def get(session: Session, *, container_id: str, run: int | None = None) -> ContainerLog | ContainerRunLog | None:
+    """The kept log of the container's last run, or (``run``) of that earlier run."""
+    if run is None:
+        return session.get(ContainerLog, container_id)
+    return session.get(ContainerRunLog, (container_id, run))
 
 
-def keep(session: Session, *, container_id: str, tenancy: str, text: str, max_bytes: int) -> ContainerLog:
-    """Store (or replace) the kept log of a container, bounded to ``max_bytes``."""
+def keep(
+    session: Session, *, container_id: str, tenancy: str, text: str, max_bytes: int, run: int | None = None
+) -> ContainerLog | ContainerRunLog:
+    """Store (or replace) the kept log of a container's last run, or (``run``) of that earlier
+    run, bounded to ``max_bytes``."""
     kept, truncated = bounded_tail(text, max_bytes)
-    row = session.get(ContainerLog, container_id)
+    row = get(session, container_id=container_id, run=run)
     if row is None:
-        row = ContainerLog(container_id=container_id, tenancy=tenancy, text=kept, truncated=truncated)
+        row = (
+            ContainerLog(container_id=container_id, tenancy=tenancy, text=kept, truncated=truncated)
+            if run is None
+            else ContainerRunLog(container_id=container_id, run=run, tenancy=tenancy, text=kept, truncated=truncated)
+        )
     else:
         row.text, row.truncated, row.captured_at = kept, truncated, utcnow()
     session.add(row)
@@ -44,7 +56,7 @@ def keep(session: Session, *, container_id: str, tenancy: str, text: str, max_by
         session.commit()
     except IntegrityError:  # another replica kept it first: theirs is as good
         session.rollback()
-        existing = session.get(ContainerLog, container_id)
+        existing = get(session, container_id=container_id, run=run)
         assert existing is not None
         return existing
     return row

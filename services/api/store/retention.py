@@ -16,7 +16,7 @@ from sqlmodel import Session, col, delete, select
 
 from core import crds
 from core.kube import KubeError
-from services.api.domain.models import TERMINAL_STATUSES, Container, ContainerLog, utcnow
+from services.api.domain.models import TERMINAL_STATUSES, Container, ContainerLog, ContainerRunLog, utcnow
 from services.api.kube import Kube
 from services.api.store import audit
 
@@ -51,6 +51,7 @@ def prune(engine: Engine, kube: Kube, *, days: float, batch: int = 200) -> int:
         if gone:
             with Session(engine) as session:
                 session.exec(delete(ContainerLog).where(col(ContainerLog.container_id).in_(gone)))
+                session.exec(delete(ContainerRunLog).where(col(ContainerRunLog.container_id).in_(gone)))
                 session.exec(delete(Container).where(col(Container.id).in_(gone)))
                 session.commit()
             removed += len(gone)
