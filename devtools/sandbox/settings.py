@@ -58,9 +58,10 @@ class SandboxSettings(BaseSettings):
         "postgres; on the bridge network, either allocation mode).",
     )
     queueing: Queueing = Field(
-        "none",
-        description="Who decides which waiting container gets the next free GPUs: `none` (kube-scheduler's "
-        "queue; each tenancy's ResourceQuota caps its GPUs) or `kueue` (Kueue's manager, built by make kueue, "
-        "runs against the sandbox's own cluster with its webhooks, and the controller and the API queue each "
-        "container's pod by it: a ClusterQueue per tenancy in one cohort; docs/queues.md).",
+        "kueue",
+        description="Who decides which waiting container gets the next free GPUs: `kueue` (the default on the "
+        "sandbox's own cluster: Kueue's manager, built by make kueue, runs against it with its webhooks, and the "
+        "controller and the API queue each container's pod by it: a ClusterQueue per tenancy in one cohort; "
+        "docs/queues.md) or `none` (kube-scheduler's queue; each tenancy's ResourceQuota caps its GPUs; the "
+        "default with --kubeconfig or --demo).",
     )
