@@ -41,6 +41,7 @@ from core.backoff import Backoff
 from core.kube import Forbidden, Informer, Kube, KubeConnection, KubeError, NotFound, Unavailable
 from services.placement.errors import BindFailed, KubernetesUnavailable, NoRoom
 from services.placement.extender import GPU_RESOURCE, BindingArgs, pod_ref
+from services.placement.filtered import FilteredPods
 from services.placement.fleet import FleetIndex
 from services.placement.nodestate import TERMINAL_PHASES, PodClaim, derive_node, pod_claim
 
@@ -93,6 +94,8 @@ class FleetWatcher:
         #: pod -> the GPUs it was assumed onto while its node did not show it (``derive_node``)
         self._positions: dict[str, int] = {}
         self._bind_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)  # ``_node_binds``
+        #: the pods of the latest filter calls, so that their binds need not read them (``remember``)
+        self.filtered = FilteredPods()
         self._synced: dict[str, threading.Event] = {k: threading.Event() for k in ("fabricstates", "gpuleases", "pods")}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -345,21 +348,28 @@ class FleetWatcher:
 
     # -- bind ------------------------------------------------------------------------
 
+    def remember(self, pod: dict[str, Any]) -> None:
+        """Keep the pod a filter call sent, for its bind (:mod:`.filtered`)."""
+        self.filtered.remember(pod)
+
     def bind(self, args: BindingArgs) -> None:
         """Count the pod's GPUs on the node, then bind it there (pods/binding); see the module
-        docstring. Raises ``NoRoom`` when the node no longer has the pod's partition free."""
+        docstring. The pod is the copy its filter call sent, else read from kube-apiserver.
+        Raises ``NoRoom`` when the node no longer has the pod's partition free."""
         what = f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}"
-        try:
-            pod = self.kube.json(
-                self.core.read_namespaced_pod,
-                args.pod_name,
-                args.pod_namespace,
-                _request_timeout=self.request_timeout,
-                idempotent=True,
-                what=what,
-            )
-        except KubeError as exc:  # 404: the pod is gone; 403: "forbidden: <user> cannot get pods"
-            raise _bind_error(what, exc) from exc
+        pod = self.filtered.take(args.pod_uid, args.pod_namespace, args.pod_name)
+        if pod is None:
+            try:
+                pod = self.kube.json(
+                    self.core.read_namespaced_pod,
+                    args.pod_name,
+                    args.pod_namespace,
+                    _request_timeout=self.request_timeout,
+                    idempotent=True,
+                    what=what,
+                )
+            except KubeError as exc:  # 404: the pod is gone; 403: "forbidden: <user> cannot get pods"
+                raise _bind_error(what, exc) from exc
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",

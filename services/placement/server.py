@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 from fastapi import FastAPI, Request
@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 
 
 class Binder(Protocol):
-    """Binds a pod to a node (the Kubernetes adapter implements it)."""
+    """Binds a pod to a node (the Kubernetes adapter implements it), given the pods filtered."""
+
+    def remember(self, pod: dict[str, Any]) -> None: ...
 
     def bind(self, args: BindingArgs) -> None: ...
 
@@ -57,10 +59,13 @@ def create_app(
     async def filter_nodes(request: Request) -> Response:
         """Keep the nodes that can give the pod a whole NVLink partition of its size."""
         try:
-            result = extender.handle_filter(index, await request.body(), gpu_resource)
+            args = extender.parse_extender_args(await request.body())
+            result = orjson.dumps(extender.filter_result(index, args, gpu_resource))
         except PlacementError as exc:
             log.warning("filter request rejected: %s", exc.detail)
             return _error(exc)
+        if binder is not None:
+            binder.remember(args.pod)  # its bind comes next: no need to read it again then
         return Response(result, media_type="application/json")
 
     @app.post("/prioritize")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 
@@ -82,6 +83,9 @@ def test_bind_calls_the_binder(small_fleet: FleetIndex, http: httpx.Client) -> N
     bound: list[BindingArgs] = []
 
     class Recorder:
+        def remember(self, pod: dict[str, Any]) -> None:
+            raise AssertionError("no filter call was made")
+
         def bind(self, args: BindingArgs) -> None:
             bound.append(args)
 

@@ -148,6 +148,9 @@ def test_extender_over_http_binds_and_counts_the_pod_at_once(k8s: client.ApiClie
     created = core.create_namespaced_pod("tenant-acme", _strip(pod(4, name="quad-job")))
     wire = k8s.sanitize_for_serialization(created)
 
+    reads: list[str] = []
+    read_pod = watcher.core.read_namespaced_pod
+    watcher.core.read_namespaced_pod = lambda name, *a, **kw: reads.append(name) or read_pod(name, *a, **kw)  # type: ignore[method-assign]
     with serve(watcher.index, binder=watcher) as served, httpx.Client(timeout=10) as http:
         names = ["gpu-node-a", "gpu-node-b"]
         filtered = http.post(f"{served.url}/filter", json={"Pod": wire, "Nodes": None, "NodeNames": names}).json()
@@ -159,13 +162,14 @@ def test_extender_over_http_binds_and_counts_the_pod_at_once(k8s: client.ApiClie
         # counted at once, before the node's fabric state shows the partition
         assert free_of(watcher, "gpu-node-a") == set()
         assert core.read_namespaced_pod("quad-job", "tenant-acme").spec.node_name == "gpu-node-a"
+        assert reads == []  # the bind used the pod its filter call sent, not a GET of it
         again = http.post(f"{served.url}/filter", json={"Pod": wire, "Nodes": None, "NodeNames": names}).json()
         assert again["NodeNames"] == ["gpu-node-b"]
         failed = http.post(
             f"{served.url}/bind",
             json={"PodName": "missing", "PodNamespace": "tenant-acme", "PodUID": "", "Node": "gpu-node-b"},
         ).json()
-        assert "404" in failed["Error"]
+        assert "404" in failed["Error"] and reads == ["missing"]  # never filtered: read, and gone
 
 
 def _bind(http: httpx.Client, url: str, wire: dict[str, Any], node: str) -> dict[str, Any]:
