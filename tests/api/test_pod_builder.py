@@ -305,6 +305,40 @@ def test_dra_pod_without_sizing_has_only_the_claim() -> None:
     assert container_status_from_pod(pod, "nvidia.com/gpu").gpus == 4
 
 
+@pytest.mark.parametrize("gpus", [3, 4, 8])
+def test_queued_dra_pod_requests_its_gpus_beside_its_claim(gpus: int) -> None:
+    """With queueing by Kueue a DRA pod also requests ``nvidia.com/gpu: N`` (what Kueue counts;
+    the DRA driver advertises each node's GPUs under that name), and still gets its GPUs from
+    the claim; the report counts them once."""
+    import kubernetes_validate
+
+    from services.api.domain import sizing
+
+    share = sizing.Share(cpu_milli=24000, memory_bytes=224 * sizing.GIB, shm_bytes=32 * sizing.GIB, hugepages=True)
+    pod = build_pod(
+        container_id="c1",
+        tenancy="acme",
+        image="nvcr.io/nvidia/cuda:12.5.0",
+        gpus=gpus,
+        size=sizing.size_for(share, gpus),
+        allocation_mode="dra",
+        queue="default",
+    )
+    spec = pod["spec"]
+    main = spec["containers"][0]
+    assert spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": f"gpucaas-gpus-{gpus}"}]
+    assert main["resources"]["claims"] == [{"name": "gpus"}]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == str(gpus)
+    assert "nvidia.com/gpu" not in main["resources"]["requests"]  # an extended resource's request is its limit
+    kubernetes_validate.validate(pod, "1.36.0", strict=True)
+    assert container_status_from_pod(pod).gpus == gpus
+    unsized = build_pod(container_id="c1", tenancy="acme", image="busybox", gpus=gpus, allocation_mode="dra", queue="q")
+    assert unsized["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": str(gpus)},
+        "claims": [{"name": "gpus"}],
+    }
+
+
 def test_report_ignores_claims_the_container_does_not_use_and_foreign_templates() -> None:
     spec = {
         "resourceClaims": [
