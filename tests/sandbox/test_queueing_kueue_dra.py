@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -45,13 +44,16 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
 def test_a_dra_container_is_counted_by_its_gpus_and_runs_on_a_whole_partition(sandbox: runner.Sandbox) -> None:
     created = sandbox.api("POST", "/v1/containers", {"image": IMAGE, "gpus": 4}, token=sandbox.tenant_token)
     cid = created["id"]
-    seen: dict[str, Any] = {}
-
-    def finished() -> dict[str, Any] | None:
-        seen.update(sandbox.api("GET", f"/v1/containers/{cid}", token=sandbox.tenant_token))
-        return dict(seen) if seen["status"] in ("Succeeded", "Failed") else None
-
-    final = wait_for(finished, TIMEOUT, interval=0.5, what=f"container {cid} finished")
+    final = wait_for(
+        lambda: (
+            (c := sandbox.api("GET", f"/v1/containers/{cid}", token=sandbox.tenant_token))["status"]
+            in ("Succeeded", "Failed")
+            and c
+        ),
+        TIMEOUT,
+        interval=0.5,
+        what=f"container {cid} finished",
+    )
     assert final["status"] == "Succeeded" and final["exit_code"] == 0 and final["gpus"] == 4, final
 
     with new_api_client(sandbox.kubeconfig) as api:
