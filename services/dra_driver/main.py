@@ -9,8 +9,9 @@ watcher. When no device plugin runs on the node (``cdi_dir`` set), the driver ke
 node's CDI spec itself, with the device plugin's builder (:mod:`core.cdi`) over the
 vfio GPUs found in sysfs, so the CDI ids Prepare answers resolve. One background loop
 re-derives what the node offers from the fabric service
-(physical id <-> PCI, GPU health) and the node's GPU leases, updates the health streams
-and republishes the slices when they changed; another runs the binding rounds.
+(physical id <-> PCI, GPU health) and the node's GPU leases, updates the health streams,
+republishes the slices when they changed and keeps the node's GPU count in its status
+capacity (:mod:`.capacity`); another runs the binding rounds.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from core.kube import Kube, KubeConnection, KubeError
 from core.lease_store import LeaseStore
 from core.metrics_server import MetricsServer
 from services.dra_driver.binding import BindingWatcher, run_round
+from services.dra_driver.capacity import CapacityAdvertiser
 from services.dra_driver.checkpoint import Checkpoint, PreparedClaim
 from services.dra_driver.driver import Driver
 from services.dra_driver.metrics import Metrics
@@ -58,6 +60,7 @@ class DraDriverNode:
     driver: Driver | None = None
     metrics: Metrics | None = None
     metrics_server: MetricsServer | None = None  # /metrics, once started
+    capacity: CapacityAdvertiser | None = None  # advertise_gpus
 
     def physical_to_pci(self) -> dict[int, str]:
         """Physical GPU id -> PCI address (discovered once, refreshed by each publish round)."""
@@ -108,6 +111,8 @@ class DraDriverNode:
             self.publisher.publish()
         except (KubeError, FabricUnavailable) as exc:
             log.warning("could not publish the slices of %s: %s", self.settings.node_name, exc)
+        if self.capacity is not None and self._pci:  # every GPU the node has, as a device plugin counts them
+            self.capacity.keep(len(self._pci))
 
     def request_publish(self) -> None:
         """Re-derive and publish the slices now instead of at the end of the interval (the
@@ -263,6 +268,8 @@ def build(settings: DraDriverSettings, *, kube: Kube | None = None) -> DraDriver
     node.publisher = SlicePublisher(
         kube, settings.node_name, node.discover, binding_conditions=settings.binding_conditions
     )
+    if settings.advertise_gpus:
+        node.capacity = CapacityAdvertiser(kube, settings.node_name)
     if settings.binding_conditions:
         node.binding = BindingWatcher(kube, fabric, checkpoint, settings.node_name, on_refused=node.request_publish)
     return node

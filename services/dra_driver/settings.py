@@ -45,6 +45,12 @@ class DraDriverSettings(BaseSettings):
         description="Publish devices with binding conditions and activate partitions before pods bind "
         "(Kubernetes 1.36+, feature gates DRADeviceBindingConditions and DRAResourceClaimDeviceStatus).",
     )
+    advertise_gpus: bool = Field(
+        True,
+        description="Keep the node's GPU count as nvidia.com/gpu in its status capacity, so that pods may "
+        "request it beside their claims (queueing by Kueue counts it; docs/queues.md). Only where no device "
+        "plugin registers nvidia.com/gpu on the node.",
+    )
     publish_interval_s: float = Field(10.0, gt=0, description="How often the slices are re-derived and published.")
     binding_interval_s: float = Field(1.0, gt=0, description="How often allocated claims are checked for binding.")
     metrics_port: int = Field(

@@ -263,12 +263,14 @@ def test_the_start_is_the_containers_own_and_a_container_that_never_ran_has_none
 # --- DRA allocation mode (docs/dra.md) --------------------------------------------------
 
 
+@pytest.mark.parametrize("queue", [None, "default"])
 @pytest.mark.parametrize("gpus", [1, 2, 3, 4, 5, 6, 7, 8])
-def test_dra_pod_asks_for_its_claim_template_and_is_valid_kubernetes(gpus: int) -> None:
+def test_dra_pod_asks_for_its_claim_template_and_is_valid_kubernetes(gpus: int, queue: str | None) -> None:
     """In DRA mode the pod names the tenant namespace's template for its GPU count and the
-    container uses that claim; no extended resource. kubernetes-validate (strict, the
-    Kubernetes 1.36 schema: resource.k8s.io/v1 is GA since 1.34) accepts the pod and the
-    template it references."""
+    container uses that claim; no extended resource, unless Kueue queues it: then it also
+    requests ``nvidia.com/gpu: N``, what Kueue counts (the DRA driver advertises each node's GPUs
+    so), and still gets its GPUs from the claim. kubernetes-validate (strict, the Kubernetes 1.36
+    schema: resource.k8s.io/v1 is GA since 1.34) accepts the pod and the template it references."""
     import kubernetes_validate
 
     from core import dra
@@ -282,12 +284,14 @@ def test_dra_pod_asks_for_its_claim_template_and_is_valid_kubernetes(gpus: int) 
         gpus=gpus,
         size=sizing.size_for(share, gpus),
         allocation_mode="dra",
+        queue=queue,
     )
     spec = pod["spec"]
     main = spec["containers"][0]
     assert spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": f"gpucaas-gpus-{gpus}"}]
     assert main["resources"]["claims"] == [{"name": "gpus"}]
-    assert "nvidia.com/gpu" not in str(main["resources"])
+    assert main["resources"]["limits"].get("nvidia.com/gpu") == (str(gpus) if queue else None)
+    assert "nvidia.com/gpu" not in main["resources"]["requests"]  # an extended resource's request is its limit
     # CPU, memory and hugepages are sized from the GPU count as in device-plugin mode
     assert main["resources"]["limits"]["cpu"] == str(24 * gpus)
     assert main["resources"]["limits"]["hugepages-1Gi"] == f"{224 * gpus}Gi"
@@ -303,6 +307,15 @@ def test_dra_pod_without_sizing_has_only_the_claim() -> None:
     pod = build_pod(container_id="c1", tenancy="acme", image="busybox", gpus=4, allocation_mode="dra")
     assert pod["spec"]["containers"][0]["resources"] == {"claims": [{"name": "gpus"}]}
     assert container_status_from_pod(pod, "nvidia.com/gpu").gpus == 4
+
+
+def test_queued_dra_pod_without_sizing_has_the_claim_and_the_count() -> None:
+    pod = build_pod(container_id="c1", tenancy="acme", image="busybox", gpus=4, allocation_mode="dra", queue="q")
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": "4"},
+        "claims": [{"name": "gpus"}],
+    }
+    assert container_status_from_pod(pod, "nvidia.com/gpu").gpus == 4  # counted once
 
 
 def test_report_ignores_claims_the_container_does_not_use_and_foreign_templates() -> None:

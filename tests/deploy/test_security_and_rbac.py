@@ -93,6 +93,9 @@ DRA_DRIVER_RULES: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"get"},
     # the PartitionActivated Event on the pod whose claim's partition it activated
     ("", "events"): {"create"},
+    # its node's GPU count as nvidia.com/gpu in the Node's status capacity (services/dra_driver/capacity.py)
+    ("", "nodes"): {"get"},
+    ("", "nodes/status"): {"patch"},
 }
 DRA_BINDING_RULES: dict[tuple[str, str], set[str]] = {
     ("resource.k8s.io", "resourceclaims"): {"get", "list"},

@@ -211,10 +211,16 @@ class Scheduling:
         }
         return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "resourceclaims", body))
 
-    def create_pod(self, name: str, *, gpus: int | None = None, claim: str | None = None) -> str:
+    def create_pod(
+        self, name: str, *, gpus: int | None = None, claim: str | None = None, extended: bool = False
+    ) -> str:
         """A pod on this test's node whose claim ``gpus`` comes from the tenant's ResourceClaimTemplate
-        (as the API's pods), or is the ResourceClaim ``claim``."""
+        (as the API's pods), or is the ResourceClaim ``claim``; ``extended``: it also requests
+        ``nvidia.com/gpu: gpus``, as the API's pods queued by Kueue do."""
         assert (gpus is None) != (claim is None)
+        resources: dict[str, Any] = {"claims": [{"name": dra.POD_CLAIM_NAME}]}
+        if extended:
+            resources["limits"] = {"nvidia.com/gpu": str(gpus)}
         source = (
             {"resourceClaimTemplateName": dra.claim_template_name(gpus)}
             if gpus is not None
@@ -233,7 +239,7 @@ class Scheduling:
                         {
                             "name": "main",
                             "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"claims": [{"name": dra.POD_CLAIM_NAME}]},
+                            "resources": resources,
                         }
                     ],
                     "resourceClaims": [{"name": dra.POD_CLAIM_NAME, **source}],

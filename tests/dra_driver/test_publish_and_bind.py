@@ -263,6 +263,33 @@ def test_an_unreachable_fabric_service_shows_on_the_drivers_metrics(
         node.fabric.close()
 
 
+def test_each_round_keeps_the_nodes_gpus_in_its_capacity_which_pods_may_request_beside_their_claims(
+    dra: Scheduling, fabric: FabricClient, tmp_path: Path
+) -> None:
+    """The publish round keeps ``nvidia.com/gpu`` of the node's status capacity at its GPU count,
+    putting it back when it was lost (as a kubelet registering with an empty device-plugin folder
+    zeroes it). kube-scheduler then places a pod requesting ``nvidia.com/gpu: 4`` beside its claim
+    by both: the DRA allocator picks a whole partition of 4, and NodeResourcesFit counts the
+    extended resource against allocatable (no kubelet here derives it from capacity: the test sets
+    it, to 4), so a 2-GPU pod is refused for the count while partitions of 2 remain free."""
+    node = _driver_node(dra, fabric, tmp_path)
+    capacity = lambda: (dra.core.read_node(dra.node).status.capacity or {}).get("nvidia.com/gpu")  # noqa: E731
+    try:
+        node.publish_once()
+        assert capacity() == "8"
+        dra.core.patch_node_status(dra.node, {"status": {"capacity": {"nvidia.com/gpu": "0"}}})
+        node.publish_once()
+        assert capacity() == "8"
+
+        dra.core.patch_node_status(dra.node, {"status": {"allocatable": {"nvidia.com/gpu": "4"}}})
+        dra.create_pod("quad", gpus=4, extended=True)
+        assert [len(g) for g in gpus_of_claim(dra.scheduled("quad"))] == [4]
+        dra.create_pod("pair", gpus=2, extended=True)
+        wait_for(lambda: "Insufficient nvidia.com/gpu" in (dra.verdict("pair") or ""), 60, what="pair refused")
+    finally:
+        node.fabric.close()
+
+
 def test_a_partition_held_by_a_holder_other_than_a_claim_is_not_offered(
     dra: Scheduling, fabric: FabricClient, tmp_path: Path
 ) -> None:

@@ -135,7 +135,9 @@ def controlled(
     RBAC (a right the chart lacks fails these tests); ``kubeconfigs`` has the API's too."""
     admin = queued.cluster.admin_kubeconfig
     extra = [yaml.safe_load((MANIFESTS / name).read_text()) for name in EXTRA_CRDS]
-    objects = identities.cluster_side(identities.sandbox_values("device-plugin", "kueue"))
+    # the chart in the controller's allocation mode (dra adds the claim templates' rights)
+    allocation_mode = controller_overrides.get("allocation_mode", "device-plugin")
+    objects = identities.cluster_side(identities.sandbox_values(allocation_mode, "kueue"))
     create_all(admin, [*crds.crd_manifests(), *extra, RUNTIME_CLASS, *objects])
     accounts = identities.service_accounts(objects)
     for component in ("api", "controller"):

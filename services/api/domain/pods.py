@@ -211,7 +211,10 @@ def build_pod(
     (dra) a ResourceClaim that Kubernetes creates for the pod from the tenant namespace's
     template ``gpucaas-gpus-<gpus>`` (the tenancy controller keeps it there) and that the
     container uses by name (Kubernetes docs, "Dynamic Resource Allocation": ``spec.resourceClaims``
-    with ``resourceClaimTemplateName``, ``resources.claims`` in the container).
+    with ``resourceClaimTemplateName``, ``resources.claims`` in the container). A dra pod with a
+    ``queue`` requests ``gpu_resource`` too, beside its claim: Kueue counts a pod's GPUs from its
+    containers' requests (it would count a claim's devices, one per NVLink partition), and the DRA
+    driver advertises each node's GPU count under that name (docs/queues.md, "The DRA mode").
 
     ``nfs`` is the Tenancy's ``spec.nfs`` (camelCase, as on the custom resource); when
     set, the tenancy's PVC ``tenant-storage`` is mounted at ``/data``. ``volumes`` are the
@@ -231,7 +234,9 @@ def build_pod(
         # Always: the kubelet checks the tenant's right to pull on every start, so another
         # tenant's private image cached on the node is never run (docs/abuse-and-limits.md).
         "imagePullPolicy": "Always",
-        "resources": _resources(gpu_resource if allocation_mode == dra.DEVICE_PLUGIN_MODE else None, gpus, size),
+        "resources": _resources(
+            gpu_resource if allocation_mode == dra.DEVICE_PLUGIN_MODE or queue else None, gpus, size
+        ),
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
