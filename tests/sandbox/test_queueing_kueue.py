@@ -1,7 +1,10 @@
-"""`gpucaas sandbox --queueing kueue`: Kueue's manager runs against the sandbox's cluster, the
-controller and the API queue by it, the cohort's pool is the node's GPUs (its
-``nvidia.com/gpu.count``), and a 2-GPU container of a tenancy without a guarantee is admitted
-from that pool by Kueue and runs to Succeeded on a real node.
+"""`gpucaas sandbox --queueing kueue`, in both allocation modes: Kueue's manager runs against the
+sandbox's cluster, the controller and the API queue by it, the cohort's pool is the node's GPUs
+(its ``nvidia.com/gpu.count``), and a 2-GPU container of a tenancy without a guarantee is
+admitted from that pool by Kueue, counted as 2 GPUs, and runs to Succeeded on a real node. In
+the DRA mode the DRA driver advertises the node's 8 GPUs as ``nvidia.com/gpu`` and the pod asks
+for its GPUs both ways, its claim and the count Kueue reads (docs/queues.md, "The DRA mode").
+Then the queue's promise: a guarantee claimed back preempts a borrower's interruptible work.
 
 One real node. Needs root and `make kueue`; run through /work/heavy (it starts a cluster and a
 real node).
@@ -19,7 +22,7 @@ import pytest
 from kubernetes import client
 from rich.console import Console
 
-from core import kueue
+from core import dra, kueue
 from core.fabric_client import FabricClient
 from core.kube import new_api_client
 from core.topology import partition_for
@@ -52,14 +55,17 @@ pytestmark = pytest.mark.skipif(
 #: the CUDA sample's stand-in: lists the container's /dev/vfio devices and exits 0
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
 TIMEOUT = 180.0
+GPU = "nvidia.com/gpu"
 #: runs until cancelled or preempted, and ends at once on SIGTERM (a plain ``sleep`` as PID 1
 #: ignores it, and would keep its GPUs through the whole grace period)
 UNTIL_CANCELLED = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[dra.DEVICE_PLUGIN_MODE, dra.DRA_MODE])
 def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
-    with package_sandbox(request, "gpucaas-kueue-", nodes=node_names(1), queueing="kueue") as sb:
+    with package_sandbox(
+        request, "gpucaas-kueue-", nodes=node_names(1), allocation_mode=request.param, queueing="kueue"
+    ) as sb:
         yield sb
 
 
@@ -96,10 +102,19 @@ def test_a_tenants_container_is_admitted_from_the_pool_by_kueue_and_succeeds(san
     assert final["status"] == "Succeeded" and final["exit_code"] == 0, final
 
     with new_api_client(sandbox.kubeconfig) as api:
-        pod = client.CoreV1Api(api).read_namespaced_pod(final["pod_name"], final["namespace"])
+        core = client.CoreV1Api(api)
+        pod = core.read_namespaced_pod(final["pod_name"], final["namespace"])
+        node = core.read_node(pod.spec.node_name)
         custom = client.CustomObjectsApi(api)
         workload = _workload(custom, pod)
         cohort = custom.get_cluster_custom_object(kueue.GROUP, kueue.VERSION, "cohorts", kueue.COHORT)
+    # the node's 8 GPUs, as its device plugin or (dra) its DRA driver advertises them
+    assert (node.status.capacity[GPU], node.status.allocatable[GPU]) == ("8", "8")
+    # the count Kueue reads, and in the dra mode the claim of a whole partition beside it
+    (container,) = pod.spec.containers
+    assert container.resources.limits[GPU] == "2"
+    if sandbox.allocation_mode == dra.DRA_MODE:
+        assert pod.spec.resource_claims[0].resource_claim_template_name == dra.claim_template_name(2)
     # the pool: the one node's 8 GPUs, nobody guaranteed any
     (pool,) = cohort["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert (pool["name"], str(pool["nominalQuota"])) == ("nvidia.com/gpu", "8"), cohort["spec"]
