@@ -455,6 +455,9 @@ class SubmissionWorker:
             text = resp.data.decode(errors="replace")
         finally:
             resp.release_conn()
+        if log_archive.container_gone(text):  # what was kept before (a snapshot) stays
+            log.info("container %s: no log kept (the node no longer has its container)", container_id)
+            return
         with Session(self.engine) as session:
             log_archive.keep(
                 session,
@@ -601,7 +604,15 @@ class SubmissionWorker:
             if worker_state.apply_pod_report(session, container_id=cid, report=report, pod_name=name):
                 log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")
             finished = report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED)
-            keep = finished and row is not None and log_archive.get(session, container_id=cid) is None
+            # A pod the queue stops is deleted by it, and its node may remove the container as soon
+            # as it has ended: its log is kept while it stops too (a snapshot), then read again at
+            # its end, when the node still has it.
+            # (A run that goes back in the queue keeps its own: _requeue_preempted.)
+            stopping = reasons.stopped_by_queue(pod) is not None and not (
+                row is not None and row.restart_on_preemption and reasons.preempted_by_queue(pod)
+            )
+            keep = (finished or stopping) and row is not None
+            keep = keep and (stopping or log_archive.get(session, container_id=cid) is None)
         if keep and row is not None:
             self._keep_log(cid, row.tenancy, row.pod_name)
         if finished and row is not None and row.ports:
@@ -618,7 +629,10 @@ class SubmissionWorker:
             return False
         report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
         if not deleted and report.status not in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
-            return False  # still stopping (SIGTERM, its grace period): its end comes next
+            # still stopping (SIGTERM, its grace period): its end comes next. Its log so far is kept
+            # now: the node may remove the container as soon as it has ended (Kueue deletes the pod)
+            self._keep_log(row.id, row.tenancy, name, run=row.preemptions + 1)
+            return False
         cause = reasons.stopped_by_queue(pod) or "Preempted by the queue"
         run = row.preemptions + 2
         message = f"{cause}; back in the queue for run {run}"

@@ -12,11 +12,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kc
+from sqlmodel import Session
 
 from devtools.waiting import wait_for
+from services.api.store import log_archive
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import ended, get_pod, mark_tenancy_ready, set_pod_status
+from tests.fixtures.kubelet_logs import GONE
 
 TERMINATED_OK = {
     "phase": "Succeeded",
@@ -213,6 +216,47 @@ def test_a_preempted_runs_log_is_kept_and_served_by_its_attempt(api: ApiServer, 
         missing = snoop.get("/v1/containers/00000000000000000000/logs", params={"attempt": 1})
     assert theirs.status_code == missing.status_code == 404
     assert theirs.json()["detail"].replace(cid, "X") == missing.json()["detail"].replace("00000000000000000000", "X")
+
+
+def test_a_container_the_queue_stops_keeps_its_log_when_its_node_removes_it_first(
+    api: ApiServer, k8s: Any, node_logs: Any
+) -> None:
+    """Kueue deletes the pod it preempts, and the node may remove the ended container before
+    the API reads its log, answering with an error line instead: the log kept while the pod
+    was stopping stays the container's, never that line."""
+    token, cid, pod = _started(api, k8s, "stopped")
+    node_logs.write("tenant-stopped", pod, "step 1\nstep 2\n")
+    queue_stop = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted"}
+    set_pod_status(k8s, "tenant-stopped", pod, {"phase": "Running", "conditions": [queue_stop]})
+
+    def snapshot() -> bool:
+        with Session(api.app.state.engine) as session:
+            return log_archive.get(session, container_id=cid) is not None
+
+    wait_for(snapshot, what="the log kept while the queue stops the pod")
+    node_logs.end("tenant-stopped", pod)
+    node_logs.remove("tenant-stopped", pod)  # gone before the API reads it at the end
+    ended_by_queue = ended(
+        "Failed",
+        exit_code=143,
+        reason="Error",
+        started="2026-01-02T03:00:00Z",
+        finished="2026-01-02T03:00:09Z",
+        conditions=[queue_stop],
+    )
+    set_pod_status(k8s, "tenant-stopped", pod, ended_by_queue)
+    with api.client(token) as c:
+        done = wait_for(lambda: (r := c.get(f"/v1/containers/{cid}").json())["status"] == "Failed" and r)
+        assert done["reason"] == "Preempted"
+        kc.CoreV1Api(k8s).delete_namespaced_pod(pod, "tenant-stopped")
+        wait_for(lambda: get_pod(k8s, "tenant-stopped", pod) is None)
+        assert c.get(f"/v1/containers/{cid}/logs").text == "step 1\nstep 2\n"
+
+
+def test_the_kubelets_answer_for_a_removed_container_is_no_log() -> None:
+    assert log_archive.container_gone(GONE.decode() + "\n")
+    assert not log_archive.container_gone("unable to retrieve container logs for containerd://abc\nand more output")
+    assert not log_archive.container_gone("step 1\n")
 
 
 def test_bounded_tail_cuts_on_a_line_boundary() -> None:

@@ -11,10 +11,22 @@ with ``?attempt=<run>``. The cut falls on a line boundary where one exists.
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from services.api.domain.models import ContainerLog, ContainerRunLog, utcnow
+
+#: What the kubelet answers (with 200: it has already sent its headers) for a container it no
+#: longer has, e.g. one removed right after its pod was deleted and stopped
+#: (``kubeGenericRuntimeManager.GetContainerLogs``): not the container's output.
+_CONTAINER_GONE = re.compile(r"unable to retrieve container logs for [a-z]+://[0-9a-f]+")
+
+
+def container_gone(text: str) -> bool:
+    """True when ``text`` is the kubelet's answer for a container it no longer has."""
+    return _CONTAINER_GONE.fullmatch(text.strip()) is not None
 
 
 def bounded_tail(text: str, max_bytes: int) -> tuple[str, bool]:
