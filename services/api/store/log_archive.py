@@ -3,7 +3,9 @@
 Kubernetes forgets a pod's log with the pod (the kubelet keeps it only while the pod
 exists). The worker copies the last ``log_archive_bytes`` of the ``main`` container's
 log when the pod reaches ``Succeeded``/``Failed`` and just before it deletes the pod of a
-cancelled container; ``GET /v1/containers/{id}/logs`` serves that copy once the
+cancelled container; a pod the queue stops (Kueue deletes it, and its node may remove the
+ended container before the end is seen) is copied while it stops too, and again at its end
+when the node still has it. ``GET /v1/containers/{id}/logs`` serves that copy once the
 container has finished. A run the queue preempted before the container went back in the queue
 (``restart_on_preemption``) is kept apart, by its number (``container_run_log``), and served
 with ``?attempt=<run>``. The cut falls on a line boundary where one exists.
