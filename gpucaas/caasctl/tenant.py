@@ -234,10 +234,7 @@ def register(app: typer.Typer, api_of: Any) -> None:
         ctx: typer.Context,
         container_id: str,
         follow_log: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the container ends.")] = False,
-        attempt: Annotated[
-            int | None,
-            typer.Option(min=1, help=ATTEMPT_HELP),
-        ] = None,
+        attempt: Annotated[int | None, typer.Option(min=1, help=ATTEMPT_HELP)] = None,
     ) -> None:
         """Print a container's log."""
         for line in api_of(ctx).log_lines(container_id, follow=follow_log, attempt=attempt):

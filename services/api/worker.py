@@ -47,6 +47,12 @@ log = logging.getLogger(__name__)
 TENANCY_READY_POLL = 0.5
 
 
+def _requeues(row: Container, pod: dict[str, Any]) -> bool:
+    """Whether the pod's end puts the container back in the queue: the queue preempted it, and
+    it asked for that (``restart_on_preemption``)."""
+    return row.restart_on_preemption and reasons.preempted_by_queue(pod)
+
+
 class SubmissionWorker:
     def __init__(self, *, engine: Engine, kube: Kube, settings: Settings, replica: str | None = None) -> None:
         self.engine = engine
@@ -605,14 +611,13 @@ class SubmissionWorker:
                 log.info("container %s: %s on %s", cid, report.status, report.node_name or "-")
             finished = report.status in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED)
             # A pod the queue stops is deleted by it, and its node may remove the container as soon
-            # as it has ended: its log is kept while it stops too (a snapshot), then read again at
-            # its end, when the node still has it.
-            # (A run that goes back in the queue keeps its own: _requeue_preempted.)
-            stopping = reasons.stopped_by_queue(pod) is not None and not (
-                row is not None and row.restart_on_preemption and reasons.preempted_by_queue(pod)
-            )
-            keep = (finished or stopping) and row is not None
-            keep = keep and (stopping or log_archive.get(session, container_id=cid) is None)
+            # as it has ended: its log is kept once while it stops (a snapshot), then read again at
+            # its end, when the node still has it. (A run that goes back in the queue keeps its
+            # own: _requeue_preempted.)
+            stopping = reasons.stopped_by_queue(pod) is not None and not (row is not None and _requeues(row, pod))
+            keep = False
+            if row is not None and (finished or stopping):
+                keep = log_archive.get(session, container_id=cid) is None or (finished and stopping)
         if keep and row is not None:
             self._keep_log(cid, row.tenancy, row.pod_name)
         if finished and row is not None and row.ports:
@@ -623,18 +628,20 @@ class SubmissionWorker:
         """A container that asked for it (``restart_on_preemption``) whose run the queue preempted
         goes back in the queue for its next run, in a new pod, once this one has ended (its
         process gone: a terminal report, or the pod deleted). True when the pod was handled here."""
-        if not row.restart_on_preemption or row.status not in (ContainerStatus.PENDING, ContainerStatus.RUNNING):
+        if row.status not in (ContainerStatus.PENDING, ContainerStatus.RUNNING) or not _requeues(row, pod):
             return False
-        if not reasons.preempted_by_queue(pod):
-            return False
+        ended_run = row.preemptions + 1
         report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
         if not deleted and report.status not in (ContainerStatus.SUCCEEDED, ContainerStatus.FAILED):
             # still stopping (SIGTERM, its grace period): its end comes next. Its log so far is kept
-            # now: the node may remove the container as soon as it has ended (Kueue deletes the pod)
-            self._keep_log(row.id, row.tenancy, name, run=row.preemptions + 1)
+            # once now: the node may remove the container as soon as it has ended (Kueue deletes the pod)
+            with Session(self.engine) as session:
+                snapshot = log_archive.get(session, container_id=row.id, run=ended_run) is None
+            if snapshot:
+                self._keep_log(row.id, row.tenancy, name, run=ended_run)
             return False
         cause = reasons.stopped_by_queue(pod) or "Preempted by the queue"
-        run = row.preemptions + 2
+        run = ended_run + 1
         message = f"{cause}; back in the queue for run {run}"
         upcoming = pods.pod_name(row.id, pods.attempt_of(name, row.id) + 1)
         with Session(self.engine) as session:
@@ -645,7 +652,7 @@ class SubmissionWorker:
             log.info("container %s tenancy %s: preempted; queued again for run %d", row.id, row.tenancy, run)
             self.wake()
         if won and not deleted:  # the ended run's output, for ?attempt=<run> once its pod is gone
-            self._keep_log(row.id, row.tenancy, name, run=run - 1)
+            self._keep_log(row.id, row.tenancy, name, run=ended_run)
         if not deleted and not (pod.get("metadata") or {}).get("deletionTimestamp"):
             self._delete_attempt(row, name)  # Kueue deletes the pods it stops; an ended run's pod holds nothing
         return True

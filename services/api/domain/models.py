@@ -952,10 +952,8 @@ class ContainersPublic(SQLModel):
 # --- kept logs -------------------------------------------------------------------
 
 
-class ContainerLog(SQLModel, table=True):
-    """The last part of a finished container's output, kept after its pod is gone."""
-
-    __tablename__ = "container_log"
+class _KeptLogColumns(SQLModel):
+    """The columns of a kept log, whichever table holds it."""
 
     container_id: str = Field(primary_key=True, max_length=32)
     tenancy: str = Field(index=True, max_length=63)
@@ -964,16 +962,17 @@ class ContainerLog(SQLModel, table=True):
     captured_at: datetime = Field(default_factory=utcnow)
 
 
-class ContainerRunLog(SQLModel, table=True):
+class ContainerLog(_KeptLogColumns, table=True):
+    """The last part of a finished container's output, kept after its pod is gone."""
+
+    __tablename__ = "container_log"
+
+
+class ContainerRunLog(_KeptLogColumns, table=True):
     """The last part of an earlier run's output: a run the queue preempted before the container
     went back in the queue (``restart_on_preemption``). ``container_log`` keeps the last run's."""
 
     __tablename__ = "container_run_log"
 
-    container_id: str = Field(primary_key=True, max_length=32)
     #: the run's number, as the container's ``attempt`` counts: 1 for the first
     run: int = Field(primary_key=True)
-    tenancy: str = Field(index=True, max_length=63)
-    text: str
-    truncated: bool = False
-    captured_at: datetime = Field(default_factory=utcnow)
