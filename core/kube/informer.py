@@ -181,6 +181,7 @@ class Informer:
         with self._resp_lock:
             self._resp = resp
         self.watching.set()
+        ended = False
         try:
             self.backoff.reset()
             lines = stream_lines(resp, 65536)
@@ -193,6 +194,7 @@ class Informer:
                         break
                     raise Unavailable(f"watch {self.name} cut: {exc}", server=self.kube.server) from exc
                 if event is None:
+                    ended = True
                     break  # the server's timeoutSeconds: watch again from rv
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":  # a Status in the stream: 410 Gone when rv is too old
@@ -204,6 +206,11 @@ class Informer:
             self.watching.clear()
             with self._resp_lock:
                 self._resp = None
+            if not ended:
+                # left mid-stream (stopped, cut, or a handler raised): the connection still
+                # carries the watch, and given back to the pool the next request sent on it
+                # would wait behind the stream until the server's timeoutSeconds
+                resp.close()
             resp.release_conn()
         return rv
 

@@ -195,7 +195,10 @@ def test_a_resource_version_compacted_away_is_410_gone_and_lists_again(uncached_
 def test_a_handler_that_raises_is_said_and_the_collection_listed_again(
     kubeconfig: Path, unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with k.Kube(k.KubeConnection(kubeconfig=kubeconfig)) as kube, _namespace(kube, unique_name("informer")) as ns:
+    # a read timeout well under the watch's: a connection given back to the pool mid-watch would
+    # make the client's next request wait behind the stream, and time out
+    conn = k.KubeConnection(kubeconfig=kubeconfig, read_timeout_s=10.0)
+    with k.Kube(conn) as kube, _namespace(kube, unique_name("informer")) as ns:
         seen = Seen()
         raised: list[str] = []
 
@@ -219,6 +222,7 @@ def test_a_handler_that_raises_is_said_and_the_collection_listed_again(
             seen.wait(lambda: "lost-event" in seen.names)  # from the second listing
             assert informer.relists == 2 and informer.failures == 1
             assert "a bug in the owner's handler" in caplog.text
+            _configmap(kube, ns, "after-the-failure")  # the client's own requests still answer
         finally:
             informer.stop()
 
