@@ -23,7 +23,7 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
 
-.PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov promtool crds test-image postgres upstream upstream-cilium lint image helm kueue
+.PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov promtool crds test-image postgres upstream upstream-cilium lint image image-tools helm kueue
 
 # The Go builds (CPU) run beside apt-get and pip (mostly waiting on downloads): on a new
 # machine the builds set the time, and the rest is done by the time they are.
@@ -65,12 +65,14 @@ kueue:
 # commit; prints the tag and the manifest digest. mmdebstrap and umoci are installed here, as
 # only this uses them.
 IMAGE_APT_PACKAGES := mmdebstrap umoci
-image: $(VENV)/.installed
+image: image-tools $(VENV)/.installed
+	@$(SUDO) deploy/image/build.sh
+
+image-tools:
 	@missing=$$(for p in $(IMAGE_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
 	fi
-	@$(SUDO) deploy/image/build.sh
 
 # Tenant isolation proven with packets (tests/e2e_cilium, docs/cilium.md): the sandbox's real
 # nodes in network namespaces of their own with Cilium enforcing the policies. The last stage of
@@ -144,7 +146,9 @@ crds:
 test-image: install
 	$(PY) -m vm_images.test_image || echo "WARNING: the QEMU test image could not be built; the libvirtd tests will skip (fail when CI is set)"
 
-sandbox: install
+# The sandbox installs the product with its chart (docs/sandbox.md): the image is built from this
+# work tree (make image's tools) and the API's database is the host's PostgreSQL (make postgres).
+sandbox: install image-tools postgres
 	$(VENV)/bin/gpucaas sandbox
 
 # The house rules, before any test: ruff's lint (pycodestyle, pyflakes, import order, bugbear,

@@ -113,6 +113,9 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
         "(the migration Job, then every Deployment and DaemonSet Ready)"
     )
     helm(sandbox.kubeconfig, *install_args(run_values))
+    sandbox.installed = (
+        f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
+    )
     say("waiting for the DaemonSets' pods on every GPU node (helm's --wait lets maxUnavailable of them lag)")
     wait_for(lambda: daemonsets_ready(sandbox.kubeconfig), 300, interval=0.5, what="every DaemonSet pod Ready")
     offers = published_slices if plan.allocation_mode == "dra" else node_offers_gpus

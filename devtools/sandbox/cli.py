@@ -46,10 +46,7 @@ def command(
             raise typer.Exit(2)
         settings.allocation_mode = allocation  # type: ignore[assignment]
     mode = settings.allocation_mode
-    if "queueing" not in settings.model_fields_set and (kubeconfig is not None or demo):
-        # Kueue runs on the sandbox's own cluster only, and the demo's steps are the design's
-        # scenario without a queue: neither gets it unless asked
-        settings.queueing = "none"
+    settings.settle_defaults(demo)
     try:
         with console.status("starting the sandbox…") as status:
 

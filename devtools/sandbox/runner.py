@@ -131,6 +131,8 @@ class Sandbox:
     cilium_operator: cilium.Operator | None = None
     #: kube-apiserver and PostgreSQL as the chart's pods reach them (``--install helm`` only)
     host_services: HostServices | None = None
+    #: the chart's release and the image its pods run, in words (``--install helm`` only)
+    installed: str | None = None
     #: Kueue's manager (``queueing`` ``kueue`` only)
     kueue: Kueue | None = None
 

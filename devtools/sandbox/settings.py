@@ -50,12 +50,13 @@ class SandboxSettings(BaseSettings):
         "the agent sets system-wide sysctls, docs/cilium.md).",
     )
     install: Install = Field(
-        "processes",
-        description="How the product runs: `processes` (each gpucaas service a process on this machine, "
-        "as its chart's ServiceAccount) or `helm` (the image built from this work tree pushed to the "
-        "sandbox's registry and the chart installed with deploy/helm/values-sandbox.yaml: Deployments "
-        "and DaemonSets on the sandbox's own cluster; needs make helm, make image's tools and make "
-        "postgres; on the bridge network, either allocation mode).",
+        "helm",
+        description="How the product runs: `helm` (the default on the sandbox's own cluster and bridge network: "
+        "the image built from this work tree pushed to the sandbox's registry and the chart installed with "
+        "deploy/helm/values-sandbox.yaml, as a platform team installs it: Deployments and DaemonSets on the "
+        "sandbox's own cluster; needs make helm, make image's tools and make postgres) or `processes` (each "
+        "gpucaas service a process on this machine, as its chart's ServiceAccount: a developer's option, and the "
+        "default with --kubeconfig, --network cilium or --demo).",
     )
     queueing: Queueing = Field(
         "kueue",
@@ -65,3 +66,13 @@ class SandboxSettings(BaseSettings):
         "docs/queues.md) or `none` (kube-scheduler's queue; each tenancy's ResourceQuota caps its GPUs; the "
         "default with --kubeconfig or --demo).",
     )
+
+    def settle_defaults(self, demo: bool) -> None:
+        """The defaults that depend on other options, where the option was not given: the chart
+        is installed, and Kueue runs, on the sandbox's own cluster only; the chart install is on the
+        bridge network only; the demo's steps read the services as processes, with no queue."""
+        own_cluster = self.kubeconfig is None
+        if "queueing" not in self.model_fields_set and (not own_cluster or demo):
+            self.queueing = "none"
+        if "install" not in self.model_fields_set and (not own_cluster or demo or self.network != "bridge"):
+            self.install = "processes"

@@ -162,6 +162,12 @@ def print_banner(console: Console, sandbox: Sandbox) -> None:
     console.print(f"  admin token    {sandbox.admin_token}")
     console.print(f"  tenant token   {sandbox.tenant_token}   (tenancy '{DEMO_TENANCY}')")
     console.print(f"  kubeconfig     {sandbox.kubeconfig}")
+    if sandbox.installed is not None:
+        console.print(f"  product        installed with the chart: {sandbox.installed}")
+    else:
+        console.print(
+            f"  product        the gpucaas services as processes on this machine  ({sandbox.supervisor.logs_dir})"
+        )
     for node in sandbox.nodes:
         real = sandbox.real_nodes[node.name]
         kind = "real: kubelet, containerd and runc run its containers (the Kata handler runs runc: no VM)" + (

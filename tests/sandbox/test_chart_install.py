@@ -1,6 +1,6 @@
-"""`gpucaas sandbox --install helm`: the product's image and chart installed on the sandbox's own
-cluster, as a platform team installs them, and a tenant's 2-GPU container run through the
-installed API.
+"""`gpucaas sandbox --install helm` (what `make sandbox` runs): the product's image and chart
+installed on the sandbox's own cluster, as a platform team installs them, with Kueue queueing,
+and a tenant's 2-GPU container run through the installed API.
 
 Needs root, the pinned Helm (`make helm`), `make image`'s tools and the host's PostgreSQL
 (`make postgres`); run through /work/heavy (it starts a cluster and two real nodes).
@@ -17,12 +17,16 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from rich.console import Console
 
+from core import kueue
 from core.kube import new_api_client
 from devtools.local_cluster.binaries import bin_dir
 from devtools.ports import free_port
 from devtools.sandbox import chart_install, host_database, runner, tenant_view
+from devtools.sandbox.tenant_view import DEMO_TENANCY
 from devtools.waiting import wait_for
+from tests.sandbox.test_queueing_kueue import workload_of
 
 # CI (root, `make install` builds Helm, `make test` starts PostgreSQL) never skips it
 pytestmark = pytest.mark.skipif(
@@ -46,7 +50,8 @@ SANDBOX_FILES = ("kubeconfig", "admin-token", "tenant-token", "tls/ca.pem", "caa
 @pytest.fixture(scope="module", params=["device-plugin"])
 def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner.Sandbox]:
     state = tmp_path_factory.mktemp("sandbox")
-    started = runner.start(state, api_port=free_port(), install="helm", allocation_mode=request.param)
+    # queued by Kueue, as `make sandbox` runs it
+    started = runner.start(state, api_port=free_port(), install="helm", allocation_mode=request.param, queueing="kueue")
     yield started
     started.stop()
     host_database.drop(state)
@@ -81,9 +86,14 @@ def test_the_release_is_deployed_and_its_workloads_ready_from_the_pushed_image(s
     assert image.startswith("ghcr.io/gpucaas/gpucaas@sha256:") and image.split("@")[1] in run_values
 
 
-def test_the_sandbox_files_are_written(sandbox: runner.Sandbox) -> None:
+def test_the_sandbox_files_are_written_and_the_banner_names_the_release(sandbox: runner.Sandbox) -> None:
     for name in (*SANDBOX_FILES, "ingress.json"):
         assert (sandbox.state_dir / name).stat().st_size > 0, name
+    console = Console(record=True, width=300)
+    tenant_view.print_banner(console, sandbox)
+    banner = console.export_text()
+    assert "gpucaas sandbox is running" in banner
+    assert "installed with the chart: release gpucaas in gpucaas-system, image ghcr.io/gpucaas/gpucaas:" in banner
 
 
 def test_a_tenant_runs_a_two_gpu_container_through_the_installed_api(sandbox: runner.Sandbox) -> None:
@@ -103,6 +113,14 @@ def test_a_tenant_runs_a_two_gpu_container_through_the_installed_api(sandbox: ru
         events = sandbox.api("GET", f"/v1/containers/{cid}/events", token=token)
         raise AssertionError(f"container {cid} did not finish: {seen}; its events: {events}") from None
     assert final["status"] == "Succeeded" and final["exit_code"] == 0, final
+    # the installed controller made the tenancy's queue, and Kueue admitted the pod through it
+    with new_api_client(sandbox.kubeconfig) as api:
+        pod = client.CoreV1Api(api).read_namespaced_pod(final["pod_name"], final["namespace"])
+        workload = workload_of(client.CustomObjectsApi(api), pod)
+    assert pod.metadata.labels[kueue.QUEUE_LABEL] == kueue.LOCAL_QUEUE
+    assert workload is not None and workload["status"]["admission"]["clusterQueue"] == kueue.cluster_queue_name(
+        DEMO_TENANCY
+    )
 
 
 def test_the_nodes_offer_their_gpus_in_the_allocation_mode(sandbox: runner.Sandbox) -> None:

@@ -69,7 +69,7 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
         yield sb
 
 
-def _workload(custom: client.CustomObjectsApi, pod: Any) -> dict[str, Any] | None:
+def workload_of(custom: client.CustomObjectsApi, pod: Any) -> dict[str, Any] | None:
     """The Workload Kueue made for ``pod`` (the pod is its owner)."""
     items = custom.list_namespaced_custom_object(kueue.GROUP, kueue.VERSION, pod.metadata.namespace, "workloads")
     return next(
@@ -106,7 +106,7 @@ def test_a_tenants_container_is_admitted_from_the_pool_by_kueue_and_succeeds(san
         pod = core.read_namespaced_pod(final["pod_name"], final["namespace"])
         node = core.read_node(pod.spec.node_name)
         custom = client.CustomObjectsApi(api)
-        workload = _workload(custom, pod)
+        workload = workload_of(custom, pod)
         cohort = custom.get_cluster_custom_object(kueue.GROUP, kueue.VERSION, "cohorts", kueue.COHORT)
     # the node's 8 GPUs, as its device plugin or (dra) its DRA driver advertises them
     assert (node.status.capacity[GPU], node.status.allocatable[GPU]) == ("8", "8")

@@ -14,6 +14,7 @@ from devtools.sandbox import runner
 from devtools.sandbox.chart_install import values_of_run
 from devtools.sandbox.cluster import cluster_mode, local_cluster
 from devtools.sandbox.nodes import GPU_NODE_LABELS
+from devtools.sandbox.settings import SandboxSettings
 from gpucaas import chart
 
 
@@ -70,3 +71,28 @@ def test_the_helm_install_queues_by_kueue_on_the_nodes_instance_type() -> None:
     controller = env("gpucaas-controller")
     assert controller["GPUCAAS_CONTROLLER_QUEUEING"] == "kueue"
     assert controller["GPUCAAS_CONTROLLER_GPU_INSTANCE_TYPE"] == GPU_NODE_LABELS["node.kubernetes.io/instance-type"]
+
+
+@pytest.mark.parametrize(
+    ("given", "demo", "settled"),
+    [
+        ({}, False, ("helm", "kueue")),
+        ({"kubeconfig": Path("k")}, False, ("processes", "none")),
+        ({}, True, ("processes", "none")),
+        ({"network": "cilium"}, False, ("processes", "kueue")),
+        ({"install": "processes"}, False, ("processes", "kueue")),
+        ({"queueing": "none"}, False, ("helm", "none")),
+        ({"install": "helm", "queueing": "kueue"}, True, ("helm", "kueue")),
+    ],
+    ids=["own-cluster", "given-cluster", "demo", "cilium", "processes-asked", "no-queue-asked", "demo-asked-for-both"],
+)
+def test_make_sandbox_installs_the_chart_and_queues_by_kueue_where_it_can(
+    monkeypatch: pytest.MonkeyPatch, given: dict, demo: bool, settled: tuple[str, str]
+) -> None:
+    """What `gpucaas sandbox` runs when an option is not given: the chart and Kueue on its own
+    cluster and bridge network; what was asked for, always."""
+    for name in ("INSTALL", "QUEUEING", "NETWORK", "KUBECONFIG"):
+        monkeypatch.delenv(f"GPUCAAS_SANDBOX_{name}", raising=False)
+    settings = SandboxSettings(**given)
+    settings.settle_defaults(demo)
+    assert (settings.install, settings.queueing) == settled
