@@ -103,10 +103,7 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     say("starting kube-scheduler with the chart's scheduler configuration (the extender through a port-forward)")
     sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
     run_values = sandbox.state_dir / "helm" / "values-run.yaml"
-    run_values.parent.mkdir(parents=True, exist_ok=True)
-    run_values.write_text(
-        yaml.safe_dump(values_of_run(built.tag, built.digest, plan.allocation_mode, plan.queueing), sort_keys=False)
-    )
+    write_values(run_values, values_of_run(built.tag, built.digest, plan.allocation_mode, plan.queueing))
     say(
         f"helm upgrade --install {RELEASE} {CHART.relative_to(REPO)} -n {NAMESPACE} "
         f"-f {SANDBOX_VALUES.relative_to(REPO)} -f {run_values} --wait "
@@ -187,6 +184,14 @@ def values_of_run(
             "extraEnv": [*lease_env, {"name": "GPUCAAS_DRA_BINDING_INTERVAL_S", "value": "0.5"}],
         }
     return values
+
+
+def write_values(path: Path, values: dict[str, Any]) -> None:
+    """A values file Helm reads as written: JSON, the subset of YAML in which every string is
+    quoted (a commit tag such as ``9691345789e1`` is a number to Helm's YAML 1.2 parser, and
+    PyYAML's 1.1 dumper leaves it bare)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values, indent=2) + "\n")
 
 
 def _quiet() -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devtools.local_cluster import ClusterOptions, LocalCluster
-from devtools.sandbox import runner
+from devtools.sandbox import chart_install, runner
 from devtools.sandbox.chart_install import values_of_run
 from devtools.sandbox.cluster import cluster_mode, local_cluster
 from devtools.sandbox.nodes import GPU_NODE_LABELS
@@ -71,6 +71,19 @@ def test_the_helm_install_queues_by_kueue_on_the_nodes_instance_type() -> None:
     controller = env("gpucaas-controller")
     assert controller["GPUCAAS_CONTROLLER_QUEUEING"] == "kueue"
     assert controller["GPUCAAS_CONTROLLER_GPU_INSTANCE_TYPE"] == GPU_NODE_LABELS["node.kubernetes.io/instance-type"]
+
+
+def test_a_commit_tag_that_reads_as_a_number_reaches_helm_as_a_string(tmp_path: Path) -> None:
+    """Helm's YAML 1.2 parser reads the tag ``9691345789e1`` as a number, which the chart's schema
+    refuses (image.tag is a string): the run's values file keeps it a string."""
+    run_values = tmp_path / "values-run.yaml"
+    chart_install.write_values(run_values, values_of_run("9691345789e1", "sha256:" + "0" * 64))
+    rendered = chart_install.helm(
+        tmp_path / "no-kubeconfig",
+        *("template", chart_install.RELEASE, str(chart_install.CHART), "-n", chart_install.NAMESPACE),
+        *("-f", str(chart_install.SANDBOX_VALUES), "-f", str(run_values)),
+    )
+    assert "ghcr.io/gpucaas/gpucaas@sha256:" + "0" * 64 in rendered
 
 
 @pytest.mark.parametrize(
