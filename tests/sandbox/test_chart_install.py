@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import urllib.request
@@ -135,7 +136,7 @@ def test_helm_test_passes(sandbox: runner.Sandbox) -> None:
     and reaches it over HTTPS (kube-proxy), and a pod reads the controller's Deployment through
     the ``kubernetes`` Service (kube-apiserver, forwarded from the node bridges)."""
     out = chart_install.helm(sandbox.kubeconfig, "test", chart_install.RELEASE, "-n", chart_install.NAMESPACE, "--logs")
-    assert out.count("Phase:           Succeeded") == 2, out
+    assert len(re.findall(r"^Phase:\s+Succeeded$", out, re.MULTILINE)) == 2, out
     assert "https://gpucaas-api.gpucaas-system.svc:443/readyz answered 200" in out, out
     assert "deployment gpucaas-system/gpucaas-controller: 1 of 1 replicas Ready" in out, out
 
