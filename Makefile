@@ -32,7 +32,8 @@ install:
 
 python-env: system-deps $(VENV)/.installed
 
-# The pinned upstream binaries (Kubernetes 1.36, etcd 3.6, kwok, containerd, Traefik, Helm),
+# The pinned upstream binaries (Kubernetes 1.36 with kube-proxy, etcd 3.6, kwok, containerd, Traefik,
+# CoreDNS, Helm, Kueue),
 # built from their Go modules by upstream/build.sh into
 # ~/.cache/gpucaas/upstream/<version>-<pins hash>/bin (reused while the pins are unchanged;
 # GPUCAAS_KUBE_BIN or KUBEBUILDER_ASSETS naming a folder of prebuilt binaries skips the build).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the pinned upstream binaries (Kubernetes, etcd, kwok, the node's containerd and the
-# sandbox's ingress controller, Traefik; Helm, Kueue and Cilium when asked for) from
+# Builds the pinned upstream binaries (Kubernetes, etcd, kwok, the node's containerd, the
+# sandbox's ingress controller, Traefik, and its cluster DNS, CoreDNS; Helm, Kueue and Cilium when asked for) from
 # their Go modules into a cache outside the work tree, and prints the folder that holds them.
 #
 #   upstream/build.sh            build what is missing, print the bin folder
@@ -18,15 +18,16 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 KUBE_VERSION=v1.36.3
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 CONTAINERD_VERSION=v2.4.2
 NODE_BINARIES=(containerd containerd-shim-runc-v2 ctr)
 TRAEFIK_VERSION=v3.6.12
+COREDNS_VERSION=v1.15.0
 HELM_VERSION=v3.22.0
 KUEUE_VERSION=v0.17.0
 CILIUM_VERSION=v1.20.2
 CILIUM_BINARIES=(cilium-agent cilium-operator-generic cilium-dbg cilium-cni)
-ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" traefik)
+ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" traefik coredns)
 if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then ALL_BINARIES+=("${CILIUM_BINARIES[@]}"); fi
 if [ "${GPUCAAS_HELM:-}" = 1 ]; then ALL_BINARIES+=(helm); fi
 if [ "${GPUCAAS_KUEUE:-}" = 1 ]; then ALL_BINARIES+=(kueue); fi
@@ -54,6 +55,8 @@ node_pins=$( (echo "$ctr_tags $ctr_ld $GOFLAGS_USED"; cat "$here/containerd/go.m
 # so are Traefik's
 traefik_ld="-X github.com/traefik/traefik/v3/pkg/version.Version=$TRAEFIK_VERSION"
 traefik_pins=$( (echo "$traefik_ld $GOFLAGS_USED"; cat "$here/traefik/go.mod" "$here/traefik/go.sum") | sha256sum | cut -c1-12)
+# and CoreDNS's (its version is a constant of its module: nothing to stamp)
+coredns_pins=$( (echo "$COREDNS_VERSION $GOFLAGS_USED"; cat "$here/coredns/go.mod" "$here/coredns/go.sum") | sha256sum | cut -c1-12)
 # and Helm's (the version variables its release build sets; the Kubernetes version its `helm
 # template` and lint assume by default is that of its client-go, v0.37)
 h=helm.sh/helm/v3
@@ -76,6 +79,7 @@ if [ "$(cat "$bin/containerd.pins" 2>/dev/null)" != "$node_pins" ]; then
   for b in "${NODE_BINARIES[@]}"; do rm -f "$bin/$b"; done
 fi
 if [ "$(cat "$bin/traefik.pins" 2>/dev/null)" != "$traefik_pins" ]; then rm -f "$bin/traefik"; fi
+if [ "$(cat "$bin/coredns.pins" 2>/dev/null)" != "$coredns_pins" ]; then rm -f "$bin/coredns"; fi
 if [ "$(cat "$bin/helm.pins" 2>/dev/null)" != "$helm_pins" ]; then rm -f "$bin/helm"; fi
 if [ "$(cat "$bin/kueue.pins" 2>/dev/null)" != "$kueue_pins" ] || [ ! -d "$bin/kueue-manifests/crd" ]; then
   rm -rf "$bin/kueue" "$bin/kueue-manifests"
@@ -104,7 +108,7 @@ start=$SECONDS
 module_of() {  # the wrapper module (a folder here) a binary is built from
   case "$1" in
     etcd|etcdctl) echo etcd ;; kwok|kwok-stages) echo kwok ;; containerd|containerd-shim-runc-v2|ctr) echo containerd ;;
-    traefik) echo traefik ;; helm) echo helm ;; kueue) echo kueue ;; cilium-*) echo cilium ;; *) echo kubernetes ;;
+    traefik) echo traefik ;; coredns) echo coredns ;; helm) echo helm ;; kueue) echo kueue ;; cilium-*) echo cilium ;; *) echo kubernetes ;;
   esac
 }
 fetch=()
@@ -126,6 +130,7 @@ for b in "${missing[@]}"; do
     kwok-stages) build kwok-stages ./stages ;;
     containerd|containerd-shim-runc-v2|ctr) build "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
     traefik) build traefik github.com/traefik/traefik/v3/cmd/traefik "$traefik_ld" ;;
+    coredns) build coredns github.com/coredns/coredns ;;
     helm) build helm "$h/cmd/helm" "$helm_ld" ;;
     kueue) build kueue sigs.k8s.io/kueue/cmd/kueue "$kueue_ld" ;;
     cilium-agent) build cilium-agent github.com/cilium/cilium/daemon "$cilium_ld" osusergo ;;
@@ -138,6 +143,7 @@ done
 wait  # the downloads, all needed by now
 echo "$node_pins" >"$bin/containerd.pins"
 echo "$traefik_pins" >"$bin/traefik.pins"
+echo "$coredns_pins" >"$bin/coredns.pins"
 if [ -x "$bin/helm" ]; then echo "$helm_pins" >"$bin/helm.pins"; fi
 if [ -x "$bin/kueue" ] && [ ! -d "$bin/kueue-manifests/crd" ]; then
   # the CRDs (with the patches that make some convert by webhook), the webhook configurations and

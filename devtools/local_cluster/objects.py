@@ -35,6 +35,27 @@ def create_all(kubeconfig: Path, manifests: list[dict[str, Any]], *, timeout: fl
                 _wait_established(dyn, m["metadata"]["name"], deadline)
 
 
+def replace_all(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
+    """Create each object, or replace the one of that name with it (objects whose content is
+    the caller's alone, such as an EndpointSlice it manages)."""
+    from kubernetes import dynamic
+    from kubernetes.dynamic.exceptions import ConflictError
+
+    from core.kube import new_api_client
+
+    with new_api_client(kubeconfig) as api:
+        dyn = dynamic.DynamicClient(api)
+        for m in manifests:
+            res = dyn.resources.get(api_version=m["apiVersion"], kind=m["kind"])
+            namespace = m["metadata"].get("namespace")
+            try:
+                res.create(body=m, namespace=namespace)
+            except ConflictError:
+                current = res.get(name=m["metadata"]["name"], namespace=namespace)
+                body = {**m, "metadata": {**m["metadata"], "resourceVersion": current.metadata.resourceVersion}}
+                res.replace(body=body, namespace=namespace)
+
+
 def established(crd: dict[str, Any]) -> bool:
     """Whether the API server serves a CRD's kinds (it has no conditions just after it is made)."""
     conditions = (crd.get("status") or {}).get("conditions") or []

@@ -50,6 +50,8 @@ CNI_BIN = "/usr/lib/cni"
 KATA_HANDLER = "kata-qemu-nvidia-gpu"
 RUNC_SHIM = "io.containerd.runc.v2"
 CONTAINERD_NAMESPACE = "k8s.io"
+#: the cluster's DNS domain (the one every cluster has unless told otherwise)
+CLUSTER_DOMAIN = "cluster.local"
 #: where every kubelet serves device plugins, whatever its root directory (k8s.io/kubelet's deviceplugin constants)
 SHARED_DEVICE_PLUGIN_DIR = KubeletDirs().device_plugins
 
@@ -74,6 +76,9 @@ class NodeOptions:
     #: address ranges the pods reach through the node's bridge gateway (the Service range, where
     #: something on this machine answers for the Services); none: the pods reach their network only
     routes: tuple[str, ...] = ()
+    #: the cluster DNS's address, which the kubelet gives its pods as their nameserver (with the
+    #: cluster domain ``cluster.local``); empty: none runs, pods get this machine's resolv.conf
+    cluster_dns: str = ""
 
 
 class RealNode(Supervisor):
@@ -468,6 +473,8 @@ state = "{root / "state"}"
             "shutdownGracePeriod": "0s",
             "protectKernelDefaults": False,
         }
+        if self.options.cluster_dns:
+            cfg |= {"clusterDNS": [self.options.cluster_dns], "clusterDomain": CLUSTER_DOMAIN}
         path = self.folder / "kubelet-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return path

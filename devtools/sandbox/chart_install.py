@@ -3,10 +3,11 @@ platform team installs it (docs/deploy.md), instead of as processes on this mach
 
 In order: the image of this work tree (``make image``, :mod:`devtools.image`) pushed to the
 sandbox's public registry as ``ghcr.io/gpucaas/gpucaas:<tag>`` (the nodes' containerd sends
-``ghcr.io`` there); the Services whose servers run on this machine made reachable from the pods
-(:mod:`.host_services`: kube-apiserver, PostgreSQL); what docs/deploy.md's steps create before
-the chart (the namespace, the database's Secret, the API's TLS Secret and the admin token's,
-from the sandbox's own files); kube-scheduler with the chart's scheduler configuration; then
+``ghcr.io`` there); what docs/deploy.md's steps create before the chart (the namespace, the
+database's Secret, the API's TLS Secret and the admin token's, from the sandbox's own files);
+the Services whose servers run on this machine made reachable from the pods
+(:mod:`.host_services`: kube-apiserver, PostgreSQL; kube-proxy and the cluster DNS run
+already, :mod:`.service_network`); kube-scheduler with the chart's scheduler configuration; then
 ``helm install --wait`` with ``deploy/helm/values-sandbox.yaml`` and a values file of the run
 (the image's tag and digest, the fake boards' golden firmware, the tenant volumes'
 StorageClass); last, ``kubectl port-forward`` to the API's and the extender's Services, so
@@ -50,7 +51,9 @@ NAMESPACE = "gpucaas-system"
 #: the chart's image repository, under the registry name the sandbox's public registry serves
 IMAGE_REGISTRY = "ghcr.io"
 IMAGE_REPOSITORY = "gpucaas/gpucaas"
-KUBERNETES_SERVICE = HostService("kubernetes", "10.96.0.1", 443, 0)
+#: the ``kubernetes`` Service's address (the first of the Service range)
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+POSTGRES_SERVICE = "gpucaas-postgres"
 #: the Service standing for the host's PostgreSQL (a fixed address in the Service range's static band)
 POSTGRES_SERVICE_IP = "10.96.0.54"
 POSTGRES_PORT = host_database.PORT
@@ -84,21 +87,22 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     )
     if push.returncode != 0:
         raise OSError(f"skopeo copy {built.reference}: {push.stderr.strip()}")
+    say(f"creating the namespace {NAMESPACE} and the Secrets the values name (database, API TLS, admin token)")
+    host_database.ensure(sandbox.state_dir)
+    create_all(sandbox.kubeconfig, before_chart(sandbox))
     say(
-        f"making kube-apiserver ({KUBERNETES_SERVICE.cluster_ip}) and the host's PostgreSQL "
+        f"making kube-apiserver (the kubernetes Service, {KUBERNETES_SERVICE_IP}) and the host's PostgreSQL "
         f"({POSTGRES_SERVICE_IP}) reachable from the pods"
     )
-    host_database.ensure(sandbox.state_dir)
     services = sandbox.host_services = HostServices(
+        sandbox.kubeconfig,
         [
-            HostService("kubernetes", KUBERNETES_SERVICE.cluster_ip, 443, sandbox.cluster.apiserver_port),
-            HostService("postgres", POSTGRES_SERVICE_IP, POSTGRES_PORT, POSTGRES_PORT),
+            HostService("default", "kubernetes", "https", sandbox.cluster.apiserver_port),
+            HostService(NAMESPACE, POSTGRES_SERVICE, "postgres", POSTGRES_PORT),
         ],
-        {real.bridge: real.gateway for real in sandbox.real_nodes.values()},
+        [real.gateway for real in sandbox.real_nodes.values()],
     )
     services.start()
-    say(f"creating the namespace {NAMESPACE} and the Secrets the values name (database, API TLS, admin token)")
-    create_all(sandbox.kubeconfig, before_chart(sandbox))
     extender_port = free_port()
     say("starting kube-scheduler with the chart's scheduler configuration (the extender through a port-forward)")
     sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
@@ -209,8 +213,8 @@ def before_chart(sandbox: Sandbox) -> list[dict[str, Any]]:
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": "gpucaas-postgres", "namespace": NAMESPACE},
-            # no selector: its backend is this machine's PostgreSQL (host_services forwards it)
+            "metadata": {"name": POSTGRES_SERVICE, "namespace": NAMESPACE},
+            # no selector: its backend is this machine's PostgreSQL (host_services writes its EndpointSlice)
             "spec": {
                 "clusterIP": POSTGRES_SERVICE_IP,
                 "ports": [{"name": "postgres", "port": POSTGRES_PORT, "protocol": "TCP"}],

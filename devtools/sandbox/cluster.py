@@ -23,7 +23,7 @@ from devtools.local_cluster import KUBE_VERSION, ClusterOptions, LocalCluster
 from devtools.local_cluster.objects import create_all
 from devtools.real_node import cilium
 from devtools.real_node.node import unmount_under
-from devtools.sandbox import host_database, hostpath_volumes, identities
+from devtools.sandbox import host_database, host_services, hostpath_volumes, identities
 from devtools.sandbox.tenant_view import publish_kubeconfig
 from services.api.domain.pods import DEFAULT_RUN_AS_USER
 
@@ -51,6 +51,7 @@ def start_cluster(sandbox: Sandbox, plan: Plan) -> None:
             say,
             plan.compaction_interval,
             bind_address="0.0.0.0" if plan.cilium else "127.0.0.1",
+            apiserver_args=host_services.APISERVER_ARGS if plan.helm else [],
         )
         say(
             f"starting Kubernetes {KUBE_VERSION} (etcd, kube-apiserver, kube-controller-manager) from {cluster.bin_dir}"
@@ -97,6 +98,7 @@ def local_cluster(
     say: Any,
     compaction_interval: str | None = None,
     bind_address: str = "127.0.0.1",
+    apiserver_args: list[str] | None = None,
 ) -> LocalCluster:
     """The sandbox's control plane (not started yet), kept in ``state_dir/cluster`` across runs of the same
     :func:`cluster_mode`; a run in another mode starts from an empty etcd (each mode installs
@@ -125,6 +127,7 @@ def local_cluster(
             # tenant volumes (hostpath_volumes)
             controller_manager_args=[hostpath_volumes.CONTROLLER_MANAGER_FLAG],
             bind_address=bind_address,
+            apiserver_args=apiserver_args or [],
         ),
     )
 

@@ -1,15 +1,18 @@
-"""The Services whose backends run on this machine, as the pods of the sandbox's bridge network
-reach them: the sandbox's stand-in for kube-proxy, for those Services only.
+"""The Services whose backends run on this machine, kube-apiserver and PostgreSQL, as the pods of
+the sandbox's node bridges reach them (``--install helm``).
 
-The chart's pods reach kube-apiserver at the ``kubernetes`` Service (``10.96.0.1:443``, which
-the kubelet puts in every container's ``KUBERNETES_SERVICE_HOST``/``_PORT`` and the API
-server's certificate names), and the API reaches its PostgreSQL at a Service's address too.
-No kube-proxy runs here and both servers listen on loopback only, so for each Service the
-sandbox listens on each node's bridge gateway (a port of its own) and forwards each connection
-to the server's loopback port, and one iptables rule per node bridge sends the Service's
-address and port there (DNAT, as kube-proxy's rules would send it to an endpoint). The servers
-stay on loopback: nothing else on the machine's network reaches them, and PostgreSQL sees
-local connections (its trust rule for ``127.0.0.1``).
+kube-proxy (:mod:`.service_network`) sends a Service's address to its EndpointSlice's
+endpoints. Both servers here listen on loopback only, and a loopback address is no endpoint a
+pod can be sent to (a packet from a bridge to ``127.0.0.1`` is a martian the kernel drops), so
+for each Service the sandbox listens on every node bridge's gateway, on one port of its own,
+forwards each connection to the server's loopback port, and writes the Service's EndpointSlice
+naming those gateways (as a platform team writes one for a database outside the cluster). The
+servers stay on loopback: nothing else on the machine's network reaches them, and PostgreSQL
+sees local connections (its trust rule for ``127.0.0.1``).
+
+The ``kubernetes`` Service's EndpointSlice is kube-apiserver's own otherwise: it names its
+``--advertise-address`` (loopback here), so the sandbox's kube-apiserver runs with
+``--endpoint-reconciler-type=none`` (:data:`APISERVER_ARGS`) and this module writes it.
 """
 
 from __future__ import annotations
@@ -17,22 +20,29 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-import subprocess
 import threading
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from devtools.local_cluster.objects import replace_all
 from devtools.ports import free_port
 
 log = logging.getLogger(__name__)
 
+#: kube-apiserver leaves the ``kubernetes`` Service's endpoints to the sandbox
+APISERVER_ARGS = ["--endpoint-reconciler-type=none"]
+#: the EndpointSlices' manager (the endpointslice controller leaves slices of other managers alone)
+MANAGED_BY = "gpucaas-sandbox"
+
 
 @dataclass(frozen=True)
 class HostService:
-    """A Service address (``cluster_ip:port``) whose backend is ``127.0.0.1:target_port``."""
+    """The Service ``namespace/name`` (its port named ``port_name``) whose backend is ``127.0.0.1:target_port``."""
 
+    namespace: str
     name: str
-    cluster_ip: str
-    port: int
+    port_name: str
     target_port: int
 
 
@@ -91,46 +101,45 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 
 
 class HostServices:
-    """``services`` reachable from the pods of the node bridges ``bridges`` (name -> gateway)."""
+    """``services`` reachable from the pods of the node bridges whose gateways are ``gateways``."""
 
-    def __init__(self, services: list[HostService], bridges: dict[str, str]) -> None:
+    def __init__(self, kubeconfig: Path, services: list[HostService], gateways: list[str]) -> None:
+        self.kubeconfig = kubeconfig
         self.services = services
-        self.bridges = bridges
+        self.gateways = gateways
         self.forwarders: list[_Forwarder] = []
-        self.chains: list[str] = []
 
     def start(self) -> HostServices:
-        for bridge, gateway in self.bridges.items():
-            chain = f"GPUCAAS-SVC-{bridge}"[:28]
-            _iptables("-N", chain, check=False)
-            _iptables("-F", chain)
-            self.chains.append(chain)
-            if not _iptables("-C", "PREROUTING", "-i", bridge, "-j", chain, check=False):
-                _iptables("-A", "PREROUTING", "-i", bridge, "-j", chain)
-            for svc in self.services:
-                port = free_port()
+        slices = []
+        for svc in self.services:
+            port = free_port()
+            for gateway in self.gateways:
                 forwarder = _Forwarder((gateway, port), svc.target_port)
                 forwarder.start()
                 self.forwarders.append(forwarder)
-                _iptables(
-                    *("-A", chain, "-d", f"{svc.cluster_ip}/32", "-p", "tcp", "--dport", str(svc.port)),
-                    *("-m", "comment", "--comment", f"gpucaas sandbox: {svc.name}"),
-                    *("-j", "DNAT", "--to-destination", f"{gateway}:{port}"),
-                )
+            slices.append(endpoint_slice(svc.namespace, svc.name, self.gateways, {svc.port_name: ("TCP", port)}))
+        replace_all(self.kubeconfig, slices)
         return self
 
     def stop(self) -> None:
         for forwarder in self.forwarders:
             forwarder.stop()
-        for bridge, chain in zip(self.bridges, self.chains, strict=False):
-            _iptables("-D", "PREROUTING", "-i", bridge, "-j", chain, check=False)
-            _iptables("-F", chain, check=False)
-            _iptables("-X", chain, check=False)
 
 
-def _iptables(*args: str, check: bool = True) -> bool:
-    """One command on the nat table; with ``check=False`` its failure is an answer (False)."""
-    result = subprocess.run(["iptables", "-w", "-t", "nat", *args], capture_output=True, text=True, check=False)
-    if check and result.returncode != 0:
-        raise OSError(f"iptables -t nat {' '.join(args)}: {result.stderr.strip()}")
-    return result.returncode == 0
+def endpoint_slice(
+    namespace: str, service: str, addresses: list[str], ports: dict[str, tuple[str, int]]
+) -> dict[str, Any]:
+    """The EndpointSlice of the selector-less Service ``namespace/service``: ``addresses``, each
+    serving ``ports`` (the Service's port name -> protocol and port)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": service,
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": MANAGED_BY},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [a], "conditions": {"ready": True}} for a in addresses],
+        "ports": [{"name": name, "protocol": proto, "port": port} for name, (proto, port) in ports.items()],
+    }

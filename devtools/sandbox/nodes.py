@@ -20,6 +20,7 @@ from devtools.real_node import cilium
 from devtools.real_node.devices import make_char_devices
 from devtools.real_node.node import NodeOptions, RealNode, kubelet_dirs, node_tools_missing
 from devtools.real_node.registry import Registries
+from devtools.sandbox.service_network import DNS_IP
 
 if TYPE_CHECKING:
     from devtools.sandbox.runner import Plan, Sandbox
@@ -166,8 +167,9 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
                 pod_cidr=cilium.pod_cidr(index) if plan.cilium else "",
                 cilium_address=address,
                 binds=node_binds(node) if plan.helm else {},
-                # the chart's pods reach kube-apiserver and PostgreSQL at Service addresses (host_services)
+                # the chart's pods reach Services (kube-proxy, service_network) and the cluster DNS
                 routes=(SERVICE_CIDR,) if plan.helm else (),
+                cluster_dns=DNS_IP if plan.helm else "",
             ),
         )
         real.start()

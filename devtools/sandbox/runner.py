@@ -56,6 +56,7 @@ from devtools.sandbox.ingress import Ingress
 from devtools.sandbox.nodes import DEFAULT_NODES, NodePaths, check_node_tools, start_nodes
 from devtools.sandbox.product import start_product
 from devtools.sandbox.queueing import check_kueue_built, check_queueing, start_kueue
+from devtools.sandbox.service_network import ServiceNetwork, start_service_network
 from devtools.sandbox.tenant_view import KUBECONFIG, credentials, open_tenant_view
 from devtools.sandbox.tls import TLSFiles
 
@@ -131,6 +132,8 @@ class Sandbox:
     cilium_operator: cilium.Operator | None = None
     #: kube-apiserver and PostgreSQL as the chart's pods reach them (``--install helm`` only)
     host_services: HostServices | None = None
+    #: kube-proxy and the cluster DNS (``--install helm`` only)
+    service_network: ServiceNetwork | None = None
     #: the chart's release and the image its pods run, in words (``--install helm`` only)
     installed: str | None = None
     #: Kueue's manager (``queueing`` ``kueue`` only)
@@ -138,8 +141,8 @@ class Sandbox:
 
     def supervisors(self) -> list[Supervisor]:
         """Every supervisor of the sandbox's host processes that the console revives: the
-        gpucaas services', and Kueue's."""
-        return [self.supervisor, *([self.kueue] if self.kueue is not None else [])]
+        gpucaas services', kube-proxy's and CoreDNS's, and Kueue's."""
+        return [self.supervisor, *(s for s in (self.service_network, self.kueue) if s is not None)]
 
     def kubeconfig_of(self, process: str) -> Path:
         """The kubeconfig ``process`` runs with: its own identity's (the admin's on a given cluster)."""
@@ -159,6 +162,7 @@ class Sandbox:
 
     def stop(self) -> None:
         """Whatever of it runs: the volume hand-over, the ingress controller and the services,
+        the forwarders to this machine's servers, kube-proxy (its rules removed) and CoreDNS,
         then the real nodes, Kueue (once nothing queues by it), Cilium's operator and (the
         ``cilium`` network) its uplink, the registries and the control plane."""
         if self.volume_ownership is not None:
@@ -168,6 +172,8 @@ class Sandbox:
         self.supervisor.stop()
         if self.host_services is not None:
             self.host_services.stop()
+        if self.service_network is not None:
+            self.service_network.stop()
         for node in self.real_nodes.values():
             node.stop()
         if self.kueue is not None:
@@ -265,6 +271,7 @@ def start(
         start_kueue(sandbox, plan)
         start_nodes(sandbox, plan)
         if plan.helm:
+            start_service_network(sandbox, plan)
             install_chart(sandbox, plan)
         else:
             start_product(sandbox, plan)

@@ -1,11 +1,12 @@
 """A throw-away certificate authority and server certificates for the sandbox's HTTPS API.
 
 Clients trust ``ca.pem`` (``curl --cacert``, ``caasctl --ca-cert``); the API serves
-``server.pem``/``server-key.pem`` for ``localhost`` and ``127.0.0.1``, and the ingress
+``server.pem``/``server-key.pem`` for ``localhost``, ``127.0.0.1`` and, installed with the chart,
+its Service's names (``helm test`` asks the API there, by the cluster DNS), and the ingress
 controller serves ``endpoints.pem``/``endpoints-key.pem``, a wildcard for the endpoint
 domain (``*.<domain>``), as its default certificate. Made by :mod:`devtools.local_cluster.pki`
 (the CA's key is ``ca-key.pem``) and kept across sandbox runs so a client configured once keeps
-working; all made anew when one is missing.
+working; all made anew when one is missing, the server's alone when it lacks a name.
 """
 
 from __future__ import annotations
@@ -13,8 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
+
 from devtools.local_cluster.pki import PKI
 
+#: the names the API's certificate is for: this machine's, and those of the chart's API Service
+#: (the release ``gpucaas`` in ``gpucaas-system``) in the cluster
+API_NAMES = (
+    "localhost",
+    "127.0.0.1",
+    "gpucaas-api.gpucaas-system.svc",
+    "gpucaas-api.gpucaas-system.svc.cluster.local",
+)
 #: the sandbox's endpoint domain: containers' ports are served at https://<id>-<port>.<this>
 ENDPOINT_DOMAIN = "endpoints.gpucaas.test"
 
@@ -29,7 +40,7 @@ class TLSFiles:
 
 
 def ensure_self_signed(
-    directory: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"), endpoint_domain: str = ENDPOINT_DOMAIN
+    directory: Path, hosts: tuple[str, ...] = API_NAMES, endpoint_domain: str = ENDPOINT_DOMAIN
 ) -> TLSFiles:
     """Create (once) a CA, a server certificate and the endpoint wildcard signed by it under ``directory``."""
     pki = PKI(directory, ca_name="gpucaas sandbox CA")
@@ -45,6 +56,16 @@ def ensure_self_signed(
     if not all(p.exists() for p in every):
         for path in every:  # a certificate left from another CA would not verify
             path.unlink(missing_ok=True)
-        pki.issue("server", hosts[0], server_names=hosts, client=False)
-        pki.issue("endpoints", wildcard, server_names=(wildcard,), client=False)
+    elif not set(hosts) <= certificate_names(files.cert):
+        files.cert.unlink()
+    pki.issue("server", hosts[0], server_names=hosts, client=False)
+    pki.issue("endpoints", wildcard, server_names=(wildcard,), client=False)
     return files
+
+
+def certificate_names(cert: Path) -> set[str]:
+    """The DNS names and IP addresses a certificate is for."""
+    sans = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    return {*sans.value.get_values_for_type(x509.DNSName), *map(str, sans.value.get_values_for_type(x509.IPAddress))}

@@ -1,6 +1,7 @@
 """`gpucaas sandbox --install helm` (what `make sandbox` runs): the product's image and chart
 installed on the sandbox's own cluster, as a platform team installs them, with Kueue queueing,
-and a tenant's 2-GPU container run through the installed API.
+a tenant's 2-GPU container run through the installed API, `helm test` passing, and pods and this
+machine reaching Services by name (kube-proxy and the cluster DNS).
 
 Needs root, the pinned Helm (`make helm`), `make image`'s tools and the host's PostgreSQL
 (`make postgres`); run through /work/heavy (it starts a cluster and two real nodes).
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +26,9 @@ from core import kueue
 from core.kube import new_api_client
 from devtools.local_cluster.binaries import bin_dir
 from devtools.ports import free_port
+from devtools.real_node.images import BUSYBOX_IMAGE
 from devtools.sandbox import chart_install, host_database, runner, tenant_view
+from devtools.sandbox.service_network import DNS_IP
 from devtools.sandbox.tenant_view import DEMO_TENANCY
 from devtools.waiting import wait_for
 from tests.sandbox.test_queueing_kueue import workload_of
@@ -142,3 +147,53 @@ def test_the_nodes_offer_their_gpus_in_the_allocation_mode(sandbox: runner.Sandb
     seen: list[Any] = []
     ok = wait_for(lambda: seen.append(offers()) or seen[-1] == wanted, 120, interval=1, what="8 GPUs per node")
     assert ok, seen[-1]
+
+
+def test_helm_test_passes(sandbox: runner.Sandbox) -> None:
+    """The chart's own checks: a pod resolves the API's Service by its DNS name (the cluster DNS)
+    and reaches it over HTTPS (kube-proxy), and a pod reads the controller's Deployment through
+    the ``kubernetes`` Service (kube-apiserver, forwarded from the node bridges)."""
+    out = chart_install.helm(sandbox.kubeconfig, "test", chart_install.RELEASE, "-n", chart_install.NAMESPACE, "--logs")
+    assert len(re.findall(r"^Phase:\s+Succeeded$", out, re.MULTILINE)) == 2, out
+    assert "https://gpucaas-api.gpucaas-system.svc:443/readyz answered 200" in out, out
+    assert "deployment gpucaas-system/gpucaas-controller: 1 of 1 replicas Ready" in out, out
+
+
+def test_a_pod_and_this_machine_resolve_a_service_and_reach_its_pods(sandbox: runner.Sandbox) -> None:
+    """A plain pod resolves the extender's Service by its short name (the kubelet's search path)
+    and reaches its pod through its ClusterIP; this machine asks the cluster DNS at its Service
+    address and reaches the same ClusterIP (kube-proxy's rules serve the host too)."""
+    extender = "gpucaas-scheduler-extender"
+    name = "service-check"
+    fetch = f"wget -q -O- http://{extender}.{chart_install.NAMESPACE}:8888/healthz"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "check", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", f"{fetch} && echo ok"]}],
+        },
+    }
+    with new_api_client(sandbox.kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod("default", pod)
+        try:
+            ended = wait_for(
+                lambda: (p := core.read_namespaced_pod(name, "default")).status.phase in ("Succeeded", "Failed") and p,
+                120,
+                interval=1,
+                what=f"pod {name} ended",
+            )
+            logs = core.read_namespaced_pod_log(name, "default")
+            cluster_ip = core.read_namespaced_service(extender, chart_install.NAMESPACE).spec.cluster_ip
+        finally:
+            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    assert ended.status.phase == "Succeeded" and logs.strip().endswith("ok"), (ended.status, logs)
+    fqdn = f"{extender}.{chart_install.NAMESPACE}.svc.cluster.local"
+    answer = subprocess.run(
+        ["/bin/busybox", "nslookup", fqdn, DNS_IP], capture_output=True, text=True, check=False
+    ).stdout
+    assert f"Address: {cluster_ip}" in answer, answer
+    with urllib.request.urlopen(f"http://{cluster_ip}:8888/healthz", timeout=10) as response:
+        assert response.status == 200
