@@ -18,10 +18,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # plugins, and pull from local registries (docker-registry, filled by skopeo; htpasswd from
 # apache2-utils for the private one);
 # stress-ng is the CPU hog of `make test-e2e-dra`; the API tests start their own
-# redis-server (the replicas' shared rate-limit storage; no system service is used).
+# redis-server (the replicas' shared rate-limit storage; no system service is used); nftables
+# is the nft tool kube-proxy (nftables mode) programs the chart-installed sandbox's Services with.
 APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu \
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
-	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils
+	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils nftables
 
 .PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov promtool crds test-image postgres upstream upstream-cilium lint image image-tools helm kueue
 
