@@ -15,7 +15,7 @@ network and to the Service range only, so a connection sent to a pod on another 
 from this machine, comes back only from the gateway's address; and one sent to a pod on the
 same bridge would have its reply bridged straight back, past the conntrack that undoes the
 Service's address. The table's name is fixed: one such sandbox per machine at a time (the
-processes install, which ``make test`` runs beside it, starts neither: its pods reach no Service).
+processes install, which may run beside it, starts neither: its pods reach no Service).
 
 CoreDNS: its ``kubernetes`` plugin watches the sandbox's kube-apiserver as ``system:coredns``
 (the ClusterRole kubeadm gives it); it listens on every node bridge's gateway on one port, the
