@@ -73,13 +73,20 @@ class Identity:
     kubeconfig: Path
 
 
+#: the component label of ``helm test``'s ServiceAccount and Role (templates/tests/rbac.yaml)
+HELM_TEST_COMPONENT = "test"
+
+
 def cluster_side(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The chart's cluster-side objects, its namespace first (``helm install --create-namespace``);
-    not its hooks (the migration Job's and ``helm test``'s identities)."""
+    not its hooks (the migration Job's identity) nor ``helm test``'s identity: no process of the
+    sandbox runs as either, and each identity here is one the sandbox waits to hear from."""
     objects = [
         o
         for o in chart.render(values if values is not None else SANDBOX_VALUES)
-        if o["kind"] in CLUSTER_SIDE_KINDS and not chart.is_hook(o)
+        if o["kind"] in CLUSTER_SIDE_KINDS
+        and not chart.is_hook(o)
+        and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != HELM_TEST_COMPONENT
     ]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart.NAMESPACE}}
     order = {k: i for i, k in enumerate(CLUSTER_SIDE_KINDS)}

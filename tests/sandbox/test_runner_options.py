@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devtools.local_cluster import ClusterOptions, LocalCluster
-from devtools.sandbox import chart_install, runner
+from devtools.sandbox import chart_install, identities, runner
 from devtools.sandbox.chart_install import values_of_run
 from devtools.sandbox.cluster import cluster_mode, local_cluster
 from devtools.sandbox.nodes import GPU_NODE_LABELS
@@ -109,3 +109,15 @@ def test_make_sandbox_installs_the_chart_and_queues_by_kueue_where_it_can(
     settings = SandboxSettings(**given)
     settings.settle_defaults(demo)
     assert (settings.install, settings.queueing) == settled
+
+
+@pytest.mark.parametrize(
+    ("mode", "node_daemon"), [("device-plugin", "device-plugin"), ("dra", "dra-driver")], ids=["device-plugin", "dra"]
+)
+def test_the_sandbox_mints_an_identity_for_each_process_it_runs_and_no_other(mode: str, node_daemon: str) -> None:
+    """Each identity is one the sandbox's RBAC check waits to hear from: one no process runs as
+    (helm test's, the migration hook's) would make every start wait out that check."""
+    objects = identities.cluster_side(identities.sandbox_values(mode))
+    assert sorted(identities.service_accounts(objects)) == sorted(
+        ["api", "controller", node_daemon, "fabric", "scheduler-extender"]
+    )
