@@ -64,7 +64,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from benchmarks.kit.database import scratch_database
 from benchmarks.kit.gpucaas_api import GaveUp, GpucaasApi, Tally
@@ -137,6 +137,13 @@ class Submission:
     exit_code: int
     cid: str | None = None
     cancelled: bool = False  # the tenant asked to cancel it
+
+
+class Submitted(Protocol):
+    """What :func:`check` reads of a workload: its submissions and the tenancies it deleted."""
+
+    submissions: list[Submission]
+    deleted: dict[str, float]
 
 
 @dataclass
@@ -470,14 +477,15 @@ def usage_records(database_url: str) -> dict[str, dict[str, Any]]:
 
 
 def check(
-    work: Workload,
+    work: Submitted,
     rows: dict[str, dict[str, Any]],
     pods: dict[str, list[PodRecord]],
     creates: Counter[str],
     usage: dict[str, dict[str, Any]],
     live_pods: list[dict[str, Any]],
+    tenancy_prefix: str = "chaos-",
 ) -> dict[str, list[str]]:
-    """Each finding, by figure."""
+    """Each finding, by figure (the workload's tenancies are named ``tenancy_prefix...``)."""
     found: dict[str, list[str]] = defaultdict(list)
     live = _running_pods(live_pods)
     subs = {s.cid: s for s in work.submissions if s.cid}
@@ -547,7 +555,7 @@ def check(
                     f"({pod.started_at}..{pod.finished_at})"
                 )
     for cid, row in rows.items():
-        if cid not in subs and row["tenancy"].startswith("chaos-"):
+        if cid not in subs and row["tenancy"].startswith(tenancy_prefix):
             found["duplicated"].append(f"{cid} ({row['tenancy']}): in the API, but no submission was answered with it")
     return found
 
