@@ -233,75 +233,74 @@ def run(commit: str, containers: int, queueing: str) -> dict[str, Any]:
         with sandbox(
             "gpucaas-upgrade-", keep=lambda: findings, install="helm", queueing=queueing, release=release
         ) as sb:
+            assert sb.audit_log is not None
+            api = GpucaasApi(
+                [service_url(sb.kubeconfig)],
+                sb.tls.ca_cert,
+                tally=tally,
+                retry_server_errors=True,
+                server_name=API_SERVER_NAME,
+            )
+            names = [f"{PREFIX}{t:02d}" for t in range(TENANCIES)]
+            tokens = open_tenancies(api, sb.admin_token, names, gpu_quota=8, pod_quota=20)
+            wait_ready(sb.kubeconfig, names)
+            watcher = chaos.PodWatch(sb.kubeconfig).start()
+            stop_revive = threading.Event()
+            revive = threading.Thread(target=revive_loop, args=(sb, stop_revive), daemon=True, name="revive")
+            revive.start()
+            load = Load(api, tokens, containers)
+            t_load = time.monotonic()
+            say(f"sandbox up in {t_load - t_start:.0f}s (state in {sb.state_dir}); load at {RATE}/s")
+            loader = threading.Thread(target=load.run, name="load", daemon=True)
+            loader.start()
             try:
-                assert sb.audit_log is not None
-                api = GpucaasApi(
-                    [service_url(sb.kubeconfig)],
-                    sb.tls.ca_cert,
-                    tally=tally,
-                    retry_server_errors=True,
-                    server_name=API_SERVER_NAME,
-                )
-                names = [f"{PREFIX}{t:02d}" for t in range(TENANCIES)]
-                tokens = open_tenancies(api, sb.admin_token, names, gpu_quota=8, pod_quota=20)
-                wait_ready(sb.kubeconfig, names)
-                watcher = chaos.PodWatch(sb.kubeconfig).start()
-                stop_revive = threading.Event()
-                revive = threading.Thread(target=revive_loop, args=(sb, stop_revive), daemon=True, name="revive")
-                revive.start()
-                load = Load(api, tokens, containers)
-                t_load = time.monotonic()
-                say(f"sandbox up in {t_load - t_start:.0f}s (state in {sb.state_dir}); load at {RATE}/s")
-                loader = threading.Thread(target=load.run, name="load", daemon=True)
-                loader.start()
-                try:
-                    load.warmed.wait()
-                    say(f"[{time.monotonic() - t_load:6.1f}s] helm upgrade to {current.tag}")
-                    t_up = time.monotonic()
-                    deploy_release(sb, ChartRelease(image=current, values=replicas), queueing, say)
-                    upgrade_s = time.monotonic() - t_up
-                    say(f"[{time.monotonic() - t_load:6.1f}s] upgraded in {upgrade_s:.0f}s")
-                    time.sleep(TAIL_S)
-                finally:
-                    load.stopping.set()
-                    loader.join()
-                accepted = {s.cid for s in load.submissions if s.cid}
-                say(f"[{time.monotonic() - t_load:6.1f}s] {len(load.submissions)} submitted; waiting for their ends")
-                healed = chaos.heal(api, sb.admin_token, sb.kubeconfig, accepted)
-                time.sleep(3)  # the pod watch catches up
-                rows = chaos.api_containers(api, sb.admin_token)
-                leases, fabric, live_pods = chaos.cluster_state(sb.kubeconfig)
-                bad_leases, bad_parts = chaos.stuck(leases, fabric, live_pods)
-                found = chaos.check(
-                    load,
-                    rows,
-                    watcher.by_container(),
-                    chaos.audit_pod_creates(sb.audit_log),
-                    chaos.usage_records(host_database.url(sb.state_dir, "127.0.0.1")),
-                    live_pods,
-                    tenancy_prefix=PREFIX,
-                )
-                found["stuck_leases"], found["stuck_partitions"] = bad_leases, bad_parts
-                found["server_errors"] = list(tally.server_errors)
-                for figure, items in sorted(found.items()):
-                    for item in items:
-                        say(f"{figure}: {item}")
-                for item in load.refused:
-                    say(f"refused: {item}")
-                say(f"retried {dict(tally.retries)}; heal {healed:.0f}s")
-                stop_revive.set()
-                watcher.stop()
-                result: dict[str, Any] = {
-                    **figures(load, found, tally),
-                    "from": earlier.tag,
-                    "to": current.tag,
-                    "upgrade_s": round(upgrade_s, 1),
-                    "queueing": queueing,
-                    "duration_s": round(time.monotonic() - t_start, 1),
-                }
-                findings = bool(failures(result, containers))
+                load.warmed.wait()
+                say(f"[{time.monotonic() - t_load:6.1f}s] helm upgrade to {current.tag}")
+                t_up = time.monotonic()
+                deploy_release(sb, ChartRelease(image=current, values=replicas), queueing, say)
+                upgrade_s = time.monotonic() - t_up
+                say(f"[{time.monotonic() - t_load:6.1f}s] upgraded in {upgrade_s:.0f}s")
+                time.sleep(TAIL_S)
             finally:
-                host_database.drop(sb.state_dir)
+                load.stopping.set()
+                loader.join()
+            accepted = {s.cid for s in load.submissions if s.cid}
+            say(f"[{time.monotonic() - t_load:6.1f}s] {len(load.submissions)} submitted; waiting for their ends")
+            healed = chaos.heal(api, sb.admin_token, sb.kubeconfig, accepted)
+            time.sleep(3)  # the pod watch catches up
+            rows = chaos.api_containers(api, sb.admin_token)
+            leases, fabric, live_pods = chaos.cluster_state(sb.kubeconfig)
+            bad_leases, bad_parts = chaos.stuck(leases, fabric, live_pods)
+            found = chaos.check(
+                load,
+                rows,
+                watcher.by_container(),
+                chaos.audit_pod_creates(sb.audit_log),
+                chaos.usage_records(host_database.url(sb.state_dir, "127.0.0.1")),
+                live_pods,
+                tenancy_prefix=PREFIX,
+            )
+            found["stuck_leases"], found["stuck_partitions"] = bad_leases, bad_parts
+            found["server_errors"] = list(tally.server_errors)
+            for figure, items in sorted(found.items()):
+                for item in items:
+                    say(f"{figure}: {item}")
+            for item in load.refused:
+                say(f"refused: {item}")
+            say(f"retried {dict(tally.retries)}; heal {healed:.0f}s")
+            stop_revive.set()
+            watcher.stop()
+            result: dict[str, Any] = {
+                **figures(load, found, tally),
+                "from": earlier.tag,
+                "to": current.tag,
+                "upgrade_s": round(upgrade_s, 1),
+                "queueing": queueing,
+                "duration_s": round(time.monotonic() - t_start, 1),
+            }
+            findings = bool(failures(result, containers))
+        if not findings:  # kept with the sandbox's state otherwise
+            host_database.drop(sb.state_dir)
     return result
 
 
