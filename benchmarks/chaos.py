@@ -560,7 +560,7 @@ def check(
     return found
 
 
-def failed_by_faults(work: Workload, rows: dict[str, dict[str, Any]]) -> list[str]:
+def failed_by_faults(work: Submitted, rows: dict[str, dict[str, Any]]) -> list[str]:
     """Containers that ended Failed, agreeing with Kubernetes, but not with the exit code their
     command chose: a pod refused or ended by a fault (reported, not one of the figures)."""
     out = []

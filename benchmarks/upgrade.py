@@ -21,15 +21,16 @@ Deployment and DaemonSet); the submissions go on until at least ``--containers``
 for ``TAIL_S`` after the upgrade, so that both releases serve.
 
 After: the chaos soak's bounded heal and checks (:mod:`benchmarks.chaos`), printed as one JSON
-object on the last line of stdout: ``submitted``, ``accepted``, ``refused`` (answered 4xx);
-``lost``, ``duplicated`` (two pods for one container, or a container no 202 answered: one
+object on the last line of stdout: ``submitted``, ``accepted``, ``refused`` (answered 4xx),
+``failed_by_faults`` (ended Failed with an exit code other than its command's); ``lost``,
+``duplicated`` (two pods for one container, or a container no 202 answered: one
 Idempotency-Key submitted twice), ``stuck_leases``, ``stuck_partitions``, ``usage_mismatches``
 as the soak defines them; ``server_errors`` (every 5xx answer, 503 with ``Retry-After``
 included); ``from`` and ``to`` (the images' tags: the commits' short hashes); ``upgrade_s``
 (``helm upgrade`` until every DaemonSet pod is Ready and the GPUs are offered again),
 ``queueing``, ``duration_s``. ``lost``, ``duplicated``, ``server_errors`` and
-``stuck_leases`` must be 0 and ``submitted`` at least ``--containers`` (the run exits 1
-otherwise). Details go to stderr.
+``stuck_leases`` must be 0 and ``submitted`` and ``accepted`` at least ``--containers`` (the
+run exits 1 otherwise). Details go to stderr.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 FROM = "93e6706"
 IMAGE = "busybox:1.36"
 TENANCIES = 4
+QUOTA = 64  # GPUs and pods per tenancy: room for the backlog the roll builds, which Kueue queues
 CONTAINERS = 200
 RATE = 2.0  # submissions per second
 WARMUP = 20  # submissions before the upgrade starts
@@ -181,6 +183,8 @@ def failures(result: dict[str, Any], at_least: int) -> list[str]:
     out = [f"{k} = {result[k]}" for k in FIGURES if result[k]]
     if result["submitted"] < at_least:
         out.append(f"submitted {result['submitted']} < {at_least}")
+    if result["accepted"] < at_least:
+        out.append(f"accepted {result['accepted']} < {at_least}")
     return out
 
 
@@ -212,8 +216,7 @@ def revive_loop(sb: Any, stop: threading.Event) -> None:
 
 def run(commit: str, containers: int, queueing: str) -> dict[str, Any]:
     from devtools import image as product_image
-    from devtools.sandbox import host_database
-    from devtools.sandbox.chart_install import ChartRelease, deploy_release
+    from devtools.sandbox import chart_install, host_database
 
     t_start = time.monotonic()
     replicas = {"api": {"replicas": API_REPLICAS}}
@@ -225,7 +228,7 @@ def run(commit: str, containers: int, queueing: str) -> dict[str, Any]:
         say("building this work tree's image")
         current = product_image.build()
         say(f"upgrade from {earlier.tag} to {current.tag}; starting the sandbox with {earlier.tag}'s chart")
-        release = ChartRelease(
+        release = chart_install.ChartRelease(
             tree / "deploy" / "helm" / "gpucaas", tree / "deploy" / "helm" / "values-sandbox.yaml", earlier, replicas
         )
         tally = Tally()
@@ -242,7 +245,7 @@ def run(commit: str, containers: int, queueing: str) -> dict[str, Any]:
                 server_name=API_SERVER_NAME,
             )
             names = [f"{PREFIX}{t:02d}" for t in range(TENANCIES)]
-            tokens = open_tenancies(api, sb.admin_token, names, gpu_quota=8, pod_quota=20)
+            tokens = open_tenancies(api, sb.admin_token, names, gpu_quota=QUOTA, pod_quota=QUOTA)
             wait_ready(sb.kubeconfig, names)
             watcher = chaos.PodWatch(sb.kubeconfig).start()
             stop_revive = threading.Event()
@@ -257,7 +260,7 @@ def run(commit: str, containers: int, queueing: str) -> dict[str, Any]:
                 load.warmed.wait()
                 say(f"[{time.monotonic() - t_load:6.1f}s] helm upgrade to {current.tag}")
                 t_up = time.monotonic()
-                deploy_release(sb, ChartRelease(image=current, values=replicas), queueing, say)
+                chart_install.upgrade(sb, chart_install.ChartRelease(image=current, values=replicas), queueing, say)
                 upgrade_s = time.monotonic() - t_up
                 say(f"[{time.monotonic() - t_load:6.1f}s] upgraded in {upgrade_s:.0f}s")
                 time.sleep(TAIL_S)
@@ -287,11 +290,15 @@ def run(commit: str, containers: int, queueing: str) -> dict[str, Any]:
                     say(f"{figure}: {item}")
             for item in load.refused:
                 say(f"refused: {item}")
+            faults = chaos.failed_by_faults(load, rows)
+            for item in faults:
+                say(f"failed by a fault: {item}")
             say(f"retried {dict(tally.retries)}; heal {healed:.0f}s")
             stop_revive.set()
             watcher.stop()
             result: dict[str, Any] = {
                 **figures(load, found, tally),
+                "failed_by_faults": len(faults),
                 "from": earlier.tag,
                 "to": current.tag,
                 "upgrade_s": round(upgrade_s, 1),

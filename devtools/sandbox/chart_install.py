@@ -25,7 +25,7 @@ import base64
 import json
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,8 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     """The image pushed, the chart installed and Ready, the API and the extender forwarded."""
     say = plan.say
     assert sandbox.cluster is not None and sandbox.registries is not None
+    release = built(plan.release or ChartRelease(), say)
+    reference = push_image(sandbox, release, say)
     say(f"creating the namespace {NAMESPACE} and the Secrets the values name (database, API TLS, admin token)")
     host_database.ensure(sandbox.state_dir)
     create_all(sandbox.kubeconfig, before_chart(sandbox))
@@ -102,7 +104,7 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     extender_port = free_port()
     say("starting kube-scheduler with the chart's scheduler configuration (the extender through a port-forward)")
     sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
-    reference = deploy_release(sandbox, plan.release or ChartRelease(), plan.queueing, say)
+    helm_install(sandbox, release, plan.queueing, say)
     sandbox.installed = (
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
@@ -112,23 +114,38 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     sandbox.api_urls.append(sandbox.api_url)
 
 
-def deploy_release(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Callable[[str], None]) -> str:
-    """``helm upgrade --install --wait`` of ``release`` (its image pushed first), then every
-    DaemonSet pod Ready and every node's GPUs offered again; returns the image's reference.
-    The sandbox's install, and a later upgrade of the installed release."""
+def upgrade(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Callable[[str], None]) -> str:
+    """``helm upgrade`` of the installed release to ``release`` (its image built when none is
+    given, and pushed first), as :func:`install_chart` installs; returns the image's reference."""
+    release = built(release, say)
+    reference = push_image(sandbox, release, say)
+    helm_install(sandbox, release, queueing, say)
+    return reference
+
+
+def built(release: ChartRelease, say: Callable[[str], None]) -> ChartRelease:
+    """``release`` with its image: this work tree's, built, when it names none."""
     from devtools import image as product_image
 
-    built = release.image
-    if built is None:
-        say("building the product's image (make image: the base is reused, the product layer is this work tree)")
-        try:
-            built = product_image.build()
-        except product_image.ImageBuildFailed as exc:
-            raise OSError(str(exc)) from exc
-    reference = push_image(sandbox, built, say)
+    if release.image is not None:
+        return release
+    say("building the product's image (make image: the base is reused, the product layer is this work tree)")
+    try:
+        return replace(release, image=product_image.build())
+    except product_image.ImageBuildFailed as exc:
+        raise OSError(str(exc)) from exc
+
+
+def helm_install(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Callable[[str], None]) -> None:
+    """``helm upgrade --install --wait`` of ``release`` (its image pushed), then every DaemonSet
+    pod Ready and every node's GPUs offered."""
+    assert release.image is not None
     run_values = sandbox.state_dir / "helm" / "values-run.yaml"
     write_values(
-        run_values, values_of_run(built.tag, built.digest, sandbox.allocation_mode, queueing, release.sandbox_values)
+        run_values,
+        values_of_run(
+            release.image.tag, release.image.digest, sandbox.allocation_mode, queueing, release.sandbox_values
+        ),
     )
     files = [release.sandbox_values, run_values]
     if release.values:
@@ -145,12 +162,13 @@ def deploy_release(sandbox: Sandbox, release: ChartRelease, queueing: str, say: 
     offers = published_slices if sandbox.allocation_mode == "dra" else node_offers_gpus
     for node in sandbox.nodes:
         wait_for(offers(sandbox.kubeconfig, node.name), 120, interval=0.5, what=f"{node.name}'s GPUs")
-    return reference
 
 
-def push_image(sandbox: Sandbox, built: BuiltImage, say: Callable[[str], None]) -> str:
-    """``built`` copied to the sandbox's public registry, which serves ``ghcr.io``; its reference there."""
-    assert sandbox.registries is not None
+def push_image(sandbox: Sandbox, release: ChartRelease, say: Callable[[str], None]) -> str:
+    """The release's image copied to the sandbox's public registry, which serves ``ghcr.io``;
+    its reference there."""
+    assert sandbox.registries is not None and release.image is not None
+    built = release.image
     reference = f"{IMAGE_REGISTRY}/{IMAGE_REPOSITORY}:{built.tag}"
     say(f"pushing {reference} ({built.digest}) to the sandbox's registry, which serves {IMAGE_REGISTRY}")
     push = subprocess.run(

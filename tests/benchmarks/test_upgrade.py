@@ -72,11 +72,12 @@ def test_every_5xx_is_a_server_error_the_drain_s_503_included() -> None:
 
 
 def test_the_run_fails_on_any_figure_or_too_few_submissions() -> None:
-    passed = {"lost": 0, "duplicated": 0, "server_errors": 0, "stuck_leases": 0, "submitted": 200}
+    passed = {"lost": 0, "duplicated": 0, "server_errors": 0, "stuck_leases": 0, "submitted": 210, "accepted": 200}
     assert upgrade.failures(passed, 200) == []
-    assert upgrade.failures({**passed, "stuck_leases": 1, "submitted": 150}, 200) == [
+    assert upgrade.failures({**passed, "stuck_leases": 1, "submitted": 150, "accepted": 150}, 200) == [
         "stuck_leases = 1",
         "submitted 150 < 200",
+        "accepted 150 < 200",
     ]
 
 
