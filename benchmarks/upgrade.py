@@ -267,27 +267,10 @@ def run(commit: str, containers: int, queueing: str) -> dict[str, Any]:
             finally:
                 load.stopping.set()
                 loader.join()
-            accepted = {s.cid for s in load.submissions if s.cid}
             say(f"[{time.monotonic() - t_load:6.1f}s] {len(load.submissions)} submitted; waiting for their ends")
-            healed = chaos.heal(api, sb.admin_token, sb.kubeconfig, accepted)
-            time.sleep(3)  # the pod watch catches up
-            rows = chaos.api_containers(api, sb.admin_token)
-            leases, fabric, live_pods = chaos.cluster_state(sb.kubeconfig)
-            bad_leases, bad_parts = chaos.stuck(leases, fabric, live_pods)
-            found = chaos.check(
-                load,
-                rows,
-                watcher.by_container(),
-                chaos.audit_pod_creates(sb.audit_log),
-                chaos.usage_records(host_database.url(sb.state_dir, "127.0.0.1")),
-                live_pods,
-                tenancy_prefix=PREFIX,
+            found, rows, healed = chaos.settle_and_check(
+                sb, api, load, watcher, tally, host_database.url(sb.state_dir, "127.0.0.1"), PREFIX
             )
-            found["stuck_leases"], found["stuck_partitions"] = bad_leases, bad_parts
-            found["server_errors"] = list(tally.server_errors)
-            for figure, items in sorted(found.items()):
-                for item in items:
-                    say(f"{figure}: {item}")
             for item in load.refused:
                 say(f"refused: {item}")
             faults = chaos.failed_by_faults(load, rows)
