@@ -12,13 +12,14 @@ installing the earlier commit's chart with its ``values-sandbox.yaml`` and its i
 API replicas so that the roll always leaves one serving.
 
 Load: ``TENANCIES`` tenancies submit small 1-GPU busybox containers that end at once, one every
-``1 / RATE`` s, each in a thread of its own, to the API's Service (its ClusterIP, which this
-machine reaches through kube-proxy; TLS verified against the Service's DNS name), each POST
-with an ``Idempotency-Key``. A connection error or a 5xx is retried with the same key, as a
-real client does; every 5xx is counted. After ``WARMUP`` submissions, ``helm upgrade --wait``
-to this work tree's chart and image (its pre-upgrade migration Job, then the roll of every
-Deployment and DaemonSet); the submissions go on until at least ``--containers`` were made and
-for ``TAIL_S`` after the upgrade, so that both releases serve.
+``1 / RATE`` s, sent from a pool of threads (a slow answer holds up no other), to the API's
+Service (its ClusterIP, which this machine reaches through kube-proxy; TLS verified against the
+Service's DNS name), each POST with an ``Idempotency-Key``. A connection error or a 5xx is
+retried with the same key, as a real client does; every 5xx is counted. After ``WARMUP``
+submissions, ``helm upgrade --wait`` to this work tree's chart and image (its pre-upgrade
+migration Job, then the roll of every Deployment and DaemonSet); the submissions go on until at
+least ``--containers`` were made and for ``TAIL_S`` after the upgrade, so that both releases
+serve.
 
 After: the chaos soak's bounded heal and checks (:mod:`benchmarks.chaos`), printed as one JSON
 object on the last line of stdout: ``submitted``, ``accepted``, ``refused`` (answered 4xx),
