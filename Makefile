@@ -24,7 +24,7 @@ APT_PACKAGES := gcc pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients qemu-system-x86 qemu-utils openssl busybox-static wrk curl chromium stress-ng \
 	redis-server runc containernetworking-plugins docker-registry skopeo apache2-utils nftables
 
-.PHONY: test-cilium test-chaos test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov promtool crds test-image postgres upstream upstream-cilium lint image image-tools helm kueue
+.PHONY: test-cilium test-chaos test-upgrade test-e2e-dra install python-env system-deps sandbox test test-contention bench clean checkov promtool crds test-image postgres upstream upstream-cilium lint image image-tools helm kueue
 
 # The Go builds (CPU) run beside apt-get and pip (mostly waiting on downloads): on a new
 # machine the builds set the time, and the rest is done by the time they are.
@@ -211,6 +211,14 @@ CHAOS_N_DRA ?= 2
 test-chaos: install postgres
 	$(PY) -m benchmarks.chaos --quick --random $(CHAOS_N_DP) --allocation device-plugin
 	$(PY) -m benchmarks.chaos --quick --random $(CHAOS_N_DRA) --allocation dra
+
+# helm upgrade under load (benchmarks/upgrade.py, docs/deploy.md "Upgrades"): the sandbox
+# installs the chart and image of UPGRADE_FROM (a commit; by default benchmarks/upgrade.py's
+# FROM), then 200 small containers are submitted while `helm upgrade` moves it to this work
+# tree's chart and image; it exits 1 unless lost, duplicated, server_errors and stuck_leases
+# are all 0. Not part of `make test`.
+test-upgrade: install postgres image-tools
+	$(PY) -m benchmarks.upgrade $(if $(UPGRADE_FROM),--from $(UPGRADE_FROM))
 
 bench: install postgres
 	@for b in $$(ls benchmarks/*.py | xargs -n1 basename | sed 's/\.py$$//' | grep -v '^_'); do \

@@ -64,7 +64,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from benchmarks.kit.database import scratch_database
 from benchmarks.kit.gpucaas_api import GaveUp, GpucaasApi, Tally
@@ -74,6 +74,9 @@ from benchmarks.kit.sandbox import sandbox
 from benchmarks.kit.tenancies import open_tenancies, wait_ready
 from benchmarks.kit.watch import Watch, pods_path
 from core.backoff import Backoff
+
+if TYPE_CHECKING:
+    from devtools.sandbox.runner import Sandbox
 
 IMAGE = "busybox:1.36"
 TENANCIES = 20
@@ -137,6 +140,13 @@ class Submission:
     exit_code: int
     cid: str | None = None
     cancelled: bool = False  # the tenant asked to cancel it
+
+
+class Submitted(Protocol):
+    """What :func:`check` reads of a workload: its submissions and the tenancies it deleted."""
+
+    submissions: list[Submission]
+    deleted: dict[str, float]
 
 
 @dataclass
@@ -470,14 +480,15 @@ def usage_records(database_url: str) -> dict[str, dict[str, Any]]:
 
 
 def check(
-    work: Workload,
+    work: Submitted,
     rows: dict[str, dict[str, Any]],
     pods: dict[str, list[PodRecord]],
     creates: Counter[str],
     usage: dict[str, dict[str, Any]],
     live_pods: list[dict[str, Any]],
+    tenancy_prefix: str = "chaos-",
 ) -> dict[str, list[str]]:
-    """Each finding, by figure."""
+    """Each finding, by figure (the workload's tenancies are named ``tenancy_prefix...``)."""
     found: dict[str, list[str]] = defaultdict(list)
     live = _running_pods(live_pods)
     subs = {s.cid: s for s in work.submissions if s.cid}
@@ -547,12 +558,46 @@ def check(
                     f"({pod.started_at}..{pod.finished_at})"
                 )
     for cid, row in rows.items():
-        if cid not in subs and row["tenancy"].startswith("chaos-"):
+        if cid not in subs and row["tenancy"].startswith(tenancy_prefix):
             found["duplicated"].append(f"{cid} ({row['tenancy']}): in the API, but no submission was answered with it")
     return found
 
 
-def failed_by_faults(work: Workload, rows: dict[str, dict[str, Any]]) -> list[str]:
+def settle_and_check(
+    sb: Sandbox,
+    api: GpucaasApi,
+    work: Submitted,
+    watcher: PodWatch,
+    tally: Tally,
+    database_url: str,
+    tenancy_prefix: str = "chaos-",
+) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]], float]:
+    """Once the load is over: the bounded :func:`heal`, then every finding by figure (each said
+    on stderr), the API's containers, and the seconds the heal took."""
+    assert sb.audit_log is not None
+    accepted = {s.cid for s in work.submissions if s.cid}
+    healed = heal(api, sb.admin_token, sb.kubeconfig, accepted)
+    time.sleep(3)  # the pod watch catches up
+    rows = api_containers(api, sb.admin_token)
+    leases, fabric, live_pods = cluster_state(sb.kubeconfig)
+    found = check(
+        work,
+        rows,
+        watcher.by_container(),
+        audit_pod_creates(sb.audit_log),
+        usage_records(database_url),
+        live_pods,
+        tenancy_prefix,
+    )
+    found["stuck_leases"], found["stuck_partitions"] = stuck(leases, fabric, live_pods)
+    found["server_errors"] = list(tally.server_errors)
+    for figure, items in sorted(found.items()):
+        for item in items:
+            say(f"{figure}: {item}")
+    return found, rows, healed
+
+
+def failed_by_faults(work: Submitted, rows: dict[str, dict[str, Any]]) -> list[str]:
     """Containers that ended Failed, agreeing with Kubernetes, but not with the exit code their
     command chose: a pod refused or ended by a fault (reported, not one of the figures)."""
     out = []
@@ -619,27 +664,10 @@ def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = N
             kill_thread.join()
             accepted = {s.cid for s in work.submissions if s.cid}
             say(f"[{time.monotonic() - t_load:6.1f}s] workload and kills done; healing")
-            healed = heal(api, sb.admin_token, sb.kubeconfig, accepted)
-            time.sleep(3)  # the pod watch catches up
-            rows = api_containers(api, sb.admin_token)
-            _leases, _fabric, live_pods = cluster_state(sb.kubeconfig)
-            bad_leases, bad_parts = stuck(_leases, _fabric, live_pods)
-            found = check(
-                work,
-                rows,
-                watcher.by_container(),
-                audit_pod_creates(sb.audit_log),
-                usage_records(database_url),
-                live_pods,
-            )
+            found, rows, healed = settle_and_check(sb, api, work, watcher, tally, database_url)
         finally:
             stop_revive.set()
             watcher.stop()
-        found["stuck_leases"], found["stuck_partitions"] = bad_leases, bad_parts
-        found["server_errors"] = list(tally.server_errors)
-        for figure, items in sorted(found.items()):
-            for item in items:
-                say(f"{figure}: {item}")
         for err in killer.errors:
             say(f"kill failed: {err}")
         statuses = Counter(rows[c]["status"] for c in accepted if c in rows)
@@ -656,8 +684,8 @@ def run(seed: int, allocation_mode: str, quick: bool, containers: int | None = N
             "accepted": len(accepted),
             "lost": len(found["lost"]),
             "duplicated": len(found["duplicated"]),
-            "stuck_leases": len(bad_leases),
-            "stuck_partitions": len(bad_parts),
+            "stuck_leases": len(found["stuck_leases"]),
+            "stuck_partitions": len(found["stuck_partitions"]),
             "usage_mismatches": len(found["usage_mismatches"]),
             "server_errors": len(tally.server_errors),
             "kills": sum(killer.kills.values()),

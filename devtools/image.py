@@ -51,11 +51,12 @@ class BuiltImage:
         return [self.blob(layer["digest"]) for layer in self.manifest()["layers"]]
 
 
-def build(env: Mapping[str, str] | None = None, timeout: float = 1800) -> BuiltImage:
+def build(env: Mapping[str, str] | None = None, timeout: float = 1800, script: Path = BUILD_SCRIPT) -> BuiltImage:
     """The image of the work tree (built unless a clean commit's is there); ``env`` is added to
-    this process's environment (``GPUCAAS_IMAGE_REBUILD=1`` builds the product layer again)."""
+    this process's environment (``GPUCAAS_IMAGE_REBUILD=1`` builds the product layer again).
+    ``script``: another work tree's recipe builds that tree's image (into the same cache)."""
     result = subprocess.run(
-        [str(BUILD_SCRIPT)],
+        [str(script)],
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
@@ -63,7 +64,7 @@ def build(env: Mapping[str, str] | None = None, timeout: float = 1800) -> BuiltI
         check=False,
     )
     if result.returncode != 0:
-        raise ImageBuildFailed(f"{BUILD_SCRIPT} exited {result.returncode}: {result.stderr[-4000:]}")
+        raise ImageBuildFailed(f"{script} exited {result.returncode}: {result.stderr[-4000:]}")
     _name, digest, reference = result.stdout.strip().splitlines()[-1].split()
     layout, tag = reference.removeprefix("oci:").rsplit(":", 1)
     return BuiltImage(layout=Path(layout), tag=tag, digest=digest)

@@ -71,10 +71,18 @@ class GpucaasApi:
     """The API through its replicas (``urls``), trusting ``ca_file``; thread-safe."""
 
     def __init__(
-        self, urls: list[str], ca_file: Path, *, tally: Tally | None = None, retry_server_errors: bool = False
+        self,
+        urls: list[str],
+        ca_file: Path,
+        *,
+        tally: Tally | None = None,
+        retry_server_errors: bool = False,
+        server_name: str | None = None,
     ) -> None:
         self.urls = urls
-        self.ctx = ssl.create_default_context(cafile=str(ca_file))
+        self.ctx = (
+            ssl.create_default_context(cafile=str(ca_file)) if server_name is None else _named(ca_file, server_name)
+        )
         self.tally = tally or Tally()
         self.retry_server_errors = retry_server_errors
         self._next = 0
@@ -197,6 +205,24 @@ class GpucaasApi:
         except (ConnectionClosed, InvalidHandshake, OSError, TimeoutError):
             return out.decode(errors="replace") if out else None
         return out.decode(errors="replace")
+
+
+class _NamedContext(ssl.SSLContext):
+    """A client context that asks for, and verifies, one server name whatever address the URL
+    has: a Service's ClusterIP reached as its DNS name (which its certificate names)."""
+
+    server_name = ""
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        kwargs["server_hostname"] = self.server_name
+        return super().wrap_socket(*args, **kwargs)
+
+
+def _named(ca_file: Path, server_name: str) -> ssl.SSLContext:
+    ctx = _NamedContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.server_name = server_name
+    ctx.load_verify_locations(cafile=str(ca_file))
+    return ctx
 
 
 def _decoded(raw: bytes) -> Any:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,7 @@ from devtools.sandbox.queueing import chart_values as queueing_values
 from devtools.waiting import wait_for
 
 if TYPE_CHECKING:
+    from devtools.image import BuiltImage
     from devtools.sandbox.runner import Plan, Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,29 +67,24 @@ ADMIN_TOKEN_SECRET = "gpucaas-sandbox-admin-token"
 HELM_TIMEOUT = "10m"
 
 
+@dataclass(frozen=True)
+class ChartRelease:
+    """What the release is made of: a chart folder, its sandbox values file, the image (the one
+    built from this work tree when none is given) and values of the caller's (another ``-f``
+    file, last, so that they win). ``benchmarks.upgrade`` installs an earlier commit's."""
+
+    chart: Path = CHART
+    sandbox_values: Path = SANDBOX_VALUES
+    image: BuiltImage | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+
+
 def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     """The image pushed, the chart installed and Ready, the API and the extender forwarded."""
-    from devtools import image as product_image
-
     say = plan.say
     assert sandbox.cluster is not None and sandbox.registries is not None
-    say("building the product's image (make image: the base is reused, the product layer is this work tree)")
-    try:
-        built = product_image.build()
-    except product_image.ImageBuildFailed as exc:
-        raise OSError(str(exc)) from exc
-    reference = f"{IMAGE_REGISTRY}/{IMAGE_REPOSITORY}:{built.tag}"
-    say(f"pushing {reference} ({built.digest}) to the sandbox's registry, which serves {IMAGE_REGISTRY}")
-    push = subprocess.run(
-        [
-            *("skopeo", "copy", "--quiet", "--dest-tls-verify=false"),
-            built.reference,
-            f"docker://{sandbox.registries.public.address}/{IMAGE_REPOSITORY}:{built.tag}",
-        ],
-        **_quiet(),
-    )
-    if push.returncode != 0:
-        raise OSError(f"skopeo copy {built.reference}: {push.stderr.strip()}")
+    release = built(plan.release or ChartRelease(), say)
+    reference = push_image(sandbox, release, say)
     say(f"creating the namespace {NAMESPACE} and the Secrets the values name (database, API TLS, admin token)")
     host_database.ensure(sandbox.state_dir)
     create_all(sandbox.kubeconfig, before_chart(sandbox))
@@ -106,26 +104,88 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     extender_port = free_port()
     say("starting kube-scheduler with the chart's scheduler configuration (the extender through a port-forward)")
     sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
-    run_values = sandbox.state_dir / "helm" / "values-run.yaml"
-    write_values(run_values, values_of_run(built.tag, built.digest, plan.allocation_mode, plan.queueing))
-    say(
-        f"helm upgrade --install {RELEASE} {CHART.relative_to(REPO)} -n {NAMESPACE} "
-        f"-f {SANDBOX_VALUES.relative_to(REPO)} -f {run_values} --wait "
-        "(the migration Job, then every Deployment and DaemonSet Ready)"
-    )
-    helm(sandbox.kubeconfig, *install_args(run_values))
+    helm_install(sandbox, release, plan.queueing, say)
     sandbox.installed = (
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
-    say("waiting for the DaemonSets' pods on every GPU node (helm's --wait lets maxUnavailable of them lag)")
-    wait_for(lambda: daemonsets_ready(sandbox.kubeconfig), 300, interval=0.5, what="every DaemonSet pod Ready")
-    offers = published_slices if plan.allocation_mode == "dra" else node_offers_gpus
-    for node in sandbox.nodes:
-        wait_for(offers(sandbox.kubeconfig, node.name), 120, interval=0.5, what=f"{node.name}'s GPUs")
     sandbox.extender_url = f"http://127.0.0.1:{extender_port}"
     forward(sandbox, "port-forward-api", f"svc/{RELEASE}-api", plan.api_port, 443)
     forward(sandbox, "port-forward-scheduler-extender", f"svc/{RELEASE}-scheduler-extender", extender_port, 8888)
     sandbox.api_urls.append(sandbox.api_url)
+
+
+def upgrade(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Callable[[str], None]) -> str:
+    """``helm upgrade`` of the installed release to ``release`` (its image built when none is
+    given, and pushed first), as :func:`install_chart` installs; returns the image's reference."""
+    release = built(release, say)
+    reference = push_image(sandbox, release, say)
+    helm_install(sandbox, release, queueing, say)
+    return reference
+
+
+def built(release: ChartRelease, say: Callable[[str], None]) -> ChartRelease:
+    """``release`` with its image: this work tree's, built, when it names none."""
+    from devtools import image as product_image
+
+    if release.image is not None:
+        return release
+    say("building the product's image (make image: the base is reused, the product layer is this work tree)")
+    try:
+        return replace(release, image=product_image.build())
+    except product_image.ImageBuildFailed as exc:
+        raise OSError(str(exc)) from exc
+
+
+def helm_install(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Callable[[str], None]) -> None:
+    """``helm upgrade --install --wait`` of ``release`` (its image pushed), then every DaemonSet
+    pod Ready and every node's GPUs offered."""
+    assert release.image is not None
+    run_values = sandbox.state_dir / "helm" / "values-run.yaml"
+    write_values(
+        run_values,
+        values_of_run(
+            release.image.tag, release.image.digest, sandbox.allocation_mode, queueing, release.sandbox_values
+        ),
+    )
+    files = [release.sandbox_values, run_values]
+    if release.values:
+        files.append(sandbox.state_dir / "helm" / "values-caller.yaml")
+        write_values(files[-1], release.values)
+    say(
+        f"helm upgrade --install {RELEASE} {_shown(release.chart)} -n {NAMESPACE} "
+        f"{' '.join(f'-f {_shown(f)}' for f in files)} --wait "
+        "(the migration Job, then every Deployment and DaemonSet Ready)"
+    )
+    helm(sandbox.kubeconfig, *install_args(release.chart, files))
+    say("waiting for the DaemonSets' pods on every GPU node (helm's --wait lets maxUnavailable of them lag)")
+    wait_for(lambda: daemonsets_ready(sandbox.kubeconfig), 300, interval=0.5, what="every DaemonSet pod Ready")
+    offers = published_slices if sandbox.allocation_mode == "dra" else node_offers_gpus
+    for node in sandbox.nodes:
+        wait_for(offers(sandbox.kubeconfig, node.name), 120, interval=0.5, what=f"{node.name}'s GPUs")
+
+
+def push_image(sandbox: Sandbox, release: ChartRelease, say: Callable[[str], None]) -> str:
+    """The release's image copied to the sandbox's public registry, which serves ``ghcr.io``;
+    its reference there."""
+    assert sandbox.registries is not None and release.image is not None
+    built = release.image
+    reference = f"{IMAGE_REGISTRY}/{IMAGE_REPOSITORY}:{built.tag}"
+    say(f"pushing {reference} ({built.digest}) to the sandbox's registry, which serves {IMAGE_REGISTRY}")
+    push = subprocess.run(
+        [
+            *("skopeo", "copy", "--quiet", "--dest-tls-verify=false"),
+            built.reference,
+            f"docker://{sandbox.registries.public.address}/{IMAGE_REPOSITORY}:{built.tag}",
+        ],
+        **_quiet(),
+    )
+    if push.returncode != 0:
+        raise OSError(f"skopeo copy {built.reference}: {push.stderr.strip()}")
+    return reference
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def daemonsets_ready(kubeconfig: Path) -> bool:
@@ -141,11 +201,11 @@ def daemonsets_ready(kubeconfig: Path) -> bool:
     )
 
 
-def install_args(run_values: Path) -> list[str]:
+def install_args(chart: Path, values_files: list[Path]) -> list[str]:
     """``helm install`` (or, on a sandbox that has the release, ``helm upgrade``) of the chart."""
     return [
-        *("upgrade", "--install", RELEASE, str(CHART)),
-        *("--namespace", NAMESPACE, "-f", str(SANDBOX_VALUES), "-f", str(run_values)),
+        *("upgrade", "--install", RELEASE, str(chart), "--namespace", NAMESPACE),
+        *(arg for f in values_files for arg in ("-f", str(f))),
         *("--wait", "--timeout", HELM_TIMEOUT),
     ]
 
@@ -160,7 +220,11 @@ def helm(kubeconfig: Path, *args: str) -> str:
 
 
 def values_of_run(
-    tag: str, digest: str, allocation_mode: str = "device-plugin", queueing: str = "none"
+    tag: str,
+    digest: str,
+    allocation_mode: str = "device-plugin",
+    queueing: str = "none",
+    sandbox_values: Path = SANDBOX_VALUES,
 ) -> dict[str, Any]:
     """The run's values: the image built from this work tree, the fake boards' golden firmware,
     the StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner, the
@@ -180,7 +244,7 @@ def values_of_run(
         },
     }
     if allocation_mode == "dra":
-        lease_env = yaml.safe_load(SANDBOX_VALUES.read_text())["devicePlugin"]["extraEnv"]
+        lease_env = yaml.safe_load(sandbox_values.read_text())["devicePlugin"]["extraEnv"]
         values["allocation"] = {"mode": "dra"}
         values["draDriver"] = {
             "bindingConditions": True,

@@ -49,7 +49,7 @@ from devtools.real_node import cilium
 from devtools.real_node.node import RealNode
 from devtools.real_node.registry import Registries
 from devtools.sandbox import hostpath_volumes, identities
-from devtools.sandbox.chart_install import install_chart
+from devtools.sandbox.chart_install import ChartRelease, install_chart
 from devtools.sandbox.cluster import start_cluster
 from devtools.sandbox.host_services import HostServices
 from devtools.sandbox.ingress import Ingress
@@ -85,6 +85,8 @@ class Plan:
     install: str = "processes"
     #: ``none`` (kube-scheduler's queue) or ``kueue`` (Kueue admits the containers' pods, :mod:`.queueing`)
     queueing: str = "none"
+    #: what ``helm`` installs (this work tree's chart and image when None)
+    release: ChartRelease | None = None
 
     @property
     def own_cluster(self) -> bool:
@@ -204,6 +206,7 @@ def start(
     network: str = "bridge",
     install: str = "processes",
     queueing: str = "none",
+    release: ChartRelease | None = None,
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
@@ -226,6 +229,8 @@ def start(
     installed on the sandbox's own cluster with its values file, :mod:`.chart_install`).
     ``queueing``: ``none`` (kube-scheduler's queue; the ResourceQuota caps a tenancy's GPUs) or
     ``kueue`` (Kueue against the sandbox's own cluster; the controller and the API queue by it).
+    ``release``: with ``install`` ``helm``, the chart, values file and image installed
+    (:class:`.chart_install.ChartRelease`; this work tree's by default).
     """
     if network not in NETWORKS:
         raise ValueError(f"network {network!r}: use bridge or cilium")
@@ -251,6 +256,7 @@ def start(
         say=progress or (lambda msg: log.info("%s", msg)),
         install=install,
         queueing=queueing,
+        release=release,
     )
     state_dir.mkdir(parents=True, exist_ok=True)
     tls, admin_token = credentials(state_dir, admin_token)
