@@ -45,6 +45,10 @@ GPU_NODE_LABELS = {
 }
 
 
+#: the node's folder bound at ``/run/gpucaas`` in its mount namespace (``--install helm``)
+RUN_GPUCAAS = "run-gpucaas"
+
+
 @dataclass
 class NodePaths:
     """One GPU node's folder, ``<state>/nodes/<name>``: its board, its real node's kubelet, and
@@ -52,6 +56,9 @@ class NodePaths:
 
     name: str
     root: Path
+    #: the gpucaas daemons run as the chart's DaemonSet pods (``--install helm``), whose
+    #: ``/run/gpucaas`` is the node's :data:`RUN_GPUCAAS` folder (:func:`node_binds`)
+    chart_installed: bool = False
 
     @property
     def board(self) -> Path:
@@ -76,6 +83,11 @@ class NodePaths:
 
     @property
     def fabric_socket(self) -> Path:
+        """The fabric service's socket as this machine reaches it (caasctl's ``fabric_socket``):
+        the chart's ``fabricSocket`` (``/run/gpucaas/fabric.sock``) in the node's mount namespace
+        when the chart runs the service, else the socket the service's process serves."""
+        if self.chart_installed:
+            return self.root / RUN_GPUCAAS / "fabric.sock"
         return self.root / "fabric.sock"
 
     @property
@@ -104,7 +116,7 @@ def node_binds(node: NodePaths) -> dict[str, Path]:
         "/var/lib/kubelet/plugins": node.kubelet.plugins,
         "/var/lib/kubelet/plugins_registry": node.kubelet.plugins_registry,
         "/var/run/cdi": node.cdi_dir,
-        "/run/gpucaas": node.root / "run-gpucaas",
+        "/run/gpucaas": node.root / RUN_GPUCAAS,
         "/var/lib/gpucaas": node.root / "var-lib-gpucaas",
         "/var/run/libvirt": node.root / "libvirt",
     }
@@ -137,7 +149,7 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
     )
     registries.start()
     for index, name in enumerate(plan.nodes):
-        node = NodePaths(name, sandbox.state_dir / "nodes" / name)
+        node = NodePaths(name, sandbox.state_dir / "nodes" / name, chart_installed=plan.helm)
         sandbox.nodes.append(node)
         if not (node.board / "board.json").exists():
             build_hgx_h100(node.board)

@@ -31,6 +31,7 @@ from devtools.sandbox import chart_install, host_database, runner, tenant_view
 from devtools.sandbox.service_network import DNS_IP
 from devtools.sandbox.tenant_view import DEMO_TENANCY
 from devtools.waiting import wait_for
+from tests.e2e.test_caasctl_on_sandbox import as_json, caasctl
 from tests.sandbox.test_queueing_kueue import workload_of
 
 # CI (root, `make install` builds Helm, `make test` starts PostgreSQL) never skips it
@@ -197,3 +198,11 @@ def test_a_pod_and_this_machine_resolve_a_service_and_reach_its_pods(sandbox: ru
     assert f"Address: {cluster_ip}" in answer, answer
     with urllib.request.urlopen(f"http://{cluster_ip}:8888/healthz", timeout=10) as response:
         assert response.status == 200
+
+
+def test_the_admins_caasctl_reaches_each_nodes_fabric_service(sandbox: runner.Sandbox) -> None:
+    """The sandbox's caasctl.yaml names each node's fabric socket where the chart's fabric pod
+    serves it (``/run/gpucaas`` in the node's mount namespace), as the banner's
+    ``caasctl partitions list --node gpu-node-a`` uses it."""
+    parts = as_json(caasctl(sandbox, "partitions", "list", "--node", "gpu-node-a", "-o", "json"))
+    assert sorted(p["id"] for p in parts) == list(range(15))
