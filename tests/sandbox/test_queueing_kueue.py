@@ -104,11 +104,16 @@ def test_a_tenants_container_is_admitted_from_the_pool_by_kueue_and_succeeds(san
     with new_api_client(sandbox.kubeconfig) as api:
         core = client.CoreV1Api(api)
         pod = core.read_namespaced_pod(final["pod_name"], final["namespace"])
-        node = core.read_node(pod.spec.node_name)
+        # the node's 8 GPUs, as its device plugin or (dra) its DRA driver advertises them; the 2
+        # just used count again once their lease's post-run check has passed
+        node = wait_for(
+            lambda: (n := core.read_node(pod.spec.node_name)).status.allocatable.get(GPU) == "8" and n,
+            TIMEOUT,
+            what="the node's 8 GPUs allocatable again",
+        )
         custom = client.CustomObjectsApi(api)
         workload = workload_of(custom, pod)
         cohort = custom.get_cluster_custom_object(kueue.GROUP, kueue.VERSION, "cohorts", kueue.COHORT)
-    # the node's 8 GPUs, as its device plugin or (dra) its DRA driver advertises them
     assert (node.status.capacity[GPU], node.status.allocatable[GPU]) == ("8", "8")
     # the count Kueue reads, and in the dra mode the claim of a whole partition beside it
     (container,) = pod.spec.containers
