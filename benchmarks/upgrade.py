@@ -58,8 +58,9 @@ from benchmarks.kit.sandbox import sandbox
 from benchmarks.kit.tenancies import open_tenancies, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
-#: the commit upgraded from by default: the last one before this benchmark
-FROM = "93e6706"
+#: the commit upgraded from by default: the last one before this benchmark (in full, so that a
+#: shallow clone can fetch it by name)
+FROM = "93e6706600fce9804288b970c05b15ead03c503f"
 IMAGE = "busybox:1.36"
 TENANCIES = 4
 QUOTA = 64  # GPUs and pods per tenancy: room for the backlog the roll builds, which Kueue queues
@@ -80,19 +81,35 @@ class MissingCommit(RuntimeError):
     """The earlier commit is not in this clone."""
 
 
-def resolve(commit: str) -> str:
-    """The full hash of ``commit`` in this clone (:class:`MissingCommit` when it has none)."""
+def _rev_parse(commit: str, repo: Path) -> str | None:
     found = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],
         capture_output=True,
         text=True,
         check=False,
     )
-    if found.returncode != 0:
-        raise MissingCommit(
-            f"commit {commit} is not in this clone (a shallow clone? git fetch --unshallow, or set UPGRADE_FROM)"
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def resolve(commit: str, repo: Path = REPO) -> str:
+    """The full hash of ``commit`` in this clone; a full hash a shallow clone lacks is fetched
+    from its ``origin`` first (:class:`MissingCommit` when neither has it)."""
+    found = _rev_parse(commit, repo)
+    if found is None and len(commit) == 40:
+        say(f"commit {commit[:12]} is not in this clone: fetching it from origin")
+        subprocess.run(
+            ["git", "-C", str(repo), "fetch", "--quiet", "--depth", "1", "origin", commit],
+            capture_output=True,
+            check=False,
         )
-    return found.stdout.strip()
+        found = _rev_parse(commit, repo)
+    if found is None:
+        raise MissingCommit(
+            f"commit {commit} is not in this clone"
+            + (" nor in its origin" if len(commit) == 40 else " (a shallow one? name it by its full hash)")
+            + "; set UPGRADE_FROM to one that is"
+        )
+    return found
 
 
 @contextmanager
@@ -209,10 +226,9 @@ def revive_loop(sb: Any, stop: threading.Event) -> None:
     """Until ``stop``: the sandbox's host processes started again when they exit (the
     port-forwards to the extender and the API end with the pod they forward to)."""
     while not stop.wait(1.0):
-        for supervisor in sb.supervisors():
-            for event in supervisor.revive():
-                if event.restarted:
-                    say(f"restarted: {event.describe()}")
+        for _, event in sb.revive():
+            if event.restarted:
+                say(f"restarted: {event.describe()}")
 
 
 def run(commit: str, containers: int, queueing: str) -> dict[str, Any]:

@@ -92,9 +92,8 @@ def command(
     on_stop_signal(stopping.set)
     while not stopping.wait(1):
         # A crashed service (or Kueue) is started again with back-off, and the console says so.
-        for supervisor in sandbox.supervisors():
-            for event in supervisor.revive():
-                console.print(f"[yellow]{event.describe()}; see {supervisor.logs_dir}[/]")
+        for supervisor, event in sandbox.revive():
+            console.print(f"[yellow]{event.describe()}; see {supervisor.logs_dir}[/]")
     console.print("stopping…")
     sandbox.stop()
     console.print("stopped.")

@@ -46,8 +46,11 @@ class HostService:
     target_port: int
 
 
-class _Forwarder:
-    """Accepts on ``address`` and copies each connection both ways to ``127.0.0.1:target_port``."""
+class Forwarder:
+    """Accepts on ``address`` and copies each connection both ways to ``127.0.0.1:target_port``.
+
+    Stopping it closes the connections it carries too: a pod's watch left open through it would
+    otherwise keep kube-apiserver's graceful shutdown waiting for that request to end."""
 
     def __init__(self, address: tuple[str, int], target_port: int) -> None:
         self.target_port = target_port
@@ -55,6 +58,8 @@ class _Forwarder:
         self.server.settimeout(0.5)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._accept, name=f"forward-{address[0]}:{address[1]}", daemon=True)
+        self.open: set[socket.socket] = set()
+        self.lock = threading.Lock()
 
     def start(self) -> None:
         self.thread.start()
@@ -63,6 +68,11 @@ class _Forwarder:
         self.stopping.set()
         self.thread.join(timeout=2)
         self.server.close()
+        with self.lock:
+            carried, self.open = self.open, set()
+        for s in carried:  # each pump then ends and closes its pair
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
     def _accept(self) -> None:
         while not self.stopping.is_set():
@@ -82,8 +92,20 @@ class _Forwarder:
             client.close()
             return
         upstream.settimeout(None)
+        with self.lock:
+            if self.stopping.is_set():
+                sockets: tuple[socket.socket, ...] = ()
+            else:
+                sockets = (client, upstream)
+                self.open.update(sockets)
+        if not sockets:
+            client.close()
+            upstream.close()
+            return
         threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
         _pump(client, upstream)
+        with self.lock:
+            self.open.difference_update(sockets)
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:
@@ -107,14 +129,14 @@ class HostServices:
         self.kubeconfig = kubeconfig
         self.services = services
         self.gateways = gateways
-        self.forwarders: list[_Forwarder] = []
+        self.forwarders: list[Forwarder] = []
 
     def start(self) -> HostServices:
         slices = []
         for svc in self.services:
             port = free_port()
             for gateway in self.gateways:
-                forwarder = _Forwarder((gateway, port), svc.target_port)
+                forwarder = Forwarder((gateway, port), svc.target_port)
                 forwarder.start()
                 self.forwarders.append(forwarder)
             slices.append(endpoint_slice(svc.namespace, svc.name, self.gateways, {svc.port_name: ("TCP", port)}))

@@ -44,7 +44,7 @@ from typing import Any
 
 from devtools.kueue import Kueue
 from devtools.local_cluster import LocalCluster
-from devtools.processes import Supervisor
+from devtools.processes import Revival, Supervisor
 from devtools.real_node import cilium
 from devtools.real_node.node import RealNode
 from devtools.real_node.registry import Registries
@@ -145,6 +145,11 @@ class Sandbox:
         """Every supervisor of the sandbox's host processes that the console revives: the
         gpucaas services', kube-proxy's and CoreDNS's, and Kueue's."""
         return [self.supervisor, *(s for s in (self.service_network, self.kueue) if s is not None)]
+
+    def revive(self) -> list[tuple[Supervisor, Revival]]:
+        """One round of starting crashed host processes again (each supervisor's back-off):
+        what was noticed or restarted, with the supervisor whose logs tell why."""
+        return [(s, event) for s in self.supervisors() for event in s.revive()]
 
     def kubeconfig_of(self, process: str) -> Path:
         """The kubeconfig ``process`` runs with: its own identity's (the admin's on a given cluster)."""

@@ -4,7 +4,9 @@ refusal of a commit the clone lacks."""
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +88,11 @@ def test_a_commit_the_clone_lacks_is_refused_in_one_line(capsys: pytest.CaptureF
     assert upgrade.main(["--from", "0000000deadbeef"]) == 2
     err = capsys.readouterr().err
     assert "0000000deadbeef is not in this clone" in err and err.count("\n") == 1
+
+
+def test_a_shallow_clone_fetches_the_earlier_commit_from_its_origin(tmp_path: Path) -> None:
+    earlier = upgrade.resolve("HEAD~1")
+    clone = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", f"file://{upgrade.REPO}", str(clone)], check=True)
+    assert subprocess.run(["git", "-C", str(clone), "cat-file", "-e", earlier], check=False).returncode != 0
+    assert upgrade.resolve(earlier, clone) == earlier
