@@ -26,6 +26,8 @@ kube-controller-manager's resourceclaim controller makes the pods' claims, and
 kube-scheduler's DynamicResources plugin allocates them (the extender only scores).
 With ``queueing`` ``kueue`` the controller and the API queue each container's pod by Kueue.
 With ``--kubeconfig`` a real cluster is used and only the control-plane parts of the product run.
+With ``install`` ``helm`` the third stage installs the product's chart by docs/deploy.md's steps
+(:mod:`.chart_install`).
 
 A stage that fails leaves what it started recorded on the :class:`Sandbox`, so that
 :meth:`Sandbox.stop` takes down whatever runs, in one order, whichever stage failed.
@@ -140,6 +142,8 @@ class Sandbox:
     installed: str | None = None
     #: Kueue's manager (``queueing`` ``kueue`` only)
     kueue: Kueue | None = None
+    #: what the chart installs, its image built (``--install helm`` only)
+    release: ChartRelease | None = None
 
     def supervisors(self) -> list[Supervisor]:
         """Every supervisor of the sandbox's host processes that the console revives: the
@@ -226,7 +230,8 @@ def start(
     namespace; policies are objects only) or ``cilium`` (each node in a network namespace of
     its own with a Cilium agent enforcing the policies; :mod:`devtools.real_node.cilium`).
     ``install``: ``processes`` (the gpucaas services as processes here) or ``helm`` (the chart
-    installed on the sandbox's own cluster with its values file, :mod:`.chart_install`).
+    installed on the sandbox's own cluster with its values file by docs/deploy.md's steps,
+    :mod:`.chart_install`).
     ``queueing``: ``none`` (kube-scheduler's queue; the ResourceQuota caps a tenancy's GPUs) or
     ``kueue`` (Kueue against the sandbox's own cluster; the controller and the API queue by it).
     ``release``: with ``install`` ``helm``, the chart, values file and image installed
