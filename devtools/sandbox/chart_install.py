@@ -2,7 +2,8 @@
 platform team installs it, by docs/deploy.md's own steps (:mod:`.deploy_steps`), instead of as
 processes on this machine.
 
-In order, :func:`prepare_chart`: the image of this work tree (``make image``, :mod:`devtools.image`) pushed to the
+In order, :func:`prepare_chart` (all that ``--install none`` does, leaving the steps to the
+caller): the image of this work tree (``make image``, :mod:`devtools.image`) pushed to the
 sandbox's public registry as ``ghcr.io/gpucaas/gpucaas:<tag>`` (the nodes' containerd sends
 ``ghcr.io`` there); the Services whose servers run on this machine made reachable from the pods
 (:mod:`.host_services`: kube-apiserver, and PostgreSQL, standing for production's external one;
@@ -158,6 +159,19 @@ def open_release(sandbox: Sandbox, plan: Plan) -> None:
     extender_port = int(sandbox.extender_url.rsplit(":", 1)[1])
     forward(sandbox, "port-forward-scheduler-extender", f"svc/{RELEASE}-scheduler-extender", extender_port, 8888)
     sandbox.api_urls.append(sandbox.api_url)
+
+
+def release_deployed(kubeconfig: Path) -> bool:
+    """Whether a revision of the release is ``deployed`` (Helm's record of it, a Secret of the namespace)."""
+    from kubernetes import client
+
+    from core.kube import new_api_client
+
+    with new_api_client(kubeconfig) as api:
+        records = client.CoreV1Api(api).list_namespaced_secret(
+            NAMESPACE, label_selector=f"owner=helm,name={RELEASE},status=deployed"
+        )
+    return bool(records.items)
 
 
 def upgrade(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Callable[[str], None]) -> str:

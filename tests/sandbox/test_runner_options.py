@@ -102,6 +102,7 @@ def test_a_commit_tag_that_reads_as_a_number_reaches_helm_as_a_string(tmp_path: 
         ({"install": "processes"}, False, ("processes", "kueue")),
         ({"queueing": "none"}, False, ("helm", "none")),
         ({"install": "helm", "queueing": "kueue"}, True, ("helm", "kueue")),
+        ({"install": "none"}, False, ("none", "kueue")),
     ],
     ids=[
         "own-cluster",
@@ -111,6 +112,7 @@ def test_a_commit_tag_that_reads_as_a_number_reaches_helm_as_a_string(tmp_path: 
         "processes-asked",
         "no-queue-asked",
         "demo-asked-for-both",
+        "none-asked",
     ],
 )
 def test_make_sandbox_installs_the_chart_and_queues_by_kueue_where_it_can(
@@ -138,9 +140,12 @@ def test_the_sandbox_mints_an_identity_for_each_process_it_runs_and_no_other(mod
 
 
 @pytest.mark.parametrize("options", [{"kubeconfig": Path("k")}, {"network": "cilium"}], ids=["given-cluster", "cilium"])
-def test_the_chart_installs_on_the_sandboxs_own_cluster_and_bridge_network_only(tmp_path: Path, options: dict) -> None:
+@pytest.mark.parametrize("install", ["helm", "none"])
+def test_the_chart_installs_on_the_sandboxs_own_cluster_and_bridge_network_only(
+    tmp_path: Path, install: str, options: dict
+) -> None:
     with pytest.raises(ValueError, match="own cluster, on the bridge network"):
-        runner.start(tmp_path / "state", install="helm", **options)
+        runner.start(tmp_path / "state", install=install, **options)
     assert not (tmp_path / "state").exists()  # refused before anything started
 
 
