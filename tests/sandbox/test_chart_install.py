@@ -50,6 +50,8 @@ pytestmark = pytest.mark.skipif(
     reason="needs root, make helm and make postgres",
 )
 
+#: the chart's `helm test` pods
+TEST_PODS = ("gpucaas-test-api", "gpucaas-test-controller")
 SANDBOX_FILES = ("kubeconfig", "admin-token", "tenant-token", "tls/ca.pem", "caasctl.yaml", "registry.json")
 
 
@@ -179,15 +181,18 @@ def test_the_nodes_offer_their_gpus_in_the_allocation_mode(sandbox: runner.Sandb
     assert ok, seen[-1]
 
 
-def test_helm_test_passes(step_outputs: dict[str, str]) -> None:
-    """docs/deploy.md's `helm test --logs` step, the chart's own checks: a pod resolves the API's
-    Service by its DNS name (the cluster DNS) and reaches it over HTTPS (kube-proxy), and a pod
-    reads the controller's Deployment through the ``kubernetes`` Service (kube-apiserver,
-    forwarded from the node bridges)."""
+def test_helm_test_passes(sandbox: runner.Sandbox, step_outputs: dict[str, str]) -> None:
+    """docs/deploy.md's `helm test` step, the chart's own checks: a pod resolves the API's Service
+    by its DNS name (the cluster DNS) and reaches it over HTTPS (kube-proxy), and a pod reads the
+    controller's Deployment through the ``kubernetes`` Service (kube-apiserver, forwarded from the
+    node bridges); their logs say so (the pods stay until the next `helm test`)."""
     out = step_outputs["check"]
     assert len(re.findall(r"^Phase:\s+Succeeded$", out, re.MULTILINE)) == 2, out
-    assert "https://gpucaas-api.gpucaas-system.svc:443/readyz answered 200" in out, out
-    assert "deployment gpucaas-system/gpucaas-controller: 1 of 1 replicas Ready" in out, out
+    with new_api_client(sandbox.kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        logs = {name: core.read_namespaced_pod_log(name, chart_install.NAMESPACE) for name in TEST_PODS}
+    assert "https://gpucaas-api.gpucaas-system.svc:443/readyz answered 200" in logs["gpucaas-test-api"], logs
+    assert "deployment gpucaas-system/gpucaas-controller: 1 of 1 replicas Ready" in logs["gpucaas-test-controller"]
 
 
 def test_the_admin_token_the_pages_step_reads_is_the_apis(
