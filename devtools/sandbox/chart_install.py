@@ -1,17 +1,21 @@
 """The sandbox's third stage with ``--install helm``: the product installed with its chart, as a
-platform team installs it (docs/deploy.md), instead of as processes on this machine.
+platform team installs it, by docs/deploy.md's own steps (:mod:`.deploy_steps`), instead of as
+processes on this machine.
 
-In order: the image of this work tree (``make image``, :mod:`devtools.image`) pushed to the
+In order, :func:`prepare_chart` (all that ``--install none`` does, leaving the steps to the
+caller): the image of this work tree (``make image``, :mod:`devtools.image`) pushed to the
 sandbox's public registry as ``ghcr.io/gpucaas/gpucaas:<tag>`` (the nodes' containerd sends
-``ghcr.io`` there); what docs/deploy.md's steps create before the chart (the namespace, the
-database's Secret, the API's TLS Secret and the admin token's, from the sandbox's own files);
-the Services whose servers run on this machine made reachable from the pods
-(:mod:`.host_services`: kube-apiserver, PostgreSQL; kube-proxy and the cluster DNS run
-already, :mod:`.service_network`); kube-scheduler with the chart's scheduler configuration; then
-``helm install --wait`` with ``deploy/helm/values-sandbox.yaml`` and a values file of the run
-(the image's tag and digest, the fake boards' golden firmware, the tenant volumes'
-StorageClass); last, ``kubectl port-forward`` to the API's and the extender's Services, so
-that the API keeps its URL
+``ghcr.io`` there); the Services whose servers run on this machine made reachable from the pods
+(:mod:`.host_services`: kube-apiserver, and PostgreSQL, standing for production's external one;
+kube-proxy and the cluster DNS run already, :mod:`.service_network`); kube-scheduler with the
+chart's scheduler configuration; the values files of the run (``deploy/helm/values-sandbox.yaml``
+and ``helm/values-run.yaml``: the image's tag and digest, the fake boards' golden firmware, the
+tenant volumes' StorageClass) and docs/deploy.md's settings for this sandbox
+(``helm/deploy-settings.sh``). Then docs/deploy.md's steps, run with bash: the namespace and the
+Secrets (the database's, the API's TLS and the admin token's, from the sandbox's own files),
+``helm upgrade --install --wait``, the admin token read back, ``helm test``, the GPU nodes
+labelled. Last, :func:`open_release`: every node's GPUs offered, and ``kubectl port-forward`` to
+the API's and the extender's Services, so that the API keeps its URL
 (``https://127.0.0.1:<api port>``) and kube-scheduler reaches the extender.
 
 The database is the host's PostgreSQL (``make postgres``), one database per state folder
@@ -21,7 +25,6 @@ PostgreSQL's advisory lock), and an external PostgreSQL is what production runs.
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 from collections.abc import Callable
@@ -31,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from devtools.local_cluster.binaries import binary
+from devtools.local_cluster.binaries import bin_dir, binary
 from devtools.local_cluster.objects import create_all
 from devtools.ports import free_port
 from devtools.processes import ANSWERING, http_ready
-from devtools.sandbox import host_database, hostpath_volumes
+from devtools.sandbox import deploy_steps, host_database, hostpath_volumes
 from devtools.sandbox.host_services import HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
 from devtools.sandbox.product import scheduler_config
@@ -57,13 +60,16 @@ IMAGE_REPOSITORY = "gpucaas/gpucaas"
 #: the ``kubernetes`` Service's address (the first of the Service range)
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 POSTGRES_SERVICE = "gpucaas-postgres"
+#: where the Services standing for this machine's servers are, the ``kubernetes`` one's namespace
+#: (outside the product's, which docs/deploy.md's steps create)
+HOST_SERVICES_NAMESPACE = "default"
 #: the Service standing for the host's PostgreSQL (a fixed address in the Service range's static band)
-POSTGRES_SERVICE_IP = "10.96.0.54"
+POSTGRES_SERVICE_IP = "10.96.0.55"
 POSTGRES_PORT = host_database.PORT
-#: the Secrets values-sandbox.yaml names
-DATABASE_SECRET = "gpucaas-database"
-API_TLS_SECRET = "gpucaas-api-tls"
+#: the admin token's Secret that values-sandbox.yaml names (``api.adminToken.existingSecret``)
 ADMIN_TOKEN_SECRET = "gpucaas-sandbox-admin-token"
+#: docs/deploy.md's settings for this sandbox, in ``<state>/helm/``
+DEPLOY_SETTINGS = "deploy-settings.sh"
 HELM_TIMEOUT = "10m"
 
 
@@ -80,23 +86,31 @@ class ChartRelease:
 
 
 def install_chart(sandbox: Sandbox, plan: Plan) -> None:
-    """The image pushed, the chart installed and Ready, the API and the extender forwarded."""
+    """The chart installed by docs/deploy.md's steps on the prepared cluster, and opened."""
+    prepare_chart(sandbox, plan)
+    deploy_steps.run(sandbox.state_dir / "helm" / DEPLOY_SETTINGS, sandbox.kubeconfig, bin_dir(), plan.say)
+    open_release(sandbox, plan)
+
+
+def prepare_chart(sandbox: Sandbox, plan: Plan) -> None:
+    """All but docs/deploy.md's steps: the image pushed, the host's PostgreSQL and kube-apiserver
+    reachable from the pods, kube-scheduler running, the values files and the steps' settings
+    written (``helm/deploy-settings.sh``)."""
     say = plan.say
     assert sandbox.cluster is not None and sandbox.registries is not None
-    release = built(plan.release or ChartRelease(), say)
-    reference = push_image(sandbox, release, say)
-    say(f"creating the namespace {NAMESPACE} and the Secrets the values name (database, API TLS, admin token)")
+    release = sandbox.release = built(plan.release or ChartRelease(), say)
+    push_image(sandbox, release, say)
     host_database.ensure(sandbox.state_dir)
-    create_all(sandbox.kubeconfig, before_chart(sandbox))
     say(
         f"making kube-apiserver (the kubernetes Service, {KUBERNETES_SERVICE_IP}) and the host's PostgreSQL "
-        f"({POSTGRES_SERVICE_IP}) reachable from the pods"
+        f"({HOST_SERVICES_NAMESPACE}/{POSTGRES_SERVICE}, {POSTGRES_SERVICE_IP}) reachable from the pods"
     )
+    create_all(sandbox.kubeconfig, [postgres_service()])
     services = sandbox.host_services = HostServices(
         sandbox.kubeconfig,
         [
-            HostService("default", "kubernetes", "https", sandbox.cluster.apiserver_port),
-            HostService(NAMESPACE, POSTGRES_SERVICE, "postgres", POSTGRES_PORT),
+            HostService(HOST_SERVICES_NAMESPACE, "kubernetes", "https", sandbox.cluster.apiserver_port),
+            HostService(HOST_SERVICES_NAMESPACE, POSTGRES_SERVICE, "postgres", POSTGRES_PORT),
         ],
         [real.gateway for real in sandbox.real_nodes.values()],
     )
@@ -104,19 +118,66 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     extender_port = free_port()
     say("starting kube-scheduler with the chart's scheduler configuration (the extender through a port-forward)")
     sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
-    helm_install(sandbox, release, plan.queueing, say)
+    sandbox.extender_url = f"http://127.0.0.1:{extender_port}"
+    settings = deploy_steps.write_settings(
+        sandbox.state_dir / "helm" / DEPLOY_SETTINGS,
+        deploy_settings(sandbox, release, values_files(sandbox, release, plan.queueing)),
+    )
+    say(f"docs/deploy.md's settings for this sandbox: {settings}")
+
+
+def deploy_settings(sandbox: Sandbox, release: ChartRelease, files: list[Path]) -> dict[str, str]:
+    """docs/deploy.md's settings, the sandbox's: its chart and values files, the host's
+    PostgreSQL, its ``tls/`` files and ``admin-token``, its GPU nodes; no Redis (one API replica
+    counts its rates alone)."""
+    tls = sandbox.tls
+    return {
+        "CHART": str(release.chart),
+        "VALUES": ",".join(map(str, files)),
+        "DATABASE_URL": host_database.url(sandbox.state_dir, POSTGRES_SERVICE_IP),
+        "RATE_LIMITS_URL": "",
+        "API_TLS_CERT": str(tls.cert),
+        "API_TLS_KEY": str(tls.key),
+        "API_TLS_CA": str(tls.ca_cert),
+        "ADMIN_TOKEN": sandbox.admin_token,
+        "ADMIN_TOKEN_SECRET": ADMIN_TOKEN_SECRET,
+        "GPU_NODES": " ".join(node.name for node in sandbox.nodes),
+    }
+
+
+def open_release(sandbox: Sandbox, plan: Plan) -> None:
+    """Once the release is installed: every node's GPUs offered, the API and the extender
+    forwarded to this machine."""
+    assert sandbox.release is not None and sandbox.release.image is not None and sandbox.extender_url is not None
+    plan.say("waiting for the DaemonSets' pods on every GPU node, and for the node's GPUs offered")
+    wait_nodes(sandbox)
+    reference = f"{IMAGE_REGISTRY}/{IMAGE_REPOSITORY}:{sandbox.release.image.tag}"
     sandbox.installed = (
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
-    sandbox.extender_url = f"http://127.0.0.1:{extender_port}"
     forward(sandbox, "port-forward-api", f"svc/{RELEASE}-api", plan.api_port, 443)
+    extender_port = int(sandbox.extender_url.rsplit(":", 1)[1])
     forward(sandbox, "port-forward-scheduler-extender", f"svc/{RELEASE}-scheduler-extender", extender_port, 8888)
     sandbox.api_urls.append(sandbox.api_url)
 
 
+def release_deployed(kubeconfig: Path) -> bool:
+    """Whether a revision of the release is ``deployed`` (Helm's record of it, a Secret of the namespace)."""
+    from kubernetes import client
+
+    from core.kube import new_api_client
+
+    with new_api_client(kubeconfig) as api:
+        records = client.CoreV1Api(api).list_namespaced_secret(
+            NAMESPACE, label_selector=f"owner=helm,name={RELEASE},status=deployed"
+        )
+    return bool(records.items)
+
+
 def upgrade(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Callable[[str], None]) -> str:
     """``helm upgrade`` of the installed release to ``release`` (its image built when none is
-    given, and pushed first), as :func:`install_chart` installs; returns the image's reference."""
+    given, and pushed first), with the sandbox's values files (docs/deploy.md's upgrade); returns
+    the image's reference."""
     release = built(release, say)
     reference = push_image(sandbox, release, say)
     helm_install(sandbox, release, queueing, say)
@@ -137,8 +198,21 @@ def built(release: ChartRelease, say: Callable[[str], None]) -> ChartRelease:
 
 
 def helm_install(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Callable[[str], None]) -> None:
-    """``helm upgrade --install --wait`` of ``release`` (its image pushed), then every DaemonSet
-    pod Ready and every node's GPUs offered."""
+    """``helm upgrade --install --wait`` of ``release`` (its image pushed) on an installed
+    sandbox, then every node's GPUs offered."""
+    files = values_files(sandbox, release, queueing)
+    say(
+        f"helm upgrade --install {RELEASE} {_shown(release.chart)} -n {NAMESPACE} "
+        f"{' '.join(f'-f {_shown(f)}' for f in files)} --wait "
+        "(the migration Job, then every Deployment and DaemonSet Ready)"
+    )
+    helm(sandbox.kubeconfig, *install_args(release.chart, files))
+    wait_nodes(sandbox)
+
+
+def values_files(sandbox: Sandbox, release: ChartRelease, queueing: str) -> list[Path]:
+    """The release's values files, in Helm's order: its sandbox values, the run's
+    (``helm/values-run.yaml``) and the caller's (``helm/values-caller.yaml``, when it has any)."""
     assert release.image is not None
     run_values = sandbox.state_dir / "helm" / "values-run.yaml"
     write_values(
@@ -151,13 +225,12 @@ def helm_install(sandbox: Sandbox, release: ChartRelease, queueing: str, say: Ca
     if release.values:
         files.append(sandbox.state_dir / "helm" / "values-caller.yaml")
         write_values(files[-1], release.values)
-    say(
-        f"helm upgrade --install {RELEASE} {_shown(release.chart)} -n {NAMESPACE} "
-        f"{' '.join(f'-f {_shown(f)}' for f in files)} --wait "
-        "(the migration Job, then every Deployment and DaemonSet Ready)"
-    )
-    helm(sandbox.kubeconfig, *install_args(release.chart, files))
-    say("waiting for the DaemonSets' pods on every GPU node (helm's --wait lets maxUnavailable of them lag)")
+    return files
+
+
+def wait_nodes(sandbox: Sandbox) -> None:
+    """Every DaemonSet pod Ready (Helm's ``--wait`` lets maxUnavailable of them lag) and every
+    node's GPUs offered."""
     wait_for(lambda: daemonsets_ready(sandbox.kubeconfig), 300, interval=0.5, what="every DaemonSet pod Ready")
     offers = published_slices if sandbox.allocation_mode == "dra" else node_offers_gpus
     for node in sandbox.nodes:
@@ -266,41 +339,17 @@ def _quiet() -> dict[str, Any]:
     return {"capture_output": True, "text": True, "check": False}
 
 
-def before_chart(sandbox: Sandbox) -> list[dict[str, Any]]:
-    """What docs/deploy.md has a platform team create before ``helm install``, from the sandbox's
-    files: the namespace, the Service standing for the host's PostgreSQL, the database URL's
-    Secret, the API's TLS Secret (``tls/``) and the admin token's (``admin-token``)."""
-    url = host_database.url(sandbox.state_dir, POSTGRES_SERVICE_IP)
-    tls = sandbox.tls
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": POSTGRES_SERVICE, "namespace": NAMESPACE},
-            # no selector: its backend is this machine's PostgreSQL (host_services writes its EndpointSlice)
-            "spec": {
-                "clusterIP": POSTGRES_SERVICE_IP,
-                "ports": [{"name": "postgres", "port": POSTGRES_PORT, "protocol": "TCP"}],
-            },
-        },
-        _secret(DATABASE_SECRET, "Opaque", {"database-url": url}),
-        _secret(
-            API_TLS_SECRET,
-            "kubernetes.io/tls",
-            {"tls.crt": tls.cert.read_text(), "tls.key": tls.key.read_text(), "ca.crt": tls.ca_cert.read_text()},
-        ),
-        _secret(ADMIN_TOKEN_SECRET, "Opaque", {"admin-token": sandbox.admin_token}),
-    ]
-
-
-def _secret(name: str, kind: str, data: dict[str, str]) -> dict[str, Any]:
+def postgres_service() -> dict[str, Any]:
+    """The Service standing for the host's PostgreSQL, the database URL's host: no selector, its
+    backend is this machine's PostgreSQL (:mod:`.host_services` writes its EndpointSlice)."""
     return {
         "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "type": kind,
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        "kind": "Service",
+        "metadata": {"name": POSTGRES_SERVICE, "namespace": HOST_SERVICES_NAMESPACE},
+        "spec": {
+            "clusterIP": POSTGRES_SERVICE_IP,
+            "ports": [{"name": "postgres", "port": POSTGRES_PORT, "protocol": "TCP"}],
+        },
     }
 
 

@@ -31,10 +31,10 @@ def command(
     from rich.console import Console
 
     from devtools.processes import ProcessFailed
-    from devtools.sandbox import runner
+    from devtools.sandbox import chart_install, runner
     from devtools.sandbox.identities import RBACRefused, check_no_refusals
     from devtools.sandbox.nodes import node_names
-    from devtools.sandbox.tenant_view import print_banner
+    from devtools.sandbox.tenant_view import print_banner, print_install_wanted
 
     console = Console(emoji=False)
     # the console shows progress; the sandbox's own log lines only when something is wrong, unless asked
@@ -47,6 +47,9 @@ def command(
         settings.allocation_mode = allocation  # type: ignore[assignment]
     mode = settings.allocation_mode
     settings.settle_defaults(demo)
+    if demo and settings.install == "none":
+        console.print("[red]gpucaas sandbox: --demo needs the product: use --install helm or processes[/]")
+        raise typer.Exit(2)
     try:
         with console.status("starting the sandbox…") as status:
 
@@ -86,11 +89,23 @@ def command(
             sandbox.stop()
         raise typer.Exit(0 if ok else 1)
 
-    print_banner(console, sandbox)
+    if sandbox.pending_install is not None:
+        print_install_wanted(console, sandbox)
+    else:
+        print_banner(console, sandbox)
 
     stopping = threading.Event()
     on_stop_signal(stopping.set)
     while not stopping.wait(1):
+        if sandbox.pending_install is not None and chart_install.release_deployed(sandbox.kubeconfig):
+            # the caller's docs/deploy.md steps have installed it: the rest of the sandbox's start
+            try:
+                with console.status("the release is deployed: opening the sandbox…"):
+                    runner.open_installed(sandbox)
+            except (ProcessFailed, TimeoutError, OSError) as exc:
+                console.print(f"[red]the installed product did not come up:[/] {exc}")
+                break
+            print_banner(console, sandbox)
         # A crashed service (or Kueue) is started again with back-off, and the console says so.
         for supervisor, event in sandbox.revive():
             console.print(f"[yellow]{event.describe()}; see {supervisor.logs_dir}[/]")

@@ -26,6 +26,9 @@ kube-controller-manager's resourceclaim controller makes the pods' claims, and
 kube-scheduler's DynamicResources plugin allocates them (the extender only scores).
 With ``queueing`` ``kueue`` the controller and the API queue each container's pod by Kueue.
 With ``--kubeconfig`` a real cluster is used and only the control-plane parts of the product run.
+With ``install`` ``helm`` the third stage installs the product's chart by docs/deploy.md's steps
+(:mod:`.chart_install`); with ``none`` it prepares the cluster for them and stops there: the
+caller runs the steps, then :func:`open_installed` opens the tenants' view.
 
 A stage that fails leaves what it started recorded on the :class:`Sandbox`, so that
 :meth:`Sandbox.stop` takes down whatever runs, in one order, whichever stage failed.
@@ -49,7 +52,7 @@ from devtools.real_node import cilium
 from devtools.real_node.node import RealNode
 from devtools.real_node.registry import Registries
 from devtools.sandbox import hostpath_volumes, identities
-from devtools.sandbox.chart_install import ChartRelease, install_chart
+from devtools.sandbox.chart_install import ChartRelease, install_chart, open_release, prepare_chart
 from devtools.sandbox.cluster import start_cluster
 from devtools.sandbox.host_services import HostServices
 from devtools.sandbox.ingress import Ingress
@@ -63,7 +66,7 @@ from devtools.sandbox.tls import TLSFiles
 log = logging.getLogger(__name__)
 
 NETWORKS = ("bridge", "cilium")
-INSTALLS = ("processes", "helm")
+INSTALLS = ("processes", "helm", "none")
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,8 @@ class Plan:
     compaction_interval: str | None
     network: str
     say: Callable[[str], None]
-    #: ``processes`` (the gpucaas services on this machine) or ``helm`` (the chart installed, :mod:`.chart_install`)
+    #: ``processes`` (the gpucaas services on this machine), ``helm`` (the chart installed,
+    #: :mod:`.chart_install`) or ``none`` (the cluster prepared for the chart, which the caller installs)
     install: str = "processes"
     #: ``none`` (kube-scheduler's queue) or ``kueue`` (Kueue admits the containers' pods, :mod:`.queueing`)
     queueing: str = "none"
@@ -98,7 +102,8 @@ class Plan:
 
     @property
     def helm(self) -> bool:
-        return self.install == "helm"
+        """Whether the product comes from the chart, installed by the sandbox or by the caller."""
+        return self.install in ("helm", "none")
 
 
 @dataclass
@@ -140,6 +145,10 @@ class Sandbox:
     installed: str | None = None
     #: Kueue's manager (``queueing`` ``kueue`` only)
     kueue: Kueue | None = None
+    #: what the chart installs, its image built (``--install helm`` or ``none``)
+    release: ChartRelease | None = None
+    #: with ``--install none``, until :func:`open_installed`: the plan whose last stages wait for the caller's install
+    pending_install: Plan | None = None
 
     def supervisors(self) -> list[Supervisor]:
         """Every supervisor of the sandbox's host processes that the console revives: the
@@ -230,19 +239,23 @@ def start(
     ``network``: the real nodes' network, ``bridge`` (one bridge per node on this machine's
     namespace; policies are objects only) or ``cilium`` (each node in a network namespace of
     its own with a Cilium agent enforcing the policies; :mod:`devtools.real_node.cilium`).
-    ``install``: ``processes`` (the gpucaas services as processes here) or ``helm`` (the chart
-    installed on the sandbox's own cluster with its values file, :mod:`.chart_install`).
+    ``install``: ``processes`` (the gpucaas services as processes here), ``helm`` (the chart
+    installed on the sandbox's own cluster with its values file by docs/deploy.md's steps,
+    :mod:`.chart_install`) or ``none`` (the sandbox's own cluster, nodes, registry and image
+    only, made ready for the chart: the caller installs the product with docs/deploy.md's steps
+    and the settings in ``<state_dir>/helm/deploy-settings.sh``, then calls
+    :func:`open_installed`; the returned sandbox has no tenants' view until then).
     ``queueing``: ``none`` (kube-scheduler's queue; the ResourceQuota caps a tenancy's GPUs) or
     ``kueue`` (Kueue against the sandbox's own cluster; the controller and the API queue by it).
-    ``release``: with ``install`` ``helm``, the chart, values file and image installed
+    ``release``: with ``install`` ``helm`` or ``none``, the chart, values file and image installed
     (:class:`.chart_install.ChartRelease`; this work tree's by default).
     """
     if network not in NETWORKS:
         raise ValueError(f"network {network!r}: use bridge or cilium")
     if install not in INSTALLS:
-        raise ValueError(f"install {install!r}: use processes or helm")
-    if install == "helm" and (kubeconfig is not None or network != "bridge" or chart_objects is not None):
-        raise ValueError("--install helm installs on the sandbox's own cluster, on the bridge network")
+        raise ValueError(f"install {install!r}: use processes, helm or none")
+    if install != "processes" and (kubeconfig is not None or network != "bridge" or chart_objects is not None):
+        raise ValueError(f"--install {install} is for the sandbox's own cluster, on the bridge network")
     check_queueing(queueing, own_cluster=kubeconfig is None)
     if api_replicas > 1 and (database_url is None or database_url.startswith("sqlite")):
         raise ValueError("several API replicas need a database they share (a PostgreSQL URL)")
@@ -283,6 +296,11 @@ def start(
         start_nodes(sandbox, plan)
         if plan.helm:
             start_service_network(sandbox, plan)
+        if plan.install == "none":
+            prepare_chart(sandbox, plan)
+            sandbox.pending_install = plan
+            return sandbox
+        if plan.helm:
             install_chart(sandbox, plan)
         else:
             start_product(sandbox, plan)
@@ -291,3 +309,15 @@ def start(
         sandbox.stop()
         raise
     return sandbox
+
+
+def open_installed(sandbox: Sandbox) -> None:
+    """With ``install`` ``none``, once the caller's docs/deploy.md steps have installed the
+    release: what ``helm`` does after them (every node's GPUs offered, the API and the extender
+    forwarded), then the tenants' view. The caller still owns ``stop()``."""
+    plan = sandbox.pending_install
+    if plan is None:
+        raise ValueError("the sandbox is not waiting for an install (start it with install='none')")
+    open_release(sandbox, plan)
+    open_tenant_view(sandbox, plan)
+    sandbox.pending_install = None

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from core.kueue import Queueing
 
 AllocationMode = Literal["device-plugin", "dra"]
-Install = Literal["processes", "helm"]
+Install = Literal["processes", "helm", "none"]
 
 
 class SandboxSettings(BaseSettings):
@@ -53,10 +53,13 @@ class SandboxSettings(BaseSettings):
         "helm",
         description="How the product runs: `helm` (the default on the sandbox's own cluster and bridge network: "
         "the image built from this work tree pushed to the sandbox's registry and the chart installed with "
-        "deploy/helm/values-sandbox.yaml, as a platform team installs it: Deployments and DaemonSets on the "
-        "sandbox's own cluster; needs make helm, make image's tools and make postgres) or `processes` (each "
-        "gpucaas service a process on this machine, as its chart's ServiceAccount: a developer's option, and the "
-        "default with --kubeconfig, --network cilium or --demo).",
+        "deploy/helm/values-sandbox.yaml by docs/deploy.md's own steps, run with bash, as a platform team installs "
+        "it: Deployments and DaemonSets on the sandbox's own cluster; needs make helm, make image's tools and make "
+        "postgres), `none` (the same cluster, nodes, registry and pushed image, made ready for the chart, and no "
+        "product: install it yourself with docs/deploy.md's steps, their settings for this sandbox in "
+        "<dir>/helm/deploy-settings.sh; once the release is deployed the sandbox opens the tenants' view and prints "
+        "its banner) or `processes` (each gpucaas service a process on this machine, as its chart's ServiceAccount: "
+        "a developer's option, and the default with --kubeconfig, --network cilium or --demo).",
     )
     queueing: Queueing = Field(
         "kueue",

@@ -152,6 +152,29 @@ def tenant_curl(sandbox: Sandbox) -> list[str]:
     ]
 
 
+def print_install_wanted(console: Console, sandbox: Sandbox) -> None:
+    """What ``gpucaas sandbox --install none`` prints once its cluster is ready for the chart:
+    how to install the product with docs/deploy.md's steps."""
+    settings = sandbox.state_dir / "helm" / "deploy-settings.sh"
+    console.print()
+    console.print(f"[bold]gpucaas sandbox is ready for the product[/]  (state and logs in {sandbox.state_dir})")
+    console.print(f"  kubeconfig     {sandbox.kubeconfig}")
+    console.print(f"  settings       {settings}  (docs/deploy.md's step 1, for this sandbox)")
+    console.print()
+    console.print(
+        "Install it with docs/deploy.md's steps 2 to 6, from this repository's root, in a shell that has run:"
+    )
+    console.print(
+        f"  export KUBECONFIG={sandbox.kubeconfig} PATH={shlex.quote(str(Path(binary('helm')).parent))}:$PATH; "
+        f". {shlex.quote(str(settings))}",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
+    console.print("Once the release is deployed the sandbox opens the API and the tenants' view, and says so.")
+    console.print("\nCtrl-C stops everything.")
+
+
 def print_banner(console: Console, sandbox: Sandbox) -> None:
     """What ``gpucaas sandbox`` prints once everything runs: where each part is, and a first try."""
     state_dir = sandbox.state_dir

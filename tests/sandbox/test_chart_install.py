@@ -1,7 +1,10 @@
-"""`gpucaas sandbox --install helm` (what `make sandbox` runs): the product's image and chart
-installed on the sandbox's own cluster, as a platform team installs them, with Kueue queueing,
-a tenant's 2-GPU container run through the installed API, `helm test` passing, and pods and this
-machine reaching Services by name (kube-proxy and the cluster DNS).
+"""docs/deploy.md's install steps, read from the page and run in order with bash on a sandbox's
+cluster that has no product yet (`gpucaas sandbox --install none`: the cluster, its nodes, the
+registry with the image pushed), install a working gpucaas: `helm test` passes, the admin token
+the page's step reads is the API's, a tenant's 2-GPU container runs to completion, queued by
+Kueue; and the sandbox opened on it is `make sandbox`'s (`--install helm` runs the same steps):
+its files and banner, the nodes' GPUs, pods and this machine reaching Services by name
+(kube-proxy and the cluster DNS), the admin's caasctl.
 
 Needs root, the pinned Helm (`make helm`), `make image`'s tools and the host's PostgreSQL
 (`make postgres`); run through /work/heavy (it starts a cluster and two real nodes).
@@ -14,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +31,7 @@ from core.kube import new_api_client
 from devtools.local_cluster.binaries import bin_dir
 from devtools.ports import free_port
 from devtools.real_node.images import BUSYBOX_IMAGE
-from devtools.sandbox import chart_install, host_database, runner, tenant_view
+from devtools.sandbox import chart_install, deploy_steps, host_database, runner, tenant_view
 from devtools.sandbox.service_network import DNS_IP
 from devtools.sandbox.tenant_view import DEMO_TENANCY
 from devtools.waiting import wait_for
@@ -46,6 +50,8 @@ pytestmark = pytest.mark.skipif(
     reason="needs root, make helm and make postgres",
 )
 
+#: the chart's `helm test` pods
+TEST_PODS = ("gpucaas-test-api", "gpucaas-test-controller")
 SANDBOX_FILES = ("kubeconfig", "admin-token", "tenant-token", "tls/ca.pem", "caasctl.yaml", "registry.json")
 
 
@@ -54,13 +60,38 @@ SANDBOX_FILES = ("kubeconfig", "admin-token", "tenant-token", "tls/ca.pem", "caa
 # test's loaded rest stage, its tenant container was bound and did not finish in 180 s: it
 # joins make test once that is understood (docs/sandbox.md).
 @pytest.fixture(scope="module", params=["device-plugin"])
-def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner.Sandbox]:
+def installed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[runner.Sandbox, dict[str, str]]]:
+    """A sandbox without the product, queued by Kueue as `make sandbox` runs it; docs/deploy.md's
+    steps run on it with its settings (each step's output kept, by name); then opened."""
     state = tmp_path_factory.mktemp("sandbox")
-    # queued by Kueue, as `make sandbox` runs it
-    started = runner.start(state, api_port=free_port(), install="helm", allocation_mode=request.param, queueing="kueue")
-    yield started
-    started.stop()
-    host_database.drop(state)
+    started = runner.start(state, api_port=free_port(), install="none", allocation_mode=request.param, queueing="kueue")
+    try:
+        with new_api_client(started.kubeconfig) as api:
+            namespaces = {n.metadata.name for n in client.CoreV1Api(api).list_namespace().items}
+        assert chart_install.NAMESPACE not in namespaces and not chart_install.release_deployed(started.kubeconfig)
+        settings = state / "helm" / chart_install.DEPLOY_SETTINGS
+        outputs = {
+            step.name: deploy_steps.run_step(step, settings, started.kubeconfig, bin_dir())
+            for step in deploy_steps.steps()
+        }
+        runner.open_installed(started)
+        yield started, outputs
+    finally:
+        started.stop()
+        host_database.drop(state)
+
+
+@pytest.fixture(scope="module")
+def sandbox(installed: tuple[runner.Sandbox, dict[str, str]]) -> runner.Sandbox:
+    return installed[0]
+
+
+@pytest.fixture(scope="module")
+def step_outputs(installed: tuple[runner.Sandbox, dict[str, str]]) -> dict[str, str]:
+    """docs/deploy.md's steps' standard outputs, by the step's name."""
+    return installed[1]
 
 
 def node_daemon(sandbox: runner.Sandbox) -> str:
@@ -150,14 +181,32 @@ def test_the_nodes_offer_their_gpus_in_the_allocation_mode(sandbox: runner.Sandb
     assert ok, seen[-1]
 
 
-def test_helm_test_passes(sandbox: runner.Sandbox) -> None:
-    """The chart's own checks: a pod resolves the API's Service by its DNS name (the cluster DNS)
-    and reaches it over HTTPS (kube-proxy), and a pod reads the controller's Deployment through
-    the ``kubernetes`` Service (kube-apiserver, forwarded from the node bridges)."""
-    out = chart_install.helm(sandbox.kubeconfig, "test", chart_install.RELEASE, "-n", chart_install.NAMESPACE, "--logs")
+def test_helm_test_passes(sandbox: runner.Sandbox, step_outputs: dict[str, str]) -> None:
+    """docs/deploy.md's `helm test` step, the chart's own checks: a pod resolves the API's Service
+    by its DNS name (the cluster DNS) and reaches it over HTTPS (kube-proxy), and a pod reads the
+    controller's Deployment through the ``kubernetes`` Service (kube-apiserver, forwarded from the
+    node bridges); their logs say so (the pods stay until the next `helm test`)."""
+    out = step_outputs["check"]
     assert len(re.findall(r"^Phase:\s+Succeeded$", out, re.MULTILINE)) == 2, out
-    assert "https://gpucaas-api.gpucaas-system.svc:443/readyz answered 200" in out, out
-    assert "deployment gpucaas-system/gpucaas-controller: 1 of 1 replicas Ready" in out, out
+    with new_api_client(sandbox.kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        logs = {name: core.read_namespaced_pod_log(name, chart_install.NAMESPACE) for name in TEST_PODS}
+    assert "https://gpucaas-api.gpucaas-system.svc:443/readyz answered 200" in logs["gpucaas-test-api"], logs
+    assert "deployment gpucaas-system/gpucaas-controller: 1 of 1 replicas Ready" in logs["gpucaas-test-controller"]
+
+
+def test_the_admin_token_the_pages_step_reads_is_the_apis(
+    sandbox: runner.Sandbox, step_outputs: dict[str, str]
+) -> None:
+    """The token docs/deploy.md's step prints (the Secret the API's admin token comes from)
+    lists the tenancies; one that is not it is refused."""
+    token = step_outputs["admin-token"].strip()
+    assert token
+    tenancies = sandbox.api("GET", "/v1/admin/tenancies", token=token)
+    assert DEMO_TENANCY in {t["name"] for t in tenancies["data"]}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        sandbox.api("GET", "/v1/admin/tenancies", token=token + "x")
+    assert refused.value.code == 401
 
 
 def test_a_pod_and_this_machine_resolve_a_service_and_reach_its_pods(sandbox: runner.Sandbox) -> None:

@@ -1,20 +1,26 @@
 """The sandbox runner's options that need no running sandbox: API replicas need a database
 they can share, kube-apiserver's compaction interval reaches its command line, Kueue runs on
-the sandbox's own cluster only, a cluster's state made for another queueing is not reused, and
-``--install helm`` gives the chart's services the queueing and the nodes' instance type."""
+the sandbox's own cluster only, a cluster's state made for another queueing is not reused,
+``--install helm`` gives the chart's services the queueing and the nodes' instance type, and
+installs by docs/deploy.md's steps with settings of its own for exactly the page's settings."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from devtools.local_cluster import ClusterOptions, LocalCluster
-from devtools.sandbox import chart_install, identities, runner
+from devtools.processes import Supervisor
+from devtools.sandbox import chart_install, deploy_steps, identities, runner
 from devtools.sandbox.chart_install import values_of_run
 from devtools.sandbox.cluster import cluster_mode, local_cluster
-from devtools.sandbox.nodes import GPU_NODE_LABELS
+from devtools.sandbox.nodes import GPU_NODE_LABELS, NodePaths
 from devtools.sandbox.settings import SandboxSettings
+from devtools.sandbox.tls import ensure_self_signed
 from gpucaas import chart
 
 
@@ -96,8 +102,18 @@ def test_a_commit_tag_that_reads_as_a_number_reaches_helm_as_a_string(tmp_path: 
         ({"install": "processes"}, False, ("processes", "kueue")),
         ({"queueing": "none"}, False, ("helm", "none")),
         ({"install": "helm", "queueing": "kueue"}, True, ("helm", "kueue")),
+        ({"install": "none"}, False, ("none", "kueue")),
     ],
-    ids=["own-cluster", "given-cluster", "demo", "cilium", "processes-asked", "no-queue-asked", "demo-asked-for-both"],
+    ids=[
+        "own-cluster",
+        "given-cluster",
+        "demo",
+        "cilium",
+        "processes-asked",
+        "no-queue-asked",
+        "demo-asked-for-both",
+        "none-asked",
+    ],
 )
 def test_make_sandbox_installs_the_chart_and_queues_by_kueue_where_it_can(
     monkeypatch: pytest.MonkeyPatch, given: dict, demo: bool, settled: tuple[str, str]
@@ -121,3 +137,69 @@ def test_the_sandbox_mints_an_identity_for_each_process_it_runs_and_no_other(mod
     assert sorted(identities.service_accounts(objects)) == sorted(
         ["api", "controller", node_daemon, "fabric", "scheduler-extender"]
     )
+
+
+@pytest.mark.parametrize("options", [{"kubeconfig": Path("k")}, {"network": "cilium"}], ids=["given-cluster", "cilium"])
+@pytest.mark.parametrize("install", ["helm", "none"])
+def test_the_chart_installs_on_the_sandboxs_own_cluster_and_bridge_network_only(
+    tmp_path: Path, install: str, options: dict
+) -> None:
+    with pytest.raises(ValueError, match="own cluster, on the bridge network"):
+        runner.start(tmp_path / "state", install=install, **options)
+    assert not (tmp_path / "state").exists()  # refused before anything started
+
+
+def test_the_deploy_pages_steps_are_marked_in_order_and_are_bash() -> None:
+    """Settings first, then the steps the sandbox runs; each parses as bash, and reads no variable
+    but the settings (and its own loop's)."""
+    blocks = deploy_steps.blocks()
+    assert [b.name for b in blocks] == ["settings", "secrets", "chart", "admin-token", "check", "gpu-nodes"]
+    names = set(deploy_steps.setting_names())
+    for block in blocks:
+        parsed = subprocess.run(["bash", "-n", "-c", block.script], capture_output=True, text=True, check=False)
+        assert parsed.returncode == 0, (block.name, parsed.stderr)
+        assert set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", block.script)) <= names | {"node"}, block.name
+
+
+def test_the_sandbox_sets_exactly_the_pages_settings_and_a_shell_reads_them_back(tmp_path: Path) -> None:
+    tls = ensure_self_signed(tmp_path / "tls")
+    sandbox = runner.Sandbox(
+        tmp_path, Supervisor(tmp_path / "logs"), "https://127.0.0.1:1", tmp_path / "kubeconfig", tls, "gca_it's"
+    )
+    sandbox.nodes = [NodePaths("gpu-node-a", tmp_path / "a"), NodePaths("gpu-node-b", tmp_path / "b")]
+    files = [chart_install.SANDBOX_VALUES, tmp_path / "helm" / "values-run.yaml"]
+    settings = chart_install.deploy_settings(sandbox, chart_install.ChartRelease(), files)
+    written = deploy_steps.write_settings(tmp_path / "helm" / chart_install.DEPLOY_SETTINGS, settings)
+    assert written.stat().st_mode & 0o777 == 0o600  # it holds the admin token and the database URL
+    names = deploy_steps.setting_names()
+    echo = "; ".join(f'printf "%s\\0" "${name}"' for name in names)
+    read = subprocess.run(
+        ["bash", "-euc", f". {written}; {echo}"], capture_output=True, text=True, check=True
+    ).stdout.split("\0")[:-1]
+    assert dict(zip(names, read, strict=True)) == settings
+    assert (
+        settings["ADMIN_TOKEN_SECRET"]
+        == yaml.safe_load(chart_install.SANDBOX_VALUES.read_text())["api"]["adminToken"]["existingSecret"]
+    )
+    assert settings["GPU_NODES"] == "gpu-node-a gpu-node-b"
+    with pytest.raises(ValueError, match="settings are"):
+        deploy_steps.write_settings(tmp_path / "other.sh", {**settings, "EXTRA": "x"})
+
+
+def test_the_chart_steps_values_list_reaches_helm_as_files_in_order(tmp_path: Path) -> None:
+    """docs/deploy.md's `--values "$VALUES"`: Helm splits the list at commas, later files winning."""
+    run_values = tmp_path / "values-run.yaml"
+    chart_install.write_values(run_values, values_of_run("t1", "sha256:" + "1" * 64))
+    later = tmp_path / "values-later.yaml"
+    chart_install.write_values(later, {"image": {"digest": "sha256:" + "2" * 64}})
+    step = next(s for s in deploy_steps.steps() if s.name == "chart")
+    (helm_command,) = [line for line in step.script.splitlines() if line.startswith("helm ")]
+    assert '--values "$VALUES"' in helm_command
+    rendered = chart_install.helm(
+        tmp_path / "no-kubeconfig",
+        *("template", chart_install.RELEASE, str(chart_install.CHART), "-n", chart_install.NAMESPACE),
+        *("--values", f"{chart_install.SANDBOX_VALUES},{run_values},{later}"),
+    )
+    assert "ghcr.io/gpucaas/gpucaas@sha256:" + "2" * 64 in rendered
+    assert "sha256:" + "1" * 64 not in rendered
+    assert "/var/lib/gpucaas-sandbox/board/sys" in rendered  # values-sandbox.yaml's
