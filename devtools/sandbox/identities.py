@@ -74,7 +74,7 @@ class Identity:
 
 
 #: the component label of ``helm test``'s ServiceAccount and Role (templates/tests/rbac.yaml)
-HELM_TEST_COMPONENT = "test"
+HELM_TEST_COMPONENT = "helm-test"
 
 
 def cluster_side(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -58,7 +58,7 @@ PROMETHEUS = Peer("monitoring", {"app.kubernetes.io/name": "prometheus"})
 HELM_TEST = Peer(
     NAMESPACE,
     {"app.kubernetes.io/name": "gpucaas", "app.kubernetes.io/instance": "gpucaas"}
-    | {"app.kubernetes.io/component": "test"},
+    | {"app.kubernetes.io/component": "helm-test"},
 )
 TENANT = Peer("tenant-acme", {"app": "anything"})
 STRANGER_BESIDE_NGINX = Peer("ingress-nginx", {"app.kubernetes.io/name": "something-else"})
@@ -68,7 +68,7 @@ def _policies(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     objects = render(values)
     return {
         name: find(objects, "NetworkPolicy", f"gpucaas-{name}")
-        for name in ("api", "controller", "device-plugin", "fabric", "migrate", "test")
+        for name in ("api", "controller", "device-plugin", "fabric", "migrate", "helm-test")
     }
 
 
@@ -85,7 +85,7 @@ def test_production_admits_the_ingress_controllers_and_prometheus_only() -> None
     assert admits(plugin, PROMETHEUS, 9402)
     assert not admits(plugin, TENANT, 9402) and not admits(plugin, TRAEFIK, 9402)
     # the rest serve no port
-    for name in ("controller", "fabric", "migrate", "test"):
+    for name in ("controller", "fabric", "migrate", "helm-test"):
         assert policies[name]["spec"]["ingress"] == [], name
 
 

@@ -240,7 +240,7 @@ def test_migrations_run_once_from_a_hook_job_and_the_replicas_wait() -> None:
     assert Settings(migrate_on_start="false").migrate_on_start is False  # as the API reads the value
     # the release's own objects are not hooks: a hook is not part of what it installs
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "Job"] == ["gpucaas-migrate"]
-    assert {component(o) for o in objects if is_hook(o)} == {"migrate", "test"}
+    assert {component(o) for o in objects if is_hook(o)} == {"migrate", "helm-test"}
 
     # database.url: the Job reads its own hook copy (hooks run before the release's Secret exists)
     url = "postgresql+psycopg://u:p@db:5432/gpucaas"
@@ -263,7 +263,7 @@ def test_helm_test_checks_the_api_and_the_controller() -> None:
     pods = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Pod"}
     assert set(pods) == {"gpucaas-test-api", "gpucaas-test-controller"}
     for pod in pods.values():
-        assert _hook(pod)[0] == "test" and pod["spec"]["serviceAccountName"] == "gpucaas-test"
+        assert _hook(pod)[0] == "test" and pod["spec"]["serviceAccountName"] == "gpucaas-helm-test"
         assert pod["spec"]["containers"][0]["command"][:3] == ["python", "-m", "gpucaas.helm_test"]
     _, _, _, which, url, ca = pods["gpucaas-test-api"]["spec"]["containers"][0]["command"]
     host = re.fullmatch(r"https://([^:/]+):443/readyz", url)
@@ -275,12 +275,12 @@ def test_helm_test_checks_the_api_and_the_controller() -> None:
     assert ca == "/etc/gpucaas/ca/ca.crt"
     command = pods["gpucaas-test-controller"]["spec"]["containers"][0]["command"]
     assert command[3:] == ["controller", NAMESPACE, "gpucaas-controller"]
-    role = find(objects, "Role", "gpucaas-test")
+    role = find(objects, "Role", "gpucaas-helm-test")
     assert role["rules"] == [
         {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpucaas-controller"], "verbs": ["get"]}
     ]
     # the release's, not test hooks: `helm test --logs` reads every test hook's logs as a pod's
     kinds = ("ServiceAccount", "Role", "RoleBinding")
-    identity = [o for o in objects if o["metadata"]["name"] == "gpucaas-test" and o["kind"] in kinds]
+    identity = [o for o in objects if o["metadata"]["name"] == "gpucaas-helm-test" and o["kind"] in kinds]
     assert sorted(o["kind"] for o in identity) == sorted(kinds)
     assert not any(is_hook(o) for o in identity)

@@ -158,7 +158,7 @@ TENANT_SECRETS = "gpucaas-api-tenant-secrets"
 # Kopf peering is cluster-wide (ClusterKopfPeering): the only namespaced Role is `helm test`'s,
 # which reads the controller's Deployment (that one, by name) to see it Ready.
 EXPECTED_NAMESPACED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
-    "test": {("apps", "deployments"): {"get"}},
+    "helm-test": {("apps", "deployments"): {"get"}},
 }
 
 # hostPath -> must it be read-only, per component. Nothing else from the host.
@@ -317,7 +317,7 @@ def test_no_workload_is_privileged_and_host_access_is_minimal(values_name: str) 
         "dra-driver" if VALUE_SETS[values_name].get("allocation", {}).get("mode") == "dra" else "device-plugin"
     )
     # beside the services: the migration hook Job and the `helm test` pods
-    assert seen == {"api", "controller", node_daemon, "fabric", "scheduler-extender", "migrate", "test"}
+    assert seen == {"api", "controller", node_daemon, "fabric", "scheduler-extender", "migrate", "helm-test"}
 
 
 def test_fabric_runs_non_root_in_the_libvirt_group_when_told() -> None:
@@ -348,7 +348,8 @@ def test_pdbs_and_network_policies_cover_the_services() -> None:
     pdbs = {component(o) for o in objects if o["kind"] == "PodDisruptionBudget"}
     assert pdbs == {"api", "controller", "scheduler-extender"}
     policies = {component(o): o for o in objects if o["kind"] == "NetworkPolicy"}
-    assert set(policies) == {"api", "controller", "device-plugin", "fabric", "scheduler-extender", "migrate", "test"}
+    components = {"api", "controller", "device-plugin", "fabric", "scheduler-extender", "migrate", "helm-test"}
+    assert set(policies) == components
     assert policies["controller"]["spec"]["ingress"] == []
     assert policies["api"]["spec"]["ingress"][0]["from"][0]["namespaceSelector"]
     assert policies["api"]["spec"]["ingress"][0]["ports"] == [{"port": 8443, "protocol": "TCP"}]
