@@ -35,7 +35,7 @@ from devtools.local_cluster.binaries import binary
 from devtools.local_cluster.objects import create_all
 from devtools.ports import free_port
 from devtools.processes import ANSWERING, http_ready
-from devtools.sandbox import host_database, hostpath_volumes
+from devtools.sandbox import host_database, hostpath_volumes, identities
 from devtools.sandbox.host_services import HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
 from devtools.sandbox.product import scheduler_config
@@ -105,6 +105,9 @@ def install_chart(sandbox: Sandbox, plan: Plan) -> None:
     say("starting kube-scheduler with the chart's scheduler configuration (the extender through a port-forward)")
     sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
     helm_install(sandbox, release, plan.queueing, say)
+    sandbox.identities = identities.pod_identities(
+        identities.release_cluster_side(release_manifest(sandbox.kubeconfig)), plan.nodes
+    )
     sandbox.installed = (
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
@@ -319,6 +322,11 @@ def forward(sandbox: Sandbox, name: str, target: str, local_port: int, port: int
         http_ready(url, ca_file=sandbox.tls.ca_cert if https else None, statuses=ANSWERING),
     )
     sandbox.supervisor.bring_up(name)
+
+
+def release_manifest(kubeconfig: Path) -> str:
+    """``helm get manifest`` of the release: every object it installed, as YAML."""
+    return helm(kubeconfig, "get", "manifest", RELEASE, "-n", NAMESPACE)
 
 
 def release_status(kubeconfig: Path) -> dict[str, Any]:
