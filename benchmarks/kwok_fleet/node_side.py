@@ -13,6 +13,7 @@ the bind (a real node's activation takes longer than that; the fabric service st
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 from benchmarks.kwok_fleet.context import RunContext
@@ -41,6 +42,9 @@ class NodeSide:
         self.free: dict[str, int] = {node_name(i): FULL_MASK for i in range(nodes)}
         self.holders: dict[str, dict[int, str]] = {node_name(i): {} for i in range(nodes)}
         self.publish_due: dict[str, float] = {}  # node -> earliest time its FabricState may be written
+        #: one FabricState write per node at a time, each reading the holders it writes: a write
+        #: that read them before a change can never land after the write that followed it
+        self.publishing: dict[str, threading.Lock] = {node_name(i): threading.Lock() for i in range(nodes)}
 
     def register(self) -> None:
         """Each node as its kubelet, fabric service and (DRA) driver publish it."""
@@ -145,15 +149,16 @@ class NodeSide:
 
     def _publish(self, node: str) -> None:
         """Write the node's FabricState status as the fabric service would (now)."""
-        with self.lock:
-            holders = dict(self.holders[node])
-        self.kube.request(
-            "PATCH",
-            f"/apis/{crds.GROUP}/{crds.VERSION}/{crds.FABRICSTATE_PLURAL}/{node}/status",
-            body={"status": fabric_status(holders)},
-            content_type="application/merge-patch+json",
-            idempotent=True,
-        )
+        with self.publishing[node]:
+            with self.lock:
+                holders = dict(self.holders[node])
+            self.kube.request(
+                "PATCH",
+                f"/apis/{crds.GROUP}/{crds.VERSION}/{crds.FABRICSTATE_PLURAL}/{node}/status",
+                body={"status": fabric_status(holders)},
+                content_type="application/merge-patch+json",
+                idempotent=True,
+            )
 
     def _schedule_publish(self, node: str, not_before: float) -> None:
         with self.lock:
