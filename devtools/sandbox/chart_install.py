@@ -151,7 +151,7 @@ def open_release(sandbox: Sandbox, plan: Plan) -> None:
     assert sandbox.release is not None and sandbox.release.image is not None and sandbox.extender_url is not None
     plan.say("waiting for the DaemonSets' pods on every GPU node, and for the node's GPUs offered")
     wait_nodes(sandbox)
-    reference = f"{IMAGE_REGISTRY}/{IMAGE_REPOSITORY}:{sandbox.release.image.tag}"
+    reference = image_reference(sandbox.release)
     sandbox.installed = (
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
@@ -237,12 +237,18 @@ def wait_nodes(sandbox: Sandbox) -> None:
         wait_for(offers(sandbox.kubeconfig, node.name), 120, interval=0.5, what=f"{node.name}'s GPUs")
 
 
+def image_reference(release: ChartRelease) -> str:
+    """The release's image as the nodes pull it (``ghcr.io``, which the sandbox's registry serves)."""
+    assert release.image is not None
+    return f"{IMAGE_REGISTRY}/{IMAGE_REPOSITORY}:{release.image.tag}"
+
+
 def push_image(sandbox: Sandbox, release: ChartRelease, say: Callable[[str], None]) -> str:
     """The release's image copied to the sandbox's public registry, which serves ``ghcr.io``;
     its reference there."""
     assert sandbox.registries is not None and release.image is not None
     built = release.image
-    reference = f"{IMAGE_REGISTRY}/{IMAGE_REPOSITORY}:{built.tag}"
+    reference = image_reference(release)
     say(f"pushing {reference} ({built.digest}) to the sandbox's registry, which serves {IMAGE_REGISTRY}")
     push = subprocess.run(
         [

@@ -92,15 +92,14 @@ class Forwarder:
             client.close()
             return
         upstream.settimeout(None)
+        sockets = (client, upstream)
         with self.lock:
-            if self.stopping.is_set():
-                sockets: tuple[socket.socket, ...] = ()
-            else:
-                sockets = (client, upstream)
+            carried = not self.stopping.is_set()  # once stopping, stop() has taken what is open
+            if carried:
                 self.open.update(sockets)
-        if not sockets:
-            client.close()
-            upstream.close()
+        if not carried:
+            for s in sockets:
+                s.close()
             return
         threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
         _pump(client, upstream)

@@ -42,7 +42,7 @@ def test_stopping_a_forwarder_closes_the_connections_it_carries(upstream: tuple[
     forwarder.start()
     client = socket.create_connection(forwarder.server.getsockname(), timeout=10)
     client.sendall(b"GET /watch\n")
-    server_side = _wait_accepted(accepted)
+    server_side = wait_for(lambda: accepted[0] if accepted else None, 10, what="the forwarded connection accepted")
     server_side.settimeout(10)
     assert server_side.recv(64) == b"GET /watch\n"  # carried through
 
@@ -53,7 +53,3 @@ def test_stopping_a_forwarder_closes_the_connections_it_carries(upstream: tuple[
     client.settimeout(10)
     assert client.recv(64) == b""
     client.close()
-
-
-def _wait_accepted(accepted: list[socket.socket]) -> socket.socket:
-    return wait_for(lambda: accepted[0] if accepted else None, 10, what="the forwarded connection accepted")
