@@ -175,7 +175,7 @@ test:
 	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile --durations=15 tests/api
 	@$(STAGE) rest $(PY) -m pytest -n 2 --dist loadfile --durations=30 --ignore=tests/api
 	@$(STAGE) e2e-dra $(MAKE) --no-print-directory test-e2e-dra
-	@$(STAGE) chaos $(MAKE) --no-print-directory test-chaos
+	@$(STAGE) chaos+upgrade $(MAKE) --no-print-directory -j2 --output-sync=target test-chaos test-upgrade
 	@$(STAGE) cilium $(MAKE) --no-print-directory test-cilium
 	@scripts/stages.sh report
 
@@ -216,7 +216,8 @@ test-chaos: install postgres
 # installs the chart and image of UPGRADE_FROM (a commit; by default benchmarks/upgrade.py's
 # FROM), then 200 small containers are submitted while `helm upgrade` moves it to this work
 # tree's chart and image; it exits 1 unless lost, duplicated, server_errors and stuck_leases
-# are all 0. Not part of `make test`.
+# are all 0. `make test` runs it beside the chaos soak (both mostly wait on their sandboxes;
+# docs/index.md, "Tests").
 test-upgrade: install postgres image-tools
 	$(PY) -m benchmarks.upgrade $(if $(UPGRADE_FROM),--from $(UPGRADE_FROM))
 

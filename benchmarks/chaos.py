@@ -27,7 +27,9 @@ other replica; a POST carries an ``Idempotency-Key`` so a retry can never submit
 other 5xx is a server error (counted, then retried).
 
 After the last kill, a bounded heal: until every accepted container has ended in the API,
-no pod runs, every GPU lease is Free and no NVLink partition is active (``HEAL_S`` at most).
+no pod runs, every GPU lease is Free and no NVLink partition is active, given up once
+``HEAL_S`` pass with nothing ending (a backlog that drains slowly, as it does on a loaded
+machine, is healing; one that stops draining is stuck, and its leftovers are counted).
 Then the checks, printed as one JSON object on the last line of stdout:
 
 * ``submitted`` (submissions made), ``accepted`` (answered 202);
@@ -419,9 +421,12 @@ def stuck(
 
 def heal(api: GpucaasApi, admin_token: str, kubeconfig: Path, accepted: set[str]) -> float:
     """Until every accepted container has ended, no pod runs, every lease is Free and no
-    partition is active; at most HEAL_S. Returns the seconds it took."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < HEAL_S:
+    partition is active; given up after HEAL_S without progress (:func:`draining`, measured
+    against the least left so far, so that a pod started again and again is none). Returns
+    the seconds it took."""
+    t0 = progress_at = time.monotonic()
+    least: tuple[int, ...] | None = None
+    while time.monotonic() - progress_at < HEAL_S:
         try:
             rows = api_containers(api, admin_token)
             leases, fabric, pods = cluster_state(kubeconfig)
@@ -431,10 +436,20 @@ def heal(api: GpucaasApi, admin_token: str, kubeconfig: Path, accepted: set[str]
             continue
         active = [c for c in accepted if rows.get(c, {}).get("status") in (None, "Queued", "Pending", "Running")]
         bad_leases, bad_parts = stuck(leases, fabric, pods)
-        if not active and not _running_pods(pods) and not bad_leases and not bad_parts:
+        now = (len(active), len(_running_pods(pods)), len(bad_leases), len(bad_parts))
+        if not any(now):
             return time.monotonic() - t0
+        if least is None or draining(least, now):
+            progress_at, least = time.monotonic(), now
         time.sleep(2)
+    say(f"heal: nothing ended in {HEAL_S:.0f}s; giving up")
     return time.monotonic() - t0
+
+
+def draining(before: tuple[int, ...], now: tuple[int, ...]) -> bool:
+    """Whether the heal made progress: fewer active containers, or as many with fewer of the
+    rest (pods running, leases held, partitions active, in that order)."""
+    return now < before
 
 
 def audit_pod_creates(audit_log: Path) -> Counter[str]:

@@ -25,12 +25,15 @@ authentication by client certificate from the cluster's CA and authorisation by 
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,17 +207,18 @@ class RealNode(Supervisor):
             self.kubelet.device_plugins,
         ):
             d.mkdir(parents=True, exist_ok=True)
-        if not opts.pod_cidr:
-            opts.pod_cidr = free_pod_cidr()
         if not self.kubelet_port:
             self.kubelet_port = free_port()
             self._healthz_port = free_port()
-        self._make_cgroup_root()
-        if opts.cilium_address:
-            self.network = cilium.NodeNetwork(self.name, opts.cilium_address, opts.pod_cidr)
-            self.network.up()
-        else:
-            self._make_bridge()
+        with pod_networks_chosen():  # another sandbox's node may be choosing one at once
+            if not opts.pod_cidr:
+                opts.pod_cidr = free_pod_cidr()
+            self._make_cgroup_root()
+            if opts.cilium_address:
+                self.network = cilium.NodeNetwork(self.name, opts.cilium_address, opts.pod_cidr)
+                self.network.up()
+            else:
+                self._make_bridge()
         self._write_registry_hosts()
         self._write_cni()
         cfg = self._write_containerd_config()
@@ -483,6 +487,23 @@ state = "{root / "state"}"
 def kubelet_dirs(folder: Path) -> KubeletDirs:
     """The kubelet root of the real node in ``folder``."""
     return KubeletDirs(folder / "kubelet")
+
+
+#: held while a node chooses its pod network and makes its bridge (:func:`free_pod_cidr` takes
+#: the first network no interface has: two nodes choosing at once, in sandboxes side by side,
+#: would both take it)
+POD_NETWORKS_LOCK = Path("/run/lock/gpucaas-pod-networks.lock")
+
+
+@contextmanager
+def pod_networks_chosen() -> Iterator[None]:
+    POD_NETWORKS_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with POD_NETWORKS_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def free_pod_cidr() -> str:

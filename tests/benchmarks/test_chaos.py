@@ -152,3 +152,56 @@ def test_audit_log_creates_count_successful_pod_creates_only(tmp_path) -> None: 
         )
     )
     assert chaos.audit_pod_creates(log) == Counter({"tenant-t/gpucaas-a": 1, "tenant-t/gpucaas-b": 2})
+
+
+class _Clock:
+    """time.monotonic and time.sleep of a heal that never waits: each sleep moves the clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _heal_over(monkeypatch: pytest.MonkeyPatch, counts: list[int]) -> tuple[float, int]:
+    """The heal of containers ``c0``…: at its k-th look ``counts[k]`` of them (the last count
+    from then on) are still Running, and no pod, lease or partition is left. Returns the
+    seconds it took and how many looks it made."""
+    clock, looks = _Clock(), []
+    ids = [f"c{i}" for i in range(max(counts))]
+
+    def containers(api: object, token: str) -> dict[str, dict[str, str]]:
+        left = counts[min(len(looks), len(counts) - 1)]
+        looks.append(left)
+        return {cid: {"status": "Running" if i < left else "Succeeded"} for i, cid in enumerate(ids)}
+
+    monkeypatch.setattr(chaos, "time", clock)
+    monkeypatch.setattr(chaos, "api_containers", containers)
+    monkeypatch.setattr(chaos, "cluster_state", lambda kubeconfig: ([], [], []))
+    healed = chaos.heal(None, "token", None, set(ids))  # type: ignore[arg-type]
+    return healed, len(looks)
+
+
+def test_a_heal_that_keeps_draining_is_waited_for_past_heal_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one container ends every 100 s (50 looks of 2 s): 400 s in all, longer than HEAL_S
+    counts = [4 - k // 50 for k in range(201)]
+    healed, looks = _heal_over(monkeypatch, counts)
+    assert healed == 400.0 > chaos.HEAL_S and looks == 201
+
+
+def test_a_heal_that_stops_draining_gives_up_heal_s_after_the_last_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two containers end in the first 100 s, then the last one never does
+    counts = [3 - min(k // 25, 2) for k in range(51)]
+    healed, _ = _heal_over(monkeypatch, counts)
+    assert healed == 100.0 + chaos.HEAL_S
+
+
+def test_draining_is_fewer_active_containers_first_then_fewer_of_the_rest() -> None:
+    assert chaos.draining((5, 3, 0, 0), (4, 8, 2, 0))
+    assert chaos.draining((5, 3, 0, 0), (5, 2, 0, 0))
+    assert not chaos.draining((5, 3, 0, 0), (5, 3, 0, 0))
+    assert not chaos.draining((5, 3, 0, 0), (5, 4, 0, 0))
