@@ -3,31 +3,12 @@ caasctl.yaml the sandbox writes (API URL, admin token, CA, each node's fabric so
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
-from devtools.sandbox import runner, tenant_view
+from devtools.sandbox import runner
+from tests.fixtures.sandbox import as_json, caasctl
 
 from .conftest import UNTIL_CANCELLED, activations, allocated_devices, holder_of, wait_for, wait_status
 
-CAASCTL = Path(sys.executable).with_name("caasctl")
 IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubi8"
-
-
-def caasctl(sandbox: runner.Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUCAAS_CONFIG": str(tenant_view.caasctl_config_path(sandbox)), "COLUMNS": "200"}
-    for var in ("GPUCAAS_URL", "GPUCAAS_TOKEN", "GPUCAAS_CA_CERT"):
-        env.pop(var, None)
-    return subprocess.run([str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=60, check=False)
-
-
-def as_json(result: subprocess.CompletedProcess[str]) -> Any:
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def test_inventory_through_caasctl(sandbox: runner.Sandbox) -> None:

@@ -35,8 +35,7 @@ from devtools.sandbox import chart_install, deploy_steps, host_database, runner,
 from devtools.sandbox.service_network import DNS_IP
 from devtools.sandbox.tenant_view import DEMO_TENANCY
 from devtools.waiting import wait_for
-from tests.e2e.test_caasctl_on_sandbox import as_json, caasctl
-from tests.sandbox.test_queueing_kueue import workload_of
+from tests.fixtures.sandbox import as_json, caasctl, workload_of
 
 # CI (root, `make install` builds Helm, `make test` starts PostgreSQL) never skips it
 pytestmark = pytest.mark.skipif(

@@ -35,7 +35,7 @@ from devtools.sandbox.tenant_view import DEMO_TENANCY, print_banner
 from devtools.waiting import wait_for
 from services.api.webhooks.signing import verify
 from tests.api.webhook_receiver import Receiver
-from tests.fixtures.sandbox import package_sandbox
+from tests.fixtures.sandbox import package_sandbox, workload_of
 from tests.kueue.conftest import condition
 
 
@@ -67,15 +67,6 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
         request, "gpucaas-kueue-", nodes=node_names(1), allocation_mode=request.param, queueing="kueue"
     ) as sb:
         yield sb
-
-
-def workload_of(custom: client.CustomObjectsApi, pod: Any) -> dict[str, Any] | None:
-    """The Workload Kueue made for ``pod`` (the pod is its owner)."""
-    items = custom.list_namespaced_custom_object(kueue.GROUP, kueue.VERSION, pod.metadata.namespace, "workloads")
-    return next(
-        (w for w in items["items"] if any(o["uid"] == pod.metadata.uid for o in w["metadata"]["ownerReferences"])),
-        None,
-    )
 
 
 def test_the_sandbox_says_kueue_queues_the_containers(sandbox: runner.Sandbox) -> None:
