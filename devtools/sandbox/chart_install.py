@@ -38,7 +38,7 @@ from devtools.local_cluster.binaries import bin_dir, binary
 from devtools.local_cluster.objects import create_all
 from devtools.ports import free_port
 from devtools.processes import ANSWERING, http_ready
-from devtools.sandbox import deploy_steps, host_database, hostpath_volumes
+from devtools.sandbox import deploy_steps, host_database, hostpath_volumes, identities
 from devtools.sandbox.host_services import HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
 from devtools.sandbox.product import scheduler_config
@@ -152,6 +152,9 @@ def open_release(sandbox: Sandbox, plan: Plan) -> None:
     plan.say("waiting for the DaemonSets' pods on every GPU node, and for the node's GPUs offered")
     wait_nodes(sandbox)
     reference = image_reference(sandbox.release)
+    sandbox.identities = identities.pod_identities(
+        identities.release_cluster_side(release_manifest(sandbox.kubeconfig)), plan.nodes
+    )
     sandbox.installed = (
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
@@ -374,6 +377,11 @@ def forward(sandbox: Sandbox, name: str, target: str, local_port: int, port: int
         http_ready(url, ca_file=sandbox.tls.ca_cert if https else None, statuses=ANSWERING),
     )
     sandbox.supervisor.bring_up(name)
+
+
+def release_manifest(kubeconfig: Path) -> str:
+    """``helm get manifest`` of the release: every object it installed, as YAML."""
+    return helm(kubeconfig, "get", "manifest", RELEASE, "-n", NAMESPACE)
 
 
 def release_status(kubeconfig: Path) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from devtools.processes import Revival, Supervisor
 from devtools.real_node import cilium
 from devtools.real_node.node import RealNode
 from devtools.real_node.registry import Registries
-from devtools.sandbox import hostpath_volumes, identities
+from devtools.sandbox import daemon_pods, hostpath_volumes, identities
 from devtools.sandbox.chart_install import ChartRelease, install_chart, open_release, prepare_chart
 from devtools.sandbox.cluster import start_cluster
 from devtools.sandbox.host_services import HostServices
@@ -160,10 +160,22 @@ class Sandbox:
         what was noticed or restarted, with the supervisor whose logs tell why."""
         return [(s, event) for s in self.supervisors() for event in s.revive()]
 
+    def restart_node_daemon(self, service: str, node: str) -> None:
+        """A crash of ``service`` (``device-plugin``, ``dra-driver``, ``fabric``) on ``node``, then
+        the daemon brought back: SIGKILL to its process and the supervisor's restart, or, with
+        the chart installed, SIGKILL to its container's processes and the kubelet's restart of
+        the DaemonSet pod's container (:mod:`.daemon_pods`); returns once it runs again."""
+        if self.installed is None:
+            self.supervisor.restart(f"{service}-{node}")
+            return
+        from gpucaas.chart import NAMESPACE
+
+        daemon_pods.crash(self.kubeconfig, NAMESPACE, service, self.real_nodes[node])
+
     def kubeconfig_of(self, process: str) -> Path:
         """The kubeconfig ``process`` runs with: its own identity's (the admin's on a given cluster)."""
         identity = self.identities.get(process)
-        return identity.kubeconfig if identity is not None else self.kubeconfig
+        return identity.kubeconfig if identity is not None and identity.kubeconfig is not None else self.kubeconfig
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))
