@@ -12,7 +12,8 @@ database is the host's PostgreSQL (``make postgres``, :mod:`devtools.sandbox.hos
 The tests talk to it as tenants and an admin would: HTTPS to the API, and, to check
 the outcome, the Kubernetes API, the nodes' fabric sockets (the chart's ``/run/gpucaas``
 of each node, :class:`devtools.sandbox.nodes.NodePaths`), CDI specs and kubelet state. A
-node daemon's crash is its container's processes killed (:meth:`runner.Sandbox.restart_node_daemon`).
+node daemon's crash is its container's processes killed, a kubelet's or containerd's restart
+takes the port-forwards to the API and the extender with it (:meth:`runner.Sandbox.restart_on_node`).
 
 The suite runs in either allocation mode: ``GPUCAAS_E2E_ALLOCATION=device-plugin`` (the
 default) or ``dra`` (``make test`` runs it in both). The helpers below read what the node

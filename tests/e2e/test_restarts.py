@@ -41,10 +41,7 @@ def test_restart_mid_flight_converges(
     for node in nodes:
         # SIGKILL (a crash), then started again: the kubelet in the node's mount namespace, a
         # node daemon as the chart's DaemonSet pod's container (the kubelet restarts it)
-        if service == "kubelet":
-            sandbox.real_nodes[node].restart("kubelet")
-        else:
-            sandbox.restart_node_daemon(node_service(service), node)
+        sandbox.restart_on_node(node, node_service(service))
     # Work submitted after the restart is placed and run too.
     status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "2"]})
     assert status == 202, body
@@ -77,10 +74,10 @@ def test_restarts_lose_no_running_container_and_no_gpu(sandbox: runner.Sandbox, 
     )
 
     plugin = node_service("device-plugin")
-    sandbox.real_nodes[node].restart("containerd")
-    sandbox.restart_node_daemon(plugin, node)  # SIGKILL, as every restart here
-    for real in sandbox.real_nodes.values():
-        real.restart("kubelet")
+    sandbox.restart_on_node(node, "containerd")
+    sandbox.restart_on_node(node, plugin)  # SIGKILL, as every restart here
+    for other in sandbox.real_nodes:
+        sandbox.restart_on_node(other, "kubelet")
 
     # New work gets GPUs: the plugin registered again with the restarted kubelet.
     ran = tenant.caasctl("run", "busybox:1.36", "--gpus", "2", "--", "ls", "/dev/vfio")
