@@ -189,7 +189,7 @@ test:
 # API's isolation), and its RBAC audit checks the grants the DRA chart adds.
 CPU_HOG ?= 2
 test-e2e-dra: install image-tools postgres
-	GPUCAAS_E2E_ALLOCATION=dra GPUCAAS_E2E_SCOPE=allocation GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q tests/e2e
+	GPUCAAS_E2E_ALLOCATION=dra GPUCAAS_E2E_SCOPE=allocation GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q --durations=15 tests/e2e
 
 # Opt-in, not part of `make test` (whose DRA run is under the CPU hog): the end-to-end package
 # in the device-plugin mode beside `stress-ng --cpu 2`, leaving out the tests of what a

@@ -3,7 +3,6 @@ unix socket paths must stay under 108 bytes), stopped after, its folder removed 
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.kit.report import say
 
 if TYPE_CHECKING:
-    from devtools.sandbox.runner import Sandbox
+    from devtools import folders
+from devtools.sandbox.runner import Sandbox
 
 
 @contextmanager
@@ -40,4 +40,4 @@ def sandbox(prefix: str, *, keep: Callable[[], bool] | None = None, **options: A
         if keep is not None and (failed or keep()):
             say(f"sandbox state and logs kept in {state}")
         else:
-            shutil.rmtree(state, ignore_errors=True)
+            folders.remove(state)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from devtools import folders
 from devtools.local_cluster import KUBE_VERSION, ClusterOptions, LocalCluster
 from devtools.local_cluster.objects import create_all
 from devtools.real_node import cilium
@@ -110,7 +111,7 @@ def local_cluster(
         shutil.rmtree(folder / "etcd", ignore_errors=True)
         (state_dir / "gpucaas.db").unlink(missing_ok=True)
         unmount_under(state_dir / "nodes")  # what a real node's kubelet left mounted, if it was killed
-        shutil.rmtree(state_dir / "nodes", ignore_errors=True)
+        folders.remove(state_dir / "nodes")
     if not (folder / "etcd").exists():  # an empty cluster: the chart-installed API's records go too
         host_database.drop(state_dir)
     folder.mkdir(parents=True, exist_ok=True)

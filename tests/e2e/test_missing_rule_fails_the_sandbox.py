@@ -8,12 +8,12 @@ server's own message naming it.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from devtools import folders
 from devtools.ports import free_port
 from devtools.processes import ProcessFailed
 from devtools.sandbox import identities, runner
@@ -67,4 +67,4 @@ def test_fabric_without_create_on_fabricstates_fails_the_sandbox() -> None:
             'cannot create resource "fabricstates" in API group "gpucaas.dev" at the cluster scope'
         ) in str(err.value)
     finally:
-        shutil.rmtree(state, ignore_errors=True)
+        folders.remove(state)
