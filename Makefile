@@ -188,7 +188,7 @@ test:
 # not depend on the mode (what a container does, exec, volumes, endpoints, the console, the
 # API's isolation), and its RBAC audit checks the grants the DRA chart adds.
 CPU_HOG ?= 2
-test-e2e-dra: install image-tools postgres
+test-e2e-dra: install
 	GPUCAAS_E2E_ALLOCATION=dra GPUCAAS_E2E_SCOPE=allocation GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q --durations=15 tests/e2e
 
 # Opt-in, not part of `make test` (whose DRA run is under the CPU hog): the end-to-end package
@@ -198,7 +198,7 @@ test-e2e-dra: install image-tools postgres
 CONTENTION_LEAVES_OUT := $(addprefix --ignore=tests/e2e/,test_containers_run.py test_exec.py \
 	test_volumes.py test_endpoints.py test_console_on_sandbox.py) \
 	--deselect tests/e2e/test_rbac_of_the_chart.py::test_every_granted_permission_was_used
-test-contention: install image-tools postgres
+test-contention: install
 	GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q tests/e2e $(CONTENTION_LEAVES_OUT)
 
 # The chaos soak at its quick size (benchmarks/chaos.py, docs/chaos.md): the real control

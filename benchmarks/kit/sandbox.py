@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.kit.report import say
+from devtools import folders
 
 if TYPE_CHECKING:
-    from devtools import folders
-from devtools.sandbox.runner import Sandbox
+    from devtools.sandbox.runner import Sandbox
 
 
 @contextmanager

@@ -26,11 +26,9 @@ PostgreSQL's advisory lock), and an external PostgreSQL is what production runs.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +37,8 @@ import yaml
 from devtools.local_cluster.binaries import bin_dir, binary
 from devtools.local_cluster.objects import create_all
 from devtools.ports import free_port
-from devtools.processes import ANSWERING, ProcessFailed, http_ready
-from devtools.sandbox import deploy_steps, host_database, hostpath_volumes, identities
+from devtools.processes import ANSWERING, http_ready
+from devtools.sandbox import deploy_steps, host_database, hostpath_volumes
 from devtools.sandbox.host_services import HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
 from devtools.sandbox.product import scheduler_config
@@ -73,10 +71,6 @@ ADMIN_TOKEN_SECRET = "gpucaas-sandbox-admin-token"
 #: docs/deploy.md's settings for this sandbox, in ``<state>/helm/``
 DEPLOY_SETTINGS = "deploy-settings.sh"
 HELM_TIMEOUT = "10m"
-#: the supervisor's port-forwards: to the API's Service and to the extender's
-FORWARDS = ("port-forward-api", "port-forward-scheduler-extender")
-#: how long a port-forward may take to serve again after a node's kubelet or containerd restarts
-REFORWARD_TIMEOUT = 180.0
 
 
 @dataclass(frozen=True)
@@ -158,15 +152,12 @@ def open_release(sandbox: Sandbox, plan: Plan) -> None:
     plan.say("waiting for the DaemonSets' pods on every GPU node, and for the node's GPUs offered")
     wait_nodes(sandbox)
     reference = image_reference(sandbox.release)
-    sandbox.identities = identities.pod_identities(
-        identities.release_cluster_side(release_manifest(sandbox.kubeconfig)), plan.nodes
-    )
     sandbox.installed = (
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
+    forward(sandbox, "port-forward-api", f"svc/{RELEASE}-api", plan.api_port, 443)
     extender_port = int(sandbox.extender_url.rsplit(":", 1)[1])
-    forward(sandbox, FORWARDS[0], f"svc/{RELEASE}-api", plan.api_port, 443)
-    forward(sandbox, FORWARDS[1], f"svc/{RELEASE}-scheduler-extender", extender_port, 8888)
+    forward(sandbox, "port-forward-scheduler-extender", f"svc/{RELEASE}-scheduler-extender", extender_port, 8888)
     sandbox.api_urls.append(sandbox.api_url)
 
 
@@ -383,29 +374,6 @@ def forward(sandbox: Sandbox, name: str, target: str, local_port: int, port: int
         http_ready(url, ca_file=sandbox.tls.ca_cert if https else None, statuses=ANSWERING),
     )
     sandbox.supervisor.bring_up(name)
-
-
-def reforward(sandbox: Sandbox) -> None:
-    """Every port-forward started again, each once it serves (tried until the node answers).
-
-    ``kubectl port-forward`` streams through the kubelet and containerd of the pod it picked:
-    restarting either ends it, or leaves it holding a stream that no longer carries anything,
-    so each is restarted rather than only the ones that exited."""
-
-    def restarted(name: str) -> bool:
-        try:
-            sandbox.supervisor.restart(name, sig=signal.SIGTERM, timeout=30)
-        except ProcessFailed:  # the node's kubelet not serving streams yet
-            return False
-        return True
-
-    for name in FORWARDS:
-        wait_for(partial(restarted, name), REFORWARD_TIMEOUT, interval=1, what=f"{name} serving again")
-
-
-def release_manifest(kubeconfig: Path) -> str:
-    """``helm get manifest`` of the release: every object it installed, as YAML."""
-    return helm(kubeconfig, "get", "manifest", RELEASE, "-n", NAMESPACE)
 
 
 def release_status(kubeconfig: Path) -> dict[str, Any]:

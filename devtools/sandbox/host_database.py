@@ -65,31 +65,3 @@ def drop(state_dir: Path) -> bool:
 def url(state_dir: Path, host: str) -> str:
     """The SQLAlchemy URL of the state folder's database at ``host`` (as the pods reach it)."""
     return f"postgresql+psycopg://postgres@{host}:{PORT}/{name_for(state_dir)}"
-
-
-def dump(state_dir: Path) -> bytes:
-    """Every row of the state folder's database as SQL (``pg_dump``): what a copy of it holds."""
-    name = name_for(state_dir)
-    done = subprocess.run(
-        ["pg_dump", "-h", "127.0.0.1", "-p", str(PORT), "-U", "postgres", "-d", name],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise OSError(f"pg_dump {name}: {done.stderr.decode(errors='replace').strip()}")
-    return done.stdout
-
-
-def files(state_dir: Path) -> list[Path]:
-    """The server's files that hold the state folder's database on disk: its own folder of
-    relations (``base/<oid>``) and the write-ahead log (``pg_wal``, the server's, where its
-    latest writes are before a checkpoint). Reading them takes this machine's root (or the
-    server's user)."""
-    name = name_for(state_dir)
-    data = _psql("show data_directory")
-    oid = _psql(f"select oid from pg_database where datname = '{name}'")
-    if data.returncode != 0 or oid.returncode != 0 or not oid.stdout.strip():
-        raise OSError(f"database {name}: {(data.stderr or oid.stderr).strip() or 'not there'}")
-    root = Path(data.stdout.strip())
-    folders = (root / "base" / oid.stdout.strip(), root / "pg_wal")
-    return sorted(p for folder in folders for p in folder.iterdir() if p.is_file())

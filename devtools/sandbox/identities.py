@@ -70,9 +70,7 @@ class Identity:
 
     name: str  # the process (api, controller, ...)
     user: str  # the Kubernetes user name it authenticates as
-    #: the kubeconfig it runs with; None for a pod of the chart (its projected ServiceAccount
-    #: token) and a node's kubelet of a chart-installed sandbox (the node's own kubeconfig)
-    kubeconfig: Path | None
+    kubeconfig: Path
 
 
 #: the component label of ``helm test``'s ServiceAccount and Role (templates/tests/rbac.yaml)
@@ -98,33 +96,6 @@ def cluster_side(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 def service_accounts(objects: list[dict[str, Any]]) -> dict[str, str]:
     """component (``api``, ``controller``, ...) -> its ServiceAccount's name."""
     return {chart.component(o): o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
-
-
-def release_cluster_side(manifest: str) -> list[dict[str, Any]]:
-    """The cluster side (as :func:`cluster_side` selects it) of an installed release's manifest
-    (``helm get manifest``): what the chart-installed sandbox's pods run with."""
-    return [
-        o
-        for o in yaml.safe_load_all(manifest)
-        if o
-        and o["kind"] in CLUSTER_SIDE_KINDS
-        and not chart.is_hook(o)
-        and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != HELM_TEST_COMPONENT
-    ]
-
-
-def pod_identities(objects: list[dict[str, Any]], nodes: tuple[str, ...]) -> dict[str, Identity]:
-    """The identities of a chart-installed sandbox: each component's pods run as its
-    ServiceAccount (the kubelet projects its token: no kubeconfig), each node's kubelet as
-    ``system:node:<node>``. The RBAC audit (tests/e2e/test_rbac_of_the_chart.py) reads the
-    audit log by these users, as it reads the processes' in the other install."""
-    out = {
-        component: Identity(component, f"system:serviceaccount:{chart.NAMESPACE}:{sa}", None)
-        for component, sa in service_accounts(objects).items()
-    }
-    for node in nodes:
-        out[f"node-{node}"] = Identity(f"node-{node}", f"system:node:{node}", None)
-    return out
 
 
 def write_token_file(path: Path, nodes: tuple[str, ...]) -> dict[str, str]:

@@ -51,8 +51,8 @@ from devtools.processes import Revival, Supervisor
 from devtools.real_node import cilium
 from devtools.real_node.node import RealNode
 from devtools.real_node.registry import Registries
-from devtools.sandbox import daemon_pods, hostpath_volumes, identities
-from devtools.sandbox.chart_install import ChartRelease, install_chart, open_release, prepare_chart, reforward
+from devtools.sandbox import hostpath_volumes, identities
+from devtools.sandbox.chart_install import ChartRelease, install_chart, open_release, prepare_chart
 from devtools.sandbox.cluster import start_cluster
 from devtools.sandbox.host_services import HostServices
 from devtools.sandbox.ingress import Ingress
@@ -160,32 +160,10 @@ class Sandbox:
         what was noticed or restarted, with the supervisor whose logs tell why."""
         return [(s, event) for s in self.supervisors() for event in s.revive()]
 
-    def restart_on_node(self, node: str, part: str) -> None:
-        """A crash of ``part`` on ``node``, then ``part`` brought back; returns once it runs again.
-
-        ``kubelet`` or ``containerd``: SIGKILL and started again in the node's mount namespace;
-        with the chart installed, the port-forwards to the API and the extender (which stream
-        through their pods' kubelet and containerd, and end with either) are started again too,
-        once they serve (:func:`.chart_install.reforward`). A gpucaas node daemon
-        (``device-plugin``, ``dra-driver``, ``fabric``): SIGKILL to its process and the
-        supervisor's restart, or, with the chart installed, SIGKILL to its container's processes
-        and the kubelet's restart of the DaemonSet pod's container (:mod:`.daemon_pods`)."""
-        if part in ("kubelet", "containerd"):
-            self.real_nodes[node].restart(part)
-            if self.installed is not None:
-                reforward(self)
-            return
-        if self.installed is None:
-            self.supervisor.restart(f"{part}-{node}")
-            return
-        from gpucaas.chart import NAMESPACE
-
-        daemon_pods.crash(self.kubeconfig, NAMESPACE, part, self.real_nodes[node])
-
     def kubeconfig_of(self, process: str) -> Path:
         """The kubeconfig ``process`` runs with: its own identity's (the admin's on a given cluster)."""
         identity = self.identities.get(process)
-        return identity.kubeconfig if identity is not None and identity.kubeconfig is not None else self.kubeconfig
+        return identity.kubeconfig if identity is not None else self.kubeconfig
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_cert))

@@ -44,34 +44,3 @@ def test_the_default_values_mount_the_hosts_hardware() -> None:
     daemonsets = [o for o in workloads(render()) if o["kind"] == "DaemonSet"]
     for ds in daemonsets:
         assert "/sys" in _host_paths(ds) and "GPUCAAS_FABRIC_BOARD" not in _env(ds)
-
-
-def _security_contexts(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    """workload -> its pod's and each container's securityContext."""
-    return {
-        o["metadata"]["name"]: (
-            pod_spec(o).get("securityContext"),
-            {c["name"]: c.get("securityContext") for c in pod_spec(o)["containers"]},
-        )
-        for o in workloads(objects)
-    }
-
-
-def test_the_sandbox_keeps_the_charts_production_security_contexts() -> None:
-    """The end-to-end suite runs on the chart installed with these values (tests/e2e/conftest.py):
-    every workload keeps the security context of the chart's defaults (read-only root, every
-    capability dropped, no privilege escalation, non-root but for the node daemons), in both
-    allocation modes."""
-    sandbox = yaml.safe_load(SANDBOX_VALUES.read_text())
-    assert "securityContext" not in yaml.dump(sandbox)
-    for extra in ({}, {"allocation": {"mode": "dra"}}):
-        ours = _security_contexts(render({**sandbox, **extra}))
-        production = _security_contexts(render({"schedulerExtender": {"enabled": True}, **extra}))
-        assert ours == production
-        for name, (pod, containers) in ours.items():
-            for context in containers.values():
-                assert context["readOnlyRootFilesystem"] is True, name
-                assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False, name
-                assert context["capabilities"] == {"drop": ["ALL"]}, name
-            node_daemon = name in ("gpucaas-device-plugin", "gpucaas-dra-driver", "gpucaas-fabric")
-            assert pod["runAsNonRoot"] is (not node_daemon), name

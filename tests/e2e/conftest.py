@@ -1,19 +1,8 @@
 """A running sandbox (the whole control plane + two real nodes, each with a fake HGX H100 board:
-the pinned kubelet, containerd and runc run the containers) for end-to-end tests, with the
-product installed as a platform team installs it: ``install="helm"``, the chart
-(deploy/helm/gpucaas) with deploy/helm/values-sandbox.yaml and the image built from this work
-tree (:mod:`devtools.sandbox.chart_install`). The API, the controller and the scheduler
-extender run as the chart's Deployments, the fabric service and the device plugin (the DRA
-driver) as its DaemonSets on the real nodes, each with the chart's production security
-context (read-only root filesystem, every capability dropped, non-root where the chart says:
-the node daemons run as root, the chart's choice for the root-owned node sockets); the API's
-database is the host's PostgreSQL (``make postgres``, :mod:`devtools.sandbox.host_database`).
+the pinned kubelet, containerd and runc run the containers) for end-to-end tests.
 
 The tests talk to it as tenants and an admin would: HTTPS to the API, and, to check
-the outcome, the Kubernetes API, the nodes' fabric sockets (the chart's ``/run/gpucaas``
-of each node, :class:`devtools.sandbox.nodes.NodePaths`), CDI specs and kubelet state. A
-node daemon's crash is its container's processes killed, a kubelet's or containerd's restart
-takes the port-forwards to the API and the extender with it (:meth:`runner.Sandbox.restart_on_node`).
+the outcome, the Kubernetes API, the nodes' fabric sockets, CDI specs and kubelet state.
 
 The suite runs in either allocation mode: ``GPUCAAS_E2E_ALLOCATION=device-plugin`` (the
 default) or ``dra`` (``make test`` runs it in both). The helpers below read what the node
@@ -63,9 +52,6 @@ TIMEOUT = 240.0
 #: 30 s grace period until the kubelet's SIGKILL)
 UNTIL_CANCELLED = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 ALLOCATION_MODES = ("device-plugin", "dra")
-#: how the package's sandbox runs the product: the chart installed (the tests that start a
-#: sandbox of their own say how theirs runs)
-INSTALL = "helm"
 
 
 def allocation_mode() -> str:
@@ -196,7 +182,7 @@ def cpu_hog() -> Iterator[int]:
 
 @pytest.fixture(scope="package")
 def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
-    with package_sandbox(request, "gpucaas-e2e-", allocation_mode=allocation_mode(), install=INSTALL) as sb:
+    with package_sandbox(request, "gpucaas-e2e-", allocation_mode=allocation_mode()) as sb:
         yield sb
 
 

@@ -50,11 +50,6 @@ def test_fabric_without_create_on_fabricstates_fails_the_sandbox() -> None:
         "fabricstates",
         "create",
     )
-    # The gpucaas services run as processes here (``install="processes"``), each with a token of
-    # its chart ServiceAccount under the cluster side given: the chart installed (the package's
-    # sandbox) would take its RBAC from the chart's templates, with no rule to remove short of
-    # editing the chart, and its failure would show only as ``helm install --wait`` timing out
-    # on a pod that never gets Ready (10 minutes), not as the API server's 403.
     state = Path(tempfile.mkdtemp(prefix="gpucaas-rbac-", dir="/tmp"))
     try:
         with pytest.raises((identities.RBACRefused, ProcessFailed)) as err:

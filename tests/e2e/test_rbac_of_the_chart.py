@@ -1,9 +1,7 @@
 """The chart's RBAC against what each gpucaas process did in the end-to-end run (least privilege).
 
-Every gpucaas component of the sandbox runs under its own chart ServiceAccount: the
-chart's pods with their projected tokens (the chart installed, as the end-to-end package runs
-it), or each process with a token minted for it (``install="processes"``); kube-apiserver's
-audit log records each authorisation decision. These tests run after every other
+Every process of the sandbox runs under its own chart ServiceAccount token, and
+kube-apiserver's audit log records each authorisation decision. These tests run after every other
 end-to-end test (the package's conftest orders them last) and read that record:
 no process was ever refused, and every permission the chart grants was used — or is
 listed below with the reason the end-to-end run cannot exercise it.
@@ -11,7 +9,7 @@ listed below with the reason the end-to-end run cannot exercise it.
 
 from __future__ import annotations
 
-from devtools.sandbox import chart_install, identities, runner
+from devtools.sandbox import identities, runner
 from gpucaas import chart
 
 from .conftest import allocation_mode, allocation_scope_only
@@ -26,10 +24,7 @@ _SECRETS = (
     "reading one secret, replacing and deleting it (the e2e run creates and lists); "
     "tests/api/test_secrets_and_registry.py covers them against the local cluster"
 )
-_PEERING = (
-    "Kopf peering between replicas: the sandbox's processes run one controller --standalone; "
-    "the chart's Deployment peers (with the chart installed, the verbs Kopf's peering needs are used)"
-)
+_PEERING = "Kopf peering between replicas: the sandbox runs one controller --standalone, the chart's Deployment peers"
 
 #: Granted but not exercised by tests/e2e, with why the grant is still needed.
 NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
@@ -118,11 +113,8 @@ def not_exercised(granted: dict[str, set[tuple[str, str, str]]]) -> dict[str, di
     return out
 
 
-def _chart_cluster_side(sandbox: runner.Sandbox) -> list[dict]:
-    """The chart's cluster side as the sandbox installed it, in the suite's allocation mode:
-    the release's own objects (``helm get manifest``) when the chart is installed."""
-    if sandbox.installed is not None:
-        return identities.release_cluster_side(chart_install.release_manifest(sandbox.kubeconfig))
+def _chart_cluster_side() -> list[dict]:
+    """The chart's cluster side as the sandbox installed it, in the suite's allocation mode."""
     return identities.cluster_side(identities.sandbox_values(allocation_mode()))
 
 
@@ -164,14 +156,14 @@ def test_every_process_ran_as_its_own_identity(sandbox: runner.Sandbox) -> None:
     users = {e["user"] for e in identities.audit_entries(sandbox.audit_log)}  # type: ignore[arg-type]
     for name, ident in sandbox.identities.items():
         assert ident.user in users, f"{name} never reached the API server as {ident.user}"
-    service_accounts = identities.service_accounts(_chart_cluster_side(sandbox))
+    service_accounts = identities.service_accounts(_chart_cluster_side())
     assert set(service_accounts) <= set(sandbox.identities)
     for component, sa in service_accounts.items():
         assert sandbox.identities[component].user == f"system:serviceaccount:{chart.NAMESPACE}:{sa}"
 
 
 def test_every_granted_permission_was_used(sandbox: runner.Sandbox) -> None:
-    granted = full = _granted(_chart_cluster_side(sandbox))
+    granted = full = _granted(_chart_cluster_side())
     if allocation_scope_only():
         # only the mode's own tests ran: what the mode's chart grants beyond the device-plugin
         # chart's is checked here, the rest by the device-plugin run, which runs every test

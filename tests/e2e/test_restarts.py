@@ -39,9 +39,11 @@ def test_restart_mid_flight_converges(
     running = [wait_status(tenant, cid, "Running") for cid in ids]
     nodes = {c["node_name"] for c in running}
     for node in nodes:
-        # SIGKILL (a crash), then started again: the kubelet in the node's mount namespace, a
-        # node daemon as the chart's DaemonSet pod's container (the kubelet restarts it)
-        sandbox.restart_on_node(node, node_service(service))
+        # SIGKILL (a crash), then started again (a kubelet in the node's mount namespace)
+        if service == "kubelet":
+            sandbox.real_nodes[node].restart("kubelet")
+        else:
+            sandbox.supervisor.restart(f"{node_service(service)}-{node}")
     # Work submitted after the restart is placed and run too.
     status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "2"]})
     assert status == 202, body
@@ -74,10 +76,10 @@ def test_restarts_lose_no_running_container_and_no_gpu(sandbox: runner.Sandbox, 
     )
 
     plugin = node_service("device-plugin")
-    sandbox.restart_on_node(node, "containerd")
-    sandbox.restart_on_node(node, plugin)  # SIGKILL, as every restart here
-    for other in sandbox.real_nodes:
-        sandbox.restart_on_node(other, "kubelet")
+    sandbox.real_nodes[node].restart("containerd")
+    sandbox.supervisor.restart(f"{plugin}-{node}")  # SIGKILL, as every restart here
+    for real in sandbox.real_nodes.values():
+        real.restart("kubelet")
 
     # New work gets GPUs: the plugin registered again with the restarted kubelet.
     ran = tenant.caasctl("run", "busybox:1.36", "--gpus", "2", "--", "ls", "/dev/vfio")

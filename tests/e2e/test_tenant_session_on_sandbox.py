@@ -3,15 +3,7 @@ webhooks (one receiver fails its first two deliveries), run a 2-GPU `ls /dev/vfi
 `caasctl run --follow` (log shown, exit code 0), see `caasctl usage` charge it 2 × about 3
 GPU-seconds from the container's own start and end as the kubelet reports them, and find
 `container.running` and `container.succeeded` at both receivers, each signed as
-docs/webhooks.md tells tenants to verify.
-
-The receivers listen on this machine's loopback, the only address here a webhook may reach:
-the API refuses private, link-local and cluster addresses always, and loopback ones unless
-``webhook_allow_loopback`` (a setting for the sandbox and tests, which the chart does not
-offer). The chart-installed API of the package's sandbox runs in a pod, whose loopback is its
-own, so this session runs on a sandbox of its own with the services as processes
-(``install="processes"``, one GPU node), whose API has that setting and shares this
-machine's loopback."""
+docs/webhooks.md tells tenants to verify."""
 
 from __future__ import annotations
 
@@ -19,33 +11,20 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from devtools.sandbox import runner, tenant_view
 from services.api.webhooks.signing import verify
 from tests.api.webhook_receiver import Receiver
-from tests.fixtures.sandbox import package_sandbox
 
-from .conftest import Tenant, allocation_mode, new_tenant, wait_for
+from .conftest import wait_for
 
 CAASCTL = Path(sys.executable).with_name("caasctl")
 EVENTS = ("container.running", "container.succeeded")
 
 
-@pytest.fixture(scope="module")
-def own_sandbox(request: pytest.FixtureRequest) -> Iterator[runner.Sandbox]:
-    with package_sandbox(
-        request, "gpucaas-e2e-hooks-", nodes=("gpu-node-a",), allocation_mode=allocation_mode(), install="processes"
-    ) as sb:
-        yield sb
-
-
-def test_a_tenants_session_run_usage_and_signed_webhooks(own_sandbox: runner.Sandbox) -> None:
-    sandbox = own_sandbox
-    tenant = new_tenant(Tenant(sandbox, sandbox.admin_token), "metered")
+def test_a_tenants_session_run_usage_and_signed_webhooks(sandbox: runner.Sandbox, tenant_factory) -> None:
+    tenant = tenant_factory("metered")
     env = {
         **os.environ,
         "GPUCAAS_CONFIG": str(tenant_view.caasctl_config_path(sandbox)),
