@@ -24,91 +24,29 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
-from core.crds import LABEL_CONTAINER
 from devtools import waiting
-from devtools.local_cluster.binaries import binary
 from devtools.real_node import cilium
 from devtools.sandbox import runner
 from tests.e2e.conftest import TIMEOUT, UNTIL_CANCELLED, Tenant, new_tenant
 from tests.e2e.test_endpoints import fetch
+from tests.e2e_cilium.probes import (
+    PAGE,
+    PROBE_SECONDS,
+    SERVE,
+    Container,
+    assert_dropped,
+    kubectl,
+    policy_drops,
+    served,
+    start_container,
+)
 
-PAGE = "served from a gpucaas container"
-SERVE = f"mkdir -p /tmp/www && echo '{PAGE}' > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"
 METADATA = "169.254.169.254"
 #: the metadata service's own address on the uplink (the nodes' route to 169.254.169.254)
 METADATA_UPLINK = str(cilium.UPLINK_NETWORK[5])
-PROBE_SECONDS = 4
-
-
-@dataclass
-class Container:
-    tenant: Tenant
-    cid: str
-    ip: str
-    node: str
-
-
-def _kubectl(sandbox: runner.Sandbox, *args: str) -> str:
-    out = subprocess.run(
-        [binary("kubectl"), "--kubeconfig", str(sandbox.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return out.stdout
-
-
-def _start(sandbox: runner.Sandbox, tenant: Tenant, *command: str, port: bool = False) -> Container:
-    args = ["run", "busybox:1.36", "--detach", *(["--port", "8080"] if port else []), "--", *command]
-    ran = tenant.caasctl(*args)
-    assert ran.returncode == 0, (ran.stdout, ran.stderr)
-    cid = ran.stdout.strip()
-    tenant.wait(cid, "Running")
-    pods = json.loads(_kubectl(sandbox, "get", "pods", "-A", "-l", f"{LABEL_CONTAINER}={cid}", "-o", "json"))
-    (pod,) = pods["items"]
-    return Container(tenant, cid, pod["status"]["podIP"], pod["spec"]["nodeName"])
-
-
-def get(source: Container, address: str, port: int) -> tuple[int, str]:
-    """An HTTP GET from ``source``'s container with busybox ``nc`` (its ``-w`` bounds the
-    connection: a drop reads ``nc: timed out``, a refusal ``Connection refused``): exit code
-    and what it printed."""
-    request = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w {PROBE_SECONDS} {address} {port}"
-    done = source.tenant.caasctl("exec", source.cid, "--", "sh", "-c", request)
-    return done.returncode, done.stdout + done.stderr
-
-
-def served(source: Container, address: str, port: int = 8080) -> bool:
-    code, out = get(source, address, port)
-    return code == 0 and out.split("\n", 1)[0].split()[1:2] == ["200"] and PAGE in out
-
-
-def assert_dropped(source: Container, address: str, port: int = 8080) -> None:
-    code, out = get(source, address, port)
-    assert code != 0 and "timed out" in out, f"{address}:{port} from {source.cid}: expected a drop, got {code}: {out}"
-
-
-def policy_drops(sandbox: runner.Sandbox) -> int:
-    """Packets Cilium's datapath dropped for policy on every node so far (``cilium-dbg bpf metrics list``)."""
-    total = 0
-    for node in sandbox.real_nodes.values():
-        # it reads the datapath's pinned maps: in the node's mount namespace, where its bpffs is
-        holder = node.pid("mount-namespace")
-        dbg = node.cluster.bin_dir / cilium.DBG
-        out = subprocess.run(
-            ["nsenter", f"--mount=/proc/{holder}/ns/mnt", "--", dbg, "bpf", "metrics", "list", "-o", "json"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout
-        total += sum(int(row["packets"]) for row in json.loads(out) if row["reason"].startswith("Policy denied"))
-    return total
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +62,10 @@ def other(admin: Tenant) -> Tenant:
 @pytest.fixture(scope="module")
 def containers(sandbox: runner.Sandbox, acme: Tenant, other: Tenant) -> dict[str, Container]:
     return {
-        "acme-server": _start(sandbox, acme, "sh", "-c", SERVE, port=True),
-        "acme-client": _start(sandbox, acme, *UNTIL_CANCELLED),
-        "other-server": _start(sandbox, other, "sh", "-c", SERVE),
-        "other-client": _start(sandbox, other, *UNTIL_CANCELLED),
+        "acme-server": start_container(sandbox, acme, "sh", "-c", SERVE, port=True),
+        "acme-client": start_container(sandbox, acme, *UNTIL_CANCELLED),
+        "other-server": start_container(sandbox, other, "sh", "-c", SERVE),
+        "other-client": start_container(sandbox, other, *UNTIL_CANCELLED),
     }
 
 
@@ -187,7 +125,7 @@ def test_the_nodes_run_cilium_and_the_tenancies_have_their_policies(sandbox: run
     assert sandbox.network == "cilium" and len(sandbox.real_nodes) == 2
     for node in sandbox.real_nodes.values():
         assert cilium.agent_ready(node.cluster.bin_dir, node.folder)
-    valid = json.loads(_kubectl(sandbox, "get", "ciliumnetworkpolicies", "-n", "tenant-acme", "-o", "json"))
+    valid = json.loads(kubectl(sandbox, "get", "ciliumnetworkpolicies", "-n", "tenant-acme", "-o", "json"))
     names = {p["metadata"]["name"] for p in valid["items"]}
     assert "tenant-isolation" in names
 
