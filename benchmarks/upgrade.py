@@ -224,7 +224,7 @@ def service_url(kubeconfig: Path) -> str:
 
 def revive_loop(sb: Any, stop: threading.Event) -> None:
     """Until ``stop``: the sandbox's host processes started again when they exit (the
-    port-forwards to the extender and the API end with the pod they forward to)."""
+    port-forward to the API ends with the pod it forwards to)."""
     while not stop.wait(1.0):
         for _, event in sb.revive():
             if event.restarted:

@@ -15,8 +15,12 @@ tenant volumes' StorageClass) and docs/deploy.md's settings for this sandbox
 Secrets (the database's, the API's TLS and the admin token's, from the sandbox's own files),
 ``helm upgrade --install --wait``, the admin token read back, ``helm test``, the GPU nodes
 labelled. Last, :func:`open_release`: every node's GPUs offered, and ``kubectl port-forward`` to
-the API's and the extender's Services, so that the API keeps its URL
-(``https://127.0.0.1:<api port>``) and kube-scheduler reaches the extender.
+the API's Service, so that the API keeps its URL (``https://127.0.0.1:<api port>``).
+
+kube-scheduler runs on this machine, as a kubeadm control plane's runs on its host's network, with
+deploy/scheduler's configuration unchanged: it calls the extender at the fixed ClusterIP that
+file names (deploy/helm/values-sandbox.yaml gives the extender's Service that address), and
+kube-proxy carries the connection to the extender's pod, whichever pod that is after an upgrade.
 
 The database is the host's PostgreSQL (``make postgres``), one database per state folder
 (:mod:`.host_database`): the chart takes only a PostgreSQL URL (its migrations run once, from a hook Job, under
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,12 +41,11 @@ import yaml
 
 from devtools.local_cluster.binaries import bin_dir, binary
 from devtools.local_cluster.objects import create_all
-from devtools.ports import free_port
 from devtools.processes import ANSWERING, http_ready
 from devtools.sandbox import deploy_steps, host_database, hostpath_volumes
 from devtools.sandbox.host_services import HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
-from devtools.sandbox.product import scheduler_config
+from devtools.sandbox.product import SCHEDULER_CONFIGS
 from devtools.sandbox.queueing import chart_values as queueing_values
 from devtools.waiting import wait_for
 
@@ -115,10 +119,10 @@ def prepare_chart(sandbox: Sandbox, plan: Plan) -> None:
         [real.gateway for real in sandbox.real_nodes.values()],
     )
     services.start()
-    extender_port = free_port()
-    say("starting kube-scheduler with the chart's scheduler configuration (the extender through a port-forward)")
-    sandbox.cluster.start_scheduler(scheduler_config(plan.allocation_mode, f"http://127.0.0.1:{extender_port}"))
-    sandbox.extender_url = f"http://127.0.0.1:{extender_port}"
+    config = shipped_scheduler_config(plan.allocation_mode)
+    sandbox.extender_url = extender_url(config)
+    say(f"starting kube-scheduler with deploy/scheduler's configuration (its extender at {sandbox.extender_url})")
+    sandbox.cluster.start_scheduler(config)
     settings = deploy_steps.write_settings(
         sandbox.state_dir / "helm" / DEPLOY_SETTINGS,
         deploy_settings(sandbox, release, values_files(sandbox, release, plan.queueing)),
@@ -145,9 +149,21 @@ def deploy_settings(sandbox: Sandbox, release: ChartRelease, files: list[Path]) 
     }
 
 
+def shipped_scheduler_config(allocation_mode: str) -> dict[str, Any]:
+    """deploy/scheduler's KubeSchedulerConfiguration for the mode, as shipped (its extender at
+    the fixed ClusterIP of the extender's Service)."""
+    name = "kube-scheduler-config-dra.yaml" if allocation_mode == "dra" else "kube-scheduler-config.yaml"
+    return dict(yaml.safe_load((SCHEDULER_CONFIGS / name).read_text()))
+
+
+def extender_url(config: dict[str, Any]) -> str:
+    (extender,) = config["extenders"]
+    return str(extender["urlPrefix"])
+
+
 def open_release(sandbox: Sandbox, plan: Plan) -> None:
-    """Once the release is installed: every node's GPUs offered, the API and the extender
-    forwarded to this machine."""
+    """Once the release is installed: every node's GPUs offered, the API forwarded to this
+    machine, the extender answering at its Service."""
     assert sandbox.release is not None and sandbox.release.image is not None and sandbox.extender_url is not None
     plan.say("waiting for the DaemonSets' pods on every GPU node, and for the node's GPUs offered")
     wait_nodes(sandbox)
@@ -156,8 +172,13 @@ def open_release(sandbox: Sandbox, plan: Plan) -> None:
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
     forward(sandbox, "port-forward-api", f"svc/{RELEASE}-api", plan.api_port, 443)
-    extender_port = int(sandbox.extender_url.rsplit(":", 1)[1])
-    forward(sandbox, "port-forward-scheduler-extender", f"svc/{RELEASE}-scheduler-extender", extender_port, 8888)
+    plan.say(f"waiting for the scheduler extender to answer at its Service ({sandbox.extender_url})")
+    wait_for(
+        http_ready(f"{sandbox.extender_url}/readyz"),
+        300,
+        interval=0.5,
+        what="the scheduler extender Ready at its Service",
+    )
     sandbox.api_urls.append(sandbox.api_url)
 
 
@@ -308,14 +329,17 @@ def values_of_run(
     """The run's values: the image built from this work tree, the fake boards' golden firmware,
     the StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner, the
     allocation mode (``dra``: the DRA driver with binding conditions, as the sandbox's
-    processes run it, and the lease agent's quick rounds of values-sandbox.yaml beside it) and
-    the queueing (``kueue``: ``queueing.mode``, Kueue running on this machine against the cluster)."""
+    processes run it, and the lease agent's quick rounds of values-sandbox.yaml beside it), the
+    queueing (``kueue``: ``queueing.mode``, Kueue running on this machine against the cluster)
+    and the extender's Service at the address kube-scheduler's shipped configuration calls."""
     from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
 
+    extender = urllib.parse.urlsplit(extender_url(shipped_scheduler_config(allocation_mode)))
     values: dict[str, Any] = {
         **hostpath_volumes.chart_values(),
         **queueing_values(queueing),
         "image": {"tag": tag, "digest": digest},
+        "schedulerExtender": {"service": {"clusterIP": extender.hostname}, "port": extender.port},
         "devicePlugin": {
             "firmware": {
                 "golden": {H100_SXM5_DEVICE: {"sha256": [golden_rom_sha256()], "versions": [GOLDEN_ROM_VERSION]}}

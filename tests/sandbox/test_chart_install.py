@@ -159,6 +159,16 @@ def test_a_tenant_runs_a_two_gpu_container_through_the_installed_api(sandbox: ru
     )
 
 
+def test_kube_scheduler_reaches_the_extender_at_its_service_address(sandbox: runner.Sandbox) -> None:
+    """As on a kubeadm control plane: kube-scheduler on this machine calls the extender's fixed
+    ClusterIP (deploy/scheduler's configuration as shipped), and kube-proxy carries it to the pod."""
+    (extender,) = chart_install.shipped_scheduler_config(sandbox.allocation_mode)["extenders"]
+    assert sandbox.extender_url == extender["urlPrefix"]
+    with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:
+        seen = {n["node"] for n in json.load(resp)["nodes"]}
+    assert seen == {node.name for node in sandbox.nodes}
+
+
 def test_the_nodes_offer_their_gpus_in_the_allocation_mode(sandbox: runner.Sandbox) -> None:
     """The device plugin's 8 GPUs in each node's allocatable, or the DRA driver's ResourceSlices
     and the 8 GPUs it advertises in each node's capacity (what pods queued by Kueue request)."""

@@ -79,6 +79,26 @@ def test_the_helm_install_queues_by_kueue_on_the_nodes_instance_type() -> None:
     assert controller["GPUCAAS_CONTROLLER_GPU_INSTANCE_TYPE"] == GPU_NODE_LABELS["node.kubernetes.io/instance-type"]
 
 
+@pytest.mark.parametrize("mode", ["device-plugin", "dra"])
+def test_the_extenders_service_has_the_address_the_shipped_scheduler_configuration_calls(
+    mode: str, tmp_path: Path
+) -> None:
+    """kube-scheduler runs deploy/scheduler's configuration unchanged: the run's values give the
+    extender's Service the fixed ClusterIP and port its urlPrefix names."""
+    run_values = tmp_path / "values-run.yaml"
+    chart_install.write_values(run_values, values_of_run("t", "sha256:" + "0" * 64, mode))
+    rendered = chart_install.helm(
+        tmp_path / "no-kubeconfig",
+        *("template", chart_install.RELEASE, str(chart_install.CHART), "-n", chart_install.NAMESPACE),
+        *("-f", str(chart_install.SANDBOX_VALUES), "-f", str(run_values)),
+    )
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    service = chart.find(objects, "Service", "gpucaas-scheduler-extender")["spec"]
+    (extender,) = chart_install.shipped_scheduler_config(mode)["extenders"]
+    assert extender["urlPrefix"] == f"http://{service['clusterIP']}:{service['ports'][0]['port']}"
+    assert service["clusterIP"] == "10.96.0.88"
+
+
 def test_a_commit_tag_that_reads_as_a_number_reaches_helm_as_a_string(tmp_path: Path) -> None:
     """Helm's YAML 1.2 parser reads the tag ``9691345789e1`` as a number, which the chart's schema
     refuses (image.tag is a string): the run's values file keeps it a string."""
