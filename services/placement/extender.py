@@ -220,8 +220,11 @@ def build_binding_result(error: str = "") -> dict[str, Any]:
 
 
 def filter_result(index: FleetIndex, args: ExtenderArgs, resource: str = GPU_RESOURCE) -> dict[str, Any]:
+    """The candidates that give the pod a whole partition of its size, narrowed to the best fit
+    (:meth:`FleetIndex.filter`'s ``best_only``): the device-plugin mode's kube-scheduler
+    configuration then calls no prioritize."""
     size = pod_gpu_count(args.pod, resource)
-    outcome = index.filter(args.candidate_names(), size)
+    outcome = index.filter(args.candidate_names(), size, best_only=True)
     return build_filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable)
 
 

@@ -183,8 +183,13 @@ class FleetIndex:
             raise KeyError(name)
         return FIT_TABLE[size][node.free_mask]
 
-    def filter(self, names: Iterable[str], size: int) -> FilterOutcome:
-        """Keep the candidates that can give a whole partition of the pod's size."""
+    def filter(self, names: Iterable[str], size: int, *, best_only: bool = False) -> FilterOutcome:
+        """Keep the candidates that can give a whole partition of the pod's size.
+
+        ``best_only``: keep, of those, only the best fit (the lowest best-fit key of their free
+        GPUs, ties kept: kube-scheduler's own scoring picks among them) and fail the others,
+        saying that another node fits better. What :meth:`prioritize` would rank first is then
+        all kube-scheduler gets, and it need not call prioritize: one round trip less per pod."""
         names = list(names)
         if size == 0:
             return FilterOutcome(names, {}, {})
@@ -195,16 +200,26 @@ class FleetIndex:
         fits = _FITS_X[size]
         state = self._state
         passed: list[str] = []
-        rejected: list[str] = []  # two flat lists, not tuples: no GC-tracked garbage per node
+        passed_masks: list[int] = []
+        rejected: list[str] = []  # flat lists, not tuples: no GC-tracked garbage per node
         rejected_masks: list[int] = []
         for name in names:
             mask = state.get(name, _UNKNOWN)
             if fits[mask]:
                 passed.append(name)
+                passed_masks.append(mask)
             else:
                 rejected.append(name)
                 rejected_masks.append(mask)
         failed: dict[str, str] = {}
+        if best_only and len(set(passed_masks)) > 1:
+            table = FIT_TABLE[size]
+            best = min(table[m].key for m in set(passed_masks))
+            kept = [n for n, m in zip(passed, passed_masks, strict=True) if table[m].key == best]
+            if len(kept) < len(passed):
+                better = f"another node fits a {size}-GPU partition better (best fit)"
+                failed.update((n, better) for n, m in zip(passed, passed_masks, strict=True) if table[m].key != best)
+                passed = kept
         unresolvable: dict[str, str] = {}
         healthy_of = self._healthy
         reasons: dict[int, str] = {}

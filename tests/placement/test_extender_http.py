@@ -21,9 +21,12 @@ def test_filter_node_cache_capable(extender_url: str, http: httpx.Client) -> Non
     assert resp.status_code == 200
     result = resp.json()
     assert set(result) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
-    assert result["NodeNames"] == ["gpu-node-a", "gpu-node-b", "gpu-node-d"]
+    # a, b and d have a free pair; d's lone pair is the best fit (a's board and b's quad stay whole)
+    assert result["NodeNames"] == ["gpu-node-d"]
     assert result["Nodes"] is None
-    assert list(result["FailedNodes"]) == ["gpu-node-c"]  # GPUs 1+2 are no NVLink pair
+    assert result["FailedNodes"]["gpu-node-a"] == "another node fits a 2-GPU partition better (best fit)"
+    assert result["FailedNodes"]["gpu-node-b"] == "another node fits a 2-GPU partition better (best fit)"
+    assert "no whole 2-GPU partition" in result["FailedNodes"]["gpu-node-c"]  # GPUs 1+2 are no NVLink pair
     assert result["FailedAndUnresolvableNodes"] == {}
     assert result["Error"] == ""
 
@@ -41,13 +44,12 @@ def test_filter_with_a_node_list_answers_a_node_list(extender_url: str, http: ht
 
 def test_prioritize_scores_best_fit_highest(extender_url: str, http: httpx.Client) -> None:
     for size, best in ((2, "gpu-node-d"), (4, "gpu-node-b"), (8, "gpu-node-a")):
-        fitting = http.post(
-            f"{extender_url}/filter", json={"Pod": pod(size), "Nodes": None, "NodeNames": NAMES}
-        ).json()["NodeNames"]
-        resp = http.post(f"{extender_url}/prioritize", json={"Pod": pod(size), "Nodes": None, "NodeNames": fitting})
+        kept = http.post(f"{extender_url}/filter", json={"Pod": pod(size), "Nodes": None, "NodeNames": NAMES}).json()
+        assert kept["NodeNames"] == [best]  # the filter answers the best fit alone
+        resp = http.post(f"{extender_url}/prioritize", json={"Pod": pod(size), "Nodes": None, "NodeNames": NAMES})
         assert resp.status_code == 200
         hosts = resp.json()
-        assert [h["Host"] for h in hosts] == fitting
+        assert [h["Host"] for h in hosts] == NAMES
         assert all(set(h) == {"Host", "Score"} and 0 <= h["Score"] <= 10 for h in hosts)
         assert max(hosts, key=lambda h: h["Score"])["Host"] == best
         assert max(h["Score"] for h in hosts) == 10

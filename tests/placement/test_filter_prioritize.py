@@ -147,6 +147,27 @@ def test_scores_follow_the_best_fit_key_and_the_best_node_agrees(nodes: dict[str
         assert best.gpus == choose_gpus(gpus_of(nodes[best.node]), size).gpus  # type: ignore[union-attr]
 
 
+@settings(max_examples=150, deadline=None)
+@given(fleets, sizes)
+def test_the_best_only_filter_keeps_the_best_fit_ties_and_fails_the_rest(nodes: dict[str, int], size: int) -> None:
+    index = _index(nodes)
+    names = list(nodes)
+    every = index.filter(names, size)
+    best = index.filter(names, size, best_only=True)
+    keys = {n: FIT_TABLE[size][nodes[n]].key for n in every.passed}
+    assert best.passed == [n for n in every.passed if keys[n] == min(keys.values(), default=None)]
+    assert bool(best.passed) == bool(every.passed)
+    assert best.unresolvable == every.unresolvable
+    for name in every.passed:
+        if name not in best.passed:
+            assert best.failed[name] == f"another node fits a {size}-GPU partition better (best fit)"
+    assert {n: r for n, r in best.failed.items() if n not in every.passed} == every.failed
+    # what prioritize would rank first is among what the filter keeps
+    scores = dict(index.prioritize(names, size))
+    top = [n for n in names if scores[n] == MAX_EXTENDER_PRIORITY and n in every.passed]
+    assert not top or set(top) <= set(best.passed)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 9), sizes, st.booleans()), min_size=1, max_size=80))
 def test_index_stays_consistent_through_takes_and_releases(ops: list[tuple[int, int, bool]]) -> None:

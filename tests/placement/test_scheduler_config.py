@@ -53,13 +53,14 @@ def test_extender_entry_matches_the_server(which: str, config: dict[str, Any]) -
     assert config["kind"] == "KubeSchedulerConfiguration"
     [ext] = config["extenders"]
     routes = {r.path for r in create_app(FleetIndex()).routes if "POST" in getattr(r, "methods", set())}
-    for verb in ("filterVerb", "prioritizeVerb", "bindVerb"):
+    for verb in ("filterVerb", "bindVerb"):
         assert f"/{ext[verb]}" in routes
+    # the filter answers the best fit alone: a prioritize call would only score ties alike
+    assert "prioritizeVerb" not in ext and "weight" not in ext
     assert ext["nodeCacheCapable"] is True
     assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
     assert ext["ignorable"] is False
     assert ext["urlPrefix"] == URL_PREFIX[which]
-    assert 1 <= ext["weight"]
     fit = config["profiles"][0]["pluginConfig"][0]
     assert fit["name"] == "NodeResourcesFit" and fit["args"]["scoringStrategy"]["type"] == "MostAllocated"
 
