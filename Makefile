@@ -44,7 +44,7 @@ upstream:
 
 # Cilium v1.20 (agent, generic operator, cilium-dbg, cilium-cni and the datapath's C sources)
 # into the same folder (docs/cilium.md; ~9 min on 2 cores the first time), for what runs it:
-# `gpucaas sandbox --network cilium` and `make test-cilium` (in make test's last stage).
+# `gpucaas sandbox --network cilium` and `make test-cilium` (make test's last stage).
 upstream-cilium:
 	@GPUCAAS_CILIUM=1 upstream/build.sh >/dev/null
 
@@ -77,9 +77,8 @@ image-tools:
 	fi
 
 # Tenant isolation proven with packets (tests/e2e_cilium, docs/cilium.md): the sandbox's real
-# nodes in network namespaces of their own with Cilium enforcing the policies, and the chart's own
-# NetworkPolicies proven the same way. In `make test`'s last stage (Cilium's agent sets
-# system-wide sysctls; its build is cached like the others).
+# nodes in network namespaces of their own with Cilium enforcing the policies. The last stage of
+# `make test` (Cilium's agent sets system-wide sysctls; its build is cached like the others).
 CILIUM_APT_PACKAGES := clang-19 llvm-19
 test-cilium: install upstream-cilium
 	@missing=$$(for p in $(CILIUM_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -166,21 +165,18 @@ lint: $(VENV)/.installed
 # nodes or a sandbox one after another on one of them, the other files on the other
 # (tests/conftest.py's scheduler keeps them together; much of that time is spent waiting on kubelets, containers and
 # QEMU, which the other worker fills).
-# The last stage runs the chaos soak, the upgrade under load and the Cilium packet tests side by
-# side: each mostly waits on its own sandbox (one after the other they take about 10:50, side
-# by side about 9:15; docs/index.md, "Tests"). Cilium's build comes in the install stage, so that
-# on a new machine it does not run beside them.
 # Each stage is timed (scripts/stages.sh); the table ends the output, or follows a failed stage.
 STAGE := scripts/stages.sh run
 test:
 	@scripts/stages.sh begin
-	@$(STAGE) install $(MAKE) --no-print-directory install checkov promtool test-image postgres upstream-cilium
+	@$(STAGE) install $(MAKE) --no-print-directory install checkov promtool test-image postgres
 	@$(STAGE) image $(MAKE) --no-print-directory image
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile --durations=15 tests/api
 	@$(STAGE) rest $(PY) -m pytest -n 2 --dist loadfile --durations=30 --ignore=tests/api
 	@$(STAGE) e2e-dra $(MAKE) --no-print-directory test-e2e-dra
-	@$(STAGE) chaos+upgrade+cilium $(MAKE) --no-print-directory -j3 --output-sync=target test-chaos test-upgrade test-cilium
+	@$(STAGE) chaos+upgrade $(MAKE) --no-print-directory -j2 --output-sync=target test-chaos test-upgrade
+	@$(STAGE) cilium $(MAKE) --no-print-directory test-cilium
 	@scripts/stages.sh report
 
 # The end-to-end package again in the DRA allocation mode (tests/e2e/conftest.py: the
