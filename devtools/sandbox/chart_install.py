@@ -19,7 +19,7 @@ the API's Service, so that the API keeps its URL (``https://127.0.0.1:<api port>
 
 kube-scheduler runs on this machine, as a kubeadm control plane's runs on its host's network, with
 deploy/scheduler's configuration unchanged: it calls the extender at the fixed ClusterIP that
-file names (deploy/helm/values-sandbox.yaml gives the extender's Service that address), and
+file names (the run's values, :func:`values_of_run`, give the extender's Service that address), and
 kube-proxy carries the connection to the extender's pod, whichever pod that is after an upgrade.
 
 The database is the host's PostgreSQL (``make postgres``), one database per state folder
@@ -45,7 +45,7 @@ from devtools.processes import ANSWERING, http_ready
 from devtools.sandbox import deploy_steps, host_database, hostpath_volumes
 from devtools.sandbox.host_services import HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
-from devtools.sandbox.product import SCHEDULER_CONFIGS
+from devtools.sandbox.product import shipped_scheduler_config
 from devtools.sandbox.queueing import chart_values as queueing_values
 from devtools.waiting import wait_for
 
@@ -147,13 +147,6 @@ def deploy_settings(sandbox: Sandbox, release: ChartRelease, files: list[Path]) 
         "ADMIN_TOKEN_SECRET": ADMIN_TOKEN_SECRET,
         "GPU_NODES": " ".join(node.name for node in sandbox.nodes),
     }
-
-
-def shipped_scheduler_config(allocation_mode: str) -> dict[str, Any]:
-    """deploy/scheduler's KubeSchedulerConfiguration for the mode, as shipped (its extender at
-    the fixed ClusterIP of the extender's Service)."""
-    name = "kube-scheduler-config-dra.yaml" if allocation_mode == "dra" else "kube-scheduler-config.yaml"
-    return dict(yaml.safe_load((SCHEDULER_CONFIGS / name).read_text()))
 
 
 def extender_url(config: dict[str, Any]) -> str:

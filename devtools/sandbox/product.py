@@ -160,14 +160,20 @@ def start_api(sandbox: Sandbox, plan: Plan) -> None:
         )
 
 
-def scheduler_config(allocation_mode: str, extender_url: str) -> dict[str, Any]:
-    """kube-scheduler's configuration: the chart's own file for the mode
-    (``deploy/scheduler/kube-scheduler-config[-dra].yaml``), its extender at ``extender_url``."""
+def shipped_scheduler_config(allocation_mode: str) -> dict[str, Any]:
+    """kube-scheduler's configuration as shipped for the mode
+    (``deploy/scheduler/kube-scheduler-config[-dra].yaml``: its extender at the fixed ClusterIP
+    of the extender's Service)."""
     name = "kube-scheduler-config-dra.yaml" if allocation_mode == "dra" else "kube-scheduler-config.yaml"
-    config = yaml.safe_load((SCHEDULER_CONFIGS / name).read_text())
+    return dict(yaml.safe_load((SCHEDULER_CONFIGS / name).read_text()))
+
+
+def scheduler_config(allocation_mode: str, extender_url: str) -> dict[str, Any]:
+    """The shipped configuration for the mode, its extender at ``extender_url``."""
+    config = shipped_scheduler_config(allocation_mode)
     for extender in config.get("extenders") or []:
         extender["urlPrefix"] = extender_url
-    return dict(config)
+    return config
 
 
 def api_secret_rights(chart_objects: list[dict[str, Any]] | None) -> dict[str, str]:

@@ -212,14 +212,17 @@ class FleetIndex:
                 rejected.append(name)
                 rejected_masks.append(mask)
         failed: dict[str, str] = {}
-        if best_only and len(set(passed_masks)) > 1:
+        if best_only and len(distinct := set(passed_masks)) > 1:
             table = FIT_TABLE[size]
-            best = min(table[m].key for m in set(passed_masks))
-            kept = [n for n, m in zip(passed, passed_masks, strict=True) if table[m].key == best]
-            if len(kept) < len(passed):
-                better = f"another node fits a {size}-GPU partition better (best fit)"
-                failed.update((n, better) for n, m in zip(passed, passed_masks, strict=True) if table[m].key != best)
-                passed = kept
+            best = min(table[m].key for m in distinct)
+            better = f"another node fits a {size}-GPU partition better (best fit)"
+            kept: list[str] = []
+            for name, mask in zip(passed, passed_masks, strict=True):
+                if table[mask].key == best:
+                    kept.append(name)
+                else:
+                    failed[name] = better
+            passed = kept
         unresolvable: dict[str, str] = {}
         healthy_of = self._healthy
         reasons: dict[int, str] = {}

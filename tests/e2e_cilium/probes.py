@@ -47,9 +47,14 @@ class Container:
         return self.tenant.caasctl("exec", self.cid, "--", "sh", "-c", command)
 
 
+def kubectl_command(sandbox: runner.Sandbox) -> list[str]:
+    """The pinned kubectl, as the sandbox's admin."""
+    return [binary("kubectl"), "--kubeconfig", str(sandbox.kubeconfig)]
+
+
 def kubectl(sandbox: runner.Sandbox, *args: str, stdin: str | None = None) -> str:
     out = subprocess.run(
-        [binary("kubectl"), "--kubeconfig", str(sandbox.kubeconfig), *args],
+        [*kubectl_command(sandbox), *args],
         input=stdin,
         capture_output=True,
         text=True,

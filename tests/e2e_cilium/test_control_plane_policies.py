@@ -35,11 +35,19 @@ from typing import Any
 import pytest
 
 from devtools import waiting
-from devtools.local_cluster.binaries import binary
 from devtools.sandbox import runner
 from gpucaas.chart import NAMESPACE, component, is_hook, pod_spec, production_values, render
 from tests.e2e.conftest import TIMEOUT, UNTIL_CANCELLED, Tenant, new_tenant
-from tests.e2e_cilium.probes import Container, answered, dropped, get, kubectl, policy_drops, start_container
+from tests.e2e_cilium.probes import (
+    Container,
+    answered,
+    dropped,
+    get,
+    kubectl,
+    kubectl_command,
+    policy_drops,
+    start_container,
+)
 
 IMAGE = "docker.io/library/busybox:1.36"
 ANSWER = "a stand-in of a gpucaas component"
@@ -64,7 +72,7 @@ class Pod:
 
     def shell(self, command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*_kubectl_args(self.sandbox), "-n", self.namespace, "exec", self.pod, "--", "sh", "-c", command],
+            [*kubectl_command(self.sandbox), "-n", self.namespace, "exec", self.pod, "--", "sh", "-c", command],
             capture_output=True,
             text=True,
             check=False,
@@ -72,14 +80,19 @@ class Pod:
         )
 
 
-def _kubectl_args(sandbox: runner.Sandbox) -> list[str]:
-    return [binary("kubectl"), "--kubeconfig", str(sandbox.kubeconfig)]
+@dataclass
+class Rendered:
+    """What the production values render, over both allocation modes."""
+
+    policies: list[dict[str, Any]]
+    workloads: list[dict[str, Any]]  # the Deployments and DaemonSets
+    helm_test_labels: dict[str, str]  # the pod labels of the chart's `helm test` pods
 
 
-def _rendered() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The production values' NetworkPolicies and workloads, over both allocation modes."""
+def _rendered() -> Rendered:
     policies: dict[str, dict[str, Any]] = {}
     kept: dict[str, dict[str, Any]] = {}
+    helm_test: dict[str, str] = {}
     for mode in ("device-plugin", "dra"):
         values = production_values()
         values.setdefault("allocation", {})["mode"] = mode
@@ -88,13 +101,10 @@ def _rendered() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 policies[obj["metadata"]["name"]] = obj
             elif obj["kind"] in ("Deployment", "DaemonSet") and not is_hook(obj):
                 kept[obj["metadata"]["name"]] = obj
-    return list(policies.values()), list(kept.values())
-
-
-def _helm_test_labels() -> dict[str, str]:
-    """The pod labels of the chart's ``helm test`` pods."""
-    (test_pod, *_) = (o for o in render(production_values()) if o["kind"] == "Pod" and component(o) == "helm-test")
-    return dict(test_pod["metadata"]["labels"])
+            elif obj["kind"] == "Pod" and component(obj) == "helm-test":
+                helm_test = dict(obj["metadata"]["labels"])
+    assert helm_test, "the chart renders no helm test pod"
+    return Rendered(list(policies.values()), list(kept.values()), helm_test)
 
 
 def _http_probe(probe: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -110,11 +120,12 @@ def stand_in(workload: dict[str, Any], node: str) -> tuple[dict[str, Any], list[
     (container,) = pod_spec(workload)["containers"]
     ports = [dict(p) for p in container.get("ports", [])]
     numbers = [int(p["containerPort"]) for p in ports] or [UNDECLARED_PORT]
-    paths = {
-        probe["httpGet"]["path"].strip("/")
+    probes = {
+        key: probe
         for key in ("readinessProbe", "livenessProbe", "startupProbe")
         if (probe := _http_probe(container.get(key)))
     }
+    paths = {probe["httpGet"]["path"].strip("/") for probe in probes.values()}
     script = " && ".join(
         [
             "mkdir -p /tmp/www",
@@ -124,36 +135,19 @@ def stand_in(workload: dict[str, Any], node: str) -> tuple[dict[str, Any], list[
             "exec sleep 86400",
         ]
     )
-    spec: dict[str, Any] = {
-        "nodeName": node,
-        "tolerations": [{"operator": "Exists"}],
-        "terminationGracePeriodSeconds": 0,
-        "containers": [
-            {
-                "name": container["name"],
-                "image": IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", script],
-                "ports": ports,
-                **{
-                    key: probe
-                    for key in ("readinessProbe", "livenessProbe", "startupProbe")
-                    if (probe := _http_probe(container.get(key)))
-                },
-            }
-        ],
-    }
     labels = dict(workload["spec"]["template"]["metadata"]["labels"])
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"stand-in-{component(workload)}", "namespace": NAMESPACE, "labels": labels},
-        "spec": spec,
-    }
-    return pod, numbers
+    box = {"name": container["name"], "command": ["sh", "-c", script], "ports": ports, **probes}
+    return busybox_pod(f"stand-in-{component(workload)}", NAMESPACE, labels, node, box), numbers
 
 
 def peer(name: str, namespace: str, labels: dict[str, str], node: str) -> dict[str, Any]:
+    return busybox_pod(name, namespace, labels, node, {"name": "peer", "command": UNTIL_CANCELLED})
+
+
+def busybox_pod(
+    name: str, namespace: str, labels: dict[str, str], node: str, container: dict[str, Any]
+) -> dict[str, Any]:
+    """A pod of ``container`` on busybox, placed on ``node`` whatever its taints."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -162,9 +156,7 @@ def peer(name: str, namespace: str, labels: dict[str, str], node: str) -> dict[s
             "nodeName": node,
             "tolerations": [{"operator": "Exists"}],
             "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {"name": "peer", "image": IMAGE, "imagePullPolicy": "IfNotPresent", "command": UNTIL_CANCELLED}
-            ],
+            "containers": [{**container, "image": IMAGE, "imagePullPolicy": "IfNotPresent"}],
         },
     }
 
@@ -190,9 +182,9 @@ def _ready(sandbox: runner.Sandbox, namespace: str, name: str) -> dict[str, Any]
 
 @pytest.fixture(scope="module")
 def control_plane(sandbox: runner.Sandbox) -> Iterator[ControlPlane]:
-    policies, kept = _rendered()
+    rendered = _rendered()
+    policies, kept, helm_test = rendered.policies, rendered.workloads, rendered.helm_test_labels
     nodes = sorted(sandbox.real_nodes)
-    helm_test = _helm_test_labels()
     peers = {
         # name: (namespace, labels)
         "ingress-nginx": ("ingress-nginx", {"app.kubernetes.io/name": "ingress-nginx"}),

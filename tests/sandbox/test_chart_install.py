@@ -31,7 +31,7 @@ from core.kube import new_api_client
 from devtools.local_cluster.binaries import bin_dir
 from devtools.ports import free_port
 from devtools.real_node.images import BUSYBOX_IMAGE
-from devtools.sandbox import chart_install, deploy_steps, host_database, runner, tenant_view
+from devtools.sandbox import chart_install, deploy_steps, host_database, product, runner, tenant_view
 from devtools.sandbox.service_network import DNS_IP
 from devtools.sandbox.tenant_view import DEMO_TENANCY
 from devtools.waiting import wait_for
@@ -162,7 +162,7 @@ def test_a_tenant_runs_a_two_gpu_container_through_the_installed_api(sandbox: ru
 def test_kube_scheduler_reaches_the_extender_at_its_service_address(sandbox: runner.Sandbox) -> None:
     """As on a kubeadm control plane: kube-scheduler on this machine calls the extender's fixed
     ClusterIP (deploy/scheduler's configuration as shipped), and kube-proxy carries it to the pod."""
-    (extender,) = chart_install.shipped_scheduler_config(sandbox.allocation_mode)["extenders"]
+    (extender,) = product.shipped_scheduler_config(sandbox.allocation_mode)["extenders"]
     assert sandbox.extender_url == extender["urlPrefix"]
     with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:
         seen = {n["node"] for n in json.load(resp)["nodes"]}

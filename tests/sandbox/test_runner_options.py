@@ -15,7 +15,7 @@ import yaml
 
 from devtools.local_cluster import ClusterOptions, LocalCluster
 from devtools.processes import Supervisor
-from devtools.sandbox import chart_install, deploy_steps, identities, runner
+from devtools.sandbox import chart_install, deploy_steps, identities, product, runner
 from devtools.sandbox.chart_install import values_of_run
 from devtools.sandbox.cluster import cluster_mode, local_cluster
 from devtools.sandbox.nodes import GPU_NODE_LABELS, NodePaths
@@ -94,7 +94,7 @@ def test_the_extenders_service_has_the_address_the_shipped_scheduler_configurati
     )
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     service = chart.find(objects, "Service", "gpucaas-scheduler-extender")["spec"]
-    (extender,) = chart_install.shipped_scheduler_config(mode)["extenders"]
+    (extender,) = product.shipped_scheduler_config(mode)["extenders"]
     assert extender["urlPrefix"] == f"http://{service['clusterIP']}:{service['ports'][0]['port']}"
     assert service["clusterIP"] == "10.96.0.88"
 
