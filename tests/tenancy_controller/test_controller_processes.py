@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.tenancy_controller import policies, reconcile
+from services.tenancy_controller import main, policies, reconcile
 
 from .conftest import wait_for
 from .factories import new_tenancy
@@ -13,6 +13,20 @@ COUNT = 30
 
 def _ready(api, names):
     return [n for n in names if ((api.get("Tenancy", n) or {}).get("status") or {}).get("phase") == "Ready"]
+
+
+def _not_ready(api, names):
+    """Each tenancy not Ready: its status and Kopf's annotations (its handlers' progress)."""
+    lines = []
+    for name in sorted(set(names) - set(_ready(api, names))):
+        obj = api.get("Tenancy", name) or {}
+        notes = {
+            k: v
+            for k, v in (obj.get("metadata", {}).get("annotations") or {}).items()
+            if k.startswith(main.KOPF_ANNOTATION_PREFIX)
+        }
+        lines.append(f"{name}: status {obj.get('status')}; annotations {notes}")
+    return "\n".join(lines)
 
 
 def test_killed_mid_reconcile_then_restarted_converges(api, spawn):
@@ -30,7 +44,12 @@ def test_killed_mid_reconcile_then_restarted_converges(api, spawn):
     assert len(ready_at_kill) < COUNT, "the kill came too late to interrupt anything"
 
     second = spawn("--standalone")
-    wait_for(lambda: len(_ready(api, names)) == COUNT, timeout=180, what="every tenancy Ready after the restart")
+    try:
+        wait_for(lambda: len(_ready(api, names)) == COUNT, timeout=180, what="every tenancy Ready after the restart")
+    except AssertionError as exc:  # which tenancies, in what state, and what each controller said
+        raise AssertionError(
+            f"{exc}\n{_not_ready(api, names)}\n--- first:\n{first.log()[-4000:]}\n--- second:\n{second.log()[-8000:]}"
+        ) from None
     for name in names:
         tenancy = api.get("Tenancy", name)
         for desired in reconcile.reconcile_tenancy(tenancy, network=policies.NetworkConfig()).objects:
