@@ -215,6 +215,21 @@ class Kube:
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self._json(self.core.read_namespaced_pod, name, namespace)
 
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One ResourceClaim (``resource.k8s.io/v1``), None when it does not exist."""
+        try:
+            return self._call(
+                self.custom.get_namespaced_custom_object,
+                "resource.k8s.io",
+                "v1",
+                namespace,
+                "resourceclaims",
+                name,
+                idempotent=True,
+            )
+        except NotFound:
+            return None
+
     def pod_log(self, namespace: str, name: str, *, follow: bool = False, tail_lines: int | None = None) -> Any:
         """The raw streaming response of the pod's log (iterate ``.stream()``; release when done)."""
         kwargs: dict[str, Any] = {"follow": follow, "_preload_content": False, "container": "main"}

@@ -667,7 +667,7 @@ class SubmissionWorker:
         why = pods.refused_at_admission(pod)
         stays_pending = False
         if why is None:
-            why = pods.refused_before_start(pod)
+            why = pods.refused_before_start(pod) or self._claim_not_reserved(pod)
             stays_pending = why is not None
         if why is None or row.status not in (ContainerStatus.QUEUED, ContainerStatus.PENDING):
             return False
@@ -707,6 +707,22 @@ class SubmissionWorker:
             log.warning("container %s tenancy %s: %s", row.id, row.tenancy, message)
         self._delete_attempt(row, row.pod_name)
         return True
+
+    def _claim_not_reserved(self, pod: dict[str, Any]) -> str | None:
+        """Why a bound DRA pod will never start: one of its claims is not reserved for it
+        (:func:`pods.claim_not_reserved`). A read per event of a pod bound and not started yet
+        (its binding, the kubelet's first status): none for the device-plugin mode's pods."""
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        for name in pods.bound_before_start_with_claims(pod):
+            try:
+                claim = self.kube.get_resource_claim(namespace, name)
+            except KubeError as exc:  # the pod's next event asks again
+                log.info("pod %s: its ResourceClaim %s not read (%s)", pod["metadata"].get("name"), name, exc)
+                return None
+            why = pods.claim_not_reserved(pod, claim) if claim is not None else None
+            if why:
+                return why
+        return None
 
     def _delete_attempt(self, row: Container, name: str) -> None:
         """Delete an earlier attempt's pod: refused (it never ran) or a preempted run that has ended;

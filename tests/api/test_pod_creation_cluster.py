@@ -18,7 +18,7 @@ from core import crds
 from core.kube import Conflict, Kube, NotFound
 from devtools.waiting import wait_for
 from tests.api.harness import ApiServer
-from tests.api.kube_helpers import get_pod
+from tests.api.kube_helpers import bind_pod, get_pod, set_pod_status
 
 RUNTIME_CLASS = "kata-qemu-nvidia-gpu"
 PSA_RESTRICTED = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
@@ -97,6 +97,51 @@ def _tenancy(kube: Kube, name: str) -> dict[str, Any] | None:
         return None
 
 
+def _ready_dra_tenancy(kube: Kube, api: ApiServer, tenancy: str, gpus: int) -> str:
+    """The tenancy made through the API, and the tenancy controller's part in dra mode (the
+    labelled namespace, the claim template of ``gpus``, the Tenancy Ready); its tenant token."""
+    from core import dra
+
+    namespace = crds.tenant_namespace(tenancy)
+    with api.client() as admin:
+        assert admin.post("/v1/admin/tenancies", json={"name": tenancy, "gpu_quota": 8}).status_code == 201
+        token = admin.post(f"/v1/admin/tenancies/{tenancy}/tokens").json()["token"]
+    kube.call(
+        kube.core.create_namespace,
+        {"metadata": {"name": namespace, "labels": {crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}}},
+    )
+    template = dra.claim_template(gpus, namespace)
+    kube.call(
+        kube.custom.create_namespaced_custom_object,
+        "resource.k8s.io",
+        "v1",
+        namespace,
+        "resourceclaimtemplates",
+        template,
+    )
+    wait_for(lambda: _tenancy(kube, tenancy), 60, what="tenancy upserted by the API")
+    kube.call(
+        kube.custom.patch_cluster_custom_object_status,
+        crds.GROUP,
+        crds.VERSION,
+        crds.TENANCY_PLURAL,
+        tenancy,
+        {"status": {"phase": "Ready", "namespace": namespace, "observedGeneration": 1}},
+    )
+    return token
+
+
+def _remove_tenancy(kube: Kube, tenancy: str) -> None:
+    try:
+        kube.call(kube.core.delete_namespace, crds.tenant_namespace(tenancy))
+    except NotFound:
+        pass
+    try:
+        kube.call(kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, tenancy)
+    except NotFound:
+        pass
+
+
 @pytest.mark.cluster
 def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
     kubeconfig: Path,
@@ -108,40 +153,13 @@ def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
     """allocation_mode dra: the pod names the namespace's template gpucaas-gpus-N and carries
     no extended resource; the API server admits it (Pod Security restricted; resource.k8s.io/v1
     served: Kubernetes 1.34+), and the API reports the GPU count it asked for."""
-    from core import dra
-
     kube = Kube.of(k8s)
     tenancy = unique_name("dratest")
     namespace = crds.tenant_namespace(tenancy)
     _ensure_runtime_class(kube)
     api = serve(database_url, kubeconfig, allocation_mode="dra")
     try:
-        with api.client() as admin:
-            assert admin.post("/v1/admin/tenancies", json={"name": tenancy, "gpu_quota": 8}).status_code == 201
-            token = admin.post(f"/v1/admin/tenancies/{tenancy}/tokens").json()["token"]
-        # the tenancy controller's part in dra mode: the labelled namespace and the claim templates
-        kube.call(
-            kube.core.create_namespace,
-            {"metadata": {"name": namespace, "labels": {crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}}},
-        )
-        template = dra.claim_template(2, namespace)
-        kube.call(
-            kube.custom.create_namespaced_custom_object,
-            "resource.k8s.io",
-            "v1",
-            namespace,
-            "resourceclaimtemplates",
-            template,
-        )
-        wait_for(lambda: _tenancy(kube, tenancy), 60, what="tenancy upserted by the API")
-        kube.call(
-            kube.custom.patch_cluster_custom_object_status,
-            crds.GROUP,
-            crds.VERSION,
-            crds.TENANCY_PLURAL,
-            tenancy,
-            {"status": {"phase": "Ready", "namespace": namespace, "observedGeneration": 1}},
-        )
+        token = _ready_dra_tenancy(kube, api, tenancy, 2)
         with api.client(token) as tenant:
             cid = tenant.post(
                 "/v1/containers",
@@ -157,11 +175,120 @@ def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
         assert "nvidia.com/gpu" not in main["resources"].get("limits", {})
         assert status["gpus"] == 2
     finally:
-        try:
-            kube.call(kube.core.delete_namespace, namespace)
-        except NotFound:
-            pass
-        try:
-            kube.call(kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, tenancy)
-        except NotFound:
-            pass
+        _remove_tenancy(kube, tenancy)
+
+
+def _claim_for(kube: Kube, pod: dict[str, Any], *, reserved: bool) -> None:
+    """The resourceclaim controller's and kube-scheduler's parts for a dra pod: its claim made
+    from the template (named in the pod's status), allocated a partition, and reserved for the
+    pod, or, with ``reserved`` False, reserved for nobody."""
+    from core import dra
+
+    meta = pod["metadata"]
+    namespace, name = meta["namespace"], f"{meta['name']}-gpus"
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [dra.claim_request(2)]}},
+    }
+    made = kube.call(
+        kube.custom.create_namespaced_custom_object, "resource.k8s.io", "v1", namespace, "resourceclaims", claim
+    )
+    made["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpus", "driver": dra.DRIVER, "pool": "gpu-node-a", "device": "nvl2-0"}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-node-a"]}]}
+                ]
+            },
+        },
+        "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}] if reserved else [],
+    }
+    kube.call(
+        kube.custom.replace_namespaced_custom_object_status,
+        "resource.k8s.io",
+        "v1",
+        namespace,
+        "resourceclaims",
+        name,
+        made,
+    )
+    status = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": name}]}
+    kube.call(kube.core.patch_namespaced_pod_status, meta["name"], namespace, {"status": status})
+
+
+@pytest.mark.cluster
+def test_a_dra_pod_bound_without_its_claim_reserved_is_made_again(
+    kubeconfig: Path,
+    k8s: Any,
+    serve: Callable[..., ApiServer],
+    database_url: str,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """kube-scheduler reserves a pod's claim before it binds the pod; a pod bound while its claim
+    names someone else or nobody (a binding and its undoing lost to a kube-apiserver restart) is
+    refused by its kubelet for ever. The worker takes it for a refused attempt: the next
+    attempt's pod, the refusal in its log; a pod bound with its claim reserved for it is left to
+    run."""
+    from services.api.domain import pods
+
+    kube = Kube.of(k8s)
+    tenancy = unique_name("draclaim")
+    namespace = crds.tenant_namespace(tenancy)
+    _ensure_runtime_class(kube)
+    api = serve(database_url, kubeconfig, allocation_mode="dra")
+    try:
+        token = _ready_dra_tenancy(kube, api, tenancy, 2)
+        with api.client(token) as tenant:
+            cid = tenant.post(
+                "/v1/containers",
+                json={"container-url": "busybox:1.36", "tenancy": tenancy, "gpus": 2, "command": ["sleep", "1"]},
+            ).json()["id"]
+            first = wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 0)), 60, what="the first pod")
+            _claim_for(kube, first, reserved=False)
+            bind_pod(k8s, namespace, first["metadata"]["name"], "gpu-node-a")
+            second = wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 1)), 60, what="the next attempt")
+            said = [r.getMessage() for r in caplog.records if r.name == "services.api.worker"]
+            assert any("the node refused the pod (ClaimNotReserved: ResourceClaim" in m for m in said), said
+            wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 0)) is None, 60, what="the first pod deleted")
+
+            _claim_for(kube, second, reserved=True)
+            bind_pod(k8s, namespace, second["metadata"]["name"], "gpu-node-a")
+            set_pod_status(k8s, namespace, second["metadata"]["name"], {"phase": "Running"})
+            running = wait_for(
+                lambda: (s := tenant.get(f"/v1/containers/{cid}").json())["status"] == "Running" and s,
+                60,
+                what="the reserved attempt running",
+            )
+        assert running["pod_name"] == pods.pod_name(cid, 1), running
+        assert get_pod(k8s, namespace, pods.pod_name(cid, 2)) is None
+    finally:
+        _remove_tenancy(kube, tenancy)
+
+
+def test_only_a_bound_unstarted_pods_claim_without_it_is_a_refusal() -> None:
+    """Which pods are asked about (bound, Pending, nothing started, not being deleted) and when
+    their claim is a refusal (its reservedFor does not name the pod's uid)."""
+    from services.api.domain import pods
+
+    claims = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "c-gpus"}]}
+    bound = {"metadata": {"uid": "u1"}, "spec": {"nodeName": "n"}, "status": {"phase": "Pending", **claims}}
+    assert pods.bound_before_start_with_claims(bound) == ["c-gpus"]
+    assert pods.bound_before_start_with_claims({**bound, "spec": {}}) == []
+    assert pods.bound_before_start_with_claims({**bound, "status": {**bound["status"], "phase": "Running"}}) == []
+    deleting = {**bound, "metadata": {"uid": "u1", "deletionTimestamp": "2026-11-30T00:00:00Z"}}
+    assert pods.bound_before_start_with_claims(deleting) == []
+    started = {"containerStatuses": [{"name": "main", "restartCount": 1, "state": {"waiting": {}}}]}
+    assert pods.bound_before_start_with_claims({**bound, "status": {**bound["status"], **started}}) == []
+    assert pods.bound_before_start_with_claims({**bound, "status": {"phase": "Pending"}}) == []
+
+    mine = {"metadata": {"name": "c-gpus"}, "status": {"reservedFor": [{"resource": "pods", "uid": "u1"}]}}
+    other = {"metadata": {"name": "c-gpus"}, "status": {"reservedFor": [{"resource": "pods", "uid": "u2"}]}}
+    assert pods.claim_not_reserved(bound, mine) is None
+    assert "ResourceClaim c-gpus is not reserved" in (pods.claim_not_reserved(bound, other) or "")
+    assert pods.claim_not_reserved(bound, {"metadata": {"name": "c-gpus"}}) is not None

@@ -143,8 +143,12 @@ def _allocation_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str],
     rules["dra-driver"] = DRA_DRIVER_RULES | (
         DRA_BINDING_RULES if values.get("draDriver", {}).get("bindingConditions") else {}
     )
-    # the API counts the nodes' GPUs from the DRA driver's slices (/v1/admin/nodes)
-    rules["api"] = EXPECTED_CLUSTER_RULES["api"] | {("resource.k8s.io", "resourceslices"): {"list"}}
+    # the API counts the nodes' GPUs from the DRA driver's slices (/v1/admin/nodes) and reads a
+    # bound pod's claim before its start (reserved for it, or the pod is made again)
+    rules["api"] = EXPECTED_CLUSTER_RULES["api"] | {
+        ("resource.k8s.io", "resourceslices"): {"list"},
+        ("resource.k8s.io", "resourceclaims"): {"get"},
+    }
     # the extender only scores nodes: the scheduler's DRA plugin allocates and binds
     rules["scheduler-extender"] = {
         k: v

@@ -107,6 +107,37 @@ def refused_before_start(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def bound_before_start_with_claims(pod: Mapping[str, Any]) -> list[str]:
+    """The names of the pod's ResourceClaims when it is bound to a node, Pending and none of its
+    containers has started (else []): the moment the kubelet prepares its claims. A pod being
+    deleted is not (the resourceclaim controller may take back its reservation first)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") != "Pending":
+        return []
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return []
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if state.get("running") or state.get("terminated") or cs.get("restartCount"):
+            return []
+    return [
+        str(c["resourceClaimName"]) for c in status.get("resourceClaimStatuses") or [] if c.get("resourceClaimName")
+    ]
+
+
+def claim_not_reserved(pod: Mapping[str, Any], claim: Mapping[str, Any]) -> str | None:
+    """Why the pod's node will never start it, when its claim does not name it in
+    ``status.reservedFor`` (None otherwise). kube-scheduler reserves a claim for the pod before it
+    binds the pod, and nothing reserves it after: the kubelet refuses such a pod at every sync
+    ("not allowed to use ResourceClaim"), and the pod stays Pending for ever. Seen when the
+    binding and its undoing failed on a kube-apiserver restart and a later cycle bound the pod."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    if not uid or any(r.get("uid") == uid for r in (claim.get("status") or {}).get("reservedFor") or []):
+        return None
+    name = (claim.get("metadata") or {}).get("name")
+    return f"ClaimNotReserved: ResourceClaim {name} is not reserved for the pod bound to {pod['spec']['nodeName']}"
+
+
 def build_tenancy(
     *,
     name: str,
