@@ -8,10 +8,11 @@ test-only hooks are used; everything created carries a unique name and is remove
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from core import crds
@@ -142,40 +143,54 @@ def _remove_tenancy(kube: Kube, tenancy: str) -> None:
         pass
 
 
-@pytest.mark.cluster
-def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
+@pytest.fixture
+def dra_tenancy(
     kubeconfig: Path,
     k8s: Any,
     serve: Callable[..., ApiServer],
     database_url: str,
     unique_name: Callable[[str], str],
+) -> Iterator[tuple[Kube, ApiServer, str, str]]:
+    """An API in the dra mode and a Ready tenancy of its own with the 2-GPU claim template:
+    ``(kube, api, tenancy, tenant token)``; the tenancy removed afterwards."""
+    kube = Kube.of(k8s)
+    tenancy = unique_name("dratest")
+    _ensure_runtime_class(kube)
+    api = serve(database_url, kubeconfig, allocation_mode="dra")
+    try:
+        yield kube, api, tenancy, _ready_dra_tenancy(kube, api, tenancy, 2)
+    finally:
+        _remove_tenancy(kube, tenancy)
+
+
+def _submit_two_gpus(tenant: httpx.Client, tenancy: str) -> str:
+    r = tenant.post(
+        "/v1/containers",
+        json={"container-url": "busybox:1.36", "tenancy": tenancy, "gpus": 2, "command": ["sleep", "1"]},
+    )
+    assert r.status_code == 202, r.text
+    return str(r.json()["id"])
+
+
+@pytest.mark.cluster
+def test_in_dra_mode_the_api_creates_a_pod_claiming_from_the_tenant_template(
+    dra_tenancy: tuple[Kube, ApiServer, str, str], k8s: Any
 ) -> None:
     """allocation_mode dra: the pod names the namespace's template gpucaas-gpus-N and carries
     no extended resource; the API server admits it (Pod Security restricted; resource.k8s.io/v1
     served: Kubernetes 1.34+), and the API reports the GPU count it asked for."""
-    kube = Kube.of(k8s)
-    tenancy = unique_name("dratest")
-    namespace = crds.tenant_namespace(tenancy)
-    _ensure_runtime_class(kube)
-    api = serve(database_url, kubeconfig, allocation_mode="dra")
-    try:
-        token = _ready_dra_tenancy(kube, api, tenancy, 2)
-        with api.client(token) as tenant:
-            cid = tenant.post(
-                "/v1/containers",
-                json={"container-url": "busybox:1.36", "tenancy": tenancy, "gpus": 2, "command": ["sleep", "1"]},
-            ).json()["id"]
-            pod = wait_for(lambda: get_pod(k8s, namespace, f"gpucaas-{cid}"), 60, what="the API's pod")
-            status = tenant.get(f"/v1/containers/{cid}").json()
-        assert status["status"] in ("Pending", "Running", "Succeeded"), status
-        spec = pod["spec"]
-        assert spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "gpucaas-gpus-2"}]
-        main = spec["containers"][0]
-        assert main["resources"]["claims"] == [{"name": "gpus"}]
-        assert "nvidia.com/gpu" not in main["resources"].get("limits", {})
-        assert status["gpus"] == 2
-    finally:
-        _remove_tenancy(kube, tenancy)
+    _, api, tenancy, token = dra_tenancy
+    with api.client(token) as tenant:
+        cid = _submit_two_gpus(tenant, tenancy)
+        pod = wait_for(lambda: get_pod(k8s, crds.tenant_namespace(tenancy), f"gpucaas-{cid}"), 60, what="the pod")
+        status = tenant.get(f"/v1/containers/{cid}").json()
+    assert status["status"] in ("Pending", "Running", "Succeeded"), status
+    spec = pod["spec"]
+    assert spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "gpucaas-gpus-2"}]
+    main = spec["containers"][0]
+    assert main["resources"]["claims"] == [{"name": "gpus"}]
+    assert "nvidia.com/gpu" not in main["resources"].get("limits", {})
+    assert status["gpus"] == 2
 
 
 def _claim_for(kube: Kube, pod: dict[str, Any], *, reserved: bool) -> None:
@@ -223,12 +238,7 @@ def _claim_for(kube: Kube, pod: dict[str, Any], *, reserved: bool) -> None:
 
 @pytest.mark.cluster
 def test_a_dra_pod_bound_without_its_claim_reserved_is_made_again(
-    kubeconfig: Path,
-    k8s: Any,
-    serve: Callable[..., ApiServer],
-    database_url: str,
-    unique_name: Callable[[str], str],
-    caplog: pytest.LogCaptureFixture,
+    dra_tenancy: tuple[Kube, ApiServer, str, str], k8s: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """kube-scheduler reserves a pod's claim before it binds the pod; a pod bound while its claim
     names someone else or nobody (a binding and its undoing lost to a kube-apiserver restart) is
@@ -237,38 +247,28 @@ def test_a_dra_pod_bound_without_its_claim_reserved_is_made_again(
     run."""
     from services.api.domain import pods
 
-    kube = Kube.of(k8s)
-    tenancy = unique_name("draclaim")
+    kube, api, tenancy, token = dra_tenancy
     namespace = crds.tenant_namespace(tenancy)
-    _ensure_runtime_class(kube)
-    api = serve(database_url, kubeconfig, allocation_mode="dra")
-    try:
-        token = _ready_dra_tenancy(kube, api, tenancy, 2)
-        with api.client(token) as tenant:
-            cid = tenant.post(
-                "/v1/containers",
-                json={"container-url": "busybox:1.36", "tenancy": tenancy, "gpus": 2, "command": ["sleep", "1"]},
-            ).json()["id"]
-            first = wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 0)), 60, what="the first pod")
-            _claim_for(kube, first, reserved=False)
-            bind_pod(k8s, namespace, first["metadata"]["name"], "gpu-node-a")
-            second = wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 1)), 60, what="the next attempt")
-            said = [r.getMessage() for r in caplog.records if r.name == "services.api.worker"]
-            assert any("the node refused the pod (ClaimNotReserved: ResourceClaim" in m for m in said), said
-            wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 0)) is None, 60, what="the first pod deleted")
+    with api.client(token) as tenant:
+        cid = _submit_two_gpus(tenant, tenancy)
+        first = wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 0)), 60, what="the first pod")
+        _claim_for(kube, first, reserved=False)
+        bind_pod(k8s, namespace, first["metadata"]["name"], "gpu-node-a")
+        second = wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 1)), 60, what="the next attempt")
+        said = [r.getMessage() for r in caplog.records if r.name == "services.api.worker"]
+        assert any("the node refused the pod (ClaimNotReserved: ResourceClaim" in m for m in said), said
+        wait_for(lambda: get_pod(k8s, namespace, pods.pod_name(cid, 0)) is None, 60, what="the first pod deleted")
 
-            _claim_for(kube, second, reserved=True)
-            bind_pod(k8s, namespace, second["metadata"]["name"], "gpu-node-a")
-            set_pod_status(k8s, namespace, second["metadata"]["name"], {"phase": "Running"})
-            running = wait_for(
-                lambda: (s := tenant.get(f"/v1/containers/{cid}").json())["status"] == "Running" and s,
-                60,
-                what="the reserved attempt running",
-            )
-        assert running["pod_name"] == pods.pod_name(cid, 1), running
-        assert get_pod(k8s, namespace, pods.pod_name(cid, 2)) is None
-    finally:
-        _remove_tenancy(kube, tenancy)
+        _claim_for(kube, second, reserved=True)
+        bind_pod(k8s, namespace, second["metadata"]["name"], "gpu-node-a")
+        set_pod_status(k8s, namespace, second["metadata"]["name"], {"phase": "Running"})
+        running = wait_for(
+            lambda: (s := tenant.get(f"/v1/containers/{cid}").json())["status"] == "Running" and s,
+            60,
+            what="the reserved attempt running",
+        )
+    assert running["pod_name"] == pods.pod_name(cid, 1), running
+    assert get_pod(k8s, namespace, pods.pod_name(cid, 2)) is None
 
 
 def test_only_a_bound_unstarted_pods_claim_without_it_is_a_refusal() -> None:
