@@ -52,23 +52,9 @@ def test_the_api_creates_an_admissible_restricted_pod(
     _ensure_runtime_class(kube)
     api = serve(database_url, kubeconfig)
     try:
-        with api.client() as admin:
-            assert admin.post("/v1/admin/tenancies", json={"name": tenancy, "gpu_quota": 1}).status_code == 201
-            token = admin.post(f"/v1/admin/tenancies/{tenancy}/tokens").json()["token"]
         # the tenancy controller's part, as it does it: the labelled namespace, then Ready
-        kube.call(
-            kube.core.create_namespace,
-            {"metadata": {"name": namespace, "labels": {crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}}},
-        )
-        wait_for(lambda: _tenancy(kube, tenancy), 60, what="tenancy upserted by the API")
-        kube.call(
-            kube.custom.patch_cluster_custom_object_status,
-            crds.GROUP,
-            crds.VERSION,
-            crds.TENANCY_PLURAL,
-            tenancy,
-            {"status": {"phase": "Ready", "namespace": namespace, "observedGeneration": 1}},
-        )
+        token = _tenancy_and_namespace(kube, api, tenancy, gpu_quota=1)
+        _mark_ready(kube, tenancy)
         with api.client(token) as tenant:
             cid = tenant.post(
                 "/v1/containers", json={"container-url": "busybox:1.36", "tenancy": tenancy, "command": ["sleep", "1"]}
@@ -81,14 +67,7 @@ def test_the_api_creates_an_admissible_restricted_pod(
         assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] > 0
         assert spec["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     finally:
-        try:
-            kube.call(kube.core.delete_namespace, namespace)
-        except NotFound:
-            pass
-        try:
-            kube.call(kube.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, crds.TENANCY_PLURAL, tenancy)
-        except NotFound:
-            pass
+        _remove_tenancy(kube, tenancy)
 
 
 def _tenancy(kube: Kube, name: str) -> dict[str, Any] | None:
@@ -98,19 +77,37 @@ def _tenancy(kube: Kube, name: str) -> dict[str, Any] | None:
         return None
 
 
+def _tenancy_and_namespace(kube: Kube, api: ApiServer, tenancy: str, *, gpu_quota: int) -> str:
+    """The tenancy made through the admin API, and its labelled namespace (the tenancy
+    controller's first part, Pod Security restricted); a tenant token of it."""
+    with api.client() as admin:
+        assert admin.post("/v1/admin/tenancies", json={"name": tenancy, "gpu_quota": gpu_quota}).status_code == 201
+        token = str(admin.post(f"/v1/admin/tenancies/{tenancy}/tokens").json()["token"])
+    labels = {crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}
+    kube.call(kube.core.create_namespace, {"metadata": {"name": crds.tenant_namespace(tenancy), "labels": labels}})
+    return token
+
+
+def _mark_ready(kube: Kube, tenancy: str) -> None:
+    """The tenancy controller's last part: once the API has upserted the Tenancy, its status Ready."""
+    wait_for(lambda: _tenancy(kube, tenancy), 60, what="tenancy upserted by the API")
+    kube.call(
+        kube.custom.patch_cluster_custom_object_status,
+        crds.GROUP,
+        crds.VERSION,
+        crds.TENANCY_PLURAL,
+        tenancy,
+        {"status": {"phase": "Ready", "namespace": crds.tenant_namespace(tenancy), "observedGeneration": 1}},
+    )
+
+
 def _ready_dra_tenancy(kube: Kube, api: ApiServer, tenancy: str, gpus: int) -> str:
     """The tenancy made through the API, and the tenancy controller's part in dra mode (the
     labelled namespace, the claim template of ``gpus``, the Tenancy Ready); its tenant token."""
     from core import dra
 
     namespace = crds.tenant_namespace(tenancy)
-    with api.client() as admin:
-        assert admin.post("/v1/admin/tenancies", json={"name": tenancy, "gpu_quota": 8}).status_code == 201
-        token = admin.post(f"/v1/admin/tenancies/{tenancy}/tokens").json()["token"]
-    kube.call(
-        kube.core.create_namespace,
-        {"metadata": {"name": namespace, "labels": {crds.LABEL_TENANCY: tenancy, **PSA_RESTRICTED}}},
-    )
+    token = _tenancy_and_namespace(kube, api, tenancy, gpu_quota=8)
     template = dra.claim_template(gpus, namespace)
     kube.call(
         kube.custom.create_namespaced_custom_object,
@@ -120,15 +117,7 @@ def _ready_dra_tenancy(kube: Kube, api: ApiServer, tenancy: str, gpus: int) -> s
         "resourceclaimtemplates",
         template,
     )
-    wait_for(lambda: _tenancy(kube, tenancy), 60, what="tenancy upserted by the API")
-    kube.call(
-        kube.custom.patch_cluster_custom_object_status,
-        crds.GROUP,
-        crds.VERSION,
-        crds.TENANCY_PLURAL,
-        tenancy,
-        {"status": {"phase": "Ready", "namespace": namespace, "observedGeneration": 1}},
-    )
+    _mark_ready(kube, tenancy)
     return token
 
 
