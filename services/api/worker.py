@@ -664,12 +664,14 @@ class SubmissionWorker:
         plugin or the kubelet restarting, say; the pod fails), or at the container's start
         for a GPU quarantined after admission (the pod would stay Pending for ever).
         True when the pod was handled here."""
+        if row.status not in (ContainerStatus.QUEUED, ContainerStatus.PENDING):
+            return False  # before the checks: the claims' check reads the cluster
         why = pods.refused_at_admission(pod)
         stays_pending = False
         if why is None:
             why = pods.refused_before_start(pod) or self._claim_not_reserved(pod)
             stays_pending = why is not None
-        if why is None or row.status not in (ContainerStatus.QUEUED, ContainerStatus.PENDING):
+        if why is None:
             return False
         attempt = pods.attempt_of(row.pod_name, row.id)
         if attempt < 0:
