@@ -713,7 +713,12 @@ class SubmissionWorker:
     def _claim_not_reserved(self, pod: dict[str, Any]) -> str | None:
         """Why a bound DRA pod will never start: one of its claims is not reserved for it
         (:func:`pods.claim_not_reserved`). A read per event of a pod bound and not started yet
-        (its binding, the kubelet's first status): none for the device-plugin mode's pods."""
+        (its binding, the kubelet's first status): none for the device-plugin mode's pods.
+
+        The event may be late: a short container can have started and ended since, and the
+        resourceclaim controller takes an ended pod's reservation back. So a claim found
+        without the pod is a refusal only if the pod, read after the claim, is still bound and
+        not started (:meth:`_still_before_start`)."""
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
         for name in pods.bound_before_start_with_claims(pod):
             try:
@@ -723,8 +728,22 @@ class SubmissionWorker:
                 return None
             why = pods.claim_not_reserved(pod, claim) if claim is not None else None
             if why:
-                return why
+                return why if self._still_before_start(pod, name) else None
         return None
+
+    def _still_before_start(self, pod: dict[str, Any], claim: str) -> bool:
+        """The pod as Kubernetes has it now is the same pod, bound, Pending, not started and
+        using ``claim``. A reservation is taken back only from a pod that has ended or is being
+        deleted, so a pod read after its unreserved claim and still before its start was never
+        reserved, not one whose run was missed."""
+        meta = pod.get("metadata") or {}
+        try:
+            now = self.kube.get_pod(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        except KubeError as exc:  # gone, or unreachable: the pod's next event asks again
+            log.info("pod %s: not read again (%s)", meta.get("name"), exc)
+            return False
+        same = (now.get("metadata") or {}).get("uid") == meta.get("uid")
+        return same and claim in pods.bound_before_start_with_claims(now)
 
     def _delete_attempt(self, row: Container, name: str) -> None:
         """Delete an earlier attempt's pod: refused (it never ran) or a preempted run that has ended;

@@ -281,3 +281,42 @@ def test_only_a_bound_unstarted_pods_claim_without_it_is_a_refusal() -> None:
     assert pods.claim_not_reserved(bound, mine) is None
     assert "ResourceClaim c-gpus is not reserved" in (pods.claim_not_reserved(bound, other) or "")
     assert pods.claim_not_reserved(bound, {"metadata": {"name": "c-gpus"}}) is not None
+
+
+@pytest.mark.cluster
+def test_a_late_event_of_a_pod_that_has_run_since_is_no_refusal(
+    dra_tenancy: tuple[Kube, ApiServer, str, str], k8s: Any, unique_name: Callable[[str], str]
+) -> None:
+    """A pod's events may reach the worker late, under load: a short container can have started
+    and ended since its binding's event, and the resourceclaim controller takes an ended pod's
+    reservation back. Such an event (bound, Pending, not started) with the claim since released
+    is no refusal: the worker reads the pod again after its claim, and only a pod still bound and
+    not started then was never reserved (else the container would run twice)."""
+    kube, api, _, _ = dra_tenancy
+    namespace = unique_name("late")
+    kube.call(kube.core.create_namespace, {"metadata": {"name": namespace}})
+    try:
+        pod = {
+            "metadata": {"name": "late", "namespace": namespace},
+            "spec": {
+                "containers": [{"name": "main", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpus"}]}}],
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpucaas-gpus-2"}],
+            },
+        }
+        kube.call(kube.core.create_namespaced_pod, namespace, pod)
+        _claim_for(kube, get_pod(k8s, namespace, "late"), reserved=False)
+        bind_pod(k8s, namespace, "late", "gpu-node-a")
+        late = get_pod(k8s, namespace, "late")  # the binding's event, as the worker would get it
+        worker = api.worker
+        assert "ClaimNotReserved" in (worker._claim_not_reserved(late) or ""), "bound and not started: refused"
+
+        main = {"name": "main", "image": "busybox:1.36", "imageID": "", "ready": False, "restartCount": 0}
+        ended = {"containerStatuses": [{**main, "state": {"terminated": {"exitCode": 0}}}]}
+        set_pod_status(k8s, namespace, "late", {"phase": "Succeeded", **ended})
+        assert worker._claim_not_reserved(late) is None, "the pod has run since: its late event is no refusal"
+
+        kube.call(kube.core.delete_namespaced_pod, "late", namespace, grace_period_seconds=0)
+        wait_for(lambda: get_pod(k8s, namespace, "late") is None, 60, what="the pod gone")
+        assert worker._claim_not_reserved(late) is None, "the pod is gone: its late event is no refusal"
+    finally:
+        kube.call(kube.core.delete_namespace, namespace)
