@@ -19,7 +19,7 @@ from services.api.store import log_archive
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import ended, get_pod, mark_tenancy_ready, set_pod_status
-from tests.fixtures.kubelet_logs import GONE
+from tests.fixtures.kubelet_logs import GONE, LOG_FILE_GONE
 
 TERMINATED_OK = {
     "phase": "Succeeded",
@@ -218,12 +218,13 @@ def test_a_preempted_runs_log_is_kept_and_served_by_its_attempt(api: ApiServer, 
     assert theirs.json()["detail"].replace(cid, "X") == missing.json()["detail"].replace("00000000000000000000", "X")
 
 
+@pytest.mark.parametrize("answer", [GONE, LOG_FILE_GONE], ids=["container-removed", "log-file-removed"])
 def test_a_container_the_queue_stops_keeps_its_log_when_its_node_removes_it_first(
-    api: ApiServer, k8s: Any, node_logs: Any
+    api: ApiServer, k8s: Any, node_logs: Any, answer: bytes
 ) -> None:
-    """Kueue deletes the pod it preempts, and the node may remove the ended container before
-    the API reads its log, answering with an error line instead: the log kept while the pod
-    was stopping stays the container's, never that line."""
+    """Kueue deletes the pod it preempts, and the node may remove the ended container, or only
+    its log file, before the API reads its log, answering with an error line instead: the log
+    kept while the pod was stopping stays the container's, never that line."""
     token, cid, pod = _started(api, k8s, "stopped")
     node_logs.write("tenant-stopped", pod, "step 1\nstep 2\n")
     queue_stop = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted"}
@@ -235,7 +236,7 @@ def test_a_container_the_queue_stops_keeps_its_log_when_its_node_removes_it_firs
 
     wait_for(snapshot, what="the log kept while the queue stops the pod")
     node_logs.end("tenant-stopped", pod)
-    node_logs.remove("tenant-stopped", pod)  # gone before the API reads it at the end
+    node_logs.remove("tenant-stopped", pod, answer)  # gone before the API reads it at the end
     ended_by_queue = ended(
         "Failed",
         exit_code=143,
@@ -255,6 +256,8 @@ def test_a_container_the_queue_stops_keeps_its_log_when_its_node_removes_it_firs
 
 def test_the_kubelets_answer_for_a_removed_container_is_no_log() -> None:
     assert log_archive.container_gone(GONE.decode() + "\n")
+    assert log_archive.container_gone(LOG_FILE_GONE.decode())
+    assert not log_archive.container_gone(LOG_FILE_GONE.decode() + "\nand more output")
     assert not log_archive.container_gone("unable to retrieve container logs for containerd://abc\nand more output")
     assert not log_archive.container_gone("step 1\n")
 

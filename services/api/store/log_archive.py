@@ -22,12 +22,16 @@ from services.api.domain.models import ContainerLog, ContainerRunLog, utcnow
 
 #: What the kubelet answers (with 200: it has already sent its headers) for a container it no
 #: longer has, e.g. one removed right after its pod was deleted and stopped
-#: (``kubeGenericRuntimeManager.GetContainerLogs``): not the container's output.
-_CONTAINER_GONE = re.compile(r"unable to retrieve container logs for [a-z]+://[0-9a-f]+")
+#: (``kubeGenericRuntimeManager.GetContainerLogs``), or for one whose log file it has removed
+#: with the deleted pod's /var/log/pods folder (``logs.ReadLogs``): not the container's output.
+_CONTAINER_GONE = re.compile(
+    r"unable to retrieve container logs for [a-z]+://[0-9a-f]+"
+    r'|failed to try resolving symlinks in path "/var/log/pods/[^"\n]+": lstat [^\n]+: no such file or directory'
+)
 
 
 def container_gone(text: str) -> bool:
-    """True when ``text`` is the kubelet's answer for a container it no longer has."""
+    """True when ``text`` is the kubelet's answer for a container, or a log file, it no longer has."""
     return _CONTAINER_GONE.fullmatch(text.strip()) is not None
 
 
