@@ -185,10 +185,11 @@ test:
 # give up (docs/sandbox.md, "Under CPU contention"). Run alone, beside `stress-ng --cpu 2` (the
 # package's autouse cpu_hog fixture; CPU_HOG=N); `make test` runs it with no hog beside the
 # chaos soak and the upgrade run instead, two more sandboxes at work on the same two cores
-# (load average about 25), whose CPU is spent on checks, not burnt. `pytest` above ran every end-to-end test in the
-# device-plugin mode; this run leaves out the tests marked any_allocation, whose outcome does
-# not depend on the mode (what a container does, exec, volumes, endpoints, the console, the
-# API's isolation), and its RBAC audit checks the grants the DRA chart adds.
+# (load average about 25), whose CPU is spent on checks, not burnt. `pytest` above ran every
+# end-to-end test in the device-plugin mode; this run leaves out the tests marked
+# any_allocation, whose outcome does not depend on the mode (what a container does, exec,
+# volumes, endpoints, the console, the API's isolation), and its RBAC audit checks the grants
+# the DRA chart adds.
 CPU_HOG ?= 2
 test-e2e-dra: install
 	GPUCAAS_E2E_ALLOCATION=dra GPUCAAS_E2E_SCOPE=allocation GPUCAAS_E2E_CPU_HOG=$(CPU_HOG) $(PY) -m pytest -q --durations=15 tests/e2e
