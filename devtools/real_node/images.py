@@ -64,7 +64,7 @@ def _applets() -> list[str]:
     return sorted({line.strip() for line in out.splitlines() if line.strip() and line.strip() != "bin/busybox"})
 
 
-def _layer() -> bytes:
+def busybox_layer() -> bytes:
     """An uncompressed tar of the busybox tree (deterministic)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -96,7 +96,7 @@ def _layer() -> bytes:
     return buf.getvalue()
 
 
-def _blob(layout: Path, data: bytes) -> tuple[str, int]:
+def blob(layout: Path, data: bytes) -> tuple[str, int]:
     digest = hashlib.sha256(data).hexdigest()
     path = layout / "blobs" / "sha256" / digest
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,9 +111,9 @@ def write_layout(layout: Path, images: list[Image]) -> None:
         shutil.rmtree(layout)
     layout.mkdir(parents=True)
     (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
-    raw = _layer()
+    raw = busybox_layer()
     diff_id = f"sha256:{hashlib.sha256(raw).hexdigest()}"
-    layer_digest, layer_size = _blob(layout, gzip.compress(raw, mtime=0))
+    layer_digest, layer_size = blob(layout, gzip.compress(raw, mtime=0))
     manifests = []
     for image in images:
         config = {
@@ -128,7 +128,7 @@ def write_layout(layout: Path, images: list[Image]) -> None:
             },
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         }
-        config_digest, config_size = _blob(layout, json.dumps(config, sort_keys=True).encode())
+        config_digest, config_size = blob(layout, json.dumps(config, sort_keys=True).encode())
         manifest = {
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -141,7 +141,7 @@ def write_layout(layout: Path, images: list[Image]) -> None:
                 {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": layer_size}
             ],
         }
-        digest, size = _blob(layout, json.dumps(manifest, sort_keys=True).encode())
+        digest, size = blob(layout, json.dumps(manifest, sort_keys=True).encode())
         manifests.append(
             {
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",

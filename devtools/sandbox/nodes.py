@@ -175,7 +175,7 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
                 name,
                 cdi_dirs=(node.cdi_dir,),
                 labels=GPU_NODE_LABELS,
-                mirrors=registries.mirrors(),
+                mirrors={**registries.mirrors(), **plan.mirrors},
                 pod_cidr=cilium.pod_cidr(index) if plan.cilium else "",
                 cilium_address=address,
                 binds=node_binds(node) if plan.helm else {},

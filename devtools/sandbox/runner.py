@@ -91,6 +91,8 @@ class Plan:
     queueing: str = "none"
     #: what ``helm`` installs (this work tree's chart and image when None)
     release: ChartRelease | None = None
+    #: more registry names the nodes' containerd maps to an address (name -> host:port, plain HTTP)
+    mirrors: dict[str, str] = field(default_factory=dict)
 
     @property
     def own_cluster(self) -> bool:
@@ -221,6 +223,7 @@ def start(
     install: str = "processes",
     queueing: str = "none",
     release: ChartRelease | None = None,
+    mirrors: dict[str, str] | None = None,
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
@@ -249,6 +252,8 @@ def start(
     ``kueue`` (Kueue against the sandbox's own cluster; the controller and the API queue by it).
     ``release``: with ``install`` ``helm`` or ``none``, the chart, values file and image installed
     (:class:`.chart_install.ChartRelease`; this work tree's by default).
+    ``mirrors``: registry names the nodes pull from an address of the caller's, beside the
+    sandbox's own registries (e.g. a registry across a slow link, :mod:`devtools.real_node.slow_link`).
     """
     if network not in NETWORKS:
         raise ValueError(f"network {network!r}: use bridge or cilium")
@@ -275,6 +280,7 @@ def start(
         install=install,
         queueing=queueing,
         release=release,
+        mirrors=dict(mirrors or {}),
     )
     state_dir.mkdir(parents=True, exist_ok=True)
     tls, admin_token = credentials(state_dir, admin_token)

@@ -16,11 +16,15 @@ from kubernetes import client
 from core.kube import new_api_client
 from devtools import waiting
 from devtools.local_cluster import ClusterOptions, LocalCluster
+from devtools.real_node import big_image, images
 from devtools.real_node.node import NodeOptions, RealNode, node_tools_missing
 from devtools.real_node.registry import Registries
+from devtools.real_node.slow_link import SlowLink
 
 NODE = "real-node"
 TIMEOUT = 180.0
+#: the big image's files at this fraction of their size (1 MB in all)
+SMALL = 0.0002
 
 
 @dataclass
@@ -30,6 +34,8 @@ class Node:
     registries: Registries
     core: client.CoreV1Api
     dev_root: Path
+    #: the far registry (:mod:`devtools.real_node.slow_link`), holding a small copy of the big image
+    link: SlowLink
 
 
 @pytest.fixture(scope="module")
@@ -40,21 +46,26 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     cluster = LocalCluster(
         base / "cluster", ClusterOptions(unsafe_no_fsync=True, run_scheduler=False, audit_policy=None)
     ).start()
-    registries = node = None
+    registries = node = link = None
     try:
         registries = Registries(base / "registries").start()
+        link = SlowLink(base / "link", base / "far-registry").start()
+        layout = big_image.write_layout(base / "big-image", scale=SMALL)
+        _, repository, tag = images.split(big_image.REFERENCE)
+        images.push(layout.path, images.Image(repository, tag), link.address)
+        mirrors = {**registries.mirrors(), images.split(big_image.REFERENCE)[0]: link.address}
         dev_root = base / "dev"
-        node = RealNode(
-            base / "node", cluster, NodeOptions(NODE, cdi_dirs=(base / "cdi",), mirrors=registries.mirrors())
-        ).start()
+        node = RealNode(base / "node", cluster, NodeOptions(NODE, cdi_dirs=(base / "cdi",), mirrors=mirrors)).start()
         api = new_api_client(cluster.admin_kubeconfig)
         core = client.CoreV1Api(api)
         waiting.wait_for(lambda: _default_account(core), TIMEOUT, interval=0.2, what="ServiceAccount default")
-        yield Node(cluster, node, registries, core, dev_root)
+        yield Node(cluster, node, registries, core, dev_root, link)
         api.close()
     finally:
         if node is not None:
             node.stop()
+        if link is not None:
+            link.stop()
         if registries is not None:
             registries.stop()
         cluster.stop()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 from pathlib import Path
 
+from devtools.real_node import big_image
 from devtools.real_node.registry import PRIVATE_IMAGE
 
 from .conftest import Node, make_pod, wait_running, wait_terminated, wait_waiting_reason
@@ -104,3 +106,23 @@ def test_containerd_and_the_kubelet_restart_under_a_running_container(real: Node
         status = real.core.read_namespaced_pod("long", "default").status.container_statuses[0]
         assert (after.started_at, status.container_id, status.restart_count) == (before, container_id, 0), component
     real.core.delete_namespaced_pod("long", "default", grace_period_seconds=0)
+
+
+def test_an_image_across_the_slow_link_pulls_and_runs(real: Node) -> None:
+    # the link's registry side sends at 1 Gbit/s at most, by the kernel's token bucket
+    assert "tbf" in real.link.qdisc() and "rate 1Gbit" in real.link.qdisc()
+    make_pod(real.core, "far-image", big_image.REFERENCE, annotations={})
+    ended = wait_terminated(real.core, "far-image")
+    assert ended.exit_code == 0
+    line = real.core.read_namespaced_pod_log("far-image", "default").strip()
+    # the entry point read its start files (their small copies) and said so
+    assert line.startswith(f"{big_image.READY}: read ") and int(line.split()[2]) > 0
+    # the pull went to the far registry: containerd holds the image under its public name
+    held = subprocess.run(
+        [str(real.cluster.bin_dir / "ctr"), "--address", str(real.node.containerd_socket), "-n", "k8s.io"]
+        + ["images", "ls", "-q"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert big_image.REFERENCE in held
