@@ -5,36 +5,40 @@ Run: ``python -m benchmarks.big_image [--quick] [--runs N] [--mbit M]``.
 Set-up:
 
 * the image: :mod:`devtools.real_node.big_image`, 3.6 GB in five layers of incompressible
-  content shaped like NVIDIA's PyTorch container, written once into a cache outside the work
-  tree (about a minute the first time); its entry point reads about 1 MB of its files, prints
-  ``ready: ...`` and exits;
-* the registry that serves it sits across a link of ``--mbit`` Mbit/s (1,000 by default), a
+  content shaped like NVIDIA's PyTorch container, and its eStargz copy (each layer rebuilt by
+  the pinned stargz-snapshotter module's converter, the entry point's files first), written
+  once into a cache outside the work tree; its entry point reads about 1 MB of its files,
+  prints ``ready: ...`` and exits;
+* the registry that serves both sits across a link of ``--mbit`` Mbit/s (1,000 by default), a
   network namespace and ``tc`` (:mod:`devtools.real_node.slow_link`), so that a pull costs
-  what it costs over a datacenter network; the image is pushed once into its storage;
-* ``gpucaas sandbox`` with one real node (containerd + runc + the pinned kubelet, its device
-  plugin and fabric service), whose containerd maps the image's registry name to that link.
+  what it costs over a datacenter network; the images are pushed once into its storage;
+* ``gpucaas sandbox`` with its two real nodes (containerd + runc + the pinned kubelet, the
+  device plugin and fabric service), whose containerd maps the images' registry name to that
+  link: ``gpu-node-a`` with containerd's own snapshotter (overlayfs), ``gpu-node-b`` with the
+  stargz snapshotter (:mod:`devtools.real_node.lazy_pull`). Each case cordons the other node.
 
-Each run submits one 1-GPU container of the image through the API as a tenant, as a tenant
-would, and takes the time from sending the POST to the moment the container printed its
-``ready`` line (the timestamp containerd gave the line in the pod's log, read with
-``kubectl logs --timestamps`` once the API reports the container ended; both clocks are this
-machine's). The cases:
+Each run submits one 1-GPU container through the API as a tenant would, and takes the time
+from sending the POST to the moment the container printed its ``ready`` line (the timestamp
+containerd gave the line in the pod's log, read with ``kubectl logs --timestamps`` once the API
+reports the container ended; both clocks are this machine's). The cases, in this order:
 
-* ``full_pull``: the node does not hold the image (a fresh node, or the image removed with
-  ``ctr images rm --sync``, which drops its content and snapshots): the kubelet pulls and
-  containerd unpacks all of it before the process starts;
-* ``warm``: the node holds the image (the run after a full pull); the API's
+* ``full_pull``: ``gpu-node-a`` does not hold the image (each run starts a fresh sandbox: a
+  node that ran an image keeps its snapshots while the ended containers are kept): the
+  kubelet pulls and containerd unpacks all of it before the process starts;
+* ``warm``: ``gpu-node-a`` holds the image (the run after a full pull); the API's
   ``imagePullPolicy: Always`` still asks the registry for the manifest;
-* ``lazy``: a lazily pulled image (a remote snapshotter) is not built yet: ``ready_s_lazy`` is
-  ``null`` and says so (docs/figures.md).
+* ``lazy``: the eStargz copy on ``gpu-node-b``, which does not hold it: containerd fetches the
+  manifest and config, the snapshotter mounts each layer, fetching its table of contents and
+  the prioritised files, and the rest of each file as it is read (the remainder in the
+  background, after the start).
 
 The last line of stdout is one JSON object: ``image_bytes`` (what a full pull transfers: the
-compressed layers, config and manifest), ``image_layers``, ``image_files``, ``link_mbit``,
-``ready_s_full_pull`` / ``ready_s_warm`` (the median of ``--runs`` runs; each run's figure in
-``..._runs``), ``ready_s_lazy`` (null), ``pull_s_full`` / ``pull_s_warm`` (the kubelet's own
-account of the pull, from its ``Pulled`` event), ``link_floor_s`` (``image_bytes`` at the link's
-rate: no pull can be faster), ``read_at_start_bytes`` (what the entry point read),
-``runs`` and ``quick``.
+compressed layers, config and manifest; ``estargz_image_bytes`` the copy's), ``image_layers``,
+``image_files``, ``link_mbit``, ``ready_s_full_pull`` / ``ready_s_warm`` / ``ready_s_lazy``
+(the median of ``--runs`` runs; each run's figure in ``..._runs``), ``lazy_ratio_vs_full_pull``,
+``pull_s_<case>`` (the kubelet's own account of the pull, from its ``Pulled`` event),
+``link_floor_s`` (``image_bytes`` at the link's rate: no full pull can be faster),
+``read_at_start_bytes`` (what the entry point read), ``runs`` and ``quick``.
 """
 
 from __future__ import annotations
@@ -58,7 +62,16 @@ from devtools.real_node import big_image, images
 from devtools.real_node.slow_link import SlowLink
 
 TENANCY = "bigimage"
-NODE = "gpu-node-a"
+#: containerd's own snapshotter (overlayfs): full pulls, then warm starts
+PLAIN_NODE = "gpu-node-a"
+#: the stargz snapshotter (:mod:`devtools.real_node.lazy_pull`): lazy pulls of the eStargz copy
+LAZY_NODE = "gpu-node-b"
+#: case -> the node it runs on and the image it runs, in the order each run takes them
+CASES = {
+    "full_pull": (PLAIN_NODE, big_image.REFERENCE),
+    "warm": (PLAIN_NODE, big_image.REFERENCE),
+    "lazy": (LAZY_NODE, big_image.LAZY_REFERENCE),
+}
 #: the kubelet's Pulled event: "Successfully pulled image "..." in 31.2s (31.2s including waiting)..."
 PULLED = re.compile(r"Successfully pulled image .* in ([0-9.]+)(ms|s) ")
 FINISHED = ("Succeeded", "Failed", "Cancelled")
@@ -66,10 +79,10 @@ FINISHED = ("Succeeded", "Failed", "Cancelled")
 RUN_DEADLINE_S = 900.0
 
 
-def run_once(api: GpucaasApi, token: str, kubectl: list[str]) -> tuple[float, float | None, str]:
-    """One container of the image: seconds from the POST to its ready line, the kubelet's pull
-    time (None when its event says the image was present), and the line."""
-    body = {"image": big_image.REFERENCE, "gpus": 1}
+def run_once(api: GpucaasApi, token: str, kubectl: list[str], reference: str) -> tuple[float, float | None, str]:
+    """One container of the image ``reference``: seconds from the POST to its ready line, the
+    kubelet's pull time (None when its event says the image was present), and the line."""
+    body = {"image": reference, "gpus": 1}
     posted = time.time()
     cid = api.expect("POST", "/v1/containers", token, body, ok=(202,))["id"]
     deadline = time.monotonic() + RUN_DEADLINE_S
@@ -125,45 +138,45 @@ def _pull_seconds(kubectl: list[str], ns: str, pod: str) -> float | None:
     return next((p for e in events["items"] if (p := pull_seconds(e.get("message", ""))) is not None), None)
 
 
-def forget_image(ctr: Path, socket: Path) -> None:
-    """The node drops the image: its record, content and snapshots (the next run pulls it all)."""
-    subprocess.run(
-        [str(ctr), "--address", str(socket), "-n", "k8s.io", "images", "rm", "--sync", big_image.REFERENCE],
-        check=False,
-        capture_output=True,
-    )
+def only(kubectl: list[str], node: str, nodes: list[str]) -> None:
+    """New pods go to ``node`` alone: the others cordoned (kube-scheduler's own filter)."""
+    for other in nodes:
+        _kubectl(kubectl, "uncordon" if other == node else "cordon", other)
 
 
 def run(runs: int, mbit: int, quick: bool) -> dict[str, Any]:
-    say("writing the image (once; cached in " + str(big_image.cache_dir()) + ")")
-    layout = big_image.cached_layout()
+    bin_dir = Path(subprocess.run(["upstream/build.sh"], check=True, capture_output=True, text=True).stdout.strip())
+    say(f"writing the image and its eStargz copy (once; cached in {big_image.cache_dir()})")
+    layout = big_image.cached_layout(bin_dir)
     link_dir = Path(f"/tmp/gpucaas-big-image-link-{time.time_ns()}")
     link = SlowLink(link_dir, big_image.cache_dir() / "registry", mbit=mbit).start()
+    times: dict[str, list[float]] = {case: [] for case in CASES}
+    pulls: dict[str, list[float]] = {case: [] for case in CASES}
     try:
         say(f"the far registry at {link.address}, behind {link.qdisc()}")
-        _, repository, tag = images.split(big_image.REFERENCE)
-        images.push(layout.path, images.Image(repository, tag), link.address)
+        for reference in (big_image.REFERENCE, big_image.LAZY_REFERENCE):
+            _, repository, tag = images.split(reference)
+            images.push(layout.path, images.Image(repository, tag), link.address)
         registry = images.split(big_image.REFERENCE)[0]
-        with sandbox("gpucaas-bigimg-", nodes=(NODE,), mirrors={registry: link.address}) as sb:
-            assert sb.cluster is not None
-            api = GpucaasApi.of(sb)
-            token = open_tenancies(api, sb.admin_token, [TENANCY], gpu_quota=8, pod_quota=20)[TENANCY]
-            wait_ready(sb.kubeconfig, [TENANCY])
-            kubectl = [str(sb.cluster.bin_dir / "kubectl"), "--kubeconfig", str(sb.kubeconfig)]
-            node = sb.real_nodes[NODE]
-            full: list[float] = []
-            warm: list[float] = []
-            pulls_full: list[float] = []
-            pulls_warm: list[float] = []
-            for i in range(runs):
-                if i:
-                    forget_image(sb.cluster.bin_dir / "ctr", node.containerd_socket)
-                for case, into, pulls in (("full pull", full, pulls_full), ("warm", warm, pulls_warm)):
-                    seconds, pull, line = run_once(api, token, kubectl)
-                    say(f"run {i + 1}, {case}: ready after {seconds:.2f} s (pull {pull} s): {line}")
-                    into.append(seconds)
+        nodes = [PLAIN_NODE, LAZY_NODE]
+        # each run on a fresh sandbox: a node that ran the image keeps its snapshots (the ended
+        # containers' root filesystems), and the snapshotter its fetched chunks
+        for i in range(runs):
+            with sandbox(
+                "gpucaas-bigimg-", nodes=tuple(nodes), mirrors={registry: link.address}, lazy_pull_nodes=(LAZY_NODE,)
+            ) as sb:
+                assert sb.cluster is not None
+                api = GpucaasApi.of(sb)
+                token = open_tenancies(api, sb.admin_token, [TENANCY], gpu_quota=8, pod_quota=20)[TENANCY]
+                wait_ready(sb.kubeconfig, [TENANCY])
+                kubectl = [str(sb.cluster.bin_dir / "kubectl"), "--kubeconfig", str(sb.kubeconfig)]
+                for case, (node, reference) in CASES.items():
+                    only(kubectl, node, nodes)
+                    seconds, pull, line = run_once(api, token, kubectl, reference)
+                    say(f"run {i + 1}, {case} on {node}: ready after {seconds:.2f} s (pull {pull} s): {line}")
+                    times[case].append(seconds)
                     if pull is not None:
-                        pulls.append(pull)
+                        pulls[case].append(pull)
     finally:
         link.stop()
         subprocess.run(["rm", "-rf", str(link_dir)], check=False)
@@ -172,23 +185,29 @@ def run(runs: int, mbit: int, quick: bool) -> dict[str, Any]:
     def median(values: list[float]) -> float | None:
         return round(statistics.median(values), 2) if values else None
 
-    return {
+    result: dict[str, Any] = {
         "image_bytes": layout.image_bytes,
+        "estargz_image_bytes": layout.estargz_bytes,
         "image_layers": layout.layers,
         "image_files": layout.files,
         "link_mbit": mbit,
-        "ready_s_full_pull": median(full),
-        "ready_s_lazy": None,
-        "ready_s_warm": median(warm),
-        "ready_s_full_pull_runs": [round(s, 2) for s in full],
-        "ready_s_warm_runs": [round(s, 2) for s in warm],
-        "pull_s_full": median(pulls_full),
-        "pull_s_warm": median(pulls_warm),
-        "link_floor_s": round(layout.image_bytes * 8 / (mbit * 1e6), 2),
-        "read_at_start_bytes": read_at_start,
-        "runs": runs,
-        "quick": quick,
     }
+    for case in CASES:
+        result[f"ready_s_{case}"] = median(times[case])
+    for case in CASES:
+        result[f"ready_s_{case}_runs"] = [round(t, 2) for t in times[case]]
+        result[f"pull_s_{case}"] = median(pulls[case])
+    full, lazy = result["ready_s_full_pull"], result["ready_s_lazy"]
+    result.update(
+        {
+            "lazy_ratio_vs_full_pull": round(lazy / full, 3) if full and lazy else None,
+            "link_floor_s": round(layout.image_bytes * 8 / (mbit * 1e6), 2),
+            "read_at_start_bytes": read_at_start,
+            "runs": runs,
+            "quick": quick,
+        }
+    )
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     say(
         f"POST -> ready with {result['image_bytes'] / 1e9:.2f} GB over {result['link_mbit']} Mbit/s: "
         f"full pull {result['ready_s_full_pull']} s (the link alone: {result['link_floor_s']} s), "
-        f"warm {result['ready_s_warm']} s; lazy: not built yet"
+        f"warm {result['ready_s_warm']} s, lazy {result['ready_s_lazy']} s "
+        f"({result['lazy_ratio_vs_full_pull']} of the full pull's)"
     )
     emit(result)
     return 0

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the pinned upstream binaries (Kubernetes, etcd, kwok, the node's containerd, the
-# sandbox's ingress controller, Traefik, and its cluster DNS, CoreDNS; Helm, Kueue and Cilium when asked for) from
+# Builds the pinned upstream binaries (Kubernetes, etcd, kwok, the node's containerd and its lazy
+# pulling snapshotter, stargz, the sandbox's ingress controller, Traefik, and its cluster DNS,
+# CoreDNS; Helm, Kueue and Cilium when asked for) from
 # their Go modules into a cache outside the work tree, and prints the folder that holds them.
 #
 #   upstream/build.sh            build what is missing, print the bin folder
@@ -27,7 +28,11 @@ HELM_VERSION=v3.22.0
 KUEUE_VERSION=v0.17.0
 CILIUM_VERSION=v1.20.2
 CILIUM_BINARIES=(cilium-agent cilium-operator-generic cilium-dbg cilium-cni)
-ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" traefik coredns)
+STARGZ_VERSION=v0.19.1
+# the stargz snapshotter's service and an eStargz converter: commands of ours around its library
+# (upstream/stargz; the module's own cmd module is not on the module proxy)
+STARGZ_BINARIES=(gpucaas-stargz-grpc gpucaas-estargz)
+ALL_BINARIES=("${KUBE_BINARIES[@]}" etcd etcdctl kwok kwok-stages "${NODE_BINARIES[@]}" "${STARGZ_BINARIES[@]}" traefik coredns)
 if [ "${GPUCAAS_CILIUM:-}" = 1 ]; then ALL_BINARIES+=("${CILIUM_BINARIES[@]}"); fi
 if [ "${GPUCAAS_HELM:-}" = 1 ]; then ALL_BINARIES+=(helm); fi
 if [ "${GPUCAAS_KUEUE:-}" = 1 ]; then ALL_BINARIES+=(kueue); fi
@@ -55,6 +60,8 @@ node_pins=$( (echo "$ctr_tags $ctr_ld $GOFLAGS_USED"; cat "$here/containerd/go.m
 # so are Traefik's
 traefik_ld="-X github.com/traefik/traefik/v3/pkg/version.Version=$TRAEFIK_VERSION"
 traefik_pins=$( (echo "$traefik_ld $GOFLAGS_USED"; cat "$here/traefik/go.mod" "$here/traefik/go.sum") | sha256sum | cut -c1-12)
+# and the stargz snapshotter's (its version is its module's)
+stargz_pins=$( (echo "$STARGZ_VERSION $GOFLAGS_USED"; cat "$here/stargz/go.mod" "$here/stargz/go.sum" "$here"/stargz/*/main.go) | sha256sum | cut -c1-12)
 # and CoreDNS's (its version is a constant of its module: nothing to stamp)
 coredns_pins=$( (echo "$COREDNS_VERSION $GOFLAGS_USED"; cat "$here/coredns/go.mod" "$here/coredns/go.sum") | sha256sum | cut -c1-12)
 # and Helm's (the version variables its release build sets; the Kubernetes version its `helm
@@ -79,6 +86,7 @@ if [ "$(cat "$bin/containerd.pins" 2>/dev/null)" != "$node_pins" ]; then
   for b in "${NODE_BINARIES[@]}"; do rm -f "$bin/$b"; done
 fi
 if [ "$(cat "$bin/traefik.pins" 2>/dev/null)" != "$traefik_pins" ]; then rm -f "$bin/traefik"; fi
+if [ "$(cat "$bin/stargz.pins" 2>/dev/null)" != "$stargz_pins" ]; then for b in "${STARGZ_BINARIES[@]}"; do rm -f "$bin/$b"; done; fi
 if [ "$(cat "$bin/coredns.pins" 2>/dev/null)" != "$coredns_pins" ]; then rm -f "$bin/coredns"; fi
 if [ "$(cat "$bin/helm.pins" 2>/dev/null)" != "$helm_pins" ]; then rm -f "$bin/helm"; fi
 if [ "$(cat "$bin/kueue.pins" 2>/dev/null)" != "$kueue_pins" ] || [ ! -d "$bin/kueue-manifests/crd" ]; then
@@ -108,6 +116,7 @@ start=$SECONDS
 module_of() {  # the wrapper module (a folder here) a binary is built from
   case "$1" in
     etcd|etcdctl) echo etcd ;; kwok|kwok-stages) echo kwok ;; containerd|containerd-shim-runc-v2|ctr) echo containerd ;;
+    gpucaas-stargz-grpc|gpucaas-estargz) echo stargz ;;
     traefik) echo traefik ;; coredns) echo coredns ;; helm) echo helm ;; kueue) echo kueue ;; cilium-*) echo cilium ;; *) echo kubernetes ;;
   esac
 }
@@ -129,6 +138,8 @@ for b in "${missing[@]}"; do
     kwok) build kwok sigs.k8s.io/kwok/cmd/kwok ;;
     kwok-stages) build kwok-stages ./stages ;;
     containerd|containerd-shim-runc-v2|ctr) build "$b" "github.com/containerd/containerd/v2/cmd/$b" "$ctr_ld" "$ctr_tags" ;;
+    gpucaas-stargz-grpc) build "$b" ./snapshotter ;;
+    gpucaas-estargz) build "$b" ./convert ;;
     traefik) build traefik github.com/traefik/traefik/v3/cmd/traefik "$traefik_ld" ;;
     coredns) build coredns github.com/coredns/coredns ;;
     helm) build helm "$h/cmd/helm" "$helm_ld" ;;
@@ -143,6 +154,7 @@ done
 wait  # the downloads, all needed by now
 echo "$node_pins" >"$bin/containerd.pins"
 echo "$traefik_pins" >"$bin/traefik.pins"
+echo "$stargz_pins" >"$bin/stargz.pins"
 echo "$coredns_pins" >"$bin/coredns.pins"
 if [ -x "$bin/helm" ]; then echo "$helm_pins" >"$bin/helm.pins"; fi
 if [ -x "$bin/kueue" ] && [ ! -d "$bin/kueue-manifests/crd" ]; then

@@ -14,7 +14,7 @@ digests, every time and on every machine). What it holds (:data:`LAYERS`):
 * ``app``: the tenant's code and configuration under ``/workspace/app``.
 
 Its entry point reads a few small files (the CUDA runtime, PyTorch's ``__init__.py``, the app's
-configuration: about 0.03 % of the image, as a program's start touches little of what its
+configuration: about 0.02 % of the image, as a program's start touches little of what its
 image holds), prints one line starting :data:`READY`, and exits. Nothing CUDA runs: the
 files are random bytes of realistic names and sizes, and the image's label says so.
 
@@ -34,7 +34,7 @@ import tarfile
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,10 +42,12 @@ from devtools.real_node import images
 
 #: the reference tenants use: a registry name containerd maps to the far registry (:mod:`.slow_link`)
 REFERENCE = "far.gpucaas.test/nvidia/pytorch:24.05-py3-shaped"
+#: its eStargz copy (:func:`add_estargz`), which a node with lazy pulling mounts instead of unpacking
+LAZY_REFERENCE = f"{REFERENCE}{images.ESTARGZ_SUFFIX}"
 #: the first word of the line the entry point prints once its files are read
 READY = "ready"
 #: bump when the layers change: the cache is keyed by it
-VERSION = "1"
+VERSION = "2"
 MIB = 1 << 20
 CUDA = "usr/local/cuda-12.4/lib64"
 SYSLIB = "usr/lib/x86_64-linux-gnu"
@@ -107,6 +109,8 @@ class Layout:
     image_bytes: int
     layers: int
     files: int
+    #: the eStargz copy's, once there is one (:func:`add_estargz`)
+    estargz_bytes: int = 0
 
 
 def _files(layer: str, scale: float) -> list[tuple[str, int]]:
@@ -236,18 +240,7 @@ def write_layout(path: Path, scale: float = 1.0, workers: int = 2) -> Layout:
         },
         "rootfs": {"type": "layers", "diff_ids": [layer["diff_id"] for layer in layers]},
     }
-    config_digest, config_size = images.blob(path, json.dumps(config, sort_keys=True).encode())
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": config_digest,
-            "size": config_size,
-        },
-        "layers": [layer["descriptor"] for layer in layers],
-    }
-    digest, size = images.blob(path, json.dumps(manifest, sort_keys=True).encode())
+    digest, size = images.manifest_blob(path, config, [layer["descriptor"] for layer in layers])
     index = {
         "schemaVersion": 2,
         "manifests": [
@@ -262,10 +255,34 @@ def write_layout(path: Path, scale: float = 1.0, workers: int = 2) -> Layout:
     (path / "index.json").write_text(json.dumps(index))
     return Layout(
         path,
-        image_bytes=sum(layer["descriptor"]["size"] for layer in layers) + config_size + size,
+        image_bytes=tagged_bytes(path, REFERENCE),
         layers=len(layers),
         files=sum(layer["files"] for layer in layers),
     )
+
+
+def manifest_of(layout: Path, reference: str) -> tuple[dict[str, Any], int]:
+    """The manifest of the image tagged as ``reference``'s repository:tag, and its size."""
+    _, repository, tag = images.split(reference)
+    index = json.loads((layout / "index.json").read_text())
+    name = "org.opencontainers.image.ref.name"
+    entry = next(m for m in index["manifests"] if m["annotations"][name] == f"{repository}:{tag}")
+    raw = (layout / "blobs" / "sha256" / entry["digest"].removeprefix("sha256:")).read_bytes()
+    return json.loads(raw), len(raw)
+
+
+def tagged_bytes(layout: Path, reference: str) -> int:
+    """What pulling the image tagged as ``reference``'s repository:tag transfers."""
+    manifest, size = manifest_of(layout, reference)
+    return int(size + manifest["config"]["size"] + sum(layer["size"] for layer in manifest["layers"]))
+
+
+def add_estargz(layout: Layout, bin_dir: Path) -> Layout:
+    """The layout with the image's eStargz copy tagged :data:`LAZY_REFERENCE`'s repository:tag
+    (:func:`images.estargz_copy`), the files of :data:`READ_AT_START` first in their layers."""
+    _, repository, tag = images.split(REFERENCE)
+    images.estargz_copy(layout.path, images.Image(repository, tag), bin_dir, READ_AT_START)
+    return replace(layout, estargz_bytes=tagged_bytes(layout.path, LAZY_REFERENCE))
 
 
 def cache_dir() -> Path:
@@ -273,17 +290,18 @@ def cache_dir() -> Path:
     return base / "gpucaas" / "big-image" / VERSION
 
 
-def cached_layout() -> Layout:
-    """The full-size layout, written into :func:`cache_dir` the first time (about a minute on two
-    cores) and read back after; older versions' folders are removed."""
+def cached_layout(bin_dir: Path) -> Layout:
+    """The full-size layout with its eStargz copy (``bin_dir``: the converter's folder), written
+    into :func:`cache_dir` the first time (a minute or two on two cores) and read back after;
+    older versions' folders are removed."""
     folder = cache_dir()
     figures = folder / "layout.json"
     if figures.exists():
-        saved = json.loads(figures.read_text())
-        return Layout(folder / "oci", saved["image_bytes"], saved["layers"], saved["files"])
+        return Layout(path=folder / "oci", **json.loads(figures.read_text()))
     for old in folder.parent.glob("*"):
         if old != folder:
             shutil.rmtree(old, ignore_errors=True)
-    layout = write_layout(folder / "oci")
-    figures.write_text(json.dumps({"image_bytes": layout.image_bytes, "layers": layout.layers, "files": layout.files}))
+    layout = add_estargz(write_layout(folder / "oci"), bin_dir)
+    saved = {k: v for k, v in asdict(layout).items() if k != "path"}
+    figures.write_text(json.dumps(saved))
     return layout

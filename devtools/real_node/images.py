@@ -105,6 +105,22 @@ def blob(layout: Path, data: bytes) -> tuple[str, int]:
     return f"sha256:{digest}", len(data)
 
 
+def manifest_blob(layout: Path, config: dict[str, Any], layers: list[dict[str, Any]]) -> tuple[str, int]:
+    """The image's config and manifest written as blobs of the layout: the manifest's digest and size."""
+    config_digest, config_size = blob(layout, json.dumps(config, sort_keys=True).encode())
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": config_size,
+        },
+        "layers": layers,
+    }
+    return blob(layout, json.dumps(manifest, sort_keys=True).encode())
+
+
 def write_layout(layout: Path, images: list[Image]) -> None:
     """An OCI image layout holding ``images`` (one shared busybox layer), tagged by ``repository:tag``."""
     if layout.exists():
@@ -128,20 +144,8 @@ def write_layout(layout: Path, images: list[Image]) -> None:
             },
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         }
-        config_digest, config_size = blob(layout, json.dumps(config, sort_keys=True).encode())
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": config_digest,
-                "size": config_size,
-            },
-            "layers": [
-                {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": layer_size}
-            ],
-        }
-        digest, size = blob(layout, json.dumps(manifest, sort_keys=True).encode())
+        layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": layer_size}
+        digest, size = manifest_blob(layout, config, [layer])
         manifests.append(
             {
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -167,6 +171,27 @@ def push(layout: Path, image: Image, registry: str, *, creds: str | None = None)
     if creds:
         cmd[2:2] = ["--dest-creds", creds]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+#: what an image's eStargz copy adds to its tag (the copy sits next to the original in the registry)
+ESTARGZ_SUFFIX = "-esgz"
+
+
+def estargz_copy(layout: Path, image: Image, bin_dir: Path, prioritize: tuple[str, ...] = ()) -> Image:
+    """The image's eStargz copy, written into the layout under its tag plus :data:`ESTARGZ_SUFFIX`
+    by ``gpucaas-estargz`` (upstream/stargz: each layer rebuilt as eStargz at gzip's level 1,
+    the ``prioritize`` paths first, which the stargz snapshotter prefetches before the container
+    starts; docs/cold-start.md)."""
+    copy = Image(image.repository, image.tag + ESTARGZ_SUFFIX, image.cmd, image.entrypoint, image.labels)
+    subprocess.run(
+        [str(bin_dir / "gpucaas-estargz"), "-layout", str(layout)]
+        + ["-from", f"{image.repository}:{image.tag}", "-to", f"{copy.repository}:{copy.tag}"]
+        + ["-prioritize", ",".join(prioritize)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return copy
 
 
 def split(reference: str) -> tuple[str, str, str]:

@@ -44,6 +44,7 @@ from devtools.local_cluster.cluster import LocalCluster, free_port
 from devtools.processes import ProcessFailed, Supervisor, http_ready, unix_socket_ready
 from devtools.real_node import cilium
 from devtools.real_node.images import PAUSE
+from devtools.real_node.lazy_pull import LazyPull
 from devtools.real_node.notice import RuntimeNotice
 from devtools.waiting import wait_for
 
@@ -82,6 +83,9 @@ class NodeOptions:
     #: the cluster DNS's address, which the kubelet gives its pods as their nameserver (with the
     #: cluster domain ``cluster.local``); empty: none runs, pods get this machine's resolv.conf
     cluster_dns: str = ""
+    #: images pulled lazily: containerd's snapshotter is the stargz snapshotter (:mod:`.lazy_pull`),
+    #: which mounts eStargz layers and fetches their files as they are read
+    lazy_pull: bool = False
 
 
 class RealNode(Supervisor):
@@ -107,6 +111,14 @@ class RealNode(Supervisor):
     @property
     def containerd_socket(self) -> Path:
         return self.folder / "containerd" / "containerd.sock"
+
+    @property
+    def _image_service(self) -> Path:
+        return self.lazy.image_service if self.options.lazy_pull else self.containerd_socket
+
+    @property
+    def lazy(self) -> LazyPull:
+        return LazyPull(self.folder / "stargz", self.cluster.bin_dir)
 
     @property
     def kubelet(self) -> KubeletDirs:
@@ -249,6 +261,8 @@ class RealNode(Supervisor):
             holder.append(f"{mounts} && touch '{ready}' && exec sleep infinity")
         self.add("mount-namespace", holder, lambda: ready.exists())
         (self.folder / "namespace-ready").unlink(missing_ok=True)
+        if opts.lazy_pull:  # in the node's mount namespace, where containerd sees its FUSE mounts
+            self.add("stargz", *self.lazy.child(opts.mirrors, self.containerd_socket))
         self.add(
             "containerd",
             [b / "containerd", "--config", cfg],
@@ -420,9 +434,10 @@ state = "{root / "state"}"
     bin_dirs = {json.dumps([CNI_BIN, *([str(self.cluster.bin_dir)] if self.options.cilium_address else [])])}
     conf_dir = "{self.folder / "cni" / "net.d"}"
 
+{self.lazy.containerd_proxy() if self.options.lazy_pull else ""}
 [plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+  snapshotter = "{"stargz" if self.options.lazy_pull else "overlayfs"}"
+{self.lazy.containerd_images() if self.options.lazy_pull else ""}  [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{PAUSE}"
   [plugins.'io.containerd.cri.v1.images'.registry]
     config_path = "{self.folder / "certs.d"}"
@@ -455,6 +470,8 @@ state = "{root / "state"}"
             "cgroupRoot": self.cgroup_root,
             "failCgroupV1": False,
             "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+            # with lazy pulls, image calls go through the snapshotter's CRI proxy (the pull's credentials)
+            "imageServiceEndpoint": f"unix://{self._image_service}",
             "failSwapOn": False,
             "maxPods": self.options.max_pods,
             "evictionHard": {
@@ -520,6 +537,8 @@ def node_tools_missing() -> list[str]:
     missing = [tool for tool in ("runc", "docker-registry", "skopeo", "htpasswd") if shutil.which(tool) is None]
     if not Path(CNI_BIN, "bridge").exists():
         missing.append("containernetworking-plugins")
+    if not Path("/dev/fuse").exists():
+        missing.append("/dev/fuse (the stargz snapshotter mounts lazily pulled layers with FUSE)")
     if os.geteuid() != 0:
         missing.append("root (containerd and the kubelet need it)")
     return missing

@@ -78,9 +78,12 @@ def write_htpasswd(path: Path, user: str, password: str) -> None:
 class Registries(Supervisor):
     """The public and the private registry, filled with the images a node here runs."""
 
-    def __init__(self, folder: Path, bind: str = "127.0.0.1") -> None:
+    def __init__(self, folder: Path, bind: str = "127.0.0.1", estargz_from: Path | None = None) -> None:
         self.folder = folder.resolve()
         super().__init__(self.folder / "logs")
+        #: the folder of ``gpucaas-estargz``: each image but the pause image then has an eStargz
+        #: copy beside it, its tag ending ``-esgz``, for nodes that pull lazily (:mod:`.lazy_pull`)
+        self.estargz_from = estargz_from
         password_file = self.folder / "private-password"
         if not password_file.exists():
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -101,9 +104,14 @@ class Registries(Supervisor):
         public = images.public_images()
         private = images.Image.named(PRIVATE_IMAGE, cmd=("sh", "-c", "echo 'private image: pulled with credentials'"))
         images.write_layout(layout, [*public.values(), private])
-        for image in public.values():
+        publics, privates = list(public.values()), [private]
+        if self.estargz_from is not None:
+            publics += [images.estargz_copy(layout, i, self.estargz_from) for i in publics if i.repository != "pause"]
+            privates.append(images.estargz_copy(layout, private, self.estargz_from))
+        for image in publics:
             images.push(layout, image, self.public.address)
-        images.push(layout, private, self.private.address, creds=f"{PRIVATE_USER}:{self.password}")
+        for image in privates:
+            images.push(layout, image, self.private.address, creds=f"{PRIVATE_USER}:{self.password}")
         return self
 
     def mirrors(self) -> dict[str, str]:
@@ -111,10 +119,14 @@ class Registries(Supervisor):
         return {**{name: self.public.address for name in PUBLIC_NAMES}, PRIVATE_REGISTRY: self.private.address}
 
     def info(self) -> dict[str, str]:
-        """``registry.json``: what a tenant needs to pull the private image."""
-        return {
+        """``registry.json``: what a tenant needs to pull the private image (and its eStargz
+        copy, ``private_lazy_image``, when there is one)."""
+        info = {
             "server": PRIVATE_REGISTRY,
             "username": PRIVATE_USER,
             "password": self.password,
             "private_image": PRIVATE_IMAGE,
         }
+        if self.estargz_from is not None:
+            info["private_lazy_image"] = PRIVATE_IMAGE + images.ESTARGZ_SUFFIX
+        return info

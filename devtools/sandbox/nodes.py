@@ -140,12 +140,13 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
     say = plan.say
     say(
         "starting the local registries (public images built from busybox-static; a private one "
-        "that asks for credentials) and pushing the images"
+        "that asks for credentials) and pushing the images, each with an eStargz copy (tag -esgz)"
     )
     # each part is the sandbox's before it starts: stopping the sandbox stops a part that failed half-way
     registries = sandbox.registries = Registries(
         sandbox.state_dir / "registries",
         bind=cilium.HOST_ADDRESS if plan.cilium else "127.0.0.1",
+        estargz_from=sandbox.cluster.bin_dir,
     )
     registries.start()
     for index, name in enumerate(plan.nodes):
@@ -167,6 +168,7 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
             f"[{name}] starting a real node: containerd, runc and kubelet {KUBE_VERSION} "
             "(the kata-qemu-nvidia-gpu handler runs runc here: no VM boots on this machine)"
             + (f"; its network: Cilium, in a namespace of its own at {address}" if address else "")
+            + ("; images pulled lazily by the stargz snapshotter" if plan.lazy_pull(name) else "")
         )
         real = sandbox.real_nodes[name] = RealNode(
             node.root,
@@ -182,6 +184,7 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
                 # the chart's pods reach Services (kube-proxy, service_network) and the cluster DNS
                 routes=(SERVICE_CIDR,) if plan.helm else (),
                 cluster_dns=DNS_IP if plan.helm else "",
+                lazy_pull=plan.lazy_pull(name),
             ),
         )
         real.start()

@@ -93,6 +93,11 @@ class Plan:
     release: ChartRelease | None = None
     #: more registry names the nodes' containerd maps to an address (name -> host:port, plain HTTP)
     mirrors: dict[str, str] = field(default_factory=dict)
+    #: the nodes that pull images lazily (the stargz snapshotter, :mod:`devtools.real_node.lazy_pull`); None: all
+    lazy_pull_nodes: tuple[str, ...] | None = None
+
+    def lazy_pull(self, node: str) -> bool:
+        return self.lazy_pull_nodes is None or node in self.lazy_pull_nodes
 
     @property
     def own_cluster(self) -> bool:
@@ -224,6 +229,7 @@ def start(
     queueing: str = "none",
     release: ChartRelease | None = None,
     mirrors: dict[str, str] | None = None,
+    lazy_pull_nodes: tuple[str, ...] | None = None,
 ) -> Sandbox:
     """Start everything; returns once every part answers. The caller owns ``stop()``.
 
@@ -254,6 +260,9 @@ def start(
     (:class:`.chart_install.ChartRelease`; this work tree's by default).
     ``mirrors``: registry names the nodes pull from an address of the caller's, beside the
     sandbox's own registries (e.g. a registry across a slow link, :mod:`devtools.real_node.slow_link`).
+    ``lazy_pull_nodes``: the nodes whose containerd pulls through the stargz snapshotter, mounting
+    eStargz layers and fetching their files as they are read (:mod:`devtools.real_node.lazy_pull`;
+    the registries hold an eStargz copy of each image, its tag ending ``-esgz``); None: every node.
     """
     if network not in NETWORKS:
         raise ValueError(f"network {network!r}: use bridge or cilium")
@@ -281,6 +290,7 @@ def start(
         queueing=queueing,
         release=release,
         mirrors=dict(mirrors or {}),
+        lazy_pull_nodes=lazy_pull_nodes,
     )
     state_dir.mkdir(parents=True, exist_ok=True)
     tls, admin_token = credentials(state_dir, admin_token)

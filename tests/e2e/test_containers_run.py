@@ -4,6 +4,7 @@ runs, sees exactly its GPUs' device nodes, and its exit code, pull errors and OO
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from kubernetes import client
@@ -71,9 +72,16 @@ def test_caasctl_run_exits_with_the_containers_exit_code(tenant: Tenant) -> None
 
 
 @pytest.mark.any_allocation
-def test_the_private_image_needs_the_registry_credentials(sandbox: runner.Sandbox, tenant: Tenant) -> None:
+@pytest.mark.parametrize("image", ["private_image", "private_lazy_image"])
+def test_the_private_image_needs_the_registry_credentials(
+    sandbox: runner.Sandbox, tenant_factory: Callable[[str], Tenant], image: str
+) -> None:
+    """Both the image and its eStargz copy, which the nodes pull lazily: the snapshotter fetches
+    the copy's layers with the pull's own credentials, and nothing without them. A tenancy of
+    its own each: the login below stays with the tenancy."""
+    tenant = tenant_factory(image.replace("_", "-"))
     registry = json.loads((sandbox.state_dir / "registry.json").read_text())
-    status, made = tenant.call("POST", "/v1/containers", {"image": registry["private_image"], "gpus": 1})
+    status, made = tenant.call("POST", "/v1/containers", {"image": registry[image], "gpus": 1})
     assert status == 202, made
 
     seen: list[str] = []
@@ -102,7 +110,7 @@ def test_the_private_image_needs_the_registry_credentials(sandbox: runner.Sandbo
         stdin=registry["password"],
     )
     assert login.returncode == 0, login.stderr
-    ran = tenant.caasctl("run", registry["private_image"])
+    ran = tenant.caasctl("run", registry[image])
     assert ran.returncode == 0, (ran.stdout, ran.stderr)
     assert "pulled with credentials" in ran.stdout
 

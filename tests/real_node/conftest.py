@@ -5,7 +5,11 @@ Module-scoped: starting a node takes a few seconds, and each test makes pods of 
 
 from __future__ import annotations
 
+import base64
+import json
+import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +40,16 @@ class Node:
     dev_root: Path
     #: the far registry (:mod:`devtools.real_node.slow_link`), holding a small copy of the big image
     link: SlowLink
+    #: that copy, with its eStargz copy
+    image_layout: big_image.Layout
 
 
-@pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+@contextmanager
+def started_node(base: Path, *, lazy_pull: bool = False) -> Iterator[Node]:
+    """A cluster, the registries, the far registry with a small copy of the big image (and its
+    eStargz copy), and the node, under ``base``; all stopped after."""
     missing = node_tools_missing()
     assert not missing, f"a real node needs: {', '.join(missing)} (make install adds the packages)"
-    base = tmp_path_factory.mktemp("real-node")
     cluster = LocalCluster(
         base / "cluster", ClusterOptions(unsafe_no_fsync=True, run_scheduler=False, audit_policy=None)
     ).start()
@@ -50,16 +57,18 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     try:
         registries = Registries(base / "registries").start()
         link = SlowLink(base / "link", base / "far-registry").start()
-        layout = big_image.write_layout(base / "big-image", scale=SMALL)
-        _, repository, tag = images.split(big_image.REFERENCE)
-        images.push(layout.path, images.Image(repository, tag), link.address)
+        layout = big_image.add_estargz(big_image.write_layout(base / "big-image", scale=SMALL), cluster.bin_dir)
+        for reference in (big_image.REFERENCE, big_image.LAZY_REFERENCE):
+            _, repository, tag = images.split(reference)
+            images.push(layout.path, images.Image(repository, tag), link.address)
         mirrors = {**registries.mirrors(), images.split(big_image.REFERENCE)[0]: link.address}
         dev_root = base / "dev"
-        node = RealNode(base / "node", cluster, NodeOptions(NODE, cdi_dirs=(base / "cdi",), mirrors=mirrors)).start()
+        options = NodeOptions(NODE, cdi_dirs=(base / "cdi",), mirrors=mirrors, lazy_pull=lazy_pull)
+        node = RealNode(base / "node", cluster, options).start()
         api = new_api_client(cluster.admin_kubeconfig)
         core = client.CoreV1Api(api)
         waiting.wait_for(lambda: _default_account(core), TIMEOUT, interval=0.2, what="ServiceAccount default")
-        yield Node(cluster, node, registries, core, dev_root, link)
+        yield Node(cluster, node, registries, core, dev_root, link, layout)
         api.close()
     finally:
         if node is not None:
@@ -69,6 +78,12 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         if registries is not None:
             registries.stop()
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    with started_node(tmp_path_factory.mktemp("real-node")) as node:
+        yield node
 
 
 def _default_account(core: client.CoreV1Api) -> bool:
@@ -98,10 +113,12 @@ def make_pod(
     pull_secret: str | None = None,
     annotations: dict[str, str] | None = None,
     restart: str = "Never",
+    pull: str | None = None,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "main",
         "image": image,
+        **({"imagePullPolicy": pull} if pull else {}),
         "securityContext": RESTRICTED,
         "resources": {"limits": limits or {}},
     }
@@ -122,6 +139,29 @@ def make_pod(
         pod["spec"]["imagePullSecrets"] = [{"name": pull_secret}]
     core.create_namespaced_pod("default", pod)
     return pod
+
+
+def ctr(node: Node, *args: str) -> list[str]:
+    """What ``ctr`` on the node's containerd (namespace ``k8s.io``, the CRI's) prints, as words."""
+    address = ["--address", str(node.node.containerd_socket), "-n", "k8s.io"]
+    out = subprocess.run(
+        [str(node.cluster.bin_dir / "ctr"), *address, *args], check=True, capture_output=True, text=True
+    )
+    return out.stdout.split()
+
+
+def make_pull_secret(core: client.CoreV1Api, name: str, registries: Registries) -> None:
+    """A ``kubernetes.io/dockerconfigjson`` Secret with the private registry's user and password."""
+    info = registries.info()
+    config = {"auths": {info["server"]: {"username": info["username"], "password": info["password"]}}}
+    core.create_namespaced_secret(
+        "default",
+        {
+            "metadata": {"name": name},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
+        },
+    )
 
 
 def container_state(core: client.CoreV1Api, name: str) -> Any:

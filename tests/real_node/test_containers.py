@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import json
-import subprocess
 from pathlib import Path
 
 from devtools.real_node import big_image
 from devtools.real_node.registry import PRIVATE_IMAGE
 
-from .conftest import Node, make_pod, wait_running, wait_terminated, wait_waiting_reason
+from .conftest import Node, ctr, make_pod, make_pull_secret, wait_running, wait_terminated, wait_waiting_reason
 
 
 def test_the_node_registers_itself_with_its_real_versions(real: Node) -> None:
@@ -69,16 +66,7 @@ def test_limits_are_the_cgroups_and_the_seccomp_profile_is_on(real: Node) -> Non
 def test_the_private_image_pulls_only_with_credentials(real: Node) -> None:
     make_pod(real.core, "no-creds", PRIVATE_IMAGE)
     assert wait_waiting_reason(real.core, "no-creds", ("ErrImagePull", "ImagePullBackOff"))
-    info = real.registries.info()
-    config = {"auths": {info["server"]: {"username": info["username"], "password": info["password"]}}}
-    real.core.create_namespaced_secret(
-        "default",
-        {
-            "metadata": {"name": "pull"},
-            "type": "kubernetes.io/dockerconfigjson",
-            "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
-        },
-    )
+    make_pull_secret(real.core, "pull", real.registries)
     make_pod(real.core, "with-creds", PRIVATE_IMAGE, pull_secret="pull")
     assert wait_terminated(real.core, "with-creds").exit_code == 0
     assert "pulled with credentials" in real.core.read_namespaced_pod_log("with-creds", "default")
@@ -118,11 +106,4 @@ def test_an_image_across_the_slow_link_pulls_and_runs(real: Node) -> None:
     # the entry point read its start files (their small copies) and said so
     assert line.startswith(f"{big_image.READY}: read ") and int(line.split()[2]) > 0
     # the pull went to the far registry: containerd holds the image under its public name
-    held = subprocess.run(
-        [str(real.cluster.bin_dir / "ctr"), "--address", str(real.node.containerd_socket), "-n", "k8s.io"]
-        + ["images", "ls", "-q"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    assert big_image.REFERENCE in held
+    assert big_image.REFERENCE in ctr(real, "images", "ls", "-q")
