@@ -106,7 +106,8 @@ class Registries(Supervisor):
         images.write_layout(layout, [*public.values(), private])
         publics, privates = list(public.values()), [private]
         if self.estargz_from is not None:
-            publics += [images.estargz_copy(layout, i, self.estargz_from) for i in publics if i.repository != "pause"]
+            # the pause image is the CRI's own, pinned and pulled whole
+            publics += [images.estargz_copy(layout, i, self.estargz_from) for i in publics if i != public[images.PAUSE]]
             privates.append(images.estargz_copy(layout, private, self.estargz_from))
         for image in publics:
             images.push(layout, image, self.public.address)

@@ -41,8 +41,16 @@ def test_the_extender_places_a_short_trace_on_kwok_nodes_on_whole_partitions() -
         "gpu_hours_ratio_vs_bound_extender",
         "invalid_partitions_dra",
         "invalid_partitions_dra_extender",
+        "dra_scheduler_cpu_ms_per_pod",
+        "scheduler_cpu_ms_per_pod_extender",
     ):
         assert key in figures, key
+    # the DRA mode did not run: no figure of it
+    assert figures["dra_scheduler_cpu_ms_per_pod"] is None
+    assert set(figures["targets_met"]) >= {
+        "scheduled_per_s_extender>=most_allocated",
+        "dra_gpu_hours_ratio_vs_most_allocated>=0.9",
+    }
     assert (figures["nodes"], figures["gpus"]) == (4, 32)
     ext = figures["modes"]["extender"]
     assert ext["errors"] == 0, ext["first_errors"]
