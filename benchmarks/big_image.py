@@ -48,6 +48,7 @@ import json
 import re
 import statistics
 import subprocess
+import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -58,6 +59,8 @@ from benchmarks.kit.report import emit, say
 from benchmarks.kit.sandbox import sandbox
 from benchmarks.kit.tenancies import open_tenancies, wait_ready
 from core import crds
+from devtools import folders
+from devtools.local_cluster import binaries
 from devtools.real_node import big_image, images
 from devtools.real_node.slow_link import SlowLink
 
@@ -145,10 +148,9 @@ def only(kubectl: list[str], node: str, nodes: list[str]) -> None:
 
 
 def run(runs: int, mbit: int, quick: bool) -> dict[str, Any]:
-    bin_dir = Path(subprocess.run(["upstream/build.sh"], check=True, capture_output=True, text=True).stdout.strip())
     say(f"writing the image and its eStargz copy (once; cached in {big_image.cache_dir()})")
-    layout = big_image.cached_layout(bin_dir)
-    link_dir = Path(f"/tmp/gpucaas-big-image-link-{time.time_ns()}")
+    layout = big_image.cached_layout(binaries.bin_dir(build=True))
+    link_dir = Path(tempfile.mkdtemp(prefix="gpucaas-big-image-link-", dir="/tmp"))
     link = SlowLink(link_dir, big_image.cache_dir() / "registry", mbit=mbit).start()
     times: dict[str, list[float]] = {case: [] for case in CASES}
     pulls: dict[str, list[float]] = {case: [] for case in CASES}
@@ -179,7 +181,7 @@ def run(runs: int, mbit: int, quick: bool) -> dict[str, Any]:
                         pulls[case].append(pull)
     finally:
         link.stop()
-        subprocess.run(["rm", "-rf", str(link_dir)], check=False)
+        folders.remove(link_dir)
     read_at_start = int(line.split("read ", 1)[1].split(" ")[0])
 
     def median(values: list[float]) -> float | None:
