@@ -224,6 +224,36 @@ def test_a_pod_its_node_refused_at_admission_is_made_again_a_bounded_number_of_t
     assert pods.attempt_of("gpucaas-other", cid) == -1
 
 
+def test_a_pod_a_restarted_kubelet_admits_again_and_refuses_fails_its_container(api: ApiServer, k8s: Any) -> None:
+    """A kubelet that restarts admits its pods again. One whose GPUs it had allocated before the
+    restart, and finds unhealthy now (its device plugin not back yet), it refuses with
+    "previously allocated devices": that pod may have run under the kubelet that died (seen in
+    the chaos soak: a 2-second container ran while kube-apiserver was down, and no status of it
+    reached the API server before the refusal). Another pod could run it twice, so none is
+    made: the container fails with the kubelet's message."""
+    from services.api.domain import pods
+
+    with api.client() as admin:
+        token = new_tenancy(admin, "readmitted")
+    mark_tenancy_ready(k8s, "readmitted")
+    refusal = {
+        "phase": "Failed",
+        "reason": "UnexpectedAdmissionError",
+        "message": "Pod was rejected: Allocate failed due to previously allocated devices are no longer healthy; "
+        "cannot allocate unhealthy devices nvidia.com/gpu, which is unexpected",
+    }
+    with api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 2}).json()["id"]
+        name = pods.pod_name(cid)
+        wait_for(lambda: get_pod(k8s, "tenant-readmitted", name), what=name)
+        bind_pod(k8s, "tenant-readmitted", name, "gpu-node-3")
+        set_pod_status(k8s, "tenant-readmitted", name, refusal)
+        failed = wait_for(lambda: (s := status_of(c, cid))["status"] == "Failed" and s)
+        assert "previously allocated devices" in failed["message"], failed
+        assert failed["pod_name"] == name
+    assert get_pod(k8s, "tenant-readmitted", pods.pod_name(cid, 1)) is None
+
+
 def _start_refused(message: str) -> dict[str, Any]:
     """A pod the kubelet admitted but whose container it cannot start (what it writes after a
     PreStartContainer error: pkg/kubelet/kuberuntime's CreateContainerConfigError)."""
@@ -351,6 +381,17 @@ def test_a_pod_that_started_is_never_made_again() -> None:
     assert pods.refused_at_admission({"status": ran}) is None
     assert pods.refused_at_admission({"status": {"phase": "Failed", "reason": "OutOfnvidia.com/gpu"}})
     assert pods.refused_at_admission({"status": {"phase": "Failed", "reason": "DeadlineExceeded"}}) is None
+    # a kubelet that restarted admits its pods again; one whose devices it had allocated before
+    # may have run under the kubelet that died, before any status of it reached the API server
+    readmitted = {
+        "phase": "Failed",
+        "reason": "UnexpectedAdmissionError",
+        "message": "Pod was rejected: Allocate failed due to previously allocated devices are no longer healthy; "
+        "cannot allocate unhealthy devices nvidia.com/gpu, which is unexpected",
+    }
+    assert pods.refused_at_admission({"status": readmitted}) is None
+    first_time = {**readmitted, "message": "Pod was rejected: Allocate failed due to no healthy devices present"}
+    assert pods.refused_at_admission({"status": first_time})
 
 
 def test_cancel_deletes_the_pod(api: ApiServer, k8s: Any) -> None:

@@ -42,6 +42,11 @@ ADMISSION_RETRIES = 3
 #: results): the pod never started, so making another cannot run the container twice
 _ADMISSION_REFUSALS = ("UnexpectedAdmissionError",)
 _ADMISSION_REFUSAL_PREFIX = "OutOf"
+#: the device manager's words when it admits a pod again, after a kubelet restart, whose devices
+#: it had allocated before (its checkpoint holds them) and finds unhealthy now: that pod was
+#: admitted once already, and its container may have run under the kubelet that died, which
+#: reported nothing of it. Another pod could run the container twice.
+_READMITTED = "previously allocated devices"
 
 
 def pod_name(container_id: str, attempt: int = 0) -> str:
@@ -67,12 +72,17 @@ def run_of(pod: Mapping[str, Any]) -> int:
 
 def refused_at_admission(pod: Mapping[str, Any]) -> str | None:
     """The kubelet's message when it refused the pod at admission before any of its containers
-    started (None otherwise): the pod failed without running, and another may be made."""
+    started (None otherwise): the pod failed without running, and another may be made.
+
+    Not a refusal on a kubelet's second admission of a pod it had admitted before it restarted
+    (:data:`_READMITTED`): the pod's failure then fails the container, which may have run."""
     status = pod.get("status") or {}
     reason = status.get("reason") or ""
     if status.get("phase") != "Failed" or not (
         reason in _ADMISSION_REFUSALS or reason.startswith(_ADMISSION_REFUSAL_PREFIX)
     ):
+        return None
+    if _READMITTED in str(status.get("message") or ""):
         return None
     for cs in status.get("containerStatuses") or []:
         state = cs.get("state") or {}
