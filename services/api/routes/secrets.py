@@ -6,6 +6,7 @@ carry it straight into the Secret; listings read back names and times only.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
@@ -41,8 +42,27 @@ router = APIRouter(prefix="/v1/secrets", tags=["secrets"])
 TenancyQuery = Annotated[TenancyName | None, Query(description="Admin tokens only: the tenancy acted on.")]
 
 
+#: waits (s) before writing again after an RBAC refusal: the controller binds the API's Secret
+#: rights in a tenancy's namespace as it makes it, and kube-apiserver's authoriser sees a new
+#: RoleBinding only once its informer has it, so a write right after a tenancy turned Ready
+#: can be refused for a moment (seen under load: 403, the tenant's first webhook a 503)
+RBAC_SETTLE_WAITS = (0.25, 0.5, 1.0, 2.0)
+
+
 def write(kube: Kube, body: dict, *, replace: bool, what: str, tenancy: str) -> bool:
     """Create/replace a Secret in the tenant namespace, translating Kubernetes' answers."""
+    for wait in (*RBAC_SETTLE_WAITS, None):
+        try:
+            return _write_once(kube, body, replace=replace, what=what, tenancy=tenancy)
+        except errors.Unavailable as exc:
+            rbac = isinstance(exc.__cause__, Forbidden) and exc.__cause__.is_rbac
+            if not rbac or wait is None:
+                raise
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _write_once(kube: Kube, body: dict, *, replace: bool, what: str, tenancy: str) -> bool:
     try:
         return kube.create_secret(body, replace=replace)
     except KubeNotFound as exc:  # the namespace does not exist yet
