@@ -19,11 +19,13 @@ API_VERSION = f"{GROUP}/{VERSION}"
 TENANCY_PLURAL = "tenancies"
 GPULEASE_PLURAL = "gpuleases"
 FABRICSTATE_PLURAL = "fabricstates"
+WARMIMAGE_PLURAL = "warmimages"
 
 CRD_FILES = (
     "tenancies.gpucaas.dev.yaml",
     "gpuleases.gpucaas.dev.yaml",
     "fabricstates.gpucaas.dev.yaml",
+    "warmimages.gpucaas.dev.yaml",
 )
 
 TENANT_NAMESPACE_PREFIX = "tenant-"
@@ -33,6 +35,11 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 # on every tenant pod the API creates: the API takes it off once it has recorded the pod's last
 # state, so a pod that ends and goes while the API's watch is down is still seen at its end
 FINALIZER_POD_USAGE = "gpucaas.dev/usage"
+# which of the two lists a WarmImage comes from: the chart's warmImages value (the controller keeps
+# those) or an admin's `caasctl warm-images add` (the API's)
+LABEL_WARM_IMAGE_SOURCE = "gpucaas.dev/source"
+WARM_IMAGE_FROM_CHART = "chart"
+WARM_IMAGE_FROM_API = "api"
 # the tenancy record's revision a Tenancy resource holds: a push of an older revision is dropped
 ANNOTATION_TENANCY_REVISION = "gpucaas.dev/revision"
 

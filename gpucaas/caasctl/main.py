@@ -9,6 +9,7 @@ class, gpucaas/caasctl/settings.py.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -47,7 +48,7 @@ app = typer.Typer(
     name="caasctl",
     help="gpucaas from the command line. Tenants: run, ps, logs, cancel, secrets, registry, webhooks, usage, "
     "tokens, audit. Admins: partitions, nodes, "
-    "GPUs, leases, tenancies, tokens, containers, secrets.",
+    "GPUs, leases, warm images, tenancies, tokens, containers, secrets.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -66,6 +67,10 @@ secrets_app = typer.Typer(
 registry_app = typer.Typer(
     help="A tenancy's registry credentials (server and user; never the password).", no_args_is_help=True
 )
+warm_images_app = typer.Typer(
+    help="Warm images: images every GPU node keeps pulled, so that containers using them skip the pull.",
+    no_args_is_help=True,
+)
 app.add_typer(partitions_app, name="partitions")
 app.add_typer(gpus_app, name="gpus")
 app.add_typer(tenancies_app, name="tenancies")
@@ -73,6 +78,7 @@ app.add_typer(tokens_app, name="tokens")
 app.add_typer(containers_app, name="containers")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(registry_app, name="registry-credentials")
+app.add_typer(warm_images_app, name="warm-images")
 
 Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")]
 NodeOpt = Annotated[str | None, typer.Option("--node", "-n", help="Only this node.")]
@@ -244,7 +250,7 @@ def partitions_deactivate(
 # --- nodes, gpus, leases -------------------------------------------------------------------------------
 @app.command("nodes")
 def nodes(ctx: typer.Context, output: Output = Format.table) -> None:
-    """GPU nodes: readiness, GPU capacity, fabric state."""
+    """GPU nodes: readiness, GPU capacity, fabric state, warm images held."""
     rows = _api(ctx).get("/v1/admin/nodes")["data"]
     emit(
         rows,
@@ -257,6 +263,7 @@ def nodes(ctx: typer.Context, output: Output = Format.table) -> None:
             ("FABRIC MANAGER", lambda r: (r.get("fabric") or {}).get("fabric_manager_reachable")),
             ("ACTIVE PARTITIONS", lambda r: (r.get("fabric") or {}).get("active_partitions")),
             ("NVLINK FABRIC", lambda r: (r.get("fabric") or {}).get("nvlink_fabric")),
+            ("WARM IMAGES", _warm_images_cell),
             (
                 "GPU MAP (module id -> PCI)",
                 lambda r: " ".join(
@@ -269,6 +276,16 @@ def nodes(ctx: typer.Context, output: Output = Format.table) -> None:
         ],
         title="nodes",
     )
+
+
+def _warm_images_cell(row: dict[str, Any]) -> str | None:
+    """``2/3 held``, then what the node still lacks; nothing on a node that is not a GPU node."""
+    warm = row.get("warm_images") or []
+    if not warm:
+        return None
+    held = sum(1 for w in warm if w["held"])
+    lacking = [w["image"] for w in warm if not w["held"]]
+    return f"{held}/{len(warm)} held" + (f" (lacks {', '.join(lacking)})" if lacking else "")
 
 
 @gpus_app.callback()
@@ -335,6 +352,49 @@ def leases(ctx: typer.Context, node: NodeOpt = None, output: Output = Format.tab
         ],
         title="GPU leases",
     )
+
+
+# --- warm images ---------------------------------------------------------------------------------------
+WARM_IMAGE_COLUMNS = [
+    ("IMAGE", lambda r: r["image"]),
+    ("ID", lambda r: r["id"]),
+    ("SOURCE", lambda r: r["source"]),
+    ("NODES HOLDING", lambda r: f"{r['nodes_holding']}/{r['nodes_total']}"),
+    ("MISSING ON", lambda r: " ".join(r.get("missing_on") or [])),
+]
+
+
+@warm_images_app.command("list")
+def warm_images_list(ctx: typer.Context, output: Output = Format.table) -> None:
+    """The warm images and how many GPU nodes hold each (the kubelets' own report)."""
+    emit(_api(ctx).get("/v1/admin/warm-images")["data"], output, WARM_IMAGE_COLUMNS, title="warm images")
+
+
+@warm_images_app.command("add")
+def warm_images_add(
+    ctx: typer.Context,
+    image: Annotated[
+        str, typer.Argument(help="Image reference, as tenants name it (nvcr.io/nvidia/pytorch:25.01-py3).")
+    ],
+    output: Output = Format.table,
+) -> None:
+    """Keep an image pulled on every GPU node (from a registry the nodes reach without a login,
+    or one of the chart's warmImagePullSecrets)."""
+    emit(_api(ctx).post("/v1/admin/warm-images", {"image": image}), output, WARM_IMAGE_COLUMNS, title="warm image")
+
+
+@warm_images_app.command("remove")
+def warm_images_remove(
+    ctx: typer.Context,
+    image: Annotated[str, typer.Argument(help="Image reference, or the id the list shows.")],
+    output: Output = Format.table,
+) -> None:
+    """Stop keeping an image warm (nodes drop it when the kubelet's image garbage collection needs the space)."""
+    from core.image_refs import warm_image_name
+
+    ident = image if re.fullmatch(r"wi-[0-9a-f]{20}", image) else warm_image_name(image)
+    _api(ctx).delete(f"/v1/admin/warm-images/{ident}")
+    emit({"removed": image, "id": ident}, output)
 
 
 # --- tenancies and tokens ------------------------------------------------------------------------------

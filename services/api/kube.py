@@ -421,6 +421,21 @@ class Kube:
             self.custom.get_cluster_custom_object, crds.GROUP, crds.VERSION, plural, name, idempotent=True
         )
 
+    def list_warm_images(self) -> list[dict[str, Any]]:
+        """Every WarmImage; none when the cluster lacks their CRD (a chart older than warm images)."""
+        try:
+            return self.list_cluster_objects(crds.WARMIMAGE_PLURAL)
+        except NotFound:
+            return []
+
+    def create_cluster_object(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a cluster-scoped gpucaas object; 409 (Conflict) when its name is taken."""
+        return self._call(self.custom.create_cluster_custom_object, crds.GROUP, crds.VERSION, plural, body)
+
+    def delete_cluster_object(self, plural: str, name: str) -> None:
+        """Delete a cluster-scoped gpucaas object; NotFound when there is none."""
+        self._call(self.custom.delete_cluster_custom_object, crds.GROUP, crds.VERSION, plural, name, idempotent=True)
+
     def replace_cluster_object_status(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         """Replace the status subresource; 409 (Conflict) when ``metadata.resourceVersion`` is stale."""
         return self._call(

@@ -125,6 +125,7 @@ def test_nodes_with_fabric_summary(admin: httpx.Client) -> None:
             "nvlink_fabric": None,
             "lost_pods": [],
         },
+        "warm_images": [],
     }
     assert b["name"] == "gpu-b" and b["ready"] is False and b["fabric"] is None
 

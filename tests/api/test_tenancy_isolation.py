@@ -135,6 +135,9 @@ ADMIN_ENDPOINTS = [
     ("GET", "/v1/admin/gpus", None),
     ("GET", "/v1/admin/leases", None),
     ("GET", "/v1/admin/partitions", None),
+    ("GET", "/v1/admin/warm-images", None),
+    ("POST", "/v1/admin/warm-images", {"image": "busybox:1.36"}),
+    ("DELETE", f"/v1/admin/warm-images/wi-{'0' * 20}", None),
     ("GET", "/v1/admin/usage", None),
     ("GET", "/v1/admin/usage?tenancy=beta", None),
 ]

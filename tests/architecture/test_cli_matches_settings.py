@@ -116,11 +116,17 @@ def test_flag_beats_env_beats_default(clean_env: None, monkeypatch: pytest.Monke
 
 def test_list_flags_take_the_env_vars_json(clean_env: None) -> None:
     build = _callback("controller").build_settings
-    controller, timers, _ = build(
-        {"node_cidrs": '["203.0.113.0/24"]', "dns_labels": '{"app": "dns"}', "gpu_leases": False}
+    controller, timers, warm, _ = build(
+        {
+            "node_cidrs": '["203.0.113.0/24"]',
+            "dns_labels": '{"app": "dns"}',
+            "gpu_leases": False,
+            "warm_images_from_chart": '["busybox:1.36"]',
+        }
     )
     assert controller.node_cidrs == ["203.0.113.0/24"] and controller.dns_labels == {"app": "dns"}
     assert timers.gpu_leases is False
+    assert warm.warm_images_from_chart == ["busybox:1.36"]
 
 
 @pytest.mark.parametrize(

@@ -186,3 +186,39 @@ def test_partitions_list_from_the_fabric_state(caasctl: Caasctl, cluster: dict[s
         assert header in table.stdout
     active = [ln for ln in table.stdout.splitlines() if "Active" in ln and "Inactive" not in ln]
     assert len(active) == 1 and "1,2,3,4" in active[0] and HOLDER in active[0]
+
+
+def test_warm_images_added_listed_shown_per_node_and_removed(
+    caasctl: Caasctl, cluster: dict[str, Any], kube: Any
+) -> None:
+    image = "nvcr.io/nvidia/pytorch:25.01-py3"
+    added = caasctl("warm-images", "add", image, "-o", "json")
+    assert added.exit_code == 0, added.stderr
+    row = added.json()
+    try:
+        assert (row["image"], row["source"], row["nodes_holding"], row["nodes_total"]) == (image, "api", 0, 1)
+        assert row["missing_on"] == [NODE]  # the GPU node (it has a FabricState); the other is none
+        line = next(ln for ln in caasctl("nodes").stdout.splitlines() if NODE in ln)
+        assert "0/1 held" in line
+
+        # the node's kubelet reports the image pulled
+        client.CoreV1Api(kube).patch_node_status(
+            NODE, {"status": {"images": [{"names": [image], "sizeBytes": 15 * 10**9}]}}
+        )
+        listed = caasctl("warm-images", "list")
+        assert listed.exit_code == 0, listed.stderr
+        line = next(ln for ln in listed.stdout.splitlines() if "pytorch" in ln)
+        assert "1/1" in line and "api" in line
+        assert "1/1 held" in next(ln for ln in caasctl("nodes").stdout.splitlines() if NODE in ln)
+        # adding it again, spelt another way, is no new image
+        again = caasctl("warm-images", "add", "nvcr.io/nvidia/pytorch:25.01-py3", "-o", "json")
+        assert again.exit_code == 0 and again.json()["id"] == row["id"]
+        bad = caasctl("warm-images", "add", "Not An Image")
+        assert bad.exit_code == 1 and "image" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    finally:
+        removed = caasctl("warm-images", "remove", image, "-o", "json")
+    assert removed.exit_code == 0, removed.stderr
+    assert removed.json() == {"removed": image, "id": row["id"]}
+    assert caasctl("warm-images", "list", "-o", "json").json() == []
+    gone = caasctl("warm-images", "remove", image)
+    assert gone.exit_code == 1 and "404" in gone.stderr

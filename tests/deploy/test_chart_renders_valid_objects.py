@@ -214,7 +214,7 @@ def test_chart_crds_are_the_core_crds_and_upgrades_update_them() -> None:
             as_core = {**crd, "metadata": {k: v for k, v in crd["metadata"].items() if k != "annotations"}}
             assert as_core == yaml.safe_load((CORE_CRDS / f"{name}.yaml").read_text())
     kinds = {crd["spec"]["names"]["kind"] for crd in chart_crds()}
-    assert kinds == {"Tenancy", "GPULease", "FabricState", "ClusterKopfPeering", "KopfPeering"}
+    assert kinds == {"Tenancy", "GPULease", "FabricState", "WarmImage", "ClusterKopfPeering", "KopfPeering"}
     for crd in chart_crds():
         kubernetes_validate.validate(crd, KUBE_VERSIONS[-1], strict=True)
 
@@ -303,8 +303,18 @@ SECRET_STAND_INS = {
         ("services.fabric.settings", "FabricSettings", "DaemonSet", "gpucaas-fabric"),
         ("services.placement.settings", "PlacementSettings", "Deployment", "gpucaas-scheduler-extender"),
         ("services.dra_driver.settings", "DraDriverSettings", "DaemonSet", "gpucaas-dra-driver"),
+        ("services.warm_images.settings", "WarmImageSettings", "Deployment", "gpucaas-controller"),
     ],
-    ids=["api", "controller", "device-plugin", "gpu-leases", "fabric", "scheduler-extender", "dra-driver"],
+    ids=[
+        "api",
+        "controller",
+        "device-plugin",
+        "gpu-leases",
+        "fabric",
+        "scheduler-extender",
+        "dra-driver",
+        "warm-images",
+    ],
 )
 def test_rendered_env_is_accepted_by_the_service_settings(
     settings_module: str, settings_class: str, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
@@ -327,12 +337,15 @@ def test_rendered_env_is_accepted_by_the_service_settings(
     # the logging variables every process reads (core/logging.py), and the classes
     # `gpucaas device-plugin` reads beside each other (gpucaas/gpu_node.py)
     from core.logging import LoggingSettings
+    from gpucaas.controller import command as controller_command
     from gpucaas.dra_node import command as dra_driver_command
     from gpucaas.gpu_node import command as device_plugin_command
 
     also_read = {f"GPUCAAS_LOG_{field}".upper() for field in LoggingSettings.model_fields}
     if name == "gpucaas-device-plugin":
         also_read |= {env for o in device_plugin_command.settings_options for env in o.env}
+    if name == "gpucaas-controller":  # the lease timers' and warm images' settings beside the controller's
+        also_read |= {env for o in controller_command.settings_options for env in o.env}
     if name == "gpucaas-dra-driver":  # the lease agent's settings beside the driver's
         also_read |= {env for o in dra_driver_command.settings_options for env in o.env}
     for var in container["env"]:

@@ -32,6 +32,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("gpucaas.dev", "gpuleases"): {"get", "list"},
         ("gpucaas.dev", "gpuleases/status"): {"update"},
         ("gpucaas.dev", "fabricstates"): {"list"},
+        ("gpucaas.dev", "warmimages"): {"get", "list", "create", "delete"},
         ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
         ("", "pods/log"): {"get"},
         ("", "nodes"): {"list"},
@@ -42,6 +43,7 @@ EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("gpucaas.dev", "tenancies/status"): {"patch"},
         ("gpucaas.dev", "tenancies/finalizers"): {"update"},
         ("gpucaas.dev", "gpuleases"): {"get", "list", "watch", "patch"},
+        ("gpucaas.dev", "warmimages"): {"list", "watch", "create", "patch", "delete"},
         ("gpucaas.dev", "gpuleases/status"): {"update"},
         **{
             ("", r): {"get", "list", "watch", "create", "update", "delete"}
@@ -159,10 +161,12 @@ def _allocation_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str],
 
 
 TENANT_SECRETS = "gpucaas-api-tenant-secrets"
-# Kopf peering is cluster-wide (ClusterKopfPeering): the only namespaced Role is `helm test`'s,
-# which reads the controller's Deployment (that one, by name) to see it Ready.
+# Kopf peering is cluster-wide (ClusterKopfPeering): the namespaced Roles are `helm test`'s,
+# which reads the controller's Deployment (that one, by name) to see it Ready, and the
+# controller's, which keeps the warm-image DaemonSet (that one, by name; create takes no name).
 EXPECTED_NAMESPACED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
     "helm-test": {("apps", "deployments"): {"get"}},
+    "controller": {("apps", "daemonsets"): {"get", "create", "update", "delete"}},
 }
 
 # hostPath -> must it be read-only, per component. Nothing else from the host.
@@ -227,7 +231,7 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
         assert ("", "pods/exec") not in flat and ("", "nodes/proxy") not in flat
     for name, expected in EXPECTED_NAMESPACED_RULES.items():
         assert _flatten(roles[name]["rules"]) == expected
-        assert all(rule.get("resourceNames") for rule in roles[name]["rules"]), name
+        assert all(rule.get("resourceNames") or rule["verbs"] == ["create"] for rule in roles[name]["rules"]), name
     # Secrets, volume claims and exec only in tenant namespaces: the role exists, and nothing in the
     # chart binds it (the controller binds it per tenant namespace, see services/tenancy_controller/builders.py)
     assert [_flatten(r["rules"]) for r in tenant_secrets] == [

@@ -45,13 +45,14 @@ class Node:
 
 
 @contextmanager
-def started_node(base: Path, *, lazy_pull: bool = False) -> Iterator[Node]:
+def started_node(base: Path, *, lazy_pull: bool = False, run_scheduler: bool = False) -> Iterator[Node]:
     """A cluster, the registries, the far registry with a small copy of the big image (and its
-    eStargz copy), and the node, under ``base``; all stopped after."""
+    eStargz copy), and the node, under ``base``; all stopped after. Pods name their node
+    themselves unless ``run_scheduler`` (a DaemonSet's pods need kube-scheduler)."""
     missing = node_tools_missing()
     assert not missing, f"a real node needs: {', '.join(missing)} (make install adds the packages)"
     cluster = LocalCluster(
-        base / "cluster", ClusterOptions(unsafe_no_fsync=True, run_scheduler=False, audit_policy=None)
+        base / "cluster", ClusterOptions(unsafe_no_fsync=True, run_scheduler=run_scheduler, audit_policy=None)
     ).start()
     registries = node = link = None
     try:

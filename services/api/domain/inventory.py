@@ -78,6 +78,12 @@ def node_summaries(
     return out
 
 
+def gpu_node_names(nodes: Iterable[Mapping[str, Any]], fabric_states: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The GPU nodes: those with a FabricState (every GPU node's fabric service writes one)."""
+    with_fabric = {fs["metadata"]["name"] for fs in fabric_states}
+    return sorted(n["metadata"]["name"] for n in nodes if n["metadata"]["name"] in with_fabric)
+
+
 def dra_gpu_counts(resource_slices: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
     """node -> (GPUs, GPUs allocatable) from the gpucaas DRA driver's ResourceSlices.
 

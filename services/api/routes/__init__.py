@@ -31,6 +31,7 @@ from services.api.routes import (
     tokens,
     usage,
     volumes,
+    warm_images,
     webhooks,
     whoami,
 )
@@ -48,6 +49,7 @@ for _router in (
     tenancies.router,
     cluster.router,
     gpus.router,
+    warm_images.router,
     secrets.router,
     registry_credentials.router,
     webhooks.router,

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from core import crds, dra
 from core.kube import KubeError
 from services.api import errors
-from services.api.domain import inventory
+from services.api.domain import inventory, warm_images
 from services.api.routes.deps import AdminUser, KubeDep, SettingsDep
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -32,11 +32,17 @@ def _read(fn: Callable[[], T]) -> T:
 @router.get("/nodes")
 def list_nodes(kube: KubeDep, settings: SettingsDep, _admin: AdminUser) -> dict[str, Any]:
     """Nodes with their GPU capacity and a summary of their FabricState (in the DRA
-    allocation mode the GPU counts come from the DRA driver's ResourceSlices)."""
+    allocation mode the GPU counts come from the DRA driver's ResourceSlices), and on each
+    GPU node whether it holds each warm image (the kubelet's ``status.images``)."""
     nodes = _read(kube.list_nodes)
     states = _read(lambda: kube.list_cluster_objects(crds.FABRICSTATE_PLURAL))
     slices = _read(lambda: kube.list_resource_slices(dra.DRIVER)) if settings.allocation_mode == dra.DRA_MODE else None
     data = inventory.node_summaries(nodes, states, settings.gpu_resource, slices)
+    warm = _read(kube.list_warm_images)
+    gpu_nodes = set(inventory.gpu_node_names(nodes, states))
+    held_by = warm_images.node_images(nodes)
+    for row in data:
+        row["warm_images"] = warm_images.node_status(warm, held_by[row["name"]]) if row["name"] in gpu_nodes else []
     return {"data": data, "count": len(data)}
 
 
