@@ -57,3 +57,12 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 def priority_class(*, interruptible: bool) -> str:
     """The WorkloadPriorityClass of a container of that class."""
     return INTERRUPTIBLE_CLASS if interruptible else STANDARD_CLASS
+
+
+#: The AdmissionCheck by which Kueue asks, before it admits a Workload whose GPUs it reserved,
+#: whether a whole free NVLink partition of each pod's size exists for it (docs/queues.md):
+#: kept by the tenancy controller and listed in every tenancy's ClusterQueue when the partition
+#: check is on; answered by the scheduler extender, which holds the fleet's free GPUs.
+PARTITION_CHECK = "gpucaas-nvlink-partition"
+#: The AdmissionCheck's ``spec.controllerName``: the extender answers the checks that name it.
+PARTITION_CHECK_CONTROLLER = "gpucaas.dev/nvlink-partition"

@@ -89,6 +89,7 @@ def start_scheduling(sandbox: Sandbox, plan: Plan) -> None:
         env={
             **kube_env(sandbox, "scheduler-extender"),
             **({"GPUCAAS_PLACEMENT_BIND": "false"} if plan.allocation_mode == "dra" else {}),
+            **queueing.extender_env(plan.queueing),
         },
         ready=http_ready(f"{sandbox.extender_url}/healthz", statuses=ANSWERING),
     )

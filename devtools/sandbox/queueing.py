@@ -6,8 +6,9 @@ the tenancy controller watches ClusterQueues, and its pod webhook must answer be
 makes a pod. It runs as :mod:`devtools.kueue` runs it for the tests (a host process with its
 webhooks on loopback; pod integration, tenancy namespaces only, ``excludeResourcePrefixes``).
 The chart's cluster side is rendered with ``queueing.mode: kueue`` (:func:`chart_values`), so
-the controller's and the API's RBAC cover Kueue's objects, and both services run with queueing
-``kueue`` (:func:`controller_env`, :func:`api_env`).
+the controller's, the extender's and the API's RBAC cover Kueue's objects, and the services run
+with queueing ``kueue`` and the partition AdmissionCheck (:func:`controller_env`,
+:func:`extender_env`, :func:`api_env`).
 """
 
 from __future__ import annotations
@@ -58,9 +59,23 @@ def chart_values(queueing: str) -> dict[str, Any]:
     return {"queueing": {"mode": KUEUE, "gpuInstanceType": GPU_INSTANCE_TYPE}}
 
 
+def _partition_check(queueing: str) -> str:
+    """The partition AdmissionCheck is on with Kueue, as the chart's ``queueing.partitionCheck`` default."""
+    return "true" if queueing == KUEUE else "false"
+
+
 def controller_env(queueing: str) -> dict[str, str]:
     """The tenancy controller's queueing, as the chart's Deployment sets it."""
-    return {"GPUCAAS_CONTROLLER_QUEUEING": queueing, "GPUCAAS_CONTROLLER_GPU_INSTANCE_TYPE": GPU_INSTANCE_TYPE}
+    return {
+        "GPUCAAS_CONTROLLER_QUEUEING": queueing,
+        "GPUCAAS_CONTROLLER_GPU_INSTANCE_TYPE": GPU_INSTANCE_TYPE,
+        "GPUCAAS_CONTROLLER_PARTITION_CHECK": _partition_check(queueing),
+    }
+
+
+def extender_env(queueing: str) -> dict[str, str]:
+    """The scheduler extender answers the partition AdmissionCheck with Kueue, as the chart sets it."""
+    return {"GPUCAAS_PLACEMENT_PARTITION_CHECK": _partition_check(queueing)}
 
 
 def api_env(queueing: str) -> dict[str, str]:

@@ -177,6 +177,23 @@ class FleetWatcher:
         self._synced["gpuleases"].set()
         return max(self.retry_seconds, 30.0)
 
+    # -- what the partition admission check reads ----------------------------------
+
+    def counted(self, key: str) -> bool:
+        """Whether the pod ``namespace/name`` is counted on a node (bound, or assumed by a bind)."""
+        with self._lock:
+            return key in self._claims
+
+    def freeing_gpus(self) -> int:
+        """GPUs that free soon by themselves: those of GPU pods being deleted, and those whose lease
+        is Releasing or in the firmware check between tenants (Checking)."""
+        with self._lock:
+            ending = sum(c.gpus for c in self._claims.values() if c.ending)
+            checked = sum(
+                1 for o in self._leases.values() if (o.get("status") or {}).get("state") in ("Releasing", "Checking")
+            )
+            return ending + checked
+
     # -- caches ----------------------------------------------------------------------
 
     def _replace_fabric(self, items: list[dict[str, Any]]) -> None:

@@ -28,6 +28,20 @@ def run(settings: PlacementSettings) -> None:
         nudge_nodes=settings.bind,
     )
     watcher.start()
+    check = None
+    if settings.partition_check:
+        from services.placement.admission_check import PartitionCheck
+
+        check = PartitionCheck(
+            api,
+            index,
+            counted=watcher.counted,
+            freeing_gpus=watcher.freeing_gpus,
+            synced=watcher.is_synced,
+            gpu_resource=settings.gpu_resource,
+            promise_s=settings.partition_promise_seconds,
+            watch_timeout_s=settings.watch_timeout_seconds,
+        ).start()
     app = create_app(
         index,
         binder=watcher if settings.bind else None,
@@ -40,5 +54,7 @@ def run(settings: PlacementSettings) -> None:
             uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False)
         ).run()
     finally:
+        if check is not None:
+            check.stop()
         watcher.stop()
         api.close()

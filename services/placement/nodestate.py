@@ -58,6 +58,7 @@ class PodClaim:
     #: whole seconds, and pods bound in one second are told apart by it
     bound_seq: int = 0
     uid: str = ""  # tells the pod from a later one of the same name
+    ending: bool = False  # being deleted: its GPUs free once it is gone
 
     @property
     def key(self) -> str:
@@ -97,7 +98,14 @@ def pod_claim(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu") -> PodCl
         if cond.get("type") == "PodScheduled" and cond.get("status") == "True" and cond.get("lastTransitionTime"):
             bound_at = str(cond["lastTransitionTime"])
     return PodClaim(
-        meta.get("namespace", ""), meta.get("name", ""), node, gpus, created, bound_at, uid=str(meta.get("uid") or "")
+        meta.get("namespace", ""),
+        meta.get("name", ""),
+        node,
+        gpus,
+        created,
+        bound_at,
+        uid=str(meta.get("uid") or ""),
+        ending=bool(meta.get("deletionTimestamp")),
     )
 
 

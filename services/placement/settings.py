@@ -31,6 +31,19 @@ class PlacementSettings(BaseSettings):
         300, ge=1, description="Server-side timeout of one watch request before it is renewed."
     )
     kube_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one Kubernetes request.")
+    partition_check: bool = Field(
+        False,
+        description="Answer Kueue's AdmissionCheck gpucaas-nvlink-partition: pass a Workload whose GPUs Kueue "
+        "reserved only when a whole free NVLink partition of each of its pods' sizes exists for it, else "
+        "queue it again (queueing=kueue; the tenancy controller's GPUCAAS_CONTROLLER_PARTITION_CHECK lists the "
+        "check in every ClusterQueue; docs/queues.md).",
+    )
+    partition_promise_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="With partition_check: how long the GPUs of a Workload that passed stay counted as "
+        "taken while none of its pods is bound (they are counted from the pods once bound).",
+    )
 
 
 @lru_cache

@@ -90,6 +90,11 @@ def matches(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> b
     ):
         # a limit the Tenancy no longer wants (the GPU cap once Kueue holds it) is drift too
         return False
+    if desired.get("kind") == "ClusterQueue" and ("admissionChecksStrategy" in (desired.get("spec") or {})) != (
+        "admissionChecksStrategy" in (observed.get("spec") or {})
+    ):
+        # an admission check turned off must go: a check nobody answers would hold every Workload
+        return False
     meta_d, meta_o = desired.get("metadata") or {}, observed.get("metadata") or {}
     for key in ("labels", "ownerReferences"):
         if key in meta_d and not is_subset(meta_d[key], meta_o.get(key)):

@@ -53,6 +53,8 @@ KUEUE_CHILDREN = ((kueue.GROUP, kueue.VERSION, "clusterqueues"), (kueue.GROUP, k
 #: classes' WorkloadPriorityClasses: watched for drift alone.
 KUEUE_FLAVORS = (kueue.GROUP, kueue.VERSION, "resourceflavors")
 KUEUE_PRIORITY_CLASSES = (kueue.GROUP, kueue.VERSION, "workloadpriorityclasses")
+#: With the partition check on: its AdmissionCheck (queues.build_partition_check), watched for drift alone.
+KUEUE_ADMISSION_CHECKS = (kueue.GROUP, kueue.VERSION, "admissionchecks")
 #: The Cohort holding the pool (pool.PoolKeeper), and the nodes whose GPUs it counts.
 KUEUE_COHORTS = (kueue.GROUP, kueue.VERSION, "cohorts")
 NODES = ("", "v1", "nodes")
@@ -221,8 +223,9 @@ def register(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> N
 
 
 def _register_kueue_shared(registry: kopf.OperatorRegistry, settings: ControllerSettings) -> None:
-    """With queueing=kueue: the handlers of what every tenancy's queues share: the flavor and the
-    WorkloadPriorityClasses (put back when they drift) and the Cohort's pool (:mod:`.pool`)."""
+    """With queueing=kueue: the handlers of what every tenancy's queues share: the flavor, the
+    WorkloadPriorityClasses and the partition AdmissionCheck (put back when they drift) and the
+    Cohort's pool (:mod:`.pool`)."""
 
     async def shared_changed(type: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:  # noqa: A002
         if type is None:  # initial listing: every tenancy's pass ensures them
@@ -239,7 +242,10 @@ def _register_kueue_shared(registry: kopf.OperatorRegistry, settings: Controller
         )
         await asyncio.to_thread(workflow.repair_shared, ctx, desired)
 
-    for resource, id_ in ((KUEUE_FLAVORS, "shared-flavor"), (KUEUE_PRIORITY_CLASSES, "shared-priority-classes")):
+    shared = [(KUEUE_FLAVORS, "shared-flavor"), (KUEUE_PRIORITY_CLASSES, "shared-priority-classes")]
+    if settings.partition_check:
+        shared.append((KUEUE_ADMISSION_CHECKS, "shared-admission-check"))
+    for resource, id_ in shared:
         kopf.on.event(*resource, id=id_, labels=SHARED_LABELS, registry=registry)(shared_changed)
 
     # The pool is summed from two indices: each GPU node's count (a node that loses the instance

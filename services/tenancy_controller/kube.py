@@ -66,6 +66,7 @@ KINDS: dict[str, Kind] = {
     "LocalQueue": Kind(kueue.API_VERSION, "localqueues", True),
     "WorkloadPriorityClass": Kind(kueue.API_VERSION, "workloadpriorityclasses", False),
     "Cohort": Kind(kueue.API_VERSION, "cohorts", False),
+    "AdmissionCheck": Kind(kueue.API_VERSION, "admissionchecks", False),
 }
 
 #: Kinds whose replace can be refused for immutable fields: recreated instead.

@@ -92,10 +92,26 @@ def build_workload_priority_classes() -> list[dict[str, Any]]:
     ]
 
 
-def build_shared(flavor: GpuFlavor) -> list[dict[str, Any]]:
+def build_partition_check() -> dict[str, Any]:
+    """The AdmissionCheck :data:`core.kueue.PARTITION_CHECK`: Kueue admits a Workload of a
+    ClusterQueue listing it only once its controller, the scheduler extender, says that a whole
+    free NVLink partition of each of its pods' sizes exists (Kueue counts GPUs, not partitions)."""
+    return {
+        "apiVersion": kueue.API_VERSION,
+        "kind": "AdmissionCheck",
+        "metadata": _shared_metadata(kueue.PARTITION_CHECK),
+        "spec": {"controllerName": kueue.PARTITION_CHECK_CONTROLLER},
+    }
+
+
+def build_shared(flavor: GpuFlavor, *, partition_check: bool = False) -> list[dict[str, Any]]:
     """What every tenancy's queues need and no tenancy owns, applied with each one's queues (the
     Cohort, which depends on every tenancy and node, is kept on its own: :class:`Pool`)."""
-    return [build_resource_flavor(flavor), *build_workload_priority_classes()]
+    return [
+        build_resource_flavor(flavor),
+        *build_workload_priority_classes(),
+        *([build_partition_check()] if partition_check else []),
+    ]
 
 
 @dataclass(frozen=True)
@@ -164,9 +180,11 @@ def build_cohort(flavor: GpuFlavor, pool: Pool) -> dict[str, Any]:
     }
 
 
-def build_cluster_queue(tenancy: Tenancy, flavor: GpuFlavor) -> dict[str, Any]:
+def build_cluster_queue(tenancy: Tenancy, flavor: GpuFlavor, *, partition_check: bool = False) -> dict[str, Any]:
     """The tenancy's ClusterQueue: guaranteed GPUs as nominal quota, borrowing up to its cap, its
-    unused guarantee lent, its fair-sharing weight; it may reclaim its guarantee from borrowers."""
+    unused guarantee lent, its fair-sharing weight; it may reclaim its guarantee from borrowers.
+    With ``partition_check``, a Workload it reserved GPUs for is admitted only once the
+    :func:`build_partition_check` passes."""
     spec = tenancy.spec
     gpus = {
         "name": GPU_RESOURCE,
@@ -174,20 +192,23 @@ def build_cluster_queue(tenancy: Tenancy, flavor: GpuFlavor) -> dict[str, Any]:
         "borrowingLimit": str(spec.gpu_quota - spec.guaranteed_gpus),
         "lendingLimit": str(spec.guaranteed_gpus),
     }
+    queue_spec: dict[str, Any] = {
+        "cohortName": kueue.COHORT,
+        # only its own namespace's LocalQueue may feed it
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenancy.namespace}},
+        "resourceGroups": [
+            {"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor.name, "resources": [gpus]}]}
+        ],
+        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+        "fairSharing": {"weight": weight_quantity(spec.weight)},
+    }
+    if partition_check:
+        queue_spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": kueue.PARTITION_CHECK}]}
     return {
         "apiVersion": kueue.API_VERSION,
         "kind": "ClusterQueue",
         "metadata": child_metadata(tenancy, kueue.cluster_queue_name(tenancy.name), namespaced=False),
-        "spec": {
-            "cohortName": kueue.COHORT,
-            # only its own namespace's LocalQueue may feed it
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenancy.namespace}},
-            "resourceGroups": [
-                {"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor.name, "resources": [gpus]}]}
-            ],
-            "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
-            "fairSharing": {"weight": weight_quantity(spec.weight)},
-        },
+        "spec": queue_spec,
     }
 
 

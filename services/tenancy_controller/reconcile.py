@@ -90,9 +90,11 @@ def reconcile_tenancy(
     api_access: builders.ApiAccess | None = None,
     allocation_mode: AllocationMode = "device-plugin",
     kueue_flavor: queues.GpuFlavor | None = None,
+    partition_check: bool = False,
 ) -> Plan:
     """The desired children of the Tenancy ``body``; with ``kueue_flavor`` (queueing by Kueue) its
-    ClusterQueue and LocalQueue too, counting GPUs of that flavor, and a quota without GPUs.
+    ClusterQueue and LocalQueue too, counting GPUs of that flavor (behind the partition
+    AdmissionCheck with ``partition_check``), and a quota without GPUs.
 
     Raises InvalidSpec when the spec cannot be realised and NotReadyYet when the
     namespace is still being deleted (a recreate must wait for it to go).
@@ -144,10 +146,10 @@ def reconcile_tenancy(
     shared: dict[str, list[dict[str, Any]]] = {}
     if kueue_flavor is not None:
         components[QUEUE] = [
-            queues.build_cluster_queue(tenancy, kueue_flavor),
+            queues.build_cluster_queue(tenancy, kueue_flavor, partition_check=partition_check),
             queues.build_local_queue(tenancy),
         ]
-        shared[QUEUE] = queues.build_shared(kueue_flavor)
+        shared[QUEUE] = queues.build_shared(kueue_flavor, partition_check=partition_check)
     return Plan(
         tenancy=tenancy,
         components=components,

@@ -93,6 +93,13 @@ class ControllerSettings(BaseSettings):
         "ResourceFlavor of that name selects them, every tenancy's ClusterQueue counts GPUs of it, and the "
         "cohort's pool sums their nvidia.com/gpu.count labels.",
     )
+    partition_check: bool = Field(
+        default=False,
+        description="With queueing=kueue: keep the AdmissionCheck gpucaas-nvlink-partition and list it in every "
+        "tenancy's ClusterQueue, so that Kueue admits a container only when a whole free NVLink partition of its "
+        "size exists for it; the scheduler extender answers it (GPUCAAS_PLACEMENT_PARTITION_CHECK, which must "
+        "be on too, or the ClusterQueues admit nothing; docs/queues.md).",
+    )
     api_service_account: str | None = Field(
         default=None,
         description="The API's ServiceAccount as <namespace>/<name>; with api_secrets_cluster_role, it is bound in "

@@ -67,6 +67,8 @@ class Context:
     allocation_mode: AllocationMode = "device-plugin"
     #: The GPU nodes' Kueue flavor when Kueue queues the containers (queueing=kueue), else None.
     kueue_flavor: GpuFlavor | None = None
+    #: Every ClusterQueue lists the partition AdmissionCheck, kept among the shared objects.
+    partition_check: bool = False
     resolve: Callable[[str], list[str]] = resolve_host
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     locks: LockTable = field(default_factory=LockTable)
@@ -94,6 +96,7 @@ class Context:
             kueue_flavor=(
                 GpuFlavor.of_instance_type(settings.gpu_instance_type) if settings.queueing == kueue.KUEUE else None
             ),
+            partition_check=settings.queueing == kueue.KUEUE and settings.partition_check,
             identity=identity,
         )
 
@@ -125,6 +128,7 @@ def plan_for(ctx: Context, body: Mapping[str, Any], observed_namespace: Mapping[
         api_access=ctx.api_access,
         allocation_mode=ctx.allocation_mode,
         kueue_flavor=ctx.kueue_flavor,
+        partition_check=ctx.partition_check,
     )
     if plan.tenancy.spec.nfs is not None and plan.tenancy.spec.nfs.server_ip is None and nfs:
         addresses = ctx.resolve(nfs)
@@ -137,6 +141,7 @@ def plan_for(ctx: Context, body: Mapping[str, Any], observed_namespace: Mapping[
             api_access=ctx.api_access,
             allocation_mode=ctx.allocation_mode,
             kueue_flavor=ctx.kueue_flavor,
+            partition_check=ctx.partition_check,
         )
     return plan
 
@@ -409,6 +414,7 @@ def _desired_plan(ctx: Context, tenancy: Mapping[str, Any]) -> reconcile.Plan:
             api_access=ctx.api_access,
             allocation_mode=ctx.allocation_mode,
             kueue_flavor=ctx.kueue_flavor,
+            partition_check=ctx.partition_check,
         )
         with ctx.plans_guard:
             if len(ctx.plans) >= PLAN_CACHE_SIZE:
@@ -489,7 +495,7 @@ def shared_drifted(ctx: Context, observed: Mapping[str, Any], *, deleted: bool) 
     if ctx.kueue_flavor is None:
         return None
     name = (observed.get("metadata") or {}).get("name")
-    for desired in build_shared(ctx.kueue_flavor):
+    for desired in build_shared(ctx.kueue_flavor, partition_check=ctx.partition_check):
         if observed.get("kind") == desired["kind"] and name == desired["metadata"]["name"]:
             return desired if deleted or not reconcile.matches(desired, observed) else None
     return None

@@ -86,6 +86,9 @@ def test_ties_go_by_uid_and_a_requeued_workload_goes_by_its_eviction() -> None:
     )
     assert [pod for pod, _ in sorted(view(result).items(), key=lambda kv: kv[1][0])] == ["x", "y", "z", "p", "w"]
     assert result["p"].reason == "preempted"
+    # queued again by the partition admission check: its GPUs were there, a whole partition was not
+    assert result["w"].reason == "waiting_for_partition"
+    assert result["z"].reason == "over_share"
 
 
 def test_a_container_put_back_after_a_preemption_waits_preempted_until_admitted() -> None:

@@ -23,6 +23,7 @@ VALUE_SETS = {
     "production-dra-binding-conditions": production_values() | DRA_BINDING,
     "kueue": KUEUE,
     "dra-kueue": DRA | KUEUE,
+    "kueue-without-partition-check": {"queueing": {**KUEUE["queueing"], "partitionCheck": False}},
 }
 
 # (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
@@ -125,6 +126,19 @@ CONTROLLER_KUEUE_RULES: dict[tuple[str, str], set[str]] = {
 #: queueing.mode=kueue: the API reads a tenancy's Workloads for its containers' queue positions.
 API_KUEUE_RULES: dict[tuple[str, str], set[str]] = {("kueue.x-k8s.io", "workloads"): {"list"}}
 
+#: queueing.partitionCheck (on by default with Kueue): the controller keeps the AdmissionCheck like
+#: the flavor; the extender answers it: it watches the Workloads, writes its own entry of their
+#: status.admissionChecks and marks the AdmissionCheck Active (services/placement/admission_check.py).
+CONTROLLER_PARTITION_CHECK_RULES: dict[tuple[str, str], set[str]] = {
+    ("kueue.x-k8s.io", "admissionchecks"): {"get", "list", "watch", "create", "update"},
+}
+EXTENDER_PARTITION_CHECK_RULES: dict[tuple[str, str], set[str]] = {
+    ("kueue.x-k8s.io", "workloads"): {"list", "watch"},
+    ("kueue.x-k8s.io", "workloads/status"): {"patch"},
+    ("kueue.x-k8s.io", "admissionchecks/status"): {"patch"},
+    ("kueue.x-k8s.io", "admissionchecks"): {"get"},
+}
+
 
 def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str], set[str]]]:
     """EXPECTED_CLUSTER_RULES for the allocation mode and the queueing ``values`` choose."""
@@ -134,6 +148,11 @@ def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, 
             "controller": rules["controller"] | CONTROLLER_KUEUE_RULES,
             "api": rules["api"] | API_KUEUE_RULES,
         }
+        if values["queueing"].get("partitionCheck", True):
+            rules |= {
+                "controller": rules["controller"] | CONTROLLER_PARTITION_CHECK_RULES,
+                "scheduler-extender": rules["scheduler-extender"] | EXTENDER_PARTITION_CHECK_RULES,
+            }
     return rules
 
 

@@ -29,7 +29,8 @@ class Queued:
     kueue: Kueue
     core: client.CoreV1Api
     custom: client.CustomObjectsApi
-    #: component (``api``, ``controller``) -> a kubeconfig of its chart ServiceAccount (``controlled``)
+    #: component (``api``, ``controller``, ``scheduler-extender``) -> a kubeconfig of its chart
+    #: ServiceAccount (``controlled``)
     kubeconfigs: dict[str, Path] = field(default_factory=dict)
 
 
@@ -140,7 +141,7 @@ def controlled(
     objects = identities.cluster_side(identities.sandbox_values(allocation_mode, "kueue"))
     create_all(admin, [*crds.crd_manifests(), *extra, RUNTIME_CLASS, *objects])
     accounts = identities.service_accounts(objects)
-    for component in ("api", "controller"):
+    for component in ("api", "controller", "scheduler-extender"):
         queued.kubeconfigs[component] = identities.write_kubeconfig(
             admin,
             tmp_path_factory.mktemp(component) / "kubeconfig",

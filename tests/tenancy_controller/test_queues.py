@@ -201,3 +201,36 @@ def test_the_resync_checks_the_queues_and_the_shared_flavor_is_checked_alone():
     assert shared_drifted(ctx, edited, deleted=False) == flavor
     other = {**copy.deepcopy(flavor), "metadata": {"name": "someone-elses"}}
     assert shared_drifted(ctx, other, deleted=True) is None
+
+
+def test_with_the_partition_check_every_cluster_queue_lists_it_and_the_check_is_shared():
+    body = queued_body(guaranteedGpus=4)
+    checked = reconcile.reconcile_tenancy(body, network=NET, kueue_flavor=FLAVOR, partition_check=True)
+    plain = reconcile.reconcile_tenancy(body, network=NET, kueue_flavor=FLAVOR)
+    cq = checked.components[reconcile.QUEUE][0]
+    assert cq["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "gpucaas-nvlink-partition"}]}
+    assert "admissionChecksStrategy" not in plain.components[reconcile.QUEUE][0]["spec"]
+    check = queues.build_partition_check()
+    assert (
+        checked.shared[reconcile.QUEUE][-1]
+        == check
+        == {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {
+                "name": "gpucaas-nvlink-partition",
+                "labels": {"app.kubernetes.io/managed-by": "gpucaas-tenancy-controller"},
+            },
+            "spec": {"controllerName": "gpucaas.dev/nvlink-partition"},
+        }
+    )
+    # turned on or off, the other ClusterQueue is drift: a check nobody answers would hold every Workload
+    assert not reconcile.matches(cq, plain.components[reconcile.QUEUE][0])
+    assert not reconcile.matches(plain.components[reconcile.QUEUE][0], cq)
+    assert reconcile.matches(cq, copy.deepcopy(cq))
+    # the check is put back when it drifts, as the flavor is
+    ctx = Context(kube=_NoKube(), network=NET, kueue_flavor=FLAVOR, partition_check=True)  # type: ignore[arg-type]
+    assert shared_drifted(ctx, copy.deepcopy(check), deleted=True) == check
+    assert shared_drifted(ctx, copy.deepcopy(check), deleted=False) is None
+    off = Context(kube=_NoKube(), network=NET, kueue_flavor=FLAVOR)  # type: ignore[arg-type]
+    assert shared_drifted(off, copy.deepcopy(check), deleted=True) is None

@@ -25,8 +25,8 @@ from sqlmodel import SQLModel
 
 #: ``over_share``: Kueue has not reserved the GPUs: the tenancy's guarantee is in use and the
 #: cohort has nothing it may borrow now. ``waiting_for_partition``: admitted, waiting for a node
-#: with a whole free NVLink partition of its size. ``preempted``: its run was preempted and it
-#: waits again.
+#: with a whole free NVLink partition of its size, or queued again by the partition admission
+#: check for want of one. ``preempted``: its run was preempted and it waits again.
 QueueReason = Literal["over_share", "waiting_for_partition", "preempted"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -96,7 +96,9 @@ def spots(
         pending.append((-priority, _queue_order_time(workload), str(meta.get("uid")), pod))
         evicted = _condition(workload, "Evicted")
         preempted = pod in requeued or bool(evicted and evicted.get("reason") == "Preempted")
-        reasons[pod] = "preempted" if preempted else "over_share"
+        # queued again by the partition admission check: its GPUs were there, a whole partition not
+        partition = bool(evicted and evicted.get("reason") == "AdmissionCheck")
+        reasons[pod] = "preempted" if preempted else "waiting_for_partition" if partition else "over_share"
     ordered = [pod for *_, pod in sorted(admitted)] + [pod for *_, pod in sorted(pending)]
     out: dict[str, QueueSpot] = {}
     ahead = 0

@@ -165,6 +165,12 @@ Whether the scheduler extender binds pods (its bindVerb). Only in allocation.mod
 device-plugin: in dra mode kube-scheduler's DynamicResources plugin allocates the claim in
 PreBind and the default binder binds; the extender only scores nodes (prioritize).
 */}}
+{{/* Kueue's partition AdmissionCheck is on: queueing by Kueue, queueing.partitionCheck, and the
+scheduler extender deployed to answer it (a check nobody answers holds every ClusterQueue). */}}
+{{- define "gpucaas.partitionCheck" -}}
+{{- if and (eq .Values.queueing.mode "kueue") .Values.queueing.partitionCheck .Values.schedulerExtender.enabled }}true{{ end -}}
+{{- end }}
+
 {{- define "gpucaas.extenderBinds" -}}
 {{- if and .Values.schedulerExtender.bind (eq .Values.allocation.mode "device-plugin") }}true{{ end -}}
 {{- end }}

@@ -1,0 +1,143 @@
+"""Kueue's partition admission check, decided: may a Workload whose GPUs Kueue reserved start now?
+
+Pure domain (no I/O). Kueue counts GPUs; a 2-, 4- or 8-GPU pod also needs a whole free NVLink
+partition of its size on one node. A Workload passes (``Ready``) when every one of its pods
+fits, best fit first, on the fleet's free GPUs less what was promised to the Workloads that
+passed before it and whose pods no node has been counted for yet (:class:`Promise`). Otherwise:
+
+* ``Pending`` (its quota kept) while GPUs are being freed (pods ending, GPUs in the firmware
+  check between tenants) and the healthy GPUs would hold it: the partition it needs may be
+  theirs, as when Kueue preempted pods for it;
+* ``Retry`` otherwise: Kueue gives its quota back and queues it again after ``requeueAfterSeconds``,
+  so that work that fits runs meanwhile instead of waiting behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from core.topology import GPU_COUNT
+from services.placement.errors import InvalidRequest
+from services.placement.extender import pod_gpu_count
+from services.placement.fit import mask_of
+from services.placement.fleet import FleetIndex, NodeFree
+
+CheckState = Literal["Pending", "Ready", "Retry"]
+
+#: Retry delays, by how many times Kueue has queued the Workload again for this check: short at
+#: first (a partition frees as soon as a pod ends), at most a minute.
+RETRY_DELAYS_S = (5, 10, 20, 40, 60)
+
+
+@dataclass(frozen=True, slots=True)
+class Promise:
+    """GPUs counted as taken for a Workload that passed, until the watcher counts its pods."""
+
+    workload: str  # its uid
+    node: str
+    mask: int
+    made_at: float  # monotonic seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    state: CheckState
+    message: str
+    requeue_after_s: int | None = None
+    promises: tuple[Promise, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A Workload waiting for the check's answer, as read from its object."""
+
+    uid: str
+    namespace: str
+    name: str
+    pod_sizes: tuple[int, ...]  # GPUs of each of its pods (0: none)
+    pods: tuple[str, ...]  # the pods it stands for (plain pods: its owner), "namespace/name"
+    retries: int = 0  # status.admissionChecks[].retryCount
+
+
+def pod_sizes(workload: Mapping[str, Any], resource: str) -> tuple[int, ...]:
+    """The GPUs of each pod of a Workload (``spec.podSets``: ``count`` pods of one template)."""
+    sizes: list[int] = []
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        template = pod_set.get("template") or {}
+        try:
+            gpus = pod_gpu_count({"spec": template.get("spec") or {}}, resource)
+        except InvalidRequest:
+            gpus = GPU_COUNT + 1  # no node can hold it: it never passes
+        count = pod_set.get("count", 1)
+        sizes.extend([gpus] * (count if isinstance(count, int) and count > 0 else 1))
+    return tuple(sizes)
+
+
+def _index(nodes: Iterable[NodeFree], promises: Iterable[Promise], *, healthy: bool = False) -> FleetIndex:
+    index = FleetIndex()
+    for node in nodes:
+        if healthy:
+            node = NodeFree(node.name, node.healthy_mask, node.healthy_mask, node.usable, node.reason)
+        index.set_node(node)
+    for promise in promises:
+        known = index.node(promise.node)
+        if known is not None:  # a node gone or grown busy since: what is left of the promise
+            index.take(promise.node, promise.mask & known.free_mask)
+    return index
+
+
+def _place(index: FleetIndex, sizes: Sequence[int]) -> list[tuple[str, int]] | None:
+    """Each size on the index, largest first, best fit, taking its GPUs; None when one does not fit."""
+    placed: list[tuple[str, int]] = []
+    for size in sorted((s for s in sizes if s > 0), reverse=True):
+        if size > GPU_COUNT:
+            return None
+        placement = index.best(size)
+        if placement is None:
+            return None
+        mask = mask_of(placement.gpus)
+        index.take(placement.node, mask)
+        placed.append((placement.node, mask))
+    return placed
+
+
+def _sizes_text(sizes: Sequence[int]) -> str:
+    counted = sorted({s for s in sizes if s > 0}, reverse=True)
+    return " and ".join(f"{sizes.count(s)} x {s}-GPU" if sizes.count(s) > 1 else f"{s}-GPU" for s in counted)
+
+
+def decide(
+    asked: Asked,
+    nodes: Sequence[NodeFree],
+    promises: Iterable[Promise],
+    *,
+    freeing: int,
+    now: float,
+) -> Verdict:
+    """The check's answer for one Workload (see the module docstring)."""
+    promises = list(promises)
+    sizes = [s for s in asked.pod_sizes if s > 0]
+    if not sizes:
+        return Verdict("Ready", "needs no GPUs")
+    what = _sizes_text(sizes) + (" partition" if len(sizes) == 1 else " partitions")
+    placed = _place(_index(nodes, promises), sizes)
+    if placed is not None:
+        where = ", ".join(sorted({node for node, _ in placed}))
+        return Verdict(
+            "Ready",
+            f"whole free NVLink {what} on {where}",
+            promises=tuple(Promise(asked.uid, node, mask, now) for node, mask in placed),
+        )
+    if _place(_index(nodes, (), healthy=True), sizes) is None:
+        delay = RETRY_DELAYS_S[-1]
+        return Verdict("Retry", f"no node's healthy GPUs can hold the NVLink {what}; queued again in {delay} s", delay)
+    if freeing:
+        return Verdict("Pending", f"waiting for {freeing} GPUs being freed, for the NVLink {what}")
+    delay = RETRY_DELAYS_S[min(asked.retries, len(RETRY_DELAYS_S) - 1)]
+    return Verdict(
+        "Retry",
+        f"no whole free NVLink {what} now (the GPUs are in use or promised); queued again in {delay} s",
+        delay,
+    )

@@ -1,0 +1,299 @@
+"""Kubernetes adapter of the partition admission check: Kueue's Workloads in, their check's state out.
+
+Kueue lists the AdmissionCheck :data:`core.kueue.PARTITION_CHECK` in every tenancy's
+ClusterQueue (the tenancy controller keeps both; docs/queues.md) and admits a Workload whose GPUs
+it reserved only once the check's state in ``status.admissionChecks`` is ``Ready``. This
+controller, run by the scheduler extender beside its fleet index, answers it:
+
+* it marks the AdmissionCheck ``Active`` (Kueue holds every ClusterQueue that lists a check
+  nobody answers);
+* one informer keeps the Workloads of every namespace; a pass, at each Workload event and
+  every second (GPUs free without a Workload event), decides every Workload that holds its
+  quota and waits for the check (:func:`services.placement.admission.decide`), oldest
+  reservation first, against the index's free GPUs less the GPUs promised to the Workloads
+  passed before;
+* it writes the state with a server-side apply of its own entry of ``status.admissionChecks``
+  (field manager :data:`FIELD_MANAGER`), and only when the state or its message changes.
+
+Promises live in this process. After a restart, the Workloads it had passed whose pods no node
+counts yet are promised their GPUs again at the first pass, before any new answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from core import kueue
+from core.backoff import Backoff
+from core.kube import Informer, Kube, KubeError
+from services.placement.admission import Asked, Promise, Verdict, decide, pod_sizes
+from services.placement.extender import GPU_RESOURCE
+from services.placement.fleet import FleetIndex, NodeFree
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gpucaas-partition-check"
+WORKLOADS = f"/apis/{kueue.API_VERSION}/workloads"
+PASS_INTERVAL_S = 1.0
+#: How often the AdmissionCheck's Active condition is looked at again (it is put back if gone).
+ACTIVE_EVERY_S = 30.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(obj: dict[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def _reserved_at(obj: dict[str, Any]) -> str:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "QuotaReserved":
+            return str(c.get("lastTransitionTime") or "")
+    return ""
+
+
+class PartitionCheck:
+    """Answers the partition AdmissionCheck from ``index`` (kept by the extender's FleetWatcher)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        index: FleetIndex,
+        *,
+        counted: Callable[[str], bool],
+        freeing_gpus: Callable[[], int],
+        synced: Callable[[], bool],
+        gpu_resource: str = GPU_RESOURCE,
+        check: str = kueue.PARTITION_CHECK,
+        promise_s: float = 120.0,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self.kube = kube
+        self.index = index
+        self.counted = counted
+        self.freeing_gpus = freeing_gpus
+        self.fleet_synced = synced
+        self.gpu_resource = gpu_resource
+        self.check = check
+        self.promise_s = promise_s
+        self._workloads: dict[str, dict[str, Any]] = {}  # uid -> Workload
+        self._promises: dict[str, tuple[Promise, ...]] = {}  # Workload uid -> its GPUs
+        #: Workloads promised GPUs by this process, while they exist (a promise is made once)
+        self._promised_once: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._informer = Informer(
+            kube,
+            WORKLOADS,
+            name="workloads",
+            on_list=self._listed,
+            on_event=self._event,
+            backoff=Backoff(1.0, 5.0),
+            watch_timeout_s=watch_timeout_s,
+        )
+        self._thread = threading.Thread(target=self._run, name="partition-check", daemon=True)
+        self._active_checked = 0.0
+        self.answers: dict[str, int] = {"Ready": 0, "Pending": 0, "Retry": 0}
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> PartitionCheck:
+        self._informer.start()
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._informer.stop(timeout)
+        self._thread.join(timeout)
+
+    # -- the Workload cache ------------------------------------------------------------
+
+    def _listed(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._workloads = {w["metadata"]["uid"]: w for w in items}
+        self._wake.set()
+
+    def _event(self, etype: str, obj: dict[str, Any]) -> None:
+        uid = obj["metadata"]["uid"]
+        with self._lock:
+            if etype == "DELETED":
+                self._workloads.pop(uid, None)
+            else:
+                self._workloads[uid] = obj
+        self._wake.set()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(PASS_INTERVAL_S)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                if time.monotonic() - self._active_checked >= ACTIVE_EVERY_S:
+                    self._keep_active()
+                self.run_pass()
+            except KubeError as exc:
+                log.warning("partition check: %s; trying again", exc.summary())
+            except Exception:  # a bug must not end the loop: Kueue would admit nothing more
+                log.exception("partition check pass failed")
+
+    def _keep_active(self) -> None:
+        """Mark the AdmissionCheck Active unless it is (absent: the controller has not made it yet)."""
+        path = f"/apis/{kueue.API_VERSION}/admissionchecks/{self.check}"
+        try:
+            current = self.kube.request("GET", path)
+        except KubeError as exc:
+            log.info("AdmissionCheck %s not readable yet (%s)", self.check, exc.summary())
+            return
+        if _condition(current, "Active"):
+            self._active_checked = time.monotonic()
+            return
+        body = {
+            "apiVersion": kueue.API_VERSION,
+            "kind": "AdmissionCheck",
+            "metadata": {"name": self.check},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Active",
+                        "status": "True",
+                        "reason": "Active",
+                        "message": "the gpucaas scheduler extender answers it from the fleet's free NVLink partitions",
+                        "lastTransitionTime": _now(),
+                        "observedGeneration": (current.get("metadata") or {}).get("generation", 1),
+                    }
+                ]
+            },
+        }
+        self._apply(f"{path}/status", body)
+        self._active_checked = time.monotonic()
+        log.info("AdmissionCheck %s marked Active", self.check)
+
+    def _apply(self, path: str, body: dict[str, Any]) -> None:
+        self.kube.request(
+            "PATCH",
+            path,
+            body=body,
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            content_type="application/apply-patch+yaml",
+            idempotent=True,
+        )
+
+    # -- one pass -------------------------------------------------------------------------
+
+    def _entry(self, workload: dict[str, Any]) -> dict[str, Any] | None:
+        checks = (workload.get("status") or {}).get("admissionChecks") or []
+        return next((c for c in checks if c.get("name") == self.check), None)
+
+    def _asked(self, workload: dict[str, Any], entry: dict[str, Any]) -> Asked:
+        meta = workload["metadata"]
+        namespace = meta.get("namespace", "")
+        pods = tuple(f"{namespace}/{r['name']}" for r in meta.get("ownerReferences") or [] if r.get("kind") == "Pod")
+        return Asked(
+            uid=meta["uid"],
+            namespace=namespace,
+            name=meta["name"],
+            pod_sizes=pod_sizes(workload, self.gpu_resource),
+            pods=pods,
+            retries=int(entry.get("retryCount") or 0),
+        )
+
+    def _holding(self, workload: dict[str, Any]) -> bool:
+        """Holds quota reserved for it and is neither finished nor being evicted."""
+        return (
+            _condition(workload, "QuotaReserved")
+            and not _condition(workload, "Finished")
+            and not _condition(workload, "Evicted")
+        )
+
+    def _prune(self, now: float) -> None:
+        """Drop the promises whose Workload is gone, let go of its quota, or whose pods a node counts."""
+        for uid in list(self._promises):
+            workload = self._workloads.get(uid)
+            promises = self._promises[uid]
+            if (
+                workload is None
+                or not self._holding(workload)
+                or now - promises[0].made_at > self.promise_s
+                or self._pods_counted(workload)
+            ):
+                del self._promises[uid]
+        self._promised_once &= set(self._workloads)
+
+    def _pods_counted(self, workload: dict[str, Any]) -> bool:
+        meta = workload["metadata"]
+        pods = [r["name"] for r in meta.get("ownerReferences") or [] if r.get("kind") == "Pod"]
+        return bool(pods) and all(self.counted(f"{meta.get('namespace', '')}/{p}") for p in pods)
+
+    def run_pass(self) -> None:
+        """Answer every Workload waiting for the check (oldest reservation first); public for tests."""
+        if not self.fleet_synced() or not self._informer.synced.is_set():
+            return
+        now = time.monotonic()
+        with self._lock:
+            workloads = list(self._workloads.values())
+            self._prune(now)
+        nodes: list[NodeFree] = [n for n in (self.index.node(name) for name in self.index.names()) if n is not None]
+        waiting: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
+        for workload in workloads:
+            entry = self._entry(workload)
+            if entry is None or not self._holding(workload):
+                continue
+            uid = workload["metadata"]["uid"]
+            if entry.get("state") == "Ready":
+                if uid not in self._promised_once and not self._pods_counted(workload):
+                    # passed before this process started: its GPUs are promised first
+                    waiting.insert(0, ("", "", workload, entry))
+                continue
+            if entry.get("state") == "Pending":
+                meta = workload["metadata"]
+                waiting.append((_reserved_at(workload), str(meta.get("creationTimestamp") or ""), workload, entry))
+        waiting.sort(key=lambda w: (w[0], w[1]))
+        freeing = self.freeing_gpus()
+        for _, _, workload, entry in waiting:
+            asked = self._asked(workload, entry)
+            promised = [p for ps in self._promises.values() for p in ps]
+            verdict = decide(asked, nodes, promised, freeing=freeing, now=now)
+            if entry.get("state") != "Ready":
+                self._answer(workload, entry, verdict)
+            if verdict.promises:
+                self._promises[asked.uid] = verdict.promises
+                self._promised_once.add(asked.uid)
+
+    def _answer(self, workload: dict[str, Any], entry: dict[str, Any], verdict: Verdict) -> None:
+        if entry.get("state") == verdict.state and entry.get("message") == verdict.message:
+            return
+        meta = workload["metadata"]
+        item: dict[str, Any] = {
+            "name": self.check,
+            "state": verdict.state,
+            "message": verdict.message,
+            "lastTransitionTime": entry.get("lastTransitionTime")
+            if entry.get("state") == verdict.state and entry.get("lastTransitionTime")
+            else _now(),
+        }
+        if verdict.requeue_after_s is not None:
+            item["requeueAfterSeconds"] = verdict.requeue_after_s
+        body = {
+            "apiVersion": kueue.API_VERSION,
+            "kind": "Workload",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": {"admissionChecks": [item]},
+        }
+        self._apply(f"/apis/{kueue.API_VERSION}/namespaces/{meta['namespace']}/workloads/{meta['name']}/status", body)
+        self.answers[verdict.state] += 1
+        log.info("Workload %s/%s: %s (%s)", meta["namespace"], meta["name"], verdict.state, verdict.message)

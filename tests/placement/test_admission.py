@@ -1,0 +1,84 @@
+"""The partition admission check's decision (``services.placement.admission``): a Workload passes
+only when each of its pods has a whole free NVLink partition, counting what was promised before."""
+
+from __future__ import annotations
+
+from services.placement.admission import RETRY_DELAYS_S, Asked, Promise, decide, pod_sizes
+from services.placement.fit import FULL_MASK, mask_of
+from services.placement.fleet import NodeFree
+
+
+def asked(*sizes: int, retries: int = 0, uid: str = "w1") -> Asked:
+    return Asked(uid=uid, namespace="tenant-a", name=f"pod-{uid}", pod_sizes=sizes, pods=(), retries=retries)
+
+
+def node(name: str, free: set[int], healthy: set[int] | None = None) -> NodeFree:
+    return NodeFree(name, mask_of(free), mask_of(healthy) if healthy is not None else FULL_MASK)
+
+
+#: 6 free GPUs but no free quad: GPU 1 and GPU 5 are taken, one in each quad
+FRAGMENTED = node("a", {2, 3, 4, 6, 7, 8})
+
+
+def test_a_workload_passes_with_a_whole_free_partition_and_is_promised_its_gpus() -> None:
+    verdict = decide(asked(4), [FRAGMENTED, node("b", {5, 6, 7, 8})], [], freeing=0, now=1.0)
+    assert verdict.state == "Ready"
+    assert verdict.promises == (Promise("w1", "b", mask_of({5, 6, 7, 8}), 1.0),)
+    assert "4-GPU partition on b" in verdict.message
+
+
+def test_enough_gpus_without_a_whole_partition_is_queued_again_with_a_growing_delay() -> None:
+    first = decide(asked(4), [FRAGMENTED], [], freeing=0, now=0.0)
+    assert (first.state, first.requeue_after_s) == ("Retry", RETRY_DELAYS_S[0])
+    assert "no whole free NVLink 4-GPU partition now" in first.message
+    later = decide(asked(4, retries=9), [FRAGMENTED], [], freeing=0, now=0.0)
+    assert later.requeue_after_s == RETRY_DELAYS_S[-1]
+    # a pair still fits there (NVIDIA's pairs are 1+3, 2+4, 5+7 and 6+8)
+    pair = decide(asked(2), [FRAGMENTED], [], freeing=0, now=0.0)
+    assert pair.state == "Ready" and pair.promises[0].mask in {mask_of({2, 4}), mask_of({6, 8})}
+
+
+def test_promised_gpus_count_as_taken_until_the_pods_are_counted() -> None:
+    fleet = [node("a", set(range(1, 9)))]
+    one = decide(asked(4, uid="w1"), fleet, [], freeing=0, now=0.0)
+    two = decide(asked(4, uid="w2"), fleet, one.promises, freeing=0, now=0.0)
+    three = decide(asked(4, uid="w3"), fleet, [*one.promises, *two.promises], freeing=0, now=0.0)
+    assert (one.state, two.state, three.state) == ("Ready", "Ready", "Retry")
+    assert {one.promises[0].mask, two.promises[0].mask} == {mask_of({1, 2, 3, 4}), mask_of({5, 6, 7, 8})}
+    # a promise on a node that has since taken those GPUs itself counts only what is still free
+    taken = decide(asked(4, uid="w4"), [node("a", {5, 6, 7, 8})], one.promises, freeing=0, now=0.0)
+    assert taken.state == "Ready"
+
+
+def test_while_gpus_are_being_freed_a_workload_keeps_its_quota_and_waits() -> None:
+    verdict = decide(asked(8), [FRAGMENTED], [], freeing=2, now=0.0)
+    assert verdict.state == "Pending" and verdict.requeue_after_s is None
+    assert "2 GPUs being freed" in verdict.message
+
+
+def test_what_no_healthy_node_can_hold_is_queued_again_at_the_longest_delay() -> None:
+    broken = node("a", {1, 2, 3, 4, 6, 7, 8}, healthy={1, 2, 3, 4, 6, 7, 8})
+    verdict = decide(asked(8), [broken], [], freeing=3, now=0.0)
+    assert (verdict.state, verdict.requeue_after_s) == ("Retry", RETRY_DELAYS_S[-1])
+    assert "healthy GPUs can hold the NVLink 8-GPU partition" in verdict.message
+    # what is only promised to others still counts as healthy: retried as usual
+    fleet = [node("a", set(range(1, 9)))]
+    promised = (Promise("w0", "a", FULL_MASK, 0.0),)
+    assert decide(asked(8), fleet, promised, freeing=0, now=0.0).requeue_after_s == RETRY_DELAYS_S[0]
+
+
+def test_every_pod_of_a_workload_needs_its_own_partition() -> None:
+    fleet = [node("a", {1, 2, 3, 4}), node("b", {1, 3, 5, 6})]
+    both = decide(asked(4, 2), fleet, [], freeing=0, now=0.0)
+    assert both.state == "Ready" and sorted(p.node for p in both.promises) == ["a", "b"]
+    assert decide(asked(4, 4), fleet, [], freeing=0, now=0.0).state == "Retry"
+    assert decide(asked(0), [], [], freeing=0, now=0.0).state == "Ready"
+
+
+def test_pod_sizes_reads_each_pod_set() -> None:
+    def pod_set(gpus: int, count: int) -> dict[str, object]:
+        resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+        return {"count": count, "template": {"spec": {"containers": [{"name": "c", "resources": resources}]}}}
+
+    workload = {"spec": {"podSets": [pod_set(2, 2), pod_set(0, 1), pod_set(8, 1)]}}
+    assert pod_sizes(workload, "nvidia.com/gpu") == (2, 2, 0, 8)
