@@ -21,7 +21,9 @@ GPUs, kwok nodes and the node side played by this process; ``benchmarks/fleet.py
 * ``kueue``: Kueue v0.17 (``devtools.kueue``) admits. Its objects are the tenancy controller's
   own builders' (``services.tenancy_controller.queues``: a ClusterQueue per tenancy in the
   cohort ``gpucaas``, its LocalQueue ``default``, the GPU ResourceFlavor, the two
-  WorkloadPriorityClasses, the Cohort holding the pool of unguaranteed GPUs), applied directly
+  WorkloadPriorityClasses, the Cohort holding the pool of unguaranteed GPUs, and the partition
+  AdmissionCheck every ClusterQueue lists, answered by the extender, as the chart has it with
+  Kueue: docs/queues.md), applied directly
   without their ownerReferences (no controller runs, no Tenancy object exists). The pods are the
   API's own (``build_pod`` with the queue and the class). A pod Kueue preempts is marked
   (``TerminationTarget``) and deleted, as on a cluster; it is not resubmitted (as a container
@@ -166,9 +168,9 @@ def queue_objects(plans: Sequence[TenancyPlan], *, nodes: int) -> list[dict[str,
     flavor = GpuFlavor.of_instance_type(INSTANCE_TYPE)
     tenancies = [p.tenancy(nodes * GPU_COUNT) for p in plans]
     pool = pool_of([GPU_COUNT] * nodes, [t.spec.guaranteed_gpus for t in tenancies])
-    objects = [*build_shared(flavor), build_cohort(flavor, pool)]
+    objects = [*build_shared(flavor, partition_check=True), build_cohort(flavor, pool)]
     for t in tenancies:
-        objects += [build_cluster_queue(t, flavor), build_local_queue(t)]
+        objects += [build_cluster_queue(t, flavor, partition_check=True), build_local_queue(t)]
     for obj in objects:
         obj["metadata"].pop("ownerReferences", None)
     return objects
@@ -214,7 +216,7 @@ def run_variant(
     def say(text: str) -> None:
         log(f"[{variant}] {text}")
 
-    plane = ControlPlane("extender", nodes=nodes, folder=folder)
+    plane = ControlPlane("extender", nodes=nodes, folder=folder, partition_check=variant == "kueue")
     lock = threading.RLock()
     timers = Timers(lock)
     tenants: Tenants | None = None

@@ -39,8 +39,10 @@ class ControlPlane:
     kwok: nodes may then be registered) and :meth:`start_scheduling` (once they are Ready: the
     extender, kube-scheduler)."""
 
-    def __init__(self, mode: str, *, nodes: int, folder: Path, workers: int = 8) -> None:
+    def __init__(self, mode: str, *, nodes: int, folder: Path, workers: int = 8, partition_check: bool = False) -> None:
         self.mode = mode
+        #: the extender answers Kueue's partition AdmissionCheck (as the chart runs it with Kueue)
+        self.partition_check = partition_check
         self.dra = mode in DRA_MODES
         self.nodes = nodes
         self.folder = folder
@@ -134,6 +136,13 @@ class ControlPlane:
 
         port = free_port()
         self.extender_url = f"http://127.0.0.1:{port}"
+        if self.partition_check:  # the namespace of the Lease whose holder answers the check
+            from core.kube import Conflict
+
+            try:
+                self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "gpucaas-system"}})
+            except Conflict:
+                pass
         self._spawn(
             "scheduler-extender",
             processes.gpucaas_command(
@@ -141,7 +150,10 @@ class ControlPlane:
                 "--log-level",
                 "WARNING",
             ),
-            env={"GPUCAAS_PLACEMENT_BIND": "false" if self.dra else "true"},
+            env={
+                "GPUCAAS_PLACEMENT_BIND": "false" if self.dra else "true",
+                "GPUCAAS_PLACEMENT_PARTITION_CHECK": "true" if self.partition_check else "false",
+            },
         )
         wait(self._extender_ready, 120, "the extender ready (FabricStates, GPULeases, pods listed)")
 

@@ -16,7 +16,9 @@ controller, run by the scheduler extender beside its fleet index, answers it:
   (field manager :data:`FIELD_MANAGER`), and only when the state or its message changes.
 
 Promises live in this process. After a restart, the Workloads it had passed whose pods no node
-counts yet are promised their GPUs again at the first pass, before any new answer.
+counts yet are promised their GPUs again at the first pass, before any new answer. With several
+replicas only the holder of a Lease answers (:mod:`services.placement.leader`); one that takes
+over promises again in the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from core.kube import Informer, Kube, KubeError
 from services.placement.admission import Asked, Promise, Verdict, decide, pod_sizes
 from services.placement.extender import GPU_RESOURCE
 from services.placement.fleet import FleetIndex, NodeFree
+from services.placement.leader import LeaseElector
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,7 @@ class PartitionCheck:
         check: str = kueue.PARTITION_CHECK,
         promise_s: float = 120.0,
         watch_timeout_s: int = 300,
+        elector: LeaseElector | None = None,
     ) -> None:
         self.kube = kube
         self.index = index
@@ -85,6 +89,8 @@ class PartitionCheck:
         self.gpu_resource = gpu_resource
         self.check = check
         self.promise_s = promise_s
+        #: with several replicas, only the Lease's holder answers (None: this one always does)
+        self.elector = elector
         self._workloads: dict[str, dict[str, Any]] = {}  # uid -> Workload
         self._promises: dict[str, tuple[Promise, ...]] = {}  # Workload uid -> its GPUs
         #: Workloads promised GPUs by this process, while they exist (a promise is made once)
@@ -241,6 +247,11 @@ class PartitionCheck:
 
     def run_pass(self) -> None:
         """Answer every Workload waiting for the check (oldest reservation first); public for tests."""
+        if self.elector is not None and not self.elector.leading():
+            with self._lock:  # another replica answers: its promises are its own
+                self._promises.clear()
+                self._promised_once.clear()
+            return
         if not self.fleet_synced() or not self._informer.synced.is_set():
             return
         now = time.monotonic()

@@ -6,6 +6,9 @@ import logging
 
 from services.placement.settings import PlacementSettings
 
+#: the Lease whose holder answers Kueue's partition AdmissionCheck (``services.placement.leader``)
+PARTITION_CHECK_LEASE = "gpucaas-partition-check"
+
 
 def run(settings: PlacementSettings) -> None:
     import uvicorn
@@ -30,8 +33,18 @@ def run(settings: PlacementSettings) -> None:
     watcher.start()
     check = None
     if settings.partition_check:
-        from services.placement.admission_check import PartitionCheck
+        import socket
+        import uuid
 
+        from services.placement.admission_check import PartitionCheck
+        from services.placement.leader import LeaseElector
+
+        elector = LeaseElector(
+            api,
+            settings.partition_check_lease_namespace,
+            PARTITION_CHECK_LEASE,
+            f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
+        )
         check = PartitionCheck(
             api,
             index,
@@ -41,6 +54,7 @@ def run(settings: PlacementSettings) -> None:
             gpu_resource=settings.gpu_resource,
             promise_s=settings.partition_promise_seconds,
             watch_timeout_s=settings.watch_timeout_seconds,
+            elector=elector,
         ).start()
     app = create_app(
         index,

@@ -38,6 +38,13 @@ class PlacementSettings(BaseSettings):
         "queue it again (queueing=kueue; the tenancy controller's GPUCAAS_CONTROLLER_PARTITION_CHECK lists the "
         "check in every ClusterQueue; docs/queues.md).",
     )
+    partition_check_lease_namespace: str = Field(
+        "gpucaas-system",
+        min_length=1,
+        max_length=63,
+        description="With partition_check: the namespace of the Lease gpucaas-partition-check, whose holder is "
+        "the one replica that answers the check (the chart sets its release namespace).",
+    )
     partition_promise_seconds: float = Field(
         120.0,
         gt=0,

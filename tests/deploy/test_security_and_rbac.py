@@ -140,6 +140,20 @@ EXTENDER_PARTITION_CHECK_RULES: dict[tuple[str, str], set[str]] = {
 }
 
 
+def _partition_check(values: dict[str, Any]) -> bool:
+    queueing = values.get("queueing", {})
+    return bool(queueing.get("mode") == "kueue" and queueing.get("partitionCheck", True))
+
+
+def expected_namespaced_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str], set[str]]]:
+    """EXPECTED_NAMESPACED_RULES, and with the partition check the extender's Lease (one replica answers)."""
+    if not _partition_check(values):
+        return EXPECTED_NAMESPACED_RULES
+    return EXPECTED_NAMESPACED_RULES | {
+        "scheduler-extender": {("coordination.k8s.io", "leases"): {"get", "update", "create"}},
+    }
+
+
 def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, str], set[str]]]:
     """EXPECTED_CLUSTER_RULES for the allocation mode and the queueing ``values`` choose."""
     rules = _allocation_rules(values)
@@ -148,7 +162,7 @@ def expected_cluster_rules(values: dict[str, Any]) -> dict[str, dict[tuple[str, 
             "controller": rules["controller"] | CONTROLLER_KUEUE_RULES,
             "api": rules["api"] | API_KUEUE_RULES,
         }
-        if values["queueing"].get("partitionCheck", True):
+        if _partition_check(values):
             rules |= {
                 "controller": rules["controller"] | CONTROLLER_PARTITION_CHECK_RULES,
                 "scheduler-extender": rules["scheduler-extender"] | EXTENDER_PARTITION_CHECK_RULES,
@@ -235,7 +249,8 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
     cluster_roles = {component(o): o for o in objects if o["kind"] == "ClusterRole" and o not in tenant_secrets}
     roles = {component(o): o for o in objects if o["kind"] == "Role"}
     assert set(cluster_roles) == set(expected_rules)
-    assert set(roles) == set(EXPECTED_NAMESPACED_RULES)
+    expected_roles = expected_namespaced_rules(VALUE_SETS[values_name])
+    assert set(roles) == set(expected_roles)
     for name, expected in expected_rules.items():
         rules = cluster_roles[name]["rules"]
         flat = _flatten(rules)
@@ -248,7 +263,7 @@ def test_rbac_is_exactly_what_each_component_needs(values_name: str) -> None:
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
         assert not any(res == "secrets" for _, res in flat), f"{name} may not touch Secrets"
         assert ("", "pods/exec") not in flat and ("", "nodes/proxy") not in flat
-    for name, expected in EXPECTED_NAMESPACED_RULES.items():
+    for name, expected in expected_roles.items():
         assert _flatten(roles[name]["rules"]) == expected
         assert all(rule.get("resourceNames") or rule["verbs"] == ["create"] for rule in roles[name]["rules"]), name
     # Secrets, volume claims and exec only in tenant namespaces: the role exists, and nothing in the

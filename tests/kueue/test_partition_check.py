@@ -4,23 +4,26 @@ scheduler extender finds a whole free NVLink quad for it (docs/queues.md).
 On a cluster of its own with Kueue and no kube-scheduler: the tenancy controller with the
 partition check on (it keeps the AdmissionCheck and lists it in the ClusterQueue) and the
 extender's fleet index with the check, both under their chart ServiceAccounts and the RBAC the
-chart renders for ``queueing.mode: kueue``. One node's FabricState says what is free: GPU 1 and
-GPU 5 are held, so 6 GPUs are free and no quad is."""
+chart renders for ``queueing.mode: kueue`` (the extender holding the check's Lease). One node's
+FabricState says what is free: GPU 1 and GPU 5 are held, so 6 GPUs are free and no quad is."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from core import crds, kueue
 from core.kube import Kube
-from devtools.waiting import wait_for
+from devtools.waiting import WaitTimeout, wait_for
+from gpucaas import chart
 from services.api.domain.pods import build_pod
 from services.placement.admission_check import PartitionCheck
 from services.placement.fleet import FleetIndex
 from services.placement.kube import FleetWatcher, new_kube
+from services.placement.leader import LeaseElector
+from services.placement.main import PARTITION_CHECK_LEASE
 from tests.kueue.conftest import (
     GATE,
     TIMEOUT,
@@ -53,8 +56,15 @@ def checked(controlled: Queued) -> Iterator[Queued]:
     index = FleetIndex()
     watcher = FleetWatcher(kube, index, watch_timeout_seconds=30, retry_seconds=0.2)
     watcher.start()
+    # as the chart runs it: the holder of the Lease in the release namespace answers (its Role)
+    elector = LeaseElector(kube, chart.NAMESPACE, PARTITION_CHECK_LEASE, "extender-0")
     check = PartitionCheck(
-        kube, index, counted=watcher.counted, freeing_gpus=watcher.freeing_gpus, synced=watcher.is_synced
+        kube,
+        index,
+        counted=watcher.counted,
+        freeing_gpus=watcher.freeing_gpus,
+        synced=watcher.is_synced,
+        elector=elector,
     ).start()
     try:
         yield controlled
@@ -76,11 +86,16 @@ def _publish(q: Queued, active: dict[int, str | None]) -> None:
         crds.FABRICSTATE_PLURAL,
         NODE,
         {"status": fabric_status(active=active)},
+        idempotent=True,
     )
 
 
 def read_fabric(q: Queued) -> dict[str, Any] | None:
-    items = q.custom.list_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL)["items"]
+    # retried: a CRD made with the cluster's objects answers 429 while its storage initialises
+    admin = Kube.of(q.custom.api_client)
+    items = admin.json(
+        q.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, idempotent=True
+    )["items"]
     return next((o for o in items if o["metadata"]["name"] == NODE), None)
 
 
@@ -106,6 +121,22 @@ def _queued_again(q: Queued, pod: str) -> bool:
     return by_check and GATE in gates(q, pod, NAMESPACE)
 
 
+def _explained(q: Queued, predicate: Callable[[], Any], what: str, pods: list[str]) -> None:
+    """wait_for, saying on a time-out where each pod's Workload stands (its conditions and checks)."""
+    try:
+        wait_for(predicate, TIMEOUT, what=what)
+    except WaitTimeout as exc:
+        states = {}
+        for pod in pods:
+            status = (workload_of(q, pod, NAMESPACE) or {}).get("status") or {}
+            states[pod] = {
+                "conditions": [(c["type"], c["status"], c.get("reason")) for c in status.get("conditions") or []],
+                "checks": status.get("admissionChecks"),
+                "gates": gates(q, pod, NAMESPACE),
+            }
+        raise AssertionError(f"{exc}; the Workloads now: {states}; the fabric: {read_fabric(q)}") from None
+
+
 def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued) -> None:
     q = checked
     _publish(q, {HOLD_1: "other/one", HOLD_5: "other/five"})  # free: 2, 3, 4, 6, 7, 8
@@ -121,25 +152,29 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued)
 
     # 16 GPUs of quota and 6 free, but no whole quad: queued again, its pod gated, quota given back
     quad = _submit(q, "c-quad", 4)
-    wait_for(lambda: _queued_again(q, quad), TIMEOUT, what="the 4-GPU Workload queued again by the check")
+    pods = [quad]
+    _explained(q, lambda: _queued_again(q, quad), "the 4-GPU Workload queued again by the check", pods)
     assert not admitted(q, quad, NAMESPACE)
     # a pair fits (GPUs 2 and 4): admitted, and its GPUs promised while no node has its pod
     pair = _submit(q, "c-pair", 2)
-    wait_for(lambda: admitted(q, pair, NAMESPACE), TIMEOUT, what="the 2-GPU pod admitted")
+    pods.append(pair)
+    _explained(q, lambda: admitted(q, pair, NAMESPACE), "the 2-GPU pod admitted", pods)
     assert "whole free NVLink 2-GPU partition on gpu-node-a" in (_check(q, pair) or {})["message"]
     assert not admitted(q, quad, NAMESPACE)
 
     # GPU 5 freed: the quad 5-8 is whole, and the 4-GPU Workload passes at its next try
     _publish(q, {HOLD_1: "other/one"})
-    wait_for(lambda: admitted(q, quad, NAMESPACE), TIMEOUT, what="the 4-GPU pod admitted once a quad is free")
+    _explained(q, lambda: admitted(q, quad, NAMESPACE), "the 4-GPU pod admitted once a quad is free", pods)
     assert "4-GPU partition on gpu-node-a" in (_check(q, quad) or {})["message"]
     # that quad is promised to it: another 4-GPU container waits, although 4 GPUs look free
     second = _submit(q, "c-quad-2", 4)
-    wait_for(lambda: _queued_again(q, second), TIMEOUT, what="a second 4-GPU Workload queued again")
+    pods.append(second)
+    _explained(q, lambda: _queued_again(q, second), "a second 4-GPU Workload queued again", pods)
     assert not admitted(q, second, NAMESPACE)
     # for want of a free quad now, not for want of healthy GPUs: it is tried again soon
-    wait_for(
+    _explained(
+        q,
         lambda: "no whole free NVLink 4-GPU partition now" in (_check(q, second) or {}).get("message", ""),
-        TIMEOUT,
-        what="the check's reason on the second 4-GPU Workload",
+        "the check's reason on the second 4-GPU Workload",
+        pods,
     )
