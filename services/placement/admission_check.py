@@ -277,13 +277,29 @@ class PartitionCheck:
         freeing = self.freeing_gpus()
         for _, _, workload, entry in waiting:
             asked = self._asked(workload, entry)
-            promised = [p for ps in self._promises.values() for p in ps]
+            promised = [p for uid, ps in self._promises.items() if uid != asked.uid for p in ps]
             verdict = decide(asked, nodes, promised, freeing=freeing, now=now)
             if entry.get("state") != "Ready":
                 self._answer(workload, entry, verdict)
             if verdict.promises:
                 self._promises[asked.uid] = verdict.promises
                 self._promised_once.add(asked.uid)
+
+    def _written(self, workload: dict[str, Any], item: dict[str, Any]) -> None:
+        """Our entry as just written, in the cached Workload, so that the next pass does not answer
+        it again before the watch brings the Workload back."""
+        uid = workload["metadata"]["uid"]
+        with self._lock:
+            cached = self._workloads.get(uid)
+            if cached is None or cached.get("metadata", {}).get("resourceVersion") != workload.get("metadata", {}).get(
+                "resourceVersion"
+            ):
+                return  # a newer version came meanwhile: it says what is
+            status = dict(cached.get("status") or {})
+            status["admissionChecks"] = [
+                item if c.get("name") == self.check else c for c in status.get("admissionChecks") or []
+            ]
+            self._workloads[uid] = {**cached, "status": status}
 
     def _answer(self, workload: dict[str, Any], entry: dict[str, Any], verdict: Verdict) -> None:
         if entry.get("state") == verdict.state and entry.get("message") == verdict.message:
@@ -306,5 +322,6 @@ class PartitionCheck:
             "status": {"admissionChecks": [item]},
         }
         self._apply(f"/apis/{kueue.API_VERSION}/namespaces/{meta['namespace']}/workloads/{meta['name']}/status", body)
+        self._written(workload, item)
         self.answers[verdict.state] += 1
         log.info("Workload %s/%s: %s (%s)", meta["namespace"], meta["name"], verdict.state, verdict.message)
