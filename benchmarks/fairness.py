@@ -233,7 +233,6 @@ def run_variant(
             # Workload whose pod is gone is deleted (its quota given back) as on a cluster where
             # Kueue was installed first
             plane.cluster.restart("kube-controller-manager")
-            wait(lambda: _cluster_queues_active(plane, len(plans)), 120, "every ClusterQueue active")
         assert plane.pool is not None
         context = RunContext(plane.kube, plane.pool, timers, lock)
         node_side = NodeSide(context, nodes=nodes, dra=False)
@@ -241,6 +240,8 @@ def run_variant(
         names = [ns["metadata"]["name"] for ns in namespaces(plans, nodes=nodes)]
         wait(lambda: _service_accounts_made(plane, names), 60, "each tenancy namespace's default ServiceAccount")
         plane.start_scheduling()
+        if queue_manager is not None:  # active once the extender marks the partition check Active
+            wait(lambda: _cluster_queues_active(plane, len(plans)), 120, "every ClusterQueue active")
         queue = kueue.LOCAL_QUEUE if variant == "kueue" else None
         tenants = Tenants(context, node_side, hour_s=hour_s, namespace=None, queue=queue)
         tenants.start()

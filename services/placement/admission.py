@@ -5,11 +5,16 @@ partition of its size on one node. A Workload passes (``Ready``) when every one 
 fits, best fit first, on the fleet's free GPUs less what was promised to the Workloads that
 passed before it and whose pods no node has been counted for yet (:class:`Promise`). Otherwise:
 
-* ``Pending`` (its quota kept) while GPUs are being freed (pods ending, GPUs in the firmware
-  check between tenants) and the healthy GPUs would hold it: the partition it needs may be
-  theirs, as when Kueue preempted pods for it;
-* ``Retry`` otherwise: Kueue gives its quota back and queues it again after ``requeueAfterSeconds``,
-  so that work that fits runs meanwhile instead of waiting behind it.
+* ``Pending`` (its quota kept) when it is within its tenancy's guarantee (its ClusterQueue
+  borrows nothing): that quota is its own, and giving it back would only let borrowers take the
+  GPUs it waits for. It *holds* the free GPUs of the partition nearest to free for each of its
+  pods (:func:`holds`), so that smaller work decided after it does not keep that partition from
+  ever freeing (a reservation, as batch schedulers make for their largest waiting job);
+* ``Pending`` too while GPUs are being freed (pods ending, GPUs in the firmware check between
+  tenants) and the healthy GPUs would hold it: the partition it needs may be theirs, as when Kueue
+  preempted pods for it;
+* ``Retry`` otherwise (it borrows): Kueue gives its quota back and queues it again after
+  ``requeueAfterSeconds``, so that work that fits runs meanwhile instead of waiting behind it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.topology import GPU_COUNT
+from core.topology import GPU_COUNT, HGX_H100_PARTITIONS, cover_size
 from services.placement.errors import InvalidRequest
 from services.placement.extender import pod_gpu_count
 from services.placement.fit import mask_of
@@ -103,6 +108,36 @@ def _place(index: FleetIndex, sizes: Sequence[int]) -> list[tuple[str, int]] | N
     return placed
 
 
+def holds(
+    uid: str, nodes: Sequence[NodeFree], promises: Iterable[Promise], sizes: Sequence[int], now: float
+) -> tuple[Promise, ...]:
+    """For each size (largest first), the free GPUs of the partition of its covering size that has
+    the most of them free (healthy, on a usable node, none promised; ties: node name, then the
+    partition's table order): held for the Workload ``uid`` that waits for a whole one."""
+    index = _index(nodes, promises)
+    held: list[Promise] = []
+    for size in sorted((s for s in sizes if 0 < s <= GPU_COUNT), reverse=True):
+        cover = cover_size(size)
+        best: tuple[int, str, int] | None = None  # (-free GPUs, node, mask)
+        for name in sorted(index.names()):
+            node = index.node(name)
+            if node is None or not node.usable:
+                continue
+            for part in HGX_H100_PARTITIONS:
+                whole = mask_of(part.gpus)
+                if part.size != cover or whole & ~node.healthy_mask:
+                    continue
+                free = whole & node.free_mask
+                if free and (best is None or (-free.bit_count(), name) < best[:2]):
+                    best = (-free.bit_count(), name, free)
+        if best is None:
+            continue
+        _, name, free = best
+        index.take(name, free)
+        held.append(Promise(uid, name, free, now))
+    return tuple(held)
+
+
 def _sizes_text(sizes: Sequence[int]) -> str:
     counted = sorted({s for s in sizes if s > 0}, reverse=True)
     return " and ".join(f"{sizes.count(s)} x {s}-GPU" if sizes.count(s) > 1 else f"{s}-GPU" for s in counted)
@@ -115,8 +150,10 @@ def decide(
     *,
     freeing: int,
     now: float,
+    guaranteed: bool = False,
 ) -> Verdict:
-    """The check's answer for one Workload (see the module docstring)."""
+    """The check's answer for one Workload (see the module docstring); ``guaranteed``: its
+    ClusterQueue borrows nothing, so its quota is its tenancy's guarantee."""
     promises = list(promises)
     sizes = [s for s in asked.pod_sizes if s > 0]
     if not sizes:
@@ -133,6 +170,13 @@ def decide(
     if _place(_index(nodes, (), healthy=True), sizes) is None:
         delay = RETRY_DELAYS_S[-1]
         return Verdict("Retry", f"no node's healthy GPUs can hold the NVLink {what}; queued again in {delay} s", delay)
+    if guaranteed:
+        return Verdict(
+            "Pending",
+            f"within the tenancy's guarantee: keeping its quota until a whole NVLink {what} frees "
+            "(the free GPUs of the partition nearest to free are held for it)",
+            promises=holds(asked.uid, nodes, promises, sizes, now),
+        )
     if freeing:
         return Verdict("Pending", f"waiting for {freeing} GPUs being freed, for the NVLink {what}")
     delay = RETRY_DELAYS_S[min(asked.retries, len(RETRY_DELAYS_S) - 1)]

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "gpucaas-partition-check"
 WORKLOADS = f"/apis/{kueue.API_VERSION}/workloads"
+CLUSTER_QUEUES = f"/apis/{kueue.API_VERSION}/clusterqueues"
 PASS_INTERVAL_S = 1.0
 #: How often the AdmissionCheck's Active condition is looked at again (it is put back if gone).
 ACTIVE_EVERY_S = 30.0
@@ -55,6 +56,19 @@ def _condition(obj: dict[str, Any], kind: str) -> bool:
     return any(
         c.get("type") == kind and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []
     )
+
+
+def _quantity(value: Any) -> int:
+    """A whole-number quantity as Kueue writes GPU counts (``"3"``); anything else counts 0."""
+    try:
+        return max(0, int(str(value)))
+    except ValueError:
+        return 0
+
+
+def _queue_of(workload: dict[str, Any]) -> str | None:
+    """The ClusterQueue that reserved the Workload's quota."""
+    return ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
 
 
 def _reserved_at(obj: dict[str, Any]) -> str:
@@ -107,6 +121,16 @@ class PartitionCheck:
             backoff=Backoff(1.0, 5.0),
             watch_timeout_s=watch_timeout_s,
         )
+        self._nominal: dict[str, int] = {}  # ClusterQueue -> its nominal quota of GPUs
+        self._queues = Informer(
+            kube,
+            CLUSTER_QUEUES,
+            name="clusterqueues",
+            on_list=self._queues_listed,
+            on_event=self._queue_event,
+            backoff=Backoff(1.0, 5.0),
+            watch_timeout_s=watch_timeout_s,
+        )
         self._thread = threading.Thread(target=self._run, name="partition-check", daemon=True)
         self._active_checked = 0.0
         self.answers: dict[str, int] = {"Ready": 0, "Pending": 0, "Retry": 0}
@@ -115,6 +139,7 @@ class PartitionCheck:
 
     def start(self) -> PartitionCheck:
         self._informer.start()
+        self._queues.start()
         self._thread.start()
         return self
 
@@ -122,6 +147,7 @@ class PartitionCheck:
         self._stop.set()
         self._wake.set()
         self._informer.stop(timeout)
+        self._queues.stop(timeout)
         self._thread.join(timeout)
 
     # -- the Workload cache ------------------------------------------------------------
@@ -139,6 +165,39 @@ class PartitionCheck:
             else:
                 self._workloads[uid] = obj
         self._wake.set()
+
+    def _nominal_of(self, queue: dict[str, Any]) -> int:
+        """The ClusterQueue's own GPUs (its tenancy's guarantee): its flavors' nominal quota of them."""
+        total = 0
+        for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for resource in flavor.get("resources") or []:
+                    if resource.get("name") == self.gpu_resource:
+                        total += _quantity(resource.get("nominalQuota"))
+        return total
+
+    def _queues_listed(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._nominal = {q["metadata"]["name"]: self._nominal_of(q) for q in items}
+
+    def _queue_event(self, etype: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            if etype == "DELETED":
+                self._nominal.pop(obj["metadata"]["name"], None)
+            else:
+                self._nominal[obj["metadata"]["name"]] = self._nominal_of(obj)
+
+    def _guaranteed_queues(self, workloads: list[dict[str, Any]]) -> set[str]:
+        """The ClusterQueues whose Workloads holding quota ask for no more GPUs than its nominal
+        quota: what they hold is their tenancy's guarantee, none of it borrowed. Counted from the
+        Workloads themselves (the ClusterQueue's usage in its status lags their reservations)."""
+        reserved: dict[str, int] = {}
+        for workload in workloads:
+            queue = _queue_of(workload)
+            if queue and self._holding(workload):
+                reserved[queue] = reserved.get(queue, 0) + sum(pod_sizes(workload, self.gpu_resource))
+        with self._lock:
+            return {q for q, gpus in reserved.items() if q in self._nominal and gpus <= self._nominal[q]}
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -275,15 +334,24 @@ class PartitionCheck:
                 waiting.append((_reserved_at(workload), str(meta.get("creationTimestamp") or ""), workload, entry))
         waiting.sort(key=lambda w: (w[0], w[1]))
         freeing = self.freeing_gpus()
+        guaranteed = self._guaranteed_queues(workloads)
+        held: list[Promise] = []  # this pass's holds for guaranteed Workloads still waiting
         for _, _, workload, entry in waiting:
             asked = self._asked(workload, entry)
-            promised = [p for uid, ps in self._promises.items() if uid != asked.uid for p in ps]
-            verdict = decide(asked, nodes, promised, freeing=freeing, now=now)
-            if entry.get("state") != "Ready":
-                self._answer(workload, entry, verdict)
-            if verdict.promises:
+            promised = [p for uid, ps in self._promises.items() if uid != asked.uid for p in ps] + held
+            within = _queue_of(workload) in guaranteed
+            verdict = decide(asked, nodes, promised, freeing=freeing, now=now, guaranteed=within)
+            if entry.get("state") == "Ready":
+                if verdict.state == "Ready":
+                    self._promises[asked.uid] = verdict.promises
+                    self._promised_once.add(asked.uid)
+                continue
+            self._answer(workload, entry, verdict)
+            if verdict.state == "Ready":
                 self._promises[asked.uid] = verdict.promises
                 self._promised_once.add(asked.uid)
+            else:
+                held.extend(verdict.promises)
 
     def _written(self, workload: dict[str, Any], item: dict[str, Any]) -> None:
         """Our entry as just written, in the cached Workload, so that the next pass does not answer

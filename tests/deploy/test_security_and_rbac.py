@@ -134,6 +134,7 @@ CONTROLLER_PARTITION_CHECK_RULES: dict[tuple[str, str], set[str]] = {
 }
 EXTENDER_PARTITION_CHECK_RULES: dict[tuple[str, str], set[str]] = {
     ("kueue.x-k8s.io", "workloads"): {"list", "watch"},
+    ("kueue.x-k8s.io", "clusterqueues"): {"list", "watch"},
     ("kueue.x-k8s.io", "workloads/status"): {"patch"},
     ("kueue.x-k8s.io", "admissionchecks/status"): {"patch"},
     ("kueue.x-k8s.io", "admissionchecks"): {"get"},

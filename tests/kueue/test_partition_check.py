@@ -99,17 +99,17 @@ def read_fabric(q: Queued) -> dict[str, Any] | None:
     return next((o for o in items if o["metadata"]["name"] == NODE), None)
 
 
-def _submit(q: Queued, container: str, gpus: int) -> str:
+def _submit(q: Queued, container: str, gpus: int, tenancy: str = "acme") -> str:
     pod = build_pod(
-        container_id=container, tenancy="acme", image="busybox", gpus=gpus, queue=kueue.LOCAL_QUEUE, finalizer=False
+        container_id=container, tenancy=tenancy, image="busybox", gpus=gpus, queue=kueue.LOCAL_QUEUE, finalizer=False
     )
-    q.core.create_namespaced_pod(NAMESPACE, pod)
+    q.core.create_namespaced_pod(f"tenant-{tenancy}", pod)
     return str(pod["metadata"]["name"])
 
 
-def _check(q: Queued, pod: str) -> dict[str, Any] | None:
+def _check(q: Queued, pod: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
     """The partition check's entry in the pod's Workload."""
-    checks = ((workload_of(q, pod, NAMESPACE) or {}).get("status") or {}).get("admissionChecks") or []
+    checks = ((workload_of(q, pod, namespace) or {}).get("status") or {}).get("admissionChecks") or []
     return next((c for c in checks if c["name"] == kueue.PARTITION_CHECK), None)
 
 
@@ -121,18 +121,18 @@ def _queued_again(q: Queued, pod: str) -> bool:
     return by_check and GATE in gates(q, pod, NAMESPACE)
 
 
-def _explained(q: Queued, predicate: Callable[[], Any], what: str, pods: list[str]) -> None:
+def _explained(q: Queued, predicate: Callable[[], Any], what: str, pods: list[tuple[str, str]]) -> None:
     """wait_for, saying on a time-out where each pod's Workload stands (its conditions and checks)."""
     try:
         wait_for(predicate, TIMEOUT, what=what)
     except WaitTimeout as exc:
         states = {}
-        for pod in pods:
-            status = (workload_of(q, pod, NAMESPACE) or {}).get("status") or {}
+        for pod, namespace in pods:
+            status = (workload_of(q, pod, namespace) or {}).get("status") or {}
             states[pod] = {
                 "conditions": [(c["type"], c["status"], c.get("reason")) for c in status.get("conditions") or []],
                 "checks": status.get("admissionChecks"),
-                "gates": gates(q, pod, NAMESPACE),
+                "gates": gates(q, pod, namespace),
             }
         raise AssertionError(f"{exc}; the Workloads now: {states}; the fabric: {read_fabric(q)}") from None
 
@@ -140,8 +140,11 @@ def _explained(q: Queued, predicate: Callable[[], Any], what: str, pods: list[st
 def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued) -> None:
     q = checked
     _publish(q, {HOLD_1: "other/one", HOLD_5: "other/five"})  # free: 2, 3, 4, 6, 7, 8
-    create_tenancy(q, "acme", quota=16, guaranteed=16)
-    wait_for(lambda: tenancy_ready(q, "acme"), TIMEOUT, what="tenancy acme Ready")
+    # acme borrows the idle guarantee of lender (16 GPUs): what it holds is borrowed
+    create_tenancy(q, "lender", quota=16, guaranteed=16)
+    create_tenancy(q, "acme", quota=16, guaranteed=0)
+    for name in ("lender", "acme"):
+        wait_for(lambda name=name: tenancy_ready(q, name), TIMEOUT, what=f"tenancy {name} Ready")
     cq = read(q, "clusterqueues", "tenancy-acme") or {}
     assert cq["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": kueue.PARTITION_CHECK}]}
     wait_for(
@@ -152,12 +155,12 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued)
 
     # 16 GPUs of quota and 6 free, but no whole quad: queued again, its pod gated, quota given back
     quad = _submit(q, "c-quad", 4)
-    pods = [quad]
+    pods = [(quad, NAMESPACE)]
     _explained(q, lambda: _queued_again(q, quad), "the 4-GPU Workload queued again by the check", pods)
     assert not admitted(q, quad, NAMESPACE)
     # a pair fits (GPUs 2 and 4): admitted, and its GPUs promised while no node has its pod
     pair = _submit(q, "c-pair", 2)
-    pods.append(pair)
+    pods.append((pair, NAMESPACE))
     _explained(q, lambda: admitted(q, pair, NAMESPACE), "the 2-GPU pod admitted", pods)
     assert "whole free NVLink 2-GPU partition on gpu-node-a" in (_check(q, pair) or {})["message"]
     assert not admitted(q, quad, NAMESPACE)
@@ -168,7 +171,7 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued)
     assert "4-GPU partition on gpu-node-a" in (_check(q, quad) or {})["message"]
     # that quad is promised to it: another 4-GPU container waits, although 4 GPUs look free
     second = _submit(q, "c-quad-2", 4)
-    pods.append(second)
+    pods.append((second, NAMESPACE))
     _explained(q, lambda: _queued_again(q, second), "a second 4-GPU Workload queued again", pods)
     assert not admitted(q, second, NAMESPACE)
     # for want of a free quad now, not for want of healthy GPUs: it is tried again soon
@@ -178,3 +181,17 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued)
         "the check's reason on the second 4-GPU Workload",
         pods,
     )
+
+    # lender's own 8-GPU container is within its guarantee: it keeps its quota (Pending, not
+    # queued again) until a whole board frees, the free GPUs of the board held for it
+    board = _submit(q, "c-board", 8, tenancy="lender")
+    pods.append((board, "tenant-lender"))
+    _explained(
+        q,
+        lambda: "within the tenancy's guarantee" in (_check(q, board, "tenant-lender") or {}).get("message", ""),
+        "lender's 8-GPU Workload kept waiting within its guarantee",
+        pods,
+    )
+    entry = _check(q, board, "tenant-lender") or {}
+    assert entry["state"] == "Pending" and not admitted(q, board, "tenant-lender")
+    assert condition(workload_of(q, board, "tenant-lender"), "QuotaReserved")

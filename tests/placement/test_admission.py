@@ -82,3 +82,17 @@ def test_pod_sizes_reads_each_pod_set() -> None:
 
     workload = {"spec": {"podSets": [pod_set(2, 2), pod_set(0, 1), pod_set(8, 1)]}}
     assert pod_sizes(workload, "nvidia.com/gpu") == (2, 2, 0, 8)
+
+
+def test_guaranteed_work_that_does_not_fit_keeps_its_quota_and_holds_gpus() -> None:
+    fleet = [node("a", {2, 3, 4, 6, 7, 8}), node("b", {1, 2, 3, 5, 6, 7, 8})]
+    verdict = decide(asked(8, uid="g"), fleet, [], freeing=0, now=0.0, guaranteed=True)
+    assert verdict.state == "Pending" and verdict.requeue_after_s is None
+    # the board nearest to free is b's (7 free): its free GPUs are held for it
+    assert verdict.promises == (Promise("g", "b", mask_of({1, 2, 3, 5, 6, 7, 8}), 0.0),)
+    # a 1-GPU Workload decided after it goes to a, not onto the held board
+    one = decide(asked(1, uid="o"), fleet, verdict.promises, freeing=0, now=0.0)
+    assert one.state == "Ready" and one.promises[0].node == "a"
+    # a quad on a alone: both quads have 3 free; the table's first, 1-4, is held
+    quad = decide(asked(4, uid="q"), [node("a", {2, 3, 4, 6, 7, 8})], [], freeing=0, now=0.0, guaranteed=True)
+    assert quad.promises == (Promise("q", "a", mask_of({2, 3, 4}), 0.0),)

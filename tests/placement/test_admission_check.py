@@ -33,7 +33,7 @@ class Elector:
         return self.is_leading
 
 
-def workload(name: str, gpus: int, state: str, reserved_at: str) -> dict[str, Any]:
+def workload(name: str, gpus: int, state: str, reserved_at: str, queue: str = "tenancy-a") -> dict[str, Any]:
     container = {"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
     return {
         "metadata": {
@@ -45,6 +45,7 @@ def workload(name: str, gpus: int, state: str, reserved_at: str) -> dict[str, An
         },
         "spec": {"podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [container]}}}]},
         "status": {
+            "admission": {"clusterQueue": queue},
             "conditions": [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": reserved_at}],
             "admissionChecks": [
                 {"name": kueue.PARTITION_CHECK, "state": state, "message": "", "lastTransitionTime": reserved_at}
@@ -130,3 +131,28 @@ def test_a_replica_that_does_not_hold_the_lease_answers_nothing() -> None:
     check, kube = check_on(set(range(1, 9)), [workload("w", 8, "Pending", "2026-12-01T10:00:01Z")], leading=False)
     check.run_pass()
     assert answers(kube) == []
+
+
+def test_guaranteed_work_keeps_its_quota_and_holds_the_partition_nearest_to_free() -> None:
+    # GPUs 1 and 6 busy: the quads 1-4 and 5-8 each have 3 free; "big" (8 GPUs) cannot start
+    check, kube = check_on(
+        {2, 3, 4, 5, 7, 8},
+        [
+            workload("big", 8, "Pending", "2026-12-01T10:00:01Z", queue="tenancy-guaranteed"),
+            workload("quad", 4, "Pending", "2026-12-01T10:00:02Z", queue="tenancy-borrower"),
+            workload("one", 1, "Pending", "2026-12-01T10:00:03Z", queue="tenancy-borrower"),
+        ],
+    )
+    # tenancy-guaranteed's 8 GPUs are within its nominal quota; the borrower's 5 are beyond its 0
+    check._queues_listed([_queue("tenancy-guaranteed", "8"), _queue("tenancy-borrower", "0")])
+    check.run_pass()
+    assert answers(kube) == [("pod-big", "Pending"), ("pod-quad", "Retry"), ("pod-one", "Retry")]
+    big = kube.applied[0]["status"]["admissionChecks"][0]
+    assert "within the tenancy's guarantee" in big["message"] and "requeueAfterSeconds" not in big
+    # without the hold the borrower's 1-GPU pod would take a GPU of the board "big" waits for
+
+
+def _queue(name: str, nominal: str) -> dict[str, Any]:
+    gpus = {"name": "nvidia.com/gpu", "nominalQuota": nominal}
+    flavor = {"name": "hgx-h100-8", "resources": [gpus]}
+    return {"metadata": {"name": name}, "spec": {"resourceGroups": [{"flavors": [flavor]}]}}
