@@ -7,7 +7,8 @@ controller, run by the scheduler extender beside its fleet index, answers it:
 
 * it marks the AdmissionCheck ``Active`` (Kueue holds every ClusterQueue that lists a check
   nobody answers);
-* one informer keeps the Workloads of every namespace; a pass, at each Workload event and
+* informers keep the Workloads of every namespace and the ClusterQueues (their nominal quota
+  says which Workloads are within their tenancy's guarantee); a pass, at each Workload event and
   every second (GPUs free without a Workload event), decides every Workload that holds its
   quota and waits for the check (:func:`services.placement.admission.decide`), oldest
   reservation first, against the index's free GPUs less the GPUs promised to the Workloads
@@ -311,7 +312,7 @@ class PartitionCheck:
                 self._promises.clear()
                 self._promised_once.clear()
             return
-        if not self.fleet_synced() or not self._informer.synced.is_set():
+        if not (self.fleet_synced() and self._informer.synced.is_set() and self._queues.synced.is_set()):
             return
         now = time.monotonic()
         with self._lock:

@@ -70,6 +70,7 @@ def check_on(
     )
     check._listed(workloads)
     check._informer.synced.set()
+    check._queues.synced.set()
     return check, kube
 
 
