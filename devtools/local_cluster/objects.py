@@ -11,7 +11,7 @@ def create_all(kubeconfig: Path, manifests: list[dict[str, Any]], *, timeout: fl
     """Create each object (an existing one is left alone); waits for each CRD to be
     Established before going on, so that objects of its kinds can follow in the same list."""
     from kubernetes import dynamic
-    from kubernetes.dynamic.exceptions import ConflictError, ResourceNotFoundError
+    from kubernetes.dynamic.exceptions import ConflictError, ResourceNotFoundError, UnprocessibleEntityError
 
     from core.kube import new_api_client
 
@@ -26,6 +26,12 @@ def create_all(kubeconfig: Path, manifests: list[dict[str, Any]], *, timeout: fl
                     break
                 except ConflictError:
                     break
+                except UnprocessibleEntityError:
+                    # kube-apiserver may refuse a second create before it finds the name taken: a
+                    # Service with a fixed clusterIP answers "provided IP is already allocated"
+                    if not _exists(res, m):
+                        raise
+                    break
                 except ResourceNotFoundError:  # a CRD just created: discovery catches up
                     if time.monotonic() > deadline:
                         raise
@@ -33,6 +39,16 @@ def create_all(kubeconfig: Path, manifests: list[dict[str, Any]], *, timeout: fl
                     dyn = dynamic.DynamicClient(api)
             if m["kind"] == "CustomResourceDefinition":
                 _wait_established(dyn, m["metadata"]["name"], deadline)
+
+
+def _exists(res: Any, manifest: dict[str, Any]) -> bool:
+    from kubernetes.dynamic.exceptions import NotFoundError
+
+    try:
+        res.get(name=manifest["metadata"]["name"], namespace=manifest["metadata"].get("namespace"))
+    except NotFoundError:
+        return False
+    return True
 
 
 def replace_all(kubeconfig: Path, manifests: list[dict[str, Any]]) -> None:
