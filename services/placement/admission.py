@@ -62,7 +62,6 @@ class Asked:
     namespace: str
     name: str
     pod_sizes: tuple[int, ...]  # GPUs of each of its pods (0: none)
-    pods: tuple[str, ...]  # the pods it stands for (plain pods: its owner), "namespace/name"
     retries: int = 0  # status.admissionChecks[].retryCount
 
 

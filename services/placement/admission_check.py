@@ -113,28 +113,32 @@ class PartitionCheck:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._informer = Informer(
-            kube,
-            WORKLOADS,
-            name="workloads",
-            on_list=self._listed,
-            on_event=self._event,
-            backoff=Backoff(1.0, 5.0),
-            watch_timeout_s=watch_timeout_s,
-        )
+        self._informer = self._watch(WORKLOADS, "workloads", self._listed, self._event, watch_timeout_s)
         self._nominal: dict[str, int] = {}  # ClusterQueue -> its nominal quota of GPUs
-        self._queues = Informer(
-            kube,
-            CLUSTER_QUEUES,
-            name="clusterqueues",
-            on_list=self._queues_listed,
-            on_event=self._queue_event,
-            backoff=Backoff(1.0, 5.0),
-            watch_timeout_s=watch_timeout_s,
+        self._queues = self._watch(
+            CLUSTER_QUEUES, "clusterqueues", self._queues_listed, self._queue_event, watch_timeout_s
         )
         self._thread = threading.Thread(target=self._run, name="partition-check", daemon=True)
         self._active_checked = 0.0
         self.answers: dict[str, int] = {"Ready": 0, "Pending": 0, "Retry": 0}
+
+    def _watch(
+        self,
+        path: str,
+        name: str,
+        on_list: Callable[[list[dict[str, Any]]], None],
+        on_event: Callable[[str, dict[str, Any]], None],
+        watch_timeout_s: int,
+    ) -> Informer:
+        return Informer(
+            self.kube,
+            path,
+            name=name,
+            on_list=on_list,
+            on_event=on_event,
+            backoff=Backoff(1.0, 5.0),
+            watch_timeout_s=watch_timeout_s,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -267,14 +271,11 @@ class PartitionCheck:
 
     def _asked(self, workload: dict[str, Any], entry: dict[str, Any]) -> Asked:
         meta = workload["metadata"]
-        namespace = meta.get("namespace", "")
-        pods = tuple(f"{namespace}/{r['name']}" for r in meta.get("ownerReferences") or [] if r.get("kind") == "Pod")
         return Asked(
             uid=meta["uid"],
-            namespace=namespace,
+            namespace=meta.get("namespace", ""),
             name=meta["name"],
             pod_sizes=pod_sizes(workload, self.gpu_resource),
-            pods=pods,
             retries=int(entry.get("retryCount") or 0),
         )
 

@@ -9,7 +9,7 @@ from services.placement.fleet import NodeFree
 
 
 def asked(*sizes: int, retries: int = 0, uid: str = "w1") -> Asked:
-    return Asked(uid=uid, namespace="tenant-a", name=f"pod-{uid}", pod_sizes=sizes, pods=(), retries=retries)
+    return Asked(uid=uid, namespace="tenant-a", name=f"pod-{uid}", pod_sizes=sizes, retries=retries)
 
 
 def node(name: str, free: set[int], healthy: set[int] | None = None) -> NodeFree:
