@@ -20,6 +20,7 @@ its log in ``<folder>/logs/``; a component can be killed and started again
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import ssl
@@ -92,6 +93,9 @@ class ClusterOptions:
     #: kube-apiserver's ``--bind-address``: all addresses when nodes reach it from network
     #: namespaces of their own (the sandbox's Cilium network), loopback otherwise
     bind_address: str = "127.0.0.1"
+    #: kube-apiserver's ``--service-cluster-ip-range`` (the sandbox's with kube-proxy is its own,
+    #: :mod:`devtools.sandbox.service_range`)
+    service_cidr: str = SERVICE_CIDR
 
 
 class LocalCluster(Supervisor):
@@ -179,7 +183,10 @@ class LocalCluster(Supervisor):
         pki = self.pki
         pki.ensure_ca()
         pki.ensure_service_account_keys()
-        serving = pki.issue("apiserver", "kube-apiserver", server_names=SERVING_NAMES, client=False)
+        kubernetes_service = str(ipaddress.ip_network(opts.service_cidr)[1])
+        serving = pki.issue(
+            "apiserver", "kube-apiserver", server_names=(*SERVING_NAMES, kubernetes_service), client=False
+        )
         kubelet_client = pki.issue(
             "apiserver-kubelet-client", "kube-apiserver-kubelet-client", groups=("kubeadm:cluster-admins",)
         )
@@ -249,7 +256,7 @@ class LocalCluster(Supervisor):
             "--service-account-signing-key-file",
             pki.sa_private,
             "--service-cluster-ip-range",
-            SERVICE_CIDR,
+            opts.service_cidr,
             "--authorization-mode",
             "Node,RBAC",
             "--enable-admission-plugins",

@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = dt.timedelta(days=365)
-#: Names the API server answers to: loopback, and the in-cluster Service names and address.
+#: Names the API server answers to: loopback and the in-cluster Service names (with the
+#: ``kubernetes`` Service's address, the first of the cluster's Service range).
 SERVING_NAMES = (
     "127.0.0.1",
     "localhost",
@@ -31,7 +32,6 @@ SERVING_NAMES = (
     "kubernetes.default",
     "kubernetes.default.svc",
     "kubernetes.default.svc.cluster.local",
-    "10.96.0.1",
 )
 
 

@@ -14,12 +14,13 @@ tenant volumes' StorageClass) and docs/deploy.md's settings for this sandbox
 (``helm/deploy-settings.sh``). Then docs/deploy.md's steps, run with bash: the namespace and the
 Secrets (the database's, the API's TLS and the admin token's, from the sandbox's own files),
 ``helm upgrade --install --wait``, the admin token read back, ``helm test``, the GPU nodes
-labelled. Last, :func:`open_release`: every node's GPUs offered, and ``kubectl port-forward`` to
-the API's Service, so that the API keeps its URL (``https://127.0.0.1:<api port>``).
+labelled. Last, :func:`open_release`: every node's GPUs offered, and a forwarder from
+``127.0.0.1:<api port>`` to the API's Service, so that the API keeps its URL.
 
 kube-scheduler runs on this machine, as a kubeadm control plane's runs on its host's network, with
-deploy/scheduler's configuration unchanged: it calls the extender at the fixed ClusterIP that
-file names (the run's values, :func:`values_of_run`, give the extender's Service that address), and
+deploy/scheduler's configuration: it calls the extender at the fixed ClusterIP that file names,
+moved to the sandbox's Service range (:mod:`.service_range`; the first sandbox's is the file's
+own), and the run's values (:func:`values_of_run`) give the extender's Service that address;
 kube-proxy carries the connection to the extender's pod, whichever pod that is after an upgrade.
 
 The database is the host's PostgreSQL (``make postgres``), one database per state folder
@@ -43,10 +44,11 @@ from devtools.local_cluster.binaries import bin_dir, binary
 from devtools.local_cluster.objects import create_all
 from devtools.processes import ANSWERING, http_ready
 from devtools.sandbox import deploy_steps, host_database, hostpath_volumes
-from devtools.sandbox.host_services import HostService, HostServices
+from devtools.sandbox.host_services import Forwarder, HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
 from devtools.sandbox.product import shipped_scheduler_config
 from devtools.sandbox.queueing import chart_values as queueing_values
+from devtools.sandbox.service_range import ServiceRange
 from devtools.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -61,13 +63,12 @@ NAMESPACE = "gpucaas-system"
 #: the chart's image repository, under the registry name the sandbox's public registry serves
 IMAGE_REGISTRY = "ghcr.io"
 IMAGE_REPOSITORY = "gpucaas/gpucaas"
-#: the ``kubernetes`` Service's address (the first of the Service range)
-KUBERNETES_SERVICE_IP = "10.96.0.1"
 POSTGRES_SERVICE = "gpucaas-postgres"
 #: where the Services standing for this machine's servers are, the ``kubernetes`` one's namespace
 #: (outside the product's, which docs/deploy.md's steps create)
 HOST_SERVICES_NAMESPACE = "default"
-#: the Service standing for the host's PostgreSQL (a fixed address in the Service range's static band)
+#: the Service standing for the host's PostgreSQL (a fixed address in the first Service range's
+#: static band, moved to the sandbox's range)
 POSTGRES_SERVICE_IP = "10.96.0.55"
 POSTGRES_PORT = host_database.PORT
 #: the admin token's Secret that values-sandbox.yaml names (``api.adminToken.existingSecret``)
@@ -75,6 +76,8 @@ ADMIN_TOKEN_SECRET = "gpucaas-sandbox-admin-token"
 #: docs/deploy.md's settings for this sandbox, in ``<state>/helm/``
 DEPLOY_SETTINGS = "deploy-settings.sh"
 HELM_TIMEOUT = "10m"
+#: the Service range of a sandbox that runs alone (the shipped files' addresses as they are)
+FIRST_RANGE = ServiceRange(0)
 
 
 @dataclass(frozen=True)
@@ -105,12 +108,13 @@ def prepare_chart(sandbox: Sandbox, plan: Plan) -> None:
     release = sandbox.release = built(plan.release or ChartRelease(), say)
     push_image(sandbox, release, say)
     host_database.ensure(sandbox.state_dir)
+    services = service_range_of(sandbox)
     say(
-        f"making kube-apiserver (the kubernetes Service, {KUBERNETES_SERVICE_IP}) and the host's PostgreSQL "
-        f"({HOST_SERVICES_NAMESPACE}/{POSTGRES_SERVICE}, {POSTGRES_SERVICE_IP}) reachable from the pods"
+        f"making kube-apiserver (the kubernetes Service, {services.kubernetes}) and the host's PostgreSQL "
+        f"({HOST_SERVICES_NAMESPACE}/{POSTGRES_SERVICE}, {services.moved(POSTGRES_SERVICE_IP)}) reachable from the pods"
     )
-    create_all(sandbox.kubeconfig, [postgres_service()])
-    services = sandbox.host_services = HostServices(
+    create_all(sandbox.kubeconfig, [postgres_service(services)])
+    forwarders = sandbox.host_services = HostServices(
         sandbox.kubeconfig,
         [
             HostService(HOST_SERVICES_NAMESPACE, "kubernetes", "https", sandbox.cluster.apiserver_port),
@@ -118,10 +122,13 @@ def prepare_chart(sandbox: Sandbox, plan: Plan) -> None:
         ],
         [real.gateway for real in sandbox.real_nodes.values()],
     )
-    services.start()
-    config = shipped_scheduler_config(plan.allocation_mode)
+    forwarders.start()
+    config = scheduler_config(plan.allocation_mode, services)
     sandbox.extender_url = extender_url(config)
-    say(f"starting kube-scheduler with deploy/scheduler's configuration (its extender at {sandbox.extender_url})")
+    say(
+        f"starting kube-scheduler with deploy/scheduler's configuration (its extender at {sandbox.extender_url}, "
+        "in the sandbox's Service range)"
+    )
     sandbox.cluster.start_scheduler(config)
     settings = deploy_steps.write_settings(
         sandbox.state_dir / "helm" / DEPLOY_SETTINGS,
@@ -138,7 +145,7 @@ def deploy_settings(sandbox: Sandbox, release: ChartRelease, files: list[Path]) 
     return {
         "CHART": str(release.chart),
         "VALUES": ",".join(map(str, files)),
-        "DATABASE_URL": host_database.url(sandbox.state_dir, POSTGRES_SERVICE_IP),
+        "DATABASE_URL": host_database.url(sandbox.state_dir, service_range_of(sandbox).moved(POSTGRES_SERVICE_IP)),
         "RATE_LIMITS_URL": "",
         "API_TLS_CERT": str(tls.cert),
         "API_TLS_KEY": str(tls.key),
@@ -147,6 +154,22 @@ def deploy_settings(sandbox: Sandbox, release: ChartRelease, files: list[Path]) 
         "ADMIN_TOKEN_SECRET": ADMIN_TOKEN_SECRET,
         "GPU_NODES": " ".join(node.name for node in sandbox.nodes),
     }
+
+
+def service_range_of(sandbox: Sandbox) -> ServiceRange:
+    assert sandbox.service_range is not None, "the chart is installed on a sandbox with a Service range of its own"
+    return sandbox.service_range
+
+
+def scheduler_config(allocation_mode: str, services: ServiceRange) -> dict[str, Any]:
+    """deploy/scheduler's configuration for the mode, the extender's fixed ClusterIP moved to
+    ``services`` (the same address in the first range)."""
+    config = shipped_scheduler_config(allocation_mode)
+    for extender in config["extenders"]:
+        url = urllib.parse.urlsplit(extender["urlPrefix"])
+        assert url.hostname is not None
+        extender["urlPrefix"] = url._replace(netloc=f"{services.moved(url.hostname)}:{url.port}").geturl()
+    return config
 
 
 def extender_url(config: dict[str, Any]) -> str:
@@ -164,7 +187,7 @@ def open_release(sandbox: Sandbox, plan: Plan) -> None:
     sandbox.installed = (
         f"release {RELEASE} in {NAMESPACE}, image {reference}  (helm list -A; kubectl -n {NAMESPACE} get pods)"
     )
-    forward(sandbox, "port-forward-api", f"svc/{RELEASE}-api", plan.api_port, 443)
+    forward_api(sandbox, plan.api_port)
     plan.say(f"waiting for the scheduler extender to answer at its Service ({sandbox.extender_url})")
     wait_for(
         http_ready(f"{sandbox.extender_url}/readyz"),
@@ -232,7 +255,12 @@ def values_files(sandbox: Sandbox, release: ChartRelease, queueing: str) -> list
     write_values(
         run_values,
         values_of_run(
-            release.image.tag, release.image.digest, sandbox.allocation_mode, queueing, release.sandbox_values
+            release.image.tag,
+            release.image.digest,
+            sandbox.allocation_mode,
+            queueing,
+            release.sandbox_values,
+            service_range_of(sandbox),
         ),
     )
     files = [release.sandbox_values, run_values]
@@ -318,16 +346,18 @@ def values_of_run(
     allocation_mode: str = "device-plugin",
     queueing: str = "none",
     sandbox_values: Path = SANDBOX_VALUES,
+    services: ServiceRange = FIRST_RANGE,
 ) -> dict[str, Any]:
     """The run's values: the image built from this work tree, the fake boards' golden firmware,
     the StorageClass of tenant volumes on kube-controller-manager's HostPath provisioner, the
     allocation mode (``dra``: the DRA driver with binding conditions, as the sandbox's
     processes run it, and the lease agent's quick rounds of values-sandbox.yaml beside it), the
     queueing (``kueue``: ``queueing.mode``, Kueue running on this machine against the cluster)
-    and the extender's Service at the address kube-scheduler's shipped configuration calls."""
+    and the extender's Service at the address kube-scheduler's shipped configuration calls,
+    moved to ``services``."""
     from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
 
-    extender = urllib.parse.urlsplit(extender_url(shipped_scheduler_config(allocation_mode)))
+    extender = urllib.parse.urlsplit(extender_url(scheduler_config(allocation_mode, services)))
     values: dict[str, Any] = {
         **hostpath_volumes.chart_values(),
         **queueing_values(queueing),
@@ -362,7 +392,7 @@ def _quiet() -> dict[str, Any]:
     return {"capture_output": True, "text": True, "check": False}
 
 
-def postgres_service() -> dict[str, Any]:
+def postgres_service(services: ServiceRange) -> dict[str, Any]:
     """The Service standing for the host's PostgreSQL, the database URL's host: no selector, its
     backend is this machine's PostgreSQL (:mod:`.host_services` writes its EndpointSlice)."""
     return {
@@ -370,27 +400,37 @@ def postgres_service() -> dict[str, Any]:
         "kind": "Service",
         "metadata": {"name": POSTGRES_SERVICE, "namespace": HOST_SERVICES_NAMESPACE},
         "spec": {
-            "clusterIP": POSTGRES_SERVICE_IP,
+            "clusterIP": services.moved(POSTGRES_SERVICE_IP),
             "ports": [{"name": "postgres", "port": POSTGRES_PORT, "protocol": "TCP"}],
         },
     }
 
 
-def forward(sandbox: Sandbox, name: str, target: str, local_port: int, port: int) -> None:
-    """``kubectl port-forward`` of ``target`` to ``127.0.0.1:local_port``, supervised (a pod that
-    restarts ends the forward; the console's supervisor starts it again)."""
-    https = port == 443
-    url = f"{'https' if https else 'http'}://127.0.0.1:{local_port}/healthz"
-    sandbox.supervisor.add(
-        name,
-        [
-            binary("kubectl"),
-            *("--kubeconfig", sandbox.kubeconfig, "-n", NAMESPACE, "port-forward"),
-            *("--address", "127.0.0.1", target, f"{local_port}:{port}"),
-        ],
-        http_ready(url, ca_file=sandbox.tls.ca_cert if https else None, statuses=ANSWERING),
+def forward_api(sandbox: Sandbox, local_port: int) -> None:
+    """The API's Service on ``127.0.0.1:local_port``: a forwarder to its ClusterIP, which this
+    machine routes to kube-proxy (:mod:`.service_range`), as a load balancer in front of the
+    Service would; it carries on across restarts of the API's pods and of the kubelets (a
+    ``kubectl port-forward`` runs through one pod's kubelet and ends with either)."""
+    from kubernetes import client
+
+    from core.kube import new_api_client
+
+    with new_api_client(sandbox.kubeconfig) as api:
+        service = client.CoreV1Api(api).read_namespaced_service(f"{RELEASE}-api", NAMESPACE)
+    spec = service.spec
+    assert spec is not None and spec.cluster_ip and spec.ports
+    address: str = spec.cluster_ip
+    (port,) = [p.port for p in spec.ports if p.name == "https"]
+    if sandbox.api_forwarder is not None:
+        sandbox.api_forwarder.stop()
+    sandbox.api_forwarder = Forwarder(("127.0.0.1", local_port), port, target_host=address)
+    sandbox.api_forwarder.start()
+    wait_for(
+        http_ready(f"https://127.0.0.1:{local_port}/healthz", ca_file=sandbox.tls.ca_cert, statuses=ANSWERING),
+        120,
+        interval=0.5,
+        what=f"the API answering through its Service ({address}:{port})",
     )
-    sandbox.supervisor.bring_up(name)
 
 
 def release_status(kubeconfig: Path) -> dict[str, Any]:

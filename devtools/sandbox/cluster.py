@@ -24,7 +24,7 @@ from devtools.local_cluster import KUBE_VERSION, ClusterOptions, LocalCluster
 from devtools.local_cluster.objects import create_all
 from devtools.real_node import cilium
 from devtools.real_node.node import unmount_under
-from devtools.sandbox import host_database, host_services, hostpath_volumes, identities
+from devtools.sandbox import host_database, host_services, hostpath_volumes, identities, service_range
 from devtools.sandbox.tenant_view import publish_kubeconfig
 from services.api.domain.pods import DEFAULT_RUN_AS_USER
 
@@ -54,6 +54,14 @@ def start_cluster(sandbox: Sandbox, plan: Plan) -> None:
             bind_address="0.0.0.0" if plan.cilium else "127.0.0.1",
             apiserver_args=host_services.APISERVER_ARGS if plan.helm else [],
         )
+        if plan.helm:
+            kept = (cluster.folder / "etcd").exists()
+            services = sandbox.service_range = service_range.claim(sandbox.state_dir, kept=kept)
+            cluster.options.service_cidr = services.cidr
+            say(
+                f"the Service range {services.cidr}, routed into the network namespace {services.namespace} "
+                "where the sandbox's kube-proxy will run"
+            )
         say(
             f"starting Kubernetes {KUBE_VERSION} (etcd, kube-apiserver, kube-controller-manager) from {cluster.bin_dir}"
         )

@@ -47,12 +47,14 @@ class HostService:
 
 
 class Forwarder:
-    """Accepts on ``address`` and copies each connection both ways to ``127.0.0.1:target_port``.
+    """Accepts on ``address`` and copies each connection both ways to ``target_host:target_port``
+    (this machine's loopback by default).
 
     Stopping it closes the connections it carries too: a pod's watch left open through it would
     otherwise keep kube-apiserver's graceful shutdown waiting for that request to end."""
 
-    def __init__(self, address: tuple[str, int], target_port: int) -> None:
+    def __init__(self, address: tuple[str, int], target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target_host = target_host
         self.target_port = target_port
         self.server = socket.create_server(address, reuse_port=False)
         self.server.settimeout(0.5)
@@ -86,9 +88,9 @@ class Forwarder:
 
     def _serve(self, client: socket.socket) -> None:
         try:
-            upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+            upstream = socket.create_connection((self.target_host, self.target_port), timeout=10)
         except OSError as exc:
-            log.warning("forwarding to 127.0.0.1:%d: %s", self.target_port, exc)
+            log.warning("forwarding to %s:%d: %s", self.target_host, self.target_port, exc)
             client.close()
             return
         upstream.settimeout(None)

@@ -15,7 +15,6 @@ from core.kubelet_dirs import KubeletDirs
 from core.kueue import GPU_COUNT_LABEL
 from devtools.fake_sysfs import build_hgx_h100, load_board
 from devtools.local_cluster import KUBE_VERSION, bin_dir as kube_bin_dir
-from devtools.local_cluster.cluster import SERVICE_CIDR
 from devtools.real_node import cilium
 from devtools.real_node.devices import make_char_devices
 from devtools.real_node.node import NodeOptions, RealNode, kubelet_dirs, node_tools_missing
@@ -149,6 +148,7 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
         estargz_from=sandbox.cluster.bin_dir,
     )
     registries.start()
+    services = sandbox.service_range
     for index, name in enumerate(plan.nodes):
         node = NodePaths(name, sandbox.state_dir / "nodes" / name, chart_installed=plan.helm)
         sandbox.nodes.append(node)
@@ -181,9 +181,10 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
                 pod_cidr=cilium.pod_cidr(index) if plan.cilium else "",
                 cilium_address=address,
                 binds=node_binds(node) if plan.helm else {},
-                # the chart's pods reach Services (kube-proxy, service_network) and the cluster DNS
-                routes=(SERVICE_CIDR,) if plan.helm else (),
-                cluster_dns=DNS_IP if plan.helm else "",
+                # the chart's pods reach Services (kube-proxy, service_network) and the cluster DNS,
+                # and answer the connections kube-proxy sends them (from its namespace's address)
+                routes=(services.cidr, f"{services.proxy_address}/32") if services else (),
+                cluster_dns=services.moved(DNS_IP) if services else "",
                 lazy_pull=plan.lazy_pull(name),
             ),
         )

@@ -54,12 +54,13 @@ from devtools.real_node.registry import Registries
 from devtools.sandbox import hostpath_volumes, identities
 from devtools.sandbox.chart_install import ChartRelease, install_chart, open_release, prepare_chart
 from devtools.sandbox.cluster import start_cluster
-from devtools.sandbox.host_services import HostServices
+from devtools.sandbox.host_services import Forwarder, HostServices
 from devtools.sandbox.ingress import Ingress
 from devtools.sandbox.nodes import DEFAULT_NODES, NodePaths, check_node_tools, start_nodes
 from devtools.sandbox.product import start_product
 from devtools.sandbox.queueing import check_kueue_built, check_queueing, start_kueue
 from devtools.sandbox.service_network import ServiceNetwork, start_service_network
+from devtools.sandbox.service_range import ServiceRange, release as release_range
 from devtools.sandbox.tenant_view import KUBECONFIG, credentials, open_tenant_view
 from devtools.sandbox.tls import TLSFiles
 
@@ -148,6 +149,10 @@ class Sandbox:
     host_services: HostServices | None = None
     #: kube-proxy and the cluster DNS (``--install helm`` only)
     service_network: ServiceNetwork | None = None
+    #: the cluster's Service range, routed into kube-proxy's network namespace (``--install helm`` only)
+    service_range: ServiceRange | None = None
+    #: the API's Service forwarded to the API's URL on this machine (``--install helm`` only)
+    api_forwarder: Forwarder | None = None
     #: the chart's release and the image its pods run, in words (``--install helm`` only)
     installed: str | None = None
     #: Kueue's manager (``queueing`` ``kueue`` only)
@@ -185,7 +190,8 @@ class Sandbox:
 
     def stop(self) -> None:
         """Whatever of it runs: the volume hand-over, the ingress controller and the services,
-        the forwarders to this machine's servers, kube-proxy (its rules removed) and CoreDNS,
+        the forwarders to this machine's servers, kube-proxy and CoreDNS, kube-proxy's network
+        namespace (its rules go with it),
         then the real nodes, Kueue (once nothing queues by it), Cilium's operator and (the
         ``cilium`` network) its uplink, the registries and the control plane."""
         if self.volume_ownership is not None:
@@ -193,10 +199,14 @@ class Sandbox:
         if self.ingress is not None:
             self.ingress.stop()
         self.supervisor.stop()
+        if self.api_forwarder is not None:
+            self.api_forwarder.stop()
         if self.host_services is not None:
             self.host_services.stop()
         if self.service_network is not None:
             self.service_network.stop()
+        if self.service_range is not None:
+            release_range(self.service_range)
         for node in self.real_nodes.values():
             node.stop()
         if self.kueue is not None:

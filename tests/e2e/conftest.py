@@ -5,7 +5,10 @@ The tests talk to it as tenants and an admin would: HTTPS to the API, and, to ch
 the outcome, the Kubernetes API, the nodes' fabric sockets, CDI specs and kubelet state.
 
 The suite runs in either allocation mode: ``GPUCAAS_E2E_ALLOCATION=device-plugin`` (the
-default) or ``dra`` (``make test`` runs it in both). The helpers below read what the node
+default) or ``dra`` (``make test`` runs it in both); and on the product either as the platform
+team installs it, ``GPUCAAS_E2E_INSTALL=helm`` (the chart, its image pushed to the sandbox's
+registry, the chart's production security contexts), or as processes on this machine,
+``processes``. The helpers below read what the node
 handed the container the way that mode's kubelet records it: the device plugin's Allocate
 answer and the PodResources API, or the DRA manager's prepared claims.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -33,7 +37,7 @@ from core.fabric_client import FabricClient
 from core.kube import new_api_client
 from core.lease_store import lease_name
 from core.topology import HGX_H100_PARTITIONS
-from devtools.sandbox import kubelet_records, runner, tenant_view
+from devtools.sandbox import chart_install, kubelet_records, runner, tenant_view
 from devtools.waiting import wait_for
 from services.device_plugin.podresources import (
     PodResourcesReader,
@@ -44,6 +48,8 @@ from tests.fixtures.sandbox import package_sandbox
 
 ALLOCATION_ENV = "GPUCAAS_E2E_ALLOCATION"
 SCOPE_ENV = "GPUCAAS_E2E_SCOPE"
+INSTALL_ENV = "GPUCAAS_E2E_INSTALL"
+INSTALLS = ("helm", "processes")
 CAASCTL = Path(sys.executable).with_name("caasctl")
 #: how long a container may take to reach a state (image pulls and starts on a busy 2-CPU machine)
 TIMEOUT = 240.0
@@ -59,6 +65,14 @@ def allocation_mode() -> str:
     mode = os.environ.get(ALLOCATION_ENV, "") or "device-plugin"
     if mode not in ALLOCATION_MODES:
         raise pytest.UsageError(f"{ALLOCATION_ENV}={mode!r}: use one of {', '.join(ALLOCATION_MODES)}")
+    return mode
+
+
+def install_mode() -> str:
+    """How the end-to-end sandbox runs the product (``$GPUCAAS_E2E_INSTALL``): ``helm`` or ``processes``."""
+    mode = os.environ.get(INSTALL_ENV, "") or "processes"
+    if mode not in INSTALLS:
+        raise pytest.UsageError(f"{INSTALL_ENV}={mode!r}: use one of {', '.join(INSTALLS)}")
     return mode
 
 
@@ -182,7 +196,7 @@ def cpu_hog() -> Iterator[int]:
 
 @pytest.fixture(scope="package")
 def sandbox(request: pytest.FixtureRequest, cpu_hog: int) -> Iterator[runner.Sandbox]:
-    with package_sandbox(request, "gpucaas-e2e-", allocation_mode=allocation_mode()) as sb:
+    with package_sandbox(request, "gpucaas-e2e-", allocation_mode=allocation_mode(), install=install_mode()) as sb:
         yield sb
 
 
@@ -350,3 +364,68 @@ def offered_partitions(k8s: client.ApiClient, node: str) -> set[str]:
 
 def sandbox_dir(sandbox: runner.Sandbox) -> Path:
     return sandbox.state_dir
+
+
+#: the variable each node daemon of the chart is told its node's name in (the downward API)
+NODE_NAME_ENV = {
+    "device-plugin": "GPUCAAS_NODE_NAME",
+    "dra-driver": "GPUCAAS_DRA_NODE_NAME",
+    "fabric": "GPUCAAS_FABRIC_NODE_NAME",
+}
+
+
+def crash_node_daemon(sandbox: runner.Sandbox, service: str, node: str) -> None:
+    """SIGKILL of ``node``'s ``service`` (``device-plugin``, the DRA driver in dra mode, or
+    ``fabric``): a crash, then the daemon started again. As processes, the sandbox's supervisor
+    starts it; as the chart's DaemonSet pod, the kubelet restarts its container in place, and
+    this returns once the pod is Ready again with one restart more."""
+    name = node_service(service)
+    if sandbox.release is None:
+        sandbox.supervisor.restart(f"{name}-{node}")
+        return
+    core = client.CoreV1Api(new_api_client(sandbox.kubeconfig))
+    try:
+
+        def pod() -> Any:
+            (found,) = core.list_namespaced_pod(
+                chart_install.NAMESPACE,
+                label_selector=f"app.kubernetes.io/component={name}",
+                field_selector=f"spec.nodeName={node}",
+            ).items
+            return found
+
+        before = pod().status.container_statuses[0].restart_count
+        wanted = f"{NODE_NAME_ENV[name]}={node}".encode()
+        (pid,) = [p for p in daemon_processes(name) if wanted in _environ(p)]
+        os.kill(pid, signal.SIGKILL)
+
+        def restarted() -> bool:
+            (status,) = pod().status.container_statuses
+            return bool(status.restart_count > before and status.ready)
+
+        wait_for(restarted, TIMEOUT, interval=0.5, what=f"{name} on {node} restarted by its kubelet and Ready")
+    finally:
+        core.api_client.close()
+
+
+def daemon_processes(name: str) -> list[int]:
+    """The pids of this machine's ``gpucaas <name>`` processes (the chart's node daemons' containers)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        # the image's entry point is a Python script: its interpreter comes first
+        if any(a.endswith(b"/gpucaas") and b == name.encode() for a, b in zip(argv, argv[1:], strict=False)):
+            found.append(int(proc.name))
+    return found
+
+
+def _environ(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []

@@ -1,7 +1,8 @@
 """The chart's RBAC against what each gpucaas process did in the end-to-end run (least privilege).
 
-Every process of the sandbox runs under its own chart ServiceAccount token, and
-kube-apiserver's audit log records each authorisation decision. These tests run after every other
+Every process of the sandbox runs under its own chart ServiceAccount (the chart's pods, or with
+``GPUCAAS_E2E_INSTALL=processes`` each process with a token of it), and kube-apiserver's audit log
+records each authorisation decision. These tests run after every other
 end-to-end test (the package's conftest orders them last) and read that record:
 no process was ever refused, and every permission the chart grants was used — or is
 listed below with the reason the end-to-end run cannot exercise it.
@@ -9,7 +10,9 @@ listed below with the reason the end-to-end run cannot exercise it.
 
 from __future__ import annotations
 
-from devtools.sandbox import identities, runner
+import yaml
+
+from devtools.sandbox import chart_install, identities, runner
 from gpucaas import chart
 
 from .conftest import allocation_mode, allocation_scope_only
@@ -120,9 +123,33 @@ def not_exercised(granted: dict[str, set[tuple[str, str, str]]]) -> dict[str, di
     return out
 
 
-def _chart_cluster_side() -> list[dict]:
-    """The chart's cluster side as the sandbox installed it, in the suite's allocation mode."""
-    return identities.cluster_side(identities.sandbox_values(allocation_mode()))
+def _chart_cluster_side(sandbox: runner.Sandbox) -> list[dict]:
+    """The chart's cluster side as the sandbox installed it, in the suite's allocation mode: the
+    release's own manifest (not its hooks nor its ``helm test`` identity), or the chart rendered
+    with the values the processes run with."""
+    if sandbox.release is None:
+        return identities.cluster_side(identities.sandbox_values(allocation_mode()))
+    manifest = chart_install.helm(
+        sandbox.kubeconfig, "get", "manifest", chart_install.RELEASE, "-n", chart_install.NAMESPACE
+    )
+    return [
+        o
+        for o in yaml.safe_load_all(manifest)
+        if o
+        and o["kind"] in identities.CLUSTER_SIDE_KINDS
+        and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != identities.HELM_TEST_COMPONENT
+    ]
+
+
+def _users(sandbox: runner.Sandbox) -> dict[str, str]:
+    """Each gpucaas process's Kubernetes user -> its component (a component's node-bound tokens,
+    ``dra-driver@<node>``, are the same ServiceAccount)."""
+    if sandbox.release is None:
+        return {i.user: name.split("@")[0] for name, i in sandbox.identities.items()}
+    return {
+        f"system:serviceaccount:{chart.NAMESPACE}:{sa}": component
+        for component, sa in identities.service_accounts(_chart_cluster_side(sandbox)).items()
+    }
 
 
 def _granted(objects: list[dict]) -> dict[str, set[tuple[str, str, str]]]:
@@ -141,8 +168,7 @@ def _granted(objects: list[dict]) -> dict[str, set[tuple[str, str, str]]]:
 
 def _used(sandbox: runner.Sandbox) -> dict[str, set[tuple[str, str, str]]]:
     assert sandbox.audit_log is not None
-    # a component's node-bound tokens (``dra-driver@<node>``) are the same ServiceAccount
-    by_user = {i.user: name.split("@")[0] for name, i in sandbox.identities.items()}
+    by_user = _users(sandbox)
     out: dict[str, set[tuple[str, str, str]]] = {}
     for entry in identities.audit_entries(sandbox.audit_log):
         name = by_user.get(entry["user"])
@@ -155,22 +181,26 @@ def _used(sandbox: runner.Sandbox) -> dict[str, set[tuple[str, str, str]]]:
 
 def test_no_gpucaas_process_was_refused(sandbox: runner.Sandbox) -> None:
     assert sandbox.audit_log is not None
-    refused = identities.refusals(sandbox.audit_log, {i.user for i in sandbox.identities.values()})
+    users = set(_users(sandbox))
+    assert users
+    refused = identities.refusals(sandbox.audit_log, users)
     assert not refused, "\n".join(sorted({e["message"] for e in refused}))
 
 
 def test_every_process_ran_as_its_own_identity(sandbox: runner.Sandbox) -> None:
     users = {e["user"] for e in identities.audit_entries(sandbox.audit_log)}  # type: ignore[arg-type]
-    for name, ident in sandbox.identities.items():
-        assert ident.user in users, f"{name} never reached the API server as {ident.user}"
-    service_accounts = identities.service_accounts(_chart_cluster_side())
-    assert set(service_accounts) <= set(sandbox.identities)
-    for component, sa in service_accounts.items():
-        assert sandbox.identities[component].user == f"system:serviceaccount:{chart.NAMESPACE}:{sa}"
+    service_accounts = identities.service_accounts(_chart_cluster_side(sandbox))
+    assert service_accounts
+    for user, component in _users(sandbox).items():
+        assert user in users, f"{component} never reached the API server as {user}"
+    if sandbox.release is None:
+        assert set(service_accounts) <= set(sandbox.identities)
+        for component, sa in service_accounts.items():
+            assert sandbox.identities[component].user == f"system:serviceaccount:{chart.NAMESPACE}:{sa}"
 
 
 def test_every_granted_permission_was_used(sandbox: runner.Sandbox) -> None:
-    granted = full = _granted(_chart_cluster_side())
+    granted = full = _granted(_chart_cluster_side(sandbox))
     if allocation_scope_only():
         # only the mode's own tests ran: what the mode's chart grants beyond the device-plugin
         # chart's is checked here, the rest by the device-plugin run, which runs every test

@@ -17,7 +17,7 @@ from .conftest import (
     UNTIL_CANCELLED,
     Tenant,
     activations,
-    node_service,
+    crash_node_daemon,
     settled,
     wait_for,
     wait_status,
@@ -43,7 +43,7 @@ def test_restart_mid_flight_converges(
         if service == "kubelet":
             sandbox.real_nodes[node].restart("kubelet")
         else:
-            sandbox.supervisor.restart(f"{node_service(service)}-{node}")
+            crash_node_daemon(sandbox, service, node)
     # Work submitted after the restart is placed and run too.
     status, body = tenant.call("POST", "/v1/containers", {"image": IMAGE, "gpus": 2, "command": ["sleep", "2"]})
     assert status == 202, body
@@ -75,9 +75,8 @@ def test_restarts_lose_no_running_container_and_no_gpu(sandbox: runner.Sandbox, 
         what="the container's two GPUs leased",
     )
 
-    plugin = node_service("device-plugin")
     sandbox.real_nodes[node].restart("containerd")
-    sandbox.supervisor.restart(f"{plugin}-{node}")  # SIGKILL, as every restart here
+    crash_node_daemon(sandbox, "device-plugin", node)  # SIGKILL, as every restart here
     for real in sandbox.real_nodes.values():
         real.restart("kubelet")
 

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -161,9 +162,13 @@ def test_a_tenant_runs_a_two_gpu_container_through_the_installed_api(sandbox: ru
 
 def test_kube_scheduler_reaches_the_extender_at_its_service_address(sandbox: runner.Sandbox) -> None:
     """As on a kubeadm control plane: kube-scheduler on this machine calls the extender's fixed
-    ClusterIP (deploy/scheduler's configuration as shipped), and kube-proxy carries it to the pod."""
+    ClusterIP (deploy/scheduler's configuration as shipped, the address moved to the sandbox's
+    Service range), and kube-proxy carries it to the pod."""
+    assert sandbox.service_range is not None
     (extender,) = product.shipped_scheduler_config(sandbox.allocation_mode)["extenders"]
-    assert sandbox.extender_url == extender["urlPrefix"]
+    shipped = urllib.parse.urlsplit(extender["urlPrefix"])
+    assert shipped.hostname is not None
+    assert sandbox.extender_url == f"http://{sandbox.service_range.moved(shipped.hostname)}:{shipped.port}"
     with urllib.request.urlopen(f"{sandbox.extender_url}/v1/nodes", timeout=10) as resp:
         seen = {n["node"] for n in json.load(resp)["nodes"]}
     assert seen == {node.name for node in sandbox.nodes}
@@ -251,7 +256,10 @@ def test_a_pod_and_this_machine_resolve_a_service_and_reach_its_pods(sandbox: ru
     assert ended.status.phase == "Succeeded" and logs.strip().endswith("ok"), (ended.status, logs)
     fqdn = f"{extender}.{chart_install.NAMESPACE}.svc.cluster.local"
     answer = subprocess.run(
-        ["/bin/busybox", "nslookup", fqdn, DNS_IP], capture_output=True, text=True, check=False
+        ["/bin/busybox", "nslookup", fqdn, sandbox.service_range.moved(DNS_IP)],
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
     assert f"Address: {cluster_ip}" in answer, answer
     with urllib.request.urlopen(f"http://{cluster_ip}:8888/healthz", timeout=10) as response:

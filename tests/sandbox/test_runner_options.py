@@ -19,6 +19,7 @@ from devtools.sandbox import chart_install, deploy_steps, identities, product, r
 from devtools.sandbox.chart_install import values_of_run
 from devtools.sandbox.cluster import cluster_mode, local_cluster
 from devtools.sandbox.nodes import GPU_NODE_LABELS, NodePaths
+from devtools.sandbox.service_range import ServiceRange
 from devtools.sandbox.settings import SandboxSettings
 from devtools.sandbox.tls import ensure_self_signed
 from gpucaas import chart
@@ -187,6 +188,7 @@ def test_the_sandbox_sets_exactly_the_pages_settings_and_a_shell_reads_them_back
         tmp_path, Supervisor(tmp_path / "logs"), "https://127.0.0.1:1", tmp_path / "kubeconfig", tls, "gca_it's"
     )
     sandbox.nodes = [NodePaths("gpu-node-a", tmp_path / "a"), NodePaths("gpu-node-b", tmp_path / "b")]
+    sandbox.service_range = ServiceRange(1)
     files = [chart_install.SANDBOX_VALUES, tmp_path / "helm" / "values-run.yaml"]
     settings = chart_install.deploy_settings(sandbox, chart_install.ChartRelease(), files)
     written = deploy_steps.write_settings(tmp_path / "helm" / chart_install.DEPLOY_SETTINGS, settings)
@@ -202,6 +204,7 @@ def test_the_sandbox_sets_exactly_the_pages_settings_and_a_shell_reads_them_back
         == yaml.safe_load(chart_install.SANDBOX_VALUES.read_text())["api"]["adminToken"]["existingSecret"]
     )
     assert settings["GPU_NODES"] == "gpu-node-a gpu-node-b"
+    assert "@10.97.0.55:5432/" in settings["DATABASE_URL"]  # the PostgreSQL Service in the sandbox's range
     with pytest.raises(ValueError, match="settings are"):
         deploy_steps.write_settings(tmp_path / "other.sh", {**settings, "EXTRA": "x"})
 
@@ -223,3 +226,22 @@ def test_the_chart_steps_values_list_reaches_helm_as_files_in_order(tmp_path: Pa
     assert "ghcr.io/gpucaas/gpucaas@sha256:" + "2" * 64 in rendered
     assert "sha256:" + "1" * 64 not in rendered
     assert "/var/lib/gpucaas-sandbox/board/sys" in rendered  # values-sandbox.yaml's
+
+
+def test_a_sandbox_beside_another_has_the_extender_at_the_same_offset_of_its_own_service_range(
+    tmp_path: Path,
+) -> None:
+    """A second sandbox with kube-proxy has its own Service range (devtools.sandbox.service_range):
+    the extender's Service and kube-scheduler's configuration both move to it."""
+    services = ServiceRange(2)
+    run_values = tmp_path / "values-run.yaml"
+    chart_install.write_values(run_values, values_of_run("t", "sha256:" + "0" * 64, services=services))
+    rendered = chart_install.helm(
+        tmp_path / "no-kubeconfig",
+        *("template", chart_install.RELEASE, str(chart_install.CHART), "-n", chart_install.NAMESPACE),
+        *("-f", str(chart_install.SANDBOX_VALUES), "-f", str(run_values)),
+    )
+    service = chart.find([o for o in yaml.safe_load_all(rendered) if o], "Service", "gpucaas-scheduler-extender")
+    assert service["spec"]["clusterIP"] == "10.98.0.88"
+    (extender,) = chart_install.scheduler_config("device-plugin", services)["extenders"]
+    assert extender["urlPrefix"] == "http://10.98.0.88:8888"
