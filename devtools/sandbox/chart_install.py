@@ -354,7 +354,10 @@ def values_of_run(
     processes run it, and the lease agent's quick rounds of values-sandbox.yaml beside it), the
     queueing (``kueue``: ``queueing.mode``, Kueue running on this machine against the cluster)
     and the extender's Service at the address kube-scheduler's shipped configuration calls,
-    moved to ``services``."""
+    moved to ``services``; the API's webhooks may reach this machine at the address every pod
+    of the sandbox reaches it at (``webhook_allow_networks``, the range's ``host_address``: a
+    tenant's receiver runs here, as the processes install lets it run on loopback), and no
+    address of the pod network."""
     from devtools.fake_sysfs import GOLDEN_ROM_VERSION, H100_SXM5_DEVICE, golden_rom_sha256
 
     extender = urllib.parse.urlsplit(extender_url(scheduler_config(allocation_mode, services)))
@@ -362,6 +365,14 @@ def values_of_run(
         **hostpath_volumes.chart_values(),
         **queueing_values(queueing),
         "image": {"tag": tag, "digest": digest},
+        "api": {
+            "extraEnv": [
+                {
+                    "name": "GPUCAAS_WEBHOOK_ALLOW_NETWORKS",
+                    "value": json.dumps([f"{services.host_address}/32"]),
+                }
+            ]
+        },
         "schedulerExtender": {"service": {"clusterIP": extender.hostname}, "port": extender.port},
         "devicePlugin": {
             "firmware": {

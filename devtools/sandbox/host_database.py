@@ -65,3 +65,13 @@ def drop(state_dir: Path) -> bool:
 def url(state_dir: Path, host: str) -> str:
     """The SQLAlchemy URL of the state folder's database at ``host`` (as the pods reach it)."""
     return f"postgresql+psycopg://postgres@{host}:{PORT}/{name_for(state_dir)}"
+
+
+def dump(state_dir: Path) -> bytes:
+    """``pg_dump`` of the state folder's database: what a copy of it holds."""
+    name = name_for(state_dir)
+    cmd = ["pg_dump", "-h", "127.0.0.1", "-p", str(PORT), "-U", "postgres", "-d", name]
+    done = subprocess.run(cmd, capture_output=True, check=False)
+    if done.returncode != 0:
+        raise OSError(f"pg_dump {name}: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout

@@ -182,8 +182,9 @@ def start_nodes(sandbox: Sandbox, plan: Plan) -> None:
                 cilium_address=address,
                 binds=node_binds(node) if plan.helm else {},
                 # the chart's pods reach Services (kube-proxy, service_network) and the cluster DNS,
-                # and answer the connections kube-proxy sends them (from its namespace's address)
-                routes=(services.cidr, f"{services.proxy_address}/32") if services else (),
+                # answer the connections kube-proxy sends them (from its namespace's end of the veth
+                # pair) and reach this machine at its end, whichever node they are on
+                routes=(services.cidr, services.link) if services else (),
                 cluster_dns=services.moved(DNS_IP) if services else "",
                 lazy_pull=plan.lazy_pull(name),
             ),

@@ -79,8 +79,14 @@ class ServiceRange:
         return f"gsvc{self.index}"
 
     @property
+    def link(self) -> str:
+        """The veth pair's network, which the sandbox's pods route through their gateway."""
+        return f"10.95.{self.index}.0/30"
+
+    @property
     def host_address(self) -> str:
-        """This machine's end of the veth pair."""
+        """This machine's end of the veth pair: also where every pod of the sandbox, on whichever
+        node, reaches this machine (a tenant's webhook receiver here, say)."""
         return f"10.95.{self.index}.1"
 
     @property

@@ -238,6 +238,13 @@ class Settings(BaseSettings):
         description="Webhook URLs may reach loopback addresses (127.0.0.0/8, ::1, localhost): for the "
         "sandbox and tests only. Private, link-local and cluster addresses are always refused.",
     )
+    webhook_allow_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Address ranges (CIDRs) where webhook receivers may be besides public addresses (JSON list "
+        'in the environment, e.g. `["10.20.0.0/16"]` for receivers on a private network of the operator\'s). '
+        "Cluster and local names are refused still. Empty by default.",
+    )
     webhook_retry_hours: float = Field(
         24.0, gt=0, le=24 * 30, description="How long a webhook delivery is retried (from its creation or resend)."
     )

@@ -121,6 +121,28 @@ def test_allowing_loopback_allows_loopback_and_nothing_else() -> None:
         ssrf.check_registration("https://api.default.svc/x", allow_loopback=True)
 
 
+def test_allowed_networks_let_their_addresses_through_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``webhook_allow_networks``: a receiver on the operator's private range, by address or by a
+    name resolving into it; its neighbours, multicast and cluster names stay refused."""
+    networks = [ipaddress.ip_network("10.20.0.0/16"), ipaddress.ip_network("fd00:20::/32")]
+    for address in ("10.20.3.4", "fd00:20::7", "::ffff:10.20.0.1"):
+        ssrf.check_address(ipaddress.ip_address(address), allow_loopback=False, networks=networks)
+    for address in ("10.21.0.1", "127.0.0.1", "169.254.169.254"):
+        with pytest.raises(ssrf.Refused, match="webhooks may only reach public addresses"):
+            ssrf.check_address(ipaddress.ip_address(address), allow_loopback=False, networks=networks)
+    with pytest.raises(ssrf.Refused, match="multicast"):
+        ssrf.check_address(
+            ipaddress.ip_address("224.0.0.1"), allow_loopback=False, networks=[ipaddress.ip_network("224.0.0.0/4")]
+        )
+    monkeypatch.setattr(ssrf, "resolve", lambda host, port: [ipaddress.ip_address("10.20.9.9")])
+    target, address = ssrf.delivery_address("https://hooks.corp.example/x", allow_loopback=False, networks=networks)
+    assert (target.host, str(address)) == ("hooks.corp.example", "10.20.9.9")
+    with pytest.raises(ssrf.Refused, match="resolves to 10.20.9.9 is a private address"):
+        ssrf.delivery_address("https://hooks.corp.example/x", allow_loopback=False)
+    with pytest.raises(ssrf.Refused, match="cluster or local name"):
+        ssrf.check_registration("https://hooks.default.svc/x", allow_loopback=False, networks=networks)
+
+
 def test_the_delivery_check_resolves_and_pins_the_address(monkeypatch: pytest.MonkeyPatch) -> None:
     answers = {"hooks.example.com": ["93.184.216.34"], "mixed.example.com": ["93.184.216.34", "10.1.2.3"]}
 

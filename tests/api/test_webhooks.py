@@ -269,6 +269,44 @@ def test_bad_webhook_bodies_get_a_4xx_naming_the_field(module_api: ApiServer, bo
     assert field in r.json()["detail"], r.text
 
 
+def test_a_receiver_in_an_allowed_network_is_registered_and_delivered_to(
+    kubeconfig: Path, serve: Callable[..., ApiServer], sqlite_url: str, k8s: Any
+) -> None:
+    """``webhook_allow_networks`` names the operator's range (here 127.0.0.2/32, loopback itself not
+    allowed): a receiver there gets its events; one at the next address is refused, naming the field."""
+    api = serve(
+        sqlite_url,
+        kubeconfig,
+        webhook_allow_networks=["127.0.0.2/32"],
+        webhook_retry_first_seconds=0.2,
+        webhook_retry_max_seconds=1.0,
+    )
+    inside = Receiver(host="127.0.0.2").start()
+    try:
+        token = _tenant(api, k8s, "ranged")
+        with api.client(token) as c:
+            outside = c.post(
+                "/v1/webhooks",
+                json={"url": inside.url.replace("127.0.0.2", "127.0.0.3"), "events": ["container.running"]},
+            )
+            assert outside.status_code == 422 and "url: 127.0.0.3 is a loopback address" in outside.text, outside.text
+            created = c.post("/v1/webhooks", json={"url": inside.url, "events": ["container.running"]})
+            assert created.status_code == 201, created.text
+            cid, pod = _submit(c)
+            set_pod_status(k8s, "tenant-ranged", pod, RUNNING)
+            got = wait_for(lambda: inside.received("container.running"), what="a delivery to the allowed network")
+            assert got[0].event["data"]["container"]["id"] == cid
+    finally:
+        inside.stop()
+
+
+def test_the_allowed_networks_setting_refuses_what_is_not_a_range(
+    kubeconfig: Path, make_settings: Callable[..., Any], sqlite_url: str
+) -> None:
+    with pytest.raises(ValueError, match="webhook_allow_networks"):
+        make_settings(sqlite_url, kubeconfig, webhook_allow_networks=["hooks.example.com"])
+
+
 def test_a_name_resolving_to_loopback_is_refused_at_delivery(
     kubeconfig: Path,
     serve: Callable[..., ApiServer],

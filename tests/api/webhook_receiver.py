@@ -23,8 +23,9 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, *, fail_first: int = 0, port: int = 0) -> None:
+    def __init__(self, *, fail_first: int = 0, port: int = 0, host: str = "127.0.0.1") -> None:
         self.fail_first = fail_first
+        self.host = host
         self.requests: list[Received] = []
         self._lock = threading.Lock()
         receiver = self
@@ -42,7 +43,7 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -51,7 +52,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks/gpucaas"
+        return f"http://{self.host}:{self.port}/hooks/gpucaas"
 
     def start(self) -> Receiver:
         self.thread.start()

@@ -37,7 +37,7 @@ from core.fabric_client import FabricClient
 from core.kube import new_api_client
 from core.lease_store import lease_name
 from core.topology import HGX_H100_PARTITIONS
-from devtools.sandbox import chart_install, kubelet_records, runner, tenant_view
+from devtools.sandbox import chart_install, host_database, kubelet_records, runner, tenant_view
 from devtools.waiting import wait_for
 from services.device_plugin.podresources import (
     PodResourcesReader,
@@ -429,3 +429,22 @@ def _environ(pid: int) -> list[bytes]:
         return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return []
+
+
+def receiver_host(sandbox: runner.Sandbox) -> str:
+    """Where a tenant's webhook receiver on this machine listens for the API to reach it:
+    loopback for the API as a process here; for the chart's API pod, the address every pod of
+    the sandbox reaches this machine at (the sandbox's values allow it, ``webhook_allow_networks``)."""
+    if sandbox.release is None:
+        return "127.0.0.1"
+    assert sandbox.service_range is not None
+    return sandbox.service_range.host_address
+
+
+def database_contents(sandbox: runner.Sandbox) -> dict[str, bytes]:
+    """What the API's database holds, as someone with a copy of it reads it: the SQLite file
+    and its WAL (the API as a process here), or a ``pg_dump`` of the sandbox's PostgreSQL
+    database (the chart's API)."""
+    if sandbox.release is None:
+        return {str(p): p.read_bytes() for p in sandbox.state_dir.glob("gpucaas.db*")}
+    return {host_database.name_for(sandbox.state_dir): host_database.dump(sandbox.state_dir)}

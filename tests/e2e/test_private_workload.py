@@ -14,7 +14,7 @@ from kubernetes import client
 from devtools.sandbox import product, runner, tenant_view
 from services.api.domain import sizing
 
-from .conftest import Caller, allocation_mode, wait_for, wait_status
+from .conftest import Caller, allocation_mode, database_contents, wait_for, wait_status
 
 HF_VALUE = "hf_e2e_SECRET_7d41c0b9"
 NGC_KEY = "nvapi-e2e-NGC-5be2a8"
@@ -122,11 +122,12 @@ def test_private_image_secret_env_and_gpu_sizing(
     status, events = tenant.call("GET", f"/v1/containers/{cid}/events")
     kinds = [e["kind"] for e in events["data"]]
     assert kinds[0] == "queued" and "partition-activated" in kinds and kinds[-1] == "finished", kinds
-    # and the API's database file (with its WAL) never held it
-    for path in sandbox.state_dir.glob("gpucaas.db*"):
-        data = path.read_bytes()
+    # and the API's database (its file with its WAL, or its PostgreSQL database) never held it
+    contents = database_contents(sandbox)
+    assert any(cid.encode() in data for data in contents.values()), list(contents)  # the container's records
+    for where, data in contents.items():
         for needle in (HF_VALUE, NGC_KEY):
-            assert needle.encode() not in data and base64.b64encode(needle.encode()) not in data, path
+            assert needle.encode() not in data and base64.b64encode(needle.encode()) not in data, where
 
 
 @pytest.mark.any_allocation

@@ -17,7 +17,7 @@ from devtools.sandbox import runner, tenant_view
 from services.api.webhooks.signing import verify
 from tests.api.webhook_receiver import Receiver
 
-from .conftest import wait_for
+from .conftest import receiver_host, wait_for
 
 CAASCTL = Path(sys.executable).with_name("caasctl")
 EVENTS = ("container.running", "container.succeeded")
@@ -37,7 +37,8 @@ def test_a_tenants_session_run_usage_and_signed_webhooks(sandbox: runner.Sandbox
             [str(CAASCTL), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
         )
 
-    steady, flaky = Receiver().start(), Receiver(fail_first=2).start()
+    host = receiver_host(sandbox)
+    steady, flaky = Receiver(host=host).start(), Receiver(fail_first=2, host=host).start()
     try:
         secrets: dict[str, str] = {}
         for receiver in (steady, flaky):

@@ -6,6 +6,7 @@ installs by docs/deploy.md's steps with settings of its own for exactly the page
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -245,3 +246,7 @@ def test_a_sandbox_beside_another_has_the_extender_at_the_same_offset_of_its_own
     assert service["spec"]["clusterIP"] == "10.98.0.88"
     (extender,) = chart_install.scheduler_config("device-plugin", services)["extenders"]
     assert extender["urlPrefix"] == "http://10.98.0.88:8888"
+    # the API's webhooks reach this machine at the one address every pod of the sandbox reaches it at
+    api = chart.find([o for o in yaml.safe_load_all(rendered) if o], "Deployment", "gpucaas-api")
+    env = {e["name"]: e.get("value") for e in api["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["GPUCAAS_WEBHOOK_ALLOW_NETWORKS"]) == ["10.95.2.1/32"]

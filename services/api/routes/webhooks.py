@@ -69,7 +69,9 @@ def create_webhook(
     """Register an endpoint; the answer carries its signing secret, shown this once."""
     name = tenant_scope.resolve(session, caller, tenancy)
     try:
-        ssrf.check_registration(body.url, allow_loopback=settings.webhook_allow_loopback)
+        ssrf.check_registration(
+            body.url, allow_loopback=settings.webhook_allow_loopback, networks=settings.webhook_allow_networks
+        )
     except ssrf.Refused as exc:
         raise errors.Invalid(f"url: {exc}") from None
     if store.count(session, tenancy=name) >= WEBHOOKS_PER_TENANCY:

@@ -153,7 +153,11 @@ class WebhookDispatcher:
     def _attempt(self, hook: Webhook, row: WebhookDelivery) -> tuple[int | None, str | None]:
         """One POST: (status code, None) when delivered, else (status code or None, why not)."""
         try:
-            target, address = ssrf.delivery_address(hook.url, allow_loopback=self.settings.webhook_allow_loopback)
+            target, address = ssrf.delivery_address(
+                hook.url,
+                allow_loopback=self.settings.webhook_allow_loopback,
+                networks=self.settings.webhook_allow_networks,
+            )
         except ssrf.Refused as exc:
             return None, f"url refused: {exc}"
         try:

@@ -18,17 +18,22 @@ it excludes loopback, link-local, the private ranges (10/8, 172.16/12, 192.168/1
 fc00::/7), shared address space (100.64/10), and more. Multicast is refused too. IPv4
 addresses mapped into IPv6 (``::ffff:10.0.0.1``) are judged as the IPv4 address.
 ``allow_loopback`` (the admin setting ``webhook_allow_loopback``, for the sandbox and
-tests) lets loopback addresses and ``localhost`` through; nothing else.
+tests) lets loopback addresses and ``localhost`` through; ``networks`` (the admin setting
+``webhook_allow_networks``) lets the addresses of the operator's own ranges through, for
+receivers on a private network the platform reaches (a literal address, or a name resolving
+into them; cluster and local names stay refused). Nothing else.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 CLUSTER_SUFFIXES = (".svc", ".cluster.local", ".internal", ".local", ".localhost", ".localdomain")
 LOOPBACK_NAMES = ("localhost",)
@@ -63,10 +68,13 @@ def kind_of(ip: IPAddress) -> str:
     return "public" if ip.is_global else "non-public"
 
 
-def check_address(ip: IPAddress, *, allow_loopback: bool) -> None:
-    """Refused unless ``ip`` is a public unicast address (or loopback, when allowed)."""
+def check_address(ip: IPAddress, *, allow_loopback: bool, networks: Sequence[IPNetwork] = ()) -> None:
+    """Refused unless ``ip`` is a public unicast address (or loopback, when allowed, or in one
+    of ``networks``)."""
     plain = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None else ip
     if plain.is_loopback and allow_loopback:
+        return
+    if not plain.is_multicast and any(plain in n for n in networks):
         return
     if not plain.is_global or plain.is_multicast:
         raise Refused(f"{ip} is a {kind_of(ip)} address; webhooks may only reach public addresses")
@@ -118,14 +126,14 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     return seen
 
 
-def check_registration(url: str, *, allow_loopback: bool) -> Target:
+def check_registration(url: str, *, allow_loopback: bool, networks: Sequence[IPNetwork] = ()) -> Target:
     """The registration-time check: Refused, or the parsed target.
 
     A name that does not resolve now is accepted (DNS may not know it yet); delivery
     checks again."""
     target = parse(url)
     if target.ip is not None:
-        check_address(target.ip, allow_loopback=allow_loopback)
+        check_address(target.ip, allow_loopback=allow_loopback, networks=networks)
         return target
     check_name(target.host, allow_loopback=allow_loopback)
     try:
@@ -134,17 +142,17 @@ def check_registration(url: str, *, allow_loopback: bool) -> Target:
         return target
     for ip in addresses:
         try:
-            check_address(ip, allow_loopback=allow_loopback)
+            check_address(ip, allow_loopback=allow_loopback, networks=networks)
         except Refused as exc:
             raise Refused(f"host {target.host!r} resolves to {exc}") from None
     return target
 
 
-def delivery_address(url: str, *, allow_loopback: bool) -> tuple[Target, IPAddress]:
+def delivery_address(url: str, *, allow_loopback: bool, networks: Sequence[IPNetwork] = ()) -> tuple[Target, IPAddress]:
     """The delivery-time check: the address to connect to, every resolved address checked."""
     target = parse(url)
     if target.ip is not None:
-        check_address(target.ip, allow_loopback=allow_loopback)
+        check_address(target.ip, allow_loopback=allow_loopback, networks=networks)
         return target, target.ip
     check_name(target.host, allow_loopback=allow_loopback)
     try:
@@ -155,7 +163,7 @@ def delivery_address(url: str, *, allow_loopback: bool) -> tuple[Target, IPAddre
         raise Refused(f"host {target.host!r} has no address")
     for ip in addresses:
         try:
-            check_address(ip, allow_loopback=allow_loopback)
+            check_address(ip, allow_loopback=allow_loopback, networks=networks)
         except Refused as exc:
             raise Refused(f"host {target.host!r} resolves to {exc}") from None
     return target, addresses[0]
