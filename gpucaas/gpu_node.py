@@ -27,6 +27,7 @@ from core.logging import LoggingSettings, configure_logging
 from core.settings_cli import Section, settings_command
 from core.stop_signals import on_stop_signal
 from services.device_plugin import cli as device_plugin_cli
+from services.device_plugin.allocation import SOURCE_FABRIC
 from services.device_plugin.main import DevicePlugin, build
 from services.device_plugin.settings import DevicePluginSettings
 from services.gpu_leases import cli as gpu_leases_cli, main as gpu_leases_main
@@ -61,7 +62,10 @@ def attach_leases(plugin: DevicePlugin, settings: LeaseAgentSettings) -> NodeLea
     reader = plugin.usage.reader  # the plugin's kept-open PodResources channel, shared
 
     def gpus() -> list[NodeGPU]:
-        physical = core.physical_map.by_bdf
+        # a lease is made once: it names a physical id only from the fabric service's map, never
+        # the PCI-order guess the plugin uses until it has learnt that map
+        pmap = core.physical_map
+        physical = pmap.by_bdf if pmap.source == SOURCE_FABRIC else {}
         return [NodeGPU(g.bdf, f"0x{g.device_id:04x}", physical.get(g.bdf), g.model) for g in core.inventory().gpus]
 
     def holdings() -> list[PodHolding]:

@@ -11,7 +11,8 @@ by ``kube.py``:
   holder (e.g. activated by an admin) does not pin its GPUs;
 * the node's **GPULease**s: a GPU whose lease is not ``Free`` (Leased, Releasing,
   Checking — the firmware check between tenants — or Quarantined) is not free;
-  a lease's ``status.holder`` names the pod that holds it;
+  a lease's ``status.holder`` names the pod that holds it; its GPU is found by its PCI
+  address in the FabricState (its ``spec.physicalId`` only where the report lacks it);
 * the **pods** bound to the node that request GPUs and have not ended. A pod
   the node does not show yet (bound a moment ago; its device plugin has not
   activated its partition) would otherwise look free: such pods are *assumed*
@@ -181,9 +182,12 @@ def derive_node(
         state = lstatus.get("state") or "Free"
         if state == "Free":
             continue
-        pid = _phys(spec.get("physicalId"))
-        if pid is None and spec.get("pciAddress"):
-            pid = pci_to_phys.get(normalize_pci(spec["pciAddress"]))
+        # the node's report maps the lease's PCI address; the lease's own physicalId (written
+        # once, when it was made) is the fallback: a node agent that made it before it learnt the
+        # fabric's map wrote PCI order there
+        pid = pci_to_phys.get(normalize_pci(spec["pciAddress"])) if spec.get("pciAddress") else None
+        if pid is None:
+            pid = _phys(spec.get("physicalId"))
         if pid is not None:
             busy.add(pid)
             if state != "Leased":

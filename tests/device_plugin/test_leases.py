@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from core import lease_states
+from core.fabric_client import FabricClient
 from core.lease_store import LeaseStore, lease_name
 from devtools.fake_sysfs import GOLDEN_ROM_VERSION, GPU_BDFS, H100_SXM5_DEVICE, FakeBoard, golden_rom_sha256
 from devtools.waiting import wait_for
@@ -61,10 +62,17 @@ def leased_plugin(
 
 
 def test_leases_follow_allocations_and_checks(
-    leased_plugin: GpuNode, fake_kubelet: FakeKubelet, k8s: client.ApiClient
+    leased_plugin: GpuNode, fake_kubelet: FakeKubelet, k8s: client.ApiClient, fabric: RunningFabric
 ) -> None:
     store = LeaseStore(k8s)
     wait(lambda: len(store.list(NODE)) == 8)
+    # a lease names the fabric service's physical id of its GPU, or none (made before the plugin
+    # learnt the fabric's map): never the PCI-order guess
+    with FabricClient(fabric.socket) as fc:
+        physical = {g["pci_bus_id"]: int(g["physical_id"]) for g in fc.topology()["gpus"]}
+    assert physical != {bdf: n for n, bdf in enumerate(sorted(physical), 1)}  # the board's ids are not PCI order
+    for made in store.list(NODE):
+        assert made["spec"].get("physicalId") in (None, physical[made["spec"]["pciAddress"]]), made["spec"]
     alloc = fake_kubelet.admit("tenant-acme", "c-1", RESOURCE, 2)
     names = [lease_name(NODE, d) for d in alloc.device_ids]
     wait(lambda: all(store.get(n)["status"]["state"] == "Leased" for n in names))

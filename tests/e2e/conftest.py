@@ -6,8 +6,8 @@ the outcome, the Kubernetes API, the nodes' fabric sockets, CDI specs and kubele
 
 The suite runs in either allocation mode: ``GPUCAAS_E2E_ALLOCATION=device-plugin`` (the
 default) or ``dra`` (``make test`` runs it in both); and on the product either as the platform
-team installs it, ``GPUCAAS_E2E_INSTALL=helm`` (the chart, its image pushed to the sandbox's
-registry, the chart's production security contexts), or as processes on this machine,
+team installs it, ``GPUCAAS_E2E_INSTALL=helm`` (the default: the chart, its image pushed to the
+sandbox's registry, the chart's production security contexts), or as processes on this machine,
 ``processes``. The helpers below read what the node
 handed the container the way that mode's kubelet records it: the device plugin's Allocate
 answer and the PodResources API, or the DRA manager's prepared claims.
@@ -69,8 +69,9 @@ def allocation_mode() -> str:
 
 
 def install_mode() -> str:
-    """How the end-to-end sandbox runs the product (``$GPUCAAS_E2E_INSTALL``): ``helm`` or ``processes``."""
-    mode = os.environ.get(INSTALL_ENV, "") or "processes"
+    """How the end-to-end sandbox runs the product (``$GPUCAAS_E2E_INSTALL``): ``helm`` (the
+    default, as ``make sandbox`` runs it) or ``processes``."""
+    mode = os.environ.get(INSTALL_ENV, "") or "helm"
     if mode not in INSTALLS:
         raise pytest.UsageError(f"{INSTALL_ENV}={mode!r}: use one of {', '.join(INSTALLS)}")
     return mode

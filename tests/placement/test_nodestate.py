@@ -39,6 +39,18 @@ def test_leases_not_free_hold_their_gpu_by_physical_id_from_the_pci_address() ->
     assert free(derive_node("n", fabric_state("n"), leases)) == {1, 2, 3, 4, 7, 8}
 
 
+def test_a_leases_gpu_is_the_one_its_pci_address_names_in_the_fabric_state_whatever_its_physical_id() -> None:
+    """A node agent that made its leases before it learnt the fabric service's map wrote PCI-order
+    physical ids in them (the chart's DaemonSet pods start in any order): the node's report maps
+    the PCI address. The lease's own id counts only for an address the report does not know."""
+    wrong = lease("n", 5, "Leased", pod="p")
+    wrong["spec"]["physicalId"] = 6  # GPU 5's PCI address, the id PCI order would give it
+    assert free(derive_node("n", fabric_state("n"), [wrong])) == {1, 2, 3, 4, 6, 7, 8}
+    unknown = lease("n", 5, "Quarantined")
+    unknown["spec"].update(pciAddress="0000:ff:00.0", physicalId=8)
+    assert free(derive_node("n", fabric_state("n"), [unknown])) == {1, 2, 3, 4, 5, 6, 7}
+
+
 def test_a_bound_pod_the_node_does_not_show_yet_is_assumed_on_choose_gpus_choice() -> None:
     holder = PodClaim("tenant-other", "quad", "n", 4, "2026-11-21T04:00:00Z")
     claim = PodClaim("tenant-acme", "job", "n", 2, "2026-11-21T05:00:00Z")
