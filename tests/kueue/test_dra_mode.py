@@ -36,6 +36,10 @@ def controller_overrides() -> dict[str, Any]:
     return {"allocation_mode": dra.DRA_MODE}
 
 
+#: pod name -> the scheduling gates it was created with
+CREATED_GATES: dict[str, list[str]] = {}
+
+
 def _submit(q: Queued, container_id: str, gpus: int) -> str:
     """The API's pod for a ``gpus``-GPU container, as it submits it with allocation mode dra and queueing kueue."""
     pod = build_pod(
@@ -47,7 +51,10 @@ def _submit(q: Queued, container_id: str, gpus: int) -> str:
         queue=kueue.LOCAL_QUEUE,
         finalizer=False,
     )
-    q.core.create_namespaced_pod(NAMESPACE, pod)
+    created = q.core.create_namespaced_pod(NAMESPACE, pod)
+    # the gates it was created with (Kueue's webhook adds its own; Kueue may admit the pod and
+    # lift it before the pod could be read again)
+    CREATED_GATES[str(pod["metadata"]["name"])] = [g.name for g in created.spec.scheduling_gates or []]
     return str(pod["metadata"]["name"])
 
 
@@ -71,7 +78,7 @@ def test_a_dra_pods_workload_counts_its_gpus_against_the_tenancys_queue(controll
     assert f"requests.{GPU}" not in hard and hard[dra.device_class_quota_key(4)] == "2"
 
     four = _submit(q, "c-d4", 4)
-    assert GATE in gates(q, four, NAMESPACE)
+    assert GATE in CREATED_GATES[four]
     wait_for(lambda: admitted(q, four, NAMESPACE), TIMEOUT, what="the 4-GPU DRA pod admitted")
     assert _usage(q, four) == {GPU: "4"}  # 4 GPUs, not 1 NVLink partition; CPU and memory not counted
     assert q.core.read_namespaced_pod(four, NAMESPACE).spec.resource_claims[0].resource_claim_template_name == (

@@ -166,7 +166,9 @@ def gpu_summaries(
             {
                 "node": s["node"],
                 "pci_address": s["pci_address"],
-                "physical_id": s["physical_id"] if s["physical_id"] is not None else fab.get("physicalId"),
+                # the node's report maps the PCI address; a lease's own id is written once, and may
+                # be the PCI-order guess of a node agent that had not yet learnt the fabric's map
+                "physical_id": fab.get("physicalId") if fab.get("physicalId") is not None else s["physical_id"],
                 "model": s["model"],
                 "state": s["state"],
                 "tenancy": (s["holder"] or {}).get("tenancy"),
