@@ -367,14 +367,6 @@ def sandbox_dir(sandbox: runner.Sandbox) -> Path:
     return sandbox.state_dir
 
 
-#: the variable each node daemon of the chart is told its node's name in (the downward API)
-NODE_NAME_ENV = {
-    "device-plugin": "GPUCAAS_NODE_NAME",
-    "dra-driver": "GPUCAAS_DRA_NODE_NAME",
-    "fabric": "GPUCAAS_FABRIC_NODE_NAME",
-}
-
-
 def crash_node_daemon(sandbox: runner.Sandbox, service: str, node: str) -> None:
     """SIGKILL of ``node``'s ``service`` (``device-plugin``, the DRA driver in dra mode, or
     ``fabric``): a crash, then the daemon started again. As processes, the sandbox's supervisor
@@ -395,9 +387,12 @@ def crash_node_daemon(sandbox: runner.Sandbox, service: str, node: str) -> None:
             ).items
             return found
 
-        before = pod().status.container_statuses[0].restart_count
-        wanted = f"{NODE_NAME_ENV[name]}={node}".encode()
-        (pid,) = [p for p in daemon_processes(name) if wanted in _environ(p)]
+        running = pod()
+        before = running.status.container_statuses[0].restart_count
+        # the pod's own process: its cgroup names the pod's UID (another sandbox beside this one
+        # has nodes, and daemons, of the same names)
+        uid = running.metadata.uid
+        (pid,) = [p for p in daemon_processes(name) if uid in _cgroup(p) or uid.replace("-", "_") in _cgroup(p)]
         os.kill(pid, signal.SIGKILL)
 
         def restarted() -> bool:
@@ -425,11 +420,11 @@ def daemon_processes(name: str) -> list[int]:
     return found
 
 
-def _environ(pid: int) -> list[bytes]:
+def _cgroup(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
-        return []
+        return ""
 
 
 def receiver_host(sandbox: runner.Sandbox) -> str:
