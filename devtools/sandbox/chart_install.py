@@ -46,7 +46,7 @@ from devtools.processes import ANSWERING, http_ready
 from devtools.sandbox import deploy_steps, host_database, hostpath_volumes
 from devtools.sandbox.host_services import Forwarder, HostService, HostServices
 from devtools.sandbox.node_daemons import node_offers_gpus, published_slices
-from devtools.sandbox.product import shipped_scheduler_config
+from devtools.sandbox.product import scheduler_config as product_scheduler_config, shipped_scheduler_config
 from devtools.sandbox.queueing import chart_values as queueing_values
 from devtools.sandbox.service_range import ServiceRange
 from devtools.waiting import wait_for
@@ -164,12 +164,10 @@ def service_range_of(sandbox: Sandbox) -> ServiceRange:
 def scheduler_config(allocation_mode: str, services: ServiceRange) -> dict[str, Any]:
     """deploy/scheduler's configuration for the mode, the extender's fixed ClusterIP moved to
     ``services`` (the same address in the first range)."""
-    config = shipped_scheduler_config(allocation_mode)
-    for extender in config["extenders"]:
-        url = urllib.parse.urlsplit(extender["urlPrefix"])
-        assert url.hostname is not None
-        extender["urlPrefix"] = url._replace(netloc=f"{services.moved(url.hostname)}:{url.port}").geturl()
-    return config
+    url = urllib.parse.urlsplit(extender_url(shipped_scheduler_config(allocation_mode)))
+    assert url.hostname is not None
+    moved = url._replace(netloc=f"{services.moved(url.hostname)}:{url.port}").geturl()
+    return product_scheduler_config(allocation_mode, moved)
 
 
 def extender_url(config: dict[str, Any]) -> str:
