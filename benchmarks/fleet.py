@@ -17,15 +17,15 @@ binaries):
 * Each node carries what its real counterpart publishes. Device-plugin modes: the Node's
   ``nvidia.com/gpu: 8`` capacity (the device plugin's) and its ``FabricState`` (the fabric
   service's: GPUs, Fabric Manager reachable, partitions active with their holder), built by
-  the fabric service's own ``build_fabric_state_status``. DRA modes: the node's two
-  ResourceSlices built by the DRA driver's own ``build_slices`` (no extended resource), and
+  the fabric service's own ``build_fabric_state_status``. DRA modes: the node's
+  ResourceSlice built by the DRA driver's own ``build_slices`` (no extended resource), and
   the FabricState as well (the fabric service runs in that mode too; the extender reads it).
 * This process plays the node side of each pod and the tenants: it creates the pods of a
   seeded trace at their arrival times (the tenant API's own pod, ``services.api.domain.pods.build_pod``,
   1/2/4/8 GPUs), and once kwok reports a pod Running deletes it when its trace duration has
   passed. When a pod is bound, the node's GPUs are what the node would give it: in the
   device-plugin modes ``choose_gpus`` over the node's free GPUs (the device plugin's
-  GetPreferredAllocation), in the DRA modes the partition device the scheduler's structured
+  GetPreferredAllocation), in the DRA modes the GPU devices the scheduler's structured
   allocator wrote into the pod's ResourceClaim. The node's FabricState then shows the
   partitions the fabric service would activate for that set (``partitions_for_gpus``: the
   partition, or one single-GPU partition per GPU when the set is none) with the pod as

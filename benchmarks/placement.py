@@ -201,10 +201,12 @@ for _p in buddy_order():
 
 
 def dra_first_fit(free: int, size: int) -> int | None:
-    """The devices kube-scheduler's allocator takes on a node: first fit in published order.
+    """The GPUs kube-scheduler's allocator takes on a node: first fit in published order.
 
-    Sizes 1/2/4/8 are one partition device; other counts are that many single-GPU devices
-    of the plain class, each the first free one.
+    The driver publishes GPUs pair by pair, quad by quad (slices.py); the allocator's search for
+    2 GPUs of one pair (4 of one quad) takes the first GPU in that order whose pair (quad) is
+    wholly free with the GPUs after it, i.e. the first whole free pair (quad) in buddy order;
+    8 GPUs are the board. Other counts are that many GPUs, each the first free one.
     """
     if size in _DRA_ORDER:
         return next((m for m in _DRA_ORDER[size] if m & free == m), None)

@@ -1,11 +1,13 @@
 """The names every part of the DRA allocation mode agrees on.
 
-The DRA driver publishes devices under :data:`DRIVER`; the chart ships one DeviceClass
-per partition size (:func:`device_class`), the tenancy controller one
-ResourceClaimTemplate per size in each tenant namespace (:func:`claim_template`), and the
-API's pods reference those templates (:func:`claim_template_name`). A request for a GPU
-count that is no partition size (3, 5, 6, 7) asks for that many single-GPU devices of the
-plain class: GPUs without NVLink between them.
+The DRA driver publishes one device per GPU under :data:`DRIVER`, each naming the NVLink
+pair and quad it belongs to; the chart ships the one DeviceClass (:func:`device_class`), the
+tenancy controller one ResourceClaimTemplate per GPU count in each tenant namespace
+(:func:`claim_template`), and the API's pods reference those templates
+(:func:`claim_template_name`). A claim for a partition size asks for that many GPUs that share
+one partition (:data:`MATCH_ATTRIBUTE`: the same pair for 2, the same quad for 4, the node's
+eight for 8); a GPU count that is no partition size (3, 5, 6, 7) asks for that many GPUs
+without NVLink between them. Why GPUs and not partitions as devices: docs/dra.md, "Slices".
 """
 
 from __future__ import annotations
@@ -25,27 +27,23 @@ CLAIM_TEMPLATE_SIZES: tuple[int, ...] = tuple(range(1, 9))
 POD_CLAIM_NAME = "gpus"
 
 DRIVER = "gpu.gpucaas.dev"
-COUNTER_SET = "gpus"
 BINDING_CONDITION = "gpucaas.dev/partition-active"
 BINDING_FAILURE_CONDITION = "gpucaas.dev/partition-failed"
 NVLINK_SIZES: tuple[int, ...] = (2, 4, 8)
-PLAIN_CLASS = DRIVER  # single GPUs, no NVLink
+#: The one DeviceClass: single GPUs of the driver (a device of ``gpus`` 1).
+DEVICE_CLASS = DRIVER
+#: The device attribute all GPUs of a partition of that size share (``matchAttribute``). Eight
+#: GPUs need none: a claim's devices all come from its pod's node, whose eight GPUs are its board.
+MATCH_ATTRIBUTE: dict[int, str] = {2: f"{DRIVER}/pair", 4: f"{DRIVER}/quad"}
 
 
-def device_class_name(size: int) -> str:
-    """``gpu.gpucaas.dev`` for single GPUs, ``nvlink-N.gpu.gpucaas.dev`` for N-GPU partitions."""
-    return PLAIN_CLASS if size == 1 else f"nvlink-{size}.{DRIVER}"
-
-
-def device_class(size: int) -> dict[str, Any]:
-    """The DeviceClass selecting whole partitions of ``size`` GPUs (1 = single GPUs)."""
-    if size != 1 and size not in NVLINK_SIZES:
-        raise ValueError(f"no NVLink partition of {size} GPUs (sizes 1, 2, 4, 8)")
-    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].gpus == {size}'
+def device_class() -> dict[str, Any]:
+    """The DeviceClass selecting the driver's GPUs (devices of one GPU each)."""
+    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].gpus == 1'
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
-        "metadata": {"name": device_class_name(size)},
+        "metadata": {"name": DEVICE_CLASS},
         "spec": {"selectors": [{"cel": {"expression": expression}}]},
     }
 
@@ -65,22 +63,26 @@ def gpus_of_claim_template(name: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def device_class_quota_key(size: int) -> str:
-    """The ResourceQuota key counting the devices of the class of ``size``-GPU partitions.
+def device_class_quota_key() -> str:
+    """The ResourceQuota key counting a namespace's claimed GPUs (devices of the one class).
 
     Kubernetes counts DRA devices in quota per DeviceClass as
     ``<device-class-name>.deviceclass.resource.k8s.io/devices`` (Kubernetes docs, "Resource
     Quotas", resource quota for extended and DRA resources; KEP-4381)."""
-    return f"{device_class_name(size)}.deviceclass.resource.k8s.io/devices"
+    return f"{DEVICE_CLASS}.deviceclass.resource.k8s.io/devices"
 
 
-def claim_request(gpus: int) -> dict[str, Any]:
-    """The device request for ``gpus`` GPUs: one partition, or ``gpus`` single GPUs."""
-    if gpus in NVLINK_SIZES:
-        exactly = {"deviceClassName": device_class_name(gpus), "allocationMode": "ExactCount", "count": 1}
-    else:
-        exactly = {"deviceClassName": PLAIN_CLASS, "allocationMode": "ExactCount", "count": gpus}
-    return {"name": POD_CLAIM_NAME, "exactly": exactly}
+def claim_devices(gpus: int) -> dict[str, Any]:
+    """A claim's ``spec.devices`` for ``gpus`` GPUs: that many GPUs of the one class, sharing
+    one NVLink partition when ``gpus`` is a partition size (:data:`MATCH_ATTRIBUTE`)."""
+    request = {
+        "name": POD_CLAIM_NAME,
+        "exactly": {"deviceClassName": DEVICE_CLASS, "allocationMode": "ExactCount", "count": gpus},
+    }
+    devices: dict[str, Any] = {"requests": [request]}
+    if gpus in MATCH_ATTRIBUTE:
+        devices["constraints"] = [{"requests": [POD_CLAIM_NAME], "matchAttribute": MATCH_ATTRIBUTE[gpus]}]
+    return devices
 
 
 def claim_template(gpus: int, namespace: str) -> dict[str, Any]:
@@ -93,5 +95,5 @@ def claim_template(gpus: int, namespace: str) -> dict[str, Any]:
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": "gpucaas"},
         },
-        "spec": {"spec": {"devices": {"requests": [claim_request(gpus)]}}},
+        "spec": {"spec": {"devices": claim_devices(gpus)}},
     }

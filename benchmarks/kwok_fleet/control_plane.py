@@ -69,7 +69,7 @@ class ControlPlane:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         ]
         if self.dra:
-            objects += [dra.device_class(s) for s in (1, *dra.NVLINK_SIZES)]
+            objects.append(dra.device_class())
             objects += [dra.claim_template(s, NAMESPACE) for s in sorted(DEFAULT_MIX)]
         create_all(self.cluster.admin_kubeconfig, objects)
         # retried when the API server sheds load (429, 5xx) or a connection breaks, creates too:

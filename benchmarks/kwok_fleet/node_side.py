@@ -2,7 +2,7 @@
 
 The GPUs a bound pod gets are what the node would give it: in the device-plugin modes
 ``choose_gpus`` over the node's free GPUs (the device plugin's GetPreferredAllocation), in the
-DRA modes the partition device the scheduler's structured allocator wrote into the pod's
+DRA modes the GPU devices the scheduler's structured allocator wrote into the pod's
 ResourceClaim. The node's FabricState then shows the partitions the fabric service would
 activate for that set (``partitions_for_gpus``: the partition, or one single-GPU partition per
 GPU when the set is none) with the pod as holder, published no earlier than the second after
@@ -25,8 +25,8 @@ from benchmarks.kwok_fleet.node_objects import (
 )
 from benchmarks.kwok_fleet.pod_record import PodRecord
 from core import crds, dra
-from core.topology import choose_gpus, partition_by_id, partition_for, partitions_for_gpus
-from services.dra_driver.slices import partition_of_device
+from core.topology import choose_gpus, partition_for, partitions_for_gpus
+from services.dra_driver.slices import gpus_of_devices
 from services.fabric.publisher import build_fabric_state
 from services.placement.fit import FULL_MASK, gpus_of, mask_of
 
@@ -123,7 +123,7 @@ class NodeSide:
         self._schedule_publish(node, math.floor(rec.bound or time.time()) + 1.05)
 
     def _claim_gpus(self, rec: PodRecord, node: str) -> None:
-        """DRA: the GPUs of the partition devices allocated in the pod's ResourceClaim."""
+        """DRA: the GPUs of the devices allocated in the pod's ResourceClaim."""
         for _ in range(50):
             claim_name = rec.claim
             if claim_name:
@@ -134,10 +134,7 @@ class NodeSide:
                     "results"
                 ) or []
                 if results:
-                    gpus: set[int] = set()
-                    for r in results:
-                        gpus |= partition_by_id(partition_of_device(r["device"])).gpus
-                    self._placed(rec, node, frozenset(gpus))
+                    self._placed(rec, node, gpus_of_devices(r["device"] for r in results))
                     return
             time.sleep(0.1)
             with self.lock:

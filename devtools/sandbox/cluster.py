@@ -183,13 +183,13 @@ def cilium_policy_crd() -> dict[str, Any]:
 
 
 def dra_cluster_objects(chart_objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What the DRA mode needs beyond the chart's cluster side: the DeviceClasses (1, 2, 4, 8
-    GPUs) unless the chart ships them (``draDriver.deviceClasses``)."""
+    """What the DRA mode needs beyond the chart's cluster side: the DeviceClass unless the
+    chart ships it (``draDriver.deviceClasses``)."""
     from core import dra
 
     if any(o["kind"] == "DeviceClass" for o in chart_objects):
         return []
-    return [dra.device_class(size) for size in (1, *dra.NVLINK_SIZES)]
+    return [dra.device_class()]
 
 
 def make_identities(

@@ -28,10 +28,9 @@ from rich.table import Table
 
 from core import dra
 from core.fabric_client import FabricClient, FabricError
-from core.topology import partition_by_id
 from devtools.sandbox import kubelet_records
 from devtools.sandbox.runner import Sandbox
-from services.dra_driver.slices import partition_of_device
+from services.dra_driver import slices
 
 NAMESPACE = "dra-demo"
 SCENARIO_SIZES = (1, 2, 4, 8)
@@ -91,8 +90,8 @@ def ensure_namespace(core: Any, custom: Any, namespace: str, sizes: tuple[int, .
 
 
 def gpus_of_devices(devices: list[str]) -> set[int]:
-    """Physical GPU ids of partition device names (``nvlink-4gpu-p11`` -> its 4 GPUs)."""
-    return {g for d in devices for g in partition_by_id(partition_of_device(d)).sorted_gpus()}
+    """Physical GPU ids of device names (``gpu-p9`` -> its GPU)."""
+    return set(slices.gpus_of_devices(devices))
 
 
 def cdi_device_nodes(cdi_dir: Path) -> dict[str, list[str]]:

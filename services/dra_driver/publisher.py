@@ -3,16 +3,15 @@
 What is published comes from the fabric service's topology (physical id <-> PCI address,
 GPU health as the fabric sees it), its partitions (a partition kept busy by a holder that
 is not a claim makes every GPU in it unavailable) and the node's GPU leases (a GPU whose
-lease is Releasing, Checking or Quarantined is unavailable); every partition with an
-unavailable GPU is tainted NoSchedule, so the scheduler does not allocate it (slices.py).
-Nothing here depends on the claims: every device stays in the slice whatever is allocated,
-so a claim the scheduler allocates while a round is being written keeps being counted.
+lease is Releasing, Checking or Quarantined is unavailable); an unavailable GPU's device is
+tainted NoSchedule, so the scheduler does not allocate it, nor any partition containing it
+(slices.py). Nothing here depends on the claims: every device stays in the slice whatever is
+allocated, so a claim the scheduler allocates while a round is being written keeps its GPUs.
 
-All slices of the pool are written under one new ``generation`` (and the same
-``resourceSliceCount``) each time the content changes; while some are still at the older
-one the scheduler finds the pool incomplete at its newest generation and allocates nothing
-from it, so it never mixes two generations. Slices of this driver and node that are no
-longer wanted are deleted.
+The pool's slices are written under one new ``generation`` each time the content changes (the
+scheduler uses the newest complete generation only). Slices of this driver and node that are no
+longer wanted are deleted (the two slices of partition devices and GPU counters the driver
+published before, on an upgrade).
 """
 
 from __future__ import annotations
@@ -110,10 +109,10 @@ class SlicePublisher:
                 pass
         self._published = content
         log.info(
-            "published ResourceSlices of %s at generation %d (%d partition devices, GPUs available: %s)",
+            "published ResourceSlices of %s at generation %d (%d GPU devices, available: %s)",
             self.node_name,
             self.generation,
-            len(wanted[1]["spec"]["devices"]),
+            sum(len(s["spec"]["devices"]) for s in wanted),
             ",".join(str(g.physical_id) for g in gpus if g.available) or "none",
         )
         return True

@@ -6,9 +6,8 @@
   ``NotifyRegistrationStatus``.
 * ``<plugins_dir>/<driver>/dra.sock`` serves ``v1.DRAPlugin`` (NodePrepareResources,
   NodeUnprepareResources) and the device health services ``v1.DRAResourceHealth`` and
-  ``v1alpha1.DRAResourceHealth``: one stream on which every partition device's health is
-  sent at once and again whenever a GPU's health changes; a device is unhealthy when any
-  of its GPUs is.
+  ``v1alpha1.DRAResourceHealth``: one stream on which every GPU device's health is sent at
+  once and again whenever a GPU's health changes.
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ class HealthBoard:
 def device_health(node_name: str, health: HealthMap, pb2: Any) -> list[Any]:
     now = int(time.time())
     out = []
-    for partition in HGX_H100_PARTITIONS:
+    for partition in (p for p in HGX_H100_PARTITIONS if p.size == 1):  # the published devices: one per GPU
         states = [health.get(g, (False, f"GPU {g} not found")) for g in partition.sorted_gpus()]
         bad = [f"GPU {g}: {why}" for g, (ok, why) in zip(partition.sorted_gpus(), states, strict=True) if not ok]
         out.append(

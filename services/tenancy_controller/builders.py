@@ -136,16 +136,13 @@ def build_resource_quota(
 
 
 def device_class_quota(tenancy: Tenancy) -> dict[str, str]:
-    """ResourceQuota ``hard`` entries capping the DRA devices of each DeviceClass (allocation mode dra).
+    """The ResourceQuota ``hard`` entry capping the tenancy's claimed GPUs (allocation mode dra).
 
     Kubernetes counts a namespace's claimed devices per DeviceClass under
-    ``<class>.deviceclass.resource.k8s.io/devices`` (Kubernetes docs, "Resource Quotas").
-    Devices of different classes hold different GPU counts, so each class is capped at what
-    the GPU quota could hold of it: ``gpuQuota`` single GPUs, ``gpuQuota // N`` partitions of N.
-    The sum over classes is not expressible as one quota; the API's admission holds the
-    tenancy to its GPU quota across sizes, this is the cluster's own backstop per class."""
-    quota = tenancy.spec.gpu_quota
-    return {dra.device_class_quota_key(size): str(quota // size) for size in (1, *dra.NVLINK_SIZES)}
+    ``<class>.deviceclass.resource.k8s.io/devices`` (Kubernetes docs, "Resource Quotas"); every
+    claim asks for GPUs of the one class, a device each, so this is the GPU quota itself: the
+    cluster's own backstop behind the API's admission."""
+    return {dra.device_class_quota_key(): str(tenancy.spec.gpu_quota)}
 
 
 def claim_template_name_list() -> list[str]:
@@ -154,7 +151,7 @@ def claim_template_name_list() -> list[str]:
 
 def build_claim_templates(tenancy: Tenancy) -> list[dict[str, Any]]:
     """The ResourceClaimTemplates ``gpucaas-gpus-N`` (N = 1..8) the API's pods claim from in
-    allocation mode dra: one NVLink partition of N GPUs for N = 2, 4, 8, else N single GPUs
+    allocation mode dra: N GPUs of one NVLink partition for N = 2, 4, 8, else N GPUs
     (core/dra.py). Kubernetes creates one ResourceClaim per pod from it and deletes it
     with the pod (Kubernetes docs, "Dynamic Resource Allocation", ResourceClaimTemplate)."""
     out = []

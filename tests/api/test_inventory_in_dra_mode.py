@@ -65,3 +65,27 @@ def test_node_rows_take_the_dra_counts_and_zero_for_a_node_without_slices() -> N
     ]
     rows = node_summaries(nodes, [], "nvidia.com/gpu", _board("n1", unallocatable={5}))
     assert [(r["name"], r["gpu_capacity"], r["gpu_allocatable"]) for r in rows] == [("n1", 8, 7), ("n2", 0, 0)]
+
+
+def test_slices_of_whole_partition_devices_read_the_same() -> None:
+    """The driver's earlier shape (a device per partition, ``physicalIDs`` naming its GPUs),
+    still there while a node's driver is being upgraded: a GPU counts once, and is allocatable
+    while some untainted device names it."""
+    taint = {"key": "gpu.gpucaas.dev/gpu-not-allocatable", "value": "gpus-3", "effect": "NoSchedule"}
+
+    def device(gpus: str, tainted: bool = False) -> dict:
+        return {
+            "name": f"d{gpus}",
+            "attributes": {"physicalIDs": {"string": gpus}},
+            **({"taints": [taint]} if tainted else {}),
+        }
+
+    old = {
+        "spec": {
+            "driver": "gpu.gpucaas.dev",
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 4},
+            "devices": [device("1,3", tainted=True), device("1"), device("3", tainted=True), device("2,4")],
+        }
+    }
+    assert dra_gpu_counts([old]) == {"n1": (4, 3)}

@@ -194,7 +194,7 @@ def _claim_for(kube: Kube, pod: dict[str, Any], *, reserved: bool) -> None:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [dra.claim_request(2)]}},
+        "spec": {"devices": dra.claim_devices(2)},
     }
     made = kube.call(
         kube.custom.create_namespaced_custom_object, "resource.k8s.io", "v1", namespace, "resourceclaims", claim

@@ -424,15 +424,15 @@ def test_allocation_mode_reaches_the_api_and_the_controller_and_picks_the_node_d
 
 
 def test_device_classes_are_the_cores() -> None:
-    """The chart's DeviceClasses are exactly core/dra.py's device_class(n) for 1, 2, 4, 8,
-    which the claim templates (tenancy controller) and the driver's attributes agree with."""
+    """The chart's DeviceClass is exactly core/dra.py's device_class(), which the claim
+    templates (tenancy controller) and the driver's attributes agree with."""
     from core import dra
 
     assert not [o for o in render({}) if o["kind"] == "DeviceClass"]
     classes = [o for o in render({"allocation": {"mode": "dra"}}) if o["kind"] == "DeviceClass"]
     assert [
         {k: v for k, v in o.items() if k != "metadata"} | {"metadata": {"name": o["metadata"]["name"]}} for o in classes
-    ] == [dra.device_class(n) for n in (1, 2, 4, 8)]
+    ] == [dra.device_class()]
     assert not [
         o
         for o in render({"allocation": {"mode": "dra"}, "draDriver": {"deviceClasses": False}})

@@ -63,7 +63,7 @@ def dra_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraCluster
     try:
         create_all(
             cluster.admin_kubeconfig,
-            [*base_objects(), *(dra_names.device_class(s) for s in (1, *dra_names.NVLINK_SIZES))],
+            [*base_objects(), dra_names.device_class()],
         )
         k8s = new_api_client(cluster.admin_kubeconfig)
         heartbeats = Heartbeats(k8s).start()

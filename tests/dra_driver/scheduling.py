@@ -207,7 +207,7 @@ class Scheduling:
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "ResourceClaim",
             "metadata": {"name": name},
-            "spec": {"devices": {"requests": [dra.claim_request(gpus)]}},
+            "spec": {"devices": dra.claim_devices(gpus)},
         }
         return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "resourceclaims", body))
 
@@ -354,3 +354,8 @@ def results(claim: dict[str, Any]) -> list[dict[str, Any]]:
 def gpus_of_claim(claim: dict[str, Any]) -> list[frozenset[int]]:
     """The GPU set of each device allocated to ``claim`` (partition ids from the device names)."""
     return [partition_by_id(partition_of_device(r["device"])).gpus for r in results(claim)]
+
+
+def claim_gpus(claim: dict[str, Any]) -> frozenset[int]:
+    """The GPUs allocated to ``claim``, all its devices together."""
+    return frozenset().union(*gpus_of_claim(claim))

@@ -18,7 +18,7 @@ from kubernetes import client
 
 from core import dra as dra_names
 from core.fabric_client import FabricClient
-from core.topology import partition_by_id
+from core.topology import partition_for
 from devtools.fake_sysfs import FakeBoard
 from devtools.waiting import wait_for
 from services.dra_driver import api
@@ -26,7 +26,7 @@ from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.driver import Driver
 from services.dra_driver.publisher import SlicePublisher
 from services.dra_driver.server import DraServer, HealthBoard
-from services.dra_driver.slices import PublishedGpu, partition_of_device
+from services.dra_driver.slices import PublishedGpu, gpus_of_devices
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager import simulator as fabric_sim
 from services.fabric.partitions import PartitionService
@@ -180,11 +180,14 @@ def test_prepare_activates_the_partition_and_returns_its_cdi_ids_once(
     active = set()
     for uid, res in answer.claims.items():
         assert res.error == ""
-        (dev,) = res.devices
-        partition = partition_by_id(partition_of_device(dev.device_name))
+        gpus = gpus_of_devices(d.device_name for d in res.devices)  # a device per GPU
+        partition = partition_for(gpus)
+        assert partition is not None and len(res.devices) == len(gpus)
         assert len(partition.gpus) == {"pair": 2, "quad": 4}[by_uid[uid]["metadata"]["name"]]
-        assert list(dev.cdi_device_ids) == [f"nvidia.com/gpu={pci[g]}" for g in partition.sorted_gpus()]
-        assert dev.pool_name == dra.node and list(dev.request_names) == ["gpus"]
+        for dev in res.devices:  # each its GPU's CDI id
+            (gpu,) = gpus_of_devices([dev.device_name])
+            assert list(dev.cdi_device_ids) == [f"nvidia.com/gpu={pci[gpu]}"]
+            assert dev.pool_name == dra.node and list(dev.request_names) == ["gpus"]
         active.add(partition.id)
     assert len(active) == 2 and set(fm_fabric.active_partition_ids()) == active
     again = prepare(node, pair)
@@ -215,22 +218,20 @@ def test_a_recreated_claim_with_another_uid_is_refused(node: Node, dra: Scheduli
     assert fm_fabric.active_partition_ids() == frozenset()
 
 
-def test_an_unhealthy_gpu_marks_every_partition_containing_it(node: Node, hgx_board: FakeBoard) -> None:
+def test_an_unhealthy_gpu_marks_its_device(node: Node, hgx_board: FakeBoard) -> None:
     with grpc.insecure_channel(f"unix://{node.server.endpoint}") as ch:
         stream = api.health_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
             api.health_pb2.NodeWatchResourcesRequest(), timeout=30
         )
         first = next(stream)
-        assert len(first.devices) == 15
+        assert len(first.devices) == 8
         assert all(d.health == api.health_pb2.HEALTHY for d in first.devices)
         health = {g: (True, "") for g in hgx_board.physical_id_map()}
         health[3] = (False, "firmware check failed")
         node.server.board.update(health)
         second = next(stream)
         sick = {d.device.device_name for d in second.devices if d.health == api.health_pb2.UNHEALTHY}
-        assert {partition_of_device(n) for n in sick} == {
-            p.id for p in (partition_by_id(i) for i in range(15)) if 3 in p.gpus
-        }
+        assert gpus_of_devices(sick) == {3}
         assert all(
             "GPU 3: firmware check failed" in d.message for d in second.devices if d.health == api.health_pb2.UNHEALTHY
         )

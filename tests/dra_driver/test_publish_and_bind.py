@@ -18,19 +18,19 @@ from prometheus_client import generate_latest
 from core import dra as dra_names
 from core.fabric_client import FabricClient
 from core.lease_store import LeaseStore
-from core.topology import partition_by_id
+from core.topology import Partition, partition_for
 from devtools.fake_sysfs import FakeBoard
 from devtools.local_cluster.cluster import free_port
 from devtools.waiting import wait_for
 from services.dra_driver.binding import BindingWatcher
 from services.dra_driver.checkpoint import Checkpoint
 from services.dra_driver.publisher import SlicePublisher, gpus_from
-from services.dra_driver.slices import offered_devices, partition_of_device
+from services.dra_driver.slices import gpus_of_devices, offered_devices
 from services.fabric.bookkeeping import ActivationStore
 from services.fabric.fabric_manager import simulator as fabric_sim
 from services.fabric.partitions import PartitionService
 from services.fabric.server import UnixServer, create_app
-from tests.dra_driver.scheduling import Scheduling, gpus_of_claim, results
+from tests.dra_driver.scheduling import Scheduling, claim_gpus, results
 
 
 @pytest.fixture
@@ -66,27 +66,20 @@ def test_slices_follow_the_fabric_and_the_leases(dra: Scheduling, fabric: Fabric
     pub = SlicePublisher(kube, node, lambda: gpus_from(fabric.topology(), leases))
     assert pub.publish() is True
     first = {s["metadata"]["name"]: s for s in slices(dra)}
-    assert len(first) == 2 and {s["spec"]["pool"]["generation"] for s in first.values()} == {1}
-    parts = first[f"{node}-gpucaas-partitions"]["spec"]["devices"]
-    assert len(parts) == 15
+    assert list(first) == [f"{node}-gpucaas-gpus"] and first[f"{node}-gpucaas-gpus"]["spec"]["pool"]["generation"] == 1
+    devices = first[f"{node}-gpucaas-gpus"]["spec"]["devices"]
+    assert len(devices) == 8
     pci = hgx_board.physical_id_map()
-    singles = {
-        d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
-        for d in parts
-        if d["attributes"]["gpus"]["int"] == 1
-    }
-    assert singles == set(pci.values())
+    assert {d["attributes"]["resource.kubernetes.io/pciBusID"]["string"] for d in devices} == set(pci.values())
     assert pub.publish() is False  # nothing changed: nothing written
 
-    # A lease being checked holds every partition with that GPU out, and the pool moves on.
+    # A lease being checked holds that GPU out (and so every partition with it), and the pool moves on.
     leases.append({"spec": {"node": node, "pciAddress": pci[3]}, "status": {"state": "Checking"}})
     assert pub.publish() is True
     now = {s["metadata"]["name"]: s for s in slices(dra)}
     assert {s["spec"]["pool"]["generation"] for s in now.values()} == {2}
-    assert len(now[f"{node}-gpucaas-partitions"]["spec"]["devices"]) == 15  # every device stays, tainted or not
-    offered = {partition_of_device(d) for d in offered_devices(now.values())}
-    assert all(3 not in partition_by_id(p).gpus for p in offered)
-    assert len(offered) == 15 - 4  # not the board, quad 1, pair {1,3} nor the single GPU 3
+    assert len(now[f"{node}-gpucaas-gpus"]["spec"]["devices"]) == 8  # every device stays, tainted or not
+    assert gpus_of_devices(offered_devices(now.values())) == set(range(1, 9)) - {3}
     assert store.list(node) == []  # the publisher only reads leases
 
     # A restarted publisher continues above the generation the cluster holds.
@@ -95,6 +88,54 @@ def test_slices_follow_the_fabric_and_the_leases(dra: Scheduling, fabric: Fabric
     assert {s["spec"]["pool"]["generation"] for s in slices(dra)} == {3}
     again.withdraw()
     assert slices(dra) == []
+
+
+def test_slices_the_driver_no_longer_publishes_are_deleted(dra: Scheduling, fabric: FabricClient) -> None:
+    """A node upgraded from a release that published partition devices and GPU counters in two
+    slices: its pool moves to the one slice of GPU devices, and the two old slices go."""
+    kube, node = dra.kube, dra.node
+    meta = {"labels": {"app.kubernetes.io/managed-by": "gpucaas-dra-driver"}}
+    pool = {"name": node, "generation": 7, "resourceSliceCount": 2}
+    counters = {f"gpu-{g}": {"value": "1"} for g in range(1, 9)}
+    old = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpucaas-counters", **meta},
+            "spec": {
+                "driver": dra_names.DRIVER,
+                "nodeName": node,
+                "pool": pool,
+                "sharedCounters": [{"name": "gpus", "counters": counters}],
+            },
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpucaas-partitions", **meta},
+            "spec": {
+                "driver": dra_names.DRIVER,
+                "nodeName": node,
+                "pool": pool,
+                "devices": [
+                    {
+                        "name": "nvlink-8gpu-p0",
+                        "attributes": {"gpus": {"int": 8}},
+                        "consumesCounters": [{"counterSet": "gpus", "counters": counters}],
+                    }
+                ],
+            },
+        },
+    ]
+    for o in old:
+        dra.custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", o)
+    pub = SlicePublisher(kube, node, lambda: gpus_from(fabric.topology(), []))
+    assert pub.publish() is True
+    (now,) = slices(dra)
+    assert now["metadata"]["name"] == f"{node}-gpucaas-gpus"
+    assert now["spec"]["pool"] == {"name": node, "generation": 8, "resourceSliceCount": 1}
+    dra.create_pod("eight", gpus=8)
+    assert claim_gpus(dra.scheduled("eight")) == set(range(1, 9))
 
 
 def _verdicts(dra: Scheduling, claim: str) -> set[str]:
@@ -117,6 +158,13 @@ def _rounds_until_verdict(watcher: BindingWatcher, dra: Scheduling, claim: str) 
     return wait_for(said, 60, interval=0.2, what=f"a binding verdict on claim {claim}")  # type: ignore[no-any-return]
 
 
+def _partition(claim: dict) -> Partition:
+    """The one NVLink partition the claim's allocated GPUs form."""
+    whole = partition_for(gpus_of_devices(r["device"] for r in results(claim)))
+    assert whole is not None, results(claim)
+    return whole
+
+
 def _unbound(dra: Scheduling, pod: str) -> bool:
     return not dra.core.read_namespaced_pod(pod, dra.namespace).spec.node_name
 
@@ -130,12 +178,14 @@ def test_binding_conditions_activate_before_binding_and_failures_are_reported(
     # kube-scheduler allocates in PreBind and then waits there: the pod is not bound before the verdict
     dra.create_pod("quad", gpus=4)
     quad = dra.allocated("quad")
-    (dev,) = results(quad)
-    assert dev["bindingConditions"] == [dra_names.BINDING_CONDITION]
-    assert dev["bindingFailureConditions"] == [dra_names.BINDING_FAILURE_CONDITION]
+    devs = results(quad)
+    assert len(devs) == 4
+    assert all(d["bindingConditions"] == [dra_names.BINDING_CONDITION] for d in devs)
+    assert all(d["bindingFailureConditions"] == [dra_names.BINDING_FAILURE_CONDITION] for d in devs)
     assert _unbound(dra, "quad") and fm_fabric.active_partition_ids() == frozenset()
     assert _rounds_until_verdict(watcher, dra, quad["metadata"]["name"]) == {dra_names.BINDING_CONDITION}
-    assert set(fm_fabric.active_partition_ids()) == {partition_of_device(dev["device"])}
+    quad_partition = _partition(quad)
+    assert quad_partition.size == 4 and set(fm_fabric.active_partition_ids()) == {quad_partition.id}
     assert dra.bound("quad") == dra.node  # the condition True: kube-scheduler binds
 
     # Another holder keeps an overlapping partition active (an admin activation of GPU 5,
@@ -146,10 +196,11 @@ def test_binding_conditions_activate_before_binding_and_failures_are_reported(
     dra.create_pod("pair", gpus=2)
     pair = dra.allocated("pair")
     name = pair["metadata"]["name"]
-    assert gpus_of_claim(pair) == [frozenset({5, 7})]
+    assert _partition(pair).gpus == {5, 7}
     assert _rounds_until_verdict(watcher, dra, name) == {dra_names.BINDING_FAILURE_CONDITION}
-    (failed,) = [c for d in (dra.claim(name) or {})["status"]["devices"] for c in d["conditions"]]
-    assert failed["reason"] == "ActivationFailed" and "admin:test" in failed["message"]
+    failed = [c for d in (dra.claim(name) or {})["status"]["devices"] for c in d["conditions"]]
+    assert len(failed) == 2  # one verdict per device of the claim
+    assert all(f["reason"] == "ActivationFailed" and "admin:test" in f["message"] for f in failed)
     wait_for(lambda: not _verdicts(dra, name), 120, what="kube-scheduler to deallocate the failed claim")
     assert _unbound(dra, "pair")
 
@@ -157,16 +208,14 @@ def test_binding_conditions_activate_before_binding_and_failures_are_reported(
     fabric.release("admin:test")
     assert _rounds_until_verdict(watcher, dra, name) == {dra_names.BINDING_CONDITION}
     assert dra.bound("pair", 120) == dra.node
-    assert gpus_of_claim(dra.allocated("pair")) == [frozenset({5, 7})]
+    assert _partition(dra.allocated("pair")).gpus == {5, 7}
 
     # The quad's pod goes before it ran (its claim, made from the template, with it): the
     # partition must not stay active without a claim.
     dra.delete_pod("quad")
     watcher.run_once()
-    assert partition_of_device(dev["device"]) not in fm_fabric.active_partition_ids()
-    assert fm_fabric.active_partition_ids() == frozenset(
-        {partition_of_device(results(dra.allocated("pair"))[0]["device"])}
-    )
+    assert quad_partition.id not in fm_fabric.active_partition_ids()
+    assert fm_fabric.active_partition_ids() == frozenset({_partition(dra.allocated("pair")).id})
 
 
 def test_the_command_registers_publishes_and_prepares(
@@ -201,7 +250,7 @@ def test_the_command_registers_publishes_and_prepares(
         with grpc.insecure_channel(f"unix://{reg}") as ch:
             info = api.reg_grpc.RegistrationStub(ch).GetInfo(api.reg_pb2.InfoRequest(), timeout=10)
         assert info.type == "DRAPlugin" and info.endpoint == str(root / "plugins" / dra_names.DRIVER / "dra.sock")
-        wait_for(lambda: len(slices(dra)) == 2, 60, what="the node's two slices")
+        wait_for(lambda: len(slices(dra)) == 1, 60, what="the node's slice")
         scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
         assert f'gpucaas_dra_driver_fabric_reachable{{node="{dra.node}"}} 1.0' in scraped
         assert f'gpucaas_dra_driver_gpus{{node="{dra.node}",state="allocatable"}} 8.0' in scraped
@@ -218,8 +267,9 @@ def test_the_command_registers_publishes_and_prepares(
                 ),
                 timeout=30,
             )
-        (dev,) = res.claims[claim["metadata"]["uid"]].devices
-        assert len(dev.cdi_device_ids) == 8 and all(i.startswith("nvidia.com/gpu=") for i in dev.cdi_device_ids)
+        devices = res.claims[claim["metadata"]["uid"]].devices
+        cdi_ids = [i for d in devices for i in d.cdi_device_ids]
+        assert len(devices) == 8 and len(set(cdi_ids)) == 8 and all(i.startswith("nvidia.com/gpu=") for i in cdi_ids)
         assert set(fm_fabric.active_partition_ids()) == {0}
     finally:
         proc.terminate()
@@ -283,7 +333,7 @@ def test_each_round_keeps_the_nodes_gpus_in_its_capacity_which_pods_may_request_
 
         dra.core.patch_node_status(dra.node, {"status": {"allocatable": {"nvidia.com/gpu": "4"}}})
         dra.create_pod("quad", gpus=4, extended=True)
-        assert [len(g) for g in gpus_of_claim(dra.scheduled("quad"))] == [4]
+        assert len(claim_gpus(dra.scheduled("quad"))) == 4
         dra.create_pod("pair", gpus=2, extended=True)
         wait_for(lambda: "Insufficient nvidia.com/gpu" in (dra.verdict("pair") or ""), 60, what="pair refused")
     finally:
@@ -301,29 +351,29 @@ def test_a_partition_held_by_a_holder_other_than_a_claim_is_not_offered(
     node = _driver_node(dra, fabric, tmp_path)
     try:
         assert node.publisher.publish() is True
-        offered = lambda: {partition_of_device(d) for d in offered_devices(slices(dra))}  # noqa: E731
-        assert len(offered()) == 15
+        offered = lambda: gpus_of_devices(offered_devices(slices(dra)))  # noqa: E731
+        assert offered() == set(range(1, 9))
 
         pci = {int(g["physical_id"]): g["pci_bus_id"] for g in fabric.topology()["gpus"]}
         fabric.activate("admin:test", [pci[1]])
         assert node.publisher.publish() is True
-        assert offered() == {p for p in range(15) if 1 not in partition_by_id(p).gpus}
+        assert offered() == set(range(2, 9))
         assert all(g.allocatable for g in node.discover())  # held, not unhealthy: the health stream keeps it
 
         dra.create_pod("eight", gpus=8)
         dra.unschedulable("eight")  # the whole board holds GPU 1: not offered, not allocated
         dra.delete_pod("eight")
         dra.create_pod("quad", gpus=4)
-        assert gpus_of_claim(dra.scheduled("quad")) == [frozenset({5, 6, 7, 8})]
+        assert claim_gpus(dra.scheduled("quad")) == {5, 6, 7, 8}
         dra.create_pod("pair", gpus=2)
-        assert gpus_of_claim(dra.scheduled("pair")) == [frozenset({2, 4})]  # not {1, 3}
+        assert claim_gpus(dra.scheduled("pair")) == {2, 4}  # not {1, 3}
         dra.create_pod("single", gpus=1)
-        assert gpus_of_claim(dra.scheduled("single")) == [frozenset({3})]  # not 1
+        assert claim_gpus(dra.scheduled("single")) == {3}  # not 1
 
         # the holder goes: the next round offers GPU 1 again, and a claim gets it
         fabric.release("admin:test")
         assert node.publisher.publish() is True
         dra.create_pod("another", gpus=1)
-        assert gpus_of_claim(dra.scheduled("another")) == [frozenset({1})]
+        assert claim_gpus(dra.scheduled("another")) == {1}
     finally:
         node.fabric.close()

@@ -36,14 +36,13 @@ from core.crds import GPULEASE_PLURAL, GROUP, VERSION
 from core.fabric_client import FabricClient
 from core.kube import new_api_client
 from core.lease_store import lease_name
-from core.topology import HGX_H100_PARTITIONS
 from devtools.sandbox import chart_install, host_database, kubelet_records, runner, tenant_view
 from devtools.waiting import wait_for
 from services.device_plugin.podresources import (
     PodResourcesReader,
     PodResourcesUnavailable,
 )
-from services.dra_driver.slices import offered_devices
+from services.dra_driver.slices import gpus_of_devices, offered_devices
 from tests.fixtures.sandbox import package_sandbox
 
 ALLOCATION_ENV = "GPUCAAS_E2E_ALLOCATION"
@@ -349,18 +348,22 @@ def settled(sandbox: runner.Sandbox, k8s: client.ApiClient) -> bool:
     ):
         return False
     if allocation_mode() == "dra":
-        return all(len(offered_partitions(k8s, n.metadata.name)) == len(HGX_H100_PARTITIONS) for n in nodes)
+        return all(offered_gpus(k8s, n.metadata.name) == ALL_GPUS for n in nodes)
     return all((n.status.allocatable or {}).get("nvidia.com/gpu") == "8" for n in nodes)
 
 
-def offered_partitions(k8s: client.ApiClient, node: str) -> set[str]:
-    """The partition devices the node's DRA driver offers now: those of its ResourceSlices
-    without a taint that blocks allocation (the driver taints a partition while one of its
-    GPUs may not be handed out; the devices themselves always stay)."""
+#: A board's GPUs by physical id.
+ALL_GPUS = frozenset(range(1, 9))
+
+
+def offered_gpus(k8s: client.ApiClient, node: str) -> frozenset[int]:
+    """The GPUs the node's DRA driver offers now: those of its ResourceSlices' devices without
+    a taint that blocks allocation (the driver taints a GPU while it may not be handed out; the
+    devices themselves always stay)."""
     slices = client.CustomObjectsApi(k8s).list_cluster_custom_object(
         "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}"
     )["items"]
-    return offered_devices(slices)
+    return gpus_of_devices(offered_devices(slices))
 
 
 def sandbox_dir(sandbox: runner.Sandbox) -> Path:

@@ -10,7 +10,9 @@ import pytest
 from kubernetes import client
 
 from core import dra
+from core.topology import partition_for
 from devtools.sandbox import runner
+from services.dra_driver.slices import gpus_of_devices
 
 from .conftest import Tenant, allocation_mode, wait_for, wait_status
 
@@ -62,10 +64,11 @@ def test_kube_scheduler_writes_the_allocation_of_a_driver_device(
         if m.get("subresource") == "status" and "f:allocation" in (m.get("fieldsV1") or {}).get("f:status", {})
     }
     assert managers == {"kube-scheduler"}, claim["metadata"]["managedFields"]
-    (result,) = claim["status"]["allocation"]["devices"]["results"]
-    assert result["driver"] == dra.DRIVER
+    got = claim["status"]["allocation"]["devices"]["results"]
+    assert len(got) == 2 and {r["driver"] for r in got} == {dra.DRIVER}
     node = client.CoreV1Api(k8s).read_namespaced_pod(f"gpucaas-{body['id']}", namespace).spec.node_name
-    assert result["pool"] == node and result["device"] in _slice_devices(custom, node)
-    assert result["device"].startswith("nvlink-2gpu-")
+    assert all(r["pool"] == node and r["device"] in _slice_devices(custom, node) for r in got)
+    pair = partition_for(gpus_of_devices(r["device"] for r in got))  # the two GPUs of one NVLink pair
+    assert pair is not None and pair.size == 2
     tenant.call("DELETE", f"/v1/containers/{body['id']}")
     assert wait_status(tenant, body["id"], "Cancelled", "Succeeded", "Failed")["status"] == "Cancelled"

@@ -24,12 +24,10 @@ from kubernetes import client
 
 from core import dra
 from core.fabric_client import FabricClient
-from core.topology import HGX_H100_PARTITIONS
 from devtools.sandbox import runner
 from devtools.sandbox.dra_demo import dra_pod, ensure_namespace, gpus_of_devices
 from devtools.waiting import wait_for
-from services.dra_driver.slices import device_name
-from tests.e2e.conftest import activations, allocation_mode, leases, offered_partitions, pci_of
+from tests.e2e.conftest import ALL_GPUS, activations, allocation_mode, leases, offered_gpus, pci_of
 
 pytestmark = pytest.mark.skipif(
     allocation_mode() != "dra", reason="the DRA allocation mode's slices (make test-e2e-dra)"
@@ -38,8 +36,7 @@ pytestmark = pytest.mark.skipif(
 NS = "e2e-dra-binding"
 BLOCKER = "e2e:blocker"
 BLOCKED_GPU = 1  # physical id on gpu-node-a
-ALL_PARTITIONS = {device_name(p) for p in HGX_H100_PARTITIONS}
-FREE_OF_THE_BLOCKER = {device_name(p) for p in HGX_H100_PARTITIONS if BLOCKED_GPU not in p.gpus}
+FREE_OF_THE_BLOCKER = ALL_GPUS - {BLOCKED_GPU}
 
 
 def _unscored_template(custom: client.CustomObjectsApi, gpus: int) -> str:
@@ -113,8 +110,7 @@ def _blocked(sandbox: runner.Sandbox, k8s: client.ApiClient) -> Iterator[None]:
         # node's lease agent sees it gone, then checked (its partitions tainted meanwhile), and
         # a board offered whole in that gap stops being offered a moment later
         return all((lz.get("status") or {}).get("state") == "Free" for lz in leases(k8s)) and all(
-            set(offered_partitions(k8s, n)) == ALL_PARTITIONS and not _claims_held_on(custom, n)
-            for n in ("gpu-node-a", "gpu-node-b")
+            offered_gpus(k8s, n) == ALL_GPUS and not _claims_held_on(custom, n) for n in ("gpu-node-a", "gpu-node-b")
         )
 
     wait_for(both_boards_whole, timeout=180, what="both boards whole and offered")
@@ -126,7 +122,7 @@ def _blocked(sandbox: runner.Sandbox, k8s: client.ApiClient) -> Iterator[None]:
         with FabricClient(node_a.fabric_socket, timeout=10) as fc:
             fc.release(BLOCKER)
     wait_for(
-        lambda: set(offered_partitions(k8s, "gpu-node-a")) == ALL_PARTITIONS,
+        lambda: offered_gpus(k8s, "gpu-node-a") == ALL_GPUS,
         timeout=120,
         what="gpu-node-a offering every partition once the holder let go",
     )
@@ -167,13 +163,13 @@ def test_a_partition_held_by_another_holder_is_not_offered_and_claims_go_where_i
         # the driver offers no partition with GPU 1 on gpu-node-a any more (tainted held-on-fabric), and
         # every other one
         wait_for(
-            lambda: set(offered_partitions(k8s, "gpu-node-a")) == FREE_OF_THE_BLOCKER,
+            lambda: offered_gpus(k8s, "gpu-node-a") == FREE_OF_THE_BLOCKER,
             timeout=60,
             what="gpu-node-a's slice without the partitions of the held GPU",
         )
         # gpu-node-b offers everything once the GPUs earlier tests used are released and checked
         wait_for(
-            lambda: set(offered_partitions(k8s, "gpu-node-b")) == ALL_PARTITIONS,
+            lambda: offered_gpus(k8s, "gpu-node-b") == ALL_GPUS,
             timeout=120,
             what="gpu-node-b's slice with every partition",
         )

@@ -1,7 +1,7 @@
 """Kueue counts a DRA pod's GPUs (allocation mode dra, queueing kueue): the API's pod requests
 ``nvidia.com/gpu: N`` beside its ResourceClaim, so its Workload uses N GPUs of its tenancy's
 ClusterQueue, as in the device-plugin mode; with its claim alone it would count none (Kueue's own
-DRA accounting is off, and would count one device per NVLink partition).
+DRA accounting is off).
 
 The tenancy controller runs in the dra mode under the chart's RBAC for it (its claim templates);
 no kube-scheduler, so an admitted pod stays Pending, ungated."""
@@ -73,9 +73,9 @@ def test_a_dra_pods_workload_counts_its_gpus_against_the_tenancys_queue(controll
     q = controlled
     create_tenancy(q, "d", quota=8, guaranteed=8)
     wait_for(lambda: tenancy_ready(q, "d"), TIMEOUT, what="tenancy d Ready")
-    # the ResourceQuota leaves the GPU cap to Kueue; the per-DeviceClass backstop stays
+    # the ResourceQuota leaves the GPU cap to Kueue; the DeviceClass backstop stays
     hard = q.core.read_namespaced_resource_quota("tenant-quota", NAMESPACE).spec.hard
-    assert f"requests.{GPU}" not in hard and hard[dra.device_class_quota_key(4)] == "2"
+    assert f"requests.{GPU}" not in hard and hard[dra.device_class_quota_key()] == "8"
 
     four = _submit(q, "c-d4", 4)
     assert GATE in CREATED_GATES[four]

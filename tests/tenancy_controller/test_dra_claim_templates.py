@@ -42,26 +42,22 @@ def test_templates_and_device_class_quota_reach_the_tenant_namespace(api, dra_co
     assert sorted(live) == sorted(TEMPLATES)
     for gpus in range(1, 9):
         template = live[f"gpucaas-gpus-{gpus}"]
-        assert template["spec"]["spec"]["devices"]["requests"] == [dra.claim_request(gpus)]
+        assert template["spec"]["spec"]["devices"] == dra.claim_devices(gpus)
         owner = template["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Tenancy", tenancy["metadata"]["uid"])
-    # a partition request names its NVLink class; 3, 5, 6, 7 GPUs are that many single GPUs
-    assert live["gpucaas-gpus-4"]["spec"]["spec"]["devices"]["requests"][0]["exactly"] == {
-        "deviceClassName": "nvlink-4.gpu.gpucaas.dev",
-        "allocationMode": "ExactCount",
-        "count": 1,
-    }
-    assert live["gpucaas-gpus-3"]["spec"]["spec"]["devices"]["requests"][0]["exactly"] == {
+    # a partition request asks for its GPUs in one quad (pair); 3, 5, 6, 7 GPUs are just GPUs
+    four = live["gpucaas-gpus-4"]["spec"]["spec"]["devices"]
+    assert four["requests"][0]["exactly"] == {
         "deviceClassName": "gpu.gpucaas.dev",
         "allocationMode": "ExactCount",
-        "count": 3,
+        "count": 4,
     }
+    assert four["constraints"] == [{"requests": ["gpus"], "matchAttribute": "gpu.gpucaas.dev/quad"}]
+    three = live["gpucaas-gpus-3"]["spec"]["spec"]["devices"]
+    assert three["requests"][0]["exactly"]["count"] == 3 and "constraints" not in three
     hard = api.get("ResourceQuota", "tenant-quota", "tenant-dra-acme")["spec"]["hard"]
     assert {k: v for k, v in hard.items() if "deviceclass" in k} == {
-        "gpu.gpucaas.dev.deviceclass.resource.k8s.io/devices": "8",
-        "nvlink-2.gpu.gpucaas.dev.deviceclass.resource.k8s.io/devices": "4",
-        "nvlink-4.gpu.gpucaas.dev.deviceclass.resource.k8s.io/devices": "2",
-        "nvlink-8.gpu.gpucaas.dev.deviceclass.resource.k8s.io/devices": "1",
+        "gpu.gpucaas.dev.deviceclass.resource.k8s.io/devices": "8"
     }
 
 
@@ -78,10 +74,10 @@ def test_a_deleted_template_is_restored_and_the_quota_follows_the_spec(api, dra_
         what="template restored",
     )
     merge_patch(api, "dra-beta", {"spec": {"gpuQuota": 16}})
-    key = dra.device_class_quota_key(8)
+    key = dra.device_class_quota_key()
     wait_for(
-        lambda: api.get("ResourceQuota", "tenant-quota", "tenant-dra-beta")["spec"]["hard"].get(key) == "2",
-        what="quota of 8-GPU partitions follows gpuQuota 16",
+        lambda: api.get("ResourceQuota", "tenant-quota", "tenant-dra-beta")["spec"]["hard"].get(key) == "16",
+        what="the quota of claimed GPUs follows gpuQuota 16",
     )
 
 

@@ -87,34 +87,34 @@ def gpu_node_names(nodes: Iterable[Mapping[str, Any]], fabric_states: Iterable[M
 def dra_gpu_counts(resource_slices: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
     """node -> (GPUs, GPUs allocatable) from the gpucaas DRA driver's ResourceSlices.
 
-    The driver's counter slice has one counter per GPU present (capacity, like a device
-    plugin's devices); a GPU is allocatable while some partition device that uses it is
-    offered, i.e. carries no taint that blocks allocation: the driver taints every partition
-    of a GPU that is unhealthy, leased out of band, held on the fabric by something other
-    than a claim or being checked (as a device plugin reports such a device unhealthy). Only
-    the newest generation of each pool counts (ResourceSlice ``spec.pool.generation``).
+    The GPUs are those the node's devices name (``physicalIDs``: one per GPU device, like a
+    device plugin's devices); a GPU is allocatable while some device naming it is offered,
+    i.e. carries no taint that blocks allocation: the driver taints a GPU that is unhealthy,
+    leased out of band, held on the fabric by something other than a claim or being checked
+    (as a device plugin reports such a device unhealthy). Slices of whole-partition devices
+    (the driver's earlier shape, during an upgrade) read the same way. Only the newest
+    generation of each pool counts (ResourceSlice ``spec.pool.generation``).
     """
     newest: dict[str, int] = {}
     mine = [s for s in resource_slices if (s.get("spec") or {}).get("driver") == DRIVER]
     for s in mine:
         pool = s["spec"].get("pool") or {}
         newest[pool.get("name", "")] = max(newest.get(pool.get("name", ""), 0), _int(pool.get("generation")))
-    counters: dict[str, set[str]] = {}
-    used: dict[str, set[str]] = {}
+    present: dict[str, set[str]] = {}
+    offered: dict[str, set[str]] = {}
     for s in mine:
         spec = s["spec"]
         pool = spec.get("pool") or {}
         if _int(pool.get("generation")) != newest.get(pool.get("name", "")):
             continue
         node = spec.get("nodeName") or ""
-        for counter_set in spec.get("sharedCounters") or []:
-            counters.setdefault(node, set()).update((counter_set.get("counters") or {}).keys())
         for device in spec.get("devices") or []:
-            if any(t.get("effect") in _BLOCKING_TAINT_EFFECTS for t in device.get("taints") or []):
-                continue
-            for consumed in device.get("consumesCounters") or []:
-                used.setdefault(node, set()).update((consumed.get("counters") or {}).keys())
-    return {node: (len(c), len(c & used.get(node, set()))) for node, c in counters.items()}
+            named = str(((device.get("attributes") or {}).get("physicalIDs") or {}).get("string") or "")
+            gpus = {g for g in named.split(",") if g}
+            present.setdefault(node, set()).update(gpus)
+            if not any(t.get("effect") in _BLOCKING_TAINT_EFFECTS for t in device.get("taints") or []):
+                offered.setdefault(node, set()).update(gpus)
+    return {node: (len(g), len(g & offered.get(node, set()))) for node, g in present.items()}
 
 
 #: Device taint effects under which kube-scheduler allocates no device (resource.k8s.io/v1).
