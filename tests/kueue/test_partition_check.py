@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from core import crds, kueue
+from core import crds, dra, kueue
 from core.kube import Kube
 from devtools.waiting import WaitTimeout, wait_for
 from gpucaas import chart
@@ -45,8 +45,14 @@ HOLD_1, HOLD_5 = 7, 11
 
 
 @pytest.fixture(scope="module")
-def controller_overrides() -> dict[str, Any]:
-    return {"partition_check": True}
+def allocation_mode() -> dra.AllocationMode:
+    """The allocation mode of the controller and the pods (test_partition_check_dra.py: dra)."""
+    return dra.DEVICE_PLUGIN_MODE
+
+
+@pytest.fixture(scope="module")
+def controller_overrides(allocation_mode: dra.AllocationMode) -> dict[str, Any]:
+    return {"partition_check": True, "allocation_mode": allocation_mode}
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +105,15 @@ def read_fabric(q: Queued) -> dict[str, Any] | None:
     return next((o for o in items if o["metadata"]["name"] == NODE), None)
 
 
-def _submit(q: Queued, container: str, gpus: int, tenancy: str = "acme") -> str:
+def _submit(q: Queued, mode: dra.AllocationMode, container: str, gpus: int, tenancy: str = "acme") -> str:
     pod = build_pod(
-        container_id=container, tenancy=tenancy, image="busybox", gpus=gpus, queue=kueue.LOCAL_QUEUE, finalizer=False
+        container_id=container,
+        tenancy=tenancy,
+        image="busybox",
+        gpus=gpus,
+        allocation_mode=mode,
+        queue=kueue.LOCAL_QUEUE,
+        finalizer=False,
     )
     q.core.create_namespaced_pod(f"tenant-{tenancy}", pod)
     return str(pod["metadata"]["name"])
@@ -137,8 +149,11 @@ def _explained(q: Queued, predicate: Callable[[], Any], what: str, pods: list[tu
         raise AssertionError(f"{exc}; the Workloads now: {states}; the fabric: {read_fabric(q)}") from None
 
 
-def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued) -> None:
+def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(
+    checked: Queued, allocation_mode: dra.AllocationMode
+) -> None:
     q = checked
+    mode = allocation_mode
     _publish(q, {HOLD_1: "other/one", HOLD_5: "other/five"})  # free: 2, 3, 4, 6, 7, 8
     # acme borrows the idle guarantee of lender (16 GPUs): what it holds is borrowed
     create_tenancy(q, "lender", quota=16, guaranteed=16)
@@ -154,12 +169,12 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued)
     )
 
     # 16 GPUs of quota and 6 free, but no whole quad: queued again, its pod gated, quota given back
-    quad = _submit(q, "c-quad", 4)
+    quad = _submit(q, mode, "c-quad", 4)
     pods = [(quad, NAMESPACE)]
     _explained(q, lambda: _queued_again(q, quad), "the 4-GPU Workload queued again by the check", pods)
     assert not admitted(q, quad, NAMESPACE)
     # a pair fits (GPUs 2 and 4): admitted, and its GPUs promised while no node has its pod
-    pair = _submit(q, "c-pair", 2)
+    pair = _submit(q, mode, "c-pair", 2)
     pods.append((pair, NAMESPACE))
     _explained(q, lambda: admitted(q, pair, NAMESPACE), "the 2-GPU pod admitted", pods)
     assert "whole free NVLink 2-GPU partition on gpu-node-a" in (_check(q, pair) or {})["message"]
@@ -170,7 +185,7 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued)
     _explained(q, lambda: admitted(q, quad, NAMESPACE), "the 4-GPU pod admitted once a quad is free", pods)
     assert "4-GPU partition on gpu-node-a" in (_check(q, quad) or {})["message"]
     # that quad is promised to it: another 4-GPU container waits, although 4 GPUs look free
-    second = _submit(q, "c-quad-2", 4)
+    second = _submit(q, mode, "c-quad-2", 4)
     pods.append((second, NAMESPACE))
     _explained(q, lambda: _queued_again(q, second), "a second 4-GPU Workload queued again", pods)
     assert not admitted(q, second, NAMESPACE)
@@ -184,7 +199,7 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(checked: Queued)
 
     # lender's own 8-GPU container is within its guarantee: it keeps its quota (Pending, not
     # queued again) until a whole board frees, the free GPUs of the board held for it
-    board = _submit(q, "c-board", 8, tenancy="lender")
+    board = _submit(q, mode, "c-board", 8, tenancy="lender")
     pods.append((board, "tenant-lender"))
     _explained(
         q,
