@@ -165,8 +165,9 @@ class RealNode(Supervisor):
         try:
             self._prepare()
             self.start_all(timeout)
+            pod_cidr = self._wait_registered(timeout)
             if self.network is not None:
-                self._start_cilium(timeout)
+                self._start_cilium(pod_cidr, timeout)
             self.notice = RuntimeNotice(self.cluster.admin_kubeconfig, self.name, KATA_HANDLER).start()
         except BaseException:
             self.stop()
@@ -339,24 +340,29 @@ class RealNode(Supervisor):
                 f'server = "http://{address}"\n\n[host."http://{address}"]\n  capabilities = ["pull", "resolve"]\n'
             )
 
-    def _start_cilium(self, timeout: float) -> None:
+    def _kubectl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        kubectl = [str(self.cluster.bin_dir / "kubectl"), "--kubeconfig", str(self.cluster.admin_kubeconfig)]
+        return subprocess.run([*kubectl, *args], capture_output=True, text=True, check=check)
+
+    def _wait_registered(self, timeout: float) -> str:
+        """Wait for the kubelet to register the Node (a started node is one the cluster knows:
+        what reads or patches it next would otherwise race the kubelet's first report); its
+        ``spec.podCIDR``, empty until one is set."""
+
+        def registered() -> subprocess.CompletedProcess[str] | None:
+            read = self._kubectl("get", "node", self.name, "-o", "jsonpath={.spec.podCIDR}")
+            return read if read.returncode == 0 else None
+
+        return wait_for(registered, timeout, interval=0.5, what=f"the Node {self.name}").stdout.strip()
+
+    def _start_cilium(self, current_cidr: str, timeout: float) -> None:
         """The node's Cilium agent, once the kubelet registered the Node: the Node's podCIDR
         first (the agent's IPAM hands out the pods' addresses from it; no controller-manager
         allocates node CIDRs here, and the kubelet's own ``podCIDR`` setting is not published)."""
         b = self.cluster.bin_dir
-        admin = str(self.cluster.admin_kubeconfig)
-        kubectl = [str(b / "kubectl"), "--kubeconfig", admin]
-        node = ["get", "node", self.name, "-o", "jsonpath={.spec.podCIDR}"]
-
-        def registered() -> subprocess.CompletedProcess[str] | None:
-            read = subprocess.run([*kubectl, *node], capture_output=True, text=True, check=False)
-            return read if read.returncode == 0 else None
-
-        current = wait_for(registered, timeout, interval=0.5, what=f"the Node {self.name}").stdout.strip()
         cidr = {"spec": {"podCIDR": self.options.pod_cidr, "podCIDRs": [self.options.pod_cidr]}}
-        if not current:
-            patch = ["patch", "node", self.name, "--type", "merge", "-p", json.dumps(cidr)]
-            subprocess.run([*kubectl, *patch], capture_output=True, check=True)
+        if not current_cidr:
+            self._kubectl("patch", "node", self.name, "--type", "merge", "-p", json.dumps(cidr), check=True)
         kubeconfig = cilium.reachable_kubeconfig(self.cluster.admin_kubeconfig, self.folder / "cilium.kubeconfig")
         self.add(
             "cilium-agent",
