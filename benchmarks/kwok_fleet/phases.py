@@ -83,6 +83,7 @@ def census(tenants: Tenants, nodes: int) -> str:
 
 def clear(tenants: Tenants, node_side: NodeSide, plane: ControlPlane) -> None:
     """Delete every pod; wait until they, their claims and the node side are gone and shown free."""
+    tenants.stop_arrivals(120)
     tenants.delete_all()
     tenants.wait(lambda: not tenants.live, 180, "every pod deleted")
     if plane.dra:

@@ -23,6 +23,7 @@ from benchmarks.kwok_fleet.node_objects import NAMESPACE
 from benchmarks.kwok_fleet.node_side import NodeSide
 from benchmarks.kwok_fleet.pod_record import PodRecord
 from core import dra
+from devtools.waiting import wait_for
 from services.api.domain.reasons import preempted_by_queue, stopped_by_queue
 
 SIZE_LABEL = "gpucaas.dev/fleet-gpus"
@@ -50,6 +51,10 @@ class Tenants:
         self.queue = queue
         self.pods: dict[str, PodRecord] = {}
         self.live: set[str] = set()
+        #: whether the trace's arrivals still create their pods (:meth:`stop_arrivals`), and how
+        #: many of their creates are under way
+        self.arriving = True
+        self.creating = 0
         self.watch = Watch(
             run.kube, pods_path(namespace), seen=self._seen, relisted=self._relisted, name="fleet-pods", lock=run.lock
         )
@@ -70,7 +75,26 @@ class Tenants:
         """Create ``rec``'s pod at ``due`` (wall clock)."""
         with self.lock:
             self.pods[rec.name] = rec
-        self.timers.at(due, "arrive", lambda: self.pool.submit(self.create, rec))
+        self.timers.at(due, "arrive", lambda: self.pool.submit(self._arrive, rec))
+
+    def _arrive(self, rec: PodRecord) -> None:
+        with self.lock:
+            if not self.arriving:
+                return
+            self.creating += 1
+        try:
+            self.create(rec)
+        finally:
+            with self.lock:
+                self.creating -= 1
+
+    def stop_arrivals(self, timeout: float) -> None:
+        """No arrival creates its pod from now on, and none still under way: an arrival queued
+        behind a busy pool, or a create being retried, would otherwise make its pod after the
+        clear-out's delete and keep it for good."""
+        with self.lock:
+            self.arriving = False
+        wait_for(lambda: not self.creating, timeout, what="the arrivals' creates under way")
 
     def create(self, rec: PodRecord) -> None:
         body = self._pod_body(rec)
