@@ -139,8 +139,8 @@ def foreign_holders(partitions: Iterable[Mapping[str, Any]]) -> dict[int, str]:
 
     ``partitions`` is the fabric service's ``GET /v1/partitions``. A partition is busy when it
     is active in Fabric Manager or a holder's record names it: what the fabric service
-    refuses to overlap (``PartitionService._blockers``). A claim's own partition is left to
-    the counters (its device stays published while the claim is allocated); any other
+    refuses to overlap (``PartitionService._blockers``). A claim's own partition needs
+    nothing here (kube-scheduler knows its GPUs are allocated, from the claim); any other
     holder (an admin's activation, another allocation path, an active partition nobody
     recorded) is invisible to kube-scheduler, so the partitions overlapping it must not be
     offered at all.

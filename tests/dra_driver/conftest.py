@@ -5,10 +5,10 @@
   kube-scheduler running the chart's DRA configuration,
   ``deploy/scheduler/kube-scheduler-config-dra.yaml``, without its extender: the extender only
   scores nodes, the DynamicResources plugin allocates), with the project's base objects and the
-  chart's DeviceClasses (1, 2, 4 and 8 GPUs). As the session cluster of tests/fixtures/kube.py,
+  chart's DeviceClass (one GPU a device). As the session cluster of tests/fixtures/kube.py,
   without the ServiceAccount admission plugin (a test's namespace and pods come at once).
-  Kubernetes 1.36's default feature gates are what DRA needs here (partitionable devices,
-  binding conditions and device status are beta, on).
+  Kubernetes 1.36's default feature gates are what DRA needs here (device taints, binding
+  conditions and device status are beta, on).
 - ``dra`` (each test): a :class:`~tests.dra_driver.scheduling.Scheduling` with a fake GPU node
   and a namespace of the test's own (unique names, removed afterwards).
 """
