@@ -75,7 +75,8 @@ class ClusterOptions:
 
     #: ``token,user,uid,"group1,group2"`` lines: identities that are not ServiceAccounts
     token_auth_file: Path | None = None
-    #: kube-scheduler's KubeSchedulerConfiguration (its clientConnection and leader election are filled in)
+    #: kube-scheduler's KubeSchedulerConfiguration (its clientConnection's kubeconfig and its leader
+    #: election are filled in)
     scheduler_config: dict[str, Any] | None = None
     audit_policy: dict[str, Any] | None = field(default_factory=lambda: DEFAULT_AUDIT_POLICY)
     #: kube-apiserver's ``--etcd-compaction-interval`` (``5m`` upstream); short makes watches meet 410 Gone
@@ -347,7 +348,8 @@ class LocalCluster(Supervisor):
             opts.scheduler_config
             or {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
         )
-        config["clientConnection"] = {"kubeconfig": str(sched_kc)}
+        # its own kubeconfig; the configuration's client rate (qps, burst) stays as given
+        config["clientConnection"] = {**(config.get("clientConnection") or {}), "kubeconfig": str(sched_kc)}
         config["leaderElection"] = {"leaderElect": False}
         cfg = self.folder / "kube-scheduler-config.yaml"
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
