@@ -27,6 +27,7 @@ from services.api.console import CSP, STATIC
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
+from tests.console_browser import NETWORK_CHANGED, goto
 
 DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "console.png"
 CHROMIUM_ARGS = [
@@ -97,10 +98,15 @@ def _context(browser: Any, requests: list[str], problems: list[str]) -> Any:
     context = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 860})
     context.set_default_timeout(30_000)
     context.on("request", lambda r: requests.append(r.url))
-    # a request cut because the page moved on (a log follow, a refresh in flight) is no failure
+    # a request cut because the page moved on (a log follow, a refresh in flight) is no failure,
+    # nor one the machine's network changing failed (tests/console_browser.py: the console retries it)
     context.on(
         "requestfailed",
-        lambda r: problems.append(f"failed {r.url}: {r.failure}") if "ERR_ABORTED" not in (r.failure or "") else None,
+        lambda r: (
+            problems.append(f"failed {r.url}: {r.failure}")
+            if not any(e in (r.failure or "") for e in ("ERR_ABORTED", NETWORK_CHANGED))
+            else None
+        ),
     )
 
     def console_message(msg: Any) -> None:
@@ -134,7 +140,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     context = _context(browser, requests, problems)
     page = context.new_page()
 
-    page.goto(f"{api.base_url}/console")
+    goto(page, f"{api.base_url}/console")
     page.wait_for_selector("#signin")
     page.screenshot(path=shots / "sign-in.png")
     page.fill("#token", token)
@@ -256,18 +262,18 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
             ],
         },
     )
-    page.goto(f"{api.base_url}/console/#/containers")
+    goto(page, f"{api.base_url}/console/#/containers")
     page.wait_for_selector(f"#containers >> text={cid}")
     page.wait_for_selector("#containers >> text=Insufficient nvidia.com/gpu")
     page.wait_for_selector("#containers >> text=Running")
     page.screenshot(path=shots / "containers.png")
-    page.goto(f"{api.base_url}/console/#/usage")
+    goto(page, f"{api.base_url}/console/#/usage")
     page.wait_for_selector("#usage-chart >> text=GPU-seconds")
     page.wait_for_selector("#usage-runs table")
     page.screenshot(path=shots / "usage.png", full_page=True)
 
     # cancel it (two clicks: no dialog)
-    page.goto(f"{api.base_url}/console/#/containers/{cid}")
+    goto(page, f"{api.base_url}/console/#/containers/{cid}")
     page.click("#cancel")
     page.click("#cancel")
     page.wait_for_selector("#container-status >> text=Cancelled")
@@ -276,7 +282,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
         assert c.get(f"/v1/containers/{cid}").json()["status"] == "Cancelled"
 
     # mint a read token named dash; its console offers neither submission nor tokens
-    page.goto(f"{api.base_url}/console/#/tokens")
+    goto(page, f"{api.base_url}/console/#/tokens")
     page.fill("#token-name", "dash")
     page.select_option("#token-scope", "read")
     page.click("#token-form button[type=submit]")
@@ -285,7 +291,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     page.wait_for_selector("#list >> text=dash")
     page.screenshot(path=shots / "tokens.png", full_page=True)
     reader = context.new_page()
-    reader.goto(f"{api.base_url}/console/")
+    goto(reader, f"{api.base_url}/console/")
     reader.evaluate("sessionStorage.clear()")  # a new tab's session: signed out
     reader.reload()
     reader.fill("#token", minted)
@@ -302,7 +308,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     reader.click("nav >> text=Volumes")
     reader.wait_for_selector("#list >> text=scratch")
     assert reader.locator("#volume-form").count() == 0  # a read token may look, not create
-    reader.goto(f"{api.base_url}/console/#/containers/{cid}")
+    goto(reader, f"{api.base_url}/console/#/containers/{cid}")
     reader.wait_for_selector("#container-status >> text=Cancelled")
     assert reader.locator("#cancel").count() == 0
     reader.close()
@@ -316,7 +322,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
         assert [t["name"] for t in c.get("/v1/tokens").json()["data"]] == ["test"]
     with api.client(minted) as d:
         assert d.get("/v1/whoami").status_code == 401
-    page.goto(f"{api.base_url}/console/#/audit")
+    goto(page, f"{api.base_url}/console/#/audit")
     page.wait_for_selector("#audit >> text=token.revoke")
     page.screenshot(path=shots / "audit.png", full_page=True)
 
@@ -358,19 +364,62 @@ def test_ports_volumes_and_endpoints_appear_once_the_api_offers_them(module_api:
     context = _context(browser, requests, problems)
     try:
         page = context.new_page()
-        page.goto(f"{module_api.base_url}/console/")
+        goto(page, f"{module_api.base_url}/console/")
         page.fill("#token", token)
         page.click("#signin button[type=submit]")
         page.wait_for_selector("#containers")
         assert "Volumes" in page.locator("nav a").all_text_contents()
-        page.goto(f"{module_api.base_url}/console/#/new")
+        goto(page, f"{module_api.base_url}/console/#/new")
         page.wait_for_selector("#submit-form")
         assert page.locator("#ports").count() == 1 and page.locator("#volumes").count() == 1
         with module_api.client(token) as c:
             cid = c.post("/v1/containers", json={"image": "busybox:1.36"}).json()["id"]
-        page.goto(f"{module_api.base_url}/console/#/containers/{cid}")
+        goto(page, f"{module_api.base_url}/console/#/containers/{cid}")
         page.wait_for_selector("#endpoints >> text=None.")
     finally:
         app.openapi_schema = saved
         context.close()
     assert problems == []
+
+
+def test_a_read_cut_by_the_network_is_sent_again_and_a_write_is_not(module_api: ApiServer, browser: Any) -> None:
+    """A GET that fails before any response (here the browser's request aborted as if the
+    network had gone: fetch rejects with a TypeError) is sent again and the page shows its
+    answer; a DELETE cut the same way is not repeated, and its failure is shown."""
+    with module_api.client() as admin:
+        token = new_tenancy(admin, "flaky-network")
+    with module_api.client(token) as c:
+        cid = c.post("/v1/containers", json={"image": "busybox:1.36"}).json()["id"]
+    context = browser.new_context(ignore_https_errors=True)
+    context.set_default_timeout(30_000)
+    seen: dict[str, int] = {}
+
+    def cut_first(route: Any) -> None:
+        key = f"{route.request.method} {urlsplit(route.request.url).path}"
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] == 1:
+            route.abort("internetdisconnected")
+        else:
+            route.continue_()
+
+    try:
+        page = context.new_page()
+        goto(page, f"{module_api.base_url}/console/")
+        context.route("**/v1/whoami", cut_first)
+        context.route("**/openapi.json", cut_first)
+        page.fill("#token", token)
+        page.click("#signin button[type=submit]")
+        page.wait_for_selector("#containers")
+        assert seen == {"GET /v1/whoami": 2, "GET /openapi.json": 2}
+        context.route(f"**/v1/containers/{cid}", cut_first)
+        goto(page, f"{module_api.base_url}/console/#/containers/{cid}")
+        page.wait_for_selector("#cancel")  # the container's own page, from the GET sent again
+        assert seen[f"GET /v1/containers/{cid}"] >= 2
+        page.click("#cancel")
+        page.click("#cancel")
+        page.wait_for_selector("#main .error")
+        assert seen[f"DELETE /v1/containers/{cid}"] == 1
+        with module_api.client(token) as c:
+            assert c.get(f"/v1/containers/{cid}").json()["status"] != "Cancelled"
+    finally:
+        context.close()

@@ -23,6 +23,7 @@ import pytest
 
 from devtools import waiting
 from devtools.sandbox import runner
+from tests.console_browser import goto
 
 from .conftest import TIMEOUT, Tenant
 
@@ -79,7 +80,7 @@ def test_a_tenant_runs_a_server_opens_its_endpoint_and_cancels_it_in_the_console
     requests: list[str] = []
     context.on("request", lambda r: requests.append(r.url))
     page = context.new_page()
-    page.goto(f"{sandbox.api_url}/console/")
+    goto(page, f"{sandbox.api_url}/console/")
     page.fill("#token", tenant.token)
     page.click("#signin button[type=submit]")
     page.wait_for_selector("#containers")

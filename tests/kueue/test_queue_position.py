@@ -19,6 +19,7 @@ from devtools.waiting import WaitTimeout, wait_for
 from tests.api.harness import ApiServer
 from tests.api.test_console import browser  # noqa: F401 (the fixture)
 from tests.caasctl.conftest import invoke, start_api
+from tests.console_browser import goto
 from tests.kueue.conftest import TIMEOUT, Queued
 
 
@@ -138,11 +139,11 @@ def test_a_waiting_container_shows_its_place_and_only_its_own_tenancys_work_coun
         # the rest of `make test` shares the two cores: a slow first paint is not the failure looked for
         context.set_default_timeout(120_000)
         page = context.new_page()
-        page.goto(f"{server.base_url}/console")
+        goto(page, f"{server.base_url}/console")
         page.fill("#token", tokens["o"])
         page.click("#signin button[type=submit]")
         page.wait_for_selector("#containers")
-        page.goto(f"{server.base_url}/console/#/containers/{c4}")
+        goto(page, f"{server.base_url}/console/#/containers/{c4}")
         page.wait_for_selector("#container-queue >> text=#1, 0 GPUs ahead, waiting for a partition")
         listed = {c["id"]: c["queue"] for c in p.get("/v1/containers").json()["data"]}
         assert listed == {c1: _spot(1, 0, "waiting_for_partition"), **after_c1}

@@ -17,6 +17,22 @@ export class ApiError extends Error {
   }
 }
 
+// A read that fails before any response (fetch's TypeError: the network dropped or changed under
+// the browser, a Wi-Fi switch, a VPN coming up) is sent again, twice at most, a moment later.
+// Only reads: a POST or DELETE that may have reached the API is left to the person to repeat.
+const READ_RETRIES = [300, 1000];
+
+async function fetchRead(url, init) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fetch(url, init);
+    } catch (err) {
+      if (!(err instanceof TypeError) || init.signal?.aborted || attempt >= READ_RETRIES.length) throw err;
+      await new Promise(resolve => setTimeout(resolve, READ_RETRIES[attempt]));
+    }
+  }
+}
+
 function target(path, query) {
   const url = new URL(path, window.location.origin);
   for (const [k, v] of Object.entries(query || {})) {
@@ -29,10 +45,11 @@ function target(path, query) {
 export async function api(method, path, { body, query, signal, raw, token } = {}) {
   const headers = { Authorization: `Bearer ${token || session.token || ""}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(target(path, query), {
+  const init = {
     method, headers, signal, cache: "no-store", credentials: "omit",
     body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  };
+  const response = await (method === "GET" ? fetchRead : fetch)(target(path, query), init);
   if (!response.ok) {
     let code, detail;
     try { ({ code, detail } = await response.json()); } catch { /* not JSON */ }
@@ -47,7 +64,7 @@ export async function api(method, path, { body, query, signal, raw, token } = {}
 // What this API offers, read from its own OpenAPI document (no token needed): the console
 // shows ports, volumes and endpoints only where the API has them.
 export async function features() {
-  const spec = await (await fetch("/openapi.json", { cache: "no-store" })).json();
+  const spec = await (await fetchRead("/openapi.json", { cache: "no-store" })).json();
   const schemas = spec.components?.schemas || {};
   const submit = schemas.ContainerCreate?.properties || {};
   const shown = schemas.ContainerPublic?.properties || {};
