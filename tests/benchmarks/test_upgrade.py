@@ -5,13 +5,14 @@ refusal of a commit the clone lacks."""
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from benchmarks import chaos, upgrade
-from benchmarks.kit.gpucaas_api import Tally
+from benchmarks.kit.gpucaas_api import Answer, Tally
 
 
 def _load(*subs: chaos.Submission) -> upgrade.Load:
@@ -76,11 +77,40 @@ def test_every_5xx_is_a_server_error_the_drain_s_503_included() -> None:
 def test_the_run_fails_on_any_figure_or_too_few_submissions() -> None:
     passed = {"lost": 0, "duplicated": 0, "server_errors": 0, "stuck_leases": 0, "submitted": 210, "accepted": 200}
     assert upgrade.failures(passed, 200) == []
-    assert upgrade.failures({**passed, "stuck_leases": 1, "submitted": 150, "accepted": 150}, 200) == [
+    # the quota refuses what is over the backlog: half the submissions accepted is enough
+    assert upgrade.failures({**passed, "submitted": 260, "accepted": 100}, 200) == []
+    assert upgrade.failures({**passed, "stuck_leases": 1, "submitted": 150, "accepted": 99}, 200) == [
         "stuck_leases = 1",
         "submitted 150 < 200",
-        "accepted 150 < 200",
+        "accepted 99 < 100",
     ]
+
+
+class _QuotaFirst:
+    """An API that refuses the first ``refusals`` submissions by quota and accepts the rest."""
+
+    def __init__(self, refusals: int) -> None:
+        self.calls = 0
+        self.refusals = refusals
+        self.lock = threading.Lock()
+
+    def call(self, method: str, path: str, token: str, body: object = None, **_: object) -> Answer:
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+        if n <= self.refusals:
+            return Answer(403, {"code": "quota_exceeded"}, 0.0, 0.0)
+        return Answer(202, {"id": f"c{n}"}, 0.0, 0.0)
+
+
+def test_the_load_goes_on_until_half_its_submissions_are_accepted() -> None:
+    """Stopped at once, with 4 to make: the first 3 refused by the quota, so it makes 5, the
+    fewest with 2 accepted."""
+    api = _QuotaFirst(refusals=3)
+    load = upgrade.Load(api=api, tokens={"upgrade-00": "t"}, at_least=4)  # type: ignore[arg-type]
+    load.stopping.set()
+    load.run()
+    assert len(load.submissions) == 5 and load.accepted() == 2 and len(load.refused) == 3
 
 
 def test_a_commit_the_clone_lacks_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
