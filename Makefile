@@ -172,8 +172,8 @@ test:
 	@$(STAGE) install $(MAKE) --no-print-directory install checkov promtool test-image postgres
 	@$(STAGE) image $(MAKE) --no-print-directory image
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
-	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests/api
-	@$(STAGE) rest $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30 --ignore=tests/api
+	@$(STAGE) api $(PY) -m pytest -n 2 --dist loadfile --durations=15 tests/api
+	@$(STAGE) rest $(PY) -m pytest -n 2 --dist loadfile --durations=30 --ignore=tests/api
 	@$(STAGE) dra+chaos+upgrade $(MAKE) --no-print-directory -j3 --output-sync=target \
 	  test-e2e-dra test-chaos test-upgrade CPU_HOG=0
 	@$(STAGE) cilium $(MAKE) --no-print-directory test-cilium

@@ -260,14 +260,14 @@ def test_binds_to_one_node_go_one_at_a_time_and_to_other_nodes_beside_them(k8s: 
         for name in ("first", "second", "elsewhere")
     }
     release = threading.Event()
-    real_request = w.kube.request
+    real_json = w.kube.json
 
-    def request(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        if method == "POST" and path == "/api/v1/namespaces/tenant-acme/pods/first/binding":
+    def json(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if fn == w.core.create_namespaced_binding and args[1]["metadata"]["name"] == "first":
             assert release.wait(30)  # the first Binding hangs on its way to the API server
-        return real_request(method, path, **kwargs)
+        return real_json(fn, *args, **kwargs)
 
-    w.kube.request = request  # type: ignore[method-assign]
+    w.kube.json = json  # type: ignore[method-assign]
     with ThreadPoolExecutor(3) as pool:
         first = pool.submit(w.bind, BindingArgs("first", "tenant-acme", uids["first"], "gpu-node-a"))
         eventually(lambda: "tenant-acme/first" in w._assumed)
