@@ -202,7 +202,7 @@ def figures(load: Load, found: dict[str, list[str]], tally: Tally) -> dict[str, 
     """The run's counts, from the checks' findings."""
     return {
         "submitted": len(load.submissions),
-        "accepted": sum(1 for s in load.submissions if s.cid),
+        "accepted": load.accepted(),
         "refused": len(load.refused),
         "lost": len(found["lost"]),
         "duplicated": len(found["duplicated"]),
