@@ -52,7 +52,8 @@ The last line of stdout is one JSON object:
 * ``kube_only_running_p50_ms`` / ``kube_only_running_p99_ms`` (with ``kube_only_pods``,
   ``kube_only_failed``): the upstream floor in the same run, once the API's containers are
   done: as many pods again created directly on kube-apiserver (``kube_only``), each one of
-  the API's pods without its GPU, tenancy or labels, timed create sent -> pod Running, less
+  the API's pods without its GPU, tenancy or labels (it keeps its ``/dev/shm`` ``emptyDir``,
+  which the kubelet mounts as it does the API's), timed create sent -> pod Running, less
   the wait for room. Nothing of gpucaas is in their path, so ``running_*`` cannot be lower;
 * ``running_p50_ratio_vs_kube`` / ``running_p99_ratio_vs_kube``: ``running_*`` over
   ``kube_only_running_*``, the two measured in this run;
@@ -373,16 +374,26 @@ KUBE_ONLY_LABEL = "benchmark.gpucaas.io/kube-only"
 def kube_only_pod(template: dict[str, Any], name: str) -> dict[str, Any]:
     """A pod like the API's (``template``: one it made and the scheduler bound) without
     gpucaas: no GPU (so no device plugin, no lease), no tenancy (its own namespace, no
-    pull secret, no volumes); the same image, command, CPU and memory, runtime class and
-    placement rules, so it needs the same room on the same nodes."""
+    pull secret, no claims on the tenancy's volumes); the same image, command, CPU and memory,
+    runtime class, placement rules and volumes that need no other object (the ``/dev/shm``
+    ``emptyDir`` every GPU container carries, as any PyTorch pod on Kubernetes does), so it
+    needs the same room on the same nodes and the kubelet mounts what it mounts for the
+    API's."""
     spec = {
         k: v
         for k, v in template["spec"].items()
         if k not in ("nodeName", "volumes", "imagePullSecrets", "serviceAccountName", "serviceAccount")
     }
+    kept = [v for v in template["spec"].get("volumes") or () if set(v) == {"name", "emptyDir"}]
+    if kept:
+        spec["volumes"] = kept
+    names = {v["name"] for v in kept}
     containers = []
     for c in spec["containers"]:
+        mounts = [m for m in c.get("volumeMounts") or () if m.get("name") in names]
         c = {k: v for k, v in c.items() if k not in ("volumeMounts", "env", "envFrom")}
+        if mounts:
+            c["volumeMounts"] = mounts
         res = c.get("resources") or {}
         c["resources"] = {
             kind: {r: q for r, q in (res.get(kind) or {}).items() if "/" not in r} for kind in ("requests", "limits")

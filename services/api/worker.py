@@ -576,17 +576,17 @@ class SubmissionWorker:
         if current is not None and name and name != current.pod_name:
             # an earlier attempt's pod: refused by its node, or an earlier run the queue preempted
             # (the container has a newer one): not its state, but an earlier run's end is metered
-            self.usage.observe(pod, deleted=deleted)
+            self.usage.observe(pod, deleted=deleted, row=current)
             if not deleted and not meta.get("deletionTimestamp"):
                 self._delete_attempt(current, name)
             return cid
         if not deleted and current is not None and self._retry_refused(current, pod):
             return cid
-        self.usage.observe(pod, deleted=deleted)
+        self.usage.observe(pod, deleted=deleted, row=current)
         if current is not None and name and self._requeue_preempted(current, pod, name, deleted=deleted):
             return cid
-        with Session(self.engine) as session:
-            if deleted:
+        if deleted:
+            with Session(self.engine) as session:
                 row = session.get(Container, cid)
                 if row is not None and row.status in (ContainerStatus.PENDING, ContainerStatus.RUNNING):
                     report = pods.container_status_from_pod(pod, self.settings.gpu_resource)
@@ -597,8 +597,11 @@ class SubmissionWorker:
                         worker_state.mark_failed(
                             session, container_id=cid, message=message, pod_name=name, reason=report.reason
                         )
-                return cid
-            row = session.get(Container, cid)
+            return cid
+        # Nothing above wrote this row (each step that does returns): the read at the top is
+        # its state. A change another thread makes meanwhile (a cancellation) is guarded by the
+        # report's conditional update, as it would be after a second read.
+        row = current
         if row is not None and row.status == ContainerStatus.CANCELLED:
             if not meta.get("deletionTimestamp"):
                 # a live pod of a cancelled container (e.g. created late by a crashed replica)

@@ -48,3 +48,35 @@ def test_post_to_running_on_real_nodes_splits_into_phases_that_add_up() -> None:
     for q in ("p50", "p99"):
         ratio = figures[f"running_{q}_ratio_vs_kube"]
         assert ratio == round(figures[f"running_{q}_ms"] / figures[f"kube_only_running_{q}_ms"], 2) > 0
+
+
+def test_the_floor_pod_keeps_the_volumes_that_need_no_other_object_and_drops_the_gpu() -> None:
+    from services.api.domain import pods, sizing
+    from services.api.settings import Settings
+
+    template = pods.build_pod(
+        container_id="c-1",
+        tenancy="acme",
+        image="busybox:1.36",
+        gpus=1,
+        command=["sleep", "1"],
+        image_pull_secrets=["registry-login"],
+        size=sizing.size_for(Settings().share, 1),
+        volumes=[{"name": "data", "mount_path": "/data", "read_only": False}],
+    )
+    floor = time_to_running.kube_only_pod(template, "kube-only-0000")
+
+    assert floor["metadata"]["namespace"] == time_to_running.KUBE_ONLY_NAMESPACE
+    spec = floor["spec"]
+    # /dev/shm's emptyDir stays, with its mount; the tenancy's claim and its mount go
+    assert [v["name"] for v in spec["volumes"]] == [pods.SHM_VOLUME]
+    assert spec["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    (container,) = spec["containers"]
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/dev/shm"]
+    # no GPU, no pull secret; the same CPU, memory and runtime class
+    for kind in ("requests", "limits"):
+        assert not any("/" in r for r in container["resources"][kind])
+    wanted = template["spec"]["containers"][0]["resources"]["requests"]
+    assert container["resources"]["requests"]["cpu"] == wanted["cpu"]
+    assert "imagePullSecrets" not in spec
+    assert spec["runtimeClassName"] == template["spec"]["runtimeClassName"]

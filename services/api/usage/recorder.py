@@ -55,14 +55,17 @@ class Recorder:
                 }
             return self._models.get(node)
 
-    def observe(self, pod: dict[str, Any], *, deleted: bool) -> None:
+    def observe(self, pod: dict[str, Any], *, deleted: bool, row: Container | None = None) -> None:
         """Open the run's record once its container has started; end it once it has finished
-        (or, for a pod deleted before saying so, at its deletion)."""
+        (or, for a pod deleted before saying so, at its deletion). ``row``: the container's
+        row when the caller has just read it (its GPUs, class and tenancy's deletion are what
+        is read of it); read here otherwise."""
         run = records.run_of_pod(pod, self.gpu_resource)
         if run is None or run.started_at is None:
             return  # not started: nothing used yet (queued, scheduling, pulling, waiting for a partition)
         with Session(self.engine) as session:
-            row = session.get(Container, run.container_id)
+            if row is None or row.id != run.container_id:
+                row = session.get(Container, run.container_id)
             gpus = run.gpus
             if gpus is None:  # DRA pods name no extended resource: the submission says
                 gpus = row.gpus if row is not None else 0
