@@ -27,7 +27,7 @@ from services.api.console import CSP, STATIC
 from tests.api.conftest import new_tenancy
 from tests.api.harness import ApiServer
 from tests.api.kube_helpers import get_pod, mark_tenancy_ready, set_pod_status
-from tests.console_browser import NETWORK_CHANGED, goto
+from tests.console_browser import NETWORK_CHANGED, goto, reload
 
 DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "console.png"
 CHROMIUM_ARGS = [
@@ -293,7 +293,7 @@ def test_a_tenant_runs_and_cancels_a_container_and_manages_tokens_in_the_console
     reader = context.new_page()
     goto(reader, f"{api.base_url}/console/")
     reader.evaluate("sessionStorage.clear()")  # a new tab's session: signed out
-    reader.reload()
+    reload(reader)
     reader.fill("#token", minted)
     reader.click("#signin button[type=submit]")
     reader.wait_for_selector("#containers")

@@ -23,7 +23,7 @@ import pytest
 
 from devtools import waiting
 from devtools.sandbox import runner
-from tests.console_browser import goto
+from tests.console_browser import goto, reload
 
 from .conftest import TIMEOUT, Tenant
 
@@ -113,7 +113,7 @@ def test_a_tenant_runs_a_server_opens_its_endpoint_and_cancels_it_in_the_console
         served.wait_for_load_state()
         if PAGE in (served.text_content("body") or ""):
             return True
-        served.reload()
+        reload(served)
         return False
 
     waiting.wait_for(shows_the_page, TIMEOUT, interval=0.5, what="the endpoint's page in the browser")

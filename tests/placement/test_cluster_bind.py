@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from core import crds
-from core.kube import Conflict, Kube, NotFound
+from core.kube import Conflict, Kube, NotFound, new_api_client
 from devtools.waiting import wait_for
 from services.placement.extender import BindingArgs
 from services.placement.fleet import FleetIndex
 from services.placement.kube import FleetWatcher
 from tests.placement.factories import fabric_status
+
+#: the chart's component label of the extender's ServiceAccount and RBAC
+EXTENDER_COMPONENT = "scheduler-extender"
 
 
 @pytest.mark.cluster
@@ -28,6 +33,57 @@ def test_the_extender_sees_the_fabric_and_binds(
     k8s: Any, on_real_cluster: bool, unique_name: Callable[[str], str]
 ) -> None:
     kube = Kube.of(k8s)
+    _sees_the_fabric_and_binds(kube, kube, on_real_cluster, unique_name)
+
+
+@pytest.mark.cluster
+def test_the_extender_binds_with_the_charts_service_account_alone(
+    k8s: Any, kubeconfig: Path, on_real_cluster: bool, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The chart's RBAC grants what the extender's Kubernetes side does: with a token of the
+    chart's ServiceAccount, bound by its ClusterRole and nothing else, the extender lists and
+    watches the FabricStates and binds a pod (the test above runs as the admin, whom nothing
+    is refused: a Binding posted where the ClusterRole does not reach passes there)."""
+    from devtools.sandbox import identities
+    from gpucaas import chart
+
+    if on_real_cluster:
+        pytest.skip("applies the chart's ClusterRole and its binding under their own names: the local cluster only")
+    kube = Kube.of(k8s)
+    rbac = client.RbacAuthorizationV1Api(k8s)
+    mine = [
+        o
+        for o in identities.cluster_side(identities.SANDBOX_VALUES)
+        if o["kind"] == "Namespace" or chart.component(o) == EXTENDER_COMPONENT
+    ]
+    assert {o["kind"] for o in mine} >= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    create = {
+        "Namespace": lambda o: kube.call(kube.core.create_namespace, o),
+        "ServiceAccount": lambda o: kube.call(
+            kube.core.create_namespaced_service_account, o["metadata"]["namespace"], o
+        ),
+        "ClusterRole": lambda o: kube.call(rbac.create_cluster_role, o),
+        "ClusterRoleBinding": lambda o: kube.call(rbac.create_cluster_role_binding, o),
+    }
+    for o in mine:
+        assert o["kind"] in create, f"the extender's {o['kind']} is not applied here: add it"
+        try:
+            create[o["kind"]](o)
+        except Conflict:  # made by an earlier test of this session's cluster: the chart's own
+            pass
+    (account,) = [o for o in mine if o["kind"] == "ServiceAccount"]
+    namespace, name = account["metadata"]["namespace"], account["metadata"]["name"]
+    token = identities.mint_token(kubeconfig, namespace, name)
+    own = identities.write_kubeconfig(
+        kubeconfig, tmp_path / "extender.kubeconfig", f"system:serviceaccount:{namespace}:{name}", token
+    )
+    with new_api_client(own) as api:
+        _sees_the_fabric_and_binds(kube, Kube.of(api), on_real_cluster, unique_name)
+
+
+def _sees_the_fabric_and_binds(kube: Kube, ext: Kube, on_real_cluster: bool, unique_name: Callable[[str], str]) -> None:
+    """``kube`` (the admin) makes a node's FabricState and a pod no scheduler picks; the
+    extender's side, on ``ext``'s credentials, sees the node in its index and binds the pod."""
     nodes = kube.json(kube.core.list_node)["items"]
     if nodes:
         node = nodes[0]["metadata"]["name"]
@@ -39,7 +95,7 @@ def test_the_extender_sees_the_fabric_and_binds(
     pod_name = unique_name("bind-me")
     kube.call(kube.core.create_namespace, {"metadata": {"name": namespace}})
     made_fabric_state = False
-    watcher = FleetWatcher(kube, FleetIndex(), watch_timeout_seconds=5, retry_seconds=0.2)
+    watcher = FleetWatcher(ext, FleetIndex(), watch_timeout_seconds=5, retry_seconds=0.2)
     watcher.start()
     try:
         assert watcher.wait_synced(60)
