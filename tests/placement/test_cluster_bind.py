@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from core import crds
 from core.kube import Conflict, Kube, NotFound, new_api_client
+from devtools.local_cluster.objects import create_all
 from devtools.waiting import wait_for
 from services.placement.extender import BindingArgs
 from services.placement.fleet import FleetIndex
@@ -49,28 +49,13 @@ def test_the_extender_binds_with_the_charts_service_account_alone(
 
     if on_real_cluster:
         pytest.skip("applies the chart's ClusterRole and its binding under their own names: the local cluster only")
-    kube = Kube.of(k8s)
-    rbac = client.RbacAuthorizationV1Api(k8s)
     mine = [
         o
         for o in identities.cluster_side(identities.SANDBOX_VALUES)
         if o["kind"] == "Namespace" or chart.component(o) == EXTENDER_COMPONENT
     ]
     assert {o["kind"] for o in mine} >= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
-    create = {
-        "Namespace": lambda o: kube.call(kube.core.create_namespace, o),
-        "ServiceAccount": lambda o: kube.call(
-            kube.core.create_namespaced_service_account, o["metadata"]["namespace"], o
-        ),
-        "ClusterRole": lambda o: kube.call(rbac.create_cluster_role, o),
-        "ClusterRoleBinding": lambda o: kube.call(rbac.create_cluster_role_binding, o),
-    }
-    for o in mine:
-        assert o["kind"] in create, f"the extender's {o['kind']} is not applied here: add it"
-        try:
-            create[o["kind"]](o)
-        except Conflict:  # made by an earlier test of this session's cluster: the chart's own
-            pass
+    create_all(kubeconfig, mine)  # as the sandbox installs the chart's cluster side
     (account,) = [o for o in mine if o["kind"] == "ServiceAccount"]
     namespace, name = account["metadata"]["namespace"], account["metadata"]["name"]
     token = identities.mint_token(kubeconfig, namespace, name)
@@ -78,7 +63,7 @@ def test_the_extender_binds_with_the_charts_service_account_alone(
         kubeconfig, tmp_path / "extender.kubeconfig", f"system:serviceaccount:{namespace}:{name}", token
     )
     with new_api_client(own) as api:
-        _sees_the_fabric_and_binds(kube, Kube.of(api), on_real_cluster, unique_name)
+        _sees_the_fabric_and_binds(Kube.of(k8s), Kube.of(api), on_real_cluster, unique_name)
 
 
 def _sees_the_fabric_and_binds(kube: Kube, ext: Kube, on_real_cluster: bool, unique_name: Callable[[str], str]) -> None:
