@@ -128,13 +128,9 @@ class Kube:
                     )
                 except Conflict:  # created meanwhile by another replica: compare with it
                     continue
-            have = current.get("spec") or {}
-            held = _revision(current)
-            if revision is not None and held is not None and held > revision:
-                return current  # a later revision got there first
-            same = all(have.get(k) == v for k, v in wanted.items()) and ("nfs" in wanted or "nfs" not in have)
-            if same and (revision is None or held == revision):
+            if tenancy_in_step(current, body):
                 return current
+            have = current.get("spec") or {}
             patch: dict[str, Any] = {"spec": dict(wanted)}
             if "nfs" not in wanted and "nfs" in have:
                 patch["spec"]["nfs"] = None  # merge patch: remove
@@ -464,6 +460,18 @@ class _NotConfigured:
 
 
 _UPSERT_ROUNDS = 8  # reads and conditional writes of one upsert before it gives up (Conflict)
+
+
+def tenancy_in_step(current: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether the Tenancy ``current`` (as read or watched) needs no write to be ``body``: its
+    spec already is ``body``'s at the same revision, or it carries a later revision (which a push
+    never undoes). :meth:`Kube.upsert_tenancy` answers such a resource as it is."""
+    revision, held = _revision(body), _revision(current)
+    if revision is not None and held is not None and held > revision:
+        return True
+    have, wanted = current.get("spec") or {}, body["spec"]
+    same = all(have.get(k) == v for k, v in wanted.items()) and ("nfs" in wanted or "nfs" not in have)
+    return same and (revision is None or held == revision)
 
 
 def _revision(obj: dict[str, Any]) -> int | None:

@@ -3,7 +3,8 @@
 Two threads per API process:
 
 * the *submitter* claims due ``Queued`` rows (``FOR UPDATE SKIP LOCKED`` on PostgreSQL,
-  so replicas share the queue), upserts the row's Tenancy from the database record,
+  so replicas share the queue), brings the row's Tenancy to the database record (a watch of
+  the Tenancies, :mod:`services.api.tenancy_watch`, says when it already is: no request then),
   waits (by rescheduling, never by blocking) until the Tenancy's ``status.phase`` is
   ``Ready``, then creates the pod. The pod name is derived from the container id and
   409 AlreadyExists counts as success, so a submission retried after a crash or an
@@ -40,6 +41,7 @@ from services.api.domain.models import Container, ContainerStatus, Tenancy, utcn
 from services.api.kube import Kube
 from services.api.settings import Settings
 from services.api.store import log_archive, retention, tenancies as tenancy_store, worker_state
+from services.api.tenancy_watch import TenancyWatch
 from services.api.usage.recorder import Recorder as UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class SubmissionWorker:
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self._informer: Informer | None = None  # the watcher
+        self._tenancies: TenancyWatch | None = None  # the Tenancies as last seen: no read before each pass's pods
         self._listing_started = utcnow()  # when the watcher's last listing began
         self.submitted = 0  # pods created by this replica (for metrics)
         self._submitted_lock = threading.Lock()
@@ -83,6 +86,8 @@ class SubmissionWorker:
         self._informer = self._pod_informer()
         if self._informer is not None:
             self._informer.start()
+        if self.kube.adapter is not None:
+            self._tenancies = TenancyWatch(self.kube.adapter).start()
         log.info("submission worker started (replica %s)", self.replica)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -90,6 +95,8 @@ class SubmissionWorker:
         self._wake.set()
         if self._informer is not None:
             self._informer.stop(timeout)
+        if self._tenancies is not None:
+            self._tenancies.stop(timeout)
         for t in self._threads:
             t.join(timeout)
         with self._pool_lock:
@@ -261,7 +268,9 @@ class SubmissionWorker:
                             session, container_id=row.id, message=f"tenancy {row.tenancy!r} was deleted"
                         )
                     return None
-                tenancy_cr = push_tenancy(self.kube, self.settings, tenancy)
+                body = tenancy_body(self.settings, tenancy)
+                watched = self._tenancies.in_step(body) if self._tenancies is not None else None
+                tenancy_cr = watched if watched is not None else self.kube.upsert_tenancy(body)
                 self._pushed(tenancy)
                 phase = (tenancy_cr.get("status") or {}).get("phase") or "Pending"
                 if phase != "Ready":
@@ -760,20 +769,22 @@ class SubmissionWorker:
 def push_tenancy(kube: Kube, settings: Settings, row: Tenancy, *, retry: bool = True) -> dict[str, Any]:
     """Bring the tenancy's custom resource to ``row`` (the caller records ``row.revision`` as
     pushed); returns the resource. Raises :class:`KubeError` when Kubernetes did not take it."""
-    return kube.upsert_tenancy(
-        pods.build_tenancy(
-            name=row.name,
-            gpu_quota=row.gpu_quota,
-            pod_quota=row.pod_quota,
-            guaranteed_gpus=row.guaranteed_gpus,
-            weight=row.weight,
-            allow_internet=row.allow_internet,
-            nfs=row.nfs,
-            share=settings.share,
-            volumes=settings.volume_quota,
-            revision=row.revision,
-        ),
-        retry=retry,
+    return kube.upsert_tenancy(tenancy_body(settings, row), retry=retry)
+
+
+def tenancy_body(settings: Settings, row: Tenancy) -> dict[str, Any]:
+    """The Tenancy resource the record ``row`` stands for."""
+    return pods.build_tenancy(
+        name=row.name,
+        gpu_quota=row.gpu_quota,
+        pod_quota=row.pod_quota,
+        guaranteed_gpus=row.guaranteed_gpus,
+        weight=row.weight,
+        allow_internet=row.allow_internet,
+        nfs=row.nfs,
+        share=settings.share,
+        volumes=settings.volume_quota,
+        revision=row.revision,
     )
 
 

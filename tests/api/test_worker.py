@@ -463,6 +463,41 @@ def test_admin_tenancy_changes_reach_the_resource(api: ApiServer, k8s: Any) -> N
     assert exc.value.status == 404
 
 
+def test_a_ready_tenancy_in_step_costs_its_next_pods_no_read_of_its_resource(api: ApiServer, k8s: Any) -> None:
+    """The worker knows from its watch of the Tenancies that the resource holds the record and
+    is Ready: the next containers of such a tenancy cost kube-apiserver their pods' creates and
+    no read or write of the Tenancy."""
+    kube = api.worker.kube
+    calls: list[str] = []
+    get, upsert = kube.get_tenancy, kube.upsert_tenancy
+
+    def counted_get(name: str, **kw: Any) -> dict[str, Any]:
+        calls.append(f"get {name}")
+        return get(name, **kw)
+
+    def counted_upsert(body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        calls.append(f"upsert {body['metadata']['name']}")
+        return upsert(body, **kw)
+
+    kube.get_tenancy, kube.upsert_tenancy = counted_get, counted_upsert  # type: ignore[method-assign]
+    try:
+        with api.client() as admin:
+            token = new_tenancy(admin, "steady")
+        with api.client(token) as c:
+            first = c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"]
+            mark_tenancy_ready(k8s, "steady")
+            assert wait_for(lambda: status_of(c, first)["status"] == "Pending")
+            assert "get steady" in calls  # the filter sees the tenancy's requests: the admin route's push
+            calls.clear()
+            later = [c.post("/v1/containers", json={"image": "ubuntu", "gpus": 1}).json()["id"] for _ in range(2)]
+            assert wait_for(lambda: all(status_of(c, i)["status"] == "Pending" for i in later))
+            assert calls == []
+            for i in later:
+                assert get_pod(k8s, "tenant-steady", f"gpucaas-{i}") is not None
+    finally:
+        del kube.get_tenancy, kube.upsert_tenancy
+
+
 def test_readyz_when_everything_answers(api: ApiServer) -> None:
     with api.client(None) as anon:
         r = anon.get("/readyz")

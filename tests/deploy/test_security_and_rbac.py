@@ -29,7 +29,7 @@ VALUE_SETS = {
 # (apiGroup, resource) -> verbs, per component. Cluster-wide (ClusterRole) rules.
 EXPECTED_CLUSTER_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
     "api": {
-        ("gpucaas.dev", "tenancies"): {"get", "list", "create", "patch", "delete"},
+        ("gpucaas.dev", "tenancies"): {"get", "list", "watch", "create", "patch", "delete"},
         ("gpucaas.dev", "gpuleases"): {"get", "list"},
         ("gpucaas.dev", "gpuleases/status"): {"update"},
         ("gpucaas.dev", "fabricstates"): {"list"},
