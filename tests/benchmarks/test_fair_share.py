@@ -62,6 +62,22 @@ def test_only_work_that_fits_in_its_tenancys_guarantee_counts_for_the_guaranteed
         _pod("third", "a", 2, 7.0, 7.5, None),  # 8 held: beyond the guarantee, not counted
     ]
     assert guaranteed_waits(pods, plans, lo=0.0, hi=10.0) == [1.0, 3.0]
+    assert guaranteed_waits(pods, plans, lo=0.0, hi=10.0, count="held") == [1.0, 3.0]
+
+
+def test_a_pod_behind_its_own_tenancys_waiting_work_beyond_the_guarantee_is_not_guaranteed() -> None:
+    """The tenancy's waiting pods count in its demand: an 8-GPU pod waiting for a partition fills a
+    guarantee of 8, so a 1-GPU pod made after it is beyond the guarantee (its fair share is not its
+    whole demand), though nothing of the tenancy is bound yet."""
+    plans = [_plan("a", 8)]
+    pods = [
+        _pod("big", "a", 8, 1.0, 9.0, None),  # waits 8 s for a whole partition
+        _pod("small", "a", 1, 2.0, 12.0, None),  # 8 + 1 > 8: not guaranteed
+        _pod("later", "a", 1, 20.0, 21.0, None),  # 8 (big, running) + 1 > 8: not guaranteed
+    ]
+    assert guaranteed_waits(pods, plans, lo=0.0, hi=30.0) == [8.0]
+    # counting bound pods only, the small one counted though it waited on its own tenancy
+    assert guaranteed_waits(pods, plans, lo=0.0, hi=30.0, count="held") == [8.0, 10.0]
 
 
 def test_the_tenancies_are_unequal_and_the_same_for_a_seed() -> None:
