@@ -36,7 +36,7 @@ from devtools.local_cluster.binaries import bin_dir as find_bin_dir
 from devtools.local_cluster.objects import create_all
 from devtools.local_cluster.pki import PKI, SERVING_NAMES, Pair
 from devtools.ports import free_port
-from devtools.processes import ReadyCheck, Supervisor, http_ready
+from devtools.processes import ProcessFailed, ReadyCheck, Supervisor, http_ready
 
 log = logging.getLogger(__name__)
 
@@ -374,10 +374,22 @@ class LocalCluster(Supervisor):
 
     def start_scheduler(self, config: dict[str, Any], timeout: float = 120.0) -> None:
         """Start kube-scheduler with ``config`` on a running cluster (once what it calls, an
-        extender say, answers)."""
+        extender say, answers).
+
+        Its serving port is picked now, not with the cluster's: a picked port is only held once
+        bound, and in the minutes between the two another run on this machine may take it. A
+        port found taken all the same is picked again, once."""
         self.options.scheduler_config = config
-        self._add_scheduler()
-        self.bring_up("kube-scheduler", timeout)
+        for attempt in range(2):
+            self._sched_port = free_port()
+            self._add_scheduler()
+            try:
+                self.bring_up("kube-scheduler", timeout)
+                return
+            except ProcessFailed as exc:
+                if attempt or "address already in use" not in str(exc):
+                    raise
+                log.warning("kube-scheduler: port %d was taken meanwhile; another", self._sched_port)
 
 
 def _healthz(port: int) -> ReadyCheck:
