@@ -44,9 +44,11 @@ if TYPE_CHECKING:
     from .client import Kube, translated
     from .config import kopf_connection_info, load_configuration, new_api_client
     from .informer import Informer
+    from .watched import WatchedObjects
 
 _LAZY = {
     "Informer": "informer",
+    "WatchedObjects": "watched",
     "Kube": "client",
     "translated": "client",
     "load_configuration": "config",
@@ -83,6 +85,7 @@ __all__ = [
     "RetryPolicy",
     "Unauthorized",
     "Unavailable",
+    "WatchedObjects",
     "adapter",
     "connect",
     "from_api_exception",

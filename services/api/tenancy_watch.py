@@ -17,51 +17,31 @@ fails or waits as it would have, and the worker's own retries carry the containe
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from core import crds
-from core.kube import Informer, KubeAdapter
+from core.kube import KubeAdapter, WatchedObjects
 from services.api.kube import tenancy_in_step
 
 PATH = f"/apis/{crds.GROUP}/{crds.VERSION}/{crds.TENANCY_PLURAL}"
 
 
 class TenancyWatch:
-    """Every Tenancy by name, kept by an :class:`~core.kube.Informer` of their collection."""
+    """Every Tenancy by name, kept by a :class:`~core.kube.WatchedObjects` of their collection."""
 
     def __init__(self, kube: KubeAdapter) -> None:
-        self._held: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-        self._informer = Informer(kube, PATH, name="tenancy watch", on_list=self._listed, on_event=self._watched)
+        self._tenancies = WatchedObjects(kube, PATH, name="tenancy watch")
 
     def start(self) -> TenancyWatch:
-        self._informer.start()
+        self._tenancies.start()
         return self
 
     def stop(self, timeout: float | None = 5.0) -> None:
-        self._informer.stop(timeout)
+        self._tenancies.stop(timeout)
 
     def in_step(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The resource as watched, if it needs no write to be ``body`` (a Tenancy as
         :func:`~services.api.domain.pods.build_tenancy` makes it); else None: push it. None too
         while the watch is not open, as its copy may be old then."""
-        if not self._informer.watching.is_set():
-            return None
-        with self._lock:
-            held = self._held.get(body["metadata"]["name"])
+        held = self._tenancies.get(body["metadata"]["name"])
         return held if held is not None and tenancy_in_step(held, body) else None
-
-    def _listed(self, items: list[dict[str, Any]]) -> None:
-        with self._lock:
-            self._held = {o["metadata"]["name"]: o for o in items}
-
-    def _watched(self, kind: str, obj: dict[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name")
-        if not name:
-            return
-        with self._lock:
-            if kind == "DELETED":
-                self._held.pop(name, None)
-            else:
-                self._held[name] = obj

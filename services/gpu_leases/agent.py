@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import lease_states as states
 from core.crds import GPULEASE_PLURAL, GROUP, LABEL_TENANCY, TENANT_NAMESPACE_PREFIX, VERSION
-from core.kube import Informer, KubeError, NotFound, adapter
+from core.kube import KubeError, NotFound, WatchedObjects, adapter
 from core.lease_store import LABEL_NODE, LeaseConflict, LeaseStore, build_gpu_lease, lease_name
 from services.gpu_leases.firmware import FirmwareCheck
 
@@ -55,12 +55,14 @@ class PodHolding:
 
 class NodeLeases:
     """Rounds as in the module docstring. Every ``interval`` it reads PodResources (local);
-    a full round (Kubernetes list, transitions) runs only when something may have changed:
-    the node's leases changed (the one :class:`~core.kube.Informer`, over either adapter), the
+    a full round (the node's leases, transitions) runs only when something may have changed:
+    the node's leases changed (one :class:`~core.kube.WatchedObjects`, over either adapter), the
     pods holding GPUs changed, an allocation is waiting to be seen, or ``resync`` seconds
-    passed. While no watch is open (refused: RBAC without ``watch``; cut) every tick is a full
-    round. This keeps an idle node daemon under 1 % of a core without making lease changes
-    slower to follow."""
+    passed. A round takes the leases from the watch's copy; the resync round, and every round
+    while no watch is open (refused: RBAC without ``watch``; cut), lists them from Kubernetes
+    instead, and then every tick is a full round. This keeps an idle node daemon under 1 % of
+    a core, and a busy node's rounds off kube-apiserver, without making lease changes slower to
+    follow."""
 
     def __init__(
         self,
@@ -96,18 +98,19 @@ class NodeLeases:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        # the node's leases, listed then watched: any change (or listing) calls for a full round
-        self._informer = Informer(
+        # the node's leases, listed then watched: any change (or listing) calls for a full round,
+        # which reads them from this copy while the watch is open (no list request per round)
+        self._leases = WatchedObjects(
             self.kube,
             f"/apis/{GROUP}/{VERSION}/{GPULEASE_PLURAL}",
             query=[("labelSelector", f"{LABEL_NODE}={node}")],
             name=f"gpu-leases {node}",
-            on_list=lambda _leases: self._leases_changed(),
-            on_event=lambda _kind, _lease: self._leases_changed(),
+            on_change=self._leases_changed,
         )
         self._dirty = True  # the leases may have changed since the last full round
         self._last_holdings: frozenset[PodHolding] | None = None
         self._last_full = float("-inf")
+        self._last_listed = float("-inf")  # the last round that listed the leases from Kubernetes
 
     # --- the device plugin's health source ----------------------------------------------
     def health(self) -> Mapping[str, str]:
@@ -153,9 +156,15 @@ class NodeLeases:
             pass
         return states.Holder(pod=pod, namespace=namespace, tenancy=tenancy, pod_uid=uid)
 
-    def reconcile_once(self, holdings: Iterable[PodHolding] | None = None) -> None:
+    def reconcile_once(self, holdings: Iterable[PodHolding] | None = None, *, listed: bool = True) -> None:
+        """One full round. ``listed=False`` takes the node's leases from the watch's copy when a
+        watch is open (each write below is guarded by the lease's resourceVersion, so a copy an
+        event behind meets a conflict and the lease is read again); the periodic resync and any
+        round without an open watch list them from Kubernetes."""
         known = {g.pci_address: g for g in self.gpus()}
-        leases = {lz["spec"]["pciAddress"]: lz for lz in self.store.list(self.node)}
+        watched = None if listed else self._leases.objects()
+        listing = self.store.list(self.node) if watched is None else watched
+        leases = {lz["spec"]["pciAddress"]: lz for lz in listing}
         for bdf, gpu in known.items():
             if bdf not in leases:
                 leases[bdf] = self.store.ensure(
@@ -335,7 +344,7 @@ class NodeLeases:
     @property
     def watching(self) -> bool:
         """A watch on this node's leases is open (while it is not, every tick is a full round)."""
-        return self._informer.watching.is_set()
+        return self._leases.watching
 
     def _round_needed(self, holdings: frozenset[PodHolding]) -> bool:
         with self._lock:
@@ -354,8 +363,11 @@ class NodeLeases:
                 holdings = frozenset(self.holdings())
                 if self._round_needed(holdings):
                     self._dirty = False
-                    self.reconcile_once(holdings)
+                    resync = time.monotonic() - self._last_listed >= self.resync
+                    self.reconcile_once(holdings, listed=resync)
                     self._last_holdings, self._last_full = holdings, time.monotonic()
+                    if resync:
+                        self._last_listed = self._last_full
             except KubeError as exc:  # forbidden vs unreachable, said as such; the next round retries
                 self._dirty = True
                 log.warning("node=%s lease round failed: %s", self.node, exc.summary())
@@ -366,14 +378,14 @@ class NodeLeases:
             self._wake.clear()
 
     def start(self) -> None:
-        self._informer.start()
+        self._leases.start()
         self._thread = threading.Thread(target=self._loop, name="gpu-leases", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._informer.stop()
+        self._leases.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
 

@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes import client
 
 from core import lease_states as states
+from core.crds import GPULEASE_PLURAL
 from core.kube import Kube, KubeConnection, RestKube, from_status
 from core.lease_store import LeaseStore, lease_name
 from devtools.fake_sysfs import FakeBoard
@@ -90,3 +91,52 @@ def test_without_a_watch_every_tick_is_a_full_round(
         assert not agent.watching  # refused: seen by the full round of a tick
     finally:
         agent.stop()
+
+
+class CountingRestKube(RestKube):
+    """The daemon's adapter, counting the lists of the GPU lease collection it sends (a watch is
+    a stream, not counted)."""
+
+    lists = 0
+
+    def send(self, method: str, path: str, **kwargs: Any) -> Any:
+        if method == "GET" and path.endswith(f"/{GPULEASE_PLURAL}"):
+            self.lists += 1
+        return super().send(method, path, **kwargs)
+
+
+def test_rounds_read_the_leases_from_the_watch_not_from_a_list(
+    kubeconfig: Path, k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
+) -> None:
+    """A whole lease cycle (Leased, Releasing, the check, Free) is several full rounds; with the
+    watch open they read the node's leases from its copy, so kube-apiserver sees no list."""
+    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
+    kube = CountingRestKube(KubeConnection(kubeconfig=kubeconfig))
+    agent = NodeLeases(
+        kube,
+        NODE,
+        lambda: gpus,
+        lambda: kubelet.holdings,
+        SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
+        interval=0.05,
+        resync=HOUR,
+    )
+    store = LeaseStore(k8s)
+    agent.start()
+    try:
+        wait_for(lambda: agent.watching, what="the watch on the node's leases")
+        wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="lease created Free")
+        wait_for(lambda: GPU in {lz["spec"]["pciAddress"] for lz in agent._leases.objects() or []}, what="held")
+        listed = kube.lists  # the watch's own listing and the first (resync) round's
+        make_pod(k8s, "acme", "w-1")
+        kubelet.hold("tenant-acme", "w-1", GPU)
+        wait_for(lambda: store.get(NAME)["status"]["state"] == "Leased", what="Leased")
+        kubelet.drop("tenant-acme", "w-1")
+        wait_for(lambda: store.get(NAME)["status"]["state"] == "Releasing", what="Releasing")
+        store.transition(NAME, lambda st: states.check_started(st))
+        lease = wait_for(lambda: (lz := store.get(NAME))["status"]["state"] == "Free" and lz, what="checked, Free")
+        assert lease["status"]["lastCheck"]["result"] == "Passed"
+        assert kube.lists == listed
+    finally:
+        agent.stop()
+        kube.close()
