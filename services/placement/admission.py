@@ -11,8 +11,9 @@ passed before it and whose pods no node has been counted for yet (:class:`Promis
   pods (:func:`holds`), so that smaller work decided after it does not keep that partition from
   ever freeing (a reservation, as batch schedulers make for their largest waiting job);
 * ``Pending`` too while GPUs are being freed (pods ending, GPUs in the firmware check between
-  tenants) and the healthy GPUs would hold it: the partition it needs may be theirs, as when Kueue
-  preempted pods for it;
+  tenants) that would give it its partitions once free: the partition it needs may be theirs, as
+  when Kueue preempted pods for it. GPUs freeing elsewhere (a node that would still lack a whole
+  partition of its size) do not keep it waiting with its quota;
 * ``Retry`` otherwise (it borrows): Kueue gives its quota back and queues it again after
   ``requeueAfterSeconds``, so that work that fits runs meanwhile instead of waiting behind it.
 """
@@ -27,7 +28,7 @@ from core.topology import GPU_COUNT, HGX_H100_PARTITIONS, cover_size
 from services.placement.errors import InvalidRequest
 from services.placement.extender import pod_gpu_count
 from services.placement.fit import mask_of
-from services.placement.fleet import FleetIndex, NodeFree
+from services.placement.fleet import FleetIndex, Freeing, NodeFree
 
 CheckState = Literal["Pending", "Ready", "Retry"]
 
@@ -137,6 +138,34 @@ def holds(
     return tuple(held)
 
 
+def _freed_soon(
+    nodes: Sequence[NodeFree], freeing: Mapping[str, Freeing], promises: Sequence[Promise], sizes: Sequence[int]
+) -> list[str]:
+    """The nodes whose GPUs being freed would let every size fit (each node's free GPUs plus its
+    known freeing ones, best fit; or, for GPUs of ending pods no report places, a node whose free
+    and freeing GPUs reach the largest size); empty: what frees cannot help."""
+    if not any(f.mask or f.unplaced for f in freeing.values()):
+        return []
+    soon = [
+        NodeFree(n.name, n.free_mask | (freeing[n.name].mask & n.healthy_mask), n.healthy_mask, n.usable, n.reason)
+        if n.name in freeing
+        else n
+        for n in nodes
+    ]
+    index = _index(soon, promises)
+    placed = _place(index, sizes)
+    if placed is not None:
+        return sorted({node for node, _ in placed} & set(freeing))
+    largest = max(sizes)
+    return sorted(
+        n.name
+        for n in soon
+        if n.usable
+        and freeing.get(n.name, Freeing()).unplaced
+        and n.free_mask.bit_count() + freeing[n.name].unplaced >= largest
+    )
+
+
 def _sizes_text(sizes: Sequence[int]) -> str:
     counted = sorted({s for s in sizes if s > 0}, reverse=True)
     return " and ".join(f"{sizes.count(s)} x {s}-GPU" if sizes.count(s) > 1 else f"{s}-GPU" for s in counted)
@@ -147,12 +176,13 @@ def decide(
     nodes: Sequence[NodeFree],
     promises: Iterable[Promise],
     *,
-    freeing: int,
+    freeing: Mapping[str, Freeing],
     now: float,
     guaranteed: bool = False,
 ) -> Verdict:
-    """The check's answer for one Workload (see the module docstring); ``guaranteed``: its
-    ClusterQueue borrows nothing, so its quota is its tenancy's guarantee."""
+    """The check's answer for one Workload (see the module docstring); ``freeing``: per node,
+    what frees by itself soon; ``guaranteed``: its ClusterQueue borrows nothing, so its quota is
+    its tenancy's guarantee."""
     promises = list(promises)
     sizes = [s for s in asked.pod_sizes if s > 0]
     if not sizes:
@@ -176,8 +206,12 @@ def decide(
             "(the free GPUs of the partition nearest to free are held for it)",
             promises=holds(asked.uid, nodes, promises, sizes, now),
         )
-    if freeing:
-        return Verdict("Pending", f"waiting for {freeing} GPUs being freed, for the NVLink {what}")
+    wait_on = _freed_soon(nodes, freeing, promises, sizes)
+    if wait_on:
+        count = sum(freeing[n].mask.bit_count() + freeing[n].unplaced for n in wait_on)
+        return Verdict(
+            "Pending", f"waiting for {count} GPUs being freed on {', '.join(wait_on)}, for the NVLink {what}"
+        )
     delay = RETRY_DELAYS_S[min(asked.retries, len(RETRY_DELAYS_S) - 1)]
     return Verdict(
         "Retry",

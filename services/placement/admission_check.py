@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from core.backoff import Backoff
 from core.kube import Informer, Kube, KubeError
 from services.placement.admission import Asked, Promise, Verdict, decide, pod_sizes
 from services.placement.extender import GPU_RESOURCE
-from services.placement.fleet import FleetIndex, NodeFree
+from services.placement.fleet import FleetIndex, Freeing, NodeFree
 from services.placement.leader import LeaseElector
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class PartitionCheck:
         index: FleetIndex,
         *,
         counted: Callable[[str], bool],
-        freeing_gpus: Callable[[], int],
+        freeing: Callable[[], Mapping[str, Freeing]],
         synced: Callable[[], bool],
         gpu_resource: str = GPU_RESOURCE,
         check: str = kueue.PARTITION_CHECK,
@@ -99,7 +99,7 @@ class PartitionCheck:
         self.kube = kube
         self.index = index
         self.counted = counted
-        self.freeing_gpus = freeing_gpus
+        self.freeing = freeing
         self.fleet_synced = synced
         self.gpu_resource = gpu_resource
         self.check = check
@@ -335,7 +335,7 @@ class PartitionCheck:
                 meta = workload["metadata"]
                 waiting.append((_reserved_at(workload), str(meta.get("creationTimestamp") or ""), workload, entry))
         waiting.sort(key=lambda w: (w[0], w[1]))
-        freeing = self.freeing_gpus()
+        freeing = self.freeing()
         guaranteed = self._guaranteed_queues(workloads)
         held: list[Promise] = []  # this pass's holds for guaranteed Workloads still waiting
         for _, _, workload, entry in waiting:

@@ -52,6 +52,15 @@ class NodeFree:
 
 
 @dataclass(frozen=True, slots=True)
+class Freeing:
+    """A node's GPUs that free by themselves soon: ``mask`` those known by physical id, and
+    ``unplaced`` more of its pods being deleted whose GPUs nothing names."""
+
+    mask: int = 0
+    unplaced: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class FilterOutcome:
     """The filter's answer: kept names (in request order) and the reasons for the rest."""
 
@@ -268,6 +277,7 @@ def _check_size(size: int) -> None:
 __all__ = [
     "FilterOutcome",
     "FleetIndex",
+    "Freeing",
     "MAX_EXTENDER_PRIORITY",
     "MIN_EXTENDER_PRIORITY",
     "NodeFree",

@@ -42,8 +42,8 @@ from core.kube import Forbidden, Informer, Kube, KubeConnection, KubeError, NotF
 from services.placement.errors import BindFailed, KubernetesUnavailable, NoRoom
 from services.placement.extender import GPU_RESOURCE, BindingArgs, pod_ref
 from services.placement.filtered import FilteredPods
-from services.placement.fleet import FleetIndex
-from services.placement.nodestate import TERMINAL_PHASES, PodClaim, derive_node, pod_claim
+from services.placement.fleet import FleetIndex, Freeing
+from services.placement.nodestate import TERMINAL_PHASES, PodClaim, derive_node, freeing, pod_claim
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ class FleetWatcher:
         self._assumed: dict[str, PodClaim] = {}
         #: pod -> the GPUs it was assumed onto while its node did not show it (``derive_node``)
         self._positions: dict[str, int] = {}
+        self._freeing: dict[str, Freeing] = {}  # node -> what frees there by itself soon (``_recompute``)
         self._bind_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)  # ``_node_binds``
         #: the pods of the latest filter calls, so that their binds need not read them (``remember``)
         self.filtered = FilteredPods()
@@ -184,15 +185,12 @@ class FleetWatcher:
         with self._lock:
             return key in self._claims
 
-    def freeing_gpus(self) -> int:
-        """GPUs that free soon by themselves: those of GPU pods being deleted, and those whose lease
-        is Releasing or in the firmware check between tenants (Checking)."""
+    def freeing(self) -> dict[str, Freeing]:
+        """Per node, the GPUs that free soon by themselves (``nodestate.freeing``: those of GPU pods
+        being deleted, and those whose lease is Releasing or in the firmware check between
+        tenants); nodes with none are left out."""
         with self._lock:
-            ending = sum(c.gpus for c in self._claims.values() if c.ending)
-            checked = sum(
-                1 for o in self._leases.values() if (o.get("status") or {}).get("state") in ("Releasing", "Checking")
-            )
-            return ending + checked
+            return dict(self._freeing)
 
     # -- caches ----------------------------------------------------------------------
 
@@ -297,10 +295,16 @@ class FleetWatcher:
         fabric = self._fabric.get(node)
         if fabric is None:
             self.index.remove_node(node)
+            self._freeing.pop(node, None)
             return
         leases = [o for o in self._leases.values() if _lease_node(o) == node]
         claims = [c for c in self._claims.values() if c.node == node]
         state = derive_node(node, fabric, leases, claims, self._positions)
+        soon = freeing(fabric, leases, claims, self._positions)
+        if soon.mask or soon.unplaced:
+            self._freeing[node] = soon
+        else:
+            self._freeing.pop(node, None)
         previous = self.index.node(node)
         self.index.set_node(state)
         if (

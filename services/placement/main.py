@@ -49,7 +49,7 @@ def run(settings: PlacementSettings) -> None:
             api,
             index,
             counted=watcher.counted,
-            freeing_gpus=watcher.freeing_gpus,
+            freeing=watcher.freeing,
             synced=watcher.is_synced,
             gpu_resource=settings.gpu_resource,
             promise_s=settings.partition_promise_seconds,

@@ -40,7 +40,7 @@ from core.topology import GPU_COUNT, HGX_H100_PARTITIONS, cover_size
 from services.placement.errors import InvalidRequest
 from services.placement.extender import pod_gpu_count
 from services.placement.fit import FIT_TABLE, mask_of
-from services.placement.fleet import NodeFree
+from services.placement.fleet import Freeing, NodeFree
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -138,6 +138,57 @@ def _phys(value: Any) -> int | None:
     return value if isinstance(value, int) and 1 <= value <= GPU_COUNT else None
 
 
+def _pci_map(status: Mapping[str, Any]) -> dict[str, int]:
+    """PCI address -> physical id, from the FabricState's ``status.gpus``."""
+    return {
+        normalize_pci(gpu["pciBusId"]): pid
+        for gpu in status.get("gpus") or []
+        if (pid := _phys(gpu.get("physicalId"))) is not None and gpu.get("pciBusId")
+    }
+
+
+def _lease_gpu(spec: Mapping[str, Any], pci_to_phys: Mapping[str, int]) -> int | None:
+    """The physical id of a lease's GPU: the node's report maps the lease's PCI address; the
+    lease's own physicalId (written once, when it was made) is the fallback: a node agent that
+    made it before it learnt the fabric's map wrote PCI order there."""
+    pid = pci_to_phys.get(normalize_pci(spec["pciAddress"])) if spec.get("pciAddress") else None
+    return pid if pid is not None else _phys(spec.get("physicalId"))
+
+
+def freeing(
+    fabric_state: Mapping[str, Any],
+    leases: Iterable[Mapping[str, Any]] = (),
+    pods: Iterable[PodClaim] = (),
+    positions: Mapping[str, int] | None = None,
+) -> Freeing:
+    """What of the node frees by itself soon: the GPUs whose lease is ``Releasing`` or in the
+    firmware check between tenants (``Checking``), and those of its pods being deleted, found by
+    their ``Leased`` leases or where they were assumed (``positions``); a pod being deleted whose
+    GPUs neither names counts by its number of GPUs (``unplaced``)."""
+    pci_to_phys = _pci_map(fabric_state.get("status") or {})
+    ending = {claim.key: claim.gpus for claim in pods if claim.ending}
+    gpus: set[int] = set()
+    found: dict[str, int] = {}  # ending pod -> its GPUs found by a lease
+    for lease in leases:
+        lstatus = lease.get("status") or {}
+        state = lstatus.get("state")
+        holder = lstatus.get("holder") or {}
+        key = f"{holder.get('namespace', '')}/{holder.get('pod', '')}"
+        if state in ("Releasing", "Checking") or (state == "Leased" and key in ending):
+            pid = _lease_gpu(lease.get("spec") or {}, pci_to_phys)
+            if pid is not None:
+                gpus.add(pid)
+                if state == "Leased":
+                    found[key] = found.get(key, 0) + 1
+    mask = mask_of(gpus)
+    unplaced = 0
+    for key, count in ending.items():
+        where = (positions or {}).get(key, 0) if key not in found else 0
+        mask |= where
+        unplaced += max(0, count - found.get(key, 0) - where.bit_count())
+    return Freeing(mask, unplaced)
+
+
 def derive_node(
     name: str,
     fabric_state: Mapping[str, Any],
@@ -152,16 +203,10 @@ def derive_node(
     where ``choose_gpus`` puts it now), and the mapping is updated with where it is
     counted this time."""
     status = fabric_state.get("status") or {}
-    pci_to_phys: dict[str, int] = {}
-    healthy: set[int] = set()
-    for gpu in status.get("gpus") or []:
-        pid = _phys(gpu.get("physicalId"))
-        if pid is None:
-            continue
-        if gpu.get("pciBusId"):
-            pci_to_phys[normalize_pci(gpu["pciBusId"])] = pid
-        if gpu.get("healthy", True):
-            healthy.add(pid)
+    pci_to_phys = _pci_map(status)
+    healthy = {
+        pid for gpu in status.get("gpus") or [] if (pid := _phys(gpu.get("physicalId"))) and gpu.get("healthy", True)
+    }
     for failed in status.get("failedDevices") or []:
         pid = _phys(failed.get("physicalId"))
         if pid is None and failed.get("pciBusId"):
@@ -182,12 +227,7 @@ def derive_node(
         state = lstatus.get("state") or "Free"
         if state == "Free":
             continue
-        # the node's report maps the lease's PCI address; the lease's own physicalId (written
-        # once, when it was made) is the fallback: a node agent that made it before it learnt the
-        # fabric's map wrote PCI order there
-        pid = pci_to_phys.get(normalize_pci(spec["pciAddress"])) if spec.get("pciAddress") else None
-        if pid is None:
-            pid = _phys(spec.get("physicalId"))
+        pid = _lease_gpu(spec, pci_to_phys)
         if pid is not None:
             busy.add(pid)
             if state != "Leased":

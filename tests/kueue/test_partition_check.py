@@ -68,7 +68,7 @@ def checked(controlled: Queued) -> Iterator[Queued]:
         kube,
         index,
         counted=watcher.counted,
-        freeing_gpus=watcher.freeing_gpus,
+        freeing=watcher.freeing,
         synced=watcher.is_synced,
         elector=elector,
     ).start()

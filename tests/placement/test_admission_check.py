@@ -64,7 +64,7 @@ def check_on(
         kube,  # type: ignore[arg-type]
         index,
         counted=lambda key: key in counted,
-        freeing_gpus=lambda: 0,
+        freeing=lambda: {},
         synced=lambda: True,
         elector=Elector(leading),  # type: ignore[arg-type]
     )

@@ -16,8 +16,8 @@ from core import crds
 from devtools.waiting import wait_for
 from services.placement.errors import BindFailed
 from services.placement.extender import BindingArgs
-from services.placement.fit import gpus_of
-from services.placement.fleet import FleetIndex
+from services.placement.fit import gpus_of, mask_of
+from services.placement.fleet import FleetIndex, Freeing
 from services.placement.kube import FleetWatcher
 from tests.placement.conftest import serve
 from tests.placement.factories import fabric_status, lease, pod
@@ -124,6 +124,8 @@ def test_fleet_follows_fabric_states_leases_and_pods(k8s: client.ApiClient, watc
     # a GPU between tenants is being checked: not free
     put_lease(custom, lease("gpu-node-a", 8, "Checking"))
     eventually(lambda: free_of(watcher, "gpu-node-a") == {2, 4, 5, 6, 7})
+    # ... and frees by itself soon (what the partition check waits for)
+    assert watcher.freeing() == {"gpu-node-a": Freeing(mask_of({8}))}
 
     # a newer 1-GPU pod the node does not show yet is assumed where choose_gpus will put it:
     # GPU 6, whose pair mate 8 is being checked
@@ -137,6 +139,7 @@ def test_fleet_follows_fabric_states_leases_and_pods(k8s: client.ApiClient, watc
     eventually(lambda: watcher.index.node("gpu-node-b") is not None and not watcher.index.node("gpu-node-b").usable)  # type: ignore[union-attr]
     custom.delete_cluster_custom_object(crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, "gpu-node-b")
     eventually(lambda: watcher.index.node("gpu-node-b") is None)
+    assert set(watcher.freeing()) == {"gpu-node-a"}
 
 
 def test_extender_over_http_binds_and_counts_the_pod_at_once(k8s: client.ApiClient, watcher: FleetWatcher) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from services.placement.fit import gpus_of, mask_of
-from services.placement.nodestate import PodClaim, derive_node, normalize_pci, pod_claim
+from services.placement.fleet import Freeing
+from services.placement.nodestate import PodClaim, derive_node, freeing, normalize_pci, pod_claim
 from tests.placement.factories import fabric_state, lease, pod
 
 
@@ -170,3 +171,26 @@ def test_a_pod_assumed_onto_gpus_stays_there_when_an_earlier_pod_ends() -> None:
     positions = {"t/later": mask_of([8])}
     assert free(derive_node("n", taken, pods=[claims[-1]], positions=positions)) == {1, 2, 3, 4, 5, 7}
     assert positions == {"t/later": mask_of([6])}  # GPU 6, the mate of the busy 8
+
+
+def test_what_frees_soon_is_the_gpus_between_tenants_and_those_of_pods_being_deleted() -> None:
+    """The partition check keeps a Workload waiting with its quota only for GPUs that free on
+    their own: leases Releasing or Checking, and the GPUs of pods being deleted (found by their
+    leases, else where they were assumed, else counted)."""
+    ending = PodClaim("tenant-acme", "old", "n", 2, "2026-11-21T04:00:00Z", ending=True)
+    running = PodClaim("tenant-acme", "new", "n", 1, "2026-11-21T04:00:00Z")
+    leases = [
+        lease("n", 1, "Releasing"),
+        lease("n", 2, "Checking"),
+        lease("n", 3, "Quarantined"),  # an admin's: does not free by itself
+        lease("n", 5, "Leased", pod="old"),
+        lease("n", 7, "Leased", pod="old"),
+        lease("n", 6, "Leased", pod="new"),
+    ]
+    soon = freeing(fabric_state("n"), leases, [ending, running])
+    assert (set(gpus_of(soon.mask)), soon.unplaced) == ({1, 2, 5, 7}, 0)
+    # an ending pod with no lease yet: where it was assumed, else only its number of GPUs
+    assumed = freeing(fabric_state("n"), [], [ending], {"tenant-acme/old": mask_of({6, 8})})
+    assert (set(gpus_of(assumed.mask)), assumed.unplaced) == ({6, 8}, 0)
+    assert freeing(fabric_state("n"), [], [ending]) == Freeing(0, 2)
+    assert freeing(fabric_state("n"), [lease("n", 4, "Leased", pod="new")], [running]) == Freeing()
