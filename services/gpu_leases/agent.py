@@ -14,6 +14,7 @@ releasing, being checked, or quarantined.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -89,6 +90,9 @@ class NodeLeases:
         self._unhealthy: dict[str, str] = {}
         self._transient: dict[str, str] = {}
         self._allocated: dict[str, float] = {}  # pci address -> monotonic time of its last Allocate
+        # pci address -> when Allocate handed it over (wall clock): the holder's ``since``, which
+        # is when the pod got the GPU (its partition activated), not when a round recorded it
+        self._allocated_at: dict[str, dt.datetime] = {}
         self.resync = resync
         #: called when the set of withheld GPUs changes (the plugin re-advertises at once)
         self.on_health_change = on_health_change
@@ -127,10 +131,11 @@ class NodeLeases:
     def note_allocation(self, device_ids: Iterable[str]) -> None:
         """Allocate gave these GPUs to a container. Even a pod that is gone before PodResources
         shows it may have used them, so such an allocation still ends in a check."""
-        now = time.monotonic()
+        now, wall = time.monotonic(), dt.datetime.now(dt.UTC)
         with self._lock:
             for d in device_ids:
                 self._allocated[d] = now
+                self._allocated_at[d] = wall
         self._wake.set()
 
     def _unseen_allocations(self, held: Mapping[str, PodHolding]) -> set[str]:
@@ -142,7 +147,13 @@ class NodeLeases:
             due = {d for d, t in self._allocated.items() if now - t >= self.unseen_grace}
             for d in due:
                 del self._allocated[d]
+                self._allocated_at.pop(d, None)
         return due
+
+    def _allocation_time(self, bdf: str) -> dt.datetime | None:
+        """When Allocate last handed ``bdf`` over (None: not heard, e.g. after a restart)."""
+        with self._lock:
+            return self._allocated_at.get(bdf)
 
     # --- one round ---------------------------------------------------------------------------
     def _holder(self, namespace: str, pod: str) -> states.Holder:
@@ -187,9 +198,11 @@ class NodeLeases:
             except LeaseConflict:
                 # Someone else moved it (the controller, an admin): health follows what they wrote.
                 log.debug("lease %s changed during the round; next round decides", lease["metadata"]["name"])
+                self._leases.forget(lease["metadata"]["name"])
                 lease = self.store.get(lease["metadata"]["name"]) or lease
             except states.IllegalTransition as exc:
                 log.warning("node=%s lease %s: %s", self.node, lease["metadata"]["name"], exc)
+            self._leases.wrote(lease)  # the next round reads this, not what it replaced
             after.append(lease)
         self._refresh_health(after)
 
@@ -218,9 +231,14 @@ class NodeLeases:
             same = (holder.get("namespace"), holder.get("pod")) == (holding.namespace, holding.pod)
             if state is states.LeaseState.FREE:
                 log.info("node=%s gpu=%s leased to %s/%s", self.node, bdf, holding.namespace, holding.pod)
-                return self.store.write_status(
-                    lease, states.allocated(status, self._holder(holding.namespace, holding.pod))
+                since = self._allocation_time(bdf)
+                leased = self.store.write_status(
+                    lease, states.allocated(status, self._holder(holding.namespace, holding.pod), now=since)
                 )
+                with self._lock:  # recorded: the next holder's Allocate stamps its own time
+                    if self._allocated_at.get(bdf) == since:
+                        self._allocated_at.pop(bdf, None)
+                return leased
             if state is states.LeaseState.LEASED and not same:
                 # The previous holder is gone and the kubelet already gave the GPU to another pod.
                 log.error(
@@ -233,6 +251,9 @@ class NodeLeases:
                     holder.get("pod"),
                 )
                 return self.store.write_status(lease, states.released(status, "the kubelet reassigned the GPU"))
+            if state is states.LeaseState.LEASED:
+                with self._lock:  # an Allocate for the holder it already has (a kubelet restart)
+                    self._allocated_at.pop(bdf, None)
             if state not in states.ALLOCATABLE_STATES:
                 log.error(
                     "node=%s gpu=%s is %s but allocated to %s/%s", self.node, bdf, state, holding.namespace, holding.pod

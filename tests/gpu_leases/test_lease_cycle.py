@@ -13,6 +13,7 @@ from kubernetes import client
 
 from core.lease_store import LeaseStore, lease_name
 from devtools.fake_sysfs import FakeBoard, rom_image
+from devtools.waiting import wait_for
 from services.gpu_leases import controller as handlers
 from services.gpu_leases.agent import NodeLeases
 
@@ -247,6 +248,38 @@ def test_an_allocation_seen_in_pod_resources_takes_the_normal_path(
     assert state(store) == "Leased"
     lease_agent.reconcile_once()  # the noted allocation was consumed: still Leased
     assert state(store) == "Leased"
+
+
+def test_the_holder_is_leased_since_its_allocation_not_since_the_round_that_saw_it(
+    lease_agent: NodeLeases,
+    store: LeaseStore,
+    kubelet: Kubelet,
+    k8s: client.ApiClient,
+) -> None:
+    """Allocate activated the partition; the round that records the holder may come seconds
+    later (a container can even have ended by then): ``since`` is the allocation's time, which
+    the tenant's timeline shows as the partition's activation."""
+    lease_agent.reconcile_once()
+    make_pod(k8s, "acme", "c-1")
+    lease_agent.note_allocation([GPU])
+    allocated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # the round runs in a later second than the allocation
+    wait_for(lambda: dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") > allocated, what="the next second")
+    kubelet.hold("tenant-acme", "c-1", GPU)
+    lease_agent.reconcile_once()
+    holder = store.get(NAME)["status"]["holder"]
+    assert holder["pod"] == "c-1"
+    assert holder["since"] <= allocated
+    # the next holder is stamped by its own allocation, not by this one's
+    kubelet.drop("tenant-acme", "c-1")
+    lease_agent.reconcile_once()
+    controller_step(store, k8s)
+    lease_agent.reconcile_once()
+    assert state(store) == "Free"
+    make_pod(k8s, "acme", "c-2")
+    kubelet.hold("tenant-acme", "c-2", GPU)
+    lease_agent.reconcile_once()
+    assert store.get(NAME)["status"]["holder"]["since"] > allocated
 
 
 def test_a_holder_the_api_server_says_runs_keeps_its_lease_while_podresources_forgets_it(

@@ -4,6 +4,7 @@ are refused, it polls."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -138,5 +139,76 @@ def test_rounds_read_the_leases_from_the_watch_not_from_a_list(
         assert lease["status"]["lastCheck"]["result"] == "Passed"
         assert kube.lists == listed
     finally:
+        agent.stop()
+        kube.close()
+
+
+class LaggingRestKube(RestKube):
+    """The daemon's adapter whose watch streams hand nothing on while ``flowing`` is clear: a
+    kube-apiserver whose watch events lag its writes (they are sent, and arrive late)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.flowing = threading.Event()
+        self.flowing.set()
+
+    def stream(self, path: str, *, query: list[tuple[str, str]] | None = None, read_timeout_s: float) -> Any:
+        return _Held(super().stream(path, query=query, read_timeout_s=read_timeout_s), self.flowing)
+
+
+class _Held:
+    def __init__(self, resp: Any, flowing: threading.Event) -> None:
+        self._resp, self._flowing = resp, flowing
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        for chunk in self._resp.stream(*args, **kwargs):
+            self._flowing.wait()
+            yield chunk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._resp, name)
+
+
+class CountingCheck:
+    def __init__(self, inner: SysfsFirmwareCheck) -> None:
+        self.inner, self.runs = inner, 0
+
+    def check(self, bdf: str) -> Any:
+        self.runs += 1
+        return self.inner.check(bdf)
+
+
+def test_rounds_follow_their_own_writes_while_the_watch_lags_and_check_once(
+    kubeconfig: Path, k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
+) -> None:
+    """A round reads the watch's copy, which may not have the agent's own last write yet: the
+    round after it still starts from that write (the pod left a Leased GPU: release it), and a
+    GPU it just checked is not checked (and reset) once more from a copy that says Checking."""
+    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
+    kube = LaggingRestKube(KubeConnection(kubeconfig=kubeconfig))
+    checker = CountingCheck(SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False))
+    agent = NodeLeases(kube, NODE, lambda: gpus, lambda: kubelet.holdings, checker, interval=0.05, resync=HOUR)
+    store = LeaseStore(k8s)
+    agent.start()
+    try:
+        wait_for(lambda: agent.watching, what="the watch on the node's leases")
+        wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="lease created Free")
+        wait_for(lambda: (agent._leases.get(NAME) or {}).get("status", {}).get("state") == "Free", what="held as Free")
+        kube.flowing.clear()  # from here no event reaches the agent
+        make_pod(k8s, "acme", "w-1")
+        kubelet.hold("tenant-acme", "w-1", GPU)
+        wait_for(lambda: store.get(NAME)["status"]["state"] == "Leased", what="Leased")
+        kubelet.drop("tenant-acme", "w-1")
+        wait_for(lambda: store.get(NAME)["status"]["state"] == "Releasing", what="Releasing, from its own write")
+        store.transition(NAME, lambda st: states.check_started(st))  # the controller's, seen once events flow
+        kube.flowing.set()
+        wait_for(lambda: store.get(NAME)["status"]["state"] == "Free", what="checked, Free")
+        checked = checker.runs
+        kube.flowing.clear()  # the check's own write is not in the copy: the next rounds must not check again
+        kubelet.hold("tenant-acme", "w-1", GPU)
+        wait_for(lambda: store.get(NAME)["status"]["state"] == "Leased", what="Leased again")
+        assert checker.runs == checked == 1
+    finally:
+        kube.flowing.set()
         agent.stop()
         kube.close()
