@@ -6,7 +6,8 @@ the lease at all, :func:`tick`):
 
 * ``Leased`` whose holder pod is gone, or finished longer than the grace period ago
   (the node side normally notices first; this covers a node agent that is down);
-* ``Releasing`` -> ``Checking`` (attempt 1): the node side runs the firmware check;
+* ``Releasing`` -> ``Checking`` (attempt 1): the node side runs the firmware check; this
+  one also on the lease's watch event, at once (the GPU's next container waits for the check);
 * ``Checking`` without a result after ``CHECK_TIMEOUT_S`` -> a new attempt, up to
   ``CHECK_ATTEMPTS``; then ``Quarantined`` with reason ``CheckTimedOut``.
 The node writes the check result itself; the controller never guesses one.
@@ -153,6 +154,13 @@ def register(registry: kopf.OperatorRegistry, settings: Any) -> None:
         if getattr(memo, "gpu_leases", None):
             memo.gpu_leases[2].close()
 
+    def released(body: kopf.Body, **_: Any) -> bool:
+        return states.state_of(body.get("status")) is states.LeaseState.RELEASING
+
+    # A lease the node has just released asks for its check at once, not at the lease's next
+    # timer visit (up to INTERVAL_S later): until the check passes, the GPU's next container
+    # waits in PreStartContainer. The timer still visits it (a missed event, a restart).
+    @kopf.on.event(*LEASE, id="lease-released", when=released, registry=registry)
     @kopf.timer(*LEASE, id="lease-lifecycle", interval=INTERVAL_S, sharp=False, registry=registry)
     def lease_lifecycle(
         body: kopf.Body, memo: Any, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any

@@ -101,3 +101,25 @@ def test_the_controller_process_runs_the_lease_timers(api: Any, kubeconfig: Path
         wait_for(lambda: store.get(name)["status"]["state"] == "Checking", what="the lease timer's check request")
     finally:
         ctl.stop()
+
+
+def test_a_lease_released_while_the_controller_runs_is_checked_without_waiting_for_its_timer(
+    api: Any, kubeconfig: Path, k8s: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU released by its node asks for its check on the lease's watch event: with the
+    timers an hour apart, only the event can move it on (its next container waits for it)."""
+    monkeypatch.setattr(gpu_lease_timers, "INTERVAL_S", 3600.0)
+    store = LeaseStore(k8s)
+    probe = store.ensure(build_gpu_lease("gpu-node-a", "0000:1b:00.0", "0x2330", 0))["metadata"]["name"]
+    store.transition(probe, lambda st: states.admin_quarantine(st, "released below, before the start"))
+    store.transition(probe, lambda st: states.admin_release(st))
+    name = store.ensure(build_gpu_lease("gpu-node-a", "0000:29:00.0", "0x2330", 1))["metadata"]["name"]
+    store.transition(name, lambda st: states.admin_quarantine(st, "released below, after the start"))
+    ctl = ControllerThread(controller_settings(kubeconfig), registrars(LeaseTimerSettings())).start()
+    try:
+        # the controller has listed the leases (a lease's timer first runs an interval after that)
+        wait_for(lambda: store.get(probe)["status"]["state"] == "Checking", what="the probe's check request")
+        store.transition(name, lambda st: states.admin_release(st))
+        wait_for(lambda: store.get(name)["status"]["state"] == "Checking", what="the check request on the event")
+    finally:
+        ctl.stop()
