@@ -27,35 +27,39 @@ NAME = lease_name(NODE, GPU)
 HOUR = 3600.0
 
 
+def _agent(api: Any, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet, checker: Any = None) -> NodeLeases:
+    """The node's agent on the fake board, ticking fast, its minute's resync an hour away."""
+    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
+    check = checker or SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False)
+    return NodeLeases(api, NODE, lambda: gpus, lambda: kubelet.holdings, check, interval=0.05, resync=HOUR)
+
+
+def lease_cycle(k8s: client.ApiClient, store: LeaseStore, kubelet: Kubelet) -> None:
+    """A pod takes the GPU and leaves (PodResources, seen by the agent), the controller asks
+    for the check (a write the agent hears only by its watch), the agent checks: Free again."""
+    make_pod(k8s, "acme", "w-1")
+    kubelet.hold("tenant-acme", "w-1", GPU)
+    wait_for(lambda: store.get(NAME)["status"]["state"] == "Leased", what="Leased")
+    kubelet.drop("tenant-acme", "w-1")
+    wait_for(lambda: store.get(NAME)["status"]["state"] == "Releasing", what="Releasing")
+    store.transition(NAME, lambda st: states.check_started(st))
+    lease = wait_for(lambda: (lz := store.get(NAME))["status"]["state"] == "Free" and lz, what="checked, Free")
+    assert lease["status"]["lastCheck"]["result"] == "Passed"
+
+
 def test_a_check_requested_by_the_controller_runs_at_once(
     kubeconfig: Path, k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
 ) -> None:
-    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
     kube = RestKube(KubeConnection(kubeconfig=kubeconfig))
-    agent = NodeLeases(
-        kube,
-        NODE,
-        lambda: gpus,
-        lambda: kubelet.holdings,
-        SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
-        interval=0.05,
-        resync=HOUR,
-    )
+    agent = _agent(kube, hgx_board, golden, kubelet)
     store = LeaseStore(k8s)  # the controller's side, through the official client
     agent.start()
     try:
         wait_for(lambda: agent.watching, what="the watch on the node's leases")
         wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="lease created Free")
-        # a pod takes the GPU and leaves (PodResources, seen locally), the controller asks for the check
-        make_pod(k8s, "acme", "w-1")
-        kubelet.hold("tenant-acme", "w-1", GPU)
-        wait_for(lambda: store.get(NAME)["status"]["state"] == "Leased", what="Leased")
-        kubelet.drop("tenant-acme", "w-1")
-        wait_for(lambda: store.get(NAME)["status"]["state"] == "Releasing", what="Releasing")
-        store.transition(NAME, lambda st: states.check_started(st))
-        # nothing changed locally and the resync is an hour away: only the watch can start the check
-        lease = wait_for(lambda: (lz := store.get(NAME))["status"]["state"] == "Free" and lz, what="checked, Free")
-        assert lease["status"]["lastCheck"]["result"] == "Passed"
+        # nothing changed locally after the controller's request and the resync is an hour
+        # away: only the watch can start the check
+        lease_cycle(k8s, store, kubelet)
     finally:
         agent.stop()
         kube.close()
@@ -72,16 +76,7 @@ class WatchRefused(Kube):
 def test_without_a_watch_every_tick_is_a_full_round(
     k8s: client.ApiClient, hgx_board: FakeBoard, golden: GoldenTable, kubelet: Kubelet
 ) -> None:
-    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
-    agent = NodeLeases(
-        WatchRefused(api_client=k8s),
-        NODE,
-        lambda: gpus,
-        lambda: kubelet.holdings,
-        SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
-        interval=0.05,
-        resync=HOUR,
-    )
+    agent = _agent(WatchRefused(api_client=k8s), hgx_board, golden, kubelet)
     store = LeaseStore(k8s)
     agent.start()
     try:
@@ -111,17 +106,8 @@ def test_rounds_read_the_leases_from_the_watch_not_from_a_list(
 ) -> None:
     """A whole lease cycle (Leased, Releasing, the check, Free) is several full rounds; with the
     watch open they read the node's leases from its copy, so kube-apiserver sees no list."""
-    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
     kube = CountingRestKube(KubeConnection(kubeconfig=kubeconfig))
-    agent = NodeLeases(
-        kube,
-        NODE,
-        lambda: gpus,
-        lambda: kubelet.holdings,
-        SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False),
-        interval=0.05,
-        resync=HOUR,
-    )
+    agent = _agent(kube, hgx_board, golden, kubelet)
     store = LeaseStore(k8s)
     agent.start()
     try:
@@ -129,14 +115,7 @@ def test_rounds_read_the_leases_from_the_watch_not_from_a_list(
         wait_for(lambda: (store.get(NAME) or {}).get("status", {}).get("state") == "Free", what="lease created Free")
         wait_for(lambda: GPU in {lz["spec"]["pciAddress"] for lz in agent._leases.objects() or []}, what="held")
         listed = kube.lists  # the watch's own listing and the first (resync) round's
-        make_pod(k8s, "acme", "w-1")
-        kubelet.hold("tenant-acme", "w-1", GPU)
-        wait_for(lambda: store.get(NAME)["status"]["state"] == "Leased", what="Leased")
-        kubelet.drop("tenant-acme", "w-1")
-        wait_for(lambda: store.get(NAME)["status"]["state"] == "Releasing", what="Releasing")
-        store.transition(NAME, lambda st: states.check_started(st))
-        lease = wait_for(lambda: (lz := store.get(NAME))["status"]["state"] == "Free" and lz, what="checked, Free")
-        assert lease["status"]["lastCheck"]["result"] == "Passed"
+        lease_cycle(k8s, store, kubelet)
         assert kube.lists == listed
     finally:
         agent.stop()
@@ -184,10 +163,9 @@ def test_rounds_follow_their_own_writes_while_the_watch_lags_and_check_once(
     """A round reads the watch's copy, which may not have the agent's own last write yet: the
     round after it still starts from that write (the pod left a Leased GPU: release it), and a
     GPU it just checked is not checked (and reset) once more from a copy that says Checking."""
-    gpus = [NodeGPU(d.bdf, d.device, d.physical_id, "NVIDIA H100 80GB HBM3") for d in hgx_board.gpus]
     kube = LaggingRestKube(KubeConnection(kubeconfig=kubeconfig))
     checker = CountingCheck(SysfsFirmwareCheck(hgx_board.sysfs, golden, toggle_rom=False))
-    agent = NodeLeases(kube, NODE, lambda: gpus, lambda: kubelet.holdings, checker, interval=0.05, resync=HOUR)
+    agent = _agent(kube, hgx_board, golden, kubelet, checker)
     store = LeaseStore(k8s)
     agent.start()
     try:
