@@ -66,3 +66,9 @@ def priority_class(*, interruptible: bool) -> str:
 PARTITION_CHECK = "gpucaas-nvlink-partition"
 #: The AdmissionCheck's ``spec.controllerName``: the extender answers the checks that name it.
 PARTITION_CHECK_CONTROLLER = "gpucaas.dev/nvlink-partition"
+#: The pod condition the partition check sets on a running pod it preempts to give a whole NVLink
+#: partition back to work within its tenancy's guarantee, before it withdraws the pod's admission
+#: (Kueue then stops the pod with ``TerminationTarget``, reason ``WorkloadEvictedDueToAdmissionCheck``).
+#: Its message says why, ending as Kueue's preemption messages do ("due to reclamation within the
+#: cohort"). The API reads it to report the container ``Preempted``.
+PREEMPTED_FOR_GUARANTEE_CONDITION = "gpucaas.dev/PreemptedForGuarantee"

@@ -14,7 +14,14 @@ controller, run by the scheduler extender beside its fleet index, answers it:
   reservation first, against the index's free GPUs less the GPUs promised to the Workloads
   passed before;
 * it writes the state with a server-side apply of its own entry of ``status.admissionChecks``
-  (field manager :data:`FIELD_MANAGER`), and only when the state or its message changes.
+  (field manager :data:`FIELD_MANAGER`), and only when the state or its message changes;
+* when a Workload within its tenancy's guarantee takes a partition back
+  (:func:`services.placement.admission.reclaim`), it preempts the victims as an admission check
+  may: their pods first get the condition :data:`PREEMPTED_CONDITION` (why, for the API to tell
+  their tenants), then their entry turns ``Retry``, and Kueue evicts them (its pods' integration
+  stops the pods, its ``TerminationTarget`` condition saying ``WorkloadEvictedDueToAdmissionCheck``).
+  Until their pods are gone their GPUs count as being freed, so that no later pass takes
+  another partition for the same want.
 
 Promises live in this process. After a restart, the Workloads it had passed whose pods no node
 counts yet are promised their GPUs again at the first pass, before any new answer. With several
@@ -33,8 +40,8 @@ from typing import Any
 
 from core import kueue
 from core.backoff import Backoff
-from core.kube import Informer, Kube, KubeError
-from services.placement.admission import Asked, Promise, Verdict, decide, pod_sizes
+from core.kube import Informer, Kube, KubeError, NotFound
+from services.placement.admission import RETRY_DELAYS_S, Asked, Claimant, Occupant, Promise, Verdict, decide, pod_sizes
 from services.placement.extender import GPU_RESOURCE
 from services.placement.fleet import FleetIndex, Freeing, NodeFree
 from services.placement.leader import LeaseElector
@@ -47,6 +54,11 @@ CLUSTER_QUEUES = f"/apis/{kueue.API_VERSION}/clusterqueues"
 PASS_INTERVAL_S = 1.0
 #: How often the AdmissionCheck's Active condition is looked at again (it is put back if gone).
 ACTIVE_EVERY_S = 30.0
+#: The pod condition set on a pod preempted to give a partition back to a guarantee, before its
+#: Workload's entry turns Retry (services.api.domain.reasons reads it).
+PREEMPTED_CONDITION = kueue.PREEMPTED_FOR_GUARANTEE_CONDITION
+#: How long the GPUs of an evicted victim count as being freed, at most, while its pods stay.
+EVICTING_S = 60.0
 
 
 def _now() -> str:
@@ -72,6 +84,18 @@ def _queue_of(workload: dict[str, Any]) -> str | None:
     return ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
 
 
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _pods_of(workload: dict[str, Any]) -> list[str]:
+    """The ``namespace/name`` of the pods that own the Workload (Kueue's plain-pod integration)."""
+    meta = workload["metadata"]
+    return [
+        f"{meta.get('namespace', '')}/{r['name']}" for r in meta.get("ownerReferences") or [] if r.get("kind") == "Pod"
+    ]
+
+
 def _reserved_at(obj: dict[str, Any]) -> str:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == "QuotaReserved":
@@ -90,6 +114,7 @@ class PartitionCheck:
         counted: Callable[[str], bool],
         freeing: Callable[[], Mapping[str, Freeing]],
         synced: Callable[[], bool],
+        occupants: Callable[[], Mapping[str, Mapping[str, int]]] | None = None,
         gpu_resource: str = GPU_RESOURCE,
         check: str = kueue.PARTITION_CHECK,
         promise_s: float = 120.0,
@@ -100,6 +125,8 @@ class PartitionCheck:
         self.index = index
         self.counted = counted
         self.freeing = freeing
+        #: per node, where its running GPU pods are (FleetWatcher.occupants); None: never preempts
+        self.occupants = occupants
         self.fleet_synced = synced
         self.gpu_resource = gpu_resource
         self.check = check
@@ -110,6 +137,10 @@ class PartitionCheck:
         self._promises: dict[str, tuple[Promise, ...]] = {}  # Workload uid -> its GPUs
         #: Workloads promised GPUs by this process, while they exist (a promise is made once)
         self._promised_once: set[str] = set()
+        #: victims evicted by this process: Workload uid -> (when, its GPUs per node), counted as
+        #: being freed while its pods stay (once they are gone, what their nodes still hold for
+        #: them counts by itself: FleetWatcher.freeing)
+        self._evicting: dict[str, tuple[float, dict[str, int]]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -121,6 +152,7 @@ class PartitionCheck:
         self._thread = threading.Thread(target=self._run, name="partition-check", daemon=True)
         self._active_checked = 0.0
         self.answers: dict[str, int] = {"Ready": 0, "Pending": 0, "Retry": 0}
+        self.preempted = 0  # Workloads evicted to give a partition back to a guarantee
 
     def _watch(
         self,
@@ -192,17 +224,17 @@ class PartitionCheck:
             else:
                 self._nominal[obj["metadata"]["name"]] = self._nominal_of(obj)
 
-    def _guaranteed_queues(self, workloads: list[dict[str, Any]]) -> set[str]:
-        """The ClusterQueues whose Workloads holding quota ask for no more GPUs than its nominal
-        quota: what they hold is their tenancy's guarantee, none of it borrowed. Counted from the
-        Workloads themselves (the ClusterQueue's usage in its status lags their reservations)."""
+    def _beyond_nominal(self, workloads: list[dict[str, Any]]) -> dict[str, int]:
+        """Per ClusterQueue holding quota, the GPUs its Workloads hold beyond its nominal quota (0:
+        none borrowed, what they hold is their tenancy's guarantee). Counted from the Workloads
+        themselves (the ClusterQueue's usage in its status lags their reservations)."""
         reserved: dict[str, int] = {}
         for workload in workloads:
             queue = _queue_of(workload)
             if queue and self._holding(workload):
                 reserved[queue] = reserved.get(queue, 0) + sum(pod_sizes(workload, self.gpu_resource))
         with self._lock:
-            return {q for q, gpus in reserved.items() if q in self._nominal and gpus <= self._nominal[q]}
+            return {q: max(0, gpus - self._nominal[q]) for q, gpus in reserved.items() if q in self._nominal}
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -302,9 +334,49 @@ class PartitionCheck:
         self._promised_once &= set(self._workloads)
 
     def _pods_counted(self, workload: dict[str, Any]) -> bool:
-        meta = workload["metadata"]
-        pods = [r["name"] for r in meta.get("ownerReferences") or [] if r.get("kind") == "Pod"]
-        return bool(pods) and all(self.counted(f"{meta.get('namespace', '')}/{p}") for p in pods)
+        pods = _pods_of(workload)
+        return bool(pods) and all(self.counted(p) for p in pods)
+
+    def _running(
+        self, workloads: list[dict[str, Any]]
+    ) -> tuple[list[Occupant], dict[str, Freeing], dict[str, tuple[dict[str, Any], dict[str, Any]]]]:
+        """The admitted Workloads' pods where the fleet places them (what a guarantee may take
+        back), the GPUs of the victims still being evicted (per node: being freed), and each
+        running Workload with its entry by uid."""
+        where = self.occupants() if self.occupants is not None else {}
+        pod_node: dict[str, tuple[str, int]] = {
+            pod: (node, mask) for node, pods in where.items() for pod, mask in pods.items()
+        }
+        found: list[Occupant] = []
+        evicting: dict[str, int] = {}
+        for _, masks in self._evicting.values():
+            for node, mask in masks.items():
+                evicting[node] = evicting.get(node, 0) | mask
+        running: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        for workload in workloads:
+            uid = workload["metadata"]["uid"]
+            entry = self._entry(workload)
+            placed = [pod_node[p] for p in _pods_of(workload) if p in pod_node]
+            if uid in self._evicting:
+                continue
+            if entry is None or entry.get("state") != "Ready" or not self._holding(workload):
+                continue
+            if not _condition(workload, "Admitted"):
+                continue
+            running[uid] = (workload, entry)
+            queue = _queue_of(workload) or ""
+            gpus = sum(pod_sizes(workload, self.gpu_resource))
+            priority = _int((workload.get("spec") or {}).get("priority"))
+            found.extend(Occupant(uid, node, mask, queue, priority, gpus) for node, mask in placed)
+        return found, {node: Freeing(mask) for node, mask in evicting.items()}, running
+
+    def _forget_evicted(self, now: float) -> None:
+        """Stop counting a victim's GPUs as being freed once its pods are gone (or after a while):
+        its GPUs may go to other work as soon as they are free."""
+        for uid, (since, _) in list(self._evicting.items()):
+            workload = self._workloads.get(uid)
+            if workload is None or not self._pods_counted(workload) or now - since > EVICTING_S:
+                del self._evicting[uid]
 
     def run_pass(self) -> None:
         """Answer every Workload waiting for the check (oldest reservation first); public for tests."""
@@ -319,6 +391,7 @@ class PartitionCheck:
         with self._lock:
             workloads = list(self._workloads.values())
             self._prune(now)
+            self._forget_evicted(now)
         nodes: list[NodeFree] = [n for n in (self.index.node(name) for name in self.index.names()) if n is not None]
         waiting: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
         for workload in workloads:
@@ -335,14 +408,36 @@ class PartitionCheck:
                 meta = workload["metadata"]
                 waiting.append((_reserved_at(workload), str(meta.get("creationTimestamp") or ""), workload, entry))
         waiting.sort(key=lambda w: (w[0], w[1]))
-        freeing = self.freeing()
-        guaranteed = self._guaranteed_queues(workloads)
+        freeing = dict(self.freeing())
+        beyond = self._beyond_nominal(workloads)
+        borrowing = {q: gpus for q, gpus in beyond.items() if gpus > 0}
         held: list[Promise] = []  # this pass's holds for guaranteed Workloads still waiting
+        occupants: list[Occupant] | None = None  # read once, when a guarantee first needs them
+        running: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         for _, _, workload, entry in waiting:
             asked = self._asked(workload, entry)
             promised = [p for uid, ps in self._promises.items() if uid != asked.uid for p in ps] + held
-            within = _queue_of(workload) in guaranteed
-            verdict = decide(asked, nodes, promised, freeing=freeing, now=now, guaranteed=within)
+            queue = _queue_of(workload) or ""
+            within = queue in beyond and beyond[queue] == 0
+            claimant = None
+            if within and entry.get("state") == "Pending" and self.occupants is not None:
+                if occupants is None:
+                    occupants, evicting, running = self._running(workloads)
+                    for node, more in evicting.items():
+                        known = freeing.get(node, Freeing())
+                        freeing[node] = Freeing(known.mask | more.mask, known.unplaced)
+                priority = _int((workload.get("spec") or {}).get("priority"))
+                claimant = Claimant(queue, priority, borrowing)
+            verdict = decide(
+                asked,
+                nodes,
+                promised,
+                freeing=freeing,
+                now=now,
+                guaranteed=within,
+                claimant=claimant,
+                occupants=occupants or (),
+            )
             if entry.get("state") == "Ready":
                 if verdict.state == "Ready":
                     self._promises[asked.uid] = verdict.promises
@@ -354,6 +449,78 @@ class PartitionCheck:
                 self._promised_once.add(asked.uid)
             else:
                 held.extend(verdict.promises)
+            if verdict.victims and occupants is not None:
+                nodes_of = sorted({p.node for p in verdict.promises})
+                for uid in verdict.victims:
+                    victim, victim_entry = running[uid]
+                    if not self._preempt(victim, victim_entry, nodes_of, same_queue=_queue_of(victim) == queue):
+                        continue
+                    masks: dict[str, int] = {}
+                    for occupant in occupants:
+                        if occupant.workload == uid:
+                            masks[occupant.node] = masks.get(occupant.node, 0) | occupant.mask
+                    self._evicting[uid] = (now, masks)
+                    for occupant in occupants:
+                        if occupant.workload == uid:
+                            known = freeing.get(occupant.node, Freeing())
+                            freeing[occupant.node] = Freeing(known.mask | occupant.mask, known.unplaced)
+                            if occupant.queue in borrowing:
+                                borrowing[occupant.queue] -= occupant.gpus
+                occupants = [o for o in occupants if o.workload not in verdict.victims]
+                borrowing = {q: gpus for q, gpus in borrowing.items() if gpus > 0}
+
+    def _preempt(self, workload: dict[str, Any], entry: dict[str, Any], nodes: list[str], *, same_queue: bool) -> bool:
+        """Preempt a victim: say why on its pods, then withdraw its admission (entry ``Retry``:
+        Kueue evicts it and stops its pods). The words end as Kueue's own preemption messages do,
+        so that the API tells its tenant the cause in the same terms (and names no other tenancy).
+        False when a write failed: it is left running (a pod is never stopped without its why),
+        and the next pass decides again; the failure does not hold up the other Workloads."""
+        cause = "prioritization in the ClusterQueue" if same_queue else "reclamation within the cohort"
+        message = (
+            f"Preempted to give a whole NVLink partition on {', '.join(nodes)} back to guaranteed work, due to {cause}"
+        )
+        namespace = workload["metadata"].get("namespace", "")
+        for pod in _pods_of(workload):
+            name = pod.split("/", 1)[1]
+            body = {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": PREEMPTED_CONDITION,
+                            "status": "True",
+                            "reason": "PartitionReclaimed",
+                            "message": message,
+                            "lastTransitionTime": _now(),
+                        }
+                    ]
+                }
+            }
+            try:
+                self.kube.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                    body=body,
+                    content_type="application/strategic-merge-patch+json",
+                    idempotent=True,
+                )
+            except NotFound:
+                pass  # gone already: nothing to tell
+            except KubeError as exc:
+                log.warning("cannot mark pod %s preempted (%s): not preempting it", pod, exc.summary())
+                return False
+        try:
+            self._answer(workload, entry, Verdict("Retry", message, RETRY_DELAYS_S[0]))
+        except KubeError as exc:
+            meta = workload["metadata"]
+            log.warning(
+                "cannot withdraw the admission of Workload %s/%s (%s): not preempted",
+                meta.get("namespace"),
+                meta.get("name"),
+                exc.summary(),
+            )
+            return False
+        self.preempted += 1
+        return True
 
     def _written(self, workload: dict[str, Any], item: dict[str, Any]) -> None:
         """Our entry as just written, in the cached Workload, so that the next pass does not answer

@@ -43,7 +43,7 @@ from services.placement.errors import BindFailed, KubernetesUnavailable, NoRoom
 from services.placement.extender import GPU_RESOURCE, BindingArgs, pod_ref
 from services.placement.filtered import FilteredPods
 from services.placement.fleet import FleetIndex, Freeing
-from services.placement.nodestate import TERMINAL_PHASES, PodClaim, derive_node, freeing, pod_claim
+from services.placement.nodestate import TERMINAL_PHASES, PodClaim, derive_node, freeing, occupants, pod_claim
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +191,25 @@ class FleetWatcher:
         tenants); nodes with none are left out."""
         with self._lock:
             return dict(self._freeing)
+
+    def occupants(self) -> dict[str, dict[str, int]]:
+        """Per node, where its running GPU pods are (pod key -> GPU mask, ``nodestate.occupants``),
+        each only while none of its GPUs looks free: what the partition check may take back."""
+        with self._lock:
+            claims: dict[str, list[PodClaim]] = {}
+            for claim in self._claims.values():
+                claims.setdefault(claim.node, []).append(claim)
+            leases: dict[str, list[dict[str, Any]]] = {}
+            for lease in self._leases.values():
+                leases.setdefault(_lease_node(lease) or "", []).append(lease)
+            found: dict[str, dict[str, int]] = {}
+            for node, on_node in claims.items():
+                fabric, state = self._fabric.get(node), self.index.node(node)
+                if fabric is None or state is None:
+                    continue
+                placed = occupants(node, fabric, leases.get(node, []), on_node, self._positions)
+                found[node] = {key: mask for key, mask in placed.items() if not mask & state.free_mask}
+            return found
 
     # -- caches ----------------------------------------------------------------------
 

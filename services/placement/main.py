@@ -50,6 +50,7 @@ def run(settings: PlacementSettings) -> None:
             index,
             counted=watcher.counted,
             freeing=watcher.freeing,
+            occupants=watcher.occupants,
             synced=watcher.is_synced,
             gpu_resource=settings.gpu_resource,
             promise_s=settings.partition_promise_seconds,

@@ -162,11 +162,15 @@ def freeing(
     positions: Mapping[str, int] | None = None,
 ) -> Freeing:
     """What of the node frees by itself soon: the GPUs whose lease is ``Releasing`` or in the
-    firmware check between tenants (``Checking``), and those of its pods being deleted, found by
-    their ``Leased`` leases or where they were assumed (``positions``); a pod being deleted whose
-    GPUs neither names counts by its number of GPUs (``unplaced``)."""
+    firmware check between tenants (``Checking``), those of its pods being deleted, found by
+    their ``Leased`` leases or where they were assumed (``positions``), and those still
+    ``Leased`` by a pod no longer running there (gone or ended: its node agent releases them
+    next); a pod being deleted whose GPUs neither names counts by its number of GPUs
+    (``unplaced``)."""
     pci_to_phys = _pci_map(fabric_state.get("status") or {})
+    pods = list(pods)
     ending = {claim.key: claim.gpus for claim in pods if claim.ending}
+    running = {claim.key for claim in pods if not claim.ending}
     gpus: set[int] = set()
     found: dict[str, int] = {}  # ending pod -> its GPUs found by a lease
     for lease in leases:
@@ -174,7 +178,7 @@ def freeing(
         state = lstatus.get("state")
         holder = lstatus.get("holder") or {}
         key = f"{holder.get('namespace', '')}/{holder.get('pod', '')}"
-        if state in ("Releasing", "Checking") or (state == "Leased" and key in ending):
+        if state in ("Releasing", "Checking") or (state == "Leased" and holder.get("pod") and key not in running):
             pid = _lease_gpu(lease.get("spec") or {}, pci_to_phys)
             if pid is not None:
                 gpus.add(pid)
@@ -187,6 +191,39 @@ def freeing(
         mask |= where
         unplaced += max(0, count - found.get(key, 0) - where.bit_count())
     return Freeing(mask, unplaced)
+
+
+def occupants(
+    name: str,
+    fabric_state: Mapping[str, Any],
+    leases: Iterable[Mapping[str, Any]] = (),
+    pods: Iterable[PodClaim] = (),
+    positions: Mapping[str, int] | None = None,
+) -> dict[str, int]:
+    """Where the node's running GPU pods are (pod key -> GPU mask; ``name``: the node), for the
+    partition check to take a partition back: by their ``Leased`` leases (what the node itself
+    says), else where they were assumed (``positions``, as ``derive_node`` keeps them). Pods
+    being deleted, and pods neither places, are left out: nothing is taken back from GPUs the
+    check cannot name."""
+    pci_to_phys = _pci_map(fabric_state.get("status") or {})
+    by_lease: dict[str, int] = {}
+    for lease in leases:
+        lstatus = lease.get("status") or {}
+        holder = lstatus.get("holder") or {}
+        if lstatus.get("state") != "Leased" or not holder.get("pod"):
+            continue
+        pid = _lease_gpu(lease.get("spec") or {}, pci_to_phys)
+        if pid is not None:
+            key = f"{holder.get('namespace', '')}/{holder['pod']}"
+            by_lease[key] = by_lease.get(key, 0) | mask_of({pid})
+    found: dict[str, int] = {}
+    for claim in pods:
+        if claim.ending or claim.node != name:
+            continue
+        where = by_lease.get(claim.key) or (positions or {}).get(claim.key, 0)
+        if where:
+            found[claim.key] = where
+    return found
 
 
 def derive_node(

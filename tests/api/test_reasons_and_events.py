@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kc
 
+from core import kueue
 from devtools.waiting import wait_for
 from services.api.domain import pods, reasons
 from tests.api.conftest import new_tenancy
@@ -433,3 +434,38 @@ def test_a_finished_containers_activation_is_read_from_its_leases_history() -> N
     }
     kinds = [e["kind"] for e in timeline(container=container, leases=mine)]
     assert kinds == ["queued", "partition-activated", "finished"]
+
+
+def test_a_partition_taken_back_for_a_guarantee_is_a_preemption() -> None:
+    """The partition check withdraws a running pod's admission to give its whole NVLink partition
+    back to guaranteed work: Kueue stops the pod for the admission check, and the check's own
+    condition, set on the pod before, says it was a preemption and why (naming no tenancy)."""
+    stop = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToAdmissionCheck"}
+    stop["message"] = "At least one admission check is false"
+    told = {
+        "type": kueue.PREEMPTED_FOR_GUARANTEE_CONDITION,
+        "status": "True",
+        "reason": "PartitionReclaimed",
+        "message": "Preempted to give a whole NVLink partition on gpu-a back to guaranteed work, "
+        "due to reclamation within the cohort",
+    }
+    taken_back = _pod({"phase": "Failed", "conditions": [told, stop]})
+    assert reasons.preempted_by_queue(taken_back)
+    assert reasons.stopped_by_queue(taken_back) == "Preempted by the queue: another tenancy claimed its guaranteed GPUs"
+    assert pods.container_status_from_pod(taken_back).reason == "Preempted"
+    own = _pod(
+        {
+            "phase": "Failed",
+            "conditions": [{**told, "message": "Preempted ... due to prioritization in the ClusterQueue"}, stop],
+        }
+    )
+    assert (
+        reasons.stopped_by_queue(own)
+        == "Preempted by the queue: a higher-priority container of your tenancy needed its GPUs"
+    )
+    # the check's withdrawal without its condition (any other cause) is no preemption
+    withdrawn = _pod({"phase": "Failed", "conditions": [stop]})
+    assert not reasons.preempted_by_queue(withdrawn)
+    assert reasons.stopped_by_queue(withdrawn) == "Stopped by the queue: its admission was withdrawn"
+    # nor is the condition alone, while the pod runs on
+    assert not reasons.preempted_by_queue(_pod({"phase": "Running", "conditions": [told]}))

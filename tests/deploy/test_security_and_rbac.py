@@ -138,6 +138,8 @@ EXTENDER_PARTITION_CHECK_RULES: dict[tuple[str, str], set[str]] = {
     ("kueue.x-k8s.io", "workloads/status"): {"patch"},
     ("kueue.x-k8s.io", "admissionchecks/status"): {"patch"},
     ("kueue.x-k8s.io", "admissionchecks"): {"get"},
+    # the condition gpucaas.dev/PreemptedForGuarantee on a pod preempted for a guarantee
+    ("", "pods/status"): {"patch"},
 }
 
 

@@ -69,6 +69,7 @@ def checked(controlled: Queued) -> Iterator[Queued]:
         index,
         counted=watcher.counted,
         freeing=watcher.freeing,
+        occupants=watcher.occupants,
         synced=watcher.is_synced,
         elector=elector,
     ).start()
@@ -80,29 +81,30 @@ def checked(controlled: Queued) -> Iterator[Queued]:
         kube.close()
 
 
-def _publish(q: Queued, active: dict[int, str | None]) -> None:
+def publish(q: Queued, active: dict[int, str | None], node: str = NODE) -> None:
+    """The node's FabricState as its fabric service publishes it: ``active`` partitions held."""
     admin = Kube.of(q.custom.api_client)
-    body = {"apiVersion": crds.API_VERSION, "kind": "FabricState", "metadata": {"name": NODE}, "spec": {"node": NODE}}
-    if read_fabric(q) is None:
+    body = {"apiVersion": crds.API_VERSION, "kind": "FabricState", "metadata": {"name": node}, "spec": {"node": node}}
+    if read_fabric(q, node) is None:
         admin.call(q.custom.create_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, body)
     admin.call(
         q.custom.patch_cluster_custom_object_status,
         crds.GROUP,
         crds.VERSION,
         crds.FABRICSTATE_PLURAL,
-        NODE,
+        node,
         {"status": fabric_status(active=active)},
         idempotent=True,
     )
 
 
-def read_fabric(q: Queued) -> dict[str, Any] | None:
+def read_fabric(q: Queued, node: str = NODE) -> dict[str, Any] | None:
     # retried: a CRD made with the cluster's objects answers 429 while its storage initialises
     admin = Kube.of(q.custom.api_client)
     items = admin.json(
         q.custom.list_cluster_custom_object, crds.GROUP, crds.VERSION, crds.FABRICSTATE_PLURAL, idempotent=True
     )["items"]
-    return next((o for o in items if o["metadata"]["name"] == NODE), None)
+    return next((o for o in items if o["metadata"]["name"] == node), None)
 
 
 def _submit(q: Queued, mode: dra.AllocationMode, container: str, gpus: int, tenancy: str = "acme") -> str:
@@ -154,7 +156,7 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(
 ) -> None:
     q = checked
     mode = allocation_mode
-    _publish(q, {HOLD_1: "other/one", HOLD_5: "other/five"})  # free: 2, 3, 4, 6, 7, 8
+    publish(q, {HOLD_1: "other/one", HOLD_5: "other/five"})  # free: 2, 3, 4, 6, 7, 8
     # acme borrows the idle guarantee of lender (16 GPUs): what it holds is borrowed
     create_tenancy(q, "lender", quota=16, guaranteed=16)
     create_tenancy(q, "acme", quota=16, guaranteed=0)
@@ -181,7 +183,7 @@ def test_kueue_admits_a_quad_only_when_a_whole_free_quad_exists(
     assert not admitted(q, quad, NAMESPACE)
 
     # GPU 5 freed: the quad 5-8 is whole, and the 4-GPU Workload passes at its next try
-    _publish(q, {HOLD_1: "other/one"})
+    publish(q, {HOLD_1: "other/one"})
     _explained(q, lambda: admitted(q, quad, NAMESPACE), "the 4-GPU pod admitted once a quad is free", pods)
     assert "4-GPU partition on gpu-node-a" in (_check(q, quad) or {})["message"]
     # that quad is promised to it: another 4-GPU container waits, although 4 GPUs look free

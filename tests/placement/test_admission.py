@@ -3,7 +3,7 @@ only when each of its pods has a whole free NVLink partition, counting what was 
 
 from __future__ import annotations
 
-from services.placement.admission import RETRY_DELAYS_S, Asked, Promise, decide, pod_sizes
+from services.placement.admission import RETRY_DELAYS_S, Asked, Claimant, Occupant, Promise, decide, pod_sizes
 from services.placement.fit import FULL_MASK, mask_of
 from services.placement.fleet import Freeing, NodeFree
 
@@ -116,3 +116,112 @@ def test_guaranteed_work_that_does_not_fit_keeps_its_quota_and_holds_gpus() -> N
     # a quad on a alone: both quads have 3 free; the table's first, 1-4, is held
     quad = decide(asked(4, uid="q"), [node("a", {2, 3, 4, 6, 7, 8})], [], freeing={}, now=0.0, guaranteed=True)
     assert quad.promises == (Promise("q", "a", mask_of({2, 3, 4}), 0.0),)
+
+
+# -- a guarantee takes a partition back ------------------------------------------------------
+
+#: the claimant: tenancy g's ClusterQueue, standard priority; "b" borrows 16 GPUs, "c" none
+CLAIMANT = Claimant("tenancy-g", priority=100, borrowed={"tenancy-b": 16})
+
+
+def running(uid: str, where: str, gpus: set[int], queue: str = "tenancy-b", priority: int = 100) -> Occupant:
+    return Occupant(uid, where, mask_of(gpus), queue, priority, len(gpus))
+
+
+def guaranteed(size: int, fleet: list[NodeFree], occupants: list[Occupant], **kw: object) -> object:
+    return decide(
+        asked(size, uid="g"),
+        fleet,
+        kw.pop("promises", []),  # type: ignore[arg-type]
+        freeing=kw.pop("freeing", {}),  # type: ignore[arg-type]
+        now=0.0,
+        guaranteed=True,
+        claimant=kw.pop("claimant", CLAIMANT),  # type: ignore[arg-type]
+        occupants=occupants,
+    )
+
+
+def test_guaranteed_work_takes_back_the_partition_held_by_the_fewest_borrowed_gpus() -> None:
+    # two full boards of borrowed pairs and quads: a's board frees with one quad and two pairs
+    # taken back on b's second quad... the cheapest whole board is the one with the fewest GPUs
+    # to preempt: a has 6 GPUs busy (2 free), b 8
+    fleet = [node("a", {7, 8}), node("b", set())]
+    occupants = [
+        running("a-quad", "a", {1, 2, 3, 4}),
+        running("a-pair", "a", {5, 6}),
+        running("b-quad-1", "b", {1, 2, 3, 4}),
+        running("b-quad-2", "b", {5, 6, 7, 8}),
+    ]
+    verdict = guaranteed(8, fleet, occupants)
+    assert verdict.state == "Pending" and verdict.requeue_after_s is None  # type: ignore[attr-defined]
+    assert verdict.victims == ("a-pair", "a-quad")  # type: ignore[attr-defined]
+    # the whole board is held for it while the victims end
+    assert verdict.promises == (Promise("g", "a", FULL_MASK, 0.0),)  # type: ignore[attr-defined]
+    assert "taking back the NVLink 8-GPU partition on a" in verdict.message  # type: ignore[attr-defined]
+
+
+def test_interruptible_work_is_taken_back_before_standard_work() -> None:
+    fleet = [node("a", set())]
+    occupants = [
+        running("standard", "a", {1, 2, 3, 4}),  # the smaller cost in GPUs...
+        running("spot-1", "a", {5, 6}, priority=10),
+        running("spot-2", "a", {7, 8}, priority=10),
+    ]
+    # ...but the quad 5-8 is held by interruptible work only (priority 10): that one is taken
+    verdict = guaranteed(4, fleet, occupants)
+    assert verdict.victims == ("spot-1", "spot-2")  # type: ignore[attr-defined]
+    assert verdict.promises == (Promise("g", "a", mask_of({5, 6, 7, 8}), 0.0),)  # type: ignore[attr-defined]
+
+
+def test_only_what_kueue_may_preempt_is_taken_back() -> None:
+    fleet = [node("a", set())]
+    # c holds its own guarantee (it borrows nothing): never preempted for another tenancy
+    within = [running("c-board", "a", set(range(1, 9)), queue="tenancy-c")]
+    verdict = guaranteed(8, fleet, within)
+    assert verdict.victims == () and "until a whole NVLink 8-GPU partition frees" in verdict.message  # type: ignore[attr-defined]
+    # the claimant's own ClusterQueue: only at a lower priority (its interruptible work)
+    own = [running("own", "a", set(range(1, 9)), queue="tenancy-g", priority=100)]
+    assert guaranteed(8, fleet, own).victims == ()  # type: ignore[attr-defined]
+    own_spot = [running("own-spot", "a", set(range(1, 9)), queue="tenancy-g", priority=10)]
+    assert guaranteed(8, fleet, own_spot).victims == ("own-spot",)  # type: ignore[attr-defined]
+    # a borrowing ClusterQueue gives victims until it no longer borrows: b borrows 2 GPUs only,
+    # so one of its pods may go, not the two the board would need
+    claimant = Claimant("tenancy-g", priority=100, borrowed={"tenancy-b": 2})
+    two = [running("b-1", "a", {1, 2, 3, 4}), running("b-2", "a", {5, 6, 7, 8})]
+    assert guaranteed(8, fleet, two, claimant=claimant).victims == ()  # type: ignore[attr-defined]
+    assert guaranteed(4, fleet, two, claimant=claimant).victims == ("b-1",)  # type: ignore[attr-defined]
+    # a GPU the check cannot name (a pod it does not place) is never taken
+    assert guaranteed(8, [node("a", set())], [running("b-1", "a", {1, 2, 3, 4})]).victims == ()  # type: ignore[attr-defined]
+
+
+def test_gpus_being_freed_or_promised_shape_what_is_taken_back() -> None:
+    fleet = [node("a", set())]
+    occupants = [running("b-1", "a", {1, 2, 3, 4}), running("b-2", "a", {5, 6, 7, 8})]
+    # GPUs being freed that complete its partition: it waits for them and takes nothing
+    freeing = {"a": Freeing(mask_of({1, 2, 3, 4}))}
+    waits = guaranteed(4, fleet, occupants, freeing=freeing)
+    assert waits.victims == () and "being freed" in waits.message  # type: ignore[attr-defined]
+    assert waits.promises == (Promise("g", "a", mask_of({1, 2, 3, 4}), 0.0),)  # type: ignore[attr-defined]
+    # for the board, those being freed count as free: only the other quad is taken back, on the
+    # board that frees partly by itself rather than on a whole busy one
+    half = [node("a", set()), node("b", set())]
+    board = guaranteed(8, half, [*occupants, running("b-3", "b", set(range(1, 9)))], freeing=freeing)
+    assert board.victims == ("b-2",)  # type: ignore[attr-defined]
+    assert board.promises == (Promise("g", "a", FULL_MASK, 0.0),)  # type: ignore[attr-defined]
+    # a free GPU promised to other work is not its to take
+    promised = [Promise("other", "a", mask_of({8}), 0.0)]
+    fleet = [node("a", {8})]
+    occupants = [running("b-1", "a", {1, 2, 3, 4}), running("b-2", "a", {5, 6, 7})]
+    assert guaranteed(4, fleet, occupants, promises=promised).victims == ("b-1",)  # type: ignore[attr-defined]
+    assert guaranteed(8, fleet, occupants, promises=promised).victims == ()  # type: ignore[attr-defined]
+
+
+def test_each_pod_of_a_guaranteed_workload_takes_back_its_own_partition() -> None:
+    fleet = [node("a", set())]
+    occupants = [running("b-board", "a", set(range(1, 9)))]
+    # one 8-GPU victim frees both quads: two 4-GPU pods, one victim
+    verdict = decide(
+        asked(4, 4, uid="g"), fleet, [], freeing={}, now=0.0, guaranteed=True, claimant=CLAIMANT, occupants=occupants
+    )
+    assert verdict.victims == ("b-board",)
+    assert sorted(p.mask for p in verdict.promises) == [mask_of({1, 2, 3, 4}), mask_of({5, 6, 7, 8})]

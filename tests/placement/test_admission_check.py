@@ -7,20 +7,29 @@ from __future__ import annotations
 from typing import Any
 
 from core import kueue
+from core.kube import Forbidden
 from services.placement.admission_check import PartitionCheck
 from services.placement.fit import FULL_MASK, mask_of
 from services.placement.fleet import FleetIndex, NodeFree
 
 
 class RecordingKube:
-    """Answers the check's reads and records its server-side applies."""
+    """Answers the check's reads and records its server-side applies (and its pod patches)."""
 
     def __init__(self) -> None:
         self.applied: list[dict[str, Any]] = []
+        self.pod_patches: list[tuple[str, dict[str, Any]]] = []
+        self.pods_forbidden = False  # a chart without the right to patch pods/status
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         if method == "GET":  # the AdmissionCheck, already Active
             return {"status": {"conditions": [{"type": "Active", "status": "True"}]}}
+        if path.startswith("/api/v1/") and self.pods_forbidden:
+            raise Forbidden(f"PATCH {path}: forbidden", status=403)
+        if path.startswith("/api/v1/"):
+            self.pod_patches.append((path, kwargs["body"]))
+            self.applied.append({"kind": "Pod", "path": path})
+            return {}
         self.applied.append(kwargs["body"])
         return {}
 
@@ -55,7 +64,12 @@ def workload(name: str, gpus: int, state: str, reserved_at: str, queue: str = "t
 
 
 def check_on(
-    free: set[int], workloads: list[dict[str, Any]], *, leading: bool = True, counted: frozenset[str] = frozenset()
+    free: set[int],
+    workloads: list[dict[str, Any]],
+    *,
+    leading: bool = True,
+    counted: frozenset[str] = frozenset(),
+    occupants: dict[str, dict[str, int]] | None = None,
 ) -> tuple[PartitionCheck, RecordingKube]:
     index = FleetIndex()
     index.set_node(NodeFree("gpu-a", mask_of(free), FULL_MASK))
@@ -66,6 +80,7 @@ def check_on(
         counted=lambda key: key in counted,
         freeing=lambda: {},
         synced=lambda: True,
+        occupants=(lambda: occupants) if occupants is not None else None,
         elector=Elector(leading),  # type: ignore[arg-type]
     )
     check._listed(workloads)
@@ -151,6 +166,80 @@ def test_guaranteed_work_keeps_its_quota_and_holds_the_partition_nearest_to_free
     big = kube.applied[0]["status"]["admissionChecks"][0]
     assert "within the tenancy's guarantee" in big["message"] and "requeueAfterSeconds" not in big
     # without the hold the borrower's 1-GPU pod would take a GPU of the board "big" waits for
+
+
+def running(name: str, gpus: int, queue: str, priority: int = 100) -> dict[str, Any]:
+    """An admitted Workload (its check passed) whose pod runs."""
+    obj = workload(name, gpus, "Ready", "2026-12-01T09:00:00Z", queue=queue)
+    obj["spec"]["priority"] = priority
+    obj["status"]["conditions"].append({"type": "Admitted", "status": "True"})
+    return obj
+
+
+def test_guaranteed_work_takes_back_a_partition_from_borrowers_and_waits_for_it_once() -> None:
+    # the board is full: a borrower's quad (1-4) and its interruptible pair (5-6) and another
+    # borrower's pair (7-8); "big" is within its guarantee and needs a quad
+    workloads = [
+        workload("big", 4, "Pending", "2026-12-01T10:00:01Z", queue="tenancy-guaranteed"),
+        running("b-quad", 4, "tenancy-b"),
+        running("b-spot", 2, "tenancy-b", priority=10),
+        running("c-pair", 2, "tenancy-c"),
+    ]
+    where = {
+        "gpu-a": {
+            "tenant-a/b-quad": mask_of({1, 2, 3, 4}),
+            "tenant-a/b-spot": mask_of({5, 6}),
+            "tenant-a/c-pair": mask_of({7, 8}),
+        }
+    }
+    bound = frozenset(where["gpu-a"])
+    check, kube = check_on(set(), workloads, occupants=where, counted=bound)
+    check._queues_listed([_queue("tenancy-guaranteed", "4"), _queue("tenancy-b", "0"), _queue("tenancy-c", "0")])
+    check.run_pass()
+    # both quads are held by standard work at most: the one with a single victim, 1-4, is taken
+    # back; the victim's pod is told why first, then its admission is withdrawn
+    assert [a.get("path") or a["metadata"]["name"] for a in kube.applied] == [
+        "pod-big",
+        "/api/v1/namespaces/tenant-a/pods/b-quad/status",
+        "pod-b-quad",
+    ]
+    assert answers(kube) == [("pod-big", "Pending"), ("pod-b-quad", "Retry")]
+    (condition,) = kube.pod_patches[0][1]["status"]["conditions"]
+    assert condition["type"] == kueue.PREEMPTED_FOR_GUARANTEE_CONDITION and condition["status"] == "True"
+    assert (
+        condition["message"].startswith("Preempted") and "due to reclamation within the cohort" in condition["message"]
+    )
+    assert (
+        "taking back the NVLink 4-GPU partition on gpu-a" in kube.applied[0]["status"]["admissionChecks"][0]["message"]
+    )
+    assert check.preempted == 1
+    # the next pass: the victim's GPUs count as being freed until its pod is gone, so "big"
+    # waits for them and nothing more is taken
+    check.run_pass()
+    assert answers(kube)[2:] == [("pod-big", "Pending")]
+    assert "being freed" in kube.applied[-1]["status"]["admissionChecks"][0]["message"]
+    check.run_pass()
+    assert len(kube.applied) == 4
+
+
+def test_a_victim_whose_pod_cannot_be_told_why_is_not_preempted_and_holds_up_nothing() -> None:
+    workloads = [
+        workload("big", 8, "Pending", "2026-12-01T10:00:01Z", queue="tenancy-guaranteed"),
+        workload("later", 1, "Pending", "2026-12-01T10:00:02Z", queue="tenancy-b"),
+        running("b-board", 8, "tenancy-b"),
+    ]
+    where = {"gpu-a": {"tenant-a/b-board": FULL_MASK}}
+    check, kube = check_on(set(), workloads, occupants=where, counted=frozenset(where["gpu-a"]))
+    check._queues_listed([_queue("tenancy-guaranteed", "8"), _queue("tenancy-b", "0")])
+    kube.pods_forbidden = True
+    check.run_pass()
+    # "big" still waits within its guarantee; "b-board" keeps running; "later" is answered
+    assert answers(kube) == [("pod-big", "Pending"), ("pod-later", "Retry")]
+    assert check.preempted == 0 and not check._evicting
+    # once the right is there, the next pass preempts it
+    kube.pods_forbidden = False
+    check.run_pass()
+    assert ("pod-b-board", "Retry") in answers(kube) and check.preempted == 1
 
 
 def _queue(name: str, nominal: str) -> dict[str, Any]:

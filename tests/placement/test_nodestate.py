@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from services.placement.fit import gpus_of, mask_of
 from services.placement.fleet import Freeing
-from services.placement.nodestate import PodClaim, derive_node, freeing, normalize_pci, pod_claim
+from services.placement.nodestate import PodClaim, derive_node, freeing, normalize_pci, occupants, pod_claim
 from tests.placement.factories import fabric_state, lease, pod
 
 
@@ -194,3 +194,35 @@ def test_what_frees_soon_is_the_gpus_between_tenants_and_those_of_pods_being_del
     assert (set(gpus_of(assumed.mask)), assumed.unplaced) == ({6, 8}, 0)
     assert freeing(fabric_state("n"), [], [ending]) == Freeing(0, 2)
     assert freeing(fabric_state("n"), [lease("n", 4, "Leased", pod="new")], [running]) == Freeing()
+
+
+def test_occupants_are_the_running_pods_where_their_leases_or_assumptions_put_them() -> None:
+    """What the partition check may take back for a guarantee: running pods by their Leased
+    leases (the node's word), else where they were assumed; never an ending pod, never a pod
+    it cannot place."""
+    leased = PodClaim("tenant-acme", "leased", "n", 2, "2026-11-21T04:00:00Z")
+    assumed = PodClaim("tenant-acme", "assumed", "n", 4, "2026-11-21T04:00:00Z")
+    ending = PodClaim("tenant-acme", "ending", "n", 1, "2026-11-21T04:00:00Z", ending=True)
+    unknown = PodClaim("tenant-acme", "unknown", "n", 1, "2026-11-21T04:00:00Z")
+    leases = [
+        lease("n", 1, "Leased", pod="leased"),
+        lease("n", 2, "Leased", pod="leased"),
+        lease("n", 8, "Leased", pod="ending"),
+    ]
+    positions = {"tenant-acme/assumed": mask_of({5, 6, 7, 8}), "tenant-acme/leased": mask_of({3, 4})}
+    found = occupants("n", fabric_state("n"), leases, [leased, assumed, ending, unknown], positions)
+    assert found == {"tenant-acme/leased": mask_of({1, 2}), "tenant-acme/assumed": mask_of({5, 6, 7, 8})}
+
+
+def test_gpus_still_leased_by_a_pod_no_longer_running_there_free_soon() -> None:
+    """A pod gone (or ended) before its node agent released its leases: its GPUs free next, as
+    when Kueue's preemption deleted it, and are not mistaken for a running pod's."""
+    running = PodClaim("tenant-acme", "running", "n", 1, "2026-11-21T04:00:00Z")
+    leases = [
+        lease("n", 1, "Leased", pod="running"),
+        lease("n", 2, "Leased", pod="gone"),
+        lease("n", 3, "Leased", pod="gone"),
+    ]
+    assert freeing(fabric_state("n"), leases, [running]) == Freeing(mask_of({2, 3}), 0)
+    # still busy until then: the check waits for them rather than count them free
+    assert free(derive_node("n", fabric_state("n"), leases, [running])) == {4, 5, 6, 7, 8}

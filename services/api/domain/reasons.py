@@ -106,12 +106,23 @@ def _queue_gated(pod: Mapping[str, Any]) -> bool:
     return any(str(g.get("name", "")).startswith(f"{kueue.GROUP}/") for g in gates)
 
 
-def _queue_stop(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """Kueue's ``TerminationTarget`` condition on the pod, when it is true."""
+def _true_condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == QUEUE_STOP_CONDITION and cond.get("status") == "True":
+        if cond.get("type") == kind and cond.get("status") == "True":
             return cond
     return None
+
+
+def _queue_stop(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Why the queue stopped the pod, when it did: Kueue's ``TerminationTarget`` condition, or,
+    when Kueue stopped it because the partition check withdrew its admission to give its
+    partition back to a guarantee, the check's own condition (which says so)."""
+    cond = _true_condition(pod, QUEUE_STOP_CONDITION)
+    if cond is None:
+        return None
+    if str(cond.get("reason") or "").endswith("DueToAdmissionCheck"):
+        return _true_condition(pod, kueue.PREEMPTED_FOR_GUARANTEE_CONDITION) or cond
+    return cond
 
 
 def _is_preemption(cond: Mapping[str, Any]) -> bool:
