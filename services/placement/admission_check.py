@@ -96,6 +96,13 @@ def _pods_of(workload: dict[str, Any]) -> list[str]:
     ]
 
 
+def _add_freeing(freeing: dict[str, Freeing], masks: Mapping[str, int]) -> None:
+    """Count ``masks`` (node -> GPUs) as being freed, beside what ``freeing`` already has."""
+    for node, mask in masks.items():
+        known = freeing.get(node, Freeing())
+        freeing[node] = Freeing(known.mask | mask, known.unplaced)
+
+
 def _reserved_at(obj: dict[str, Any]) -> str:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == "QuotaReserved":
@@ -339,36 +346,31 @@ class PartitionCheck:
 
     def _running(
         self, workloads: list[dict[str, Any]]
-    ) -> tuple[list[Occupant], dict[str, Freeing], dict[str, tuple[dict[str, Any], dict[str, Any]]]]:
+    ) -> tuple[list[Occupant], dict[str, tuple[dict[str, Any], dict[str, Any]]]]:
         """The admitted Workloads' pods where the fleet places them (what a guarantee may take
-        back), the GPUs of the victims still being evicted (per node: being freed), and each
-        running Workload with its entry by uid."""
+        back; the victims still being evicted left out), and each such Workload with its entry
+        by uid."""
         where = self.occupants() if self.occupants is not None else {}
         pod_node: dict[str, tuple[str, int]] = {
             pod: (node, mask) for node, pods in where.items() for pod, mask in pods.items()
         }
         found: list[Occupant] = []
-        evicting: dict[str, int] = {}
-        for _, masks in self._evicting.values():
-            for node, mask in masks.items():
-                evicting[node] = evicting.get(node, 0) | mask
         running: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         for workload in workloads:
             uid = workload["metadata"]["uid"]
             entry = self._entry(workload)
-            placed = [pod_node[p] for p in _pods_of(workload) if p in pod_node]
-            if uid in self._evicting:
+            if uid in self._evicting or entry is None or entry.get("state") != "Ready":
                 continue
-            if entry is None or entry.get("state") != "Ready" or not self._holding(workload):
-                continue
-            if not _condition(workload, "Admitted"):
+            if not self._holding(workload) or not _condition(workload, "Admitted"):
                 continue
             running[uid] = (workload, entry)
             queue = _queue_of(workload) or ""
             gpus = sum(pod_sizes(workload, self.gpu_resource))
             priority = _int((workload.get("spec") or {}).get("priority"))
-            found.extend(Occupant(uid, node, mask, queue, priority, gpus) for node, mask in placed)
-        return found, {node: Freeing(mask) for node, mask in evicting.items()}, running
+            found.extend(
+                Occupant(uid, *pod_node[pod], queue, priority, gpus) for pod in _pods_of(workload) if pod in pod_node
+            )
+        return found, running
 
     def _forget_evicted(self, now: float) -> None:
         """Stop counting a victim's GPUs as being freed once its pods are gone (or after a while):
@@ -422,10 +424,9 @@ class PartitionCheck:
             claimant = None
             if within and entry.get("state") == "Pending" and self.occupants is not None:
                 if occupants is None:
-                    occupants, evicting, running = self._running(workloads)
-                    for node, more in evicting.items():
-                        known = freeing.get(node, Freeing())
-                        freeing[node] = Freeing(known.mask | more.mask, known.unplaced)
+                    occupants, running = self._running(workloads)
+                    for _, evicted in self._evicting.values():
+                        _add_freeing(freeing, evicted)
                 priority = _int((workload.get("spec") or {}).get("priority"))
                 claimant = Claimant(queue, priority, borrowing)
             verdict = decide(
@@ -455,17 +456,14 @@ class PartitionCheck:
                     victim, victim_entry = running[uid]
                     if not self._preempt(victim, victim_entry, nodes_of, same_queue=_queue_of(victim) == queue):
                         continue
+                    pods = [o for o in occupants if o.workload == uid]
                     masks: dict[str, int] = {}
-                    for occupant in occupants:
-                        if occupant.workload == uid:
-                            masks[occupant.node] = masks.get(occupant.node, 0) | occupant.mask
+                    for pod in pods:
+                        masks[pod.node] = masks.get(pod.node, 0) | pod.mask
                     self._evicting[uid] = (now, masks)
-                    for occupant in occupants:
-                        if occupant.workload == uid:
-                            known = freeing.get(occupant.node, Freeing())
-                            freeing[occupant.node] = Freeing(known.mask | occupant.mask, known.unplaced)
-                            if occupant.queue in borrowing:
-                                borrowing[occupant.queue] -= occupant.gpus
+                    _add_freeing(freeing, masks)
+                    if pods[0].queue in borrowing:  # the Workload's GPUs, once
+                        borrowing[pods[0].queue] -= pods[0].gpus
                 occupants = [o for o in occupants if o.workload not in verdict.victims]
                 borrowing = {q: gpus for q, gpus in borrowing.items() if gpus > 0}
 
